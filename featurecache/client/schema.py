@@ -1,0 +1,51 @@
+"""The batch the client yields and the model consumes: names, dtypes and shapes.
+
+B = batch size, N = padded token count (≤ crop size), M = sampled MSA rows, A = padded atoms.
+Every tensor is padded to the largest sample of the batch; masks say what is real.
+One-hots are never stored: the model embeds the integer classes after the crop.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: name -> (torch dtype name, shape in symbols)
+BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
+    # tokens
+    "restype": ("int64", "B N"),  # const.RESTYPES, 32 classes
+    "residue_index": ("int64", "B N"),
+    "asym_id": ("int64", "B N"),
+    "entity_id": ("int64", "B N"),
+    "sym_id": ("int64", "B N"),
+    "mol_type": ("int64", "B N"),  # const.MolType
+    "token_index": ("int64", "B N"),  # position of the token in the uncropped entry
+    "token_mask": ("bool", "B N"),
+    "token_bonds": ("bool", "B N N"),
+    "centre_coords": ("float32", "B N 3"),  # ground-truth centre atom (Cα / C1′ / atom), Å
+    "centre_mask": ("bool", "B N"),  # centre atom resolved
+    # MSA (AF3 supplement §2.8)
+    "msa": ("int64", "B M N"),  # 32 classes, gap = 31
+    "msa_mask": ("bool", "B M N"),
+    "has_deletion": ("float32", "B M N"),
+    "deletion_value": ("float32", "B M N"),  # 2/pi * arctan(d/3)
+    "profile": ("float32", "B N 32"),  # over the full (uncropped-rows) MSA
+    "deletion_mean": ("float32", "B N"),
+    # atoms of the kept tokens
+    "atom_to_token": ("int64", "B A"),  # index into the N axis
+    "atom_mask": ("bool", "B A"),  # real (not padding) atom
+    "atom_present": ("bool", "B A"),  # resolved in the file
+    "atom_coords": ("float32", "B A 3"),
+    "ref_pos": ("float32", "B A 3"),  # augmented reference conformer
+    "ref_mask": ("bool", "B A"),
+    "ref_element": ("int64", "B A"),  # atomic number
+    "ref_charge": ("float32", "B A"),
+    "ref_atom_name_chars": ("int64", "B A 4"),
+    "ref_space_uid": ("int64", "B A"),
+}
+
+#: Keys the model (featurecache.model) reads; the client must always provide these.
+MODEL_INPUT_KEYS: Final[tuple[str, ...]] = (
+    "restype", "residue_index", "asym_id", "entity_id", "sym_id", "token_mask", "token_bonds",
+    "msa", "msa_mask", "has_deletion", "deletion_value", "profile", "deletion_mean",
+    "centre_coords", "centre_mask",
+)  # fmt: skip

@@ -1,0 +1,100 @@
+"""Vocabularies shared by the featurizer, the store and the client.
+
+The residue vocabulary is AlphaFold 3's 32 classes (supplement §2.8, ``restype``): 20 amino acids
+and UNK, RNA A/G/C/U, DNA DA/DG/DC/DT, unknown RNA ``N``, unknown DNA ``DN``, and the gap. The MSA
+uses the same 32 classes, so a one-hot of either is ``[..., 32]``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+PROTEIN_RESIDUES: tuple[str, ...] = (
+    "ALA", "ARG", "ASN", "ASP", "CYS", "GLN", "GLU", "GLY", "HIS", "ILE",
+    "LEU", "LYS", "MET", "PHE", "PRO", "SER", "THR", "TRP", "TYR", "VAL",
+)  # fmt: skip
+PROTEIN_ONE_LETTER = "ARNDCQEGHILKMFPSTWYV"
+RNA_RESIDUES: tuple[str, ...] = ("A", "G", "C", "U")
+DNA_RESIDUES: tuple[str, ...] = ("DA", "DG", "DC", "DT")
+
+#: AF3 ``restype`` order: protein (20) + UNK, RNA (4), DNA (4), unknown RNA, unknown DNA, gap.
+RESTYPES: tuple[str, ...] = (*PROTEIN_RESIDUES, "UNK", *RNA_RESIDUES, *DNA_RESIDUES, "N", "DN", "-")
+NUM_RESTYPES = len(RESTYPES)  # 32
+RESTYPE_INDEX: dict[str, int] = {name: i for i, name in enumerate(RESTYPES)}
+UNK_PROTEIN = RESTYPE_INDEX["UNK"]  # 20; also the restype of ligand tokens (AF3)
+UNK_RNA = RESTYPE_INDEX["N"]  # 29
+UNK_DNA = RESTYPE_INDEX["DN"]  # 30
+GAP = RESTYPE_INDEX["-"]  # 31
+
+STANDARD_RESIDUES: frozenset[str] = frozenset((*PROTEIN_RESIDUES, *RNA_RESIDUES, *DNA_RESIDUES))
+
+WATER_NAMES: frozenset[str] = frozenset(("HOH", "DOD", "WAT", "H2O", "OH2", "TIP", "TIP3", "SOL"))
+HYDROGEN_ELEMENTS: frozenset[str] = frozenset(("H", "D", "T"))
+
+
+class MolType(IntEnum):
+    """Molecule type of a chain / token (AF3 ``is_protein``, ``is_rna``, ``is_dna``, ``is_ligand``)."""
+
+    PROTEIN = 0
+    RNA = 1
+    DNA = 2
+    LIGAND = 3
+
+
+MOL_TYPE_NAMES: tuple[str, ...] = ("protein", "rna", "dna", "ligand")
+
+#: Token centre atom per molecule type (AF3: Cα for amino acids, C1′ for nucleotides).
+CENTRE_ATOM: dict[MolType, str] = {MolType.PROTEIN: "CA", MolType.RNA: "C1'", MolType.DNA: "C1'"}
+
+#: Atoms that AF3 removes from standard residues as leaving atoms (terminal OXT, 5′ OP3).
+LEAVING_ATOMS: frozenset[str] = frozenset(("OXT", "OP3"))
+
+# --- MSA alphabet -------------------------------------------------------------------------------
+# One-letter codes in alignments map into the same 32 classes. Lower case letters are insertions
+# and never reach the encoder (they become deletion counts); "." is an a3m/sto insert gap.
+MSA_PROTEIN_LETTERS: dict[str, int] = {c: i for i, c in enumerate(PROTEIN_ONE_LETTER)}
+MSA_RNA_LETTERS: dict[str, int] = {"A": RESTYPE_INDEX["A"], "G": RESTYPE_INDEX["G"],
+                                   "C": RESTYPE_INDEX["C"], "U": RESTYPE_INDEX["U"], "T": RESTYPE_INDEX["U"]}  # fmt: skip
+MSA_DNA_LETTERS: dict[str, int] = {"A": RESTYPE_INDEX["DA"], "G": RESTYPE_INDEX["DG"],
+                                   "C": RESTYPE_INDEX["DC"], "T": RESTYPE_INDEX["DT"], "U": RESTYPE_INDEX["DT"]}  # fmt: skip
+MSA_GAP_LETTERS = "-."
+
+#: Depth cap for stored MSAs (rows after deduplication; the query is always row 0).
+DEFAULT_MSA_DEPTH_CAP = 16384
+
+# --- Atom names ---------------------------------------------------------------------------------
+ATOM_NAME_CHARS = 4  # AF3 ref_atom_name_chars: 4 characters, each ord(c) - 32 in [0, 64)
+
+
+def encode_atom_name(name: str) -> tuple[int, int, int, int]:
+    """Encode an atom name as AF3 does: 4 characters, each ``ord(c) - 32``, space-padded."""
+    padded = name.strip().upper()[:ATOM_NAME_CHARS].ljust(ATOM_NAME_CHARS)
+    return tuple(max(0, min(63, ord(c) - 32)) for c in padded)  # type: ignore[return-value]
+
+
+def decode_atom_name(codes: "Sequence[int]") -> str:
+    return "".join(chr(int(c) + 32) for c in codes).rstrip()
+
+
+# Residue / component names (up to 5 characters in the CCD) use the same encoding, 5 wide.
+RES_NAME_CHARS = 5
+
+
+def encode_res_name(name: str) -> tuple[int, ...]:
+    padded = name.strip().upper()[:RES_NAME_CHARS].ljust(RES_NAME_CHARS)
+    return tuple(max(0, min(63, ord(c) - 32)) for c in padded)
+
+
+def decode_res_name(codes: "Sequence[int]") -> str:
+    return "".join(chr(int(c) + 32) for c in codes).rstrip()
+
+
+from collections.abc import Sequence  # noqa: E402  (used in string annotations above)
+
+# --- Versions -----------------------------------------------------------------------------------
+#: Bumped when the on-disk layout changes incompatibly.
+STORE_FORMAT_VERSION = 1
+#: Bumped when array names/dtypes change (readers check it).
+SCHEMA_VERSION = 1
+#: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
+FEATURIZER_VERSION = "0.1.0"

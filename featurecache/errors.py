@@ -1,0 +1,71 @@
+"""Every exception featurecache raises.
+
+Each class subclasses :class:`FeatureCacheError` and also the builtin it resembles, so a caller's
+ordinary ``except KeyError`` / ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class FeatureCacheError(Exception):
+    """Root of every featurecache error."""
+
+
+class InputError(FeatureCacheError, ValueError):
+    """An input file cannot be used. Carries the path and the stage that rejected it."""
+
+    def __init__(self, message: str, *, path: str | None = None, stage: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.stage = stage
+
+
+class UnsupportedFormatError(InputError):
+    """The file is of a format featurecache does not read (e.g. structure factors, hhr)."""
+
+
+class ParseError(InputError):
+    """The file is of a known format but its contents cannot be parsed."""
+
+
+class EmptyStructureError(InputError):
+    """The file parsed but holds no usable coordinates (header-only, waters only, ...)."""
+
+
+class TokenizeError(InputError):
+    """The structure parsed but cannot be tokenized."""
+
+
+class MSAError(InputError):
+    """An MSA file cannot be read or does not match its chain."""
+
+
+class ChemError(FeatureCacheError, RuntimeError):
+    """RDKit could not build a molecule or a conformer for a component."""
+
+
+class StoreError(FeatureCacheError, OSError):
+    """The store is missing, unreadable, unwritable or inconsistent."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written with a format or schema version this code cannot read."""
+
+
+class NotFound(FeatureCacheError, KeyError):
+    """An entry id, chain or MSA key is not in the store."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "not found"
+
+
+class InvalidRequest(FeatureCacheError, ValueError):
+    """A request is malformed or exceeds a configured limit (maps to HTTP 4xx)."""
+
+
+class ServiceError(FeatureCacheError, ConnectionError):
+    """The lookup service could not be reached or answered with an error."""
+
+
+class KernelShapeError(FeatureCacheError, ValueError):
+    """A Triton launcher was given tensors of incompatible shapes or dtypes."""

@@ -1,0 +1,146 @@
+"""Numpy structured dtypes for the per-entry tables, and the frozen containers that carry them.
+
+Ragged data is stored flat with start/count columns (``Token.atom_start``/``atom_count``), which is
+what the Zarr store wants: every field becomes one flat array in a part (see ``store/layout.py``).
+All indices inside an entry (``token_index``, ``centre_atom``, bond endpoints) are entry-local.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: One row per atom (heavy atoms only; standard residues carry their full CCD heavy-atom set, with
+#: ``is_present = False`` for atoms absent from the file).
+Atom = np.dtype(
+    [
+        ("coords", np.float32, (3,)),  # Å, model frame; 0 where not present
+        ("is_present", np.bool_),  # resolved in the file
+        ("element", np.uint8),  # atomic number
+        ("charge", np.int8),  # formal charge (from the file, else the CCD, else 0)
+        ("name", np.uint8, (4,)),  # AF3 ref_atom_name_chars: ord(c) - 32
+        ("token_index", np.int32),  # entry-local token of this atom
+        ("ref_space_uid", np.int32),  # one id per residue (per chain, per residue number)
+        ("occupancy", np.float32),
+        ("b_factor", np.float32),  # pLDDT for predicted models
+    ]
+)
+
+#: One row per token (AF3 tokenization: a standard residue, or one heavy atom of anything else).
+Token = np.dtype(
+    [
+        ("restype", np.uint8),  # AF3 32-class vocabulary (const.RESTYPES)
+        ("residue_index", np.int32),  # label_seq_id for polymers (1-based), residue counter else
+        ("asym_id", np.int32),  # chain (label_asym) number within the entry, 0-based
+        ("entity_id", np.int32),  # entity number within the entry, 0-based
+        ("sym_id", np.int32),  # copy number among chains of the same entity, 0-based
+        ("mol_type", np.uint8),  # const.MolType
+        ("res_name", np.uint8, (5,)),  # residue / CCD component code, ord(c) - 32
+        ("is_standard", np.bool_),  # one-token standard residue (vs per-atom token)
+        ("is_resolved", np.bool_),  # centre atom present in the file
+        ("centre_atom", np.int32),  # entry-local atom index of Cα / C1′ / the atom
+        ("atom_start", np.int32),
+        ("atom_count", np.int32),
+    ]
+)
+
+#: Covalent bonds AF3 marks in ``token_bonds``: polymer–ligand, ligand–ligand (incl. within a
+#: ligand or per-atom-tokenized residue), from ``struct_conn`` and component connectivity.
+Bond = np.dtype(
+    [
+        ("atom_i", np.int32),
+        ("atom_j", np.int32),
+        ("token_i", np.int32),
+        ("token_j", np.int32),
+        ("order", np.uint8),  # 1,2,3 ; 4 = aromatic ; 0 = unknown (struct_conn)
+        ("source", np.uint8),  # BondSource
+    ]
+)
+
+#: Chain pairs in contact (any heavy atoms within 5 Å): the AF3 interfaces.
+Interface = np.dtype(
+    [
+        ("chain_i", np.int32),  # asym_id, chain_i < chain_j
+        ("chain_j", np.int32),
+        ("n_contacts", np.int32),  # heavy-atom pairs within the cutoff
+        ("min_distance", np.float32),
+    ]
+)
+
+
+class BondSource:
+    STRUCT_CONN = 0
+    COMPONENT = 1  # the CCD definition of the component
+    PERCEIVED = 2  # inferred from coordinates
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One chain (label_asym) of an entry."""
+
+    asym_id: int
+    label_id: str
+    auth_id: str
+    entity_id: int
+    sym_id: int
+    mol_type: int
+    sequence: str  # one-letter (protein X for unknown, RNA/DNA letters), ligands: CCD codes joined by ' '
+    sequence_hash: str  # = MSA key for polymer chains
+    token_start: int
+    token_count: int
+    n_resolved: int  # resolved tokens
+
+
+@dataclass(frozen=True)
+class EntryMeta:
+    resolution: float  # Å, NaN when not stated
+    release_date: str  # ISO date, "" when not stated
+    method: str  # e.g. "X-RAY DIFFRACTION"; "" when not stated
+    structure_id: str  # the id the file states (may differ from the entry id)
+    n_models: int  # models in the file (only the first is used)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A parsed, tokenized entry before it is written: what ``featurize`` returns."""
+
+    entry_id: str
+    atoms: np.ndarray  # Atom[n_atoms]
+    tokens: np.ndarray  # Token[n_tokens]
+    bonds: np.ndarray  # Bond[n_bonds]
+    interfaces: np.ndarray  # Interface[n_interfaces]
+    chains: tuple[Chain, ...]
+    meta: EntryMeta
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry as read back from a store (or the service).
+
+    ``atoms``/``tokens``/``bonds``/``interfaces`` map field name → array (``coords`` is float32
+    ``[n_atoms, 3]``, ``name`` uint8 ``[n_atoms, 4]``, …; dtypes as in :data:`Atom` etc.).
+    A reader asked for a subset of arrays leaves the others out of the mappings.
+    """
+
+    id: str
+    atoms: dict[str, np.ndarray]
+    tokens: dict[str, np.ndarray]
+    bonds: dict[str, np.ndarray]
+    interfaces: dict[str, np.ndarray]
+    meta: dict[str, Any]
+    chains: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.meta["token_count"])
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.meta["atom_count"])
+
+
+def empty(dtype: np.dtype, n: int = 0) -> np.ndarray:
+    return np.zeros(n, dtype=dtype)
