@@ -1,0 +1,120 @@
+"""Shared benchmark harness: every benchmark file only says how to set up and time its case.
+
+``Bench(name)`` collects rows, prints them as a table at the end and writes
+``benchmarks/results/<name>.json`` with the machine description, so BENCHMARKS.md can quote them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("FEATURECACHE_SHARED", REPO.parent / "shared"))
+REAL = SHARED / "data" / "real"
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    try:
+        info["git"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        pass
+    return info
+
+
+def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Wall-clock seconds of ``fn()``: median, min, max over ``repeat`` runs after ``warmup``."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class Bench:
+    def __init__(self, name: str, **params: Any) -> None:
+        self.name = name
+        self.params = params
+        self.rows: list[dict[str, Any]] = []
+        self.started = time.time()
+
+    def add(self, **row: Any) -> None:
+        self.rows.append(row)
+
+    def table(self) -> str:
+        if not self.rows:
+            return "(no rows)"
+        cols: list[str] = []
+        for r in self.rows:
+            cols += [c for c in r if c not in cols]
+        fmt = [[_fmt(r.get(c, "")) for c in cols] for r in self.rows]
+        widths = [max(len(c), *(len(row[i]) for row in fmt)) for i, c in enumerate(cols)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in fmt]
+        return "\n".join(lines)
+
+    def finish(self, out: Path | None = None) -> Path:
+        out = out or RESULTS_DIR / f"{self.name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "benchmark": self.name,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": machine(),
+            "params": self.params,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "seconds": round(time.time() - self.started, 2),
+            "rows": self.rows,
+        }
+        out.write_text(json.dumps(doc, indent=2, default=str))
+        sys.stdout.write(f"\n== {self.name} ==\n{self.table()}\n(written {out})\n")
+        return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        if abs(v) >= 1:
+            return f"{v:.3f}"
+        return f"{v:.4g}"
+    return str(v)
