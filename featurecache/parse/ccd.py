@@ -1,0 +1,302 @@
+"""Chemical Component Dictionary (CCD) reader.
+
+Reads wwPDB CCD definitions with gemmi's CIF reader from either
+
+* one ``components.cif`` / ``components.cif.gz`` (many ``data_<CODE>`` blocks), or
+* a directory of per-component files ``<CODE>.cif`` (or ``<CODE>.cif.gz``).
+
+A whole ``components.cif`` is ~400 MB of text, so :class:`CCD` never parses it whole: it streams the
+file once and keeps only the blocks of the codes asked for (:meth:`CCD.load`), or, for a
+directory, opens one file per code on demand. Every definition is a frozen
+:class:`ComponentDef`; :func:`_parse_component` is the pure parser behind all of them (tests feed
+it strings).
+
+``ComponentDef.sha256`` is the sha256 of the block's text as read (the ``data_`` line up to the
+next block), so a changed definition gives a changed hash and a rebuilt component.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gemmi
+import numpy as np
+
+from featurecache.errors import ParseError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CCD", "ComponentDef", "parse_component_file", "read_components"]
+
+#: ``_chem_comp_bond.value_order`` → bond order (AF3/RDKit style; aromatic is a separate flag).
+BOND_ORDERS: dict[str, int] = {
+    "SING": 1,
+    "DOUB": 2,
+    "TRIP": 3,
+    "QUAD": 4,
+    "AROM": 4,
+    "DELO": 1,
+    "PI": 1,
+    "POLY": 1,
+}
+
+
+@dataclass(frozen=True)
+class ComponentDef:
+    """One CCD component definition.
+
+    Per-atom fields are tuples/arrays of length ``n_atoms`` in CCD order (hydrogens included).
+    ``ideal``/``model`` are float64 ``[n_atoms, 3]`` with NaN where the CCD gives ``?``.
+    ``bonds`` are ``(i, j, order, aromatic, stereo)`` with ``i``/``j`` indices into the atoms,
+    ``order`` in {1, 2, 3, 4} (4 only for ``QUAD``; aromaticity is the separate flag).
+    """
+
+    code: str
+    name: str
+    type: str  # _chem_comp.type, e.g. "L-PEPTIDE LINKING", "NON-POLYMER"
+    atom_names: tuple[str, ...]
+    elements: tuple[str, ...]  # element symbols as written (upper case), e.g. "C", "FE"
+    atomic_numbers: tuple[int, ...]
+    charges: tuple[int, ...]
+    leaving: tuple[bool, ...]  # pdbx_leaving_atom_flag
+    aromatic: tuple[bool, ...]  # pdbx_aromatic_flag
+    stereo: tuple[str, ...]  # pdbx_stereo_config: "R", "S" or "N"
+    ideal: np.ndarray = field(repr=False)
+    model: np.ndarray = field(repr=False)
+    bonds: tuple[tuple[int, int, int, bool, str], ...]
+    sha256: str
+
+    @property
+    def n_atoms(self) -> int:
+        return len(self.atom_names)
+
+    @property
+    def heavy(self) -> np.ndarray:
+        """bool ``[n_atoms]``: atom is not hydrogen / deuterium."""
+        return np.array([z != 1 for z in self.atomic_numbers], dtype=bool)
+
+    def index(self, name: str) -> int:
+        """Index of an atom by name (KeyError if absent)."""
+        try:
+            return self.atom_names.index(name)
+        except ValueError:
+            raise KeyError(f"{self.code} has no atom {name!r}") from None
+
+
+def _element_number(symbol: str) -> int:
+    sym = symbol.strip()
+    if not sym:
+        return 0
+    el = gemmi.Element(sym[0].upper() + sym[1:].lower())
+    return int(el.atomic_number)
+
+
+def _num(value: str) -> float:
+    return float("nan") if value in ("?", ".") else float(value)
+
+
+def _component_from_block(block: gemmi.cif.Block, text_sha: str) -> ComponentDef:
+    code = block.name
+    cc = block.find_values("_chem_comp.id")
+    if len(cc):
+        code = gemmi.cif.as_string(cc[0]) or code
+    name = gemmi.cif.as_string(block.find_value("_chem_comp.name") or "")
+    ctype = gemmi.cif.as_string(block.find_value("_chem_comp.type") or "")
+    cols = [
+        "atom_id",
+        "type_symbol",
+        "?charge",
+        "?pdbx_leaving_atom_flag",
+        "?pdbx_aromatic_flag",
+        "?pdbx_stereo_config",
+        "?pdbx_model_Cartn_x_ideal",
+        "?pdbx_model_Cartn_y_ideal",
+        "?pdbx_model_Cartn_z_ideal",
+        "?model_Cartn_x",
+        "?model_Cartn_y",
+        "?model_Cartn_z",
+    ]
+    table = block.find("_chem_comp_atom.", cols)
+    if len(table) == 0:
+        raise ParseError(f"CCD block {block.name}: no _chem_comp_atom rows", stage="ccd")
+    has = [table.has_column(i) for i in range(len(cols))]
+
+    def col(row: gemmi.cif.Table.Row, i: int, default: str = "?") -> str:
+        return str(row[i]) if has[i] else default
+
+    names: list[str] = []
+    symbols: list[str] = []
+    charges: list[int] = []
+    leaving: list[bool] = []
+    aromatic: list[bool] = []
+    stereo: list[str] = []
+    ideal = np.full((len(table), 3), np.nan)
+    model = np.full((len(table), 3), np.nan)
+    for k, row in enumerate(table):
+        names.append(gemmi.cif.as_string(row[0]))
+        symbols.append(gemmi.cif.as_string(row[1]).upper())
+        ch = col(row, 2)
+        charges.append(int(float(ch)) if ch not in ("?", ".") else 0)
+        leaving.append(col(row, 3, "N").upper() == "Y")
+        aromatic.append(col(row, 4, "N").upper() == "Y")
+        stereo.append(gemmi.cif.as_string(col(row, 5, "N")).upper() or "N")
+        ideal[k] = [_num(col(row, i)) for i in (6, 7, 8)]
+        model[k] = [_num(col(row, i)) for i in (9, 10, 11)]
+
+    index = {n: i for i, n in enumerate(names)}
+    bonds: list[tuple[int, int, int, bool, str]] = []
+    btable = block.find(
+        "_chem_comp_bond.",
+        ["atom_id_1", "atom_id_2", "value_order", "?pdbx_aromatic_flag", "?pdbx_stereo_config"],
+    )
+    for row in btable:
+        a, b = gemmi.cif.as_string(row[0]), gemmi.cif.as_string(row[1])
+        if a not in index or b not in index:
+            raise ParseError(f"CCD {code}: bond {a}-{b} names an unknown atom", stage="ccd")
+        order = BOND_ORDERS.get(gemmi.cif.as_string(row[2]).upper(), 1)
+        arom = btable.has_column(3) and str(row[3]).upper() == "Y"
+        bstereo = gemmi.cif.as_string(row[4]).upper() if btable.has_column(4) else "N"
+        bonds.append((index[a], index[b], order, arom, bstereo))
+
+    ideal.setflags(write=False)
+    model.setflags(write=False)
+    return ComponentDef(
+        code=code,
+        name=name,
+        type=ctype,
+        atom_names=tuple(names),
+        elements=tuple(symbols),
+        atomic_numbers=tuple(_element_number(s) for s in symbols),
+        charges=tuple(charges),
+        leaving=tuple(leaving),
+        aromatic=tuple(aromatic),
+        stereo=tuple(stereo),
+        ideal=ideal,
+        model=model,
+        bonds=tuple(bonds),
+        sha256=text_sha,
+    )
+
+
+def _parse_component(text: str) -> ComponentDef:
+    """Parse one CCD block (``data_<CODE>`` …) from its text."""
+    try:
+        doc = gemmi.cif.read_string(text)
+    except (RuntimeError, ValueError) as exc:
+        raise ParseError(f"CCD block does not parse: {exc}", stage="ccd") from exc
+    if len(doc) != 1:
+        raise ParseError(f"expected one CCD block, got {len(doc)}", stage="ccd")
+    return _component_from_block(doc[0], hashlib.sha256(text.encode()).hexdigest())
+
+
+def _read_text(path: Path) -> str:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def parse_component_file(path: str | os.PathLike[str]) -> ComponentDef:
+    """Parse a single-component CIF file (``.cif`` or ``.cif.gz``)."""
+    p = Path(path)
+    try:
+        return _parse_component(_read_text(p))
+    except ParseError as exc:
+        raise ParseError(str(exc), path=str(p), stage="ccd") from exc
+
+
+def _iter_blocks(lines: Iterable[str], wanted: set[str] | None) -> Iterator[tuple[str, str]]:
+    """Yield ``(code, block_text)`` for each ``data_`` block (only codes in ``wanted`` if given)."""
+    code: str | None = None
+    buf: list[str] = []
+    for line in lines:
+        if line.startswith("data_"):
+            if code is not None and (wanted is None or code in wanted):
+                yield code, "".join(buf)
+            code = line[5:].strip()
+            buf = [line]
+        elif code is not None and (wanted is None or code in wanted):
+            buf.append(line)
+    if code is not None and (wanted is None or code in wanted):
+        yield code, "".join(buf)
+
+
+def read_components(
+    path: str | os.PathLike[str], codes: Iterable[str] | None = None
+) -> dict[str, ComponentDef]:
+    """Parse a multi-block CCD file (``components.cif[.gz]``), keeping only ``codes`` if given.
+
+    One streaming pass; memory holds only the wanted blocks.
+    """
+    p = Path(path)
+    wanted = None if codes is None else set(codes)
+    opener = gzip.open if p.suffix == ".gz" else open
+    out: dict[str, ComponentDef] = {}
+    with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+        for code, text in _iter_blocks(fh, wanted):
+            try:
+                out[code] = _parse_component(text)
+            except ParseError as exc:
+                logger.warning("CCD %s: block %s skipped: %s", p, code, exc)
+    return out
+
+
+class CCD:
+    """Mapping code → :class:`ComponentDef` over a CCD file or directory, loaded lazily.
+
+    ``CCD(None)`` is an empty dictionary (every lookup misses). Parsed definitions are cached;
+    :meth:`load` fetches many codes in one pass (one scan of a ``components.cif``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None and not self.path.exists():
+            raise ParseError(f"CCD path does not exist: {self.path}", path=str(self.path), stage="ccd")
+        self._cache: dict[str, ComponentDef | None] = {}
+
+    @property
+    def is_dir(self) -> bool:
+        return self.path is not None and self.path.is_dir()
+
+    def _file_for(self, code: str) -> Path | None:
+        assert self.path is not None
+        for name in (f"{code}.cif", f"{code}.cif.gz", f"{code.lower()}.cif", f"{code.lower()}.cif.gz"):
+            f = self.path / name
+            if f.is_file():
+                return f
+        return None
+
+    def load(self, codes: Iterable[str]) -> dict[str, ComponentDef]:
+        """Definitions of every code in ``codes`` that the CCD has (absent codes are left out)."""
+        codes = [c for c in dict.fromkeys(codes) if c]
+        missing = [c for c in codes if c not in self._cache]
+        if missing and self.path is not None:
+            if self.is_dir:
+                for c in missing:
+                    f = self._file_for(c)
+                    self._cache[c] = parse_component_file(f) if f is not None else None
+            else:
+                found = read_components(self.path, missing)
+                for c in missing:
+                    self._cache[c] = found.get(c)
+        for c in missing:
+            self._cache.setdefault(c, None)
+        return {c: d for c in codes if (d := self._cache.get(c)) is not None}
+
+    def get(self, code: str) -> ComponentDef | None:
+        return self.load([code]).get(code)
+
+    def __contains__(self, code: object) -> bool:
+        return isinstance(code, str) and self.get(code) is not None
+
+    def __getitem__(self, code: str) -> ComponentDef:
+        d = self.get(code)
+        if d is None:
+            raise KeyError(code)
+        return d
