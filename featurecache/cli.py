@@ -1,0 +1,207 @@
+"""The ``featurecache`` command line. Commands only translate arguments into one library call.
+
+Exit statuses (documented in --help and README):
+  0  success;  1  some inputs failed (see `featurecache info STORE` / index/failures.arrow);
+  2  usage error;  3  fatal error (e.g. the output cannot be written, the store is unreadable);
+  4  `verify` found a mismatch.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from featurecache.errors import FeatureCacheError
+
+EXIT_OK = 0
+EXIT_INPUT_FAILURES = 1
+EXIT_USAGE = 2
+EXIT_FATAL = 3
+EXIT_VERIFY_MISMATCH = 4
+
+app = typer.Typer(
+    name="featurecache",
+    help=(
+        "Ahead-of-time feature cache for AlphaFold3-style training.\n\n"
+        "build: precompute atom/token/MSA/conformer features into a Zarr v3 + Arrow store (on Dask).\n"
+        "info / verify: inspect and check a store.  serve: HTTP lookup service over a store.\n"
+        "train: the reference training loop (client dataset + Triton-kernel model).\n"
+        "report / plan: look at what is in a store; plan GPU memory per entry.\n\n"
+        "Exit status: 0 ok, 1 some inputs failed, 2 usage, 3 fatal, 4 verify mismatch."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+    )
+    for noisy in ("distributed", "bokeh", "tornado", "asyncio", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fatal(exc: BaseException) -> typer.Exit:
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    return typer.Exit(EXIT_FATAL)
+
+
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+
+
+@app.command()
+def build(
+    pdb_dir: Annotated[Path, typer.Option("--pdb-dir", help="Directory of structures (mmCIF/PDB/BinaryCIF, .gz ok); searched recursively.")],
+    out: Annotated[Path, typer.Option("--out", help="Store directory (created; an existing store is extended).")],
+    msa_dir: Annotated[Path | None, typer.Option("--msa-dir", help="Directory of MSAs (a3m/sto, .gz ok) joined to chains by layout and query sequence.")] = None,
+    ccd: Annotated[Path | None, typer.Option("--ccd", help="components.cif[.gz] or a directory of per-component CIF files.")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="LocalCluster worker processes (default: CPU count).")] = None,
+    scheduler: Annotated[str | None, typer.Option("--scheduler", help="Address of an existing Dask scheduler, e.g. tcp://host:8786.")] = None,
+    part_size: Annotated[int, typer.Option("--part-size", help="Entries per structure part (one Dask task writes one part).")] = 16,
+    msa_depth: Annotated[int, typer.Option("--msa-depth", help="Maximum stored MSA rows per sequence (query is row 0).")] = 16384,
+    conformer_timeout: Annotated[float, typer.Option("--conformer-timeout", help="Seconds allowed per component for RDKit embedding before the next fallback.")] = 20.0,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+    verbose: Verbose = False,
+) -> None:
+    """Build (or extend) a feature store from structure files, on Dask.
+
+    Re-running over the same inputs recomputes nothing; new files are added; a killed build
+    resumes where it stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
+    """
+    _setup_logging(verbose)
+    from featurecache.build.config import BuildConfig
+    from featurecache.build.run import run_build
+
+    config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout)
+    try:
+        summary = run_build(
+            pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
+            scheduler=scheduler, part_size=part_size, config=config, progress=progress,
+        )  # fmt: skip
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+    raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed else EXIT_OK)
+
+
+@app.command()
+def info(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Counts, sizes, versions and a failures summary of a store."""
+    from featurecache.store.info import print_info
+
+    try:
+        print_info(store, as_json=json_out)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+
+
+@app.command()
+def verify(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    verbose: Verbose = False,
+) -> None:
+    """Recompute every entry's content hash and check index <-> parts consistency (exit 4 on mismatch)."""
+    _setup_logging(verbose)
+    from featurecache.store.verify import verify_store
+
+    try:
+        problems = verify_store(store)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+    for p in problems:
+        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED, err=True)
+    if problems:
+        raise typer.Exit(EXIT_VERIFY_MISMATCH)
+    typer.echo("ok: store verified")
+
+
+@app.command()
+def serve(
+    store: Annotated[Path, typer.Argument(help="Store directory (opened read-only).")],
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1,
+    token: Annotated[str | None, typer.Option(help="Bearer token required on every route but /v1/health (or FEATURECACHE_AUTH_TOKEN).")] = None,
+) -> None:
+    """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs."""
+    from services.lookup.server import run_server
+
+    run_server(store=store, host=host, port=port, workers=workers, token=token)
+
+
+@app.command()
+def train(
+    store: Annotated[Path | None, typer.Option("--store", help="Local store directory.")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Lookup service URL (instead of --store).")] = None,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
+    crop: Annotated[int, typer.Option(help="Token crop size.")] = 384,
+    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    batch_size: Annotated[int, typer.Option(help="Samples per step.")] = 1,
+    fused: Annotated[bool, typer.Option("--fused/--reference", help="Triton kernels (default on CUDA) or the torch references.")] = True,
+    log: Annotated[Path, typer.Option(help="JSON log of per-step timings and loss.")] = Path("train_log.json"),
+    seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
+    workers: Annotated[int, typer.Option(help="Client worker threads.")] = 4,
+    verbose: Verbose = False,
+) -> None:
+    """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss."""
+    _setup_logging(verbose)
+    if (store is None) == (url is None):
+        typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_USAGE)
+    from featurecache.model.train import run_training
+
+    try:
+        run_training(
+            store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
+            fused=fused, log_path=log, seed=seed, workers=workers,
+        )  # fmt: skip
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+
+
+@app.command()
+def report(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory for index.html, PNGs, CSV/JSON.")],
+    train_log: Annotated[Path | None, typer.Option("--train-log", help="JSON log of `featurecache train` for the loader timeline.")] = None,
+) -> None:
+    """Write an HTML report (plots + the numbers behind them) of what is in a store."""
+    from featurecache.report import write_report
+
+    try:
+        path = write_report(store, out, train_log=train_log)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+    typer.echo(f"report written: {path}")
+
+
+@app.command()
+def plan(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    model_config: Annotated[Path | None, typer.Option("--model-config", help="Model config JSON (default: the reference model).")] = None,
+    gpu_memory: Annotated[str, typer.Option("--gpu-memory", help="Usable GPU memory, e.g. 80GiB.")] = "80GiB",
+    fused: Annotated[bool, typer.Option("--fused/--reference", help="Plan for the Triton kernels or the torch references.")] = True,
+    write_index: Annotated[bool, typer.Option("--write-index/--no-write-index", help="Write the recommended budget back as an index column.")] = True,
+) -> None:
+    """Predict peak training memory per entry from the index alone; recommend a token budget."""
+    from featurecache.plan import run_plan
+
+    try:
+        run_plan(store, model_config=model_config, gpu_memory=gpu_memory, fused=fused, write_index=write_index)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+
+
+if __name__ == "__main__":
+    app()
