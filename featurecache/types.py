@@ -144,3 +144,83 @@ class Entry:
 
 def empty(dtype: np.dtype, n: int = 0) -> np.ndarray:
     return np.zeros(n, dtype=dtype)
+
+
+# --- MSAs -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedMSA:
+    """One alignment as read from a file, in a3m form, before encoding.
+
+    ``rows[0]`` is the query. Every row has the same number of match characters (upper case letters
+    and ``-``); lower case letters are insertions relative to the query (deletion counts after
+    encoding) and ``.`` is an insert-state gap. ``headers`` are the full header lines without ``>``.
+    """
+
+    headers: tuple[str, ...]
+    rows: tuple[str, ...]
+    fmt: str  # "a3m" | "sto"
+    path: str = ""
+    block: int = 0  # which alignment of a multi-query file (NUL-separated a3m, multi-alignment sto)
+
+    @property
+    def depth(self) -> int:
+        return len(self.rows)
+
+    @property
+    def query_sequence(self) -> str:
+        """The query's residues, upper case, no gaps."""
+        return self.rows[0].replace("-", "").replace(".", "").upper() if self.rows else ""
+
+
+@dataclass(frozen=True)
+class EncodedMSA:
+    """One sequence's merged, deduplicated, depth-capped MSA as the build writes it.
+
+    ``residues`` uint8 ``[depth, L]`` (const.RESTYPES classes, gap 31), ``deletions`` int16
+    ``[depth, L]`` (insertions before each column), ``species`` int32 ``[depth]`` (> 0 NCBI taxon,
+    < 0 UniProt species mnemonic code, 0 unknown), ``source`` uint8 ``[depth]`` (index into
+    ``sources``), ``profile`` float32 ``[L, 32]`` and ``deletion_mean`` float32 ``[L]`` computed over
+    all distinct rows before the depth cap. Row 0 is the query.
+    """
+
+    sequence: str
+    mol_type: int
+    residues: np.ndarray
+    deletions: np.ndarray
+    species: np.ndarray
+    source: np.ndarray
+    profile: np.ndarray
+    deletion_mean: np.ndarray
+    sources: tuple[str, ...]  # one label per input alignment ("<path>" or "<path>#<block>")
+    n_input_rows: int  # rows read from the files (incl. each file's query)
+    n_distinct: int  # distinct rows before the depth cap
+
+    @property
+    def depth(self) -> int:
+        return int(self.residues.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.residues.shape[1])
+
+
+@dataclass(frozen=True)
+class MSABlock:
+    """The rows × columns of one stored MSA that a reader was asked for (``store.msa``).
+
+    ``residues`` uint8 ``[r, c]``, ``deletions`` int16 ``[r, c]``, ``species`` int32 ``[r]``,
+    ``source`` uint8 ``[r]``, ``profile`` float32 ``[c, 32]``, ``deletion_mean`` float32 ``[c]``.
+    ``depth`` and ``length`` describe the whole stored MSA, not the block.
+    """
+
+    key: str
+    residues: np.ndarray
+    deletions: np.ndarray
+    species: np.ndarray
+    source: np.ndarray
+    profile: np.ndarray
+    deletion_mean: np.ndarray
+    depth: int
+    length: int
