@@ -1,0 +1,27 @@
+"""Build configuration: everything that changes the stored bytes goes into the config hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from featurecache.const import DEFAULT_MSA_DEPTH_CAP, FEATURIZER_VERSION
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    msa_depth_cap: int = DEFAULT_MSA_DEPTH_CAP
+    conformer_timeout_s: float = 20.0
+    interface_cutoff: float = 5.0
+
+    def feature_dict(self) -> dict[str, object]:
+        """Fields that change structure-entry features (the entry key covers these)."""
+        return {"interface_cutoff": self.interface_cutoff, "featurizer_version": FEATURIZER_VERSION}
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+    def entry_config_hash(self, ccd_fingerprint: str = "") -> str:
+        doc = {**self.feature_dict(), "ccd": ccd_fingerprint}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,94 @@
+"""Covalent bonds AF3 marks in ``token_bonds``: polymer–ligand and ligand–ligand.
+
+Sources, in order: ``struct_conn`` / LINK records (covalent type only; metal coordination and
+hydrogen bonds are not covalent bonds), then the connectivity inside every per-atom-tokenized
+residue — from the component definition when one is known, else perceived from distances
+(covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides) are not token bonds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gemmi
+import numpy as np
+
+from featurecache.const import MolType
+from featurecache.tokenize.af3 import Tokenized
+from featurecache.types import Bond, BondSource
+
+#: (code, atom names) -> [(i, j, order)] with indices into ``atom names``, or None if unknown.
+ComponentBonds = Callable[[str, "list[str]"], "list[tuple[int, int, int]] | None"]
+
+PERCEPTION_TOLERANCE = 0.45  # Å added to the sum of covalent radii
+_COVALENT_TYPES = (gemmi.ConnectionType.Covale,)
+
+
+def token_bonds(st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBonds | None = None) -> np.ndarray:
+    """Bond[n] sorted by (atom_i, atom_j), atom_i < atom_j, unique."""
+    atoms, tokens = tk.atoms, tk.tokens
+    is_ligand = tokens["mol_type"] == int(MolType.LIGAND)
+    is_per_atom = ~tokens["is_standard"]
+    rows: dict[tuple[int, int], tuple[int, int]] = {}
+
+    for conn in st.connections:
+        if conn.type not in _COVALENT_TYPES or conn.asu == gemmi.Asu.Different:
+            continue
+        ends = [_lookup(tk, p) for p in (conn.partner1, conn.partner2)]
+        if ends[0] is None or ends[1] is None or ends[0] == ends[1]:
+            continue
+        i, j = sorted((ends[0], ends[1]))
+        ti, tj = atoms["token_index"][i], atoms["token_index"][j]
+        if ti == tj or not (is_ligand[ti] or is_ligand[tj]):
+            continue
+        rows.setdefault((i, j), (0, BondSource.STRUCT_CONN))
+
+    from featurecache.const import decode_atom_name
+
+    for start, count, code in tk.per_atom_residues:
+        if count < 2:
+            continue
+        names = [decode_atom_name(atoms["name"][start + k]) for k in range(count)]
+        defined = component_bonds(code, names) if component_bonds is not None else None
+        if defined is not None:
+            for a, b, order in defined:
+                i, j = sorted((start + a, start + b))
+                rows.setdefault((i, j), (order, BondSource.COMPONENT))
+            continue
+        present = atoms["is_present"][start : start + count]
+        for a, b in _perceive(atoms["coords"][start : start + count], atoms["element"][start : start + count]):
+            if present[a] and present[b]:
+                rows.setdefault((start + a, start + b), (0, BondSource.PERCEIVED))
+
+    out = np.zeros(len(rows), dtype=Bond)
+    for k, ((i, j), (order, source)) in enumerate(sorted(rows.items())):
+        out[k] = (i, j, atoms["token_index"][i], atoms["token_index"][j], order, source)
+    # keep only bonds between distinct tokens that AF3 would mark (per-atom tokens always differ)
+    keep = (out["token_i"] != out["token_j"]) & (is_per_atom[out["token_i"]] | is_per_atom[out["token_j"]])
+    return out[keep]
+
+
+def _lookup(tk: Tokenized, p: gemmi.AtomAddress) -> int | None:
+    key = (str(p.chain_name), int(p.res_id.seqid.num), p.res_id.seqid.icode.strip(), str(p.res_id.name), str(p.atom_name))
+    return tk.atom_lookup.get(key)
+
+
+_RADIUS_CACHE: dict[int, float] = {}
+
+
+def _radius(z: int) -> float:
+    r = _RADIUS_CACHE.get(z)
+    if r is None:
+        r = float(gemmi.Element(int(z)).covalent_r) if z > 0 else 0.77
+        _RADIUS_CACHE[z] = r
+    return r
+
+
+def _perceive(coords: np.ndarray, elements: np.ndarray) -> list[tuple[int, int]]:
+    """Atom pairs closer than the sum of their covalent radii plus a tolerance."""
+    n = len(coords)
+    radii = np.array([_radius(int(z)) for z in elements], dtype=np.float32)
+    d = np.linalg.norm(coords[:, None, :] - coords[None, :, :], axis=-1)
+    limit = radii[:, None] + radii[None, :] + PERCEPTION_TOLERANCE
+    ii, jj = np.nonzero(np.triu((d < limit) & (d > 0.4), k=1))
+    return [(int(a), int(b)) for a, b in zip(ii, jj, strict=True) if a < n and b < n]

@@ -1,0 +1,84 @@
+"""Single source of truth for the store's names, dtypes, chunk and shard shapes, and hashes.
+
+STORE/
+  zarr.json                      root group; attributes: format/schema/featurizer versions, config
+  index/<table>.arrow            Arrow IPC, rebuilt from the parts' own index files
+  parts/zarr.json                group
+  parts/s-NNNNNN/                structure part: atoms/<field>, tokens/<field>, bonds/<field>,
+                                 interfaces/<field> — flat arrays over all entries of the part,
+                                 one shard per array (inner chunks of CHUNK_ROWS rows, zstd)
+  parts/s-NNNNNN/_index/*.arrow  the part's own rows of entries/chains/interfaces/failures
+  parts/m-NNNNNN/, c-NNNNNN/     MSA and component parts (see store/msa.py, store/components.py)
+  parts/.tmp-*                   parts being written (ignored by readers, removed on the next build)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from featurecache.types import Atom, Bond, Interface, Token
+
+INDEX_DIR = "index"
+PARTS_DIR = "parts"
+PART_INDEX_DIR = "_index"
+PART_DONE_FILE = "part.json"  # written last inside the temp dir, before the rename
+TMP_PREFIX = ".tmp-"
+
+STRUCTURE_PART_PREFIX = "s-"
+MSA_PART_PREFIX = "m-"
+COMPONENT_PART_PREFIX = "c-"
+
+#: Arrow index tables (STORE/index/<name>.arrow, and <part>/_index/<name>.arrow).
+TABLES = ("entries", "chains", "interfaces", "failures", "msas", "components", "warnings")
+
+#: group name -> structured dtype; each field is one flat zarr array ``<group>/<field>``.
+ENTRY_GROUPS: dict[str, np.dtype] = {"atoms": Atom, "tokens": Token, "bonds": Bond, "interfaces": Interface}
+#: group -> (start column, count column) in entries.arrow
+GROUP_OFFSETS = {g: (f"{g[:-1]}_start", f"{g[:-1]}_count") for g in ENTRY_GROUPS}
+
+CHUNK_ROWS = 8192  # inner chunk rows; DESIGN.md: 4k–16k rows, ~1 ms per random slice
+ZSTD_LEVEL = 3
+
+ENTRY_KEY_CHARS = 32
+
+
+def part_name(prefix: str, number: int) -> str:
+    return f"{prefix}{number:06d}"
+
+
+def field_shape(dtype: np.dtype, field: str) -> tuple[int, ...]:
+    sub = dtype.fields[field][0]  # type: ignore[index]
+    return tuple(sub.shape)
+
+
+def field_base_dtype(dtype: np.dtype, field: str) -> np.dtype:
+    sub = dtype.fields[field][0]  # type: ignore[index]
+    return sub.base
+
+
+def array_names() -> list[str]:
+    return [f"{g}/{f}" for g, dt in ENTRY_GROUPS.items() for f in dt.names]  # type: ignore[union-attr]
+
+
+def content_hash(groups: Mapping[str, Mapping[str, np.ndarray]]) -> str:
+    """sha256 over every array of an entry, in layout order (group, field), with dtype and shape.
+
+    Computed from columns, so the build (structured arrays split into fields) and ``verify`` (columns
+    read back from zarr) hash the same bytes.
+    """
+    h = hashlib.sha256()
+    for g, dt in ENTRY_GROUPS.items():
+        cols = groups[g]
+        for f in dt.names:  # type: ignore[union-attr]
+            a = np.ascontiguousarray(cols[f], dtype=field_base_dtype(dt, f))
+            h.update(f"{g}/{f}:{a.dtype.str}:{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def columns(arr: np.ndarray) -> dict[str, np.ndarray]:
+    """Structured array → field name → contiguous column."""
+    return {f: np.ascontiguousarray(arr[f]) for f in arr.dtype.names}  # type: ignore[union-attr]

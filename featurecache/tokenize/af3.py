@@ -1,0 +1,416 @@
+"""AlphaFold 3 tokenization (supplement §2.6) of a gemmi structure.
+
+Rules:
+- first model only; hydrogens and waters dropped; per residue the altloc with the highest mean
+  occupancy (ties: the first); microheterogeneity (two residues at one position): the first;
+- a standard amino acid / nucleotide (and ``UNK``) is one token, with the full CCD heavy-atom set
+  (leaving atoms OXT/OP3 removed) and ``is_present = False`` for atoms missing from the file;
+- anything else — ligands, ions, glycans, modified residues — is one token per heavy atom;
+- polymer residues in the entity sequence but absent from the file become tokens whose atoms are
+  all ``is_present = False`` (AF3 keeps them), when the file states the entity sequence;
+- centre atom: Cα (protein), C1′ (nucleic acids), the atom itself (per-atom tokens);
+- ligands inside a polymer chain (PDB-style files, rewritten assemblies) become chains of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gemmi
+import numpy as np
+
+from featurecache.chem.standard import standard_heavy_atoms
+from featurecache.const import (
+    CENTRE_ATOM,
+    DNA_RESIDUES,
+    HYDROGEN_ELEMENTS,
+    LEAVING_ATOMS,
+    PROTEIN_ONE_LETTER,
+    PROTEIN_RESIDUES,
+    RESTYPE_INDEX,
+    RNA_RESIDUES,
+    UNK_DNA,
+    UNK_PROTEIN,
+    UNK_RNA,
+    WATER_NAMES,
+    MolType,
+    encode_atom_name,
+    encode_res_name,
+)
+from featurecache.errors import EmptyStructureError, TokenizeError
+from featurecache.featurize.seqhash import sequence_hash
+from featurecache.types import Atom, Chain, Token
+
+log = logging.getLogger(__name__)
+
+#: code -> ((atom name, element symbol), ...) heavy atoms of a component, or None if unknown.
+ComponentAtoms = Callable[[str], "tuple[tuple[str, str], ...] | None"]
+
+_ONE_TOKEN = frozenset((*PROTEIN_RESIDUES, "UNK", *RNA_RESIDUES, *DNA_RESIDUES))
+_PROTEIN_SET = frozenset((*PROTEIN_RESIDUES, "UNK"))
+
+
+@dataclass
+class _AtomRec:
+    name: str
+    element: int
+    coords: tuple[float, float, float]
+    present: bool
+    charge: int
+    occupancy: float
+    b_factor: float
+
+
+@dataclass
+class _Residue:
+    name: str
+    atoms: list[_AtomRec]
+    one_token: bool
+    mol_type: MolType
+    restype: int  # restype of its token(s)
+    letter: str  # one-letter code in the chain sequence ("" for ligands)
+    residue_index: int
+    auth: tuple[str, int, str] | None  # (auth chain, seq num, icode) of the residue in the file
+
+
+@dataclass
+class _Chain:
+    label_id: str
+    auth_id: str
+    entity_key: tuple[str, ...]
+    mol_type: MolType
+    residues: list[_Residue] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    atoms: np.ndarray  # Atom[n_atoms]
+    tokens: np.ndarray  # Token[n_tokens]
+    chains: tuple[Chain, ...]
+    #: (auth chain, seq num, icode, residue name, atom name) -> entry atom index, for struct_conn
+    atom_lookup: dict[tuple[str, int, str, str, str], int]
+    #: (first atom, atom count, residue name) of every per-atom-tokenized residue (for bonds)
+    per_atom_residues: tuple[tuple[int, int, str], ...]
+    warnings: tuple[str, ...]
+
+
+def tokenize(st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: ComponentAtoms | None = None) -> Tokenized:
+    """Tokenize the first model of ``st`` (modified in place: extra models, H and waters removed)."""
+    if len(st) == 0:
+        raise EmptyStructureError("structure has no models", stage="tokenize")
+    if len(st) > 1:
+        del st[1:]
+    if fmt == "pdb" or not st.entities:
+        st.setup_entities()
+    if fmt == "pdb":
+        st.assign_label_seq_id(False)
+    st.remove_hydrogens()
+    warnings: list[str] = []
+    chains = _collect_chains(st, component_atoms, warnings)
+    chains = [c for c in chains if c.residues]
+    if not chains or not any(r.atoms for c in chains for r in c.residues):
+        raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
+                                  stage="tokenize")  # fmt: skip
+    return _assemble(chains, warnings)
+
+
+# --------------------------------------------------------------------------------------- chains
+def _collect_chains(st: gemmi.Structure, component_atoms: ComponentAtoms | None, warnings: list[str]) -> list[_Chain]:
+    model = st[0]
+    polymer_chains: list[_Chain] = []
+    ligand_chains: list[_Chain] = []
+    spans = [(str(ch.name), span) for ch in model for span in ch.subchains()]
+    for auth_id, span in spans:
+        residues = [r for r in span if r.name not in WATER_NAMES]
+        if not residues:
+            continue
+        sub_id = span.subchain_id() or residues[0].subchain or auth_id
+        ent = st.get_entity_of(span)
+        if ent is not None and ent.entity_type == gemmi.EntityType.Polymer:
+            chain, embedded = _polymer_chain(ent, sub_id, auth_id, residues, component_atoms, warnings)
+            if chain.residues:
+                polymer_chains.append(chain)
+            ligand_chains.extend(embedded)
+        else:
+            key = ("entity", ent.name) if ent is not None and ent.name else ("ligand", *sorted({r.name for r in residues}))
+            chain = _Chain(sub_id, auth_id, key, MolType.LIGAND)
+            for i, res in enumerate(_dedupe_microhetero(residues), start=1):
+                chain.residues.append(_ligand_residue(res, i, auth_id))
+            ligand_chains.append(chain)
+    return polymer_chains + ligand_chains
+
+
+def _dedupe_microhetero(residues: list[gemmi.Residue]) -> list[gemmi.Residue]:
+    """Keep the first residue at each sequence position (microheterogeneity keeps the first)."""
+    out: list[gemmi.Residue] = []
+    seen: set[tuple[int, str, int | None]] = set()
+    for res in residues:
+        key = (res.seqid.num, res.seqid.icode, res.label_seq)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(res)
+    return out
+
+
+def _chain_mol_type(ent: gemmi.Entity, residues: list[gemmi.Residue]) -> MolType:
+    pt = ent.polymer_type
+    if pt in (gemmi.PolymerType.PeptideL, gemmi.PolymerType.PeptideD):
+        return MolType.PROTEIN
+    if pt == gemmi.PolymerType.Rna:
+        return MolType.RNA
+    if pt == gemmi.PolymerType.Dna:
+        return MolType.DNA
+    counts = {MolType.PROTEIN: 0, MolType.RNA: 0, MolType.DNA: 0}
+    for r in residues:
+        t = _residue_kind(r.name)
+        if t is not None:
+            counts[t] += 1
+    return max(counts, key=lambda k: (counts[k], -int(k)))
+
+
+def _residue_kind(name: str) -> MolType | None:
+    if name in _PROTEIN_SET:
+        return MolType.PROTEIN
+    if name in RNA_RESIDUES:
+        return MolType.RNA
+    if name in DNA_RESIDUES:
+        return MolType.DNA
+    info = gemmi.find_tabulated_residue(name)
+    if info is None:
+        return None
+    if info.is_amino_acid():
+        return MolType.PROTEIN
+    if info.is_nucleic_acid():
+        return MolType.DNA if info.kind == gemmi.ResidueKind.DNA else MolType.RNA
+    return None
+
+
+def _polymer_chain(
+    ent: gemmi.Entity,
+    sub_id: str,
+    auth_id: str,
+    residues: list[gemmi.Residue],
+    component_atoms: ComponentAtoms | None,
+    warnings: list[str],
+) -> tuple[_Chain, list[_Chain]]:
+    mol_type = _chain_mol_type(ent, residues)
+    chain = _Chain(sub_id, auth_id, ("entity", ent.name), mol_type)
+    full_seq = [s.split(",")[0] for s in ent.full_sequence]
+    use_full = bool(full_seq) and all(r.label_seq is not None for r in residues)
+    polymer: list[gemmi.Residue] = []
+    embedded: list[_Chain] = []
+    for res in _dedupe_microhetero(residues):
+        if _is_polymer_residue(res, full_seq if use_full else None, mol_type):
+            polymer.append(res)
+        else:
+            lig = _Chain(f"{sub_id}_{res.name}{res.seqid.num}{res.seqid.icode.strip()}", auth_id,
+                         ("ligand", res.name), MolType.LIGAND)  # fmt: skip
+            lig.residues.append(_ligand_residue(res, 1, auth_id))
+            embedded.append(lig)
+    if use_full:
+        by_pos: dict[int, gemmi.Residue] = {}
+        for res in polymer:
+            by_pos.setdefault(int(res.label_seq), res)
+        for pos, name in enumerate(full_seq, start=1):
+            present = by_pos.get(pos)
+            chain.residues.append(_polymer_residue(present.name if present else name, present, pos, mol_type,
+                                                   auth_id, component_atoms, warnings))  # fmt: skip
+    else:
+        for pos, res in enumerate(polymer, start=1):
+            chain.residues.append(_polymer_residue(res.name, res, pos, mol_type, auth_id, component_atoms, warnings))
+    return chain, embedded
+
+
+def _is_polymer_residue(res: gemmi.Residue, full_seq: list[str] | None, chain_type: MolType) -> bool:
+    if full_seq is not None:
+        pos = int(res.label_seq)
+        return 1 <= pos <= len(full_seq) and res.name == full_seq[pos - 1]
+    if res.name in _ONE_TOKEN:
+        return True
+    kind = _residue_kind(res.name)
+    return kind is not None and (kind == chain_type or {kind, chain_type} <= {MolType.RNA, MolType.DNA})
+
+
+# ------------------------------------------------------------------------------------- residues
+def _select_atoms(res: gemmi.Residue) -> list[gemmi.Atom]:
+    """Heavy atoms of one conformer: the altloc with the highest mean occupancy (ties: first seen)."""
+    occ: dict[str, list[float]] = {}
+    for a in res:
+        if a.altloc != "\0":
+            occ.setdefault(a.altloc, []).append(a.occ)
+    best = max(occ, key=lambda k: sum(occ[k]) / len(occ[k])) if occ else None  # max keeps the first on ties
+    out: list[gemmi.Atom] = []
+    seen: set[str] = set()
+    for a in res:
+        if a.altloc not in ("\0", best) or a.name in seen or a.element.name.upper() in HYDROGEN_ELEMENTS:
+            continue
+        seen.add(a.name)
+        out.append(a)
+    return out
+
+
+def _element_number(atom: gemmi.Atom, res_name: str) -> int:
+    z = atom.element.atomic_number
+    if z > 0:
+        return int(z)
+    # Unknown type symbol (some rewritten files): single-atom ions are named after their element.
+    for guess in (atom.name.strip(), res_name.strip(), atom.name.strip()[:1]):
+        el = gemmi.Element(guess.capitalize() if len(guess) <= 2 else guess[:1])
+        if el.atomic_number > 0:
+            return int(el.atomic_number)
+    return 0
+
+
+def _atom_rec(a: gemmi.Atom, res_name: str) -> _AtomRec:
+    return _AtomRec(a.name, _element_number(a, res_name), (a.pos.x, a.pos.y, a.pos.z), True, int(a.charge),
+                    float(a.occ), float(a.b_iso))  # fmt: skip
+
+
+def _absent(name: str, element: str, charge: int = 0) -> _AtomRec:
+    return _AtomRec(name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, charge, 0.0, 0.0)
+
+
+def _polymer_residue(
+    name: str,
+    present: gemmi.Residue | None,
+    pos: int,
+    chain_type: MolType,
+    auth_id: str,
+    component_atoms: ComponentAtoms | None,
+    warnings: list[str],
+) -> _Residue:
+    auth = (auth_id, int(present.seqid.num), present.seqid.icode.strip()) if present is not None else None
+    selected = _select_atoms(present) if present is not None else []
+    if name in _ONE_TOKEN:
+        mol_type = _residue_kind(name) or chain_type
+        by_name = {a.name: a for a in selected}
+        atoms = []
+        for atom_name, element in standard_heavy_atoms(name):
+            a = by_name.get(atom_name)
+            atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
+        restype = RESTYPE_INDEX[name] if mol_type != MolType.DNA else RESTYPE_INDEX[name]
+        return _Residue(name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth)
+    # modified / non-standard polymer residue: one token per heavy atom
+    restype, letter = _parent_type(name, chain_type)
+    if present is not None:
+        atoms = [_atom_rec(a, name) for a in selected]
+    else:
+        defined = component_atoms(name) if component_atoms is not None else None
+        if defined:
+            atoms = [_absent(n, el) for n, el in defined if n not in LEAVING_ATOMS and el.upper() not in HYDROGEN_ELEMENTS]
+        else:
+            # No definition: keep the position as a single unresolved token at the centre atom.
+            centre = CENTRE_ATOM.get(chain_type, "CA")
+            atoms = [_absent(centre, "C")]
+            warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
+                            f"definition; kept as one unresolved token")  # fmt: skip
+    return _Residue(name, atoms, False, chain_type, restype, letter, pos, auth)
+
+
+def _letter(name: str, mol_type: MolType) -> str:
+    if mol_type == MolType.PROTEIN:
+        return PROTEIN_ONE_LETTER[PROTEIN_RESIDUES.index(name)] if name in PROTEIN_RESIDUES else "X"
+    if mol_type == MolType.RNA:
+        return name if name in RNA_RESIDUES else "N"
+    return name[1] if name in DNA_RESIDUES else "N"
+
+
+def _parent_type(name: str, chain_type: MolType) -> tuple[int, str]:
+    """restype and sequence letter of a modified residue: its parent's when gemmi knows it."""
+    info = gemmi.find_tabulated_residue(name)
+    parent = info.one_letter_code.upper() if info is not None else " "
+    if chain_type == MolType.PROTEIN:
+        if parent in PROTEIN_ONE_LETTER:
+            return PROTEIN_ONE_LETTER.index(parent), parent
+        return UNK_PROTEIN, "X"
+    if chain_type == MolType.RNA:
+        return (RESTYPE_INDEX[parent], parent) if parent in "AGCU" else (UNK_RNA, "N")
+    if chain_type == MolType.DNA:
+        return (RESTYPE_INDEX["D" + parent], parent) if parent in "AGCT" else (UNK_DNA, "N")
+    return UNK_PROTEIN, "X"
+
+
+def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str) -> _Residue:
+    atoms = [_atom_rec(a, res.name) for a in _select_atoms(res)]
+    auth = (auth_id, int(res.seqid.num), res.seqid.icode.strip())
+    return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth)
+
+
+# ------------------------------------------------------------------------------------- assemble
+def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
+    n_atoms = sum(len(r.atoms) for c in chains for r in c.residues)
+    n_tokens = sum(1 if r.one_token else len(r.atoms) for c in chains for r in c.residues)
+    atoms = np.zeros(n_atoms, dtype=Atom)
+    tokens = np.zeros(n_tokens, dtype=Token)
+    entity_index: dict[tuple[str, ...], int] = {}
+    sym_count: dict[int, int] = {}
+    out_chains: list[Chain] = []
+    lookup: dict[tuple[str, int, str, str, str], int] = {}
+    per_atom: list[tuple[int, int, str]] = []
+    ai = ti = uid = 0
+    for asym_id, ch in enumerate(chains):
+        entity_id = entity_index.setdefault(ch.entity_key, len(entity_index))
+        sym_id = sym_count.get(entity_id, 0)
+        sym_count[entity_id] = sym_id + 1
+        token_start = ti
+        n_resolved = 0
+        for res in ch.residues:
+            res_code = encode_res_name(res.name)
+            first_atom = ai
+            for a in res.atoms:
+                row = atoms[ai]
+                row["coords"] = a.coords
+                row["is_present"] = a.present
+                row["element"] = a.element
+                row["charge"] = a.charge
+                row["name"] = encode_atom_name(a.name)
+                row["ref_space_uid"] = uid
+                row["occupancy"] = a.occupancy
+                row["b_factor"] = a.b_factor
+                if a.present and res.auth is not None:
+                    lookup.setdefault((res.auth[0], res.auth[1], res.auth[2], res.name, a.name), ai)
+                ai += 1
+            if res.one_token:
+                centre_name = CENTRE_ATOM[res.mol_type]
+                names = [a.name for a in res.atoms]
+                centre = first_atom + (names.index(centre_name) if centre_name in names else 0)
+                spans = [(first_atom, len(res.atoms), centre)]
+            else:
+                spans = [(first_atom + k, 1, first_atom + k) for k in range(len(res.atoms))]
+                if res.atoms:
+                    per_atom.append((first_atom, len(res.atoms), res.name))
+            for start, count, centre in spans:
+                t = tokens[ti]
+                t["restype"] = res.restype
+                t["residue_index"] = res.residue_index
+                t["asym_id"] = asym_id
+                t["entity_id"] = entity_id
+                t["sym_id"] = sym_id
+                t["mol_type"] = int(res.mol_type)
+                t["res_name"] = res_code
+                t["is_standard"] = res.one_token
+                t["is_resolved"] = bool(atoms[centre]["is_present"])
+                t["centre_atom"] = centre
+                t["atom_start"] = start
+                t["atom_count"] = count
+                atoms["token_index"][start : start + count] = ti
+                n_resolved += int(t["is_resolved"])
+                ti += 1
+            uid += 1
+        if ch.mol_type == MolType.LIGAND:
+            sequence = " ".join(r.name for r in ch.residues)
+        else:
+            sequence = "".join(r.letter for r in ch.residues)
+        out_chains.append(
+            Chain(
+                asym_id=asym_id, label_id=ch.label_id, auth_id=ch.auth_id, entity_id=entity_id, sym_id=sym_id,
+                mol_type=int(ch.mol_type), sequence=sequence, sequence_hash=sequence_hash(sequence, int(ch.mol_type)),
+                token_start=token_start, token_count=ti - token_start, n_resolved=n_resolved,
+            )  # fmt: skip
+        )
+    if ai != n_atoms or ti != n_tokens:  # pragma: no cover - internal consistency
+        raise TokenizeError(f"internal count mismatch: atoms {ai}/{n_atoms}, tokens {ti}/{n_tokens}", stage="tokenize")
+    return Tokenized(atoms, tokens, tuple(out_chains), lookup, tuple(per_atom), tuple(warnings))
