@@ -1,0 +1,165 @@
+"""Template-hit files (HHsearch/HHblits ``.hhr``, BLAST/MMseqs2 tabular ``.m8``) and format sniffing.
+
+These files list hits of a query against a template database; they are never MSAs. The build
+recognises them (:func:`sniff_msa_format`), records their hits for later (:func:`parse_hhr`,
+:func:`parse_m8`) and skips them when assembling a chain's MSA.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from featurecache.errors import MSAError
+from featurecache.parse.a3m import GZIP_MAGIC, read_msa_text
+
+#: What :func:`sniff_msa_format` can answer.
+MSA_FORMATS = ("a3m", "sto", "hhr", "m8", "empty", "unknown")
+
+_HHR_HIT = re.compile(
+    r"^\s*(?P<no>\d+)\s+(?P<name>\S+)(?P<desc>.*?)\s+(?P<prob>[\d.]+)\s+(?P<evalue>\S+)\s+(?P<pvalue>\S+)"
+    r"\s+(?P<score>-?[\d.]+)\s+(?P<ss>-?[\d.]+)\s+(?P<cols>\d+)\s+(?P<qstart>\d+)-(?P<qend>\d+)\s+"
+    r"(?P<tstart>\d+)-(?P<tend>\d+)\s*\((?P<tlen>\d+)\)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class TemplateHit:
+    """One row of a template search: query residues ``query_start..query_end`` (1-based)."""
+
+    name: str
+    evalue: float
+    score: float
+    query_start: int
+    query_end: int
+    template_start: int
+    template_end: int
+    probability: float = float("nan")  # HHsearch only
+    identity: float = float("nan")  # m8 only (fraction)
+
+
+def sniff_msa_format(head: str, name: str = "") -> str:
+    """Guess the format of an MSA-directory file from its first few KB of text and its name.
+
+    Returns one of :data:`MSA_FORMATS`. Content decides; the name only breaks ties (an ``.m8``
+    file and an ``.a3m`` with no ``>`` yet look alike when empty).
+    """
+    text = head.lstrip("\ufeff")
+    stripped = text.strip("\x00 \t\r\n")
+    if not stripped:
+        return "empty"
+    first = stripped.splitlines()[0].strip()
+    if first.startswith("# STOCKHOLM"):
+        return "sto"
+    if first.startswith("Query ") and ("Match_columns" in text or "No_of_seqs" in text):
+        return "hhr"
+    for line in stripped.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith(">"):
+            return "a3m"
+        if _is_m8_line(line):
+            return "m8"
+        break
+    lname = name.lower().removesuffix(".gz")
+    for ext, fmt in ((".a3m", "a3m"), (".sto", "sto"), (".hhr", "hhr"), (".m8", "m8")):
+        if lname.endswith(ext):
+            return fmt
+    return "unknown"
+
+
+def sniff_file(path: str | os.PathLike[str], n_bytes: int = 4096) -> str:
+    """:func:`sniff_msa_format` of a file (gzip-aware)."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == GZIP_MAGIC:
+        import gzip
+
+        try:
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(n_bytes)
+        except (OSError, EOFError) as exc:
+            raise MSAError(f"cannot read {path}: {exc}", path=str(path), stage="msa") from exc
+    else:
+        with open(path, "rb") as fh:
+            head = fh.read(n_bytes)
+    return sniff_msa_format(head.decode("utf-8", errors="replace"), os.fspath(path))
+
+
+def _is_m8_line(line: str) -> bool:
+    fields = line.split("\t")
+    if len(fields) < 12:
+        return False
+    try:
+        float(fields[2])
+        [int(f) for f in fields[3:10]]
+        float(fields[10])
+        float(fields[11])
+    except ValueError:
+        return False
+    return True
+
+
+def parse_hhr(path: str | os.PathLike[str]) -> list[TemplateHit]:
+    """The hit table of an HHsearch/HHblits ``.hhr`` file (``[]`` when the table is empty)."""
+    return _parse_hhr(read_msa_text(path))
+
+
+def _parse_hhr(text: str) -> list[TemplateHit]:
+    hits: list[TemplateHit] = []
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith(" No Hit"):
+            in_table = True
+            continue
+        if not in_table:
+            continue
+        if not line.strip() or line.startswith("No "):
+            break
+        m = _HHR_HIT.match(line)
+        if m is None:
+            raise MSAError(f"unreadable hhr hit line: {line[:80]!r}")
+        hits.append(
+            TemplateHit(
+                name=m["name"],
+                evalue=float(m["evalue"]),
+                score=float(m["score"]),
+                query_start=int(m["qstart"]),
+                query_end=int(m["qend"]),
+                template_start=int(m["tstart"]),
+                template_end=int(m["tend"]),
+                probability=float(m["prob"]),
+            )
+        )
+    return hits
+
+
+def parse_m8(path: str | os.PathLike[str]) -> list[TemplateHit]:
+    """Hits of a BLAST/MMseqs2 tabular (``-outfmt 6`` / ``.m8``) file."""
+    return _parse_m8(read_msa_text(path))
+
+
+def _parse_m8(text: str) -> list[TemplateHit]:
+    hits: list[TemplateHit] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if not _is_m8_line(line):
+            raise MSAError(f"not a tabular (m8) hit line: {line[:80]!r}")
+        f = line.split("\t")
+        ident = float(f[2])
+        hits.append(
+            TemplateHit(
+                name=f[1],
+                evalue=float(f[10]),
+                score=float(f[11]),
+                query_start=int(f[6]),
+                query_end=int(f[7]),
+                template_start=int(f[8]),
+                template_end=int(f[9]),
+                identity=ident / 100.0 if ident > 1.0 else ident,
+            )
+        )
+    return hits

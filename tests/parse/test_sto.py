@@ -1,0 +1,139 @@
+"""Stockholm parser: rules on strings, then every real .sto against Biopython's own reader."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from pathlib import Path
+
+import pytest
+from Bio import AlignIO
+
+from featurecache.errors import MSAError
+from featurecache.parse.sto import _parse_sto, parse_sto
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real"
+MSAS = REAL / "msas"
+
+MULTI_BLOCK = """# STOCKHOLM 1.0
+#=GF ID test
+#=GS hit1/1-6 DE [subseq from] protein OS=Homo sapiens OX=9606
+#=GS hit2/3-7 DE something TaxID=10090
+
+query      ACD-E
+hit1/1-6   ACDkE
+#=GR hit1/1-6 PP 99999
+hit2/3-7   -CD-E
+#=GC RF    xxx.x
+
+query      FGH
+hit1/1-6   FG-
+hit2/3-7   F.H
+#=GC RF    xxx
+//
+"""
+
+
+def _bio(path: Path) -> list[tuple[str, str]]:
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+    aln = AlignIO.read(io.StringIO(text), "stockholm")
+    return [(rec.id, str(rec.seq)) for rec in aln]
+
+
+def test_multi_block_rows_and_annotations() -> None:
+    (aln,) = _parse_sto(MULTI_BLOCK)
+    assert aln.names == ("query", "hit1/1-6", "hit2/3-7")
+    assert aln.aligned == ("ACD-EFGH", "ACDkEFG-", "-CD-EF.H")
+    assert aln.descriptions["hit1/1-6"].endswith("OX=9606")
+    assert aln.column_annotations["RF"] == "xxx.xxxx"
+    assert aln.file_annotations["ID"] == "test"
+    assert not aln.is_template_hits
+    msa = aln.to_msa(0)
+    assert msa.rows == ("ACDEFGH", "ACDkEFG-", "-CDEF-H")  # insert column → lower case, gaps dropped
+    assert msa.headers[1].startswith("hit1/1-6 [subseq from]")
+    assert msa.fmt == "sto"
+
+
+def test_query_found_by_sequence_not_position() -> None:
+    text = "# STOCKHOLM 1.0\nhitA   --KLMN\nquery  ACKLMN\nhitB   AC-LM-\n//\n"
+    (aln,) = _parse_sto(text)
+    msa = aln.msa_for("ACKLMN")
+    assert msa is not None
+    assert msa.headers[0] == "query" and msa.rows[0] == "ACKLMN"
+    assert msa.rows[1:] == ("--KLMN", "AC-LM-")
+    assert aln.msa_for("KLMNAC") is None
+
+
+def test_hmmsearch_output_is_template_hits_even_if_a_hit_is_the_query() -> None:
+    text = (
+        "# STOCKHOLM 1.0\n#=GF ID query\n#=GF AU hmmsearch (HMMER 3.3.2)\n\n"
+        "1abc_A/1-6   ACKLMN\n#=GR 1abc_A/1-6 PP 999999\n2xyz_B/4-8   -CKLM-\n//\n"
+    )
+    (aln,) = _parse_sto(text)
+    assert aln.program.startswith("hmmsearch")
+    assert aln.is_template_hits
+    assert aln.msa_for("ACKLMN") is None
+    # rows named like PDB seqres chains are template hits even without the AU line
+    (bare,) = _parse_sto("# STOCKHOLM 1.0\n1abc_A/1-6 ACKLMN\n2xyz_B -CKLM-\n//\n")
+    assert bare.is_template_hits
+
+
+def test_several_alignments_and_missing_terminator() -> None:
+    text = "# STOCKHOLM 1.0\nq AC\nh A-\n//\n# STOCKHOLM 1.0\nq2 GG\n"
+    alns = _parse_sto(text)
+    assert [a.names for a in alns] == [("q", "h"), ("q2",)]
+    assert [a.block for a in alns] == [0, 1]
+    assert _parse_sto("") == []
+
+
+def test_ragged_rows_raise() -> None:
+    with pytest.raises(MSAError, match="columns"):
+        _parse_sto("# STOCKHOLM 1.0\nq ACDE\nh ACD\n//\n")
+    with pytest.raises(MSAError, match="expected"):
+        _parse_sto("# STOCKHOLM 1.0\nq AC DE\n//\n")
+
+
+REAL_STO = sorted(p for p in MSAS.rglob("*") if p.is_file() and ".sto" in p.name)
+
+
+def test_corpus_has_sto_files() -> None:
+    assert len(REAL_STO) == 34  # README: 34 Stockholm files
+
+
+@pytest.mark.parametrize("path", REAL_STO, ids=lambda p: str(p.relative_to(MSAS)))
+def test_real_sto_matches_biopython(path: Path) -> None:
+    ref = _bio(path)
+    (aln,) = parse_sto(path)
+    assert list(aln.names) == [name for name, _ in ref]
+    assert [s.replace(".", "-") for s in aln.aligned] == [s for _, s in ref]
+    hmm = path.name.startswith("hmm_output")
+    assert aln.is_template_hits == hmm
+    if hmm:
+        return
+    # The query is the first row of jackhmmer output; columns are its residues.
+    msa = aln.to_msa(0)
+    query = ref[0][1]
+    keep = [i for i, c in enumerate(query) if c != "-"]
+    keep_set = set(keep)
+    assert msa.query_sequence == query.replace("-", "").upper()
+    for (_, seq), row in zip(ref, msa.rows, strict=True):
+        matches = "".join(seq[i] for i in keep).upper()
+        assert re.sub("[a-z]", "", row) == matches
+        inserted = sum(1 for i, c in enumerate(seq) if c != "-" and i not in keep_set)
+        assert sum(1 for c in row if c.islower()) == inserted
+
+
+def test_real_template_hit_files_are_never_the_chain_msa() -> None:
+    """hmm_output.sto starts with a PDB hit; for 1psm that hit *is* the query sequence."""
+    for hmm in sorted(MSAS.glob("openfold/*/hmm_output.sto")):
+        (aln,) = parse_sto(hmm)
+        ref = _bio(hmm)
+        assert ref[0][0] != "query"  # the first row is a hit
+        query_files = [p for p in hmm.parent.iterdir() if p.name.startswith(("uniref90", "uniprot"))]
+        query = _bio(query_files[0])[0][1].replace("-", "")
+        assert aln.msa_for(query) is None
+    (psm,) = parse_sto(MSAS / "openfold" / "1psm_A" / "hmm_output.sto")
+    first_hit = psm.aligned[0].replace(".", "").replace("-", "")
+    assert first_hit == _bio(MSAS / "openfold" / "1psm_A" / "uniref90_hits.sto")[0][1].replace("-", "")
