@@ -1,0 +1,316 @@
+"""MSA features: encode a3m rows, merge several files, deduplicate, cap the depth, profile.
+
+All functions are pure. The build calls :func:`build_msa` once per unique sequence with every
+alignment found for it, in the order :func:`source_order_key` gives; the result is an
+:class:`~featurecache.types.EncodedMSA` ready for the store.
+
+Conventions (as AlphaFold 2/3):
+
+* residues in the 32-class ``const.RESTYPES`` vocabulary; letters outside the chain's alphabet
+  become that alphabet's unknown (protein ``UNK``, RNA ``N``, DNA ``DN``); ``-`` is the gap (31);
+* ``deletions[i, j]`` = number of insertions (lower case letters) in row ``i`` between match
+  columns ``j-1`` and ``j``; insertions after the last column are dropped;
+* duplicates are rows whose match columns are identical (insertions ignored), the first one in
+  merge order is kept; the query is always row 0 and removes every hit identical to it;
+* ``profile`` (fraction of each class per column, gaps included) and ``deletion_mean`` (mean raw
+  count per column) are taken over all distinct rows, before the depth cap.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import PurePath
+
+import numpy as np
+
+from featurecache.const import (
+    DEFAULT_MSA_DEPTH_CAP,
+    GAP,
+    MSA_DNA_LETTERS,
+    MSA_PROTEIN_LETTERS,
+    MSA_RNA_LETTERS,
+    NUM_RESTYPES,
+    UNK_DNA,
+    UNK_PROTEIN,
+    UNK_RNA,
+    MolType,
+)
+from featurecache.errors import MSAError
+from featurecache.types import EncodedMSA, ParsedMSA
+
+log = logging.getLogger(__name__)
+
+#: Label of the query row in ``EncodedMSA.sources`` (always source 0).
+QUERY_SOURCE = "query"
+#: Most alignments one MSA can merge (``source`` is uint8 and 0 is the query).
+MAX_SOURCES = 255
+DELETION_MAX = np.iinfo(np.int16).max
+
+#: Merge order of the files found for one sequence, by the database their name points to (AF2's
+#: uniref90 → bfd → mgnify, then UniProt (pairing), then Protenix's split files, then anything
+#: else); ties are broken by path.
+MSA_SOURCE_ORDER: tuple[str, ...] = (
+    "uniref90",
+    "bfd",
+    "uniref",
+    "mgnify",
+    "env",
+    "uniprot",
+    "non_pairing",
+    "pairing",
+    "other",
+)
+_SOURCE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("uniref90", re.compile(r"uniref90")),
+    ("bfd", re.compile(r"bfd|uniclust|small_bfd")),
+    ("mgnify", re.compile(r"mgnify|mgy")),
+    ("uniref", re.compile(r"uniref")),
+    ("env", re.compile(r"env|metaeuk|colabfold_envdb")),
+    ("uniprot", re.compile(r"uniprot")),
+    ("non_pairing", re.compile(r"non_?pair|unpaired")),
+    ("pairing", re.compile(r"pairing|paired")),
+)
+
+
+def source_label(path: str) -> str:
+    """Database label of an MSA file from its name (one of :data:`MSA_SOURCE_ORDER`)."""
+    name = PurePath(path.split("#", 1)[0]).name.lower()
+    for label, pattern in _SOURCE_PATTERNS:
+        if pattern.search(name):
+            return label
+    return "other"
+
+
+def source_order_key(path: str) -> tuple[int, str]:
+    """Sort key that puts the files of one sequence in merge order."""
+    return MSA_SOURCE_ORDER.index(source_label(path)), path
+
+
+# --- species ------------------------------------------------------------------------------------
+
+_OX = re.compile(r"\bOX=(\d+)")
+_TAXID = re.compile(r"\bTaxID=(\d+)")
+# Protenix / AF3 pairing headers: UniRef100_<accession>_<taxid>/
+_ACC_TAXID = re.compile(
+    r"^(?:UniRef\d+_)?(?:UPI[0-9A-F]{10}|[OPQ][0-9][A-Z0-9]{3}[0-9]|[A-NR-Z][0-9](?:[A-Z][A-Z0-9]{2}[0-9]){1,2})"
+    r"_(\d+)/"
+)
+# UniProt entry names: sp|P12345|NAME_HUMAN, tr|A0A024VQI0|A0A024VQI0_PLAFA, RepID=Q9NIG6_PLAFA
+_MNEMONIC = re.compile(r"^(?:sp|tr)\|[^|]+\|[A-Z0-9]+_([A-Z0-9]{1,5})\b|\bRepID=[A-Z0-9]+_([A-Z0-9]{1,5})\b")
+_B37 = {c: i + 1 for i, c in enumerate("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
+
+
+def species_id(header: str) -> int:
+    """Species of an MSA row from its header, for pairing chains by species later.
+
+    ``> 0``: NCBI taxonomy id (UniProt ``OX=``, UniRef ``TaxID=``, ``<accession>_<taxid>/`` ids);
+    ``< 0``: a UniProt species mnemonic (``_HUMAN``, ``_PLAFA``) encoded base 37 when no taxon id
+    is given; ``0``: unknown (e.g. ColabFold/MMseqs2 headers carry only the accession).
+    """
+    for pattern in (_OX, _TAXID, _ACC_TAXID):
+        m = pattern.search(header)
+        if m:
+            return min(int(m.group(1)), np.iinfo(np.int32).max)
+    m = _MNEMONIC.search(header)
+    if m:
+        return -mnemonic_code(m.group(1) or m.group(2))
+    return 0
+
+
+def mnemonic_code(mnemonic: str) -> int:
+    """Positive int (< 37**5) for a UniProt species mnemonic of at most 5 characters."""
+    value = 0
+    for c in mnemonic.upper()[:5]:
+        value = value * 37 + _B37.get(c, 0)
+    return value
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def _lookup(letters: dict[str, int], unknown: int) -> np.ndarray:
+    table = np.full(256, unknown, dtype=np.uint8)
+    for c, v in letters.items():
+        table[ord(c)] = v
+    table[ord("-")] = GAP
+    return table
+
+
+_TABLES: dict[int, np.ndarray] = {
+    MolType.PROTEIN: _lookup(MSA_PROTEIN_LETTERS, UNK_PROTEIN),
+    MolType.RNA: _lookup(MSA_RNA_LETTERS, UNK_RNA),
+    MolType.DNA: _lookup(MSA_DNA_LETTERS, UNK_DNA),
+}
+_A, _Z, _NL, _DOT = ord("a"), ord("z"), ord("\n"), ord(".")
+
+
+def encode_rows(rows: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split a3m rows into match characters and deletion counts.
+
+    Returns ``chars`` uint8 ``[n, length]`` (ASCII of the match columns, upper case / ``-``) and
+    ``deletions`` int16 ``[n, length]``. Raises :class:`MSAError` if a row has a different number
+    of match columns.
+    """
+    n = len(rows)
+    if n == 0:
+        return np.zeros((0, length), np.uint8), np.zeros((0, length), np.int16)
+    try:
+        buf = np.frombuffer(("\n".join(rows) + "\n").encode("ascii"), dtype=np.uint8)
+    except UnicodeEncodeError as exc:
+        raise MSAError(f"non-ASCII characters in MSA rows: {exc}") from exc
+    is_lower = (buf >= _A) & (buf <= _Z)
+    pos = np.flatnonzero(~is_lower & (buf != _DOT))  # match columns and row ends
+    if pos.size != n * (length + 1) or not np.all(buf[pos].reshape(n, length + 1)[:, length] == _NL):
+        for i, r in enumerate(rows):
+            m = len(r) - sum(1 for c in r if c.islower() or c == ".")
+            if m != length:
+                raise MSAError(f"row {i} has {m} match columns, the query has {length}")
+        raise MSAError("inconsistent MSA rows")
+    cum = np.cumsum(is_lower, dtype=np.int64)[pos]
+    counts = np.diff(cum, prepend=0).reshape(n, length + 1)[:, :length]
+    chars = buf[pos].reshape(n, length + 1)[:, :length]
+    return chars, np.minimum(counts, DELETION_MAX).astype(np.int16)
+
+
+def to_restypes(chars: np.ndarray, mol_type: int) -> np.ndarray:
+    """Map upper case match characters (uint8 ASCII) to the 32-class vocabulary (uint8)."""
+    try:
+        table = _TABLES[int(mol_type)]
+    except KeyError:
+        raise MSAError(f"no MSA alphabet for molecule type {mol_type}") from None
+    return table[chars]
+
+
+def msa_profile(residues: np.ndarray) -> np.ndarray:
+    """float32 ``[L, 32]``: fraction of rows with each class at each column (gaps included)."""
+    n, length = residues.shape
+    if n == 0:
+        return np.zeros((length, NUM_RESTYPES), np.float32)
+    flat = residues.astype(np.int64) + NUM_RESTYPES * np.arange(length, dtype=np.int64)[None, :]
+    counts = np.bincount(flat.ravel(), minlength=length * NUM_RESTYPES).reshape(length, NUM_RESTYPES)
+    return (counts / n).astype(np.float32)
+
+
+def deletion_mean(deletions: np.ndarray) -> np.ndarray:
+    """float32 ``[L]``: mean raw deletion count per column."""
+    if deletions.shape[0] == 0:
+        return np.zeros(deletions.shape[1], np.float32)
+    return deletions.mean(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def _first_occurrences(chars: np.ndarray) -> np.ndarray:
+    """Sorted indices of the first occurrence of each distinct row of ``chars`` [n, L]."""
+    if chars.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    rows = np.ascontiguousarray(chars).view(np.dtype((np.void, chars.shape[1])))[:, 0]
+    _, first = np.unique(rows, return_index=True)
+    return np.sort(first)
+
+
+# --- building one sequence's MSA ----------------------------------------------------------------
+
+
+def build_msa(
+    sequence: str,
+    mol_type: int,
+    alignments: Sequence[tuple[str, ParsedMSA]],
+    depth_cap: int = DEFAULT_MSA_DEPTH_CAP,
+) -> EncodedMSA:
+    """Merge ``(label, alignment)`` pairs (already in merge order) into one encoded MSA.
+
+    Every alignment must be rooted at ``sequence`` (its row 0 is the query, gap-free). Row 0 of
+    the result is the query itself; the other rows follow the alignments' order, duplicates and
+    hits identical to the query removed, truncated to ``depth_cap`` rows.
+    """
+    sequence = sequence.upper()
+    length = len(sequence)
+    if length == 0:
+        raise MSAError("empty query sequence")
+    if depth_cap < 1:
+        raise MSAError(f"depth cap must be at least 1, got {depth_cap}")
+    if len(alignments) >= MAX_SOURCES:
+        raise MSAError(f"{len(alignments)} alignments for one sequence; at most {MAX_SOURCES - 1}")
+    q_chars, q_del = encode_rows([sequence], length)
+    chars_parts, del_parts = [q_chars], [q_del]
+    species_parts = [np.zeros(1, np.int32)]
+    source_parts = [np.zeros(1, np.uint8)]
+    labels = [QUERY_SOURCE]
+    n_input = 0
+    for k, (label, msa) in enumerate(alignments, start=1):
+        if msa.depth == 0:
+            continue
+        if msa.rows[0] != sequence:
+            raise MSAError(
+                f"{label}: the alignment's query ({msa.query_sequence[:30]}…, {len(msa.query_sequence)} aa) "
+                f"is not the chain sequence ({sequence[:30]}…, {length})",
+                path=msa.path or label,
+                stage="msa",
+            )
+        try:
+            chars, dels = encode_rows(msa.rows, length)
+        except MSAError as exc:
+            raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
+        chars_parts.append(chars)
+        del_parts.append(dels)
+        species_parts.append(np.fromiter((species_id(h) for h in msa.headers), np.int32, msa.depth))
+        source_parts.append(np.full(msa.depth, k, np.uint8))
+        labels.append(label)
+        n_input += msa.depth
+    chars = np.concatenate(chars_parts)
+    keep = _first_occurrences(chars)
+    residues_all = to_restypes(chars[keep], mol_type)
+    deletions_all = np.concatenate(del_parts)[keep]
+    cap = keep[:depth_cap]
+    residues = residues_all[: len(cap)]
+    return EncodedMSA(
+        sequence=sequence,
+        mol_type=int(mol_type),
+        residues=np.ascontiguousarray(residues),
+        deletions=np.ascontiguousarray(deletions_all[: len(cap)]),
+        species=np.concatenate(species_parts)[cap],
+        source=np.concatenate(source_parts)[cap],
+        profile=msa_profile(residues_all),
+        deletion_mean=deletion_mean(deletions_all),
+        sources=tuple(labels),
+        n_input_rows=n_input,
+        n_distinct=int(keep.size),
+    )
+
+
+def single_sequence_msa(sequence: str, mol_type: int) -> EncodedMSA:
+    """The MSA of a chain with no alignment: the query alone."""
+    return build_msa(sequence, mol_type, [])
+
+
+# --- queries that differ from the chain only at unknown residues ------------------------------------
+
+_UNKNOWN_LETTERS = frozenset("XN")
+
+
+def compatible_query(query: str, sequence: str) -> bool:
+    """Same length and every difference has an unknown residue (``X``/``N``) on one side.
+
+    Alignment tools write ``X`` for modified residues that the structure maps to their parent
+    (``MVA`` → ``V``); such a file, when its layout names the chain, is still that chain's MSA.
+    """
+    if len(query) != len(sequence) or not query:
+        return False
+    return all(
+        a == b or a in _UNKNOWN_LETTERS or b in _UNKNOWN_LETTERS for a, b in zip(query, sequence, strict=True)
+    )
+
+
+def adopt_query(msa: ParsedMSA, sequence: str) -> ParsedMSA:
+    """``msa`` with its query row, and every row identical to it, replaced by ``sequence``.
+
+    Only for a :func:`compatible_query`; the copies of the old query would otherwise survive
+    deduplication as rows that differ from the query only by ``X``.
+    """
+    if not compatible_query(msa.query_sequence, sequence.upper()) or not msa.rows:
+        raise MSAError(f"query {msa.query_sequence[:30]!r} is not compatible with {sequence[:30]!r}")
+    old = msa.rows[0]
+    new = sequence.upper()
+    rows = tuple(new if r == old else r for r in msa.rows)
+    return ParsedMSA(msa.headers, rows, msa.fmt, path=msa.path, block=msa.block)
