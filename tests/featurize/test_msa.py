@@ -241,7 +241,7 @@ def test_real_merge_depth_is_distinct_rows(chain_dir: str) -> None:
     decoded = ["".join("-" if c == GAP else "X" for c in row) for row in out.residues]
     assert decoded == [re.sub("[^-]", "X", s) for s in first_seen]
     # each row's source is the first file (in merge order) that holds it
-    owner = {}
+    owner: dict[str, int] = {}
     for k, p in enumerate(files, start=1):
         for s in _independent_match_strings(p):
             owner.setdefault(s, k)
