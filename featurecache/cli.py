@@ -89,6 +89,9 @@ def build(
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    from featurecache.build.summary import render_summary
+
+    render_summary(summary)
     raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed else EXIT_OK)
 
 

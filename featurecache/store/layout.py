@@ -4,9 +4,10 @@ STORE/
   zarr.json                      root group; attributes: format/schema/featurizer versions, config
   index/<table>.arrow            Arrow IPC, rebuilt from the parts' own index files
   parts/zarr.json                group
-  parts/s-NNNNNN/                structure part: atoms/<field>, tokens/<field>, bonds/<field>,
-                                 interfaces/<field> — flat arrays over all entries of the part,
-                                 one shard per array (inner chunks of CHUNK_ROWS rows, zstd)
+  parts/s-NNNNNN/                structure part: arrays ``atoms``, ``tokens``, ``bonds``,
+                                 ``interfaces`` — flat tables over all entries of the part, stored
+                                 as uint8 ``[rows, itemsize]`` records of the dtypes in types.py
+                                 (one shard per array, inner chunks of CHUNK_ROWS rows, zstd)
   parts/s-NNNNNN/_index/*.arrow  the part's own rows of entries/chains/interfaces/failures
   parts/m-NNNNNN/, c-NNNNNN/     MSA and component parts (see store/msa.py, store/components.py)
   parts/.tmp-*                   parts being written (ignored by readers, removed on the next build)
@@ -34,12 +35,15 @@ COMPONENT_PART_PREFIX = "c-"
 #: Arrow index tables (STORE/index/<name>.arrow, and <part>/_index/<name>.arrow).
 TABLES = ("entries", "chains", "interfaces", "failures", "msas", "components", "warnings")
 
-#: group name -> structured dtype; each field is one flat zarr array ``<group>/<field>``.
+#: group name -> structured dtype; each group is one flat zarr array of records.
+#: Why records and not one array per field (DESIGN.md's first layout): an entry read touches 4
+#: arrays instead of ~30, and each random slice costs ~1 ms of zarr overhead whatever its width
+#: (benchmarks/store_layout.py measures both).
 ENTRY_GROUPS: dict[str, np.dtype] = {"atoms": Atom, "tokens": Token, "bonds": Bond, "interfaces": Interface}
 #: group -> (start column, count column) in entries.arrow
 GROUP_OFFSETS = {g: (f"{g[:-1]}_start", f"{g[:-1]}_count") for g in ENTRY_GROUPS}
 
-CHUNK_ROWS = 8192  # inner chunk rows; DESIGN.md: 4k–16k rows, ~1 ms per random slice
+CHUNK_ROWS = 4096  # inner chunk rows; DESIGN.md: 4k–16k rows, ~1 ms per random slice
 ZSTD_LEVEL = 3
 
 ENTRY_KEY_CHARS = 32

@@ -1,0 +1,239 @@
+"""The build driver: discover → plan parts → run them on Dask → rebuild the index → summary.
+
+Runs on an embedded ``LocalCluster`` by default, or on an existing cluster (``scheduler=``); the
+store directory must then be visible to every worker at the same path (shared filesystem).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from featurecache.build.config import BuildConfig
+from featurecache.build.discover import (
+    InputFile,
+    discover,
+    done_keys,
+    existing_entry_ids,
+    next_part_number,
+    plan_parts,
+)
+from featurecache.build.tasks import PartResult, build_structure_part
+from featurecache.errors import InputError, StoreError
+from featurecache.store.index import rebuild_index
+from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
+from featurecache.store.root import BuildLock, init_store, remove_leftovers
+from featurecache.store.writer import PartContents, write_structure_part
+
+log = logging.getLogger(__name__)
+
+INDEX_REFRESH_S = 15.0  # rebuild the index this often during a build, so progress is readable
+
+
+@dataclass
+class BuildSummary:
+    store: str
+    n_inputs: int = 0
+    n_built: int = 0
+    n_skipped: int = 0
+    n_failed: int = 0  # inputs that failed in this run
+    failed_by_stage: dict[str, int] = field(default_factory=dict)
+    n_atoms: int = 0
+    n_tokens: int = 0
+    input_bytes: int = 0
+    bytes_written: int = 0
+    store_bytes: int = 0
+    seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    workers: int = 0
+    dashboard: str | None = None
+    #: extra stage summaries (msa, chem): name -> {label: value}
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: failures recorded in this run, for the summary table
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _fingerprint(path: Path | None) -> str:
+    """Content hash of the CCD input (file, or every file of a directory)."""
+    if path is None:
+        return ""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(f.name.encode())
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+    from distributed import Client, LocalCluster
+
+    # distributed configures its own loggers at import; keep the build output to our progress + summary
+    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",
+                 "distributed.core", "distributed.http.proxy", "bokeh", "tornado"):  # fmt: skip
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="20s"), None
+        except OSError as exc:
+            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+    n = workers or os.cpu_count() or 1
+    try:
+        import bokeh  # noqa: F401
+
+        dashboard: str | None = "127.0.0.1:0"
+    except ImportError:
+        dashboard = None
+    cluster = LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
+        silence_logs=logging.WARNING, memory_limit="auto",
+    )  # fmt: skip
+    return Client(cluster), cluster
+
+
+def run_build(
+    *,
+    pdb_dir: Path,
+    out: Path,
+    msa_dir: Path | None = None,
+    ccd: Path | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    part_size: int = 16,
+    config: BuildConfig | None = None,
+    progress: bool = True,
+) -> BuildSummary:
+    config = config or BuildConfig()
+    t_start = time.perf_counter()
+    pdb_dir, out = Path(pdb_dir), Path(out)
+    if not pdb_dir.is_dir():
+        raise InputError(f"--pdb-dir {pdb_dir}: not a directory", path=str(pdb_dir), stage="discover")
+    if msa_dir is not None and not Path(msa_dir).is_dir():
+        raise InputError(f"--msa-dir {msa_dir}: not a directory", path=str(msa_dir), stage="discover")
+    if ccd is not None and not Path(ccd).exists():
+        raise InputError(f"--ccd {ccd}: no such file or directory", path=str(ccd), stage="discover")
+    if part_size < 1:
+        raise InputError(f"--part-size must be >= 1 (got {part_size})", stage="discover")
+    ccd_fp = _fingerprint(Path(ccd) if ccd else None)
+    entry_config = config.entry_config_hash(ccd_fp)
+    init_store(out, {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__})
+    summary = BuildSummary(store=str(out))
+    with BuildLock(out):
+        remove_leftovers(out)
+        inputs = discover(pdb_dir, entry_config, existing_entry_ids(out))
+        done = done_keys(out)
+        pending = [i for i in inputs if i.key not in done]
+        summary.n_inputs = len(inputs)
+        summary.n_skipped = len(inputs) - len(pending)
+        summary.input_bytes = sum(i.size for i in inputs)
+        log.info("%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending))
+        client, cluster = _make_client(workers, scheduler)
+        try:
+            summary.workers = len(client.scheduler_info().get("workers", {}))
+            summary.dashboard = client.dashboard_link if cluster is not None and cluster.dashboard_link else None
+            if summary.dashboard:
+                log.info("Dask dashboard: %s", summary.dashboard)
+            _run_structure_parts(client, out, pending, part_size, entry_config, ccd, config, summary, progress)
+            _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        tables = rebuild_index(out)
+        summary.n_failed = summary.n_failed  # this run's failures; the index holds all outstanding ones
+        summary.store_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+        summary.seconds = time.perf_counter() - t_start
+        log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
+    return summary
+
+
+def _run_structure_parts(
+    client: Any, out: Path, pending: list[InputFile], part_size: int, entry_config: str, ccd: Path | None,
+    config: BuildConfig, summary: BuildSummary, progress: bool,
+) -> None:  # fmt: skip
+    from distributed import as_completed
+    from distributed.client import FutureCancelledError
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    plan = plan_parts(out, pending, part_size)
+    if not plan:
+        return
+    ccd_s = str(Path(ccd).resolve()) if ccd else None
+    inputs_of: dict[str, list[InputFile]] = {}
+    futures = []
+    for name, part_inputs in plan:
+        inputs_of[name] = part_inputs
+        futures.append(client.submit(build_structure_part, str(out.resolve()), name, part_inputs, entry_config, ccd_s,
+                                     config.interface_cutoff, key=f"structure-part-{name}-{time.time_ns()}",
+                                     pure=False, retries=0))  # fmt: skip
+    columns = (TextColumn("[bold]structures"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
+    last_index = time.monotonic()
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("structures", total=len(pending))
+        queue = as_completed(futures)
+        for fut in queue:
+            name = fut.key.split("-")[2] + "-" + fut.key.split("-")[3]
+            try:
+                res: PartResult = fut.result()
+            except (FutureCancelledError, StoreError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a worker died (KilledWorker) or the task crashed
+                part_inputs = inputs_of[name]
+                if len(part_inputs) > 1:
+                    # isolate the input that kills workers: one single-input part per input
+                    log.warning("part %s failed (%s: %s); retrying its %d inputs one by one",
+                                name, type(exc).__name__, exc, len(part_inputs))  # fmt: skip
+                    for inp in part_inputs:
+                        sub = part_name(STRUCTURE_PART_PREFIX, next_number)
+                        next_number += 1
+                        inputs_of[sub] = [inp]
+                        queue.add(client.submit(build_structure_part, str(out.resolve()), sub, [inp], entry_config,
+                                                ccd_s, config.interface_cutoff,
+                                                key=f"structure-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
+                    continue
+                res = _record_crashed_input(out, name, part_inputs[0], exc)
+            _accumulate(summary, res)
+            bar.advance(task, res.n_entries + res.n_failed)
+            if time.monotonic() - last_index > INDEX_REFRESH_S:
+                rebuild_index(out)
+                last_index = time.monotonic()
+
+
+def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseException) -> PartResult:
+    """An input whose featurization kills the worker process becomes a failure-only part."""
+    failure = {
+        "path": inp.rel, "entry_id": inp.entry_id, "stage": "worker", "error_class": type(exc).__name__,
+        "message": f"the worker process died while featurizing this file: {exc}"[:2000], "key": inp.key,
+    }  # fmt: skip
+    write_structure_part(out, name, PartContents(failures=[failure]))
+    return PartResult(name, n_failed=1, failures=[failure])
+
+
+def _accumulate(summary: BuildSummary, res: PartResult) -> None:
+    summary.n_built += res.n_entries
+    summary.n_failed += res.n_failed
+    summary.n_atoms += res.n_atoms
+    summary.n_tokens += res.n_tokens
+    summary.bytes_written += res.bytes_written
+    for k, v in res.seconds.items():
+        summary.stage_seconds[k] = summary.stage_seconds.get(k, 0.0) + v
+    stages = Counter(f["stage"] for f in res.failures)
+    for k, v in stages.items():
+        summary.failed_by_stage[k] = summary.failed_by_stage.get(k, 0) + v
+    summary.failures.extend(res.failures)
+
+
+def _run_extra_stages(
+    client: Any, out: Path, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
+    summary: BuildSummary, progress: bool,
+) -> None:  # fmt: skip
+    """Stages that run after the structure parts, over the whole store (MSAs, components)."""
+    rebuild_index(out)
+    # MSA stage (issue #3) and component/conformer stage (issue #4) hook in here.

@@ -1,0 +1,47 @@
+"""Render a BuildSummary as tables (used by the CLI)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from featurecache.build.run import BuildSummary
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def render_summary(s: BuildSummary, console: Console | None = None) -> None:
+    console = console or Console(stderr=True)
+    t = Table(title=f"featurecache build → {s.store}", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    t.add_row("input files", str(s.n_inputs))
+    t.add_row("entries built", str(s.n_built))
+    t.add_row("skipped (up to date)", str(s.n_skipped))
+    t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
+    for stage, n in sorted(s.failed_by_stage.items()):
+        t.add_row(f"  failed at {stage}", str(n))
+    t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
+    t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
+    if s.stage_seconds:
+        t.add_row("stage time (sum over workers)", ", ".join(f"{k} {v:.2f}s" for k, v in sorted(s.stage_seconds.items())))
+    t.add_row("input size", _mb(s.input_bytes))
+    t.add_row("written this run", _mb(s.bytes_written))
+    t.add_row("store size", _mb(s.store_bytes))
+    for name, stage in s.stages.items():
+        for label, value in stage.items():
+            t.add_row(f"{name}: {label}", str(value))
+    if s.dashboard:
+        t.add_row("dashboard", s.dashboard)
+    console.print(t)
+    if s.failures:
+        f = Table(title="failures (this run)")
+        for col in ("path", "stage", "error", "message"):
+            f.add_column(col, overflow="fold")
+        for row in s.failures[:50]:
+            f.add_row(row["path"], row["stage"], row["error_class"], row["message"][:160])
+        if len(s.failures) > 50:
+            f.add_row("…", "", "", f"{len(s.failures) - 50} more: featurecache info STORE")
+        console.print(f)

@@ -1,0 +1,93 @@
+"""What one Dask task does: featurize the inputs of one part and write the part.
+
+Bad input never raises out of here: each input either becomes an entry or a failure row naming the
+file, the stage and the reason. Only store-level problems (unwritable output) raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from featurecache.build.discover import InputFile, entry_key
+from featurecache.errors import InputError, UnsupportedFormatError
+from featurecache.featurize.entry import StageTimer, featurize_bytes
+from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PartResult:
+    part: str
+    n_entries: int = 0
+    n_failed: int = 0
+    n_atoms: int = 0
+    n_tokens: int = 0
+    bytes_written: int = 0
+    bytes_read: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def build_structure_part(
+    root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
+    interface_cutoff: float = 5.0,
+) -> PartResult:  # fmt: skip
+    from featurecache.build.components import component_resolvers
+
+    component_atoms, component_bonds = component_resolvers(ccd_path)
+    result = PartResult(part)
+    contents = PartContents()
+    timer = StageTimer()
+    for inp in inputs:
+        t0 = time.perf_counter()
+        timer.start("read")
+        try:
+            data = Path(inp.path).read_bytes()
+        except OSError as exc:
+            contents.failures.append(_failure(inp, "read", exc))
+            continue
+        result.bytes_read += len(data)
+        sha = hashlib.sha256(data).hexdigest()
+        key = inp.key if sha == inp.sha256 else entry_key(sha, inp.entry_id, config_hash)
+        try:
+            if not inp.fmt:
+                raise UnsupportedFormatError(
+                    f"not a structure file name (expected .cif/.mmcif/.pdb/.ent/.bcif, optionally .gz): {Path(inp.rel).name}",
+                    stage="read",
+                )
+            structure = featurize_bytes(data, Path(inp.path).name, inp.entry_id, timer=timer,
+                                        component_atoms=component_atoms, component_bonds=component_bonds,
+                                        interface_cutoff=interface_cutoff)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - every input error becomes a failure record
+            stage = exc.stage if isinstance(exc, InputError) and exc.stage else timer.stage
+            if not isinstance(exc, InputError):
+                log.debug("unexpected error featurizing %s", inp.rel, exc_info=True)
+            contents.failures.append(_failure(inp, stage, exc, key))
+            timer.stop()
+            continue
+        contents.entries.append(EntryRecord(structure, key, inp.rel, sha, len(data), inp.fmt, time.perf_counter() - t0))
+        result.n_atoms += len(structure.atoms)
+        result.n_tokens += len(structure.tokens)
+    timer.start("write")
+    manifest = write_structure_part(Path(root), part, contents)
+    timer.stop()
+    result.n_entries = len(contents.entries)
+    result.n_failed = len(contents.failures)
+    result.failures = contents.failures
+    result.bytes_written = int(manifest["bytes"])
+    result.seconds = dict(timer.seconds)
+    return result
+
+
+def _failure(inp: InputFile, stage: str, exc: BaseException, key: str | None = None) -> dict[str, Any]:
+    message = str(exc) or type(exc).__name__
+    return {
+        "path": inp.rel, "entry_id": inp.entry_id, "stage": stage, "error_class": type(exc).__name__,
+        "message": message[:2000], "key": key or inp.key,
+    }  # fmt: skip

@@ -1,0 +1,209 @@
+"""Local random-access reader over a store directory (``featurecache.open_store``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import zarr
+
+from featurecache.const import STORE_FORMAT_VERSION
+from featurecache.errors import NotFound, StoreError, StoreVersionError
+from featurecache.store.base import FeatureReader
+from featurecache.store.index import read_table
+from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, PARTS_DIR, TABLES
+from featurecache.types import Entry
+
+log = logging.getLogger(__name__)
+
+_ENTRY_META_SKIP = {"part", "key"}
+
+
+def parse_array_selection(arrays: Sequence[str] | None) -> dict[str, set[str] | None]:
+    """``["atoms", "tokens/restype"]`` → {"atoms": None (all), "tokens": {"restype"}}; validates names."""
+    if arrays is None:
+        return {g: None for g in ENTRY_GROUPS}
+    sel: dict[str, set[str] | None] = {}
+    for name in arrays:
+        group, _, fld = name.partition("/")
+        if group not in ENTRY_GROUPS:
+            raise NotFound(f"unknown array {name!r}; groups are {sorted(ENTRY_GROUPS)}")
+        if not fld:
+            sel[group] = None
+            continue
+        if fld not in (ENTRY_GROUPS[group].names or ()):
+            raise NotFound(f"unknown array {name!r}; fields of {group} are {list(ENTRY_GROUPS[group].names or ())}")
+        if group not in sel or sel[group] is not None:
+            current = sel.get(group)
+            sel[group] = (current or set()) | {fld}
+    return sel
+
+
+class LocalStore(FeatureReader):
+    """A store opened read-only. The index is memory-mapped; ``id → row`` is a dict built once."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        root_meta = self.path / "zarr.json"
+        if not root_meta.is_file():
+            raise StoreError(f"{self.path} is not a featurecache store (no zarr.json)")
+        try:
+            self.attributes: dict[str, Any] = json.loads(root_meta.read_text()).get("attributes", {})
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{root_meta}: unreadable ({exc})") from exc
+        fmt = self.attributes.get("format_version")
+        if fmt != STORE_FORMAT_VERSION:
+            raise StoreVersionError(f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}")
+        self._tables: dict[str, pa.Table] = {}
+        for name in TABLES:
+            f = self.path / INDEX_DIR / f"{name}.arrow"
+            if f.is_file():
+                self._tables[name] = read_table(f)
+        for extra in (self.path / INDEX_DIR).glob("*.arrow") if (self.path / INDEX_DIR).is_dir() else []:
+            if extra.stem not in self._tables and not extra.name.startswith("."):
+                self._tables[extra.stem] = read_table(extra)
+        entries = self.entries
+        self._ids: list[str] = entries.column("id").to_pylist() if entries.num_rows else []
+        self._row = {eid: i for i, eid in enumerate(self._ids)}
+        self._parts = entries.column("part").to_pylist() if entries.num_rows else []
+        self._offsets = {
+            g: (entries.column(s).to_numpy(), entries.column(c).to_numpy()) if entries.num_rows else (None, None)
+            for g, (s, c) in GROUP_OFFSETS.items()
+        }
+        chains = self.chains
+        self._chain_rows: dict[str, tuple[int, int]] = {}
+        if chains.num_rows:
+            ids = chains.column("entry_id").to_pylist()
+            start = 0
+            for i in range(1, len(ids) + 1):
+                if i == len(ids) or ids[i] != ids[start]:
+                    self._chain_rows[ids[start]] = (start, i - start)
+                    start = i
+        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ tables
+    def _table(self, name: str) -> pa.Table:
+        t = self._tables.get(name)
+        if t is None:
+            from featurecache.store.index import SCHEMAS
+
+            schema = SCHEMAS.get(name)
+            return schema.empty_table() if schema is not None else pa.table({})
+        return t
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def entries(self) -> pa.Table:
+        return self._table("entries")
+
+    @property
+    def chains(self) -> pa.Table:
+        return self._table("chains")
+
+    @property
+    def interfaces(self) -> pa.Table:
+        return self._table("interfaces")
+
+    @property
+    def failures(self) -> pa.Table:
+        return self._table("failures")
+
+    @property
+    def warnings(self) -> pa.Table:
+        return self._table("warnings")
+
+    @property
+    def msas(self) -> pa.Table:
+        return self._table("msas")
+
+    @property
+    def components(self) -> pa.Table:
+        return self._table("components")
+
+    def table(self, name: str) -> pa.Table:
+        return self._table(name)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._row
+
+    def info(self) -> dict[str, Any]:
+        from featurecache.store.info import store_info
+
+        return store_info(self)
+
+    # ------------------------------------------------------------------ entries
+    def row_of(self, entry_id: str) -> int:
+        try:
+            return self._row[entry_id]
+        except (KeyError, TypeError):
+            raise NotFound(f"no entry {entry_id!r} in store {self.path}") from None
+
+    def entry_meta(self, entry_id: str) -> dict[str, Any]:
+        row = self.row_of(entry_id)
+        return {k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP}
+
+    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
+        start, count = self._chain_rows.get(entry_id, (0, 0))
+        return self.chains.slice(start, count).to_pylist() if count else []
+
+    def _array(self, part: str, group: str) -> zarr.Array:
+        key = (part, group)
+        arr = self._arrays.get(key)
+        if arr is None:
+            path = self.path / PARTS_DIR / part / group
+            try:
+                arr = zarr.open_array(str(path), mode="r")
+            except (FileNotFoundError, ValueError, KeyError) as exc:
+                raise StoreError(f"part array {path} is missing or unreadable: {exc}") from exc
+            with self._lock:
+                self._arrays[key] = arr
+        return arr
+
+    def read_group(self, entry_id: str, group: str) -> np.ndarray:
+        """One entry's rows of ``group`` as a structured array (dtype from types.py)."""
+        row = self.row_of(entry_id)
+        starts, counts = self._offsets[group]
+        assert starts is not None and counts is not None
+        start, count = int(starts[row]), int(counts[row])
+        dtype = ENTRY_GROUPS[group]
+        if count == 0:
+            return np.zeros(0, dtype=dtype)
+        raw = self._array(self._parts[row], group)[start : start + count]
+        return np.ascontiguousarray(raw).view(dtype).reshape(count)
+
+    def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
+        sel = parse_array_selection(arrays)
+        row = self.row_of(entry_id)
+        out: dict[str, dict[str, np.ndarray]] = {g: {} for g in ENTRY_GROUPS}
+        for group, fields in sel.items():
+            rec = self.read_group(entry_id, group)
+            names = ENTRY_GROUPS[group].names or ()
+            for f in names:
+                if fields is None or f in fields:
+                    out[group][f] = np.ascontiguousarray(rec[f])
+        meta = {k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP}
+        return Entry(
+            id=entry_id, atoms=out["atoms"], tokens=out["tokens"], bonds=out["bonds"],
+            interfaces=out["interfaces"], meta=meta, chains=self.entry_chains(entry_id),
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self._arrays.clear()
+
+
+def open_store(path: str | Path) -> LocalStore:
+    """Open a store directory read-only."""
+    return LocalStore(path)

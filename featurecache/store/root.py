@@ -1,0 +1,93 @@
+"""Create or open the store root for writing: root group attributes, lock, leftover cleanup."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import zarr
+
+from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
+from featurecache.errors import StoreError, StoreVersionError
+from featurecache.store.layout import INDEX_DIR, PARTS_DIR, TMP_PREFIX
+
+log = logging.getLogger(__name__)
+LOCK_FILE = ".build.lock"
+
+
+def init_store(root: Path, attributes: dict[str, Any]) -> None:
+    """Create the store (or check an existing one), writable. Raises StoreError if it cannot."""
+    root = Path(root)
+    meta = root / "zarr.json"
+    if meta.is_file():
+        try:
+            existing = json.loads(meta.read_text()).get("attributes", {})
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{meta}: unreadable ({exc})") from exc
+        if existing.get("format_version") != STORE_FORMAT_VERSION:
+            raise StoreVersionError(
+                f"{root} has store format {existing.get('format_version')}; this featurecache writes {STORE_FORMAT_VERSION}"
+            )
+    elif root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise StoreError(f"{root} exists and is not a featurecache store (refusing to write into it)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        attrs = {
+            "format_version": STORE_FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+            "featurizer_version": FEATURIZER_VERSION, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **attributes,
+        }  # fmt: skip
+        group = zarr.open_group(str(root), mode="a")
+        group.attrs.update(attrs)
+        if not (root / PARTS_DIR / "zarr.json").is_file():
+            zarr.open_group(str(root / PARTS_DIR), mode="a")
+        (root / INDEX_DIR).mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot write the store at {root}: {exc.strerror or exc}") from exc
+
+
+def remove_leftovers(root: Path) -> int:
+    """Delete temp parts of killed builds (never visible to readers). Returns how many."""
+    parts = Path(root) / PARTS_DIR
+    n = 0
+    if parts.is_dir():
+        for p in parts.iterdir():
+            if p.name.startswith(TMP_PREFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                n += 1
+    if n:
+        log.info("removed %d incomplete part(s) left by an interrupted build", n)
+    return n
+
+
+class BuildLock:
+    """An exclusive advisory lock: one build per store at a time (two writers of a part lose data)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = Path(root) / LOCK_FILE
+        self._f: IO[str] | None = None
+
+    def __enter__(self) -> BuildLock:
+        self._f = open(self.path, "w")  # noqa: SIM115 - held for the lock's lifetime
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            self._f.close()
+            raise StoreError(f"another build is writing {self.path.parent} (lock {self.path})") from exc
+        self._f.write(str(os.getpid()))
+        self._f.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._f is not None:
+            fcntl.flock(self._f, fcntl.LOCK_UN)
+            self._f.close()

@@ -1,0 +1,178 @@
+"""Write one structure part: a zarr v3 group built in ``parts/.tmp-*`` and renamed into place.
+
+One writer per part (two writers of one shard lose data); the rename is the commit point, so a
+killed build leaves only complete parts visible. ``part.json`` inside the part records what it
+holds and is written before the rename.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+
+from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType
+from featurecache.errors import StoreError
+from featurecache.store.index import table_from_rows, write_table
+from featurecache.store.layout import (
+    CHUNK_ROWS,
+    ENTRY_GROUPS,
+    PART_DONE_FILE,
+    PART_INDEX_DIR,
+    PARTS_DIR,
+    TMP_PREFIX,
+    ZSTD_LEVEL,
+    columns,
+    content_hash,
+)
+from featurecache.types import Structure
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EntryRecord:
+    """A built entry plus where it came from (what the index row needs besides the arrays)."""
+
+    structure: Structure
+    key: str
+    source_path: str
+    source_sha256: str
+    source_bytes: int
+    fmt: str
+    seconds: float
+
+
+@dataclass
+class PartContents:
+    entries: list[EntryRecord] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # FAILURES_SCHEMA rows without "part"
+
+
+def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> None:
+    """Store a structured array as uint8 ``[rows, itemsize]`` with one shard and zstd chunks."""
+    raw = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
+    n, width = raw.shape
+    chunk = max(1, min(CHUNK_ROWS, n))
+    shard = max(chunk, -(-n // chunk) * chunk)
+    arr = group.create_array(
+        name, shape=(n, width), dtype=np.uint8, chunks=(chunk, width), shards=(shard, width),
+        compressors=[ZstdCodec(level=ZSTD_LEVEL)], attributes={"record_dtype": records.dtype.descr.__repr__()},
+    )  # fmt: skip
+    if n:
+        arr[...] = raw
+
+
+def part_tmp_dir(root: Path, name: str) -> Path:
+    return root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+
+
+def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest last, then rename the temp dir into place (the commit point)."""
+    (tmp / PART_INDEX_DIR).mkdir(parents=True, exist_ok=True)
+    (tmp / PART_INDEX_DIR / PART_DONE_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StoreError(f"cannot move part into place at {final}: {exc}") from exc
+
+
+def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[str, Any]:
+    """Write a structure part; returns its manifest (counts, bytes)."""
+    root = Path(root)
+    tmp = part_tmp_dir(root, name)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        group = zarr.open_group(str(tmp), mode="w", attributes={"kind": "structures", "part": name,
+                                                                 "schema_version": SCHEMA_VERSION})  # fmt: skip
+        offsets = {g: 0 for g in ENTRY_GROUPS}
+        entry_rows, chain_rows, iface_rows, warn_rows = [], [], [], []
+        blocks: dict[str, list[np.ndarray]] = {g: [] for g in ENTRY_GROUPS}
+        for rec in contents.entries:
+            s = rec.structure
+            arrays = {"atoms": s.atoms, "tokens": s.tokens, "bonds": s.bonds, "interfaces": s.interfaces}
+            row: dict[str, Any] = {
+                "id": s.entry_id, "key": rec.key,
+                "content_hash": content_hash({g: columns(a) for g, a in arrays.items()}),
+                "source_path": rec.source_path, "source_sha256": rec.source_sha256,
+                "source_bytes": rec.source_bytes, "format": rec.fmt, "part": name,
+            }  # fmt: skip
+            for g, a in arrays.items():
+                row[f"{g[:-1]}_start"] = offsets[g]
+                row[f"{g[:-1]}_count"] = len(a)
+                offsets[g] += len(a)
+                blocks[g].append(a)
+            mt = s.tokens["mol_type"]
+            row.update(
+                n_chains=len(s.chains),
+                n_polymer_chains=sum(c.mol_type != MolType.LIGAND for c in s.chains),
+                n_ligand_chains=sum(c.mol_type == MolType.LIGAND for c in s.chains),
+                n_protein_tokens=int((mt == MolType.PROTEIN).sum()),
+                n_rna_tokens=int((mt == MolType.RNA).sum()),
+                n_dna_tokens=int((mt == MolType.DNA).sum()),
+                n_ligand_tokens=int((mt == MolType.LIGAND).sum()),
+                n_resolved_tokens=int(s.tokens["is_resolved"].sum()),
+                n_present_atoms=int(s.atoms["is_present"].sum()),
+                resolution=s.meta.resolution, release_date=s.meta.release_date, method=s.meta.method,
+                structure_id=s.meta.structure_id, n_models=s.meta.n_models, n_warnings=len(s.warnings),
+                seconds=rec.seconds,
+            )  # fmt: skip
+            entry_rows.append(row)
+            for c in s.chains:
+                chain_rows.append(
+                    {"entry_id": s.entry_id, "asym_id": c.asym_id, "label_id": c.label_id, "auth_id": c.auth_id,
+                     "entity_id": c.entity_id, "sym_id": c.sym_id, "mol_type": c.mol_type, "sequence": c.sequence,
+                     "sequence_hash": c.sequence_hash, "token_start": c.token_start, "token_count": c.token_count,
+                     "n_resolved": c.n_resolved, "part": name}  # fmt: skip
+                )
+            for it in s.interfaces:
+                iface_rows.append({"entry_id": s.entry_id, "chain_i": int(it["chain_i"]), "chain_j": int(it["chain_j"]),
+                                   "n_contacts": int(it["n_contacts"]), "min_distance": float(it["min_distance"]),
+                                   "part": name})  # fmt: skip
+            for w in s.warnings:
+                warn_rows.append({"entry_id": s.entry_id, "path": rec.source_path, "stage": "tokenize",
+                                  "message": w, "part": name})  # fmt: skip
+        for g, dt in ENTRY_GROUPS.items():
+            write_record_array(group, g, np.concatenate(blocks[g]) if blocks[g] else np.zeros(0, dtype=dt))
+        idx = tmp / PART_INDEX_DIR
+        write_table(idx / "entries.arrow", _with_part(table_from_rows("entries", entry_rows)))
+        write_table(idx / "chains.arrow", _with_part(table_from_rows("chains", chain_rows), chain_rows))
+        write_table(idx / "interfaces.arrow", _with_part(table_from_rows("interfaces", iface_rows), iface_rows))
+        write_table(idx / "warnings.arrow", table_from_rows("warnings", warn_rows))
+        fails = [{**f, "part": name} for f in contents.failures]
+        write_table(idx / "failures.arrow", table_from_rows("failures", fails))
+        manifest = {
+            "part": name, "kind": "structures", "featurizer_version": FEATURIZER_VERSION,
+            "schema_version": SCHEMA_VERSION, "n_entries": len(entry_rows), "n_failures": len(fails),
+            "keys": sorted([r["key"] for r in entry_rows] + [f["key"] for f in fails]),
+            "counts": offsets, "bytes": _dir_bytes(tmp),
+        }  # fmt: skip
+        commit_part(tmp, root / PARTS_DIR / name, manifest)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _with_part(table: Any, rows: list[dict[str, Any]] | None = None) -> Any:
+    """Add the ``part`` column (entries carry it in the schema already)."""
+    import pyarrow as pa
+
+    if "part" in table.column_names:
+        return table
+    parts = [r["part"] for r in rows] if rows else []
+    return table.append_column("part", pa.array(parts, type=pa.string()))
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
