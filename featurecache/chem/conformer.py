@@ -1,0 +1,419 @@
+"""Reference conformers (AF3 ``ref_pos``) for CCD components, with fallbacks and a time bound.
+
+One component → one :class:`ReferenceConformer` over its heavy atoms (CCD order, leaving atoms
+included: an entry's residue that lost them simply does not look them up). Strategies, in order:
+
+``etkdg``
+    RDKit ETKDGv3 on the CCD graph with explicit hydrogens, seed :func:`component_seed` (code).
+``random_coords``
+    the same with ``useRandomCoords`` (helps large rings and cages where ETKDG's
+    eigenvector start fails).
+``ccd_ideal`` / ``ccd_model``
+    the CCD's own ideal / model coordinates (when complete for the heavy atoms).
+``perceived``
+    no CCD definition: bonds perceived from one occurrence's coordinates
+    (:mod:`rdkit.Chem.rdDetermineBonds`), then embedded with ETKDGv3 / random coordinates.
+    Those coordinates only decide *which bonds exist*; the positions always come from embedding.
+``failed``
+    nothing worked: every atom has ``mask = False``, positions 0, and ``reason`` says why.
+
+Each embedding attempt is bounded by ``timeout_s`` through RDKit's ``EmbedParameters.timeout``
+(checked inside the embedding loop), so a component costs at most about ``2 × timeout_s``.
+Positions are centred on the heavy-atom centroid and stored float32. The result depends only on
+the definition (or the perceived graph), the code and the RDKit version — never on an entry's
+coordinates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rdkit import Chem, rdBase
+from rdkit.Chem import rdDetermineBonds, rdDistGeom
+
+from featurecache.errors import ChemError
+from featurecache.parse.ccd import ComponentDef
+
+logger = logging.getLogger(__name__)
+rdBase.DisableLog("rdApp.*")  # RDKit's own stderr chatter; failures are recorded in `reason`
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "STRATEGIES",
+    "ReferenceConformer",
+    "component_seed",
+    "conformer_for_component",
+    "conformer_for_perceived",
+    "mol_from_component",
+    "perceived_key",
+]
+
+STRATEGIES: tuple[str, ...] = ("etkdg", "random_coords", "ccd_ideal", "ccd_model", "perceived", "failed")
+DEFAULT_TIMEOUT_S = 20.0
+BOND_TYPES = {
+    1: Chem.BondType.SINGLE,
+    2: Chem.BondType.DOUBLE,
+    3: Chem.BondType.TRIPLE,
+    4: Chem.BondType.QUADRUPLE,
+}
+
+
+def component_seed(code: str) -> int:
+    """Embedding seed of a component: ``int(sha256(code)[:4]) mod 2**31`` (deterministic)."""
+    return int.from_bytes(hashlib.sha256(code.encode()).digest()[:4], "big") % (2**31)
+
+
+def perceived_key(code: str, atoms: Sequence[tuple[str, int]]) -> str:
+    """Table key of a component with no definition: ``code#<8 hex>``.
+
+    The hash is over the sorted ``(atom name, atomic number)`` pairs of the residue's heavy atoms,
+    so the same unknown residue with the same atoms always gets the same key.
+    """
+    text = "\n".join(f"{n}:{z}" for n, z in sorted((n.strip(), int(z)) for n, z in atoms))
+    return f"{code}#{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class ReferenceConformer:
+    """Reference conformer of one component, heavy atoms only.
+
+    ``positions`` float32 ``[n, 3]`` (Å, centred; 0 where ``mask`` is False), ``mask`` bool ``[n]``,
+    ``elements`` uint8 ``[n]`` (atomic number), ``charges`` int8 ``[n]``, ``bonds`` int32
+    ``[m, 3]`` = (i, j, order) among these atoms, order 1/2/3 or 4 = aromatic (types.Bond).
+    """
+
+    key: str
+    code: str
+    atom_names: tuple[str, ...]
+    elements: np.ndarray = field(repr=False)
+    charges: np.ndarray = field(repr=False)
+    positions: np.ndarray = field(repr=False)
+    mask: np.ndarray = field(repr=False)
+    bonds: np.ndarray = field(repr=False)
+    strategy: str
+    reason: str
+    source_sha: str
+    seconds: float
+
+    @property
+    def n_atoms(self) -> int:
+        return len(self.atom_names)
+
+
+# --- molecule construction -----------------------------------------------------------------------
+
+
+def _sanitize(mol: Chem.RWMol) -> str:
+    """Sanitize in place; fall back to skipping valence checks (metal complexes). Returns a note."""
+    try:
+        Chem.SanitizeMol(mol)
+        return ""
+    except Exception as exc:  # RDKit raises several unrelated classes (AtomValenceException, ...)
+        note = f"partial sanitization ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    mol.UpdatePropertyCache(strict=False)
+    flags = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES
+    failed = Chem.SanitizeMol(mol, flags, catchErrors=True)
+    if failed != Chem.SanitizeFlags.SANITIZE_NONE:
+        Chem.SanitizeMol(
+            mol,
+            Chem.SanitizeFlags.SANITIZE_SYMMRINGS | Chem.SanitizeFlags.SANITIZE_SETCONJUGATION,
+            catchErrors=True,
+        )
+        note += f"; flags failed: {failed}"
+    return note
+
+
+def _complete(xyz: np.ndarray, rows: np.ndarray) -> bool:
+    return bool(np.isfinite(xyz[rows]).all()) and len(rows) > 0
+
+
+def mol_from_component(comp: ComponentDef) -> tuple[Chem.Mol, str]:
+    """RDKit molecule of a CCD definition, all atoms (hydrogens included), CCD order.
+
+    Charges and Kekulé bond orders come from the CCD; aromaticity is perceived by sanitization;
+    stereo (tetrahedral and double bond) is read from the CCD ideal coordinates (model ones if the
+    ideal are incomplete) — those are the dictionary's coordinates, never an entry's. Each atom
+    carries the property ``atom_name``. Returns ``(mol, note)``; ``note`` is non-empty when
+    sanitization had to be relaxed.
+    """
+    rw = Chem.RWMol()
+    for name, z, q in zip(comp.atom_names, comp.atomic_numbers, comp.charges, strict=True):
+        atom = Chem.Atom(int(z))
+        atom.SetFormalCharge(int(q))
+        atom.SetNoImplicit(True)  # the CCD lists every hydrogen
+        atom.SetProp("atom_name", name)
+        rw.AddAtom(atom)
+    for i, j, order, _arom, _stereo in comp.bonds:
+        if rw.GetBondBetweenAtoms(i, j) is None and i != j:
+            rw.AddBond(i, j, BOND_TYPES.get(order, Chem.BondType.SINGLE))
+    note = _sanitize(rw)
+    all_rows = np.arange(comp.n_atoms)
+    for xyz in (comp.ideal, comp.model):
+        if _complete(xyz, all_rows):
+            conf = Chem.Conformer(comp.n_atoms)
+            for k, p in enumerate(xyz):
+                conf.SetAtomPosition(k, p.tolist())
+            cid = rw.AddConformer(conf, assignId=True)
+            Chem.AssignStereochemistryFrom3D(rw, confId=cid)
+            rw.RemoveAllConformers()
+            break
+    return rw.GetMol(), note
+
+
+def _heavy_bonds(mol: Chem.Mol, heavy: np.ndarray) -> np.ndarray:
+    """int32 ``[m, 3]`` (i, j, order) between heavy atoms, indices renumbered to heavy-only order."""
+    new_index = np.cumsum(heavy) - 1
+    rows = []
+    for b in mol.GetBonds():
+        i, j = b.GetBeginAtomIdx(), b.GetEndAtomIdx()
+        if heavy[i] and heavy[j]:
+            order = 4 if b.GetIsAromatic() else {1.0: 1, 2.0: 2, 3.0: 3}.get(b.GetBondTypeAsDouble(), 1)
+            a, c = sorted((int(new_index[i]), int(new_index[j])))
+            rows.append((a, c, order))
+    rows.sort()
+    return np.array(rows, dtype=np.int32).reshape(-1, 3)
+
+
+def _embed(mol: Chem.Mol, seed: int, timeout_s: float, random_coords: bool) -> tuple[np.ndarray | None, str]:
+    """Embed a copy of ``mol``; returns (positions float64 [n_all, 3] or None, failure note)."""
+    work = Chem.Mol(mol)
+    params: Any = rdDistGeom.ETKDGv3()
+    params.randomSeed = seed
+    params.numThreads = 1
+    params.useRandomCoords = random_coords
+    params.timeout = max(1, int(np.ceil(timeout_s)))
+    t0 = time.perf_counter()
+    try:
+        cid = rdDistGeom.EmbedMolecule(work, params)
+    except Exception as exc:  # RDKit raises ValueError/RuntimeError subclasses for odd graphs
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    elapsed = time.perf_counter() - t0
+    if cid < 0:
+        if elapsed >= timeout_s * 0.95:
+            return None, f"timed out after {elapsed:.1f}s"
+        return None, f"embedding failed after {elapsed:.2f}s"
+    return work.GetConformer(cid).GetPositions(), ""
+
+
+def _centre(xyz: np.ndarray) -> np.ndarray:
+    out = np.asarray(xyz, dtype=np.float64)
+    return (out - out.mean(axis=0)).astype(np.float32)
+
+
+def _conformer_from_mol(
+    mol: Chem.Mol,
+    *,
+    key: str,
+    code: str,
+    names: Sequence[str],
+    source_sha: str,
+    timeout_s: float,
+    notes: list[str],
+    ideal: np.ndarray | None,
+    model: np.ndarray | None,
+    success_strategy: str | None,
+    t0: float,
+) -> ReferenceConformer:
+    z_all = np.array([a.GetAtomicNum() for a in mol.GetAtoms()], dtype=np.int64)
+    heavy = z_all != 1
+    heavy_idx = np.flatnonzero(heavy)
+    n = len(heavy_idx)
+    seed = component_seed(code)
+    positions: np.ndarray | None = None
+    strategy = "failed"
+    attempts: list[tuple[str, bool]] = [("etkdg", False), ("random_coords", True)]
+    for name, random_coords in attempts:
+        xyz, why = _embed(mol, seed, timeout_s, random_coords)
+        if xyz is not None:
+            positions, strategy = xyz[heavy_idx], success_strategy or name
+            if name != "etkdg":
+                notes.append(f"{name} used")
+            break
+        notes.append(f"{name}: {why}")
+    if positions is None:
+        for name, xyz_all in (("ccd_ideal", ideal), ("ccd_model", model)):
+            if xyz_all is not None and _complete(xyz_all, heavy_idx):
+                positions, strategy = xyz_all[heavy_idx], name
+                break
+            if xyz_all is not None:
+                notes.append(f"{name}: coordinates incomplete")
+    mask = np.ones(n, dtype=bool)
+    if positions is None:
+        positions, mask = np.zeros((n, 3)), np.zeros(n, dtype=bool)
+        strategy = "failed"
+    pos = _centre(positions) if mask.any() else np.zeros((n, 3), np.float32)
+    charges = np.array([mol.GetAtomWithIdx(int(i)).GetFormalCharge() for i in heavy_idx], dtype=np.int8)
+    return ReferenceConformer(
+        key=key,
+        code=code,
+        atom_names=tuple(names[int(i)] for i in heavy_idx),
+        elements=z_all[heavy_idx].astype(np.uint8),
+        charges=charges,
+        positions=pos,
+        mask=mask,
+        bonds=_heavy_bonds(mol, heavy),
+        strategy=strategy,
+        reason="; ".join(x for x in notes if x),
+        source_sha=source_sha,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def conformer_for_component(comp: ComponentDef, timeout_s: float = DEFAULT_TIMEOUT_S) -> ReferenceConformer:
+    """Reference conformer of a CCD definition (key = the CCD code). Never raises for chemistry:
+    a component nothing works for comes back with strategy ``failed`` and the reason."""
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    try:
+        mol, note = mol_from_component(comp)
+        notes.append(note)
+    except Exception as exc:  # RDKit construction errors: fall back to the CCD's coordinates
+        logger.warning("CCD %s: RDKit molecule failed: %s", comp.code, exc)
+        notes.append(f"molecule: {type(exc).__name__}: {exc}")
+        # Without a molecule, only the dictionary coordinates can serve.
+        return _conformer_from_coords_only(comp, notes, t0)
+    return _conformer_from_mol(
+        mol,
+        key=comp.code,
+        code=comp.code,
+        names=comp.atom_names,
+        source_sha=comp.sha256,
+        timeout_s=timeout_s,
+        notes=notes,
+        ideal=comp.ideal,
+        model=comp.model,
+        success_strategy=None,
+        t0=t0,
+    )
+
+
+def _conformer_from_coords_only(comp: ComponentDef, notes: list[str], t0: float) -> ReferenceConformer:
+    heavy_idx = np.flatnonzero(comp.heavy)
+    n = len(heavy_idx)
+    positions, strategy = None, "failed"
+    for name, xyz in (("ccd_ideal", comp.ideal), ("ccd_model", comp.model)):
+        if _complete(xyz, heavy_idx):
+            positions, strategy = xyz[heavy_idx], name
+            break
+    mask = np.full(n, positions is not None)
+    return ReferenceConformer(
+        key=comp.code,
+        code=comp.code,
+        atom_names=tuple(comp.atom_names[i] for i in heavy_idx),
+        elements=np.array([comp.atomic_numbers[i] for i in heavy_idx], dtype=np.uint8),
+        charges=np.array([comp.charges[i] for i in heavy_idx], dtype=np.int8),
+        positions=_centre(positions) if positions is not None else np.zeros((n, 3), np.float32),
+        mask=mask,
+        bonds=np.zeros((0, 3), np.int32),
+        strategy=strategy,
+        reason="; ".join(x for x in notes if x),
+        source_sha=comp.sha256,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def perceive_mol(
+    names: Sequence[str],
+    atomic_numbers: Sequence[int],
+    coords: np.ndarray,
+    charges: Sequence[int] | None = None,
+) -> tuple[Chem.Mol, str]:
+    """Molecule of a residue with no definition: bonds perceived from ``coords`` (float [n, 3]).
+
+    Tries connectivity + bond orders (:func:`rdDetermineBonds.DetermineBonds`), then connectivity
+    alone (all single bonds). The coordinates are dropped from the result: only the graph is kept.
+    Raises :class:`ChemError` if not even connectivity can be determined.
+    """
+    coords = np.asarray(coords, dtype=np.float64)
+    if coords.shape != (len(names), 3) or not np.isfinite(coords).all():
+        raise ChemError(f"perception needs finite coordinates for all {len(names)} atoms")
+
+    def build() -> Chem.RWMol:
+        rw = Chem.RWMol()
+        for k, (name, z) in enumerate(zip(names, atomic_numbers, strict=True)):
+            atom = Chem.Atom(int(z))
+            if charges is not None:
+                atom.SetFormalCharge(int(charges[k]))
+            atom.SetProp("atom_name", name)
+            rw.AddAtom(atom)
+        conf = Chem.Conformer(len(names))
+        for k, p in enumerate(coords):
+            conf.SetAtomPosition(k, p.tolist())
+        rw.AddConformer(conf, assignId=True)
+        return rw
+
+    total_charge = int(sum(charges)) if charges is not None else 0
+    note = ""
+    rw = build()
+    try:
+        rdDetermineBonds.DetermineBonds(rw, charge=total_charge)
+        Chem.SanitizeMol(rw)
+    except Exception as exc:  # bond orders often fail without hydrogens: keep connectivity only
+        note = f"bond orders not determined ({type(exc).__name__}); connectivity only"
+        rw = build()
+        try:
+            rdDetermineBonds.DetermineConnectivity(rw, charge=total_charge)
+        except Exception as exc2:
+            raise ChemError(f"bond perception failed: {exc2}") from exc2
+        extra = _sanitize(rw)
+        if extra:
+            note += "; " + extra
+    rw.RemoveAllConformers()
+    # Heavy-atom residues from a structure: let RDKit add the implicit hydrogens it infers.
+    return rw.GetMol(), note
+
+
+def conformer_for_perceived(
+    code: str,
+    names: Sequence[str],
+    atomic_numbers: Sequence[int],
+    coords: np.ndarray,
+    charges: Sequence[int] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ReferenceConformer:
+    """Reference conformer of a residue no CCD defines (strategy ``perceived`` or ``failed``).
+
+    ``coords`` are one occurrence's heavy-atom coordinates, used only to perceive bonds; the
+    positions come from embedding the perceived graph (seeded by the key).
+    """
+    t0 = time.perf_counter()
+    key = perceived_key(code, list(zip(names, atomic_numbers, strict=True)))
+    try:
+        mol, note = perceive_mol(names, atomic_numbers, coords, charges)
+    except ChemError as exc:
+        n = len(names)
+        return ReferenceConformer(
+            key=key,
+            code=code,
+            atom_names=tuple(names),
+            elements=np.asarray(atomic_numbers, dtype=np.uint8),
+            charges=np.asarray(charges if charges is not None else np.zeros(n), dtype=np.int8),
+            positions=np.zeros((n, 3), np.float32),
+            mask=np.zeros(n, dtype=bool),
+            bonds=np.zeros((0, 3), np.int32),
+            strategy="failed",
+            reason=f"no CCD definition; {exc}",
+            source_sha="",
+            seconds=time.perf_counter() - t0,
+        )
+    withh = Chem.AddHs(mol)
+    conf = _conformer_from_mol(
+        withh,
+        key=key,
+        code=key,
+        names=list(names) + [""] * (withh.GetNumAtoms() - len(names)),
+        source_sha="",
+        timeout_s=timeout_s,
+        notes=["no CCD definition", note],
+        ideal=None,
+        model=None,
+        success_strategy="perceived",
+        t0=t0,
+    )
+    return ReferenceConformer(**{**conf.__dict__, "code": code})

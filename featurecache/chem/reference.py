@@ -1,0 +1,269 @@
+"""AF3 reference features (``ref_pos``, ``ref_mask``, …) by joining an entry onto the component table.
+
+Entries do not store reference conformers. Each token carries its residue's CCD code
+(``Token.res_name``) and each atom its name (``Atom.name``); the store keeps one reference
+conformer per component (``index/components.arrow`` + ``parts/c-*``). :func:`reference_features`
+looks every atom up by ``(code, atom name)``:
+
+* found, and the component's conformer succeeded → ``ref_pos`` from the component, ``ref_mask`` True;
+* code unknown → try the perceived key ``code#hash`` of the residue's atoms
+  (:func:`featurecache.chem.conformer.perceived_key`), grouped by ``ref_space_uid``;
+* still not found, or the component's strategy is ``failed`` → ``ref_mask`` False, ``ref_pos`` 0.
+
+Leaving atoms need no special case: only atoms present in the entry are looked up. The join is
+vectorised (one ``searchsorted`` over packed ``(component, name)`` keys), so it costs well under a
+millisecond for a few thousand atoms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from featurecache.chem.conformer import ReferenceConformer, perceived_key
+from featurecache.const import ATOM_NAME_CHARS, decode_atom_name, decode_res_name, encode_atom_name
+
+__all__ = ["ComponentTable", "reference_features"]
+
+
+def _pack_names(names: np.ndarray) -> np.ndarray:
+    """uint8 ``[n, 4]`` encoded atom names → uint32 ``[n]`` (each code < 64, one byte each)."""
+    n = np.asarray(names, dtype=np.uint32).reshape(-1, ATOM_NAME_CHARS)
+    return n[:, 0] | (n[:, 1] << 8) | (n[:, 2] << 16) | (n[:, 3] << 24)
+
+
+@dataclass
+class ComponentTable:
+    """Every stored reference conformer, flat, in memory (components are small).
+
+    Row ``r`` of the per-component columns covers atoms ``atom_start[r] : atom_start[r]+atom_count[r]``
+    of the flat atom arrays: ``name`` uint8 ``[N, 4]``, ``ref_pos`` float32 ``[N, 3]``,
+    ``mask`` bool ``[N]``, ``element`` uint8 ``[N]``, ``charge`` int8 ``[N]``. When a key occurs in
+    several rows (a definition recomputed in a later build), the last row wins.
+    """
+
+    keys: list[str]
+    strategy: list[str]
+    atom_start: np.ndarray
+    atom_count: np.ndarray
+    name: np.ndarray
+    ref_pos: np.ndarray
+    mask: np.ndarray
+    element: np.ndarray
+    charge: np.ndarray
+    _row: dict[str, int] = field(init=False, repr=False)
+    _sorted_keys: np.ndarray = field(init=False, repr=False)
+    _sorted_atoms: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.atom_start = np.asarray(self.atom_start, dtype=np.int64)
+        self.atom_count = np.asarray(self.atom_count, dtype=np.int64)
+        self._row = {k: r for r, k in enumerate(self.keys)}  # later rows override earlier ones
+        rows = np.array(sorted(self._row.values()), dtype=np.int64)
+        comp_ids = np.repeat(rows, self.atom_count[rows])
+        atoms = (
+            np.concatenate(
+                [
+                    np.arange(s, s + c)
+                    for s, c in zip(self.atom_start[rows], self.atom_count[rows], strict=True)
+                ]
+            )
+            if len(rows)
+            else np.zeros(0, np.int64)
+        )
+        packed = (comp_ids.astype(np.uint64) << np.uint64(32)) | _pack_names(self.name[atoms]).astype(
+            np.uint64
+        )
+        order = np.argsort(packed, kind="stable")
+        self._sorted_keys = packed[order]
+        self._sorted_atoms = atoms[order]
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._row
+
+    def row(self, key: str) -> int | None:
+        return self._row.get(key)
+
+    def component(self, key: str) -> dict[str, Any]:
+        """One component's arrays (``name`` decoded to str) and strategy; KeyError if absent."""
+        r = self._row[key]
+        s, c = int(self.atom_start[r]), int(self.atom_count[r])
+        return {
+            "key": key,
+            "strategy": self.strategy[r],
+            "atom_names": [decode_atom_name(x) for x in self.name[s : s + c]],
+            "ref_pos": self.ref_pos[s : s + c],
+            "mask": self.mask[s : s + c],
+            "element": self.element[s : s + c],
+            "charge": self.charge[s : s + c],
+        }
+
+    def lookup(self, comp_rows: np.ndarray, names: np.ndarray) -> np.ndarray:
+        """Flat atom index for each ``(component row, encoded name)``; -1 where absent.
+
+        ``comp_rows`` int ``[n]`` (-1 = unknown component), ``names`` uint8 ``[n, 4]``.
+        """
+        comp_rows = np.asarray(comp_rows, dtype=np.int64)
+        out = np.full(len(comp_rows), -1, dtype=np.int64)
+        ok = comp_rows >= 0
+        if not ok.any() or len(self._sorted_keys) == 0:
+            return out
+        q = (comp_rows[ok].astype(np.uint64) << np.uint64(32)) | _pack_names(names[ok]).astype(np.uint64)
+        pos = np.searchsorted(self._sorted_keys, q)
+        pos_c = np.minimum(pos, len(self._sorted_keys) - 1)
+        hit = self._sorted_keys[pos_c] == q
+        res = np.where(hit, self._sorted_atoms[pos_c], -1)
+        out[ok] = res
+        return out
+
+    @classmethod
+    def from_conformers(cls, conformers: Sequence[ReferenceConformer]) -> ComponentTable:
+        """A table from conformers computed in memory (tests, a one-off featurization)."""
+        counts = np.array([c.n_atoms for c in conformers], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
+
+        def cat(arrs: list[np.ndarray], shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+            return np.concatenate(arrs).astype(dtype) if arrs else np.zeros(shape, dtype)
+
+        names = [
+            np.array([encode_atom_name(n) for n in c.atom_names], np.uint8).reshape(-1, 4) for c in conformers
+        ]
+        return cls(
+            keys=[c.key for c in conformers],
+            strategy=[c.strategy for c in conformers],
+            atom_start=starts,
+            atom_count=counts,
+            name=cat(names, (0, 4), np.uint8),
+            ref_pos=cat([c.positions for c in conformers], (0, 3), np.float32),
+            mask=cat([c.mask for c in conformers], (0,), np.bool_),
+            element=cat([c.elements for c in conformers], (0,), np.uint8),
+            charge=cat([c.charges for c in conformers], (0,), np.int8),
+        )
+
+    @classmethod
+    def empty(cls) -> ComponentTable:
+        return cls.from_conformers([])
+
+
+def _field(table: Mapping[str, np.ndarray] | np.ndarray, name: str) -> np.ndarray:
+    return np.asarray(table[name])
+
+
+def residue_codes(entry_tokens: Mapping[str, np.ndarray] | np.ndarray) -> list[str]:
+    """CCD code of each token (decoded ``res_name``)."""
+    res = _field(entry_tokens, "res_name").reshape(-1, 5)
+    uniq, inv = np.unique(res, axis=0, return_inverse=True)
+    names = [decode_res_name(u) for u in uniq]
+    return [names[i] for i in np.asarray(inv).reshape(-1)]
+
+
+def component_rows(
+    entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
+    entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
+    table: ComponentTable,
+) -> tuple[np.ndarray, list[str]]:
+    """Component-table row of each atom (-1 where no component is stored) and each atom's key tried.
+
+    Returns ``(rows int64 [n_atoms], keys)``: ``keys[k]`` is the CCD code, or the perceived
+    ``code#hash`` key when the code itself is not in the table.
+    """
+    res = _field(entry_tokens, "res_name").reshape(-1, 5)
+    tok = _field(entry_atoms, "token_index").astype(np.int64)
+    uniq, inv = np.unique(res, axis=0, return_inverse=True)
+    codes = [decode_res_name(u) for u in uniq]
+    code_rows = np.array([table.row(c) if c in table else -1 for c in codes], dtype=np.int64)
+    tok_code = np.asarray(inv).reshape(-1)
+    atom_code = tok_code[tok] if len(tok) else np.zeros(0, np.int64)
+    rows = code_rows[atom_code] if len(tok) else np.zeros(0, np.int64)
+    keys = [codes[i] for i in atom_code]
+    missing = np.flatnonzero(rows < 0)
+    if len(missing):
+        uid = _field(entry_atoms, "ref_space_uid").astype(np.int64)
+        names = _field(entry_atoms, "name").reshape(-1, 4)
+        elements = _field(entry_atoms, "element")
+        groups: dict[tuple[int, int], list[int]] = {}
+        for m in missing:
+            groups.setdefault((int(uid[m]), int(atom_code[m])), []).append(int(m))
+        for (_uid, ci), members in groups.items():
+            key = perceived_key(codes[ci], [(decode_atom_name(names[k]), int(elements[k])) for k in members])
+            r = table.row(key)
+            for k in members:
+                keys[k] = key
+                if r is not None:
+                    rows[k] = r
+    return rows, keys
+
+
+def reference_features(
+    entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
+    entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
+    component_table: ComponentTable,
+) -> dict[str, np.ndarray]:
+    """AF3 per-atom reference features of one entry (or any atom subset with its tokens).
+
+    ``entry_atoms`` / ``entry_tokens``: mappings of field → array (``types.Entry.atoms``/``tokens``)
+    or structured arrays of ``types.Atom``/``types.Token``; atoms need ``name``, ``element``,
+    ``charge``, ``token_index``, ``ref_space_uid``; tokens need ``res_name``.
+
+    Returns ``ref_pos`` float32 ``[n, 3]`` (0 where masked), ``ref_mask`` bool ``[n]``,
+    ``ref_element`` uint8 ``[n]`` (atomic number; the component's, else the entry's),
+    ``ref_charge`` int8 ``[n]`` (likewise), ``ref_atom_name_chars`` uint8 ``[n, 4]``,
+    ``ref_space_uid`` int32 ``[n]``.
+    """
+    names = _field(entry_atoms, "name").reshape(-1, 4).astype(np.uint8)
+    n = len(names)
+    rows, _keys = component_rows(entry_atoms, entry_tokens, component_table)
+    flat = component_table.lookup(rows, names)
+    found = flat >= 0
+    safe = np.where(found, flat, 0)
+    if len(component_table.mask):
+        mask = found & component_table.mask[safe]
+        ref_pos = np.where(mask[:, None], component_table.ref_pos[safe], 0).astype(np.float32)
+        element = np.where(found, component_table.element[safe], _field(entry_atoms, "element")).astype(
+            np.uint8
+        )
+        charge = np.where(found, component_table.charge[safe], _field(entry_atoms, "charge")).astype(np.int8)
+    else:
+        mask = np.zeros(n, dtype=bool)
+        ref_pos = np.zeros((n, 3), np.float32)
+        element = _field(entry_atoms, "element").astype(np.uint8)
+        charge = _field(entry_atoms, "charge").astype(np.int8)
+    return {
+        "ref_pos": ref_pos.reshape(n, 3),
+        "ref_mask": mask,
+        "ref_element": element,
+        "ref_charge": charge,
+        "ref_atom_name_chars": names.copy(),
+        "ref_space_uid": _field(entry_atoms, "ref_space_uid").astype(np.int32),
+    }
+
+
+def missing_reference_atoms(
+    entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
+    entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
+    component_table: ComponentTable,
+) -> list[tuple[str, str, str]]:
+    """``(key, atom name, reason)`` for every atom whose ``ref_mask`` would be False."""
+    names = _field(entry_atoms, "name").reshape(-1, 4)
+    rows, keys = component_rows(entry_atoms, entry_tokens, component_table)
+    flat = component_table.lookup(rows, names)
+    out: list[tuple[str, str, str]] = []
+    ok = flat >= 0
+    if len(component_table.mask):
+        ok &= component_table.mask[np.maximum(flat, 0)]
+    for k in np.flatnonzero(~ok):
+        name = decode_atom_name(names[k])
+        if rows[k] < 0:
+            why = "no reference conformer for the component"
+        elif flat[k] < 0:
+            why = "atom name not in the component definition"
+        else:
+            why = f"component strategy {component_table.strategy[int(rows[k])]}"
+        out.append((keys[k], name, why))
+    return out
