@@ -1,0 +1,754 @@
+"""Fused pair-bias attention (AF3 triangle attention / MSA row attention), forward and backward.
+
+``out = softmax(q·kᵀ·scale + bias + mask) · v`` over q, k, v ``[B, S, H, N, D]``, a bias
+``[B, H, N, N]`` shared by all S rows and a key mask ``[B, S, N]``. Flash-style: the
+``[B, S, H, N, N]`` scores are never stored; the forward keeps the log-sum-exp per query row.
+
+Kernels (all tiles in registers, fp32 accumulation, exp2 with log2(e) folded into the scale):
+
+* ``_fwd_kernel``: one program per (query block, ``SP`` consecutive S rows, b·h); the bias tile is
+  loaded once per key block and shared by the ``SP`` rows (bias traffic / SP).
+* ``_bwd_dq_kernel``: per (query block, S rows, b·h): δ = rowsum(dO∘O), dq.
+* ``_bwd_dkv_kernel``: per (key block, S rows, b·h), loop over query blocks: dk, dv.
+* ``_bwd_dbias_kernel``: per (bias tile, S group, b·h), loop over the group's S rows: the bias
+  gradient Σ_s dS_s accumulated in registers in a fixed order; groups (only as many as needed to
+  fill the GPU) write fp32 partials that one ``sum`` reduces. No atomics: bitwise deterministic.
+
+Masking: masked keys (and keys past N) get −inf, so their weight is exactly 0. A query row with
+no real key outputs 0 and gets lse = +inf, so it passes no gradient (the reference does the same).
+
+The public entry point is :func:`pair_bias_attention`; it calls the ``featurecache::`` custom
+ops registered with ``torch.library`` (autograd via ``register_autograd``), so
+``torch.library.opcheck`` can test them and ``torch.compile`` treats them as opaque.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from featurecache.errors import KernelShapeError
+
+log = logging.getLogger(__name__)
+
+LOG2E = 1.4426950408889634
+SUPPORTED_HEAD_DIMS = (16, 32, 64)
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK: tl.constexpr):
+    """[BLOCK_N] fp32: 0 for a real key, −inf for a masked key or a column past N."""
+    ok = cols < N
+    if HAS_MASK:
+        m = tl.load(MASK + mask_off + cols * sm_n, mask=ok, other=0)
+        ok = ok & (m != 0)
+    return tl.where(ok, 0.0, float("-inf"))
+
+
+@triton.jit
+def _fwd_step(
+    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, MASK, mask_off, sm_n, cols, offs_d, N,
+    bias2, qk_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One key block of the online softmax for one S row."""
+    if EVEN_N:
+        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :])
+        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :])
+    else:
+        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+    if HAS_MASK or not EVEN_N:
+        s += _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK)[None, :]
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if HAS_MASK:
+        # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _fwd_finish(acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok):
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    row_ok = (rows < N) & store_ok
+    tl.store(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], out.to(OUT.dtype.element_ty),
+             mask=row_ok[:, None])  # fmt: skip
+    tl.store(LSE + lse_off + rows, lse, mask=row_ok)
+
+
+@triton.jit
+def _fwd_kernel(
+    Q, K, V,  # [B, S, H, N, D] (last dim contiguous)
+    BIAS,  # [B, H, N, N]
+    MASK,  # [B, S, N] uint8 (1 = real key); unused without HAS_MASK
+    OUT,  # [B, S, H, N, D], q's dtype
+    LSE,  # [B, S, H, N] fp32, log2 units
+    sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
+    so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
+    S, H, N, qk_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_s = tl.program_id(1).to(tl.int64)
+    pid_bh = tl.program_id(2).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    s0 = pid_s * SP
+    s1 = tl.minimum(s0 + 1, S - 1)  # SP == 2: second row (recomputes row S-1 when S is odd)
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    row_ok = rows < N
+
+    q0 = tl.load(Q + b * sq_b + s0 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
+                 mask=row_ok[:, None], other=0.0)  # fmt: skip
+    acc0 = tl.zeros([BLOCK_M, D], tl.float32)
+    m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l0 = tl.zeros([BLOCK_M], tl.float32)
+    if SP == 2:
+        q1 = tl.load(Q + b * sq_b + s1 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
+                     mask=row_ok[:, None], other=0.0)  # fmt: skip
+        acc1 = tl.zeros([BLOCK_M, D], tl.float32)
+        m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l1 = tl.zeros([BLOCK_M], tl.float32)
+
+    bias_base = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    for start_n in range(0, N, BLOCK_N):
+        cols = start_n + offs_n
+        if EVEN_N:
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * LOG2E
+        else:
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
+                            other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+        acc0, m0, l0 = _fwd_step(
+            acc0, m0, l0, q0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
+            sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
+            HAS_MASK, EVEN_N, PREC,
+        )  # fmt: skip
+        if SP == 2:
+            acc1, m1, l1 = _fwd_step(
+                acc1, m1, l1, q1, K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h,
+                sk_n, sv_n, MASK, b * sm_b + s1 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
+                HAS_MASK, EVEN_N, PREC,
+            )  # fmt: skip
+
+    lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
+    _fwd_finish(acc0, m0, l0, OUT, b * so_b + s0 * so_s + h * so_h, so_n, LSE, lse_row + s0 * H * N,
+                rows, offs_d, N, True)  # fmt: skip
+    if SP == 2:
+        _fwd_finish(acc1, m1, l1, OUT, b * so_b + s1 * so_s + h * so_h, so_n, LSE, lse_row + s1 * H * N,
+                    rows, offs_d, N, s0 + 1 < S)  # fmt: skip
+
+
+@triton.jit
+def _dq_step(
+    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, MASK, mask_off, sm_n, cols, offs_d, N,
+    bias2, qk_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    if EVEN_N:
+        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :])
+        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :])
+    else:
+        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+    if HAS_MASK or not EVEN_N:
+        s += _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK)[None, :]
+    p = tl.math.exp2(s - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    return dq
+
+
+@triton.jit
+def _dq_prologue(Q, OUT, DO, LSE, DELTA, q_off, o_off, do_off, sq_n, so_n, sdo_n, lse_off, rows, offs_d, N):
+    """Load q, dO and lse of one S row's query block; compute and store δ = rowsum(dO∘O)."""
+    row_ok = rows < N
+    q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    o = tl.load(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
+    tl.store(DELTA + lse_off + rows, delta, mask=row_ok)
+    return q, do, lse, delta
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V,  # [B, S, H, N, D]
+    BIAS,  # [B, H, N, N]
+    MASK,  # [B, S, N] uint8
+    OUT, DO,  # [B, S, H, N, D]
+    LSE, DELTA,  # [B, S, H, N] fp32 (DELTA written here)
+    DQ,  # [B, S, H, N, D]
+    sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
+    so_b, so_s, so_h, so_n, sdo_b, sdo_s, sdo_h, sdo_n, sdq_b, sdq_s, sdq_h, sdq_n,
+    sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
+    S, H, N, qk_scale, sm_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_s = tl.program_id(1).to(tl.int64)
+    pid_bh = tl.program_id(2).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    s0 = pid_s * SP
+    s1 = tl.minimum(s0 + 1, S - 1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    row_ok = rows < N
+    lse_row = (b * S * H + h) * N
+
+    q0, do0, lse0, delta0 = _dq_prologue(
+        Q, OUT, DO, LSE, DELTA, b * sq_b + s0 * sq_s + h * sq_h, b * so_b + s0 * so_s + h * so_h,
+        b * sdo_b + s0 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s0 * H * N, rows, offs_d, N,
+    )  # fmt: skip
+    dq0 = tl.zeros([BLOCK_M, D], tl.float32)
+    if SP == 2:
+        q1, do1, lse1, delta1 = _dq_prologue(
+            Q, OUT, DO, LSE, DELTA, b * sq_b + s1 * sq_s + h * sq_h, b * so_b + s1 * so_s + h * so_h,
+            b * sdo_b + s1 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s1 * H * N, rows, offs_d, N,
+        )  # fmt: skip
+        dq1 = tl.zeros([BLOCK_M, D], tl.float32)
+
+    bias_base = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    for start_n in range(0, N, BLOCK_N):
+        cols = start_n + offs_n
+        if EVEN_N:
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * LOG2E
+        else:
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
+                            other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+        dq0 = _dq_step(
+            dq0, q0, do0, lse0, delta0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
+            sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
+            HAS_MASK, EVEN_N, PREC,
+        )  # fmt: skip
+        if SP == 2:
+            dq1 = _dq_step(
+                dq1, q1, do1, lse1, delta1, K, V, b * sk_b + s1 * sk_s + h * sk_h,
+                b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n, MASK, b * sm_b + s1 * sm_s, sm_n, cols, offs_d,
+                N, bias2, qk_scale, HAS_MASK, EVEN_N, PREC,
+            )  # fmt: skip
+
+    dq_ptrs = rows[:, None] * sdq_n + offs_d[None, :]
+    tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * sm_scale).to(DQ.dtype.element_ty),
+             mask=row_ok[:, None])  # fmt: skip
+    if SP == 2:
+        tl.store(DQ + b * sdq_b + s1 * sdq_s + h * sdq_h + dq_ptrs, (dq1 * sm_scale).to(DQ.dtype.element_ty),
+                 mask=row_ok[:, None] & (s0 + 1 < S))  # fmt: skip
+
+
+@triton.jit
+def _dkv_step(
+    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N,
+    bias2t, qk_scale,
+    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One query block for one S row, in the transposed [key, query] domain."""
+    if EVEN_N:
+        q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :])
+        do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :])
+        lse = tl.load(LSE + lse_off + rows)
+        delta = tl.load(DELTA + lse_off + rows)
+    else:
+        row_ok = rows < N
+        q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
+        delta = tl.load(DELTA + lse_off + rows, mask=row_ok, other=0.0)
+    st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
+    if HAS_KEY_ADD:
+        st += key_add[:, None]
+    pt = tl.math.exp2(st - lse[None, :])
+    dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
+    dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
+    dst = pt * (dpt - delta[None, :])
+    dk += tl.dot(dst.to(q.dtype), q, input_precision=PREC)
+    return dk, dv
+
+
+@triton.jit
+def _dkv_load(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N):
+    col_ok = (cols < N)[:, None]
+    k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=col_ok, other=0.0)
+    v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :], mask=col_ok, other=0.0)
+    return k, v
+
+
+@triton.jit
+def _bwd_dkv_kernel(
+    Q, K, V,  # [B, S, H, N, D]
+    BIAS,  # [B, H, N, N]
+    MASK,  # [B, S, N] uint8
+    DO,  # [B, S, H, N, D]
+    LSE, DELTA,  # [B, S, H, N] fp32
+    DK, DV,  # [B, S, H, N, D]
+    sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
+    sdo_b, sdo_s, sdo_h, sdo_n, sdk_b, sdk_s, sdk_h, sdk_n, sdv_b, sdv_s, sdv_h, sdv_n,
+    sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
+    S, H, N, qk_scale, sm_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1).to(tl.int64)
+    pid_bh = tl.program_id(2).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    s0 = pid_s * SP
+    s1 = tl.minimum(s0 + 1, S - 1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    lse_row = (b * S * H + h) * N
+    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
+
+    k0, v0 = _dkv_load(K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h, sk_n, sv_n,
+                       cols, offs_d, N)  # fmt: skip
+    key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
+    dk0 = tl.zeros([BLOCK_N, D], tl.float32)
+    dv0 = tl.zeros([BLOCK_N, D], tl.float32)
+    if SP == 2:
+        k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n,
+                           cols, offs_d, N)  # fmt: skip
+        key_add1 = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
+        dk1 = tl.zeros([BLOCK_N, D], tl.float32)
+        dv1 = tl.zeros([BLOCK_N, D], tl.float32)
+
+    bias_base = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j
+    for start_m in range(0, N, BLOCK_M):
+        rows = start_m + offs_m
+        if EVEN_N:
+            bias2t = tl.load(bias_base + rows[None, :] * sb_i).to(tl.float32) * LOG2E
+        else:
+            bias2t = tl.load(bias_base + rows[None, :] * sb_i, mask=(cols < N)[:, None] & (rows < N)[None, :],
+                             other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+        dk0, dv0 = _dkv_step(
+            dk0, dv0, k0, v0, key_add0, Q, DO, b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h,
+            sq_n, sdo_n, LSE, DELTA, lse_row + s0 * H * N, rows, offs_d, N, bias2t, qk_scale,
+            HAS_KEY_ADD, EVEN_N, PREC,
+        )  # fmt: skip
+        if SP == 2:
+            dk1, dv1 = _dkv_step(
+                dk1, dv1, k1, v1, key_add1, Q, DO, b * sq_b + s1 * sq_s + h * sq_h,
+                b * sdo_b + s1 * sdo_s + h * sdo_h, sq_n, sdo_n, LSE, DELTA, lse_row + s1 * H * N, rows,
+                offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC,
+            )  # fmt: skip
+
+    col_ok = (cols < N)[:, None]
+    dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
+    dv_ptrs = cols[:, None] * sdv_n + offs_d[None, :]
+    tl.store(
+        DK + b * sdk_b + s0 * sdk_s + h * sdk_h + dk_ptrs,
+        (dk0 * sm_scale).to(DK.dtype.element_ty),
+        mask=col_ok,
+    )
+    tl.store(DV + b * sdv_b + s0 * sdv_s + h * sdv_h + dv_ptrs, dv0.to(DV.dtype.element_ty), mask=col_ok)
+    if SP == 2:
+        ok1 = col_ok & (s0 + 1 < S)
+        tl.store(DK + b * sdk_b + s1 * sdk_s + h * sdk_h + dk_ptrs, (dk1 * sm_scale).to(DK.dtype.element_ty),
+                 mask=ok1)  # fmt: skip
+        tl.store(DV + b * sdv_b + s1 * sdv_s + h * sdv_h + dv_ptrs, dv1.to(DV.dtype.element_ty), mask=ok1)
+
+
+@triton.jit
+def _bwd_dbias_kernel(
+    Q, K, V,  # [B, S, H, N, D]
+    BIAS,  # [B, H, N, N]
+    MASK,  # [B, S, N] uint8
+    DO,  # [B, S, H, N, D]
+    LSE, DELTA,  # [B, S, H, N] fp32
+    DB,  # [G, B, H, N, N] (contiguous): fp32 partial sums, or the final gradient when G == 1
+    sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
+    sdo_b, sdo_s, sdo_h, sdo_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
+    S, H, N, S_PER_GROUP, qk_scale,
+    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_t = tl.program_id(0)
+    pid_g = tl.program_id(1).to(tl.int64)
+    pid_bh = tl.program_id(2).to(tl.int64)
+    b = pid_bh // H
+    h = pid_bh % H
+    n_blocks_n = tl.cdiv(N, BLOCK_N)
+    rows = (pid_t // n_blocks_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid_t % n_blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    row_ok = rows < N
+    col_ok = cols < N
+    tile_ok = row_ok[:, None] & col_ok[None, :]
+    bias_ptrs = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i + cols[None, :] * sb_j
+    if EVEN_N:
+        bias2 = tl.load(bias_ptrs).to(tl.float32) * LOG2E
+    else:
+        bias2 = tl.load(bias_ptrs, mask=tile_ok, other=0.0).to(tl.float32) * LOG2E
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    s_start = pid_g * S_PER_GROUP
+    s_end = tl.minimum(s_start + S_PER_GROUP, S)
+    for s in range(s_start, s_end):
+        lse_off = ((b * S + s) * H + h) * N
+        q_ptrs = Q + b * sq_b + s * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :]
+        do_ptrs = DO + b * sdo_b + s * sdo_s + h * sdo_h + rows[:, None] * sdo_n + offs_d[None, :]
+        k_ptrs = K + b * sk_b + s * sk_s + h * sk_h + cols[:, None] * sk_n + offs_d[None, :]
+        v_ptrs = V + b * sv_b + s * sv_s + h * sv_h + cols[:, None] * sv_n + offs_d[None, :]
+        if EVEN_N:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+            lse = tl.load(LSE + lse_off + rows)
+            delta = tl.load(DELTA + lse_off + rows)
+        else:
+            q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
+            k = tl.load(k_ptrs, mask=col_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=col_ok[:, None], other=0.0)
+            lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
+            delta = tl.load(DELTA + lse_off + rows, mask=row_ok, other=0.0)
+        st = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+        if HAS_MASK or not EVEN_N:
+            st += _key_add(MASK, b * sm_b + s * sm_s, sm_n, cols, N, HAS_MASK)[None, :]
+        p = tl.math.exp2(st - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        acc += p * (dp - delta[:, None])
+
+    db_ptrs = DB + ((pid_g * tl.num_programs(2) + pid_bh) * N + rows[:, None]) * N + cols[None, :]
+    tl.store(db_ptrs, acc.to(DB.dtype.element_ty), mask=tile_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# launch configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shape and launch parameters of one kernel.
+
+    ``sp``: S rows per program (1 or 2; bias tiles are shared between them). ``block_m`` tiles
+    queries, ``block_n`` keys.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+    sp: int = 1
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    fwd: KernelConfig
+    dq: KernelConfig
+    dkv: KernelConfig
+    dbias: KernelConfig
+    #: the bias-gradient grid aims at this many programs (S is split into groups to get there)
+    dbias_target_programs: int = 264
+
+
+def _interpreting() -> bool:
+    return bool(triton.knobs.runtime.interpret) if hasattr(triton, "knobs") else False
+
+
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
+    """Tile configuration per (head dim, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
+    if device.type != "cuda":  # Triton interpreter: small tiles keep numpy fast
+        c = KernelConfig(32, 32, 1, 1, 1)
+        return AttentionConfig(c, c, c, c, dbias_target_programs=8)
+    if dtype == torch.float32:  # ieee fp32 dots run on the FMA units: small tiles
+        c = KernelConfig(64, 32, 4, 2, 1)
+        return AttentionConfig(c, c, KernelConfig(32, 64, 4, 2, 1), c)
+    if head_dim == 64:
+        return AttentionConfig(
+            fwd=KernelConfig(128, 64, 8, 3, 1),
+            dq=KernelConfig(64, 64, 4, 3, 1),
+            dkv=KernelConfig(64, 64, 4, 3, 1),
+            dbias=KernelConfig(64, 64, 4, 2, 1),
+        )
+    return AttentionConfig(
+        fwd=KernelConfig(128, 64, 4, 3, 1),
+        dq=KernelConfig(128, 64, 8, 3, 1),
+        dkv=KernelConfig(64, 128, 8, 3, 1),
+        dbias=KernelConfig(64, 64, 4, 2, 1),
+    )
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
+# --------------------------------------------------------------------------------------------
+# host launchers
+# --------------------------------------------------------------------------------------------
+
+
+def _check(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None
+) -> None:
+    if q.dim() != 5 or q.shape != k.shape or q.shape != v.shape:
+        raise KernelShapeError(
+            f"q, k, v must all be [B, S, H, N, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    b, s, h, n, d = q.shape
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise KernelShapeError(
+            f"head dim {d} not supported (one of {SUPPORTED_HEAD_DIMS}); q is {tuple(q.shape)}"
+        )
+    if tuple(bias.shape) != (b, h, n, n):
+        raise KernelShapeError(f"bias must be [B, H, N, N] = {(b, h, n, n)}; got {tuple(bias.shape)}")
+    if mask is not None and (tuple(mask.shape) != (b, s, n) or mask.dtype != torch.bool):
+        raise KernelShapeError(
+            f"mask must be bool [B, S, N] = {(b, s, n)}; got {mask.dtype} {tuple(mask.shape)}"
+        )
+    if (
+        q.dtype not in (torch.float32, torch.float16, torch.bfloat16)
+        or k.dtype != q.dtype
+        or v.dtype != q.dtype
+    ):
+        raise KernelShapeError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not bias.is_floating_point():
+        raise KernelShapeError(f"bias must be floating point; got {bias.dtype}")
+    if n == 0 or s == 0 or b == 0 or h == 0:
+        raise KernelShapeError(f"empty input {tuple(q.shape)}")
+
+
+def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _mask_args(mask: torch.Tensor | None, like: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    if mask is None:
+        return like, (0, 0, 0)
+    m = mask.view(torch.uint8)
+    return m, (m.stride(0), m.stride(1), m.stride(2))
+
+
+def _prec(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _even(n: int, *blocks: int) -> bool:
+    return all(n % blk == 0 for blk in blocks)
+
+
+def pair_bias_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    config: AttentionConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel. Returns ``out`` ``[B, S, H, N, D]`` (q's dtype and layout) and
+    ``lse`` ``[B, S, H, N]`` fp32 (log2 units, +inf for rows without a real key)."""
+    _check(q, k, v, bias, mask)
+    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    b, s, h, n, d = q.shape
+    cfg = (config or default_config(d, q.dtype, q.device)).fwd
+    out = torch.empty_like(q)
+    lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
+    m, m_strides = _mask_args(mask, q)
+    grid = (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h)
+    _fwd_kernel[grid](
+        q, k, v, bias, m, out, lse,
+        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
+        s, h, n, scale * LOG2E,
+        HAS_MASK=mask is not None, EVEN_N=_even(n, cfg.block_m, cfg.block_n), D=d,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SP=cfg.sp, PREC=_prec(q.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out, lse
+
+
+def pair_bias_attention_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    config: AttentionConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's dtype)."""
+    _check(q, k, v, bias, mask)
+    if do.shape != q.shape or out.shape != q.shape:
+        raise KernelShapeError(
+            f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
+        )
+    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    do, out = _last_contiguous(do.to(q.dtype)), _last_contiguous(out)
+    lse = lse.contiguous()
+    b, s, h, n, d = q.shape
+    config = config or default_config(d, q.dtype, q.device)
+    prec = _prec(q.dtype)
+    m, m_strides = _mask_args(mask, q)
+    has_mask = mask is not None
+    qk_scale = scale * LOG2E
+    delta = torch.empty_like(lse)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+
+    c = config.dq
+    _bwd_dq_kernel[(triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h)](
+        q, k, v, bias, m, out, do, lse, delta, dq,
+        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *do.stride()[:4],
+        *dq.stride()[:4], *bias.stride(), *m_strides,
+        s, h, n, qk_scale, scale,
+        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=prec,
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+
+    c = config.dkv
+    _bwd_dkv_kernel[(triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h)](
+        q, k, v, bias, m, do, lse, delta, dk, dv,
+        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *do.stride()[:4], *dk.stride()[:4],
+        *dv.stride()[:4], *bias.stride(), *m_strides,
+        s, h, n, qk_scale, scale,
+        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=prec,
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+
+    c = config.dbias
+    n_tiles = triton.cdiv(n, c.block_m) * triton.cdiv(n, c.block_n)
+    target = max(config.dbias_target_programs, 2 * _num_sms(q.device))
+    groups = max(1, min(s, math.ceil(target / (n_tiles * b * h))))
+    per_group = math.ceil(s / groups)
+    groups = math.ceil(s / per_group)
+    db = torch.empty(
+        (groups, b, h, n, n), device=q.device, dtype=bias.dtype if groups == 1 else torch.float32
+    )
+    _bwd_dbias_kernel[(n_tiles, groups, b * h)](
+        q, k, v, bias, m, do, lse, delta, db,
+        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *do.stride()[:4], *bias.stride(), *m_strides,
+        s, h, n, per_group, qk_scale,
+        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, PREC=prec,
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+    dbias = db[0] if groups == 1 else db.sum(dim=0).to(bias.dtype)
+    return dq, dk, dv, dbias
+
+
+# --------------------------------------------------------------------------------------------
+# torch.library registration and autograd
+# --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(
+    "featurecache::pair_bias_attention",
+    mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, float scale) -> (Tensor, Tensor)",
+)
+def _attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return pair_bias_attention_forward(q, k, v, bias, mask, scale)
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, bias, mask, scale):  # type: ignore[no-untyped-def]
+    b, s, h, n, _ = q.shape
+    return torch.empty_like(q), q.new_empty((b, s, h, n), dtype=torch.float32)
+
+
+@torch.library.custom_op(
+    "featurecache::pair_bias_attention_backward",
+    mutates_args=(),
+    schema=(
+        "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, Tensor out, Tensor lse, "
+        "float scale) -> (Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _attention_backward_op(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return pair_bias_attention_backward(dout, q, k, v, bias, mask, out, lse, scale)
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale):  # type: ignore[no-untyped-def]
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(bias)
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    q, k, v, bias, mask, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, bias, mask, out, lse)
+    ctx.scale = scale
+
+
+def _backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
+    q, k, v, bias, mask, out, lse = ctx.saved_tensors
+    dq, dk, dv, dbias = torch.ops.featurecache.pair_bias_attention_backward(
+        dout, q, k, v, bias, mask, out, lse, ctx.scale
+    )
+    return dq, dk, dv, dbias, None, None
+
+
+_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def pair_bias_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Fused ``softmax(q·kᵀ·scale + bias + mask)·v``; differentiable in q, k, v and bias.
+
+    q, k, v: ``[B, S, H, N, D]`` (fp32/fp16/bf16, D ∈ {16, 32, 64}; any strides with a
+    contiguous last axis); bias: ``[B, H, N, N]``; mask: bool ``[B, S, N]`` key mask or None;
+    scale defaults to ``D**-0.5``. Returns ``[B, S, H, N, D]`` in q's dtype.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    out, _ = torch.ops.featurecache.pair_bias_attention(q, k, v, bias, mask, scale)
+    return out
