@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 
 from featurecache.errors import ParseError
 from featurecache.parse.ccd import CCD, _parse_component, parse_component_file, read_components
-from tests.chem import ccdtext
+
+# tests/parse is not a package: load the shared independent CCD text scanner by path.
+_spec = importlib.util.spec_from_file_location(
+    "_ccdtext", Path(__file__).resolve().parents[1] / "chem" / "ccdtext.py"
+)
+assert _spec is not None and _spec.loader is not None
+ccdtext = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ccdtext)
 
 CODES = ("HEM", "GNP", "MG", "NAG", "ALA", "DA", "CLR", "PLM", "ZN")
 
