@@ -1,0 +1,385 @@
+"""Per-step assembly: a cropped entry → one sample (numpy), and samples → one padded batch (torch).
+
+A *sample* is a dict of compact numpy arrays (small integer dtypes, MSA deletions as counts, token
+bonds as index pairs) so that it is cheap to send between processes; :func:`collate` pads a list
+of samples to the largest one and produces the tensors of
+:data:`featurecache.client.schema.BATCH_SCHEMA` (int64 classes, float features, dense masks).
+Nothing is one-hot encoded here: the model embeds the integer classes after the crop.
+
+Sample arrays (N kept tokens, A their atoms, M MSA rows, K bonded token pairs):
+
+=====================  ============  =========================================================
+``restype``            uint8 [N]     const.RESTYPES
+``residue_index``      int32 [N]
+``asym_id`` …          int32 [N]     ``entity_id``, ``sym_id`` likewise; ``mol_type`` uint8
+``token_index``        int64 [N]     token index in the uncropped entry
+``centre_coords``      float32 [N,3] ground-truth centre atom; ``centre_mask`` bool [N]
+``token_bond_pairs``   int32 [K,2]   crop-local token pairs with a covalent bond (i < j)
+``msa``                uint8 [M,N]   row 0 is the query; ``msa_mask`` bool [M,N]
+``msa_deletions``      int16 [M,N]   deletion counts (→ ``has_deletion``, ``deletion_value``)
+``profile``            float32 [N,32] over the whole stored MSA; ``deletion_mean`` float32 [N]
+``atom_to_token``      int32 [A]     crop-local token of each atom
+``atom_present``       bool [A];     ``atom_coords`` float32 [A,3]
+``ref_pos``            float32 [A,3] reference conformer, randomly rotated + translated per uid
+``ref_mask``           bool [A];     ``ref_element`` uint8, ``ref_charge`` int8 [A]
+``ref_atom_name_chars`` uint8 [A,4]; ``ref_space_uid`` int32 [A] (renumbered 0.. per sample)
+=====================  ============  =========================================================
+
+plus metadata: ``entry_id`` (str), ``crop_method`` (str), ``crop_centre`` (int, -1 if none).
+
+MSA subsampling (AF3): the number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)``
+where ``D`` is the deepest MSA among the cropped chains; each chain keeps its query (row 0) and
+``n - 1`` of its other rows drawn uniformly without replacement (all of them when it has fewer).
+Chains' rows are stacked side by side (AF3's unpaired MSA): row ``r`` of the sample holds row ``r``
+of every chain's selection; a chain with fewer rows is gap there with ``msa_mask`` False. Only the
+selected rows and the cropped columns are read from the store. A chain without a stored MSA
+(ligands, or no MSA given) gets the single-sequence MSA: its tokens' ``restype`` as the query,
+the one-hot of it as the profile, and no further rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from featurecache.const import GAP, NUM_RESTYPES, MolType
+from featurecache.errors import NotFound
+from featurecache.types import Entry, MSABlock
+
+log = logging.getLogger(__name__)
+
+#: AF3 trains with up to 16,384 MSA rows; a CPU/host-memory friendly default for the client.
+DEFAULT_MAX_MSA_ROWS = 1024
+#: Standard deviation (Å) of the random translation applied to each reference conformer.
+REF_TRANSLATION_STD = 1.0
+
+#: ``(key, rows, cols) -> MSABlock``: a reader's ``msa`` method.
+MSAFetch = Callable[[str, "np.ndarray | None", "np.ndarray | None"], MSABlock]
+#: ``key -> (depth, length)`` of a stored MSA, or None when it is not stored.
+MSAShape = Callable[[str], "tuple[int, int] | None"]
+#: ``(atoms, tokens) -> dict`` with ``ref_pos`` float32 [A,3] and ``ref_mask`` bool [A].
+RefFeatures = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+SAMPLE_META_KEYS = ("entry_id", "crop_method", "crop_centre")
+
+
+# -------------------------------------------------------------------------------------- atoms
+def atom_indices(tokens: Mapping[str, np.ndarray], keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Entry atom indices of the kept tokens (int64 [A], token order) and each one's crop token."""
+    start = np.asarray(tokens["atom_start"], dtype=np.int64)[keep]
+    count = np.asarray(tokens["atom_count"], dtype=np.int64)[keep]
+    total = int(count.sum())
+    owner = np.repeat(np.arange(keep.size, dtype=np.int64), count)
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return start[owner] + offsets, owner
+
+
+def token_bond_pairs(bonds: Mapping[str, np.ndarray], keep: np.ndarray, n_tokens: int) -> np.ndarray:
+    """Crop-local (i < j) token pairs joined by a bond whose both tokens were kept, int32 [K, 2]."""
+    if not len(bonds.get("token_i", ())):
+        return np.zeros((0, 2), dtype=np.int32)
+    local = np.full(n_tokens, -1, dtype=np.int64)
+    local[keep] = np.arange(keep.size)
+    ti = local[np.asarray(bonds["token_i"], dtype=np.int64)]
+    tj = local[np.asarray(bonds["token_j"], dtype=np.int64)]
+    ok = (ti >= 0) & (tj >= 0) & (ti != tj)
+    pairs = np.stack([np.minimum(ti[ok], tj[ok]), np.maximum(ti[ok], tj[ok])], axis=1)
+    return np.unique(pairs, axis=0).astype(np.int32) if pairs.size else np.zeros((0, 2), dtype=np.int32)
+
+
+def random_rotations(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` rotation matrices uniform over SO(3) (normalized Gaussian quaternions), float64 [n,3,3]."""
+    q = rng.normal(size=(n, 4))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    w, x, y, z = q.T
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)], axis=-1),
+            np.stack([2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)], axis=-1),
+            np.stack([2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)], axis=-1),
+        ],
+        axis=1,
+    )
+
+
+def augment_reference(
+    ref_pos: np.ndarray, ref_mask: np.ndarray, uid: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """AF3 reference-conformer augmentation: per ``ref_space_uid``, centre the masked atoms, apply
+    a uniform random rotation and a N(0, 1 Å²) translation. Masked-out atoms stay at 0.
+
+    ``ref_pos`` float32 [A,3], ``ref_mask`` bool [A], ``uid`` int [A] (compact 0..U-1).
+    """
+    if ref_pos.shape[0] == 0:
+        return ref_pos.astype(np.float32)
+    n_uid = int(uid.max()) + 1
+    rot = random_rotations(n_uid, rng)
+    shift = rng.normal(scale=REF_TRANSLATION_STD, size=(n_uid, 3))
+    w = ref_mask.astype(np.float64)
+    count = np.bincount(uid, weights=w, minlength=n_uid)
+    sums = np.stack([np.bincount(uid, weights=ref_pos[:, k] * w, minlength=n_uid) for k in range(3)], axis=1)
+    centre = sums / np.maximum(count, 1.0)[:, None]
+    x = ref_pos.astype(np.float64) - centre[uid]
+    out = np.einsum("aij,aj->ai", rot[uid], x) + shift[uid]
+    return np.where(ref_mask[:, None], out, 0.0).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------- MSA
+def _chain_msa_keys(chains: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for ch in chains:
+        key = ch.get("msa_key")
+        if key and int(ch.get("mol_type", MolType.LIGAND)) != MolType.LIGAND:
+            out[int(ch["asym_id"])] = str(key)
+    return out
+
+
+def msa_features(
+    tokens: Mapping[str, np.ndarray],
+    keep: np.ndarray,
+    chains: Sequence[Mapping[str, Any]],
+    fetch: MSAFetch | None,
+    rng: np.random.Generator,
+    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    msa_shape: MSAShape | None = None,
+) -> dict[str, np.ndarray]:
+    """MSA features of the kept tokens (see the module docstring for the sampling rule).
+
+    ``chains``: the entry's chain rows (``asym_id``, ``mol_type``, ``msa_key`` where an MSA is
+    stored); ``fetch``: the reader's ``msa(key, rows, cols)``; ``msa_shape``: key → (depth,
+    length) from the MSA index, None when not stored (without it, one row is read to learn it).
+    MSA column of a polymer token =
+    ``residue_index - 1`` (position in the chain sequence; the per-atom tokens of a modified
+    residue all take that residue's column).
+    """
+    n = keep.size
+    restype = np.asarray(tokens["restype"])[keep].astype(np.uint8)
+    asym = np.asarray(tokens["asym_id"])[keep].astype(np.int64)
+    resi = np.asarray(tokens["residue_index"])[keep].astype(np.int64)
+    keys = _chain_msa_keys(chains) if fetch is not None else {}
+    blocks: dict[int, tuple[str, np.ndarray, int]] = {}  # asym -> (key, token positions, depth)
+    for c in np.unique(asym).tolist():
+        key = keys.get(int(c))
+        if key is None:
+            continue
+        shape = msa_shape(key) if msa_shape is not None else _shape_by_reading(fetch, key)  # type: ignore[arg-type]
+        if shape is None:
+            log.debug("MSA %s of chain %d not stored; single sequence", key, c)
+            continue
+        d, length = shape
+        pos = np.flatnonzero(asym == c)
+        cols = resi[pos] - 1
+        if cols.min() < 0 or cols.max() >= length:
+            log.warning("MSA %s has %d columns but chain %d has residue index %d; single sequence",
+                        key, length, c, int(cols.max()) + 1)  # fmt: skip
+            continue
+        blocks[int(c)] = (key, pos, int(d))
+    depth = max([b[2] for b in blocks.values()], default=1)
+    n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1
+
+    msa = np.full((n_rows, n), GAP, dtype=np.uint8)
+    mask = np.zeros((n_rows, n), dtype=bool)
+    dels = np.zeros((n_rows, n), dtype=np.int16)
+    msa[0] = restype
+    mask[0] = True
+    profile = np.zeros((n, NUM_RESTYPES), dtype=np.float32)
+    profile[np.arange(n), restype] = 1.0
+    deletion_mean = np.zeros(n, dtype=np.float32)
+    for c in sorted(blocks):
+        key, pos, d = blocks[c]
+        k = min(n_rows, d)
+        others = (
+            np.sort(rng.choice(np.arange(1, d), size=k - 1, replace=False))
+            if k > 1
+            else np.zeros(0, np.int64)
+        )
+        rows = np.concatenate([[0], others]).astype(np.int64)
+        cols_tok = resi[pos] - 1
+        ucols, inv = np.unique(cols_tok, return_inverse=True)
+        blk = fetch(key, rows, ucols)  # type: ignore[misc]
+        msa[:k, pos] = blk.residues[:, inv]
+        dels[:k, pos] = blk.deletions[:, inv]
+        mask[:k, pos] = True
+        profile[pos] = blk.profile[inv]
+        deletion_mean[pos] = blk.deletion_mean[inv]
+    return {
+        "msa": msa,
+        "msa_mask": mask,
+        "msa_deletions": dels,
+        "profile": profile,
+        "deletion_mean": deletion_mean,
+    }
+
+
+def _shape_by_reading(fetch: MSAFetch, key: str) -> tuple[int, int] | None:
+    try:
+        head = fetch(key, np.zeros(1, np.int64), np.zeros(0, np.int64))
+    except NotFound:
+        return None
+    return int(head.depth), int(head.length)
+
+
+# ------------------------------------------------------------------------------------- sample
+def assemble_sample(
+    entry: Entry,
+    keep: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    chains: Sequence[Mapping[str, Any]] | None = None,
+    msa_fetch: MSAFetch | None = None,
+    msa_shape: MSAShape | None = None,
+    ref_features: RefFeatures | None = None,
+    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    augment_ref: bool = True,
+) -> dict[str, Any]:
+    """One sample from ``entry`` restricted to the sorted token indices ``keep`` (int64 [N]).
+
+    ``chains``: chain rows with ``msa_key`` (default ``entry.chains``).
+
+    Draws from ``rng`` in a fixed order (MSA rows, then reference augmentation) so that a sample is
+    a function of the entry, the crop and the generator's seed.
+    """
+    tok, atoms = entry.tokens, entry.atoms
+    keep = np.asarray(keep, dtype=np.int64)
+    n_entry_tokens = len(tok["restype"])
+    centre = np.asarray(tok["centre_atom"], dtype=np.int64)[keep]
+    coords = np.asarray(atoms["coords"], dtype=np.float32)
+    present = np.asarray(atoms["is_present"], dtype=bool)
+    sample: dict[str, Any] = {
+        "restype": np.asarray(tok["restype"])[keep].astype(np.uint8),
+        "residue_index": np.asarray(tok["residue_index"])[keep].astype(np.int32),
+        "asym_id": np.asarray(tok["asym_id"])[keep].astype(np.int32),
+        "entity_id": np.asarray(tok["entity_id"])[keep].astype(np.int32),
+        "sym_id": np.asarray(tok["sym_id"])[keep].astype(np.int32),
+        "mol_type": np.asarray(tok["mol_type"])[keep].astype(np.uint8),
+        "token_index": keep.copy(),
+        "centre_coords": coords[centre],
+        "centre_mask": present[centre],
+        "token_bond_pairs": token_bond_pairs(entry.bonds, keep, n_entry_tokens),
+    }
+    sample.update(
+        msa_features(
+            tok, keep, entry.chains if chains is None else chains, msa_fetch, rng, max_msa_rows, msa_shape
+        )
+    )
+
+    aidx, owner = atom_indices(tok, keep)
+    sub_atoms = {k: np.asarray(v)[aidx] for k, v in atoms.items()}
+    _, uid = np.unique(np.asarray(sub_atoms["ref_space_uid"], dtype=np.int64), return_inverse=True)
+    uid = uid.reshape(-1).astype(np.int32)
+    if ref_features is not None and aidx.size:
+        ref = ref_features(sub_atoms, tok)
+        ref_pos = np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3)
+        ref_mask = np.asarray(ref["ref_mask"], dtype=bool)
+    else:
+        ref_pos = np.zeros((aidx.size, 3), dtype=np.float32)
+        ref_mask = np.zeros(aidx.size, dtype=bool)
+    if augment_ref and ref_mask.any():
+        ref_pos = augment_reference(ref_pos, ref_mask, uid, rng)
+    sample.update(
+        {
+            "atom_to_token": owner.astype(np.int32),
+            "atom_present": present[aidx],
+            "atom_coords": coords[aidx],
+            "ref_pos": ref_pos,
+            "ref_mask": ref_mask,
+            "ref_element": np.asarray(sub_atoms["element"]).astype(np.uint8),
+            "ref_charge": np.asarray(sub_atoms["charge"]).astype(np.int8),
+            "ref_atom_name_chars": np.asarray(sub_atoms["name"]).astype(np.uint8).reshape(-1, 4),
+            "ref_space_uid": uid,
+        }
+    )
+    sample["entry_id"] = entry.id
+    return sample
+
+
+# ------------------------------------------------------------------------------------ collate
+#: sample key -> (batch key, pad value, axes padded: "N" tokens, "A" atoms, "M" rows)
+_PADDED: dict[str, tuple[str, float, str]] = {
+    "restype": ("int64", GAP, "N"),
+    "residue_index": ("int64", 0, "N"),
+    "asym_id": ("int64", 0, "N"),
+    "entity_id": ("int64", 0, "N"),
+    "sym_id": ("int64", 0, "N"),
+    "mol_type": ("int64", 0, "N"),
+    "token_index": ("int64", 0, "N"),
+    "centre_coords": ("float32", 0, "N"),
+    "centre_mask": ("bool", 0, "N"),
+    "msa": ("int64", GAP, "MN"),
+    "msa_mask": ("bool", 0, "MN"),
+    "profile": ("float32", 0, "N"),
+    "deletion_mean": ("float32", 0, "N"),
+    "atom_to_token": ("int64", 0, "A"),
+    "atom_present": ("bool", 0, "A"),
+    "atom_coords": ("float32", 0, "A"),
+    "ref_pos": ("float32", 0, "A"),
+    "ref_mask": ("bool", 0, "A"),
+    "ref_element": ("int64", 0, "A"),
+    "ref_charge": ("float32", 0, "A"),
+    "ref_atom_name_chars": ("int64", 0, "A"),
+    "ref_space_uid": ("int64", 0, "A"),
+}
+
+
+def _pad_into(out: np.ndarray, b: int, arr: np.ndarray) -> None:
+    index: tuple[Any, ...] = (b, *(slice(0, s) for s in arr.shape))
+    out[index] = arr
+
+
+def collate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Pad samples to the largest of the batch and stack them into the batch dict (torch).
+
+    Tensors follow :data:`~featurecache.client.schema.BATCH_SCHEMA` (``token_mask``, ``atom_mask``
+    mark what is real; padded ``msa`` / ``restype`` are gap). Metadata stays per sample:
+    ``entry_id``, ``crop_method`` (lists), ``crop_centre``, ``position``, ``reorder_depth``
+    (int64 [B] tensors) and ``skipped`` (list of skip-record dicts of the whole batch).
+    """
+    import torch
+
+    if not samples:
+        raise ValueError("collate needs at least one sample")
+    bsz = len(samples)
+    n = max(int(s["restype"].shape[0]) for s in samples)
+    a = max(int(s["atom_to_token"].shape[0]) for s in samples)
+    m = max(int(s["msa"].shape[0]) for s in samples)
+    dims = {"N": n, "A": a, "M": m}
+    arrays: dict[str, np.ndarray] = {}
+    for key, (dtype, pad, axes) in _PADDED.items():
+        first = np.asarray(samples[0][key])
+        tail = first.shape[len(axes) :]
+        shape = (bsz, *[dims[x] for x in axes], *tail)
+        out = np.full(shape, pad, dtype=dtype)
+        for b, s in enumerate(samples):
+            _pad_into(out, b, np.asarray(s[key]))
+        arrays[key] = out
+    token_mask = np.zeros((bsz, n), dtype=bool)
+    atom_mask = np.zeros((bsz, a), dtype=bool)
+    token_bonds = np.zeros((bsz, n, n), dtype=bool)
+    dels = np.zeros((bsz, m, n), dtype=np.float32)
+    for b, s in enumerate(samples):
+        token_mask[b, : s["restype"].shape[0]] = True
+        atom_mask[b, : s["atom_to_token"].shape[0]] = True
+        pairs = np.asarray(s["token_bond_pairs"], dtype=np.int64).reshape(-1, 2)
+        token_bonds[b, pairs[:, 0], pairs[:, 1]] = True
+        token_bonds[b, pairs[:, 1], pairs[:, 0]] = True
+        d = np.asarray(s["msa_deletions"])
+        dels[b, : d.shape[0], : d.shape[1]] = d
+    batch: dict[str, Any] = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    batch["token_mask"] = torch.from_numpy(token_mask)
+    batch["atom_mask"] = torch.from_numpy(atom_mask)
+    batch["token_bonds"] = torch.from_numpy(token_bonds)
+    batch["has_deletion"] = torch.from_numpy((dels > 0).astype(np.float32))
+    batch["deletion_value"] = torch.from_numpy((2.0 / math.pi * np.arctan(dels / 3.0)).astype(np.float32))
+    batch["entry_id"] = [str(s.get("entry_id", "")) for s in samples]
+    batch["crop_method"] = [str(s.get("crop_method", "")) for s in samples]
+    batch["crop_centre"] = torch.tensor([int(s.get("crop_centre", -1)) for s in samples], dtype=torch.int64)
+    batch["position"] = torch.tensor([int(s.get("position", -1)) for s in samples], dtype=torch.int64)
+    batch["reorder_depth"] = torch.tensor(
+        [int(s.get("reorder_depth", 0)) for s in samples], dtype=torch.int64
+    )
+    batch["skipped"] = [rec for s in samples for rec in s.get("skipped", ())]
+    return batch

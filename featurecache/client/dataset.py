@@ -1,0 +1,528 @@
+"""``FeatureDataset``: what a training script imports.
+
+sampler → fetch entry → crop → assemble (MSA rows, reference augmentation) → sample, computed for
+several samples at once on a bounded pool and yielded ready-first (:mod:`.loader`).
+
+Sharding
+--------
+The sampler defines one stream of positions ``0, 1, 2, …`` (epoch ``e`` is
+``[e·L, (e+1)·L)``, ``L = len(sampler)``). Rank ``r`` of ``W`` takes the positions with
+``p % W == r``; inside a rank, ``DataLoader`` worker ``w`` of ``K`` takes those with
+``(p // W) % K == w``. Every sample's randomness comes from a generator seeded by
+``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
+restart (:meth:`FeatureDataset.sample` recomputes one).
+
+Exact resume — semantics
+------------------------
+A position is *resolved* once the trainer has **received** its sample (the dataset's iterator
+handed it over, or — through a ``DataLoader`` — :meth:`FeatureDataset.consume` saw it in a batch;
+:class:`FeatureLoader` calls it for you), or once it was **skipped** (raised, or passed its
+deadline; a skip is reported with the next sample of the same worker, or at once when iterating
+the dataset directly). :meth:`~FeatureDataset.state_dict` records, for this rank and the current
+epoch, the resolved positions: a watermark below which all are resolved plus the resolved ones
+above it (samples yielded out of order). Samples that were prefetched, computed or even batched
+inside ``DataLoader`` workers but not yet received by the trainer are **not** resolved. After
+:meth:`~FeatureDataset.load_state_dict`, iteration yields exactly the unresolved positions of the
+epoch (in the new run's ready-first order): no duplicate, no missing sample. Skipped samples are
+not retried after a resume, except skips that no later sample of their worker reported before the
+state was taken (they are computed once more). The state is per rank; resume needs the same seed,
+epoch length and world size (checked), while the number of ``DataLoader`` workers and the pool
+may change. With ``DataLoader(persistent_workers=True)`` load the state before the first
+iteration.
+
+In ``infinite`` mode the stream never ends: positions run on through epochs and ``epoch`` in the
+state is the epoch of the watermark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS, assemble_sample, collate
+from featurecache.client.crop import (
+    DEFAULT_CROP_SIZE,
+    DEFAULT_CROP_WEIGHTS,
+    DEFAULT_MAX_ATOMS,
+    INTERFACE_CUTOFF,
+    CropInput,
+    Cropper,
+)
+from featurecache.client.loader import (
+    ConsumedPositions,
+    Done,
+    LoaderStats,
+    ReadyFirst,
+    SkipRecord,
+)
+from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
+from featurecache.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION: Final = 1
+#: state_dict keys
+K_VERSION, K_SEED, K_EPOCH_LENGTH, K_INFINITE = "version", "seed", "epoch_length", "infinite"
+K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
+
+#: Arrays the per-step path reads from an entry (everything but occupancy / B-factor).
+ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/coords", "atoms/is_present",
+    "atoms/element", "atoms/charge", "atoms/name", "atoms/token_index", "atoms/ref_space_uid")  # fmt: skip
+
+SampleHook = Callable[[SampleKey], None]
+
+
+# --------------------------------------------------------------------------------------- sources
+def open_source(source: Any) -> Any:
+    """A reader for ``source``: a store directory, an ``http(s)://`` lookup-service URL, or a reader."""
+    if isinstance(source, str | Path):
+        text = str(source)
+        if text.startswith(("http://", "https://")):
+            from featurecache.client.http import LookupClient
+
+            return LookupClient(text)
+        from featurecache import open_store
+
+        return open_store(text)
+    if not hasattr(source, "entry"):
+        raise InvalidRequest(f"source must be a store path, a URL or a reader, got {type(source).__name__}")
+    return source
+
+
+def _source_spec(source: Any) -> Any:
+    """What travels to other processes: a path or URL when we can name the source, else the object."""
+    if isinstance(source, str | Path):
+        return str(source)
+    for attr in ("url", "base_url"):
+        val = getattr(source, attr, None)
+        if isinstance(val, str) and val.startswith(("http://", "https://")):
+            return val
+    path = getattr(source, "path", None)
+    if isinstance(path, str | Path) and (Path(path) / "zarr.json").is_file():
+        return str(path)
+    return source
+
+
+class _SourceRef:
+    """Opens the reader lazily, once per process (readers hold mmaps, zarr handles, HTTP pools)."""
+
+    def __init__(self, source: Any, reader: Any = None) -> None:
+        self.spec = _source_spec(source)
+        self._reader: Any = reader
+        self._pid = os.getpid() if reader is not None else -1
+        self._msa_shapes: dict[str, tuple[int, int]] | None = None
+        self._components: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"])  # type: ignore[misc]
+
+    def get(self) -> Any:
+        if self._reader is None or self._pid != os.getpid():
+            self._reader = open_source(self.spec)
+            self._pid = os.getpid()
+            self._msa_shapes = None
+            self._components = None
+        return self._reader
+
+    def msa_shapes(self) -> dict[str, tuple[int, int]]:
+        """MSA key → (depth, length) from the reader's ``msas`` table (empty when none)."""
+        if self._msa_shapes is None:
+            self._msa_shapes = _msa_shapes(self.get())
+        return self._msa_shapes
+
+    def components(self) -> Any:
+        if self._components is None:
+            self._components = _component_table(self.get()) or False
+        return self._components or None
+
+
+def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
+    try:
+        t: pa.Table = reader.msas
+    except Exception:  # a reader without MSAs
+        return {}
+    if t is None or t.num_rows == 0:
+        return {}
+    cols = set(t.column_names)
+    key_col = next((c for c in ("key", "msa_key", "sequence_hash", "hash") if c in cols), None)
+    len_col = next((c for c in ("length", "n_cols", "query_length") if c in cols), None)
+    if key_col is None or "depth" not in cols or len_col is None:
+        log.warning("msas table has columns %s; cannot find key/depth/length, MSAs unused", sorted(cols))
+        return {}
+    keys = t.column(key_col).to_pylist()
+    depth = t.column("depth").to_pylist()
+    length = t.column(len_col).to_pylist()
+    return {str(k): (int(d), int(n)) for k, d, n in zip(keys, depth, length, strict=True)}
+
+
+def _component_table(reader: Any) -> Any:
+    """The reader's reference-conformer table (``chem.reference.ComponentTable``) or None."""
+    for attr in ("component_table", "reference_components"):
+        val = getattr(reader, attr, None)
+        if val is not None:
+            return val() if callable(val) else val
+    return None
+
+
+# ------------------------------------------------------------------------------------ one sample
+class SampleJob:
+    """fetch → crop → assemble for one :class:`SampleKey` (picklable; runs on any pool worker)."""
+
+    def __init__(
+        self,
+        source: _SourceRef,
+        cropper: Cropper,
+        *,
+        seed: int,
+        max_msa_rows: int,
+        augment_ref: bool,
+        use_msa: bool,
+        hook: SampleHook | None,
+    ) -> None:
+        self.source = source
+        self.cropper = cropper
+        self.seed = seed
+        self.max_msa_rows = max_msa_rows
+        self.augment_ref = augment_ref
+        self.use_msa = use_msa
+        self.hook = hook
+
+    def rng(self, key: SampleKey) -> np.random.Generator:
+        return np.random.default_rng([self.seed, key.epoch, key.index])
+
+    def __call__(self, key: SampleKey) -> dict[str, Any]:
+        if self.hook is not None:
+            self.hook(key)
+        reader = self.source.get()
+        entry = reader.entry(key.entry_id, list(ENTRY_ARRAYS))
+        rng = self.rng(key)
+        crop = self.cropper(CropInput.from_arrays(entry.tokens, entry.atoms, entry.bonds, entry.interfaces), rng,
+                            key.chains or None)  # fmt: skip
+        shapes = self.source.msa_shapes() if self.use_msa else {}
+        chains = _with_msa_keys(entry.chains, shapes)
+        components = self.source.components()
+        ref_fn = None
+        if components is not None:
+            from featurecache.chem.reference import reference_features
+
+            def ref_fn(
+                atoms: Mapping[str, np.ndarray], tokens: Mapping[str, np.ndarray]
+            ) -> Mapping[str, np.ndarray]:
+                return reference_features(atoms, tokens, components)
+
+        sample = assemble_sample(
+            entry, crop.indices, rng, chains=chains,
+            msa_fetch=reader.msa if shapes else None, msa_shape=shapes.get if shapes else None,
+            ref_features=ref_fn, max_msa_rows=self.max_msa_rows, augment_ref=self.augment_ref,
+        )  # fmt: skip
+        sample["crop_method"] = crop.method
+        sample["crop_centre"] = crop.centre_token
+        sample["epoch"] = key.epoch
+        sample["index"] = key.index
+        return sample
+
+
+def _with_msa_keys(
+    chains: Sequence[Mapping[str, Any]], shapes: Mapping[str, tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """Chain rows with ``msa_key`` set where the store holds an MSA for the chain."""
+    out = []
+    for ch in chains:
+        row = dict(ch)
+        key = row.get("msa_key") or row.get("sequence_hash")
+        row["msa_key"] = key if key and key in shapes else None
+        out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------------------- dataset
+class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
+    """Cropped, assembled training samples from a feature store, ready-first.
+
+    ``source``: store directory, lookup-service URL, or a reader object. Sampling: ``sampler`` or
+    ``weighting`` (``"uniform"`` | ``"af3"``), ``cluster_table``, ``filters``,
+    ``samples_per_epoch``, ``seed``, ``infinite``. Cropping: ``crop_size`` tokens, ``max_atoms``,
+    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``,
+    ``augment_ref``, ``use_msa``. Execution: ``pool`` (``"thread"`` | ``"process"``), ``workers``
+    (samples computed at once), ``window`` (reorder window), ``deadline_s`` (per sample; None =
+    none), ``mp_context``. Sharding: ``rank`` / ``world_size`` (default: from
+    ``torch.distributed`` when initialized). ``sample_hook(key)`` runs before each sample's fetch
+    (fault injection in tests and benchmarks).
+
+    Yields sample dicts (see :mod:`.assemble`) with ``position``, ``epoch``, ``index``,
+    ``reorder_depth`` and ``skipped`` (skip records since the previous sample). Batch them with
+    :func:`~featurecache.client.assemble.collate`, or use :meth:`loader`.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        crop_size: int = DEFAULT_CROP_SIZE,
+        max_atoms: int | None = DEFAULT_MAX_ATOMS,
+        crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
+        interface_cutoff: float = INTERFACE_CUTOFF,
+        sampler: Sampler | None = None,
+        weighting: str = "uniform",
+        cluster_table: pa.Table | None = None,
+        filters: SamplerFilter | None = None,
+        samples_per_epoch: int | None = None,
+        seed: int = 0,
+        infinite: bool = False,
+        max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+        augment_ref: bool = True,
+        use_msa: bool = True,
+        pool: str = "thread",
+        workers: int = 2,
+        window: int = 8,
+        deadline_s: float | None = 60.0,
+        mp_context: str = "spawn",
+        rank: int | None = None,
+        world_size: int | None = None,
+        sample_hook: SampleHook | None = None,
+    ) -> None:
+        super().__init__()
+        reader = open_source(source)
+        self.source = _SourceRef(source, reader)
+        self.sampler = sampler or Sampler(
+            reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
+            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
+        )  # fmt: skip
+        self.seed = seed
+        self.infinite = infinite
+        self.cropper = Cropper(crop_size, max_atoms, crop_weights, interface_cutoff)
+        self.job = SampleJob(self.source, self.cropper, seed=seed, max_msa_rows=max_msa_rows,
+                             augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook)  # fmt: skip
+        self.pool, self.workers, self.window = pool, workers, window
+        self.deadline_s, self.mp_context = deadline_s, mp_context
+        ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
+        self._rank, self._world = rank, world_size
+        if (rank is None) != (world_size is None):
+            raise InvalidRequest("give both rank and world_size, or neither")
+        if world_size is not None and not 0 <= int(rank or 0) < world_size:
+            raise InvalidRequest(f"rank {rank} out of range for world size {world_size}")
+        self.epoch = 0
+        self.stats = LoaderStats()
+        self._consumed: ConsumedPositions | None = None
+        self._track_on_yield = True
+        self._executors: dict[int, ReadyFirst] = {}
+
+    # --------------------------------------------------------------- pickling (DataLoader workers)
+    def __getstate__(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["_executors"] = {}
+        return d
+
+    # ------------------------------------------------------------------------------- sharding
+    def rank_world(self) -> tuple[int, int]:
+        if self._world is not None:
+            return int(self._rank or 0), int(self._world)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
+    @property
+    def epoch_length(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (per-epoch mode); the consumed-position state starts afresh."""
+        if epoch != self.epoch:
+            self.epoch = int(epoch)
+            self._consumed = None
+
+    def _positions(self) -> ConsumedPositions:
+        rank, world = self.rank_world()
+        c = self._consumed
+        if c is None or c.stride != world or c.offset != rank:
+            start = 0 if self.infinite else self.epoch * self.epoch_length
+            stop = None if self.infinite else (self.epoch + 1) * self.epoch_length
+            c = ConsumedPositions(start, stop, world, rank)
+            self._consumed = c
+        return c
+
+    # ------------------------------------------------------------------------------ iteration
+    def _executor(self, in_worker: bool) -> ReadyFirst:
+        pid = os.getpid()
+        ex = self._executors.get(pid)
+        if ex is None:
+            pool = self.pool
+            if pool == "process" and in_worker:
+                log.warning("a process pool cannot start inside a DataLoader worker; using threads")
+                pool = "thread"
+            ex = ReadyFirst(self.job, pool=pool, workers=self.workers, window=self.window,
+                            deadline_s=self.deadline_s, mp_context=self.mp_context)  # fmt: skip
+            self._executors = {pid: ex}
+        return ex
+
+    def close(self) -> None:
+        """Stop the pool (threads finish their sample; processes exit)."""
+        for ex in self._executors.values():
+            ex.close()
+        self._executors = {}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        wid, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        in_worker = info is not None
+        _, world = self.rank_world()
+        consumed = self._positions()
+        track = self._track_on_yield and not in_worker
+        positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
+        items = ((p, self.sampler.key(p)) for p in positions)
+        skipped: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for out in self._executor(in_worker).run(items):
+            key: SampleKey = out.item
+            if not isinstance(out, Done):
+                rec = SkipRecord(
+                    out.seq, key.entry_id, out.reason, out.error_class, out.message, out.elapsed_s
+                )
+                skipped.append(rec.as_dict())
+                if track:
+                    self.stats.record_skip(rec)
+                    consumed.mark(out.seq)
+                continue
+            sample = out.value
+            sample["position"] = out.seq
+            sample["reorder_depth"] = out.depth
+            sample["skipped"] = skipped
+            skipped = []
+            if track:
+                consumed.mark(out.seq)
+                self.stats.record_sample(out.depth)
+                self.stats.record_wait(time.perf_counter() - t0)
+            yield sample
+            t0 = time.perf_counter()
+
+    def consume(self, batch: Mapping[str, Any]) -> None:
+        """Record that the trainer received ``batch`` (or one sample): its positions and the skips
+        it reports are resolved. :class:`FeatureLoader` calls this for every batch."""
+        positions = _ints(batch.get("position"))
+        depths = _ints(batch.get("reorder_depth", 0))
+        consumed = self._positions()
+        for p in positions:
+            consumed.mark(p)
+        for d in depths:
+            self.stats.record_sample(d)
+        for rec in batch.get("skipped", ()):
+            consumed.mark(int(rec["position"]))
+            self.stats.record_skip(SkipRecord(**rec))
+
+    # ---------------------------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """What the trainer has consumed so far this epoch (see the module docstring)."""
+        rank, world = self.rank_world()
+        consumed = self._positions()
+        epoch = self.epoch
+        if self.infinite:
+            epoch = consumed.watermark // self.epoch_length
+        return {
+            K_VERSION: STATE_VERSION, K_SEED: self.seed, K_EPOCH_LENGTH: self.epoch_length,
+            K_INFINITE: self.infinite, K_EPOCH: epoch, K_WORLD: world, K_RANK: rank, K_CONSUMED: consumed.state(),
+        }  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        rank, world = self.rank_world()
+        if int(state.get(K_VERSION, -1)) != STATE_VERSION:
+            raise InvalidRequest(f"state version {state.get(K_VERSION)} is not {STATE_VERSION}")
+        for k, mine in ((K_SEED, self.seed), (K_EPOCH_LENGTH, self.epoch_length), (K_INFINITE, self.infinite),
+                        (K_WORLD, world), (K_RANK, rank)):  # fmt: skip
+            if state[k] != mine:
+                raise InvalidRequest(f"cannot resume: state has {k}={state[k]!r}, this dataset {mine!r}")
+        if not self.infinite:
+            self.epoch = int(state[K_EPOCH])
+        self._consumed = None
+        self._positions().load(dict(state[K_CONSUMED]))
+
+    # ------------------------------------------------------------------------ direct access
+    def sample(self, position: int) -> dict[str, Any]:
+        """The sample at stream ``position``, computed here and now (same crop as in iteration)."""
+        key = self.sampler.key(position)
+        out = self.job(key)
+        out["position"] = position
+        out["reorder_depth"] = 0
+        out["skipped"] = []
+        return out
+
+    def map_view(self, epoch: int | None = None) -> MapView:
+        """This epoch's samples as a map-style dataset (index i → position epoch·L + i)."""
+        return MapView(self, self.epoch if epoch is None else epoch)
+
+    def loader(self, batch_size: int = 1, num_workers: int = 0, **kwargs: Any) -> FeatureLoader:
+        return FeatureLoader(self, batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+
+def _ints(value: Any) -> list[int]:
+    """A tensor, array, list or scalar of integers as a list (None → [])."""
+    if value is None:
+        return []
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+class MapView(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Map-style view of one epoch of a :class:`FeatureDataset` — what an ordered ``DataLoader``
+    over the same sample stream reads (no pool, no deadline: each index computed when asked)."""
+
+    def __init__(self, dataset: FeatureDataset, epoch: int) -> None:
+        self.dataset = dataset
+        self.offset = epoch * dataset.epoch_length
+
+    def __len__(self) -> int:
+        return self.dataset.epoch_length
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.dataset.sample(self.offset + int(i))
+
+
+class FeatureLoader:
+    """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
+    consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
+    recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
+    delegate to the dataset; load before iterating."""
+
+    def __init__(
+        self, dataset: FeatureDataset, batch_size: int = 1, num_workers: int = 0, **kwargs: Any
+    ) -> None:
+        self.dataset = dataset
+        dataset._track_on_yield = False
+        kwargs.setdefault("collate_fn", collate)
+        self.dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+    @property
+    def stats(self) -> LoaderStats:
+        return self.dataset.stats
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        it = iter(self.dataloader)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.dataset.stats.record_wait(time.perf_counter() - t0)
+            self.dataset.consume(batch)
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.dataset.load_state_dict(state)

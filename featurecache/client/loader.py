@@ -1,0 +1,595 @@
+"""Ready-first execution: a bounded pool, a bounded reorder window, deadlines, failure records.
+
+:class:`ReadyFirst` runs ``fn(item)`` for a stream of ``(seq, item)`` pairs (``seq`` strictly
+increasing) on a pool of threads or processes and yields an outcome per item:
+
+* :class:`Done` as soon as its result is ready — *ready first* — except that an item may be
+  overtaken by at most ``window`` later items; once ``window`` later results have been yielded
+  while it is still running, it is waited for (``window=0`` is strictly in order);
+* :class:`Skipped` with ``reason="error"`` when ``fn`` raised (recorded, never retried), or
+  ``reason="deadline"`` when it ran longer than ``deadline_s`` (abandoned: a process worker is
+  killed and replaced; a thread cannot be killed, so it is retired — its late result is dropped —
+  and a fresh thread takes its place).
+
+At most ``workers + window`` items are dispatched and not yet yielded, so memory stays bounded.
+The deadline is measured from the moment a worker starts the item (items wait in the main
+thread, never in a worker queue).
+
+Process pools need ``fn`` and the items to be picklable; they cannot be started inside a
+``torch.utils.data.DataLoader`` worker (daemonic processes have no children) — use threads there.
+
+This module also holds :class:`ConsumedPositions` (the exact-resume bookkeeping) and
+:class:`LoaderStats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Final
+
+from featurecache.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+POOLS: Final[tuple[str, ...]] = ("thread", "process")
+SKIP_ERROR: Final = "error"
+SKIP_DEADLINE: Final = "deadline"
+_STALE_WAIT_S: Final = 2.0
+
+
+# ----------------------------------------------------------------------------------- outcomes
+@dataclass
+class Done:
+    """``fn(item)`` returned ``value``. ``depth``: earlier items still unresolved when it was yielded."""
+
+    seq: int
+    item: Any
+    value: Any
+    elapsed_s: float
+    depth: int = 0
+
+
+@dataclass
+class Skipped:
+    """``item`` produced no value: ``reason`` is ``"error"`` (``fn`` raised) or ``"deadline"``."""
+
+    seq: int
+    item: Any
+    reason: str
+    error_class: str
+    message: str
+    elapsed_s: float
+
+
+Outcome = Done | Skipped
+
+
+# --------------------------------------------------------------------------------------- pools
+class _Pool:
+    """Workers that each run one task at a time; the caller dispatches only to idle workers."""
+
+    def idle(self) -> int:
+        raise NotImplementedError
+
+    def submit(self, tid: int, item: Any) -> None:
+        raise NotImplementedError
+
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        """Messages ``(tid, ok, value or (error class, message))`` available within ``timeout``."""
+        raise NotImplementedError
+
+    def abandon(self, tid: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _error_payload(exc: BaseException) -> tuple[str, str]:
+    return type(exc).__name__, str(exc) or repr(exc)
+
+
+class _ThreadPool(_Pool):
+    def __init__(self, fn: Callable[[Any], Any], size: int) -> None:
+        self._fn = fn
+        self._size = size
+        self._out: queue.Queue[tuple[int, int, bool, Any]] = queue.Queue()
+        self._inbox: dict[int, queue.Queue[tuple[int, Any] | None]] = {}
+        self._busy: dict[int, int | None] = {}  # worker -> tid
+        self._next_wid = 0
+        self.retired = 0
+        for _ in range(size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        wid = self._next_wid
+        self._next_wid += 1
+        inbox: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=1)
+        self._inbox[wid] = inbox
+        self._busy[wid] = None
+        t = threading.Thread(
+            target=self._main, args=(wid, inbox), name=f"featurecache-ready-{wid}", daemon=True
+        )
+        t.start()
+
+    def _main(self, wid: int, inbox: queue.Queue[tuple[int, Any] | None]) -> None:
+        while True:
+            task = inbox.get()
+            if task is None:
+                return
+            tid, item = task
+            try:
+                msg: tuple[int, int, bool, Any] = (wid, tid, True, self._fn(item))
+            except Exception as exc:
+                log.debug("task %d raised:\n%s", tid, traceback.format_exc())
+                msg = (wid, tid, False, _error_payload(exc))
+            self._out.put(msg)
+
+    def idle(self) -> int:
+        return sum(1 for t in self._busy.values() if t is None)
+
+    def submit(self, tid: int, item: Any) -> None:
+        wid = next(w for w, t in self._busy.items() if t is None)
+        self._busy[wid] = tid
+        self._inbox[wid].put((tid, item))
+
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        msgs: list[tuple[int, int, bool, Any]] = []
+        try:
+            msgs.append(
+                self._out.get(timeout=timeout) if timeout is None or timeout > 0 else self._out.get_nowait()
+            )
+            while True:
+                msgs.append(self._out.get_nowait())
+        except queue.Empty:
+            pass
+        out = []
+        for wid, tid, ok, payload in msgs:
+            if wid in self._busy:  # a retired worker's late result is dropped
+                self._busy[wid] = None
+                out.append((tid, ok, payload))
+        return out
+
+    def abandon(self, tid: int) -> None:
+        wid = next((w for w, t in self._busy.items() if t == tid), None)
+        if wid is None:
+            return
+        # The thread cannot be stopped: forget it (it exits after its task) and start another.
+        del self._busy[wid]
+        inbox = self._inbox.pop(wid)
+        with contextlib.suppress(queue.Empty):  # a task the thread has not picked up yet is withdrawn
+            inbox.get_nowait()
+        inbox.put_nowait(None)
+        self.retired += 1
+        self._spawn()
+
+    def close(self) -> None:
+        for inbox in self._inbox.values():
+            with contextlib.suppress(queue.Full):
+                inbox.put_nowait(None)
+        self._inbox.clear()
+        self._busy.clear()
+
+
+def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        tid, item = task
+        try:
+            msg = (tid, True, fn(item))
+        except Exception as exc:
+            msg = (tid, False, _error_payload(exc))
+        try:
+            conn.send(msg)
+        except Exception as exc:  # the value itself cannot be pickled
+            conn.send((tid, False, _error_payload(exc)))
+
+
+class _ProcessPool(_Pool):
+    """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue."""
+
+    def __init__(self, fn: Callable[[Any], Any], size: int, context: str) -> None:
+        self._fn = fn
+        self._ctx: Any = mp.get_context(context)
+        self._workers: dict[int, tuple[Any, Connection]] = {}
+        self._busy: dict[int, int | None] = {}
+        self._next_wid = 0
+        self.retired = 0
+        for _ in range(size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        wid = self._next_wid
+        self._next_wid += 1
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_process_main, args=(self._fn, child), name=f"featurecache-ready-{wid}",
+                                 daemon=True)  # fmt: skip
+        proc.start()
+        child.close()
+        self._workers[wid] = (proc, parent)
+        self._busy[wid] = None
+
+    def idle(self) -> int:
+        return sum(1 for t in self._busy.values() if t is None)
+
+    def submit(self, tid: int, item: Any) -> None:
+        wid = next(w for w, t in self._busy.items() if t is None)
+        self._busy[wid] = tid
+        self._workers[wid][1].send((tid, item))
+
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        conns: dict[Any, int] = {self._workers[w][1]: w for w, t in self._busy.items() if t is not None}
+        if not conns:
+            return []
+        out: list[tuple[int, bool, Any]] = []
+        for conn in wait(list(conns), timeout=timeout):
+            wid = conns[conn]
+            tid = int(self._busy[wid] or 0)
+            try:
+                msg: tuple[int, bool, Any] = self._workers[wid][1].recv()
+            except (EOFError, OSError) as exc:
+                # the worker died (crash, OOM kill): its task fails, a fresh worker replaces it
+                self._replace(wid)
+                out.append((tid, False, ("WorkerDied", f"worker process exited: {exc!r}")))
+                continue
+            self._busy[wid] = None
+            out.append(msg)
+        return out
+
+    def _replace(self, wid: int) -> None:
+        proc, conn = self._workers.pop(wid)
+        del self._busy[wid]
+        proc.kill()
+        proc.join(timeout=5)
+        conn.close()
+        self.retired += 1
+        self._spawn()
+
+    def abandon(self, tid: int) -> None:
+        wid = next((w for w, t in self._busy.items() if t == tid), None)
+        if wid is not None:
+            self._replace(wid)
+
+    def close(self) -> None:
+        for _proc, conn in self._workers.values():
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
+        for proc, conn in self._workers.values():
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2)
+            conn.close()
+        self._workers.clear()
+        self._busy.clear()
+
+
+# --------------------------------------------------------------------------------- ready-first
+class ReadyFirst:
+    """Run ``fn`` over a stream on a bounded pool; yield outcomes ready-first within a window.
+
+    ``pool``: ``"thread"`` or ``"process"``; ``workers``: pool size; ``window``: how many later items
+    may overtake an unfinished one (0 = in order); ``deadline_s``: seconds an item may run (None =
+    no deadline); ``mp_context``: start method of a process pool.
+    The pool starts lazily and persists across :meth:`run` calls until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        pool: str = "thread",
+        workers: int = 2,
+        window: int = 8,
+        deadline_s: float | None = None,
+        mp_context: str = "spawn",
+    ) -> None:
+        if pool not in POOLS:
+            raise InvalidRequest(f"pool must be one of {POOLS}, got {pool!r}")
+        if workers < 1 or window < 0:
+            raise InvalidRequest(f"need workers >= 1 and window >= 0, got {workers}, {window}")
+        if deadline_s is not None and deadline_s <= 0:
+            raise InvalidRequest(f"deadline_s must be > 0 or None, got {deadline_s}")
+        self.fn = fn
+        self.pool_kind = pool
+        self.workers = workers
+        self.window = window
+        self.deadline_s = deadline_s
+        self.mp_context = mp_context
+        self._pool: _Pool | None = None
+        self._stale: set[int] = set()  # tids of an earlier run still on a worker
+
+    def _get_pool(self) -> _Pool:
+        if self._pool is None:
+            if self.pool_kind == "thread":
+                self._pool = _ThreadPool(self.fn, self.workers)
+            else:
+                self._pool = _ProcessPool(self.fn, self.workers, self.mp_context)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._stale.clear()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def run(self, items: Iterable[tuple[int, Any]]) -> Iterator[Outcome]:
+        pool = self._get_pool()
+        self._drop_stale(pool)
+        it = iter(items)
+        exhausted = False
+        running: dict[int, tuple[float, Any]] = {}  # seq -> (start, item)
+        overtaken: dict[int, int] = {}  # running seq -> later results yielded since it started
+        ready: dict[int, Done] = {}
+        cap = self.workers + self.window
+        last_seq: int | None = None
+        try:
+            while True:
+                while not exhausted and pool.idle() > 0 and len(running) + len(ready) < cap:
+                    try:
+                        seq, item = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if last_seq is not None and seq <= last_seq:
+                        raise InvalidRequest(f"ReadyFirst needs increasing seq, got {seq} after {last_seq}")
+                    last_seq = seq
+                    pool.submit(seq, item)
+                    running[seq] = (time.monotonic(), item)
+                    overtaken[seq] = 0
+                yielded = False
+                while ready:
+                    s = min(ready)
+                    blockers = [t for t in running if t < s]
+                    if any(overtaken[t] >= self.window for t in blockers):
+                        break
+                    done = ready.pop(s)
+                    done.depth = len(blockers)
+                    for t in blockers:
+                        overtaken[t] += 1
+                    yielded = True
+                    yield done
+                if yielded:
+                    continue
+                if not running:
+                    if exhausted and not ready:
+                        return
+                    if not ready:
+                        continue
+                timeout = self._timeout(running)
+                for tid, ok, payload in pool.get(timeout):
+                    if tid not in running:
+                        self._stale.discard(tid)
+                        continue
+                    start, item = running.pop(tid)
+                    overtaken.pop(tid)
+                    elapsed = time.monotonic() - start
+                    if ok:
+                        ready[tid] = Done(tid, item, payload, elapsed)
+                    else:
+                        cls, msg = payload
+                        log.warning("sample %d failed (%s: %s); skipped", tid, cls, msg)
+                        yield Skipped(tid, item, SKIP_ERROR, cls, msg, elapsed)
+                if self.deadline_s is not None:
+                    now = time.monotonic()
+                    for tid, (start, item) in list(running.items()):
+                        if now - start > self.deadline_s:
+                            pool.abandon(tid)
+                            del running[tid]
+                            del overtaken[tid]
+                            msg = f"no result after {self.deadline_s:g} s; abandoned"
+                            log.warning("sample %d: %s", tid, msg)
+                            yield Skipped(tid, item, SKIP_DEADLINE, "DeadlineExceeded", msg, now - start)
+        finally:
+            # Whatever is still on a worker belongs to this run; its results must not leak into the next.
+            self._stale.update(running)
+
+    def _timeout(self, running: dict[int, tuple[float, Any]]) -> float | None:
+        if self.deadline_s is None or not running:
+            return None
+        first = min(start for start, _ in running.values())
+        return max(0.0, first + self.deadline_s - time.monotonic()) + 1e-3
+
+    def _drop_stale(self, pool: _Pool) -> None:
+        """Tasks of a run the consumer stopped early: wait briefly for them, then abandon them."""
+        if not self._stale:
+            return
+        end = time.monotonic() + min(self.deadline_s or _STALE_WAIT_S, _STALE_WAIT_S)
+        while self._stale and time.monotonic() < end:
+            for tid, _ok, _payload in pool.get(0.05):
+                self._stale.discard(tid)
+        for tid in list(self._stale):
+            pool.abandon(tid)
+        self._stale.clear()
+
+
+# ------------------------------------------------------------------------------- exact resume
+class ConsumedPositions:
+    """The positions of one rank's share of the stream that are resolved (consumed or skipped).
+
+    The share is ``{p : start <= p < stop, p % stride == offset}`` (``stop`` None = infinite).
+    Kept as a watermark (every share position below it is resolved) plus the resolved positions
+    above it — at most about pool size + window + DataLoader prefetch of them.
+    """
+
+    def __init__(self, start: int, stop: int | None, stride: int, offset: int) -> None:
+        if stride < 1 or not 0 <= offset < stride:
+            raise InvalidRequest(f"bad share: stride {stride}, offset {offset}")
+        self.start, self.stop, self.stride, self.offset = start, stop, stride, offset
+        self.watermark = self._first_at_or_after(start)
+        self.above: set[int] = set()
+
+    def _first_at_or_after(self, p: int) -> int:
+        return p + (self.offset - p) % self.stride
+
+    def in_share(self, p: int) -> bool:
+        return p >= self.start and (self.stop is None or p < self.stop) and p % self.stride == self.offset
+
+    def mark(self, p: int) -> None:
+        if not self.in_share(p) or p < self.watermark:
+            return
+        self.above.add(p)
+        while self.watermark in self.above:
+            self.above.remove(self.watermark)
+            self.watermark += self.stride
+
+    def resolved(self, p: int) -> bool:
+        return p < self.watermark or p in self.above
+
+    def pending(self) -> Iterator[int]:
+        """Share positions not yet resolved, increasing (infinite when ``stop`` is None)."""
+        p = self.watermark
+        while self.stop is None or p < self.stop:
+            if p not in self.above:
+                yield p
+            p += self.stride
+
+    def n_resolved(self) -> int:
+        first = self._first_at_or_after(self.start)
+        return max(0, (self.watermark - first) // self.stride) + len(self.above)
+
+    def state(self) -> dict[str, Any]:
+        return {"watermark": self.watermark, "resolved_above": sorted(self.above)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        wm = int(state["watermark"])
+        if not self.in_share(wm) and not (self.stop is not None and wm >= self.stop):
+            raise InvalidRequest(f"watermark {wm} is not a position of this share")
+        self.watermark = wm
+        self.above = {int(p) for p in state.get("resolved_above", ())}
+
+
+# ---------------------------------------------------------------------------------------- stats
+@dataclass
+class SkipRecord:
+    position: int
+    entry_id: str
+    reason: str  # "error" | "deadline"
+    error_class: str
+    message: str
+    elapsed_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "entry_id": self.entry_id, "reason": self.reason,
+                "error_class": self.error_class, "message": self.message, "elapsed_s": self.elapsed_s}  # fmt: skip
+
+
+@dataclass
+class LoaderStats:
+    """Counters of the loader as the trainer sees it.
+
+    ``wait_s``: per step (per sample when the dataset is iterated directly, per batch through
+    :class:`~featurecache.client.dataset.FeatureLoader`), seconds the trainer waited for data;
+    ``reorder_depth``: per sample, how many earlier samples were still unfinished when it was
+    yielded; ``deadline_skips`` / ``failures``: samples abandoned at their deadline / that raised;
+    ``skips``: the last ``max_records`` skip records. Long series keep the last ``max_series``.
+    """
+
+    max_series: int = 100_000
+    max_records: int = 1000
+    samples: int = 0
+    steps: int = 0
+    deadline_skips: int = 0
+    failures: int = 0
+    wait_s: deque[float] = field(default_factory=deque)
+    reorder_depth: deque[int] = field(default_factory=deque)
+    skips: deque[SkipRecord] = field(default_factory=deque)
+    total_wait_s: float = 0.0
+    max_wait_s: float = 0.0
+    max_reorder_depth: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_wait(self, seconds: float) -> None:
+        with self._lock:
+            self.steps += 1
+            self.total_wait_s += seconds
+            self.max_wait_s = max(self.max_wait_s, seconds)
+            self.wait_s.append(seconds)
+            if len(self.wait_s) > self.max_series:
+                self.wait_s.popleft()
+
+    def record_sample(self, depth: int) -> None:
+        with self._lock:
+            self.samples += 1
+            self.max_reorder_depth = max(self.max_reorder_depth, depth)
+            self.reorder_depth.append(depth)
+            if len(self.reorder_depth) > self.max_series:
+                self.reorder_depth.popleft()
+
+    def record_skip(self, rec: SkipRecord) -> None:
+        with self._lock:
+            if rec.reason == SKIP_DEADLINE:
+                self.deadline_skips += 1
+            else:
+                self.failures += 1
+            self.skips.append(rec)
+            if len(self.skips) > self.max_records:
+                self.skips.popleft()
+
+    def summary(self) -> dict[str, float | int]:
+        with self._lock:
+            waits = sorted(self.wait_s)
+            depths = list(self.reorder_depth)
+        return {
+            "samples": self.samples,
+            "steps": self.steps,
+            "wait_mean_s": self.total_wait_s / self.steps if self.steps else 0.0,
+            "wait_p50_s": _quantile(waits, 0.5),
+            "wait_p95_s": _quantile(waits, 0.95),
+            "wait_max_s": self.max_wait_s,
+            "reorder_depth_mean": sum(depths) / len(depths) if depths else 0.0,
+            "reorder_depth_max": self.max_reorder_depth,
+            "deadline_skips": self.deadline_skips,
+            "failures": self.failures,
+        }
+
+    def log(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+        s = self.summary()
+        (logger or log).log(level, "loader: %s", " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                            for k, v in s.items()))  # fmt: skip
+
+    def reset(self) -> None:
+        with self._lock:
+            self.samples = self.steps = self.deadline_skips = self.failures = 0
+            self.total_wait_s = self.max_wait_s = 0.0
+            self.max_reorder_depth = 0
+            self.wait_s.clear()
+            self.reorder_depth.clear()
+            self.skips.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("_lock", None)
+        return d
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
