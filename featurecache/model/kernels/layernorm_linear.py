@@ -1,0 +1,460 @@
+"""Fused ``Linear(LayerNorm(x))`` with an optional SwiGLU epilogue, forward and backward.
+
+The LayerNorm is applied while the GEMM's A operand is loaded (row statistics in fp32, the
+whole row of C ≤ 512 channels in registers), so the normalised activations never reach memory.
+With ``swiglu`` each program computes the two matching output tiles ``a`` (column j) and ``b``
+(column j + O/2) and stores only ``silu(a) * b``: the ``[M, O]`` pre-activation is never stored.
+Nothing but the input is saved for backward; statistics and pre-activations are recomputed.
+
+Kernels:
+
+* ``_fwd_kernel``: per (row block, output column block).
+* ``_bwd_dx_kernel``: per row block, loop over output column blocks: dLN = dU·W, then the
+  LayerNorm backward -> dx; per-block partial sums of dγ, dβ.
+* ``_bwd_dw_kernel``: per (output column block, row split), loop over the split's row blocks:
+  dW = dUᵀ·LN(x) and dbias accumulated in registers; fp32 partials per split.
+
+Partials are reduced with one ``sum`` in a fixed order: no atomics, deterministic gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile
+
+MAX_CHANNELS = 512
+
+
+@triton.jit
+def _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps):
+    """Load x rows [BLOCK_M, CP] and normalise: returns (LN(x), x̂, rstd) in fp32; pad columns are 0."""
+    row_ok = rows < M
+    col_ok = offs_c < C
+    x = tl.load(X + rows[:, None] * sx_m + offs_c[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+    x = x.to(tl.float32)
+    mean = tl.sum(x, 1) / C
+    xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / C + eps)
+    xhat = xc * rstd[:, None]
+    w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.load(LNB + offs_c, mask=col_ok, other=0.0).to(tl.float32)
+    return xhat * w[None, :] + b[None, :], xhat, rstd
+
+
+@triton.jit
+def _fwd_kernel(
+    X,  # [M, C]
+    LNW, LNB,  # [C]
+    W,  # [O, C] (nn.Linear layout); O = 2·OH with SWIGLU else OH
+    BIAS,  # [O] (unused without HAS_BIAS)
+    Y,  # [M, OH]
+    M, C, OH, sx_m, sw_o, sy_m, eps,
+    HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    outs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, CP)
+    out_ok = outs < OH
+    xln, _, _ = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
+    a_op = xln.to(W.dtype.element_ty)
+    w_mask = out_ok[:, None] & (offs_c < C)[None, :]
+    wa = tl.load(W + outs[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+    u = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
+    if HAS_BIAS:
+        u += tl.load(BIAS + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+    if SWIGLU:
+        wb = tl.load(W + (outs + OH)[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+        g = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+        if HAS_BIAS:
+            g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+        u = swiglu_fwd_tile(u, g)
+    tl.store(Y + rows[:, None] * sy_m + outs[None, :], u.to(Y.dtype.element_ty),
+             mask=(rows < M)[:, None] & out_ok[None, :])  # fmt: skip
+
+
+@triton.jit
+def _dy_to_du(a_op, DY, W, BIAS, rows, outs, offs_c, M, C, OH, sdy_m, sw_o,
+              HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """For one (row block, output block): gradient w.r.t. the GEMM outputs, and the weight tiles.
+
+    Returns (du_a, du_b, wa, wb) where du_b/wb are only meaningful with SWIGLU.
+    """
+    out_ok = outs < OH
+    dy = tl.load(
+        DY + rows[:, None] * sdy_m + outs[None, :], mask=(rows < M)[:, None] & out_ok[None, :], other=0.0
+    )
+    w_mask = out_ok[:, None] & (offs_c < C)[None, :]
+    wa = tl.load(W + outs[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+    if SWIGLU:
+        wb = tl.load(W + (outs + OH)[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+        a = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
+        g = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+        if HAS_BIAS:
+            a += tl.load(BIAS + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+            g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+        du_a, du_b = swiglu_bwd_tile(a, g, dy.to(tl.float32))
+    else:
+        wb = wa
+        du_a = dy.to(tl.float32)
+        du_b = du_a
+    return du_a, du_b, wa, wb
+
+
+@triton.jit
+def _bwd_dx_kernel(
+    X,  # [M, C]
+    LNW, LNB,  # [C]
+    W,  # [O, C]
+    BIAS,  # [O]
+    DY,  # [M, OH]
+    DX,  # [M, C]
+    DLNW_PART, DLNB_PART,  # [cdiv(M, BLOCK_M), C] fp32
+    M, C, OH, sx_m, sw_o, sdy_m, sdx_m, eps,
+    HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0).to(tl.int64)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_c = tl.arange(0, CP)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = offs_c < C
+    xln, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
+    a_op = xln.to(W.dtype.element_ty)
+    dxln = tl.zeros([BLOCK_M, CP], tl.float32)
+    for start in range(0, OH, BLOCK_N):
+        du_a, du_b, wa, wb = _dy_to_du(a_op, DY, W, BIAS, rows, start + offs_n, offs_c, M, C, OH, sdy_m, sw_o,
+                                       HAS_BIAS, SWIGLU, PREC)  # fmt: skip
+        dxln += tl.dot(du_a.to(W.dtype.element_ty), wa, input_precision=PREC)
+        if SWIGLU:
+            dxln += tl.dot(du_b.to(W.dtype.element_ty), wb, input_precision=PREC)
+    dxln = tl.where(row_ok[:, None], dxln, 0.0)
+    w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
+    g = dxln * w[None, :]
+    c1 = tl.sum(g * xhat, 1) / C
+    c2 = tl.sum(g, 1) / C
+    dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+    tl.store(DX + rows[:, None] * sdx_m + offs_c[None, :], dx.to(DX.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])  # fmt: skip
+    tl.store(DLNW_PART + pid * C + offs_c, tl.sum(dxln * xhat, 0), mask=col_ok)
+    tl.store(DLNB_PART + pid * C + offs_c, tl.sum(dxln, 0), mask=col_ok)
+
+
+@triton.jit
+def _bwd_dw_kernel(
+    X,  # [M, C]
+    LNW, LNB,  # [C]
+    W,  # [O, C]
+    BIAS,  # [O]
+    DY,  # [M, OH]
+    DW_PART,  # [R, O, C] fp32
+    DB_PART,  # [R, O] fp32
+    M, C, OH, sx_m, sw_o, sdy_m, ROWS_PER_SPLIT, eps,
+    HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_r = tl.program_id(1).to(tl.int64)
+    offs_c = tl.arange(0, CP)
+    offs_m = tl.arange(0, BLOCK_M)
+    out_ok = outs < OH
+    dwa = tl.zeros([BLOCK_N, CP], tl.float32)
+    dba = tl.zeros([BLOCK_N], tl.float32)
+    if SWIGLU:
+        dwb = tl.zeros([BLOCK_N, CP], tl.float32)
+        dbb = tl.zeros([BLOCK_N], tl.float32)
+    r_start = pid_r * ROWS_PER_SPLIT
+    r_end = tl.minimum(r_start + ROWS_PER_SPLIT, M)
+    for start in range(r_start, r_end, BLOCK_M):
+        rows = start + offs_m
+        xln, _, _ = _layernorm_rows(X, LNW, LNB, rows, offs_c, r_end, C, sx_m, eps)
+        a_op = xln.to(W.dtype.element_ty)
+        du_a, du_b, _, _ = _dy_to_du(a_op, DY, W, BIAS, rows, outs, offs_c, r_end, C, OH, sdy_m, sw_o,
+                                     HAS_BIAS, SWIGLU, PREC)  # fmt: skip
+        dwa += tl.dot(tl.trans(du_a.to(W.dtype.element_ty)), a_op, input_precision=PREC)
+        dba += tl.sum(du_a, 0)
+        if SWIGLU:
+            dwb += tl.dot(tl.trans(du_b.to(W.dtype.element_ty)), a_op, input_precision=PREC)
+            dbb += tl.sum(du_b, 0)
+    o_total = OH * (2 if SWIGLU else 1)
+    w_mask = out_ok[:, None] & (offs_c < C)[None, :]
+    part = DW_PART + pid_r * o_total * C
+    tl.store(part + outs[:, None] * C + offs_c[None, :], dwa, mask=w_mask)
+    tl.store(DB_PART + pid_r * o_total + outs, dba, mask=out_ok)
+    if SWIGLU:
+        tl.store(part + (outs + OH)[:, None] * C + offs_c[None, :], dwb, mask=w_mask)
+        tl.store(DB_PART + pid_r * o_total + OH + outs, dbb, mask=out_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# launchers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class LayerNormLinearConfig:
+    fwd: GemmConfig
+    dx: GemmConfig
+    dw: GemmConfig
+    #: the weight-gradient grid aims at this many programs (rows are split to get there)
+    dw_target_programs: int = 264
+
+
+def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> LayerNormLinearConfig:
+    """Tiles per (channels, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
+    if device.type != "cuda":
+        c = GemmConfig(16, 32, 1, 1)
+        return LayerNormLinearConfig(c, c, c, dw_target_programs=4)
+    if dtype == torch.float32:
+        c = GemmConfig(32, 32, 4, 2)
+        return LayerNormLinearConfig(c, c, c)
+    if channels > 256:
+        c = GemmConfig(32, 64, 4, 2)
+        return LayerNormLinearConfig(c, c, c)
+    return LayerNormLinearConfig(
+        fwd=GemmConfig(128, 64, 8, 3),
+        dx=GemmConfig(64, 64, 8, 2),
+        dw=GemmConfig(64, 64, 8, 2),
+    )
+
+
+def _check(
+    x: torch.Tensor,
+    ln_w: torch.Tensor,
+    ln_b: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    swiglu: bool,
+) -> None:
+    c = x.shape[-1]
+    if c > MAX_CHANNELS or c == 0:
+        raise KernelShapeError(
+            f"layernorm_linear supports 1..{MAX_CHANNELS} input channels; x is {tuple(x.shape)}"
+        )
+    if ln_w.shape != (c,) or ln_b.shape != (c,):
+        raise KernelShapeError(
+            f"LayerNorm weight/bias must be [{c}]; got {tuple(ln_w.shape)}, {tuple(ln_b.shape)}"
+        )
+    if w.dim() != 2 or w.shape[1] != c:
+        raise KernelShapeError(f"weight must be [O, {c}]; got {tuple(w.shape)} for x {tuple(x.shape)}")
+    if swiglu and w.shape[0] % 2:
+        raise KernelShapeError(f"swiglu needs an even number of outputs; weight is {tuple(w.shape)}")
+    if b is not None and b.shape != (w.shape[0],):
+        raise KernelShapeError(f"bias must be [{w.shape[0]}]; got {tuple(b.shape)}")
+    if w.dtype != x.dtype or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise KernelShapeError(f"x and weight must share one float dtype; got {x.dtype}, {w.dtype}")
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()
+
+
+def _prec(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def layernorm_linear_forward(
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    swiglu: bool,
+    config: LayerNormLinearConfig | None = None,
+) -> torch.Tensor:
+    """``[..., C] -> [..., O]`` (or ``[..., O/2]`` with swiglu), x's dtype."""
+    _check(x, ln_weight, ln_bias, weight, bias, swiglu)
+    x2 = _rows(x)
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    m, c = x2.shape
+    oh = w.shape[0] // 2 if swiglu else w.shape[0]
+    cfg = (config or default_config(c, x.dtype, x.device)).fwd
+    y = torch.empty((m, oh), device=x.device, dtype=x.dtype)
+    if m:
+        _fwd_kernel[(triton.cdiv(m, cfg.block_m), triton.cdiv(oh, cfg.block_n))](
+            x2, ln_weight, ln_bias, w, w if bias is None else bias, y,
+            m, c, oh, x2.stride(0), w.stride(0), y.stride(0), eps,
+            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=max(16, triton.next_power_of_2(c)),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(x.dtype),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    return y.reshape(*x.shape[:-1], oh)
+
+
+def layernorm_linear_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    swiglu: bool,
+    config: LayerNormLinearConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Returns dx, dln_weight, dln_bias, dweight, dbias (None without bias), each in its input's dtype."""
+    _check(x, ln_weight, ln_bias, weight, bias, swiglu)
+    x2 = _rows(x)
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    m, c = x2.shape
+    o = w.shape[0]
+    oh = o // 2 if swiglu else o
+    dy2 = _rows(dy.to(x.dtype))
+    if dy2.shape != (m, oh):
+        raise KernelShapeError(f"dy must be [..., {oh}] matching x {tuple(x.shape)}; got {tuple(dy.shape)}")
+    config = config or default_config(c, x.dtype, x.device)
+    cp = max(16, triton.next_power_of_2(c))
+    prec = _prec(x.dtype)
+    b_arg = w if bias is None else bias
+    dx = torch.empty((m, c), device=x.device, dtype=x.dtype)
+
+    cfg = config.dx
+    n_row_blocks = max(1, triton.cdiv(m, cfg.block_m))
+    dlnw_part = torch.zeros((n_row_blocks, c), device=x.device, dtype=torch.float32)
+    dlnb_part = torch.zeros((n_row_blocks, c), device=x.device, dtype=torch.float32)
+    if m:
+        _bwd_dx_kernel[(n_row_blocks,)](
+            x2, ln_weight, ln_bias, w, b_arg, dy2, dx, dlnw_part, dlnb_part,
+            m, c, oh, x2.stride(0), w.stride(0), dy2.stride(0), dx.stride(0), eps,
+            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=cp,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=prec,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+
+    cfg = config.dw
+    n_out_blocks = triton.cdiv(oh, cfg.block_n)
+    row_blocks = max(1, triton.cdiv(m, cfg.block_m))
+    splits = max(1, min(row_blocks, triton.cdiv(config.dw_target_programs, n_out_blocks)))
+    rows_per_split = triton.cdiv(row_blocks, splits) * cfg.block_m
+    splits = max(1, triton.cdiv(m, rows_per_split))
+    dw_part = torch.zeros((splits, o, c), device=x.device, dtype=torch.float32)
+    db_part = torch.zeros((splits, o), device=x.device, dtype=torch.float32)
+    if m:
+        _bwd_dw_kernel[(n_out_blocks, splits)](
+            x2, ln_weight, ln_bias, w, b_arg, dy2, dw_part, db_part,
+            m, c, oh, x2.stride(0), w.stride(0), dy2.stride(0), rows_per_split, eps,
+            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=cp,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=prec,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    dln_w = dlnw_part.sum(0).to(ln_weight.dtype)
+    dln_b = dlnb_part.sum(0).to(ln_bias.dtype)
+    dweight = dw_part.sum(0).to(weight.dtype)
+    dbias = None if bias is None else db_part.sum(0).to(bias.dtype)
+    return dx.reshape(x.shape), dln_w, dln_b, dweight, dbias
+
+
+# --------------------------------------------------------------------------------------------
+# torch.library registration and autograd
+# --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(
+    "featurecache::layernorm_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor weight, Tensor? bias, float eps, bool swiglu) -> Tensor",
+)
+def _op(
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    swiglu: bool,
+) -> torch.Tensor:
+    return layernorm_linear_forward(x, ln_weight, ln_bias, weight, bias, eps, swiglu)
+
+
+@_op.register_fake
+def _fake(x, ln_weight, ln_bias, weight, bias, eps, swiglu):  # type: ignore[no-untyped-def]
+    o = weight.shape[0] // 2 if swiglu else weight.shape[0]
+    return x.new_empty((*x.shape[:-1], o))
+
+
+@torch.library.custom_op(
+    "featurecache::layernorm_linear_backward",
+    mutates_args=(),
+    schema=(
+        "(Tensor dy, Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor weight, Tensor? bias, float eps, "
+        "bool swiglu) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _backward_op(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    swiglu: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dlnw, dlnb, dw, db = layernorm_linear_backward(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu)
+    return dx, dlnw, dlnb, dw, (db if db is not None else weight.new_empty((0,)))
+
+
+@_backward_op.register_fake
+def _backward_fake(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu):  # type: ignore[no-untyped-def]
+    db = torch.empty_like(bias) if bias is not None else weight.new_empty((0,))
+    return (
+        torch.empty_like(x),
+        torch.empty_like(ln_weight),
+        torch.empty_like(ln_bias),
+        torch.empty_like(weight),
+        db,
+    )
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    x, ln_weight, ln_bias, weight, bias, eps, swiglu = inputs
+    ctx.save_for_backward(x, ln_weight, ln_bias, weight, bias)
+    ctx.eps = eps
+    ctx.swiglu = swiglu
+
+
+def _backward(ctx, dy):  # type: ignore[no-untyped-def]
+    x, ln_weight, ln_bias, weight, bias = ctx.saved_tensors
+    dx, dlnw, dlnb, dw, db = torch.ops.featurecache.layernorm_linear_backward(
+        dy, x, ln_weight, ln_bias, weight, bias, ctx.eps, ctx.swiglu
+    )
+    return dx, dlnw, dlnb, dw, (db if bias is not None else None), None, None
+
+
+_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def layernorm_linear(
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    swiglu: bool = False,
+) -> torch.Tensor:
+    """Fused ``Linear(LayerNorm(x))`` (+ SwiGLU epilogue); differentiable in every tensor.
+
+    x: ``[..., C]`` (C ≤ 512); ln_weight, ln_bias: ``[C]``; weight: ``[O, C]`` in x's dtype;
+    bias: ``[O]`` or None. Returns ``[..., O]``, or ``[..., O/2]`` = ``silu(u[:O/2]) * u[O/2:]``.
+    """
+    return torch.ops.featurecache.layernorm_linear(
+        x, ln_weight, ln_bias, weight, bias, float(eps), bool(swiglu)
+    )
