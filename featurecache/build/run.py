@@ -237,3 +237,9 @@ def _run_extra_stages(
     """Stages that run after the structure parts, over the whole store (MSAs, components)."""
     rebuild_index(out)
     # MSA stage (issue #3) and component/conformer stage (issue #4) hook in here.
+    from featurecache.build.chem_stage import run_chem_stage
+
+    chem = run_chem_stage(client, out, ccd, config.conformer_timeout_s)
+    summary.stages["chem"] = chem.summary()
+    summary.stage_seconds["chem"] = chem.seconds
+    summary.failures.extend(chem.failures)

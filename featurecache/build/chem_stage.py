@@ -1,0 +1,424 @@
+"""Build stage ``chem``: reference conformers for every component the structure parts use.
+
+Runs after the structure parts are written:
+
+1. **scan** (one Dask task per structure part not scanned before): the residues of every entry,
+   grouped by ``ref_space_uid``, as signatures ``(code, sorted (atom name, element))``. Standard
+   residues whose atoms all belong to their packaged definition are only counted.
+2. **plan** (driver): definitions for all codes seen, in one pass over the CCD (file or directory,
+   then the packaged standard residues). A defined code's key is the code; an undefined one's is
+   ``code#hash`` of its signature (:func:`~featurecache.chem.conformer.perceived_key`), perceived
+   from the occurrence with the smallest entry id whose atoms are all resolved. Keys already in the
+   store with the same definition hash are skipped — a component is computed once, not per entry
+   and not per build.
+3. **conformers** (Dask tasks, one component part each): :mod:`featurecache.chem.conformer`.
+4. **check** (driver): atoms that will get ``ref_mask = False`` (name not in the definition,
+   component failed) become ``chem_warnings`` rows per entry; the entries themselves stay built.
+
+The scan and check results go into one more component part (no components, only index files),
+which also records the structure parts scanned, so the next build scans only new parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from featurecache.chem.conformer import (
+    ReferenceConformer,
+    conformer_for_component,
+    conformer_for_perceived,
+    perceived_key,
+)
+from featurecache.chem.library import get_library
+from featurecache.chem.standard import standard_components, standard_heavy_atoms
+from featurecache.const import decode_atom_name, decode_res_name
+from featurecache.parse.ccd import ComponentDef
+from featurecache.store.components import (
+    component_rows_in_parts,
+    load_component_table,
+    scanned_structure_parts,
+    write_component_part,
+)
+from featurecache.store.index import complete_parts, read_table
+from featurecache.store.layout import COMPONENT_PART_PREFIX, PART_INDEX_DIR, STRUCTURE_PART_PREFIX, part_name
+from featurecache.types import Atom, Token
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChemStageResult", "run_chem_stage", "scan_structure_part"]
+
+#: (code, ((atom name, atomic number), ...) sorted)
+Signature = tuple[str, tuple[tuple[str, int], ...]]
+MAX_COMPONENTS_PER_PART = 64
+
+
+@dataclass
+class Occurrence:
+    """One residue in one entry: what perception needs (coordinates are used for bonds only)."""
+
+    entry_id: str
+    uid: int
+    names: list[str]
+    elements: list[int]
+    charges: list[int]
+    coords: np.ndarray  # float32 [n, 3]
+    all_present: bool
+
+    def order(self) -> tuple[bool, str, int]:
+        return (not self.all_present, self.entry_id, self.uid)
+
+
+@dataclass
+class ScanResult:
+    part: str
+    n_entries: int = 0
+    n_residues: int = 0
+    standard_counts: Counter[str] = field(default_factory=Counter)
+    #: signature -> {(entry_id, source path): residues of the entry with this signature}
+    entries: dict[Signature, Counter[tuple[str, str]]] = field(default_factory=dict)
+    first: dict[Signature, Occurrence] = field(default_factory=dict)
+
+
+@dataclass
+class ChemStageResult:
+    """What the stage did (``summary()`` gives the build-summary rows)."""
+
+    scanned_parts: int = 0
+    n_codes: int = 0
+    computed: list[dict[str, Any]] = field(default_factory=list)  # component rows of this run
+    store_strategies: Counter[str] = field(default_factory=Counter)  # latest row per key, whole store
+    n_components: int = 0
+    n_warnings: int = 0
+    n_entries_with_masked_atoms: int = 0
+    n_atoms_masked: int = 0
+    seconds: float = 0.0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        run = Counter(r["strategy"] for r in self.computed)
+        out: dict[str, Any] = {
+            "components in store": self.n_components,
+            "components computed this run": len(self.computed),
+            "structure parts scanned": self.scanned_parts,
+        }
+        for s in ("etkdg", "random_coords", "ccd_ideal", "ccd_model", "perceived", "failed"):
+            out[f"strategy {s} (store / this run)"] = f"{self.store_strategies.get(s, 0)} / {run.get(s, 0)}"
+        secs = [r["seconds"] for r in self.computed]
+        if secs:
+            out["conformer seconds (sum / max per component)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
+        out["entries with atoms lacking ref_pos"] = self.n_entries_with_masked_atoms
+        out["atoms lacking ref_pos (ref_mask False)"] = self.n_atoms_masked
+        out["stage seconds"] = round(self.seconds, 2)
+        return out
+
+
+# --- 1. scan ---------------------------------------------------------------------------------------
+
+
+def _read_records(part: Path, group: str, dtype: np.dtype) -> np.ndarray:
+    import zarr
+
+    raw = zarr.open_array(str(part / group), mode="r")[...]
+    return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+
+
+def scan_structure_part(part_dir: str) -> ScanResult:
+    """Residue signatures of every entry in one structure part (a Dask task; reads only)."""
+    part = Path(part_dir)
+    res = ScanResult(part.name)
+    f = part / PART_INDEX_DIR / "entries.arrow"
+    if not f.is_file():
+        return res
+    entries = read_table(f, memory_map=False).to_pydict()
+    if not entries.get("id"):
+        return res
+    atoms_all = _read_records(part, "atoms", Atom)
+    tokens_all = _read_records(part, "tokens", Token)
+    std_names = {c: {n for n, _ in standard_heavy_atoms(c)} for c in standard_components()}
+    for k, entry_id in enumerate(entries["id"]):
+        res.n_entries += 1
+        a0, na = int(entries["atom_start"][k]), int(entries["atom_count"][k])
+        t0, nt = int(entries["token_start"][k]), int(entries["token_count"][k])
+        atoms, tokens = atoms_all[a0 : a0 + na], tokens_all[t0 : t0 + nt]
+        if na == 0:
+            continue
+        uniq, inv = np.unique(tokens["res_name"], axis=0, return_inverse=True)
+        code_of_token = np.asarray(inv).reshape(-1)
+        codes = [decode_res_name(u) for u in uniq]
+        atom_code = code_of_token[atoms["token_index"]]
+        order = np.lexsort((np.arange(na), atoms["ref_space_uid"]))
+        uids = atoms["ref_space_uid"][order]
+        bounds = np.flatnonzero(np.diff(uids)) + 1
+        path = str(entries["source_path"][k])
+        for group in np.split(order, bounds):
+            res.n_residues += 1
+            code = codes[int(atom_code[group[0]])]
+            names = [decode_atom_name(x) for x in atoms["name"][group]]
+            std = std_names.get(code)
+            if std is not None and std.issuperset(names):
+                res.standard_counts[code] += 1
+                continue
+            elements = [int(z) for z in atoms["element"][group]]
+            sig: Signature = (code, tuple(sorted(zip(names, elements, strict=True))))
+            res.entries.setdefault(sig, Counter())[(entry_id, path)] += 1
+            occ = Occurrence(
+                entry_id=entry_id,
+                uid=int(atoms["ref_space_uid"][group[0]]),
+                names=names,
+                elements=elements,
+                charges=[int(q) for q in atoms["charge"][group]],
+                coords=np.asarray(atoms["coords"][group], dtype=np.float32),
+                all_present=bool(atoms["is_present"][group].all()),
+            )
+            best = res.first.get(sig)
+            if best is None or occ.order() < best.order():
+                res.first[sig] = occ
+    return res
+
+
+# --- 3. conformers (Dask task) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    source: str  # "ccd" | "packaged" | "perceived:<entry>"
+    definition: ComponentDef | None = None
+    occurrence: Occurrence | None = None
+
+
+def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
+    if job.definition is not None:
+        return conformer_for_component(job.definition, timeout_s=timeout_s)
+    occ = job.occurrence
+    assert occ is not None
+    if not occ.all_present:
+        return _failed(
+            job.key, occ.names, occ.elements, "no CCD definition and no occurrence with every atom resolved"
+        )
+    code = job.key.split("#", 1)[0]
+    return conformer_for_perceived(
+        code, occ.names, occ.elements, occ.coords, occ.charges, timeout_s=timeout_s
+    )
+
+
+def _failed(key: str, names: list[str], elements: list[int], reason: str) -> ReferenceConformer:
+    n = len(names)
+    return ReferenceConformer(
+        key=key,
+        code=key.split("#", 1)[0],
+        atom_names=tuple(names),
+        elements=np.asarray(elements, dtype=np.uint8),
+        charges=np.zeros(n, dtype=np.int8),
+        positions=np.zeros((n, 3), np.float32),
+        mask=np.zeros(n, dtype=bool),
+        bonds=np.zeros((0, 3), np.int32),
+        strategy="failed",
+        reason=reason,
+        source_sha="",
+        seconds=0.0,
+    )
+
+
+def build_component_part(root: str, name: str, jobs: list[Job], timeout_s: float) -> list[dict[str, Any]]:
+    """Compute the conformers of ``jobs`` and write them as component part ``name``."""
+    conformers = [_compute(j, timeout_s) for j in jobs]
+    write_component_part(Path(root), name, conformers, {j.key: j.source for j in jobs})
+    return [
+        {"key": c.key, "strategy": c.strategy, "reason": c.reason, "seconds": c.seconds, "n_heavy": c.n_atoms}
+        for c in conformers
+    ]
+
+
+# --- driver ----------------------------------------------------------------------------------------
+
+
+def _merge(
+    results: list[ScanResult],
+) -> tuple[Counter[str], dict[Signature, list[tuple[str, str, str, int]]], dict[Signature, Occurrence]]:
+    std: Counter[str] = Counter()
+    entries: dict[Signature, list[tuple[str, str, str, int]]] = {}
+    first: dict[Signature, Occurrence] = {}
+    for r in results:
+        std.update(r.standard_counts)
+        for sig, lst in r.entries.items():
+            entries.setdefault(sig, []).extend((e, p, r.part, n) for (e, p), n in lst.items())
+        for sig, occ in r.first.items():
+            if sig not in first or occ.order() < first[sig].order():
+                first[sig] = occ
+    return std, entries, first
+
+
+def _next_number(root: Path) -> int:
+    nums = [
+        int(p.name[2:])
+        for p in complete_parts(root)
+        if p.name.startswith(COMPONENT_PART_PREFIX) and p.name[2:].isdigit()
+    ]
+    return max(nums, default=-1) + 1
+
+
+def _run_jobs(
+    client: Any, root: Path, jobs: list[Job], timeout_s: float, n_workers: int, result: ChemStageResult
+) -> None:
+    from distributed import as_completed
+
+    if not jobs:
+        return
+    per_part = max(1, min(MAX_COMPONENTS_PER_PART, math.ceil(len(jobs) / max(1, 2 * n_workers))))
+    number = _next_number(root)
+    batches: dict[str, list[Job]] = {}
+    futures = []
+    for i in range(0, len(jobs), per_part):
+        name = part_name(COMPONENT_PART_PREFIX, number)
+        number += 1
+        batches[name] = jobs[i : i + per_part]
+        futures.append(client.submit(build_component_part, str(root.resolve()), name, batches[name], timeout_s,
+                                     key=f"component-part-{name}-{time.time_ns()}", pure=False, retries=0))  # fmt: skip
+    queue = as_completed(futures)
+    for fut in queue:
+        name = "-".join(fut.key.split("-")[2:4])
+        try:
+            result.computed.extend(fut.result())
+            continue
+        except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
+            batch = batches[name]
+            if len(batch) > 1:
+                log.warning("component part %s failed (%s: %s); retrying its %d components one by one",
+                            name, type(exc).__name__, exc, len(batch))  # fmt: skip
+                for job in batch:
+                    sub = part_name(COMPONENT_PART_PREFIX, number)
+                    number += 1
+                    batches[sub] = [job]
+                    queue.add(client.submit(build_component_part, str(root.resolve()), sub, [job], timeout_s,
+                                            key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
+                continue
+            job = batch[0]
+            names = (
+                list(job.definition.atom_names)
+                if job.definition
+                else list(job.occurrence.names if job.occurrence else [])
+            )
+            elems = (
+                list(job.definition.atomic_numbers)
+                if job.definition
+                else list(job.occurrence.elements if job.occurrence else [])
+            )
+            keep = [i for i, z in enumerate(elems) if z != 1]
+            reason = f"conformer task crashed: {type(exc).__name__}: {exc}"[:500]
+            conf = _failed(job.key, [names[i] for i in keep], [elems[i] for i in keep], reason)
+            failure = {"path": f"component:{job.key}", "entry_id": "", "stage": "chem",
+                       "error_class": type(exc).__name__, "message": reason, "key": job.key}  # fmt: skip
+            write_component_part(root, name, [conf], {job.key: job.source}, failures=[failure])
+            result.failures.append(failure)
+            result.computed.append(
+                {"key": job.key, "strategy": "failed", "reason": reason, "seconds": 0.0, "n_heavy": len(keep)}
+            )
+
+
+def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: float) -> ChemStageResult:
+    """Scan new structure parts, compute missing components, record warnings. See module doc."""
+    t0 = time.perf_counter()
+    root = Path(root)
+    result = ChemStageResult()
+    done = scanned_structure_parts(root)
+    s_parts = [
+        p for p in complete_parts(root) if p.name.startswith(STRUCTURE_PART_PREFIX) and p.name not in done
+    ]
+    result.scanned_parts = len(s_parts)
+    scans: list[ScanResult] = (
+        client.gather(client.map(scan_structure_part, [str(p) for p in s_parts], pure=False))
+        if s_parts
+        else []
+    )
+    std_counts, sig_entries, first = _merge(scans)
+    codes = sorted(set(std_counts) | {code for code, _ in sig_entries})
+    result.n_codes = len(codes)
+    library = get_library(ccd)
+    defs = library.load(codes)
+    existing = component_rows_in_parts(root).select(["key", "source_sha256"]).to_pydict()
+    have = dict(zip(existing["key"], existing["source_sha256"], strict=True))  # later parts win
+
+    jobs: list[Job] = []
+    for code in codes:
+        if code in defs:
+            d = defs[code]
+            if have.get(code) != d.sha256:
+                jobs.append(Job(code, library.source(code), definition=d))
+    key_of: dict[Signature, str] = {}
+    for sig in sorted(sig_entries):
+        code = sig[0]
+        if code in defs:
+            key_of[sig] = code
+            continue
+        key = perceived_key(code, list(sig[1]))
+        key_of[sig] = key
+        if key not in have and all(j.key != key for j in jobs):
+            occ = first[sig]
+            jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ))
+    jobs.sort(key=lambda j: j.key)
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    log.info(
+        "chem: %d structure parts scanned, %d codes, %d components to compute",
+        len(s_parts),
+        len(codes),
+        len(jobs),
+    )
+    _run_jobs(client, root, jobs, timeout_s, n_workers, result)
+
+    # 4. check: which atoms of which entries will have no reference position, and why
+    table = load_component_table(root, index=component_rows_in_parts(root))
+    warnings: list[dict[str, Any]] = []
+    masked_entries: set[str] = set()
+    for sig, where in sorted(sig_entries.items()):
+        key = key_of[sig]
+        names = [n for n, _ in sig[1]]
+        if key in table:
+            comp = table.component(key)
+            ok = {n for n, m in zip(comp["atom_names"], comp["mask"], strict=True) if m}
+            bad = [n for n in names if n not in ok]
+            why = (
+                f"component {key} has no reference conformer (strategy failed)"
+                if comp["strategy"] == "failed"
+                else f"atom name(s) not in the definition of {key}"
+            )
+        else:
+            bad, why = names, f"no reference conformer stored for {key}"
+        if not bad:
+            continue
+        for entry_id, path, s_part, n_res in where:
+            warnings.append({"entry_id": entry_id, "path": path, "stage": "chem", "key": key, "n_atoms": len(bad) * n_res,
+                             "message": f"{len(bad)} atom(s) of {sig[0]} (x{n_res}) get ref_mask=False ({' '.join(bad[:12])}): {why}",
+                             "entry_part": s_part})  # fmt: skip
+            masked_entries.add(entry_id)
+    # standard residues were only counted in the scan: their atoms all belong to the definition
+    for code, n in std_counts.items():
+        if code in table and table.component(code)["strategy"] == "failed":
+            log.warning(
+                "chem: standard residue %s has no reference conformer (%d residues affected)", code, n
+            )
+    result.n_warnings = len(warnings)
+    result.n_entries_with_masked_atoms = len(masked_entries)
+    result.n_atoms_masked = sum(w["n_atoms"] for w in warnings)
+    if s_parts:
+        scan_rows = [
+            {"structure_part": r.part, "n_entries": r.n_entries, "n_residues": r.n_residues} for r in scans
+        ]
+        write_component_part(
+            root, part_name(COMPONENT_PART_PREFIX, _next_number(root)), [], warnings=warnings, scans=scan_rows
+        )
+
+    rows = component_rows_in_parts(root).select(["key", "strategy"]).to_pydict()
+    latest = dict(zip(rows["key"], rows["strategy"], strict=True))
+    result.store_strategies = Counter(latest.values())
+    result.n_components = len(latest)
+    result.seconds = time.perf_counter() - t0
+    return result

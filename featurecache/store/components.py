@@ -1,0 +1,273 @@
+"""Component parts: reference conformers stored once per component, and the reader's join table.
+
+```
+parts/c-NNNNNN/                  one zarr group written by one task, renamed into place
+  atoms                          COMPONENT_ATOM records, uint8 [n_atoms, itemsize] (writer.write_record_array)
+  bonds                          COMPONENT_BOND records (component-local atom indices)
+  _index/components.arrow        one row per component (COMPONENTS_SCHEMA): key, code, offsets,
+                                 strategy, reason, source, source sha256, seconds
+  _index/chem_warnings.arrow     entries whose atoms get ref_mask = False, and why (CHEM_WARNINGS_SCHEMA)
+  _index/chem_scans.arrow        structure parts whose residues this build stage has looked at
+  _index/failures.arrow          chem-stage failures (a conformer task that crashed), stage "chem"
+```
+
+``STORE/index/components.arrow`` is the concatenation over parts (rebuild_index). A key recomputed
+later (its CCD definition changed) has rows in two parts; the later part wins
+(:class:`~featurecache.chem.reference.ComponentTable` keeps the last row).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import zarr
+
+from featurecache.chem.conformer import ReferenceConformer
+from featurecache.chem.reference import ComponentTable
+from featurecache.const import SCHEMA_VERSION, encode_atom_name
+from featurecache.errors import StoreError
+from featurecache.store.index import complete_parts, read_table, write_table
+from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
+from featurecache.store.writer import commit_part, part_tmp_dir, write_record_array
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CHEM_SCANS_SCHEMA",
+    "CHEM_WARNINGS_SCHEMA",
+    "COMPONENTS_SCHEMA",
+    "COMPONENT_ATOM",
+    "COMPONENT_BOND",
+    "component_rows_in_parts",
+    "load_component_table",
+    "scanned_structure_parts",
+    "write_component_part",
+]
+
+#: One reference-conformer atom (heavy atoms only, CCD order).
+COMPONENT_ATOM = np.dtype(
+    [
+        ("ref_pos", np.float32, (3,)),  # Å, centred on the heavy-atom centroid; 0 where mask is False
+        ("mask", np.bool_),  # False: no reference position (strategy failed)
+        ("element", np.uint8),  # atomic number
+        ("charge", np.int8),  # formal charge from the definition
+        ("name", np.uint8, (4,)),  # AF3 ref_atom_name_chars encoding
+    ]
+)
+
+#: One intra-component bond between heavy atoms (component-local indices; order 4 = aromatic).
+COMPONENT_BOND = np.dtype([("atom_i", np.int32), ("atom_j", np.int32), ("order", np.uint8)])
+
+COMPONENTS_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),  # CCD code, or code#hash for a residue no definition covers
+        ("code", pa.string()),  # the residue name as in the structures
+        ("atom_start", pa.int64()),  # rows of parts/<part>/atoms
+        ("atom_count", pa.int64()),
+        ("bond_start", pa.int64()),
+        ("bond_count", pa.int64()),
+        ("strategy", pa.string()),  # etkdg | random_coords | ccd_ideal | ccd_model | perceived | failed
+        ("reason", pa.string()),  # why not etkdg / notes ("" when plain etkdg)
+        ("source", pa.string()),  # ccd | packaged | perceived:<entry id>
+        ("source_sha256", pa.string()),  # sha256 of the CCD block text ("" for perceived)
+        ("n_heavy", pa.int32()),
+        ("n_masked", pa.int32()),
+        ("seconds", pa.float64()),  # conformer wall time, this component
+        ("part", pa.string()),
+    ]
+)
+
+CHEM_WARNINGS_SCHEMA = pa.schema(
+    [
+        ("entry_id", pa.string()),
+        ("path", pa.string()),
+        ("stage", pa.string()),  # "chem"
+        ("message", pa.string()),
+        ("key", pa.string()),  # component key the atoms were looked up in
+        ("n_atoms", pa.int32()),  # atoms of the entry without a reference position, for this key
+        ("entry_part", pa.string()),  # the structure part holding the entry version checked
+        ("part", pa.string()),
+    ]
+)
+
+CHEM_SCANS_SCHEMA = pa.schema(
+    [
+        ("structure_part", pa.string()),
+        ("n_entries", pa.int32()),
+        ("n_residues", pa.int64()),
+        ("part", pa.string()),
+    ]
+)
+
+
+def _atoms_records(conformers: Sequence[ReferenceConformer]) -> np.ndarray:
+    n = sum(c.n_atoms for c in conformers)
+    rec = np.zeros(n, dtype=COMPONENT_ATOM)
+    k = 0
+    for c in conformers:
+        sl = slice(k, k + c.n_atoms)
+        rec["ref_pos"][sl] = c.positions
+        rec["mask"][sl] = c.mask
+        rec["element"][sl] = c.elements
+        rec["charge"][sl] = c.charges
+        rec["name"][sl] = np.array([encode_atom_name(x) for x in c.atom_names], dtype=np.uint8).reshape(-1, 4)
+        k += c.n_atoms
+    return rec
+
+
+def _bond_records(conformers: Sequence[ReferenceConformer]) -> np.ndarray:
+    blocks = []
+    for c in conformers:
+        b = np.zeros(len(c.bonds), dtype=COMPONENT_BOND)
+        if len(c.bonds):
+            b["atom_i"], b["atom_j"], b["order"] = c.bonds[:, 0], c.bonds[:, 1], c.bonds[:, 2]
+        blocks.append(b)
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=COMPONENT_BOND)
+
+
+def write_component_part(
+    root: Path,
+    name: str,
+    conformers: Sequence[ReferenceConformer],
+    sources: Mapping[str, str] | None = None,
+    *,
+    warnings: Iterable[Mapping[str, Any]] = (),
+    scans: Iterable[Mapping[str, Any]] = (),
+    failures: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Write one component part (atomically: temp dir, then rename). Returns its manifest.
+
+    ``sources`` maps key → "ccd" | "packaged" | "perceived:<entry>". A part may hold no
+    components at all (only the warnings/scans of a build's chem stage).
+    """
+    root = Path(root)
+    sources = sources or {}
+    tmp = part_tmp_dir(root, name)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        group = zarr.open_group(
+            str(tmp),
+            mode="w",
+            attributes={"kind": "components", "part": name, "schema_version": SCHEMA_VERSION},
+        )
+        write_record_array(group, "atoms", _atoms_records(conformers))
+        write_record_array(group, "bonds", _bond_records(conformers))
+        rows: list[dict[str, Any]] = []
+        a = b = 0
+        for c in conformers:
+            row: dict[str, Any] = {"key": c.key, "code": c.code, "atom_start": a, "atom_count": c.n_atoms}
+            row.update(bond_start=b, bond_count=len(c.bonds), strategy=c.strategy, reason=c.reason)
+            row.update(source=sources.get(c.key, ""), source_sha256=c.source_sha, n_heavy=c.n_atoms)
+            row.update(n_masked=int((~c.mask).sum()), seconds=float(c.seconds), part=name)
+            rows.append(row)
+            a += c.n_atoms
+            b += len(c.bonds)
+        idx = tmp / PART_INDEX_DIR
+        write_table(idx / "components.arrow", pa.Table.from_pylist(rows, schema=COMPONENTS_SCHEMA))
+        warn_rows = [{**w, "part": name} for w in warnings]
+        write_table(idx / "chem_warnings.arrow", pa.Table.from_pylist(warn_rows, schema=CHEM_WARNINGS_SCHEMA))
+        scan_rows = [{**s, "part": name} for s in scans]
+        write_table(idx / "chem_scans.arrow", pa.Table.from_pylist(scan_rows, schema=CHEM_SCANS_SCHEMA))
+        fail_rows = [{**f, "part": name} for f in failures]
+        if fail_rows:
+            from featurecache.store.index import table_from_rows
+
+            write_table(idx / "failures.arrow", table_from_rows("failures", fail_rows))
+        manifest: dict[str, Any] = {
+            "part": name, "kind": "components", "schema_version": SCHEMA_VERSION,
+            "n_components": len(rows), "n_atoms": a, "n_bonds": b, "keys": sorted(r["key"] for r in rows),
+            "n_warnings": len(warn_rows), "scanned": sorted(s["structure_part"] for s in scan_rows),
+        }  # fmt: skip
+        final = commit_part(tmp, root / PARTS_DIR / name, manifest)
+        if isinstance(final, Path):
+            manifest["part"] = final.name
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def _component_parts(root: Path) -> list[Path]:
+    return [p for p in complete_parts(root) if p.name.startswith(COMPONENT_PART_PREFIX)]
+
+
+def _part_table(part: Path, table: str, schema: pa.Schema) -> pa.Table:
+    f = part / PART_INDEX_DIR / f"{table}.arrow"
+    if not f.is_file():
+        return schema.empty_table()
+    t = read_table(f, memory_map=False)
+    parts = pa.array([part.name] * t.num_rows, type=pa.string())
+    return t.set_column(t.column_names.index("part"), "part", parts) if "part" in t.column_names else t
+
+
+def component_rows_in_parts(root: Path) -> pa.Table:
+    """Every component row of every complete component part (part order), read from the parts
+    themselves — the build uses this, since the top-level index may lag behind during a build."""
+    tables = [_part_table(p, "components", COMPONENTS_SCHEMA) for p in _component_parts(Path(root))]
+    return pa.concat_tables(tables) if tables else COMPONENTS_SCHEMA.empty_table()
+
+
+def scanned_structure_parts(root: Path) -> set[str]:
+    """Structure parts whose residues a chem stage has already looked at."""
+    out: set[str] = set()
+    for p in _component_parts(Path(root)):
+        out.update(_part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist())
+    return out
+
+
+def load_component_table(root: str | Path, index: pa.Table | None = None) -> ComponentTable:
+    """Every stored reference conformer as one in-memory :class:`ComponentTable`.
+
+    ``index``: the components table to use (default ``STORE/index/components.arrow``, else the
+    parts' own rows). Reads each component part's ``atoms`` array whole (they are small).
+    """
+    root = Path(root)
+    if index is None:
+        f = root / INDEX_DIR / "components.arrow"
+        index = read_table(f, memory_map=False) if f.is_file() else component_rows_in_parts(root)
+    if index.num_rows == 0:
+        return ComponentTable.empty()
+    cols = index.select(["key", "strategy", "part", "atom_start", "atom_count"]).to_pydict()
+    records: list[np.ndarray] = []
+    base: dict[str, int] = {}
+    total = 0
+    for part in dict.fromkeys(cols["part"]):
+        path = root / PARTS_DIR / part / "atoms"
+        try:
+            raw = zarr.open_array(str(path), mode="r")[...]
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            raise StoreError(f"component part array {path} is missing or unreadable: {exc}") from exc
+        rec = np.ascontiguousarray(raw).view(COMPONENT_ATOM).reshape(-1)
+        base[part] = total
+        total += len(rec)
+        records.append(rec)
+    atoms = np.concatenate(records) if records else np.zeros(0, dtype=COMPONENT_ATOM)
+    starts = np.array(
+        [base[p] + s for p, s in zip(cols["part"], cols["atom_start"], strict=True)], dtype=np.int64
+    )
+    return ComponentTable(
+        keys=list(cols["key"]),
+        strategy=list(cols["strategy"]),
+        atom_start=starts,
+        atom_count=np.asarray(cols["atom_count"], dtype=np.int64),
+        name=np.ascontiguousarray(atoms["name"]),
+        ref_pos=np.ascontiguousarray(atoms["ref_pos"]),
+        mask=np.ascontiguousarray(atoms["mask"]),
+        element=np.ascontiguousarray(atoms["element"]),
+        charge=np.ascontiguousarray(atoms["charge"]),
+    )
+
+
+def part_manifest(part: Path) -> dict[str, Any]:
+    f = part / PART_INDEX_DIR / "part.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
