@@ -67,5 +67,9 @@ class ServiceError(FeatureCacheError, ConnectionError):
     """The lookup service could not be reached or answered with an error."""
 
 
+class AuthenticationError(ServiceError, PermissionError):
+    """The lookup service refused the request's bearer token (HTTP 401): missing or wrong."""
+
+
 class KernelShapeError(FeatureCacheError, ValueError):
     """A Triton launcher was given tensors of incompatible shapes or dtypes."""
