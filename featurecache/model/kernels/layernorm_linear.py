@@ -256,8 +256,9 @@ def _check(
         raise KernelShapeError(f"swiglu needs an even number of outputs; weight is {tuple(w.shape)}")
     if b is not None and b.shape != (w.shape[0],):
         raise KernelShapeError(f"bias must be [{w.shape[0]}]; got {tuple(b.shape)}")
-    if w.dtype != x.dtype or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise KernelShapeError(f"x and weight must share one float dtype; got {x.dtype}, {w.dtype}")
+    floats = (torch.float32, torch.float16, torch.bfloat16)
+    if w.dtype not in floats or x.dtype not in floats:
+        raise KernelShapeError(f"x and weight must be fp32/fp16/bf16; got {x.dtype}, {w.dtype}")
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -279,20 +280,20 @@ def layernorm_linear_forward(
     swiglu: bool,
     config: LayerNormLinearConfig | None = None,
 ) -> torch.Tensor:
-    """``[..., C] -> [..., O]`` (or ``[..., O/2]`` with swiglu), x's dtype."""
+    """``[..., C] -> [..., O]`` (or ``[..., O/2]`` with swiglu) in the weight's dtype (the GEMM's)."""
     _check(x, ln_weight, ln_bias, weight, bias, swiglu)
     x2 = _rows(x)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     m, c = x2.shape
     oh = w.shape[0] // 2 if swiglu else w.shape[0]
-    cfg = (config or default_config(c, x.dtype, x.device)).fwd
-    y = torch.empty((m, oh), device=x.device, dtype=x.dtype)
+    cfg = (config or default_config(c, w.dtype, x.device)).fwd
+    y = torch.empty((m, oh), device=x.device, dtype=w.dtype)
     if m:
         _fwd_kernel[(triton.cdiv(m, cfg.block_m), triton.cdiv(oh, cfg.block_n))](
             x2, ln_weight, ln_bias, w, w if bias is None else bias, y,
             m, c, oh, x2.stride(0), w.stride(0), y.stride(0), eps,
             HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=max(16, triton.next_power_of_2(c)),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(x.dtype),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape(*x.shape[:-1], oh)
@@ -316,12 +317,12 @@ def layernorm_linear_backward(
     m, c = x2.shape
     o = w.shape[0]
     oh = o // 2 if swiglu else o
-    dy2 = _rows(dy.to(x.dtype))
+    dy2 = _rows(dy.to(w.dtype))
     if dy2.shape != (m, oh):
         raise KernelShapeError(f"dy must be [..., {oh}] matching x {tuple(x.shape)}; got {tuple(dy.shape)}")
-    config = config or default_config(c, x.dtype, x.device)
+    config = config or default_config(c, w.dtype, x.device)
     cp = max(16, triton.next_power_of_2(c))
-    prec = _prec(x.dtype)
+    prec = _prec(w.dtype)
     b_arg = w if bias is None else bias
     dx = torch.empty((m, c), device=x.device, dtype=x.dtype)
 
@@ -386,7 +387,7 @@ def _op(
 @_op.register_fake
 def _fake(x, ln_weight, ln_bias, weight, bias, eps, swiglu):  # type: ignore[no-untyped-def]
     o = weight.shape[0] // 2 if swiglu else weight.shape[0]
-    return x.new_empty((*x.shape[:-1], o))
+    return x.new_empty((*x.shape[:-1], o), dtype=weight.dtype)
 
 
 @torch.library.custom_op(
@@ -452,8 +453,9 @@ def layernorm_linear(
 ) -> torch.Tensor:
     """Fused ``Linear(LayerNorm(x))`` (+ SwiGLU epilogue); differentiable in every tensor.
 
-    x: ``[..., C]`` (C ≤ 512); ln_weight, ln_bias: ``[C]``; weight: ``[O, C]`` in x's dtype;
-    bias: ``[O]`` or None. Returns ``[..., O]``, or ``[..., O/2]`` = ``silu(u[:O/2]) * u[O/2:]``.
+    x: ``[..., C]`` (C ≤ 512, any float dtype: it is normalised in fp32 and cast to the weight's
+    dtype for the GEMM); ln_weight, ln_bias: ``[C]``; weight: ``[O, C]``; bias: ``[O]`` or None.
+    Returns ``[..., O]``, or ``[..., O/2]`` = ``silu(u[:O/2]) * u[O/2:]``, in the weight's dtype.
     """
     return torch.ops.featurecache.layernorm_linear(
         x, ln_weight, ln_bias, weight, bias, float(eps), bool(swiglu)

@@ -54,11 +54,11 @@ def layernorm_linear_ref(
 
     x: ``[..., C]``; ln_weight, ln_bias: ``[C]``; weight: ``[O, C]``; bias: ``[O]`` or None.
     With ``swiglu`` the output ``u = [a | b]`` (O even) becomes ``silu(a) * b`` of width O/2.
-    LayerNorm statistics are computed in float32 (and the normalised input is cast back to x's
-    dtype before the matmul, as the kernel does).
+    LayerNorm statistics are computed in float32 and the normalised input is cast to the weight's
+    dtype for the matmul, as the kernel does.
     """
     xn = F.layer_norm(x.float(), (x.shape[-1],), ln_weight.float(), ln_bias.float(), eps)
-    u = F.linear(xn.to(x.dtype), weight, bias)
+    u = F.linear(xn.to(weight.dtype), weight, bias)
     return swiglu_ref(u) if swiglu else u
 
 

@@ -1,0 +1,89 @@
+"""The model's hyper-parameters, one frozen dataclass that round-trips through JSON.
+
+The memory planner (``featurecache plan --model-config``) reads the same file, so every size that
+drives activation memory lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from featurecache.errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the Pairformer-style trunk (AF3 values in brackets).
+
+    ``n_heads`` × ``head_dim`` is the width of the triangle attention (4 × 32); the single-track
+    attention with pair bias uses ``n_heads_single`` heads of ``c_token / n_heads_single``.
+    """
+
+    c_token: int = 128  # single representation [384]
+    c_pair: int = 128  # pair representation [128]
+    n_blocks: int = 4  # Pairformer blocks [48]
+    n_heads: int = 4  # triangle-attention heads [4]
+    head_dim: int = 32  # triangle-attention head dim [32]
+    n_heads_single: int = 4  # single attention with pair bias heads [16 of 24]
+    transition_n: int = 4  # transition expansion factor n [4]
+    distogram_bins: int = 64  # [64]
+    distogram_min: float = 2.0  # Å, first bin edge [2]
+    distogram_max: float = 22.0  # Å, last bin edge [22]
+    relpos_max: int = 32  # relative position clip r_max [32]
+    relchain_max: int = 2  # relative chain clip s_max [2]
+    msa_classes: int = 32  # restype / MSA alphabet
+    eps: float = 1e-5  # LayerNorm epsilon
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in (16, 32, 64):
+            raise InvalidRequest(f"head_dim must be 16, 32 or 64 (the kernel's); got {self.head_dim}")
+        if self.c_token % self.n_heads_single or (self.c_token // self.n_heads_single) not in (16, 32, 64):
+            raise InvalidRequest(
+                f"c_token / n_heads_single must be 16, 32 or 64; got {self.c_token} / {self.n_heads_single}"
+            )
+        for name in ("c_token", "c_pair", "n_blocks", "n_heads", "transition_n", "distogram_bins"):
+            if getattr(self, name) <= 0:
+                raise InvalidRequest(f"{name} must be positive; got {getattr(self, name)}")
+        if max(self.c_token, self.c_pair) > 512:
+            raise InvalidRequest(
+                "c_token and c_pair must be ≤ 512 (fused LayerNorm+Linear keeps a row in registers)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidRequest(f"unknown model config keys: {unknown}")
+        return cls(**data)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The config as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    @classmethod
+    def from_json(cls, path_or_text: str | Path) -> ModelConfig:
+        """Read a config from a JSON file (or JSON text starting with ``{``)."""
+        text = str(path_or_text)
+        if not text.lstrip().startswith("{"):
+            try:
+                text = Path(path_or_text).read_text()
+            except OSError as exc:
+                raise InvalidRequest(f"cannot read model config {path_or_text}: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"model config is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise InvalidRequest("model config JSON must be an object")
+        return cls.from_dict(data)

@@ -1,0 +1,164 @@
+"""The reference training loop (``featurecache train``): the script users copy.
+
+``make_batches`` is the only place that knows where batches come from: the client's
+``FeatureDataset`` over a store or a lookup URL, or synthetic batches (no source given).
+Each step logs its wall time, the part of it spent waiting for the batch, the loss, the
+peak GPU memory and the number of real tokens; the JSON log ends with a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from featurecache.client.schema import MODEL_INPUT_KEYS
+from featurecache.errors import FeatureCacheError, InvalidRequest
+from featurecache.model.batches import check_batch, synthetic_batches
+from featurecache.model.config import ModelConfig
+from featurecache.model.trunk import Trunk
+
+log = logging.getLogger(__name__)
+
+#: steps left out of the medians (Triton compilation, allocator warm-up)
+WARMUP_STEPS = 1
+
+
+def make_batches(
+    store: str | Path | None,
+    url: str | None,
+    crop_size: int,
+    batch_size: int,
+    seed: int,
+    workers: int,
+) -> tuple[Iterator[dict[str, Any]], str]:
+    """(endless iterator of batch dicts following BATCH_SCHEMA, description of the source)."""
+    if store is None and url is None:
+        return synthetic_batches(batch_size, crop_size, seed=seed), "synthetic"
+    from featurecache.client import FeatureDataset, FeatureLoader
+
+    source = str(store) if store is not None else str(url)
+    dataset = FeatureDataset(source, crop_size=crop_size, seed=seed, workers=workers, infinite=True)
+    return iter(FeatureLoader(dataset, batch_size=batch_size)), source
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: batch[k].to(device, non_blocking=True) for k in MODEL_INPUT_KEYS}
+
+
+def run_training(
+    store: str | Path | None,
+    url: str | None,
+    steps: int,
+    crop_size: int = 384,
+    device: str = "cuda",
+    batch_size: int = 1,
+    fused: bool = True,
+    log_path: str | Path | None = "train_log.json",
+    seed: int = 0,
+    workers: int = 4,
+    *,
+    config: ModelConfig | None = None,
+    lr: float = 1e-3,
+    batches: Iterator[dict[str, Any]] | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
+
+    ``fused`` selects the Triton kernels (CUDA only; on CPU the torch references run). On CUDA the
+    forward runs under bf16 autocast with fp32 weights. ``batches`` overrides the source (tests).
+    """
+    if steps < 1 or crop_size < 2 or batch_size < 1:
+        raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise FeatureCacheError("--device cuda but no CUDA device is available (use --device cpu)")
+    if fused and dev.type != "cuda":
+        log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
+        fused = False
+    cfg = config or ModelConfig()
+    torch.manual_seed(seed)
+    model = Trunk(cfg, fused=fused).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    if batches is not None:
+        it, source = batches, "given"
+    else:
+        it, source = make_batches(store, url, crop_size, batch_size, seed, workers)
+    cuda = dev.type == "cuda"
+    log.info("training %d steps, crop %d, batch %d, %s, fused=%s, source %s", steps, crop_size, batch_size,
+             dev, fused, source)  # fmt: skip
+
+    records: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
+        "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
+        "seed": seed, "lr": lr, "model_config": cfg.to_dict(), "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
+    }  # fmt: skip
+    try:
+        for step in range(steps):
+            t0 = time.perf_counter()
+            try:
+                raw = next(it)
+            except StopIteration:
+                log.warning("the batch source ended after %d steps", step)
+                break
+            t1 = time.perf_counter()
+            if step == 0:
+                check_batch(raw)
+            batch = _to_device(raw, dev)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(dev)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
+                loss = model.loss(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            loss_value = float(loss.item())  # synchronises
+            if cuda:
+                torch.cuda.synchronize(dev)
+            t2 = time.perf_counter()
+            rec = {
+                "step": step, "step_time_s": t2 - t0, "data_wait_s": t1 - t0, "compute_s": t2 - t1,
+                "loss": loss_value, "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
+                "tokens": int(batch["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
+                "entry_ids": raw.get("entry_id"),
+            }  # fmt: skip
+            records.append(rec)
+            log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs  tokens %d", step, loss_value,
+                     rec["step_time_s"], rec["data_wait_s"], rec["tokens"])  # fmt: skip
+            if on_step is not None:
+                on_step(rec)
+    finally:
+        doc["summary"] = summarize(records)
+        if log_path is not None:
+            Path(log_path).write_text(json.dumps(doc, indent=2, default=str))
+    return doc
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction."""
+    if not records:
+        return {"steps": 0}
+    timed = records[WARMUP_STEPS:] or records
+    total = sum(r["step_time_s"] for r in timed)
+    wait = sum(r["data_wait_s"] for r in timed)
+    peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
+    return {
+        "steps": len(records),
+        "warmup_steps_excluded": len(records) - len(timed),
+        "median_step_time_s": statistics.median(r["step_time_s"] for r in timed),
+        "median_compute_s": statistics.median(r["compute_s"] for r in timed),
+        "median_data_wait_s": statistics.median(r["data_wait_s"] for r in timed),
+        "data_wait_fraction": wait / total if total > 0 else 0.0,
+        "peak_mem_bytes": max(peaks) if peaks else None,
+        "first_loss": records[0]["loss"],
+        "last_loss": records[-1]["loss"],
+        "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
+    }

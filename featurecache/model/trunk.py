@@ -1,0 +1,223 @@
+"""A small Pairformer-style trunk that consumes the client's batches and a distogram loss.
+
+input embedding (restype, MSA profile / deletion mean, a summary of the sampled MSA rows) → single
+``s [B, N, c_token]`` and pair ``z [B, N, N, c_pair]`` (outer sum + AF3 relative position
+encoding + token bonds) → ``n_blocks`` × (triangle attention starting node, ending node, pair
+transition, single attention with pair bias, single transition) → distogram logits
+``[B, N, N, bins]``, trained against the binned distances between token centre atoms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from featurecache.model.config import ModelConfig
+from featurecache.model.modules import LayerNormLinear, PairBiasAttention, Transition
+
+
+def _pad8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+class TriangleAttention(nn.Module):
+    """AF3 triangle attention around the starting (Alg. 14) or ending (Alg. 15) node.
+
+    One fused LayerNorm+Linear projects ``z`` to q, k, v, gate and the per-head bias (its width
+    padded to a multiple of 8 so row strides stay 16-byte aligned); the fused pair-bias attention
+    runs with S = the rows of ``z`` and the pair mask as key mask. The ending node is the starting
+    node on ``zᵀ``. ``z [B, N, N, c] -> [B, N, N, c]``.
+    """
+
+    def __init__(
+        self, c_pair: int, n_heads: int, head_dim: int, starting: bool, eps: float, fused: bool
+    ) -> None:
+        super().__init__()
+        self.h, self.d, self.starting = n_heads, head_dim, starting
+        hd = n_heads * head_dim
+        self.proj = LayerNormLinear(c_pair, 4 * hd + _pad8(n_heads), eps=eps, fused=fused)
+        self.out = nn.Linear(hd, c_pair, bias=False)
+        self.attention = PairBiasAttention(fused)
+
+    def forward(self, z: torch.Tensor, pair_mask: torch.Tensor) -> torch.Tensor:
+        if not self.starting:
+            z, pair_mask = z.transpose(1, 2), pair_mask.transpose(1, 2)
+        b, n = z.shape[0], z.shape[1]
+        h, d = self.h, self.d
+        hd = h * d
+        p = self.proj(z)  # [B, i, j, 4·H·D + pad]
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, i, j, H·D] -> [B, S=i, H, N=j, D]
+            return t.unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4)
+
+        q, k, v = heads(p[..., :hd]), heads(p[..., hd : 2 * hd]), heads(p[..., 2 * hd : 3 * hd])
+        gate = torch.sigmoid(p[..., 3 * hd : 4 * hd])
+        bias = p[..., 4 * hd : 4 * hd + h].permute(0, 3, 1, 2).contiguous()  # [B, H, j (query), k (key)]
+        o = self.attention(q, k, v, bias, pair_mask)  # key mask of row i: pair_mask[i, k]
+        o = o.permute(0, 1, 3, 2, 4).reshape(b, n, n, hd)
+        out = F.linear(gate * o, self.out.weight.to(o.dtype))
+        return out if self.starting else out.transpose(1, 2)
+
+
+class SingleAttentionWithPairBias(nn.Module):
+    """Attention over tokens biased by the pair representation (AF3 Alg. 24, no conditioning):
+    the same fused kernel with S = 1. ``s [B, N, c_token], z [B, N, N, c_pair] -> [B, N, c_token]``."""
+
+    def __init__(self, c_token: int, c_pair: int, n_heads: int, eps: float, fused: bool) -> None:
+        super().__init__()
+        self.h = n_heads
+        self.proj = LayerNormLinear(c_token, 4 * c_token, eps=eps, fused=fused)
+        self.pair_bias = LayerNormLinear(c_pair, _pad8(n_heads), eps=eps, fused=fused)
+        self.out = nn.Linear(c_token, c_token, bias=False)
+        self.attention = PairBiasAttention(fused)
+
+    def forward(self, s: torch.Tensor, z: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+        b, n, c = s.shape
+        h = self.h
+        p = self.proj(s)  # [B, N, 4c]
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, N, c] -> [B, 1, H, N, c/H]
+            return t.unflatten(-1, (h, c // h)).permute(0, 2, 1, 3).unsqueeze(1)
+
+        q, k, v = heads(p[..., :c]), heads(p[..., c : 2 * c]), heads(p[..., 2 * c : 3 * c])
+        gate = torch.sigmoid(p[..., 3 * c :])
+        bias = self.pair_bias(z)[..., :h].permute(0, 3, 1, 2).contiguous()
+        o = self.attention(q, k, v, bias, token_mask[:, None, :])
+        o = o.squeeze(1).permute(0, 2, 1, 3).reshape(b, n, c)
+        return F.linear(gate * o, self.out.weight.to(o.dtype))
+
+
+class PairformerBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, fused: bool) -> None:
+        super().__init__()
+        self.tri_start = TriangleAttention(cfg.c_pair, cfg.n_heads, cfg.head_dim, True, cfg.eps, fused)
+        self.tri_end = TriangleAttention(cfg.c_pair, cfg.n_heads, cfg.head_dim, False, cfg.eps, fused)
+        self.pair_transition = Transition(cfg.c_pair, cfg.transition_n, cfg.eps, fused)
+        self.single_attention = SingleAttentionWithPairBias(
+            cfg.c_token, cfg.c_pair, cfg.n_heads_single, cfg.eps, fused
+        )
+        self.single_transition = Transition(cfg.c_token, cfg.transition_n, cfg.eps, fused)
+        # the distogram reads z only: an outer sum lets the single track reach the loss
+        self.single_to_pair = nn.Linear(cfg.c_token, 2 * cfg.c_pair, bias=False)
+
+    def forward(
+        self, s: torch.Tensor, z: torch.Tensor, token_mask: torch.Tensor, pair_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        z = z + self.tri_start(z, pair_mask)
+        z = z + self.tri_end(z, pair_mask)
+        z = z + self.pair_transition(z)
+        s = s + self.single_attention(s, z, token_mask)
+        s = s + self.single_transition(s)
+        a, b = self.single_to_pair(s).chunk(2, dim=-1)
+        z = z + a[:, :, None] + b[:, None, :]
+        return s, z
+
+
+class InputEmbedder(nn.Module):
+    """Batch → (s, z). Token features: restype one-hot, MSA profile, deletion mean, and the mean over
+    the sampled MSA rows of the residue one-hot, has_deletion and deletion_value. Pair: outer sum of
+    two projections of those, AF3 relative position encoding (residue offset within a chain, chain
+    offset within an entity, same entity) and token bonds."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        k = cfg.msa_classes
+        self.cfg = cfg
+        n_feat = 3 * k + 3
+        self.to_single = nn.Linear(n_feat, cfg.c_token)
+        self.to_pair_i = nn.Linear(n_feat, cfg.c_pair, bias=False)
+        self.to_pair_j = nn.Linear(n_feat, cfg.c_pair, bias=False)
+        self.rel_res = nn.Embedding(2 * cfg.relpos_max + 2, cfg.c_pair)
+        self.rel_chain = nn.Embedding(2 * cfg.relchain_max + 2, cfg.c_pair)
+        self.same_entity = nn.Parameter(torch.zeros(cfg.c_pair))
+        self.bond = nn.Parameter(torch.zeros(cfg.c_pair))
+
+    def token_features(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        k = self.cfg.msa_classes
+        msa, msa_mask = batch["msa"], batch["msa_mask"].to(torch.float32)  # [B, M, N]
+        b, _, n = msa.shape
+        rows = msa_mask.sum(1).clamp_min(1.0)  # [B, N]
+        counts = torch.zeros(b, n, k, device=msa.device).scatter_add_(
+            2, msa.transpose(1, 2).clamp(0, k - 1), msa_mask.transpose(1, 2)
+        )
+        return torch.cat(
+            [
+                F.one_hot(batch["restype"].clamp(0, k - 1), k).to(torch.float32),
+                batch["profile"],
+                batch["deletion_mean"][..., None],
+                counts / rows[..., None],
+                ((batch["has_deletion"] * msa_mask).sum(1) / rows)[..., None],
+                ((batch["deletion_value"] * msa_mask).sum(1) / rows)[..., None],
+            ],
+            dim=-1,
+        )
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        f = self.token_features(batch)
+        s = self.to_single(f)
+        z = self.to_pair_i(f)[:, :, None] + self.to_pair_j(f)[:, None, :]
+        asym, res, ent, sym = batch["asym_id"], batch["residue_index"], batch["entity_id"], batch["sym_id"]
+        same_chain = asym[:, :, None] == asym[:, None, :]
+        same_entity = ent[:, :, None] == ent[:, None, :]
+        r = cfg.relpos_max
+        d_res = torch.where(same_chain, (res[:, :, None] - res[:, None, :] + r).clamp(0, 2 * r), 2 * r + 1)
+        c = cfg.relchain_max
+        d_chain = torch.where(same_entity, (sym[:, :, None] - sym[:, None, :] + c).clamp(0, 2 * c), 2 * c + 1)
+        z = z + self.rel_res(d_res) + self.rel_chain(d_chain)
+        z = z + same_entity[..., None].to(z.dtype) * self.same_entity
+        z = z + batch["token_bonds"][..., None].to(z.dtype) * self.bond
+        return s, z
+
+
+class DistogramHead(nn.Module):
+    """``z [B, N, N, c] -> logits [B, N, N, bins]`` (symmetric: ``Linear(z_ij) + Linear(z_ji)``)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.linear = nn.Linear(cfg.c_pair, cfg.distogram_bins)
+        edges = torch.linspace(cfg.distogram_min, cfg.distogram_max, cfg.distogram_bins - 1)
+        self.register_buffer("edges", edges, persistent=False)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        logits = self.linear(z).float()
+        return logits + logits.transpose(1, 2)
+
+    def loss(self, logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Mean cross-entropy over pairs of resolved real tokens (i ≠ j)."""
+        x = batch["centre_coords"]  # [B, N, 3]
+        dist = torch.cdist(x, x)
+        target = torch.bucketize(dist, self.edges)  # bin k: edges[k-1] < d ≤ edges[k]
+        ok = batch["centre_mask"] & batch["token_mask"]
+        pair = ok[:, :, None] & ok[:, None, :]
+        pair &= ~torch.eye(pair.shape[1], dtype=torch.bool, device=pair.device)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+        w = pair.reshape(-1).to(ce.dtype)
+        return (ce * w).sum() / w.sum().clamp_min(1.0)
+
+
+class Trunk(nn.Module):
+    """The model: :class:`InputEmbedder` → ``n_blocks`` × :class:`PairformerBlock` → :class:`DistogramHead`."""
+
+    def __init__(self, cfg: ModelConfig | None = None, fused: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg or ModelConfig()
+        self.fused = fused
+        self.embed = InputEmbedder(self.cfg)
+        self.blocks = nn.ModuleList(PairformerBlock(self.cfg, fused) for _ in range(self.cfg.n_blocks))
+        self.distogram = DistogramHead(self.cfg)
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Distogram logits ``[B, N, N, bins]`` (fp32)."""
+        token_mask = batch["token_mask"]
+        pair_mask = token_mask[:, :, None] & token_mask[:, None, :]
+        s, z = self.embed(batch)
+        for block in self.blocks:
+            s, z = block(s, z, token_mask, pair_mask)
+        return self.distogram(z)
+
+    def loss(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.distogram.loss(self(batch), batch)
