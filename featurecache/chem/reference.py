@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from featurecache.chem.conformer import ReferenceConformer, perceived_key
 from featurecache.const import ATOM_NAME_CHARS, decode_atom_name, decode_res_name, encode_atom_name
@@ -149,6 +150,68 @@ class ComponentTable:
     @classmethod
     def empty(cls) -> ComponentTable:
         return cls.from_conformers([])
+
+    # Arrow form: one row per atom, the component key and strategy repeated (dictionary-encoded).
+    # This is what a lookup service sends and what an HTTP client rebuilds the table from.
+    def to_arrow(self) -> pa.Table:
+        """One row per atom of every live component: key, strategy, name, ref_pos, mask, element, charge."""
+        rows = np.array(sorted(self._row.values()), dtype=np.int64)
+        counts = self.atom_count[rows]
+        atoms = (
+            np.concatenate([np.arange(s, s + c) for s, c in zip(self.atom_start[rows], counts, strict=True)])
+            if len(rows)
+            else np.zeros(0, np.int64)
+        )
+        keys = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(rows), dtype=np.int32), counts)),
+            pa.array([self.keys[r] for r in rows]),
+        )
+        strategies = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(rows), dtype=np.int32), counts)),
+            pa.array([self.strategy[r] for r in rows]),
+        )
+        pos = np.ascontiguousarray(self.ref_pos[atoms], dtype=np.float32).reshape(-1)
+        names = np.ascontiguousarray(self.name[atoms], dtype=np.uint8).reshape(-1)
+        return pa.table(
+            {
+                "key": keys,
+                "strategy": strategies,
+                "name": pa.FixedSizeListArray.from_arrays(pa.array(names, pa.uint8()), ATOM_NAME_CHARS),
+                "ref_pos": pa.FixedSizeListArray.from_arrays(pa.array(pos, pa.float32()), 3),
+                "mask": pa.array(self.mask[atoms]),
+                "element": pa.array(self.element[atoms]),
+                "charge": pa.array(self.charge[atoms]),
+            }
+        )
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> ComponentTable:
+        """Inverse of :meth:`to_arrow` (rows of one key must be contiguous)."""
+        n = table.num_rows
+        if n == 0:
+            return cls.empty()
+        key_col = table.column("key").combine_chunks()
+        strat_col = table.column("strategy").combine_chunks()
+        keys_py = key_col.to_pylist()
+        strat_py = strat_col.to_pylist()
+        starts = [0] + [i for i in range(1, n) if keys_py[i] != keys_py[i - 1]]
+        counts = np.diff(np.array([*starts, n], dtype=np.int64))
+
+        def flat(col: str, width: int, dtype: Any) -> np.ndarray:
+            arr = table.column(col).combine_chunks()
+            return np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=dtype).reshape(n, width)
+
+        return cls(
+            keys=[keys_py[s] for s in starts],
+            strategy=[strat_py[s] for s in starts],
+            atom_start=np.array(starts, dtype=np.int64),
+            atom_count=counts,
+            name=flat("name", ATOM_NAME_CHARS, np.uint8),
+            ref_pos=flat("ref_pos", 3, np.float32),
+            mask=np.asarray(table.column("mask").to_numpy(zero_copy_only=False), dtype=bool),
+            element=np.asarray(table.column("element").to_numpy(zero_copy_only=False), dtype=np.uint8),
+            charge=np.asarray(table.column("charge").to_numpy(zero_copy_only=False), dtype=np.int8),
+        )
 
 
 def _field(table: Mapping[str, np.ndarray] | np.ndarray, name: str) -> np.ndarray:

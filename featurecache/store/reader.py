@@ -87,6 +87,7 @@ class LocalStore(FeatureReader):
                     start = i
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._lock = threading.Lock()
+        self._component_table: Any = None  # chem.reference.ComponentTable, loaded on first use
 
     # ------------------------------------------------------------------ tables
     def _table(self, name: str) -> pa.Table:
@@ -199,6 +200,24 @@ class LocalStore(FeatureReader):
             id=entry_id, atoms=out["atoms"], tokens=out["tokens"], bonds=out["bonds"],
             interfaces=out["interfaces"], meta=meta, chains=self.entry_chains(entry_id),
         )  # fmt: skip
+
+    # ------------------------------------------------------------------ reference conformers
+    def component_table(self) -> Any:
+        """Every stored reference conformer (a chem.reference.ComponentTable), loaded once, lazily."""
+        if self._component_table is None:
+            from featurecache.store.components import load_component_table
+
+            table = load_component_table(self.path, index=self.components)
+            with self._lock:
+                self._component_table = table
+        return self._component_table
+
+    def reference_features(self, entry: Entry) -> dict[str, np.ndarray]:
+        """AF3 ref_pos/ref_mask/ref_element/ref_charge/ref_atom_name_chars/ref_space_uid of ``entry``
+        (needs atoms name/element/charge/token_index/ref_space_uid and tokens res_name)."""
+        from featurecache.chem.reference import reference_features
+
+        return reference_features(entry.atoms, entry.tokens, self.component_table())
 
     def close(self) -> None:
         self._arrays.clear()

@@ -115,3 +115,18 @@ def test_later_rows_override_earlier() -> None:
     table = ComponentTable.from_conformers([ala, shifted])
     assert len(table) == 1
     np.testing.assert_array_equal(table.component("ALA")["ref_pos"], shifted.positions)
+
+
+def test_arrow_round_trip(table: ComponentTable) -> None:
+    back = ComponentTable.from_arrow(table.to_arrow())
+    assert back.keys == table.keys and back.strategy == table.strategy
+    for key in table.keys:
+        a, b = table.component(key), back.component(key)
+        assert a["atom_names"] == b["atom_names"]
+        for f in ("ref_pos", "mask", "element", "charge"):
+            np.testing.assert_array_equal(a[f], b[f])
+    atoms, tokens = _entry()
+    x, y = reference_features(atoms, tokens, table), reference_features(atoms, tokens, back)
+    for f in x:
+        np.testing.assert_array_equal(x[f], y[f])
+    assert len(ComponentTable.from_arrow(ComponentTable.empty().to_arrow())) == 0
