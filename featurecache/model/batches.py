@@ -131,7 +131,8 @@ def collate_synthetic(samples: list[dict[str, np.ndarray]]) -> dict[str, torch.T
         out = np.full((len(samples), *dims), _PAD.get(key, 0), dtype=np.dtype(dtype))
         for b, s in enumerate(samples):
             arr = s[key]
-            out[(b, *[slice(0, d) for d in arr.shape])] = arr
+            index: tuple[int | slice, ...] = (b, *[slice(0, d) for d in arr.shape])
+            out[index] = arr
         batch[key] = torch.from_numpy(out)
     batch["token_mask"] = torch.from_numpy(
         np.stack([np.arange(sizes["N"]) < s["restype"].shape[0] for s in samples])

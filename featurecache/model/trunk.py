@@ -176,6 +176,8 @@ class InputEmbedder(nn.Module):
 class DistogramHead(nn.Module):
     """``z [B, N, N, c] -> logits [B, N, N, bins]`` (symmetric: ``Linear(z_ij) + Linear(z_ji)``)."""
 
+    edges: torch.Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.linear = nn.Linear(cfg.c_pair, cfg.distogram_bins)
