@@ -1,0 +1,31 @@
+"""Dependencies of the routes, as ``Annotated`` aliases: the settings and the open store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from featurecache.store.reader import LocalStore
+from services.lookup.settings import Settings
+from services.lookup.state import StoreHolder
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_holder(request: Request) -> StoreHolder:
+    holder: StoreHolder = request.app.state.store
+    return holder
+
+
+def get_reader(holder: Annotated[StoreHolder, Depends(get_holder)]) -> LocalStore:
+    """The open store; :class:`~services.lookup.state.StoreUnavailable` (→ 503) when it is not."""
+    return holder.get()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+HolderDep = Annotated[StoreHolder, Depends(get_holder)]
+ReaderDep = Annotated[LocalStore, Depends(get_reader)]

@@ -1,0 +1,134 @@
+"""One pure-ASGI middleware in front of every route: bearer-token auth, request body limit, metrics.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses pass through untouched and the bytes
+actually sent are counted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.lookup import metrics
+
+PUBLIC_PATHS = frozenset({"/v1/health"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class ServiceMiddleware:
+    def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        state: dict[str, Any] = {"status": 500, "bytes": 0}
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                state["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        route = "unmatched"
+        try:
+            refusal = self._refuse_auth(scope)
+            if refusal is not None:
+                route = "auth"
+                await _json_response(
+                    counting_send, 401, refusal, {"www-authenticate": 'Bearer realm="featurecache"'}
+                )
+                return
+            if scope["method"] in BODY_METHODS:
+                body, too_large = await _read_body(receive, self.max_body_bytes, _content_length(scope))
+                if too_large:
+                    route = "body-limit"
+                    await _json_response(counting_send, 413, {
+                        "detail": f"request body exceeds the limit max_body_bytes={self.max_body_bytes}",
+                        "limit": "max_body_bytes", "max": self.max_body_bytes,
+                    })  # fmt: skip
+                    return
+                receive = _replay(body, receive)
+            await self.app(scope, receive, counting_send)
+        finally:
+            r = scope.get("route")
+            if r is not None and hasattr(r, "path"):
+                route = r.path
+            metrics.observe(
+                scope["method"], route, int(state["status"]), time.perf_counter() - start, state["bytes"]
+            )
+
+    def _refuse_auth(self, scope: Scope) -> dict[str, str] | None:
+        if self.token is None or scope["path"] in PUBLIC_PATHS:
+            return None
+        header = dict(scope["headers"]).get(b"authorization")
+        if header is None:
+            return {"detail": "missing bearer token: send 'Authorization: Bearer <token>'"}
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
+            return {"detail": "invalid bearer token"}
+        return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            try:
+                return int(v)
+            except ValueError:
+                return None
+    return None
+
+
+async def _read_body(receive: Receive, limit: int, declared: int | None) -> tuple[bytes, bool]:
+    """The whole request body, or ``too_large`` as soon as it passes ``limit`` bytes."""
+    if declared is not None and declared > limit:
+        return b"", True
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", True
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """Hand the buffered body to the app, then pass through (a streamed response listens for the
+    client's disconnect on ``receive``; answering "disconnect" early would cut it off)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _json_response(
+    send: Send, status: int, doc: dict[str, Any], headers: dict[str, str] | None = None
+) -> None:
+    body = json.dumps(doc).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,128 @@
+"""Turning request parameters into library arguments, refusing malformed ones with 4xx.
+
+Ids and keys are only ever looked up in the index (a dict), never joined into a path, so nothing
+outside the store can be opened whatever they contain; the checks here make malformed values a
+clear 422 instead of a 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from featurecache.errors import InvalidRequest
+from featurecache.store.layout import ENTRY_GROUPS
+
+MAX_NAME_CHARS = 255
+
+
+class LimitExceeded(InvalidRequest):
+    """A request exceeds a configured limit; answered 413 with the limit's name and value."""
+
+    def __init__(self, limit: str, maximum: int, got: int, what: str) -> None:
+        super().__init__(f"{what}: {got} exceeds the limit {limit}={maximum}")
+        self.limit = limit
+        self.maximum = maximum
+        self.got = got
+
+
+def check_name(value: str, what: str) -> str:
+    """An entry id or MSA key: a file-name-like string (no separators, no leading dot, printable).
+
+    Every id the build can produce passes (ids are file stems of non-hidden files).
+    """
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise InvalidRequest(f"malformed {what} {value!r}: must be 1..{MAX_NAME_CHARS} characters")
+    if value.startswith(".") or "/" in value or "\\" in value:
+        raise InvalidRequest(f"malformed {what} {value!r}: no path separators or leading '.' allowed")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidRequest(f"malformed {what} {value!r}: control characters are not allowed")
+    return value
+
+
+def check_limit(limit: str, maximum: int, got: int, what: str) -> None:
+    if got > maximum:
+        raise LimitExceeded(limit, maximum, got, what)
+
+
+def parse_arrays(values: Sequence[str] | None) -> list[str] | None:
+    """``?arrays=atoms/coords,tokens&arrays=bonds`` → ``["atoms/coords", "tokens", "bonds"]``.
+
+    None (parameter absent) means every array. Names: a group (``atoms``) or ``group/field``.
+    """
+    if not values:
+        return None
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        raise InvalidRequest("arrays: empty selection; leave the parameter out for every array")
+    for name in names:
+        group, _, fld = name.partition("/")
+        dtype = ENTRY_GROUPS.get(group)
+        if dtype is None:
+            raise InvalidRequest(f"unknown array {name!r}: groups are {sorted(ENTRY_GROUPS)}")
+        if fld and fld not in (dtype.names or ()):
+            raise InvalidRequest(f"unknown array {name!r}: fields of {group} are {list(dtype.names or ())}")
+    return list(dict.fromkeys(names))
+
+
+def parse_index_spec(spec: str | None, what: str) -> slice | list[int] | None:
+    """Row/column selection of an MSA slice from a query string.
+
+    Absent → None (all); ``""`` → nothing; ``"a:b"`` (either end optional) → ``slice(a, b)``;
+    ``"0,5,9:12"`` → ``[0, 5, 9, 10, 11]`` (closed ranges only inside a list).
+    """
+    if spec is None:
+        return None
+    spec = spec.strip()
+    if not spec:
+        return []
+    try:
+        if "," not in spec and ":" in spec:
+            a, _, b = spec.partition(":")
+            if ":" in b:
+                raise ValueError("steps are not supported")
+            start = int(a) if a.strip() else None
+            stop = int(b) if b.strip() else None
+            if (start is not None and start < 0) or (stop is not None and stop < 0):
+                raise ValueError("negative indices are not supported")
+            return slice(start, stop)
+        out: list[int] = []
+        for item in spec.split(","):
+            a, sep, b = item.partition(":")
+            if sep:
+                lo, hi = int(a), int(b)
+                if lo < 0 or hi < lo:
+                    raise ValueError(f"bad range {item!r}")
+                out.extend(range(lo, hi))
+            else:
+                i = int(item)
+                if i < 0:
+                    raise ValueError("negative indices are not supported")
+                out.append(i)
+            if len(out) > 1 << 24:
+                raise ValueError("too many indices")
+        return out
+    except ValueError as exc:
+        raise InvalidRequest(f"malformed {what} selection {spec[:80]!r}: {exc}") from None
+
+
+def resolve_indices(sel: slice | Sequence[int] | None, size: int, what: str) -> np.ndarray:
+    """A selection against an axis of ``size``: int64 indices, each checked to be in range."""
+    if sel is None:
+        return np.arange(size, dtype=np.int64)
+    if isinstance(sel, slice):
+        start = 0 if sel.start is None else sel.start
+        stop = size if sel.stop is None else sel.stop
+        if start > size or stop > size or start > stop:
+            raise InvalidRequest(f"{what} {start}:{stop} is outside 0:{size}")
+        return np.arange(start, stop, dtype=np.int64)
+    idx = np.asarray(list(sel) if not isinstance(sel, np.ndarray) else sel, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = int(idx[(idx < 0) | (idx >= size)][0])
+        raise InvalidRequest(f"{what} index {bad} is outside 0:{size}")
+    return idx
+
+
+def dedupe(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))

@@ -1,0 +1,124 @@
+"""What the routes send: entries and MSA blocks as Arrow IPC (featurecache.store.arrow_io), index
+tables as Arrow IPC streams; plus the size estimates the limits are checked against."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+
+from featurecache.store import arrow_io
+from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, field_base_dtype
+from featurecache.store.reader import LocalStore
+
+
+def selected_fields(arrays: Sequence[str] | None) -> dict[str, list[str]]:
+    """group → fields an ``arrays`` selection (already validated) asks for."""
+    if arrays is None:
+        return {g: list(dt.names or ()) for g, dt in ENTRY_GROUPS.items()}
+    out: dict[str, list[str]] = {}
+    for name in arrays:
+        g, _, f = name.partition("/")
+        fields = list(ENTRY_GROUPS[g].names or ()) if not f else [f]
+        out[g] = list(dict.fromkeys([*out.get(g, []), *fields]))
+    return {g: [f for f in (ENTRY_GROUPS[g].names or ()) if f in fs] for g, fs in out.items()}
+
+
+def entry_dtypes(arrays: Sequence[str] | None) -> dict[str, np.dtype]:
+    """Wire array name (``atoms/coords``) → dtype, in the order the reader returns them."""
+    sel = selected_fields(arrays)
+    return {
+        f"{g}/{f}": field_base_dtype(ENTRY_GROUPS[g], f) for g in ENTRY_GROUPS if g in sel for f in sel[g]
+    }
+
+
+def estimate_entry_bytes(reader: LocalStore, entry_ids: Sequence[str], arrays: Sequence[str] | None) -> int:
+    """Array bytes the entries will carry, from the index counts (raises NotFound for an unknown id)."""
+    sel = selected_fields(arrays)
+    entries = reader.entries
+    total = 0
+    rows = [reader.row_of(i) for i in entry_ids]
+    if not rows:
+        return 0
+    take = pa.array(rows, pa.int64())
+    for g, fields in sel.items():
+        row_bytes = sum(_field_bytes(ENTRY_GROUPS[g], f) for f in fields)
+        counts = entries.column(GROUP_OFFSETS[g][1]).take(take).to_numpy(zero_copy_only=False)
+        total += int(np.asarray(counts, np.int64).sum()) * row_bytes
+    return total
+
+
+def _field_bytes(dtype: np.dtype, name: str) -> int:
+    sub: np.dtype = dtype.fields[name][0]  # type: ignore[index]
+    return int(sub.itemsize)
+
+
+def entries_stream(
+    reader: LocalStore, entry_ids: Sequence[str], arrays: Sequence[str] | None
+) -> Iterator[bytes]:
+    """The IPC stream of ``entry_ids`` (one record batch each), read lazily as it is sent."""
+    records = (arrow_io.entry_record(reader.entry(i, arrays)) for i in entry_ids)
+    return arrow_io.encode_stream(records, entry_dtypes(arrays))
+
+
+def entry_bytes(reader: LocalStore, entry_id: str, arrays: Sequence[str] | None) -> bytes:
+    return b"".join(entries_stream(reader, [entry_id], arrays))
+
+
+def msa_bytes(block: Any) -> bytes:
+    return arrow_io.encode([arrow_io.msa_record(block)], arrow_io.MSA_DTYPES)
+
+
+def table_bytes(table: pa.Table, columns: Sequence[str] | None) -> bytes:
+    if columns:
+        table = table.select(list(columns))
+    return arrow_io.table_bytes(table)
+
+
+# ------------------------------------------------------------------------------------- MSAs
+_MSA_KEY_COLUMNS = ("key", "msa_key", "sequence_hash", "hash")
+_MSA_LENGTH_COLUMNS = ("length", "n_cols", "query_length")
+
+
+@functools.lru_cache(maxsize=4)
+def msa_shapes(reader: LocalStore) -> dict[str, tuple[int, int]]:
+    """key → (depth, length) of every stored MSA, from the ``msas`` index (built once per reader)."""
+    t = reader.msas
+    shapes: dict[str, tuple[int, int]] = {}
+    cols = set(t.column_names)
+    key_col = next((c for c in _MSA_KEY_COLUMNS if c in cols), None)
+    len_col = next((c for c in _MSA_LENGTH_COLUMNS if c in cols), None)
+    if t.num_rows and key_col and len_col and "depth" in cols:
+        keys = t.column(key_col).to_pylist()
+        depth = t.column("depth").to_pylist()
+        length = t.column(len_col).to_pylist()
+        shapes = {str(k): (int(d), int(n)) for k, d, n in zip(keys, depth, length, strict=True)}
+    return shapes
+
+
+def msa_slice(
+    reader: LocalStore,
+    settings: Any,
+    key: str,
+    rows: slice | Sequence[int] | None,
+    cols: slice | Sequence[int] | None,
+) -> Any:
+    """Check the selection against the MSA's shape and the limits, then read the block."""
+    from featurecache.errors import NotFound
+    from services.lookup.params import check_limit, resolve_indices
+
+    shape = msa_shapes(reader).get(key)
+    if shape is None:
+        raise NotFound(f"no MSA {key!r} in this store")
+    depth, length = shape
+    r = resolve_indices(rows, depth, "rows")
+    c = resolve_indices(cols, length, "cols")
+    check_limit("max_msa_rows", settings.max_msa_rows, r.size, f"MSA {key} rows")
+    check_limit("max_msa_cols", settings.max_msa_cols, c.size, f"MSA {key} columns")
+    check_limit(
+        "max_msa_cells", settings.max_msa_cells, r.size * c.size, f"MSA {key} cells ({r.size}x{c.size})"
+    )
+    return reader.msa(key, cast(Sequence[int], r), cast(Sequence[int], c))

@@ -1,0 +1,1 @@
+"""One router per resource: health, store (info, index tables), entries, msas, metrics."""

@@ -1,0 +1,116 @@
+"""Entries: the filtered listing (JSON), one entry and batches of entries (Arrow IPC)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from featurecache.errors import InvalidRequest
+from featurecache.store import arrow_io
+from services.lookup import metrics
+from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.listing import list_entries, make_query
+from services.lookup.params import check_limit, check_name, parse_arrays
+from services.lookup.payloads import entries_stream, entry_bytes, estimate_entry_bytes
+
+router = APIRouter(prefix="/v1", tags=["entries"])
+
+ARROW_OK: dict[int | str, dict[str, Any]] = {
+    200: {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream, one row per entry."}
+}
+ARRAYS_HELP = (
+    "Only these arrays: a group (`atoms`, `tokens`, `bonds`, `interfaces`) or one field "
+    "(`atoms/coords`); repeat the parameter or comma-separate. Leave out for every array."
+)
+
+
+@router.get("/entries", summary="Page through the entries index with filters")
+def listing(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, description="Rows per page (at most max_page_size).")] = 100,
+    max_resolution: Annotated[
+        float | None, Query(description="Resolution ≤ this (Å); drops entries without one.")
+    ] = None,
+    released_after: Annotated[str | None, Query(description="Release date ≥ this (YYYY-MM-DD).")] = None,
+    released_before: Annotated[str | None, Query(description="Release date ≤ this (YYYY-MM-DD).")] = None,
+    min_tokens: Annotated[int | None, Query(ge=0)] = None,
+    max_tokens: Annotated[int | None, Query(ge=0)] = None,
+    min_atoms: Annotated[int | None, Query(ge=0)] = None,
+    max_atoms: Annotated[int | None, Query(ge=0)] = None,
+    mol_type: Annotated[
+        list[str] | None, Query(description="Entries holding every listed type: protein, rna, dna, ligand.")
+    ] = None,
+) -> dict[str, Any]:
+    check_limit("max_page_size", settings.max_page_size, limit, "limit")
+    query = make_query(
+        max_resolution=max_resolution, released_after=released_after, released_before=released_before,
+        min_tokens=min_tokens, max_tokens=max_tokens, min_atoms=min_atoms, max_atoms=max_atoms,
+        mol_types=mol_type,
+    )  # fmt: skip
+    return list_entries(reader.entries, query, offset, limit)
+
+
+@router.get(
+    "/entries/{entry_id}",
+    summary="One entry's arrays as Arrow IPC",
+    response_class=Response,
+    responses={
+        **ARROW_OK,
+        404: {"description": "No such entry."},
+        413: {"description": "Over max_response_bytes."},
+    },
+)
+def entry(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    entry_id: Annotated[str, Path(description="Entry id (see GET /v1/entries).")],
+    arrays: Annotated[list[str] | None, Query(description=ARRAYS_HELP)] = None,
+) -> Response:
+    check_name(entry_id, "entry id")
+    sel = parse_arrays(arrays)
+    size = estimate_entry_bytes(reader, [entry_id], sel)
+    check_limit(
+        "max_response_bytes", settings.max_response_bytes, size, f"entry {entry_id} ({size} array bytes)"
+    )
+    body = entry_bytes(reader, entry_id, sel)
+    metrics.ENTRIES.inc()
+    return Response(body, media_type=arrow_io.MEDIA_TYPE)
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(description="Entry ids, answered in this order (at most max_batch_entries).")
+    arrays: list[str] | None = Field(None, description=ARRAYS_HELP)
+
+
+@router.post(
+    "/entries:batch",
+    summary="Several entries in one Arrow IPC stream (one record batch per entry, in request order)",
+    response_class=StreamingResponse,
+    responses={
+        **ARROW_OK, 404: {"description": "An id is unknown (named in `detail`)."},
+        413: {"description": "Over max_batch_entries or max_response_bytes (named in `detail`)."},
+    },
+)  # fmt: skip
+def batch(reader: ReaderDep, settings: SettingsDep, request: BatchRequest) -> StreamingResponse:
+    check_limit("max_batch_entries", settings.max_batch_entries, len(request.ids), "batch size")
+    for i in request.ids:
+        check_name(i, "entry id")
+    sel = parse_arrays(request.arrays) if request.arrays is not None else None
+    if request.arrays is not None and not request.arrays:
+        raise InvalidRequest("arrays: empty selection; leave it out (or null) for every array")
+    size = estimate_entry_bytes(reader, request.ids, sel)  # every id is checked here, before streaming
+    check_limit(
+        "max_response_bytes", settings.max_response_bytes, size, f"batch of {len(request.ids)} entries"
+    )
+    metrics.ENTRIES.inc(len(request.ids))
+    return StreamingResponse(
+        entries_stream(reader, request.ids, sel), media_type=arrow_io.MEDIA_TYPE,
+        headers={"x-featurecache-entries": str(len(request.ids))},
+    )  # fmt: skip

@@ -1,0 +1,31 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from services.lookup.deps import HolderDep
+from services.lookup.state import StoreUnavailable
+
+router = APIRouter(prefix="/v1", tags=["health"])
+
+
+@router.get("/health", summary="Liveness: the process answers (never requires a token)")
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/ready",
+    summary="Readiness: the store is open and its index loaded",
+    responses={503: {"description": "The store is not open (the reason is in `detail`)."}},
+)
+def ready(holder: HolderDep) -> Any:
+    try:
+        reader = holder.get()
+    except StoreUnavailable as exc:
+        return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+    return {"status": "ready", "entries": len(reader)}

@@ -1,0 +1,74 @@
+"""MSA slices: only the rows and columns asked for (a client that cropped 384 tokens transfers 384
+columns, not the whole alignment)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from featurecache.store import arrow_io
+from services.lookup import metrics
+from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.params import check_name, parse_index_spec
+from services.lookup.payloads import msa_bytes, msa_slice
+
+router = APIRouter(prefix="/v1", tags=["msas"])
+
+ARROW_OK: dict[int | str, dict[str, Any]] = {
+    200: {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream with one MSA block."}
+}
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ARROW_OK,
+    404: {"description": "No MSA with this key."},
+    413: {"description": "Over max_msa_rows, max_msa_cols or max_msa_cells (named in `detail`)."},
+    422: {"description": "Malformed or out-of-range selection."},
+}
+SPEC_HELP = (
+    "`a:b` (either end optional), or a comma list of indices and closed ranges `0,5,9:12`; "
+    "empty = none; leave out for all."
+)
+
+
+@router.get("/msas/{key}", summary="A slice of one stored MSA (rows × columns) as Arrow IPC",
+            response_class=Response, responses=RESPONSES)  # fmt: skip
+def msa(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    key: Annotated[str, Path(description="MSA key (a chain's sequence_hash).")],
+    rows: Annotated[str | None, Query(description="Rows: " + SPEC_HELP)] = None,
+    cols: Annotated[str | None, Query(description="Columns: " + SPEC_HELP)] = None,
+) -> Response:
+    check_name(key, "MSA key")
+    block = msa_slice(reader, settings, key, parse_index_spec(rows, "rows"), parse_index_spec(cols, "cols"))
+    metrics.MSA_CELLS.inc(block.residues.size)
+    return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
+
+
+class SliceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rows: list[Annotated[int, Field(ge=0)]] | str | None = Field(
+        None, description="Row indices, or a spec string."
+    )
+    cols: list[Annotated[int, Field(ge=0)]] | str | None = Field(
+        None, description="Column indices, or a spec string."
+    )
+
+
+@router.post("/msas/{key}:slice", summary="The same slice, selection in a JSON body (long index lists)",
+             response_class=Response, responses=RESPONSES)  # fmt: skip
+def msa_post(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    key: Annotated[str, Path(description="MSA key (a chain's sequence_hash).")],
+    request: SliceRequest,
+) -> Response:
+    check_name(key, "MSA key")
+    rows = parse_index_spec(request.rows, "rows") if isinstance(request.rows, str) else request.rows
+    cols = parse_index_spec(request.cols, "cols") if isinstance(request.cols, str) else request.cols
+    block = msa_slice(reader, settings, key, rows, cols)
+    metrics.MSA_CELLS.inc(block.residues.size)
+    return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)

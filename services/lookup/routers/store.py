@@ -1,0 +1,64 @@
+"""The store as a whole: info, and its index tables as Arrow IPC (what a remote reader loads)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+
+import featurecache
+from featurecache.errors import InvalidRequest, NotFound
+from featurecache.store import arrow_io
+from featurecache.store.layout import TABLES
+from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.payloads import table_bytes
+
+router = APIRouter(prefix="/v1", tags=["store"])
+
+ARROW: dict[str, Any] = {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream."}
+
+
+@router.get("/info", summary="Versions, counts and sizes of the store; the service's limits")
+def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
+    doc = dict(reader.info())
+    doc["service"] = {
+        "version": featurecache.__version__,
+        "auth": settings.auth_token is not None,
+        "limits": settings.limits(),
+        "tables": list(TABLES),
+    }
+    return doc
+
+
+@router.get(
+    "/tables/{name}",
+    summary="One index table (entries, chains, ...) as an Arrow IPC stream",
+    response_class=Response,
+    responses={200: ARROW, 404: {"description": "No such table."}},
+)
+def table(
+    reader: ReaderDep,
+    name: Annotated[str, Path(description=f"One of {', '.join(TABLES)}.")],
+    columns: Annotated[
+        list[str] | None, Query(description="Only these columns (repeat or comma-separate).")
+    ] = None,
+) -> Response:
+    if name not in TABLES:
+        raise NotFound(f"no table {name!r}; tables are {list(TABLES)}")
+    t = reader.table(name)
+    cols = [c.strip() for v in columns or [] for c in v.split(",") if c.strip()]
+    unknown = [c for c in cols if c not in t.column_names]
+    if unknown:
+        raise InvalidRequest(f"table {name} has no column(s) {unknown}; columns are {t.column_names}")
+    return Response(table_bytes(t, cols or None), media_type=arrow_io.MEDIA_TYPE)
+
+
+@router.get(
+    "/components",
+    summary="The reference conformers of every stored component (chem.reference.ComponentTable) as Arrow",
+    response_class=Response,
+    responses={200: ARROW},
+)
+def components(reader: ReaderDep) -> Response:
+    return Response(arrow_io.table_bytes(reader.component_table().to_arrow()), media_type=arrow_io.MEDIA_TYPE)
