@@ -60,15 +60,46 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")
 
 @app.command()
 def build(
-    pdb_dir: Annotated[Path, typer.Option("--pdb-dir", help="Directory of structures (mmCIF/PDB/BinaryCIF, .gz ok); searched recursively.")],
-    out: Annotated[Path, typer.Option("--out", help="Store directory (created; an existing store is extended).")],
-    msa_dir: Annotated[Path | None, typer.Option("--msa-dir", help="Directory of MSAs (a3m/sto, .gz ok) joined to chains by layout and query sequence.")] = None,
-    ccd: Annotated[Path | None, typer.Option("--ccd", help="components.cif[.gz] or a directory of per-component CIF files.")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", help="LocalCluster worker processes (default: CPU count).")] = None,
-    scheduler: Annotated[str | None, typer.Option("--scheduler", help="Address of an existing Dask scheduler, e.g. tcp://host:8786.")] = None,
-    part_size: Annotated[int, typer.Option("--part-size", help="Entries per structure part (one Dask task writes one part).")] = 16,
-    msa_depth: Annotated[int, typer.Option("--msa-depth", help="Maximum stored MSA rows per sequence (query is row 0).")] = 16384,
-    conformer_timeout: Annotated[float, typer.Option("--conformer-timeout", help="Seconds allowed per component for RDKit embedding before the next fallback.")] = 20.0,
+    pdb_dir: Annotated[
+        Path,
+        typer.Option(
+            "--pdb-dir", help="Directory of structures (mmCIF/PDB/BinaryCIF, .gz ok); searched recursively."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Store directory (created; an existing store is extended).")
+    ],
+    msa_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--msa-dir",
+            help="Directory of MSAs (a3m/sto, .gz ok) joined to chains by layout and query sequence.",
+        ),
+    ] = None,
+    ccd: Annotated[
+        Path | None,
+        typer.Option("--ccd", help="components.cif[.gz] or a directory of per-component CIF files."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="LocalCluster worker processes (default: CPU count).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option("--scheduler", help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
+    ] = None,
+    part_size: Annotated[
+        int, typer.Option("--part-size", help="Entries per structure part (one Dask task writes one part).")
+    ] = 16,
+    msa_depth: Annotated[
+        int, typer.Option("--msa-depth", help="Maximum stored MSA rows per sequence (query is row 0).")
+    ] = 16384,
+    conformer_timeout: Annotated[
+        float,
+        typer.Option(
+            "--conformer-timeout",
+            help="Seconds allowed per component for RDKit embedding before the next fallback.",
+        ),
+    ] = 20.0,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
     verbose: Verbose = False,
 ) -> None:
@@ -135,7 +166,12 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1,
-    token: Annotated[str | None, typer.Option(help="Bearer token required on every route but /v1/health (or FEATURECACHE_AUTH_TOKEN).")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token required on every route but /v1/health (or FEATURECACHE_AUTH_TOKEN)."
+        ),
+    ] = None,
 ) -> None:
     """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs."""
     from services.lookup.server import run_server
@@ -151,8 +187,13 @@ def train(
     crop: Annotated[int, typer.Option(help="Token crop size.")] = 384,
     device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
     batch_size: Annotated[int, typer.Option(help="Samples per step.")] = 1,
-    fused: Annotated[bool, typer.Option("--fused/--reference", help="Triton kernels (default on CUDA) or the torch references.")] = True,
-    log: Annotated[Path, typer.Option(help="JSON log of per-step timings and loss.")] = Path("train_log.json"),
+    fused: Annotated[
+        bool,
+        typer.Option("--fused/--reference", help="Triton kernels (default on CUDA) or the torch references."),
+    ] = True,
+    log: Annotated[Path, typer.Option(help="JSON log of per-step timings and loss.")] = Path(
+        "train_log.json"
+    ),
     seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
     workers: Annotated[int, typer.Option(help="Client worker threads.")] = 4,
     verbose: Verbose = False,
@@ -177,7 +218,10 @@ def train(
 def report(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory for index.html, PNGs, CSV/JSON.")],
-    train_log: Annotated[Path | None, typer.Option("--train-log", help="JSON log of `featurecache train` for the loader timeline.")] = None,
+    train_log: Annotated[
+        Path | None,
+        typer.Option("--train-log", help="JSON log of `featurecache train` for the loader timeline."),
+    ] = None,
 ) -> None:
     """Write an HTML report (plots + the numbers behind them) of what is in a store."""
     from featurecache.report import write_report
@@ -192,16 +236,27 @@ def report(
 @app.command()
 def plan(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    model_config: Annotated[Path | None, typer.Option("--model-config", help="Model config JSON (default: the reference model).")] = None,
+    model_config: Annotated[
+        Path | None, typer.Option("--model-config", help="Model config JSON (default: the reference model).")
+    ] = None,
     gpu_memory: Annotated[str, typer.Option("--gpu-memory", help="Usable GPU memory, e.g. 80GiB.")] = "80GiB",
-    fused: Annotated[bool, typer.Option("--fused/--reference", help="Plan for the Triton kernels or the torch references.")] = True,
-    write_index: Annotated[bool, typer.Option("--write-index/--no-write-index", help="Write the recommended budget back as an index column.")] = True,
+    fused: Annotated[
+        bool, typer.Option("--fused/--reference", help="Plan for the Triton kernels or the torch references.")
+    ] = True,
+    write_index: Annotated[
+        bool,
+        typer.Option(
+            "--write-index/--no-write-index", help="Write the recommended budget back as an index column."
+        ),
+    ] = True,
 ) -> None:
     """Predict peak training memory per entry from the index alone; recommend a token budget."""
     from featurecache.plan import run_plan
 
     try:
-        run_plan(store, model_config=model_config, gpu_memory=gpu_memory, fused=fused, write_index=write_index)
+        run_plan(
+            store, model_config=model_config, gpu_memory=gpu_memory, fused=fused, write_index=write_index
+        )
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
 

@@ -72,7 +72,7 @@ def encode_atom_name(name: str) -> tuple[int, int, int, int]:
     return tuple(max(0, min(63, ord(c) - 32)) for c in padded)  # type: ignore[return-value]
 
 
-def decode_atom_name(codes: "Sequence[int]") -> str:
+def decode_atom_name(codes: Sequence[int]) -> str:
     return "".join(chr(int(c) + 32) for c in codes).rstrip()
 
 
@@ -85,7 +85,7 @@ def encode_res_name(name: str) -> tuple[int, ...]:
     return tuple(max(0, min(63, ord(c) - 32)) for c in padded)
 
 
-def decode_res_name(codes: "Sequence[int]") -> str:
+def decode_res_name(codes: Sequence[int]) -> str:
     return "".join(chr(int(c) + 32) for c in codes).rstrip()
 
 

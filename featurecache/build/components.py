@@ -20,7 +20,11 @@ def component_resolvers(ccd_path: str | None) -> tuple[ComponentAtoms, Component
         comp = library.get(code)
         if comp is None:
             return None
-        return tuple((n, el) for n, el in zip(comp.atom_names, comp.elements, strict=True) if el not in HYDROGEN_ELEMENTS)
+        return tuple(
+            (n, el)
+            for n, el in zip(comp.atom_names, comp.elements, strict=True)
+            if el not in HYDROGEN_ELEMENTS
+        )
 
     def bonds(code: str, names: list[str]) -> list[tuple[int, int, int]] | None:
         return component_bonds(code, names, ccd_path)

@@ -13,7 +13,13 @@ from pathlib import Path
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.parse.structure import entry_stem, structure_format
 from featurecache.store.index import complete_parts, read_table
-from featurecache.store.layout import ENTRY_KEY_CHARS, PART_DONE_FILE, PART_INDEX_DIR, STRUCTURE_PART_PREFIX, part_name
+from featurecache.store.layout import (
+    ENTRY_KEY_CHARS,
+    PART_DONE_FILE,
+    PART_INDEX_DIR,
+    STRUCTURE_PART_PREFIX,
+    part_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,9 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def entry_key(sha256: str, entry_id: str, config_hash: str) -> str:
-    doc = json.dumps({"sha256": sha256, "id": entry_id, "config": config_hash, "v": FEATURIZER_VERSION}, sort_keys=True)
+    doc = json.dumps(
+        {"sha256": sha256, "id": entry_id, "config": config_hash, "v": FEATURIZER_VERSION}, sort_keys=True
+    )
     return hashlib.sha256(doc.encode()).hexdigest()[:ENTRY_KEY_CHARS]
 
 

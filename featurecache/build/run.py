@@ -122,7 +122,9 @@ def run_build(
         raise InputError(f"--part-size must be >= 1 (got {part_size})", stage="discover")
     ccd_fp = _fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
-    init_store(out, {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__})
+    init_store(
+        out, {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__}
+    )
     summary = BuildSummary(store=str(out))
     with BuildLock(out):
         remove_leftovers(out)
@@ -136,10 +138,14 @@ def run_build(
         client, cluster = _make_client(workers, scheduler)
         try:
             summary.workers = len(client.scheduler_info().get("workers", {}))
-            summary.dashboard = client.dashboard_link if cluster is not None and cluster.dashboard_link else None
+            summary.dashboard = (
+                client.dashboard_link if cluster is not None and cluster.dashboard_link else None
+            )
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
-            _run_structure_parts(client, out, pending, part_size, entry_config, ccd, config, summary, progress)
+            _run_structure_parts(
+                client, out, pending, part_size, entry_config, ccd, config, summary, progress
+            )
             _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
         finally:
             client.close()
@@ -159,7 +165,14 @@ def _run_structure_parts(
 ) -> None:  # fmt: skip
     from distributed import as_completed
     from distributed.client import FutureCancelledError
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     plan = plan_parts(out, pending, part_size)
     if not plan:
@@ -172,7 +185,13 @@ def _run_structure_parts(
         futures.append(client.submit(build_structure_part, str(out.resolve()), name, part_inputs, entry_config, ccd_s,
                                      config.interface_cutoff, key=f"structure-part-{name}-{time.time_ns()}",
                                      pure=False, retries=0))  # fmt: skip
-    columns = (TextColumn("[bold]structures"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]structures"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
     last_index = time.monotonic()
     with Progress(*columns, disable=not progress, transient=False) as bar:
@@ -184,7 +203,7 @@ def _run_structure_parts(
                 res: PartResult = fut.result()
             except (FutureCancelledError, StoreError):
                 raise
-            except Exception as exc:  # noqa: BLE001 - a worker died (KilledWorker) or the task crashed
+            except Exception as exc:
                 part_inputs = inputs_of[name]
                 if len(part_inputs) > 1:
                     # isolate the input that kills workers: one single-input part per input

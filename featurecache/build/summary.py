@@ -21,18 +21,21 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     t.add_row("entries built", str(s.n_built))
     t.add_row("skipped (up to date)", str(s.n_skipped))
     t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
-    for stage, n in sorted(s.failed_by_stage.items()):
-        t.add_row(f"  failed at {stage}", str(n))
+    for failed_stage, n in sorted(s.failed_by_stage.items()):
+        t.add_row(f"  failed at {failed_stage}", str(n))
     t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
     t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
     if s.stage_seconds:
-        t.add_row("stage time (sum over workers)", ", ".join(f"{k} {v:.2f}s" for k, v in sorted(s.stage_seconds.items())))
+        t.add_row(
+            "stage time (sum over workers)",
+            ", ".join(f"{k} {v:.2f}s" for k, v in sorted(s.stage_seconds.items())),
+        )
     t.add_row("input size", _mb(s.input_bytes))
     t.add_row("written this run", _mb(s.bytes_written))
     t.add_row("store size", _mb(s.store_bytes))
-    for name, stage in s.stages.items():
-        for label, value in stage.items():
-            t.add_row(f"{name}: {label}", str(value))
+    for stage_name, stage_rows in s.stages.items():
+        for label, value in stage_rows.items():
+            t.add_row(f"{stage_name}: {label}", str(value))
     if s.dashboard:
         t.add_row("dashboard", s.dashboard)
     console.print(t)

@@ -64,14 +64,16 @@ def build_structure_part(
             structure = featurize_bytes(data, Path(inp.path).name, inp.entry_id, timer=timer,
                                         component_atoms=component_atoms, component_bonds=component_bonds,
                                         interface_cutoff=interface_cutoff)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - every input error becomes a failure record
+        except Exception as exc:
             stage = exc.stage if isinstance(exc, InputError) and exc.stage else timer.stage
             if not isinstance(exc, InputError):
                 log.debug("unexpected error featurizing %s", inp.rel, exc_info=True)
             contents.failures.append(_failure(inp, stage, exc, key))
             timer.stop()
             continue
-        contents.entries.append(EntryRecord(structure, key, inp.rel, sha, len(data), inp.fmt, time.perf_counter() - t0))
+        contents.entries.append(
+            EntryRecord(structure, key, inp.rel, sha, len(data), inp.fmt, time.perf_counter() - t0)
+        )
         result.n_atoms += len(structure.atoms)
         result.n_tokens += len(structure.tokens)
     timer.start("write")

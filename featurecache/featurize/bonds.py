@@ -24,7 +24,9 @@ PERCEPTION_TOLERANCE = 0.45  # Å added to the sum of covalent radii
 _COVALENT_TYPES = (gemmi.ConnectionType.Covale,)
 
 
-def token_bonds(st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBonds | None = None) -> np.ndarray:
+def token_bonds(
+    st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBonds | None = None
+) -> np.ndarray:
     """Bond[n] sorted by (atom_i, atom_j), atom_i < atom_j, unique."""
     atoms, tokens = tk.atoms, tk.tokens
     is_ligand = tokens["mol_type"] == int(MolType.LIGAND)
@@ -56,7 +58,9 @@ def token_bonds(st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBo
                 rows.setdefault((i, j), (order, BondSource.COMPONENT))
             continue
         present = atoms["is_present"][start : start + count]
-        for a, b in _perceive(atoms["coords"][start : start + count], atoms["element"][start : start + count]):
+        for a, b in _perceive(
+            atoms["coords"][start : start + count], atoms["element"][start : start + count]
+        ):
             if present[a] and present[b]:
                 rows.setdefault((start + a, start + b), (0, BondSource.PERCEIVED))
 
@@ -69,7 +73,13 @@ def token_bonds(st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBo
 
 
 def _lookup(tk: Tokenized, p: gemmi.AtomAddress) -> int | None:
-    key = (str(p.chain_name), int(p.res_id.seqid.num), p.res_id.seqid.icode.strip(), str(p.res_id.name), str(p.atom_name))
+    key = (
+        str(p.chain_name),
+        int(p.res_id.seqid.num or 0),
+        p.res_id.seqid.icode.strip(),
+        str(p.res_id.name),
+        str(p.atom_name),
+    )
     return tk.atom_lookup.get(key)
 
 

@@ -97,7 +97,10 @@ def _parse_mmcif(raw: bytes) -> RawStructure:
 
 def _structure_from_block(block: gemmi.cif.Block, fmt: str) -> RawStructure:
     if block.find_mmcif_category("_atom_site.").width() == 0:
-        if block.find_mmcif_category("_refln.").width() or block.find_mmcif_category("_diffrn_refln.").width():
+        if (
+            block.find_mmcif_category("_refln.").width()
+            or block.find_mmcif_category("_diffrn_refln.").width()
+        ):
             raise UnsupportedFormatError(
                 "structure-factor (reflection) mmCIF: no _atom_site coordinates", stage="parse"
             )
@@ -124,7 +127,12 @@ def _is_date(s: str) -> bool:
     return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", s or ""))
 
 
-_MONTHS = {m: i for i, m in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), 1
+    )
+}
 
 
 def _pdb_release_date(text: str) -> str:
@@ -173,7 +181,9 @@ def _parse_bcif(raw: bytes) -> RawStructure:
         import msgpack
         from Bio.PDB.binary_cif import _decode
     except ImportError as exc:  # pragma: no cover - biopython is a [build] dependency
-        raise UnsupportedFormatError("BinaryCIF needs biopython and msgpack installed", stage="parse") from exc
+        raise UnsupportedFormatError(
+            "BinaryCIF needs biopython and msgpack installed", stage="parse"
+        ) from exc
     try:
         # bytearray buffers: Biopython's decoders write into the arrays they make from them
         doc = msgpack.unpackb(raw, use_list=True, ext_hook=None, raw=False, strict_map_key=False)
@@ -192,7 +202,10 @@ def _parse_bcif(raw: bytes) -> RawStructure:
                 mask = _decode({"data": column["mask"]}) if column.get("mask") else None
                 if mask is not None:
                     # BinaryCIF masks: 0 = value present, 1 = '.', 2 = '?'
-                    decoded = [v if m == 0 else (False if m == 1 else None) for v, m in zip(decoded, mask, strict=True)]
+                    decoded = [
+                        v if m == 0 else (False if m == 1 else None)
+                        for v, m in zip(decoded, mask, strict=True)
+                    ]
                 values[column["name"]] = [_bcif_value(v) for v in decoded]
             block.set_mmcif_category(name, values, raw=True)
     except (KeyError, ValueError, TypeError, AssertionError) as exc:

@@ -62,7 +62,9 @@ class FeatureReader(ABC):
     def entries_batch(self, entry_ids: Sequence[str], arrays: Sequence[str] | None = None) -> list[Entry]:
         return [self.entry(i, arrays) for i in entry_ids]
 
-    def msa(self, key: str, rows: Sequence[int] | slice | None = None, cols: Sequence[int] | slice | None = None) -> Any:
+    def msa(
+        self, key: str, rows: Sequence[int] | slice | None = None, cols: Sequence[int] | slice | None = None
+    ) -> Any:
         """A block of one stored MSA (see store/msa.py); NotFound when no MSA has this key."""
         from featurecache.errors import NotFound
 

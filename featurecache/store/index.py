@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,7 +112,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
-def table_from_rows(name: str, rows: list[dict[str, object]]) -> pa.Table:
+def table_from_rows(name: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     schema = SCHEMAS[name]
     return pa.Table.from_pylist(rows, schema=schema)
 
@@ -147,7 +148,7 @@ def complete_parts(root: Path) -> list[Path]:
 
 
 def _concat(tables: Iterable[pa.Table], name: str) -> pa.Table:
-    tables = [t for t in tables if t.num_rows or True]
+    tables = list(tables)
     if not tables:
         schema = SCHEMAS.get(name)
         return schema.empty_table() if schema is not None else pa.table({})
@@ -162,7 +163,14 @@ def gather_part_tables(root: Path) -> dict[str, pa.Table]:
         if not idx.is_dir():
             continue
         for f in sorted(idx.glob("*.arrow")):
-            found.setdefault(f.stem, []).append(read_table(f, memory_map=False))
+            t = read_table(f, memory_map=False)
+            # the directory name is the truth (a part may have been committed under another number)
+            parts = pa.array([part.name] * t.num_rows, type=pa.string())
+            if "part" in t.column_names:
+                t = t.set_column(t.column_names.index("part"), "part", parts)
+            else:
+                t = t.append_column("part", parts)
+            found.setdefault(f.stem, []).append(t)
     return {name: _concat(found.get(name, []), name) for name in sorted(set(found) | set(SCHEMAS))}
 
 
@@ -187,15 +195,13 @@ def rebuild_index(root: Path) -> dict[str, pa.Table]:
         t = tables[name]
         if t.num_rows and "part" in t.column_names:
             mask = [(r["entry_id"], r["part"]) in live for r in t.select(["entry_id", "part"]).to_pylist()]
-            tables[name] = t.filter(pa.array(mask))
-        elif t.num_rows and name in ("chains", "interfaces"):
-            pass
+            tables[name] = t.filter(pa.array(mask, type=pa.bool_()))
     # a path's latest outcome wins: a failure is dropped once the same path built successfully later
     failures = _latest_per(tables["failures"], "path")
     if failures.num_rows:
         built = {r["source_path"]: r["part"] for r in entries.select(["source_path", "part"]).to_pylist()}
         mask = [built.get(r["path"], "") < r["part"] for r in failures.select(["path", "part"]).to_pylist()]
-        failures = failures.filter(pa.array(mask))
+        failures = failures.filter(pa.array(mask, type=pa.bool_()))
     tables["entries"] = entries
     tables["failures"] = failures
     tables = _postprocess(root, tables)

@@ -21,7 +21,9 @@ def _dir_bytes(path: Path) -> int:
 def store_info(store: LocalStore) -> dict[str, Any]:
     e = store.entries
     parts_dir = store.path / PARTS_DIR
-    kinds = Counter(p.name.split("-")[0] for p in parts_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    kinds = Counter(
+        p.name.split("-")[0] for p in parts_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
     failures = store.failures
     by_stage = Counter(failures.column("stage").to_pylist()) if failures.num_rows else Counter()
     by_class = Counter(failures.column("error_class").to_pylist()) if failures.num_rows else Counter()
@@ -39,12 +41,18 @@ def store_info(store: LocalStore) -> dict[str, Any]:
     }
     return {
         "path": str(store.path),
-        "versions": {k: store.attributes.get(k) for k in ("format_version", "schema_version", "featurizer_version")},
+        "versions": {
+            k: store.attributes.get(k) for k in ("format_version", "schema_version", "featurizer_version")
+        },
         "config_hash": store.attributes.get("config_hash"),
         "updated": store.attributes.get("updated"),
         "counts": counts,
         "parts": dict(kinds),
-        "bytes": {"total": _dir_bytes(store.path), "parts": _dir_bytes(parts_dir), "index": _dir_bytes(store.path / INDEX_DIR)},
+        "bytes": {
+            "total": _dir_bytes(store.path),
+            "parts": _dir_bytes(parts_dir),
+            "index": _dir_bytes(store.path / INDEX_DIR),
+        },
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
     }

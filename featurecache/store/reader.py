@@ -38,7 +38,9 @@ def parse_array_selection(arrays: Sequence[str] | None) -> dict[str, set[str] | 
             sel[group] = None
             continue
         if fld not in (ENTRY_GROUPS[group].names or ()):
-            raise NotFound(f"unknown array {name!r}; fields of {group} are {list(ENTRY_GROUPS[group].names or ())}")
+            raise NotFound(
+                f"unknown array {name!r}; fields of {group} are {list(ENTRY_GROUPS[group].names or ())}"
+            )
         if group not in sel or sel[group] is not None:
             current = sel.get(group)
             sel[group] = (current or set()) | {fld}
@@ -59,7 +61,9 @@ class LocalStore(FeatureReader):
             raise StoreError(f"{root_meta}: unreadable ({exc})") from exc
         fmt = self.attributes.get("format_version")
         if fmt != STORE_FORMAT_VERSION:
-            raise StoreVersionError(f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}")
+            raise StoreVersionError(
+                f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}"
+            )
         self._tables: dict[str, pa.Table] = {}
         for name in TABLES:
             f = self.path / INDEX_DIR / f"{name}.arrow"
@@ -73,7 +77,9 @@ class LocalStore(FeatureReader):
         self._row = {eid: i for i, eid in enumerate(self._ids)}
         self._parts = entries.column("part").to_pylist() if entries.num_rows else []
         self._offsets = {
-            g: (entries.column(s).to_numpy(), entries.column(c).to_numpy()) if entries.num_rows else (None, None)
+            g: (entries.column(s).to_numpy(), entries.column(c).to_numpy())
+            if entries.num_rows
+            else (None, None)
             for g, (s, c) in GROUP_OFFSETS.items()
         }
         chains = self.chains
@@ -154,7 +160,9 @@ class LocalStore(FeatureReader):
 
     def entry_meta(self, entry_id: str) -> dict[str, Any]:
         row = self.row_of(entry_id)
-        return {k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP}
+        return {
+            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
+        }
 
     def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
         start, count = self._chain_rows.get(entry_id, (0, 0))
@@ -195,7 +203,9 @@ class LocalStore(FeatureReader):
             for f in names:
                 if fields is None or f in fields:
                     out[group][f] = np.ascontiguousarray(rec[f])
-        meta = {k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP}
+        meta = {
+            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
+        }
         return Entry(
             id=entry_id, atoms=out["atoms"], tokens=out["tokens"], bonds=out["bonds"],
             interfaces=out["interfaces"], meta=meta, chains=self.entry_chains(entry_id),

@@ -77,7 +77,7 @@ class BuildLock:
         self._f: IO[str] | None = None
 
     def __enter__(self) -> BuildLock:
-        self._f = open(self.path, "w")  # noqa: SIM115 - held for the lock's lifetime
+        self._f = open(self.path, "w")
         try:
             fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

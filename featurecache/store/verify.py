@@ -8,7 +8,13 @@ from pathlib import Path
 
 from featurecache.errors import FeatureCacheError
 from featurecache.store.index import complete_parts, read_table
-from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, PART_DONE_FILE, PART_INDEX_DIR, content_hash
+from featurecache.store.layout import (
+    ENTRY_GROUPS,
+    GROUP_OFFSETS,
+    PART_DONE_FILE,
+    PART_INDEX_DIR,
+    content_hash,
+)
 from featurecache.store.reader import open_store
 
 log = logging.getLogger(__name__)
@@ -30,7 +36,7 @@ def verify_store(path: Path) -> list[str]:
         m = json.loads(manifest.read_text())
         rows = read_table(part / PART_INDEX_DIR / "entries.arrow", memory_map=False)
         for g in ENTRY_GROUPS:
-            start_col, count_col = GROUP_OFFSETS[g]
+            _, count_col = GROUP_OFFSETS[g]
             total = sum(rows.column(count_col).to_pylist()) if rows.num_rows else 0
             try:
                 import zarr
@@ -55,7 +61,9 @@ def verify_store(path: Path) -> list[str]:
         groups = {"atoms": e.atoms, "tokens": e.tokens, "bonds": e.bonds, "interfaces": e.interfaces}
         got = content_hash(groups)
         if got != row["content_hash"]:
-            problems.append(f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}…")
+            problems.append(
+                f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}…"
+            )
     # 3. index rows and part rows agree (nothing lost, nothing invented)
     chains = store.chains
     ids = set(store.ids)

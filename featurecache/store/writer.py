@@ -76,15 +76,28 @@ def part_tmp_dir(root: Path, name: str) -> Path:
     return root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
 
 
-def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest last, then rename the temp dir into place (the commit point)."""
+def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
+    """Write the manifest last, then rename the temp dir into place (the commit point).
+
+    If ``final`` already exists (a worker orphaned by a killed build finished it meanwhile), the
+    part takes the next free number: the index is rebuilt from directory names, so nothing else
+    refers to the planned name. Returns the path it was committed at.
+    """
     (tmp / PART_INDEX_DIR).mkdir(parents=True, exist_ok=True)
     (tmp / PART_INDEX_DIR / PART_DONE_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    try:
-        os.rename(tmp, final)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise StoreError(f"cannot move part into place at {final}: {exc}") from exc
+    prefix, number = final.name[:2], int(final.name[2:])
+    for attempt in range(1000):
+        target = final if attempt == 0 else final.with_name(f"{prefix}{number + attempt:06d}")
+        try:
+            os.rename(tmp, target)
+            return target
+        except OSError as exc:
+            if target.exists():
+                continue
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise StoreError(f"cannot move part into place at {target}: {exc}") from exc
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise StoreError(f"no free part name after {final.name}")
 
 
 def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[str, Any]:
@@ -130,10 +143,21 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             entry_rows.append(row)
             for c in s.chains:
                 chain_rows.append(
-                    {"entry_id": s.entry_id, "asym_id": c.asym_id, "label_id": c.label_id, "auth_id": c.auth_id,
-                     "entity_id": c.entity_id, "sym_id": c.sym_id, "mol_type": c.mol_type, "sequence": c.sequence,
-                     "sequence_hash": c.sequence_hash, "token_start": c.token_start, "token_count": c.token_count,
-                     "n_resolved": c.n_resolved, "part": name}  # fmt: skip
+                    {
+                        "entry_id": s.entry_id,
+                        "asym_id": c.asym_id,
+                        "label_id": c.label_id,
+                        "auth_id": c.auth_id,
+                        "entity_id": c.entity_id,
+                        "sym_id": c.sym_id,
+                        "mol_type": c.mol_type,
+                        "sequence": c.sequence,
+                        "sequence_hash": c.sequence_hash,
+                        "token_start": c.token_start,
+                        "token_count": c.token_count,
+                        "n_resolved": c.n_resolved,
+                        "part": name,
+                    }  # fmt: skip
                 )
             for it in s.interfaces:
                 iface_rows.append({"entry_id": s.entry_id, "chain_i": int(it["chain_i"]), "chain_j": int(it["chain_j"]),
@@ -147,7 +171,9 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         idx = tmp / PART_INDEX_DIR
         write_table(idx / "entries.arrow", _with_part(table_from_rows("entries", entry_rows)))
         write_table(idx / "chains.arrow", _with_part(table_from_rows("chains", chain_rows), chain_rows))
-        write_table(idx / "interfaces.arrow", _with_part(table_from_rows("interfaces", iface_rows), iface_rows))
+        write_table(
+            idx / "interfaces.arrow", _with_part(table_from_rows("interfaces", iface_rows), iface_rows)
+        )
         write_table(idx / "warnings.arrow", table_from_rows("warnings", warn_rows))
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
@@ -157,7 +183,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             "keys": sorted([r["key"] for r in entry_rows] + [f["key"] for f in fails]),
             "counts": offsets, "bytes": _dir_bytes(tmp),
         }  # fmt: skip
-        commit_part(tmp, root / PARTS_DIR / name, manifest)
+        final = commit_part(tmp, root / PARTS_DIR / name, manifest)
+        manifest["part"] = final.name
         return manifest
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

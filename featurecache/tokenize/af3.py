@@ -96,7 +96,9 @@ class Tokenized:
     warnings: tuple[str, ...]
 
 
-def tokenize(st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: ComponentAtoms | None = None) -> Tokenized:
+def tokenize(
+    st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: ComponentAtoms | None = None
+) -> Tokenized:
     """Tokenize the first model of ``st`` (modified in place: extra models, H and waters removed)."""
     if len(st) == 0:
         raise EmptyStructureError("structure has no models", stage="tokenize")
@@ -117,7 +119,9 @@ def tokenize(st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: Compon
 
 
 # --------------------------------------------------------------------------------------- chains
-def _collect_chains(st: gemmi.Structure, component_atoms: ComponentAtoms | None, warnings: list[str]) -> list[_Chain]:
+def _collect_chains(
+    st: gemmi.Structure, component_atoms: ComponentAtoms | None, warnings: list[str]
+) -> list[_Chain]:
     model = st[0]
     polymer_chains: list[_Chain] = []
     ligand_chains: list[_Chain] = []
@@ -134,7 +138,11 @@ def _collect_chains(st: gemmi.Structure, component_atoms: ComponentAtoms | None,
                 polymer_chains.append(chain)
             ligand_chains.extend(embedded)
         else:
-            key = ("entity", ent.name) if ent is not None and ent.name else ("ligand", *sorted({r.name for r in residues}))
+            key = (
+                ("entity", ent.name)
+                if ent is not None and ent.name
+                else ("ligand", *sorted({r.name for r in residues}))
+            )
             chain = _Chain(sub_id, auth_id, key, MolType.LIGAND)
             for i, res in enumerate(_dedupe_microhetero(residues), start=1):
                 chain.residues.append(_ligand_residue(res, i, auth_id))
@@ -145,7 +153,7 @@ def _collect_chains(st: gemmi.Structure, component_atoms: ComponentAtoms | None,
 def _dedupe_microhetero(residues: list[gemmi.Residue]) -> list[gemmi.Residue]:
     """Keep the first residue at each sequence position (microheterogeneity keeps the first)."""
     out: list[gemmi.Residue] = []
-    seen: set[tuple[int, str, int | None]] = set()
+    seen: set[tuple[int | None, str, int | None]] = set()
     for res in residues:
         key = (res.seqid.num, res.seqid.icode, res.label_seq)
         if key in seen:
@@ -213,20 +221,22 @@ def _polymer_chain(
     if use_full:
         by_pos: dict[int, gemmi.Residue] = {}
         for res in polymer:
-            by_pos.setdefault(int(res.label_seq), res)
+            by_pos.setdefault(int(res.label_seq or 0), res)
         for pos, name in enumerate(full_seq, start=1):
             present = by_pos.get(pos)
             chain.residues.append(_polymer_residue(present.name if present else name, present, pos, mol_type,
                                                    auth_id, component_atoms, warnings))  # fmt: skip
     else:
         for pos, res in enumerate(polymer, start=1):
-            chain.residues.append(_polymer_residue(res.name, res, pos, mol_type, auth_id, component_atoms, warnings))
+            chain.residues.append(
+                _polymer_residue(res.name, res, pos, mol_type, auth_id, component_atoms, warnings)
+            )
     return chain, embedded
 
 
 def _is_polymer_residue(res: gemmi.Residue, full_seq: list[str] | None, chain_type: MolType) -> bool:
     if full_seq is not None:
-        pos = int(res.label_seq)
+        pos = int(res.label_seq or 0)
         return 1 <= pos <= len(full_seq) and res.name == full_seq[pos - 1]
     if res.name in _ONE_TOKEN:
         return True
@@ -270,7 +280,9 @@ def _atom_rec(a: gemmi.Atom, res_name: str) -> _AtomRec:
 
 
 def _absent(name: str, element: str, charge: int = 0) -> _AtomRec:
-    return _AtomRec(name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, charge, 0.0, 0.0)
+    return _AtomRec(
+        name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, charge, 0.0, 0.0
+    )
 
 
 def _polymer_residue(
@@ -282,7 +294,7 @@ def _polymer_residue(
     component_atoms: ComponentAtoms | None,
     warnings: list[str],
 ) -> _Residue:
-    auth = (auth_id, int(present.seqid.num), present.seqid.icode.strip()) if present is not None else None
+    auth = (auth_id, int(present.seqid.num or 0), present.seqid.icode.strip()) if present is not None else None
     selected = _select_atoms(present) if present is not None else []
     if name in _ONE_TOKEN:
         mol_type = _residue_kind(name) or chain_type
@@ -291,7 +303,7 @@ def _polymer_residue(
         for atom_name, element in standard_heavy_atoms(name):
             a = by_name.get(atom_name)
             atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
-        restype = RESTYPE_INDEX[name] if mol_type != MolType.DNA else RESTYPE_INDEX[name]
+        restype = RESTYPE_INDEX[name]
         return _Residue(name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth)
     # modified / non-standard polymer residue: one token per heavy atom
     restype, letter = _parent_type(name, chain_type)
@@ -300,7 +312,11 @@ def _polymer_residue(
     else:
         defined = component_atoms(name) if component_atoms is not None else None
         if defined:
-            atoms = [_absent(n, el) for n, el in defined if n not in LEAVING_ATOMS and el.upper() not in HYDROGEN_ELEMENTS]
+            atoms = [
+                _absent(n, el)
+                for n, el in defined
+                if n not in LEAVING_ATOMS and el.upper() not in HYDROGEN_ELEMENTS
+            ]
         else:
             # No definition: keep the position as a single unresolved token at the centre atom.
             centre = CENTRE_ATOM.get(chain_type, "CA")
@@ -335,7 +351,7 @@ def _parent_type(name: str, chain_type: MolType) -> tuple[int, str]:
 
 def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str) -> _Residue:
     atoms = [_atom_rec(a, res.name) for a in _select_atoms(res)]
-    auth = (auth_id, int(res.seqid.num), res.seqid.icode.strip())
+    auth = (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip())
     return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth)
 
 
@@ -406,11 +422,21 @@ def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
             sequence = "".join(r.letter for r in ch.residues)
         out_chains.append(
             Chain(
-                asym_id=asym_id, label_id=ch.label_id, auth_id=ch.auth_id, entity_id=entity_id, sym_id=sym_id,
-                mol_type=int(ch.mol_type), sequence=sequence, sequence_hash=sequence_hash(sequence, int(ch.mol_type)),
-                token_start=token_start, token_count=ti - token_start, n_resolved=n_resolved,
+                asym_id=asym_id,
+                label_id=ch.label_id,
+                auth_id=ch.auth_id,
+                entity_id=entity_id,
+                sym_id=sym_id,
+                mol_type=int(ch.mol_type),
+                sequence=sequence,
+                sequence_hash=sequence_hash(sequence, int(ch.mol_type)),
+                token_start=token_start,
+                token_count=ti - token_start,
+                n_resolved=n_resolved,
             )  # fmt: skip
         )
     if ai != n_atoms or ti != n_tokens:  # pragma: no cover - internal consistency
-        raise TokenizeError(f"internal count mismatch: atoms {ai}/{n_atoms}, tokens {ti}/{n_tokens}", stage="tokenize")
+        raise TokenizeError(
+            f"internal count mismatch: atoms {ai}/{n_atoms}, tokens {ti}/{n_tokens}", stage="tokenize"
+        )
     return Tokenized(atoms, tokens, tuple(out_chains), lookup, tuple(per_atom), tuple(warnings))

@@ -1,0 +1,63 @@
+"""Shared fixtures: paths to the real corpus in ../shared and session-built real stores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("FEATURECACHE_SHARED", REPO.parent / "shared")).resolve()
+REAL = SHARED / "data" / "real"
+STRUCTURES = REAL / "structures"
+MSAS = REAL / "msas"
+CCD = SHARED / "data" / "ccd"
+SAMPLES = REPO / "samples"
+SOURCES_TSV = REAL / "SOURCES.tsv"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    assert SHARED.is_dir(), f"the shared data directory {SHARED} is missing (set FEATURECACHE_SHARED)"
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def real_dir(shared_dir: Path) -> Path:
+    return REAL
+
+
+@pytest.fixture(scope="session")
+def structures_dir(real_dir: Path) -> Path:
+    return STRUCTURES
+
+
+@pytest.fixture(scope="session")
+def ccd_dir(shared_dir: Path) -> Path:
+    return CCD
+
+
+def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | None = None,
+                ccd: Path | None = None, part_size: int = 8):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Run a real build (embedded LocalCluster) without a progress bar; returns the summary."""
+    from featurecache.build.run import run_build
+
+    return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
+                     progress=False)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def corpus_store(tmp_path_factory: pytest.TempPathFactory, structures_dir: Path, ccd_dir: Path) -> Path:
+    """The whole real structure corpus with its MSAs and the CCD, built once per test session."""
+    out = tmp_path_factory.mktemp("stores") / "corpus"
+    build_store(out, structures_dir, msa_dir=MSAS, ccd=ccd_dir)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small sample committed in the repo (samples/), with its MSAs and CCD files."""
+    out = tmp_path_factory.mktemp("stores") / "sample"
+    build_store(out, SAMPLES / "structures", msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
+    return out
