@@ -141,6 +141,23 @@ def info(
 
 
 @app.command()
+def show(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    entry_id: Annotated[str, typer.Argument(help="Entry id (see `featurecache info`, or index/entries.arrow).")],
+) -> None:
+    """Look up one entry: its index row, chains and the shapes of its arrays."""
+    from featurecache.store.show import print_entry
+
+    try:
+        print_entry(store, entry_id)
+    except KeyError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+
+
+@app.command()
 def verify(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
     verbose: Verbose = False,
