@@ -193,6 +193,7 @@ class Job:
     source: str  # "ccd" | "packaged" | "perceived:<entry>"
     definition: ComponentDef | None = None
     occurrence: Occurrence | None = None
+    why: str = "no CCD definition"
 
 
 def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
@@ -239,6 +240,10 @@ def build_component_part(root: str, name: str, jobs: list[Job], timeout_s: float
 
 
 # --- driver ----------------------------------------------------------------------------------------
+
+
+def heavy_names(d: ComponentDef) -> set[str]:
+    return {n for n, z in zip(d.atom_names, d.atomic_numbers, strict=True) if z != 1}
 
 
 def _merge(
@@ -353,17 +358,22 @@ def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: f
             d = defs[code]
             if have.get(code) != d.sha256:
                 jobs.append(Job(code, library.source(code), definition=d))
-    key_of: dict[Signature, str] = {}
+    # A residue whose atoms the definition does not all name (or whose code has none) gets a
+    # perceived component of its own atoms, keyed code#hash (the reader falls back to it).
+    perceived_of: dict[Signature, str] = {}
     for sig in sorted(sig_entries):
         code = sig[0]
-        if code in defs:
-            key_of[sig] = code
+        defined = defs.get(code)
+        if defined is not None and heavy_names(defined).issuperset(n for n, _ in sig[1]):
             continue
         key = perceived_key(code, list(sig[1]))
-        key_of[sig] = key
+        perceived_of[sig] = key
         if key not in have and all(j.key != key for j in jobs):
             occ = first[sig]
-            jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ))
+            why = (
+                "no CCD definition" if defined is None else f"atom names differ from the definition of {code}"
+            )
+            jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ, why=why))
     jobs.sort(key=lambda j: j.key)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     log.info(
@@ -375,23 +385,37 @@ def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: f
     _run_jobs(client, root, jobs, timeout_s, n_workers, result)
 
     # 4. check: which atoms of which entries will have no reference position, and why
+    stored = component_rows_in_parts(root).select(["key", "reason"]).to_pydict()
+    reasons = dict(zip(stored["key"], stored["reason"], strict=True))
+
+    def comp_reason(key: str) -> str:
+        return str(reasons.get(key, ""))[:300]
+
     table = load_component_table(root, index=component_rows_in_parts(root))
     warnings: list[dict[str, Any]] = []
     masked_entries: set[str] = set()
     for sig, where in sorted(sig_entries.items()):
-        key = key_of[sig]
-        names = [n for n, _ in sig[1]]
+        code, names = sig[0], [n for n, _ in sig[1]]
+        key = code
+        alt = perceived_of.get(sig)
+        if (
+            alt is not None
+            and alt in table
+            and (table.component(alt)["strategy"] != "failed" or code not in table)
+        ):
+            key = alt  # what chem.reference.resolve picks
         if key in table:
             comp = table.component(key)
             ok = {n for n, m in zip(comp["atom_names"], comp["mask"], strict=True) if m}
             bad = [n for n in names if n not in ok]
-            why = (
-                f"component {key} has no reference conformer (strategy failed)"
-                if comp["strategy"] == "failed"
-                else f"atom name(s) not in the definition of {key}"
-            )
+            if comp["strategy"] == "failed":
+                why = f"component {key} has no reference conformer ({comp_reason(key)})"
+            else:
+                why = f"atom name(s) not in the definition of {key}"
+                if alt is not None and alt != key:
+                    why += f"; perceived {alt} failed ({comp_reason(alt)})"
         else:
-            bad, why = names, f"no reference conformer stored for {key}"
+            bad, why = names, f"no reference conformer stored for {code}"
         if not bad:
             continue
         for entry_id, path, s_part, n_res in where:

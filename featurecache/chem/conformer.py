@@ -376,11 +376,13 @@ def conformer_for_perceived(
     coords: np.ndarray,
     charges: Sequence[int] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    why: str = "no CCD definition",
 ) -> ReferenceConformer:
     """Reference conformer of a residue no CCD defines (strategy ``perceived`` or ``failed``).
 
     ``coords`` are one occurrence's heavy-atom coordinates, used only to perceive bonds; the
-    positions come from embedding the perceived graph (seeded by the key).
+    positions come from embedding the perceived graph (seeded by the key). ``why`` starts the
+    recorded reason (e.g. the residue's atom names differ from its definition's).
     """
     t0 = time.perf_counter()
     key = perceived_key(code, list(zip(names, atomic_numbers, strict=True)))
@@ -398,7 +400,7 @@ def conformer_for_perceived(
             mask=np.zeros(n, dtype=bool),
             bonds=np.zeros((0, 3), np.int32),
             strategy="failed",
-            reason=f"no CCD definition; {exc}",
+            reason=f"{why}; {exc}",
             source_sha="",
             seconds=time.perf_counter() - t0,
         )
@@ -410,7 +412,7 @@ def conformer_for_perceived(
         names=list(names) + [""] * (withh.GetNumAtoms() - len(names)),
         source_sha="",
         timeout_s=timeout_s,
-        notes=["no CCD definition", note],
+        notes=[why, note],
         ideal=None,
         model=None,
         success_strategy="perceived",

@@ -226,40 +226,60 @@ def residue_codes(entry_tokens: Mapping[str, np.ndarray] | np.ndarray) -> list[s
     return [names[i] for i in np.asarray(inv).reshape(-1)]
 
 
+def resolve(
+    entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
+    entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
+    table: ComponentTable,
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Which stored component and which of its atoms each entry atom takes its reference from.
+
+    Per residue (atoms sharing ``ref_space_uid`` and code): the component of the CCD code; when
+    the code is not stored, or some of the residue's atom names are not in it, the perceived
+    component ``code#hash`` of the residue's atoms if one is stored (and did not fail) — so a
+    residue's reference always comes from one conformer.
+
+    Returns ``(rows int64 [n], flat int64 [n], keys)``: component-table row (-1: none), flat atom
+    index into the table (-1: not found) and the key used, per atom.
+    """
+    names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS).astype(np.uint8)
+    res = _field(entry_tokens, "res_name").reshape(-1, 5)
+    tok = _field(entry_atoms, "token_index").astype(np.int64)
+    n = len(tok)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), []
+    uniq, inv = np.unique(res, axis=0, return_inverse=True)
+    codes = [decode_res_name(u) for u in uniq]
+    code_rows = np.array([r if (r := table.row(c)) is not None else -1 for c in codes], dtype=np.int64)
+    atom_code = np.asarray(inv).reshape(-1)[tok]
+    rows = code_rows[atom_code]
+    keys = [codes[i] for i in atom_code]
+    flat = table.lookup(rows, names)
+    unresolved = np.flatnonzero(flat < 0)
+    if len(unresolved):
+        uid = _field(entry_atoms, "ref_space_uid").astype(np.int64)
+        elements = _field(entry_atoms, "element")
+        residues = {(int(uid[k]), int(atom_code[k])) for k in unresolved}
+        in_residue = {r: np.flatnonzero((uid == r[0]) & (atom_code == r[1])) for r in residues}
+        for (_uid, ci), members in sorted(in_residue.items()):
+            key = perceived_key(codes[ci], [(decode_atom_name(names[k]), int(elements[k])) for k in members])
+            r = table.row(key)
+            if r is None or (table.strategy[r] == "failed" and rows[members[0]] >= 0):
+                continue
+            alt = table.lookup(np.full(len(members), r, dtype=np.int64), names[members])
+            rows[members] = r
+            flat[members] = alt
+            for k in members:
+                keys[k] = key
+    return rows, flat, keys
+
+
 def component_rows(
     entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
     entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
     table: ComponentTable,
 ) -> tuple[np.ndarray, list[str]]:
-    """Component-table row of each atom (-1 where no component is stored) and each atom's key tried.
-
-    Returns ``(rows int64 [n_atoms], keys)``: ``keys[k]`` is the CCD code, or the perceived
-    ``code#hash`` key when the code itself is not in the table.
-    """
-    res = _field(entry_tokens, "res_name").reshape(-1, 5)
-    tok = _field(entry_atoms, "token_index").astype(np.int64)
-    uniq, inv = np.unique(res, axis=0, return_inverse=True)
-    codes = [decode_res_name(u) for u in uniq]
-    code_rows = np.array([table.row(c) if c in table else -1 for c in codes], dtype=np.int64)
-    tok_code = np.asarray(inv).reshape(-1)
-    atom_code = tok_code[tok] if len(tok) else np.zeros(0, np.int64)
-    rows = code_rows[atom_code] if len(tok) else np.zeros(0, np.int64)
-    keys = [codes[i] for i in atom_code]
-    missing = np.flatnonzero(rows < 0)
-    if len(missing):
-        uid = _field(entry_atoms, "ref_space_uid").astype(np.int64)
-        names = _field(entry_atoms, "name").reshape(-1, 4)
-        elements = _field(entry_atoms, "element")
-        groups: dict[tuple[int, int], list[int]] = {}
-        for m in missing:
-            groups.setdefault((int(uid[m]), int(atom_code[m])), []).append(int(m))
-        for (_uid, ci), members in groups.items():
-            key = perceived_key(codes[ci], [(decode_atom_name(names[k]), int(elements[k])) for k in members])
-            r = table.row(key)
-            for k in members:
-                keys[k] = key
-                if r is not None:
-                    rows[k] = r
+    """Component-table row of each atom (-1 where none) and the key used (see :func:`resolve`)."""
+    rows, _flat, keys = resolve(entry_atoms, entry_tokens, table)
     return rows, keys
 
 
@@ -279,24 +299,23 @@ def reference_features(
     ``ref_charge`` int8 ``[n]`` (likewise), ``ref_atom_name_chars`` uint8 ``[n, 4]``,
     ``ref_space_uid`` int32 ``[n]``.
     """
-    names = _field(entry_atoms, "name").reshape(-1, 4).astype(np.uint8)
+    names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS).astype(np.uint8)
     n = len(names)
-    rows, _keys = component_rows(entry_atoms, entry_tokens, component_table)
-    flat = component_table.lookup(rows, names)
+    _rows, flat, _keys = resolve(entry_atoms, entry_tokens, component_table)
     found = flat >= 0
     safe = np.where(found, flat, 0)
+    entry_element = _field(entry_atoms, "element")
+    entry_charge = _field(entry_atoms, "charge")
     if len(component_table.mask):
         mask = found & component_table.mask[safe]
         ref_pos = np.where(mask[:, None], component_table.ref_pos[safe], 0).astype(np.float32)
-        element = np.where(found, component_table.element[safe], _field(entry_atoms, "element")).astype(
-            np.uint8
-        )
-        charge = np.where(found, component_table.charge[safe], _field(entry_atoms, "charge")).astype(np.int8)
+        element = np.where(found, component_table.element[safe], entry_element).astype(np.uint8)
+        charge = np.where(found, component_table.charge[safe], entry_charge).astype(np.int8)
     else:
         mask = np.zeros(n, dtype=bool)
         ref_pos = np.zeros((n, 3), np.float32)
-        element = _field(entry_atoms, "element").astype(np.uint8)
-        charge = _field(entry_atoms, "charge").astype(np.int8)
+        element = np.asarray(entry_element, dtype=np.uint8)
+        charge = np.asarray(entry_charge, dtype=np.int8)
     return {
         "ref_pos": ref_pos.reshape(n, 3),
         "ref_mask": mask,
@@ -313,13 +332,12 @@ def missing_reference_atoms(
     component_table: ComponentTable,
 ) -> list[tuple[str, str, str]]:
     """``(key, atom name, reason)`` for every atom whose ``ref_mask`` would be False."""
-    names = _field(entry_atoms, "name").reshape(-1, 4)
-    rows, keys = component_rows(entry_atoms, entry_tokens, component_table)
-    flat = component_table.lookup(rows, names)
-    out: list[tuple[str, str, str]] = []
+    names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS)
+    rows, flat, keys = resolve(entry_atoms, entry_tokens, component_table)
     ok = flat >= 0
     if len(component_table.mask):
         ok &= component_table.mask[np.maximum(flat, 0)]
+    out: list[tuple[str, str, str]] = []
     for k in np.flatnonzero(~ok):
         name = decode_atom_name(names[k])
         if rows[k] < 0:
