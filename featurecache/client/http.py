@@ -1,0 +1,387 @@
+"""``LookupClient``: the local reader's interface over the lookup service (``featurecache serve``).
+
+Same methods and return types as :class:`featurecache.store.reader.LocalStore` (the conformance
+suite in tests/conformance runs both); arrays arrive as Arrow IPC and are numpy views into the
+response body (read-only: copy before writing into one). Connections are pooled (one
+``httpx.Client``, thread-safe); connection errors and 5xx answers are retried with exponential
+backoff and jitter; 4xx answers raise at once with the server's explanation:
+
+* 404 → :class:`~featurecache.errors.NotFound` (a ``KeyError``)
+* 401/403 → :class:`~featurecache.errors.AuthenticationError`
+* 400/413/422 → :class:`~featurecache.errors.InvalidRequest` (a ``ValueError``); ``.limit`` names
+  the exceeded limit on 413
+* retries exhausted → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``)
+
+The token defaults to ``FEATURECACHE_AUTH_TOKEN``, so a client rebuilt from its URL in a loader
+worker process authenticates too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from featurecache.errors import AuthenticationError, InvalidRequest, NotFound, ServiceError
+from featurecache.store import arrow_io
+from featurecache.store.base import FeatureReader
+from featurecache.store.layout import TABLES
+from featurecache.store.reader import parse_array_selection
+from featurecache.types import Entry, MSABlock
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
+DEFAULT_BATCH_ENTRIES = 256
+_ENTRY_META_SKIP = {"part", "key"}
+#: a GET query string longer than this goes in a POST body instead (servers cap request lines)
+_MAX_QUERY_CHARS = 4000
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+
+
+class LookupClient(FeatureReader):
+    """Random access to a store served by ``featurecache serve``.
+
+    ``url``: the service root (``http://host:8000``); ``token``: bearer token (default
+    ``$FEATURECACHE_AUTH_TOKEN``); ``retries``: extra attempts after a connection error or a 5xx,
+    sleeping ``backoff * 2**attempt`` (±50 % jitter, at most ``max_backoff``) in between;
+    ``max_connections``: size of the connection pool (match the number of threads using it).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        max_connections: int = 32,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_connections = max_connections
+        self._lock = threading.Lock()
+        self._tables: dict[str, pa.Table] = {}
+        self._row: dict[str, int] | None = None
+        self._chain_rows: dict[str, tuple[int, int]] | None = None
+        self._service: dict[str, Any] | None = None
+        self._component_table: Any = None
+        self._http = self._new_http()
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ transport
+    def _new_http(self) -> httpx.Client:
+        headers = {"accept": f"{arrow_io.MEDIA_TYPE}, application/json"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        return httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+            limits=httpx.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
+        )
+
+    def _client(self) -> httpx.Client:
+        if self._pid != os.getpid():  # forked: never share the parent's sockets
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._http = self._new_http()
+                    self._pid = os.getpid()
+        return self._http
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call with retries; returns a 2xx response (body read) or raises (see module doc)."""
+        what = f"{method} {self.url}{path}"
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self._client().request(method, path, **kwargs)
+            except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
+                if last:
+                    raise ServiceError(
+                        f"{what}: {type(exc).__name__}: {exc} (after {attempt + 1} attempts)"
+                    ) from exc
+                log.debug("%s: %s; retrying", what, exc)
+                self._sleep(attempt, None)
+                continue
+            status = response.status_code
+            if status < 400:
+                return response
+            detail = _detail(response)
+            if status in _RETRY_STATUS:
+                if last:
+                    raise ServiceError(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
+                log.debug("%s → %d: %s; retrying", what, status, detail)
+                self._sleep(attempt, response.headers.get("retry-after"))
+                continue
+            raise _client_error(what, status, detail, response)
+        raise AssertionError("unreachable")
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.5)
+        if retry_after is not None:
+            with contextlib.suppress(ValueError):
+                delay = max(delay, min(float(retry_after), self.max_backoff))
+        time.sleep(delay)
+
+    def _arrow(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
+        return arrow_io.decode(self.request(method, path, **kwargs).content)
+
+    # ------------------------------------------------------------------ tables
+    def table(self, name: str) -> pa.Table:
+        """One index table (fetched once, then cached: the service's index does not change)."""
+        if name not in TABLES:
+            raise NotFound(f"no table {name!r}; tables are {list(TABLES)}")
+        t = self._tables.get(name)
+        if t is None:
+            t = arrow_io.read_table(self.request("GET", f"/v1/tables/{name}").content)
+            with self._lock:
+                self._tables[name] = t
+        return t
+
+    @property
+    def entries(self) -> pa.Table:
+        return self.table("entries")
+
+    @property
+    def chains(self) -> pa.Table:
+        return self.table("chains")
+
+    @property
+    def interfaces(self) -> pa.Table:
+        return self.table("interfaces")
+
+    @property
+    def failures(self) -> pa.Table:
+        return self.table("failures")
+
+    @property
+    def warnings(self) -> pa.Table:
+        return self.table("warnings")
+
+    @property
+    def msas(self) -> pa.Table:
+        return self.table("msas")
+
+    @property
+    def components(self) -> pa.Table:
+        return self.table("components")
+
+    def _rows(self) -> dict[str, int]:
+        if self._row is None:
+            ids = self.entries.column("id").to_pylist() if self.entries.num_rows else []
+            self._row = {eid: i for i, eid in enumerate(ids)}
+        return self._row
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._rows()
+
+    def row_of(self, entry_id: str) -> int:
+        try:
+            return self._rows()[entry_id]
+        except (KeyError, TypeError):
+            raise NotFound(f"no entry {entry_id!r} at {self.url}") from None
+
+    def entry_meta(self, entry_id: str) -> dict[str, Any]:
+        row = self.row_of(entry_id)
+        return {
+            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
+        }
+
+    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
+        if self._chain_rows is None:
+            ids = self.chains.column("entry_id").to_pylist() if self.chains.num_rows else []
+            rows: dict[str, tuple[int, int]] = {}
+            start = 0
+            for i in range(1, len(ids) + 1):
+                if i == len(ids) or ids[i] != ids[start]:
+                    rows[ids[start]] = (start, i - start)
+                    start = i
+            self._chain_rows = rows
+        start, count = self._chain_rows.get(entry_id, (0, 0))
+        return self.chains.slice(start, count).to_pylist() if count else []
+
+    # ------------------------------------------------------------------ info
+    def info(self) -> dict[str, Any]:
+        """The store's info (as ``LocalStore.info()``); the service's own part is ``service_info``."""
+        doc = dict(self.request("GET", "/v1/info").json())
+        self._service = doc.pop("service", {})
+        return doc
+
+    @property
+    def service_info(self) -> dict[str, Any]:
+        """Version, limits and auth of the service (from ``GET /v1/info``)."""
+        if self._service is None:
+            self.info()
+        return self._service or {}
+
+    def _limit(self, name: str, default: int) -> int:
+        try:
+            return int(self.service_info.get("limits", {}).get(name, default))
+        except (ServiceError, InvalidRequest, NotFound):
+            return default
+
+    # ------------------------------------------------------------------ entries
+    def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
+        params = _arrays_params(arrays)
+        records = self._arrow("GET", f"/v1/entries/{quote(str(entry_id), safe='')}", params=params)
+        if len(records) != 1:
+            raise ServiceError(f"GET /v1/entries/{entry_id}: expected 1 entry, got {len(records)}")
+        return arrow_io.record_entry(records[0])
+
+    def entries_batch(self, entry_ids: Sequence[str], arrays: Sequence[str] | None = None) -> list[Entry]:
+        """Entries in request order, in as few requests as the service's limits allow."""
+        ids = list(entry_ids)
+        if not ids:
+            return []
+        _arrays_params(arrays)  # same checks (and errors) as the local reader
+        step = self._limit("max_batch_entries", DEFAULT_BATCH_ENTRIES)
+        out: list[Entry] = []
+        for i in range(0, len(ids), step):
+            out += self._batch(ids[i : i + step], arrays)
+        return out
+
+    def _batch(self, ids: list[str], arrays: Sequence[str] | None) -> list[Entry]:
+        body: dict[str, Any] = {"ids": ids, "arrays": list(arrays) if arrays is not None else None}
+        try:
+            records = self._arrow("POST", "/v1/entries:batch", json=body)
+        except InvalidRequest as exc:
+            if getattr(exc, "limit", None) == "max_response_bytes" and len(ids) > 1:
+                half = len(ids) // 2  # too many bytes at once: halve until each part fits
+                return self._batch(ids[:half], arrays) + self._batch(ids[half:], arrays)
+            raise
+        if len(records) != len(ids):
+            raise ServiceError(f"POST /v1/entries:batch: asked for {len(ids)} entries, got {len(records)}")
+        return [arrow_io.record_entry(r) for r in records]
+
+    # ------------------------------------------------------------------ MSAs
+    def msa(
+        self, key: str, rows: Sequence[int] | slice | None = None, cols: Sequence[int] | slice | None = None
+    ) -> MSABlock:
+        """Rows × columns of one stored MSA (only those cross the network)."""
+        path = f"/v1/msas/{quote(str(key), safe='')}"
+        r_spec, c_spec = _index_spec(rows), _index_spec(cols)
+        params = {k: v for k, v in (("rows", r_spec), ("cols", c_spec)) if v is not None}
+        if sum(len(v) for v in params.values()) <= _MAX_QUERY_CHARS:
+            records = self._arrow("GET", path, params=params)
+        else:
+            records = self._arrow("POST", path + ":slice", json=params)
+        return arrow_io.record_msa(records[0])
+
+    # ------------------------------------------------------------------ reference conformers
+    def component_table(self) -> Any:
+        """Every stored reference conformer (a chem.reference.ComponentTable), fetched once."""
+        if self._component_table is None:
+            from featurecache.chem.reference import ComponentTable
+
+            table = arrow_io.read_table(self.request("GET", "/v1/components").content)
+            self._component_table = ComponentTable.from_arrow(table)
+        return self._component_table
+
+    def reference_features(self, entry: Entry) -> dict[str, np.ndarray]:
+        from featurecache.chem.reference import reference_features
+
+        return reference_features(entry.atoms, entry.tokens, self.component_table())
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        self._http.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("url", "token", "timeout", "retries", "backoff", "max_backoff", "max_connections")
+        return {k: getattr(self, k) for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        url = state.pop("url")
+        self.__init__(url, **state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"LookupClient({self.url!r}{', token=…' if self.token else ''})"
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _detail(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    detail = doc.get("detail", doc) if isinstance(doc, dict) else doc
+    if isinstance(detail, list):  # FastAPI validation errors
+        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)
+    return str(detail)
+
+
+def _client_error(what: str, status: int, detail: str, response: httpx.Response) -> Exception:
+    message = f"{what} → {status}: {detail}"
+    if status == 404:
+        return NotFound(detail or message)
+    if status in (401, 403):
+        return AuthenticationError(message)
+    if status in (400, 413, 422):
+        exc = InvalidRequest(message)
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = {}
+        exc.status = status  # type: ignore[attr-defined]
+        exc.limit = doc.get("limit") if isinstance(doc, dict) else None  # type: ignore[attr-defined]
+        return exc
+    return ServiceError(message)
+
+
+def _arrays_params(arrays: Sequence[str] | None) -> dict[str, Any] | None:
+    if arrays is None:
+        return None
+    if isinstance(arrays, str):
+        arrays = [arrays]
+    parse_array_selection(arrays)  # unknown names raise NotFound, as in the local reader
+    return {"arrays": ",".join(arrays)} if arrays else None
+
+
+def _index_spec(sel: Sequence[int] | slice | np.ndarray | None) -> str | None:
+    """A selection as the service's spec: ``None`` → all, slices as ``a:b``, index lists with
+    consecutive runs folded into closed ranges (``0,5:9,12``)."""
+    if sel is None:
+        return None
+    if isinstance(sel, slice):
+        if sel.step not in (None, 1):
+            raise InvalidRequest(f"slice step {sel.step} is not supported; pass the indices")
+        if (sel.start or 0) < 0 or (sel.stop is not None and sel.stop < 0):
+            raise InvalidRequest("negative slice bounds are not supported")
+        return f"{'' if sel.start is None else int(sel.start)}:{'' if sel.stop is None else int(sel.stop)}"
+    idx = np.asarray(sel, dtype=np.int64).reshape(-1)
+    if idx.size == 0:
+        return ""
+    if idx.min() < 0:
+        raise InvalidRequest("negative indices are not supported")
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    parts = []
+    for run in np.split(idx, breaks):
+        a, b = int(run[0]), int(run[-1])
+        parts.append(str(a) if a == b else f"{a}:{b + 1}")
+    return ",".join(parts)  # one run "a:b" alone reads as a slice: the same indices

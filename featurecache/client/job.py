@@ -1,0 +1,196 @@
+"""One sample, start to finish: fetch the entry → crop → assemble. Free of torch on purpose, so
+that process-pool workers start quickly (a spawned worker imports only this and numpy/zarr).
+
+Sources: a store directory, an ``http(s)://`` lookup-service URL, or a reader object (anything with
+the :class:`featurecache.store.base.FeatureReader` methods). A source is opened once per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+
+from featurecache.client.assemble import assemble_sample
+from featurecache.client.crop import CropInput, Cropper
+from featurecache.client.sampler import SampleKey
+from featurecache.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+#: Arrays the per-step path reads from an entry (everything but occupancy / B-factor).
+ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/coords", "atoms/is_present",
+    "atoms/element", "atoms/charge", "atoms/name", "atoms/token_index", "atoms/ref_space_uid")  # fmt: skip
+
+SampleHook = Callable[[SampleKey], None]
+
+
+# --------------------------------------------------------------------------------------- sources
+def open_source(source: Any) -> Any:
+    """A reader for ``source``: a store directory, an ``http(s)://`` lookup-service URL, or a reader."""
+    if isinstance(source, str | Path):
+        text = str(source)
+        if text.startswith(("http://", "https://")):
+            from featurecache.client.http import LookupClient
+
+            return LookupClient(text)
+        from featurecache import open_store
+
+        return open_store(text)
+    if not hasattr(source, "entry"):
+        raise InvalidRequest(f"source must be a store path, a URL or a reader, got {type(source).__name__}")
+    return source
+
+
+def _source_spec(source: Any) -> Any:
+    """What travels to other processes: a path or URL when we can name the source, else the object."""
+    if isinstance(source, str | Path):
+        return str(source)
+    for attr in ("url", "base_url"):
+        val = getattr(source, attr, None)
+        if isinstance(val, str) and val.startswith(("http://", "https://")):
+            return val
+    path = getattr(source, "path", None)
+    if isinstance(path, str | Path) and (Path(path) / "zarr.json").is_file():
+        return str(path)
+    return source
+
+
+class SourceRef:
+    """Opens the reader lazily, once per process (readers hold mmaps, zarr handles, HTTP pools)."""
+
+    def __init__(self, source: Any, reader: Any = None) -> None:
+        self.spec = _source_spec(source)
+        self._reader: Any = reader
+        self._pid = os.getpid() if reader is not None else -1
+        self._msa_shapes: dict[str, tuple[int, int]] | None = None
+        self._components: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"])  # type: ignore[misc]
+
+    def get(self) -> Any:
+        if self._reader is None or self._pid != os.getpid():
+            self._reader = open_source(self.spec)
+            self._pid = os.getpid()
+            self._msa_shapes = None
+            self._components = None
+        return self._reader
+
+    def msa_shapes(self) -> dict[str, tuple[int, int]]:
+        """MSA key → (depth, length) from the reader's ``msas`` table (empty when none)."""
+        if self._msa_shapes is None:
+            self._msa_shapes = _msa_shapes(self.get())
+        return self._msa_shapes
+
+    def components(self) -> Any:
+        if self._components is None:
+            self._components = _component_table(self.get()) or False
+        return self._components or None
+
+
+def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
+    try:
+        t: pa.Table = reader.msas
+    except Exception:  # a reader without MSAs
+        return {}
+    if t is None or t.num_rows == 0:
+        return {}
+    cols = set(t.column_names)
+    key_col = next((c for c in ("key", "msa_key", "sequence_hash", "hash") if c in cols), None)
+    len_col = next((c for c in ("length", "n_cols", "query_length") if c in cols), None)
+    if key_col is None or "depth" not in cols or len_col is None:
+        log.warning("msas table has columns %s; cannot find key/depth/length, MSAs unused", sorted(cols))
+        return {}
+    keys = t.column(key_col).to_pylist()
+    depth = t.column("depth").to_pylist()
+    length = t.column(len_col).to_pylist()
+    return {str(k): (int(d), int(n)) for k, d, n in zip(keys, depth, length, strict=True)}
+
+
+def _component_table(reader: Any) -> Any:
+    """The reader's reference-conformer table (``chem.reference.ComponentTable``) or None."""
+    for attr in ("component_table", "reference_components"):
+        val = getattr(reader, attr, None)
+        if val is not None:
+            return val() if callable(val) else val
+    return None
+
+
+# ------------------------------------------------------------------------------------ one sample
+class SampleJob:
+    """fetch → crop → assemble for one :class:`SampleKey` (picklable; runs on any pool worker)."""
+
+    def __init__(
+        self,
+        source: SourceRef,
+        cropper: Cropper,
+        *,
+        seed: int,
+        max_msa_rows: int,
+        augment_ref: bool,
+        use_msa: bool,
+        hook: SampleHook | None,
+    ) -> None:
+        self.source = source
+        self.cropper = cropper
+        self.seed = seed
+        self.max_msa_rows = max_msa_rows
+        self.augment_ref = augment_ref
+        self.use_msa = use_msa
+        self.hook = hook
+
+    def rng(self, key: SampleKey) -> np.random.Generator:
+        return np.random.default_rng([self.seed, key.epoch, key.index])
+
+    def __call__(self, key: SampleKey) -> dict[str, Any]:
+        if self.hook is not None:
+            self.hook(key)
+        reader = self.source.get()
+        entry = reader.entry(key.entry_id, list(ENTRY_ARRAYS))
+        rng = self.rng(key)
+        crop = self.cropper(CropInput.from_arrays(entry.tokens, entry.atoms, entry.bonds, entry.interfaces), rng,
+                            key.chains or None)  # fmt: skip
+        shapes = self.source.msa_shapes() if self.use_msa else {}
+        chains = _with_msa_keys(entry.chains, shapes)
+        components = self.source.components()
+        ref_fn = None
+        if components is not None:
+            from featurecache.chem.reference import reference_features
+
+            def ref_fn(
+                atoms: Mapping[str, np.ndarray], tokens: Mapping[str, np.ndarray]
+            ) -> Mapping[str, np.ndarray]:
+                return reference_features(atoms, tokens, components)
+
+        sample = assemble_sample(
+            entry, crop.indices, rng, chains=chains,
+            msa_fetch=reader.msa if shapes else None, msa_shape=shapes.get if shapes else None,
+            ref_features=ref_fn, max_msa_rows=self.max_msa_rows, augment_ref=self.augment_ref,
+        )  # fmt: skip
+        sample["crop_method"] = crop.method
+        sample["crop_centre"] = crop.centre_token
+        sample["epoch"] = key.epoch
+        sample["index"] = key.index
+        return sample
+
+
+def _with_msa_keys(
+    chains: Sequence[Mapping[str, Any]], shapes: Mapping[str, tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """Chain rows with ``msa_key`` set where the store holds an MSA for the chain."""
+    out = []
+    for ch in chains:
+        row = dict(ch)
+        key = row.get("msa_key") or row.get("sequence_hash")
+        row["msa_key"] = key if key and key in shapes else None
+        out.append(row)
+    return out

@@ -1,0 +1,51 @@
+"""Client fixtures: one small real store built from a handful of real files (session scope)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CCD, MSAS, STRUCTURES, build_store
+
+#: Real files chosen for what the croppers must handle: many chains, DNA, ligands (GNP/MG, HEM,
+#: EPE, PCG), modified residues (MSE, 5IU), a cyclic peptide, unresolved tails, one chain alone.
+CLIENT_FILES = (
+    "7pzb.pdb",  # 2 protein + 4 DNA chains + cAMP ligands, 600 tokens
+    "721p-assembly1.cif",  # H-Ras dimer with GNP + MG
+    "2q2k.cif",  # protein-DNA, modified nucleotide 5IU, EPE
+    "102m.cif",  # myoglobin + HEM + SO4
+    "4zey.cif",  # MSE, SO4
+    "3u8v.cif",  # 2 protein chains + NI
+    "1A8O.cif",  # one chain, MSE
+    "209d-assembly1.cif",  # DNA duplex + actinomycin-like peptide
+)
+#: MSAs of 4zey (OpenFold layout) and of 102m (Protenix layout), relative to the real msas dir.
+CLIENT_MSAS = ("openfold/4zey_A", "Protenix/mmcif_msa/3")
+
+
+@pytest.fixture(scope="session")
+def client_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real store (real build: Dask LocalCluster, CCD, MSAs) of :data:`CLIENT_FILES`."""
+    root = tmp_path_factory.mktemp("client")
+    inputs = root / "structures"
+    inputs.mkdir()
+    for name in CLIENT_FILES:
+        shutil.copy(STRUCTURES / name, inputs / name)
+    msas = root / "msas"
+    for rel in CLIENT_MSAS:
+        shutil.copytree(MSAS / rel, msas / rel)
+    out = root / "store"
+    summary = build_store(out, inputs, workers=1, msa_dir=msas, ccd=CCD, part_size=4)
+    assert summary.n_built == len(CLIENT_FILES), summary.failures
+    return out
+
+
+@pytest.fixture(scope="session")
+def client_reader(client_store: Path):  # type: ignore[no-untyped-def]
+    import featurecache
+
+    reader = featurecache.open_store(client_store)
+    yield reader
+    reader.close()

@@ -1,0 +1,162 @@
+"""ReadyFirst on real thread and process pools: window, deadlines, failures; resume bookkeeping."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from featurecache.client.loader import ConsumedPositions, Done, LoaderStats, ReadyFirst, Skipped, SkipRecord
+
+RELEASE = threading.Event()
+
+
+def _job(item: tuple[str, float]) -> int:
+    """('ok', _) → pid; ('slow', s) → wait s seconds (or until RELEASE); ('raise', _); ('exit', _)."""
+    kind, seconds = item
+    if kind == "slow":
+        RELEASE.wait(seconds)
+    elif kind == "sleep":
+        time.sleep(seconds)
+    elif kind == "raise":
+        raise ValueError(f"bad sample {seconds}")
+    elif kind == "exit":
+        os._exit(3)
+    return os.getpid()
+
+
+def _overtakes(order: list[int]) -> dict[int, int]:
+    """For each seq: how many larger seqs were yielded before it."""
+    return {s: sum(1 for t in order[:i] if t > s) for i, s in enumerate(order)}
+
+
+def test_ready_first_respects_the_reorder_window() -> None:
+    items = [(i, ("slow", 1.0) if i == 2 else ("ok", 0.0)) for i in range(12)]
+    rf = ReadyFirst(_job, pool="thread", workers=4, window=3)
+    try:
+        outs = list(rf.run(items))
+    finally:
+        rf.close()
+    order = [o.seq for o in outs]
+    assert sorted(order) == list(range(12)) and all(isinstance(o, Done) for o in outs)
+    over = _overtakes(order)
+    assert max(over.values()) <= 3
+    assert over[2] == 3  # the slow sample was overtaken, by exactly the window
+    assert max(o.depth for o in outs if isinstance(o, Done)) >= 1
+
+
+def test_window_zero_is_in_order() -> None:
+    items = [(i, ("sleep", 0.05) if i % 3 == 0 else ("ok", 0.0)) for i in range(10)]
+    rf = ReadyFirst(_job, pool="thread", workers=3, window=0)
+    try:
+        assert [o.seq for o in rf.run(items)] == list(range(10))
+    finally:
+        rf.close()
+
+
+def test_failure_is_recorded_and_skipped_once() -> None:
+    calls: list[int] = []
+
+    def fn(item: int) -> int:
+        calls.append(item)
+        if item == 4:
+            raise KeyError("entry 4 is missing")
+        return item * 10
+
+    rf = ReadyFirst(fn, pool="thread", workers=2, window=4)
+    try:
+        outs = list(rf.run((i, i) for i in range(8)))
+    finally:
+        rf.close()
+    skipped = [o for o in outs if isinstance(o, Skipped)]
+    assert [(s.seq, s.reason, s.error_class) for s in skipped] == [(4, "error", "KeyError")]
+    assert sorted(o.value for o in outs if isinstance(o, Done)) == [i * 10 for i in range(8) if i != 4]
+    assert calls.count(4) == 1  # never retried
+
+
+def test_hung_thread_is_abandoned_at_its_deadline_and_work_goes_on() -> None:
+    RELEASE.clear()
+    items = [(i, ("slow", 60.0) if i == 1 else ("ok", 0.0)) for i in range(10)]
+    rf = ReadyFirst(_job, pool="thread", workers=2, window=2, deadline_s=0.5)
+    try:
+        outs = list(rf.run(items))
+        retired = rf._pool.retired  # type: ignore[union-attr]
+    finally:
+        RELEASE.set()
+        rf.close()
+    skipped = [o for o in outs if isinstance(o, Skipped)]
+    assert [(s.seq, s.reason) for s in skipped] == [(1, "deadline")]
+    assert sorted(o.seq for o in outs if isinstance(o, Done)) == [i for i in range(10) if i != 1]
+    assert retired == 1
+
+
+def test_process_pool_kills_a_hung_worker_and_survives_a_crash() -> None:
+    items = [(0, ("ok", 0.0)), (1, ("sleep", 120.0)), (2, ("exit", 0.0)), (3, ("raise", 3.0))]
+    items += [(i, ("ok", 0.0)) for i in range(4, 10)]
+    rf = ReadyFirst(_job, pool="process", workers=2, window=8, deadline_s=3.0)
+    try:
+        outs = list(rf.run(items))
+        pool = rf._pool
+        assert pool is not None
+        live = [proc for proc, _ in pool._workers.values()]  # type: ignore[attr-defined]
+        assert all(p.is_alive() for p in live) and len(live) == 2
+    finally:
+        rf.close()
+    by_seq = {o.seq: o for o in outs}
+    assert sorted(by_seq) == list(range(10))
+    assert isinstance(by_seq[1], Skipped) and by_seq[1].reason == "deadline"
+    assert isinstance(by_seq[2], Skipped) and by_seq[2].error_class == "WorkerDied"
+    assert isinstance(by_seq[3], Skipped) and by_seq[3].error_class == "ValueError"
+    pids = {o.value for o in outs if isinstance(o, Done)}
+    assert os.getpid() not in pids and len(pids) >= 2  # ran in child processes, replacements included
+
+
+def test_a_stopped_run_does_not_leak_results_into_the_next() -> None:
+    rf = ReadyFirst(lambda x: x, pool="thread", workers=3, window=2)
+    try:
+        gen = rf.run((i, i) for i in range(100))
+        first = [next(gen).seq for _ in range(5)]
+        gen.close()
+        second = [o.value for o in rf.run((i, 1000 + i) for i in range(10))]
+    finally:
+        rf.close()
+    assert len(first) == 5
+    assert sorted(second) == [1000 + i for i in range(10)]
+
+
+@pytest.mark.parametrize("bad", [{"workers": 0}, {"window": -1}, {"deadline_s": 0.0}, {"pool": "fiber"}])
+def test_bad_settings_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ReadyFirst(lambda x: x, **bad)
+
+
+def test_consumed_positions_out_of_order() -> None:
+    c = ConsumedPositions(start=10, stop=30, stride=3, offset=1)  # share: 10, 13, 16, …, 28
+    share = list(range(10, 30, 3))
+    assert list(c.pending()) == share
+    for p in (16, 13, 22):
+        c.mark(p)
+    assert c.watermark == 10 and c.above == {13, 16, 22}
+    c.mark(10)
+    assert c.watermark == 19 and c.above == {22}
+    c.mark(11)  # not in the share: ignored
+    assert list(c.pending()) == [19, 25, 28]
+    d = ConsumedPositions(10, 30, 3, 1)
+    d.load(c.state())
+    assert list(d.pending()) == [19, 25, 28] and d.n_resolved() == 4
+
+
+def test_stats_summary_counts() -> None:
+    s = LoaderStats()
+    for w in (0.1, 0.3, 0.2):
+        s.record_wait(w)
+    s.record_sample(0)
+    s.record_sample(4)
+    s.record_skip(SkipRecord(3, "x", "deadline", "DeadlineExceeded", "", 1.0))
+    s.record_skip(SkipRecord(5, "y", "error", "KeyError", "", 0.0))
+    out = s.summary()
+    assert out["steps"] == 3 and out["wait_max_s"] == 0.3 and abs(out["wait_mean_s"] - 0.2) < 1e-12
+    assert out["reorder_depth_max"] == 4 and out["deadline_skips"] == 1 and out["failures"] == 1
