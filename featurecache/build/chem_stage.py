@@ -202,12 +202,10 @@ def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
     occ = job.occurrence
     assert occ is not None
     if not occ.all_present:
-        return _failed(
-            job.key, occ.names, occ.elements, "no CCD definition and no occurrence with every atom resolved"
-        )
+        return _failed(job.key, occ.names, occ.elements, f"{job.why}; no occurrence with every atom resolved")
     code = job.key.split("#", 1)[0]
     return conformer_for_perceived(
-        code, occ.names, occ.elements, occ.coords, occ.charges, timeout_s=timeout_s
+        code, occ.names, occ.elements, occ.coords, occ.charges, timeout_s=timeout_s, why=job.why
     )
 
 
