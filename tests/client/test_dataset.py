@@ -89,7 +89,9 @@ def test_sample_matches_the_entry_it_came_from(client_store: Path, client_reader
         np.testing.assert_array_equal(s["restype"], tok["restype"][idx])
         np.testing.assert_array_equal(s["asym_id"], tok["asym_id"][idx])
         # atoms of the kept tokens, gathered token by token here
-        rows = np.concatenate([np.arange(tok["atom_start"][t], tok["atom_start"][t] + tok["atom_count"][t]) for t in idx])
+        rows = np.concatenate(
+            [np.arange(tok["atom_start"][t], tok["atom_start"][t] + tok["atom_count"][t]) for t in idx]
+        )
         np.testing.assert_array_equal(s["atom_coords"], atoms["coords"][rows])
         np.testing.assert_array_equal(s["atom_present"], atoms["is_present"][rows])
         names = [decode_atom_name(x) for x in s["ref_atom_name_chars"]]
@@ -120,7 +122,9 @@ def test_same_seed_reproduces_the_sample_exactly(client_store: Path) -> None:
             else:
                 assert v == y[k], k
     # the stream itself (which entry at which position) is seeded too
-    assert [a.sampler.key(p).entry_id for p in range(EPOCH)] != [c.sampler.key(p).entry_id for p in range(EPOCH)]
+    assert [a.sampler.key(p).entry_id for p in range(EPOCH)] != [
+        c.sampler.key(p).entry_id for p in range(EPOCH)
+    ]
     # and iteration yields the same sample as direct access
     first = next(iter(a))
     np.testing.assert_array_equal(first["token_index"], b.sample(first["position"])["token_index"])
@@ -141,7 +145,9 @@ def test_resume_is_exact_with_out_of_order_yielding(client_store: Path) -> None:
     assert got_before != sorted(got_before)  # samples really came out of order
     assert max(s["reorder_depth"] for s in before) > 0
     assert 12 not in got_before
-    assert state["consumed"]["watermark"] == 12 and state["consumed"]["resolved_above"]  # more than a watermark
+    assert (
+        state["consumed"]["watermark"] == 12 and state["consumed"]["resolved_above"]
+    )  # more than a watermark
 
     ds2 = _dataset(client_store, workers=2, window=2)
     ds2.load_state_dict(state)
