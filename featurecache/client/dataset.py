@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
@@ -199,7 +199,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             ex.close()
         self._executors = {}
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Generator[dict[str, Any], None, None]:
         info = get_worker_info()
         wid, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         in_worker = info is not None

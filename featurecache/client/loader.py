@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Final
@@ -332,7 +332,7 @@ class ReadyFirst:
         with contextlib.suppress(Exception):
             self.close()
 
-    def run(self, items: Iterable[tuple[int, Any]]) -> Iterator[Outcome]:
+    def run(self, items: Iterable[tuple[int, Any]]) -> Generator[Outcome, None, None]:
         pool = self._get_pool()
         self._drop_stale(pool)
         it = iter(items)

@@ -54,7 +54,7 @@ def _per_atom_residues(entry: Any) -> list[np.ndarray]:
     """Token sets of every per-atom-tokenized residue (ligand or modified residue)."""
     tok = entry.tokens
     idx = np.flatnonzero(~tok["is_standard"])
-    keys = {}
+    keys: dict[tuple[int, int], list[int]] = {}
     for t in idx.tolist():
         keys.setdefault((int(tok["asym_id"][t]), int(tok["residue_index"][t])), []).append(t)
     return [np.asarray(v) for v in keys.values()]

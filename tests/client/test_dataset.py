@@ -136,7 +136,7 @@ def test_same_seed_reproduces_the_sample_exactly(client_store: Path) -> None:
 def test_resume_is_exact_with_out_of_order_yielding(client_store: Path) -> None:
     # 12 is still running when the state is taken: 13 and 14 have overtaken it
     ds = _dataset(client_store, workers=3, window=4, sample_hook=Delay({1: 0.3, 2: 0.3, 12: 2.5}))
-    it = iter(ds)
+    it = ds.__iter__()
     before = [next(it) for _ in range(14)]
     state = ds.state_dict()
     it.close()
