@@ -5,8 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from featurecache.errors import StoreError
 
@@ -50,3 +58,110 @@ def run_server(
     finally:
         if multiproc_dir is not None:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ servers for tests and benchmarks
+def wait_ready(url: str, timeout: float = 60.0, token: str | None = None, path: str = "/v1/ready") -> None:
+    """Poll ``url + path`` until it answers 200 (raises TimeoutError with the last answer)."""
+    import httpx
+
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(url + path, headers=headers, timeout=2.0)
+            if r.status_code == 200:
+                return
+            last = f"{r.status_code} {r.text[:200]}"
+        except httpx.TransportError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.1)
+    raise TimeoutError(f"{url}{path} not ready after {timeout:.0f} s: {last}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def background_server(
+    store: Path | str,
+    *,
+    workers: int = 1,
+    token: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Iterator[str]:
+    """``featurecache serve STORE`` in a child process on 127.0.0.1 and a free port; yields its URL
+    once ``/v1/ready`` answers, stops it (SIGTERM, then SIGKILL) on exit."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "featurecache.cli",
+        "serve",
+        str(store),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    if token is not None:
+        cmd += ["--token", token]
+    child_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_ready(url, timeout=timeout, token=token)
+        except TimeoutError as exc:
+            proc.terminate()
+            out = proc.communicate(timeout=10)[0]
+            raise TimeoutError(f"{exc}\nserver output:\n{out[-4000:]}") from None
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+class ThreadedServer:
+    """The app under a real uvicorn server in a thread of this process, on 127.0.0.1.
+
+    For tests that must see inside the server (e.g. an audit hook on every file it opens).
+    ``with ThreadedServer(settings) as url: ...``
+    """
+
+    def __init__(self, settings: Any) -> None:
+        import uvicorn
+
+        from services.lookup.main import create_app
+
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        wait_ready(self.url, timeout=30, path="/v1/health")
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+        self._sock.close()
