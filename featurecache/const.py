@@ -7,6 +7,7 @@ uses the same 32 classes, so a one-hot of either is ``[..., 32]``.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 PROTEIN_RESIDUES: tuple[str, ...] = (
@@ -66,6 +67,7 @@ DEFAULT_MSA_DEPTH_CAP = 16384
 ATOM_NAME_CHARS = 4  # AF3 ref_atom_name_chars: 4 characters, each ord(c) - 32 in [0, 64)
 
 
+@functools.lru_cache(maxsize=65536)
 def encode_atom_name(name: str) -> tuple[int, int, int, int]:
     """Encode an atom name as AF3 does: 4 characters, each ``ord(c) - 32``, space-padded."""
     padded = name.strip().upper()[:ATOM_NAME_CHARS].ljust(ATOM_NAME_CHARS)
@@ -80,6 +82,7 @@ def decode_atom_name(codes: Sequence[int]) -> str:
 RES_NAME_CHARS = 5
 
 
+@functools.lru_cache(maxsize=65536)
 def encode_res_name(name: str) -> tuple[int, ...]:
     padded = name.strip().upper()[:RES_NAME_CHARS].ljust(RES_NAME_CHARS)
     return tuple(max(0, min(63, ord(c) - 32)) for c in padded)

@@ -75,9 +75,9 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     from distributed import Client, LocalCluster
 
     # distributed configures its own loggers at import; keep the build output to our progress + summary
-    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",
+    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker", "bokeh.server.util",
                  "distributed.core", "distributed.http.proxy", "bokeh", "tornado"):  # fmt: skip
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(logging.ERROR if name.startswith("bokeh") else logging.WARNING)
     if scheduler:
         try:
             return Client(scheduler, timeout="20s"), None
@@ -256,6 +256,16 @@ def _run_extra_stages(
     """Stages that run after the structure parts, over the whole store (MSAs, components)."""
     rebuild_index(out)
     # MSA stage (issue #3) and component/conformer stage (issue #4) hook in here.
+    from featurecache.build.msa_stage import run_msa_stage
+
+    msa = run_msa_stage(client, out, msa_dir, config.msa_depth_cap, progress)
+    summary.stages["msa"] = msa.summary()
+    summary.stage_seconds["msa"] = msa.seconds
+    summary.bytes_written += msa.bytes_written
+    summary.failures.extend(msa.failures)
+    summary.n_failed += msa.n_failed
+    if msa.n_failed:
+        summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage
 
     chem = run_chem_stage(client, out, ccd, config.conformer_timeout_s)
