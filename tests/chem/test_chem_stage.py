@@ -12,6 +12,7 @@ import pytest
 import featurecache
 from featurecache.chem.conformer import STRATEGIES
 from featurecache.const import MolType, decode_atom_name, decode_res_name
+from featurecache.store.reader import LocalStore
 from tests.chem import ccdtext
 from tests.conftest import CCD, STRUCTURES, build_store
 
@@ -30,7 +31,7 @@ def _file_residue_names(path: Path) -> set[str]:
     return {r.name for ch in st[0] for r in ch if r.name not in ("HOH", "DOD")}
 
 
-def _warned_atoms(store: featurecache.store.reader.LocalStore, entry_id: str) -> int:
+def _warned_atoms(store: LocalStore, entry_id: str) -> int:
     w = store.table("chem_warnings")
     if w.num_rows == 0:
         return 0
@@ -205,5 +206,6 @@ def test_perceived_components_without_ccd(tmp_path: Path) -> None:
     n_perceived = int(stage["strategy perceived (store / this run)"].split(" / ")[1])
     assert n_perceived == sum(1 for k in rows if "#" in k)
     assert _component_bytes(tmp_path / "c")[hem[0]] == _component_bytes(tmp_path / "d")[hem[0]]
-    ref = c.reference_features(c.entry("102m"))
-    assert ref["ref_mask"].all()
+    ref_c, ref_d = c.reference_features(c.entry("102m")), d.reference_features(d.entry("102m"))
+    assert ref_c["ref_mask"].all()
+    assert ref_c["ref_pos"].tobytes() == ref_d["ref_pos"].tobytes()
