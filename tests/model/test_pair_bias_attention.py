@@ -1,0 +1,179 @@
+"""Fused pair-bias attention vs float64 oracles: output and every gradient, odd shapes, masks.
+
+Runs the Triton kernels under the interpreter on the CPU (fp32/fp16; its bf16 dot is broken, so
+bf16 lives in test_gpu.py), or compiled on the GPU when there is one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from featurecache.errors import KernelShapeError
+from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels.reference import pair_bias_attention_ref
+from tests.model.util import KERNEL_DEVICE, TOL, naive_attention, rel_err
+
+F32, F16 = torch.float32, torch.float16
+
+
+def small_config(sp: int, dbias_programs: int = 1) -> pba.AttentionConfig:
+    """16×16 tiles so that small N spans several blocks (ragged last block included)."""
+    c = pba.KernelConfig(16, 16, num_warps=1, num_stages=1, sp=sp)
+    if KERNEL_DEVICE.type == "cuda":
+        c = pba.KernelConfig(16, 16, num_warps=4, num_stages=2, sp=sp)
+    return pba.AttentionConfig(c, c, c, c, dbias_target_programs=dbias_programs)
+
+
+def make_inputs(
+    b: int, s: int, h: int, n: int, d: int, dtype: torch.dtype, masked: bool, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, h, n, d, generator=g) for _ in range(3))
+    bias = torch.randn(b, h, n, n, generator=g)
+    mask = None
+    if masked:
+        mask = torch.rand(b, s, n, generator=g) > 0.3
+        if b * s > 1:
+            mask[0, 0, :] = False  # a row with no real key
+    dev = KERNEL_DEVICE
+    out = [t.to(dev, dtype) for t in (q, k, v, bias)]
+    return (*out, None if mask is None else mask.to(dev))
+
+
+def run_kernel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
+    do: torch.Tensor, cfg: pba.AttentionConfig,
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    scale = q.shape[-1] ** -0.5
+    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, mask, scale, cfg)
+    grads = pba.pair_bias_attention_backward(do, q, k, v, bias, mask, out, lse, scale, cfg)
+    return (out, *grads)
+
+
+def oracle(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, do: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    xs = [t.detach().cpu().double().requires_grad_() for t in (q, k, v, bias)]
+    out = naive_attention(*xs, None if mask is None else mask.cpu(), q.shape[-1] ** -0.5)
+    out.backward(do.cpu().double())
+    return (out, *[x.grad for x in xs])
+
+
+# (B, S, H, N, D, masked, S rows per program, dtype)
+CASES = [
+    (1, 1, 1, 13, 16, False, 1, F32),  # S = 1, N prime
+    (1, 1, 2, 17, 32, True, 1, F16),  # S = 1 masked
+    (1, 3, 1, 23, 32, True, 2, F32),  # odd S with two rows per program, a fully masked row
+    (2, 2, 1, 16, 64, False, 1, F16),  # N a multiple of the block (unmasked fast path)
+    (1, 2, 2, 31, 64, True, 1, F32),
+    (1, 3, 1, 37, 16, False, 2, F16),
+    (1, 2, 1, 32, 32, True, 2, F16),  # N a multiple of the block, masked
+]
+
+
+@pytest.mark.parametrize(("b", "s", "h", "n", "d", "masked", "sp", "dtype"), CASES)
+def test_matches_float64_oracle(
+    b: int, s: int, h: int, n: int, d: int, masked: bool, sp: int, dtype: torch.dtype
+) -> None:
+    q, k, v, bias, mask = make_inputs(b, s, h, n, d, dtype, masked, seed=n)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, dtype)
+    got = run_kernel(q, k, v, bias, mask, do, small_config(sp, dbias_programs=3))
+    want = oracle(q, k, v, bias, mask, do)
+    for name, g, w in zip(("out", "dq", "dk", "dv", "dbias"), got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == dtype, name
+        err = rel_err(g, w)
+        assert err < TOL[dtype], f"{name}: rel err {err:.2e} ≥ {TOL[dtype]:.0e}"
+
+
+def test_public_op_autograd_and_reference_agree() -> None:
+    """The registered op with autograd (default tiles) and the torch reference both match the oracle."""
+    q, k, v, bias, mask = make_inputs(1, 2, 2, 29, 32, F32, masked=True, seed=5)
+    xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out = pba.pair_bias_attention(*xs, mask)
+    do = torch.randn_like(out)
+    out.backward(do)
+    want = oracle(q, k, v, bias, mask, do)
+    assert rel_err(out, want[0]) < TOL[F32]
+    for x, w in zip(xs, want[1:], strict=True):
+        assert x.grad is not None and rel_err(x.grad, w) < TOL[F32]
+
+    rs = [t.detach().cpu().double().requires_grad_() for t in (q, k, v, bias)]
+    ref = pair_bias_attention_ref(*rs, mask.cpu() if mask is not None else None)
+    ref.backward(do.cpu().double())
+    assert rel_err(ref, want[0]) < 1e-12
+    for x, w in zip(rs, want[1:], strict=True):
+        assert x.grad is not None and rel_err(x.grad, w) < 1e-12
+
+
+def test_bias_gradient_is_bitwise_deterministic() -> None:
+    q, k, v, bias, mask = make_inputs(1, 5, 2, 21, 16, F32, masked=True, seed=7)
+    do = torch.randn_like(q)
+    cfg = small_config(1, dbias_programs=100)  # several S groups -> fp32 partials + a reduction
+    first = run_kernel(q, k, v, bias, mask, do, cfg)
+    second = run_kernel(q, k, v, bias, mask, do, cfg)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+    # and the grouping is a real split: one group gives the same sum up to rounding
+    one_group = run_kernel(q, k, v, bias, mask, do, small_config(1, dbias_programs=1))
+    assert rel_err(first[4], one_group[4]) < 1e-6
+
+
+def test_masked_keys_get_zero_weight() -> None:
+    """Junk in masked keys/values changes nothing, bit for bit; empty rows output 0."""
+    q, k, v, bias, mask = make_inputs(1, 3, 1, 19, 16, F32, masked=True, seed=3)
+    assert mask is not None
+    junk = (~mask)[:, :, None, :, None]
+    out_clean = pba.pair_bias_attention(q, k.masked_fill(junk, 0.0), v.masked_fill(junk, 0.0), bias, mask)
+    out_junk = pba.pair_bias_attention(q, k.masked_fill(junk, 50.0), v.masked_fill(junk, 1e4), bias, mask)
+    assert torch.equal(out_clean, out_junk)
+    assert torch.count_nonzero(out_clean[0, 0]) == 0  # row s=0 has no real key
+
+
+def test_padded_batch_matches_unpadded_sample() -> None:
+    """A sample of 11 tokens padded to 19 (pair mask from the token mask) gives the same values and
+    gradients on its real part as the same sample run unpadded."""
+    n_real, n_pad, h, d = 11, 19, 2, 32
+    q, k, v, bias, _ = make_inputs(1, n_pad, h, n_pad, d, F32, masked=False, seed=11)
+    token_mask = torch.arange(n_pad, device=q.device) < n_real
+    pair_mask = (token_mask[:, None] & token_mask[None, :])[None]  # [1, S=N, N]
+    xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out = pba.pair_bias_attention(*xs, pair_mask)
+    do = torch.randn_like(out)
+    real = pair_mask[:, :, None, :, None]  # [1, S, 1, N, 1]: padded outputs do not reach the loss
+    (out * real).backward(do)
+
+    cut = [t[:, :n_real, :, :n_real].clone().requires_grad_() for t in (q, k, v)]
+    bias_cut = bias[:, :, :n_real, :n_real].clone().requires_grad_()
+    out_cut = pba.pair_bias_attention(*cut, bias_cut)
+    out_cut.backward(do[:, :n_real, :, :n_real])
+    assert rel_err(out[:, :n_real, :, :n_real], out_cut) < 1e-6
+    for x, c in zip(xs[:3], cut, strict=True):
+        assert x.grad is not None and c.grad is not None
+        assert rel_err(x.grad[:, :n_real, :, :n_real], c.grad) < 1e-6
+        assert torch.count_nonzero(x.grad[:, n_real:]) == 0  # padded rows pass no gradient
+    assert xs[3].grad is not None and bias_cut.grad is not None
+    assert rel_err(xs[3].grad[:, :, :n_real, :n_real], bias_cut.grad) < 1e-6
+
+
+def test_opcheck() -> None:
+    q, k, v, bias, mask = make_inputs(1, 2, 1, 9, 16, F32, masked=True, seed=2)
+    args = (*[t.requires_grad_() for t in (q, k, v, bias)], mask, 0.25)
+    torch.library.opcheck(torch.ops.featurecache.pair_bias_attention.default, args)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(d=24),  # head dim not supported
+        dict(bias_shape=(1, 2, 9, 8)),
+        dict(mask_dtype=torch.float32),
+    ],
+)
+def test_bad_shapes_are_refused(bad: dict) -> None:
+    d = bad.get("d", 16)
+    q = torch.zeros(1, 2, 2, 9, d, device=KERNEL_DEVICE)
+    bias = torch.zeros(bad.get("bias_shape", (1, 2, 9, 9)), device=KERNEL_DEVICE)
+    mask = torch.ones(1, 2, 9, dtype=bad.get("mask_dtype", torch.bool), device=KERNEL_DEVICE)
+    with pytest.raises(KernelShapeError, match=r"\(1, 2, "):  # the message prints the shapes
+        pba.pair_bias_attention(q, q, q, bias, mask)

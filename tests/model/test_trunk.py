@@ -1,0 +1,144 @@
+"""The model: config JSON, synthetic batches vs BATCH_SCHEMA, the trunk (reference on CPU and fused
+under the interpreter), the distogram loss against numpy, and the training loop on a real store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
+from featurecache.errors import InvalidRequest
+from featurecache.model.batches import check_batch, synthetic_batch
+from featurecache.model.config import ModelConfig
+from featurecache.model.train import run_training
+from featurecache.model.trunk import Trunk
+from tests.model.util import KERNEL_DEVICE, rel_err
+
+TINY = ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2,
+                   transition_n=2, distogram_bins=16)  # fmt: skip
+
+
+def test_config_json_round_trip(tmp_path: Path) -> None:
+    cfg = ModelConfig(c_token=64, n_blocks=2, distogram_bins=32)
+    path = tmp_path / "model.json"
+    cfg.to_json(path)
+    assert json.loads(path.read_text())["c_token"] == 64
+    assert ModelConfig.from_json(path) == cfg
+    with pytest.raises(InvalidRequest, match="unknown"):
+        ModelConfig.from_json('{"c_token": 64, "n_layers": 3}')
+    with pytest.raises(InvalidRequest, match="head_dim"):
+        ModelConfig(head_dim=24)
+
+
+def test_synthetic_batch_follows_schema() -> None:
+    batch = synthetic_batch(np.random.default_rng(0), batch_size=3, crop_size=20, msa_rows=5, full=False)
+    assert set(batch) == set(BATCH_SCHEMA)
+    n = int(batch["token_mask"].shape[1])
+    sizes = {"B": 3, "N": n, "M": 5, "A": int(batch["atom_mask"].shape[1])}
+    for key, (dtype, shape) in BATCH_SCHEMA.items():
+        want = tuple(sizes[s] if s in sizes else int(s) for s in shape.split())
+        assert tuple(batch[key].shape) == want, key
+        assert str(batch[key].dtype) == f"torch.{dtype}", key
+    real = batch["token_mask"].sum(1)
+    assert int(real.max()) == n and int(real.min()) >= 10  # padded to the longest sample
+    assert check_batch(batch, tuple(BATCH_SCHEMA)) == sizes
+    bad = dict(batch, restype=batch["restype"].to(torch.int32))
+    with pytest.raises(InvalidRequest, match="restype"):
+        check_batch(bad)
+
+
+def test_distogram_loss_matches_numpy() -> None:
+    torch.manual_seed(0)
+    model = Trunk(TINY, fused=False)
+    batch = synthetic_batch(np.random.default_rng(1), 2, 12, msa_rows=3, full=False)
+    n = int(batch["token_mask"].shape[1])
+    logits = torch.randn(2, n, n, TINY.distogram_bins)
+    got = float(model.distogram.loss(logits, batch))
+
+    x = batch["centre_coords"].numpy().astype(np.float64)
+    ok = (batch["centre_mask"] & batch["token_mask"]).numpy()
+    edges = np.linspace(TINY.distogram_min, TINY.distogram_max, TINY.distogram_bins - 1)
+    lg = logits.numpy().astype(np.float64)
+    total, count = 0.0, 0
+    for b in range(2):
+        for i in range(n):
+            for j in range(n):
+                if i == j or not (ok[b, i] and ok[b, j]):
+                    continue
+                d = np.sqrt(((x[b, i] - x[b, j]) ** 2).sum())
+                k = int(np.searchsorted(edges, d, side="left"))
+                row = lg[b, i, j]
+                total += np.log(np.exp(row - row.max()).sum()) + row.max() - row[k]
+                count += 1
+    assert count > 0 and abs(got - total / count) < 1e-5 * max(1.0, abs(got))
+
+
+def test_reference_trunk_learns_a_fixed_batch() -> None:
+    torch.manual_seed(0)
+    model = Trunk(TINY, fused=False)
+    batch = synthetic_batch(np.random.default_rng(2), 2, 16, msa_rows=4, full=False)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(15):
+        loss = model.loss(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert all(np.isfinite(losses))
+    assert losses[-1] < 0.8 * losses[0]
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_fused_trunk_matches_reference_trunk() -> None:
+    """The whole fused path (every kernel, forward and backward) against the torch references."""
+    torch.manual_seed(0)
+    fused = Trunk(TINY, fused=True).to(KERNEL_DEVICE)
+    ref = Trunk(TINY, fused=False).to(KERNEL_DEVICE)
+    ref.load_state_dict(fused.state_dict())
+    raw = synthetic_batch(np.random.default_rng(3), 2, 11, msa_rows=3, full=False)
+    batch = {k: raw[k].to(KERNEL_DEVICE) for k in MODEL_INPUT_KEYS}
+    assert not bool(batch["token_mask"].all())  # padding present
+    lf, lr = fused.loss(batch), ref.loss(batch)
+    assert abs(float(lf.detach()) - float(lr.detach())) < 1e-4 * abs(float(lr.detach()))
+    lf.backward()
+    lr.backward()
+    # some gradients are exactly 0 in exact arithmetic (a bias shared by all keys of a softmax):
+    # both sides are then rounding noise, so the tolerance has a floor relative to the largest one
+    scale = max(float(p.grad.norm()) for p in ref.parameters() if p.grad is not None)
+    for (name, pf), pr in zip(fused.named_parameters(), ref.parameters(), strict=True):
+        assert pf.grad is not None and pr.grad is not None, name
+        diff = float((pf.grad - pr.grad).norm())
+        assert diff <= 1e-3 * float(pr.grad.norm()) + 1e-6 * scale, (name, diff, float(pr.grad.norm()))
+
+
+def test_run_training_writes_log(tmp_path: Path) -> None:
+    log_path = tmp_path / "log.json"
+    doc = run_training(None, None, steps=3, crop_size=16, device="cpu", fused=True, log_path=log_path,
+                       config=TINY)  # fmt: skip
+    saved = json.loads(log_path.read_text())
+    assert saved["source"] == "synthetic" and saved["fused"] is False  # no CUDA: references
+    assert [r["step"] for r in saved["steps"]] == [0, 1, 2]
+    for rec in saved["steps"]:
+        assert rec["step_time_s"] >= rec["data_wait_s"] >= 0 and np.isfinite(rec["loss"])
+        assert rec["tokens"] == 16
+    s = saved["summary"]
+    assert s["steps"] == 3 and 0 <= s["data_wait_fraction"] <= 1
+    assert s["median_step_time_s"] == pytest.approx(np.median([r["step_time_s"] for r in saved["steps"][1:]]))
+    assert doc["summary"] == s
+
+
+def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path) -> None:
+    """Batches from the client's FeatureDataset over a store built from the committed samples."""
+    seen: list[dict] = []
+    doc = run_training(sample_store, None, steps=2, crop_size=24, device="cpu", fused=False,
+                       log_path=tmp_path / "log.json", workers=1, config=TINY, on_step=seen.append)  # fmt: skip
+    assert doc["source"] == str(sample_store)
+    assert len(seen) == 2
+    for rec in seen:
+        assert 0 < rec["tokens"] <= 24 and np.isfinite(rec["loss"])
+        assert rec["entry_ids"] and all(rec["entry_ids"])
