@@ -228,4 +228,6 @@ def _sorted(name: str, table: pa.Table) -> pa.Table:
 
 def _postprocess(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Cross-table joins done at rebuild time (MSA keys on chains, coverage on entries, …)."""
-    return tables
+    from featurecache.store.msa import join_msa_columns
+
+    return join_msa_columns(tables)

@@ -18,7 +18,7 @@ from featurecache.errors import NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import read_table
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, PARTS_DIR, TABLES
-from featurecache.types import Entry
+from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class LocalStore(FeatureReader):
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._lock = threading.Lock()
         self._component_table: Any = None  # chem.reference.ComponentTable, loaded on first use
+        self._msa_reader: Any = None  # store.msa.MSAReader, built on first use
 
     # ------------------------------------------------------------------ tables
     def _table(self, name: str) -> pa.Table:
@@ -211,6 +212,22 @@ class LocalStore(FeatureReader):
             interfaces=out["interfaces"], meta=meta, chains=self.entry_chains(entry_id),
         )  # fmt: skip
 
+    # ------------------------------------------------------------------ MSAs
+    def msa(
+        self,
+        key: str,
+        rows: Sequence[int] | slice | np.ndarray | None = None,
+        cols: Sequence[int] | slice | np.ndarray | None = None,
+    ) -> MSABlock:
+        """Rows × columns of the MSA ``key`` (a chain's ``msa_key``); reads only that block."""
+        if self._msa_reader is None:
+            from featurecache.store.msa import MSAReader
+
+            reader = MSAReader(self.path, self.msas)
+            with self._lock:
+                self._msa_reader = reader
+        return self._msa_reader.msa(key, rows, cols)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ reference conformers
     def component_table(self) -> Any:
         """Every stored reference conformer (a chem.reference.ComponentTable), loaded once, lazily."""
@@ -231,6 +248,8 @@ class LocalStore(FeatureReader):
 
     def close(self) -> None:
         self._arrays.clear()
+        if self._msa_reader is not None:
+            self._msa_reader.close()
 
 
 def open_store(path: str | Path) -> LocalStore:

@@ -1,0 +1,697 @@
+"""Build stage ``msa``: find MSA files, join them to chains, write one MSA per unique sequence.
+
+Runs after the structure parts (it needs the chains index):
+
+1. **scan** (Dask tasks over batches of files under ``--msa-dir``): sniff each file (a3m, sto,
+   hhr/m8 template hits, empty, other), parse it, and report every alignment's query. A Stockholm
+   alignment's query is the first row whose sequence is the sequence of some chain in the store
+   (never simply its first row); hmmsearch template-hit files are counted and skipped.
+2. **join** (driver): an alignment belongs to every chain whose sequence hash equals its query's
+   (exact match). When the query differs, the file's layout may still name the chain — OpenFold /
+   AF2 ``<entry>_<chain>/``, alphafold3-pytorch ``<entry><chain>_protein.a3m``, Protenix
+   ``<entry>/msa/<n>/`` — and a query that differs only at unknown residues (``X``) is accepted;
+   anything else is reported as a near miss. Alignments of one sequence are merged in the order of
+   :func:`~featurecache.featurize.msa.source_order_key`. Polymer chains with no alignment get the
+   single-sequence MSA (never replacing an MSA already stored from files).
+3. **write** (Dask tasks, one MSA part each, planned in the driver so part contents do not depend
+   on the number of workers): parse, encode, merge, write ``parts/m-NNNNNN``. A sequence whose
+   inputs (files, their bytes, the depth cap, the featurizer version) are unchanged since a previous
+   build is skipped.
+
+Unreadable MSA files become failure rows (stage ``msa``) naming the entry their layout points to;
+that entry's chains get single-sequence MSAs and ``entries.msa_coverage`` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from featurecache.const import FEATURIZER_VERSION, MolType
+from featurecache.errors import InputError, MSAError
+from featurecache.featurize.msa import (
+    MAX_SOURCES,
+    adopt_query,
+    build_msa,
+    compatible_query,
+    source_label,
+    source_order_key,
+)
+from featurecache.featurize.seqhash import sequence_hash
+from featurecache.parse.a3m import parse_a3m
+from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
+from featurecache.parse.sto import parse_sto
+from featurecache.store.index import read_table
+from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
+from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
+from featurecache.types import ParsedMSA
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MSAStageResult", "build_msa_part", "layout_hints", "run_msa_stage", "scan_msa_files"]
+
+POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
+#: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key).
+MSA_STAGE_VERSION = "1"
+SCAN_BATCH_BYTES = 32 << 20  # files per scan task: about this many bytes
+MAX_MSAS_PER_PART = 256
+PART_INPUT_BYTES = 256 << 20  # input bytes per write task (a file counts once per sequence using it)
+SINGLE_SEQUENCE_WEIGHT = 4096  # what a single-sequence MSA counts towards PART_INPUT_BYTES
+NEAR_MISS_MAX_MISMATCH = 0.1  # same-length queries differing at ≤ 10% of positions are near misses
+NEAR_MISS_MAX_CANDIDATES = 256
+MSA_SUFFIXES = (".a3m", ".sto", ".stockholm", ".hhr", ".m8", ".fasta", ".fa", ".aln")
+
+
+# --- scanning (worker side) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlignmentScan:
+    """One alignment of a file: its query and the sequence hashes it matched exactly."""
+
+    block: int
+    query_row: int  # Stockholm: the row used as query; a3m: 0
+    query: str
+    matches: tuple[tuple[str, int], ...]  # (sequence hash, mol type)
+
+
+@dataclass
+class FileScan:
+    rel: str
+    size: int
+    sha256: str = ""
+    fmt: str = ""
+    n_alignments: int = 0  # alignments in the file (template-hit ones excluded)
+    alignments: list[AlignmentScan] = field(default_factory=list)
+    n_template_hits: int = 0
+    error_class: str = ""
+    message: str = ""
+
+
+def _hashes(sequence: str, wanted: set[str]) -> tuple[tuple[str, int], ...]:
+    out = []
+    for mt in POLYMER_TYPES:
+        h = sequence_hash(sequence, mt)
+        if h in wanted:
+            out.append((h, int(mt)))
+    return tuple(out)
+
+
+def _degap(row: str) -> str:
+    return row.replace("-", "").replace(".", "").upper()
+
+
+def scan_msa_files(msa_dir: str, rels: Sequence[str], wanted: set[str]) -> list[FileScan]:
+    """Scan files of ``msa_dir``: format, sha256, alignments and their matches (one Dask task)."""
+    return [_scan_one(Path(msa_dir), rel, wanted) for rel in rels]
+
+
+def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
+    path = msa_dir / rel
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return FileScan(rel, 0, error_class=type(exc).__name__, message=f"cannot read: {exc}")
+    scan = FileScan(rel, len(data), sha256=hashlib.sha256(data).hexdigest())
+    try:
+        scan.fmt = sniff_file(path)
+        if scan.fmt == "a3m":
+            for msa in parse_a3m(path):
+                q = msa.query_sequence
+                scan.alignments.append(AlignmentScan(msa.block, 0, q, _hashes(q, wanted)))
+            scan.n_alignments = len(scan.alignments)
+        elif scan.fmt == "sto":
+            for aln in parse_sto(path):
+                if aln.is_template_hits:
+                    scan.n_template_hits += len(aln.names)
+                    continue
+                scan.n_alignments += 1
+                found: dict[str, tuple[int, str, int]] = {}
+                for i, row in enumerate(aln.aligned):
+                    seq = _degap(row)
+                    for h, mt in _hashes(seq, wanted):
+                        found.setdefault(h, (i, seq, mt))
+                by_row: dict[int, list[tuple[str, int]]] = {}
+                for h, (i, _seq, mt) in found.items():
+                    by_row.setdefault(i, []).append((h, mt))
+                for i in sorted(by_row):
+                    scan.alignments.append(
+                        AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i]))
+                    )
+                if not by_row and aln.names:
+                    scan.alignments.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
+        elif scan.fmt == "hhr":
+            scan.n_template_hits = len(parse_hhr(path))
+        elif scan.fmt == "m8":
+            scan.n_template_hits = len(parse_m8(path))
+    except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
+        scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
+        scan.alignments = []
+    return scan
+
+
+# --- layout ----------------------------------------------------------------------------------------
+
+_OPENFOLD_DIR = re.compile(r"^(?P<entry>.+)_(?P<chain>[A-Za-z0-9]{1,4})$")
+_AF3PT_NAME = re.compile(r"^(?P<body>.+)_(?:protein|rna|dna|ligand)$", re.IGNORECASE)
+
+
+def layout_hints(rel: str, entry_ids: dict[str, str]) -> list[tuple[str, str]]:
+    """``(entry id, chain id)`` pairs a file's path names; chain ``""`` = any chain of the entry.
+
+    ``entry_ids`` maps lower-cased entry ids to the store's ids (``7a4d-assembly1``, ``1psm``).
+    """
+    p = PurePosixPath(rel)
+    hints: list[tuple[str, str]] = []
+    if len(p.parts) >= 2:  # OpenFold / AF2 alignment_dir/<entry>_<chain>/<db>_hits.*
+        m = _OPENFOLD_DIR.match(p.parts[-2])
+        if m and m["entry"].lower() in entry_ids:
+            hints.append((entry_ids[m["entry"].lower()], m["chain"]))
+    stem = p.name.split(".", 1)[0]
+    m = _AF3PT_NAME.match(stem)  # alphafold3-pytorch <entry><chain>_protein.a3m
+    if m:
+        body = m["body"]
+        for k in range(len(body) - 1, 0, -1):
+            if body[:k].lower() in entry_ids:
+                hints.append((entry_ids[body[:k].lower()], body[k:]))
+                break
+    if "msa" in p.parts[:-1]:  # Protenix <entry>/msa/<n>/{pairing,non_pairing}.a3m
+        i = p.parts.index("msa")
+        if i >= 1 and p.parts[i - 1].lower() in entry_ids:
+            hints.append((entry_ids[p.parts[i - 1].lower()], ""))
+    return hints
+
+
+# --- planning (driver side) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MSAUse:
+    """One alignment of one file used for one sequence."""
+
+    rel: str
+    sha256: str
+    size: int
+    block: int
+    query_row: int
+    adopt: bool  # query differs at unknown residues only: replaced by the chain sequence
+    label: str  # "rel" or "rel#block" (several alignments in the file)
+
+    def order(self) -> tuple[tuple[int, str], int, int]:
+        return source_order_key(self.rel), self.block, self.query_row
+
+
+@dataclass
+class PlannedMSA:
+    key: str
+    sequence: str
+    mol_type: int
+    uses: list[MSAUse]
+    inputs_key: str
+
+    def weight(self) -> int:
+        return sum(u.size for u in self.uses) or SINGLE_SEQUENCE_WEIGHT
+
+
+@dataclass
+class MSAPartResult:
+    part: str
+    n_msas: int = 0
+    n_from_files: int = 0
+    n_single: int = 0
+    n_rows: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class MSAStageResult:
+    seconds: float = 0.0
+    counts: Counter[str] = field(default_factory=Counter)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    near_misses: list[dict[str, Any]] = field(default_factory=list)
+    unmatched: list[dict[str, Any]] = field(default_factory=list)
+    bytes_written: int = 0
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.failures)
+
+    def summary(self) -> dict[str, Any]:
+        c = self.counts
+        return {
+            "files": c["files"],
+            "alignments found": c["alignments"],
+            "template-hit files skipped": f"{c['template_files']} ({c['template_hits']} hits)",
+            "empty / other files": f"{c['empty_files']} / {c['other_files']}",
+            "alignments joined (exact / by layout)": f"{c['joined_exact']} / {c['joined_layout']}",
+            "alignments unmatched (near misses)": f"{c['unmatched']} ({len(self.near_misses)})",
+            "MSAs written (from files / single sequence)": f"{c['built_files']} / {c['built_single']}",
+            "MSAs up to date": c["skipped"],
+            "polymer chains with an MSA from files": f"{c['chains_with_msa']} of {c['polymer_chains']}",
+            "MSA files failed": len(self.failures),
+        }
+
+
+def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
+    doc = {
+        "uses": [[u.rel, u.sha256, u.block, u.query_row, u.adopt] for u in uses],
+        "cap": depth_cap,
+        "featurizer": FEATURIZER_VERSION,
+        "stage": MSA_STAGE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _candidate_files(msa_dir: Path) -> list[tuple[str, int]]:
+    files = []
+    for p in sorted(msa_dir.rglob("*")):
+        rel = p.relative_to(msa_dir)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            files.append((rel.as_posix(), p.stat().st_size))
+    return files
+
+
+def _batches(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:
+    out: list[list[str]] = []
+    cur: list[str] = []
+    size = 0
+    for rel, n in files:
+        if cur and size + n > budget:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(rel)
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _read_index(root: Path, name: str) -> Any:
+    f = root / INDEX_DIR / f"{name}.arrow"
+    return read_table(f, memory_map=False) if f.is_file() else None
+
+
+def run_msa_stage(
+    client: Any, root: Path, msa_dir: Path | None, depth_cap: int, progress: bool = False
+) -> MSAStageResult:
+    """Scan ``msa_dir``, join alignments to the store's chains and write the MSA parts."""
+    t0 = time.perf_counter()
+    root = Path(root)
+    result = MSAStageResult()
+    chains = _read_index(root, "chains")
+    entries = _read_index(root, "entries")
+    existing = _read_index(root, "msas")
+    old_failures = _read_index(root, "failures")
+    polymer: dict[str, tuple[str, int]] = {}  # hash -> (sequence, mol type)
+    chain_rows: list[dict[str, Any]] = []
+    if chains is not None and chains.num_rows:
+        for row in chains.select(
+            ["entry_id", "label_id", "auth_id", "mol_type", "sequence", "sequence_hash"]
+        ).to_pylist():
+            if row["mol_type"] == MolType.LIGAND or not row["sequence"]:
+                continue
+            chain_rows.append(row)
+            polymer.setdefault(row["sequence_hash"], (row["sequence"], int(row["mol_type"])))
+    result.counts["polymer_chains"] = len(chain_rows)
+    stored: dict[str, tuple[str, int]] = {}
+    if existing is not None and existing.num_rows and "inputs_key" in existing.column_names:
+        from featurecache.store.msa import latest_msas
+
+        latest = latest_msas(existing)
+        stored = {
+            k: (ik, int(nf))
+            for k, ik, nf in zip(
+                latest.column("key").to_pylist(),
+                latest.column("inputs_key").to_pylist(),
+                latest.column("n_files").to_pylist(),
+                strict=True,
+            )
+        }
+    entry_ids = {}
+    if entries is not None and entries.num_rows:
+        entry_ids = {i.lower(): i for i in entries.column("id").to_pylist()}
+
+    scans: list[FileScan] = []
+    if msa_dir is not None:
+        scans = _scan(client, Path(msa_dir), set(polymer), progress)
+    uses = _join(scans, chain_rows, polymer, entry_ids, result)
+    plan = _plan(polymer, uses, stored, depth_cap, result)
+    known_failures = set()
+    if old_failures is not None and old_failures.num_rows and "key" in old_failures.column_names:
+        known_failures = set(old_failures.column("key").to_pylist())
+    new_failures = [f for f in _scan_failures(scans, entry_ids) if f["key"] not in known_failures]
+    result.failures.extend(new_failures)
+    _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress)
+    covered = {h for h, us in uses.items() if us} | {h for h, (_, nf) in stored.items() if nf > 0}
+    result.counts["chains_with_msa"] = sum(1 for r in chain_rows if r["sequence_hash"] in covered)
+    result.seconds = time.perf_counter() - t0
+    for nm in result.near_misses:
+        log.warning("MSA near miss: %s", nm["message"])
+    return result
+
+
+def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:
+    files = _candidate_files(msa_dir)
+    if not files:
+        return []
+    batches = _batches(files, SCAN_BATCH_BYTES)
+    wanted_f = client.scatter(wanted, broadcast=True) if len(batches) > 1 else wanted
+    futures = [
+        client.submit(
+            scan_msa_files,
+            str(msa_dir.resolve()),
+            b,
+            wanted_f,
+            key=f"msa-scan-{i}-{time.time_ns()}",
+            pure=False,
+        )
+        for i, b in enumerate(batches)
+    ]
+    scans: list[FileScan] = []
+    for fut in futures:
+        scans.extend(fut.result())
+    return sorted(scans, key=lambda s: s.rel)
+
+
+def _join(
+    scans: list[FileScan],
+    chain_rows: list[dict[str, Any]],
+    polymer: dict[str, tuple[str, int]],
+    entry_ids: dict[str, str],
+    result: MSAStageResult,
+) -> dict[str, list[MSAUse]]:
+    """Sequence hash → alignments to merge for it (in merge order)."""
+    uses: dict[str, list[MSAUse]] = {}
+    by_entry: dict[str, list[dict[str, Any]]] = {}
+    by_length: dict[int, list[dict[str, Any]]] = {}
+    for row in chain_rows:
+        by_entry.setdefault(row["entry_id"], []).append(row)
+        by_length.setdefault(len(row["sequence"]), []).append(row)
+    c = result.counts
+    for s in scans:
+        c["files"] += 1
+        if s.error_class:
+            continue
+        if s.fmt in ("hhr", "m8") or (s.fmt == "sto" and s.n_template_hits and not s.n_alignments):
+            c["template_files"] += 1
+            c["template_hits"] += s.n_template_hits
+            continue
+        if s.fmt == "empty" or (s.fmt in ("a3m", "sto") and not s.alignments):
+            c["empty_files"] += 1
+            continue
+        if s.fmt not in ("a3m", "sto"):
+            c["other_files"] += 1
+            continue
+        c["alignments"] += s.n_alignments
+        multi = len({a.block for a in s.alignments}) > 1 or any(a.block for a in s.alignments)
+        for a in s.alignments:
+            label = f"{s.rel}#{a.block}" if multi else s.rel
+            if a.matches:
+                c["joined_exact"] += 1
+                for h, _mt in a.matches:
+                    uses.setdefault(h, []).append(
+                        MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
+                    )
+                continue
+            hints = layout_hints(s.rel, entry_ids)
+            joined = False
+            for entry, chain in hints:
+                for row in by_entry.get(entry, []):
+                    if chain and chain not in (row["auth_id"], row["label_id"]):
+                        continue
+                    if compatible_query(a.query, row["sequence"]):
+                        h = row["sequence_hash"]
+                        use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
+                        if use not in uses.setdefault(h, []):
+                            uses[h].append(use)
+                        joined = True
+            if joined:
+                c["joined_layout"] += 1
+                continue
+            c["unmatched"] += 1
+            result.unmatched.append({"file": label, "query_length": len(a.query), "query": a.query[:60]})
+            nm = _near_miss(label, a.query, hints, by_entry, by_length)
+            if nm is not None:
+                result.near_misses.append(nm)
+    for h in uses:
+        uses[h].sort(key=MSAUse.order)
+        if len(uses[h]) >= MAX_SOURCES:
+            log.warning(
+                "%d alignments for sequence %s; keeping the first %d", len(uses[h]), h, MAX_SOURCES - 1
+            )
+            del uses[h][MAX_SOURCES - 1 :]
+    return uses
+
+
+def _mismatches(a: str, b: str) -> int:
+    return sum(1 for x, y in zip(a, b, strict=True) if x != y)
+
+
+def _near_miss(
+    label: str,
+    query: str,
+    hints: list[tuple[str, str]],
+    by_entry: dict[str, list[dict[str, Any]]],
+    by_length: dict[int, list[dict[str, Any]]],
+) -> dict[str, Any] | None:
+    """The closest chain to an unmatched query, when it is close enough to be worth reporting."""
+    named = [
+        r for e, ch in hints for r in by_entry.get(e, []) if not ch or ch in (r["auth_id"], r["label_id"])
+    ]
+    for row in named:
+        seq = row["sequence"]
+        if len(seq) == len(query):
+            why = f"{_mismatches(seq, query)} of {len(seq)} residues differ"
+        elif query in seq or seq in query:
+            why = f"one sequence contains the other ({len(query)} vs {len(seq)} residues)"
+        else:
+            why = f"different sequence ({len(query)} vs {len(seq)} residues)"
+        return _nm(label, query, row, f"layout names this chain; {why}")
+    for row in by_length.get(len(query), [])[:NEAR_MISS_MAX_CANDIDATES]:
+        n = _mismatches(row["sequence"], query)
+        if n <= NEAR_MISS_MAX_MISMATCH * len(query):
+            return _nm(label, query, row, f"{n} of {len(query)} residues differ")
+    return None
+
+
+def _nm(label: str, query: str, row: dict[str, Any], why: str) -> dict[str, Any]:
+    chain = f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+    return {
+        "file": label,
+        "entry_id": row["entry_id"],
+        "chain": row["auth_id"] or row["label_id"],
+        "query_length": len(query),
+        "chain_length": len(row["sequence"]),
+        "message": f"{label}: query does not match chain {chain}: {why}",
+    }
+
+
+def _plan(
+    polymer: dict[str, tuple[str, int]],
+    uses: dict[str, list[MSAUse]],
+    stored: dict[str, tuple[str, int]],
+    depth_cap: int,
+    result: MSAStageResult,
+) -> list[PlannedMSA]:
+    plan: list[PlannedMSA] = []
+    for h in sorted(polymer):
+        seq, mt = polymer[h]
+        us = uses.get(h, [])
+        ik = _inputs_key(us, depth_cap)
+        old = stored.get(h)
+        if not us:
+            if old is not None:  # never replace a stored MSA by the single sequence
+                result.counts["skipped"] += 1
+                continue
+        elif old is not None and old[0] == ik:
+            result.counts["skipped"] += 1
+            continue
+        plan.append(PlannedMSA(h, seq, mt, us, ik))
+    return plan
+
+
+def _scan_failures(scans: Iterable[FileScan], entry_ids: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for s in scans:
+        if not s.error_class:
+            continue
+        hints = layout_hints(s.rel, entry_ids)
+        entry = hints[0][0] if hints else ""
+        out.append(
+            {
+                "path": s.rel,
+                "entry_id": entry,
+                "stage": "msa",
+                "error_class": s.error_class,
+                "message": (
+                    f"{s.message}; the chains it was meant for get single-sequence MSAs"
+                    if entry
+                    else s.message
+                ),
+                "key": "msa:" + (s.sha256 or hashlib.sha256(s.rel.encode()).hexdigest())[:32],
+            }
+        )
+    return out
+
+
+def _plan_parts(root: Path, plan: list[PlannedMSA]) -> list[list[PlannedMSA]]:
+    parts: list[list[PlannedMSA]] = []
+    cur: list[PlannedMSA] = []
+    weight = 0
+    for item in plan:
+        w = item.weight()
+        if cur and (len(cur) >= MAX_MSAS_PER_PART or weight + w > PART_INPUT_BYTES):
+            parts.append(cur)
+            cur, weight = [], 0
+        cur.append(item)
+        weight += w
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def _write(
+    client: Any,
+    root: Path,
+    msa_dir: Path | None,
+    plan: list[PlannedMSA],
+    failures: list[dict[str, Any]],
+    depth_cap: int,
+    result: MSAStageResult,
+    progress: bool,
+) -> None:
+    from featurecache.build.discover import next_part_number
+
+    groups = _plan_parts(root, plan)
+    if not groups and failures:
+        groups = [[]]  # a part holding only the failure rows
+    if not groups:
+        return
+    start = next_part_number(root, MSA_PART_PREFIX)
+    msa_dir_s = str(Path(msa_dir).resolve()) if msa_dir is not None else ""
+    futures = []
+    for k, items in enumerate(groups):
+        name = part_name(MSA_PART_PREFIX, start + k)
+        part_failures = failures if k == 0 else []
+        futures.append(
+            client.submit(
+                build_msa_part,
+                str(root.resolve()),
+                name,
+                items,
+                msa_dir_s,
+                depth_cap,
+                part_failures,
+                key=f"msa-part-{name}-{time.time_ns()}",
+                pure=False,
+                retries=0,
+            )
+        )
+    for fut in futures:
+        res: MSAPartResult = fut.result()
+        result.counts["built_files"] += res.n_from_files
+        result.counts["built_single"] += res.n_single
+        result.bytes_written += res.bytes_written
+        # failures found while writing (a file changed since the scan) are new; scan ones are known
+        result.failures.extend(f for f in res.failures if f not in failures)
+
+
+# --- writing (worker side) -----------------------------------------------------------------------
+
+
+def build_msa_part(
+    root: str,
+    part: str,
+    items: list[PlannedMSA],
+    msa_dir: str,
+    depth_cap: int,
+    failures: list[dict[str, Any]] | None = None,
+) -> MSAPartResult:
+    """Parse, merge and encode the MSAs of one part and write it (one Dask task)."""
+    t0 = time.perf_counter()
+    res = MSAPartResult(part)
+    contents = MSAPartContents(failures=list(failures or []))
+    cache: dict[str, list[Any] | None] = {}
+    failed: set[str] = set()
+    for item in items:
+        alignments: list[tuple[str, ParsedMSA]] = []
+        used: list[MSAUse] = []
+        for use in item.uses:
+            msa = _load(Path(msa_dir), use, item.sequence, cache, contents, failed)
+            if msa is not None:
+                alignments.append((use.label, msa))
+                used.append(use)
+        try:
+            enc = build_msa(item.sequence, item.mol_type, alignments, depth_cap)
+        except MSAError as exc:
+            # a file's query stopped matching since the scan: record it, fall back to single sequence
+            contents.failures.append(_failure(exc.path or "", "", exc))
+            enc = build_msa(item.sequence, item.mol_type, [], depth_cap)
+            used = []
+        dbs = tuple(source_label(u.rel) for u in used)
+        contents.items.append(MSAItem(item.key, enc, item.inputs_key, dbs))
+        res.n_rows += enc.depth
+        if used:
+            res.n_from_files += 1
+        else:
+            res.n_single += 1
+    manifest = write_msa_part(Path(root), part, contents)
+    res.n_msas = len(contents.items)
+    res.bytes_written = int(manifest.get("bytes", 0))
+    res.failures = contents.failures
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _load(
+    msa_dir: Path,
+    use: MSAUse,
+    sequence: str,
+    cache: dict[str, list[Any] | None],
+    contents: MSAPartContents,
+    failed: set[str],
+) -> ParsedMSA | None:
+    if use.rel not in cache:
+        path = msa_dir / use.rel
+        try:
+            if hashlib.sha256(path.read_bytes()).hexdigest() != use.sha256:
+                raise MSAError("the file changed while the build was running", path=use.rel, stage="msa")
+            fmt = sniff_file(path)
+            cache[use.rel] = parse_a3m(path) if fmt == "a3m" else parse_sto(path)
+        except (OSError, MSAError, InputError) as exc:
+            cache[use.rel] = None
+            if use.rel not in failed:
+                failed.add(use.rel)
+                contents.failures.append(_failure(use.rel, "", exc))
+    parsed = cache[use.rel]
+    if parsed is None:
+        return None
+    blocks = [a for a in parsed if a.block == use.block]
+    if not blocks:
+        return None
+    block = blocks[0]
+    msa: ParsedMSA = block if isinstance(block, ParsedMSA) else block.to_msa(use.query_row)
+    if use.adopt:
+        msa = adopt_query(msa, sequence)
+    return msa
+
+
+def _failure(path: str, entry_id: str, exc: BaseException) -> dict[str, Any]:
+    return {
+        "path": path,
+        "entry_id": entry_id,
+        "stage": "msa",
+        "error_class": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "key": "msa:" + hashlib.sha256(f"{path}:{exc}".encode()).hexdigest()[:32],
+    }

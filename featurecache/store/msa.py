@@ -1,0 +1,426 @@
+"""MSA parts: writing one part (one task), reading a rows × columns block of one MSA.
+
+Layout of ``parts/m-NNNNNN/`` (a zarr v3 group; one writer, renamed into place like every part)::
+
+  residues/<k>      uint8 [depth, L] of the part's k-th MSA: 2-D chunks of MSA_CHUNK rows × cols
+                    in one shard, zstd — a crop's columns and a row sample read only their chunks
+  rows              records [Σ depth] of MSA_ROW: species int32, source uint8, del_start int64
+  cols              records [Σ L] of MSA_COL: profile float32[32], deletion_mean float32
+  deletions         records [nnz] of MSA_DELETION: col int32, count int16 — the non-zero deletion
+                    counts in row-major order (CSR: row i of MSA k owns cells
+                    ``[rows.del_start[i], rows.del_start[i+1])``); most cells have no deletion
+  _index/msas.arrow one row per MSA (MSAS_SCHEMA): key, part, array, row/col/deletion offsets,
+                    depth, length, sources
+  _index/failures.arrow  MSA files that could not be read (stage ``msa``)
+
+``index/msas.arrow`` is the concatenation of every part's rows (latest part wins per key, so a
+rebuilt MSA supersedes the old one). ``join_msa_columns`` adds ``msa_key``/``msa_depth`` to the
+chains table and ``msa_coverage`` to the entries table when the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import zarr
+from zarr.codecs import ZstdCodec
+from zarr.core.sync import sync
+
+from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
+from featurecache.errors import InvalidRequest, NotFound, StoreError
+from featurecache.store.index import table_from_rows, write_table
+from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
+from featurecache.store.writer import _dir_bytes, commit_part, part_tmp_dir, write_record_array
+from featurecache.types import EncodedMSA, MSABlock
+
+log = logging.getLogger(__name__)
+
+#: Inner chunk of the per-MSA residue arrays (rows, columns). Measured in benchmarks/msa.py: a
+#: 4096 × 384 block of a 16k × 1000 MSA reads 4 × 3–4 chunks; smaller chunks cost more zarr
+#: overhead per read, larger ones read more bytes than a crop needs.
+MSA_CHUNK = (1024, 128)
+#: Records per inner chunk of the flat rows / cols / deletions arrays.
+MSA_RECORD_CHUNK = 4096
+
+MSA_ROW = np.dtype([("species", np.int32), ("source", np.uint8), ("del_start", np.int64)])
+MSA_COL = np.dtype([("profile", np.float32, (NUM_RESTYPES,)), ("deletion_mean", np.float32)])
+MSA_DELETION = np.dtype([("col", np.int32), ("count", np.int16)])
+
+MSAS_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),  # sequence hash (featurize.seqhash.sequence_hash) = chains.sequence_hash
+        ("mol_type", pa.int8()),
+        ("length", pa.int32()),  # columns = query residues
+        ("depth", pa.int32()),  # stored rows (query = row 0), after dedup and the depth cap
+        ("n_distinct", pa.int32()),  # distinct rows before the cap (profile is over these)
+        ("n_input_rows", pa.int64()),  # rows read from the files
+        ("n_files", pa.int32()),  # alignments merged; 0 = single sequence
+        ("sources", pa.list_(pa.string())),  # source i (1..) of ``rows.source``; 0 is the query
+        ("source_dbs", pa.list_(pa.string())),  # database label of each source (featurize.msa)
+        ("array", pa.string()),  # residues array inside the part
+        ("row_start", pa.int64()),
+        ("col_start", pa.int64()),
+        ("del_start", pa.int64()),
+        ("del_count", pa.int64()),
+        ("inputs_key", pa.string()),  # hash of the inputs + settings: a re-run skips equal keys
+        ("featurizer_version", pa.string()),
+        ("part", pa.string()),
+    ]
+)
+
+
+@dataclass
+class MSAItem:
+    """One MSA to write: the encoded arrays plus what the index row records."""
+
+    key: str
+    msa: EncodedMSA
+    inputs_key: str
+    source_dbs: tuple[str, ...] = ()
+
+
+@dataclass
+class MSAPartContents:
+    items: list[MSAItem] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # FAILURES_SCHEMA rows without "part"
+
+
+def residues_array_name(k: int) -> str:
+    return f"residues/{k:06d}"
+
+
+def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> None:
+    depth, length = residues.shape
+    chunks = (max(1, min(MSA_CHUNK[0], depth)), max(1, min(MSA_CHUNK[1], length)))
+    shards = (-(-depth // chunks[0]) * chunks[0], -(-length // chunks[1]) * chunks[1])
+    arr = group.create_array(
+        name, shape=(depth, length), dtype=np.uint8, chunks=chunks, shards=shards,
+        compressors=[ZstdCodec(level=ZSTD_LEVEL)], fill_value=0,
+    )  # fmt: skip
+    arr[...] = residues
+
+
+def _write_records(group: zarr.Group, name: str, records: np.ndarray) -> None:
+    write_record_array(group, name, records)
+
+
+def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str, Any]:
+    """Write one MSA part (temp dir → rename); returns its manifest."""
+    root = Path(root)
+    tmp = part_tmp_dir(root, name)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        group = zarr.open_group(
+            str(tmp), mode="w", attributes={"kind": "msas", "part": name, "schema_version": SCHEMA_VERSION}
+        )
+        rows_parts: list[np.ndarray] = []
+        cols_parts: list[np.ndarray] = []
+        del_parts: list[np.ndarray] = []
+        index_rows: list[dict[str, Any]] = []
+        row_off = col_off = del_off = 0
+        for k, item in enumerate(contents.items):
+            m = item.msa
+            array = residues_array_name(k)
+            _write_residues(group, array, m.residues)
+            r, c = np.nonzero(m.deletions)  # row-major: CSR order
+            cells = np.zeros(r.size, dtype=MSA_DELETION)
+            cells["col"] = c
+            cells["count"] = m.deletions[r, c]
+            per_row = np.bincount(r, minlength=m.depth)
+            rows = np.zeros(m.depth, dtype=MSA_ROW)
+            rows["species"] = m.species
+            rows["source"] = m.source
+            rows["del_start"] = del_off + np.concatenate([[0], np.cumsum(per_row)[:-1]])
+            cols = np.zeros(m.length, dtype=MSA_COL)
+            cols["profile"] = m.profile
+            cols["deletion_mean"] = m.deletion_mean
+            rows_parts.append(rows)
+            cols_parts.append(cols)
+            del_parts.append(cells)
+            index_rows.append(
+                {
+                    "key": item.key,
+                    "mol_type": m.mol_type,
+                    "length": m.length,
+                    "depth": m.depth,
+                    "n_distinct": m.n_distinct,
+                    "n_input_rows": m.n_input_rows,
+                    "n_files": len(m.sources) - 1,
+                    "sources": list(m.sources[1:]),
+                    "source_dbs": list(item.source_dbs),
+                    "array": array,
+                    "row_start": row_off,
+                    "col_start": col_off,
+                    "del_start": del_off,
+                    "del_count": int(r.size),
+                    "inputs_key": item.inputs_key,
+                    "featurizer_version": FEATURIZER_VERSION,
+                    "part": name,
+                }
+            )
+            row_off += m.depth
+            col_off += m.length
+            del_off += int(r.size)
+        _write_records(group, "rows", _concat(rows_parts, MSA_ROW))
+        _write_records(group, "cols", _concat(cols_parts, MSA_COL))
+        _write_records(group, "deletions", _concat(del_parts, MSA_DELETION))
+        idx = tmp / PART_INDEX_DIR
+        write_table(idx / "msas.arrow", pa.Table.from_pylist(index_rows, schema=MSAS_SCHEMA))
+        fails = [{**f, "part": name} for f in contents.failures]
+        write_table(idx / "failures.arrow", table_from_rows("failures", fails))
+        manifest = {
+            "part": name, "kind": "msas", "featurizer_version": FEATURIZER_VERSION,
+            "schema_version": SCHEMA_VERSION, "n_msas": len(index_rows), "n_failures": len(fails),
+            "keys": sorted(r["inputs_key"] for r in index_rows), "rows": row_off, "cols": col_off,
+            "deletion_cells": del_off, "bytes": _dir_bytes(tmp),
+        }  # fmt: skip
+        commit_part(tmp, root / PARTS_DIR / name, manifest)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+# --- index joins ----------------------------------------------------------------------------------
+
+
+def latest_msas(msas: pa.Table) -> pa.Table:
+    """One row per key: the one from the latest part (a rebuilt MSA supersedes the old one)."""
+    if msas.num_rows == 0 or "key" not in msas.column_names:
+        return msas
+    order = pc.sort_indices(msas, sort_keys=[("key", "ascending"), ("part", "descending")])
+    t = msas.take(order)
+    keys = t.column("key").to_pylist()
+    keep = [i for i in range(len(keys)) if i == 0 or keys[i] != keys[i - 1]]
+    return t.take(pa.array(keep, type=pa.int64()))
+
+
+def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """Index-rebuild hook: dedupe ``msas``; add MSA columns to ``chains`` and ``entries``.
+
+    chains: ``msa_key`` (the sequence hash when an MSA is stored for it, else ``""``),
+    ``msa_depth`` (0 when none) and ``msa_files`` (alignments merged; 0 = single sequence).
+    entries: ``n_msa_chains`` (polymer chains whose MSA came from at least one file) and
+    ``msa_coverage`` (that over polymer chains; NaN for entries without polymer chains).
+    """
+    msas = tables.get("msas")
+    if msas is None or msas.num_rows == 0 or "key" not in msas.column_names:
+        msas = MSAS_SCHEMA.empty_table()
+    msas = latest_msas(msas)
+    tables["msas"] = msas
+    info = {
+        k: (d, f)
+        for k, d, f in zip(
+            msas.column("key").to_pylist(),
+            msas.column("depth").to_pylist(),
+            msas.column("n_files").to_pylist(),
+            strict=True,
+        )
+    }
+    chains = tables.get("chains")
+    if chains is None or chains.num_rows == 0 or "sequence_hash" not in chains.column_names:
+        return tables
+    for col in ("msa_key", "msa_depth", "msa_files"):
+        if col in chains.column_names:
+            chains = chains.drop_columns([col])
+    hashes = chains.column("sequence_hash").to_pylist()
+    mol = chains.column("mol_type").to_pylist()
+    keys = [h if (m != MolType.LIGAND and h in info) else "" for h, m in zip(hashes, mol, strict=True)]
+    chains = chains.append_column("msa_key", pa.array(keys, pa.string()))
+    chains = chains.append_column("msa_depth", pa.array([info[k][0] if k else 0 for k in keys], pa.int32()))
+    chains = chains.append_column("msa_files", pa.array([info[k][1] if k else 0 for k in keys], pa.int32()))
+    tables["chains"] = chains
+    entries = tables.get("entries")
+    if entries is None or entries.num_rows == 0:
+        return tables
+    polymer: dict[str, int] = {}
+    covered: dict[str, int] = {}
+    for eid, m, k in zip(chains.column("entry_id").to_pylist(), mol, keys, strict=True):
+        if m == MolType.LIGAND:
+            continue
+        polymer[eid] = polymer.get(eid, 0) + 1
+        if k and info[k][1] > 0:
+            covered[eid] = covered.get(eid, 0) + 1
+    for col in ("n_msa_chains", "msa_coverage"):
+        if col in entries.column_names:
+            entries = entries.drop_columns([col])
+    ids = entries.column("id").to_pylist()
+    entries = entries.append_column("n_msa_chains", pa.array([covered.get(i, 0) for i in ids], pa.int32()))
+    coverage = [covered.get(i, 0) / polymer[i] if polymer.get(i) else float("nan") for i in ids]
+    tables["entries"] = entries.append_column("msa_coverage", pa.array(coverage, pa.float64()))
+    return tables
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+async def _gather(reads: tuple[tuple[zarr.Array, tuple[slice, ...]], ...]) -> list[Any]:
+    return list(await asyncio.gather(*(a.async_array.getitem(sel) for a, sel in reads)))
+
+
+def _read_many(*reads: tuple[zarr.Array, tuple[slice, ...]]) -> list[np.ndarray]:
+    """Several slices of several arrays, fetched concurrently in one call into zarr's event loop.
+
+    Each synchronous zarr read pays a thread hand-off to the loop (~1 ms on a busy machine);
+    a block read needs four arrays.
+    """
+    return [np.asarray(x) for x in sync(_gather(reads))]
+
+
+def _selection(sel: Sequence[int] | slice | np.ndarray | None, n: int, what: str) -> np.ndarray:
+    """Absolute int64 indices of a row/column selection (None = all, slice, or explicit indices)."""
+    if sel is None:
+        return np.arange(n, dtype=np.int64)
+    if isinstance(sel, slice):
+        return np.arange(n, dtype=np.int64)[sel]
+    idx = np.asarray(sel, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise InvalidRequest(f"{what} index out of range for {n} {what}: {int(idx.min())}..{int(idx.max())}")
+    return np.where(idx < 0, idx + n, idx)
+
+
+class MSAReader:
+    """Random access to the MSAs of a store: ``msa(key, rows, cols)`` reads only that block.
+
+    Reads the residue chunks covering the selected rows × columns, the rows' and columns' records,
+    and the deletion cells of the selected row range; nothing else of the MSA.
+    """
+
+    def __init__(self, root: str | Path, msas: pa.Table) -> None:
+        self.root = Path(root)
+        self._table = msas
+        if msas.num_rows and "key" in msas.column_names:
+            cols = {c: msas.column(c).to_pylist() for c in ("key", "part", "array")}
+            nums = {
+                c: msas.column(c).to_numpy()
+                for c in ("depth", "length", "row_start", "col_start", "del_start", "del_count")
+            }
+            self._row = {k: i for i, k in enumerate(cols["key"])}
+            self._part, self._array = cols["part"], cols["array"]
+            self._nums = nums
+        else:
+            self._row, self._part, self._array, self._nums = {}, [], [], {}
+        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._row
+
+    def shape(self, key: str) -> tuple[int, int]:
+        i = self._index(key)
+        return int(self._nums["depth"][i]), int(self._nums["length"][i])
+
+    def _index(self, key: str) -> int:
+        try:
+            return self._row[key]
+        except (KeyError, TypeError):
+            raise NotFound(f"no MSA {key!r} in store {self.root}") from None
+
+    def _open(self, part: str, name: str) -> zarr.Array:
+        arr = self._arrays.get((part, name))
+        if arr is None:
+            path = self.root / PARTS_DIR / part / name
+            try:
+                arr = zarr.open_array(str(path), mode="r")
+            except (FileNotFoundError, ValueError, KeyError) as exc:
+                raise StoreError(f"MSA array {path} is missing or unreadable: {exc}") from exc
+            with self._lock:
+                self._arrays[(part, name)] = arr
+        return arr
+
+    def _records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
+        if stop <= start:
+            return np.zeros(0, dtype=dtype)
+        raw = self._open(part, name)[start:stop]
+        return np.ascontiguousarray(raw).view(dtype).reshape(stop - start)
+
+    def msa(
+        self,
+        key: str,
+        rows: Sequence[int] | slice | np.ndarray | None = None,
+        cols: Sequence[int] | slice | np.ndarray | None = None,
+    ) -> MSABlock:
+        """Rows × columns of the MSA ``key`` (indices in the order given; duplicates allowed)."""
+        i = self._index(key)
+        depth, length = int(self._nums["depth"][i]), int(self._nums["length"][i])
+        part = self._part[i]
+        r = _selection(rows, depth, "rows")
+        c = _selection(cols, length, "columns")
+        if r.size == 0 or c.size == 0:
+            return self._empty(key, r, c, depth, length, part, i)
+        r0, r1 = int(r.min()), int(r.max()) + 1
+        c0, c1 = int(c.min()), int(c.max()) + 1
+        row_start = int(self._nums["row_start"][i])
+        col_start = int(self._nums["col_start"][i])
+        # one record past the row range gives the end of its deletion cells
+        stop = min(r1 + 1, depth)
+        # residues, row records and column records in one round trip to zarr's event loop
+        res, row_raw, col_raw = _read_many(
+            (self._open(part, self._array[i]), (slice(r0, r1), slice(c0, c1))),
+            (self._open(part, "rows"), (slice(row_start + r0, row_start + stop),)),
+            (self._open(part, "cols"), (slice(col_start + c0, col_start + c1),)),
+        )
+        row_rec = np.ascontiguousarray(row_raw).view(MSA_ROW).reshape(stop - r0)
+        col_rec = np.ascontiguousarray(col_raw).view(MSA_COL).reshape(c1 - c0)
+        del_end = (
+            int(row_rec["del_start"][r1 - r0])
+            if r1 < depth
+            else int(self._nums["del_start"][i] + self._nums["del_count"][i])
+        )
+        del_begin = int(row_rec["del_start"][0])
+        box = np.zeros((r1 - r0, c1 - c0), dtype=np.int16)
+        if del_end > del_begin:
+            cells = self._records(part, "deletions", MSA_DELETION, del_begin, del_end)
+            starts = row_rec["del_start"][: r1 - r0] - del_begin
+            counts = np.diff(np.append(starts, del_end - del_begin))
+            cell_row = np.repeat(np.arange(r1 - r0), counts)
+            inside = (cells["col"] >= c0) & (cells["col"] < c1)
+            box[cell_row[inside], cells["col"][inside] - c0] = cells["count"][inside]
+        rr, cc = r - r0, c - c0
+        return MSABlock(
+            key=key,
+            residues=np.ascontiguousarray(res[np.ix_(rr, cc)]),
+            deletions=np.ascontiguousarray(box[np.ix_(rr, cc)]),
+            species=np.ascontiguousarray(row_rec["species"][rr]),
+            source=np.ascontiguousarray(row_rec["source"][rr]),
+            profile=np.ascontiguousarray(col_rec["profile"][cc]),
+            deletion_mean=np.ascontiguousarray(col_rec["deletion_mean"][cc]),
+            depth=depth,
+            length=length,
+        )
+
+    def _empty(
+        self, key: str, r: np.ndarray, c: np.ndarray, depth: int, length: int, part: str, i: int
+    ) -> MSABlock:
+        col_start = int(self._nums["col_start"][i])
+        row_start = int(self._nums["row_start"][i])
+        col_rec = self._records(part, "cols", MSA_COL, col_start, col_start + length)[c]
+        row_rec = self._records(part, "rows", MSA_ROW, row_start, row_start + depth)[r]
+        return MSABlock(
+            key=key,
+            residues=np.zeros((r.size, c.size), np.uint8),
+            deletions=np.zeros((r.size, c.size), np.int16),
+            species=np.ascontiguousarray(row_rec["species"]),
+            source=np.ascontiguousarray(row_rec["source"]),
+            profile=np.ascontiguousarray(col_rec["profile"]),
+            deletion_mean=np.ascontiguousarray(col_rec["deletion_mean"]),
+            depth=depth,
+            length=length,
+        )
+
+    def close(self) -> None:
+        self._arrays.clear()
