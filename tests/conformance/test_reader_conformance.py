@@ -53,9 +53,8 @@ def assert_entries_equal(got: Entry, want: Entry, groups: dict[str, set[str] | N
     for g in GROUPS:
         want_fields = getattr(want, g)
         got_fields = getattr(got, g)
-        expected = (
-            set(want_fields) if groups is None or groups.get(g, set()) is None else groups.get(g, set())
-        )
+        sel = set() if groups is None else groups.get(g, set())
+        expected: set[str] = set(want_fields) if groups is None or sel is None else sel
         assert set(got_fields) == expected, (g, sorted(got_fields), sorted(expected))
         for f in expected:
             a, b = got_fields[f], want_fields[f]
@@ -192,13 +191,14 @@ def test_msa_slices(reader: FeatureReader, reference: LocalStore) -> None:
         assert (full.depth, full.length) == (depth, length)
         rows_pick = np.unique(np.array([0, depth // 2, depth - 1]))
         cols_pick = np.array(sorted({0, length // 3, length // 3 + 1, length - 1}))
-        for rows, cols in [
+        selections: list[tuple[Any, Any]] = [
             (None, None),
             (slice(0, min(3, depth)), slice(1, length)),
             (rows_pick, cols_pick),
             (rows_pick, np.zeros(0, np.int64)),
             ([0], None),
-        ]:
+        ]
+        for rows, cols in selections:
             got = reader.msa(key, rows, cols)
             _assert_blocks_equal(got, reference.msa(key, rows, cols))
             r = (
