@@ -39,4 +39,3 @@ def _kernels_match_mode() -> None:
         kernels = [v for k, v in vars(mod).items() if k.endswith("_kernel")]
         bad = [type(k).__name__ for k in kernels if type(k).__name__ != "InterpretedFunction"]
         assert not bad, f"{name} was imported before TRITON_INTERPRET was set: {bad}"
-

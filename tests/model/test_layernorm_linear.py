@@ -46,7 +46,9 @@ def test_matches_float64_oracle(m: int, c: int, o: int, sw: bool, has_bias: bool
     y = lnl.layernorm_linear_forward(*args, eps=1e-5, swiglu=sw, config=cfg)
     grads = lnl.layernorm_linear_backward(dy.to(dev, dtype), *args, eps=1e-5, swiglu=sw, config=cfg)
 
-    xs = [t.double().requires_grad_() for t in (x, lw, lb, w)] + [None if b is None else b.double().requires_grad_()]
+    xs = [t.double().requires_grad_() for t in (x, lw, lb, w)] + [
+        None if b is None else b.double().requires_grad_()
+    ]
     want = naive_layernorm_linear(*xs, eps=1e-5, swiglu=sw)
     want.backward(dy.double())
     assert y.dtype == dtype and rel_err(y, want) < TOL[dtype]

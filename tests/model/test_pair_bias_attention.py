@@ -52,7 +52,12 @@ def run_kernel(
 
 
 def oracle(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, do: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    do: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
     xs = [t.detach().cpu().double().requires_grad_() for t in (q, k, v, bias)]
     out = naive_attention(*xs, None if mask is None else mask.cpu(), q.shape[-1] ** -0.5)

@@ -16,7 +16,7 @@ from featurecache.model.batches import check_batch, synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import run_training
 from featurecache.model.trunk import Trunk
-from tests.model.util import KERNEL_DEVICE, rel_err
+from tests.model.util import KERNEL_DEVICE
 
 TINY = ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2,
                    transition_n=2, distogram_bins=16)  # fmt: skip

@@ -24,7 +24,12 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def naive_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
 ) -> torch.Tensor:
     """Loop over S with torch.softmax; rows without a real key give 0 (float64 recommended)."""
     outs = []
