@@ -193,7 +193,10 @@ def serve(
     """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs."""
     from services.lookup.server import run_server
 
-    run_server(store=store, host=host, port=port, workers=workers, token=token)
+    try:
+        run_server(store=store, host=host, port=port, workers=workers, token=token)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
 
 
 @app.command()
