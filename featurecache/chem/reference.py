@@ -226,33 +226,55 @@ def residue_codes(entry_tokens: Mapping[str, np.ndarray] | np.ndarray) -> list[s
     return [names[i] for i in np.asarray(inv).reshape(-1)]
 
 
+def _pack_res_names(res: np.ndarray) -> np.ndarray:
+    """uint8 ``[t, 5]`` encoded residue names → uint64 ``[t]`` (1-D unique is ~20x faster than axis=0)."""
+    r = np.asarray(res, dtype=np.uint64).reshape(-1, 5)
+    return r[:, 0] | (r[:, 1] << 8) | (r[:, 2] << 16) | (r[:, 3] << 24) | (r[:, 4] << 32)
+
+
+def _unpack_res_name(packed: int) -> str:
+    return decode_res_name([(packed >> (8 * i)) & 0xFF for i in range(5)])
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Per entry atom: component-table ``rows`` int64 ``[n]`` (-1: none), ``flat`` int64 ``[n]``
+    (atom of the table, -1: not found) and the key tried, ``key_names[key_ids[k]]``."""
+
+    rows: np.ndarray
+    flat: np.ndarray
+    key_ids: np.ndarray
+    key_names: list[str]
+
+    def key(self, k: int) -> str:
+        return self.key_names[int(self.key_ids[k])]
+
+
 def resolve(
     entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
     entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
     table: ComponentTable,
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
+) -> Resolution:
     """Which stored component and which of its atoms each entry atom takes its reference from.
 
     Per residue (atoms sharing ``ref_space_uid`` and code): the component of the CCD code; when
     the code is not stored, or some of the residue's atom names are not in it, the perceived
     component ``code#hash`` of the residue's atoms if one is stored (and did not fail) — so a
     residue's reference always comes from one conformer.
-
-    Returns ``(rows int64 [n], flat int64 [n], keys)``: component-table row (-1: none), flat atom
-    index into the table (-1: not found) and the key used, per atom.
     """
-    names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS).astype(np.uint8)
-    res = _field(entry_tokens, "res_name").reshape(-1, 5)
+    names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS)
     tok = _field(entry_atoms, "token_index").astype(np.int64)
     n = len(tok)
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), []
-    uniq, inv = np.unique(res, axis=0, return_inverse=True)
-    codes = [decode_res_name(u) for u in uniq]
+        z = np.zeros(0, np.int64)
+        return Resolution(z, z, z, [])
+    uniq, inv = np.unique(_pack_res_names(_field(entry_tokens, "res_name")), return_inverse=True)
+    codes = [_unpack_res_name(int(u)) for u in uniq]
     code_rows = np.array([r if (r := table.row(c)) is not None else -1 for c in codes], dtype=np.int64)
     atom_code = np.asarray(inv).reshape(-1)[tok]
     rows = code_rows[atom_code]
-    keys = [codes[i] for i in atom_code]
+    key_ids = atom_code.astype(np.int64)
+    key_names = list(codes)
     flat = table.lookup(rows, names)
     unresolved = np.flatnonzero(flat < 0)
     if len(unresolved):
@@ -265,12 +287,11 @@ def resolve(
             r = table.row(key)
             if r is None or (table.strategy[r] == "failed" and rows[members[0]] >= 0):
                 continue
-            alt = table.lookup(np.full(len(members), r, dtype=np.int64), names[members])
             rows[members] = r
-            flat[members] = alt
-            for k in members:
-                keys[k] = key
-    return rows, flat, keys
+            flat[members] = table.lookup(np.full(len(members), r, dtype=np.int64), names[members])
+            key_ids[members] = len(key_names)
+            key_names.append(key)
+    return Resolution(rows, flat, key_ids, key_names)
 
 
 def component_rows(
@@ -279,8 +300,8 @@ def component_rows(
     table: ComponentTable,
 ) -> tuple[np.ndarray, list[str]]:
     """Component-table row of each atom (-1 where none) and the key used (see :func:`resolve`)."""
-    rows, _flat, keys = resolve(entry_atoms, entry_tokens, table)
-    return rows, keys
+    res = resolve(entry_atoms, entry_tokens, table)
+    return res.rows, [res.key_names[i] for i in res.key_ids]
 
 
 def reference_features(
@@ -301,16 +322,19 @@ def reference_features(
     """
     names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS).astype(np.uint8)
     n = len(names)
-    _rows, flat, _keys = resolve(entry_atoms, entry_tokens, component_table)
+    flat = resolve(entry_atoms, entry_tokens, component_table).flat
     found = flat >= 0
     safe = np.where(found, flat, 0)
     entry_element = _field(entry_atoms, "element")
     entry_charge = _field(entry_atoms, "charge")
     if len(component_table.mask):
         mask = found & component_table.mask[safe]
-        ref_pos = np.where(mask[:, None], component_table.ref_pos[safe], 0).astype(np.float32)
-        element = np.where(found, component_table.element[safe], entry_element).astype(np.uint8)
-        charge = np.where(found, component_table.charge[safe], entry_charge).astype(np.int8)
+        ref_pos = component_table.ref_pos[safe]  # fancy indexing copies
+        ref_pos[~mask] = 0
+        element = component_table.element[safe]
+        element[~found] = np.asarray(entry_element)[~found]
+        charge = component_table.charge[safe]
+        charge[~found] = np.asarray(entry_charge)[~found]
     else:
         mask = np.zeros(n, dtype=bool)
         ref_pos = np.zeros((n, 3), np.float32)
@@ -333,7 +357,8 @@ def missing_reference_atoms(
 ) -> list[tuple[str, str, str]]:
     """``(key, atom name, reason)`` for every atom whose ``ref_mask`` would be False."""
     names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS)
-    rows, flat, keys = resolve(entry_atoms, entry_tokens, component_table)
+    res = resolve(entry_atoms, entry_tokens, component_table)
+    rows, flat = res.rows, res.flat
     ok = flat >= 0
     if len(component_table.mask):
         ok &= component_table.mask[np.maximum(flat, 0)]
@@ -346,5 +371,5 @@ def missing_reference_atoms(
             why = "atom name not in the component definition"
         else:
             why = f"component strategy {component_table.strategy[int(rows[k])]}"
-        out.append((keys[k], name, why))
+        out.append((res.key(int(k)), name, why))
     return out

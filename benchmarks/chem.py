@@ -1,0 +1,124 @@
+"""Reference conformers: what computing them costs per component and per entry (cold), against
+reading them from the store (cached) — the cost the cache takes out of every training step.
+
+cold   = parse the component's CCD file + build the RDKit molecule + ETKDGv3 embedding (with the
+         fallbacks), for every distinct component of the entry, as an uncached data pipeline
+         would on each step that samples the entry.
+cached = ``LocalStore.reference_features(entry)``: the join of the entry's atoms onto the
+         in-memory component table (loaded once per process; its load time is its own row).
+
+Run: ``.venv/bin/python benchmarks/chem.py [--entries 721p-assembly1.cif 102m.cif ...] [--repeat 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import REAL, SHARED, Bench, percentile, timeit  # noqa: E402
+
+DEFAULT_ENTRIES = [
+    "721p-assembly1.cif", "102m.cif", "8f9h.cif", "7CFN.cif", "7DDO.pdb", "2q2k.cif", "5zyh.cif",
+    "1pfe.cif.gz", "209d-assembly1.cif", "7a4d-assembly1.cif",
+]  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--entries",
+        nargs="*",
+        default=DEFAULT_ENTRIES,
+        help="structure files under shared/data/real/structures",
+    )
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=20.0, help="conformer timeout per embedding attempt (s)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    import featurecache
+    from featurecache.build.config import BuildConfig
+    from featurecache.build.run import run_build
+    from featurecache.chem.conformer import conformer_for_component
+    from featurecache.const import decode_res_name
+    from featurecache.parse.ccd import parse_component_file
+
+    ccd_dir = SHARED / "data" / "ccd"
+    bench = Bench("chem", entries=args.entries, repeat=args.repeat, timeout_s=args.timeout, ccd=str(ccd_dir))
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = Path(tmp) / "in"
+        inputs.mkdir()
+        for name in args.entries:
+            (inputs / name).symlink_to(REAL / "structures" / name)
+        store_path = Path(tmp) / "store"
+        t0 = time.perf_counter()
+        summary = run_build(pdb_dir=inputs, out=store_path, ccd=ccd_dir, workers=2, progress=False,
+                            config=BuildConfig(conformer_timeout_s=args.timeout))  # fmt: skip
+        build_s = time.perf_counter() - t0
+        chem = summary.stages.get("chem", {})
+        store = featurecache.open_store(store_path)
+
+        # one-time cost per process: the component table
+        t0 = time.perf_counter()
+        table = store.component_table()
+        load_s = time.perf_counter() - t0
+        rows = {r["key"]: r for r in store.components.to_pylist()}
+
+        # cold, per component: parse + molecule + embedding, timed in this process
+        cold: dict[str, float] = {}
+        for key in sorted(rows):
+            if "#" in key or not (ccd_dir / f"{key}.cif").is_file():
+                continue
+            path = ccd_dir / f"{key}.cif"
+            t = timeit(lambda p=path: conformer_for_component(parse_component_file(p), timeout_s=args.timeout),
+                       repeat=args.repeat, warmup=1)  # fmt: skip
+            cold[key] = t["median_s"]
+            bench.add(kind="component", name=key, n_heavy=rows[key]["n_heavy"], strategy=rows[key]["strategy"],
+                      cold_ms=1e3 * t["median_s"], cold_max_ms=1e3 * t["max_s"])  # fmt: skip
+
+        # per entry: cold = every distinct component of the entry recomputed; cached = the join
+        ratios = []
+        for entry_id in store.ids:
+            e = store.entry(entry_id, ["atoms", "tokens"])
+            codes = sorted({decode_res_name(r) for r in e.tokens["res_name"]})
+            codes = [c for c in codes if c in cold]
+            paths = [ccd_dir / f"{c}.cif" for c in codes]
+
+            def recompute(paths: list[Path] = paths) -> None:
+                for p in paths:
+                    conformer_for_component(parse_component_file(p), timeout_s=args.timeout)
+
+            t_cold = timeit(recompute, repeat=max(1, args.repeat // 2), warmup=0)["median_s"]
+            t_cached = timeit(lambda e=e: store.reference_features(e), repeat=args.repeat * 4, warmup=2)[
+                "median_s"
+            ]
+            ratios.append(t_cold / t_cached)
+            bench.add(kind="entry", name=entry_id, n_atoms=len(e.atoms["name"]), n_components=len(codes),
+                      cold_ms=1e3 * t_cold, cached_ms=1e3 * t_cached, speedup=t_cold / t_cached)  # fmt: skip
+
+        vals = list(cold.values())
+        bench.add(kind="summary", name="per component (cold)", n_components=len(vals),
+                  cold_ms=1e3 * statistics.median(vals), cold_p95_ms=1e3 * percentile(vals, 95),
+                  cold_max_ms=1e3 * max(vals))  # fmt: skip
+        bench.add(kind="summary", name="per entry speedup cold/cached", cold_ms=float("nan"),
+                  speedup=statistics.median(ratios), speedup_min=min(ratios))  # fmt: skip
+        bench.add(kind="summary", name="component table load (once per process)", cached_ms=1e3 * load_s,
+                  n_components=len(table))  # fmt: skip
+        bench.add(kind="summary", name="build (structures + chem stage, 2 workers)", cold_ms=1e3 * build_s,
+                  chem_stage_s=chem.get("stage seconds"))  # fmt: skip
+        for label, value in chem.items():
+            if label.startswith("strategy"):
+                bench.add(kind="strategy", name=label, count=value)
+        store.close()
+    bench.finish()
+
+
+if __name__ == "__main__":
+    main()
