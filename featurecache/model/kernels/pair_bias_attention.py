@@ -543,6 +543,15 @@ def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _empty_like_layout(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor shaped like t whose memory follows t's axis order (by stride), so a
+    q that is a [B, S, N, H, D] buffer seen as [B, S, H, N, D] gets an output laid out the same way."""
+    strides = t.stride()
+    order = sorted(range(t.dim()), key=lambda i: -strides[i])
+    buf = torch.empty([t.shape[i] for i in order], dtype=t.dtype, device=t.device)
+    return buf.permute([order.index(i) for i in range(t.dim())])
+
+
 def _mask_args(mask: torch.Tensor | None, like: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     if mask is None:
         return like, (0, 0, 0)
@@ -573,7 +582,7 @@ def pair_bias_attention_forward(
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     b, s, h, n, d = q.shape
     cfg = (config or default_config(d, q.dtype, q.device)).fwd
-    out = torch.empty_like(q)
+    out = _empty_like_layout(q)
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     m, m_strides = _mask_args(mask, q)
     grid = (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h)
@@ -586,6 +595,104 @@ def pair_bias_attention_forward(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out, lse
+
+
+@dataclass
+class BackwardInputs:
+    """Checked, last-axis-contiguous operands of the backward kernels and their outputs."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    bias: torch.Tensor
+    mask: torch.Tensor  # uint8 view of the bool mask (q when there is none)
+    mask_strides: tuple[int, int, int]
+    has_mask: bool
+    do: torch.Tensor
+    out: torch.Tensor
+    lse: torch.Tensor
+    delta: torch.Tensor
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    scale: float
+
+
+def prepare_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+) -> BackwardInputs:
+    _check(q, k, v, bias, mask)
+    if do.shape != q.shape or out.shape != q.shape:
+        raise KernelShapeError(
+            f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
+        )
+    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    m, m_strides = _mask_args(mask, q)
+    lse = lse.contiguous()
+    return BackwardInputs(
+        q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
+        do=_last_contiguous(do.to(q.dtype)), out=_last_contiguous(out), lse=lse, delta=torch.empty_like(lse),
+        dq=_empty_like_layout(q), dk=_empty_like_layout(k), dv=_empty_like_layout(v), scale=scale,
+    )  # fmt: skip
+
+
+def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
+    """δ = rowsum(dO∘O) into ``a.delta`` and dq into ``a.dq`` (run before the other two)."""
+    b, s, h, n, d = a.q.shape
+    _bwd_dq_kernel[(triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h)](
+        a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq,
+        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
+        *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides,
+        s, h, n, a.scale * LOG2E, a.scale,
+        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+
+
+def launch_dkv(a: BackwardInputs, c: KernelConfig) -> None:
+    """dk, dv into ``a.dk``, ``a.dv`` (needs ``a.delta``)."""
+    b, s, h, n, d = a.q.shape
+    _bwd_dkv_kernel[(triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h)](
+        a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv,
+        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
+        *a.dv.stride()[:4], *a.bias.stride(), *a.mask_strides,
+        s, h, n, a.scale * LOG2E, a.scale,
+        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+
+
+def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> torch.Tensor:
+    """The bias gradient (bias's dtype; needs ``a.delta``): S is split into as few groups as give
+    ``target_programs`` programs; groups write fp32 partials reduced by one ordered sum."""
+    b, s, h, n, d = a.q.shape
+    n_tiles = triton.cdiv(n, c.block_m) * triton.cdiv(n, c.block_n)
+    groups = max(1, min(s, math.ceil(target_programs / (n_tiles * b * h))))
+    per_group = math.ceil(s / groups)
+    groups = math.ceil(s / per_group)
+    db = torch.empty(
+        (groups, b, h, n, n), device=a.q.device, dtype=a.bias.dtype if groups == 1 else torch.float32
+    )
+    _bwd_dbias_kernel[(n_tiles, groups, b * h)](
+        a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, db,
+        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
+        *a.mask_strides,
+        s, h, n, per_group, a.scale * LOG2E,
+        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
+        BLOCK_M=c.block_m, BLOCK_N=c.block_n, PREC=_prec(a.q.dtype),
+        num_warps=c.num_warps, num_stages=c.num_stages,
+    )  # fmt: skip
+    return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
 
 
 def pair_bias_attention_backward(
@@ -601,66 +708,13 @@ def pair_bias_attention_backward(
     config: AttentionConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's dtype)."""
-    _check(q, k, v, bias, mask)
-    if do.shape != q.shape or out.shape != q.shape:
-        raise KernelShapeError(
-            f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
-        )
-    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
-    do, out = _last_contiguous(do.to(q.dtype)), _last_contiguous(out)
-    lse = lse.contiguous()
-    b, s, h, n, d = q.shape
-    config = config or default_config(d, q.dtype, q.device)
-    prec = _prec(q.dtype)
-    m, m_strides = _mask_args(mask, q)
-    has_mask = mask is not None
-    qk_scale = scale * LOG2E
-    delta = torch.empty_like(lse)
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
-
-    c = config.dq
-    _bwd_dq_kernel[(triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h)](
-        q, k, v, bias, m, out, do, lse, delta, dq,
-        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *do.stride()[:4],
-        *dq.stride()[:4], *bias.stride(), *m_strides,
-        s, h, n, qk_scale, scale,
-        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=prec,
-        num_warps=c.num_warps, num_stages=c.num_stages,
-    )  # fmt: skip
-
-    c = config.dkv
-    _bwd_dkv_kernel[(triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h)](
-        q, k, v, bias, m, do, lse, delta, dk, dv,
-        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *do.stride()[:4], *dk.stride()[:4],
-        *dv.stride()[:4], *bias.stride(), *m_strides,
-        s, h, n, qk_scale, scale,
-        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=prec,
-        num_warps=c.num_warps, num_stages=c.num_stages,
-    )  # fmt: skip
-
-    c = config.dbias
-    n_tiles = triton.cdiv(n, c.block_m) * triton.cdiv(n, c.block_n)
-    target = max(config.dbias_target_programs, 2 * _num_sms(q.device))
-    groups = max(1, min(s, math.ceil(target / (n_tiles * b * h))))
-    per_group = math.ceil(s / groups)
-    groups = math.ceil(s / per_group)
-    db = torch.empty(
-        (groups, b, h, n, n), device=q.device, dtype=bias.dtype if groups == 1 else torch.float32
-    )
-    _bwd_dbias_kernel[(n_tiles, groups, b * h)](
-        q, k, v, bias, m, do, lse, delta, db,
-        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *do.stride()[:4], *bias.stride(), *m_strides,
-        s, h, n, per_group, qk_scale,
-        HAS_MASK=has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, PREC=prec,
-        num_warps=c.num_warps, num_stages=c.num_stages,
-    )  # fmt: skip
-    dbias = db[0] if groups == 1 else db.sum(dim=0).to(bias.dtype)
-    return dq, dk, dv, dbias
+    a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale)
+    config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
+    launch_dq(a, config.dq)
+    launch_dkv(a, config.dkv)
+    target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
+    dbias = launch_dbias(a, config.dbias, target)
+    return a.dq, a.dk, a.dv, dbias
 
 
 # --------------------------------------------------------------------------------------------
