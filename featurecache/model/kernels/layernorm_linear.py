@@ -215,8 +215,21 @@ class LayerNormLinearConfig:
     dw_target_programs: int = 264
 
 
+_OVERRIDES: dict[tuple[int, torch.dtype], LayerNormLinearConfig] = {}
+
+
+def set_default_config(channels: int, dtype: torch.dtype, config: LayerNormLinearConfig | None) -> None:
+    """Use ``config`` on CUDA for this (input channels, GEMM dtype) from now on (None: built-in)."""
+    if config is None:
+        _OVERRIDES.pop((channels, dtype), None)
+    else:
+        _OVERRIDES[(channels, dtype)] = config
+
+
 def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> LayerNormLinearConfig:
     """Tiles per (channels, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
+    if device.type == "cuda" and (channels, dtype) in _OVERRIDES:
+        return _OVERRIDES[(channels, dtype)]
     if device.type != "cuda":
         c = GemmConfig(16, 32, 1, 1)
         return LayerNormLinearConfig(c, c, c, dw_target_programs=4)
@@ -299,6 +312,87 @@ def layernorm_linear_forward(
     return y.reshape(*x.shape[:-1], oh)
 
 
+@dataclass
+class BackwardInputs:
+    """Checked 2-D operands of the backward kernels."""
+
+    x: torch.Tensor  # [M, C]
+    ln_weight: torch.Tensor
+    ln_bias: torch.Tensor
+    w: torch.Tensor  # [O, C]
+    bias: torch.Tensor | None
+    dy: torch.Tensor  # [M, OH] in w's dtype
+    eps: float
+    swiglu: bool
+
+    @property
+    def out_half(self) -> int:
+        return self.w.shape[0] // 2 if self.swiglu else self.w.shape[0]
+
+
+def prepare_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    swiglu: bool,
+) -> BackwardInputs:
+    _check(x, ln_weight, ln_bias, weight, bias, swiglu)
+    x2 = _rows(x)
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    oh = w.shape[0] // 2 if swiglu else w.shape[0]
+    dy2 = _rows(dy.to(w.dtype))
+    if dy2.shape != (x2.shape[0], oh):
+        raise KernelShapeError(f"dy must be [..., {oh}] matching x {tuple(x.shape)}; got {tuple(dy.shape)}")
+    return BackwardInputs(x2, ln_weight, ln_bias, w, bias, dy2, eps, swiglu)
+
+
+def launch_dx(a: BackwardInputs, cfg: GemmConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx ``[M, C]`` (x's dtype) and the fp32 dγ, dβ ``[C]``."""
+    m, c = a.x.shape
+    n_row_blocks = max(1, triton.cdiv(m, cfg.block_m))
+    dx = torch.empty((m, c), device=a.x.device, dtype=a.x.dtype)
+    dlnw_part = torch.empty((n_row_blocks, c), device=a.x.device, dtype=torch.float32)
+    dlnb_part = torch.empty((n_row_blocks, c), device=a.x.device, dtype=torch.float32)
+    if m == 0:
+        return dx, dlnw_part.zero_().sum(0), dlnb_part.zero_().sum(0)
+    _bwd_dx_kernel[(n_row_blocks,)](
+        a.x, a.ln_weight, a.ln_bias, a.w, a.w if a.bias is None else a.bias, a.dy, dx, dlnw_part, dlnb_part,
+        m, c, a.out_half, a.x.stride(0), a.w.stride(0), a.dy.stride(0), dx.stride(0), a.eps,
+        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return dx, dlnw_part.sum(0), dlnb_part.sum(0)
+
+
+def launch_dw(a: BackwardInputs, cfg: GemmConfig, target_programs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 dW ``[O, C]`` and dbias ``[O]``: rows are split into as few groups as give
+    ``target_programs`` programs; fp32 partials per group, reduced by one ordered sum."""
+    m, c = a.x.shape
+    o, oh = a.w.shape[0], a.out_half
+    n_out_blocks = triton.cdiv(oh, cfg.block_n)
+    row_blocks = max(1, triton.cdiv(m, cfg.block_m))
+    splits = max(1, min(row_blocks, triton.cdiv(target_programs, n_out_blocks)))
+    rows_per_split = triton.cdiv(row_blocks, splits) * cfg.block_m
+    splits = max(1, triton.cdiv(m, rows_per_split))
+    dw_part = torch.empty((splits, o, c), device=a.x.device, dtype=torch.float32)
+    db_part = torch.empty((splits, o), device=a.x.device, dtype=torch.float32)
+    if m == 0:
+        return dw_part.zero_().sum(0), db_part.zero_().sum(0)
+    _bwd_dw_kernel[(n_out_blocks, splits)](
+        a.x, a.ln_weight, a.ln_bias, a.w, a.w if a.bias is None else a.bias, a.dy, dw_part, db_part,
+        m, c, oh, a.x.stride(0), a.w.stride(0), a.dy.stride(0), rows_per_split, a.eps,
+        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return dw_part.sum(0), db_part.sum(0)
+
+
 def layernorm_linear_backward(
     dy: torch.Tensor,
     x: torch.Tensor,
@@ -311,55 +405,14 @@ def layernorm_linear_backward(
     config: LayerNormLinearConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Returns dx, dln_weight, dln_bias, dweight, dbias (None without bias), each in its input's dtype."""
-    _check(x, ln_weight, ln_bias, weight, bias, swiglu)
-    x2 = _rows(x)
-    w = weight if weight.stride(-1) == 1 else weight.contiguous()
-    m, c = x2.shape
-    o = w.shape[0]
-    oh = o // 2 if swiglu else o
-    dy2 = _rows(dy.to(w.dtype))
-    if dy2.shape != (m, oh):
-        raise KernelShapeError(f"dy must be [..., {oh}] matching x {tuple(x.shape)}; got {tuple(dy.shape)}")
-    config = config or default_config(c, w.dtype, x.device)
-    cp = max(16, triton.next_power_of_2(c))
-    prec = _prec(w.dtype)
-    b_arg = w if bias is None else bias
-    dx = torch.empty((m, c), device=x.device, dtype=x.dtype)
-
-    cfg = config.dx
-    n_row_blocks = max(1, triton.cdiv(m, cfg.block_m))
-    dlnw_part = torch.zeros((n_row_blocks, c), device=x.device, dtype=torch.float32)
-    dlnb_part = torch.zeros((n_row_blocks, c), device=x.device, dtype=torch.float32)
-    if m:
-        _bwd_dx_kernel[(n_row_blocks,)](
-            x2, ln_weight, ln_bias, w, b_arg, dy2, dx, dlnw_part, dlnb_part,
-            m, c, oh, x2.stride(0), w.stride(0), dy2.stride(0), dx.stride(0), eps,
-            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=cp,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=prec,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-
-    cfg = config.dw
-    n_out_blocks = triton.cdiv(oh, cfg.block_n)
-    row_blocks = max(1, triton.cdiv(m, cfg.block_m))
-    splits = max(1, min(row_blocks, triton.cdiv(config.dw_target_programs, n_out_blocks)))
-    rows_per_split = triton.cdiv(row_blocks, splits) * cfg.block_m
-    splits = max(1, triton.cdiv(m, rows_per_split))
-    dw_part = torch.zeros((splits, o, c), device=x.device, dtype=torch.float32)
-    db_part = torch.zeros((splits, o), device=x.device, dtype=torch.float32)
-    if m:
-        _bwd_dw_kernel[(n_out_blocks, splits)](
-            x2, ln_weight, ln_bias, w, b_arg, dy2, dw_part, db_part,
-            m, c, oh, x2.stride(0), w.stride(0), dy2.stride(0), rows_per_split, eps,
-            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=cp,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=prec,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-    dln_w = dlnw_part.sum(0).to(ln_weight.dtype)
-    dln_b = dlnb_part.sum(0).to(ln_bias.dtype)
-    dweight = dw_part.sum(0).to(weight.dtype)
-    dbias = None if bias is None else db_part.sum(0).to(bias.dtype)
-    return dx.reshape(x.shape), dln_w, dln_b, dweight, dbias
+    a = prepare_backward(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu)
+    config = config or default_config(a.x.shape[1], a.w.dtype, a.x.device)
+    dx, dlnw, dlnb = launch_dx(a, config.dx)
+    dw, db = launch_dw(a, config.dw, config.dw_target_programs)
+    return (
+        dx.reshape(x.shape), dlnw.to(ln_weight.dtype), dlnb.to(ln_bias.dtype), dw.to(weight.dtype),
+        None if bias is None else db.to(bias.dtype),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -475,8 +475,21 @@ def _interpreting() -> bool:
     return bool(triton.knobs.runtime.interpret) if hasattr(triton, "knobs") else False
 
 
+_OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
+
+
+def set_default_config(head_dim: int, dtype: torch.dtype, config: AttentionConfig | None) -> None:
+    """Use ``config`` on CUDA for this (head dim, dtype) from now on (None restores the built-in one)."""
+    if config is None:
+        _OVERRIDES.pop((head_dim, dtype), None)
+    else:
+        _OVERRIDES[(head_dim, dtype)] = config
+
+
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
     """Tile configuration per (head dim, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
+    if device.type == "cuda" and (head_dim, dtype) in _OVERRIDES:
+        return _OVERRIDES[(head_dim, dtype)]
     if device.type != "cuda":  # Triton interpreter: small tiles keep numpy fast
         c = KernelConfig(32, 32, 1, 1, 1)
         return AttentionConfig(c, c, c, c, dbias_target_programs=8)
