@@ -471,10 +471,6 @@ class AttentionConfig:
     dbias_target_programs: int = 264
 
 
-def _interpreting() -> bool:
-    return bool(triton.knobs.runtime.interpret) if hasattr(triton, "knobs") else False
-
-
 _OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
 
 

@@ -1,0 +1,142 @@
+"""GPU checks of the compiled kernels (bf16, N up to 768): ``pytest -m gpu tests/model``.
+
+Each error is ‖kernel − fp32 oracle‖/‖oracle‖ and is also compared with torch's own error at the
+same dtype (the eager reference run in that dtype); both are recorded as junit properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from featurecache.client.schema import MODEL_INPUT_KEYS
+from featurecache.model.batches import synthetic_batch
+from featurecache.model.config import ModelConfig
+from featurecache.model.kernels import layernorm_linear as lnl
+from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels.reference import layernorm_linear_ref, pair_bias_attention_ref
+from featurecache.model.trunk import Trunk
+from tests.model.util import TOL, naive_attention, rel_err
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+Record = Callable[[str, object], None]
+
+
+def _inputs(b: int, s: int, h: int, n: int, d: int, dtype: torch.dtype, masked: bool, seed: int):  # type: ignore[no-untyped-def]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(b, s, h, n, d, device="cuda", generator=g).to(dtype) for _ in range(3))
+    bias = torch.randn(b, h, n, n, device="cuda", generator=g).to(dtype)
+    mask = None
+    if masked:
+        n_real = n - n // 7  # a padded batch: the last tokens are padding
+        tok = torch.arange(n, device="cuda") < n_real
+        mask = (tok[:, None] & tok[None, :])[None].expand(b, n, n)[:, :s].contiguous()
+        mask &= torch.rand(b, s, n, device="cuda", generator=g) > 0.1
+    do = torch.randn(b, s, h, n, d, device="cuda", generator=g).to(dtype)
+    return q, k, v, bias, mask, do
+
+
+def _grads(fn, q, k, v, bias, mask, do):  # type: ignore[no-untyped-def]
+    xs = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    out = fn(*xs, mask)
+    return (out, *torch.autograd.grad(out, xs, do.to(out.dtype)))
+
+
+@pytest.mark.parametrize(
+    ("s", "n", "d", "masked", "dtype"),
+    [
+        (1, 37, 32, True, BF16),
+        (64, 127, 16, False, BF16),
+        (32, 257, 64, True, BF16),
+        (384, 384, 32, True, BF16),
+        (768, 768, 32, False, BF16),
+        (768, 768, 32, True, BF16),
+        (48, 200, 32, True, F16),
+        (16, 129, 64, True, F32),
+    ],
+)
+def test_attention_matches_fp32_oracle(
+    s: int, n: int, d: int, masked: bool, dtype: torch.dtype, record_property: Record
+) -> None:
+    q, k, v, bias, mask, do = _inputs(1, s, 4, n, d, dtype, masked, seed=n + s)
+    got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
+    scale = d**-0.5
+    want = _grads(lambda *a: naive_attention(*a, scale), *(t.float() for t in (q, k, v, bias)), mask, do.float())
+    torch_own = _grads(pair_bias_attention_ref, q, k, v, bias, mask, do)
+    for name, g, w, t in zip(("out", "dq", "dk", "dv", "dbias"), got, want, torch_own, strict=True):
+        err, terr = rel_err(g, w), rel_err(t, w)
+        record_property(f"{name}_err", f"{err:.3e}")
+        record_property(f"{name}_torch_err", f"{terr:.3e}")
+        assert err < TOL[dtype], f"{name}: {err:.2e}"
+        if dtype != F32:
+            assert err < 3 * terr + 1e-3, f"{name}: kernel {err:.2e} vs torch's own {terr:.2e}"
+
+
+def test_attention_is_bitwise_deterministic_on_gpu() -> None:
+    q, k, v, bias, mask, do = _inputs(1, 384, 4, 384, 32, BF16, True, seed=1)
+    first = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
+    second = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("d", [16, 32, 64])
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+def test_default_tiles_every_head_dim_and_dtype(d: int, dtype: torch.dtype) -> None:
+    q, k, v, bias, mask, do = _inputs(2, 5, 2, 131, d, dtype, True, seed=d)
+    got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
+    want = _grads(lambda *a: naive_attention(*a, d**-0.5), *(t.float() for t in (q, k, v, bias)), mask, do.float())
+    for name, g, w in zip(("out", "dq", "dk", "dv", "dbias"), got, want, strict=True):
+        assert rel_err(g, w) < TOL[dtype], name
+
+
+@pytest.mark.parametrize(("m", "c", "o", "sw"), [(50_000, 128, 1024, True), (3001, 128, 520, False), (777, 384, 1536, True)])
+def test_layernorm_linear_bf16(m: int, c: int, o: int, sw: bool, record_property: Record) -> None:
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, c, device="cuda", generator=g)
+    lw, lb = 1 + 0.1 * torch.randn(c, device="cuda", generator=g), 0.1 * torch.randn(c, device="cuda", generator=g)
+    w = torch.randn(o, c, device="cuda", generator=g) / c**0.5
+    dy = torch.randn(m, o // 2 if sw else o, device="cuda", generator=g)
+
+    def run(fn, dtype):  # type: ignore[no-untyped-def]
+        xs = [x.clone().requires_grad_(), lw.clone().requires_grad_(), lb.clone().requires_grad_(),
+              w.to(dtype).requires_grad_()]  # fmt: skip
+        y = fn(*xs, None, 1e-5, sw)
+        return (y, *torch.autograd.grad(y, xs, dy.to(y.dtype)))
+
+    got = run(lnl.layernorm_linear, BF16)
+    want = run(layernorm_linear_ref, F32)
+    torch_own = run(layernorm_linear_ref, BF16)
+    for name, a, b, t in zip(("y", "dx", "dln_w", "dln_b", "dw"), got, want, torch_own, strict=True):
+        err, terr = rel_err(a, b), rel_err(t, b)
+        record_property(f"{name}_err", f"{err:.3e}")
+        record_property(f"{name}_torch_err", f"{terr:.3e}")
+        assert err < TOL[BF16] and err < 3 * terr + 1e-3, f"{name}: {err:.2e} (torch {terr:.2e})"
+
+
+def test_trunk_fused_matches_reference_under_autocast(record_property: Record) -> None:
+    cfg = ModelConfig(n_blocks=2)
+    torch.manual_seed(0)
+    fused = Trunk(cfg, fused=True).cuda()
+    ref = Trunk(cfg, fused=False).cuda()
+    ref.load_state_dict(fused.state_dict())
+    raw = synthetic_batch(np.random.default_rng(0), 2, 96, msa_rows=16, full=False)
+    batch = {k: raw[k].cuda() for k in MODEL_INPUT_KEYS}
+    with torch.autocast("cuda", dtype=BF16):
+        lf, lr = fused.loss(batch), ref.loss(batch)
+    lf.backward()
+    lr.backward()
+    record_property("loss_fused", float(lf.detach()))
+    record_property("loss_reference", float(lr.detach()))
+    assert abs(float(lf.detach()) - float(lr.detach())) < 1e-2 * abs(float(lr.detach()))
+    gf = torch.cat([p.grad.flatten() for p in fused.parameters() if p.grad is not None])
+    gr = torch.cat([p.grad.flatten() for p in ref.parameters() if p.grad is not None])
+    record_property("grad_rel_err", f"{rel_err(gf, gr):.3e}")
+    assert rel_err(gf, gr) < 5e-2
