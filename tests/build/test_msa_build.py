@@ -128,11 +128,11 @@ def test_readme_table_chains_carry_the_right_msa(corpus_store: Path) -> None:
                 expected_files.setdefault(r["msa_key"], set()).update(files)
                 sequence_of[r["msa_key"]] = r["sequence"]
     assert n_chains >= 30
-    for key, files in expected_files.items():
+    for key, wanted in expected_files.items():
         row = msas[key]
-        assert set(row["sources"]) == files, key
-        assert row["n_files"] == len(files)
-        assert row["depth"] == _expected_depth(sequence_of[key], sorted(files)), (key, sorted(files))
+        assert set(row["sources"]) == wanted, key
+        assert row["n_files"] == len(wanted)
+        assert row["depth"] == _expected_depth(sequence_of[key], sorted(wanted)), (key, sorted(wanted))
         block = store.msa(key, rows=[0])
         assert _letters(block.residues)[0] == "".join(
             c if c in PROTEIN_ONE_LETTER else "X" for c in sequence_of[key]
