@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import zarr
 
 from featurecache.chem.conformer import ReferenceConformer
@@ -46,6 +47,7 @@ __all__ = [
     "COMPONENT_ATOM",
     "COMPONENT_BOND",
     "component_rows_in_parts",
+    "join_chem_warnings",
     "load_component_table",
     "scanned_structure_parts",
     "write_component_part",
@@ -266,6 +268,29 @@ def load_component_table(root: str | Path, index: pa.Table | None = None) -> Com
         element=np.ascontiguousarray(atoms["element"]),
         charge=np.ascontiguousarray(atoms["charge"]),
     )
+
+
+def join_chem_warnings(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """Index rebuild hook: keep the chem warnings of live entry versions, and add them to ``warnings``.
+
+    A chem warning names the structure part it checked (``entry_part``); once an entry is rebuilt
+    into a newer part, warnings about its old version are dropped.
+    """
+    cw = tables.get("chem_warnings")
+    entries = tables.get("entries")
+    if cw is None or cw.num_rows == 0 or entries is None:
+        return tables
+    live = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
+    pairs = zip(cw.column("entry_id").to_pylist(), cw.column("entry_part").to_pylist(), strict=True)
+    cw = cw.filter(pa.array([p in live for p in pairs], type=pa.bool_()))
+    cw = cw.take(pc.sort_indices(cw, sort_keys=[("entry_id", "ascending"), ("key", "ascending")]))
+    tables["chem_warnings"] = cw
+    rows = cw.select(["entry_id", "path", "stage", "message", "part"])
+    w = tables.get("warnings")
+    tables["warnings"] = (
+        rows if w is None or w.num_rows == 0 else pa.concat_tables([w, rows], promote_options="permissive")
+    )
+    return tables
 
 
 def part_manifest(part: Path) -> dict[str, Any]:

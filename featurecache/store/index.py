@@ -228,6 +228,7 @@ def _sorted(name: str, table: pa.Table) -> pa.Table:
 
 def _postprocess(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Cross-table joins done at rebuild time (MSA keys on chains, coverage on entries, …)."""
+    from featurecache.store.components import join_chem_warnings
     from featurecache.store.msa import join_msa_columns
 
-    return join_msa_columns(tables)
+    return join_chem_warnings(join_msa_columns(tables))
