@@ -19,7 +19,8 @@ F32, F16 = torch.float32, torch.float16
 def small_config() -> lnl.LayerNormLinearConfig:
     warps = 4 if KERNEL_DEVICE.type == "cuda" else 1
     c = lnl.GemmConfig(16, 16, warps, 1)
-    return lnl.LayerNormLinearConfig(c, c, c, dw_target_programs=6)
+    fwd = lnl.GemmConfig(16, 16, warps, 1, col_blocks=2)  # a program loops over two column blocks
+    return lnl.LayerNormLinearConfig(fwd, c, c, dw_target_programs=6)
 
 
 # (rows, C, O, swiglu, linear bias, dtype)

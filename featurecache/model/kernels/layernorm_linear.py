@@ -54,29 +54,34 @@ def _fwd_kernel(
     W,  # [O, C] (nn.Linear layout); O = 2·OH with SWIGLU else OH
     BIAS,  # [O] (unused without HAS_BIAS)
     Y,  # [M, OH]
-    M, C, OH, sx_m, sw_o, sy_m, eps,
+    M, C, OH, sx_m, sw_o, sy_m, cols_per_prog, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    """One row block × ``cols_per_prog`` output columns: the LayerNorm is done once, then a loop
+    over the column blocks (weights stream from L2)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    outs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.arange(0, CP)
-    out_ok = outs < OH
+    offs_n = tl.arange(0, BLOCK_N)
     xln, _, _ = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     a_op = xln.to(W.dtype.element_ty)
-    w_mask = out_ok[:, None] & (offs_c < C)[None, :]
-    wa = tl.load(W + outs[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
-    u = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
-    if HAS_BIAS:
-        u += tl.load(BIAS + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-    if SWIGLU:
-        wb = tl.load(W + (outs + OH)[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
-        g = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+    col0 = tl.program_id(1) * cols_per_prog
+    for start in range(col0, tl.minimum(col0 + cols_per_prog, OH), BLOCK_N):
+        outs = start + offs_n
+        out_ok = outs < OH
+        w_mask = out_ok[:, None] & (offs_c < C)[None, :]
+        wa = tl.load(W + outs[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+        u = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
         if HAS_BIAS:
-            g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-        u = swiglu_fwd_tile(u, g)
-    tl.store(Y + rows[:, None] * sy_m + outs[None, :], u.to(Y.dtype.element_ty),
-             mask=(rows < M)[:, None] & out_ok[None, :])  # fmt: skip
+            u += tl.load(BIAS + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+        if SWIGLU:
+            wb = tl.load(W + (outs + OH)[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
+            g = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+            if HAS_BIAS:
+                g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+            u = swiglu_fwd_tile(u, g)
+        tl.store(Y + rows[:, None] * sy_m + outs[None, :], u.to(Y.dtype.element_ty),
+                 mask=(rows < M)[:, None] & out_ok[None, :])  # fmt: skip
 
 
 @triton.jit
@@ -204,6 +209,8 @@ class GemmConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    #: forward only: output column blocks per program (0 = all of them)
+    col_blocks: int = 1
 
 
 @dataclass(frozen=True)
@@ -239,10 +246,11 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> L
     if channels > 256:
         c = GemmConfig(32, 64, 4, 2)
         return LayerNormLinearConfig(c, c, c)
-    return LayerNormLinearConfig(
+    return LayerNormLinearConfig(  # H200 sweep 1 (rows = 768², C = 128, O = 1024, SwiGLU)
         fwd=GemmConfig(128, 64, 8, 3),
-        dx=GemmConfig(64, 64, 8, 2),
-        dw=GemmConfig(64, 64, 8, 2),
+        dx=GemmConfig(64, 32, 4, 3),
+        dw=GemmConfig(32, 64, 4, 2),
+        dw_target_programs=264,
     )
 
 
@@ -301,10 +309,12 @@ def layernorm_linear_forward(
     oh = w.shape[0] // 2 if swiglu else w.shape[0]
     cfg = (config or default_config(c, w.dtype, x.device)).fwd
     y = torch.empty((m, oh), device=x.device, dtype=w.dtype)
+    n_col_blocks = triton.cdiv(oh, cfg.block_n)
+    per_prog = n_col_blocks if cfg.col_blocks <= 0 else min(cfg.col_blocks, n_col_blocks)
     if m:
-        _fwd_kernel[(triton.cdiv(m, cfg.block_m), triton.cdiv(oh, cfg.block_n))](
+        _fwd_kernel[(triton.cdiv(m, cfg.block_m), triton.cdiv(n_col_blocks, per_prog))](
             x2, ln_weight, ln_bias, w, w if bias is None else bias, y,
-            m, c, oh, x2.stride(0), w.stride(0), y.stride(0), eps,
+            m, c, oh, x2.stride(0), w.stride(0), y.stride(0), per_prog * cfg.block_n, eps,
             HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=max(16, triton.next_power_of_2(c)),
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,

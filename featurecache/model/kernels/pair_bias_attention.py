@@ -37,6 +37,7 @@ from featurecache.errors import KernelShapeError
 log = logging.getLogger(__name__)
 
 LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(LOG2E)  # what kernels see (compiled kernels only read constexpr globals)
 SUPPORTED_HEAD_DIMS = (16, 32, 64)
 
 
@@ -135,10 +136,10 @@ def _fwd_kernel(
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
         if EVEN_N:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * LOG2E
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * _LOG2E
         else:
             bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
-                            other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+                            other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
         acc0, m0, l0 = _fwd_step(
             acc0, m0, l0, q0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
             sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
@@ -238,10 +239,10 @@ def _bwd_dq_kernel(
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
         if EVEN_N:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * LOG2E
+            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * _LOG2E
         else:
             bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
-                            other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+                            other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
         dq0 = _dq_step(
             dq0, q0, do0, lse0, delta0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
             sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
@@ -343,10 +344,10 @@ def _bwd_dkv_kernel(
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
         if EVEN_N:
-            bias2t = tl.load(bias_base + rows[None, :] * sb_i).to(tl.float32) * LOG2E
+            bias2t = tl.load(bias_base + rows[None, :] * sb_i).to(tl.float32) * _LOG2E
         else:
             bias2t = tl.load(bias_base + rows[None, :] * sb_i, mask=(cols < N)[:, None] & (rows < N)[None, :],
-                             other=0.0).to(tl.float32) * LOG2E  # fmt: skip
+                             other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
         dk0, dv0 = _dkv_step(
             dk0, dv0, k0, v0, key_add0, Q, DO, b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h,
             sq_n, sdo_n, LSE, DELTA, lse_row + s0 * H * N, rows, offs_d, N, bias2t, qk_scale,
@@ -403,9 +404,9 @@ def _bwd_dbias_kernel(
     tile_ok = row_ok[:, None] & col_ok[None, :]
     bias_ptrs = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i + cols[None, :] * sb_j
     if EVEN_N:
-        bias2 = tl.load(bias_ptrs).to(tl.float32) * LOG2E
+        bias2 = tl.load(bias_ptrs).to(tl.float32) * _LOG2E
     else:
-        bias2 = tl.load(bias_ptrs, mask=tile_ok, other=0.0).to(tl.float32) * LOG2E
+        bias2 = tl.load(bias_ptrs, mask=tile_ok, other=0.0).to(tl.float32) * _LOG2E
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s_start = pid_g * S_PER_GROUP
