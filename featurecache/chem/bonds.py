@@ -3,7 +3,9 @@
 ``component_bonds(code, atom_names)`` gives the bonds among the atoms of one residue as it occurs
 in an entry: only bonds whose two atoms are both in ``atom_names`` (so leaving atoms and
 unresolved atoms drop out naturally), indices into ``atom_names``. It returns None when no
-definition is known for ``code`` — the caller then perceives bonds from distances itself.
+definition is known for ``code``, or when some of ``atom_names`` are not atoms of the definition
+(e.g. a ligand written with non-CCD atom names) — the caller then perceives bonds from distances
+itself, just as the reference conformer of such a residue is perceived (``chem.reference``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def _bonds_cached(
     comp = get_library(path).get(code)
     if comp is None:
         return None
+    known = set(comp.atom_names)
+    if not known.issuperset(names):
+        return None
     where = {name: k for k, name in enumerate(names)}
     out: list[tuple[int, int, int]] = []
     for i, j, order, aromatic, _stereo in comp.bonds:
@@ -45,7 +50,8 @@ def component_bonds(
 
     ``i < j`` index ``atom_names``; ``order`` is 1/2/3, or 4 for a bond the CCD flags aromatic
     (types.Bond). Definitions come from ``ccd_path`` (a ``components.cif[.gz]`` or a directory)
-    and the packaged standard residues. None when neither defines ``code``.
+    and the packaged standard residues. None when neither defines ``code`` or when an atom name is
+    not in its definition.
     """
     path = None if ccd_path is None else str(ccd_path)
     got = _bonds_cached(path, code, tuple(n.strip() for n in atom_names))

@@ -51,3 +51,11 @@ def test_leaving_and_absent_atoms_drop_out() -> None:
 def test_unknown_code_is_none() -> None:
     assert component_bonds("QQQ", ["C1", "C2"], ccdtext.CCD_DIR) is None
     assert component_bonds("HEM", ["FE"]) is None  # HEM is not packaged and no CCD given
+
+
+def test_foreign_atom_names_mean_no_definition() -> None:
+    # one name the CCD's ALA does not have: the caller must perceive the residue's bonds instead
+    assert component_bonds("ALA", ["N", "CA", "C", "O", "CB", "XX1"]) is None
+    assert (
+        component_bonds("ALA", ["N", "CA", "C", "O", "CB", "OXT"]) is not None
+    )  # leaving atom is still ALA's
