@@ -249,7 +249,7 @@ class LookupClient(FeatureReader):
     # ------------------------------------------------------------------ entries
     def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
         params = _arrays_params(arrays)
-        records = self._arrow("GET", f"/v1/entries/{quote(str(entry_id), safe='')}", params=params)
+        records = self._arrow("GET", f"/v1/entries/{_segment(entry_id)}", params=params)
         if len(records) != 1:
             raise ServiceError(f"GET /v1/entries/{entry_id}: expected 1 entry, got {len(records)}")
         return arrow_io.record_entry(records[0])
@@ -284,7 +284,7 @@ class LookupClient(FeatureReader):
         self, key: str, rows: Sequence[int] | slice | None = None, cols: Sequence[int] | slice | None = None
     ) -> MSABlock:
         """Rows × columns of one stored MSA (only those cross the network)."""
-        path = f"/v1/msas/{quote(str(key), safe='')}"
+        path = f"/v1/msas/{_segment(key)}"
         r_spec, c_spec = _index_spec(rows), _index_spec(cols)
         params = {k: v for k, v in (("rows", r_spec), ("cols", c_spec)) if v is not None}
         if sum(len(v) for v in params.values()) <= _MAX_QUERY_CHARS:
@@ -325,6 +325,11 @@ class LookupClient(FeatureReader):
 
 
 # ------------------------------------------------------------------------------------ helpers
+def _segment(value: str) -> str:
+    """One path segment, dots escaped too (a client would otherwise resolve ``..`` before sending)."""
+    return quote(str(value), safe="").replace(".", "%2E")
+
+
 def _detail(response: httpx.Response) -> str:
     try:
         doc = response.json()
@@ -339,7 +344,7 @@ def _detail(response: httpx.Response) -> str:
 def _client_error(what: str, status: int, detail: str, response: httpx.Response) -> Exception:
     message = f"{what} → {status}: {detail}"
     if status == 404:
-        return NotFound(detail or message)
+        return NotFound(f"{detail} ({what})")
     if status in (401, 403):
         return AuthenticationError(message)
     if status in (400, 413, 422):
