@@ -2,8 +2,8 @@
 
 Layout of ``parts/m-NNNNNN/`` (a zarr v3 group; one writer, renamed into place like every part)::
 
-  residues/<k>      uint8 [depth, L] of the part's k-th MSA: 2-D chunks of MSA_CHUNK rows × cols
-                    in one shard, zstd — a crop's columns and a row sample read only their chunks
+  residues/<k>      uint8 [depth, L] of the part's k-th MSA: column strips of MSA_CHUNK in one
+                    shard, zstd — a crop reads only the strips holding its columns
   rows              records [Σ depth] of MSA_ROW: species int32, source uint8, del_start int64
   cols              records [Σ L] of MSA_COL: profile float32[32], deletion_mean float32
   deletions         records [nnz] of MSA_DELETION: col int32, count int16 — the non-zero deletion
@@ -45,10 +45,11 @@ from featurecache.types import EncodedMSA, MSABlock
 
 log = logging.getLogger(__name__)
 
-#: Inner chunk of the per-MSA residue arrays (rows, columns). Measured in benchmarks/msa.py: a
-#: 4096 × 384 block of a 16k × 1000 MSA reads 4 × 3–4 chunks; smaller chunks cost more zarr
-#: overhead per read, larger ones read more bytes than a crop needs.
-MSA_CHUNK = (1024, 128)
+#: Inner chunk of the per-MSA residue arrays (rows, columns): full-height column strips. The
+#: client samples rows across the whole depth, so row chunks save no reads; narrow column strips
+#: let a crop read only its columns, and tall chunks compress ~2x better than 1024 x 128 tiles
+#: (rows of one column are homologous). benchmarks/msa.py and its chunk sweep measure this.
+MSA_CHUNK = (16384, 64)
 #: Records per inner chunk of the flat rows / cols / deletions arrays.
 MSA_RECORD_CHUNK = 4096
 
