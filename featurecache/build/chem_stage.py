@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from featurecache.chem.conformer import (
+    STRATEGIES,
     ReferenceConformer,
     conformer_for_component,
     conformer_for_perceived,
@@ -53,7 +54,7 @@ from featurecache.types import Atom, Token
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChemStageResult", "run_chem_stage", "scan_structure_part"]
+__all__ = ["ChemStageResult", "parse_strategy_counts", "run_chem_stage", "scan_structure_part"]
 
 #: (code, ((atom name, atomic number), ...) sorted)
 Signature = tuple[str, tuple[tuple[str, int], ...]]
@@ -103,21 +104,29 @@ class ChemStageResult:
     failures: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
+        """Build-summary rows; strategy counts read ``"etkdg 40, random_coords 0, …"``."""
         run = Counter(r["strategy"] for r in self.computed)
+
+        def counts(c: Counter[str]) -> str:
+            return ", ".join(f"{s} {c.get(s, 0)}" for s in STRATEGIES)
+
         out: dict[str, Any] = {
-            "components in store": self.n_components,
-            "components computed this run": len(self.computed),
+            "components (store / this run)": f"{self.n_components} / {len(self.computed)}",
+            "strategies (store)": counts(self.store_strategies),
+            "strategies (this run)": counts(run),
             "structure parts scanned": self.scanned_parts,
         }
-        for s in ("etkdg", "random_coords", "ccd_ideal", "ccd_model", "perceived", "failed"):
-            out[f"strategy {s} (store / this run)"] = f"{self.store_strategies.get(s, 0)} / {run.get(s, 0)}"
         secs = [r["seconds"] for r in self.computed]
         if secs:
-            out["conformer seconds (sum / max per component)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
-        out["entries with atoms lacking ref_pos"] = self.n_entries_with_masked_atoms
-        out["atoms lacking ref_pos (ref_mask False)"] = self.n_atoms_masked
+            out["conformer s (sum / max)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
+        out["atoms without ref_pos"] = f"{self.n_atoms_masked} in {self.n_entries_with_masked_atoms} entries"
         out["stage seconds"] = round(self.seconds, 2)
         return out
+
+
+def parse_strategy_counts(text: str) -> dict[str, int]:
+    """Inverse of the ``strategies`` rows of :meth:`ChemStageResult.summary`."""
+    return {name: int(n) for name, n in (part.rsplit(" ", 1) for part in text.split(", "))}
 
 
 # --- 1. scan ---------------------------------------------------------------------------------------

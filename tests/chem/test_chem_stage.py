@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import featurecache
+from featurecache.build.chem_stage import parse_strategy_counts
 from featurecache.chem.conformer import STRATEGIES
 from featurecache.const import MolType, decode_atom_name, decode_res_name
 from featurecache.store.reader import LocalStore
@@ -150,11 +151,13 @@ def test_summary_counts_and_keys(builds: dict[str, object]) -> None:
     )
     keys = builds["keys_first"]
     assert isinstance(keys, set)
-    assert first["components computed this run"] == len(names) == len(keys)
+    assert first["components (store / this run)"] == f"{len(names)} / {len(names)}"
     assert keys == names
-    per_strategy = sum(int(v.split(" / ")[1]) for k, v in first.items() if k.startswith("strategy "))
-    assert per_strategy == len(names)
-    assert first["atoms lacking ref_pos (ref_mask False)"] == 0
+    assert sum(parse_strategy_counts(first["strategies (this run)"]).values()) == len(names)
+    assert parse_strategy_counts(first["strategies (store)"]) == parse_strategy_counts(
+        first["strategies (this run)"]
+    )
+    assert first["atoms without ref_pos"] == "0 in 0 entries"
 
 
 def test_second_build_computes_only_new_components(builds: dict[str, object]) -> None:
@@ -164,7 +167,8 @@ def test_second_build_computes_only_new_components(builds: dict[str, object]) ->
     )
     new = _file_residue_names(STRUCTURES / "8f9h.cif") - before
     assert new  # 8f9h brings NSM
-    assert second["components computed this run"] == len(new)
+    n_store, n_run = (int(x) for x in second["components (store / this run)"].split(" / "))
+    assert n_run == len(new) and n_store == len(new | before)
     assert second["structure parts scanned"] == 1
 
 
@@ -193,7 +197,7 @@ def test_perceived_components_without_ccd(tmp_path: Path) -> None:
     summary = build_store(tmp_path / "c", c_in, workers=1)
     build_store(tmp_path / "d", d_in, workers=1)
     stage = summary.stages["chem"]
-    assert stage["atoms lacking ref_pos (ref_mask False)"] == 0
+    assert stage["atoms without ref_pos"] == "0 in 0 entries"
     c, d = featurecache.open_store(tmp_path / "c"), featurecache.open_store(tmp_path / "d")
     rows = {r["key"]: r for r in c.components.to_pylist()}
     hem = [k for k in rows if k.startswith("HEM#")]
@@ -203,7 +207,7 @@ def test_perceived_components_without_ccd(tmp_path: Path) -> None:
         and rows[hem[0]]["source"] == "perceived:102m"
     )
     assert rows["ALA"]["source"] == "packaged" and rows["ALA"]["strategy"] == "etkdg"
-    n_perceived = int(stage["strategy perceived (store / this run)"].split(" / ")[1])
+    n_perceived = parse_strategy_counts(stage["strategies (this run)"])["perceived"]
     assert n_perceived == sum(1 for k in rows if "#" in k)
     assert _component_bytes(tmp_path / "c")[hem[0]] == _component_bytes(tmp_path / "d")[hem[0]]
     ref_c, ref_d = c.reference_features(c.entry("102m")), d.reference_features(d.entry("102m"))
