@@ -19,15 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from featurecache.chem.conformer import ReferenceConformer, perceived_key
 from featurecache.const import ATOM_NAME_CHARS, decode_atom_name, decode_res_name, encode_atom_name
 
 __all__ = ["ComponentTable", "reference_features"]
+
+if TYPE_CHECKING:  # conformer.py imports RDKit, which the lookup image (and the client) lack
+    from featurecache.chem.conformer import ReferenceConformer
 
 
 def _pack_names(names: np.ndarray) -> np.ndarray:
@@ -220,9 +222,8 @@ def _field(table: Mapping[str, np.ndarray] | np.ndarray, name: str) -> np.ndarra
 
 def residue_codes(entry_tokens: Mapping[str, np.ndarray] | np.ndarray) -> list[str]:
     """CCD code of each token (decoded ``res_name``)."""
-    res = _field(entry_tokens, "res_name").reshape(-1, 5)
-    uniq, inv = np.unique(res, axis=0, return_inverse=True)
-    names = [decode_res_name(u) for u in uniq]
+    uniq, inv = np.unique(_pack_res_names(_field(entry_tokens, "res_name")), return_inverse=True)
+    names = [_unpack_res_name(int(u)) for u in uniq]
     return [names[i] for i in np.asarray(inv).reshape(-1)]
 
 
@@ -282,6 +283,8 @@ def resolve(
         elements = _field(entry_atoms, "element")
         residues = {(int(uid[k]), int(atom_code[k])) for k in unresolved}
         in_residue = {r: np.flatnonzero((uid == r[0]) & (atom_code == r[1])) for r in residues}
+        from featurecache.chem.conformer import perceived_key
+
         for (_uid, ci), members in sorted(in_residue.items()):
             key = perceived_key(codes[ci], [(decode_atom_name(names[k]), int(elements[k])) for k in members])
             r = table.row(key)
