@@ -71,5 +71,9 @@ class AuthenticationError(ServiceError, PermissionError):
     """The lookup service refused the request's bearer token (HTTP 401): missing or wrong."""
 
 
+class LoaderError(FeatureCacheError, RuntimeError):
+    """The training client cannot go on (e.g. every one of many samples in a row failed)."""
+
+
 class KernelShapeError(FeatureCacheError, ValueError):
     """A Triton launcher was given tensors of incompatible shapes or dtypes."""
