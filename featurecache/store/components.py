@@ -18,7 +18,6 @@ later (its CCD definition changed) has rows in two parts; the later part wins
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -291,8 +290,3 @@ def join_chem_warnings(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         rows if w is None or w.num_rows == 0 else pa.concat_tables([w, rows], promote_options="permissive")
     )
     return tables
-
-
-def part_manifest(part: Path) -> dict[str, Any]:
-    f = part / PART_INDEX_DIR / "part.json"
-    return json.loads(f.read_text()) if f.is_file() else {}
