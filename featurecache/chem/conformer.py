@@ -26,7 +26,6 @@ coordinates.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdDetermineBonds, rdDistGeom
 
+from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.errors import ChemError
 from featurecache.parse.ccd import ComponentDef
 
@@ -62,21 +62,6 @@ BOND_TYPES = {
     3: Chem.BondType.TRIPLE,
     4: Chem.BondType.QUADRUPLE,
 }
-
-
-def component_seed(code: str) -> int:
-    """Embedding seed of a component: ``int(sha256(code)[:4]) mod 2**31`` (deterministic)."""
-    return int.from_bytes(hashlib.sha256(code.encode()).digest()[:4], "big") % (2**31)
-
-
-def perceived_key(code: str, atoms: Sequence[tuple[str, int]]) -> str:
-    """Table key of a component with no definition: ``code#<8 hex>``.
-
-    The hash is over the sorted ``(atom name, atomic number)`` pairs of the residue's heavy atoms,
-    so the same unknown residue with the same atoms always gets the same key.
-    """
-    text = "\n".join(f"{n}:{z}" for n, z in sorted((n.strip(), int(z)) for n, z in atoms))
-    return f"{code}#{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from featurecache.chem.keys import perceived_key
 from featurecache.const import ATOM_NAME_CHARS, decode_atom_name, decode_res_name, encode_atom_name
 
 __all__ = ["ComponentTable", "reference_features"]
@@ -283,8 +284,6 @@ def resolve(
         elements = _field(entry_atoms, "element")
         residues = {(int(uid[k]), int(atom_code[k])) for k in unresolved}
         in_residue = {r: np.flatnonzero((uid == r[0]) & (atom_code == r[1])) for r in residues}
-        from featurecache.chem.conformer import perceived_key
-
         for (_uid, ci), members in sorted(in_residue.items()):
             key = perceived_key(codes[ci], [(decode_atom_name(names[k]), int(elements[k])) for k in members])
             r = table.row(key)
