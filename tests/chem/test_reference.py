@@ -149,3 +149,15 @@ def test_residue_with_foreign_names_uses_its_perceived_component(table: Componen
     np.testing.assert_array_equal(ref["ref_pos"][1], both.component("ALA")["ref_pos"][1])
     d = float(np.linalg.norm(ref["ref_pos"][8] - ref["ref_pos"][9]))
     assert 1.3 < d < 1.7  # a chemically sane embedded C-C bond
+
+
+def test_reference_join_needs_no_rdkit() -> None:
+    # the lookup image and the training client use the join without RDKit installed
+    import subprocess
+    import sys
+
+    code = "import sys, featurecache.chem.reference as r; r.ComponentTable.empty(); print('rdkit' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == "False"
