@@ -63,7 +63,7 @@ from featurecache.client.loader import (
     SkipRecord,
 )
 from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
-from featurecache.errors import InvalidRequest
+from featurecache.errors import InvalidRequest, LoaderError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     (samples computed at once), ``window`` (reorder window), ``deadline_s`` (per sample; None =
     none), ``mp_context``. Sharding: ``rank`` / ``world_size`` (default: from
     ``torch.distributed`` when initialized). ``sample_hook(key)`` runs before each sample's fetch
-    (fault injection in tests and benchmarks).
+    (fault injection in tests and benchmarks). ``max_consecutive_skips``: after this many skipped
+    samples in a row the iterator raises :class:`~featurecache.errors.LoaderError` instead of
+    spinning forever on a broken source (None = never).
 
     Yields sample dicts (see :mod:`.assemble`) with ``position``, ``epoch``, ``index``,
     ``reorder_depth`` and ``skipped`` (skip records since the previous sample). Batch them with
@@ -118,6 +120,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         rank: int | None = None,
         world_size: int | None = None,
         sample_hook: SampleHook | None = None,
+        max_consecutive_skips: int | None = 256,
     ) -> None:
         super().__init__()
         reader = open_source(source)
@@ -134,6 +137,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.pool, self.workers, self.window = pool, workers, window
         self.deadline_s, self.mp_context = deadline_s, mp_context
         ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
+        self.max_consecutive_skips = max_consecutive_skips
         self._rank, self._world = rank, world_size
         if (rank is None) != (world_size is None):
             raise InvalidRequest("give both rank and world_size, or neither")
@@ -209,6 +213,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
         items = ((p, self.sampler.key(p)) for p in positions)
         skipped: list[dict[str, Any]] = []
+        in_a_row = 0
         t0 = time.perf_counter()
         for out in self._executor(in_worker).run(items):
             key: SampleKey = out.item
@@ -220,7 +225,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 if track:
                     self.stats.record_skip(rec)
                     consumed.mark(out.seq)
+                in_a_row += 1
+                if self.max_consecutive_skips is not None and in_a_row >= self.max_consecutive_skips:
+                    raise LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
+                                      f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
                 continue
+            in_a_row = 0
             sample = out.value
             sample["position"] = out.seq
             sample["reorder_depth"] = out.depth

@@ -143,7 +143,13 @@ class LookupClient(FeatureReader):
         time.sleep(delay)
 
     def _arrow(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
-        return arrow_io.decode(self.request(method, path, **kwargs).content)
+        response = self.request(method, path, **kwargs)
+        try:
+            return arrow_io.decode(response.content)
+        except (pa.ArrowException, ValueError, KeyError) as exc:
+            raise ServiceError(
+                f"{method} {self.url}{path}: the answer is not a valid Arrow stream ({exc})"
+            ) from exc
 
     # ------------------------------------------------------------------ tables
     def table(self, name: str) -> pa.Table:

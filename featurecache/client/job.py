@@ -161,7 +161,10 @@ class SampleJob:
                             key.chains or None)  # fmt: skip
         shapes = self.source.msa_shapes() if self.use_msa else {}
         chains = _with_msa_keys(entry.chains, shapes)
-        components = self.source.components()
+        # A reader that derives conformers per entry (the uncached baseline) says so with
+        # ``entry_component_table(entry)``; a store's table is loaded once per process.
+        per_entry = getattr(reader, "entry_component_table", None)
+        components = per_entry(entry) if per_entry is not None else self.source.components()
         ref_fn = None
         if components is not None:
             from featurecache.chem.reference import reference_features

@@ -15,6 +15,7 @@ from featurecache.client import FeatureDataset, FeatureLoader, collate
 from featurecache.client.sampler import SampleKey
 from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
 from featurecache.const import MolType, decode_atom_name
+from featurecache.errors import LoaderError
 
 EPOCH = 40  # samples per epoch (8 entries, cycled through further permutations)
 
@@ -42,7 +43,7 @@ class Faults:
             time.sleep(self.hang_s)
 
 
-def _dataset(store: Path, **kw: Any) -> FeatureDataset:
+def _dataset(store: Path | str, **kw: Any) -> FeatureDataset:
     kw.setdefault("crop_size", 96)
     kw.setdefault("samples_per_epoch", EPOCH)
     kw.setdefault("workers", 2)
@@ -249,3 +250,69 @@ def test_process_pool_gives_the_same_samples_as_threads(client_store: Path) -> N
         np.testing.assert_array_equal(a[p]["token_index"], b[p]["token_index"])
         np.testing.assert_array_equal(a[p]["msa"], b[p]["msa"])
         np.testing.assert_array_equal(a[p]["ref_pos"], b[p]["ref_pos"])
+
+
+class AlwaysFail:
+    def __call__(self, key: SampleKey) -> None:
+        raise OSError(f"store unreachable for {key.entry_id}")
+
+
+def test_a_broken_source_raises_instead_of_spinning(client_store: Path) -> None:
+    ds = _dataset(client_store, infinite=True, sample_hook=AlwaysFail(), max_consecutive_skips=6)
+    with pytest.raises(LoaderError, match="6 samples in a row"):
+        next(iter(ds))
+    ds.close()
+    assert ds.stats.failures == 6
+
+
+# ----------------------------------------------------------------------- reference conformers
+def test_reference_conformers_are_rigidly_moved_per_residue(client_store: Path, client_reader: Any) -> None:
+    from featurecache.chem.reference import reference_features
+
+    table = client_reader.component_table()
+    assert len(table) > 0  # the build's chem stage stored conformers
+    ds = _dataset(client_store, seed=11)
+    n_checked = 0
+    for position in range(6):
+        s = ds.sample(position)
+        e = client_reader.entry(s["entry_id"])
+        tok, atoms = e.tokens, e.atoms
+        rows = np.concatenate(
+            [
+                np.arange(tok["atom_start"][t], tok["atom_start"][t] + tok["atom_count"][t])
+                for t in s["token_index"]
+            ]
+        )
+        plain = reference_features({k: v[rows] for k, v in atoms.items()}, tok, table)  # not augmented
+        np.testing.assert_array_equal(s["ref_mask"], plain["ref_mask"])
+        assert s["ref_mask"].mean() > 0.5
+        uid = s["ref_space_uid"]
+        for u in np.unique(uid[s["ref_mask"]]):
+            sel = (uid == u) & s["ref_mask"]
+            if sel.sum() < 3:
+                continue
+            a, b = s["ref_pos"][sel].astype(np.float64), plain["ref_pos"][sel].astype(np.float64)
+            da = np.linalg.norm(a[:, None] - a[None], axis=-1)
+            db = np.linalg.norm(b[:, None] - b[None], axis=-1)
+            np.testing.assert_allclose(da, db, atol=1e-3)  # a rigid motion keeps every distance
+            assert not np.allclose(a, b, atol=1e-2)  # … but it did move
+            n_checked += 1
+    assert n_checked > 20
+
+
+# ------------------------------------------------------------------------------ the service
+def test_service_source_gives_the_same_samples_as_the_local_store(client_store: Path) -> None:
+    from services.lookup.server import background_server
+
+    local = _dataset(client_store, samples_per_epoch=10)
+    with background_server(client_store) as url:
+        remote = _dataset(url, samples_per_epoch=10)
+        got = {s["position"]: s for s in remote}
+        remote.close()
+    want = {s["position"]: s for s in local}
+    local.close()
+    assert got.keys() == want.keys() == set(range(10))
+    for p, s in want.items():
+        for k, v in s.items():
+            if isinstance(v, np.ndarray):
+                np.testing.assert_array_equal(got[p][k], v, err_msg=f"{p} {k}")

@@ -1,0 +1,365 @@
+"""How fast does the training client deliver 384-token samples, what does the cache buy, and how
+does ready-first yielding cope with stragglers? One run, side by side.
+
+(a) samples/s — and samples per CPU-second ("per core") — of ``FeatureDataset`` at 384-token crops
+    reading the local store and reading the same store through the lookup service
+    (``featurecache serve`` in a child process; its CPU time is counted too).
+(b) the same sample stream computed from the raw files each step (the uncached baseline: parse +
+    tokenize + featurize every step; a second row also builds the entry's RDKit reference
+    conformers every step) — the speed-up the cache buys.
+(c) stragglers: 10 % of the samples (a fixed random set of positions) take 20× the median sample
+    time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes) over a
+    map-style view of the same stream versus ready-first (a 2-process pool, the same concurrency;
+    and an 8-thread pool): throughput relative to each one's own no-straggler run, and the worst
+    and p95 step wait.
+
+Usage: ``.venv/bin/python benchmarks/loader.py [--store DIR] [--samples N]``. Without ``--store``
+the real corpus (``../shared/data/real``, its MSAs and the CCD) is built once into a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.harness import REAL, SHARED, Bench, percentile  # noqa: E402
+from featurecache.client import FeatureDataset  # noqa: E402
+from featurecache.client.sampler import SampleKey  # noqa: E402
+from featurecache.store.base import FeatureReader  # noqa: E402
+from featurecache.types import Entry  # noqa: E402
+
+log = logging.getLogger("benchmarks.loader")
+
+CROP = 384
+WINDOW = 16
+STRAGGLER_FRACTION = 0.10
+STRAGGLER_FACTOR = 20.0
+
+
+# ------------------------------------------------------------------------------- the store
+def corpus_store(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    from featurecache.build.run import run_build
+
+    out = Path(tempfile.gettempdir()) / "featurecache-bench" / "loader-corpus"
+    # a build is resumable by construction: a second run over the same inputs recomputes nothing
+    summary = run_build(pdb_dir=REAL / "structures", out=out, msa_dir=REAL / "msas", ccd=SHARED / "data" / "ccd",
+                        workers=2, progress=False)  # fmt: skip
+    log.info("corpus store %s: %d built, %d skipped, %d failed", out, summary.n_built, summary.n_skipped,
+             summary.n_failed)  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------- the uncached baseline
+class RawFilesReader(FeatureReader):
+    """The store's index (so the sampler stream is identical) over the *raw files*: every
+    ``entry()`` reads, parses, tokenizes and featurizes the source file again. With
+    ``conformers=True`` every entry's reference conformers are also built (RDKit), per step."""
+
+    def __init__(self, store: Path, pdb_dir: Path, ccd: Path, conformers: bool) -> None:
+        from featurecache import open_store
+
+        self.store = open_store(store)
+        self.pdb_dir = Path(pdb_dir)
+        self.ccd = str(ccd)
+        self.conformers = conformers
+        self._source = dict(
+            zip(self.store.entries.column("id").to_pylist(), self.store.entries.column("source_path").to_pylist(),
+                strict=True)
+        )  # fmt: skip
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": str(self.store.path), "pdb_dir": str(self.pdb_dir), "ccd": self.ccd,
+                "conformers": self.conformers}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(Path(state["store"]), Path(state["pdb_dir"]), Path(state["ccd"]), state["conformers"])  # type: ignore[misc]
+
+    ids = property(lambda self: self.store.ids)
+    entries = property(lambda self: self.store.entries)
+    chains = property(lambda self: self.store.chains)
+    interfaces = property(lambda self: self.store.interfaces)
+    failures = property(lambda self: self.store.failures)
+    msas = property(lambda self: self.store.msas)
+
+    def info(self) -> dict[str, Any]:
+        return {"raw": True}
+
+    def msa(self, key: str, rows: Any = None, cols: Any = None) -> Any:
+        return self.store.msa(key, rows, cols)
+
+    def component_table(self) -> Any:
+        return self.store.component_table()
+
+    def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
+        from featurecache.build.components import component_resolvers
+        from featurecache.featurize.entry import featurize_bytes
+        from featurecache.store.layout import columns
+
+        path = self.pdb_dir / self._source[entry_id]  # source paths are relative to the build's --pdb-dir
+        atoms_fn, bonds_fn = component_resolvers(self.ccd)
+        st = featurize_bytes(path.read_bytes(), path.name, entry_id, component_atoms=atoms_fn,
+                             component_bonds=bonds_fn)  # fmt: skip
+        chains = [{**asdict(c), "entry_id": entry_id} for c in st.chains]
+        stored = {r["asym_id"]: r for r in self.store.entry_chains(entry_id)}
+        for c in chains:  # the MSA join is the build's (by sequence hash), not recomputed here
+            c["msa_key"] = stored.get(c["asym_id"], {}).get("msa_key")
+        return Entry(id=entry_id, atoms=columns(st.atoms), tokens=columns(st.tokens), bonds=columns(st.bonds),
+                     interfaces=columns(st.interfaces), meta={}, chains=chains)  # fmt: skip
+
+    def entry_component_table(self, entry: Entry) -> Any:
+        if not self.conformers:
+            return self.store.component_table()
+        from featurecache.chem.conformer import conformer_for_component
+        from featurecache.chem.library import get_library
+        from featurecache.chem.reference import ComponentTable, residue_codes
+
+        lib = get_library(self.ccd)
+        defs = lib.load(sorted(set(residue_codes(entry.tokens))))
+        return ComponentTable.from_conformers([conformer_for_component(d) for d in defs.values()])
+
+
+# ------------------------------------------------------------------------------ measurement
+class Straggle:
+    """Sample hook: the positions in ``slow`` sleep ``seconds`` before their fetch."""
+
+    def __init__(self, slow: Iterable[int], seconds: float) -> None:
+        self.slow = frozenset(slow)
+        self.seconds = seconds
+
+    def __call__(self, key: SampleKey) -> None:
+        if key.position in self.slow:
+            time.sleep(self.seconds)
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's live children (the lookup server)."""
+    total = 0.0
+    me = str(os.getpid())
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+            if ppid == me:
+                total += _cpu_seconds(int(d))
+        except OSError:
+            continue
+    return total
+
+
+def consume(stream: Iterator[Any], n: int, warmup: int = 0) -> dict[str, Any]:
+    """Pull ``warmup`` then ``n`` items; wall time, own + children's CPU time and per-item waits."""
+    for _ in range(warmup):
+        next(stream)
+    waits: list[float] = []
+    t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
+    for _ in range(n):
+        t = time.perf_counter()
+        next(stream)
+        waits.append(time.perf_counter() - t)
+    wall = time.perf_counter() - t0
+    cpu, child = time.process_time() - c0, _children_cpu() - k0
+    return {
+        "samples": n,
+        "wall_s": wall,
+        "samples_per_s": n / wall,
+        "client_cpu_s": cpu,
+        "server_cpu_s": child,
+        "samples_per_cpu_s": n / max(cpu + child, 1e-9),
+        "cores_busy": (cpu + child) / wall,
+        "worst_wait_s": max(waits),
+        "p95_wait_s": percentile(waits, 95),
+    }
+
+
+def _dataset(source: Any, **kw: Any) -> FeatureDataset:
+    kw.setdefault("crop_size", CROP)
+    kw.setdefault("infinite", True)
+    kw.setdefault("seed", 0)
+    kw.setdefault("window", WINDOW)
+    kw.setdefault("deadline_s", None)
+    return FeatureDataset(source, **kw)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class Positions(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Map-style view of the first ``n`` positions of a dataset's stream (for an ordered DataLoader)."""
+
+    def __init__(self, ds: FeatureDataset, n: int) -> None:
+        self.ds, self.n = ds, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.ds.sample(int(i))
+
+
+def ordered_loader(ds: FeatureDataset, n: int, workers: int) -> Iterator[Any]:
+    from torch.utils.data import DataLoader
+
+    loader: DataLoader[Any] = DataLoader(Positions(ds, n), batch_size=None, num_workers=workers, collate_fn=_identity,
+                        prefetch_factor=2, multiprocessing_context="fork")  # fmt: skip
+    return iter(loader)
+
+
+def stage_times(ds: FeatureDataset, positions: Sequence[int]) -> dict[str, float]:
+    """Median seconds of fetch / crop / assemble for one sample, single thread."""
+    from featurecache.client.crop import CropInput
+    from featurecache.client.job import ENTRY_ARRAYS
+
+    reader = ds.source.get()
+    fetch, crop, total = [], [], []
+    for p in positions:
+        key = ds.sampler.key(p)
+        t0 = time.perf_counter()
+        e = reader.entry(key.entry_id, list(ENTRY_ARRAYS))
+        t1 = time.perf_counter()
+        ds.cropper(CropInput.from_arrays(e.tokens, e.atoms, e.bonds, e.interfaces), np.random.default_rng(p))
+        t2 = time.perf_counter()
+        ds.sample(p)
+        t3 = time.perf_counter()
+        fetch.append(t1 - t0)
+        crop.append(t2 - t1)
+        total.append(t3 - t2)
+    return {"fetch_ms": 1e3 * statistics.median(fetch), "crop_ms": 1e3 * statistics.median(crop),
+            "sample_ms": 1e3 * statistics.median(total)}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--store", type=Path, default=None, help="existing store (default: build the real corpus)"
+    )
+    ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
+    ap.add_argument("--raw-samples", type=int, default=40, help="samples per uncached run")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+
+    store = corpus_store(args.store)
+    from featurecache import open_store
+
+    reader = open_store(store)
+    n_entries = len(reader.ids)
+    tokens = np.asarray(reader.entries.column("token_count").to_numpy())
+    bench = Bench("loader", store=str(store), entries=n_entries, crop=CROP, window=WINDOW, cpus=os.cpu_count(),
+                  entries_over_crop=int((tokens > CROP).sum()), msas=reader.msas.num_rows,
+                  components=reader.components.num_rows)  # fmt: skip
+    n = args.samples
+
+    # ---- stage breakdown (single thread)
+    probe = _dataset(store, workers=1)
+    st = stage_times(probe, range(0, 40))
+    bench.add(part="stages", source="local", **{k: round(v, 3) for k, v in st.items()})
+    median_sample_s = st["sample_ms"] / 1e3
+    probe.close()
+
+    # ---- (a) cached: local store and lookup service
+    rates: dict[str, dict[str, Any]] = {}
+    for label, workers in (("local threads=1", 1), ("local threads=2", 2)):
+        ds = _dataset(store, workers=workers)
+        r = consume(iter(ds), n, warmup=10)
+        ds.close()
+        rates[label] = r
+        bench.add(part="a", source=label, **_row(r))
+    from services.lookup.server import background_server
+
+    with background_server(store) as url:
+        for label, workers in (("service threads=2", 2), ("service threads=4", 4)):
+            ds = _dataset(url, workers=workers)
+            r = consume(iter(ds), n, warmup=10)
+            ds.close()
+            rates[label] = r
+            bench.add(part="a", source=label, **_row(r))
+
+    # ---- (b) uncached: raw files each step
+    ccd = SHARED / "data" / "ccd"
+    cached = rates["local threads=2"]
+    for label, conformers in (("raw: parse+featurize", False), ("raw: parse+featurize+conformers", True)):
+        ds = _dataset(RawFilesReader(store, REAL / "structures", ccd, conformers), workers=2)
+        r = consume(iter(ds), args.raw_samples, warmup=2)
+        ds.close()
+        bench.add(part="b", source=label, **_row(r),
+                  cache_speedup=round(cached["samples_per_s"] / r["samples_per_s"], 1),
+                  cache_speedup_per_cpu=round(cached["samples_per_cpu_s"] / r["samples_per_cpu_s"], 1))  # fmt: skip
+
+    # ---- (c) stragglers
+    rng = np.random.default_rng(1234)
+    slow = set(np.flatnonzero(rng.random(n) < STRAGGLER_FRACTION).tolist())
+    delay = (STRAGGLER_FACTOR - 1.0) * median_sample_s
+    log.info("stragglers: %d of %d positions sleep %.3f s (20x the median %.1f ms)", len(slow), n, delay,
+             1e3 * median_sample_s)  # fmt: skip
+    configs: list[tuple[str, dict[str, Any]]] = [
+        ("ordered DataLoader workers=2", {}),
+        ("ready-first processes=2", {"pool": "process", "workers": 2}),
+        ("ready-first threads=8", {"pool": "thread", "workers": 8}),
+    ]
+    for label, kw in configs:
+        res = {}
+        for straggle in (False, True):
+            hook = Straggle(slow, delay) if straggle else None
+            if label.startswith("ordered"):
+                ds = _dataset(store, workers=1, sample_hook=hook)
+                stream = ordered_loader(ds, n, workers=2)
+                res[straggle] = consume(stream, n - 4, warmup=4)
+                del stream
+            else:
+                ds = _dataset(store, sample_hook=hook, **kw)
+                it = iter(ds)
+                res[straggle] = consume(it, n - 4, warmup=4)
+                it.close()
+                ds.close()
+        base, hit = res[False], res[True]
+        bench.add(part="c", source=label, samples=n - 4, stragglers=len(slow), delay_s=round(delay, 3),
+                  samples_per_s=round(base["samples_per_s"], 1),
+                  straggled_samples_per_s=round(hit["samples_per_s"], 1),
+                  relative_throughput=round(hit["samples_per_s"] / base["samples_per_s"], 3),
+                  worst_wait_s=round(hit["worst_wait_s"], 3), p95_wait_s=round(hit["p95_wait_s"], 4),
+                  worst_wait_no_straggler_s=round(base["worst_wait_s"], 3))  # fmt: skip
+    bench.finish()
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "samples": r["samples"],
+        "samples_per_s": round(r["samples_per_s"], 1),
+        "samples_per_cpu_s": round(r["samples_per_cpu_s"], 1),
+        "cores_busy": round(r["cores_busy"], 2),
+        "client_cpu_ms_per_sample": round(1e3 * r["client_cpu_s"] / r["samples"], 2),
+        "server_cpu_ms_per_sample": round(1e3 * r["server_cpu_s"] / r["samples"], 2),
+        "p95_wait_s": round(r["p95_wait_s"], 4),
+    }
+
+
+if __name__ == "__main__":
+    main()
