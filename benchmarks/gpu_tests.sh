@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 out="${1:-benchmarks/results}"
 mkdir -p "$out"
 export PYTHONPATH="${PYTHONPATH:-}:." PYTHONUNBUFFERED=1
-python3 -m pytest -m gpu tests/model -q -rA -p no:cacheprovider --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
+python3 -m pytest -m gpu tests/model -q -rA -p no:cacheprovider -o junit_family=legacy --junitxml="$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"

@@ -32,11 +32,16 @@ MAX_CHANNELS = 512
 
 
 @triton.jit
-def _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps):
-    """Load x rows [BLOCK_M, CP] and normalise: returns (LN(x), x̂, rstd) in fp32; pad columns are 0."""
-    row_ok = rows < M
+def _load_rows(X, rows, offs_c, M, C, sx_m):
+    """x rows [BLOCK_M, CP] in x's dtype, 0 outside [M, C]."""
+    ok = (rows < M)[:, None] & (offs_c < C)[None, :]
+    return tl.load(X + rows[:, None] * sx_m + offs_c[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def _normalize(x, LNW, LNB, offs_c, C, eps):
+    """LayerNorm of loaded rows: returns (LN(x), x̂, rstd) in fp32; pad columns are 0."""
     col_ok = offs_c < C
-    x = tl.load(X + rows[:, None] * sx_m + offs_c[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
     x = x.to(tl.float32)
     mean = tl.sum(x, 1) / C
     xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
@@ -45,6 +50,18 @@ def _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps):
     w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
     b = tl.load(LNB + offs_c, mask=col_ok, other=0.0).to(tl.float32)
     return xhat * w[None, :] + b[None, :], xhat, rstd
+
+
+@triton.jit
+def _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps):
+    """Load x rows [BLOCK_M, CP] and normalise: returns (LN(x), x̂, rstd) in fp32; pad columns are 0."""
+    return _normalize(_load_rows(X, rows, offs_c, M, C, sx_m), LNW, LNB, offs_c, C, eps)
+
+
+@triton.jit
+def _dy_tile(DY, rows, outs, M, OH, sdy_m):
+    ok = (rows < M)[:, None] & (outs < OH)[None, :]
+    return tl.load(DY + rows[:, None] * sdy_m + outs[None, :], mask=ok, other=0.0)
 
 
 @triton.jit
@@ -85,16 +102,11 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _dy_to_du(a_op, DY, W, BIAS, rows, outs, offs_c, M, C, OH, sdy_m, sw_o,
+def _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o,
               HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
-    """For one (row block, output block): gradient w.r.t. the GEMM outputs, and the weight tiles.
-
-    Returns (du_a, du_b, wa, wb) where du_b/wb are only meaningful with SWIGLU.
-    """
+    """For one (row block, output block) and its loaded dy: gradient w.r.t. the GEMM outputs,
+    and the weight tiles. Returns (du_a, du_b, wa, wb); du_b/wb only meaningful with SWIGLU."""
     out_ok = outs < OH
-    dy = tl.load(
-        DY + rows[:, None] * sdy_m + outs[None, :], mask=(rows < M)[:, None] & out_ok[None, :], other=0.0
-    )
     w_mask = out_ok[:, None] & (offs_c < C)[None, :]
     wa = tl.load(W + outs[:, None] * sw_o + offs_c[None, :], mask=w_mask, other=0.0)
     if SWIGLU:
@@ -134,9 +146,12 @@ def _bwd_dx_kernel(
     xln, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     a_op = xln.to(W.dtype.element_ty)
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
+    dy_nxt = _dy_tile(DY, rows, offs_n, M, OH, sdy_m)  # prefetched one block ahead (not a dot operand)
     for start in range(0, OH, BLOCK_N):
-        du_a, du_b, wa, wb = _dy_to_du(a_op, DY, W, BIAS, rows, start + offs_n, offs_c, M, C, OH, sdy_m, sw_o,
-                                       HAS_BIAS, SWIGLU, PREC)  # fmt: skip
+        outs = start + offs_n
+        dy = dy_nxt
+        dy_nxt = _dy_tile(DY, rows, outs + BLOCK_N, M, OH, sdy_m)
+        du_a, du_b, wa, wb = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
         dxln += tl.dot(du_a.to(W.dtype.element_ty), wa, input_precision=PREC)
         if SWIGLU:
             dxln += tl.dot(du_b.to(W.dtype.element_ty), wb, input_precision=PREC)
@@ -177,12 +192,16 @@ def _bwd_dw_kernel(
         dbb = tl.zeros([BLOCK_N], tl.float32)
     r_start = pid_r * ROWS_PER_SPLIT
     r_end = tl.minimum(r_start + ROWS_PER_SPLIT, M)
+    # x and dy rows are prefetched one block ahead (they feed the dots only after elementwise work)
+    x_nxt = _load_rows(X, r_start + offs_m, offs_c, r_end, C, sx_m)
+    dy_nxt = _dy_tile(DY, r_start + offs_m, outs, r_end, OH, sdy_m)
     for start in range(r_start, r_end, BLOCK_M):
-        rows = start + offs_m
-        xln, _, _ = _layernorm_rows(X, LNW, LNB, rows, offs_c, r_end, C, sx_m, eps)
+        x, dy = x_nxt, dy_nxt
+        x_nxt = _load_rows(X, start + BLOCK_M + offs_m, offs_c, r_end, C, sx_m)
+        dy_nxt = _dy_tile(DY, start + BLOCK_M + offs_m, outs, r_end, OH, sdy_m)
+        xln, _, _ = _normalize(x, LNW, LNB, offs_c, C, eps)
         a_op = xln.to(W.dtype.element_ty)
-        du_a, du_b, _, _ = _dy_to_du(a_op, DY, W, BIAS, rows, outs, offs_c, r_end, C, OH, sdy_m, sw_o,
-                                     HAS_BIAS, SWIGLU, PREC)  # fmt: skip
+        du_a, du_b, _, _ = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
         dwa += tl.dot(tl.trans(du_a.to(W.dtype.element_ty)), a_op, input_precision=PREC)
         dba += tl.sum(du_a, 0)
         if SWIGLU:
@@ -243,8 +262,8 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> L
     if dtype == torch.float32:
         c = GemmConfig(32, 32, 4, 2)
         return LayerNormLinearConfig(c, c, c)
-    if channels > 256:
-        c = GemmConfig(32, 64, 4, 2)
+    if channels > 256:  # a whole row of up to 512 channels per operand tile: keep shared memory small
+        c = GemmConfig(32, 32, 4, 1)
         return LayerNormLinearConfig(c, c, c)
     return LayerNormLinearConfig(  # H200 sweep 1 (rows = 768², C = 128, O = 1024, SwiGLU)
         fwd=GemmConfig(128, 64, 8, 3),

@@ -43,6 +43,10 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 
 # --------------------------------------------------------------------------------------------
 # kernels
+#
+# Loads that feed a tl.dot (K, V, Q, dO tiles) are software-pipelined by Triton. The others (the
+# bias tile, the key mask, lse and δ) are not, so every loop prefetches them one iteration ahead
+# into registers ("_nxt" variables): their L2 latency overlaps the current tile's work.
 # --------------------------------------------------------------------------------------------
 
 
@@ -57,21 +61,40 @@ def _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
-def _fwd_step(
-    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, MASK, mask_off, sm_n, cols, offs_d, N,
-    bias2, qk_scale,
-    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """One key block of the online softmax for one S row."""
+def _bias_tile(bias_rows, s_col, row_ok, cols, N):
+    """Bias tile [rows, cols] in the input dtype (rows fixed by ``bias_rows``); 0 outside N×N."""
+    return tl.load(bias_rows + cols[None, :] * s_col, mask=row_ok[:, None] & (cols < N)[None, :], other=0.0)
+
+
+@triton.jit
+def _row_stats(LSE, DELTA, off, rows, N):
+    """lse (+inf past N: zero probability) and δ of some query rows of one (b, s, h)."""
+    ok = rows < N
+    return (tl.load(LSE + off + rows, mask=ok, other=float("inf")),
+            tl.load(DELTA + off + rows, mask=ok, other=0.0))  # fmt: skip
+
+
+@triton.jit
+def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.constexpr):
     if EVEN_N:
         k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :])
         v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :])
     else:
         k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
         v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _fwd_step(
+    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
+    HAS_KEY_ADD: tl.constexpr, HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One key block of the online softmax for one S row."""
+    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
-    if HAS_MASK or not EVEN_N:
-        s += _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK)[None, :]
+    if HAS_KEY_ADD:
+        s += key_add[None, :]
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if HAS_MASK:
         # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
@@ -107,6 +130,7 @@ def _fwd_kernel(
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -119,38 +143,46 @@ def _fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
+    k_off0, v_off0, mo0 = (
+        b * sk_b + s0 * sk_s + h * sk_h,
+        b * sv_b + s0 * sv_s + h * sv_h,
+        b * sm_b + s0 * sm_s,
+    )
+    k_off1, v_off1, mo1 = (
+        b * sk_b + s1 * sk_s + h * sk_h,
+        b * sv_b + s1 * sv_s + h * sv_h,
+        b * sm_b + s1 * sm_s,
+    )
 
     q0 = tl.load(Q + b * sq_b + s0 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                  mask=row_ok[:, None], other=0.0)  # fmt: skip
     acc0 = tl.zeros([BLOCK_M, D], tl.float32)
     m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l0 = tl.zeros([BLOCK_M], tl.float32)
+    ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
     if SP == 2:
         q1 = tl.load(Q + b * sq_b + s1 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                      mask=row_ok[:, None], other=0.0)  # fmt: skip
         acc1 = tl.zeros([BLOCK_M, D], tl.float32)
         m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l1 = tl.zeros([BLOCK_M], tl.float32)
+        ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
 
-    bias_base = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, offs_n, N)
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        if EVEN_N:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * _LOG2E
-        else:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
-                            other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
-        acc0, m0, l0 = _fwd_step(
-            acc0, m0, l0, q0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
-            sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
-            HAS_MASK, EVEN_N, PREC,
-        )  # fmt: skip
+        bias2 = bias_nxt.to(tl.float32) * _LOG2E
+        bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, cols + BLOCK_N, N)
+        ka0 = ka0_nxt
+        ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
+        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
+                                 qk_scale, HAS_KEY_ADD, HAS_MASK, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
-            acc1, m1, l1 = _fwd_step(
-                acc1, m1, l1, q1, K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h,
-                sk_n, sv_n, MASK, b * sm_b + s1 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
-                HAS_MASK, EVEN_N, PREC,
-            )  # fmt: skip
+            ka1 = ka1_nxt
+            ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
+            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
+                                     ka1, qk_scale, HAS_KEY_ADD, HAS_MASK, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     _fwd_finish(acc0, m0, l0, OUT, b * so_b + s0 * so_s + h * so_h, so_n, LSE, lse_row + s0 * H * N,
@@ -162,19 +194,13 @@ def _fwd_kernel(
 
 @triton.jit
 def _dq_step(
-    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, MASK, mask_off, sm_n, cols, offs_d, N,
-    bias2, qk_scale,
-    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
+    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    if EVEN_N:
-        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :])
-        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :])
-    else:
-        k = tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
-        v = tl.load(V + v_off + cols[:, None] * sv_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
+    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
-    if HAS_MASK or not EVEN_N:
-        s += _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK)[None, :]
+    if HAS_KEY_ADD:
+        s += key_add[None, :]
     p = tl.math.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
@@ -210,6 +236,7 @@ def _bwd_dq_kernel(
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -222,38 +249,46 @@ def _bwd_dq_kernel(
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     lse_row = (b * S * H + h) * N
+    k_off0, v_off0, mo0 = (
+        b * sk_b + s0 * sk_s + h * sk_h,
+        b * sv_b + s0 * sv_s + h * sv_h,
+        b * sm_b + s0 * sm_s,
+    )
+    k_off1, v_off1, mo1 = (
+        b * sk_b + s1 * sk_s + h * sk_h,
+        b * sv_b + s1 * sv_s + h * sv_h,
+        b * sm_b + s1 * sm_s,
+    )
 
     q0, do0, lse0, delta0 = _dq_prologue(
         Q, OUT, DO, LSE, DELTA, b * sq_b + s0 * sq_s + h * sq_h, b * so_b + s0 * so_s + h * so_h,
         b * sdo_b + s0 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s0 * H * N, rows, offs_d, N,
     )  # fmt: skip
     dq0 = tl.zeros([BLOCK_M, D], tl.float32)
+    ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
     if SP == 2:
         q1, do1, lse1, delta1 = _dq_prologue(
             Q, OUT, DO, LSE, DELTA, b * sq_b + s1 * sq_s + h * sq_h, b * so_b + s1 * so_s + h * so_h,
             b * sdo_b + s1 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s1 * H * N, rows, offs_d, N,
         )  # fmt: skip
         dq1 = tl.zeros([BLOCK_M, D], tl.float32)
+        ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
 
-    bias_base = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, offs_n, N)
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        if EVEN_N:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j).to(tl.float32) * _LOG2E
-        else:
-            bias2 = tl.load(bias_base + cols[None, :] * sb_j, mask=row_ok[:, None] & (cols < N)[None, :],
-                            other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
-        dq0 = _dq_step(
-            dq0, q0, do0, lse0, delta0, K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h,
-            sk_n, sv_n, MASK, b * sm_b + s0 * sm_s, sm_n, cols, offs_d, N, bias2, qk_scale,
-            HAS_MASK, EVEN_N, PREC,
-        )  # fmt: skip
+        bias2 = bias_nxt.to(tl.float32) * _LOG2E
+        bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, cols + BLOCK_N, N)
+        ka0 = ka0_nxt
+        ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
+        dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
+                       qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
-            dq1 = _dq_step(
-                dq1, q1, do1, lse1, delta1, K, V, b * sk_b + s1 * sk_s + h * sk_h,
-                b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n, MASK, b * sm_b + s1 * sm_s, sm_n, cols, offs_d,
-                N, bias2, qk_scale, HAS_MASK, EVEN_N, PREC,
-            )  # fmt: skip
+            ka1 = ka1_nxt
+            ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
+            dq1 = _dq_step(dq1, q1, do1, lse1, delta1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
+                           ka1, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     dq_ptrs = rows[:, None] * sdq_n + offs_d[None, :]
     tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * sm_scale).to(DQ.dtype.element_ty),
@@ -265,22 +300,17 @@ def _bwd_dq_kernel(
 
 @triton.jit
 def _dkv_step(
-    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N,
-    bias2t, qk_scale,
+    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, lse, delta, rows, offs_d, N, bias2t, qk_scale,
     HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """One query block for one S row, in the transposed [key, query] domain."""
     if EVEN_N:
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :])
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :])
-        lse = tl.load(LSE + lse_off + rows)
-        delta = tl.load(DELTA + lse_off + rows)
     else:
         row_ok = rows < N
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
-        delta = tl.load(DELTA + lse_off + rows, mask=row_ok, other=0.0)
     st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
     if HAS_KEY_ADD:
         st += key_add[:, None]
@@ -315,6 +345,7 @@ def _bwd_dkv_kernel(
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -325,52 +356,53 @@ def _bwd_dkv_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
+    col_ok = cols < N
     lse_row = (b * S * H + h) * N
-    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
+    lo0, lo1 = lse_row + s0 * H * N, lse_row + s1 * H * N
+    q_off0, do_off0 = b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h
+    q_off1, do_off1 = b * sq_b + s1 * sq_s + h * sq_h, b * sdo_b + s1 * sdo_s + h * sdo_h
 
     k0, v0 = _dkv_load(K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h, sk_n, sv_n,
                        cols, offs_d, N)  # fmt: skip
     key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
     dk0 = tl.zeros([BLOCK_N, D], tl.float32)
     dv0 = tl.zeros([BLOCK_N, D], tl.float32)
+    lse0_nxt, dl0_nxt = _row_stats(LSE, DELTA, lo0, offs_m, N)
     if SP == 2:
         k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n,
                            cols, offs_d, N)  # fmt: skip
         key_add1 = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
         dk1 = tl.zeros([BLOCK_N, D], tl.float32)
         dv1 = tl.zeros([BLOCK_N, D], tl.float32)
+        lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, offs_m, N)
 
-    bias_base = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j
+    bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
+    bias_nxt = _bias_tile(bias_cols, sb_i, col_ok, offs_m, N)
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
-        if EVEN_N:
-            bias2t = tl.load(bias_base + rows[None, :] * sb_i).to(tl.float32) * _LOG2E
-        else:
-            bias2t = tl.load(bias_base + rows[None, :] * sb_i, mask=(cols < N)[:, None] & (rows < N)[None, :],
-                             other=0.0).to(tl.float32) * _LOG2E  # fmt: skip
-        dk0, dv0 = _dkv_step(
-            dk0, dv0, k0, v0, key_add0, Q, DO, b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h,
-            sq_n, sdo_n, LSE, DELTA, lse_row + s0 * H * N, rows, offs_d, N, bias2t, qk_scale,
-            HAS_KEY_ADD, EVEN_N, PREC,
-        )  # fmt: skip
+        bias2t = bias_nxt.to(tl.float32) * _LOG2E
+        bias_nxt = _bias_tile(bias_cols, sb_i, col_ok, rows + BLOCK_M, N)
+        lse0, dl0 = lse0_nxt, dl0_nxt
+        lse0_nxt, dl0_nxt = _row_stats(LSE, DELTA, lo0, rows + BLOCK_M, N)
+        dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, lse0, dl0, rows,
+                             offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
-            dk1, dv1 = _dkv_step(
-                dk1, dv1, k1, v1, key_add1, Q, DO, b * sq_b + s1 * sq_s + h * sq_h,
-                b * sdo_b + s1 * sdo_s + h * sdo_h, sq_n, sdo_n, LSE, DELTA, lse_row + s1 * H * N, rows,
-                offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC,
-            )  # fmt: skip
+            lse1, dl1 = lse1_nxt, dl1_nxt
+            lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, rows + BLOCK_M, N)
+            dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, lse1, dl1,
+                                 rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
-    col_ok = (cols < N)[:, None]
+    st_ok = col_ok[:, None]
     dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
     dv_ptrs = cols[:, None] * sdv_n + offs_d[None, :]
     tl.store(
         DK + b * sdk_b + s0 * sdk_s + h * sdk_h + dk_ptrs,
         (dk0 * sm_scale).to(DK.dtype.element_ty),
-        mask=col_ok,
+        mask=st_ok,
     )
-    tl.store(DV + b * sdv_b + s0 * sdv_s + h * sdv_h + dv_ptrs, dv0.to(DV.dtype.element_ty), mask=col_ok)
+    tl.store(DV + b * sdv_b + s0 * sdv_s + h * sdv_h + dv_ptrs, dv0.to(DV.dtype.element_ty), mask=st_ok)
     if SP == 2:
-        ok1 = col_ok & (s0 + 1 < S)
+        ok1 = st_ok & (s0 + 1 < S)
         tl.store(DK + b * sdk_b + s1 * sdk_s + h * sdk_h + dk_ptrs, (dk1 * sm_scale).to(DK.dtype.element_ty),
                  mask=ok1)  # fmt: skip
         tl.store(DV + b * sdv_b + s1 * sdv_s + h * sdv_h + dv_ptrs, dv1.to(DV.dtype.element_ty), mask=ok1)
@@ -390,6 +422,7 @@ def _bwd_dbias_kernel(
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
+    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_t = tl.program_id(0)
     pid_g = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -401,45 +434,38 @@ def _bwd_dbias_kernel(
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     col_ok = cols < N
-    tile_ok = row_ok[:, None] & col_ok[None, :]
-    bias_ptrs = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i + cols[None, :] * sb_j
-    if EVEN_N:
-        bias2 = tl.load(bias_ptrs).to(tl.float32) * _LOG2E
-    else:
-        bias2 = tl.load(bias_ptrs, mask=tile_ok, other=0.0).to(tl.float32) * _LOG2E
+    bias2 = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N)
+    bias2 = bias2.to(tl.float32) * _LOG2E
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s_start = pid_g * S_PER_GROUP
     s_end = tl.minimum(s_start + S_PER_GROUP, S)
+    lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_start) * H + h) * N, rows, N)
+    ka_nxt = _key_add(MASK, b * sm_b + s_start * sm_s, sm_n, cols, N, HAS_MASK)
     for s in range(s_start, s_end):
-        lse_off = ((b * S + s) * H + h) * N
+        lse, delta, key_add = lse_nxt, dl_nxt, ka_nxt
+        s_nxt = tl.minimum(s + 1, S - 1)
+        lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_nxt) * H + h) * N, rows, N)
+        ka_nxt = _key_add(MASK, b * sm_b + s_nxt * sm_s, sm_n, cols, N, HAS_MASK)
         q_ptrs = Q + b * sq_b + s * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :]
         do_ptrs = DO + b * sdo_b + s * sdo_s + h * sdo_h + rows[:, None] * sdo_n + offs_d[None, :]
-        k_ptrs = K + b * sk_b + s * sk_s + h * sk_h + cols[:, None] * sk_n + offs_d[None, :]
-        v_ptrs = V + b * sv_b + s * sv_s + h * sv_h + cols[:, None] * sv_n + offs_d[None, :]
         if EVEN_N:
             q = tl.load(q_ptrs)
             do = tl.load(do_ptrs)
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-            lse = tl.load(LSE + lse_off + rows)
-            delta = tl.load(DELTA + lse_off + rows)
         else:
             q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
             do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
-            k = tl.load(k_ptrs, mask=col_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=col_ok[:, None], other=0.0)
-            lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
-            delta = tl.load(DELTA + lse_off + rows, mask=row_ok, other=0.0)
+        k, v = _kv_tiles(K, V, b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, sk_n, sv_n, cols,
+                         offs_d, N, EVEN_N)  # fmt: skip
         st = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
-        if HAS_MASK or not EVEN_N:
-            st += _key_add(MASK, b * sm_b + s * sm_s, sm_n, cols, N, HAS_MASK)[None, :]
+        if HAS_KEY_ADD:
+            st += key_add[None, :]
         p = tl.math.exp2(st - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         acc += p * (dp - delta[:, None])
 
     db_ptrs = DB + ((pid_g * tl.num_programs(2) + pid_bh) * N + rows[:, None]) * N + cols[None, :]
-    tl.store(db_ptrs, acc.to(DB.dtype.element_ty), mask=tile_ok)
+    tl.store(db_ptrs, acc.to(DB.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,11 +526,12 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> A
             dkv=KernelConfig(64, 64, 4, 3, 1),
             dbias=KernelConfig(64, 64, 4, 2, 1),
         )
-    return AttentionConfig(
-        fwd=KernelConfig(128, 64, 4, 3, 1),
-        dq=KernelConfig(128, 64, 8, 3, 1),
-        dkv=KernelConfig(64, 128, 8, 3, 1),
+    return AttentionConfig(  # H200 sweep 2 (N = 768, H = 4, D = 32, bf16)
+        fwd=KernelConfig(128, 64, 4, 3, 2),
+        dq=KernelConfig(128, 32, 4, 3, 1),
+        dkv=KernelConfig(64, 64, 4, 3, 2),
         dbias=KernelConfig(64, 64, 4, 2, 1),
+        dbias_target_programs=1056,
     )
 
 
