@@ -21,6 +21,7 @@ chains table and ``msa_coverage`` to the entries table when the index is rebuilt
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import shutil
 import threading
@@ -74,6 +75,7 @@ MSAS_SCHEMA = pa.schema(
         ("del_start", pa.int64()),
         ("del_count", pa.int64()),
         ("inputs_key", pa.string()),  # hash of the inputs + settings: a re-run skips equal keys
+        ("content_hash", pa.string()),  # msa_content_hash of the stored arrays (verify recomputes it)
         ("featurizer_version", pa.string()),
         ("part", pa.string()),
     ]
@@ -165,6 +167,9 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
                     "del_start": del_off,
                     "del_count": int(r.size),
                     "inputs_key": item.inputs_key,
+                    "content_hash": msa_content_hash(
+                        m.residues, m.deletions, m.species, m.source, m.profile, m.deletion_mean
+                    ),
                     "featurizer_version": FEATURIZER_VERSION,
                     "part": name,
                 }
@@ -192,6 +197,59 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         raise
 
 
+def msa_content_hash(
+    residues: np.ndarray,
+    deletions: np.ndarray,
+    species: np.ndarray,
+    source: np.ndarray,
+    profile: np.ndarray,
+    deletion_mean: np.ndarray,
+) -> str:
+    """sha256 over one MSA's arrays (dtype, shape and bytes), as built and as read back."""
+    h = hashlib.sha256()
+    arrays = {
+        "residues": (residues, np.uint8), "deletions": (deletions, np.int16), "species": (species, np.int32),
+        "source": (source, np.uint8), "profile": (profile, np.float32), "deletion_mean": (deletion_mean, np.float32),
+    }  # fmt: skip
+    for name, (a, dt) in arrays.items():
+        arr = np.ascontiguousarray(a, dtype=dt)
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def verify_msas(store: Any) -> list[str]:
+    """``featurecache verify`` check: every MSA reads back to its content hash; chain keys resolve."""
+    problems: list[str] = []
+    msas = store.msas
+    if msas.num_rows == 0 or "key" not in msas.column_names:
+        return problems
+    for row in msas.select(["key", "content_hash", "depth", "length"]).to_pylist():
+        try:
+            b = store.msa(row["key"])
+        except (StoreError, NotFound, ValueError) as exc:
+            problems.append(f"MSA {row['key']}: unreadable ({exc})")
+            continue
+        if b.residues.shape != (row["depth"], row["length"]):
+            problems.append(
+                f"MSA {row['key']}: shape {b.residues.shape}, index says {row['depth']} x {row['length']}"
+            )
+        got = msa_content_hash(b.residues, b.deletions, b.species, b.source, b.profile, b.deletion_mean)
+        if got != row["content_hash"]:
+            problems.append(
+                f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}…"
+            )
+    keys = set(msas.column("key").to_pylist())
+    chains = store.chains
+    if chains.num_rows and "msa_key" in chains.column_names:
+        for eid, k in zip(
+            chains.column("entry_id").to_pylist(), chains.column("msa_key").to_pylist(), strict=True
+        ):
+            if k and k not in keys:
+                problems.append(f"entry {eid}: chain MSA key {k} is not in the msas index")
+    return problems
+
+
 def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
@@ -210,6 +268,34 @@ def latest_msas(msas: pa.Table) -> pa.Table:
     return t.take(pa.array(keep, type=pa.int64()))
 
 
+def _drop_resolved_msa_failures(failures: pa.Table | None, msas: pa.Table) -> pa.Table | None:
+    """An MSA file's failure row goes once a later MSA part used that file (it was fixed)."""
+    if (
+        failures is None
+        or failures.num_rows == 0
+        or msas.num_rows == 0
+        or "stage" not in failures.column_names
+    ):
+        return failures
+    used: dict[str, str] = {}
+    for part, sources in zip(
+        msas.column("part").to_pylist(), msas.column("sources").to_pylist(), strict=True
+    ):
+        for src in sources:
+            path = src.split("#", 1)[0]
+            used[path] = max(used.get(path, ""), part)
+    keep = [
+        not (stage == "msa" and used.get(path, "") > part)
+        for stage, path, part in zip(
+            failures.column("stage").to_pylist(),
+            failures.column("path").to_pylist(),
+            failures.column("part").to_pylist(),
+            strict=True,
+        )
+    ]
+    return failures.filter(pa.array(keep, type=pa.bool_()))
+
+
 def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Index-rebuild hook: dedupe ``msas``; add MSA columns to ``chains`` and ``entries``.
 
@@ -223,6 +309,9 @@ def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         msas = MSAS_SCHEMA.empty_table()
     msas = latest_msas(msas)
     tables["msas"] = msas
+    failures = _drop_resolved_msa_failures(tables.get("failures"), msas)
+    if failures is not None:
+        tables["failures"] = failures
     info = {
         k: (d, f)
         for k, d, f in zip(

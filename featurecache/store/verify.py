@@ -76,5 +76,11 @@ def verify_store(path: Path) -> list[str]:
     return problems
 
 
+def _msa_checks(store: object) -> list[str]:
+    from featurecache.store.msa import verify_msas
+
+    return verify_msas(store)
+
+
 #: further checks registered by the MSA / component stages: callables(store) -> list[str]
-_EXTRA_CHECKS: list = []
+_EXTRA_CHECKS: list = [_msa_checks]

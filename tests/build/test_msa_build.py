@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+import zarr
 from Bio import AlignIO
 
 import featurecache
@@ -19,6 +20,7 @@ from featurecache.const import GAP, PROTEIN_ONE_LETTER, PROTEIN_RESIDUES, UNK_PR
 from featurecache.errors import InvalidRequest, NotFound
 from featurecache.featurize.seqhash import sequence_hash
 from featurecache.store.index import complete_parts
+from featurecache.store.verify import verify_store
 from tests.conftest import MSAS, STRUCTURES, build_store
 
 DEPTH_CAP = 16384
@@ -316,6 +318,26 @@ def test_bad_msa_is_a_failure_and_near_misses_are_reported(tmp_path: Path) -> No
     assert again.n_failed == 0
     assert again.stages["msa"]["MSAs written (from files / single sequence)"] == "0 / 0"
     assert len(featurecache.open_store(tmp_path / "s").failures) == 1
+    assert verify_store(tmp_path / "s") == []
+    # the file is fixed: the MSA is rebuilt from it and the failure goes away
+    (msa / "1psm_A" / "bfd_uniclust_hits.a3m.gz").write_bytes(
+        gzip.compress((MSAS / "openfold/1psm_A/bfd_uniclust_hits.a3m").read_bytes())
+    )
+    fixed = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    assert fixed.n_failed == 0
+    store = featurecache.open_store(tmp_path / "s")
+    assert len(store.failures) == 0
+    assert next(e for e in store.entries.to_pylist() if e["id"] == "1psm")["msa_coverage"] == 1.0
+    psm = next(r for r in store.chains.to_pylist() if r["entry_id"] == "1psm" and r["mol_type"] == 0)
+    assert psm["msa_depth"] == _expected_depth(
+        _match_strings("openfold/1psm_A/bfd_uniclust_hits.a3m")[0], ["openfold/1psm_A/bfd_uniclust_hits.a3m"]
+    )
+    # verify recomputes every MSA's content hash: a changed residue is found
+    row = next(r for r in store.msas.to_pylist() if r["sources"] and r["key"] == psm["msa_key"])
+    arr = zarr.open_array(str(tmp_path / "s" / "parts" / row["part"] / row["array"]), mode="r+")
+    arr[1, 0] = (int(np.asarray(arr[1, 0])) + 1) % 20
+    problems = verify_store(tmp_path / "s")
+    assert len(problems) == 1 and problems[0].startswith(f"MSA {psm['msa_key']}: content hash")
 
 
 SUBSET = ("1psm.cif", "2q2k.cif", "102m.cif", "8f9h.cif", "209d-assembly1.cif", "7zzx.cif")
