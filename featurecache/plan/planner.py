@@ -1,0 +1,299 @@
+"""Per-entry memory plan of a store, from its index tables alone.
+
+For every entry the plan predicts the peak training memory of one step of the reference trunk
+(:mod:`featurecache.plan.memory`) at each standard crop, with the entry's effective token count
+``N = min(token_count, crop)`` and its worst-case MSA rows ``M = min(deepest chain MSA,
+max_msa_rows)`` (the client draws between 1 and that many rows), and the largest token budget that
+fits the GPU. The result is written to ``STORE/index/plan.arrow`` (atomic replace), which
+:class:`~featurecache.store.reader.LocalStore` loads as ``store.table("plan")``;
+:func:`fitting_ids` turns it into the ``ids`` of a
+:class:`~featurecache.client.sampler.SamplerFilter`.
+
+``plan.arrow`` columns: ``id``, ``token_count``, ``msa_rows``, ``max_tokens`` (largest N that fits
+at this entry's M), ``recommended_crop`` (``min(token_count, max_tokens)``), and per standard crop
+``C``: ``tokens_C`` (effective N), ``predicted_peak_bytes_C``, ``fits_C``. The schema metadata
+``featurecache.plan`` (JSON) records the GPU budget, kernel mode, precision, batch size, model
+config and the store's entry count at planning time (a plan older than the index is detectable).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featurecache.errors import InvalidRequest, StoreError
+from featurecache.model.config import ModelConfig
+from featurecache.plan.memory import MemoryEstimate, Precision, estimate_step, max_tokens_within
+
+log = logging.getLogger(__name__)
+
+#: crops the plan reports (AF3 trains at 384, then 640 and 768 in fine-tuning)
+STANDARD_CROPS: tuple[int, ...] = (384, 640, 768)
+PLAN_TABLE = "plan"
+PLAN_METADATA_KEY = b"featurecache.plan"
+PLAN_VERSION = 1
+#: the client's default cap on sampled MSA rows (client/assemble.py DEFAULT_MAX_MSA_ROWS)
+DEFAULT_MAX_MSA_ROWS = 1024
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"80GiB"`` → 85899345920; accepts B, kB/MB/GB/TB (powers of 10), KiB/MiB/GiB/TiB, bare numbers."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise InvalidRequest(f"cannot read a memory size from {text!r} (e.g. 80GiB, 141GB, 8e9)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def load_model_config(path: str | Path | None) -> ModelConfig:
+    return ModelConfig() if path is None else ModelConfig.from_json(path)
+
+
+def entry_msa_rows(
+    entries: pa.Table, chains: pa.Table, max_msa_rows: int = DEFAULT_MAX_MSA_ROWS
+) -> np.ndarray:
+    """int64 ``[n_entries]``: rows of the largest MSA the client can sample for each entry (≥ 1)."""
+    ids = entries.column("id").to_pylist()
+    deepest = dict.fromkeys(ids, 1)
+    if chains.num_rows and "msa_depth" in chains.column_names:
+        depth = pc.fill_null(chains.column("msa_depth"), 0).to_numpy(zero_copy_only=False)
+        for eid, dep in zip(chains.column("entry_id").to_pylist(), depth.tolist(), strict=True):
+            if eid in deepest and dep > deepest[eid]:
+                deepest[eid] = int(dep)
+    return np.minimum(np.array([deepest[i] for i in ids], dtype=np.int64), max_msa_rows)
+
+
+class Planner:
+    """Predictions for one (model config, GPU budget, kernel mode, precision, batch size), cached
+    per (N, M) so a large index costs one ledger replay per distinct shape."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        gpu_memory_bytes: int,
+        *,
+        fused: bool = True,
+        precision: Precision | None = None,
+        batch_size: int = 1,
+    ) -> None:
+        self.cfg, self.budget, self.fused = cfg, int(gpu_memory_bytes), fused
+        self.precision = precision or Precision.cuda_bf16()
+        self.batch_size = int(batch_size)
+        self.estimate = lru_cache(maxsize=None)(self._estimate)
+        self.max_tokens = lru_cache(maxsize=None)(self._max_tokens)
+
+    def _estimate(self, n_tokens: int, msa_rows: int) -> MemoryEstimate:
+        return estimate_step(
+            self.cfg, n_tokens, msa_rows, self.batch_size, fused=self.fused, precision=self.precision
+        )
+
+    def _max_tokens(self, msa_rows: int) -> int:
+        return max_tokens_within(
+            self.budget, self.cfg, msa_rows, self.batch_size, fused=self.fused, precision=self.precision
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "version": PLAN_VERSION, "gpu_memory_bytes": self.budget, "fused": self.fused,
+            "precision": {"compute_bytes": self.precision.compute, "exp_fp32": self.precision.exp_fp32},
+            "batch_size": self.batch_size, "model_config": self.cfg.to_dict(),
+        }  # fmt: skip
+
+    def plan(
+        self,
+        entries: pa.Table,
+        chains: pa.Table,
+        crops: Sequence[int] = STANDARD_CROPS,
+        max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    ) -> pa.Table:
+        """The plan table (one row per entry of ``entries``, same order)."""
+        ids = entries.column("id").to_pylist()
+        tokens = np.asarray(
+            pc.fill_null(entries.column("token_count"), 0).to_numpy(zero_copy_only=False), np.int64
+        )
+        rows = entry_msa_rows(entries, chains, max_msa_rows)
+        max_tok = np.array([self.max_tokens(int(m)) for m in rows.tolist()], dtype=np.int64)
+        cols: dict[str, pa.Array] = {
+            "id": pa.array(ids, pa.string()),
+            "token_count": pa.array(tokens, pa.int64()),
+            "msa_rows": pa.array(rows, pa.int64()),
+            "max_tokens": pa.array(max_tok, pa.int64()),
+            "recommended_crop": pa.array(np.minimum(tokens, max_tok), pa.int64()),
+        }
+        for crop in crops:
+            n_eff = np.minimum(tokens, crop)
+            peak = np.array(
+                [self.estimate(max(1, int(n)), int(m)).peak_bytes for n, m in zip(n_eff, rows, strict=True)],
+                dtype=np.int64,
+            )
+            cols[f"tokens_{crop}"] = pa.array(n_eff, pa.int64())
+            cols[f"predicted_peak_bytes_{crop}"] = pa.array(peak, pa.int64())
+            cols[f"fits_{crop}"] = pa.array(peak <= self.budget, pa.bool_())
+        meta = dict(self.metadata(), crops=list(crops), max_msa_rows=max_msa_rows, n_entries=len(ids))
+        table = pa.table(cols)
+        return table.replace_schema_metadata({PLAN_METADATA_KEY: json.dumps(meta).encode()})
+
+
+def plan_metadata(table: pa.Table) -> dict[str, Any]:
+    raw = (table.schema.metadata or {}).get(PLAN_METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[str, Any]:
+    """Share of entries that fit at each crop, and the budget bounds."""
+    meta = plan_metadata(table)
+    crops = list(crops or meta.get("crops") or STANDARD_CROPS)
+    n = table.num_rows
+    out: dict[str, Any] = {
+        "entries": n,
+        "gpu_memory_bytes": meta.get("gpu_memory_bytes"),
+        "fused": meta.get("fused"),
+    }
+    for crop in crops:
+        fits = table.column(f"fits_{crop}").to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
+        peaks = table.column(f"predicted_peak_bytes_{crop}").to_numpy() if n else np.zeros(0, np.int64)
+        out[f"share_fits_{crop}"] = float(fits.mean()) if n else float("nan")
+        out[f"max_predicted_peak_bytes_{crop}"] = int(peaks.max()) if n else 0
+    if n:
+        out["min_max_tokens"] = int(pc.min(table.column("max_tokens")).as_py())
+    return out
+
+
+def plan_path(store: str | Path) -> Path:
+    from featurecache.store.layout import INDEX_DIR
+
+    return Path(store) / INDEX_DIR / f"{PLAN_TABLE}.arrow"
+
+
+def write_plan(store: str | Path, table: pa.Table) -> Path:
+    """Atomically replace ``STORE/index/plan.arrow``. ``rebuild_index`` only rewrites the tables
+    the parts carry, so the plan survives a rebuild (re-plan after adding entries: entries missing
+    from the plan are not in :func:`fitting_ids`)."""
+    from featurecache.store.index import replace_table
+
+    path = plan_path(store)
+    if not path.parent.is_dir():
+        raise StoreError(f"{store} has no index directory; is it a featurecache store?")
+    replace_table(path, table)
+    return path
+
+
+def read_plan(store: Any) -> pa.Table:
+    """The plan of a store (a path or an open ``LocalStore``); raises ``StoreError`` without one."""
+    from featurecache.store.index import read_table
+
+    if hasattr(store, "table"):
+        t = store.table(PLAN_TABLE)
+        if t.num_rows or "id" in t.column_names:
+            return t
+        raise StoreError("the store has no plan: run `featurecache plan STORE` first")
+    path = plan_path(store)
+    if not path.is_file():
+        raise StoreError(f"{path} does not exist: run `featurecache plan {store}` first")
+    return read_table(path, memory_map=False)
+
+
+def fitting_ids(store: Any, crop: int) -> list[str]:
+    """Ids of the entries the plan says fit at ``crop`` — the filter hook of the client's sampler:
+
+    ``SamplerFilter(ids=fitting_ids(store, 640))`` (see :class:`featurecache.client.sampler.SamplerFilter`).
+    """
+    table = read_plan(store)
+    col = f"fits_{crop}"
+    if col not in table.column_names:
+        crops = [c.removeprefix("fits_") for c in table.column_names if c.startswith("fits_")]
+        raise InvalidRequest(f"the plan has no crop {crop}; planned crops: {', '.join(crops)}")
+    mask = table.column(col).to_numpy(zero_copy_only=False)
+    return [i for i, ok in zip(table.column("id").to_pylist(), mask.tolist(), strict=True) if ok]
+
+
+def plan_store(
+    store: str | Path,
+    model_config: str | Path | None = None,
+    gpu_memory: str | int = "80GiB",
+    *,
+    fused: bool = True,
+    write_index: bool = True,
+    batch_size: int = 1,
+    crops: Sequence[int] = STANDARD_CROPS,
+    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    precision: Precision | None = None,
+) -> pa.Table:
+    """Plan every entry of a store; write ``index/plan.arrow`` when ``write_index``."""
+    from featurecache.store.reader import open_store
+
+    reader = open_store(store)
+    try:
+        planner = Planner(
+            load_model_config(model_config), parse_bytes(gpu_memory), fused=fused, precision=precision,
+            batch_size=batch_size,
+        )  # fmt: skip
+        table = planner.plan(reader.entries, reader.chains, crops, max_msa_rows)
+    finally:
+        reader.close()
+    if write_index:
+        path = write_plan(store, table)
+        log.info("plan written: %s (%d entries)", path, table.num_rows)
+    return table
+
+
+def run_plan(
+    store: Path,
+    model_config: Path | None = None,
+    gpu_memory: str = "80GiB",
+    fused: bool = True,
+    write_index: bool = True,
+) -> dict[str, Any]:
+    """``featurecache plan``: plan, write the index table, print a summary; returns the summary."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = plan_store(store, model_config, gpu_memory, fused=fused, write_index=write_index)
+    summary = summarize_plan(table)
+    meta = plan_metadata(table)
+    budget = meta["gpu_memory_bytes"]
+    console = Console()
+    t = Table(
+        title=f"memory plan: {table.num_rows} entries, {budget / 2**30:.1f} GiB, "
+        f"{'fused Triton kernels' if fused else 'torch reference kernels'}, bf16 autocast, batch {meta['batch_size']}"
+    )
+    for col in ("crop", "entries that fit", "share", "largest predicted peak", "peak of a full crop"):
+        t.add_column(col, justify="right")
+    planner = Planner(
+        load_model_config(model_config), budget, fused=fused, batch_size=meta["batch_size"]
+    )  # for the "full crop" column: N = crop, the deepest MSA the client samples
+    for crop in meta["crops"]:
+        n_fit = int(pc.sum(table.column(f"fits_{crop}")).as_py() or 0)
+        full = planner.estimate(crop, meta["max_msa_rows"]).peak_bytes
+        t.add_row(
+            str(crop), f"{n_fit}/{table.num_rows}", f"{summary[f'share_fits_{crop}']:.1%}",
+            f"{summary[f'max_predicted_peak_bytes_{crop}'] / 2**30:.2f} GiB", f"{full / 2**30:.2f} GiB",
+        )  # fmt: skip
+    console.print(t)
+    if table.num_rows:
+        console.print(
+            f"largest crop that fits at the deepest MSA: {summary['min_max_tokens']} tokens; "
+            + (
+                "written to index/plan.arrow (filter: featurecache.plan.fitting_ids(store, crop))"
+                if write_index
+                else "not written (--no-write-index)"
+            )
+        )
+    return summary
