@@ -22,20 +22,22 @@ import logging
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zarr
 
-from featurecache.chem.conformer import ReferenceConformer
 from featurecache.chem.reference import ComponentTable
 from featurecache.const import SCHEMA_VERSION, encode_atom_name
 from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, write_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
 from featurecache.store.writer import commit_part, part_tmp_dir, write_record_array
+
+if TYPE_CHECKING:  # conformer.py imports RDKit, which the lookup image (and the client) lack
+    from featurecache.chem.conformer import ReferenceConformer
 
 log = logging.getLogger(__name__)
 
