@@ -55,7 +55,7 @@ def parse_bytes(text: str | int) -> int:
     """``"80GiB"`` → 85899345920; accepts B, kB/MB/GB/TB (powers of 10), KiB/MiB/GiB/TiB, bare numbers."""
     if isinstance(text, int):
         return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS:
         raise InvalidRequest(f"cannot read a memory size from {text!r} (e.g. 80GiB, 141GB, 8e9)")
