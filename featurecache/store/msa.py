@@ -263,9 +263,16 @@ def latest_msas(msas: pa.Table) -> pa.Table:
         return msas
     order = pc.sort_indices(msas, sort_keys=[("key", "ascending"), ("part", "descending")])
     t = msas.take(order)
-    keys = t.column("key").to_pylist()
-    keep = [i for i in range(len(keys)) if i == 0 or keys[i] != keys[i - 1]]
-    return t.take(pa.array(keep, type=pa.int64()))
+    keys = t.column("key")
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))  # row i+1 starts a new key
+    return t.filter(
+        pa.concat_arrays(
+            [
+                pa.array([True]),
+                pa.concat_arrays(first.chunks) if first.num_chunks else pa.array([], pa.bool_()),
+            ]
+        )
+    )
 
 
 def _drop_resolved_msa_failures(failures: pa.Table | None, msas: pa.Table) -> pa.Table | None:
@@ -312,46 +319,50 @@ def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     failures = _drop_resolved_msa_failures(tables.get("failures"), msas)
     if failures is not None:
         tables["failures"] = failures
-    info = {
-        k: (d, f)
-        for k, d, f in zip(
-            msas.column("key").to_pylist(),
-            msas.column("depth").to_pylist(),
-            msas.column("n_files").to_pylist(),
-            strict=True,
-        )
-    }
     chains = tables.get("chains")
     if chains is None or chains.num_rows == 0 or "sequence_hash" not in chains.column_names:
         return tables
     for col in ("msa_key", "msa_depth", "msa_files"):
         if col in chains.column_names:
             chains = chains.drop_columns([col])
-    hashes = chains.column("sequence_hash").to_pylist()
-    mol = chains.column("mol_type").to_pylist()
-    keys = [h if (m != MolType.LIGAND and h in info) else "" for h, m in zip(hashes, mol, strict=True)]
-    chains = chains.append_column("msa_key", pa.array(keys, pa.string()))
-    chains = chains.append_column("msa_depth", pa.array([info[k][0] if k else 0 for k in keys], pa.int32()))
-    chains = chains.append_column("msa_files", pa.array([info[k][1] if k else 0 for k in keys], pa.int32()))
+    hashes = chains.column("sequence_hash")
+    idx = pc.index_in(hashes, value_set=msas.column("key"))
+    polymer = pc.not_equal(chains.column("mol_type"), pa.scalar(int(MolType.LIGAND), pa.int8()))
+    has = pc.fill_null(pc.and_(polymer, pc.is_valid(idx)), False)
+    depth = pc.fill_null(pc.take(msas.column("depth"), idx), 0)
+    files = pc.fill_null(pc.take(msas.column("n_files"), idx), 0)
+    chains = chains.append_column("msa_key", pc.if_else(has, hashes, pa.scalar("", pa.string())))
+    chains = chains.append_column("msa_depth", pc.if_else(has, depth, 0).cast(pa.int32()))
+    chains = chains.append_column("msa_files", pc.if_else(has, files, 0).cast(pa.int32()))
     tables["chains"] = chains
     entries = tables.get("entries")
     if entries is None or entries.num_rows == 0:
         return tables
-    polymer: dict[str, int] = {}
-    covered: dict[str, int] = {}
-    for eid, m, k in zip(chains.column("entry_id").to_pylist(), mol, keys, strict=True):
-        if m == MolType.LIGAND:
-            continue
-        polymer[eid] = polymer.get(eid, 0) + 1
-        if k and info[k][1] > 0:
-            covered[eid] = covered.get(eid, 0) + 1
     for col in ("n_msa_chains", "msa_coverage"):
         if col in entries.column_names:
             entries = entries.drop_columns([col])
-    ids = entries.column("id").to_pylist()
-    entries = entries.append_column("n_msa_chains", pa.array([covered.get(i, 0) for i in ids], pa.int32()))
-    coverage = [covered.get(i, 0) / polymer[i] if polymer.get(i) else float("nan") for i in ids]
-    tables["entries"] = entries.append_column("msa_coverage", pa.array(coverage, pa.float64()))
+    covered = pc.and_(has, pc.greater(chains.column("msa_files"), 0))
+    per_entry = (
+        pa.table(
+            {
+                "entry_id": chains.column("entry_id"),
+                "polymer": polymer.cast(pa.int64()),
+                "covered": covered.cast(pa.int64()),
+            }
+        )
+        .group_by("entry_id")
+        .aggregate([("polymer", "sum"), ("covered", "sum")])
+    )
+    at = pc.index_in(entries.column("id"), value_set=per_entry.column("entry_id"))
+    n_polymer = pc.fill_null(pc.take(per_entry.column("polymer_sum"), at), 0)
+    n_covered = pc.fill_null(pc.take(per_entry.column("covered_sum"), at), 0)
+    coverage = pc.if_else(
+        pc.greater(n_polymer, 0),
+        pc.divide(n_covered.cast(pa.float64()), pc.max_element_wise(n_polymer, 1).cast(pa.float64())),
+        pa.scalar(float("nan"), pa.float64()),
+    )
+    entries = entries.append_column("n_msa_chains", n_covered.cast(pa.int32()))
+    tables["entries"] = entries.append_column("msa_coverage", coverage)
     return tables
 
 
