@@ -1,0 +1,73 @@
+"""``featurecache report``: a static HTML page of what a store holds, with the numbers behind it.
+
+``OUT/index.html`` embeds one PNG per plot (``OUT/<panel>.png``, matplotlib) and links the numbers
+drawn (``OUT/<panel>.csv``), the per-entry table (``entries.csv``), the failures (``failures.csv``)
+and a summary (``summary.json``). It opens from disk in any browser (relative links, no scripts).
+With ``train_log`` it adds the loader timeline of a ``featurecache train`` run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from featurecache.errors import StoreError
+from featurecache.report.data import Panel, collect
+from featurecache.report.html import render_page
+
+__all__ = ["Panel", "write_report"]
+
+log = logging.getLogger(__name__)
+
+
+def _write_csv(path: Path, columns: dict[str, list[Any]]) -> None:
+    names = list(columns)
+    n = max((len(v) for v in columns.values()), default=0)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(names)
+        for i in range(n):
+            w.writerow([columns[k][i] if i < len(columns[k]) else "" for k in names])
+
+
+def write_report(store: str | Path, out: str | Path, train_log: str | Path | None = None) -> Path:
+    """Write the report of ``store`` into directory ``out``; returns the path of ``index.html``."""
+    from featurecache.report.plots import render
+    from featurecache.store.reader import open_store
+
+    store, out = Path(store), Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the report directory {out}: {exc}") from exc
+    reader = open_store(store)
+    try:
+        panels, per_entry, summary = collect(reader, store)
+        failures = reader.failures.to_pylist()
+    finally:
+        reader.close()
+    if train_log is not None:
+        from featurecache.report.timeline import load_train_log, timeline_panel
+
+        panel, tl_summary = timeline_panel(load_train_log(train_log))
+        panels.append(panel)
+        summary["loader_timeline"] = tl_summary
+    for panel in panels:
+        render(panel, out)
+        _write_csv(out / f"{panel.name}.csv", panel.columns)
+    _write_csv(out / "entries.csv", per_entry)
+    fail_cols = ["path", "entry_id", "stage", "error_class", "message"]
+    _write_csv(out / "failures.csv", {c: [f.get(c, "") for f in failures] for c in fail_cols})
+    summary["panels"] = [p.name for p in panels]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    page = render_page(
+        f"featurecache report — {store.name}", panels, summary, failures, time.strftime("%Y-%m-%d %H:%M:%S")
+    )
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    log.info("report: %d plots in %s", len(panels), out)
+    return index
