@@ -3,7 +3,8 @@ does ready-first yielding cope with stragglers? One run, side by side.
 
 (a) samples/s — and samples per CPU-second ("per core") — of ``FeatureDataset`` at 384-token crops
     reading the local store and reading the same store through the lookup service
-    (``featurecache serve`` in a child process; its CPU time is counted too).
+    (``featurecache serve`` in a child process). CPU time counts this process and its children
+    (the lookup server, or the pool's worker processes): ``child_cpu_ms_per_sample``.
 (b) the same sample stream computed from the raw files each step (the uncached baseline: parse +
     tokenize + featurize every step; a second row also builds the entry's RDKit reference
     conformers every step) — the speed-up the cache buys.
@@ -69,28 +70,39 @@ def corpus_store(path: Path | None) -> Path:
 
 # --------------------------------------------------------------------- the uncached baseline
 class RawFilesReader(FeatureReader):
-    """The store's index (so the sampler stream is identical) over the *raw files*: every
-    ``entry()`` reads, parses, tokenizes and featurizes the source file again. With
-    ``conformers=True`` every entry's reference conformers are also built (RDKit), per step."""
+    """The store's index (so the sampler stream is identical) over the *raw files*.
 
-    def __init__(self, store: Path, pdb_dir: Path, ccd: Path, conformers: bool) -> None:
+    Every ``entry()`` reads, parses, tokenizes and featurizes the structure file again. With
+    ``msas=True`` every ``msa()`` call (one per cropped chain with an MSA, per step) parses that
+    chain's alignment files again and merges them (the build's own functions); with
+    ``conformers=True`` every entry's reference conformers are built again with RDKit. What is
+    not recomputed comes from the store.
+    """
+
+    def __init__(
+        self, store: Path, pdb_dir: Path, msa_dir: Path, ccd: Path, msas: bool, conformers: bool
+    ) -> None:
         from featurecache import open_store
 
         self.store = open_store(store)
-        self.pdb_dir = Path(pdb_dir)
-        self.ccd = str(ccd)
-        self.conformers = conformers
-        self._source = dict(
-            zip(self.store.entries.column("id").to_pylist(), self.store.entries.column("source_path").to_pylist(),
-                strict=True)
-        )  # fmt: skip
+        self.pdb_dir, self.msa_dir, self.ccd = Path(pdb_dir), Path(msa_dir), str(ccd)
+        self.msas_raw, self.conformers = msas, conformers
+        e = self.store.entries
+        self._source = dict(zip(e.column("id").to_pylist(), e.column("source_path").to_pylist(), strict=True))
+        m = self.store.msas
+        self._msa_sources = (
+            {r["key"]: r for r in m.select(["key", "mol_type", "sources"]).to_pylist()} if m.num_rows else {}
+        )
+        seqs = self.store.chains.select(["sequence_hash", "sequence"]).to_pylist()
+        self._sequence = {r["sequence_hash"]: r["sequence"] for r in seqs}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"store": str(self.store.path), "pdb_dir": str(self.pdb_dir), "ccd": self.ccd,
-                "conformers": self.conformers}  # fmt: skip
+        return {"args": (str(self.store.path), str(self.pdb_dir), str(self.msa_dir), self.ccd, self.msas_raw,
+                         self.conformers)}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(Path(state["store"]), Path(state["pdb_dir"]), Path(state["ccd"]), state["conformers"])  # type: ignore[misc]
+        a = state["args"]
+        self.__init__(Path(a[0]), Path(a[1]), Path(a[2]), Path(a[3]), a[4], a[5])  # type: ignore[misc]
 
     ids = property(lambda self: self.store.ids)
     entries = property(lambda self: self.store.entries)
@@ -101,9 +113,6 @@ class RawFilesReader(FeatureReader):
 
     def info(self) -> dict[str, Any]:
         return {"raw": True}
-
-    def msa(self, key: str, rows: Any = None, cols: Any = None) -> Any:
-        return self.store.msa(key, rows, cols)
 
     def component_table(self) -> Any:
         return self.store.component_table()
@@ -118,11 +127,53 @@ class RawFilesReader(FeatureReader):
         st = featurize_bytes(path.read_bytes(), path.name, entry_id, component_atoms=atoms_fn,
                              component_bonds=bonds_fn)  # fmt: skip
         chains = [{**asdict(c), "entry_id": entry_id} for c in st.chains]
-        stored = {r["asym_id"]: r for r in self.store.entry_chains(entry_id)}
-        for c in chains:  # the MSA join is the build's (by sequence hash), not recomputed here
-            c["msa_key"] = stored.get(c["asym_id"], {}).get("msa_key")
+        for c in chains:  # the chain ↔ MSA join is by sequence hash, as in the build
+            c["msa_key"] = c["sequence_hash"] if c["sequence_hash"] in self._msa_sources else None
         return Entry(id=entry_id, atoms=columns(st.atoms), tokens=columns(st.tokens), bonds=columns(st.bonds),
                      interfaces=columns(st.interfaces), meta={}, chains=chains)  # fmt: skip
+
+    def msa(self, key: str, rows: Any = None, cols: Any = None) -> Any:
+        if not self.msas_raw:
+            return self.store.msa(key, rows, cols)
+        from featurecache.types import MSABlock
+
+        enc = self._parse_msa(key)
+        r = np.arange(enc.depth) if rows is None else np.minimum(np.asarray(rows, np.int64), enc.depth - 1)
+        c = np.arange(enc.length) if cols is None else np.asarray(cols, np.int64)
+        return MSABlock(key=key, residues=enc.residues[np.ix_(r, c)], deletions=enc.deletions[np.ix_(r, c)],
+                        species=enc.species[r], source=enc.source[r], profile=enc.profile[c],
+                        deletion_mean=enc.deletion_mean[c], depth=enc.depth, length=enc.length)  # fmt: skip
+
+    def _parse_msa(self, key: str) -> Any:
+        """Parse and merge the chain's alignment files, as the build's MSA stage does."""
+        from featurecache.errors import MSAError
+        from featurecache.featurize.msa import adopt_query, build_msa, compatible_query
+        from featurecache.parse.a3m import find_query, parse_a3m, reroot
+        from featurecache.parse.hits import sniff_file
+        from featurecache.parse.sto import parse_sto
+        from featurecache.types import ParsedMSA
+
+        row = self._msa_sources[key]
+        sequence = self._sequence[key]
+        alignments: list[tuple[str, ParsedMSA]] = []
+        for rel in row["sources"] or ():
+            path = self.msa_dir / rel.split("#")[0]
+            blocks: list[Any] = parse_a3m(path) if sniff_file(path) == "a3m" else parse_sto(path)
+            for b in blocks:
+                if isinstance(b, ParsedMSA):
+                    q = find_query(b, sequence)
+                    msa = reroot(b, q) if q is not None else None
+                    if msa is None and compatible_query(b.query_sequence, sequence):
+                        msa = adopt_query(b, sequence)
+                else:
+                    msa = b.msa_for(sequence)
+                if msa is not None and msa.rows and msa.rows[0] == sequence:
+                    alignments.append((rel, msa))
+                    break
+        try:
+            return build_msa(sequence, row["mol_type"], alignments)
+        except MSAError:
+            return build_msa(sequence, row["mol_type"], [])
 
     def entry_component_table(self, entry: Entry) -> Any:
         if not self.conformers:
@@ -189,7 +240,7 @@ def consume(stream: Iterator[Any], n: int, warmup: int = 0) -> dict[str, Any]:
         "wall_s": wall,
         "samples_per_s": n / wall,
         "client_cpu_s": cpu,
-        "server_cpu_s": child,
+        "child_cpu_s": child,
         "samples_per_cpu_s": n / max(cpu + child, 1e-9),
         "cores_busy": (cpu + child) / wall,
         "worst_wait_s": max(waits),
@@ -261,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         "--store", type=Path, default=None, help="existing store (default: build the real corpus)"
     )
     ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
-    ap.add_argument("--raw-samples", type=int, default=40, help="samples per uncached run")
+    ap.add_argument("--raw-samples", type=int, default=30, help="samples per uncached run")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -286,8 +337,9 @@ def main(argv: list[str] | None = None) -> None:
 
     # ---- (a) cached: local store and lookup service
     rates: dict[str, dict[str, Any]] = {}
-    for label, workers in (("local threads=1", 1), ("local threads=2", 2)):
-        ds = _dataset(store, workers=workers)
+    for label, pool, workers in (("local threads=1", "thread", 1), ("local threads=2", "thread", 2),
+                                 ("local processes=2", "process", 2)):  # fmt: skip
+        ds = _dataset(store, pool=pool, workers=workers)
         r = consume(iter(ds), n, warmup=10)
         ds.close()
         rates[label] = r
@@ -305,8 +357,11 @@ def main(argv: list[str] | None = None) -> None:
     # ---- (b) uncached: raw files each step
     ccd = SHARED / "data" / "ccd"
     cached = rates["local threads=2"]
-    for label, conformers in (("raw: parse+featurize", False), ("raw: parse+featurize+conformers", True)):
-        ds = _dataset(RawFilesReader(store, REAL / "structures", ccd, conformers), workers=2)
+    variants = (("raw: structure", False, False), ("raw: structure+MSAs", True, False),
+                ("raw: structure+MSAs+conformers", True, True))  # fmt: skip
+    for label, msas, conformers in variants:
+        raw = RawFilesReader(store, REAL / "structures", REAL / "msas", ccd, msas, conformers)
+        ds = _dataset(raw, workers=2)
         r = consume(iter(ds), args.raw_samples, warmup=2)
         ds.close()
         bench.add(part="b", source=label, **_row(r),
@@ -356,7 +411,7 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "samples_per_cpu_s": round(r["samples_per_cpu_s"], 1),
         "cores_busy": round(r["cores_busy"], 2),
         "client_cpu_ms_per_sample": round(1e3 * r["client_cpu_s"] / r["samples"], 2),
-        "server_cpu_ms_per_sample": round(1e3 * r["server_cpu_s"] / r["samples"], 2),
+        "child_cpu_ms_per_sample": round(1e3 * r["child_cpu_s"] / r["samples"], 2),
         "p95_wait_s": round(r["p95_wait_s"], 4),
     }
 

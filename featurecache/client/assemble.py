@@ -154,7 +154,8 @@ def msa_features(
     length) from the MSA index, None when not stored (without it, one row is read to learn it).
     MSA column of a polymer token =
     ``residue_index - 1`` (position in the chain sequence; the per-atom tokens of a modified
-    residue all take that residue's column).
+    residue all take that residue's column). A stored MSA of depth 1 (the query alone) equals the
+    single-sequence MSA and is not read.
     """
     n = keep.size
     restype = np.asarray(tokens["restype"])[keep].astype(np.uint8)
@@ -177,6 +178,8 @@ def msa_features(
             log.warning("MSA %s has %d columns but chain %d has residue index %d; single sequence",
                         key, length, c, int(cols.max()) + 1)  # fmt: skip
             continue
+        if d <= 1:
+            continue  # the query alone: identical to the single-sequence MSA, no read needed
         blocks[int(c)] = (key, pos, int(d))
     depth = max([b[2] for b in blocks.values()], default=1)
     n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1

@@ -331,7 +331,8 @@ class FeatureLoader:
     """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
     consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
     recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
-    delegate to the dataset; load before iterating."""
+    delegate to the dataset; load before iterating. Workers' batches are taken as they come
+    (``in_order=False`` unless given)."""
 
     def __init__(
         self, dataset: FeatureDataset, batch_size: int = 1, num_workers: int = 0, **kwargs: Any
@@ -339,6 +340,9 @@ class FeatureLoader:
         self.dataset = dataset
         dataset._track_on_yield = False
         kwargs.setdefault("collate_fn", collate)
+        # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
+        # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
+        kwargs.setdefault("in_order", False)
         self.dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
     @property
