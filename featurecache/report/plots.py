@@ -59,7 +59,7 @@ def render(panel: Panel, out_dir: Path) -> Path:
             ys = cols[name]
             style = panel.extra.get("styles", {}).get(name, "line")
             if style == "bar":
-                ax.bar(cols["x"], ys, color=colour, width=1.0)
+                ax.bar(cols["x"], ys, color=colour, width=0.8)
             else:
                 ax.plot(cols["x"], ys, color=colour, lw=1.2, marker="." if len(ys) < 200 else None)
             ax.set_ylabel(panel.extra.get("labels", {}).get(name, name), fontsize=8)

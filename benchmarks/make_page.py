@@ -1,0 +1,311 @@
+"""Write BENCHMARKS.md from benchmarks/results/*.json: every benchmark's latest numbers on one page.
+
+For each result file: what it measures (the benchmark script's docstring), the command that
+produced it, the machine it ran on, the headline ratios against its baselines (uncached
+featurization, ordered DataLoader, eager / SDPA / FlexAttention, …) and the full table. Benchmark
+scripts without a result yet are listed with the command to run. Missing or malformed files are
+reported on the page, never fatal; re-run after new results arrive:
+
+    .venv/bin/python benchmarks/make_page.py [--results DIR] [--out BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NOT_BENCHMARKS = {"__init__", "harness", "make_page"}
+#: page order (others follow alphabetically)
+ORDER = ("build", "chem", "msa", "store_layout", "serve", "loader", "kernels", "train", "plan_validate")
+
+Row = dict[str, Any]
+Ratio = tuple[str, str, str]  # (comparison, value, note)
+
+
+# ----------------------------------------------------------------------------------- formatting
+def fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return "" if v is None else str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "–"
+        a = abs(v)
+        if a >= 1000:
+            return f"{v:,.0f}"
+        if a >= 100:
+            return f"{v:.1f}"
+        if a >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+    if isinstance(v, list | dict):
+        text = json.dumps(v)
+        return text if len(text) <= 60 else text[:57] + "…"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: list[Row], max_rows: int = 60) -> str:
+    if not rows:
+        return "_(no rows)_\n"
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in rows[:max_rows]:
+        lines.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+    if len(rows) > max_rows:
+        lines.append(f"\n_… {len(rows) - max_rows} more rows in the JSON._")
+    return "\n".join(lines) + "\n"
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    parts = [m["gpu"]] if m.get("gpu") else ["no GPU"]
+    if m.get("cpus"):
+        parts.append(f"{m['cpus']} CPUs ({m.get('processor', '?')})")
+    for k in ("torch", "triton", "python"):
+        if m.get(k):
+            parts.append(f"{k} {m[k]}")
+    if m.get("platform"):
+        parts.append(str(m["platform"]))
+    if m.get("git"):
+        parts.append(f"commit {m['git']}")
+    return " · ".join(parts)
+
+
+def describe(name: str) -> str:
+    """The first paragraph of benchmarks/<name>.py's docstring."""
+    path = HERE / f"{name}.py"
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    except (OSError, SyntaxError):
+        return ""
+    return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
+# -------------------------------------------------------------------------------------- ratios
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _x(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}×" if a is not None and b not in (None, 0) else "–"
+
+
+def ratios_build(rows: list[Row]) -> list[Ratio]:
+    by = {r.get("workers"): r for r in rows}
+    if 1 in by and 2 in by:
+        return [("2 workers vs 1 (entries/s)", _x(_num(by[2].get("entries_per_s")), _num(by[1].get("entries_per_s"))),
+                 "LocalCluster scaling")]  # fmt: skip
+    return []
+
+
+def ratios_chem(rows: list[Row]) -> list[Ratio]:
+    out = []
+    for r in rows:
+        if r.get("kind") == "summary" and _num(r.get("speedup")) is not None:
+            out.append((f"{r['name']}", f"{r['speedup']:.0f}×", f"min {fmt(r.get('speedup_min'))}×"))
+    return out
+
+
+def ratios_msa(rows: list[Row]) -> list[Ratio]:
+    vals = [
+        _num(r.get("parse_over_store")) for r in rows if not str(r.get("msa", "")).startswith("synthetic")
+    ]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        vals = [v for v in (_num(r.get("parse_over_store")) for r in rows) if v is not None]
+    if not vals:
+        return []
+    return [
+        ("stored MSA slice vs parsing the a3m/sto (real MSAs)", f"{min(vals):.1f}–{max(vals):.1f}×", "faster")
+    ]
+
+
+def ratios_store_layout(rows: list[Row]) -> list[Ratio]:
+    return [(f"records vs {r['layout']} (ms/entry)", f"{r['slowdown_vs_records']:.1f}×", "faster")
+            for r in rows if _num(r.get("slowdown_vs_records")) is not None]  # fmt: skip
+
+
+def ratios_serve(rows: list[Row]) -> list[Ratio]:
+    best = lambda src: max((_num(r.get("entries_per_s")) or 0.0 for r in rows  # noqa: E731
+                            if str(r.get("source", "")).startswith(src)), default=None)  # fmt: skip
+    local, http = best("local"), best("http")
+    return (
+        [("HTTP lookup vs local reader (best entries/s)", _x(http, local), "remote / local")]
+        if local and http
+        else []
+    )
+
+
+def ratios_loader(rows: list[Row]) -> list[Ratio]:
+    out: list[Ratio] = []
+    for r in rows:
+        if r.get("part") == "b" and _num(r.get("cache_speedup")) is not None:
+            out.append((f"cached store vs uncached featurization ({r['source'].removeprefix('raw: ')})",
+                        f"{r['cache_speedup']:.1f}×", f"per CPU-second {fmt(r.get('cache_speedup_per_cpu'))}×"))  # fmt: skip
+    ordered = next((r for r in rows if str(r.get("source", "")).startswith("ordered DataLoader")), None)
+    if ordered is not None:
+        for r in rows:
+            if str(r.get("source", "")).startswith("ready-first"):
+                out.append((f"{r['source']} vs {ordered['source']} (samples/s with stragglers)",
+                            _x(_num(r.get("straggled_samples_per_s")), _num(ordered.get("straggled_samples_per_s"))),
+                            f"p95 wait {fmt(r.get('p95_wait_s'))} s vs {fmt(ordered.get('p95_wait_s'))} s"))  # fmt: skip
+    return out
+
+
+def ratios_kernels(rows: list[Row]) -> list[Ratio]:
+    out: list[Ratio] = []
+    groups: dict[tuple[Any, Any], dict[str, Row]] = {}
+    for r in rows:
+        groups.setdefault((r.get("op"), r.get("N")), {})[str(r.get("method"))] = r
+    for (op, n), methods in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        fused = methods.get("fused")
+        if fused is None or _num(fused.get("ms")) is None:
+            continue
+        for base in ("eager", "sdpa", "flex", "torch.compile"):
+            b = methods.get(base)
+            if b is None:
+                continue
+            if _num(b.get("ms")) is None:
+                out.append((f"{op} N={n}: fused vs {base}", f"{base}: {b.get('ms')}", ""))
+                continue
+            mem = _x(_num(b.get("peak_MiB")), _num(fused.get("peak_MiB")))
+            out.append((f"{op} N={n}: fused vs {base}", _x(_num(b.get("ms")), _num(fused.get("ms"))),
+                        f"time {fmt(fused['ms'])} vs {fmt(b['ms'])} ms; peak memory {mem} less"))  # fmt: skip
+    return out
+
+
+def ratios_plan_validate(rows: list[Row]) -> list[Ratio]:
+    out: list[Ratio] = []
+    for r in rows:
+        err = _num(r.get("error_pct"))
+        if err is not None:
+            out.append((f"planner vs measured peak, crop {r['crop']} {r['mode']}", f"{err:+.1f}%",
+                        f"{fmt(r.get('predicted_GiB'))} vs {fmt(r.get('measured_GiB'))} GiB"))  # fmt: skip
+        elif r.get("measured_GiB") == "OOM":
+            out.append((f"planner vs measured peak, crop {r['crop']} {r['mode']}", "OOM",
+                        f"predicted {fmt(r.get('predicted_GiB'))} GiB"))  # fmt: skip
+    return out
+
+
+def ratios_generic(rows: list[Row]) -> list[Ratio]:
+    keys = ("speedup", "ratio", "_over_", "x_vs_", "slowdown", "relative")
+    out: list[Ratio] = []
+    for r in rows:
+        label = next((str(v) for k, v in r.items() if isinstance(v, str)), "")
+        for k, v in r.items():
+            if any(s in k for s in keys) and _num(v) is not None:
+                out.append((f"{label} {k}".strip(), fmt(v), ""))
+    return out[:20]
+
+
+RATIOS: dict[str, Callable[[list[Row]], list[Ratio]]] = {
+    "build": ratios_build, "chem": ratios_chem, "msa": ratios_msa, "store_layout": ratios_store_layout,
+    "serve": ratios_serve, "loader": ratios_loader, "kernels": ratios_kernels, "plan_validate": ratios_plan_validate,
+}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------- page
+def load(results: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    docs: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for path in sorted(results.glob("*.json")) if results.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+                raise ValueError("no 'rows' list")
+        except (OSError, ValueError) as exc:
+            problems.append(f"`{path.name}`: unreadable ({exc})")
+            continue
+        docs[str(doc.get("benchmark") or path.stem)] = doc
+    return docs, problems
+
+
+def section(name: str, doc: dict[str, Any]) -> str:
+    rows: list[Row] = [r for r in doc["rows"] if isinstance(r, dict)]
+    parts = [f"## {name}\n"]
+    what = describe(name)
+    if what:
+        parts.append(f"{what}\n")
+    cmd = doc.get("command") or f"python benchmarks/{name}.py"
+    parts.append(f"- **command:** `{cmd}`")
+    parts.append(f"- **machine:** {machine_line(doc.get('machine') or {})}")
+    when = doc.get("started")
+    if when:
+        parts.append(f"- **run:** {when} ({fmt(doc.get('seconds'))} s)")
+    params = {k: v for k, v in (doc.get("params") or {}).items() if k not in ("model_config",)}
+    if params:
+        parts.append("- **parameters:** " + ", ".join(f"{k}={fmt(v)}" for k, v in params.items()))
+    try:
+        ratios = RATIOS.get(name, ratios_generic)(rows)
+    except (KeyError, TypeError, ValueError) as exc:  # a result of another shape: show the table only
+        ratios = [("(ratios unavailable)", type(exc).__name__, str(exc)[:80])]
+    parts.append("")
+    if ratios:
+        parts.append("| comparison (ours vs baseline) | ratio | detail |\n|---|---|---|")
+        parts += [f"| {fmt(a)} | {fmt(b)} | {fmt(c)} |" for a, b, c in ratios]
+        parts.append("")
+    parts.append("<details><summary>all rows</summary>\n")
+    parts.append(table(rows))
+    parts.append("</details>\n")
+    return "\n".join(parts)
+
+
+def scripts() -> list[str]:
+    return sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
+
+
+def ordered(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    return [n for n in ORDER if n in names] + sorted(n for n in names if n not in ORDER)
+
+
+def render(results: Path) -> str:
+    docs, problems = load(results)
+    lines = [
+        "# Benchmarks",
+        "",
+        "Every benchmark's latest numbers, generated by `python benchmarks/make_page.py` from "
+        "`benchmarks/results/*.json` (do not edit by hand). Each section gives the command that produced the "
+        "numbers and the machine it ran on; ratios compare ours with the baseline measured side by side in the "
+        "same run.",
+        "",
+    ]
+    if docs:
+        lines.append("| benchmark | machine | run |\n|---|---|---|")
+        for name in ordered(docs):
+            m = docs[name].get("machine") or {}
+            where = m.get("gpu") or f"{m.get('cpus', '?')} CPUs, no GPU"
+            lines.append(f"| [{name}](#{name}) | {fmt(where)} | {fmt(docs[name].get('started'))} |")
+        lines.append("")
+    missing = [s for s in scripts() if s not in docs]
+    if missing:
+        lines.append(
+            "**Not yet run here:** " + ", ".join(f"`python benchmarks/{s}.py`" for s in missing) + "\n"
+        )
+    if problems:
+        lines.append("**Unreadable result files:** " + "; ".join(problems) + "\n")
+    for name in ordered(docs):
+        lines.append(section(name, docs[name]))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    args = ap.parse_args()
+    text = render(args.results)
+    args.out.write_text(text)
+    sys.stdout.write(f"wrote {args.out} ({text.count(chr(10) + '## ')} benchmarks)\n")
+
+
+if __name__ == "__main__":
+    main()
