@@ -115,12 +115,12 @@ def ratios_chem(rows: list[Row]) -> list[Ratio]:
 
 
 def ratios_msa(rows: list[Row]) -> list[Ratio]:
-    vals = [
+    real = [
         _num(r.get("parse_over_store")) for r in rows if not str(r.get("msa", "")).startswith("synthetic")
     ]
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        vals = [v for v in (_num(r.get("parse_over_store")) for r in rows) if v is not None]
+    vals = [v for v in real if v is not None] or [
+        v for v in (_num(r.get("parse_over_store")) for r in rows) if v is not None
+    ]
     if not vals:
         return []
     return [
