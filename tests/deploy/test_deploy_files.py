@@ -41,9 +41,10 @@ def test_dockerfile_shape(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     assert "ARG BASE_IMAGE=" in text.split("FROM", 1)[0]  # the base is a build argument
     stages = [line for line in text.splitlines() if line.startswith("FROM ")]
-    assert len(stages) == 2 and all("${BASE_IMAGE}" in s for s in stages)  # builder + slim final
+    assert stages[0].startswith("FROM ${BASE_IMAGE} AS ") and stages[-1] == "FROM ${BASE_IMAGE}"  # slim final
     final = text[text.rindex("\nFROM ") :]
-    assert "USER 10001:10001" in final and "pip install" not in final
+    assert "USER 10001:10001" in final and "pip install" not in final and "apt-get" not in final
+    assert "COPY --from=venv /opt/venv /opt/venv" in final and "COPY --from=app /opt/app /opt/venv" in final
     assert (dockerfile.parent / f"{dockerfile.name}.dockerignore").is_file()
 
 
