@@ -374,7 +374,7 @@ def _arrays_params(arrays: Sequence[str] | None) -> dict[str, Any] | None:
     if isinstance(arrays, str):
         arrays = [arrays]
     parse_array_selection(arrays)  # unknown names raise NotFound, as in the local reader
-    return {"arrays": ",".join(arrays)} if arrays else None
+    return {"arrays": ",".join(arrays)}  # "" = no arrays, as ``entry(id, [])`` locally
 
 
 def _index_spec(sel: Sequence[int] | slice | np.ndarray | None) -> str | None:

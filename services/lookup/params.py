@@ -7,7 +7,7 @@ clear 422 instead of a 404.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -49,13 +49,14 @@ def check_limit(limit: str, maximum: int, got: int, what: str) -> None:
 def parse_arrays(values: Sequence[str] | None) -> list[str] | None:
     """``?arrays=atoms/coords,tokens&arrays=bonds`` → ``["atoms/coords", "tokens", "bonds"]``.
 
-    None (parameter absent) means every array. Names: a group (``atoms``) or ``group/field``.
+    None (parameter absent) means every array; an empty value (``?arrays=``) none (index row and
+    chains only). Names: a group (``atoms``) or ``group/field``.
     """
-    if not values:
+    if values is None:
         return None
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    if not names:
-        raise InvalidRequest("arrays: empty selection; leave the parameter out for every array")
+    if any(v.strip() and not v.strip(", ") for v in values):
+        raise InvalidRequest(f"arrays: malformed selection {list(values)!r}")
     for name in names:
         group, _, fld = name.partition("/")
         dtype = ENTRY_GROUPS.get(group)
@@ -122,7 +123,3 @@ def resolve_indices(sel: slice | Sequence[int] | None, size: int, what: str) -> 
         bad = int(idx[(idx < 0) | (idx >= size)][0])
         raise InvalidRequest(f"{what} index {bad} is outside 0:{size}")
     return idx
-
-
-def dedupe(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))

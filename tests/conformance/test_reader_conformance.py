@@ -124,6 +124,16 @@ def test_array_subset(
     assert_entries_equal(got, want, full)  # type: ignore[arg-type]
 
 
+def test_no_arrays_at_all(reader: FeatureReader, reference: LocalStore) -> None:
+    entry_id = reference.ids[-1]
+    got = reader.entry(entry_id, [])
+    assert all(getattr(got, g) == {} for g in GROUPS)
+    assert same(got.meta, reference.entry_meta(entry_id)) and same(
+        got.chains, reference.entry_chains(entry_id)
+    )
+    assert got.n_tokens == reference.entries.column("token_count")[reference.row_of(entry_id)].as_py()
+
+
 def test_unknown_entry_is_not_found(reader: FeatureReader) -> None:
     with pytest.raises(NotFound, match="no-such-entry"):
         reader.entry("no-such-entry")

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from featurecache.errors import InvalidRequest
 from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
@@ -23,7 +22,8 @@ ARROW_OK: dict[int | str, dict[str, Any]] = {
 }
 ARRAYS_HELP = (
     "Only these arrays: a group (`atoms`, `tokens`, `bonds`, `interfaces`) or one field "
-    "(`atoms/coords`); repeat the parameter or comma-separate. Leave out for every array."
+    "(`atoms/coords`); repeat the parameter or comma-separate. Leave out for every array; "
+    "empty for none (index row and chains only)."
 )
 
 
@@ -102,9 +102,7 @@ def batch(reader: ReaderDep, settings: SettingsDep, request: BatchRequest) -> St
     check_limit("max_batch_entries", settings.max_batch_entries, len(request.ids), "batch size")
     for i in request.ids:
         check_name(i, "entry id")
-    sel = parse_arrays(request.arrays) if request.arrays is not None else None
-    if request.arrays is not None and not request.arrays:
-        raise InvalidRequest("arrays: empty selection; leave it out (or null) for every array")
+    sel = parse_arrays(request.arrays)
     size = estimate_entry_bytes(reader, request.ids, sel)  # every id is checked here, before streaming
     check_limit(
         "max_response_bytes", settings.max_response_bytes, size, f"batch of {len(request.ids)} entries"
