@@ -144,14 +144,21 @@ def attention_inputs(n: int, h: int, d: int, s: int | None = None, seed: int = 0
     return {"q": q, "k": k, "v": v, "bias": bias, "do": do}
 
 
-def method_fused(mask: bool = False) -> Callable[..., torch.Tensor]:
+def method_fused(mask: str = "") -> Callable[..., torch.Tensor]:
+    """mask: "" none, "general" a [B, S, N] mask, "padding" key_mask + row_mask (the model's form);
+    all-True, so every variant computes the same function."""
+
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        m = (
-            torch.ones(q.shape[0], q.shape[1], q.shape[3], device=q.device, dtype=torch.bool)
-            if mask
-            else None
-        )
-        return pba.pair_bias_attention(q, k, v, bias, m)
+        b, s, _, n, _ = q.shape
+        if mask == "general":
+            return pba.pair_bias_attention(
+                q, k, v, bias, torch.ones(b, s, n, device=q.device, dtype=torch.bool)
+            )
+        if mask == "padding":
+            key_mask = torch.ones(b, n, device=q.device, dtype=torch.bool)
+            row_mask = torch.ones(b, s, device=q.device, dtype=torch.bool)
+            return pba.pair_bias_attention(q, k, v, bias, key_mask=key_mask, row_mask=row_mask)
+        return pba.pair_bias_attention(q, k, v, bias)
 
     return f
 
@@ -281,7 +288,8 @@ def sweep_attention(n: int, h: int, d: int, log: list[dict[str, Any]]) -> pba.At
 def bench_attention(ns: list[int], h: int, d: int, bench: Bench, skip: set[str]) -> None:
     flex = None if "flex" in skip else Flex()
     methods: list[tuple[str, Callable[..., torch.Tensor] | None]] = [
-        ("fused", method_fused()), ("fused+mask", method_fused(mask=True)), ("fused (repeat)", method_fused()),
+        ("fused", method_fused()), ("fused+mask", method_fused("general")), ("fused+padmask", method_fused("padding")),
+        ("fused (repeat)", method_fused()),
         ("eager", method_eager), ("sdpa", method_sdpa), ("flex", flex),
     ]  # fmt: skip
     for n in ns:

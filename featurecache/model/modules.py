@@ -42,10 +42,13 @@ class PairBiasAttention(nn.Module):
         v: torch.Tensor,
         bias: torch.Tensor,
         mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        row_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """mask ``[B, S, N]``; or the factorised padding mask: key_mask ``[B, N]``, row_mask ``[B, S]``."""
         if self.fused:
-            return pair_bias_attention(q, k, v, bias, mask)
-        return pair_bias_attention_ref(q, k, v, bias, mask)
+            return pair_bias_attention(q, k, v, bias, mask, key_mask=key_mask, row_mask=row_mask)
+        return pair_bias_attention_ref(q, k, v, bias, mask, key_mask=key_mask, row_mask=row_mask)
 
 
 class LayerNormLinear(nn.Module):

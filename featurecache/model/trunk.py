@@ -28,8 +28,9 @@ class TriangleAttention(nn.Module):
 
     One fused LayerNorm+Linear projects ``z`` to q, k, v, gate and the per-head bias (its width
     padded to a multiple of 8 so row strides stay 16-byte aligned); the fused pair-bias attention
-    runs with S = the rows of ``z`` and the pair mask as key mask. The ending node is the starting
-    node on ``zᵀ``. ``z [B, N, N, c] -> [B, N, N, c]``.
+    runs with S = the rows of ``z``; the pair mask of padded tokens factorises into a key mask and a
+    row mask (both the token mask), the cheap form for the kernel. The ending node is the starting
+    node on ``zᵀ`` (same masks). ``z [B, N, N, c] -> [B, N, N, c]``.
     """
 
     def __init__(
@@ -42,9 +43,9 @@ class TriangleAttention(nn.Module):
         self.out = nn.Linear(hd, c_pair, bias=False)
         self.attention = PairBiasAttention(fused)
 
-    def forward(self, z: torch.Tensor, pair_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         if not self.starting:
-            z, pair_mask = z.transpose(1, 2), pair_mask.transpose(1, 2)
+            z = z.transpose(1, 2)
         b, n = z.shape[0], z.shape[1]
         h, d = self.h, self.d
         hd = h * d
@@ -56,7 +57,8 @@ class TriangleAttention(nn.Module):
         q, k, v = heads(p[..., :hd]), heads(p[..., hd : 2 * hd]), heads(p[..., 2 * hd : 3 * hd])
         gate = torch.sigmoid(p[..., 3 * hd : 4 * hd])
         bias = p[..., 4 * hd : 4 * hd + h].permute(0, 3, 1, 2).contiguous()  # [B, H, j (query), k (key)]
-        o = self.attention(q, k, v, bias, pair_mask)  # key mask of row i: pair_mask[i, k]
+        # row i, key k is real iff tokens i and k are: pair_mask[i, k] = token_mask[i] & token_mask[k]
+        o = self.attention(q, k, v, bias, key_mask=token_mask, row_mask=token_mask)
         o = o.permute(0, 1, 3, 2, 4).reshape(b, n, n, hd)
         out = F.linear(gate * o, self.out.weight.to(o.dtype))
         return out if self.starting else out.transpose(1, 2)
@@ -85,7 +87,7 @@ class SingleAttentionWithPairBias(nn.Module):
         q, k, v = heads(p[..., :c]), heads(p[..., c : 2 * c]), heads(p[..., 2 * c : 3 * c])
         gate = torch.sigmoid(p[..., 3 * c :])
         bias = self.pair_bias(z)[..., :h].permute(0, 3, 1, 2).contiguous()
-        o = self.attention(q, k, v, bias, token_mask[:, None, :])
+        o = self.attention(q, k, v, bias, key_mask=token_mask)
         o = o.squeeze(1).permute(0, 2, 1, 3).reshape(b, n, c)
         return F.linear(gate * o, self.out.weight.to(o.dtype))
 
@@ -104,10 +106,10 @@ class PairformerBlock(nn.Module):
         self.single_to_pair = nn.Linear(cfg.c_token, 2 * cfg.c_pair, bias=False)
 
     def forward(
-        self, s: torch.Tensor, z: torch.Tensor, token_mask: torch.Tensor, pair_mask: torch.Tensor
+        self, s: torch.Tensor, z: torch.Tensor, token_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        z = z + self.tri_start(z, pair_mask)
-        z = z + self.tri_end(z, pair_mask)
+        z = z + self.tri_start(z, token_mask)
+        z = z + self.tri_end(z, token_mask)
         z = z + self.pair_transition(z)
         s = s + self.single_attention(s, z, token_mask)
         s = s + self.single_transition(s)
@@ -215,10 +217,9 @@ class Trunk(nn.Module):
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Distogram logits ``[B, N, N, bins]`` (fp32)."""
         token_mask = batch["token_mask"]
-        pair_mask = token_mask[:, :, None] & token_mask[:, None, :]
         s, z = self.embed(batch)
         for block in self.blocks:
-            s, z = block(s, z, token_mask, pair_mask)
+            s, z = block(s, z, token_mask)
         return self.distogram(z)
 
     def loss(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -68,7 +68,9 @@ def test_attention_matches_fp32_oracle(
     q, k, v, bias, mask, do = _inputs(1, s, 4, n, d, dtype, masked, seed=n + s)
     got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
     scale = d**-0.5
-    want = _grads(lambda *a: naive_attention(*a, scale), *(t.float() for t in (q, k, v, bias)), mask, do.float())
+    want = _grads(
+        lambda *a: naive_attention(*a, scale), *(t.float() for t in (q, k, v, bias)), mask, do.float()
+    )
     torch_own = _grads(pair_bias_attention_ref, q, k, v, bias, mask, do)
     for name, g, w, t in zip(("out", "dq", "dk", "dv", "dbias"), got, want, torch_own, strict=True):
         err, terr = rel_err(g, w), rel_err(t, w)
@@ -92,16 +94,23 @@ def test_attention_is_bitwise_deterministic_on_gpu() -> None:
 def test_default_tiles_every_head_dim_and_dtype(d: int, dtype: torch.dtype) -> None:
     q, k, v, bias, mask, do = _inputs(2, 5, 2, 131, d, dtype, True, seed=d)
     got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
-    want = _grads(lambda *a: naive_attention(*a, d**-0.5), *(t.float() for t in (q, k, v, bias)), mask, do.float())
+    want = _grads(
+        lambda *a: naive_attention(*a, d**-0.5), *(t.float() for t in (q, k, v, bias)), mask, do.float()
+    )
     for name, g, w in zip(("out", "dq", "dk", "dv", "dbias"), got, want, strict=True):
         assert rel_err(g, w) < TOL[dtype], name
 
 
-@pytest.mark.parametrize(("m", "c", "o", "sw"), [(50_000, 128, 1024, True), (3001, 128, 520, False), (777, 384, 1536, True)])
+@pytest.mark.parametrize(
+    ("m", "c", "o", "sw"), [(50_000, 128, 1024, True), (3001, 128, 520, False), (777, 384, 1536, True)]
+)
 def test_layernorm_linear_bf16(m: int, c: int, o: int, sw: bool, record_property: Record) -> None:
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, c, device="cuda", generator=g)
-    lw, lb = 1 + 0.1 * torch.randn(c, device="cuda", generator=g), 0.1 * torch.randn(c, device="cuda", generator=g)
+    lw, lb = (
+        1 + 0.1 * torch.randn(c, device="cuda", generator=g),
+        0.1 * torch.randn(c, device="cuda", generator=g),
+    )
     w = torch.randn(o, c, device="cuda", generator=g) / c**0.5
     dy = torch.randn(m, o // 2 if sw else o, device="cuda", generator=g)
 

@@ -161,10 +161,37 @@ def test_padded_batch_matches_unpadded_sample() -> None:
     assert rel_err(xs[3].grad[:, :, :n_real, :n_real], bias_cut.grad) < 1e-6
 
 
+def test_factorised_padding_mask_equals_general_mask() -> None:
+    """key_mask/row_mask (folded into the bias / applied per row) == the same [B, S, N] mask."""
+    b, s, h, n, d = 2, 5, 2, 23, 32
+    q, k, v, bias, _ = make_inputs(b, s, h, n, d, F32, masked=False, seed=13)
+    g = torch.Generator().manual_seed(4)
+    key_mask = (torch.rand(b, n, generator=g) > 0.3).to(q.device)
+    row_mask = (torch.rand(b, s, generator=g) > 0.3).to(q.device)
+    row_mask[0, 0] = False
+    full = key_mask[:, None, :] & row_mask[:, :, None]
+    do = torch.randn_like(q)
+    xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out = pba.pair_bias_attention(*xs, key_mask=key_mask, row_mask=row_mask)
+    out.backward(do)
+    want = oracle(q, k, v, bias, full, do)
+    assert rel_err(out, want[0]) < TOL[F32]
+    for x, w in zip(xs, want[1:], strict=True):
+        assert x.grad is not None and rel_err(x.grad, w) < TOL[F32]
+    assert torch.count_nonzero(out[0, 0]) == 0
+    ref = pair_bias_attention_ref(q, k, v, bias, key_mask=key_mask, row_mask=row_mask)
+    assert rel_err(ref, want[0]) < 1e-5
+
+
 def test_opcheck() -> None:
     q, k, v, bias, mask = make_inputs(1, 2, 1, 9, 16, F32, masked=True, seed=2)
-    args = (*[t.requires_grad_() for t in (q, k, v, bias)], mask, 0.25)
+    args = (*[t.requires_grad_() for t in (q, k, v, bias)], mask, 0.25, None, None)
     torch.library.opcheck(torch.ops.featurecache.pair_bias_attention.default, args)
+    key_mask = torch.tensor([[True] * 7 + [False] * 2], device=q.device)
+    row_mask = torch.tensor([[True, False]], device=q.device)
+    torch.library.opcheck(
+        torch.ops.featurecache.pair_bias_attention.default, (q, k, v, bias, None, 0.25, key_mask, row_mask)
+    )
 
 
 @pytest.mark.parametrize(

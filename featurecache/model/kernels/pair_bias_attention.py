@@ -44,9 +44,12 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 # --------------------------------------------------------------------------------------------
 # kernels
 #
-# Loads that feed a tl.dot (K, V, Q, dO tiles) are software-pipelined by Triton. The others (the
-# bias tile, the key mask, lse and δ) are not, so every loop prefetches them one iteration ahead
-# into registers ("_nxt" variables): their L2 latency overlaps the current tile's work.
+# Registers are what limits these kernels (ptxas: 190-255 per thread at 64-128-row tiles), so
+# scores stay in natural units: s = q·kᵀ·scale + bias with the bias tile kept in its input dtype
+# until that FMA, and exp2(s·log2 e − m·log2 e) folds the base change into one more FMA. Loads
+# that feed a tl.dot are pipelined by Triton; the small per-iteration vectors that do not (key
+# mask, lse, δ) are prefetched one iteration ahead ("_nxt"); bias tiles are not (measured: the
+# extra live registers cost more than the latency they hide).
 # --------------------------------------------------------------------------------------------
 
 
@@ -87,30 +90,30 @@ def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.conste
 
 @triton.jit
 def _fwd_step(
-    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
-    HAS_KEY_ADD: tl.constexpr, HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias, key_add, scale,
+    HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One key block of the online softmax for one S row."""
+    """One key block of the online softmax for one S row (m in natural units)."""
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias.to(tl.float32)
     if HAS_KEY_ADD:
         s += key_add[None, :]
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    if HAS_MASK:
+    if GUARD_EMPTY:
         # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
         m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s * _LOG2E - (m_new * _LOG2E)[:, None])
+    alpha = tl.math.exp2((m_i - m_new) * _LOG2E)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, m_new, l_i
 
 
 @triton.jit
-def _fwd_finish(acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok):
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+def _fwd_finish(acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok, row_on):
+    empty = (l_i == 0.0) | (row_on == 0)  # no real key, or a masked-out row: output 0, lse +inf
+    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
+    lse = tl.where(empty, float("inf"), m_i * _LOG2E + tl.math.log2(tl.where(empty, 1.0, l_i)))
     row_ok = (rows < N) & store_ok
     tl.store(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None])  # fmt: skip
@@ -122,15 +125,17 @@ def _fwd_kernel(
     Q, K, V,  # [B, S, H, N, D] (last dim contiguous)
     BIAS,  # [B, H, N, N]
     MASK,  # [B, S, N] uint8 (1 = real key); unused without HAS_MASK
+    ROW_MASK,  # [B, S] uint8 (0 = row masked out); unused without HAS_ROW_MASK
     OUT,  # [B, S, H, N, D], q's dtype
     LSE,  # [B, S, H, N] fp32, log2 units
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
-    so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
-    S, H, N, qk_scale,
-    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+    so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n, sr_b, sr_s,
+    S, H, N, scale,
+    HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
+    GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -169,39 +174,39 @@ def _fwd_kernel(
         ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
 
     bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
-    bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, offs_n, N)
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        bias2 = bias_nxt.to(tl.float32) * _LOG2E
-        bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, cols + BLOCK_N, N)
+        bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N)
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
-                                 qk_scale, HAS_KEY_ADD, HAS_MASK, EVEN_N, PREC)  # fmt: skip
+        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
+                                 scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
-                                     ka1, qk_scale, HAS_KEY_ADD, HAS_MASK, EVEN_N, PREC)  # fmt: skip
+            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias,
+                                     ka1, scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
+    on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
     _fwd_finish(acc0, m0, l0, OUT, b * so_b + s0 * so_s + h * so_h, so_n, LSE, lse_row + s0 * H * N,
-                rows, offs_d, N, True)  # fmt: skip
+                rows, offs_d, N, True, on0)  # fmt: skip
     if SP == 2:
+        on1 = tl.load(ROW_MASK + b * sr_b + s1 * sr_s) if HAS_ROW_MASK else 1
         _fwd_finish(acc1, m1, l1, OUT, b * so_b + s1 * so_s + h * so_h, so_n, LSE, lse_row + s1 * H * N,
-                    rows, offs_d, N, s0 + 1 < S)  # fmt: skip
+                    rows, offs_d, N, s0 + 1 < S, on1)  # fmt: skip
 
 
 @triton.jit
 def _dq_step(
-    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
+    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias, key_add, scale,
     HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias.to(tl.float32)
     if HAS_KEY_ADD:
         s += key_add[None, :]
-    p = tl.math.exp2(s - lse[:, None])
+    p = tl.math.exp2(s * _LOG2E - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
@@ -232,7 +237,7 @@ def _bwd_dq_kernel(
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     so_b, so_s, so_h, so_n, sdo_b, sdo_s, sdo_h, sdo_n, sdq_b, sdq_s, sdq_h, sdq_n,
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
-    S, H, N, qk_scale, sm_scale,
+    S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -275,32 +280,30 @@ def _bwd_dq_kernel(
         ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
 
     bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
-    bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, offs_n, N)
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        bias2 = bias_nxt.to(tl.float32) * _LOG2E
-        bias_nxt = _bias_tile(bias_rows, sb_j, row_ok, cols + BLOCK_N, N)
+        bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N)
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
-                       qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+        dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
+                       scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            dq1 = _dq_step(dq1, q1, do1, lse1, delta1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
-                           ka1, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+            dq1 = _dq_step(dq1, q1, do1, lse1, delta1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias,
+                           ka1, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     dq_ptrs = rows[:, None] * sdq_n + offs_d[None, :]
-    tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * sm_scale).to(DQ.dtype.element_ty),
+    tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * scale).to(DQ.dtype.element_ty),
              mask=row_ok[:, None])  # fmt: skip
     if SP == 2:
-        tl.store(DQ + b * sdq_b + s1 * sdq_s + h * sdq_h + dq_ptrs, (dq1 * sm_scale).to(DQ.dtype.element_ty),
+        tl.store(DQ + b * sdq_b + s1 * sdq_s + h * sdq_h + dq_ptrs, (dq1 * scale).to(DQ.dtype.element_ty),
                  mask=row_ok[:, None] & (s0 + 1 < S))  # fmt: skip
 
 
 @triton.jit
 def _dkv_step(
-    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, lse, delta, rows, offs_d, N, bias2t, qk_scale,
+    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, lse, delta, rows, offs_d, N, bias_t, scale,
     HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """One query block for one S row, in the transposed [key, query] domain."""
@@ -311,10 +314,10 @@ def _dkv_step(
         row_ok = rows < N
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
+    st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale + bias_t.to(tl.float32)
     if HAS_KEY_ADD:
         st += key_add[:, None]
-    pt = tl.math.exp2(st - lse[None, :])
+    pt = tl.math.exp2(st * _LOG2E - lse[None, :])
     dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
     dst = pt * (dpt - delta[None, :])
@@ -341,7 +344,7 @@ def _bwd_dkv_kernel(
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     sdo_b, sdo_s, sdo_h, sdo_n, sdk_b, sdk_s, sdk_h, sdk_n, sdv_b, sdv_s, sdv_h, sdv_n,
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
-    S, H, N, qk_scale, sm_scale,
+    S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -377,33 +380,31 @@ def _bwd_dkv_kernel(
         lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, offs_m, N)
 
     bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
-    bias_nxt = _bias_tile(bias_cols, sb_i, col_ok, offs_m, N)
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
-        bias2t = bias_nxt.to(tl.float32) * _LOG2E
-        bias_nxt = _bias_tile(bias_cols, sb_i, col_ok, rows + BLOCK_M, N)
+        bias_t = _bias_tile(bias_cols, sb_i, col_ok, rows, N)
         lse0, dl0 = lse0_nxt, dl0_nxt
         lse0_nxt, dl0_nxt = _row_stats(LSE, DELTA, lo0, rows + BLOCK_M, N)
         dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, lse0, dl0, rows,
-                             offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+                             offs_d, N, bias_t, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             lse1, dl1 = lse1_nxt, dl1_nxt
             lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, rows + BLOCK_M, N)
             dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, lse1, dl1,
-                                 rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+                                 rows, offs_d, N, bias_t, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     st_ok = col_ok[:, None]
     dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
     dv_ptrs = cols[:, None] * sdv_n + offs_d[None, :]
     tl.store(
         DK + b * sdk_b + s0 * sdk_s + h * sdk_h + dk_ptrs,
-        (dk0 * sm_scale).to(DK.dtype.element_ty),
+        (dk0 * scale).to(DK.dtype.element_ty),
         mask=st_ok,
     )
     tl.store(DV + b * sdv_b + s0 * sdv_s + h * sdv_h + dv_ptrs, dv0.to(DV.dtype.element_ty), mask=st_ok)
     if SP == 2:
         ok1 = st_ok & (s0 + 1 < S)
-        tl.store(DK + b * sdk_b + s1 * sdk_s + h * sdk_h + dk_ptrs, (dk1 * sm_scale).to(DK.dtype.element_ty),
+        tl.store(DK + b * sdk_b + s1 * sdk_s + h * sdk_h + dk_ptrs, (dk1 * scale).to(DK.dtype.element_ty),
                  mask=ok1)  # fmt: skip
         tl.store(DV + b * sdv_b + s1 * sdv_s + h * sdv_h + dv_ptrs, dv1.to(DV.dtype.element_ty), mask=ok1)
 
@@ -418,7 +419,7 @@ def _bwd_dbias_kernel(
     DB,  # [G, B, H, N, N] (contiguous): fp32 partial sums, or the final gradient when G == 1
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     sdo_b, sdo_s, sdo_h, sdo_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
-    S, H, N, S_PER_GROUP, qk_scale,
+    S, H, N, S_PER_GROUP, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -434,8 +435,7 @@ def _bwd_dbias_kernel(
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     col_ok = cols < N
-    bias2 = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N)
-    bias2 = bias2.to(tl.float32) * _LOG2E
+    bias = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N).to(tl.float32)
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s_start = pid_g * S_PER_GROUP
@@ -457,10 +457,10 @@ def _bwd_dbias_kernel(
             do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
         k, v = _kv_tiles(K, V, b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, sk_n, sv_n, cols,
                          offs_d, N, EVEN_N)  # fmt: skip
-        st = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
+        st = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias
         if HAS_KEY_ADD:
             st += key_add[None, :]
-        p = tl.math.exp2(st - lse[:, None])
+        p = tl.math.exp2(st * _LOG2E - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         acc += p * (dp - delta[:, None])
 
@@ -547,7 +547,13 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _check(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    key_mask: torch.Tensor | None = None,
+    row_mask: torch.Tensor | None = None,
 ) -> None:
     if q.dim() != 5 or q.shape != k.shape or q.shape != v.shape:
         raise KernelShapeError(
@@ -574,6 +580,22 @@ def _check(
         raise KernelShapeError(f"bias must be floating point; got {bias.dtype}")
     if n == 0 or s == 0 or b == 0 or h == 0:
         raise KernelShapeError(f"empty input {tuple(q.shape)}")
+    if key_mask is not None and (tuple(key_mask.shape) != (b, n) or key_mask.dtype != torch.bool):
+        raise KernelShapeError(
+            f"key_mask must be bool [B, N] = {(b, n)}; got {key_mask.dtype} {tuple(key_mask.shape)}"
+        )
+    if row_mask is not None and (tuple(row_mask.shape) != (b, s) or row_mask.dtype != torch.bool):
+        raise KernelShapeError(
+            f"row_mask must be bool [B, S] = {(b, s)}; got {row_mask.dtype} {tuple(row_mask.shape)}"
+        )
+
+
+def masked_bias(bias: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+    """The bias with −inf at masked keys: a key mask shared by all S rows costs one [B, H, N, N]
+    pass here instead of a load and an add per score in every kernel."""
+    if key_mask is None:
+        return bias
+    return bias.masked_fill(~key_mask[:, None, None, :], float("-inf"))
 
 
 def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -612,22 +634,31 @@ def pair_bias_attention_forward(
     mask: torch.Tensor | None,
     scale: float,
     config: AttentionConfig | None = None,
+    key_mask: torch.Tensor | None = None,
+    row_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel. Returns ``out`` ``[B, S, H, N, D]`` (q's dtype and layout) and
-    ``lse`` ``[B, S, H, N]`` fp32 (log2 units, +inf for rows without a real key)."""
-    _check(q, k, v, bias, mask)
+    ``lse`` ``[B, S, H, N]`` fp32 (log2 units, +inf for rows without a real key).
+
+    ``key_mask`` ``[B, N]`` / ``row_mask`` ``[B, S]`` (bool) are the cheap form of a mask that
+    factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding)."""
+    _check(q, k, v, bias, mask, key_mask, row_mask)
+    bias = masked_bias(bias, key_mask)
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     b, s, h, n, d = q.shape
     cfg = (config or default_config(d, q.dtype, q.device)).fwd
     out = _empty_like_layout(q)
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     m, m_strides = _mask_args(mask, q)
+    rm = q if row_mask is None else row_mask.view(torch.uint8)
+    rm_strides = (0, 0) if row_mask is None else (rm.stride(0), rm.stride(1))
     grid = (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h)
     _fwd_kernel[grid](
-        q, k, v, bias, m, out, lse,
+        q, k, v, bias, m, rm, out, lse,
         *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
-        s, h, n, scale * LOG2E,
-        HAS_MASK=mask is not None, EVEN_N=_even(n, cfg.block_m, cfg.block_n), D=d,
+        *rm_strides, s, h, n, scale,
+        HAS_MASK=mask is not None, HAS_ROW_MASK=row_mask is not None, BIAS_HAS_INF=key_mask is not None,
+        EVEN_N=_even(n, cfg.block_m, cfg.block_n), D=d,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SP=cfg.sp, PREC=_prec(q.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
@@ -665,8 +696,10 @@ def prepare_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     scale: float,
+    key_mask: torch.Tensor | None = None,
 ) -> BackwardInputs:
-    _check(q, k, v, bias, mask)
+    _check(q, k, v, bias, mask, key_mask)
+    bias = masked_bias(bias, key_mask)
     if do.shape != q.shape or out.shape != q.shape:
         raise KernelShapeError(
             f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
@@ -688,7 +721,7 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
         a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq,
         *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
         *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides,
-        s, h, n, a.scale * LOG2E, a.scale,
+        s, h, n, a.scale,
         HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
         BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
         num_warps=c.num_warps, num_stages=c.num_stages,
@@ -702,7 +735,7 @@ def launch_dkv(a: BackwardInputs, c: KernelConfig) -> None:
         a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv,
         *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
         *a.dv.stride()[:4], *a.bias.stride(), *a.mask_strides,
-        s, h, n, a.scale * LOG2E, a.scale,
+        s, h, n, a.scale,
         HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
         BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
         num_warps=c.num_warps, num_stages=c.num_stages,
@@ -724,7 +757,7 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
         a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, db,
         *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
         *a.mask_strides,
-        s, h, n, per_group, a.scale * LOG2E,
+        s, h, n, per_group, a.scale,
         HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
         BLOCK_M=c.block_m, BLOCK_N=c.block_n, PREC=_prec(a.q.dtype),
         num_warps=c.num_warps, num_stages=c.num_stages,
@@ -743,9 +776,11 @@ def pair_bias_attention_backward(
     lse: torch.Tensor,
     scale: float,
     config: AttentionConfig | None = None,
+    key_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's dtype)."""
-    a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale)
+    """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's
+    dtype; 0 at masked keys). A row mask needs nothing here: its rows have lse = +inf."""
+    a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask)
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
     launch_dkv(a, config.dkv)
@@ -762,7 +797,10 @@ def pair_bias_attention_backward(
 @torch.library.custom_op(
     "featurecache::pair_bias_attention",
     mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, float scale) -> (Tensor, Tensor)",
+    schema=(
+        "(Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, float scale, Tensor? key_mask, "
+        "Tensor? row_mask) -> (Tensor, Tensor)"
+    ),
 )
 def _attention_op(
     q: torch.Tensor,
@@ -771,12 +809,14 @@ def _attention_op(
     bias: torch.Tensor,
     mask: torch.Tensor | None,
     scale: float,
+    key_mask: torch.Tensor | None,
+    row_mask: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return pair_bias_attention_forward(q, k, v, bias, mask, scale)
+    return pair_bias_attention_forward(q, k, v, bias, mask, scale, None, key_mask, row_mask)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, bias, mask, scale):  # type: ignore[no-untyped-def]
+def _attention_fake(q, k, v, bias, mask, scale, key_mask, row_mask):  # type: ignore[no-untyped-def]
     b, s, h, n, _ = q.shape
     return torch.empty_like(q), q.new_empty((b, s, h, n), dtype=torch.float32)
 
@@ -786,7 +826,7 @@ def _attention_fake(q, k, v, bias, mask, scale):  # type: ignore[no-untyped-def]
     mutates_args=(),
     schema=(
         "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, Tensor out, Tensor lse, "
-        "float scale) -> (Tensor, Tensor, Tensor, Tensor)"
+        "float scale, Tensor? key_mask) -> (Tensor, Tensor, Tensor, Tensor)"
     ),
 )
 def _attention_backward_op(
@@ -799,28 +839,29 @@ def _attention_backward_op(
     out: torch.Tensor,
     lse: torch.Tensor,
     scale: float,
+    key_mask: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return pair_bias_attention_backward(dout, q, k, v, bias, mask, out, lse, scale)
+    return pair_bias_attention_backward(dout, q, k, v, bias, mask, out, lse, scale, None, key_mask)
 
 
 @_attention_backward_op.register_fake
-def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale):  # type: ignore[no-untyped-def]
+def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale, key_mask):  # type: ignore[no-untyped-def]
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(bias)
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-    q, k, v, bias, mask, scale = inputs
+    q, k, v, bias, mask, scale, key_mask, _row_mask = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, bias, mask, out, lse)
+    ctx.save_for_backward(q, k, v, bias, mask, out, lse, key_mask)
     ctx.scale = scale
 
 
 def _backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
-    q, k, v, bias, mask, out, lse = ctx.saved_tensors
+    q, k, v, bias, mask, out, lse, key_mask = ctx.saved_tensors
     dq, dk, dv, dbias = torch.ops.featurecache.pair_bias_attention_backward(
-        dout, q, k, v, bias, mask, out, lse, ctx.scale
+        dout, q, k, v, bias, mask, out, lse, ctx.scale, key_mask
     )
-    return dq, dk, dv, dbias, None, None
+    return dq, dk, dv, dbias, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -833,13 +874,20 @@ def pair_bias_attention(
     bias: torch.Tensor,
     mask: torch.Tensor | None = None,
     scale: float | None = None,
+    *,
+    key_mask: torch.Tensor | None = None,
+    row_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fused ``softmax(q·kᵀ·scale + bias + mask)·v``; differentiable in q, k, v and bias.
 
     q, k, v: ``[B, S, H, N, D]`` (fp32/fp16/bf16, D ∈ {16, 32, 64}; any strides with a
     contiguous last axis); bias: ``[B, H, N, N]``; mask: bool ``[B, S, N]`` key mask or None;
     scale defaults to ``D**-0.5``. Returns ``[B, S, H, N, D]`` in q's dtype.
+
+    Padding masks factorise: ``key_mask`` ``[B, N]`` (keys, shared by all S rows) and ``row_mask``
+    ``[B, S]`` mean ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (combined with ``mask``
+    when both are given) and cost almost nothing, unlike a general ``mask``.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    out, _ = torch.ops.featurecache.pair_bias_attention(q, k, v, bias, mask, scale)
+    out, _ = torch.ops.featurecache.pair_bias_attention(q, k, v, bias, mask, scale, key_mask, row_mask)
     return out

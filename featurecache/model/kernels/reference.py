@@ -19,8 +19,13 @@ def pair_bias_attention_ref(
     bias: torch.Tensor,
     mask: torch.Tensor | None = None,
     scale: float | None = None,
+    key_mask: torch.Tensor | None = None,
+    row_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``softmax(q·kᵀ·scale + bias + mask) · v`` with the bias broadcast over S.
+
+    ``key_mask`` ``[B, N]`` and ``row_mask`` ``[B, S]`` are the factorised form of a padding mask:
+    they are combined with ``mask`` as ``mask & row_mask[:, :, None] & key_mask[:, None, :]``.
 
     q, k, v: ``[B, S, H, N, D]`` float; bias: ``[B, H, N, N]`` (query i, key j); mask: ``[B, S, N]``
     bool key mask (True = real key) or None. Masked keys get −inf, i.e. exactly zero weight; a query
@@ -29,6 +34,14 @@ def pair_bias_attention_ref(
     """
     d = q.shape[-1]
     scale = d**-0.5 if scale is None else scale
+    if key_mask is not None or row_mask is not None:
+        b, s_, _, n, _ = q.shape
+        full = torch.ones(b, s_, n, dtype=torch.bool, device=q.device) if mask is None else mask
+        if key_mask is not None:
+            full = full & key_mask[:, None, :]
+        if row_mask is not None:
+            full = full & row_mask[:, :, None]
+        mask = full
     s = torch.einsum("bshid,bshjd->bshij", q, k) * scale + bias[:, None]
     if mask is None:
         p = torch.softmax(s, dim=-1)
