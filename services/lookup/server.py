@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -21,6 +22,28 @@ from featurecache.errors import StoreError
 log = logging.getLogger(__name__)
 
 APP_FACTORY = "services.lookup.main:create_app"
+
+try:  # uvicorn's fast parser when installed (uvicorn[standard]), else its pure-Python one
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HTTPProtocol
+except ImportError:  # pragma: no cover - depends on the installed extras
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _HTTPProtocol  # type: ignore[assignment]
+
+
+class NoDelayHTTPProtocol(_HTTPProtocol):
+    """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection.
+
+    Why: with ``--workers N`` uvicorn binds the shared socket without ``IPPROTO_TCP``, so neither
+    asyncio nor uvloop sets ``TCP_NODELAY`` on accepted connections. A response's headers and
+    body then leave as two segments and Nagle's algorithm holds the body until the client's
+    delayed ACK: every request took 40+ ms longer (measured: /v1/health 44 ms vs 1.3 ms).
+    """
+
+    def connection_made(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
 
 
 def run_server(
@@ -52,7 +75,7 @@ def run_server(
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     try:
         uvicorn.run(
-            APP_FACTORY, factory=True, host=host, port=port, workers=workers,
+            APP_FACTORY, factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol,
             log_level="info", access_log=False, timeout_graceful_shutdown=10,
         )  # fmt: skip
     finally:
@@ -146,11 +169,17 @@ class ThreadedServer:
 
         from services.lookup.main import create_app
 
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            create_app(settings),
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            http=NoDelayHTTPProtocol,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
