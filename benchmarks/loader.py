@@ -14,6 +14,9 @@ does ready-first yielding cope with stragglers? One run, side by side.
     and an 8-thread pool): throughput relative to each one's own no-straggler run, and the worst
     and p95 step wait.
 
+(a) and (c) run ``--repeats`` rounds with the configurations interleaved and report field-wise
+medians (``worst_wait_max_s``: the worst over all rounds) — the machine is shared.
+
 Usage: ``.venv/bin/python benchmarks/loader.py [--store DIR] [--samples N]``. Without ``--store``
 the real corpus (``../shared/data/real``, its MSAs and the CCD) is built once into a temp dir.
 """
@@ -206,8 +209,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children_cpu() -> float:
-    """CPU seconds of this process's live children (the lookup server)."""
+def _children_cpu(skip_server: bool) -> float:
+    """CPU seconds of this process's live children: pool workers and, unless ``skip_server``, the
+    lookup server (``featurecache.cli serve``)."""
     total = 0.0
     me = str(os.getpid())
     for d in os.listdir("/proc"):
@@ -216,25 +220,29 @@ def _children_cpu() -> float:
         try:
             with open(f"/proc/{d}/stat") as f:
                 ppid = f.read().rsplit(")", 1)[1].split()[1]
-            if ppid == me:
+            if ppid != me:
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                is_server = b"serve" in f.read()
+            if not (skip_server and is_server):
                 total += _cpu_seconds(int(d))
         except OSError:
             continue
     return total
 
 
-def consume(stream: Iterator[Any], n: int, warmup: int = 0) -> dict[str, Any]:
+def consume(stream: Iterator[Any], n: int, warmup: int = 0, server: bool = False) -> dict[str, Any]:
     """Pull ``warmup`` then ``n`` items; wall time, own + children's CPU time and per-item waits."""
     for _ in range(warmup):
         next(stream)
     waits: list[float] = []
-    t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
+    t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu(skip_server=not server)
     for _ in range(n):
         t = time.perf_counter()
         next(stream)
         waits.append(time.perf_counter() - t)
     wall = time.perf_counter() - t0
-    cpu, child = time.process_time() - c0, _children_cpu() - k0
+    cpu, child = time.process_time() - c0, _children_cpu(skip_server=not server) - k0
     return {
         "samples": n,
         "wall_s": wall,
@@ -313,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
     ap.add_argument("--raw-samples", type=int, default=30, help="samples per uncached run")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -335,26 +344,25 @@ def main(argv: list[str] | None = None) -> None:
     median_sample_s = st["sample_ms"] / 1e3
     probe.close()
 
-    # ---- (a) cached: local store and lookup service
-    rates: dict[str, dict[str, Any]] = {}
-    for label, pool, workers in (("local threads=1", "thread", 1), ("local threads=2", "thread", 2),
-                                 ("local processes=2", "process", 2)):  # fmt: skip
-        ds = _dataset(store, pool=pool, workers=workers)
-        r = consume(iter(ds), n, warmup=10)
-        ds.close()
-        rates[label] = r
-        bench.add(part="a", source=label, **_row(r))
+    # ---- (a) cached: local store and lookup service; configurations interleaved, R rounds
+    local_cfgs = (("local threads=1", "thread", 1), ("local threads=2", "thread", 2),
+                  ("local processes=2", "process", 2))  # fmt: skip
+    service_cfgs = (("service threads=2", "thread", 2), ("service threads=4", "thread", 4))
+    runs: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in (*local_cfgs, *service_cfgs)}
     from services.lookup.server import background_server
 
     with background_server(store) as url:
-        for label, workers in (("service threads=2", 2), ("service threads=4", 4)):
-            ds = _dataset(url, workers=workers)
-            r = consume(iter(ds), n, warmup=10)
-            ds.close()
-            rates[label] = r
-            bench.add(part="a", source=label, **_row(r))
+        for _ in range(args.repeats):
+            for cfgs, source in ((local_cfgs, str(store)), (service_cfgs, url)):
+                for label, pool, workers in cfgs:
+                    ds = _dataset(source, pool=pool, workers=workers)
+                    runs[label].append(consume(iter(ds), n, warmup=10, server=source == url))
+                    ds.close()
+    rates = {label: _median_run(rs) for label, rs in runs.items()}
+    for label, r in rates.items():
+        bench.add(part="a", source=label, **_row(r))
 
-    # ---- (b) uncached: raw files each step
+    # ---- (b) uncached: raw files each step (one round: it is slow)
     ccd = SHARED / "data" / "ccd"
     cached = rates["local threads=2"]
     variants = (("raw: structure", False, False), ("raw: structure+MSAs", True, False),
@@ -368,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                   cache_speedup=round(cached["samples_per_s"] / r["samples_per_s"], 1),
                   cache_speedup_per_cpu=round(cached["samples_per_cpu_s"] / r["samples_per_cpu_s"], 1))  # fmt: skip
 
-    # ---- (c) stragglers
+    # ---- (c) stragglers; configurations interleaved, R rounds
     rng = np.random.default_rng(1234)
     slow = set(np.flatnonzero(rng.random(n) < STRAGGLER_FRACTION).tolist())
     delay = (STRAGGLER_FACTOR - 1.0) * median_sample_s
@@ -379,29 +387,40 @@ def main(argv: list[str] | None = None) -> None:
         ("ready-first processes=2", {"pool": "process", "workers": 2}),
         ("ready-first threads=8", {"pool": "thread", "workers": 8}),
     ]
-    for label, kw in configs:
-        res = {}
-        for straggle in (False, True):
-            hook = Straggle(slow, delay) if straggle else None
-            if label.startswith("ordered"):
-                ds = _dataset(store, workers=1, sample_hook=hook)
-                stream = ordered_loader(ds, n, workers=2)
-                res[straggle] = consume(stream, n - 4, warmup=4)
-                del stream
-            else:
-                ds = _dataset(store, sample_hook=hook, **kw)
-                it = iter(ds)
-                res[straggle] = consume(it, n - 4, warmup=4)
-                it.close()
-                ds.close()
-        base, hit = res[False], res[True]
+    res: dict[tuple[str, bool], list[dict[str, Any]]] = {
+        (c, s): [] for c, _ in configs for s in (False, True)
+    }
+    for _ in range(args.repeats):
+        for label, kw in configs:
+            for straggle in (False, True):
+                hook = Straggle(slow, delay) if straggle else None
+                if label.startswith("ordered"):
+                    ds = _dataset(store, workers=1, sample_hook=hook)
+                    stream = ordered_loader(ds, n, workers=2)
+                    res[(label, straggle)].append(consume(stream, n - 4, warmup=4))
+                    del stream
+                else:
+                    ds = _dataset(store, sample_hook=hook, **kw)
+                    it = iter(ds)
+                    res[(label, straggle)].append(consume(it, n - 4, warmup=4))
+                    it.close()
+                    ds.close()
+    for label, _ in configs:
+        base, hit = _median_run(res[(label, False)]), _median_run(res[(label, True)])
         bench.add(part="c", source=label, samples=n - 4, stragglers=len(slow), delay_s=round(delay, 3),
                   samples_per_s=round(base["samples_per_s"], 1),
                   straggled_samples_per_s=round(hit["samples_per_s"], 1),
                   relative_throughput=round(hit["samples_per_s"] / base["samples_per_s"], 3),
-                  worst_wait_s=round(hit["worst_wait_s"], 3), p95_wait_s=round(hit["p95_wait_s"], 4),
+                  worst_wait_s=round(hit["worst_wait_s"], 3),
+                  worst_wait_max_s=round(max(r["worst_wait_s"] for r in res[(label, True)]), 3),
+                  p95_wait_s=round(hit["p95_wait_s"], 4),
                   worst_wait_no_straggler_s=round(base["worst_wait_s"], 3))  # fmt: skip
     bench.finish()
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise median over repeated runs (the machine is shared: single runs are noisy)."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:

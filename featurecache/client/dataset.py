@@ -3,6 +3,17 @@
 sampler → fetch entry → crop → assemble (MSA rows, reference augmentation) → sample, computed for
 several samples at once on a bounded pool and yielded ready-first (:mod:`.loader`).
 
+Usage::
+
+    ds = FeatureDataset("store/", crop_size=384, weighting="af3", infinite=True, workers=4)
+    loader = ds.loader(batch_size=2, num_workers=2)   # FeatureLoader: DataLoader + consumption tracking
+    loader.load_state_dict(torch.load("loader.pt"))   # optional, before iterating
+    for step, batch in enumerate(loader):             # batch: schema.BATCH_SCHEMA tensors (+ metadata)
+        ...
+        if step % 1000 == 0:
+            torch.save(loader.state_dict(), "loader.pt")
+            loader.stats.log()
+
 Sharding
 --------
 The sampler defines one stream of positions ``0, 1, 2, …`` (epoch ``e`` is
