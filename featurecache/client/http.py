@@ -35,7 +35,7 @@ import pyarrow as pa
 from featurecache.errors import AuthenticationError, InvalidRequest, NotFound, ServiceError
 from featurecache.store import arrow_io
 from featurecache.store.base import FeatureReader
-from featurecache.store.layout import TABLES
+from featurecache.store.layout import ENTRY_GROUPS
 from featurecache.store.reader import parse_array_selection
 from featurecache.types import Entry, MSABlock
 
@@ -153,12 +153,13 @@ class LookupClient(FeatureReader):
 
     # ------------------------------------------------------------------ tables
     def table(self, name: str) -> pa.Table:
-        """One index table (fetched once, then cached: the service's index does not change)."""
-        if name not in TABLES:
-            raise NotFound(f"no table {name!r}; tables are {list(TABLES)}")
+        """One index table (fetched once, then cached: the service's index does not change).
+
+        The standard tables (``featurecache.store.layout.TABLES``) and any other the store holds
+        (e.g. ``plan``); an unknown name raises NotFound."""
         t = self._tables.get(name)
         if t is None:
-            t = arrow_io.read_table(self.request("GET", f"/v1/tables/{name}").content)
+            t = arrow_io.read_table(self.request("GET", f"/v1/tables/{_segment(name)}").content)
             with self._lock:
                 self._tables[name] = t
         return t
@@ -253,6 +254,18 @@ class LookupClient(FeatureReader):
             return default
 
     # ------------------------------------------------------------------ entries
+    def read_group(self, entry_id: str, group: str) -> np.ndarray:
+        """One entry's rows of ``group`` as a structured array (dtype from types.py), as locally."""
+        dtype = ENTRY_GROUPS.get(group)
+        if dtype is None:
+            raise NotFound(f"unknown group {group!r}; groups are {sorted(ENTRY_GROUPS)}")
+        fields = getattr(self.entry(entry_id, [group]), group)
+        n = len(next(iter(fields.values()))) if fields else 0
+        out = np.zeros(n, dtype=dtype)
+        for name, column in fields.items():
+            out[name] = column
+        return out
+
     def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
         params = _arrays_params(arrays)
         records = self._arrow("GET", f"/v1/entries/{_segment(entry_id)}", params=params)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.store import arrow_io
-from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, field_base_dtype
+from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
 from featurecache.store.reader import LocalStore
 
 
@@ -70,6 +70,22 @@ def entry_bytes(reader: LocalStore, entry_id: str, arrays: Sequence[str] | None)
 
 def msa_bytes(block: Any) -> bytes:
     return arrow_io.encode([arrow_io.msa_record(block)], arrow_io.MSA_DTYPES)
+
+
+@functools.lru_cache(maxsize=4)
+def available_tables(reader: LocalStore) -> tuple[str, ...]:
+    """The standard index tables plus any other ``index/*.arrow`` the store holds (e.g. ``plan``).
+
+    Listed from the store's own index directory once; a requested name is only compared with this
+    list, never joined into a path.
+    """
+    index_dir = reader.path / INDEX_DIR
+    extra = (
+        sorted(p.stem for p in index_dir.glob("*.arrow") if not p.name.startswith("."))
+        if index_dir.is_dir()
+        else []
+    )
+    return tuple(dict.fromkeys([*TABLES, *extra]))
 
 
 def table_bytes(table: pa.Table, columns: Sequence[str] | None) -> bytes:

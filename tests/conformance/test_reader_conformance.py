@@ -124,6 +124,15 @@ def test_array_subset(
     assert_entries_equal(got, want, full)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("group", GROUPS)
+def test_read_group(reader: FeatureReader, reference: LocalStore, group: str) -> None:
+    for entry_id in reference.ids[:3]:
+        got = reader.read_group(entry_id, group)  # type: ignore[attr-defined]
+        want = reference.read_group(entry_id, group)
+        assert got.dtype == want.dtype == ENTRY_GROUPS[group] and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+
+
 def test_no_arrays_at_all(reader: FeatureReader, reference: LocalStore) -> None:
     entry_id = reference.ids[-1]
     got = reader.entry(entry_id, [])

@@ -137,3 +137,21 @@ def test_selection_encoding_refuses_what_it_cannot_say() -> None:
         _index_spec(slice(0, 10, 2))
     with pytest.raises(InvalidRequest, match="negative"):
         _index_spec([3, -1])
+
+
+def test_extra_index_tables_are_served(tmp_path: Path, sample_store: Path) -> None:
+    """Tables other stages add to index/ (e.g. plan.arrow) reach remote readers too."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    extra = pa.table({"id": ["a", "b"], "max_tokens": pa.array([384, 640], pa.int32())})
+    with pa.OSFile(str(store / "index" / "plan.arrow"), "wb") as sink, ipc.new_file(sink, extra.schema) as w:
+        w.write_table(extra)
+    with ThreadedServer(Settings(store_path=store)) as url:
+        client = LookupClient(url, retries=0)
+        assert client.table("plan").equals(extra)
+        assert "plan" in client.service_info["tables"]
+        with pytest.raises(NotFound, match="no table 'nope'"):
+            client.table("nope")

@@ -12,7 +12,7 @@ from featurecache.errors import InvalidRequest, NotFound
 from featurecache.store import arrow_io
 from featurecache.store.layout import TABLES
 from services.lookup.deps import ReaderDep, SettingsDep
-from services.lookup.payloads import table_bytes
+from services.lookup.payloads import available_tables, table_bytes
 
 router = APIRouter(prefix="/v1", tags=["store"])
 
@@ -26,7 +26,7 @@ def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
         "version": featurecache.__version__,
         "auth": settings.auth_token is not None,
         "limits": settings.limits(),
-        "tables": list(TABLES),
+        "tables": list(available_tables(reader)),
     }
     return doc
 
@@ -39,13 +39,16 @@ def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
 )
 def table(
     reader: ReaderDep,
-    name: Annotated[str, Path(description=f"One of {', '.join(TABLES)}.")],
+    name: Annotated[
+        str, Path(description=f"{', '.join(TABLES)}, or another index table of the store (e.g. plan).")
+    ],
     columns: Annotated[
         list[str] | None, Query(description="Only these columns (repeat or comma-separate).")
     ] = None,
 ) -> Response:
-    if name not in TABLES:
-        raise NotFound(f"no table {name!r}; tables are {list(TABLES)}")
+    tables = available_tables(reader)
+    if name not in tables:
+        raise NotFound(f"no table {name!r}; tables are {list(tables)}")
     t = reader.table(name)
     cols = [c.strip() for v in columns or [] for c in v.split(",") if c.strip()]
     unknown = [c for c in cols if c not in t.column_names]
