@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, SHARED, Bench  # noqa: E402
-from featurecache.build.run import run_build  # noqa: E402
+from benchmarks.harness import REAL, SHARED, Bench
+from featurecache.build.run import run_build
 
 
 def main() -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -38,12 +39,10 @@ def machine() -> dict[str, Any]:
             info["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         info["git"] = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
         ).stdout.strip()
-    except OSError:
-        pass
     return info
 
 

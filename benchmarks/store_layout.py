@@ -20,10 +20,10 @@ from zarr.codecs import ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench  # noqa: E402
-from featurecache.build.run import run_build  # noqa: E402
-from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS, GROUP_OFFSETS, ZSTD_LEVEL  # noqa: E402
-from featurecache.store.reader import open_store  # noqa: E402
+from benchmarks.harness import REAL, Bench
+from featurecache.build.run import run_build
+from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS, GROUP_OFFSETS, ZSTD_LEVEL
+from featurecache.store.reader import open_store
 
 
 def _write_columnar(store_path: Path, out: Path) -> dict[tuple[str, str, str], zarr.Array]:
@@ -82,7 +82,11 @@ def main() -> None:
             for eid in sample:
                 fn(eid)
             dt = (time.perf_counter() - t0) / len(sample)
-            arrays = len(ENTRY_GROUPS) if name.startswith("records") else sum(len(d.names or ()) for d in ENTRY_GROUPS.values())
+            arrays = (
+                len(ENTRY_GROUPS)
+                if name.startswith("records")
+                else sum(len(d.names or ()) for d in ENTRY_GROUPS.values())
+            )
             bench.add(layout=name, arrays_per_entry=arrays, ms_per_entry=dt * 1e3)
         bench.rows[1]["slowdown_vs_records"] = bench.rows[1]["ms_per_entry"] / bench.rows[0]["ms_per_entry"]
         bench.finish()

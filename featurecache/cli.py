@@ -143,7 +143,9 @@ def info(
 @app.command()
 def show(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    entry_id: Annotated[str, typer.Argument(help="Entry id (see `featurecache info`, or index/entries.arrow).")],
+    entry_id: Annotated[
+        str, typer.Argument(help="Entry id (see `featurecache info`, or index/entries.arrow).")
+    ],
 ) -> None:
     """Look up one entry: its index row, chains and the shapes of its arrays."""
     from featurecache.store.show import print_entry

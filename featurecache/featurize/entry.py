@@ -62,12 +62,16 @@ def featurize_bytes(
     bonds = token_bonds(st, tk, component_bonds)
     interfaces = chain_interfaces(tk.atoms, tk.tokens, interface_cutoff)
     resolution = float(st.resolution) if st.resolution and st.resolution > 0 else math.nan
-    method = st.info["_exptl.method"] if "_exptl.method" in st.info else ""
+    method = st.info["_exptl.method"] if "_exptl.method" in st.info else ""  # noqa: SIM401 - gemmi InfoMap has no .get
     if not method and len(st.meta.experiments):
         method = st.meta.experiments[0].method
+    structure_id = st.info["_entry.id"] if "_entry.id" in st.info else st.name  # noqa: SIM401
     meta = EntryMeta(
-        resolution=resolution, release_date=raw.release_date, method=method.upper(),
-        structure_id=st.info["_entry.id"] if "_entry.id" in st.info else st.name, n_models=n_models,
-    )  # fmt: skip
+        resolution=resolution,
+        release_date=raw.release_date,
+        method=method.upper(),
+        structure_id=structure_id,
+        n_models=n_models,
+    )
     timer.stop()
     return Structure(entry_id, tk.atoms, tk.tokens, bonds, interfaces, tk.chains, meta, tuple(warnings))
