@@ -44,12 +44,13 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 # --------------------------------------------------------------------------------------------
 # kernels
 #
-# Registers are what limits these kernels (ptxas: 190-255 per thread at 64-128-row tiles), so
-# scores stay in natural units: s = q·kᵀ·scale + bias with the bias tile kept in its input dtype
-# until that FMA, and exp2(s·log2 e − m·log2 e) folds the base change into one more FMA. Loads
-# that feed a tl.dot are pipelined by Triton; the small per-iteration vectors that do not (key
-# mask, lse, δ) are prefetched one iteration ahead ("_nxt"); bias tiles are not (measured: the
-# extra live registers cost more than the latency they hide).
+# Scores are exponentiated with exp2. The forward and dk/dv kernels work in log2 units (the bias
+# tile is scaled by log2 e once and, with two S rows per program, shared by both); the dq and
+# dbias kernels keep s in natural units (s·log2 e − lse is one FMA) so the bias tile stays in its
+# input dtype until used. Loads that feed a tl.dot are pipelined by Triton; the small vectors that
+# do not (key mask; lse, δ in dbias) are prefetched one iteration ahead ("_nxt"). The dk/dv kernel
+# sits at the register limit, so it prefetches nothing. Each choice was timed on the H200
+# (KERNEL_NOTES.md).
 # --------------------------------------------------------------------------------------------
 
 
@@ -64,8 +65,10 @@ def _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
-def _bias_tile(bias_rows, s_col, row_ok, cols, N):
+def _bias_tile(bias_rows, s_col, row_ok, cols, N, EVEN_N: tl.constexpr):
     """Bias tile [rows, cols] in the input dtype (rows fixed by ``bias_rows``); 0 outside N×N."""
+    if EVEN_N:
+        return tl.load(bias_rows + cols[None, :] * s_col)
     return tl.load(bias_rows + cols[None, :] * s_col, mask=row_ok[:, None] & (cols < N)[None, :], other=0.0)
 
 
@@ -90,20 +93,20 @@ def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.conste
 
 @triton.jit
 def _fwd_step(
-    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias, key_add, scale,
+    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
     HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One key block of the online softmax for one S row (m in natural units)."""
+    """One key block of the online softmax for one S row (log2 units: bias2 = bias·log2 e)."""
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
     if HAS_KEY_ADD:
         s += key_add[None, :]
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if GUARD_EMPTY:
         # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
         m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s * _LOG2E - (m_new * _LOG2E)[:, None])
-    alpha = tl.math.exp2((m_i - m_new) * _LOG2E)
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, m_new, l_i
@@ -113,7 +116,7 @@ def _fwd_step(
 def _fwd_finish(acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok, row_on):
     empty = (l_i == 0.0) | (row_on == 0)  # no real key, or a masked-out row: output 0, lse +inf
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
-    lse = tl.where(empty, float("inf"), m_i * _LOG2E + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
     row_ok = (rows < N) & store_ok
     tl.store(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None])  # fmt: skip
@@ -136,6 +139,7 @@ def _fwd_kernel(
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
+    qk_scale = scale * _LOG2E
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1).to(tl.int64)
     pid_bh = tl.program_id(2).to(tl.int64)
@@ -176,16 +180,16 @@ def _fwd_kernel(
     bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N)
+        bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
-                                 scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
+        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
+                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias,
-                                     ka1, scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
+            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
+                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
@@ -282,7 +286,7 @@ def _bwd_dq_kernel(
     bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N)
+        bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N)
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
         dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
@@ -303,21 +307,24 @@ def _bwd_dq_kernel(
 
 @triton.jit
 def _dkv_step(
-    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, lse, delta, rows, offs_d, N, bias_t, scale,
-    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N, bias2t,
+    qk_scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One query block for one S row, in the transposed [key, query] domain."""
+    """One query block for one S row, in the transposed [key, query] domain (log2 units)."""
     if EVEN_N:
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :])
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :])
+        lse = tl.load(LSE + lse_off + rows)
+        delta = tl.load(DELTA + lse_off + rows)
     else:
         row_ok = rows < N
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale + bias_t.to(tl.float32)
+        lse, delta = _row_stats(LSE, DELTA, lse_off, rows, N)
+    st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
     if HAS_KEY_ADD:
         st += key_add[:, None]
-    pt = tl.math.exp2(st * _LOG2E - lse[None, :])
+    pt = tl.math.exp2(st - lse[None, :])
     dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
     dst = pt * (dpt - delta[None, :])
@@ -370,28 +377,23 @@ def _bwd_dkv_kernel(
     key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
     dk0 = tl.zeros([BLOCK_N, D], tl.float32)
     dv0 = tl.zeros([BLOCK_N, D], tl.float32)
-    lse0_nxt, dl0_nxt = _row_stats(LSE, DELTA, lo0, offs_m, N)
+    qk_scale = scale * _LOG2E
     if SP == 2:
         k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n,
                            cols, offs_d, N)  # fmt: skip
         key_add1 = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
         dk1 = tl.zeros([BLOCK_N, D], tl.float32)
         dv1 = tl.zeros([BLOCK_N, D], tl.float32)
-        lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, offs_m, N)
 
     bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
-        bias_t = _bias_tile(bias_cols, sb_i, col_ok, rows, N)
-        lse0, dl0 = lse0_nxt, dl0_nxt
-        lse0_nxt, dl0_nxt = _row_stats(LSE, DELTA, lo0, rows + BLOCK_M, N)
-        dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, lse0, dl0, rows,
-                             offs_d, N, bias_t, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+        bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
+        dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, LSE, DELTA, lo0,
+                             rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
-            lse1, dl1 = lse1_nxt, dl1_nxt
-            lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, lo1, rows + BLOCK_M, N)
-            dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, lse1, dl1,
-                                 rows, offs_d, N, bias_t, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+            dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, LSE, DELTA,
+                                 lo1, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     st_ok = col_ok[:, None]
     dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
@@ -435,7 +437,9 @@ def _bwd_dbias_kernel(
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     col_ok = cols < N
-    bias = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N).to(tl.float32)
+    bias = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N, EVEN_N).to(
+        tl.float32
+    )
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s_start = pid_g * S_PER_GROUP
@@ -526,11 +530,11 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> A
             dkv=KernelConfig(64, 64, 4, 3, 1),
             dbias=KernelConfig(64, 64, 4, 2, 1),
         )
-    return AttentionConfig(  # H200 sweep 2 (N = 768, H = 4, D = 32, bf16)
+    return AttentionConfig(  # H200, per-kernel winners of sweeps 1-4 (N = 768, H = 4, D = 32, bf16)
         fwd=KernelConfig(128, 64, 4, 3, 2),
-        dq=KernelConfig(128, 32, 4, 3, 1),
+        dq=KernelConfig(64, 32, 4, 3, 2),
         dkv=KernelConfig(64, 64, 4, 3, 2),
-        dbias=KernelConfig(64, 64, 4, 2, 1),
+        dbias=KernelConfig(64, 64, 4, 3, 1),
         dbias_target_programs=1056,
     )
 
