@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import math
@@ -249,7 +250,7 @@ def sweep_attention(n: int, h: int, d: int, log: list[dict[str, Any]]) -> pba.At
         c = dataclasses.replace(base, fwd=cfg)
         try:
             out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale, c)
-            rows.append((cfg, ms(lambda c=c: pba.pair_bias_attention_forward(q, k, v, bias, None, scale, c)),
+            rows.append((cfg, ms(functools.partial(pba.pair_bias_attention_forward, q, k, v, bias, None, scale, c)),
                          rel(out, ref[0])))  # fmt: skip
         except Exception as exc:  # a config that does not compile (e.g. shared memory)
             rows.append((cfg, math.inf, math.inf))
@@ -268,7 +269,7 @@ def sweep_attention(n: int, h: int, d: int, log: list[dict[str, Any]]) -> pba.At
             try:
                 res = launch(cfg)
                 err = check(res)
-                rows.append((cfg, ms(lambda cfg=cfg: launch(cfg)), err))
+                rows.append((cfg, ms(functools.partial(launch, cfg)), err))
             except Exception as exc:
                 rows.append((cfg, math.inf, math.inf))
                 print(f"  {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -314,7 +315,7 @@ def bench_attention(ns: list[int], h: int, d: int, bench: Bench, skip: set[str])
                 row["ms"] = ms(run)
                 row["TFLOP/s"] = flops / row["ms"] / 1e9
                 if name == "fused":
-                    row["fwd_ms"] = ms(lambda m=method, t=t: m(t["q"], t["k"], t["v"], t["bias"]))
+                    row["fwd_ms"] = ms(functools.partial(method, t["q"], t["k"], t["v"], t["bias"]))
                 results[name] = row["ms"]
             except torch.cuda.OutOfMemoryError:
                 row["ms"] = "OOM"
@@ -386,7 +387,7 @@ def sweep_layernorm_linear(
         for cfg in configs:
             try:
                 res = launch(cfg)
-                rows_.append((cfg, ms(lambda cfg=cfg: launch(cfg)), check(res)))
+                rows_.append((cfg, ms(functools.partial(launch, cfg)), check(res)))
             except Exception as exc:
                 rows_.append((cfg, math.inf, math.inf))
                 print(f"  lnl {kind} {cfg}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -428,7 +429,7 @@ def bench_transition(n: int, c: int, nx: int, bench: Bench) -> None:
             row["TFLOP/s"] = flops / row["ms"] / 1e9
             if name == "fused":
                 xs = [t[k] for k in ("x", "lnw", "lnb", "w1", "w2")]
-                row["fwd_ms"] = ms(lambda xs=xs: transition_fused(*xs))
+                row["fwd_ms"] = ms(functools.partial(transition_fused, *xs))
         except Exception as exc:
             row["ms"] = f"error: {type(exc).__name__}: {str(exc)[:120]}"
         bench.add(**row)

@@ -69,7 +69,13 @@ def test_attention_matches_fp32_oracle(
     got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
     scale = d**-0.5
     want = _grads(
-        lambda *a: naive_attention(*a, scale), *(t.float() for t in (q, k, v, bias)), mask, do.float()
+        lambda q_, k_, v_, b_, m_: naive_attention(q_, k_, v_, b_, m_, scale),
+        q.float(),
+        k.float(),
+        v.float(),
+        bias.float(),
+        mask,
+        do.float(),
     )
     torch_own = _grads(pair_bias_attention_ref, q, k, v, bias, mask, do)
     for name, g, w, t in zip(("out", "dq", "dk", "dv", "dbias"), got, want, torch_own, strict=True):
@@ -95,7 +101,13 @@ def test_default_tiles_every_head_dim_and_dtype(d: int, dtype: torch.dtype) -> N
     q, k, v, bias, mask, do = _inputs(2, 5, 2, 131, d, dtype, True, seed=d)
     got = _grads(pba.pair_bias_attention, q, k, v, bias, mask, do)
     want = _grads(
-        lambda *a: naive_attention(*a, d**-0.5), *(t.float() for t in (q, k, v, bias)), mask, do.float()
+        lambda q_, k_, v_, b_, m_: naive_attention(q_, k_, v_, b_, m_, d**-0.5),
+        q.float(),
+        k.float(),
+        v.float(),
+        bias.float(),
+        mask,
+        do.float(),
     )
     for name, g, w in zip(("out", "dq", "dk", "dv", "dbias"), got, want, strict=True):
         assert rel_err(g, w) < TOL[dtype], name

@@ -42,15 +42,18 @@ def test_matches_float64_oracle(m: int, c: int, o: int, sw: bool, has_bias: bool
     b = torch.randn(o, generator=g) if has_bias else None
     dy = torch.randn(m, o // 2 if sw else o, generator=g)
     dev = KERNEL_DEVICE
-    args = [t.to(dev, dtype) for t in (x, lw, lb, w)] + [None if b is None else b.to(dev, dtype)]
+    xd, lwd, lbd, wd = (t.to(dev, dtype) for t in (x, lw, lb, w))
+    bd = None if b is None else b.to(dev, dtype)
     cfg = small_config()
-    y = lnl.layernorm_linear_forward(*args, eps=1e-5, swiglu=sw, config=cfg)
-    grads = lnl.layernorm_linear_backward(dy.to(dev, dtype), *args, eps=1e-5, swiglu=sw, config=cfg)
+    y = lnl.layernorm_linear_forward(xd, lwd, lbd, wd, bd, eps=1e-5, swiglu=sw, config=cfg)
+    grads = lnl.layernorm_linear_backward(
+        dy.to(dev, dtype), xd, lwd, lbd, wd, bd, eps=1e-5, swiglu=sw, config=cfg
+    )
 
-    xs = [t.double().requires_grad_() for t in (x, lw, lb, w)] + [
-        None if b is None else b.double().requires_grad_()
-    ]
-    want = naive_layernorm_linear(*xs, eps=1e-5, swiglu=sw)
+    x64, lw64, lb64, w64 = (t.double().requires_grad_() for t in (x, lw, lb, w))
+    b64 = None if b is None else b.double().requires_grad_()
+    xs = [x64, lw64, lb64, w64, b64]
+    want = naive_layernorm_linear(x64, lw64, lb64, w64, b64, eps=1e-5, swiglu=sw)
     want.backward(dy.double())
     assert y.dtype == dtype and rel_err(y, want) < TOL[dtype]
     for name, gk, xr in zip(("dx", "dln_w", "dln_b", "dw", "db"), grads, xs, strict=True):
@@ -73,7 +76,7 @@ def test_fp32_input_with_half_weights() -> None:
     assert y.dtype == F16
     y.float().square().sum().backward()
     xs = [t.detach().double().requires_grad_() for t in (x, lw, lb, w)]
-    want = naive_layernorm_linear(*xs, None, 1e-5, True)
+    want = naive_layernorm_linear(xs[0], xs[1], xs[2], xs[3], None, 1e-5, True)
     want.square().sum().backward()
     assert rel_err(y, want) < TOL[F16]
     for t, r in zip((x, lw, lb, w), xs, strict=True):

@@ -27,7 +27,7 @@ def small_config(sp: int, dbias_programs: int = 1) -> pba.AttentionConfig:
 
 def make_inputs(
     b: int, s: int, h: int, n: int, d: int, dtype: torch.dtype, masked: bool, seed: int = 0
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(b, s, h, n, d, generator=g) for _ in range(3))
     bias = torch.randn(b, h, n, n, generator=g)
@@ -37,8 +37,8 @@ def make_inputs(
         if b * s > 1:
             mask[0, 0, :] = False  # a row with no real key
     dev = KERNEL_DEVICE
-    out = [t.to(dev, dtype) for t in (q, k, v, bias)]
-    return (*out, None if mask is None else mask.to(dev))
+    return (q.to(dev, dtype), k.to(dev, dtype), v.to(dev, dtype), bias.to(dev, dtype),
+            None if mask is None else mask.to(dev))  # fmt: skip
 
 
 def run_kernel(
@@ -60,9 +60,13 @@ def oracle(
     do: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
     xs = [t.detach().cpu().double().requires_grad_() for t in (q, k, v, bias)]
-    out = naive_attention(*xs, None if mask is None else mask.cpu(), q.shape[-1] ** -0.5)
+    out = naive_attention(
+        xs[0], xs[1], xs[2], xs[3], None if mask is None else mask.cpu(), q.shape[-1] ** -0.5
+    )
     out.backward(do.cpu().double())
-    return (out, *[x.grad for x in xs])
+    grads = [x.grad for x in xs]
+    assert all(g is not None for g in grads)
+    return (out, *[g for g in grads if g is not None])
 
 
 # (B, S, H, N, D, masked, S rows per program, dtype)
@@ -95,7 +99,7 @@ def test_public_op_autograd_and_reference_agree() -> None:
     """The registered op with autograd (default tiles) and the torch reference both match the oracle."""
     q, k, v, bias, mask = make_inputs(1, 2, 2, 29, 32, F32, masked=True, seed=5)
     xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
-    out = pba.pair_bias_attention(*xs, mask)
+    out = pba.pair_bias_attention(xs[0], xs[1], xs[2], xs[3], mask)
     do = torch.randn_like(out)
     out.backward(do)
     want = oracle(q, k, v, bias, mask, do)
@@ -104,7 +108,7 @@ def test_public_op_autograd_and_reference_agree() -> None:
         assert x.grad is not None and rel_err(x.grad, w) < TOL[F32]
 
     rs = [t.detach().cpu().double().requires_grad_() for t in (q, k, v, bias)]
-    ref = pair_bias_attention_ref(*rs, mask.cpu() if mask is not None else None)
+    ref = pair_bias_attention_ref(rs[0], rs[1], rs[2], rs[3], mask.cpu() if mask is not None else None)
     ref.backward(do.cpu().double())
     assert rel_err(ref, want[0]) < 1e-12
     for x, w in zip(rs, want[1:], strict=True):
@@ -143,14 +147,14 @@ def test_padded_batch_matches_unpadded_sample() -> None:
     token_mask = torch.arange(n_pad, device=q.device) < n_real
     pair_mask = (token_mask[:, None] & token_mask[None, :])[None]  # [1, S=N, N]
     xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
-    out = pba.pair_bias_attention(*xs, pair_mask)
+    out = pba.pair_bias_attention(xs[0], xs[1], xs[2], xs[3], pair_mask)
     do = torch.randn_like(out)
     real = pair_mask[:, :, None, :, None]  # [1, S, 1, N, 1]: padded outputs do not reach the loss
     (out * real).backward(do)
 
     cut = [t[:, :n_real, :, :n_real].clone().requires_grad_() for t in (q, k, v)]
     bias_cut = bias[:, :, :n_real, :n_real].clone().requires_grad_()
-    out_cut = pba.pair_bias_attention(*cut, bias_cut)
+    out_cut = pba.pair_bias_attention(cut[0], cut[1], cut[2], bias_cut)
     out_cut.backward(do[:, :n_real, :, :n_real])
     assert rel_err(out[:, :n_real, :, :n_real], out_cut) < 1e-6
     for x, c in zip(xs[:3], cut, strict=True):
@@ -172,7 +176,7 @@ def test_factorised_padding_mask_equals_general_mask() -> None:
     full = key_mask[:, None, :] & row_mask[:, :, None]
     do = torch.randn_like(q)
     xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
-    out = pba.pair_bias_attention(*xs, key_mask=key_mask, row_mask=row_mask)
+    out = pba.pair_bias_attention(xs[0], xs[1], xs[2], xs[3], key_mask=key_mask, row_mask=row_mask)
     out.backward(do)
     want = oracle(q, k, v, bias, full, do)
     assert rel_err(out, want[0]) < TOL[F32]
@@ -209,3 +213,21 @@ def test_bad_shapes_are_refused(bad: dict) -> None:
     mask = torch.ones(1, 2, 9, dtype=bad.get("mask_dtype", torch.bool), device=KERNEL_DEVICE)
     with pytest.raises(KernelShapeError, match=r"\(1, 2, "):  # the message prints the shapes
         pba.pair_bias_attention(q, q, q, bias, mask)
+
+
+def test_autograd_function_and_registered_op_agree() -> None:
+    """The eager torch.autograd.Function and the torch.library op (torch.compile's path) give
+    identical outputs and gradients."""
+    q, k, v, bias, _ = make_inputs(1, 2, 2, 19, 16, F32, masked=False, seed=21)
+    key_mask = torch.arange(19, device=q.device)[None] < 15
+    results = []
+    for use_op in (False, True):
+        xs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+        if use_op:
+            out, _ = torch.ops.featurecache.pair_bias_attention(*xs, None, 0.25, key_mask, None)
+        else:
+            out = pba.PairBiasAttentionFunction.apply(*xs, None, 0.25, key_mask, None)
+        out.sum().backward()
+        results.append([out.detach(), *[x.grad for x in xs]])
+    for a, b in zip(*results, strict=True):
+        assert a is not None and b is not None and torch.equal(a, b)

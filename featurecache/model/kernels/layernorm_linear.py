@@ -524,6 +524,34 @@ def _backward(ctx, dy):  # type: ignore[no-untyped-def]
 _op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class LayerNormLinearFunction(torch.autograd.Function):
+    """The eager autograd path (same launchers as the registered ops, without the custom-op
+    dispatch); under ``torch.compile`` the registered op is used."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        x: torch.Tensor,
+        ln_weight: torch.Tensor,
+        ln_bias: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        eps: float,
+        swiglu: bool,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, ln_weight, ln_bias, weight, bias)  # type: ignore[arg-type]  # None is allowed
+        ctx.eps, ctx.swiglu = eps, swiglu  # type: ignore[attr-defined]
+        return layernorm_linear_forward(x, ln_weight, ln_bias, weight, bias, eps, swiglu)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[no-untyped-def, override]
+        x, ln_weight, ln_bias, weight, bias = ctx.saved_tensors
+        dx, dlnw, dlnb, dw, db = layernorm_linear_backward(
+            dy, x, ln_weight, ln_bias, weight, bias, ctx.eps, ctx.swiglu
+        )
+        return dx, dlnw, dlnb, dw, db, None, None
+
+
 def layernorm_linear(
     x: torch.Tensor,
     ln_weight: torch.Tensor,
@@ -539,6 +567,11 @@ def layernorm_linear(
     dtype for the GEMM); ln_weight, ln_bias: ``[C]``; weight: ``[O, C]``; bias: ``[O]`` or None.
     Returns ``[..., O]``, or ``[..., O/2]`` = ``silu(u[:O/2]) * u[O/2:]``, in the weight's dtype.
     """
-    return torch.ops.featurecache.layernorm_linear(
+    if torch.compiler.is_compiling():
+        return torch.ops.featurecache.layernorm_linear(
+            x, ln_weight, ln_bias, weight, bias, float(eps), bool(swiglu)
+        )
+    result: torch.Tensor = LayerNormLinearFunction.apply(
         x, ln_weight, ln_bias, weight, bias, float(eps), bool(swiglu)
     )
+    return result
