@@ -34,10 +34,13 @@ def _ln_linear(
             dx = L.new(rows * c * xb)
             tl = d.tiles
             ln_parts = L.new(2 * math.ceil(rows / tl.ln_dx_block_m) * c * 4)
-            row_blocks = math.ceil(rows / tl.ln_dw_block_m)
-            per_split = math.ceil(tl.ln_dw_target_programs / math.ceil(oh / tl.ln_dw_block_n))
-            splits = max(1, min(row_blocks, per_split))
-            L.temp(splits * o * c * 4)  # fp32 weight-gradient partials
+            if tl.ln_dw_library:  # dU [rows, o] (dy itself without SwiGLU) and LN(x) [rows, c] for cuBLAS
+                L.temp(rows * ((o if swiglu else 0) + c) * a)
+            else:
+                row_blocks = math.ceil(rows / tl.ln_dw_block_m)
+                per_split = math.ceil(tl.ln_dw_target_programs / math.ceil(oh / tl.ln_dw_block_n))
+                splits = max(1, min(row_blocks, per_split))
+                L.temp(splits * o * c * 4)  # fp32 weight-gradient partials
             L.drop(ln_parts, t, dy, x)
             return dx
 
