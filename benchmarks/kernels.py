@@ -413,11 +413,29 @@ def bench_transition(n: int, c: int, nx: int, bench: Bench) -> None:
     flops = 18 * rows * nx * c * c
     compiled = torch.compile(transition_eager)
     base_out = None
-    for name, fn in (("fused", transition_fused), ("fused (repeat)", transition_fused), ("eager", transition_eager),
+    base = lnl.default_config(c, BF16, torch.device("cuda"))
+    previous = dataclasses.replace(base, dw_library=False)  # the Triton dW kernel (before cuBLAS dW)
+
+    def with_config(cfg: lnl.LayerNormLinearConfig, run: Callable[[], Any]) -> Callable[[], Any]:
+        def wrapped() -> Any:
+            lnl.set_default_config(c, BF16, cfg)
+            try:
+                return run()
+            finally:
+                lnl.set_default_config(
+                    c, BF16, base
+                )  # the tiles in use before (an equal override is harmless)
+
+        return wrapped
+
+    for name, fn in (("fused", transition_fused), ("fused (repeat)", transition_fused),
+                     ("fused (Triton dW, previous)", transition_fused), ("eager", transition_eager),
                      ("torch.compile", compiled)):  # fmt: skip
         row: dict[str, Any] = {"op": "transition", "N": n, "method": name}
         try:
             run = transition_run(fn, t)
+            if "previous" in name:
+                run = with_config(previous, run)
             got = run()
             if base_out is None:
                 base_out = got

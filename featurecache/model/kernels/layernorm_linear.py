@@ -133,9 +133,11 @@ def _bwd_dx_kernel(
     DY,  # [M, OH]
     DX,  # [M, C]
     DLNW_PART, DLNB_PART,  # [cdiv(M, BLOCK_M), C] fp32
-    M, C, OH, sx_m, sw_o, sdy_m, sdx_m, eps,
+    DU,  # [M, O] in W's dtype: gradient w.r.t. the GEMM outputs (written with STORE_DU)
+    XLN,  # [M, C] in W's dtype: LN(x), the GEMM's A operand (written with STORE_DU)
+    M, C, OH, sx_m, sw_o, sdy_m, sdx_m, sdu_m, sxln_m, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, STORE_DU: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -145,6 +147,8 @@ def _bwd_dx_kernel(
     col_ok = offs_c < C
     xln, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     a_op = xln.to(W.dtype.element_ty)
+    if STORE_DU:
+        tl.store(XLN + rows[:, None] * sxln_m + offs_c[None, :], a_op, mask=row_ok[:, None] & col_ok[None, :])
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
     dy_nxt = _dy_tile(DY, rows, offs_n, M, OH, sdy_m)  # prefetched one block ahead (not a dot operand)
     for start in range(0, OH, BLOCK_N):
@@ -152,9 +156,15 @@ def _bwd_dx_kernel(
         dy = dy_nxt
         dy_nxt = _dy_tile(DY, rows, outs + BLOCK_N, M, OH, sdy_m)
         du_a, du_b, wa, wb = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
-        dxln += tl.dot(du_a.to(W.dtype.element_ty), wa, input_precision=PREC)
+        du_a = du_a.to(W.dtype.element_ty)
+        dxln += tl.dot(du_a, wa, input_precision=PREC)
         if SWIGLU:
-            dxln += tl.dot(du_b.to(W.dtype.element_ty), wb, input_precision=PREC)
+            du_b = du_b.to(W.dtype.element_ty)
+            dxln += tl.dot(du_b, wb, input_precision=PREC)
+            if STORE_DU:  # without SwiGLU dU is dy itself
+                du_ok = row_ok[:, None] & (outs < OH)[None, :]
+                tl.store(DU + rows[:, None] * sdu_m + outs[None, :], du_a, mask=du_ok)
+                tl.store(DU + rows[:, None] * sdu_m + (outs + OH)[None, :], du_b, mask=du_ok)
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
     w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
     g = dxln * w[None, :]
@@ -239,6 +249,9 @@ class LayerNormLinearConfig:
     dw: GemmConfig
     #: the weight-gradient grid aims at this many programs (rows are split to get there)
     dw_target_programs: int = 264
+    #: weight gradient by a library GEMM (``dUᵀ·LN(x)``, cuBLAS on a GPU) from dU and LN(x) that the
+    #: dx kernel writes in the weight's dtype (+[M, O] + [M, C] transient), instead of ``_bwd_dw_kernel``
+    dw_library: bool = True
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], LayerNormLinearConfig] = {}
@@ -379,23 +392,46 @@ def prepare_backward(
     return BackwardInputs(x2, ln_weight, ln_bias, w, bias, dy2, eps, swiglu)
 
 
-def launch_dx(a: BackwardInputs, cfg: GemmConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx ``[M, C]`` (x's dtype) and the fp32 dγ, dβ ``[C]``."""
+def launch_dx(
+    a: BackwardInputs, cfg: GemmConfig, store_du: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """dx ``[M, C]`` (x's dtype), the fp32 dγ, dβ ``[C]`` and, with ``store_du``, dU ``[M, O]``
+    (the gradient w.r.t. the GEMM outputs; ``a.dy`` itself without SwiGLU) and LN(x) ``[M, C]``,
+    both in the weight's dtype (else None, None)."""
     m, c = a.x.shape
     n_row_blocks = max(1, triton.cdiv(m, cfg.block_m))
-    dx = torch.empty((m, c), device=a.x.device, dtype=a.x.dtype)
-    dlnw_part = torch.empty((n_row_blocks, c), device=a.x.device, dtype=torch.float32)
-    dlnb_part = torch.empty((n_row_blocks, c), device=a.x.device, dtype=torch.float32)
+    dev, wdt = a.x.device, a.w.dtype
+    dx = torch.empty((m, c), device=dev, dtype=a.x.dtype)
+    dlnw_part = torch.empty((n_row_blocks, c), device=dev, dtype=torch.float32)
+    dlnb_part = torch.empty((n_row_blocks, c), device=dev, dtype=torch.float32)
+    du = xln = None
+    if store_du:
+        du = torch.empty((m, a.w.shape[0]), device=dev, dtype=wdt) if a.swiglu else a.dy
+        xln = torch.empty((m, c), device=dev, dtype=wdt)
     if m == 0:
-        return dx, dlnw_part.zero_().sum(0), dlnb_part.zero_().sum(0)
+        return dx, dlnw_part.zero_().sum(0), dlnb_part.zero_().sum(0), du, xln
+    du_arg = du if du is not None else a.w
+    xln_arg = xln if xln is not None else a.w
     _bwd_dx_kernel[(n_row_blocks,)](
         a.x, a.ln_weight, a.ln_bias, a.w, a.w if a.bias is None else a.bias, a.dy, dx, dlnw_part, dlnb_part,
-        m, c, a.out_half, a.x.stride(0), a.w.stride(0), a.dy.stride(0), dx.stride(0), a.eps,
+        du_arg, xln_arg,
+        m, c, a.out_half, a.x.stride(0), a.w.stride(0), a.dy.stride(0), dx.stride(0), du_arg.stride(0),
+        xln_arg.stride(0), a.eps,
         HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), STORE_DU=store_du,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
-    return dx, dlnw_part.sum(0), dlnb_part.sum(0)
+    return dx, dlnw_part.sum(0), dlnb_part.sum(0), du, xln
+
+
+def library_dw(
+    du: torch.Tensor, xln: torch.Tensor, with_bias: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """dW ``[O, C]`` = dUᵀ·LN(x) (one library GEMM, fp32 accumulation, the weight's dtype) and the
+    fp32 dbias ``[O]`` = Σ_rows dU (None without a bias). Deterministic (no split-K atomics)."""
+    dw = torch.matmul(du.t(), xln)
+    db = torch.sum(du, dim=0, dtype=torch.float32) if with_bias else None
+    return dw, db
 
 
 def launch_dw(a: BackwardInputs, cfg: GemmConfig, target_programs: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -436,8 +472,15 @@ def layernorm_linear_backward(
     """Returns dx, dln_weight, dln_bias, dweight, dbias (None without bias), each in its input's dtype."""
     a = prepare_backward(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu)
     config = config or default_config(a.x.shape[1], a.w.dtype, a.x.device)
-    dx, dlnw, dlnb = launch_dx(a, config.dx)
-    dw, db = launch_dw(a, config.dw, config.dw_target_programs)
+    if config.dw_library:
+        dx, dlnw, dlnb, du, xln = launch_dx(a, config.dx, store_du=True)
+        assert du is not None and xln is not None
+        dw, db_or_none = library_dw(du, xln, bias is not None)
+        del du, xln
+        db = dw.new_empty((0,)) if db_or_none is None else db_or_none
+    else:
+        dx, dlnw, dlnb, _, _ = launch_dx(a, config.dx)
+        dw, db = launch_dw(a, config.dw, config.dw_target_programs)
     return (
         dx.reshape(x.shape), dlnw.to(ln_weight.dtype), dlnb.to(ln_bias.dtype), dw.to(weight.dtype),
         None if bias is None else db.to(bias.dtype),

@@ -541,10 +541,16 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> A
     )
 
 
+_SMS: dict[int, int] = {}
+
+
 def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 1
+    if device.type != "cuda":
+        return 1
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SMS[idx]
 
 
 # --------------------------------------------------------------------------------------------
