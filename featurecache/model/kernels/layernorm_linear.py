@@ -11,8 +11,11 @@ Kernels:
 * ``_fwd_kernel``: per (row block, output column block).
 * ``_bwd_dx_kernel``: per row block, loop over output column blocks: dLN = dU·W, then the
   LayerNorm backward -> dx; per-block partial sums of dγ, dβ.
-* ``_bwd_dw_kernel``: per (output column block, row split), loop over the split's row blocks:
-  dW = dUᵀ·LN(x) and dbias accumulated in registers; fp32 partials per split.
+* weight gradient (default, ``LayerNormLinearConfig.dw_library``): the dx kernel also stores dU
+  ``[M, O]`` and LN(x) ``[M, C]`` in the weight's dtype, and dW = dUᵀ·LN(x) is one library GEMM
+  (cuBLAS on a GPU: 4.01 -> 3.03 ms for the N = 768 transition on an H200, +0.9 GB transient).
+* ``_bwd_dw_kernel`` (``dw_library=False``): per (output column block, row split), loop over the
+  split's row blocks: dW = dUᵀ·LN(x) and dbias accumulated in registers; fp32 partials per split.
 
 Partials are reduced with one ``sum`` in a fixed order: no atomics, deterministic gradients.
 """
