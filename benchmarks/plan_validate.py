@@ -37,6 +37,7 @@ from featurecache.model.batches import synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
 from featurecache.plan.memory import estimate_step
+from featurecache.plan.planner import DEFAULT_HEADROOM
 
 GiB = 2**30
 
@@ -125,7 +126,7 @@ def main() -> None:
                     m = measure(cfg, crop, args.msa_rows, fused, args.steps)
                 except torch.OutOfMemoryError:
                     row.update(measured_GiB="OOM", error_pct=None,
-                               predicted_exceeds_gpu=bool(total is not None and est.peak_bytes > total))  # fmt: skip
+                               predicted_exceeds_gpu=bool(total is not None and est.peak_bytes > total * (1 - DEFAULT_HEADROOM)))  # fmt: skip
                 else:
                     measured = max(m["peaks"][1:] or m["peaks"])
                     row.update(

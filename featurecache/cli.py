@@ -271,13 +271,21 @@ def plan(
             "--write-index/--no-write-index", help="Write the recommended budget back as an index column."
         ),
     ] = True,
+    headroom: Annotated[
+        float, typer.Option(help="Share of GPU memory kept free (allocator fragmentation, CUDA context).")
+    ] = 0.08,
 ) -> None:
     """Predict peak training memory per entry from the index alone; recommend a token budget."""
     from featurecache.plan import run_plan
 
     try:
         run_plan(
-            store, model_config=model_config, gpu_memory=gpu_memory, fused=fused, write_index=write_index
+            store,
+            model_config=model_config,
+            gpu_memory=gpu_memory,
+            fused=fused,
+            write_index=write_index,
+            headroom=headroom,
         )
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
