@@ -213,18 +213,24 @@ RATIOS: dict[str, Callable[[list[Row]], list[Ratio]]] = {
 
 
 # ----------------------------------------------------------------------------------------- page
+SUPPORTING: list[str] = []
+
+
 def load(results: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
     docs: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for path in sorted(results.glob("*.json")) if results.is_dir() else []:
         try:
             doc = json.loads(path.read_text())
-            if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-                raise ValueError("no 'rows' list")
         except (OSError, ValueError) as exc:
             problems.append(f"`{path.name}`: unreadable ({exc})")
             continue
-        docs[str(doc.get("benchmark") or path.stem)] = doc
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+            # supporting data (training logs, A/B sweeps, calibration data): linked, not tabulated
+            SUPPORTING.append(path.name)
+            continue
+        name = str(doc.get("benchmark") or path.stem)
+        docs[name if path.stem == name or name not in docs else path.stem] = doc
     return docs, problems
 
 
@@ -292,6 +298,12 @@ def render(results: Path) -> str:
         )
     if problems:
         lines.append("**Unreadable result files:** " + "; ".join(problems) + "\n")
+    if SUPPORTING:
+        lines.append(
+            "**Supporting data** (in `benchmarks/results/`, not tables): "
+            + ", ".join(f"`{n}`" for n in SUPPORTING)
+            + "\n"
+        )
     for name in ordered(docs):
         lines.append(section(name, docs[name]))
     return "\n".join(lines).rstrip() + "\n"
