@@ -129,6 +129,9 @@ def run_training(
                 "loss": loss_value, "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
                 "tokens": int(batch["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
                 "entry_ids": raw.get("entry_id"),
+                # the client's ready-first stats for this batch (absent for synthetic batches)
+                "reorder_depth": _int_list(raw.get("reorder_depth")),
+                "skipped": len(raw.get("skipped") or []),
             }  # fmt: skip
             records.append(rec)
             log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs  tokens %d", step, loss_value,
@@ -140,6 +143,15 @@ def run_training(
         if log_path is not None:
             Path(log_path).write_text(json.dumps(doc, indent=2, default=str))
     return doc
+
+
+def _int_list(value: Any) -> list[int] | None:
+    """A tensor / array / list / scalar of ints as a list (None stays None)."""
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -143,6 +143,12 @@ def test_loader_timeline_from_a_real_training_log(sample_store: Path, tmp_path: 
     )
     assert 'src="loader_timeline.png"' in (out / "index.html").read_text()
     assert len(np.unique(_pixels(out / "loader_timeline.png").reshape(-1, 3), axis=0)) > 2
+    # the real log carries the client's ready-first stats, and the timeline plots them
+    assert all(isinstance(s["reorder_depth"], list) and len(s["reorder_depth"]) == 1 for s in doc["steps"])
+    assert [float(r["reorder_depth"]) for r in rows] == [float(max(s["reorder_depth"])) for s in doc["steps"]]
+    assert [float(r["skips_cumulative"]) for r in rows] == list(
+        np.cumsum([s["skipped"] for s in doc["steps"]]).astype(float)
+    )
 
 
 def test_timeline_reads_reorder_depth_and_skips() -> None:
