@@ -95,6 +95,29 @@ def test_attention_is_bitwise_deterministic_on_gpu() -> None:
         assert torch.equal(a, b)
 
 
+def test_launch_cache_matches_triton_launch_bitwise() -> None:
+    """The launch cache (direct calls of the compiled kernel) gives the same bits as Triton's own
+    launch, across N (a new key per shape), masks, and a q that is not 16-byte aligned (a different
+    specialisation that the cache key must tell apart from the aligned one)."""
+    prev = pba.set_fast_launch(True)
+    try:
+        for n, masked in ((131, True), (384, False), (384, True), (200, False)):
+            q, k, v, bias, mask, do = _inputs(1, 6, 4, n, 32, BF16, masked, seed=n)
+            buf = torch.empty(q.numel() + 1, device="cuda", dtype=BF16)
+            q_odd = buf[1:].view_as(q).copy_(q)
+            assert q_odd.data_ptr() % 16 != 0
+            for qq in (q, q_odd, q):
+                runs = []
+                for fast in (False, True, True):  # Triton's launch; cache filled; cache hit
+                    pba.set_fast_launch(fast)
+                    runs.append(_grads(pba.pair_bias_attention, qq, k, v, bias, mask, do))
+                for a, b, c in zip(*runs, strict=True):
+                    assert torch.equal(a, b) and torch.equal(a, c)
+        assert pba._LAUNCH_CACHE, "the fast path was never taken"
+    finally:
+        pba.set_fast_launch(prev)
+
+
 @pytest.mark.parametrize("d", [16, 32, 64])
 @pytest.mark.parametrize("dtype", [F32, F16, BF16])
 def test_default_tiles_every_head_dim_and_dtype(d: int, dtype: torch.dtype) -> None:

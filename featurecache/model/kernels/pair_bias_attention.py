@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -519,6 +522,17 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> A
     """Tile configuration per (head dim, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
     if device.type == "cuda" and (head_dim, dtype) in _OVERRIDES:
         return _OVERRIDES[(head_dim, dtype)]
+    key = (head_dim, dtype, device.type)
+    cached = _DEFAULTS.get(key)
+    if cached is None:
+        cached = _DEFAULTS[key] = _builtin_config(head_dim, dtype, device)
+    return cached
+
+
+_DEFAULTS: dict[tuple[int, torch.dtype, str], AttentionConfig] = {}
+
+
+def _builtin_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
     if device.type != "cuda":  # Triton interpreter: small tiles keep numpy fast
         c = KernelConfig(32, 32, 1, 1, 1)
         return AttentionConfig(c, c, c, c, dbias_target_programs=8)
@@ -551,6 +565,96 @@ def _num_sms(device: torch.device) -> int:
     if idx not in _SMS:
         _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return _SMS[idx]
+
+
+# --------------------------------------------------------------------------------------------
+# launch cache
+#
+# ``kernel[grid](...)`` costs ~90 µs of host time per launch on the H200 image (Triton 3.6): the
+# binder specialises every one of ~40 arguments, builds the cache key and looks the kernel up.
+# Everything it specialises on is a function of: the constexprs and launch options, each tensor's
+# dtype and 16-byte alignment, and each int's value (== 1, divisible by 16, 32/64-bit). The first
+# launch for such a key goes through Triton and returns its CompiledKernel; later launches with the
+# same key call that kernel's launcher directly. N stays a runtime argument: a new N is a new key
+# but no recompilation (Triton's own cache has the binary). Not used under the interpreter
+# (TRITON_INTERPRET), off the GPU, with Triton launch hooks installed (profilers), or when the
+# environment sets FEATURECACHE_FAST_LAUNCH=0.
+# --------------------------------------------------------------------------------------------
+
+_FAST_LAUNCH = os.environ.get("FEATURECACHE_FAST_LAUNCH", "1") != "0"
+_LAUNCH_CACHE: dict[tuple[Any, ...], Any] = {}
+_LAUNCH_CACHE_MAX = 4096
+_CONSTEXPR_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def set_fast_launch(enabled: bool) -> bool:
+    """Turn the launch cache on or off (for A/B timing); returns the previous setting."""
+    global _FAST_LAUNCH
+    prev = _FAST_LAUNCH
+    _FAST_LAUNCH = enabled
+    return prev
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _hooks_active() -> bool:
+    """True when Triton launch hooks are installed (a plain callable, or a non-empty hook chain)."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None:  # Triton < 3.4: no knobs, no direct launch
+        return True
+    rt = knobs.runtime
+    for hook in (rt.launch_enter_hook, rt.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def _launch(
+    kernel: Any,
+    grid: tuple[int, int, int],
+    tensors: Sequence[torch.Tensor],
+    ints: tuple[int, ...],
+    scale: float,
+    constexprs: tuple[Any, ...],
+    num_warps: int,
+    num_stages: int,
+) -> None:
+    """``kernel[grid](*tensors, *ints, scale, <constexprs by name>, num_warps=, num_stages=)``,
+    through the launch cache when possible. ``constexprs`` are the values of the kernel's remaining
+    parameters, in declaration order."""
+    fast = _FAST_LAUNCH and tensors[0].is_cuda and not _interpreting()
+    if fast:
+        dev = torch.cuda.current_device()
+        key = (kernel, dev, constexprs, num_warps, num_stages, ints,
+               *[(t.dtype, t.data_ptr() & 15 == 0) for t in tensors])  # fmt: skip
+        ck = _LAUNCH_CACHE.get(key)
+        if ck is not None and not _hooks_active():
+            try:
+                ck.run(grid[0], grid[1], grid[2], triton.runtime.driver.active.get_current_stream(dev),
+                       ck.function, ck.packed_metadata, None, None, None, *tensors, *ints, scale, *constexprs)  # fmt: skip
+                return
+            except TypeError as exc:  # a Triton whose launcher takes other arguments: use its own launch
+                log.warning("launch cache disabled (%s: %s)", type(exc).__name__, exc)
+                set_fast_launch(False)
+                _LAUNCH_CACHE.clear()
+                fast = False
+    names = _CONSTEXPR_NAMES.get(id(kernel))
+    if names is None:
+        names = _CONSTEXPR_NAMES[id(kernel)] = tuple(kernel.arg_names[len(tensors) + len(ints) + 1 :])
+    ck = kernel[grid](
+        *tensors, *ints, scale, **dict(zip(names, constexprs, strict=True)), num_warps=num_warps,
+        num_stages=num_stages,
+    )  # fmt: skip
+    if (
+        fast
+        and not getattr(kernel, "pre_run_hooks", None)
+        and all(hasattr(ck, a) for a in ("run", "function", "packed_metadata"))
+    ):
+        if len(_LAUNCH_CACHE) >= _LAUNCH_CACHE_MAX:
+            _LAUNCH_CACHE.clear()
+        _LAUNCH_CACHE[key] = ck
 
 
 # --------------------------------------------------------------------------------------------
@@ -617,6 +721,8 @@ def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
 def _empty_like_layout(t: torch.Tensor) -> torch.Tensor:
     """An uninitialised tensor shaped like t whose memory follows t's axis order (by stride), so a
     q that is a [B, S, N, H, D] buffer seen as [B, S, H, N, D] gets an output laid out the same way."""
+    if t.is_contiguous():
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
     strides = t.stride()
     order = sorted(range(t.dim()), key=lambda i: -strides[i])
     buf = torch.empty([t.shape[i] for i in order], dtype=t.dtype, device=t.device)
@@ -664,15 +770,16 @@ def pair_bias_attention_forward(
     m, m_strides = _mask_args(mask, q)
     rm = q if row_mask is None else row_mask.view(torch.uint8)
     rm_strides = (0, 0) if row_mask is None else (rm.stride(0), rm.stride(1))
-    grid = (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h)
-    _fwd_kernel[grid](
-        q, k, v, bias, m, rm, out, lse,
-        *q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
-        *rm_strides, s, h, n, scale,
-        HAS_MASK=mask is not None, HAS_ROW_MASK=row_mask is not None, BIAS_HAS_INF=key_mask is not None,
-        EVEN_N=_even(n, cfg.block_m, cfg.block_n), D=d,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SP=cfg.sp, PREC=_prec(q.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    _launch(
+        _fwd_kernel, (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h),
+        (q, k, v, bias, m, rm, out, lse),
+        (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
+         *rm_strides, s, h, n),
+        scale,
+        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype)),
+        cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
 
@@ -711,46 +818,71 @@ def prepare_backward(
     key_mask: torch.Tensor | None = None,
 ) -> BackwardInputs:
     _check(q, k, v, bias, mask, key_mask)
-    bias = masked_bias(bias, key_mask)
     if do.shape != q.shape or out.shape != q.shape:
         raise KernelShapeError(
             f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
         )
+    return _prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask, one_buffer=False)
+
+
+def _prepare_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    key_mask: torch.Tensor | None,
+    one_buffer: bool,
+) -> BackwardInputs:
+    """:func:`prepare_backward` without the checks (the autograd path checked in the forward).
+    ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dq, dk, dv are slices of one
+    allocation (one allocator call instead of three; each keeps the whole buffer alive)."""
+    bias = masked_bias(bias, key_mask)
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     m, m_strides = _mask_args(mask, q)
     lse = lse.contiguous()
+    if one_buffer and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
+        dq, dk, dv = torch.empty((3, *q.shape), dtype=q.dtype, device=q.device).unbind(0)
+    else:
+        dq, dk, dv = _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
     return BackwardInputs(
         q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
         do=_last_contiguous(do.to(q.dtype)), out=_last_contiguous(out), lse=lse, delta=torch.empty_like(lse),
-        dq=_empty_like_layout(q), dk=_empty_like_layout(k), dv=_empty_like_layout(v), scale=scale,
+        dq=dq, dk=dk, dv=dv, scale=scale,
     )  # fmt: skip
 
 
 def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
     """δ = rowsum(dO∘O) into ``a.delta`` and dq into ``a.dq`` (run before the other two)."""
     b, s, h, n, d = a.q.shape
-    _bwd_dq_kernel[(triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h)](
-        a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq,
-        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
-        *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides,
-        s, h, n, a.scale,
-        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
-        num_warps=c.num_warps, num_stages=c.num_stages,
+    _launch(
+        _bwd_dq_kernel, (triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h),
+        (a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq),
+        (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
+         *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
+        a.scale,
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
+        c.num_warps, c.num_stages,
     )  # fmt: skip
 
 
 def launch_dkv(a: BackwardInputs, c: KernelConfig) -> None:
     """dk, dv into ``a.dk``, ``a.dv`` (needs ``a.delta``)."""
     b, s, h, n, d = a.q.shape
-    _bwd_dkv_kernel[(triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h)](
-        a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv,
-        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
-        *a.dv.stride()[:4], *a.bias.stride(), *a.mask_strides,
-        s, h, n, a.scale,
-        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, SP=c.sp, PREC=_prec(a.q.dtype),
-        num_warps=c.num_warps, num_stages=c.num_stages,
+    _launch(
+        _bwd_dkv_kernel, (triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h),
+        (a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv),
+        (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
+         *a.dv.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
+        a.scale,
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
+        c.num_warps, c.num_stages,
     )  # fmt: skip
 
 
@@ -765,14 +897,15 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
     db = torch.empty(
         (groups, b, h, n, n), device=a.q.device, dtype=a.bias.dtype if groups == 1 else torch.float32
     )
-    _bwd_dbias_kernel[(n_tiles, groups, b * h)](
-        a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, db,
-        *a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
-        *a.mask_strides,
-        s, h, n, per_group, a.scale,
-        HAS_MASK=a.has_mask, EVEN_N=_even(n, c.block_m, c.block_n), D=d,
-        BLOCK_M=c.block_m, BLOCK_N=c.block_n, PREC=_prec(a.q.dtype),
-        num_warps=c.num_warps, num_stages=c.num_stages,
+    _launch(
+        _bwd_dbias_kernel, (n_tiles, groups, b * h),
+        (a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, db),
+        (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
+         *a.mask_strides, s, h, n, per_group),
+        a.scale,
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype)),
+        c.num_warps, c.num_stages,
     )  # fmt: skip
     return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
 
@@ -793,6 +926,12 @@ def pair_bias_attention_backward(
     """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's
     dtype; 0 at masked keys). A row mask needs nothing here: its rows have lse = +inf."""
     a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask)
+    return _run_backward(a, config)
+
+
+def _run_backward(
+    a: BackwardInputs, config: AttentionConfig | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
     launch_dkv(a, config.dkv)
@@ -904,9 +1043,10 @@ class PairBiasAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):  # type: ignore[no-untyped-def, override]
         q, k, v, bias, mask, out, lse, key_mask = ctx.saved_tensors
-        dq, dk, dv, dbias = pair_bias_attention_backward(
-            dout, q, k, v, bias, mask, out, lse, ctx.scale, None, key_mask
-        )
+        # inputs were checked by the forward; dout has out's shape (autograd guarantees it)
+        one = all(ctx.needs_input_grad[:3])
+        a = _prepare_backward(dout, q, k, v, bias, mask, out, lse, ctx.scale, key_mask, one_buffer=one)
+        dq, dk, dv, dbias = _run_backward(a, None)
         return dq, dk, dv, dbias, None, None, None, None
 
 
