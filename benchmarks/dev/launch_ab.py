@@ -1,6 +1,8 @@
 # ruff: noqa: B023  (closures run inside their loop iteration)
-"""Same-run A/B on the GPU: fused pair-bias attention fwd+bwd through the v3 launchers (frozen copy,
-``benchmarks/dev/pba_v3.py``), the current launchers with the launch cache off, and with it on.
+"""Same-run A/B on the GPU: fused pair-bias attention fwd+bwd through the v3 launchers, the current
+launchers with the launch cache off, and with it on. The v3 launchers are the module as of commit
+9952a21; recreate them first with
+``git show 9952a21:featurecache/model/kernels/pair_bias_attention.py > benchmarks/dev/pba_v3.py``.
 
 Checks first that all three give bitwise-equal out/dq/dk/dv/dbias at every N (fresh random inputs,
 plus a q that is not 16-byte aligned so the cache must tell the specialisations apart), then times
