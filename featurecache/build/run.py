@@ -188,13 +188,18 @@ def _run_structure_parts(
     if not plan:
         return
     ccd_s = str(Path(ccd).resolve()) if ccd else None
+    root = str(out.resolve())
     inputs_of: dict[str, list[InputFile]] = {}
-    futures = []
-    for name, part_inputs in plan:
+    part_of: dict[str, str] = {}  # future key -> part name
+
+    def submit(name: str, part_inputs: list[InputFile]) -> Any:
         inputs_of[name] = part_inputs
-        futures.append(client.submit(build_structure_part, str(out.resolve()), name, part_inputs, entry_config, ccd_s,
-                                     config.interface_cutoff, key=f"structure-part-{name}-{time.time_ns()}",
-                                     pure=False, retries=0))  # fmt: skip
+        fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
+                            config.interface_cutoff, key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
+        part_of[fut.key] = name
+        return fut
+
+    futures = [submit(name, part_inputs) for name, part_inputs in plan]
     columns = (
         TextColumn("[bold]structures"),
         BarColumn(),
@@ -208,7 +213,7 @@ def _run_structure_parts(
         task = bar.add_task("structures", total=len(pending))
         queue = as_completed(futures)
         for fut in queue:
-            name = fut.key.split("-")[2] + "-" + fut.key.split("-")[3]
+            name = part_of[fut.key]
             try:
                 res: PartResult = fut.result()
             except (FutureCancelledError, StoreError):
@@ -220,12 +225,8 @@ def _run_structure_parts(
                     log.warning("part %s failed (%s: %s); retrying its %d inputs one by one",
                                 name, type(exc).__name__, exc, len(part_inputs))  # fmt: skip
                     for inp in part_inputs:
-                        sub = part_name(STRUCTURE_PART_PREFIX, next_number)
+                        queue.add(submit(part_name(STRUCTURE_PART_PREFIX, next_number), [inp]))
                         next_number += 1
-                        inputs_of[sub] = [inp]
-                        queue.add(client.submit(build_structure_part, str(out.resolve()), sub, [inp], entry_config,
-                                                ccd_s, config.interface_cutoff,
-                                                key=f"structure-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
                     continue
                 res = _record_crashed_input(out, name, part_inputs[0], exc)
             _accumulate(summary, res)
