@@ -28,7 +28,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    bench = Bench("build", corpus=str(REAL / "structures"), ccd=args.ccd, msa=args.msa)
+    name = "build_full" if (args.ccd or args.msa) else "build"
+    bench = Bench(name, corpus=str(REAL / "structures"), ccd=args.ccd, msa=args.msa)
     for workers in args.workers:
         tmp = Path(tempfile.mkdtemp(prefix="fc-bench-build-"))
         try:
@@ -44,7 +45,7 @@ def main() -> None:
                 "store_over_input": s.store_bytes / s.input_bytes,
             }  # fmt: skip
             total = sum(s.stage_seconds.values()) or 1.0
-            for stage in ("read", "parse", "tokenize", "featurize", "write"):
+            for stage in ("read", "parse", "tokenize", "featurize", "write", "msa", "chem"):
                 row[f"{stage}_s"] = s.stage_seconds.get(stage, 0.0)
                 row[f"{stage}_pct"] = 100 * s.stage_seconds.get(stage, 0.0) / total
             bench.add(**row)
