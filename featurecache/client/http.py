@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
 DEFAULT_BATCH_ENTRIES = 256
-_ENTRY_META_SKIP = {"part", "key"}
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
@@ -79,7 +78,6 @@ class LookupClient(FeatureReader):
         self._lock = threading.Lock()
         self._tables: dict[str, pa.Table] = {}
         self._row: dict[str, int] | None = None
-        self._chain_rows: dict[str, tuple[int, int]] | None = None
         self._service: dict[str, Any] | None = None
         self._component_table: Any = None
         self._http = self._new_http()
@@ -213,25 +211,6 @@ class LookupClient(FeatureReader):
             return self._rows()[entry_id]
         except (KeyError, TypeError):
             raise NotFound(f"no entry {entry_id!r} at {self.url}") from None
-
-    def entry_meta(self, entry_id: str) -> dict[str, Any]:
-        row = self.row_of(entry_id)
-        return {
-            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
-        }
-
-    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
-        if self._chain_rows is None:
-            ids = self.chains.column("entry_id").to_pylist() if self.chains.num_rows else []
-            rows: dict[str, tuple[int, int]] = {}
-            start = 0
-            for i in range(1, len(ids) + 1):
-                if i == len(ids) or ids[i] != ids[start]:
-                    rows[ids[start]] = (start, i - start)
-                    start = i
-            self._chain_rows = rows
-        start, count = self._chain_rows.get(entry_id, (0, 0))
-        return self.chains.slice(start, count).to_pylist() if count else []
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:

@@ -13,6 +13,20 @@ import pyarrow as pa
 
 from featurecache.types import Entry
 
+#: index columns that describe storage, not the entry (left out of ``Entry.meta``)
+ENTRY_META_SKIP = frozenset({"part", "key"})
+
+
+def row_ranges(ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``(start, count)`` of each run of equal ids in a column sorted by id (one pass)."""
+    out: dict[str, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[start]:
+            out[ids[start]] = (start, i - start)
+            start = i
+    return out
+
 
 class FeatureReader(ABC):
     """Random access to a feature store.
@@ -70,14 +84,31 @@ class FeatureReader(ABC):
 
         raise NotFound(f"no MSA {key!r}: this store has no MSAs")
 
-    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
-        """Chains index rows of one entry, by asym_id."""
-        t = self.chains
-        if t.num_rows == 0:
-            return []
-        import pyarrow.compute as pc
+    def row_of(self, entry_id: str) -> int:
+        """Row of an entry in ``entries`` (NotFound if absent)."""
+        from featurecache.errors import NotFound
 
-        return t.filter(pc.equal(t.column("entry_id"), entry_id)).to_pylist()
+        try:
+            return self.ids.index(entry_id)
+        except ValueError:
+            raise NotFound(f"no entry {entry_id!r}") from None
+
+    def entry_meta(self, entry_id: str) -> dict[str, Any]:
+        """The entry's index row, without the storage columns."""
+        row = self.row_of(entry_id)
+        return {
+            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP
+        }
+
+    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
+        """Chains index rows of one entry, by asym_id (the chains index is sorted by entry id)."""
+        ranges: dict[str, tuple[int, int]] | None = getattr(self, "_chain_ranges", None)
+        if ranges is None:
+            t = self.chains
+            ranges = row_ranges(t.column("entry_id").to_pylist() if t.num_rows else [])
+            self._chain_ranges = ranges
+        start, count = ranges.get(entry_id, (0, 0))
+        return self.chains.slice(start, count).to_pylist() if count else []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

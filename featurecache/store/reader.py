@@ -22,8 +22,6 @@ from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
-_ENTRY_META_SKIP = {"part", "key"}
-
 
 def parse_array_selection(arrays: Sequence[str] | None) -> dict[str, set[str] | None]:
     """``["atoms", "tokens/restype"]`` → {"atoms": None (all), "tokens": {"restype"}}; validates names."""
@@ -82,15 +80,6 @@ class LocalStore(FeatureReader):
             else (None, None)
             for g, (s, c) in GROUP_OFFSETS.items()
         }
-        chains = self.chains
-        self._chain_rows: dict[str, tuple[int, int]] = {}
-        if chains.num_rows:
-            ids = chains.column("entry_id").to_pylist()
-            start = 0
-            for i in range(1, len(ids) + 1):
-                if i == len(ids) or ids[i] != ids[start]:
-                    self._chain_rows[ids[start]] = (start, i - start)
-                    start = i
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._lock = threading.Lock()
         self._component_table: Any = None  # chem.reference.ComponentTable, loaded on first use
@@ -159,16 +148,6 @@ class LocalStore(FeatureReader):
         except (KeyError, TypeError):
             raise NotFound(f"no entry {entry_id!r} in store {self.path}") from None
 
-    def entry_meta(self, entry_id: str) -> dict[str, Any]:
-        row = self.row_of(entry_id)
-        return {
-            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
-        }
-
-    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
-        start, count = self._chain_rows.get(entry_id, (0, 0))
-        return self.chains.slice(start, count).to_pylist() if count else []
-
     def _array(self, part: str, group: str) -> zarr.Array:
         key = (part, group)
         arr = self._arrays.get(key)
@@ -218,7 +197,6 @@ class LocalStore(FeatureReader):
 
     def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
         sel = parse_array_selection(arrays)
-        row = self.row_of(entry_id)
         out: dict[str, dict[str, np.ndarray]] = {g: {} for g in ENTRY_GROUPS}
         records = self.read_groups(entry_id, list(sel))
         for group, fields in sel.items():
@@ -227,12 +205,9 @@ class LocalStore(FeatureReader):
             for f in names:
                 if fields is None or f in fields:
                     out[group][f] = np.ascontiguousarray(rec[f])
-        meta = {
-            k: v for k, v in self.entries.slice(row, 1).to_pylist()[0].items() if k not in _ENTRY_META_SKIP
-        }
         return Entry(
             id=entry_id, atoms=out["atoms"], tokens=out["tokens"], bonds=out["bonds"],
-            interfaces=out["interfaces"], meta=meta, chains=self.entry_chains(entry_id),
+            interfaces=out["interfaces"], meta=self.entry_meta(entry_id), chains=self.entry_chains(entry_id),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ MSAs
