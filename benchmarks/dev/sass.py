@@ -1,0 +1,133 @@
+"""Compile the attention kernels for sm_90 on a machine without a GPU and count SASS per loop.
+
+Mirrors the JIT's specialisation for one problem (ints == 1 become constants, ints divisible by
+16 and all pointers get divisibility 16), so register counts, spills and instruction mixes match
+what the H200 runs. Usage: python benchmarks/dev/sass.py [N] [--dump DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from featurecache.model.kernels import pair_bias_attention as pba  # noqa: E402
+
+NVDISASM = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+
+
+def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
+    names = fn.arg_names
+    sig, consts, attrs = {}, {}, {}
+    i = 0
+    for t in tensors:
+        sig[names[i]] = "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                               torch.uint8: "u8"}[t]
+        attrs[(i,)] = [["tt.divisibility", 16]]
+        i += 1
+    for v in ints:
+        if v == 1:
+            sig[names[i]] = "constexpr"
+            consts[names[i]] = 1
+        else:
+            sig[names[i]] = "i64" if abs(v) >= 2**31 else "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        i += 1
+    sig[names[i]] = "fp32"
+    i += 1
+    for v in constexprs:
+        sig[names[i]] = "constexpr"
+        consts[names[i]] = v
+        i += 1
+    src = ASTSource(fn, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 128),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def sass_of(ck) -> tuple[str, int, int]:
+    """SASS text, registers per thread and local (spill) bytes of a compiled kernel."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([str(NVDISASM), "-sass", f.name], capture_output=True, text=True).stdout
+        res = subprocess.run([str(NVDISASM), "-res-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+).*?LOCAL:(\d+)", res)
+    return sass, int(m.group(1)), int(m.group(2))
+
+
+def loop_mix(sass: str) -> tuple[collections.Counter, int]:
+    """Opcode counts of the largest backward-branch loop body."""
+    lines = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+    addr = []
+    for ln in lines:
+        m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", ln)
+        if m:
+            addr.append((int(m.group(1), 16), m.group(2)))
+    best = (0, 0)
+    for a, ins in addr:
+        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", ins)
+        tgt = re.search(r"0x([0-9a-f]+)", ins) if "BRA" in ins else None
+        if tgt:
+            t = int(tgt.group(1), 16)
+            if t < a and a - t > best[1] - best[0]:
+                best = (t, a)
+    body = [ins for a, ins in addr if best[0] <= a <= best[1]]
+    ops = collections.Counter()
+    for ins in body:
+        ins = re.sub(r"^@!?U?P\w+\s+", "", ins)
+        op = ins.split()[0] if ins.split() else "?"
+        ops[op] += 1
+    return ops, len(body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="?", type=int, default=768)
+    ap.add_argument("--dump", type=Path)
+    args = ap.parse_args()
+    n, s, h, d, b = args.n, args.n, 4, 32, 1
+    bf = torch.bfloat16
+    cfg = pba._builtin_config(d, bf, torch.device("cuda"))
+    q_str = (s * h * n * d, h * n * d, n * d, d)
+    bias_str = (h * n * n, n * n, n, 1)
+    even = lambda c: pba._even(n, c.block_m, c.block_n)  # noqa: E731
+    kernels = {
+        "fwd": (pba._fwd_kernel, [bf, bf, bf, bf, bf, bf, bf, torch.float32],
+                (*q_str, *q_str, *q_str, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
+                lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.fwd),
+        "dq": (pba._bwd_dq_kernel, [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
+               (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
+               lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.dq),
+        "dkv": (pba._bwd_dkv_kernel, [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
+                (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
+                lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.dkv),
+        "dbias": (pba._bwd_dbias_kernel, [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
+                  (*q_str * 4, *bias_str, 0, 0, 0, s, h, n, 24),
+                  lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"), cfg.dbias),
+    }
+    print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
+    for name, (fn, tens, ints, cx, c) in kernels.items():
+        ck = compile_kernel(fn, tens, ints, 0.17, cx(c), c.num_warps, c.num_stages)
+        sass, regs, local = sass_of(ck)
+        ops, nbody = loop_mix(sass)
+        print(f"{name:8} {regs:5} {local:6} {nbody:5}  {dict(ops.most_common(16))}")
+        if args.dump:
+            args.dump.mkdir(parents=True, exist_ok=True)
+            (args.dump / f"{name}.sass").write_text(sass)
+            (args.dump / f"{name}.ptx").write_text(ck.asm["ptx"])
+            (args.dump / f"{name}.ttgir").write_text(ck.asm["ttgir"])
+
+
+if __name__ == "__main__":
+    main()
