@@ -1,7 +1,7 @@
 # ruff: noqa: B023, B905  (scratch A/B script)
 """Run 10 (session 4): per-kernel tile sweep of the attention kernels at N = 768 with the fp32
 log2-unit bias (``bias_log2``) and the reordered dots, against the previous kernels
-(``benchmarks/dev/pba_prev.py`` = git HEAD before the change), then fwd+bwd at every N with the
+(``benchmarks/dev/pba_prev.py``: ``git show b80f4fc:featurecache/model/kernels/pair_bias_attention.py``; the variants ran are commit a9c6269, reverted after this run), then fwd+bwd at every N with the
 per-kernel winners; and the transition backward with the library dLN (``dx_library``).
 
     PYTHONPATH=. python3 benchmarks/dev/sweep10.py OUT.json

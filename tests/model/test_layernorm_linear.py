@@ -16,17 +16,11 @@ from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
 F32, F16 = torch.float32, torch.float16
 
 
-# backward variants: dx kernel + library dW (default), + Triton dW kernel, library dLN + LN kernel
-BACKWARDS = {"dw-library": (True, False), "dw-kernel": (False, False), "dx-library": (True, True)}
-
-
-def small_config(dw_library: bool = True, dx_library: bool = False) -> lnl.LayerNormLinearConfig:
+def small_config(dw_library: bool = True) -> lnl.LayerNormLinearConfig:
     warps = 4 if KERNEL_DEVICE.type == "cuda" else 1
     c = lnl.GemmConfig(16, 16, warps, 1)
     fwd = lnl.GemmConfig(16, 16, warps, 1, col_blocks=2)  # a program loops over two column blocks
-    return lnl.LayerNormLinearConfig(
-        fwd, c, c, dw_target_programs=6, dw_library=dw_library, dx_library=dx_library, du=c
-    )
+    return lnl.LayerNormLinearConfig(fwd, c, c, dw_target_programs=6, dw_library=dw_library)
 
 
 # (rows, C, O, swiglu, linear bias, dtype)
@@ -39,10 +33,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("backward", list(BACKWARDS))
+@pytest.mark.parametrize("dw_library", [True, False], ids=["dw-library", "dw-kernel"])
 @pytest.mark.parametrize(("m", "c", "o", "sw", "has_bias", "dtype"), CASES)
 def test_matches_float64_oracle(
-    m: int, c: int, o: int, sw: bool, has_bias: bool, dtype: torch.dtype, backward: str
+    m: int, c: int, o: int, sw: bool, has_bias: bool, dtype: torch.dtype, dw_library: bool
 ) -> None:
     g = torch.Generator().manual_seed(m * c)
     x = torch.randn(m, c, generator=g) * 2 + 0.5
@@ -53,7 +47,7 @@ def test_matches_float64_oracle(
     dev = KERNEL_DEVICE
     xd, lwd, lbd, wd = (t.to(dev, dtype) for t in (x, lw, lb, w))
     bd = None if b is None else b.to(dev, dtype)
-    cfg = small_config(*BACKWARDS[backward])
+    cfg = small_config(dw_library)
     y = lnl.layernorm_linear_forward(xd, lwd, lbd, wd, bd, eps=1e-5, swiglu=sw, config=cfg)
     grads = lnl.layernorm_linear_backward(
         dy.to(dev, dtype), xd, lwd, lbd, wd, bd, eps=1e-5, swiglu=sw, config=cfg
@@ -99,9 +93,9 @@ def test_weight_gradients_are_bitwise_deterministic() -> None:
     ln = torch.randn(16, device=dev), torch.randn(16, device=dev)
     w, b = torch.randn(32, 16, device=dev), torch.randn(32, device=dev)
     dy = torch.randn(45, 16, device=dev)
-    for variant in BACKWARDS.values():
-        first = lnl.layernorm_linear_backward(dy, x, *ln, w, b, 1e-5, True, small_config(*variant))
-        second = lnl.layernorm_linear_backward(dy, x, *ln, w, b, 1e-5, True, small_config(*variant))
+    for dw_library in (True, False):
+        first = lnl.layernorm_linear_backward(dy, x, *ln, w, b, 1e-5, True, small_config(dw_library))
+        second = lnl.layernorm_linear_backward(dy, x, *ln, w, b, 1e-5, True, small_config(dw_library))
         for a, c in zip(first, second, strict=True):
             assert a is not None and c is not None and torch.equal(a, c)
 

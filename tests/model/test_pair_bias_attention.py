@@ -17,12 +17,12 @@ from tests.model.util import KERNEL_DEVICE, TOL, naive_attention, rel_err
 F32, F16 = torch.float32, torch.float16
 
 
-def small_config(sp: int, dbias_programs: int = 1) -> pba.AttentionConfig:
+def small_config(sp: int, dbias_programs: int = 1, dkv_bias_copy: bool = True) -> pba.AttentionConfig:
     """16×16 tiles so that small N spans several blocks (ragged last block included)."""
     c = pba.KernelConfig(16, 16, num_warps=1, num_stages=1, sp=sp)
     if KERNEL_DEVICE.type == "cuda":
         c = pba.KernelConfig(16, 16, num_warps=4, num_stages=2, sp=sp)
-    return pba.AttentionConfig(c, c, c, c, dbias_target_programs=dbias_programs)
+    return pba.AttentionConfig(c, c, c, c, dbias_target_programs=dbias_programs, dkv_bias_copy=dkv_bias_copy)
 
 
 def make_inputs(
@@ -81,13 +81,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("dkv_bias_copy", [True, False], ids=["dkv-bias-copy", "dkv-bias-strided"])
 @pytest.mark.parametrize(("b", "s", "h", "n", "d", "masked", "sp", "dtype"), CASES)
 def test_matches_float64_oracle(
-    b: int, s: int, h: int, n: int, d: int, masked: bool, sp: int, dtype: torch.dtype
+    b: int, s: int, h: int, n: int, d: int, masked: bool, sp: int, dtype: torch.dtype, dkv_bias_copy: bool
 ) -> None:
     q, k, v, bias, mask = make_inputs(b, s, h, n, d, dtype, masked, seed=n)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, dtype)
-    got = run_kernel(q, k, v, bias, mask, do, small_config(sp, dbias_programs=3))
+    got = run_kernel(q, k, v, bias, mask, do, small_config(sp, dbias_programs=3, dkv_bias_copy=dkv_bias_copy))
     want = oracle(q, k, v, bias, mask, do)
     for name, g, w in zip(("out", "dq", "dk", "dv", "dbias"), got, want, strict=True):
         assert g.shape == w.shape and g.dtype == dtype, name

@@ -141,7 +141,6 @@ def _bwd_dx_kernel(
     M, C, OH, sx_m, sw_o, sdy_m, sdx_m, sdu_m, sxln_m, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, STORE_DU: tl.constexpr,
-    COMPUTE_DX: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -154,34 +153,21 @@ def _bwd_dx_kernel(
     if STORE_DU:
         tl.store(XLN + rows[:, None] * sxln_m + offs_c[None, :], a_op, mask=row_ok[:, None] & col_ok[None, :])
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
-    LOOP: tl.constexpr = COMPUTE_DX or (SWIGLU and STORE_DU)  # else only LN(x) is wanted
     dy_nxt = _dy_tile(DY, rows, offs_n, M, OH, sdy_m)  # prefetched one block ahead (not a dot operand)
-    for start in range(0, OH if LOOP else 0, BLOCK_N):
+    for start in range(0, OH, BLOCK_N):
         outs = start + offs_n
         dy = dy_nxt
         dy_nxt = _dy_tile(DY, rows, outs + BLOCK_N, M, OH, sdy_m)
         du_a, du_b, wa, wb = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
         du_a = du_a.to(W.dtype.element_ty)
-        if COMPUTE_DX:
-            dxln += tl.dot(du_a, wa, input_precision=PREC)
+        dxln += tl.dot(du_a, wa, input_precision=PREC)
         if SWIGLU:
             du_b = du_b.to(W.dtype.element_ty)
-            if COMPUTE_DX:
-                dxln += tl.dot(du_b, wb, input_precision=PREC)
+            dxln += tl.dot(du_b, wb, input_precision=PREC)
             if STORE_DU:  # without SwiGLU dU is dy itself
                 du_ok = row_ok[:, None] & (outs < OH)[None, :]
                 tl.store(DU + rows[:, None] * sdu_m + outs[None, :], du_a, mask=du_ok)
                 tl.store(DU + rows[:, None] * sdu_m + (outs + OH)[None, :], du_b, mask=du_ok)
-    if COMPUTE_DX:
-        _ln_backward_store(dxln, xhat, rstd, LNW, DX, DLNW_PART, DLNB_PART, pid, rows, offs_c, M, C, sdx_m)
-
-
-@triton.jit
-def _ln_backward_store(dxln, xhat, rstd, LNW, DX, DLNW_PART, DLNB_PART, pid, rows, offs_c, M, C, sdx_m):
-    """LayerNorm backward of one row block given dL/dLN(x) (fp32): stores dx and this block's
-    dγ, dβ partial sums."""
-    row_ok = rows < M
-    col_ok = offs_c < C
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
     w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
     g = dxln * w[None, :]
@@ -192,26 +178,6 @@ def _ln_backward_store(dxln, xhat, rstd, LNW, DX, DLNW_PART, DLNB_PART, pid, row
              mask=row_ok[:, None] & col_ok[None, :])  # fmt: skip
     tl.store(DLNW_PART + pid * C + offs_c, tl.sum(dxln * xhat, 0), mask=col_ok)
     tl.store(DLNB_PART + pid * C + offs_c, tl.sum(dxln, 0), mask=col_ok)
-
-
-@triton.jit
-def _ln_bwd_kernel(
-    X,  # [M, C]
-    LNW, LNB,  # [C]
-    DXLN,  # [M, C]: dL/dLN(x) (fp32 or the GEMM's dtype)
-    DX,  # [M, C]
-    DLNW_PART, DLNB_PART,  # [cdiv(M, BLOCK_M), C] fp32
-    M, C, sx_m, sdxln_m, sdx_m, eps,
-    CP: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """The LayerNorm backward alone (``dx_library``: dL/dLN(x) = dU·W came from a library GEMM)."""
-    pid = tl.program_id(0).to(tl.int64)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_c = tl.arange(0, CP)
-    _, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
-    ok = (rows < M)[:, None] & (offs_c < C)[None, :]
-    dxln = tl.load(DXLN + rows[:, None] * sdxln_m + offs_c[None, :], mask=ok, other=0.0).to(tl.float32)
-    _ln_backward_store(dxln, xhat, rstd, LNW, DX, DLNW_PART, DLNB_PART, pid, rows, offs_c, M, C, sdx_m)
 
 
 @triton.jit
@@ -289,10 +255,6 @@ class LayerNormLinearConfig:
     #: weight gradient by a library GEMM (``dUᵀ·LN(x)``, cuBLAS on a GPU) from dU and LN(x) that the
     #: dx kernel writes in the weight's dtype (+[M, O] + [M, C] transient), instead of ``_bwd_dw_kernel``
     dw_library: bool = True
-    #: with ``dw_library``: the Triton kernel only recomputes and stores dU and LN(x) (tiles ``du``);
-    #: dL/dLN(x) = dU·W is a library GEMM too and ``_ln_bwd_kernel`` finishes dx, dγ, dβ
-    dx_library: bool = False
-    du: GemmConfig = GemmConfig(16, 32, 1, 1)
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], LayerNormLinearConfig] = {}
@@ -324,7 +286,6 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> L
         dx=GemmConfig(64, 32, 4, 3),
         dw=GemmConfig(32, 64, 4, 2),
         dw_target_programs=264,
-        du=GemmConfig(128, 32, 4, 3),
     )
 
 
@@ -435,14 +396,11 @@ def prepare_backward(
 
 
 def launch_dx(
-    a: BackwardInputs, cfg: GemmConfig, store_du: bool = False, compute_dx: bool = True
+    a: BackwardInputs, cfg: GemmConfig, store_du: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """dx ``[M, C]`` (x's dtype), the fp32 dγ, dβ ``[C]`` and, with ``store_du``, dU ``[M, O]``
     (the gradient w.r.t. the GEMM outputs; ``a.dy`` itself without SwiGLU) and LN(x) ``[M, C]``,
-    both in the weight's dtype (else None, None). Without ``compute_dx`` (needs ``store_du``) the
-    kernel only stores dU and LN(x); dx, dγ, dβ come back uninitialised."""
-    if not compute_dx and not store_du:
-        raise ValueError("launch_dx: nothing to do without compute_dx or store_du")
+    both in the weight's dtype (else None, None)."""
     m, c = a.x.shape
     n_row_blocks = max(1, triton.cdiv(m, cfg.block_m))
     dev, wdt = a.x.device, a.w.dtype
@@ -463,46 +421,10 @@ def launch_dx(
         m, c, a.out_half, a.x.stride(0), a.w.stride(0), a.dy.stride(0), dx.stride(0), du_arg.stride(0),
         xln_arg.stride(0), a.eps,
         HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), STORE_DU=store_du, COMPUTE_DX=compute_dx,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), STORE_DU=store_du,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
-    if not compute_dx:
-        return dx, dlnw_part[0], dlnb_part[0], du, xln
     return dx, dlnw_part.sum(0), dlnb_part.sum(0), du, xln
-
-
-_MM_OUT_DTYPE = True  # torch.mm(..., out_dtype=fp32) works here (CUDA builds since torch 2.8)
-
-
-def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` with fp32 output (fp32 accumulation either way; no bf16 rounding of the result
-    when the library can write fp32 directly)."""
-    global _MM_OUT_DTYPE
-    if _MM_OUT_DTYPE and a.is_cuda and a.dtype in (torch.float16, torch.bfloat16):
-        try:
-            return torch.mm(a, b, out_dtype=torch.float32)
-        except (RuntimeError, TypeError):
-            _MM_OUT_DTYPE = False
-    return torch.mm(a, b).to(torch.float32)
-
-
-def launch_ln_backward(
-    a: BackwardInputs, dxln: torch.Tensor, block_m: int = 32, num_warps: int = 4
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx ``[M, C]`` (x's dtype) and the fp32 dγ, dβ ``[C]`` from dL/dLN(x) ``[M, C]``."""
-    m, c = a.x.shape
-    n_blocks = max(1, triton.cdiv(m, block_m))
-    dev = a.x.device
-    dx = torch.empty((m, c), device=dev, dtype=a.x.dtype)
-    dlnw_part = torch.zeros((n_blocks, c), device=dev, dtype=torch.float32)
-    dlnb_part = torch.zeros((n_blocks, c), device=dev, dtype=torch.float32)
-    if m:
-        _ln_bwd_kernel[(n_blocks,)](
-            a.x, a.ln_weight, a.ln_bias, dxln, dx, dlnw_part, dlnb_part,
-            m, c, a.x.stride(0), dxln.stride(0), dx.stride(0), a.eps,
-            CP=max(16, triton.next_power_of_2(c)), BLOCK_M=block_m, num_warps=num_warps,
-        )  # fmt: skip
-    return dx, dlnw_part.sum(0), dlnb_part.sum(0)
 
 
 def library_dw(
@@ -553,14 +475,7 @@ def layernorm_linear_backward(
     """Returns dx, dln_weight, dln_bias, dweight, dbias (None without bias), each in its input's dtype."""
     a = prepare_backward(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu)
     config = config or default_config(a.x.shape[1], a.w.dtype, a.x.device)
-    if config.dw_library and config.dx_library:
-        _, _, _, du, xln = launch_dx(a, config.du, store_du=True, compute_dx=False)
-        assert du is not None and xln is not None
-        dx, dlnw, dlnb = launch_ln_backward(a, _mm_fp32(du, a.w))
-        dw, db_or_none = library_dw(du, xln, bias is not None)
-        del du, xln
-        db = dw.new_empty((0,)) if db_or_none is None else db_or_none
-    elif config.dw_library:
+    if config.dw_library:
         dx, dlnw, dlnb, du, xln = launch_dx(a, config.dx, store_du=True)
         assert du is not None and xln is not None
         dw, db_or_none = library_dw(du, xln, bias is not None)

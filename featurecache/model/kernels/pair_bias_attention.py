@@ -97,31 +97,15 @@ def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.conste
 
 
 @triton.jit
-def _k_tile(K, k_off, sk_n, cols, offs_d, N, EVEN_N: tl.constexpr):
-    if EVEN_N:
-        return tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :])
-    return tl.load(K + k_off + cols[:, None] * sk_n + offs_d[None, :], mask=(cols < N)[:, None], other=0.0)
-
-
-@triton.jit
-def _fwd_scores(
-    q, K, k_off, sk_n, cols, offs_d, N, bias2, key_add, qk_scale,
-    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+def _fwd_step(
+    acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
+    HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """Scores of one key block for one S row, log2 units (bias2 = bias·log2 e)."""
-    k = _k_tile(K, k_off, sk_n, cols, offs_d, N, EVEN_N)
+    """One key block of the online softmax for one S row (log2 units: bias2 = bias·log2 e)."""
+    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
     if HAS_KEY_ADD:
         s += key_add[None, :]
-    return s
-
-
-@triton.jit
-def _fwd_update(
-    acc, m_i, l_i, s, V, v_off, sv_n, cols, offs_d, N,
-    GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """Online-softmax update of one S row with the scores of one key block."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     if GUARD_EMPTY:
         # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
@@ -129,7 +113,6 @@ def _fwd_update(
     p = tl.math.exp2(s - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _k_tile(V, v_off, sv_n, cols, offs_d, N, EVEN_N)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, m_new, l_i
 
@@ -158,7 +141,6 @@ def _fwd_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    BIAS_LOG2: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
@@ -203,22 +185,16 @@ def _fwd_kernel(
     bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
     for start_n in range(0, N, BLOCK_N):
         cols = start_n + offs_n
-        if BIAS_LOG2:
-            bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N)
-        else:
-            bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
+        bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        # both rows' QK products are issued before either softmax (one MMA wait per block)
-        sc0 = _fwd_scores(q0, K, k_off0, sk_n, cols, offs_d, N, bias2, ka0, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)
+        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
+                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            sc1 = _fwd_scores(q1, K, k_off1, sk_n, cols, offs_d, N, bias2, ka1, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)
-        acc0, m0, l0 = _fwd_update(acc0, m0, l0, sc0, V, v_off0, sv_n, cols, offs_d, N, GUARD_EMPTY, EVEN_N, PREC)
-        if SP == 2:
-            acc1, m1, l1 = _fwd_update(acc1, m1, l1, sc1, V, v_off1, sv_n, cols, offs_d, N, GUARD_EMPTY, EVEN_N,
-                                       PREC)  # fmt: skip
+            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
+                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
@@ -231,29 +207,19 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _dq_dots(q, do, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.constexpr, PREC: tl.constexpr):
-    """q·kᵀ and dO·vᵀ of one key block for one S row (and the k tile, for dq)."""
-    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
-    return tl.dot(q, tl.trans(k), input_precision=PREC), tl.dot(do, tl.trans(v), input_precision=PREC), k
-
-
-@triton.jit
-def _dq_grad(
-    dq, qk, dp, k, lse, delta, bias, key_add, scale,
-    HAS_KEY_ADD: tl.constexpr, BIAS_LOG2: tl.constexpr, PREC: tl.constexpr,
+def _dq_step(
+    dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias, key_add, scale,
+    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    if BIAS_LOG2:  # bias already fp32 in log2 units
-        x = qk * (scale * _LOG2E) + bias
-        if HAS_KEY_ADD:
-            x += key_add[None, :]
-        p = tl.math.exp2(x - lse[:, None])
-    else:
-        s = qk * scale + bias.to(tl.float32)
-        if HAS_KEY_ADD:
-            s += key_add[None, :]
-        p = tl.math.exp2(s * _LOG2E - lse[:, None])
+    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias.to(tl.float32)
+    if HAS_KEY_ADD:
+        s += key_add[None, :]
+    p = tl.math.exp2(s * _LOG2E - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
-    return dq + tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    return dq
 
 
 @triton.jit
@@ -282,7 +248,7 @@ def _bwd_dq_kernel(
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, BIAS_LOG2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
@@ -328,15 +294,13 @@ def _bwd_dq_kernel(
         bias = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N)
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        # all four products of the block are issued before the elementwise work
-        qk0, dp0, k0 = _dq_dots(q0, do0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, EVEN_N, PREC)
+        dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
+                       scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            qk1, dp1, k1 = _dq_dots(q1, do1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, EVEN_N, PREC)
-        dq0 = _dq_grad(dq0, qk0, dp0, k0, lse0, delta0, bias, ka0, scale, HAS_KEY_ADD, BIAS_LOG2, PREC)
-        if SP == 2:
-            dq1 = _dq_grad(dq1, qk1, dp1, k1, lse1, delta1, bias, ka1, scale, HAS_KEY_ADD, BIAS_LOG2, PREC)
+            dq1 = _dq_step(dq1, q1, do1, lse1, delta1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias,
+                           ka1, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     dq_ptrs = rows[:, None] * sdq_n + offs_d[None, :]
     tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * scale).to(DQ.dtype.element_ty),
@@ -394,7 +358,7 @@ def _bwd_dkv_kernel(
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, BIAS_LOG2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_n = tl.program_id(0)
@@ -429,10 +393,7 @@ def _bwd_dkv_kernel(
     bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
-        if BIAS_LOG2:
-            bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N)
-        else:
-            bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
+        bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
         dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, LSE, DELTA, lo0,
                              rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
@@ -467,7 +428,7 @@ def _bwd_dbias_kernel(
     sdo_b, sdo_s, sdo_h, sdo_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
     S, H, N, S_PER_GROUP, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, BIAS_LOG2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_t = tl.program_id(0)
@@ -483,8 +444,7 @@ def _bwd_dbias_kernel(
     col_ok = cols < N
     bias = _bias_tile(BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i, sb_j, row_ok, cols, N, EVEN_N).to(
         tl.float32
-    )  # natural units, or log2 units with BIAS_LOG2
-    qk_scale = scale * _LOG2E
+    )
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s_start = pid_g * S_PER_GROUP
@@ -506,18 +466,11 @@ def _bwd_dbias_kernel(
             do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
         k, v = _kv_tiles(K, V, b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, sk_n, sv_n, cols,
                          offs_d, N, EVEN_N)  # fmt: skip
-        qk = tl.dot(q, tl.trans(k), input_precision=PREC)
+        st = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias
+        if HAS_KEY_ADD:
+            st += key_add[None, :]
+        p = tl.math.exp2(st * _LOG2E - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        if BIAS_LOG2:
-            st = qk * qk_scale + bias
-            if HAS_KEY_ADD:
-                st += key_add[None, :]
-            p = tl.math.exp2(st - lse[:, None])
-        else:
-            st = qk * scale + bias
-            if HAS_KEY_ADD:
-                st += key_add[None, :]
-            p = tl.math.exp2(st * _LOG2E - lse[:, None])
         acc += p * (dp - delta[:, None])
 
     db_ptrs = DB + ((pid_g * tl.num_programs(2) + pid_bh) * N + rows[:, None]) * N + cols[None, :]
@@ -552,9 +505,10 @@ class AttentionConfig:
     dbias: KernelConfig
     #: the bias-gradient grid aims at this many programs (S is split into groups to get there)
     dbias_target_programs: int = 264
-    #: kernels read the bias as an fp32 copy already multiplied by log2 e (and −inf at masked keys),
-    #: made once per call on the host: no per-score convert and multiply in the kernels
-    bias_log2: bool = True
+    #: the dk/dv kernel reads its [key, query] bias tiles from a transposed copy of the bias (one
+    #: [B, H, N, N] copy per backward), so the tile's fast axis is contiguous in memory and its
+    #: move into the MMA layout needs no 16-bit transposition (KERNEL_NOTES.md, run 11)
+    dkv_bias_copy: bool = True
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
@@ -764,15 +718,6 @@ def masked_bias(bias: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tens
     return bias.masked_fill(~key_mask[:, None, None, :], float("-inf"))
 
 
-def kernel_bias(bias: torch.Tensor, key_mask: torch.Tensor | None, log2: bool) -> torch.Tensor:
-    """What the kernels read as the bias: :func:`masked_bias`, or with ``log2`` its fp32 copy
-    times log2 e (``AttentionConfig.bias_log2``)."""
-    if not log2:
-        return masked_bias(bias, key_mask)
-    b2 = bias.to(torch.float32) * LOG2E
-    return b2 if key_mask is None else b2.masked_fill_(~key_mask[:, None, None, :], float("-inf"))
-
-
 def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -820,11 +765,10 @@ def pair_bias_attention_forward(
     ``key_mask`` ``[B, N]`` / ``row_mask`` ``[B, S]`` (bool) are the cheap form of a mask that
     factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding)."""
     _check(q, k, v, bias, mask, key_mask, row_mask)
+    bias = masked_bias(bias, key_mask)
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     b, s, h, n, d = q.shape
-    config = config or default_config(d, q.dtype, q.device)
-    bias = kernel_bias(bias, key_mask, config.bias_log2)
-    cfg = config.fwd
+    cfg = (config or default_config(d, q.dtype, q.device)).fwd
     out = _empty_like_layout(q)
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     m, m_strides = _mask_args(mask, q)
@@ -836,9 +780,9 @@ def pair_bias_attention_forward(
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
          *rm_strides, s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, BIAS_LOG2
+        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
         (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
-         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), config.bias_log2),
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype)),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
@@ -851,9 +795,7 @@ class BackwardInputs:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    bias: torch.Tensor  # as the kernels read it (:func:`kernel_bias`)
-    bias_log2: bool
-    bias_dtype: torch.dtype  # the caller's bias dtype: dbias comes back in it
+    bias: torch.Tensor
     mask: torch.Tensor  # uint8 view of the bool mask (q when there is none)
     mask_strides: tuple[int, int, int]
     has_mask: bool
@@ -878,14 +820,13 @@ def prepare_backward(
     lse: torch.Tensor,
     scale: float,
     key_mask: torch.Tensor | None = None,
-    config: AttentionConfig | None = None,
 ) -> BackwardInputs:
     _check(q, k, v, bias, mask, key_mask)
     if do.shape != q.shape or out.shape != q.shape:
         raise KernelShapeError(
             f"dout {tuple(do.shape)} and out {tuple(out.shape)} must match q {tuple(q.shape)}"
         )
-    return _prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask, one_buffer=False, config=config)
+    return _prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask, one_buffer=False)
 
 
 def _prepare_backward(
@@ -900,14 +841,11 @@ def _prepare_backward(
     scale: float,
     key_mask: torch.Tensor | None,
     one_buffer: bool,
-    config: AttentionConfig | None = None,
 ) -> BackwardInputs:
     """:func:`prepare_backward` without the checks (the autograd path checked in the forward).
     ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dq, dk, dv are slices of one
     allocation (one allocator call instead of three; each keeps the whole buffer alive)."""
-    log2 = (config or default_config(q.shape[-1], q.dtype, q.device)).bias_log2
-    bias_dtype = bias.dtype
-    bias = kernel_bias(bias, key_mask, log2)
+    bias = masked_bias(bias, key_mask)
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     m, m_strides = _mask_args(mask, q)
     lse = lse.contiguous()
@@ -916,7 +854,7 @@ def _prepare_backward(
     else:
         dq, dk, dv = _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
     return BackwardInputs(
-        q=q, k=k, v=v, bias=bias, bias_log2=log2, bias_dtype=bias_dtype, mask=m, mask_strides=m_strides, has_mask=mask is not None,
+        q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
         do=_last_contiguous(do.to(q.dtype)), out=_last_contiguous(out), lse=lse, delta=torch.empty_like(lse),
         dq=dq, dk=dk, dv=dv, scale=scale,
     )  # fmt: skip
@@ -931,23 +869,27 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
          *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, BIAS_LOG2
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype), a.bias_log2),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
 
 
-def launch_dkv(a: BackwardInputs, c: KernelConfig) -> None:
-    """dk, dv into ``a.dk``, ``a.dv`` (needs ``a.delta``)."""
+def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> None:
+    """dk, dv into ``a.dk``, ``a.dv`` (needs ``a.delta``). ``bias_copy``: read the bias from a
+    transposed copy (same values, query axis contiguous; ``AttentionConfig.dkv_bias_copy``)."""
     b, s, h, n, d = a.q.shape
+    bias = a.bias
+    if bias_copy and bias.stride(-2) != 1:
+        bias = bias.transpose(-1, -2).contiguous().transpose(-1, -2)
     _launch(
         _bwd_dkv_kernel, (triton.cdiv(n, c.block_n), triton.cdiv(s, c.sp), b * h),
-        (a.q, a.k, a.v, a.bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv),
+        (a.q, a.k, a.v, bias, a.mask, a.do, a.lse, a.delta, a.dk, a.dv),
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
-         *a.dv.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
+         *a.dv.stride()[:4], *bias.stride(), *a.mask_strides, s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, BIAS_LOG2
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype), a.bias_log2),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
 
@@ -961,7 +903,7 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
     per_group = math.ceil(s / groups)
     groups = math.ceil(s / per_group)
     db = torch.empty(
-        (groups, b, h, n, n), device=a.q.device, dtype=a.bias_dtype if groups == 1 else torch.float32
+        (groups, b, h, n, n), device=a.q.device, dtype=a.bias.dtype if groups == 1 else torch.float32
     )
     _launch(
         _bwd_dbias_kernel, (n_tiles, groups, b * h),
@@ -969,11 +911,11 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
          *a.mask_strides, s, h, n, per_group),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC, BIAS_LOG2
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype), a.bias_log2),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
-    return db[0] if groups == 1 else db.sum(dim=0).to(a.bias_dtype)
+    return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
 
 
 def pair_bias_attention_backward(
@@ -991,7 +933,7 @@ def pair_bias_attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's
     dtype; 0 at masked keys). A row mask needs nothing here: its rows have lse = +inf."""
-    a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask, config)
+    a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask)
     return _run_backward(a, config)
 
 
@@ -1000,7 +942,7 @@ def _run_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
-    launch_dkv(a, config.dkv)
+    launch_dkv(a, config.dkv, config.dkv_bias_copy)
     target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
     dbias = launch_dbias(a, config.dbias, target)
     return a.dq, a.dk, a.dv, dbias
