@@ -64,7 +64,9 @@ def main() -> None:
                     res[name] = run()
                 row = {"what": "total", "N": n, "variant": name, "rep": rep, "ms": ms(run)}
                 if rep == 0 and name == "strided":
-                    row["bitwise_equal_to_copy"] = all(torch.equal(x, y) for x, y in zip(res["copy"], res["strided"]))
+                    row["bitwise_equal_to_copy"] = all(
+                        torch.equal(x, y) for x, y in zip(res["copy"], res["strided"])
+                    )
                 rows.append(row)
                 print(row, flush=True)
         torch.cuda.empty_cache()

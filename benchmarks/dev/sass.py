@@ -21,7 +21,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from featurecache.model.kernels import pair_bias_attention as pba  # noqa: E402
+from featurecache.model.kernels import pair_bias_attention as pba
 
 NVDISASM = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
 
@@ -31,8 +31,9 @@ def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
     sig, consts, attrs = {}, {}, {}
     i = 0
     for t in tensors:
-        sig[names[i]] = "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                               torch.uint8: "u8"}[t]
+        sig[names[i]] = (
+            "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8"}[t]
+        )
         attrs[(i,)] = [["tt.divisibility", 16]]
         i += 1
     for v in ints:
@@ -51,8 +52,9 @@ def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
         consts[names[i]] = v
         i += 1
     src = ASTSource(fn, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 128),
-                          options={"num_warps": num_warps, "num_stages": num_stages})
+    return triton.compile(
+        src, target=GPUTarget("cuda", 90, 128), options={"num_warps": num_warps, "num_stages": num_stages}
+    )
 
 
 def sass_of(ck) -> tuple[str, int, int]:
@@ -96,25 +98,42 @@ def main() -> None:
     ap.add_argument("n", nargs="?", type=int, default=768)
     ap.add_argument("--dump", type=Path)
     args = ap.parse_args()
-    n, s, h, d, b = args.n, args.n, 4, 32, 1
+    n, s, h, d = args.n, args.n, 4, 32
     bf = torch.bfloat16
     cfg = pba._builtin_config(d, bf, torch.device("cuda"))
     q_str = (s * h * n * d, h * n * d, n * d, d)
     bias_str = (h * n * n, n * n, n, 1)
+    bias_t_str = (h * n * n, n * n, 1, n)  # the dk/dv kernel's transposed copy (dkv_bias_copy)
     even = lambda c: pba._even(n, c.block_m, c.block_n)  # noqa: E731
     kernels = {
-        "fwd": (pba._fwd_kernel, [bf, bf, bf, bf, bf, bf, bf, torch.float32],
-                (*q_str, *q_str, *q_str, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
-                lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.fwd),
-        "dq": (pba._bwd_dq_kernel, [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
-               (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
-               lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.dq),
-        "dkv": (pba._bwd_dkv_kernel, [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
-                (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
-                lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"), cfg.dkv),
-        "dbias": (pba._bwd_dbias_kernel, [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
-                  (*q_str * 4, *bias_str, 0, 0, 0, s, h, n, 24),
-                  lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"), cfg.dbias),
+        "fwd": (
+            pba._fwd_kernel,
+            [bf, bf, bf, bf, bf, bf, bf, torch.float32],
+            (*q_str, *q_str, *q_str, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
+            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            cfg.fwd,
+        ),
+        "dq": (
+            pba._bwd_dq_kernel,
+            [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
+            (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            cfg.dq,
+        ),
+        "dkv": (
+            pba._bwd_dkv_kernel,
+            [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
+            (*q_str * 6, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, s, h, n),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            cfg.dkv,
+        ),
+        "dbias": (
+            pba._bwd_dbias_kernel,
+            [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
+            (*q_str * 4, *bias_str, 0, 0, 0, s, h, n, 24),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"),
+            cfg.dbias,
+        ),
     }
     print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
     for name, (fn, tens, ints, cx, c) in kernels.items():

@@ -1,4 +1,4 @@
-# ruff: noqa: B023, B905  (scratch A/B script)
+# ruff: noqa: B023, B905, E731, F821  (scratch A/B script of run 10, kept as run)
 """Run 10 (session 4): per-kernel tile sweep of the attention kernels at N = 768 with the fp32
 log2-unit bias (``bias_log2``) and the reordered dots, against the previous kernels
 (``benchmarks/dev/pba_prev.py``: ``git show b80f4fc:featurecache/model/kernels/pair_bias_attention.py``; the variants ran are commit a9c6269, reverted after this run), then fwd+bwd at every N with the
@@ -59,7 +59,15 @@ def attention_sweep(rows: list[dict[str, Any]]) -> pba.AttentionConfig:
         "dbias": ms(lambda: pba_prev.launch_dbias(ap, pcfg.dbias, pcfg.dbias_target_programs)),
     }
     for kern, tm in prev_ms.items():
-        rows.append({"what": "attn-kernel", "kernel": kern, "variant": "prev", "config": str(getattr(pcfg, kern)), "ms": tm})
+        rows.append(
+            {
+                "what": "attn-kernel",
+                "kernel": kern,
+                "variant": "prev",
+                "config": str(getattr(pcfg, kern)),
+                "ms": tm,
+            }
+        )
         print(rows[-1], flush=True)
     best: dict[str, tuple[float, KC]] = {}
     for log2 in (True, False):
@@ -69,7 +77,12 @@ def attention_sweep(rows: list[dict[str, Any]]) -> pba.AttentionConfig:
         pba.launch_dq(a, cfg0.dq)  # delta
         for kern, configs in SWEEP.items():
             for c in configs if log2 else configs[:1]:
-                row: dict[str, Any] = {"what": "attn-kernel", "kernel": kern, "variant": f"log2={log2}", "config": str(c)}
+                row: dict[str, Any] = {
+                    "what": "attn-kernel",
+                    "kernel": kern,
+                    "variant": f"log2={log2}",
+                    "config": str(c),
+                }
                 try:
                     if kern == "fwd":
                         cfg = dataclasses.replace(cfg0, fwd=c)
@@ -77,10 +90,14 @@ def attention_sweep(rows: list[dict[str, Any]]) -> pba.AttentionConfig:
                         got = fn()[0]
                     elif kern == "dq":
                         fn = lambda: pba.launch_dq(a, c)
-                        a.dq.fill_(float("nan")); fn(); got = a.dq
+                        a.dq.fill_(float("nan"))
+                        fn()
+                        got = a.dq
                     elif kern == "dkv":
                         fn = lambda: pba.launch_dkv(a, c)
-                        a.dk.fill_(float("nan")); fn(); got = a.dk
+                        a.dk.fill_(float("nan"))
+                        fn()
+                        got = a.dk
                     else:
                         fn = lambda: pba.launch_dbias(a, c, max(base.dbias_target_programs, 264))
                         got = fn()
@@ -107,14 +124,21 @@ def attention_totals(rows: list[dict[str, Any]], win: pba.AttentionConfig) -> No
             def run() -> Any:
                 scale = 32**-0.5
                 out, lse = mod.pair_bias_attention_forward(*[x.detach() for x in xs], None, scale, cfg)
-                return mod.pair_bias_attention_backward(t["do"], *[x.detach() for x in xs], None, out, lse, scale, cfg)
+                return mod.pair_bias_attention_backward(
+                    t["do"], *[x.detach() for x in xs], None, out, lse, scale, cfg
+                )
+
             return run
 
         variants = {"prev": step(pba_prev, None), "new-default": step(pba, None), "new-winners": step(pba, win),
                     "prev (repeat)": step(pba_prev, None), "new-winners (repeat)": step(pba, win)}  # fmt: skip
         # fp32 reference errors for the new winners
         xr = [x.detach().float().requires_grad_() for x in xs]
-        o_ref = torch.softmax((xr[0] @ xr[1].transpose(-1, -2)) * 32**-0.5 + xr[3][:, None], -1) @ xr[2] if n <= 512 else None
+        o_ref = (
+            torch.softmax((xr[0] @ xr[1].transpose(-1, -2)) * 32**-0.5 + xr[3][:, None], -1) @ xr[2]
+            if n <= 512
+            else None
+        )
         for name, fn in variants.items():
             row = {"what": "attn-total", "N": n, "variant": name, "ms": ms(fn)}
             if o_ref is not None and name == "new-winners":
@@ -134,8 +158,9 @@ def transition_ab(rows: list[dict[str, Any]]) -> None:
     G = lnl.GemmConfig
     variants = {"dx-kernel (prev)": base}
     for du in (G(128, 32, 4, 3), G(64, 32, 4, 3), G(128, 64, 8, 3), G(64, 64, 4, 3), G(128, 32, 4, 2)):
-        variants[f"dx-library du={du.block_m}x{du.block_n}w{du.num_warps}s{du.num_stages}"] = dataclasses.replace(
-            base, dx_library=True, du=du)
+        variants[f"dx-library du={du.block_m}x{du.block_n}w{du.num_warps}s{du.num_stages}"] = (
+            dataclasses.replace(base, dx_library=True, du=du)
+        )
     t = transition_inputs(m // 8, c, nx, seed=11)
     dh = torch.randn(m // 8, nx * c, device="cuda", dtype=BF16)
     xs = [t["x"].float().requires_grad_(), t["lnw"].float().requires_grad_(), t["lnb"].float().requires_grad_(),
@@ -150,12 +175,21 @@ def transition_ab(rows: list[dict[str, Any]]) -> None:
             row: dict[str, Any] = {"what": "transition", "variant": name, "rep": rep}
             try:
                 if rep == 0:
-                    g = lnl.layernorm_linear_backward(dh, t["x"], t["lnw"], t["lnb"], t["w1"], None, 1e-5, True, cfg)
-                    g2 = lnl.layernorm_linear_backward(dh, t["x"], t["lnw"], t["lnb"], t["w1"], None, 1e-5, True, cfg)
-                    row.update({f"err_{k}": rel(a, b) for k, a, b in zip(("dx", "dlnw", "dlnb", "dw"), g, gr)})
+                    g = lnl.layernorm_linear_backward(
+                        dh, t["x"], t["lnw"], t["lnb"], t["w1"], None, 1e-5, True, cfg
+                    )
+                    g2 = lnl.layernorm_linear_backward(
+                        dh, t["x"], t["lnw"], t["lnb"], t["w1"], None, 1e-5, True, cfg
+                    )
+                    row.update(
+                        {f"err_{k}": rel(a, b) for k, a, b in zip(("dx", "dlnw", "dlnb", "dw"), g, gr)}
+                    )
                     row["deterministic"] = all(torch.equal(a, b) for a, b in zip(g[:4], g2[:4]))
-                row["bwd_ms"] = ms(lambda: lnl.layernorm_linear_backward(dhb, tb["x"], tb["lnw"], tb["lnb"], tb["w1"],
-                                                                         None, 1e-5, True, cfg))
+                row["bwd_ms"] = ms(
+                    lambda: lnl.layernorm_linear_backward(
+                        dhb, tb["x"], tb["lnw"], tb["lnb"], tb["w1"], None, 1e-5, True, cfg
+                    )
+                )
 
                 def full() -> Any:
                     lnl.set_default_config(c, BF16, cfg)
@@ -174,7 +208,9 @@ def transition_ab(rows: list[dict[str, Any]]) -> None:
                 row["peak_MiB"] = (torch.cuda.max_memory_allocated() - before) / 2**20
                 if rep == 0 and cfg.dx_library:
                     a = lnl.prepare_backward(dhb, tb["x"], tb["lnw"], tb["lnb"], tb["w1"], None, 1e-5, True)
-                    row["du_kernel_ms"] = ms(lambda: lnl.launch_dx(a, cfg.du, store_du=True, compute_dx=False))
+                    row["du_kernel_ms"] = ms(
+                        lambda: lnl.launch_dx(a, cfg.du, store_du=True, compute_dx=False)
+                    )
                     _, _, _, du, xln = lnl.launch_dx(a, cfg.du, store_du=True, compute_dx=False)
                     row["dln_gemm_ms"] = ms(lambda: lnl._mm_fp32(du, a.w))
                     dln = lnl._mm_fp32(du, a.w)

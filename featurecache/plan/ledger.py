@@ -33,6 +33,8 @@ class KernelTiles:
     attn_dbias_target_programs: int = 1056
     #: the LayerNorm-Linear weight gradient by cuBLAS from dU and LN(x) (written by the dx kernel)
     ln_dw_library: bool = True
+    #: the attention dk/dv kernel reads a transposed copy of the bias (freed before the bias gradient)
+    attn_dkv_bias_copy: bool = True
 
     @classmethod
     @functools.cache
@@ -52,7 +54,7 @@ class KernelTiles:
             ln_dx_block_m=ln.dx.block_m, ln_dw_block_m=ln.dw.block_m, ln_dw_block_n=ln.dw.block_n,
             ln_dw_target_programs=ln.dw_target_programs, attn_dbias_block_m=at.dbias.block_m,
             attn_dbias_block_n=at.dbias.block_n, attn_dbias_target_programs=at.dbias_target_programs,
-            ln_dw_library=ln.dw_library,
+            ln_dw_library=ln.dw_library, attn_dkv_bias_copy=at.dkv_bias_copy,
         )  # fmt: skip
 
 

@@ -109,6 +109,8 @@ def _attention(
             delta = L.new(B * s * h * N * 4)
             dq, dk, dv = L.new(qkv), L.new(qkv), L.new(qkv)
             tl = d.tiles
+            if tl.attn_dkv_bias_copy:  # the dk/dv kernel's transposed bias, freed when it returns
+                L.temp(bias_b)
             tiles = math.ceil(N / tl.attn_dbias_block_m) * math.ceil(N / tl.attn_dbias_block_n)
             target = max(tl.attn_dbias_target_programs, 2 * GPU_SMS)
             groups = max(1, min(s, math.ceil(target / (tiles * B * h))))
