@@ -19,7 +19,6 @@ later (its CCD definition changed) has rows in two parts; the later part wins
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,9 +151,7 @@ def write_component_part(
     """
     root = Path(root)
     sources = sources or {}
-    tmp = part_tmp_dir(root, name)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with part_tmp_dir(root, name) as tmp:
         group = zarr.open_group(
             str(tmp),
             mode="w",
@@ -192,9 +189,6 @@ def write_component_part(
         if isinstance(final, Path):
             manifest["part"] = final.name
         return manifest
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --- reading -----------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -120,9 +119,7 @@ def _write_records(group: zarr.Group, name: str, records: np.ndarray) -> None:
 def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str, Any]:
     """Write one MSA part (temp dir → rename); returns its manifest."""
     root = Path(root)
-    tmp = part_tmp_dir(root, name)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with part_tmp_dir(root, name) as tmp:
         group = zarr.open_group(
             str(tmp), mode="w", attributes={"kind": "msas", "part": name, "schema_version": SCHEMA_VERSION}
         )
@@ -192,9 +189,6 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         }  # fmt: skip
         commit_part(tmp, root / PARTS_DIR / name, manifest)
         return manifest
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def msa_content_hash(

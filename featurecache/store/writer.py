@@ -7,11 +7,13 @@ holds and is written before the rename.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +74,17 @@ def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> Non
         arr[...] = raw
 
 
-def part_tmp_dir(root: Path, name: str) -> Path:
-    return root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def part_tmp_dir(root: Path, name: str) -> Iterator[Path]:
+    """A fresh ``parts/.tmp-<name>-<random>`` path for a part being written; removed if the
+    writer fails (or is interrupted) before committing it."""
+    tmp = root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
@@ -103,9 +114,7 @@ def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
 def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[str, Any]:
     """Write a structure part; returns its manifest (counts, bytes)."""
     root = Path(root)
-    tmp = part_tmp_dir(root, name)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with part_tmp_dir(root, name) as tmp:
         group = zarr.open_group(str(tmp), mode="w", attributes={"kind": "structures", "part": name,
                                                                  "schema_version": SCHEMA_VERSION})  # fmt: skip
         offsets = {g: 0 for g in ENTRY_GROUPS}
@@ -186,9 +195,6 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         final = commit_part(tmp, root / PARTS_DIR / name, manifest)
         manifest["part"] = final.name
         return manifest
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _with_part(table: Any, rows: list[dict[str, Any]] | None = None) -> Any:
