@@ -23,7 +23,7 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from featurecache.model.kernels import pair_bias_attention as pba
 
-NVDISASM = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+CUOBJDUMP = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"  # ships with the Triton wheel
 
 
 def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
@@ -62,23 +62,21 @@ def sass_of(ck) -> tuple[str, int, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(ck.asm["cubin"])
         f.flush()
-        sass = subprocess.run([str(NVDISASM), "-sass", f.name], capture_output=True, text=True).stdout
-        res = subprocess.run([str(NVDISASM), "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([str(CUOBJDUMP), "-sass", f.name], capture_output=True, text=True).stdout
+        res = subprocess.run([str(CUOBJDUMP), "-res-usage", f.name], capture_output=True, text=True).stdout
     m = re.search(r"REG:(\d+).*?LOCAL:(\d+)", res)
     return sass, int(m.group(1)), int(m.group(2))
 
 
 def loop_mix(sass: str) -> tuple[collections.Counter, int]:
     """Opcode counts of the largest backward-branch loop body."""
-    lines = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
     addr = []
-    for ln in lines:
+    for ln in sass.splitlines():
         m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", ln)
         if m:
             addr.append((int(m.group(1), 16), m.group(2)))
     best = (0, 0)
     for a, ins in addr:
-        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", ins)
         tgt = re.search(r"0x([0-9a-f]+)", ins) if "BRA" in ins else None
         if tgt:
             t = int(tgt.group(1), 16)
