@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import re
 import subprocess
 import sys
@@ -69,19 +70,19 @@ def sass_of(ck) -> tuple[str, int, int]:
 
 
 def loop_mix(sass: str) -> tuple[collections.Counter, int]:
-    """Opcode counts of the largest backward-branch loop body."""
+    """Opcode counts of the largest innermost loop body (a backward branch with none inside it)."""
     addr = []
     for ln in sass.splitlines():
         m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", ln)
         if m:
             addr.append((int(m.group(1), 16), m.group(2)))
-    best = (0, 0)
+    loops = []
     for a, ins in addr:
         tgt = re.search(r"0x([0-9a-f]+)", ins) if "BRA" in ins else None
-        if tgt:
-            t = int(tgt.group(1), 16)
-            if t < a and a - t > best[1] - best[0]:
-                best = (t, a)
+        if tgt and int(tgt.group(1), 16) < a:
+            loops.append((int(tgt.group(1), 16), a))
+    inner = [(t, a) for t, a in loops if not any(t <= t2 and a2 < a and (t2, a2) != (t, a) for t2, a2 in loops)]
+    best = max(inner, key=lambda ta: ta[1] - ta[0], default=(0, 0))
     body = [ins for a, ins in addr if best[0] <= a <= best[1]]
     ops = collections.Counter()
     for ins in body:
@@ -95,10 +96,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("n", nargs="?", type=int, default=768)
     ap.add_argument("--dump", type=Path)
+    ap.add_argument("--only", help="comma-separated kernel names")
+    for name in ("fwd", "dq", "dkv", "dbias", "dqkv"):
+        ap.add_argument(f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP")
     args = ap.parse_args()
     n, s, h, d = args.n, args.n, 4, 32
     bf = torch.bfloat16
     cfg = pba._builtin_config(d, bf, torch.device("cuda"))
+    for name in ("fwd", "dq", "dkv", "dbias", "dqkv"):
+        if getattr(args, name):
+            bm, bn, w, st, sp = (int(x) for x in getattr(args, name).split(","))
+            cfg = dataclasses.replace(cfg, **{name: pba.KernelConfig(bm, bn, w, st, sp)})
     q_str = (s * h * n * d, h * n * d, n * d, d)
     bias_str = (h * n * n, n * n, n, 1)
     bias_t_str = (h * n * n, n * n, 1, n)  # the dk/dv kernel's transposed copy (dkv_bias_copy)
@@ -125,6 +133,13 @@ def main() -> None:
             lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dkv,
         ),
+        "dqkv": (
+            pba._bwd_dqkv_kernel,
+            [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf, bf, torch.float32],
+            (*q_str * 7, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, 1, s, h, n, n),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", pba.DQKV_MODE),
+            cfg.dqkv or cfg.dkv,
+        ),
         "dbias": (
             pba._bwd_dbias_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
@@ -135,6 +150,8 @@ def main() -> None:
     }
     print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
     for name, (fn, tens, ints, cx, c) in kernels.items():
+        if args.only and name not in args.only.split(","):
+            continue
         ck = compile_kernel(fn, tens, ints, 0.17, cx(c), c.num_warps, c.num_stages)
         sass, regs, local = sass_of(ck)
         ops, nbody = loop_mix(sass)
