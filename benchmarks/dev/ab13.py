@@ -3,6 +3,9 @@
 kernel with per-program fp32 dq scratch, one exponential per score for all three gradients)
 against the split dq + dk/dv kernels, same run, interleaved.
 
+The fused kernel was reverted after this run: restore it first with
+``git show adcf03d:featurecache/model/kernels/pair_bias_attention.py > featurecache/model/kernels/pair_bias_attention.py``.
+
     PYTHONPATH=. python3 benchmarks/dev/ab13.py OUT.json
 """
 
@@ -71,7 +74,6 @@ def main() -> None:
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 rows.append(row)
                 print(row, flush=True)
-    del a, out, lse
     c_best, cps_best = best[1]
     fused_cfg = dataclasses.replace(base, dqkv=c_best, dqkv_ctas_per_sm=cps_best)
     print("best dqkv", c_best, cps_best, flush=True)
@@ -102,7 +104,7 @@ def main() -> None:
                         del want
                 rows.append(row)
                 print(row, flush=True)
-        del res, t, xs
+        del res
         torch.cuda.empty_cache()
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "best": [str(c_best), cps_best], "rows": rows}, f, indent=1)

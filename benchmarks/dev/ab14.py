@@ -3,6 +3,9 @@
 MODE 0 (scratch rows loaded where they are added), 1 (prefetched one query block ahead), 2 (no load:
 wrong dq, timing only), 3 (no dq at all: the persistent dk/dv structure alone) vs the split kernels.
 
+The fused kernel was reverted after this run: restore it first with
+``git show adcf03d:featurecache/model/kernels/pair_bias_attention.py > featurecache/model/kernels/pair_bias_attention.py``.
+
     PYTHONPATH=. python3 benchmarks/dev/ab14.py OUT.json
 """
 
@@ -19,7 +22,12 @@ from benchmarks.kernels import BF16, attention_inputs, ms, peak_mib, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
 KC = pba.KernelConfig
-DQKV = [(KC(64, 128, 8, 3, 1), 1), (KC(64, 64, 4, 3, 1), 2), (KC(64, 64, 4, 3, 2), 2), (KC(64, 128, 8, 2, 1), 1)]
+DQKV = [
+    (KC(64, 128, 8, 3, 1), 1),
+    (KC(64, 64, 4, 3, 1), 2),
+    (KC(64, 64, 4, 3, 2), 2),
+    (KC(64, 128, 8, 2, 1), 1),
+]
 
 
 def main() -> None:
@@ -60,7 +68,6 @@ def main() -> None:
                 rows.append(row)
                 print(row, flush=True)
     pba.DQKV_MODE = 1
-    del a, out, lse
     if best[1] is None:
         with open(sys.argv[1], "w") as f:
             json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
@@ -82,7 +89,6 @@ def main() -> None:
                     row["peak_mib"] = peak_mib(run)
                 rows.append(row)
                 print(row, flush=True)
-        del t, xs
         torch.cuda.empty_cache()
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "best": [str(c_best), cps_best], "rows": rows}, f, indent=1)

@@ -2,7 +2,9 @@
 
 Mirrors the JIT's specialisation for one problem (ints == 1 become constants, ints divisible by
 16 and all pointers get divisibility 16), so register counts, spills and instruction mixes match
-what the H200 runs. Usage: python benchmarks/dev/sass.py [N] [--dump DIR]
+what the H200 runs; prints ptxas's performance warnings (C75xx: serialized wgmma) too.
+
+    python benchmarks/dev/sass.py [N] [--dump DIR] [--only dq,dkv] [--dkv BLOCK_M,BLOCK_N,WARPS,STAGES,SP]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from featurecache.model.kernels import pair_bias_attention as pba
 
 CUOBJDUMP = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"  # ships with the Triton wheel
+PTXAS = Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
 
 
 def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
@@ -58,6 +61,18 @@ def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
     )
 
 
+def ptxas_warnings(ck) -> list[str]:
+    """ptxas's performance warnings (C75xx, e.g. serialized wgmma) for the kernel's PTX."""
+    ptx = "".join(ch for ch in ck.asm["ptx"] if ord(ch) < 128)  # ptxas refuses the non-ASCII in .loc comments
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                             capture_output=True, text=True)  # fmt: skip
+    return sorted({m.group(0) for m in re.finditer(r"\(C75\d\d\)[^\n]*?due to [^\n]*?(?= in the function|$)",
+                                                   res.stdout + res.stderr)})  # fmt: skip
+
+
 def sass_of(ck) -> tuple[str, int, int]:
     """SASS text, registers per thread and local (spill) bytes of a compiled kernel."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -81,7 +96,9 @@ def loop_mix(sass: str) -> tuple[collections.Counter, int]:
         tgt = re.search(r"0x([0-9a-f]+)", ins) if "BRA" in ins else None
         if tgt and int(tgt.group(1), 16) < a:
             loops.append((int(tgt.group(1), 16), a))
-    inner = [(t, a) for t, a in loops if not any(t <= t2 and a2 < a and (t2, a2) != (t, a) for t2, a2 in loops)]
+    inner = [
+        (t, a) for t, a in loops if not any(t <= t2 and a2 < a and (t2, a2) != (t, a) for t2, a2 in loops)
+    ]
     best = max(inner, key=lambda ta: ta[1] - ta[0], default=(0, 0))
     body = [ins for a, ins in addr if best[0] <= a <= best[1]]
     ops = collections.Counter()
@@ -97,13 +114,13 @@ def main() -> None:
     ap.add_argument("n", nargs="?", type=int, default=768)
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--only", help="comma-separated kernel names")
-    for name in ("fwd", "dq", "dkv", "dbias", "dqkv"):
+    for name in ("fwd", "dq", "dkv", "dbias"):
         ap.add_argument(f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP")
     args = ap.parse_args()
     n, s, h, d = args.n, args.n, 4, 32
     bf = torch.bfloat16
     cfg = pba._builtin_config(d, bf, torch.device("cuda"))
-    for name in ("fwd", "dq", "dkv", "dbias", "dqkv"):
+    for name in ("fwd", "dq", "dkv", "dbias"):
         if getattr(args, name):
             bm, bn, w, st, sp = (int(x) for x in getattr(args, name).split(","))
             cfg = dataclasses.replace(cfg, **{name: pba.KernelConfig(bm, bn, w, st, sp)})
@@ -133,13 +150,6 @@ def main() -> None:
             lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dkv,
         ),
-        "dqkv": (
-            pba._bwd_dqkv_kernel,
-            [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf, bf, torch.float32],
-            (*q_str * 7, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, 1, s, h, n, n),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", pba.DQKV_MODE),
-            cfg.dqkv or cfg.dkv,
-        ),
         "dbias": (
             pba._bwd_dbias_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
@@ -156,6 +166,8 @@ def main() -> None:
         sass, regs, local = sass_of(ck)
         ops, nbody = loop_mix(sass)
         print(f"{name:8} {regs:5} {local:6} {nbody:5}  {dict(ops.most_common(16))}")
+        for w in ptxas_warnings(ck):
+            print(f"{'':8} ptxas: {w}")
         if args.dump:
             args.dump.mkdir(parents=True, exist_ok=True)
             (args.dump / f"{name}.sass").write_text(sass)

@@ -417,184 +417,6 @@ def _bwd_dkv_kernel(
 
 
 @triton.jit
-def _bwd_delta_kernel(
-    OUT, DO,  # [B, S, H, N, D]
-    DELTA,  # [B, S, H, N] fp32 (written)
-    so_b, so_s, so_h, so_n, sdo_b, sdo_s, sdo_h, sdo_n,
-    S, H, N, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """δ = rowsum(dO∘O) for one query block of one (b, s, h) (``scale`` unused)."""
-    pid_m = tl.program_id(0)
-    pid_s = tl.program_id(1).to(tl.int64)
-    pid_bh = tl.program_id(2).to(tl.int64)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    ok = rows < N
-    o = tl.load(OUT + b * so_b + pid_s * so_s + h * so_h + rows[:, None] * so_n + offs_d[None, :],
-                mask=ok[:, None], other=0.0)  # fmt: skip
-    do = tl.load(DO + b * sdo_b + pid_s * sdo_s + h * sdo_h + rows[:, None] * sdo_n + offs_d[None, :],
-                 mask=ok[:, None], other=0.0)  # fmt: skip
-    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
-    tl.store(DELTA + ((b * S + pid_s) * H + h) * N + rows, delta, mask=ok)
-
-
-@triton.jit
-def _dqkv_step(
-    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N, bias2t,
-    qk_scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr, WANT_DQ: tl.constexpr = True,
-):  # fmt: skip
-    """:func:`_dkv_step` that also returns this tile's dq contribution dS·k (unscaled, fp32)."""
-    if EVEN_N:
-        q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :])
-        do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :])
-        lse = tl.load(LSE + lse_off + rows)
-        delta = tl.load(DELTA + lse_off + rows)
-    else:
-        row_ok = rows < N
-        q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        lse, delta = _row_stats(LSE, DELTA, lse_off, rows, N)
-    st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
-    if HAS_KEY_ADD:
-        st += key_add[:, None]
-    pt = tl.math.exp2(st - lse[None, :])
-    dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
-    dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
-    dst = (pt * (dpt - delta[None, :])).to(q.dtype)
-    dk += tl.dot(dst, q, input_precision=PREC)
-    if WANT_DQ:
-        dq_part = tl.dot(tl.trans(dst), k, input_precision=PREC)
-    else:
-        dq_part = tl.zeros([q.shape[0], q.shape[1]], tl.float32)
-    return dk, dv, dq_part
-
-
-@triton.jit
-def _dq_accumulate(dq_part, prev, scratch, DQ, dq_off, sdq_n, rows, offs_d, N, scale, start_n, store_ok,
-                   D: tl.constexpr, BLOCK_N: tl.constexpr, MODE: tl.constexpr):  # fmt: skip
-    """Add one key block's dq contribution to the program's fp32 scratch rows; the last key block
-    writes ``(sum)·scale`` to dq instead. Summation order is the key-block order: deterministic.
-    MODE 0: load the rows here; 1: ``prev`` holds them (prefetched); 2: no load (timing only)."""
-    ptrs = scratch + rows[:, None] * D + offs_d[None, :]
-    if MODE == 0:
-        if start_n > 0:
-            dq_part += tl.load(ptrs)
-    elif MODE == 1:
-        dq_part += prev
-    if start_n + BLOCK_N >= N:
-        tl.store(DQ + dq_off + rows[:, None] * sdq_n + offs_d[None, :], (dq_part * scale).to(DQ.dtype.element_ty),
-                 mask=(rows < N)[:, None] & store_ok)  # fmt: skip
-    else:
-        tl.store(ptrs, dq_part)
-
-
-@triton.jit
-def _bwd_dqkv_kernel(
-    Q, K, V,  # [B, S, H, N, D]
-    BIAS,  # [B, H, N, N]
-    MASK,  # [B, S, N] uint8
-    DO,  # [B, S, H, N, D]
-    LSE, DELTA,  # [B, S, H, N] fp32
-    DQ, DK, DV,  # [B, S, H, N, D]
-    SCRATCH,  # [programs, SP, N_PAD, D] fp32: each program's dq partial sums (L2-resident)
-    sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
-    sdo_b, sdo_s, sdo_h, sdo_n, sdq_b, sdq_s, sdq_h, sdq_n, sdk_b, sdk_s, sdk_h, sdk_n,
-    sdv_b, sdv_s, sdv_h, sdv_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
-    B, S, H, N, N_PAD, scale,
-    HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, MODE: tl.constexpr,
-):  # fmt: skip
-    """dq, dk and dv in one pass over the scores (one exponential per score instead of two).
-
-    Persistent: each program loops over work items (b, h, SP consecutive S rows) and, per item, over
-    key blocks (outer: dk, dv accumulate in registers) and query blocks (inner). dq of a query block
-    is a sum over key blocks, so each item's dq rows live in the program's own fp32 scratch between
-    key blocks (read-modify-write by the one program that owns them: no atomics, fixed order)."""
-    HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
-    qk_scale = scale * _LOG2E
-    scr0 = SCRATCH + pid.to(tl.int64) * SP * N_PAD * D
-    scr1 = scr0 + N_PAD * D
-    n_sp = tl.cdiv(S, SP)
-    for item in range(pid, B * H * n_sp, nprog):
-        bh = (item // n_sp).to(tl.int64)
-        b = bh // H
-        h = bh % H
-        s0 = (item % n_sp).to(tl.int64) * SP
-        s1 = tl.minimum(s0 + 1, S - 1)
-        lse_row = (b * S * H + h) * N
-        lo0, lo1 = lse_row + s0 * H * N, lse_row + s1 * H * N
-        q_off0, do_off0 = b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h
-        q_off1, do_off1 = b * sq_b + s1 * sq_s + h * sq_h, b * sdo_b + s1 * sdo_s + h * sdo_h
-        dq_off0, dq_off1 = b * sdq_b + s0 * sdq_s + h * sdq_h, b * sdq_b + s1 * sdq_s + h * sdq_h
-        for start_n in range(0, N, BLOCK_N):
-            tl.debug_barrier()  # scratch rows written in the previous key block are visible to all threads
-            cols = start_n + offs_n
-            col_ok = cols < N
-            k0, v0 = _dkv_load(K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h, sk_n,
-                               sv_n, cols, offs_d, N)  # fmt: skip
-            key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
-            dk0 = tl.zeros([BLOCK_N, D], tl.float32)
-            dv0 = tl.zeros([BLOCK_N, D], tl.float32)
-            if SP == 2:
-                k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n,
-                                   sv_n, cols, offs_d, N)  # fmt: skip
-                key_add1 = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
-                dk1 = tl.zeros([BLOCK_N, D], tl.float32)
-                dv1 = tl.zeros([BLOCK_N, D], tl.float32)
-            bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
-            pre_ok = start_n > 0
-            pre0 = tl.load(scr0 + offs_m[:, None] * D + offs_d[None, :], mask=(offs_m < N_PAD)[:, None] & pre_ok,
-                           other=0.0)  # fmt: skip
-            if SP == 2:
-                pre1 = tl.load(scr1 + offs_m[:, None] * D + offs_d[None, :],
-                               mask=(offs_m < N_PAD)[:, None] & pre_ok, other=0.0)  # fmt: skip
-            for start_m in range(0, N, BLOCK_M):
-                rows = start_m + offs_m
-                nrows = rows + BLOCK_M
-                nxt_ok = (nrows < N_PAD)[:, None] & pre_ok
-                cur0 = pre0
-                if MODE == 1:
-                    pre0 = tl.load(scr0 + nrows[:, None] * D + offs_d[None, :], mask=nxt_ok, other=0.0)
-                bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
-                dk0, dv0, dqp0 = _dqkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, LSE,
-                                            DELTA, lo0, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N,
-                                            PREC, MODE != 3)  # fmt: skip
-                if MODE != 3:
-                        _dq_accumulate(dqp0, cur0, scr0, DQ, dq_off0, sdq_n, rows, offs_d, N, scale, start_n, s0 < S, D,
-                                   BLOCK_N, MODE)  # fmt: skip
-                if SP == 2:
-                    cur1 = pre1
-                    if MODE == 1:
-                        pre1 = tl.load(scr1 + nrows[:, None] * D + offs_d[None, :], mask=nxt_ok, other=0.0)
-                    dk1, dv1, dqp1 = _dqkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n,
-                                                LSE, DELTA, lo1, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD,
-                                                EVEN_N, PREC, MODE != 3)  # fmt: skip
-                    if MODE != 3:
-                            _dq_accumulate(dqp1, cur1, scr1, DQ, dq_off1, sdq_n, rows, offs_d, N, scale, start_n,
-                                       s0 + 1 < S, D, BLOCK_N, MODE)  # fmt: skip
-            st_ok = col_ok[:, None]
-            dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
-            dv_ptrs = cols[:, None] * sdv_n + offs_d[None, :]
-            tl.store(DK + b * sdk_b + s0 * sdk_s + h * sdk_h + dk_ptrs, (dk0 * scale).to(DK.dtype.element_ty),
-                     mask=st_ok)  # fmt: skip
-            tl.store(DV + b * sdv_b + s0 * sdv_s + h * sdv_h + dv_ptrs, dv0.to(DV.dtype.element_ty), mask=st_ok)
-            if SP == 2:
-                ok1 = st_ok & (s0 + 1 < S)
-                tl.store(DK + b * sdk_b + s1 * sdk_s + h * sdk_h + dk_ptrs, (dk1 * scale).to(DK.dtype.element_ty),
-                         mask=ok1)  # fmt: skip
-                tl.store(DV + b * sdv_b + s1 * sdv_s + h * sdv_h + dv_ptrs, dv1.to(DV.dtype.element_ty),
-                         mask=ok1)  # fmt: skip
-
-
-@triton.jit
 def _bwd_dbias_kernel(
     Q, K, V,  # [B, S, H, N, D]
     BIAS,  # [B, H, N, N]
@@ -687,11 +509,6 @@ class AttentionConfig:
     #: [B, H, N, N] copy per backward), so the tile's fast axis is contiguous in memory and its
     #: move into the MMA layout needs no 16-bit transposition (KERNEL_NOTES.md, run 11)
     dkv_bias_copy: bool = True
-    #: set: one persistent kernel computes dq, dk and dv in a single pass over the scores (after a
-    #: small δ kernel), instead of the dq kernel and the dk/dv kernel (``dq``, ``dkv`` unused)
-    dqkv: KernelConfig | None = None
-    #: programs per SM of the persistent dq/dk/dv kernel (each owns an fp32 dq scratch of SP·N·D)
-    dqkv_ctas_per_sm: int = 2
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
@@ -1079,48 +896,6 @@ def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> N
     )  # fmt: skip
 
 
-def launch_delta(a: BackwardInputs) -> None:
-    """δ = rowsum(dO∘O) into ``a.delta`` (the fused dq/dk/dv path; the dq kernel does it otherwise)."""
-    b, s, h, n, d = a.q.shape
-    block = 64 if a.q.is_cuda else 32
-    _launch(
-        _bwd_delta_kernel, (triton.cdiv(n, block), s, b * h), (a.out, a.do, a.delta),
-        (*a.out.stride()[:4], *a.do.stride()[:4], s, h, n), a.scale, (d, block), 4, 1,
-    )  # fmt: skip
-
-
-def dqkv_programs(shape: Sequence[int], c: KernelConfig, ctas_per_sm: int, device: torch.device) -> int:
-    """Programs of the persistent dq/dk/dv kernel: one per work item (b, h, SP rows), at most
-    ``ctas_per_sm`` per SM."""
-    b, s, h = shape[0], shape[1], shape[2]
-    return max(1, min(b * h * triton.cdiv(s, c.sp), ctas_per_sm * _num_sms(device)))
-
-
-def launch_dqkv(a: BackwardInputs, c: KernelConfig, ctas_per_sm: int, bias_copy: bool = False) -> None:
-    """dq, dk, dv in one pass (needs ``a.delta``): the persistent kernel with per-program fp32 dq
-    scratch (``programs × SP × N_pad × D`` floats, freed on return)."""
-    b, s, h, n, d = a.q.shape
-    bias = a.bias
-    if bias_copy and bias.stride(-2) != 1:
-        bias = bias.transpose(-1, -2).contiguous().transpose(-1, -2)
-    programs = dqkv_programs(a.q.shape, c, ctas_per_sm, a.q.device)
-    n_pad = triton.cdiv(n, c.block_m) * c.block_m
-    scratch = torch.empty((programs, c.sp, n_pad, d), dtype=torch.float32, device=a.q.device)
-    _launch(
-        _bwd_dqkv_kernel, (programs, 1, 1),
-        (a.q, a.k, a.v, bias, a.mask, a.do, a.lse, a.delta, a.dq, a.dk, a.dv, scratch),
-        (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dq.stride()[:4],
-         *a.dk.stride()[:4], *a.dv.stride()[:4], *bias.stride(), *a.mask_strides, b, s, h, n, n_pad),
-        a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype), DQKV_MODE),
-        c.num_warps, c.num_stages,
-    )  # fmt: skip
-
-
-DQKV_MODE = 0
-
-
 def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> torch.Tensor:
     """The bias gradient (bias's dtype; needs ``a.delta``): S is split into as few groups as give
     ``target_programs`` programs; groups write fp32 partials reduced by one ordered sum."""
@@ -1168,12 +943,8 @@ def _run_backward(
     a: BackwardInputs, config: AttentionConfig | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
-    if config.dqkv is not None:
-        launch_delta(a)
-        launch_dqkv(a, config.dqkv, config.dqkv_ctas_per_sm, config.dkv_bias_copy)
-    else:
-        launch_dq(a, config.dq)
-        launch_dkv(a, config.dkv, config.dkv_bias_copy)
+    launch_dq(a, config.dq)
+    launch_dkv(a, config.dkv, config.dkv_bias_copy)
     target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
     dbias = launch_dbias(a, config.dbias, target)
     return a.dq, a.dk, a.dv, dbias
