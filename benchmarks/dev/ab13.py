@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.kernels import BF16, attention_inputs, fp32_reference, ms, peak_mib, rel
+from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.kernels import fp32_reference, ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
 KC = pba.KernelConfig
@@ -30,19 +31,12 @@ DQKV = [(KC(64, 64, 8, 3, 2), 1), (KC(64, 64, 4, 3, 2), 2), (KC(32, 64, 4, 3, 2)
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, h, d = 768, 4, 32
-    t = attention_inputs(n, h, d, seed=31)
-    q, k, v, bias, do = t["q"], t["k"], t["v"], t["bias"], t["do"]
-    scale = d**-0.5
-    base = pba.default_config(d, BF16, q.device)
-    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale, base)
-    a = pba.prepare_backward(do, q, k, v, bias, None, out, lse, scale)
+    base, a = backward_at()
 
     def split() -> None:
         pba.launch_dq(a, base.dq)
         pba.launch_dkv(a, base.dkv, base.dkv_bias_copy)
 
-    split()
     ref = [a.dq.clone(), a.dk.clone(), a.dv.clone()]
     best: tuple[float, Any] = (float("inf"), None)
     for rep in range(2):
@@ -77,35 +71,15 @@ def main() -> None:
     c_best, cps_best = best[1]
     fused_cfg = dataclasses.replace(base, dqkv=c_best, dqkv_ctas_per_sm=cps_best)
     print("best dqkv", c_best, cps_best, flush=True)
-    for n in (256, 384, 512, 768, 1024):
-        t = attention_inputs(n, 4, 32, seed=n)
-        xs = [t[kk] for kk in ("q", "k", "v", "bias")]
-        cfgs = {"split": base, "fused": fused_cfg}
-        res = {}
-        for rep in range(2):
-            for name, cfg in cfgs.items():
+    names = ("out", "dq", "dk", "dv", "dbias")
 
-                def run() -> Any:
-                    o, l_ = pba.pair_bias_attention_forward(*xs, None, scale, cfg)
-                    return (o, *pba.pair_bias_attention_backward(t["do"], *xs, None, o, l_, scale, cfg))
+    def check(n: int, t: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+        if n != 768:
+            return {}
+        want = fp32_reference(t)
+        return {v + "_err_vs_fp32": {nm: rel(x, y) for nm, x, y in zip(names, res[v], want)} for v in res}
 
-                row = {"what": "total", "N": n, "variant": name, "rep": rep, "ms": ms(run)}
-                if rep == 0:
-                    res[name] = run()
-                    row["peak_mib"] = peak_mib(run)
-                if rep == 0 and name == "fused":
-                    row["diff_vs_split"] = [rel(x, y) for x, y in zip(res["fused"], res["split"])]
-                    if n == 768:
-                        want = fp32_reference(t)
-                        row["err_vs_fp32"] = {nm: rel(x, y) for nm, x, y in zip(
-                            ("out", "dq", "dk", "dv", "dbias"), res["fused"], want)}  # fmt: skip
-                        row["split_err_vs_fp32"] = {nm: rel(x, y) for nm, x, y in zip(
-                            ("out", "dq", "dk", "dv", "dbias"), res["split"], want)}  # fmt: skip
-                        del want
-                rows.append(row)
-                print(row, flush=True)
-        del res
-        torch.cuda.empty_cache()
+    totals({"split": base, "fused": fused_cfg}, rows, check=check)
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "best": [str(c_best), cps_best], "rows": rows}, f, indent=1)
     print("\n== summary")

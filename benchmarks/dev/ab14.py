@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.kernels import BF16, attention_inputs, ms, peak_mib, rel
+from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.kernels import ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
 KC = pba.KernelConfig
@@ -32,15 +33,7 @@ DQKV = [
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, h, d = 768, 4, 32
-    t = attention_inputs(n, h, d, seed=31)
-    q, k, v, bias, do = t["q"], t["k"], t["v"], t["bias"], t["do"]
-    scale = d**-0.5
-    base = pba.default_config(d, BF16, q.device)
-    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale, base)
-    a = pba.prepare_backward(do, q, k, v, bias, None, out, lse, scale)
-    pba.launch_dq(a, base.dq)
-    pba.launch_dkv(a, base.dkv, base.dkv_bias_copy)
+    base, a = backward_at()
     ref = [a.dq.clone(), a.dk.clone(), a.dv.clone()]
     best: tuple[float, Any] = (float("inf"), None)
     for rep in range(2):
@@ -74,22 +67,7 @@ def main() -> None:
         return
     c_best, cps_best = best[1]
     fused_cfg = dataclasses.replace(base, dqkv=c_best, dqkv_ctas_per_sm=cps_best)
-    for n in (384, 768, 1024):
-        t = attention_inputs(n, 4, 32, seed=n)
-        xs = [t[kk] for kk in ("q", "k", "v", "bias")]
-        for rep in range(2):
-            for name, cfg in {"split": base, "fused": fused_cfg}.items():
-
-                def run() -> Any:
-                    o, l_ = pba.pair_bias_attention_forward(*xs, None, scale, cfg)
-                    return (o, *pba.pair_bias_attention_backward(t["do"], *xs, None, o, l_, scale, cfg))
-
-                row = {"what": "total", "N": n, "variant": name, "rep": rep, "ms": ms(run)}
-                if rep == 0:
-                    row["peak_mib"] = peak_mib(run)
-                rows.append(row)
-                print(row, flush=True)
-        torch.cuda.empty_cache()
+    totals({"split": base, "fused": fused_cfg}, rows, ns=(384, 768, 1024))
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "best": [str(c_best), cps_best], "rows": rows}, f, indent=1)
 

@@ -1,4 +1,4 @@
-# ruff: noqa: B023, B905  (scratch A/B script: closures run inside their loop iteration)
+# ruff: noqa: B023  (scratch A/B script: closures run inside their loop iteration)
 """Run 15 (session 5): the dk/dv kernel with num_stages = 1. ptxas serializes its wgmmas (C7515:
 non-wgmma instructions define accumulator registers inside the pipeline stage) whenever Triton
 pipelines the loop (stages ≥ 2); with one stage the warning goes and the loop body shrinks
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.kernels import BF16, attention_inputs, ms, peak_mib, rel
+from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.kernels import ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
 KC = pba.KernelConfig
@@ -27,15 +28,7 @@ DKV = [KC(32, 64, 4, 3, 2), KC(32, 64, 4, 1, 2), KC(64, 64, 4, 1, 2), KC(32, 64,
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, h, d = 768, 4, 32
-    t = attention_inputs(n, h, d, seed=31)
-    q, k, v, bias, do = t["q"], t["k"], t["v"], t["bias"], t["do"]
-    scale = d**-0.5
-    base = pba.default_config(d, BF16, q.device)
-    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale, base)
-    a = pba.prepare_backward(do, q, k, v, bias, None, out, lse, scale)
-    pba.launch_dq(a, base.dq)
-    pba.launch_dkv(a, base.dkv, True)
+    base, a = backward_at()
     ref = [a.dk.clone(), a.dv.clone()]
     best: tuple[float, Any] = (float("inf"), None)
     for rep in range(2):
@@ -56,27 +49,7 @@ def main() -> None:
             print(row, flush=True)
     new = dataclasses.replace(base, dkv=best[1])
     print("best dkv", best, flush=True)
-    for n in (256, 384, 512, 768, 1024):
-        t = attention_inputs(n, 4, 32, seed=n)
-        xs = [t[kk] for kk in ("q", "k", "v", "bias")]
-        res = {}
-        for rep in range(2):
-            for name, cfg in {"default": base, "best_dkv": new}.items():
-
-                def run() -> Any:
-                    o, l_ = pba.pair_bias_attention_forward(*xs, None, scale, cfg)
-                    return (o, *pba.pair_bias_attention_backward(t["do"], *xs, None, o, l_, scale, cfg))
-
-                row = {"what": "total", "N": n, "variant": name, "rep": rep, "ms": ms(run)}
-                if rep == 0:
-                    res[name] = run()
-                    row["peak_mib"] = peak_mib(run)
-                    if name == "best_dkv":
-                        row["diff_vs_default"] = [rel(x, y) for x, y in zip(res["best_dkv"], res["default"])]
-                rows.append(row)
-                print(row, flush=True)
-        del res
-        torch.cuda.empty_cache()
+    totals({"default": base, "best_dkv": new}, rows)
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "best": str(best[1]), "rows": rows}, f, indent=1)
 

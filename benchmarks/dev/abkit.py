@@ -1,0 +1,71 @@
+"""Shared pieces of the attention A/B scripts (``ab11.py``, ``ab13.py``–``ab15.py``): the N = 768
+backward setup and the interleaved fwd+bwd totals over N."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from benchmarks.kernels import BF16, attention_inputs, ms, peak_mib, rel
+from featurecache.model.kernels import pair_bias_attention as pba
+
+
+def backward_at(n: int = 768, h: int = 4, d: int = 32, seed: int = 31) -> tuple[pba.AttentionConfig, Any]:
+    """The default config and the backward operands (``BackwardInputs``) after one forward at this
+    size, with dq, dk, dv already computed by the split kernels (the reference of an A/B)."""
+    t = attention_inputs(n, h, d, seed=seed)
+    q, k, v, bias, do = t["q"], t["k"], t["v"], t["bias"], t["do"]
+    scale = d**-0.5
+    base = pba.default_config(d, BF16, q.device)
+    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale, base)
+    a = pba.prepare_backward(do, q, k, v, bias, None, out, lse, scale)
+    pba.launch_dq(a, base.dq)
+    pba.launch_dkv(a, base.dkv, base.dkv_bias_copy)
+    return base, a
+
+
+def fwd_bwd(t: dict[str, Any], cfg: pba.AttentionConfig) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """One forward+backward through the launchers with ``cfg``: (out, dq, dk, dv, dbias)."""
+    xs = [t[kk] for kk in ("q", "k", "v", "bias")]
+    scale = xs[0].shape[-1] ** -0.5
+
+    def run() -> tuple[torch.Tensor, ...]:
+        o, lse = pba.pair_bias_attention_forward(*xs, None, scale, cfg)
+        return (o, *pba.pair_bias_attention_backward(t["do"], *xs, None, o, lse, scale, cfg))
+
+    return run
+
+
+def totals(
+    cfgs: dict[str, pba.AttentionConfig],
+    rows: list[dict[str, Any]],
+    ns: Iterable[int] = (256, 384, 512, 768, 1024),
+    check: Callable[[int, dict[str, Any], dict[str, tuple[torch.Tensor, ...]]], dict[str, Any]] | None = None,
+) -> None:
+    """fwd+bwd ms per N and variant, two interleaved reps; peak MiB and the relative difference of
+    every output from the first variant's on rep 0; ``check(n, inputs, results)`` adds fields."""
+    for n in ns:
+        t = attention_inputs(n, 4, 32, seed=n)
+        res: dict[str, tuple[torch.Tensor, ...]] = {}
+        first = next(iter(cfgs))
+        for rep in range(2):
+            for name, cfg in cfgs.items():
+                run = fwd_bwd(t, cfg)
+                row: dict[str, Any] = {"what": "total", "N": n, "variant": name, "rep": rep, "ms": ms(run)}
+                if rep == 0:
+                    res[name] = run()
+                    row["peak_mib"] = peak_mib(run)
+                    if name != first:
+                        row["diff_vs_" + first] = [
+                            rel(x, y) for x, y in zip(res[name], res[first], strict=True)
+                        ]
+                rows.append(row)
+                print(row, flush=True)
+        if check is not None:
+            extra = {"what": "check", "N": n, **check(n, t, res)}
+            rows.append(extra)
+            print(extra, flush=True)
+        del res
+        torch.cuda.empty_cache()
