@@ -154,18 +154,28 @@ def _int_list(value: Any) -> list[int] | None:
     return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
 
 
+#: a step slower than this many median steps is listed in ``slow_steps`` (in practice: a Triton
+#: compilation for a new specialisation, e.g. a crop length that changes a divisibility flag)
+SLOW_STEP_FACTOR = 3.0
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction."""
+    """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction.
+
+    ``tokens_per_s`` is tokens over wall time of the timed steps, so one-off stalls count;
+    ``median_tokens_per_s`` is the steady-state rate; ``slow_steps`` lists the steps (0-based) that
+    took more than ``SLOW_STEP_FACTOR`` median steps, which explains a gap between the two."""
     if not records:
         return {"steps": 0}
     timed = records[WARMUP_STEPS:] or records
+    median_step = statistics.median(r["step_time_s"] for r in timed)
     total = sum(r["step_time_s"] for r in timed)
     wait = sum(r["data_wait_s"] for r in timed)
     peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
     return {
         "steps": len(records),
         "warmup_steps_excluded": len(records) - len(timed),
-        "median_step_time_s": statistics.median(r["step_time_s"] for r in timed),
+        "median_step_time_s": median_step,
         "median_compute_s": statistics.median(r["compute_s"] for r in timed),
         "median_data_wait_s": statistics.median(r["data_wait_s"] for r in timed),
         "data_wait_fraction": wait / total if total > 0 else 0.0,
@@ -173,4 +183,12 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "first_loss": records[0]["loss"],
         "last_loss": records[-1]["loss"],
         "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
+        "median_tokens_per_s": statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
+        if all(r["step_time_s"] > 0 for r in timed)
+        else None,
+        "slow_steps": [
+            i
+            for i, r in enumerate(records)
+            if i >= len(records) - len(timed) and r["step_time_s"] > SLOW_STEP_FACTOR * median_step
+        ],
     }

@@ -14,7 +14,7 @@ from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
 from featurecache.errors import InvalidRequest
 from featurecache.model.batches import check_batch, synthetic_batch
 from featurecache.model.config import ModelConfig
-from featurecache.model.train import run_training
+from featurecache.model.train import run_training, summarize
 from featurecache.model.trunk import Trunk
 from tests.model.util import KERNEL_DEVICE
 
@@ -130,6 +130,22 @@ def test_run_training_writes_log(tmp_path: Path) -> None:
     assert s["steps"] == 3 and 0 <= s["data_wait_fraction"] <= 1
     assert s["median_step_time_s"] == pytest.approx(np.median([r["step_time_s"] for r in saved["steps"][1:]]))
     assert doc["summary"] == s
+
+
+def test_summary_separates_stalls_from_the_steady_rate() -> None:
+    """A compile stall after warm-up drags the wall-time rate, not the median one, and is listed."""
+
+    def rec(t: float, tokens: int) -> dict:
+        return {"step_time_s": t, "data_wait_s": 0.0, "compute_s": t, "tokens": tokens, "loss": 1.0,
+                "peak_mem_bytes": None}  # fmt: skip
+
+    # step 0 is warm-up (excluded); step 2 stalls for 5 s; the others take 0.1 s for 100 tokens
+    s = summarize([rec(9.0, 100), rec(0.1, 100), rec(5.0, 100), rec(0.1, 100), rec(0.1, 100)])
+    assert s["warmup_steps_excluded"] == 1
+    assert s["median_step_time_s"] == pytest.approx(0.1)
+    assert s["median_tokens_per_s"] == pytest.approx(1000.0)
+    assert s["tokens_per_s"] == pytest.approx(400 / 5.3)
+    assert s["slow_steps"] == [2]
 
 
 def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path) -> None:
