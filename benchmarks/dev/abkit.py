@@ -46,10 +46,10 @@ def totals(
 ) -> None:
     """fwd+bwd ms per N and variant, two interleaved reps; peak MiB and the relative difference of
     every output from the first variant's on rep 0; ``check(n, inputs, results)`` adds fields."""
+    first = next(iter(cfgs))
     for n in ns:
         t = attention_inputs(n, 4, 32, seed=n)
         res: dict[str, tuple[torch.Tensor, ...]] = {}
-        first = next(iter(cfgs))
         for rep in range(2):
             for name, cfg in cfgs.items():
                 run = fwd_bwd(t, cfg)

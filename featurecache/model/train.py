@@ -188,7 +188,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         else None,
         "slow_steps": [
             i
-            for i, r in enumerate(records)
-            if i >= len(records) - len(timed) and r["step_time_s"] > SLOW_STEP_FACTOR * median_step
+            for i, r in enumerate(timed, start=len(records) - len(timed))
+            if r["step_time_s"] > SLOW_STEP_FACTOR * median_step
         ],
     }
