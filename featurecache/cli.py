@@ -218,6 +218,14 @@ def train(
     ),
     seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
     workers: Annotated[int, typer.Option(help="Client worker threads.")] = 4,
+    pad_multiple: Annotated[
+        int | None,
+        typer.Option(
+            "--pad-multiple",
+            help="Pad each batch's token axis up to a multiple of this (capped at --crop) so the Triton "
+            "kernels compile once for all crop lengths. Default: 128 on cuda, 1 (off) on cpu.",
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss."""
@@ -230,7 +238,7 @@ def train(
     try:
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
-            fused=fused, log_path=log, seed=seed, workers=workers,
+            fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

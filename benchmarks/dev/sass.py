@@ -18,19 +18,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from featurecache.model.kernels import pair_bias_attention as pba
 
 CUOBJDUMP = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"  # ships with the Triton wheel
 PTXAS = Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
 
 
 def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
+    import torch
+
     names = fn.arg_names
     sig, consts, attrs = {}, {}, {}
     i = 0
@@ -110,6 +110,10 @@ def loop_mix(sass: str) -> tuple[collections.Counter, int]:
 
 
 def main() -> None:
+    import torch
+
+    from featurecache.model.kernels import pair_bias_attention as pba
+
     ap = argparse.ArgumentParser()
     ap.add_argument("n", nargs="?", type=int, default=768)
     ap.add_argument("--dump", type=Path)

@@ -48,6 +48,47 @@ def check_batch(batch: Mapping[str, Any], keys: tuple[str, ...] = MODEL_INPUT_KE
     return sizes
 
 
+#: batch keys padded with a gap (class 31) rather than 0 along the token axis, as ``collate`` does
+_GAP_PADDED = frozenset({"restype", "msa"})
+
+
+def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) -> dict[str, Any]:
+    """The batch with its token axis N padded up to a multiple of ``multiple`` (at most ``cap``).
+
+    Every BATCH_SCHEMA tensor is padded along each of its ``N`` axes the way the client's
+    ``collate`` pads a short sample (``token_mask`` / ``centre_mask`` / ``msa_mask`` False, restype
+    and MSA a gap, the rest 0), so the model, which masks padded tokens everywhere, computes the same
+    loss. Why: the Triton kernels specialise on N (divisibility by 16, whether the tiles divide N),
+    and each new specialisation is a compilation of several seconds in the middle of training;
+    with N a multiple of 128 every crop length runs the same compiled kernels. ``cap`` (the crop
+    size) keeps the padding from growing a full-size batch. Keys outside the schema pass through.
+    """
+    if multiple < 1:
+        raise InvalidRequest(f"pad multiple must be ≥ 1; got {multiple}")
+    n = int(batch["token_mask"].shape[1])
+    target = -(-n // multiple) * multiple
+    if cap is not None:
+        target = max(n, min(target, cap))
+    if target == n:
+        return dict(batch)
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        spec = BATCH_SCHEMA.get(key)
+        if spec is None or not isinstance(value, torch.Tensor):
+            out[key] = value
+            continue
+        axes = spec[1].split()
+        pad: list[int] = []  # F.pad order: last axis first, (before, after) each
+        for sym in reversed(axes):
+            pad += [0, target - n if sym == "N" else 0]
+        if not any(pad):
+            out[key] = value
+            continue
+        fill = GAP if key in _GAP_PADDED else 0
+        out[key] = torch.nn.functional.pad(value, pad, value=fill)
+    return out
+
+
 def synthetic_sample(
     rng: np.random.Generator, n_tokens: int, msa_rows: int, atoms_per_token: int = 4
 ) -> dict[str, np.ndarray]:

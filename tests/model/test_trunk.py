@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
+from featurecache.const import GAP
 from featurecache.errors import InvalidRequest
-from featurecache.model.batches import check_batch, synthetic_batch
+from featurecache.model.batches import check_batch, pad_tokens, synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import run_training, summarize
 from featurecache.model.trunk import Trunk
@@ -114,6 +115,72 @@ def test_fused_trunk_matches_reference_trunk() -> None:
         assert pf.grad is not None and pr.grad is not None, name
         diff = float((pf.grad - pr.grad).norm())
         assert diff <= 1e-3 * float(pr.grad.norm()) + 1e-6 * scale, (name, diff, float(pr.grad.norm()))
+
+
+def test_pad_tokens_pads_every_token_axis_like_collate() -> None:
+    raw = synthetic_batch(np.random.default_rng(4), 2, 11, msa_rows=3, full=False)
+    n = raw["token_mask"].shape[1]
+    padded = pad_tokens(raw, 8)
+    target = -(-n // 8) * 8
+    assert target > n  # the case under test pads
+    sizes = check_batch(padded)
+    assert sizes["N"] == target and sizes["B"] == 2 and sizes["M"] == raw["msa"].shape[1]
+    for key in MODEL_INPUT_KEYS:
+        axes = BATCH_SCHEMA[key][1].split()
+        t, r = padded[key], raw[key]
+        # the original values are untouched
+        assert torch.equal(t[tuple(slice(0, d) for d in r.shape)], r), key
+        for ax, sym in enumerate(axes):
+            if sym != "N":
+                continue
+            tail = t.narrow(ax, n, target - n)
+            expect = GAP if key in ("restype", "msa") else 0
+            assert bool((tail == expect).all()), key
+    assert not bool(padded["token_mask"][:, n:].any()) and not bool(padded["msa_mask"][..., n:].any())
+    # capped at the crop, never below N; nothing to do when N is already a multiple
+    assert pad_tokens(raw, 8, cap=n + 1)["token_mask"].shape[1] == n + 1
+    assert pad_tokens(raw, 8, cap=n - 1)["token_mask"].shape[1] == n
+    assert pad_tokens(padded, 8)["token_mask"].shape[1] == target
+    with pytest.raises(InvalidRequest):
+        pad_tokens(raw, 0)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
+def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool) -> None:
+    """Padded tokens are masked everywhere, so padding N (what ``run_training`` does on CUDA to
+    keep one compiled kernel per op) must not change the loss or any parameter gradient."""
+    torch.manual_seed(0)
+    model = Trunk(TINY, fused=fused).to(KERNEL_DEVICE if fused else "cpu")
+    dev = next(model.parameters()).device
+    raw = synthetic_batch(np.random.default_rng(5), 2, 13, msa_rows=3, full=False)
+    batch = {k: raw[k].to(dev) for k in MODEL_INPUT_KEYS}
+    grads = []
+    losses = []
+    for b in (batch, pad_tokens(batch, 8)):
+        model.zero_grad(set_to_none=True)
+        loss = model.loss(b)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert pad_tokens(batch, 8)["token_mask"].shape[1] > batch["token_mask"].shape[1]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    scale = max(float(g.norm()) for g in grads[0])
+    for (name, _), g0, g1 in zip(model.named_parameters(), grads[0], grads[1], strict=True):
+        assert float((g1 - g0).norm()) <= 1e-4 * float(g0.norm()) + 1e-6 * scale, name
+
+
+def test_run_training_pads_the_token_axis_to_the_multiple(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    batches = iter([synthetic_batch(rng, 1, 16, msa_rows=3, full=False) for _ in range(3)])
+    doc = run_training(None, None, steps=3, crop_size=16, device="cpu", log_path=None, config=TINY,
+                       batches=batches, pad_multiple=8)  # fmt: skip
+    assert doc["pad_multiple"] == 8
+    for rec in doc["steps"]:
+        assert rec["padded_tokens"] % 8 == 0 and rec["padded_tokens"] >= rec["tokens"]
+    with pytest.raises(InvalidRequest):
+        run_training(
+            None, None, steps=1, crop_size=16, device="cpu", log_path=None, config=TINY, pad_multiple=0
+        )
 
 
 def test_run_training_writes_log(tmp_path: Path) -> None:
