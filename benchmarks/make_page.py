@@ -225,8 +225,9 @@ def load(results: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
         except (OSError, ValueError) as exc:
             problems.append(f"`{path.name}`: unreadable ({exc})")
             continue
-        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-            # supporting data (training logs, A/B sweeps, calibration data): linked, not tabulated
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or "machine" not in doc:
+            # supporting data (training logs, A/B scripts' raw output, calibration data): linked, not
+            # tabulated; only the harness's documents (rows + machine) get a section
             SUPPORTING.append(path.name)
             continue
         name = str(doc.get("benchmark") or path.stem)

@@ -39,13 +39,16 @@ def _free() -> None:
     torch.cuda.empty_cache()
 
 
-def train_variant(args: argparse.Namespace, cfg: ModelConfig, fused: bool, log_path: Path) -> dict[str, Any]:
+def train_variant(
+    args: argparse.Namespace, cfg: ModelConfig, fused: bool, log_path: Path, pad_multiple: int | None
+) -> dict[str, Any]:
     try:
         doc = run_training(
             args.store, args.url, steps=args.steps, crop_size=args.crop, device="cuda", batch_size=args.batch_size,
             fused=fused, log_path=log_path, seed=args.seed, workers=args.workers, config=cfg,
+            pad_multiple=pad_multiple,
         )  # fmt: skip
-        return {"ok": True, "source": doc["source"], **doc["summary"]}
+        return {"ok": True, "source": doc["source"], "pad_multiple": doc["pad_multiple"], **doc["summary"]}
     except torch.cuda.OutOfMemoryError as exc:
         return {"ok": False, "error": f"OOM: {str(exc)[:200]}"}
     finally:
@@ -82,6 +85,11 @@ def main() -> None:
     ap.add_argument("--search-steps", type=int, default=3)
     ap.add_argument("--model-config", type=Path, default=None)
     ap.add_argument("--skip-train", action="store_true", help="only the crop search")
+    ap.add_argument(
+        "--pad-multiple", type=int, default=None, help="token-axis padding (default: run_training's)"
+    )
+    ap.add_argument("--compare-padding", action="store_true",
+                    help="also train the fused model without token padding (pad multiple 1), same run")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -94,13 +102,17 @@ def main() -> None:
 
     runs: dict[str, Any] = {}
     if not args.skip_train:
-        for name, fused in VARIANTS:
-            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json")
+        train_runs = [(name, fused, args.pad_multiple) for name, fused in VARIANTS]
+        if args.compare_padding:
+            train_runs.append(("fused_unpadded", True, 1))
+        for name, fused, pad in train_runs:
+            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json", pad)
             runs[name] = r
-            bench.add(part="train", variant=name, crop=args.crop, ok=r["ok"],
+            bench.add(part="train", variant=name, crop=args.crop, ok=r["ok"], pad=r.get("pad_multiple"),
                       median_step_s=r.get("median_step_time_s"), peak_GiB=(r.get("peak_mem_bytes") or 0) / 2**30,
-                      data_wait_frac=r.get("data_wait_fraction"), first_loss=r.get("first_loss"),
-                      last_loss=r.get("last_loss"))  # fmt: skip
+                      data_wait_frac=r.get("data_wait_fraction"), tokens_per_s=r.get("tokens_per_s"),
+                      median_tokens_per_s=r.get("median_tokens_per_s"), slow_steps=len(r.get("slow_steps") or []),
+                      first_loss=r.get("first_loss"), last_loss=r.get("last_loss"))  # fmt: skip
             print(name, r, flush=True)
 
     memory: list[dict[str, Any]] = []
