@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from featurecache.model.kernels.grid import dbias_groups
 from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes, pad8
 
 
@@ -113,8 +114,7 @@ def _attention(
                 L.temp(bias_b)
             tiles = math.ceil(N / tl.attn_dbias_block_m) * math.ceil(N / tl.attn_dbias_block_n)
             target = max(tl.attn_dbias_target_programs, 2 * GPU_SMS)
-            groups = max(1, min(s, math.ceil(target / (tiles * B * h))))
-            groups = math.ceil(s / math.ceil(s / groups))
+            groups, _ = dbias_groups(s, tiles * B * h, target)
             if groups == 1:
                 dbias = L.new(bias_b)
             else:

@@ -11,6 +11,7 @@ import torch
 
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels.grid import dbias_groups
 from featurecache.model.kernels.reference import pair_bias_attention_ref
 from tests.model.util import KERNEL_DEVICE, TOL, naive_attention, rel_err
 
@@ -78,6 +79,7 @@ CASES = [
     (1, 2, 2, 31, 64, True, 1, F32),
     (1, 3, 1, 37, 16, False, 2, F16),
     (1, 2, 1, 32, 32, True, 2, F16),  # N a multiple of the block, masked
+    (1, 37, 1, 13, 16, True, 2, F32),  # S ≥ 16: dbias groups of 16 S rows, a ragged last group
 ]
 
 
@@ -94,6 +96,22 @@ def test_matches_float64_oracle(
         assert g.shape == w.shape and g.dtype == dtype, name
         err = rel_err(g, w)
         assert err < TOL[dtype], f"{name}: rel err {err:.2e} ≥ {TOL[dtype]:.0e}"
+
+
+@pytest.mark.parametrize("target", [1, 3, 7, 64, 1056])
+@pytest.mark.parametrize("programs_per_group", [1, 4, 16, 144, 576])
+def test_dbias_groups_cover_s_in_multiples_of_16(target: int, programs_per_group: int) -> None:
+    """Every S row is in exactly one group; when S ≥ 16 is split, a group has a multiple of 16 rows
+    (an int the JIT specialises on, so all N share one compiled dbias kernel); no split when one
+    group already gives the target number of programs."""
+    for s in range(1, 800):
+        groups, per = dbias_groups(s, programs_per_group, target)
+        assert groups >= 1 and per >= 1
+        assert (groups - 1) * per < s <= groups * per, (s, groups, per)
+        if groups > 1 and s >= 16:
+            assert per % 16 == 0, (s, per)
+        if programs_per_group >= target:  # one group already fills the target: no split
+            assert groups == 1
 
 
 def test_public_op_autograd_and_reference_agree() -> None:

@@ -27,7 +27,6 @@ Both paths run the same launchers.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import dbias_groups
 
 log = logging.getLogger(__name__)
 
@@ -901,9 +901,7 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
     ``target_programs`` programs; groups write fp32 partials reduced by one ordered sum."""
     b, s, h, n, d = a.q.shape
     n_tiles = triton.cdiv(n, c.block_m) * triton.cdiv(n, c.block_n)
-    groups = max(1, min(s, math.ceil(target_programs / (n_tiles * b * h))))
-    per_group = math.ceil(s / groups)
-    groups = math.ceil(s / per_group)
+    groups, per_group = dbias_groups(s, n_tiles * b * h, target_programs)
     db = torch.empty(
         (groups, b, h, n, n), device=a.q.device, dtype=a.bias.dtype if groups == 1 else torch.float32
     )
