@@ -7,6 +7,11 @@ levers Triton had not been asked for. This file holds a forward kernel that uses
 launcher, a compile check that runs without a GPU and, on the H200, an A/B against the shipped
 forward kernel (correctness vs an fp32 reference and timing, same run).
 
+Runs 20–21 added ``_pipe_fwd_kernel``: the online softmax software-pipelined by hand (iteration j
+computes key block j's scores and row max, and block j − 1's exponentials, sum and P·V), so that
+the MUFU work of one block can issue beside the FMA/ALU work of the next. ``VARIANTS`` holds the
+run-21 list; ``VARIANTS_RUN16`` the descriptor survey. Results: KERNEL_NOTES.md, session 6.
+
     python benchmarks/dev/desc_fwd.py compile          # sm_90 compile of every variant (CPU)
     PYTHONPATH=. python benchmarks/dev/desc_fwd.py ab OUT.json   # on the H200
 
@@ -120,8 +125,79 @@ def _desc_finish(acc, m_i, l_i, OUT, LSE, slab, rows, offs_d, ok, D: tl.constexp
     tl.store(LSE + base + rows, lse, mask=ok)
 
 
-# variants: (BLOCK_M, BLOCK_N, num_warps, num_stages, SP, WS)
-VARIANTS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages, SP, WS, NAT)
+@triton.jit
+def _pipe_scores(q, K, bias_rows, krow, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N: tl.constexpr,
+                 D: tl.constexpr):
+    """Scores of one key block in log2 units (bias·log2 e added, keys past N at −inf). The bias tile
+    is a pointer load: as a TMA load that does not feed a dot it stops Triton from pipelining the
+    loop once a score tile is carried across iterations (run 20, compile check)."""
+    cols = start_n + offs_n
+    if EVEN_N:
+        bias = tl.load(bias_rows + cols[None, :]).to(tl.float32) * _LOG2E
+    else:
+        bias = tl.load(bias_rows + cols[None, :], mask=row_ok[:, None] & (cols < N)[None, :], other=0.0)
+        bias = bias.to(tl.float32) * _LOG2E + tl.where(cols < N, 0.0, float("-inf"))[None, :]
+    k = tl.load(K + (krow + offs_n).to(tl.int64)[:, None] * D + offs_d[None, :])
+    return tl.dot(q, tl.trans(k)) * qk_scale + bias
+
+
+@triton.jit
+def _pipe_fwd_kernel(
+    Q, K, V, BIAS, OUT, LSE,
+    S, H, N, scale,
+    GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Software-pipelined online softmax (one S row per program): iteration j computes the scores
+    and row max of key block j (FMA/ALU work) and the exponentials, sum and P·V of block j − 1
+    (MUFU work), which do not depend on each other, so the two can issue side by side."""
+    qk_scale = scale * _LOG2E
+    pid_m = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    b = pid_bh // H
+    h = pid_bh % H
+    slab = ((b * S + pid_s) * H + h) * N
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    row_ok = rows < N
+    q = tl.load(Q + slab.to(tl.int64) * D + rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    bias_rows = BIAS + ((b * H + h) * N).to(tl.int64) * N + rows[:, None] * N
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    m_old = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    s_prev = _pipe_scores(q, K, bias_rows, slab, 0, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N, D)
+    m_prev = tl.max(s_prev, 1)
+    if GUARD_EMPTY:
+        m_prev = tl.where(m_prev == float("-inf"), 0.0, m_prev)
+    for start_n in tl.range(BLOCK_N, N, BLOCK_N, num_stages=2):
+        s = _pipe_scores(q, K, bias_rows, slab + start_n, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N, D)
+        # V of the previous block is loaded again rather than carried: a loop-carried register tile
+        # that feeds a wgmma goes back through shared memory every iteration and stops Triton from
+        # pipelining the loop's TMA loads (run 20)
+        v_prev = tl.load(V + (slab + start_n - BLOCK_N + offs_n).to(tl.int64)[:, None] * D + offs_d[None, :])
+        row_max = tl.max(s, 1)
+        p = tl.math.exp2(s_prev - m_prev[:, None])
+        alpha = tl.math.exp2(m_old - m_prev)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v_prev.dtype), v_prev)
+        m_old = m_prev
+        m_prev = tl.maximum(m_prev, row_max)
+        if GUARD_EMPTY:
+            m_prev = tl.where(m_prev == float("-inf"), 0.0, m_prev)
+        s_prev = s
+    v_prev = tl.load(V + (slab + tl.cdiv(N, BLOCK_N) * BLOCK_N - BLOCK_N + offs_n).to(tl.int64)[:, None] * D
+                     + offs_d[None, :])  # fmt: skip
+    p = tl.math.exp2(s_prev - m_prev[:, None])
+    alpha = tl.math.exp2(m_old - m_prev)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v_prev.dtype), v_prev)
+    _desc_finish(acc, m_prev, l_i, OUT, LSE, slab, rows, offs_d, row_ok, D)
+
+
+# run 16: descriptor variants (BLOCK_M, BLOCK_N, num_warps, num_stages, SP, WS, NAT)
+VARIANTS_RUN16 = [
     (128, 64, 4, 3, 2, False, False),  # the shipped forward's tiles
     (128, 64, 4, 2, 2, False, False),
     (128, 64, 8, 2, 2, False, False),
@@ -134,6 +210,23 @@ VARIANTS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages, SP, WS, NAT)
     (128, 128, 8, 2, 1, False, True),
     (128, 64, 8, 2, 2, True, False),  # autoWS: ignored at 8 warps, a pass failure at 4 (compile survey)
 ]
+# run 20: the software-pipelined kernel ("pipe", BLOCK_M, BLOCK_N, num_warps, num_stages), beside the
+# descriptor kernel at the shipped tiles
+VARIANTS = [
+    (128, 64, 4, 3, 2, False, False),
+    ("pipe", 64, 64, 4, 2),
+    ("pipe", 64, 64, 4, 3),
+    ("pipe", 128, 64, 4, 2),
+    ("pipe", 128, 64, 8, 2),
+    ("pipe", 128, 64, 8, 3),
+    ("pipe", 64, 128, 4, 2),
+    ("pipe", 128, 128, 8, 2),
+    ("pipe", 64, 32, 4, 3),
+]
+
+
+def _pipe(variant) -> bool:
+    return variant[0] == "pipe"
 
 
 def launch(q, k, v, bias, scale, variant, key_mask_inf=False):
@@ -141,7 +234,10 @@ def launch(q, k, v, bias, scale, variant, key_mask_inf=False):
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    bm, bn, warps, stages, sp, ws, nat = variant
+    if _pipe(variant):
+        (_, bm, bn, warps, stages), sp = variant, 1
+    else:
+        bm, bn, warps, stages, sp, ws, nat = variant
     b, s, h, n, d = q.shape
     assert n % 8 == 0 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     bias = bias.contiguous()
@@ -152,8 +248,13 @@ def launch(q, k, v, bias, scale, variant, key_mask_inf=False):
     out = torch.empty_like(q)
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(n, bm), triton.cdiv(s, sp), b * h)
-    _desc_fwd_kernel[grid](q, dk, dv, db, out, lse, s, h, n, scale, key_mask_inf, n % bm == 0 and n % bn == 0, d,
-                           bm, bn, sp, ws, nat, num_warps=warps, num_stages=stages)  # fmt: skip
+    even = n % bm == 0 and n % bn == 0
+    if _pipe(variant):
+        _pipe_fwd_kernel[grid](q, k, v, bias, out, lse, s, h, n, scale, key_mask_inf, even, d, bm, bn,
+                               num_warps=warps, num_stages=stages)  # fmt: skip
+    else:
+        _desc_fwd_kernel[grid](q, dk, dv, db, out, lse, s, h, n, scale, key_mask_inf, even, d, bm, bn, sp, ws, nat,
+                               num_warps=warps, num_stages=stages)  # fmt: skip
     return out, lse
 
 
@@ -168,27 +269,28 @@ def compile_all() -> None:
 
     d = 32
     print(f"triton {triton.__version__}")
-    for bm, bn, warps, stages, sp, ws, nat in VARIANTS:
+    for var in VARIANTS:
+        if _pipe(var):
+            _, bm, bn, warps, stages = var
+            fn, tag = _pipe_fwd_kernel, f"pipe {bm}x{bn} w{warps} st{stages}"
+            consts = {"GUARD_EMPTY": False, "EVEN_N": True, "D": d, "BLOCK_M": bm, "BLOCK_N": bn}
+        else:
+            bm, bn, warps, stages, sp, ws, nat = var
+            fn, tag = _desc_fwd_kernel, f"{bm}x{bn} w{warps} st{stages} sp{sp} ws{int(ws)} nat{int(nat)}"
+            consts = {"GUARD_EMPTY": False, "EVEN_N": True, "D": d, "BLOCK_M": bm, "BLOCK_N": bn, "SP": sp, "WS": ws,
+                      "NAT": nat}  # fmt: skip
         sig = {"Q": "*bf16", "desc_k": f"tensordesc<bf16[{bn}, {d}]>", "desc_v": f"tensordesc<bf16[{bn}, {d}]>",
                "desc_b": f"tensordesc<bf16[{bm}, {bn}]>", "OUT": "*bf16", "LSE": "*fp32", "S": "i32", "H": "i32",
                "N": "i32", "scale": "fp32"}  # fmt: skip
-        consts = {
-            "GUARD_EMPTY": False,
-            "EVEN_N": True,
-            "D": d,
-            "BLOCK_M": bm,
-            "BLOCK_N": bn,
-            "SP": sp,
-            "WS": ws,
-            "NAT": nat,
-        }
+        if _pipe(var):
+            sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "BIAS": "*bf16", "OUT": "*bf16", "LSE": "*fp32",
+                   "S": "i32", "H": "i32", "N": "i32", "scale": "fp32"}  # fmt: skip
         for c in consts:
             sig[c] = "constexpr"
-        attrs = {(0,): [["tt.divisibility", 16]], (4,): [["tt.divisibility", 16]], (5,): [["tt.divisibility", 16]],
-                 (8,): [["tt.divisibility", 16]]}  # fmt: skip
-        tag = f"{bm}x{bn} w{warps} st{stages} sp{sp} ws{int(ws)} nat{int(nat)}"
+        ptrs = (0, 1, 2, 3, 4, 5, 8) if _pipe(var) else (0, 4, 5, 8)  # pointer args and N: divisible by 16
+        attrs = {(i,): [["tt.divisibility", 16]] for i in ptrs}
         try:
-            ck = triton.compile(ASTSource(_desc_fwd_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 128),
+            ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 128),
                                 options={"num_warps": warps, "num_stages": stages})  # fmt: skip
         except Exception as exc:
             print(f"{tag:28} FAILED {type(exc).__name__}: {str(exc).splitlines()[-1][:160]}")
@@ -196,7 +298,10 @@ def compile_all() -> None:
         text, regs, local = sass.sass_of(ck)
         ops, nbody = sass.loop_mix(text)
         parts = ck.asm["ttgir"].count("ttg.warp_specialize")
-        print(f"{tag:28} regs {regs:3} local {local:4} ws-ops {parts} loop {nbody:4} "
+        ir = ck.asm["ttgir"][ck.asm["ttgir"].index("scf.for") :]
+        loop = ir[: ir.index("scf.yield")]
+        sync_tma = loop.count("ttng.init_barrier") + loop.count("ttg.async_wait {num = 0")  # loads waited in place
+        print(f"{tag:28} regs {regs:3} local {local:4} ws-ops {parts} unpipelined-tma {sync_tma} loop {nbody:4} "
               f"mufu {ops.get('MUFU.EX2', 0)} warps_total {ck.metadata.num_warps}")  # fmt: skip
         if "-v" in sys.argv:
             print(f"{'':28} {dict(ops.most_common(18))}")
