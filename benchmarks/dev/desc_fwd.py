@@ -126,8 +126,9 @@ def _desc_finish(acc, m_i, l_i, OUT, LSE, slab, rows, offs_d, ok, D: tl.constexp
 
 
 @triton.jit
-def _pipe_scores(q, K, bias_rows, krow, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N: tl.constexpr,
-                 D: tl.constexpr):
+def _pipe_scores(
+    q, K, bias_rows, krow, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N: tl.constexpr, D: tl.constexpr
+):
     """Scores of one key block in log2 units (bias·log2 e added, keys past N at −inf). The bias tile
     is a pointer load: as a TMA load that does not feed a dot it stops Triton from pipelining the
     loop once a score tile is carried across iterations (run 20, compile check)."""
@@ -162,7 +163,9 @@ def _pipe_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
-    q = tl.load(Q + slab.to(tl.int64) * D + rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    q = tl.load(
+        Q + slab.to(tl.int64) * D + rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0
+    )
     bias_rows = BIAS + ((b * H + h) * N).to(tl.int64) * N + rows[:, None] * N
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -172,7 +175,9 @@ def _pipe_fwd_kernel(
     if GUARD_EMPTY:
         m_prev = tl.where(m_prev == float("-inf"), 0.0, m_prev)
     for start_n in tl.range(BLOCK_N, N, BLOCK_N, num_stages=2):
-        s = _pipe_scores(q, K, bias_rows, slab + start_n, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N, D)
+        s = _pipe_scores(
+            q, K, bias_rows, slab + start_n, start_n, offs_n, offs_d, row_ok, N, qk_scale, EVEN_N, D
+        )
         # V of the previous block is loaded again rather than carried: a loop-carried register tile
         # that feeds a wgmma goes back through shared memory every iteration and stops Triton from
         # pipelining the loop's TMA loads (run 20)
@@ -300,7 +305,9 @@ def compile_all() -> None:
         parts = ck.asm["ttgir"].count("ttg.warp_specialize")
         ir = ck.asm["ttgir"][ck.asm["ttgir"].index("scf.for") :]
         loop = ir[: ir.index("scf.yield")]
-        sync_tma = loop.count("ttng.init_barrier") + loop.count("ttg.async_wait {num = 0")  # loads waited in place
+        sync_tma = loop.count("ttng.init_barrier") + loop.count(
+            "ttg.async_wait {num = 0"
+        )  # loads waited in place
         print(f"{tag:28} regs {regs:3} local {local:4} ws-ops {parts} unpipelined-tma {sync_tma} loop {nbody:4} "
               f"mufu {ops.get('MUFU.EX2', 0)} warps_total {ck.metadata.num_warps}")  # fmt: skip
         if "-v" in sys.argv:
