@@ -1,0 +1,400 @@
+"""Experiment (session 6): the pair-bias attention forward in Gluon with explicit warp
+specialisation, to test the one lever plain Triton could not express (KERNEL_NOTES, session 6).
+
+One CTA owns a block of BLOCK_M query rows and NC S rows, which share the bias tile:
+
+* a load partition (1 warp) streams, per key block, the bias tile and each S row's K and V tiles
+  by TMA into a ring of STAGES shared-memory buffers (``ready`` / ``empty`` mbarriers);
+* NC consumer partitions (a warpgroup each, one per S row) run the online softmax: Q·Kᵀ by
+  wgmma, scale + bias + row max (FMA/ALU), exp2 (MUFU), P·V by wgmma. ``PIPE`` issues the next
+  block's Q·Kᵀ before this block's softmax (FA3's intra-warpgroup overlap).
+
+With ``PINGPONG`` the two consumers take turns for their exponentials (two more mbarriers), so
+that one warpgroup's MUFU phase runs while the other does its wgmma and ALU phase: FA3's
+inter-warpgroup schedule, and what the issue model says the 2.8 ms goal needs.
+
+Runs 22–23 (``kernels_ab_run22.json``, ``kernels_ab_run23.json``; KERNEL_NOTES, session 6): the
+kernel is correct (output equal to the shipped kernel's to one bf16 ulp, lse to 5e-6) and runs on
+Triton 3.6 and 3.7, but is slower than the shipped Triton forward (best 1.27 vs 1.165 ms at
+N = 768), and ping-pong makes it slower still.
+
+Restrictions (prototype): bf16, D = 32, contiguous q, k, v [B, S, H, N, D], N a multiple of
+BLOCK_M and BLOCK_N, S a multiple of NC, no mask. NC = 4 does not launch (640 threads need more
+registers than the SM has at the consumers' needs).
+
+    python benchmarks/dev/gluon_fwd.py compile            # sm_90 compile check on the CPU
+    PYTHONPATH=. python3 benchmarks/dev/gluon_fwd.py ab OUT.json   # H200: vs the shipped forward
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import partial
+from pathlib import Path
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LOG2E = 1.4426950408889634
+
+
+@gluon.jit
+def _load_partition(kv_descs, bias_desc, bufs, bars, coords, N):
+    k_desc, v_desc = kv_descs
+    q_smem, k_bufs, v_bufs, bias_bufs = bufs
+    ready, empty, _q_bar, _turn = bars
+    slab0, brow, NH = coords  # NH = H·N: rows between consecutive S rows of one (b, h)
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    STAGES: gl.constexpr = bias_bufs.type.shape[0]
+    NC: gl.constexpr = q_smem.type.shape[0]
+    nbytes: gl.constexpr = bias_desc.block_type.nbytes + 2 * NC * k_desc.block_type.nbytes
+    for j in range(N // BLOCK_N):
+        stage = j % STAGES
+        phase = (j // STAGES) & 1
+        mbarrier.wait(empty.index(stage), phase ^ 1)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, nbytes)
+        col = j * BLOCK_N
+        tma.async_copy_global_to_shared(bias_desc, [brow, col], bar, bias_bufs.index(stage))
+        for c in gl.static_range(NC):
+            row = slab0 + c * NH + col
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_bufs.index(stage * NC + c))
+            tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_bufs.index(stage * NC + c))
+
+
+@gluon.jit
+def _consume(
+    which: gl.constexpr, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
+    PIPE: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """Online softmax of S row ``which`` (of the CTA's NC rows) over all key blocks; stores out and lse.
+
+    Scores are kept in natural units (t = q·kᵀ·scale + bias: one FMA) and turned into log2 units
+    inside the exponential's FMA. PIPE: the Q·Kᵀ wgmma of block j + 1 is issued before the softmax
+    of block j, so its latency hides behind the softmax (the last iteration recomputes its own
+    block, which is already loaded, instead of branching)."""
+    q_smem, k_bufs, v_bufs, bias_bufs = bufs
+    ready, empty, q_bar, turn = bars
+    slab0, brow, NH = coords
+    NC: gl.constexpr = q_smem.type.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+    D: gl.constexpr = q_smem.type.shape[2]
+    BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+    STAGES: gl.constexpr = bias_bufs.type.shape[0]
+    LOG2E: gl.constexpr = 1.4426950408889634
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])  # fmt: skip
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, D, 16])  # fmt: skip
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    slab = slab0 + which * NH
+    nblk = N // BLOCK_N
+
+    q = q_smem.index(which)
+    mbarrier.wait(q_bar, 0)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    if PIPE:
+        mbarrier.wait(ready.index(0), 0)
+        s_next = warpgroup_mma(q, k_bufs.index(which).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    for j in range(nblk):
+        stage = j % STAGES
+        phase = (j // STAGES) & 1
+        if PIPE:
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
+            jn = gl.minimum(j + 1, nblk - 1)
+            mbarrier.wait(ready.index(jn % STAGES), (jn // STAGES) & 1)
+            s_next = warpgroup_mma(q, k_bufs.index((jn % STAGES) * NC + which).permute((1, 0)), zero_s,
+                                   use_acc=False, is_async=True)  # fmt: skip
+        else:
+            mbarrier.wait(ready.index(stage), phase)
+            s = warpgroup_mma(q, k_bufs.index(stage * NC + which).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        t = s * qk_scale + bias_bufs.index(stage).load(s_layout).to(gl.float32)
+        m_new = gl.maximum(m_i, gl.max(t, axis=1))
+        if PINGPONG:  # wait for the other warpgroup to finish its exponentials
+            mbarrier.wait(turn.index(which), (j & 1) ^ (1 - which))
+        m2 = m_new * LOG2E
+        p = gl.exp2(t * LOG2E - m2[:, None])
+        alpha = gl.exp2(m_i * LOG2E - m2)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - which), count=1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        p_op = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+        if PIPE:
+            acc = warpgroup_mma(p_op, v_bufs.index(stage * NC + which), acc, is_async=True)
+            # groups complete in order: this also completes the next block's Q·Kᵀ (issued earlier)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        else:
+            acc = warpgroup_mma(p_op, v_bufs.index(stage * NC + which), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(stage), count=1)
+    l_o = gl.convert_layout(l_i, row_o)
+    out = acc / l_o[:, None]
+    rows = gl.arange(0, BLOCK_M, layout=row_o)
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    base = (slab + brow % N).to(gl.int64)
+    gl.store(out_ptr + (base + rows)[:, None] * D + cols[None, :], out.to(gl.bfloat16))
+    rows_s = gl.arange(0, BLOCK_M, layout=row_s)
+    gl.store(lse_ptr + base + rows_s, m_i * LOG2E + gl.log2(l_i))
+
+
+@gluon.jit
+def _consumer0(qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr, PIPE: gl.constexpr):
+    _consume(0, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE, 4)
+
+
+# worker partitions share one signature; each consumer worker is its own function
+@gluon.jit
+def _worker1(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
+             PIPE: gl.constexpr):  # fmt: skip
+    _consume(1, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE, 4)
+
+
+@gluon.jit
+def _worker2(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
+             PIPE: gl.constexpr):  # fmt: skip
+    _consume(2, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, False, PIPE, 4)
+
+
+@gluon.jit
+def _worker3(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
+             PIPE: gl.constexpr):  # fmt: skip
+    _consume(3, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, False, PIPE, 4)
+
+
+@gluon.jit
+def _loader(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
+            PIPE: gl.constexpr):  # fmt: skip
+    _load_partition(kv_descs, bias_desc, bufs, bars, coords, N)
+
+
+@gluon.jit
+def _gluon_fwd_kernel(
+    q_desc, k_desc, v_desc, bias_desc, out_ptr, lse_ptr, S, H, N, qk_scale,
+    STAGES: gl.constexpr, NC: gl.constexpr, PINGPONG: gl.constexpr, PIPE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    pid_m = gl.program_id(0)
+    pid_s = gl.program_id(1)
+    pid_bh = gl.program_id(2)
+    b = pid_bh // H
+    h = pid_bh % H
+    slab0 = ((b * S + pid_s * NC) * H + h) * N
+    NH = H * N
+    brow = (b * H + h) * N + pid_m * BLOCK_M
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [NC, BLOCK_M, D], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES * NC, BLOCK_N, D], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES * NC, BLOCK_N, D], v_desc.layout)
+    bias_bufs = gl.allocate_shared_memory(bias_desc.dtype, [STAGES, BLOCK_M, BLOCK_N], bias_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=NC)  # every consumer releases a stage
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    row0 = pid_m * BLOCK_M
+    mbarrier.expect(q_bar, NC * q_desc.block_type.nbytes)
+    for c in gl.static_range(NC):
+        tma.async_copy_global_to_shared(q_desc, [slab0 + c * NH + row0, 0], q_bar, q_smem.index(c))
+    fence_async_shared()
+
+    bufs = (q_smem, k_bufs, v_bufs, bias_bufs)
+    bars = (ready, empty, q_bar, turn)
+    coords = (slab0, brow, NH)
+    # argument tuples are written inline: a constexpr stored in a tuple variable becomes a runtime value
+    if NC == 2:
+        gl.warp_specialize(
+            [
+                (_consumer0, (qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE)),
+                (_worker1, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                            PINGPONG, PIPE)),
+                (_loader, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                           PINGPONG, PIPE)),
+            ],
+            [4, 1], [CONSUMER_REGS, 24],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer0, (qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE)),
+                (_worker1, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                            PINGPONG, PIPE)),
+                (_worker2, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                            PINGPONG, PIPE)),
+                (_worker3, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                            PINGPONG, PIPE)),
+                (_loader, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
+                           PINGPONG, PIPE)),
+            ],
+            [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS, 24],
+        )  # fmt: skip
+
+
+def launch(q, k, v, bias, scale, block_m=128, block_n=64, stages=2, nc=2, pingpong=False, pipe=True, regs=232,
+           maxnreg=None):  # fmt: skip
+    """out, lse (log2 units) for contiguous bf16 q, k, v [B, S, H, N, 32] and bias [B, H, N, N]."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, s, h, n, d = q.shape
+    assert d == 32 and s % nc == 0 and n % block_m == 0 and n % block_n == 0 and q.dtype == torch.bfloat16
+    q2, k2, v2, b2 = q.view(-1, d), k.view(-1, d), v.view(-1, d), bias.contiguous().view(-1, n)
+
+    def desc(t, block):
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block,
+                                gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))  # fmt: skip
+
+    out = torch.empty_like(q)
+    lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
+    grid = (n // block_m, s // nc, b * h)
+    kw = {"num_warps": 4}
+    if maxnreg:
+        kw["maxnreg"] = maxnreg
+    _gluon_fwd_kernel[grid](desc(q2, [block_m, d]), desc(k2, [block_n, d]), desc(v2, [block_n, d]),
+                            desc(b2, [block_m, block_n]), out, lse, s, h, n, scale, stages, nc, pingpong, pipe,
+                            regs, **kw)  # fmt: skip
+    return out, lse
+
+
+VARIANTS = [  # (BLOCK_M, BLOCK_N, STAGES, NC consumers, PINGPONG, PIPE, consumer regs, maxnreg)
+    (128, 64, 2, 2, False, False, 232, None),  # run 22's free-running kernel (natural units now)
+    (128, 64, 2, 2, False, True, 232, None),
+    (128, 64, 3, 2, False, True, 232, None),
+    (128, 64, 2, 2, True, True, 232, None),
+    (64, 64, 2, 4, False, True, 152, 128),
+    (64, 64, 3, 4, False, True, 152, 128),
+    (64, 64, 2, 4, False, False, 152, 128),
+    (128, 128, 2, 2, False, True, 232, None),
+]
+
+
+def compile_all() -> None:
+    """Compile each variant for sm_90 without a GPU (signature strings from Triton's specialiser)."""
+    import torch
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sass
+
+    print(f"triton {triton.__version__}")
+    n, d = 768, 32
+    for bm, bn, stages, nc, pp, pipe, regs, maxnreg in VARIANTS:
+        t = torch.empty(4 * n * n, d, dtype=torch.bfloat16)
+        tb = torch.empty(4 * n, n, dtype=torch.bfloat16)
+
+        def sig_of(x, block):
+            dsc = TensorDescriptor(x, list(x.shape), list(x.stride()), block,
+                                   gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))  # fmt: skip
+            return native_specialize_impl(BaseBackend, dsc, False, True, True)[0]
+
+        sig = {"q_desc": sig_of(t, [bm, d]), "k_desc": sig_of(t, [bn, d]), "v_desc": sig_of(t, [bn, d]),
+               "bias_desc": sig_of(tb, [bm, bn]), "out_ptr": "*bf16", "lse_ptr": "*fp32", "S": "i32", "H": "i32",
+               "N": "i32", "qk_scale": "fp32", "STAGES": "constexpr", "NC": "constexpr", "PINGPONG": "constexpr",
+               "PIPE": "constexpr", "CONSUMER_REGS": "constexpr", "num_warps": "constexpr"}  # fmt: skip
+        consts = {
+            "STAGES": stages,
+            "NC": nc,
+            "PINGPONG": pp,
+            "PIPE": pipe,
+            "CONSUMER_REGS": regs,
+            "num_warps": 4,
+        }
+        attrs = {
+            (4,): [["tt.divisibility", 16]],
+            (5,): [["tt.divisibility", 16]],
+            (8,): [["tt.divisibility", 16]],
+        }
+        tag = f"{bm}x{bn} st{stages} nc{nc} pp{int(pp)} pipe{int(pipe)}"
+        try:
+            ck = triton.compile(GluonASTSource(_gluon_fwd_kernel, sig, consts, attrs),
+                                target=GPUTarget("cuda", 90, 128),
+                                options={"num_warps": 4, **({"maxnreg": maxnreg} if maxnreg else {})})  # fmt: skip
+        except Exception as exc:
+            print(f"{tag:20} FAILED {type(exc).__name__}: {str(exc)[-1500:]}")
+            continue
+        _, regs, local = sass.sass_of(ck)
+        print(f"{tag:20} regs {regs} local {local} smem {ck.metadata.shared} warps {ck.metadata.num_warps}")
+        for w in sass.ptxas_warnings(ck):
+            print(f"{'':20} ptxas: {w}")
+
+
+def ab(out_path: str) -> None:
+    """On the H200: the shipped forward vs each Gluon variant at N in {384, 768, 1024}."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from featurecache.model.kernels import pair_bias_attention as pba
+    from featurecache.model.kernels.reference import pair_bias_attention_ref
+
+    res: dict = {"triton": triton.__version__, "torch": torch.__version__, "rows": []}
+    torch.manual_seed(0)
+    for n in (384, 768, 1024):
+        b, h, d, s = 1, 4, 32, n
+        q, k, v = (torch.randn(b, s, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        bias = torch.randn(b, h, n, n, device="cuda", dtype=torch.bfloat16)
+        scale = d**-0.5
+        ref = None
+        if n <= 384:
+            ref = pair_bias_attention_ref(q.float(), k.float(), v.float(), bias.float(), None, scale)
+        base_out, base_lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
+        shipped = partial(pba.pair_bias_attention_forward, q, k, v, bias, None, scale)
+        row = {"n": n, "shipped_ms": triton.testing.do_bench(shipped, warmup=50, rep=300), "variants": []}
+        for var in VARIANTS:
+            bm, bn, stages, nc, pp, pipe, regs, maxnreg = var
+            entry: dict = {"variant": list(var)}
+            if n % bm or n % bn:
+                continue
+            try:
+                fn = partial(launch, q, k, v, bias, scale, bm, bn, stages, nc, pp, pipe, regs, maxnreg)
+                out, lse = fn()
+                torch.cuda.synchronize()
+                entry["max_diff_vs_shipped"] = (out.float() - base_out.float()).abs().max().item()
+                entry["lse_diff_vs_shipped"] = (lse - base_lse).abs().max().item()
+                if ref is not None:
+                    entry["rel_err_vs_fp32"] = ((out.float() - ref).norm() / ref.norm()).item()
+                entry["ms"] = triton.testing.do_bench(fn, warmup=50, rep=300)
+            except Exception as exc:
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
+            row["variants"].append(entry)
+        row["shipped_ms_again"] = triton.testing.do_bench(shipped, warmup=50, rep=300)
+        res["rows"].append(row)
+        print(f"N={n} shipped {row['shipped_ms']:.3f} / {row['shipped_ms_again']:.3f} ms")
+        for e in row["variants"]:
+            print(f"   {e['variant']} {e.get('ms', float('nan')):.3f} ms diff {e.get('max_diff_vs_shipped')} "
+                  f"lse {e.get('lse_diff_vs_shipped')} err {e.get('rel_err_vs_fp32')} {e.get('error', '')[:300]}")  # fmt: skip
+    Path(out_path).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "compile":
+        compile_all()
+    else:
+        ab(sys.argv[2])
