@@ -69,3 +69,62 @@ def totals(
             print(extra, flush=True)
         del res
         torch.cuda.empty_cache()
+
+
+def forward_ab(
+    variants: Iterable[Any],
+    run_variant: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    out_path: str,
+    ns: Iterable[int] = (384, 768, 1024),
+    skip: Callable[[Any, int], bool] = lambda var, n: False,
+) -> dict[str, Any]:
+    """Forward-only A/B at B = 1, H = 4, D = 32, S = N (bf16): the shipped forward (timed before
+    and after the variants) against ``run_variant(q, k, v, bias, scale, variant) -> (out, lse)``
+    for each variant: max |Δout| and |Δlse| vs the shipped kernel, rel. error vs fp32 at N ≤ 384,
+    median ms. A variant that raises is recorded with its error. Writes ``out_path`` (JSON)."""
+    import json
+    from functools import partial
+    from pathlib import Path
+
+    import triton
+
+    from featurecache.model.kernels.reference import pair_bias_attention_ref
+
+    res: dict[str, Any] = {"triton": triton.__version__, "torch": torch.__version__, "rows": []}
+    torch.manual_seed(0)
+    for n in ns:
+        b, h, d, s = 1, 4, 32, n
+        q, k, v = (torch.randn(b, s, h, n, d, device="cuda", dtype=BF16) for _ in range(3))
+        bias = torch.randn(b, h, n, n, device="cuda", dtype=BF16)
+        scale = d**-0.5
+        ref = None
+        if n <= 384:
+            ref = pair_bias_attention_ref(q.float(), k.float(), v.float(), bias.float(), None, scale)
+        base_out, base_lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
+        shipped = partial(pba.pair_bias_attention_forward, q, k, v, bias, None, scale)
+        row: dict[str, Any] = {"n": n, "shipped_ms": triton.testing.do_bench(shipped, warmup=50, rep=300),
+                               "variants": []}  # fmt: skip
+        for var in variants:
+            if skip(var, n):
+                continue
+            entry: dict[str, Any] = {"variant": list(var)}
+            try:
+                fn = partial(run_variant, q, k, v, bias, scale, var)
+                out, lse = fn()
+                torch.cuda.synchronize()
+                entry["max_diff_vs_shipped"] = (out.float() - base_out.float()).abs().max().item()
+                entry["lse_diff_vs_shipped"] = (lse - base_lse).abs().max().item()
+                if ref is not None:
+                    entry["rel_err_vs_fp32"] = ((out.float() - ref).norm() / ref.norm()).item()
+                entry["ms"] = triton.testing.do_bench(fn, warmup=50, rep=300)
+            except Exception as exc:  # a variant that fails to compile or launch is a result
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
+            row["variants"].append(entry)
+        row["shipped_ms_again"] = triton.testing.do_bench(shipped, warmup=50, rep=300)
+        res["rows"].append(row)
+        print(f"N={n} shipped {row['shipped_ms']:.3f} / {row['shipped_ms_again']:.3f} ms")
+        for e in row["variants"]:
+            print(f"   {e['variant']} {e.get('ms', float('nan')):.3f} ms diff {e.get('max_diff_vs_shipped')} "
+                  f"lse {e.get('lse_diff_vs_shipped')} err {e.get('rel_err_vs_fp32')} {e.get('error', '')[:300]}")  # fmt: skip
+    Path(out_path).write_text(json.dumps(res, indent=1))
+    return res

@@ -22,9 +22,7 @@ mask folds into the bias as -inf, as the shipped path does).
 
 from __future__ import annotations
 
-import json
 import sys
-from functools import partial
 from pathlib import Path
 
 import triton
@@ -317,50 +315,11 @@ def compile_all() -> None:
 
 
 def ab(out_path: str) -> None:
-    """On the H200: the shipped forward vs each variant, N in {384, 768, 1024}; errors vs fp32."""
-    import torch
-
+    """On the H200: the shipped forward vs each variant (benchmarks/dev/abkit.forward_ab)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from featurecache.model.kernels import pair_bias_attention as pba
-    from featurecache.model.kernels.reference import pair_bias_attention_ref as pair_bias_attention_reference
+    from benchmarks.dev.abkit import forward_ab
 
-    res: dict = {"triton": triton.__version__, "torch": torch.__version__, "rows": []}
-    torch.manual_seed(0)
-    for n in (384, 768, 1024):
-        b, h, d = 1, 4, 32
-        s = n
-        q, k, v = (torch.randn(b, s, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        bias = torch.randn(b, h, n, n, device="cuda", dtype=torch.bfloat16)
-        scale = d**-0.5
-        ref = None
-        if n <= 384:
-            ref = pair_bias_attention_reference(q.float(), k.float(), v.float(), bias.float(), None, scale)
-        base_out, base_lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
-        shipped = partial(pba.pair_bias_attention_forward, q, k, v, bias, None, scale)
-        t_base = triton.testing.do_bench(shipped, warmup=50, rep=300)
-        row = {"n": n, "shipped_ms": t_base, "variants": []}
-        for var in VARIANTS:
-            entry = {"variant": list(var)}
-            try:
-                out, lse = launch(q, k, v, bias, scale, var)
-                torch.cuda.synchronize()
-                entry["max_diff_vs_shipped"] = (out.float() - base_out.float()).abs().max().item()
-                entry["lse_diff_vs_shipped"] = (lse - base_lse).abs().max().item()
-                if ref is not None:
-                    entry["rel_err_vs_fp32"] = ((out.float() - ref).norm() / ref.norm()).item()
-                entry["ms"] = triton.testing.do_bench(
-                    partial(launch, q, k, v, bias, scale, var), warmup=50, rep=300
-                )
-            except Exception as exc:
-                entry["error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
-            row["variants"].append(entry)
-        row["shipped_ms_again"] = triton.testing.do_bench(shipped, warmup=50, rep=300)
-        res["rows"].append(row)
-        print(f"N={n} shipped {t_base:.3f} / {row['shipped_ms_again']:.3f} ms")
-        for e in row["variants"]:
-            print(f"   {e['variant']} {e.get('ms', float('nan')):.3f} ms diff {e.get('max_diff_vs_shipped')} "
-                  f"err {e.get('rel_err_vs_fp32')} {e.get('error', '')[:200]}")  # fmt: skip
-    Path(out_path).write_text(json.dumps(res, indent=1))
+    forward_ab(VARIANTS, launch, out_path)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,7 @@ registers than the SM has at the consumers' needs).
 
 from __future__ import annotations
 
-import json
 import sys
-from functools import partial
 from pathlib import Path
 
 import triton
@@ -439,51 +437,17 @@ def compile_all() -> None:
             print(f"{'':20} ptxas: {w}")
 
 
+def _run_variant(q, k, v, bias, scale, var):
+    bm, bn, stages, nc, pp, pipe, regs, maxnreg, split = var
+    return launch(q, k, v, bias, scale, bm, bn, stages, nc, pp, pipe, regs, maxnreg, split)
+
+
 def ab(out_path: str) -> None:
-    """On the H200: the shipped forward vs each Gluon variant at N in {384, 768, 1024}."""
-    import torch
-
+    """On the H200: the shipped forward vs each variant (benchmarks/dev/abkit.forward_ab)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from featurecache.model.kernels import pair_bias_attention as pba
-    from featurecache.model.kernels.reference import pair_bias_attention_ref
+    from benchmarks.dev.abkit import forward_ab
 
-    res: dict = {"triton": triton.__version__, "torch": torch.__version__, "rows": []}
-    torch.manual_seed(0)
-    for n in (384, 768, 1024):
-        b, h, d, s = 1, 4, 32, n
-        q, k, v = (torch.randn(b, s, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        bias = torch.randn(b, h, n, n, device="cuda", dtype=torch.bfloat16)
-        scale = d**-0.5
-        ref = None
-        if n <= 384:
-            ref = pair_bias_attention_ref(q.float(), k.float(), v.float(), bias.float(), None, scale)
-        base_out, base_lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
-        shipped = partial(pba.pair_bias_attention_forward, q, k, v, bias, None, scale)
-        row = {"n": n, "shipped_ms": triton.testing.do_bench(shipped, warmup=50, rep=300), "variants": []}
-        for var in VARIANTS:
-            bm, bn, stages, nc, pp, pipe, regs, maxnreg, split = var
-            entry: dict = {"variant": list(var)}
-            if n % bm or n % bn:
-                continue
-            try:
-                fn = partial(launch, q, k, v, bias, scale, bm, bn, stages, nc, pp, pipe, regs, maxnreg, split)
-                out, lse = fn()
-                torch.cuda.synchronize()
-                entry["max_diff_vs_shipped"] = (out.float() - base_out.float()).abs().max().item()
-                entry["lse_diff_vs_shipped"] = (lse - base_lse).abs().max().item()
-                if ref is not None:
-                    entry["rel_err_vs_fp32"] = ((out.float() - ref).norm() / ref.norm()).item()
-                entry["ms"] = triton.testing.do_bench(fn, warmup=50, rep=300)
-            except Exception as exc:
-                entry["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
-            row["variants"].append(entry)
-        row["shipped_ms_again"] = triton.testing.do_bench(shipped, warmup=50, rep=300)
-        res["rows"].append(row)
-        print(f"N={n} shipped {row['shipped_ms']:.3f} / {row['shipped_ms_again']:.3f} ms")
-        for e in row["variants"]:
-            print(f"   {e['variant']} {e.get('ms', float('nan')):.3f} ms diff {e.get('max_diff_vs_shipped')} "
-                  f"lse {e.get('lse_diff_vs_shipped')} err {e.get('rel_err_vs_fp32')} {e.get('error', '')[:300]}")  # fmt: skip
-    Path(out_path).write_text(json.dumps(res, indent=1))
+    forward_ab(VARIANTS, _run_variant, out_path, skip=lambda var, n: n % var[0] != 0 or n % var[1] != 0)
 
 
 if __name__ == "__main__":
