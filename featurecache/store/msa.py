@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION,
 from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
+from featurecache.store.root import PartArrays
 from featurecache.store.writer import _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
 
@@ -446,8 +446,7 @@ class MSAReader:
             self._nums = nums
         else:
             self._row, self._part, self._array, self._nums = {}, [], [], {}
-        self._arrays: dict[tuple[str, str], zarr.Array] = {}
-        self._lock = threading.Lock()
+        self._part_arrays = PartArrays(self.root, "MSA array")
 
     def __contains__(self, key: object) -> bool:
         return key in self._row
@@ -463,16 +462,7 @@ class MSAReader:
             raise NotFound(f"no MSA {key!r} in store {self.root}") from None
 
     def _open(self, part: str, name: str) -> zarr.Array:
-        arr = self._arrays.get((part, name))
-        if arr is None:
-            path = self.root / PARTS_DIR / part / name
-            try:
-                arr = zarr.open_array(str(path), mode="r")
-            except (FileNotFoundError, ValueError, KeyError) as exc:
-                raise StoreError(f"MSA array {path} is missing or unreadable: {exc}") from exc
-            with self._lock:
-                self._arrays[(part, name)] = arr
-        return arr
+        return self._part_arrays.get(part, name)
 
     def _records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         if stop <= start:
@@ -555,4 +545,4 @@ class MSAReader:
         )
 
     def close(self) -> None:
-        self._arrays.clear()
+        self._part_arrays.clear()

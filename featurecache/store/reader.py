@@ -17,7 +17,8 @@ from featurecache.const import STORE_FORMAT_VERSION
 from featurecache.errors import NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import read_table
-from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, PARTS_DIR, TABLES
+from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
+from featurecache.store.root import PartArrays
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class LocalStore(FeatureReader):
             else (None, None)
             for g, (s, c) in GROUP_OFFSETS.items()
         }
-        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._part_arrays = PartArrays(self.path, "part array")
         self._lock = threading.Lock()
         self._component_table: Any = None  # chem.reference.ComponentTable, loaded on first use
         self._msa_reader: Any = None  # store.msa.MSAReader, built on first use
@@ -149,17 +150,7 @@ class LocalStore(FeatureReader):
             raise NotFound(f"no entry {entry_id!r} in store {self.path}") from None
 
     def _array(self, part: str, group: str) -> zarr.Array:
-        key = (part, group)
-        arr = self._arrays.get(key)
-        if arr is None:
-            path = self.path / PARTS_DIR / part / group
-            try:
-                arr = zarr.open_array(str(path), mode="r")
-            except (FileNotFoundError, ValueError, KeyError) as exc:
-                raise StoreError(f"part array {path} is missing or unreadable: {exc}") from exc
-            with self._lock:
-                self._arrays[key] = arr
-        return arr
+        return self._part_arrays.get(part, group)
 
     def read_group(self, entry_id: str, group: str) -> np.ndarray:
         """One entry's rows of ``group`` as a structured array (dtype from types.py)."""
@@ -245,7 +236,7 @@ class LocalStore(FeatureReader):
         return reference_features(entry.atoms, entry.tokens, self.component_table())
 
     def close(self) -> None:
-        self._arrays.clear()
+        self._part_arrays.clear()
         if self._msa_reader is not None:
             self._msa_reader.close()
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -91,3 +92,30 @@ class BuildLock:
         if self._f is not None:
             fcntl.flock(self._f, fcntl.LOCK_UN)
             self._f.close()
+
+
+class PartArrays:
+    """The read-only zarr arrays under a store's ``parts/``, each opened on first use and kept
+    (readers call this from many threads). ``what`` names the arrays in the error raised for a
+    missing or unreadable one."""
+
+    def __init__(self, store: Path, what: str) -> None:
+        self._parts = Path(store) / PARTS_DIR
+        self._what = what
+        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._lock = threading.Lock()
+
+    def get(self, part: str, name: str) -> zarr.Array:
+        arr = self._arrays.get((part, name))
+        if arr is None:
+            path = self._parts / part / name
+            try:
+                arr = zarr.open_array(str(path), mode="r")
+            except (FileNotFoundError, ValueError, KeyError) as exc:
+                raise StoreError(f"{self._what} {path} is missing or unreadable: {exc}") from exc
+            with self._lock:
+                arr = self._arrays.setdefault((part, name), arr)
+        return arr
+
+    def clear(self) -> None:
+        self._arrays.clear()
