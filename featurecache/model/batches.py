@@ -48,8 +48,8 @@ def check_batch(batch: Mapping[str, Any], keys: tuple[str, ...] = MODEL_INPUT_KE
     return sizes
 
 
-#: batch keys padded with a gap (class 31) rather than 0 along the token axis, as ``collate`` does
-_GAP_PADDED = frozenset({"restype", "msa"})
+#: pad values other than 0/False (a gap, class 31, as the client's ``collate`` pads)
+_PAD = {"restype": GAP, "msa": GAP}
 
 
 def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) -> dict[str, Any]:
@@ -84,8 +84,7 @@ def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) 
         if not any(pad):
             out[key] = value
             continue
-        fill = GAP if key in _GAP_PADDED else 0
-        out[key] = torch.nn.functional.pad(value, pad, value=fill)
+        out[key] = torch.nn.functional.pad(value, pad, value=_PAD.get(key, 0))
     return out
 
 
@@ -152,9 +151,6 @@ def synthetic_sample(
         "ref_atom_name_chars": rng.integers(0, 64, (a_total, 4)).astype(np.int64),
         "ref_space_uid": atom_to_token.copy(),
     }  # fmt: skip
-
-
-_PAD = {"restype": GAP, "msa": GAP}
 
 
 def collate_synthetic(samples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:

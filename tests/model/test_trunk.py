@@ -169,7 +169,7 @@ def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool)
         assert float((g1 - g0).norm()) <= 1e-4 * float(g0.norm()) + 1e-6 * scale, name
 
 
-def test_run_training_pads_the_token_axis_to_the_multiple(tmp_path: Path) -> None:
+def test_run_training_pads_the_token_axis_to_the_multiple() -> None:
     rng = np.random.default_rng(6)
     batches = iter([synthetic_batch(rng, 1, 16, msa_rows=3, full=False) for _ in range(3)])
     doc = run_training(None, None, steps=3, crop_size=16, device="cpu", log_path=None, config=TINY,
