@@ -10,7 +10,8 @@ forward kernel (correctness vs an fp32 reference and timing, same run).
 Runs 20–21 added ``_pipe_fwd_kernel``: the online softmax software-pipelined by hand (iteration j
 computes key block j's scores and row max, and block j − 1's exponentials, sum and P·V), so that
 the MUFU work of one block can issue beside the FMA/ALU work of the next. ``VARIANTS`` holds the
-run-21 list; ``VARIANTS_RUN16`` the descriptor survey. Results: KERNEL_NOTES.md, session 6.
+run-21 list; ``--run16`` (after ``compile`` or ``ab OUT.json``) runs the descriptor survey
+``VARIANTS_RUN16`` instead. Results: KERNEL_NOTES.md, session 6.
 
     python benchmarks/dev/desc_fwd.py compile          # sm_90 compile of every variant (CPU)
     PYTHONPATH=. python benchmarks/dev/desc_fwd.py ab OUT.json   # on the H200
@@ -228,6 +229,10 @@ VARIANTS = [
 ]
 
 
+def _variants() -> list:
+    return VARIANTS_RUN16 if "--run16" in sys.argv else VARIANTS
+
+
 def _pipe(variant) -> bool:
     return variant[0] == "pipe"
 
@@ -272,7 +277,7 @@ def compile_all() -> None:
 
     d = 32
     print(f"triton {triton.__version__}")
-    for var in VARIANTS:
+    for var in _variants():
         if _pipe(var):
             _, bm, bn, warps, stages = var
             fn, tag = _pipe_fwd_kernel, f"pipe {bm}x{bn} w{warps} st{stages}"
@@ -319,7 +324,7 @@ def ab(out_path: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from benchmarks.dev.abkit import forward_ab
 
-    forward_ab(VARIANTS, launch, out_path)
+    forward_ab(_variants(), launch, out_path)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ Triton 3.6 and 3.7, but is slower than the shipped Triton forward (best: SPLIT, 
 at N = 768), and ping-pong makes it slower still.
 
 Restrictions (prototype): bf16, D = 32, contiguous q, k, v [B, S, H, N, D], N a multiple of
-BLOCK_M and BLOCK_N, S a multiple of NC, no mask. NC = 4 does not launch (640 threads need more
-registers than the SM has at the consumers' needs).
+BLOCK_M and BLOCK_N, S even, no mask. NC (S rows per CTA) is 2: run 23 also built four consumers
+of 64-row tiles, which do not launch (640 threads need more registers than the SM has at the
+consumers' needs; ``kernels_ab_run23.json``), and that path was removed.
 
     python benchmarks/dev/gluon_fwd.py compile            # sm_90 compile check on the CPU
     PYTHONPATH=. python3 benchmarks/dev/gluon_fwd.py ab OUT.json   # H200: vs the shipped forward
@@ -161,23 +162,11 @@ def _consumer0(qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.c
     _consume(0, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE, 4)
 
 
-# worker partitions share one signature; each consumer worker is its own function
+# worker partitions share one signature (the loader's)
 @gluon.jit
 def _worker1(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
              PIPE: gl.constexpr):  # fmt: skip
     _consume(1, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE, 4)
-
-
-@gluon.jit
-def _worker2(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
-             PIPE: gl.constexpr):  # fmt: skip
-    _consume(2, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, False, PIPE, 4)
-
-
-@gluon.jit
-def _worker3(qk_scale, kv_descs, bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG: gl.constexpr,
-             PIPE: gl.constexpr):  # fmt: skip
-    _consume(3, qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, False, PIPE, 4)
 
 
 @gluon.jit
@@ -325,7 +314,7 @@ def _gluon_fwd_kernel(
             ],
             [4, 1], [CONSUMER_REGS, 24],
         )  # fmt: skip
-    elif NC == 2:
+    else:
         gl.warp_specialize(
             [
                 (_consumer0, (qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE)),
@@ -336,21 +325,6 @@ def _gluon_fwd_kernel(
             ],
             [4, 1], [CONSUMER_REGS, 24],
         )  # fmt: skip
-    else:
-        gl.warp_specialize(
-            [
-                (_consumer0, (qk_scale, out_ptr, lse_ptr, bufs, bars, coords, N, PINGPONG, PIPE)),
-                (_worker1, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
-                            PINGPONG, PIPE)),
-                (_worker2, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
-                            PINGPONG, PIPE)),
-                (_worker3, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
-                            PINGPONG, PIPE)),
-                (_loader, (qk_scale, (k_desc, v_desc), bias_desc, out_ptr, lse_ptr, bufs, bars, coords, N,
-                           PINGPONG, PIPE)),
-            ],
-            [4, 4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS, 24],
-        )  # fmt: skip
 
 
 def launch(q, k, v, bias, scale, block_m=128, block_n=64, stages=2, nc=2, pingpong=False, pipe=True, regs=232,
@@ -360,6 +334,7 @@ def launch(q, k, v, bias, scale, block_m=128, block_n=64, stages=2, nc=2, pingpo
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     b, s, h, n, d = q.shape
+    assert nc == 2, "two S rows per CTA (NC = 4 was removed after run 23)"
     assert d == 32 and s % nc == 0 and n % block_m == 0 and n % block_n == 0 and q.dtype == torch.bfloat16
     q2, k2, v2, b2 = q.view(-1, d), k.view(-1, d), v.view(-1, d), bias.contiguous().view(-1, n)
 
