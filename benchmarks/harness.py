@@ -24,6 +24,25 @@ SHARED = Path(os.environ.get("FEATURECACHE_SHARED", REPO.parent / "shared"))
 REAL = SHARED / "data" / "real"
 
 
+def corpus_store(path: Path | None, name: str, log: Any) -> Path:
+    """``path``, or a store built over the real corpus (structures, MSAs, CCD) under the temp dir as
+    ``featurecache-bench/<name>``. A build is resumable by construction: a second run over the same
+    inputs recomputes nothing, so benchmarks share this cost once per machine. ``log``: the calling
+    benchmark's logger (the build summary goes there)."""
+    if path is not None:
+        return path
+    import tempfile
+
+    from featurecache.build.run import run_build
+
+    out = Path(tempfile.gettempdir()) / "featurecache-bench" / name
+    summary = run_build(pdb_dir=REAL / "structures", out=out, msa_dir=REAL / "msas", ccd=SHARED / "data" / "ccd",
+                        workers=2, progress=False)  # fmt: skip
+    log.info("corpus store %s: %d built, %d skipped, %d failed", out, summary.n_built, summary.n_skipped,
+             summary.n_failed)  # fmt: skip
+    return out
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(),

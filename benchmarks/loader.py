@@ -28,7 +28,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
@@ -42,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import REAL, SHARED, Bench, percentile  # noqa: E402
+from benchmarks.harness import REAL, SHARED, Bench, corpus_store, percentile  # noqa: E402
 from featurecache.client import FeatureDataset  # noqa: E402
 from featurecache.client.sampler import SampleKey  # noqa: E402
 from featurecache.store.base import FeatureReader  # noqa: E402
@@ -54,21 +53,6 @@ CROP = 384
 WINDOW = 16
 STRAGGLER_FRACTION = 0.10
 STRAGGLER_FACTOR = 20.0
-
-
-# ------------------------------------------------------------------------------- the store
-def corpus_store(path: Path | None) -> Path:
-    if path is not None:
-        return path
-    from featurecache.build.run import run_build
-
-    out = Path(tempfile.gettempdir()) / "featurecache-bench" / "loader-corpus"
-    # a build is resumable by construction: a second run over the same inputs recomputes nothing
-    summary = run_build(pdb_dir=REAL / "structures", out=out, msa_dir=REAL / "msas", ccd=SHARED / "data" / "ccd",
-                        workers=2, progress=False)  # fmt: skip
-    log.info("corpus store %s: %d built, %d skipped, %d failed", out, summary.n_built, summary.n_skipped,
-             summary.n_failed)  # fmt: skip
-    return out
 
 
 # --------------------------------------------------------------------- the uncached baseline
@@ -326,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
 
-    store = corpus_store(args.store)
+    store = corpus_store(args.store, "loader-corpus", log)
     from featurecache import open_store
 
     reader = open_store(store)

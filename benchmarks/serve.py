@@ -25,7 +25,6 @@ import argparse
 import logging
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import REAL, SHARED, Bench, percentile  # noqa: E402
+from benchmarks.harness import Bench, corpus_store, percentile  # noqa: E402
 from featurecache import open_store  # noqa: E402
 from featurecache.client.http import LookupClient  # noqa: E402
 from featurecache.types import Entry  # noqa: E402
@@ -49,19 +48,6 @@ log = logging.getLogger("benchmarks.serve")
 CONCURRENCY = (1, 8, 32)
 BATCH = 16
 MSA_ROWS, MSA_COLS = 256, 384
-
-
-def corpus_store(path: Path | None) -> Path:
-    if path is not None:
-        return path
-    from featurecache.build.run import run_build
-
-    out = Path(tempfile.gettempdir()) / "featurecache-bench" / "serve-corpus"
-    summary = run_build(pdb_dir=REAL / "structures", out=out, msa_dir=REAL / "msas", ccd=SHARED / "data" / "ccd",
-                        workers=2, progress=False)  # fmt: skip
-    log.info("corpus store %s: %d built, %d skipped, %d failed", out, summary.n_built, summary.n_skipped,
-             summary.n_failed)  # fmt: skip
-    return out
 
 
 def entry_nbytes(e: Entry) -> int:
@@ -103,7 +89,7 @@ def main() -> None:
     for noisy in ("distributed", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    store_path = corpus_store(args.store)
+    store_path = corpus_store(args.store, "serve-corpus", log)
     local = open_store(store_path)
     ids = local.ids
     rng = random.Random(args.seed)
