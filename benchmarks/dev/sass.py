@@ -119,19 +119,15 @@ def main() -> None:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--only", help="comma-separated kernel names")
     for name in ("fwd", "dq", "dkv", "dbias"):
-        ap.add_argument(
-            f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP[,FMA_EXP]"
-        )
+        ap.add_argument(f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP")
     args = ap.parse_args()
     n, s, h, d = args.n, args.n, 4, 32
     bf = torch.bfloat16
     cfg = pba._builtin_config(d, bf, torch.device("cuda"))
     for name in ("fwd", "dq", "dkv", "dbias"):
         if getattr(args, name):
-            bm, bn, w, st, sp, *fma = (int(x) for x in getattr(args, name).split(","))
-            cfg = dataclasses.replace(
-                cfg, **{name: pba.KernelConfig(bm, bn, w, st, sp, bool(fma and fma[0]))}
-            )
+            bm, bn, w, st, sp = (int(x) for x in getattr(args, name).split(","))
+            cfg = dataclasses.replace(cfg, **{name: pba.KernelConfig(bm, bn, w, st, sp)})
     q_str = (s * h * n * d, h * n * d, n * d, d)
     bias_str = (h * n * n, n * n, n, 1)
     bias_t_str = (h * n * n, n * n, 1, n)  # the dk/dv kernel's transposed copy (dkv_bias_copy)
@@ -141,28 +137,28 @@ def main() -> None:
             pba._fwd_kernel,
             [bf, bf, bf, bf, bf, bf, bf, torch.float32],
             (*q_str, *q_str, *q_str, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
-            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", c.fma_exp),
+            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.fwd,
         ),
         "dq": (
             pba._bwd_dq_kernel,
             [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
             (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", c.fma_exp),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dq,
         ),
         "dkv": (
             pba._bwd_dkv_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
             (*q_str * 6, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, s, h, n),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", c.fma_exp),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dkv,
         ),
         "dbias": (
             pba._bwd_dbias_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
             (*q_str * 4, *bias_str, 0, 0, 0, s, h, n, 24),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32", c.fma_exp),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"),
             cfg.dbias,
         ),
     }

@@ -59,35 +59,6 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 # --------------------------------------------------------------------------------------------
 
 
-# exp2 on the FMA pipe (FA4's trick): 2^x = 2^j · 2^f with j = rint(x), f = x − j ∈ [−½, ½]; 2^f by
-# a degree-3 polynomial with p(0) = 1 exactly (coefficients: minimax of the relative error on
-# [−½, ½], max 1.0e-4; bf16 keeps 8 bits), 2^j added to the exponent bits. x is clamped at −127,
-# where j = −127, f = 0, p = 1 and the bits are exactly 0: −inf (a masked key) still gives 0.
-# ~9 FMA/ALU instructions instead of one MUFU.EX2 (16/clk/SM vs 128 FMA lanes): used for one of
-# two S rows, so the two rows' exponentials run on different pipes (KERNEL_NOTES.md, session 7).
-_EXP_C1 = tl.constexpr(0.6932829022407532)
-_EXP_C2 = tl.constexpr(0.24221037328243256)
-_EXP_C3 = tl.constexpr(0.05500858277082443)
-_ROUND = tl.constexpr(12582912.0)  # 1.5·2^23: x + _ROUND rounds x to an integer (|x| < 2^22)
-
-
-@triton.jit
-def _exp2_fma(x):
-    x = tl.maximum(x, -127.0)
-    t = x + _ROUND
-    f = x - (t - _ROUND)
-    p = ((_EXP_C3 * f + _EXP_C2) * f + _EXP_C1) * f + 1.0
-    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exp2(x, FMA: tl.constexpr):
-    if FMA:
-        return _exp2_fma(x)
-    return tl.math.exp2(x)
-
-
 @triton.jit
 def _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK: tl.constexpr):
     """[BLOCK_N] fp32: 0 for a real key, −inf for a masked key or a column past N."""
@@ -129,7 +100,6 @@ def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.conste
 def _fwd_step(
     acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
     HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
-    FMA_EXP: tl.constexpr,
 ):  # fmt: skip
     """One key block of the online softmax for one S row (log2 units: bias2 = bias·log2 e)."""
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
@@ -140,7 +110,7 @@ def _fwd_step(
     if GUARD_EMPTY:
         # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
         m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = _exp2(s - m_new[:, None], FMA_EXP)
+    p = tl.math.exp2(s - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
@@ -171,7 +141,6 @@ def _fwd_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    FMA_EXP: tl.constexpr,  # the second S row's exponentials on the FMA pipe (_exp2_fma)
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
@@ -220,12 +189,12 @@ def _fwd_kernel(
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
         acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
-                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC, False)  # fmt: skip
+                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
             acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
-                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC, FMA_EXP)  # fmt: skip
+                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
@@ -240,13 +209,13 @@ def _fwd_kernel(
 @triton.jit
 def _dq_step(
     dq, q, do, lse, delta, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias, key_add, scale,
-    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr, FMA_EXP: tl.constexpr,
+    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias.to(tl.float32)
     if HAS_KEY_ADD:
         s += key_add[None, :]
-    p = _exp2(s * _LOG2E - lse[:, None], FMA_EXP)
+    p = tl.math.exp2(s * _LOG2E - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PREC)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
@@ -280,7 +249,6 @@ def _bwd_dq_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    FMA_EXP: tl.constexpr,  # the second S row's exponentials on the FMA pipe (_exp2_fma)
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
@@ -327,12 +295,12 @@ def _bwd_dq_kernel(
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
         dq0 = _dq_step(dq0, q0, do0, lse0, delta0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias, ka0,
-                       scale, HAS_KEY_ADD, EVEN_N, PREC, False)  # fmt: skip
+                       scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
             dq1 = _dq_step(dq1, q1, do1, lse1, delta1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias,
-                           ka1, scale, HAS_KEY_ADD, EVEN_N, PREC, FMA_EXP)  # fmt: skip
+                           ka1, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     dq_ptrs = rows[:, None] * sdq_n + offs_d[None, :]
     tl.store(DQ + b * sdq_b + s0 * sdq_s + h * sdq_h + dq_ptrs, (dq0 * scale).to(DQ.dtype.element_ty),
@@ -345,7 +313,7 @@ def _bwd_dq_kernel(
 @triton.jit
 def _dkv_step(
     dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N, bias2t,
-    qk_scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr, FMA_EXP: tl.constexpr,
+    qk_scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """One query block for one S row, in the transposed [key, query] domain (log2 units)."""
     if EVEN_N:
@@ -361,7 +329,7 @@ def _dkv_step(
     st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
     if HAS_KEY_ADD:
         st += key_add[:, None]
-    pt = _exp2(st - lse[None, :], FMA_EXP)
+    pt = tl.math.exp2(st - lse[None, :])
     dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
     dst = pt * (dpt - delta[None, :])
@@ -391,7 +359,6 @@ def _bwd_dkv_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    FMA_EXP: tl.constexpr,  # the second S row's exponentials on the FMA pipe (_exp2_fma)
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_n = tl.program_id(0)
@@ -428,11 +395,10 @@ def _bwd_dkv_kernel(
         rows = start_m + offs_m
         bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
         dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, LSE, DELTA, lo0,
-                             rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC, False)  # fmt: skip
+                             rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, LSE, DELTA,
-                                 lo1, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC,
-                                 FMA_EXP)  # fmt: skip
+                                 lo1, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     st_ok = col_ok[:, None]
     dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
@@ -451,31 +417,6 @@ def _bwd_dkv_kernel(
 
 
 @triton.jit
-def _dbias_ds(
-    Q, K, V, DO, b, s, h, sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
-    sdo_b, sdo_s, sdo_h, sdo_n, rows, cols, offs_d, row_ok, N, bias, lse, delta, key_add, scale,
-    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr, FMA_EXP: tl.constexpr,
-):  # fmt: skip
-    """dS = P∘(dP − δ) of one S row on one bias tile (natural units; bias fp32)."""
-    q_ptrs = Q + b * sq_b + s * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :]
-    do_ptrs = DO + b * sdo_b + s * sdo_s + h * sdo_h + rows[:, None] * sdo_n + offs_d[None, :]
-    if EVEN_N:
-        q = tl.load(q_ptrs)
-        do = tl.load(do_ptrs)
-    else:
-        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
-    k, v = _kv_tiles(K, V, b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, sk_n, sv_n, cols,
-                     offs_d, N, EVEN_N)  # fmt: skip
-    st = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias
-    if HAS_KEY_ADD:
-        st += key_add[None, :]
-    p = _exp2(st * _LOG2E - lse[:, None], FMA_EXP)
-    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-    return p * (dp - delta[:, None])
-
-
-@triton.jit
 def _bwd_dbias_kernel(
     Q, K, V,  # [B, S, H, N, D]
     BIAS,  # [B, H, N, N]
@@ -488,7 +429,6 @@ def _bwd_dbias_kernel(
     S, H, N, S_PER_GROUP, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
-    FMA_EXP: tl.constexpr,  # two S rows per iteration, the second one's exponentials on the FMA pipe
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_t = tl.program_id(0)
@@ -511,36 +451,27 @@ def _bwd_dbias_kernel(
     s_end = tl.minimum(s_start + S_PER_GROUP, S)
     lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_start) * H + h) * N, rows, N)
     ka_nxt = _key_add(MASK, b * sm_b + s_start * sm_s, sm_n, cols, N, HAS_MASK)
-    if FMA_EXP:
-        s1 = tl.minimum(s_start + 1, S - 1)
-        lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, ((b * S + s1) * H + h) * N, rows, N)
-        ka1_nxt = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
-        for s in range(s_start, s_end, 2):
-            lse, delta, key_add = lse_nxt, dl_nxt, ka_nxt
-            lse1, delta1, key_add1 = lse1_nxt, dl1_nxt, ka1_nxt
-            s1 = tl.minimum(s + 1, S - 1)  # past s_end: computed, not added
-            s_nxt = tl.minimum(s + 2, S - 1)
-            s1_nxt = tl.minimum(s + 3, S - 1)
-            lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_nxt) * H + h) * N, rows, N)
-            ka_nxt = _key_add(MASK, b * sm_b + s_nxt * sm_s, sm_n, cols, N, HAS_MASK)
-            lse1_nxt, dl1_nxt = _row_stats(LSE, DELTA, ((b * S + s1_nxt) * H + h) * N, rows, N)
-            ka1_nxt = _key_add(MASK, b * sm_b + s1_nxt * sm_s, sm_n, cols, N, HAS_MASK)
-            acc += _dbias_ds(Q, K, V, DO, b, s, h, sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h,
-                             sv_n, sdo_b, sdo_s, sdo_h, sdo_n, rows, cols, offs_d, row_ok, N, bias, lse, delta,
-                             key_add, scale, HAS_KEY_ADD, EVEN_N, PREC, False)  # fmt: skip
-            ds1 = _dbias_ds(Q, K, V, DO, b, s1, h, sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h,
-                            sv_n, sdo_b, sdo_s, sdo_h, sdo_n, rows, cols, offs_d, row_ok, N, bias, lse1, delta1,
-                            key_add1, scale, HAS_KEY_ADD, EVEN_N, PREC, True)  # fmt: skip
-            acc = tl.where(s + 1 < s_end, acc + ds1, acc)
-    else:
-        for s in range(s_start, s_end):
-            lse, delta, key_add = lse_nxt, dl_nxt, ka_nxt
-            s_nxt = tl.minimum(s + 1, S - 1)
-            lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_nxt) * H + h) * N, rows, N)
-            ka_nxt = _key_add(MASK, b * sm_b + s_nxt * sm_s, sm_n, cols, N, HAS_MASK)
-            acc += _dbias_ds(Q, K, V, DO, b, s, h, sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h,
-                             sv_n, sdo_b, sdo_s, sdo_h, sdo_n, rows, cols, offs_d, row_ok, N, bias, lse, delta,
-                             key_add, scale, HAS_KEY_ADD, EVEN_N, PREC, False)  # fmt: skip
+    for s in range(s_start, s_end):
+        lse, delta, key_add = lse_nxt, dl_nxt, ka_nxt
+        s_nxt = tl.minimum(s + 1, S - 1)
+        lse_nxt, dl_nxt = _row_stats(LSE, DELTA, ((b * S + s_nxt) * H + h) * N, rows, N)
+        ka_nxt = _key_add(MASK, b * sm_b + s_nxt * sm_s, sm_n, cols, N, HAS_MASK)
+        q_ptrs = Q + b * sq_b + s * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :]
+        do_ptrs = DO + b * sdo_b + s * sdo_s + h * sdo_h + rows[:, None] * sdo_n + offs_d[None, :]
+        if EVEN_N:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
+        k, v = _kv_tiles(K, V, b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, sk_n, sv_n, cols,
+                         offs_d, N, EVEN_N)  # fmt: skip
+        st = tl.dot(q, tl.trans(k), input_precision=PREC) * scale + bias
+        if HAS_KEY_ADD:
+            st += key_add[None, :]
+        p = tl.math.exp2(st * _LOG2E - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        acc += p * (dp - delta[:, None])
 
     db_ptrs = DB + ((pid_g * tl.num_programs(2) + pid_bh) * N + rows[:, None]) * N + cols[None, :]
     tl.store(db_ptrs, acc.to(DB.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
@@ -564,9 +495,6 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 2
     sp: int = 1
-    #: with 16-bit inputs, half the exponentials on the FMA pipe (a polynomial, ``_exp2_fma``):
-    #: the second S row's (``sp`` = 2), or every second S row's (the dbias kernel)
-    fma_exp: bool = False
 
 
 @dataclass(frozen=True)
@@ -818,11 +746,6 @@ def _prec(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _fma_exp(c: KernelConfig, dtype: torch.dtype) -> bool:
-    """The polynomial exponential (rel. error 1e-4) only where the inputs are 16-bit."""
-    return c.fma_exp and dtype != torch.float32
-
-
 def _even(n: int, *blocks: int) -> bool:
     return all(n % blk == 0 for blk in blocks)
 
@@ -859,9 +782,9 @@ def pair_bias_attention_forward(
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
          *rm_strides, s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, FMA_EXP
+        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
         (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
-         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), _fma_exp(cfg, q.dtype)),
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype)),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
@@ -948,9 +871,8 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
          *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, FMA_EXP
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype),
-         _fma_exp(c, a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
 
@@ -968,9 +890,8 @@ def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> N
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
          *a.dv.stride()[:4], *bias.stride(), *a.mask_strides, s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, FMA_EXP
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype),
-         _fma_exp(c, a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
 
@@ -990,9 +911,8 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
          *a.mask_strides, s, h, n, per_group),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC, FMA_EXP
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype),
-         _fma_exp(c, a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
     return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
