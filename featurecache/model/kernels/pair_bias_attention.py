@@ -49,10 +49,11 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 # --------------------------------------------------------------------------------------------
 # kernels
 #
-# Scores are exponentiated with exp2. The forward and dk/dv kernels work in log2 units (the bias
-# tile is scaled by log2 e once and, with two S rows per program, shared by both); the dq and
-# dbias kernels keep s in natural units (s·log2 e − lse is one FMA) so the bias tile stays in its
-# input dtype until used. Loads that feed a tl.dot are pipelined by Triton; the small vectors that
+# Scores are exponentiated with exp2. The forward works in log2 units (the bias tile is scaled by
+# log2 e once and, with two S rows per program, shared by both); dq, dk/dv and dbias keep s in
+# natural units (s·log2 e − lse is one FMA; dk/dv converts its bias tile to fp32 once for both S
+# rows, dq and dbias keep it in the input dtype until used). Natural units in the forward were
+# slower (run 27). Loads that feed a tl.dot are pipelined by Triton; the small vectors that
 # do not (key mask; lse, δ in dbias) are prefetched one iteration ahead ("_nxt"). The dk/dv kernel
 # sits at the register limit, so it prefetches nothing. Each choice was timed on the H200
 # (KERNEL_NOTES.md).
@@ -312,10 +313,12 @@ def _bwd_dq_kernel(
 
 @triton.jit
 def _dkv_step(
-    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N, bias2t,
-    qk_scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+    dk, dv, k, v, key_add, Q, DO, q_off, do_off, sq_n, sdo_n, LSE, DELTA, lse_off, rows, offs_d, N, bias_ft,
+    scale, HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One query block for one S row, in the transposed [key, query] domain (log2 units)."""
+    """One query block for one S row, in the transposed [key, query] domain. Natural units: the
+    bias tile is converted to fp32 once for both S rows and exp2's argument is one FMA
+    (KERNEL_NOTES.md, run 27: −2 to −4 % against log2 units)."""
     if EVEN_N:
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :])
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :])
@@ -326,10 +329,10 @@ def _dkv_step(
         q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         lse, delta = _row_stats(LSE, DELTA, lse_off, rows, N)
-    st = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale + bias2t
+    st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale + bias_ft
     if HAS_KEY_ADD:
         st += key_add[:, None]
-    pt = tl.math.exp2(st - lse[None, :])
+    pt = tl.math.exp2(st * _LOG2E - lse[None, :])
     dv += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
     dst = pt * (dpt - delta[None, :])
@@ -382,7 +385,6 @@ def _bwd_dkv_kernel(
     key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
     dk0 = tl.zeros([BLOCK_N, D], tl.float32)
     dv0 = tl.zeros([BLOCK_N, D], tl.float32)
-    qk_scale = scale * _LOG2E
     if SP == 2:
         k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n,
                            cols, offs_d, N)  # fmt: skip
@@ -393,12 +395,12 @@ def _bwd_dkv_kernel(
     bias_cols = BIAS + b * sb_b + h * sb_h + cols[:, None] * sb_j  # transposed tiles [key, query]
     for start_m in range(0, N, BLOCK_M):
         rows = start_m + offs_m
-        bias2t = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32) * _LOG2E
+        bias_ft = _bias_tile(bias_cols, sb_i, col_ok, rows, N, EVEN_N).to(tl.float32)
         dk0, dv0 = _dkv_step(dk0, dv0, k0, v0, key_add0, Q, DO, q_off0, do_off0, sq_n, sdo_n, LSE, DELTA, lo0,
-                             rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+                             rows, offs_d, N, bias_ft, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             dk1, dv1 = _dkv_step(dk1, dv1, k1, v1, key_add1, Q, DO, q_off1, do_off1, sq_n, sdo_n, LSE, DELTA,
-                                 lo1, rows, offs_d, N, bias2t, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
+                                 lo1, rows, offs_d, N, bias_ft, scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     st_ok = col_ok[:, None]
     dk_ptrs = cols[:, None] * sdk_n + offs_d[None, :]
