@@ -497,8 +497,6 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 2
     sp: int = 1
-    #: cap on registers per thread (ptxas spills above it; 0 = no cap): fewer registers, more CTAs per SM
-    maxnreg: int = 0
 
 
 @dataclass(frozen=True)
@@ -630,7 +628,6 @@ def _launch(
     constexprs: tuple[Any, ...],
     num_warps: int,
     num_stages: int,
-    maxnreg: int = 0,
 ) -> None:
     """``kernel[grid](*tensors, *ints, scale, <constexprs by name>, num_warps=, num_stages=)``,
     through the launch cache when possible. ``constexprs`` are the values of the kernel's remaining
@@ -638,7 +635,7 @@ def _launch(
     fast = _FAST_LAUNCH and tensors[0].is_cuda and not _interpreting()
     if fast:
         dev = torch.cuda.current_device()
-        key = (kernel, dev, constexprs, num_warps, num_stages, maxnreg, ints,
+        key = (kernel, dev, constexprs, num_warps, num_stages, ints,
                *[(t.dtype, t.data_ptr() & 15 == 0) for t in tensors])  # fmt: skip
         ck = _LAUNCH_CACHE.get(key)
         if ck is not None and not _hooks_active():
@@ -656,7 +653,7 @@ def _launch(
         names = _CONSTEXPR_NAMES[id(kernel)] = tuple(kernel.arg_names[len(tensors) + len(ints) + 1 :])
     ck = kernel[grid](
         *tensors, *ints, scale, **dict(zip(names, constexprs, strict=True)), num_warps=num_warps,
-        num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}),
+        num_stages=num_stages,
     )  # fmt: skip
     if (
         fast
@@ -790,7 +787,7 @@ def pair_bias_attention_forward(
         # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
         (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
          cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype)),
-        cfg.num_warps, cfg.num_stages, cfg.maxnreg,
+        cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
 
@@ -878,7 +875,7 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
         a.scale,
         # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
         (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
-        c.num_warps, c.num_stages, c.maxnreg,
+        c.num_warps, c.num_stages,
     )  # fmt: skip
 
 
@@ -897,7 +894,7 @@ def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> N
         a.scale,
         # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
         (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
-        c.num_warps, c.num_stages, c.maxnreg,
+        c.num_warps, c.num_stages,
     )  # fmt: skip
 
 
@@ -918,7 +915,7 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
         a.scale,
         # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC
         (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype)),
-        c.num_warps, c.num_stages, c.maxnreg,
+        c.num_warps, c.num_stages,
     )  # fmt: skip
     return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
 
