@@ -61,6 +61,22 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64)
 
 
 @triton.jit
+def _program_rows(S, H, SP: tl.constexpr):
+    """(b, h, s0, s1) of a program over (·, S rows, b·h): its SP consecutive S rows start at s0;
+    s1 = s0 + 1 is clamped to S − 1 (with SP == 2 and S odd the last program recomputes row S − 1
+    and does not store it)."""
+    pid_bh = tl.program_id(2).to(tl.int64)
+    s0 = tl.program_id(1).to(tl.int64) * SP
+    return pid_bh // H, pid_bh % H, s0, tl.minimum(s0 + 1, S - 1)
+
+
+@triton.jit
+def _kv_mask_offsets(b, s, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s):
+    """Offsets of one (b, s, h)'s K and V rows and of its key-mask row."""
+    return b * sk_b + s * sk_s + h * sk_h, b * sv_b + s * sv_s + h * sv_h, b * sm_b + s * sm_s
+
+
+@triton.jit
 def _key_add(MASK, mask_off, sm_n, cols, N, HAS_MASK: tl.constexpr):
     """[BLOCK_N] fp32: 0 for a real key, −inf for a masked key or a column past N."""
     ok = cols < N
@@ -147,27 +163,14 @@ def _fwd_kernel(
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
     qk_scale = scale * _LOG2E
     pid_m = tl.program_id(0)
-    pid_s = tl.program_id(1).to(tl.int64)
-    pid_bh = tl.program_id(2).to(tl.int64)
-    b = pid_bh // H
-    h = pid_bh % H
-    s0 = pid_s * SP
-    s1 = tl.minimum(s0 + 1, S - 1)  # SP == 2: second row (recomputes row S-1 when S is odd)
+    b, h, s0, s1 = _program_rows(S, H, SP)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
-    k_off0, v_off0, mo0 = (
-        b * sk_b + s0 * sk_s + h * sk_h,
-        b * sv_b + s0 * sv_s + h * sv_h,
-        b * sm_b + s0 * sm_s,
-    )
-    k_off1, v_off1, mo1 = (
-        b * sk_b + s1 * sk_s + h * sk_h,
-        b * sv_b + s1 * sv_s + h * sv_h,
-        b * sm_b + s1 * sm_s,
-    )
+    k_off0, v_off0, mo0 = _kv_mask_offsets(b, s0, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
+    k_off1, v_off1, mo1 = _kv_mask_offsets(b, s1, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
 
     q0 = tl.load(Q + b * sq_b + s0 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                  mask=row_ok[:, None], other=0.0)  # fmt: skip
@@ -253,27 +256,14 @@ def _bwd_dq_kernel(
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
-    pid_s = tl.program_id(1).to(tl.int64)
-    pid_bh = tl.program_id(2).to(tl.int64)
-    b = pid_bh // H
-    h = pid_bh % H
-    s0 = pid_s * SP
-    s1 = tl.minimum(s0 + 1, S - 1)
+    b, h, s0, s1 = _program_rows(S, H, SP)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     lse_row = (b * S * H + h) * N
-    k_off0, v_off0, mo0 = (
-        b * sk_b + s0 * sk_s + h * sk_h,
-        b * sv_b + s0 * sv_s + h * sv_h,
-        b * sm_b + s0 * sm_s,
-    )
-    k_off1, v_off1, mo1 = (
-        b * sk_b + s1 * sk_s + h * sk_h,
-        b * sv_b + s1 * sv_s + h * sv_h,
-        b * sm_b + s1 * sm_s,
-    )
+    k_off0, v_off0, mo0 = _kv_mask_offsets(b, s0, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
+    k_off1, v_off1, mo1 = _kv_mask_offsets(b, s1, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
 
     q0, do0, lse0, delta0 = _dq_prologue(
         Q, OUT, DO, LSE, DELTA, b * sq_b + s0 * sq_s + h * sq_h, b * so_b + s0 * so_s + h * so_h,
@@ -365,12 +355,7 @@ def _bwd_dkv_kernel(
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_n = tl.program_id(0)
-    pid_s = tl.program_id(1).to(tl.int64)
-    pid_bh = tl.program_id(2).to(tl.int64)
-    b = pid_bh // H
-    h = pid_bh % H
-    s0 = pid_s * SP
-    s1 = tl.minimum(s0 + 1, S - 1)
+    b, h, s0, s1 = _program_rows(S, H, SP)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
@@ -380,15 +365,15 @@ def _bwd_dkv_kernel(
     q_off0, do_off0 = b * sq_b + s0 * sq_s + h * sq_h, b * sdo_b + s0 * sdo_s + h * sdo_h
     q_off1, do_off1 = b * sq_b + s1 * sq_s + h * sq_h, b * sdo_b + s1 * sdo_s + h * sdo_h
 
-    k0, v0 = _dkv_load(K, V, b * sk_b + s0 * sk_s + h * sk_h, b * sv_b + s0 * sv_s + h * sv_h, sk_n, sv_n,
-                       cols, offs_d, N)  # fmt: skip
-    key_add0 = _key_add(MASK, b * sm_b + s0 * sm_s, sm_n, cols, N, HAS_MASK)
+    k_off0, v_off0, mo0 = _kv_mask_offsets(b, s0, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
+    k0, v0 = _dkv_load(K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N)
+    key_add0 = _key_add(MASK, mo0, sm_n, cols, N, HAS_MASK)
     dk0 = tl.zeros([BLOCK_N, D], tl.float32)
     dv0 = tl.zeros([BLOCK_N, D], tl.float32)
     if SP == 2:
-        k1, v1 = _dkv_load(K, V, b * sk_b + s1 * sk_s + h * sk_h, b * sv_b + s1 * sv_s + h * sv_h, sk_n, sv_n,
-                           cols, offs_d, N)  # fmt: skip
-        key_add1 = _key_add(MASK, b * sm_b + s1 * sm_s, sm_n, cols, N, HAS_MASK)
+        k_off1, v_off1, mo1 = _kv_mask_offsets(b, s1, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
+        k1, v1 = _dkv_load(K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N)
+        key_add1 = _key_add(MASK, mo1, sm_n, cols, N, HAS_MASK)
         dk1 = tl.zeros([BLOCK_N, D], tl.float32)
         dv1 = tl.zeros([BLOCK_N, D], tl.float32)
 
