@@ -76,10 +76,32 @@ Outcome = Done | Skipped
 
 # --------------------------------------------------------------------------------------- pools
 class _Pool:
-    """Workers that each run one task at a time; the caller dispatches only to idle workers."""
+    """Workers that each run one task at a time; the caller dispatches only to idle workers.
+
+    The bookkeeping is shared: ``_busy`` maps each live worker id to its task's tid (None when
+    idle); subclasses start workers (ids from ``_new_wid``) and move tasks to and from them."""
+
+    def __init__(self) -> None:
+        self._busy: dict[int, int | None] = {}
+        self._next_wid = 0
+        self.retired = 0
+
+    def _new_wid(self) -> int:
+        wid = self._next_wid
+        self._next_wid += 1
+        return wid
+
+    def _claim_idle(self, tid: int) -> int:
+        """An idle worker, now marked as running ``tid``."""
+        wid = next(w for w, t in self._busy.items() if t is None)
+        self._busy[wid] = tid
+        return wid
+
+    def _worker_of(self, tid: int) -> int | None:
+        return next((w for w, t in self._busy.items() if t == tid), None)
 
     def idle(self) -> int:
-        raise NotImplementedError
+        return sum(1 for t in self._busy.values() if t is None)
 
     def submit(self, tid: int, item: Any) -> None:
         raise NotImplementedError
@@ -101,19 +123,16 @@ def _error_payload(exc: BaseException) -> tuple[str, str]:
 
 class _ThreadPool(_Pool):
     def __init__(self, fn: Callable[[Any], Any], size: int) -> None:
+        super().__init__()
         self._fn = fn
         self._size = size
         self._out: queue.Queue[tuple[int, int, bool, Any]] = queue.Queue()
         self._inbox: dict[int, queue.Queue[tuple[int, Any] | None]] = {}
-        self._busy: dict[int, int | None] = {}  # worker -> tid
-        self._next_wid = 0
-        self.retired = 0
         for _ in range(size):
             self._spawn()
 
     def _spawn(self) -> None:
-        wid = self._next_wid
-        self._next_wid += 1
+        wid = self._new_wid()
         inbox: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=1)
         self._inbox[wid] = inbox
         self._busy[wid] = None
@@ -135,13 +154,8 @@ class _ThreadPool(_Pool):
                 msg = (wid, tid, False, _error_payload(exc))
             self._out.put(msg)
 
-    def idle(self) -> int:
-        return sum(1 for t in self._busy.values() if t is None)
-
     def submit(self, tid: int, item: Any) -> None:
-        wid = next(w for w, t in self._busy.items() if t is None)
-        self._busy[wid] = tid
-        self._inbox[wid].put((tid, item))
+        self._inbox[self._claim_idle(tid)].put((tid, item))
 
     def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
         msgs: list[tuple[int, int, bool, Any]] = []
@@ -161,7 +175,7 @@ class _ThreadPool(_Pool):
         return out
 
     def abandon(self, tid: int) -> None:
-        wid = next((w for w, t in self._busy.items() if t == tid), None)
+        wid = self._worker_of(tid)
         if wid is None:
             return
         # The thread cannot be stopped: forget it (it exits after its task) and start another.
@@ -204,18 +218,15 @@ class _ProcessPool(_Pool):
     """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue."""
 
     def __init__(self, fn: Callable[[Any], Any], size: int, context: str) -> None:
+        super().__init__()
         self._fn = fn
         self._ctx: Any = mp.get_context(context)
         self._workers: dict[int, tuple[Any, Connection]] = {}
-        self._busy: dict[int, int | None] = {}
-        self._next_wid = 0
-        self.retired = 0
         for _ in range(size):
             self._spawn()
 
     def _spawn(self) -> None:
-        wid = self._next_wid
-        self._next_wid += 1
+        wid = self._new_wid()
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=_process_main, args=(self._fn, child), name=f"featurecache-ready-{wid}",
                                  daemon=True)  # fmt: skip
@@ -224,13 +235,8 @@ class _ProcessPool(_Pool):
         self._workers[wid] = (proc, parent)
         self._busy[wid] = None
 
-    def idle(self) -> int:
-        return sum(1 for t in self._busy.values() if t is None)
-
     def submit(self, tid: int, item: Any) -> None:
-        wid = next(w for w, t in self._busy.items() if t is None)
-        self._busy[wid] = tid
-        self._workers[wid][1].send((tid, item))
+        self._workers[self._claim_idle(tid)][1].send((tid, item))
 
     def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
         conns: dict[Any, int] = {self._workers[w][1]: w for w, t in self._busy.items() if t is not None}
@@ -261,7 +267,7 @@ class _ProcessPool(_Pool):
         self._spawn()
 
     def abandon(self, tid: int) -> None:
-        wid = next((w for w, t in self._busy.items() if t == tid), None)
+        wid = self._worker_of(tid)
         if wid is not None:
             self._replace(wid)
 
