@@ -1,5 +1,6 @@
-"""Shared pieces of the attention A/B scripts (``ab11.py``, ``ab13.py``–``ab15.py``): the N = 768
-backward setup and the interleaved fwd+bwd totals over N."""
+"""Shared pieces of the attention A/B scripts (``ab11.py``, ``ab13.py``–``ab15.py``, ``ab27.py``,
+``ab30.py``, ``host.py``, ``launch_ab.py``): the N = 768 backward setup, the interleaved fwd+bwd
+totals over N, the forward-only A/B loop and the host time per call."""
 
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ def backward_at(n: int = 768, h: int = 4, d: int = 32, seed: int = 31) -> tuple[
     pba.launch_dq(a, base.dq)
     pba.launch_dkv(a, base.dkv, base.dkv_bias_copy)
     return base, a
+
+
+def host_ms(run: Callable[[], Any], reps: int = 30) -> float:
+    """Host milliseconds per call of ``run`` without synchronising in between (launch overhead)."""
+    import time
+
+    run()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        run()
+    dt = (time.perf_counter() - t0) / reps * 1e3
+    torch.cuda.synchronize()
+    return dt
 
 
 def fwd_bwd(t: dict[str, Any], cfg: pba.AttentionConfig) -> Callable[[], tuple[torch.Tensor, ...]]:

@@ -6,23 +6,12 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
-import time
 
 import torch
 import triton
 
+from benchmarks.dev.abkit import host_ms
 from benchmarks.kernels import Flex, attention_inputs, fwd_bwd, method_fused
-
-
-def host_ms(run, reps: int = 50) -> float:  # type: ignore[no-untyped-def]
-    run()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        run()
-    dt = (time.perf_counter() - t0) / reps * 1e3
-    torch.cuda.synchronize()
-    return dt
 
 
 def profile(run, tag: str) -> None:  # type: ignore[no-untyped-def]
@@ -44,10 +33,10 @@ def hooks() -> str:
 
 t = attention_inputs(64, 4, 32, seed=3)
 run = fwd_bwd(method_fused(), t)
-print("before:", f"{host_ms(run):.3f} ms/call", hooks())
+print("before:", f"{host_ms(run, 50):.3f} ms/call", hooks())
 profile(run, "before")
 flex = fwd_bwd(Flex(), t)
 flex()
-print("flex host:", f"{host_ms(flex):.3f} ms/call")
-print("after:", f"{host_ms(run):.3f} ms/call", hooks())
+print("flex host:", f"{host_ms(flex, 50):.3f} ms/call")
+print("after:", f"{host_ms(run, 50):.3f} ms/call", hooks())
 profile(run, "after")

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from benchmarks.dev import pba_v3
+from benchmarks.dev.abkit import host_ms
 from benchmarks.kernels import BF16, attention_inputs, ms
 from featurecache.model.kernels import pair_bias_attention as pba
 
@@ -42,17 +42,6 @@ def with_cache(enabled: bool, step: Step) -> Step:
         return step()
 
     return run
-
-
-def host_ms(run: Step, reps: int = 30) -> float:
-    run()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        run()
-    dt = (time.perf_counter() - t0) / reps * 1e3
-    torch.cuda.synchronize()
-    return dt
 
 
 def misaligned_check(n: int) -> bool:
