@@ -30,9 +30,9 @@ import zarr
 
 from featurecache.chem.reference import ComponentTable
 from featurecache.const import SCHEMA_VERSION, encode_atom_name
-from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, write_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
+from featurecache.store.root import PartArrays, decode_records
 from featurecache.store.writer import commit_part, part_tmp_dir, write_record_array
 
 if TYPE_CHECKING:  # conformer.py imports RDKit, which the lookup image (and the client) lack
@@ -238,13 +238,9 @@ def load_component_table(root: str | Path, index: pa.Table | None = None) -> Com
     records: list[np.ndarray] = []
     base: dict[str, int] = {}
     total = 0
+    arrays = PartArrays(root, "component part array")
     for part in dict.fromkeys(cols["part"]):
-        path = root / PARTS_DIR / part / "atoms"
-        try:
-            raw = zarr.open_array(str(path), mode="r")[...]
-        except (FileNotFoundError, ValueError, KeyError) as exc:
-            raise StoreError(f"component part array {path} is missing or unreadable: {exc}") from exc
-        rec = np.ascontiguousarray(raw).view(COMPONENT_ATOM).reshape(-1)
+        rec = decode_records(arrays.get(part, "atoms")[...], COMPONENT_ATOM)
         base[part] = total
         total += len(rec)
         records.append(rec)

@@ -39,7 +39,7 @@ from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION,
 from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
-from featurecache.store.root import PartArrays
+from featurecache.store.root import PartArrays, decode_records
 from featurecache.store.writer import _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
 
@@ -464,12 +464,6 @@ class MSAReader:
     def _open(self, part: str, name: str) -> zarr.Array:
         return self._part_arrays.get(part, name)
 
-    def _records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
-        if stop <= start:
-            return np.zeros(0, dtype=dtype)
-        raw = self._open(part, name)[start:stop]
-        return np.ascontiguousarray(raw).view(dtype).reshape(stop - start)
-
     def msa(
         self,
         key: str,
@@ -496,8 +490,8 @@ class MSAReader:
             (self._open(part, "rows"), (slice(row_start + r0, row_start + stop),)),
             (self._open(part, "cols"), (slice(col_start + c0, col_start + c1),)),
         )
-        row_rec = np.ascontiguousarray(row_raw).view(MSA_ROW).reshape(stop - r0)
-        col_rec = np.ascontiguousarray(col_raw).view(MSA_COL).reshape(c1 - c0)
+        row_rec = decode_records(row_raw, MSA_ROW)
+        col_rec = decode_records(col_raw, MSA_COL)
         del_end = (
             int(row_rec["del_start"][r1 - r0])
             if r1 < depth
@@ -507,7 +501,7 @@ class MSAReader:
         rr, cc = r - r0, c - c0
         deletions = np.zeros((r.size, c.size), dtype=np.int16)
         if del_end > del_begin:
-            cells = self._records(part, "deletions", MSA_DELETION, del_begin, del_end)
+            cells = self._part_arrays.records(part, "deletions", MSA_DELETION, del_begin, del_end)
             cells["col"] -= c0
             starts = row_rec["del_start"][: r1 - r0] - del_begin
             counts = np.diff(np.append(starts, del_end - del_begin))
@@ -530,8 +524,8 @@ class MSAReader:
     ) -> MSABlock:
         col_start = int(self._nums["col_start"][i])
         row_start = int(self._nums["row_start"][i])
-        col_rec = self._records(part, "cols", MSA_COL, col_start, col_start + length)[c]
-        row_rec = self._records(part, "rows", MSA_ROW, row_start, row_start + depth)[r]
+        col_rec = self._part_arrays.records(part, "cols", MSA_COL, col_start, col_start + length)[c]
+        row_rec = self._part_arrays.records(part, "rows", MSA_ROW, row_start, row_start + depth)[r]
         return MSABlock(
             key=key,
             residues=np.zeros((r.size, c.size), np.uint8),

@@ -18,7 +18,7 @@ from featurecache.errors import NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import read_table
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
-from featurecache.store.root import PartArrays
+from featurecache.store.root import PartArrays, decode_records
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -158,11 +158,7 @@ class LocalStore(FeatureReader):
         starts, counts = self._offsets[group]
         assert starts is not None and counts is not None
         start, count = int(starts[row]), int(counts[row])
-        dtype = ENTRY_GROUPS[group]
-        if count == 0:
-            return np.zeros(0, dtype=dtype)
-        raw = self._array(self._parts[row], group)[start : start + count]
-        return np.ascontiguousarray(raw).view(dtype).reshape(count)
+        return self._part_arrays.records(self._parts[row], group, ENTRY_GROUPS[group], start, start + count)
 
     def read_groups(self, entry_id: str, groups: Sequence[str]) -> dict[str, np.ndarray]:
         """Several groups of one entry, fetched concurrently in one call into zarr's event loop
@@ -181,9 +177,9 @@ class LocalStore(FeatureReader):
                 out[group] = np.zeros(0, dtype=ENTRY_GROUPS[group])
                 continue
             reads.append((self._array(self._parts[row], group), (slice(start, start + count),)))
-            wanted.append((group, count))
-        for (group, count), raw in zip(wanted, _read_many(*reads) if reads else [], strict=True):
-            out[group] = np.ascontiguousarray(raw).view(ENTRY_GROUPS[group]).reshape(count)
+            wanted.append(group)
+        for group, raw in zip(wanted, _read_many(*reads) if reads else [], strict=True):
+            out[group] = decode_records(raw, ENTRY_GROUPS[group])
         return out
 
     def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:

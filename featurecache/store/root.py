@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import zarr
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
@@ -94,6 +95,12 @@ class BuildLock:
             self._f.close()
 
 
+def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:
+    """Rows read from a record array (uint8 ``[rows, itemsize]``, as ``writer.write_record_array``
+    stores them) as a 1-D structured array of ``dtype``."""
+    return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+
+
 class PartArrays:
     """The read-only zarr arrays under a store's ``parts/``, each opened on first use and kept
     (readers call this from many threads). ``what`` names the arrays in the error raised for a
@@ -116,6 +123,12 @@ class PartArrays:
             with self._lock:
                 arr = self._arrays.setdefault((part, name), arr)
         return arr
+
+    def records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
+        """Records ``[start, stop)`` of the record array ``name`` of ``part``."""
+        if stop <= start:
+            return np.zeros(0, dtype=dtype)
+        return decode_records(self.get(part, name)[start:stop], dtype)
 
     def clear(self) -> None:
         self._arrays.clear()
