@@ -29,18 +29,26 @@ def swiglu_bwd_tile(a, b, dy):
 
 
 @triton.jit
-def _swiglu_fwd_kernel(
-    U,  # [M, 2F]
-    Y,  # [M, F]
-    M, F, su_m, sy_m,
-    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
-):  # fmt: skip
+def _tile_ab(U, M, F, su_m, BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr):
+    """This program's rows and columns of U [M, 2F], their mask and the fp32 halves a = U[:, :F],
+    b = U[:, F:] (0 outside)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     ok = (rows < M)[:, None] & (cols < F)[None, :]
     base = U + rows[:, None] * su_m + cols[None, :]
     a = tl.load(base, mask=ok, other=0.0).to(tl.float32)
     b = tl.load(base + F, mask=ok, other=0.0).to(tl.float32)
+    return rows, cols, ok, a, b
+
+
+@triton.jit
+def _swiglu_fwd_kernel(
+    U,  # [M, 2F]
+    Y,  # [M, F]
+    M, F, su_m, sy_m,
+    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
+):  # fmt: skip
+    rows, cols, ok, a, b = _tile_ab(U, M, F, su_m, BLOCK_M, BLOCK_F)
     tl.store(Y + rows[:, None] * sy_m + cols[None, :], swiglu_fwd_tile(a, b).to(Y.dtype.element_ty), mask=ok)
 
 
@@ -52,12 +60,7 @@ def _swiglu_bwd_kernel(
     M, F, su_m, sdy_m, sdu_m,
     BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    ok = (rows < M)[:, None] & (cols < F)[None, :]
-    base = U + rows[:, None] * su_m + cols[None, :]
-    a = tl.load(base, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(base + F, mask=ok, other=0.0).to(tl.float32)
+    rows, cols, ok, a, b = _tile_ab(U, M, F, su_m, BLOCK_M, BLOCK_F)
     dy = tl.load(DY + rows[:, None] * sdy_m + cols[None, :], mask=ok, other=0.0).to(tl.float32)
     da, db = swiglu_bwd_tile(a, b, dy)
     out = DU + rows[:, None] * sdu_m + cols[None, :]
