@@ -1,10 +1,14 @@
-"""Compile the attention kernels for sm_90 on a machine without a GPU and count SASS per loop.
+"""Compile the attention and transition kernels for sm_90 on a machine without a GPU and count SASS per loop.
 
 Mirrors the JIT's specialisation for one problem (ints == 1 become constants, ints divisible by
 16 and all pointers get divisibility 16), so register counts, spills and instruction mixes match
 what the H200 runs; prints ptxas's performance warnings (C75xx: serialized wgmma) too.
 
-    python benchmarks/dev/sass.py [N] [--dump DIR] [--only dq,dkv] [--dkv BLOCK_M,BLOCK_N,WARPS,STAGES,SP]
+    python benchmarks/dev/sass.py [N] [--dump DIR] [--only dq,dkv,tdx] [--dkv BLOCK_M,BLOCK_N,WARPS,STAGES,SP]
+        [--no-fast-sigmoid]
+
+Kernels: the attention fwd, dq, dkv, dbias (B=1, S=N, H=4, D=32) and the transition's fused
+forward (tfwd) and dx kernel (tdx) at rows = N², C = 128, O = 1024 with SwiGLU.
 """
 
 from __future__ import annotations
@@ -120,6 +124,8 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated kernel names")
     for name in ("fwd", "dq", "dkv", "dbias"):
         ap.add_argument(f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP")
+    ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
+                    help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
     n, s, h, d = args.n, args.n, 4, 32
     bf = torch.bfloat16
@@ -162,6 +168,21 @@ def main() -> None:
             cfg.dbias,
         ),
     }
+    # the transition at this N: rows = N², C = 128, O = 2·4·128 (SwiGLU), bias on, bf16
+    from featurecache.model.kernels import layernorm_linear as lnl
+
+    lcfg = lnl.default_config(128, bf, torch.device("cuda"))
+    over = {} if args.fast_sigmoid is None else {"fast_sigmoid": args.fast_sigmoid}
+    tf, tdx = dataclasses.replace(lcfg.fwd, **over), dataclasses.replace(lcfg.dx, **over)
+    rows, ch, oh = n * n, 128, 512
+    kernels["tfwd"] = (  # X, LNW, LNB, W, BIAS, Y; M, C, OH, sx_m, sw_o, sy_m, cols_per_prog
+        lnl._fwd_kernel, [bf] * 6, (rows, ch, oh, ch, ch, oh, oh),
+        lambda g: (True, True, ch, g.block_m, g.block_n, "tf32", g.fast_sigmoid), tf,
+    )  # fmt: skip
+    kernels["tdx"] = (  # X, LNW, LNB, W, BIAS, DY, DX, DLNW_PART, DLNB_PART, DU, XLN; M, C, OH and strides
+        lnl._bwd_dx_kernel, [bf] * 7 + [torch.float32] * 2 + [bf] * 2, (rows, ch, oh, ch, ch, oh, ch, 2 * oh, ch),
+        lambda g: (True, True, ch, g.block_m, g.block_n, "tf32", True, g.fast_sigmoid), tdx,
+    )  # fmt: skip
     print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
     for name, (fn, tens, ints, cx, c) in kernels.items():
         if args.only and name not in args.only.split(","):

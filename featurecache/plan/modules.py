@@ -107,11 +107,10 @@ def _attention(
         L.ref(bias)
 
         def bwd_fused(dout: int) -> tuple[int, int, int, int]:
+            # launch order (pair_bias_attention._run_backward): dq (+δ), the bias gradient, dk/dv
             delta = L.new(B * s * h * N * 4)
-            dq, dk, dv = L.new(qkv), L.new(qkv), L.new(qkv)
+            dq = L.new(qkv)
             tl = d.tiles
-            if tl.attn_dkv_bias_copy:  # the dk/dv kernel's transposed bias, freed when it returns
-                L.temp(bias_b)
             tiles = math.ceil(N / tl.attn_dbias_block_m) * math.ceil(N / tl.attn_dbias_block_n)
             target = max(tl.attn_dbias_target_programs, 2 * GPU_SMS)
             groups, _ = dbias_groups(s, tiles * B * h, target)
@@ -123,6 +122,9 @@ def _attention(
                 L.drop(part)
                 dbias = L.new(bias_b)
                 L.drop(total)
+            dk, dv = L.new(qkv), L.new(qkv)
+            if tl.attn_dkv_bias_copy:  # the dk/dv kernel's transposed bias, freed when it returns
+                L.temp(bias_b)
             L.drop(delta, dout, out, lse, proj, bias)
             return dq, dk, dv, dbias
 

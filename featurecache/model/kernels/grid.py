@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its interpreter (``TRITON_INTERPRET``): no inline asm there."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def dbias_groups(s: int, programs_per_group: int, target_programs: int) -> tuple[int, int]:

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import interpreting
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile
 
 MAX_CHANNELS = 512
@@ -76,7 +77,7 @@ def _fwd_kernel(
     Y,  # [M, OH]
     M, C, OH, sx_m, sw_o, sy_m, cols_per_prog, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST_SIGMOID: tl.constexpr,
 ):  # fmt: skip
     """One row block × ``cols_per_prog`` output columns: the LayerNorm is done once, then a loop
     over the column blocks (weights stream from L2)."""
@@ -99,14 +100,14 @@ def _fwd_kernel(
             g = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
             if HAS_BIAS:
                 g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-            u = swiglu_fwd_tile(u, g)
+            u = swiglu_fwd_tile(u, g, FAST_SIGMOID)
         tl.store(Y + rows[:, None] * sy_m + outs[None, :], u.to(Y.dtype.element_ty),
                  mask=(rows < M)[:, None] & out_ok[None, :])  # fmt: skip
 
 
 @triton.jit
 def _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o,
-              HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+              HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, PREC: tl.constexpr, FAST_SIGMOID: tl.constexpr):  # fmt: skip
     """For one (row block, output block) and its loaded dy: gradient w.r.t. the GEMM outputs,
     and the weight tiles. Returns (du_a, du_b, wa, wb); du_b/wb only meaningful with SWIGLU."""
     out_ok = outs < OH
@@ -119,7 +120,7 @@ def _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o,
         if HAS_BIAS:
             a += tl.load(BIAS + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
             g += tl.load(BIAS + OH + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-        du_a, du_b = swiglu_bwd_tile(a, g, dy.to(tl.float32))
+        du_a, du_b = swiglu_bwd_tile(a, g, dy.to(tl.float32), FAST_SIGMOID)
     else:
         wb = wa
         du_a = dy.to(tl.float32)
@@ -141,6 +142,7 @@ def _bwd_dx_kernel(
     M, C, OH, sx_m, sw_o, sdy_m, sdx_m, sdu_m, sxln_m, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, STORE_DU: tl.constexpr,
+    FAST_SIGMOID: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -158,16 +160,20 @@ def _bwd_dx_kernel(
         outs = start + offs_n
         dy = dy_nxt
         dy_nxt = _dy_tile(DY, rows, outs + BLOCK_N, M, OH, sdy_m)
-        du_a, du_b, wa, wb = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
+        du_a, du_b, wa, wb = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC,
+                                       FAST_SIGMOID)  # fmt: skip
         du_a = du_a.to(W.dtype.element_ty)
-        dxln += tl.dot(du_a, wa, input_precision=PREC)
+        du_b = du_b.to(W.dtype.element_ty)
+        # dU·W into a fresh tile, then one add: with dLN as the wgmma's loop-carried accumulator ptxas
+        # serialises the loop's wgmmas (C7515); 1.55 -> 1.42 ms at rows = 768² (KERNEL_NOTES.md, run 32)
+        t = tl.dot(du_a, wa, input_precision=PREC)
         if SWIGLU:
-            du_b = du_b.to(W.dtype.element_ty)
-            dxln += tl.dot(du_b, wb, input_precision=PREC)
-            if STORE_DU:  # without SwiGLU dU is dy itself
-                du_ok = row_ok[:, None] & (outs < OH)[None, :]
-                tl.store(DU + rows[:, None] * sdu_m + outs[None, :], du_a, mask=du_ok)
-                tl.store(DU + rows[:, None] * sdu_m + (outs + OH)[None, :], du_b, mask=du_ok)
+            t = tl.dot(du_b, wb, t, input_precision=PREC)
+        dxln = dxln + t
+        if SWIGLU and STORE_DU:  # without SwiGLU dU is dy itself
+            du_ok = row_ok[:, None] & (outs < OH)[None, :]
+            tl.store(DU + rows[:, None] * sdu_m + outs[None, :], du_a, mask=du_ok)
+            tl.store(DU + rows[:, None] * sdu_m + (outs + OH)[None, :], du_b, mask=du_ok)
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
     w = tl.load(LNW + offs_c, mask=col_ok, other=0.0).to(tl.float32)
     g = dxln * w[None, :]
@@ -191,7 +197,7 @@ def _bwd_dw_kernel(
     DB_PART,  # [R, O] fp32
     M, C, OH, sx_m, sw_o, sdy_m, ROWS_PER_SPLIT, eps,
     HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr, CP: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST_SIGMOID: tl.constexpr,
 ):  # fmt: skip
     outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     pid_r = tl.program_id(1).to(tl.int64)
@@ -214,7 +220,8 @@ def _bwd_dw_kernel(
         dy_nxt = _dy_tile(DY, start + BLOCK_M + offs_m, outs, r_end, OH, sdy_m)
         xln, _, _ = _normalize(x, LNW, LNB, offs_c, C, eps)
         a_op = xln.to(W.dtype.element_ty)
-        du_a, du_b, _, _ = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC)
+        du_a, du_b, _, _ = _dy_to_du(a_op, dy, W, BIAS, outs, offs_c, C, OH, sw_o, HAS_BIAS, SWIGLU, PREC,
+                                     FAST_SIGMOID)  # fmt: skip
         dwa += tl.dot(tl.trans(du_a.to(W.dtype.element_ty)), a_op, input_precision=PREC)
         dba += tl.sum(du_a, 0)
         if SWIGLU:
@@ -243,6 +250,8 @@ class GemmConfig:
     num_stages: int = 2
     #: forward only: output column blocks per program (0 = all of them)
     col_blocks: int = 1
+    #: SwiGLU's sigmoid by the hardware tanh (bf16/fp16 weights on a GPU; see ``swiglu._sigmoid``)
+    fast_sigmoid: bool = True
 
 
 @dataclass(frozen=True)
@@ -282,7 +291,7 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> L
         c = GemmConfig(32, 32, 4, 1)
         return LayerNormLinearConfig(c, c, c)
     return LayerNormLinearConfig(  # H200 sweeps 3-4 (rows = 768², C = 128, O = 1024, SwiGLU)
-        fwd=GemmConfig(128, 32, 4, 3, col_blocks=0),
+        fwd=GemmConfig(128, 32, 8, 3, col_blocks=0),  # 8 warps since the fast sigmoid (run 32)
         dx=GemmConfig(64, 32, 4, 3),
         dw=GemmConfig(32, 64, 4, 2),
         dw_target_programs=264,
@@ -326,6 +335,10 @@ def _prec(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def _fast_sigmoid(cfg: GemmConfig, w: torch.Tensor) -> bool:
+    return cfg.fast_sigmoid and w.is_cuda and w.dtype != torch.float32 and not interpreting()
+
+
 def layernorm_linear_forward(
     x: torch.Tensor,
     ln_weight: torch.Tensor,
@@ -351,7 +364,7 @@ def layernorm_linear_forward(
             x2, ln_weight, ln_bias, w, w if bias is None else bias, y,
             m, c, oh, x2.stride(0), w.stride(0), y.stride(0), per_prog * cfg.block_n, eps,
             HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=max(16, triton.next_power_of_2(c)),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype), FAST_SIGMOID=_fast_sigmoid(cfg, w),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape(*x.shape[:-1], oh)
@@ -422,6 +435,7 @@ def launch_dx(
         xln_arg.stride(0), a.eps,
         HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), STORE_DU=store_du,
+        FAST_SIGMOID=_fast_sigmoid(cfg, a.w),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dx, dlnw_part.sum(0), dlnb_part.sum(0), du, xln
@@ -455,7 +469,7 @@ def launch_dw(a: BackwardInputs, cfg: GemmConfig, target_programs: int) -> tuple
         a.x, a.ln_weight, a.ln_bias, a.w, a.w if a.bias is None else a.bias, a.dy, dw_part, db_part,
         m, c, oh, a.x.stride(0), a.w.stride(0), a.dy.stride(0), rows_per_split, a.eps,
         HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype), FAST_SIGMOID=_fast_sigmoid(cfg, a.w),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dw_part.sum(0), db_part.sum(0)

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import dbias_groups
+from featurecache.model.kernels.grid import dbias_groups, interpreting
 
 log = logging.getLogger(__name__)
 
@@ -588,10 +588,6 @@ def set_fast_launch(enabled: bool) -> bool:
     return prev
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _hooks_active() -> bool:
     """True when Triton launch hooks are installed (a plain callable, or a non-empty hook chain)."""
     knobs = getattr(triton, "knobs", None)
@@ -617,7 +613,7 @@ def _launch(
     """``kernel[grid](*tensors, *ints, scale, <constexprs by name>, num_warps=, num_stages=)``,
     through the launch cache when possible. ``constexprs`` are the values of the kernel's remaining
     parameters, in declaration order."""
-    fast = _FAST_LAUNCH and tensors[0].is_cuda and not _interpreting()
+    fast = _FAST_LAUNCH and tensors[0].is_cuda and not interpreting()
     if fast:
         dev = torch.cuda.current_device()
         key = (kernel, dev, constexprs, num_warps, num_stages, ints,
@@ -793,9 +789,12 @@ class BackwardInputs:
     lse: torch.Tensor
     delta: torch.Tensor
     dq: torch.Tensor
-    dk: torch.Tensor
-    dv: torch.Tensor
+    #: allocated by :func:`launch_dkv` (after the bias gradient's fp32 partials are freed)
+    dk: torch.Tensor | None
+    dv: torch.Tensor | None
     scale: float
+    #: dk, dv as two slices of one allocation (q, k, v contiguous and all three gradients wanted)
+    one_buffer: bool = False
 
 
 def prepare_backward(
@@ -832,20 +831,17 @@ def _prepare_backward(
     one_buffer: bool,
 ) -> BackwardInputs:
     """:func:`prepare_backward` without the checks (the autograd path checked in the forward).
-    ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dq, dk, dv are slices of one
-    allocation (one allocator call instead of three; each keeps the whole buffer alive)."""
+    ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dk and dv are slices of one
+    allocation (one allocator call instead of two; each keeps the whole buffer alive)."""
     bias = masked_bias(bias, key_mask)
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     m, m_strides = _mask_args(mask, q)
     lse = lse.contiguous()
-    if one_buffer and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
-        dq, dk, dv = torch.empty((3, *q.shape), dtype=q.dtype, device=q.device).unbind(0)
-    else:
-        dq, dk, dv = _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
     return BackwardInputs(
         q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
         do=_last_contiguous(do.to(q.dtype)), out=_last_contiguous(out), lse=lse, delta=torch.empty_like(lse),
-        dq=dq, dk=dk, dv=dv, scale=scale,
+        dq=_empty_like_layout(q), dk=None, dv=None, scale=scale,
+        one_buffer=one_buffer and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
     )  # fmt: skip
 
 
@@ -865,9 +861,15 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
 
 
 def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> None:
-    """dk, dv into ``a.dk``, ``a.dv`` (needs ``a.delta``). ``bias_copy``: read the bias from a
-    transposed copy (same values, query axis contiguous; ``AttentionConfig.dkv_bias_copy``)."""
+    """dk, dv into ``a.dk``, ``a.dv`` (allocated on the first call; needs ``a.delta``). ``bias_copy``:
+    read the bias from a transposed copy (same values, query axis contiguous;
+    ``AttentionConfig.dkv_bias_copy``)."""
     b, s, h, n, d = a.q.shape
+    if a.dk is None or a.dv is None:
+        if a.one_buffer:
+            a.dk, a.dv = torch.empty((2, *a.k.shape), dtype=a.k.dtype, device=a.k.device).unbind(0)
+        else:
+            a.dk, a.dv = _empty_like_layout(a.k), _empty_like_layout(a.v)
     bias = a.bias
     if bias_copy and bias.stride(-2) != 1:
         bias = bias.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -927,11 +929,14 @@ def pair_bias_attention_backward(
 def _run_backward(
     a: BackwardInputs, config: AttentionConfig | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq (+δ), then the bias gradient, then dk/dv: dk and dv are allocated only after the bias
+    gradient's fp32 partials are freed, so the two never coexist (lower peak memory)."""
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
-    launch_dkv(a, config.dkv, config.dkv_bias_copy)
     target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
     dbias = launch_dbias(a, config.dbias, target)
+    launch_dkv(a, config.dkv, config.dkv_bias_copy)
+    assert a.dk is not None and a.dv is not None
     return a.dq, a.dk, a.dv, dbias
 
 
