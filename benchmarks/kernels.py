@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import RESULTS_DIR, Bench, machine
 from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels import transition as tr
 from featurecache.model.kernels.reference import swiglu_ref
 
 BF16 = torch.bfloat16
@@ -351,6 +352,12 @@ def transition_eager(x, lnw, lnb, w1, w2):  # type: ignore[no-untyped-def]
 
 
 def transition_fused(x, lnw, lnb, w1, w2):  # type: ignore[no-untyped-def]
+    """The shipped path: the whole block as two Triton kernels (``kernels/transition.py``)."""
+    return tr.transition(x, lnw, lnb, w1, w2, 1e-5)
+
+
+def transition_ln_linear(x, lnw, lnb, w1, w2):  # type: ignore[no-untyped-def]
+    """The path before run 33: the LayerNorm-Linear-SwiGLU kernel, then a cuBLAS Linear."""
     return F.linear(lnl.layernorm_linear(x, lnw, lnb, w1, None, 1e-5, True), w2)
 
 
@@ -413,29 +420,12 @@ def bench_transition(n: int, c: int, nx: int, bench: Bench) -> None:
     flops = 18 * rows * nx * c * c
     compiled = torch.compile(transition_eager)
     base_out = None
-    base = lnl.default_config(c, BF16, torch.device("cuda"))
-    previous = dataclasses.replace(base, dw_library=False)  # the Triton dW kernel (before cuBLAS dW)
-
-    def with_config(cfg: lnl.LayerNormLinearConfig, run: Callable[[], Any]) -> Callable[[], Any]:
-        def wrapped() -> Any:
-            lnl.set_default_config(c, BF16, cfg)
-            try:
-                return run()
-            finally:
-                lnl.set_default_config(
-                    c, BF16, base
-                )  # the tiles in use before (an equal override is harmless)
-
-        return wrapped
-
     for name, fn in (("fused", transition_fused), ("fused (repeat)", transition_fused),
-                     ("fused (Triton dW, previous)", transition_fused), ("eager", transition_eager),
-                     ("torch.compile", compiled)):  # fmt: skip
+                     ("LN-Linear kernel + cuBLAS Linear (previous)", transition_ln_linear),
+                     ("eager", transition_eager), ("torch.compile", compiled)):  # fmt: skip
         row: dict[str, Any] = {"op": "transition", "N": n, "method": name}
         try:
             run = transition_run(fn, t)
-            if "previous" in name:
-                run = with_config(previous, run)
             got = run()
             if base_out is None:
                 base_out = got

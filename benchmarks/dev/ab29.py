@@ -26,8 +26,8 @@ from benchmarks.kernels import (
     peak_mib,
     rel,
     swiglu_ref,
-    transition_fused,
     transition_inputs,
+    transition_ln_linear,
     transition_run,
 )  # fmt: skip
 from featurecache.model.kernels import layernorm_linear as lnl
@@ -86,7 +86,7 @@ def main() -> None:
     for rep in range(2):
         for name, cfg in (("shipped", base), ("tuned", tuned)):
             lnl.set_default_config(c, BF16, cfg)
-            run = transition_run(transition_fused, t)
+            run = transition_run(transition_ln_linear, t)
             row = {"what": "total", "variant": name, "rep": rep, "ms": ms(run)}
             if rep == 0:
                 got = run()
@@ -96,7 +96,7 @@ def main() -> None:
                     row["diff_vs_shipped"] = [rel(u, v) for u, v in zip(got, ref, strict=True)]
                 row["peak_mib"] = peak_mib(run)
                 row["fwd_ms"] = ms(
-                    functools.partial(transition_fused, *[t[k] for k in ("x", "lnw", "lnb", "w1", "w2")])
+                    functools.partial(transition_ln_linear, *[t[k] for k in ("x", "lnw", "lnb", "w1", "w2")])
                 )
                 del got
             lnl.set_default_config(c, BF16, None)

@@ -38,8 +38,8 @@ from benchmarks.kernels import (
     peak_mib,
     rel,
     swiglu_ref,
-    transition_fused,
     transition_inputs,
+    transition_ln_linear,
     transition_run,
 )  # fmt: skip
 from featurecache.model.kernels import layernorm_linear as lnl
@@ -107,7 +107,7 @@ def transition(rows: list[dict[str, Any]]) -> None:
     for rep in range(2):
         for name, cfg in (("previous", old), ("this tree", base), ("tuned", tuned)):
             lnl.set_default_config(c, BF16, cfg)
-            run = transition_run(transition_fused, t)
+            run = transition_run(transition_ln_linear, t)
             row = {"what": "total", "variant": name, "config": str(cfg), "rep": rep, "ms": ms(run)}
             if rep == 0:
                 got = run()
@@ -117,7 +117,7 @@ def transition(rows: list[dict[str, Any]]) -> None:
                     row["diff_vs_previous"] = [rel(u, v) for u, v in zip(got, ref, strict=True)]
                 row["peak_mib"] = peak_mib(run)
                 row["fwd_ms"] = ms(
-                    functools.partial(transition_fused, *[t[k] for k in ("x", "lnw", "lnb", "w1", "w2")])
+                    functools.partial(transition_ln_linear, *[t[k] for k in ("x", "lnw", "lnb", "w1", "w2")])
                 )
                 del got
             lnl.set_default_config(c, BF16, None)

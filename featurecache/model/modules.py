@@ -19,6 +19,8 @@ from featurecache.model.kernels.reference import (
     swiglu_ref,
 )
 from featurecache.model.kernels.swiglu import swiglu
+from featurecache.model.kernels.transition import supported as transition_supported
+from featurecache.model.kernels.transition import transition
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -88,8 +90,10 @@ class SwiGLU(nn.Module):
 
 
 class Transition(nn.Module):
-    """AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases); LN, the first
-    GEMM and SwiGLU are one fused kernel. ``[..., c] -> [..., c]`` in the compute dtype."""
+    """AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases).
+    ``[..., c] -> [..., c]`` in the compute dtype. Fused: the whole block is two kernels (forward,
+    backward; :mod:`~featurecache.model.kernels.transition`) for c ≤ 256, else LN, the first GEMM and
+    SwiGLU are one fused kernel followed by a library Linear."""
 
     def __init__(self, c: int, n: int = 4, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()
@@ -97,5 +101,11 @@ class Transition(nn.Module):
         self.out = nn.Linear(n * c, c, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ln_linear.fused:
+            dt = compute_dtype(x)
+            w1, w2 = self.ln_linear.weight.to(dt), self.out.weight.to(dt)
+            if transition_supported(x, w1, w2):
+                ln = self.ln_linear
+                return transition(x, ln.ln_weight, ln.ln_bias, w1, w2, ln.eps)
         h = self.ln_linear(x)
         return F.linear(h, self.out.weight.to(h.dtype))

@@ -33,8 +33,12 @@ class KernelTiles:
     attn_dbias_target_programs: int = 1056
     #: the LayerNorm-Linear weight gradient by cuBLAS from dU and LN(x) (written by the dx kernel)
     ln_dw_library: bool = True
-    #: the attention dk/dv kernel reads a transposed copy of the bias (freed before the bias gradient)
+    #: the attention dk/dv kernel reads a transposed copy of the bias (allocated after the bias gradient)
     attn_dkv_bias_copy: bool = True
+    #: the two-kernel transition: its backward's row block (LayerNorm-weight partials) and the
+    #: largest channel count it takes (above it: LayerNorm-Linear + a library Linear)
+    tr_bwd_block_m: int = 64
+    tr_max_channels: int = 256
 
     @classmethod
     @functools.cache
@@ -45,16 +49,19 @@ class KernelTiles:
 
             from featurecache.model.kernels import layernorm_linear as lnl
             from featurecache.model.kernels import pair_bias_attention as pba
+            from featurecache.model.kernels import transition as tr
         except (ImportError, RuntimeError):  # planning must not need the GPU stack
             return cls()
         cuda = torch.device("cuda")
         ln = lnl.default_config(cfg.c_pair, torch.bfloat16, cuda)
         at = pba.default_config(cfg.head_dim, torch.bfloat16, cuda)
+        trc = tr.default_config(cfg.c_pair, torch.bfloat16, cuda)
         return cls(
             ln_dx_block_m=ln.dx.block_m, ln_dw_block_m=ln.dw.block_m, ln_dw_block_n=ln.dw.block_n,
             ln_dw_target_programs=ln.dw_target_programs, attn_dbias_block_m=at.dbias.block_m,
             attn_dbias_block_n=at.dbias.block_n, attn_dbias_target_programs=at.dbias_target_programs,
             ln_dw_library=ln.dw_library, attn_dkv_bias_copy=at.dkv_bias_copy,
+            tr_bwd_block_m=trc.bwd.block_m, tr_max_channels=tr.MAX_CHANNELS,
         )  # fmt: skip
 
 

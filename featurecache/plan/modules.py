@@ -257,6 +257,28 @@ def _transition(L: Ledger, d: Shapes, x: int, rows: int, c: int, xb: int, name: 
     """``x = x + Transition(x)``: LN → Linear(c, 2nc) → SwiGLU → Linear(nc, c); x ``[rows, c]``."""
     a, n = d.a, d.cfg.transition_n
     L.phase = name
+    tl = d.tiles
+    if d.fused and c <= tl.tr_max_channels:  # kernels/transition.py: two kernels, saves x only
+        y = L.new(rows * c * a)
+        L.ref(x)
+        x_new = L.new(rows * c * max(xb, a))
+        L.drop(y)
+
+        def bwd_two_kernels(g: int) -> int:
+            L.phase = f"{name} backward"
+            g_out = L.new(rows * c * a) if a != xb else L.ref(g)  # dy in the weights' dtype
+            dx = L.new(rows * c * xb)
+            parts = L.new(2 * math.ceil(rows / tl.tr_bwd_block_m) * c * 4)  # dγ, dβ partials
+            h = L.new(rows * n * c * a)  # for dW2 = dyᵀ·h
+            du = L.new(rows * 2 * n * c * a)  # for dW1 = dUᵀ·LN(x)
+            xln = L.new(rows * c * a)
+            L.drop(du, xln)  # after the dW1 GEMM
+            L.drop(h, g_out, parts, x)  # after the dW2 GEMM and the partial sums
+            total = L.new(rows * c * xb)
+            L.drop(dx, g)
+            return total
+
+        return x_new, bwd_two_kernels
     h, ln_bwd = _ln_linear(L, d, x, rows, c, 2 * n * c, xb=xb, swiglu=True)
     out = L.new(rows * c * a)  # linear (saves h)
     x_new = L.new(rows * c * max(xb, a))

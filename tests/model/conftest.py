@@ -26,6 +26,7 @@ _KERNEL_MODULES = (
     "featurecache.model.kernels.pair_bias_attention",
     "featurecache.model.kernels.layernorm_linear",
     "featurecache.model.kernels.swiglu",
+    "featurecache.model.kernels.transition",
 )
 
 

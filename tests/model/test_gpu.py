@@ -17,7 +17,8 @@ from featurecache.model.batches import synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
-from featurecache.model.kernels.reference import layernorm_linear_ref, pair_bias_attention_ref
+from featurecache.model.kernels import transition as tr
+from featurecache.model.kernels.reference import layernorm_linear_ref, pair_bias_attention_ref, transition_ref
 from featurecache.model.trunk import Trunk
 from tests.model.util import TOL, naive_attention, rel_err
 
@@ -159,6 +160,32 @@ def test_layernorm_linear_bf16(m: int, c: int, o: int, sw: bool, record_property
     want = run(layernorm_linear_ref, F32)
     torch_own = run(layernorm_linear_ref, BF16)
     for name, a, b, t in zip(("y", "dx", "dln_w", "dln_b", "dw"), got, want, torch_own, strict=True):
+        err, terr = rel_err(a, b), rel_err(t, b)
+        record_property(f"{name}_err", f"{err:.3e}")
+        record_property(f"{name}_torch_err", f"{terr:.3e}")
+        assert err < TOL[BF16] and err < 3 * terr + 1e-3, f"{name}: {err:.2e} (torch {terr:.2e})"
+
+
+@pytest.mark.parametrize(("m", "c", "h"), [(50_000, 128, 512), (3001, 64, 100), (777, 256, 512)])
+def test_transition_bf16(m: int, c: int, h: int, record_property: Record) -> None:
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, c, device="cuda", generator=g)
+    lw = 1 + 0.1 * torch.randn(c, device="cuda", generator=g)
+    lb = 0.1 * torch.randn(c, device="cuda", generator=g)
+    w1 = torch.randn(2 * h, c, device="cuda", generator=g) / c**0.5
+    w2 = torch.randn(c, h, device="cuda", generator=g) / h**0.5
+    dy = torch.randn(m, c, device="cuda", generator=g)
+
+    def run(fn, dtype):  # type: ignore[no-untyped-def]
+        xs = [x.clone().requires_grad_(), lw.clone().requires_grad_(), lb.clone().requires_grad_(),
+              w1.to(dtype).requires_grad_(), w2.to(dtype).requires_grad_()]  # fmt: skip
+        y = fn(*xs)
+        return (y, *torch.autograd.grad(y, xs, dy.to(y.dtype)))
+
+    got = run(tr.transition, BF16)
+    want = run(transition_ref, F32)
+    torch_own = run(transition_ref, BF16)
+    for name, a, b, t in zip(("y", "dx", "dln_w", "dln_b", "dw1", "dw2"), got, want, torch_own, strict=True):
         err, terr = rel_err(a, b), rel_err(t, b)
         record_property(f"{name}_err", f"{err:.3e}")
         record_property(f"{name}_torch_err", f"{terr:.3e}")

@@ -1,21 +1,24 @@
-"""Dev experiment (run 33; session 7's run-26 kernels, commit 041f9b9, with run 32's two changes):
-the whole AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases) as two
+"""The whole AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases) as two
 kernels, forward and backward.
 
-``layernorm_linear`` fuses the first three steps and leaves the second Linear to cuBLAS, so the
-hidden activation ``h = silu(a)·b`` ``[M, n·c]`` goes through memory four times (the forward
-writes it, the second Linear reads it, its backward writes ``dh`` and the dx kernel reads it):
-at N = 768 (M = 768², c = 128, n = 4) that is 2.4 GB of traffic, ~0.6 ms at 4 TB/s. Here:
+``layernorm_linear`` + a library Linear sends the hidden activation ``h = silu(a)·b`` ``[M, n·c]``
+through memory four times (the forward writes it, the second Linear reads it, its backward writes
+``dh`` and the dx kernel reads it). Here:
 
 * ``_fwd_kernel``: per row block, LN(x) once, then a loop over hidden column blocks: a, b (K = c),
-  h = silu(a)·b in registers, y += h·W2ᵀ (K = the block) accumulated in fp32; only y is stored.
+  h = silu(a)·b in registers, y += h·W2ᵀ accumulated in fp32; only y is stored.
 * ``_bwd_kernel``: per row block, LN(x) and dy once, loop over hidden column blocks: recompute a, b,
   dh = dy·W2 (K = c), store h (for dW2) and dU = ∂(silu(a)·b) (for dW1), dLN += dU·W1; then the
-  LayerNorm backward -> dx, with per-block partial sums of dγ, dβ.
+  LayerNorm backward -> dx, with per-block partial sums of dγ, dβ (one ordered sum: deterministic).
 * dW1 = dUᵀ·LN(x) and dW2 = dyᵀ·h: library GEMMs (cuBLAS on a GPU; deterministic).
 
-Channels up to 256 (the fp32 y / dLN accumulators hold a whole row block of c); the module falls
-back to ``layernorm_linear`` + Linear above that.
+Session 7 (run 26) built these and found them no faster than ``layernorm_linear`` + cuBLAS
+(3.07 vs 3.03 ms at N = 768): the loops were bound by their epilogue (the sigmoid's IEEE division)
+and by ptxas serialising the backward's wgmmas. With the sigmoid by ``tanh.approx`` and dLN
+accumulated through a fresh tile (run 32), they are: 2.57 vs 2.83–2.86 ms (run 33, KERNEL_NOTES.md).
+
+Channels up to 256 (the fp32 y / dLN accumulators hold a whole row block of c);
+:class:`featurecache.model.modules.Transition` falls back to ``layernorm_linear`` + Linear above.
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ def _fwd_kernel(
     Y,  # [M, C] in W1's dtype
     M, C, NH, sx_m, sw1_o, sw2_o, sy_m, eps,
     CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST: tl.constexpr,
-    SPLIT: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_c = tl.arange(0, CP)
@@ -73,12 +75,7 @@ def _fwd_kernel(
         a = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
         b = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
         h = swiglu_fwd_tile(a, b, FAST).to(W1.dtype.element_ty)
-        if SPLIT:
-            y = tl.inline_asm_elementwise("add.f32 $0, $1, $2;", "=r,r,r",
-                                          [y, tl.dot(h, tl.trans(_w2_tile(W2, hs, offs_c, C, NH, sw2_o)), input_precision=PREC)],
-                                          dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
-        else:
-            y += tl.dot(h, tl.trans(_w2_tile(W2, hs, offs_c, C, NH, sw2_o)), input_precision=PREC)
+        y += tl.dot(h, tl.trans(_w2_tile(W2, hs, offs_c, C, NH, sw2_o)), input_precision=PREC)
     tl.store(Y + rows[:, None] * sy_m + offs_c[None, :], y.to(Y.dtype.element_ty),
              mask=(rows < M)[:, None] & (offs_c < C)[None, :])  # fmt: skip
 
@@ -97,7 +94,6 @@ def _bwd_kernel(
     XLN,  # [M, C] in W1's dtype: LN(x) (for dW1)
     M, C, NH, sx_m, sw1_o, sw2_o, sdy_m, sdx_m, sh_m, sdu_m, sxln_m, eps,
     CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST: tl.constexpr,
-    SPLIT: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -128,11 +124,9 @@ def _bwd_kernel(
         du_b = du_b.to(W1.dtype.element_ty)
         tl.store(DU + rows[:, None] * sdu_m + hs[None, :], du_a, mask=st_ok)
         tl.store(DU + rows[:, None] * sdu_m + (hs + NH)[None, :], du_b, mask=st_ok)
-        if SPLIT:
-            dxln = dxln + tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
-        else:
-            dxln += tl.dot(du_a, wa, input_precision=PREC)
-            dxln += tl.dot(du_b, wb, input_precision=PREC)
+        # dU·W1 into a fresh tile, then one add: with dLN as the loop-carried wgmma accumulator
+        # ptxas serialises the loop's wgmmas (C7515): 2.23 -> 1.97 ms at N = 768 (run 33)
+        dxln = dxln + tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
     # the LayerNorm backward; x̂ and rstd recomputed (x is in L2) rather than kept through the loop
     _, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
@@ -157,12 +151,12 @@ class TileConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
-    fast: bool = True
-    split: bool = True
+    #: SwiGLU's sigmoid by the hardware tanh (bf16/fp16 weights on a GPU; see ``swiglu._sigmoid``)
+    fast_sigmoid: bool = True
 
 
 def _fast(cfg: TileConfig, w: torch.Tensor) -> bool:
-    return cfg.fast and w.is_cuda and w.dtype != torch.float32 and not interpreting()
+    return cfg.fast_sigmoid and w.is_cuda and w.dtype != torch.float32 and not interpreting()
 
 
 @dataclass(frozen=True)
@@ -191,7 +185,8 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> T
     if dtype == torch.float32 or channels > 128:
         c = TileConfig(32, 32, 4, 2)
         return TransitionConfig(c, c)
-    return TransitionConfig(fwd=TileConfig(64, 64, 4, 3), bwd=TileConfig(64, 32, 4, 3))
+    # H200, run 33 (rows = 768², c = 128, n = 4, bf16): tile sweeps of 9 forward and 10 backward configs
+    return TransitionConfig(fwd=TileConfig(128, 128, 8, 2), bwd=TileConfig(64, 32, 4, 3))
 
 
 def supported(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
@@ -254,7 +249,7 @@ def transition_forward(
         _fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
             x2, ln_weight, ln_bias, w1, w2, y, m, c, w2.shape[1], x2.stride(0), w1.stride(0), w2.stride(0),
             y.stride(0), eps, CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w1.dtype),
-            FAST=_fast(cfg, w1), SPLIT=cfg.split and not interpreting(),
+            FAST=_fast(cfg, w1),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape((*x.shape[:-1], c))
@@ -292,7 +287,7 @@ def transition_backward(
             x2, ln_weight, ln_bias, w1c, w2c, dy2, dx, dlnw_part, dlnb_part, h, du, xln,
             m, c, nh, x2.stride(0), w1c.stride(0), w2c.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
             du.stride(0), xln.stride(0), eps,
-            CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=_fast(cfg, w1c), SPLIT=cfg.split,
+            CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=_fast(cfg, w1c),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     dw1 = torch.matmul(du.t(), xln)
@@ -304,8 +299,75 @@ def transition_backward(
     )  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------
+# torch.library registration and autograd
+# --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(
+    "featurecache::transition",
+    mutates_args=(),
+    schema="(Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor w1, Tensor w2, float eps) -> Tensor",
+)
+def _op(
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    return transition_forward(x, ln_weight, ln_bias, w1, w2, eps)
+
+
+@_op.register_fake
+def _fake(x, ln_weight, ln_bias, w1, w2, eps):  # type: ignore[no-untyped-def]
+    return x.new_empty(x.shape, dtype=w1.dtype)
+
+
+@torch.library.custom_op(
+    "featurecache::transition_backward",
+    mutates_args=(),
+    schema=(
+        "(Tensor dy, Tensor x, Tensor ln_weight, Tensor ln_bias, Tensor w1, Tensor w2, float eps) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _backward_op(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    ln_weight: torch.Tensor,
+    ln_bias: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return transition_backward(dy, x, ln_weight, ln_bias, w1, w2, eps)
+
+
+@_backward_op.register_fake
+def _backward_fake(dy, x, ln_weight, ln_bias, w1, w2, eps):  # type: ignore[no-untyped-def]
+    return tuple(torch.empty_like(t) for t in (x, ln_weight, ln_bias, w1, w2))
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    x, ln_weight, ln_bias, w1, w2, eps = inputs
+    ctx.save_for_backward(x, ln_weight, ln_bias, w1, w2)
+    ctx.eps = eps
+
+
+def _backward(ctx, dy):  # type: ignore[no-untyped-def]
+    x, ln_weight, ln_bias, w1, w2 = ctx.saved_tensors
+    return (*torch.ops.featurecache.transition_backward(dy, x, ln_weight, ln_bias, w1, w2, ctx.eps), None)
+
+
+_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 class TransitionFunction(torch.autograd.Function):
-    """Autograd over the two kernels; saves only the inputs (everything else is recomputed)."""
+    """The eager autograd path (same launchers as the registered ops, without the custom-op
+    dispatch); saves only the inputs (everything else is recomputed). Under ``torch.compile`` the
+    registered op is used."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -337,8 +399,11 @@ def transition(
 ) -> torch.Tensor:
     """``Linear(W2)(SwiGLU(Linear(W1)(LayerNorm(x))))`` without biases; differentiable in every tensor.
 
-    x: ``[..., C]`` (C ≤ 256); ln_weight, ln_bias: ``[C]``; w1: ``[2·H, C]`` (the a half first, as
-    ``swiglu`` splits); w2: ``[C, H]``. Returns ``[..., C]`` in the weights' dtype.
+    x: ``[..., C]`` (C ≤ 256, any float dtype: normalised in fp32, cast to the weights' dtype for the
+    GEMMs); ln_weight, ln_bias: ``[C]``; w1: ``[2·H, C]`` (the a half first, as ``swiglu`` splits);
+    w2: ``[C, H]``. Returns ``[..., C]`` in the weights' dtype.
     """
+    if torch.compiler.is_compiling():
+        return torch.ops.featurecache.transition(x, ln_weight, ln_bias, w1, w2, float(eps))
     result: torch.Tensor = TransitionFunction.apply(x, ln_weight, ln_bias, w1, w2, float(eps))
     return result

@@ -1,0 +1,134 @@
+"""The two-kernel AF3 transition (LN → Linear → SwiGLU → Linear) vs a float64 oracle: output and
+every gradient (interpreter on CPU, compiled on a GPU), determinism, opcheck, refusals, and the
+module's fallback for channels the kernels do not take."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from featurecache.errors import KernelShapeError
+from featurecache.model.kernels import transition as tr
+from featurecache.model.modules import Transition
+from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
+
+F32, F16 = torch.float32, torch.float16
+
+
+def small_config() -> tr.TransitionConfig:
+    warps = 4 if KERNEL_DEVICE.type == "cuda" else 1
+    c = tr.TileConfig(16, 16, warps, 1)
+    return tr.TransitionConfig(c, c)
+
+
+def oracle(
+    x: torch.Tensor, lw: torch.Tensor, lb: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor
+) -> torch.Tensor:
+    return naive_layernorm_linear(x, lw, lb, w1, None, 1e-5, True) @ w2.T
+
+
+# (leading shape, C, hidden H, dtype)
+CASES = [
+    ((37,), 24, 40, F32),  # odd rows, C not a power of two, H not a multiple of the block
+    ((3, 7), 16, 64, F32),  # 3-D input
+    ((50,), 48, 24, F16),
+    ((1,), 8, 12, F32),  # a single row, tiny C
+]
+
+
+@pytest.mark.parametrize(("lead", "c", "h", "dtype"), CASES)
+def test_matches_float64_oracle(lead: tuple[int, ...], c: int, h: int, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(c * h)
+    x = torch.randn(*lead, c, generator=g) * 2 + 0.5
+    lw, lb = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    w1 = torch.randn(2 * h, c, generator=g) / c**0.5
+    w2 = torch.randn(c, h, generator=g) / h**0.5
+    dy = torch.randn(*lead, c, generator=g)
+    dev, cfg = KERNEL_DEVICE, small_config()
+    xd, lwd, lbd, w1d, w2d = (t.to(dev, dtype) for t in (x, lw, lb, w1, w2))
+    y = tr.transition_forward(xd, lwd, lbd, w1d, w2d, 1e-5, cfg)
+    grads = tr.transition_backward(dy.to(dev, dtype), xd, lwd, lbd, w1d, w2d, 1e-5, cfg)
+
+    xs = [t.double().requires_grad_() for t in (x, lw, lb, w1, w2)]
+    want = oracle(*xs)
+    want.backward(dy.double())
+    assert y.dtype == dtype and y.shape == x.shape and rel_err(y, want) < TOL[dtype]
+    for name, gk, xr in zip(("dx", "dln_w", "dln_b", "dw1", "dw2"), grads, xs, strict=True):
+        assert xr.grad is not None and gk.shape == xr.shape and gk.dtype == dtype
+        err = rel_err(gk, xr.grad)
+        assert err < TOL[dtype], f"{name}: rel err {err:.2e}"
+
+
+def test_fp32_input_with_half_weights() -> None:
+    """The model's case: an fp32 residual stream normalised in fp32 feeding fp16 GEMMs."""
+    dev = KERNEL_DEVICE
+    x = torch.randn(21, 32, device=dev, requires_grad=True)
+    lw = torch.randn(32, device=dev, requires_grad=True)
+    lb = torch.randn(32, device=dev, requires_grad=True)
+    w1 = (torch.randn(96, 32, device=dev) / 6).to(F16).requires_grad_()
+    w2 = (torch.randn(32, 48, device=dev) / 7).to(F16).requires_grad_()
+    y = tr.transition(x, lw, lb, w1, w2)
+    assert y.dtype == F16
+    y.float().square().sum().backward()
+    xs = [t.detach().double().requires_grad_() for t in (x, lw, lb, w1, w2)]
+    want = oracle(*xs)
+    want.square().sum().backward()
+    assert rel_err(y, want) < TOL[F16]
+    for t, r in zip((x, lw, lb, w1, w2), xs, strict=True):
+        assert t.grad is not None and r.grad is not None and rel_err(t.grad, r.grad) < TOL[F16]
+    assert x.grad is not None and x.grad.dtype == F32
+
+
+def test_backward_is_bitwise_deterministic() -> None:
+    dev = KERNEL_DEVICE
+    x = torch.randn(45, 16, device=dev)
+    ln = torch.randn(16, device=dev), torch.randn(16, device=dev)
+    w1, w2 = torch.randn(64, 16, device=dev), torch.randn(16, 32, device=dev)
+    dy = torch.randn(45, 16, device=dev)
+    first = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config())
+    second = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config())
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_opcheck() -> None:
+    dev = KERNEL_DEVICE
+    args = (
+        torch.randn(3, 5, 16, device=dev, requires_grad=True),
+        torch.randn(16, device=dev, requires_grad=True),
+        torch.randn(16, device=dev, requires_grad=True),
+        torch.randn(32, 16, device=dev, requires_grad=True),
+        torch.randn(16, 16, device=dev, requires_grad=True),
+        1e-5,
+    )
+    torch.library.opcheck(torch.ops.featurecache.transition.default, args)
+
+
+def test_bad_shapes_are_refused() -> None:
+    dev = KERNEL_DEVICE
+    x = torch.zeros(4, 16, device=dev)
+    ln = torch.ones(16, device=dev), torch.zeros(16, device=dev)
+    with pytest.raises(KernelShapeError, match=r"w2 \(16, 8\)"):  # w2 must be [C, H] = (16, 16)
+        tr.transition(x, *ln, torch.zeros(32, 16, device=dev), torch.zeros(16, 8, device=dev))
+    big = torch.zeros(2, 264, device=dev)
+    with pytest.raises(KernelShapeError, match=r"C ≤ 256.*\(2, 264\)"):
+        tr.transition(big, torch.ones(264, device=dev), torch.zeros(264, device=dev),
+                      torch.zeros(8, 264, device=dev), torch.zeros(264, 4, device=dev))  # fmt: skip
+    with pytest.raises(KernelShapeError, match=r"\[16\]"):
+        tr.transition(x, torch.ones(8, device=dev), ln[1], torch.zeros(32, 16, device=dev),
+                      torch.zeros(16, 16, device=dev))  # fmt: skip
+
+
+def test_module_falls_back_above_256_channels() -> None:
+    """c = 264: the fused module runs LayerNorm-Linear + a Linear and still matches the reference."""
+    torch.manual_seed(1)
+    fused = Transition(264, n=1, fused=True).to(KERNEL_DEVICE)
+    ref = Transition(264, n=1, fused=False).to(KERNEL_DEVICE)
+    ref.load_state_dict(fused.state_dict())
+    x = torch.randn(5, 264, device=KERNEL_DEVICE)
+    yf, yr = fused(x), ref(x)
+    assert rel_err(yf, yr) < TOL[F32]
+    yf.sum().backward()
+    yr.sum().backward()
+    for (name, pf), pr in zip(fused.named_parameters(), ref.parameters(), strict=True):
+        assert pf.grad is not None and pr.grad is not None and rel_err(pf.grad, pr.grad) < 1e-4, name
