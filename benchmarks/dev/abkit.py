@@ -1,6 +1,7 @@
-"""Shared pieces of the attention A/B scripts (``ab11.py``, ``ab13.py``–``ab15.py``, ``ab27.py``,
-``ab30.py``, ``host.py``, ``launch_ab.py``): the N = 768 backward setup, the interleaved fwd+bwd
-totals over N, the forward-only A/B loop and the host time per call."""
+"""Shared pieces of the A/B scripts. Attention (``ab11.py``, ``ab13.py``–``ab15.py``, ``ab27.py``,
+``ab30.py``, ``ab32.py``, ``host.py``, ``launch_ab.py``): the N = 768 backward setup, the interleaved
+fwd+bwd totals over N, the forward-only A/B loop and the host time per call. LayerNorm-Linear
+(``ab29.py``, ``ab32.py``): the per-kernel tile sweep and the transition totals per config."""
 
 from __future__ import annotations
 
@@ -143,3 +144,97 @@ def forward_ab(
                   f"lse {e.get('lse_diff_vs_shipped')} err {e.get('rel_err_vs_fp32')} {e.get('error', '')[:300]}")  # fmt: skip
     Path(out_path).write_text(json.dumps(res, indent=1))
     return res
+
+
+def lnl_kernel_sweep(
+    kinds: Iterable[tuple[str, Iterable[Any]]], rows: list[dict[str, Any]], n: int = 768
+) -> Any:
+    """LayerNorm-Linear (SwiGLU) at rows = n², c = 128, n = 4, bf16: each ("fwd" | "dx", GemmConfigs)
+    timed twice (interleaved per kind), errors vs fp32; returns the default config with the
+    per-kernel winners of the second rep (error < 2e-2)."""
+    import dataclasses
+    import functools
+
+    import torch.nn.functional as F
+
+    from benchmarks.kernels import free, swiglu_ref, transition_inputs
+    from featurecache.model.kernels import layernorm_linear as lnl
+
+    c, nx = 128, 4
+    m = n * n
+    t = transition_inputs(m, c, nx, seed=3)
+    x, lnw, lnb, w1 = t["x"], t["lnw"], t["lnb"], t["w1"]
+    dh = torch.randn(m, nx * c, device="cuda", dtype=BF16)
+    xs = [v.float().requires_grad_() for v in (x, lnw, lnb, w1)]
+    yr = swiglu_ref(F.linear(F.layer_norm(xs[0], (c,), xs[1], xs[2]), xs[3]))
+    gr = torch.autograd.grad(yr, xs, dh.float())
+    yr = yr.detach()
+    base = lnl.default_config(c, BF16, torch.device("cuda"))
+    a = lnl.prepare_backward(dh, x, lnw, lnb, w1, None, 1e-5, True)
+    best: dict[str, tuple[float, Any]] = {}
+    for kind, cfgs in kinds:
+        cfgs = list(cfgs)
+        for rep in range(2):
+            for g in cfgs:
+                row: dict[str, Any] = {"what": kind, "config": str(g), "rep": rep}
+                try:
+                    if kind == "fwd":
+                        cfg = dataclasses.replace(base, fwd=g)
+                        fn = functools.partial(
+                            lnl.layernorm_linear_forward, x, lnw, lnb, w1, None, 1e-5, True, cfg
+                        )
+                        row["err"] = rel(fn(), yr)
+                    else:
+                        fn = functools.partial(lnl.launch_dx, a, g, True)
+                        got = fn()
+                        row["err"] = rel(got[0], gr[0])
+                        del got
+                    row["ms"] = ms(fn)
+                    if rep == 1 and row["err"] < 2e-2 and row["ms"] < best.get(kind, (float("inf"), None))[0]:
+                        best[kind] = (row["ms"], g)
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+                rows.append(row)
+                print(row, flush=True)
+        free()
+    return dataclasses.replace(base, **{kind: g for kind, (_, g) in best.items()})
+
+
+def lnl_totals(cfgs: dict[str, Any], rows: list[dict[str, Any]], n: int = 768) -> None:
+    """Transition fwd+bwd (LayerNorm-Linear kernel + cuBLAS Linear) at rows = n² per LayerNorm-Linear
+    config, two interleaved reps; on rep 0 the peak MiB, the forward's ms and the relative
+    difference of every output from the first config's."""
+    import functools
+
+    from benchmarks.kernels import free, transition_inputs, transition_ln_linear, transition_run
+    from featurecache.model.kernels import layernorm_linear as lnl
+
+    c = 128
+    t = transition_inputs(n * n, c, 4)
+    ref = None
+    for rep in range(2):
+        for name, cfg in cfgs.items():
+            lnl.set_default_config(c, BF16, cfg)
+            run = transition_run(transition_ln_linear, t)
+            row: dict[str, Any] = {
+                "what": "total",
+                "variant": name,
+                "config": str(cfg),
+                "rep": rep,
+                "ms": ms(run),
+            }
+            if rep == 0:
+                got = run()
+                if ref is None:
+                    ref = got
+                else:
+                    row["diff_vs_first"] = [rel(u, v) for u, v in zip(got, ref, strict=True)]
+                row["peak_mib"] = peak_mib(run)
+                row["fwd_ms"] = ms(
+                    functools.partial(transition_ln_linear, *[t[k] for k in ("x", "lnw", "lnb", "w1", "w2")])
+                )
+                del got
+            lnl.set_default_config(c, BF16, None)
+            rows.append(row)
+            print(row, flush=True)
+            free()

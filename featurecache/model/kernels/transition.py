@@ -38,12 +38,15 @@ MAX_CHANNELS = 256
 
 
 @triton.jit
-def _w1_tiles(W1, hs, offs_c, C, NH, sw1_o):
-    """W1 rows of the a half (hs) and the b half (NH + hs): two [BLOCK_N, CP] tiles."""
+def _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC: tl.constexpr):
+    """The pre-activations a = LN(x)·W1[hs]ᵀ and b = LN(x)·W1[NH + hs]ᵀ (fp32, [BLOCK_M, BLOCK_N])
+    of the hidden columns hs, and the two W1 tiles ([BLOCK_N, CP]) they came from."""
     ok = (hs < NH)[:, None] & (offs_c < C)[None, :]
     wa = tl.load(W1 + hs[:, None] * sw1_o + offs_c[None, :], mask=ok, other=0.0)
     wb = tl.load(W1 + (hs + NH)[:, None] * sw1_o + offs_c[None, :], mask=ok, other=0.0)
-    return wa, wb
+    a = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
+    b = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+    return a, b, wa, wb
 
 
 @triton.jit
@@ -71,9 +74,7 @@ def _fwd_kernel(
     y = tl.zeros([BLOCK_M, CP], tl.float32)
     for start in range(0, NH, BLOCK_N):
         hs = start + offs_n
-        wa, wb = _w1_tiles(W1, hs, offs_c, C, NH, sw1_o)
-        a = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
-        b = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+        a, b, _wa, _wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
         h = swiglu_fwd_tile(a, b, FAST).to(W1.dtype.element_ty)
         y += tl.dot(h, tl.trans(_w2_tile(W2, hs, offs_c, C, NH, sw2_o)), input_precision=PREC)
     tl.store(Y + rows[:, None] * sy_m + offs_c[None, :], y.to(Y.dtype.element_ty),
@@ -109,9 +110,7 @@ def _bwd_kernel(
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
     for start in range(0, NH, BLOCK_N):
         hs = start + offs_n
-        wa, wb = _w1_tiles(W1, hs, offs_c, C, NH, sw1_o)
-        a = tl.dot(a_op, tl.trans(wa), input_precision=PREC)
-        b = tl.dot(a_op, tl.trans(wb), input_precision=PREC)
+        a, b, wa, wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
         dh = tl.dot(dy, _w2_tile(W2, hs, offs_c, C, NH, sw2_o), input_precision=PREC)
         st_ok = row_ok[:, None] & (hs < NH)[None, :]
         tl.store(
