@@ -5,12 +5,27 @@ fwd+bwd totals over N, the forward-only A/B loop and the host time per call. Lay
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from benchmarks.kernels import BF16, attention_inputs, ms, peak_mib, rel
+from benchmarks.kernels import (
+    BF16,
+    attention_inputs,
+    free,
+    ms,
+    peak_mib,
+    rel,
+    swiglu_ref,
+    transition_inputs,
+    transition_ln_linear,
+    transition_run,
+)
+from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
 
 
@@ -152,14 +167,6 @@ def lnl_kernel_sweep(
     """LayerNorm-Linear (SwiGLU) at rows = n², c = 128, n = 4, bf16: each ("fwd" | "dx", GemmConfigs)
     timed twice (interleaved per kind), errors vs fp32; returns the default config with the
     per-kernel winners of the second rep (error < 2e-2)."""
-    import dataclasses
-    import functools
-
-    import torch.nn.functional as F
-
-    from benchmarks.kernels import free, swiglu_ref, transition_inputs
-    from featurecache.model.kernels import layernorm_linear as lnl
-
     c, nx = 128, 4
     m = n * n
     t = transition_inputs(m, c, nx, seed=3)
@@ -204,11 +211,6 @@ def lnl_totals(cfgs: dict[str, Any], rows: list[dict[str, Any]], n: int = 768) -
     """Transition fwd+bwd (LayerNorm-Linear kernel + cuBLAS Linear) at rows = n² per LayerNorm-Linear
     config, two interleaved reps; on rep 0 the peak MiB, the forward's ms and the relative
     difference of every output from the first config's."""
-    import functools
-
-    from benchmarks.kernels import free, transition_inputs, transition_ln_linear, transition_run
-    from featurecache.model.kernels import layernorm_linear as lnl
-
     c = 128
     t = transition_inputs(n * n, c, 4)
     ref = None

@@ -101,11 +101,9 @@ class Transition(nn.Module):
         self.out = nn.Linear(n * c, c, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.ln_linear.fused:
+        ln = self.ln_linear
+        if ln.fused and transition_supported(x, ln.weight, self.out.weight):
             dt = compute_dtype(x)
-            w1, w2 = self.ln_linear.weight.to(dt), self.out.weight.to(dt)
-            if transition_supported(x, w1, w2):
-                ln = self.ln_linear
-                return transition(x, ln.ln_weight, ln.ln_bias, w1, w2, ln.eps)
+            return transition(x, ln.ln_weight, ln.ln_bias, ln.weight.to(dt), self.out.weight.to(dt), ln.eps)
         h = self.ln_linear(x)
         return F.linear(h, self.out.weight.to(h.dtype))

@@ -29,8 +29,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import interpreting
-from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile
+from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 512
 
@@ -335,8 +334,9 @@ def _prec(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _fast_sigmoid(cfg: GemmConfig, w: torch.Tensor) -> bool:
-    return cfg.fast_sigmoid and w.is_cuda and w.dtype != torch.float32 and not interpreting()
+def _cp(c: int) -> int:
+    """The channel tile: the whole row of C channels, padded to a power of two (≥ 16)."""
+    return max(16, triton.next_power_of_2(c))
 
 
 def layernorm_linear_forward(
@@ -363,8 +363,9 @@ def layernorm_linear_forward(
         _fwd_kernel[(triton.cdiv(m, cfg.block_m), triton.cdiv(n_col_blocks, per_prog))](
             x2, ln_weight, ln_bias, w, w if bias is None else bias, y,
             m, c, oh, x2.stride(0), w.stride(0), y.stride(0), per_prog * cfg.block_n, eps,
-            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=max(16, triton.next_power_of_2(c)),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype), FAST_SIGMOID=_fast_sigmoid(cfg, w),
+            HAS_BIAS=bias is not None, SWIGLU=swiglu, CP=_cp(c),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w.dtype),
+            FAST_SIGMOID=use_fast_sigmoid(cfg.fast_sigmoid, w),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape(*x.shape[:-1], oh)
@@ -433,9 +434,9 @@ def launch_dx(
         du_arg, xln_arg,
         m, c, a.out_half, a.x.stride(0), a.w.stride(0), a.dy.stride(0), dx.stride(0), du_arg.stride(0),
         xln_arg.stride(0), a.eps,
-        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
+        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=_cp(c),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), STORE_DU=store_du,
-        FAST_SIGMOID=_fast_sigmoid(cfg, a.w),
+        FAST_SIGMOID=use_fast_sigmoid(cfg.fast_sigmoid, a.w),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dx, dlnw_part.sum(0), dlnb_part.sum(0), du, xln
@@ -468,8 +469,9 @@ def launch_dw(a: BackwardInputs, cfg: GemmConfig, target_programs: int) -> tuple
     _bwd_dw_kernel[(n_out_blocks, splits)](
         a.x, a.ln_weight, a.ln_bias, a.w, a.w if a.bias is None else a.bias, a.dy, dw_part, db_part,
         m, c, oh, a.x.stride(0), a.w.stride(0), a.dy.stride(0), rows_per_split, a.eps,
-        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=max(16, triton.next_power_of_2(c)),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype), FAST_SIGMOID=_fast_sigmoid(cfg, a.w),
+        HAS_BIAS=a.bias is not None, SWIGLU=a.swiglu, CP=_cp(c),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(a.w.dtype),
+        FAST_SIGMOID=use_fast_sigmoid(cfg.fast_sigmoid, a.w),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dw_part.sum(0), db_part.sum(0)

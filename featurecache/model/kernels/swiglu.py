@@ -10,6 +10,13 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import interpreting
+
+
+def use_fast_sigmoid(enabled: bool, weight: torch.Tensor) -> bool:
+    """The ``FAST`` flag of :func:`_sigmoid` for a GEMM with this weight: only when enabled, compiled
+    (not interpreted) and in half precision (fp32 keeps the IEEE sigmoid)."""
+    return enabled and weight.is_cuda and weight.dtype != torch.float32 and not interpreting()
 
 
 @triton.jit

@@ -30,9 +30,8 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import interpreting
-from featurecache.model.kernels.layernorm_linear import _layernorm_rows, _prec
-from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile
+from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
+from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 256
 
@@ -154,10 +153,6 @@ class TileConfig:
     fast_sigmoid: bool = True
 
 
-def _fast(cfg: TileConfig, w: torch.Tensor) -> bool:
-    return cfg.fast_sigmoid and w.is_cuda and w.dtype != torch.float32 and not interpreting()
-
-
 @dataclass(frozen=True)
 class TransitionConfig:
     fwd: TileConfig
@@ -220,15 +215,6 @@ def _check(
         )
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    t2 = t.reshape(-1, t.shape[-1])
-    return t2 if t2.stride(-1) == 1 else t2.contiguous()
-
-
-def _cp(c: int) -> int:
-    return max(16, triton.next_power_of_2(c))
-
-
 def transition_forward(
     x: torch.Tensor,
     ln_weight: torch.Tensor,
@@ -248,7 +234,7 @@ def transition_forward(
         _fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
             x2, ln_weight, ln_bias, w1, w2, y, m, c, w2.shape[1], x2.stride(0), w1.stride(0), w2.stride(0),
             y.stride(0), eps, CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w1.dtype),
-            FAST=_fast(cfg, w1),
+            FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape((*x.shape[:-1], c))
@@ -286,7 +272,7 @@ def transition_backward(
             x2, ln_weight, ln_bias, w1c, w2c, dy2, dx, dlnw_part, dlnb_part, h, du, xln,
             m, c, nh, x2.stride(0), w1c.stride(0), w2c.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
             du.stride(0), xln.stride(0), eps,
-            CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=_fast(cfg, w1c),
+            CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     dw1 = torch.matmul(du.t(), xln)
