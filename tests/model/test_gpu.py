@@ -44,6 +44,18 @@ def _inputs(b: int, s: int, h: int, n: int, d: int, dtype: torch.dtype, masked: 
     return q, k, v, bias, mask, do
 
 
+def _check_vs_oracle(record_property: Record, names, got, want, torch_own, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+    """Each kernel result within TOL of the fp32 oracle and, below fp32, within 3× (+1e-3) of
+    torch's own error at that dtype; both errors recorded as junit properties."""
+    for name, g, w, t in zip(names, got, want, torch_own, strict=True):
+        err, terr = rel_err(g, w), rel_err(t, w)
+        record_property(f"{name}_err", f"{err:.3e}")
+        record_property(f"{name}_torch_err", f"{terr:.3e}")
+        assert err < TOL[dtype], f"{name}: {err:.2e}"
+        if dtype != F32:
+            assert err < 3 * terr + 1e-3, f"{name}: kernel {err:.2e} vs torch's own {terr:.2e}"
+
+
 def _grads(fn, q, k, v, bias, mask, do):  # type: ignore[no-untyped-def]
     xs = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
     out = fn(*xs, mask)
@@ -79,13 +91,7 @@ def test_attention_matches_fp32_oracle(
         do.float(),
     )
     torch_own = _grads(pair_bias_attention_ref, q, k, v, bias, mask, do)
-    for name, g, w, t in zip(("out", "dq", "dk", "dv", "dbias"), got, want, torch_own, strict=True):
-        err, terr = rel_err(g, w), rel_err(t, w)
-        record_property(f"{name}_err", f"{err:.3e}")
-        record_property(f"{name}_torch_err", f"{terr:.3e}")
-        assert err < TOL[dtype], f"{name}: {err:.2e}"
-        if dtype != F32:
-            assert err < 3 * terr + 1e-3, f"{name}: kernel {err:.2e} vs torch's own {terr:.2e}"
+    _check_vs_oracle(record_property, ("out", "dq", "dk", "dv", "dbias"), got, want, torch_own, dtype)
 
 
 def test_attention_is_bitwise_deterministic_on_gpu() -> None:
@@ -159,11 +165,7 @@ def test_layernorm_linear_bf16(m: int, c: int, o: int, sw: bool, record_property
     got = run(lnl.layernorm_linear, BF16)
     want = run(layernorm_linear_ref, F32)
     torch_own = run(layernorm_linear_ref, BF16)
-    for name, a, b, t in zip(("y", "dx", "dln_w", "dln_b", "dw"), got, want, torch_own, strict=True):
-        err, terr = rel_err(a, b), rel_err(t, b)
-        record_property(f"{name}_err", f"{err:.3e}")
-        record_property(f"{name}_torch_err", f"{terr:.3e}")
-        assert err < TOL[BF16] and err < 3 * terr + 1e-3, f"{name}: {err:.2e} (torch {terr:.2e})"
+    _check_vs_oracle(record_property, ("y", "dx", "dln_w", "dln_b", "dw"), got, want, torch_own, BF16)
 
 
 @pytest.mark.parametrize(("m", "c", "h"), [(50_000, 128, 512), (3001, 64, 100), (777, 256, 512)])
@@ -185,11 +187,7 @@ def test_transition_bf16(m: int, c: int, h: int, record_property: Record) -> Non
     got = run(tr.transition, BF16)
     want = run(transition_ref, F32)
     torch_own = run(transition_ref, BF16)
-    for name, a, b, t in zip(("y", "dx", "dln_w", "dln_b", "dw1", "dw2"), got, want, torch_own, strict=True):
-        err, terr = rel_err(a, b), rel_err(t, b)
-        record_property(f"{name}_err", f"{err:.3e}")
-        record_property(f"{name}_torch_err", f"{terr:.3e}")
-        assert err < TOL[BF16] and err < 3 * terr + 1e-3, f"{name}: {err:.2e} (torch {terr:.2e})"
+    _check_vs_oracle(record_property, ("y", "dx", "dln_w", "dln_b", "dw1", "dw2"), got, want, torch_own, BF16)
 
 
 def test_trunk_fused_matches_reference_under_autocast(record_property: Record) -> None:
