@@ -8,7 +8,8 @@ what the H200 runs; prints ptxas's performance warnings (C75xx: serialized wgmma
         [--no-fast-sigmoid]
 
 Kernels: the attention fwd, dq, dkv, dbias (B=1, S=N, H=4, D=32) and the transition's fused
-forward (tfwd) and dx kernel (tdx) at rows = N², C = 128, O = 1024 with SwiGLU.
+forward (tfwd) and dx kernel (tdx) at rows = N², C = 128, O = 1024 with SwiGLU, and the two-kernel
+transition's forward (trf) and backward (trb), which is what ``Transition`` runs.
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated kernel names")
     for name in ("fwd", "dq", "dkv", "dbias"):
         ap.add_argument(f"--{name}", help=f"tiles of the {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,SP")
+    for name in ("trf", "trb"):
+        ap.add_argument(
+            f"--{name}", help=f"tiles of the transition's {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES,JOINT"
+        )
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
@@ -182,6 +187,25 @@ def main() -> None:
     kernels["tdx"] = (  # X, LNW, LNB, W, BIAS, DY, DX, DLNW_PART, DLNB_PART, DU, XLN; M, C, OH and strides
         lnl._bwd_dx_kernel, [bf] * 7 + [torch.float32] * 2 + [bf] * 2, (rows, ch, oh, ch, ch, oh, ch, 2 * oh, ch),
         lambda g: (True, True, ch, g.block_m, g.block_n, "tf32", True, g.fast_sigmoid), tdx,
+    )  # fmt: skip
+    # the two-kernel transition (kernels/transition.py, what Transition runs for c <= 256)
+    from featurecache.model.kernels import transition as trk
+
+    tcfg = trk.default_config(ch, bf, torch.device("cuda"))
+    for name in ("trf", "trb"):  # --trf / --trb BLOCK_M,BLOCK_N,WARPS,STAGES,JOINT
+        if getattr(args, name):
+            bm, bn, w, st, jt = (int(x) for x in getattr(args, name).split(","))
+            tile = trk.TileConfig(bm, bn, w, st, joint=bool(jt))
+            tcfg = dataclasses.replace(tcfg, **{"fwd" if name == "trf" else "bwd": tile})
+    tfast = True if args.fast_sigmoid is None else args.fast_sigmoid
+    kernels["trf"] = (  # X, LNW, LNB, W1, W2, Y; M, C, NH, sx_m, sw1_o, sw2_o, sy_m
+        trk._fwd_kernel, [bf] * 6, (rows, ch, oh, ch, ch, oh, ch),
+        lambda g: (ch, g.block_m, g.block_n, "tf32", tfast, g.joint), tcfg.fwd,
+    )  # fmt: skip
+    kernels["trb"] = (  # X, LNW, LNB, W1, W2, DY, DX, DLNW_PART, DLNB_PART, H, DU, XLN; M, C, NH, strides
+        trk._bwd_kernel, [bf] * 7 + [torch.float32] * 2 + [bf] * 3,
+        (rows, ch, oh, ch, ch, 2 * oh, ch, ch, oh, 2 * oh, ch),
+        lambda g: (ch, g.block_m, g.block_n, "tf32", tfast, g.joint, True, g.even), tcfg.bwd,
     )  # fmt: skip
     print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
     for name, (fn, tens, ints, cx, c) in kernels.items():
