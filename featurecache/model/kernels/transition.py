@@ -30,9 +30,8 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import interpreting
 from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
-from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
+from featurecache.model.kernels.swiglu import swiglu_fwd_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 256
 
@@ -50,49 +49,8 @@ def _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC: tl.constexpr):
 
 
 @triton.jit
-def _ab_joint(
-    a_op,
-    W1,
-    start,
-    C,
-    NH,
-    sw1_o,
-    BLOCK_N: tl.constexpr,
-    CP: tl.constexpr,
-    PREC: tl.constexpr,
-    EVEN: tl.constexpr,
-):
-    """a, b of the hidden columns start + [0, BLOCK_N) from ONE dot: W1's a and b rows are loaded
-    interleaved (a₀, b₀, a₁, b₁, …) into one [2·BLOCK_N, CP] tile, so the product's columns pair up
-    as (aₖ, bₖ), which the MMA layout keeps in one thread's registers: the split is free. Returns
-    a, b (fp32, [BLOCK_M, BLOCK_N]) and the interleaved W1 tile (the dLN product's B operand)."""
-    r = tl.arange(0, 2 * BLOCK_N)
-    hs = start + r // 2
-    offs_c = tl.arange(0, CP)
-    ptrs = W1 + (hs + (r % 2) * NH)[:, None] * sw1_o + offs_c[None, :]
-    w = tl.load(ptrs) if EVEN else tl.load(ptrs, mask=(hs < NH)[:, None] & (offs_c < C)[None, :], other=0.0)
-    u = tl.dot(a_op, tl.trans(w), input_precision=PREC)
-    a, b = tl.split(tl.reshape(u, [u.shape[0], BLOCK_N, 2]))
-    return a, b, w
-
-
-@triton.jit
-def _add_unfolded(acc, t, ASM: tl.constexpr):
-    """acc + t, where t is a dot's result: written as inline asm on a GPU so that Triton does not fold
-    the add back into the dot as its accumulator, which makes ptxas serialise every wgmma of the
-    loop (C7515: a loop-carried accumulator also written by non-wgmma instructions)."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            "add.f32 $0, $1, $2;", "=r,r,r", [acc, t], dtype=tl.float32, is_pure=True, pack=1
-        )
-    return acc + t
-
-
-@triton.jit
-def _w2_tile(W2, hs, offs_c, C, NH, sw2_o, EVEN: tl.constexpr = False):
+def _w2_tile(W2, hs, offs_c, C, NH, sw2_o):
     """W2[:, hs] as a [CP, BLOCK_N] tile (W2 is [C, NH], nn.Linear layout)."""
-    if EVEN:
-        return tl.load(W2 + offs_c[:, None] * sw2_o + hs[None, :])
     ok = (offs_c < C)[:, None] & (hs < NH)[None, :]
     return tl.load(W2 + offs_c[:, None] * sw2_o + hs[None, :], mask=ok, other=0.0)
 
@@ -106,7 +64,6 @@ def _fwd_kernel(
     Y,  # [M, C] in W1's dtype
     M, C, NH, sx_m, sw1_o, sw2_o, sy_m, eps,
     CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST: tl.constexpr,
-    JOINT: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_c = tl.arange(0, CP)
@@ -116,10 +73,7 @@ def _fwd_kernel(
     y = tl.zeros([BLOCK_M, CP], tl.float32)
     for start in range(0, NH, BLOCK_N):
         hs = start + offs_n
-        if JOINT:
-            a, b, _w = _ab_joint(a_op, W1, start, C, NH, sw1_o, BLOCK_N, CP, PREC, False)
-        else:
-            a, b, _wa, _wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
+        a, b, _wa, _wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
         h = swiglu_fwd_tile(a, b, FAST).to(W1.dtype.element_ty)
         y += tl.dot(h, tl.trans(_w2_tile(W2, hs, offs_c, C, NH, sw2_o)), input_precision=PREC)
     tl.store(Y + rows[:, None] * sy_m + offs_c[None, :], y.to(Y.dtype.element_ty),
@@ -127,20 +81,37 @@ def _fwd_kernel(
 
 
 @triton.jit
+def _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, hs, offs_c, C, NH, sw1_o, sw2_o, sh_m, sdu_m,
+               PREC: tl.constexpr, FAST: tl.constexpr):  # fmt: skip
+    """One hidden block of the backward: recompute a, b; dh = dy·W2[:, hs]; store h and dU; return
+    dU's halves (W1's dtype) and the W1 tiles for dLN."""
+    a, b, wa, wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
+    dh = tl.dot(dy, _w2_tile(W2, hs, offs_c, C, NH, sw2_o), input_precision=PREC)
+    st_ok = row_ok[:, None] & (hs < NH)[None, :]
+    h, du_a, du_b = swiglu_fwd_bwd_tile(a, b, dh, FAST)
+    tl.store(H + rows[:, None] * sh_m + hs[None, :], h.to(H.dtype.element_ty), mask=st_ok)
+    du_a = du_a.to(W1.dtype.element_ty)
+    du_b = du_b.to(W1.dtype.element_ty)
+    tl.store(DU + rows[:, None] * sdu_m + hs[None, :], du_a, mask=st_ok)
+    tl.store(DU + rows[:, None] * sdu_m + (hs + NH)[None, :], du_b, mask=st_ok)
+    return du_a, du_b, wa, wb
+
+
+@triton.jit
 def _bwd_kernel(
     X,  # [M, C]
     LNW, LNB,  # [C]
     W1,  # [2·NH, C]
-    W2,  # [C, NH]; JOINT: [C, 2·NH], every column twice
+    W2,  # [C, NH]
     DY,  # [M, C] in W1's dtype
     DX,  # [M, C] in x's dtype
     DLNW_PART, DLNB_PART,  # [cdiv(M, BLOCK_M), C] fp32
     H,  # [M, NH] in W1's dtype: silu(a)·b (for dW2)
-    DU,  # [M, 2·NH] in W1's dtype: ∂/∂(a, b) (for dW1); JOINT: columns interleaved (a₀, b₀, a₁, …)
+    DU,  # [M, 2·NH] in W1's dtype: ∂/∂(a, b) (for dW1)
     XLN,  # [M, C] in W1's dtype: LN(x) (for dW1)
     M, C, NH, sx_m, sw1_o, sw2_o, sdy_m, sdx_m, sh_m, sdu_m, sxln_m, eps,
     CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST: tl.constexpr,
-    JOINT: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -154,47 +125,17 @@ def _bwd_kernel(
     tl.store(XLN + rows[:, None] * sxln_m + offs_c[None, :], a_op, mask=rc_ok)
     dy = tl.load(DY + rows[:, None] * sdy_m + offs_c[None, :], mask=rc_ok, other=0.0)
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
-    for start in range(0, NH, BLOCK_N):
-        hs = start + offs_n
-        if JOINT:
-            a, b, w = _ab_joint(a_op, W1, start, C, NH, sw1_o, BLOCK_N, CP, PREC, EVEN)
-        else:
-            a, b, wa, wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
-        if JOINT:
-            # dh in the split's layout: W2 comes with its columns duplicated (h₀, h₀, h₁, h₁, …: [C, 2·NH]),
-            # so dy·W2 lands as pairs (dhₖ, dhₖ) like (aₖ, bₖ); one half is kept
-            r2 = 2 * start + tl.arange(0, 2 * BLOCK_N)
-            dh2 = tl.dot(dy, _w2_tile(W2, r2, offs_c, C, 2 * NH, sw2_o, EVEN), input_precision=PREC)
-            dh, _dh = tl.split(tl.reshape(dh2, [BLOCK_M, BLOCK_N, 2]))
-        else:
-            dh = tl.dot(dy, _w2_tile(W2, hs, offs_c, C, NH, sw2_o), input_precision=PREC)
-        st_ok = row_ok[:, None] & (hs < NH)[None, :]
-        h = swiglu_fwd_tile(a, b, FAST).to(H.dtype.element_ty)
-        if EVEN:
-            tl.store(H + rows[:, None] * sh_m + hs[None, :], h)
-        else:
-            tl.store(H + rows[:, None] * sh_m + hs[None, :], h, mask=st_ok)
-        du_a, du_b = swiglu_bwd_tile(a, b, dh, FAST)
-        if JOINT:
-            du = tl.reshape(tl.join(du_a, du_b), [BLOCK_M, 2 * BLOCK_N]).to(W1.dtype.element_ty)
-            r2 = 2 * start + tl.arange(0, 2 * BLOCK_N)
-            if EVEN:
-                tl.store(DU + rows[:, None] * sdu_m + r2[None, :], du)
-            else:
-                tl.store(
-                    DU + rows[:, None] * sdu_m + r2[None, :],
-                    du,
-                    mask=row_ok[:, None] & (r2 < 2 * NH)[None, :],
-                )
-            dxln = _add_unfolded(dxln, tl.dot(du, w, input_precision=PREC), ASM)
-        else:
-            du_a = du_a.to(W1.dtype.element_ty)
-            du_b = du_b.to(W1.dtype.element_ty)
-            tl.store(DU + rows[:, None] * sdu_m + hs[None, :], du_a, mask=st_ok)
-            tl.store(DU + rows[:, None] * sdu_m + (hs + NH)[None, :], du_b, mask=st_ok)
-            # dU·W1 into a fresh tile, then one add: with dLN as the loop-carried wgmma accumulator
-            # ptxas serialises the loop's wgmmas (C7515): 2.23 -> 1.97 ms at N = 768 (run 33)
-            dxln = dxln + tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
+    # dU·W1 into a fresh tile, then one add: with dLN as the loop-carried wgmma accumulator
+    # ptxas serialises the loop's wgmmas (C7515): 2.23 -> 1.97 ms at N = 768 (run 33)
+    for start in range(0, NH, UNROLL * BLOCK_N):
+        du_a, du_b, wa, wb = _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, start + offs_n, offs_c,
+                                        C, NH, sw1_o, sw2_o, sh_m, sdu_m, PREC, FAST)  # fmt: skip
+        part = tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
+        if UNROLL == 2:  # a second hidden block into the same fresh tile: one add per two blocks
+            du_a, du_b, wa, wb = _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, start + BLOCK_N + offs_n,
+                                            offs_c, C, NH, sw1_o, sw2_o, sh_m, sdu_m, PREC, FAST)  # fmt: skip
+            part = tl.dot(du_b, wb, tl.dot(du_a, wa, part, input_precision=PREC), input_precision=PREC)
+        dxln = dxln + part
     # the LayerNorm backward; x̂ and rstd recomputed (x is in L2) rather than kept through the loop
     _, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
@@ -221,11 +162,8 @@ class TileConfig:
     num_stages: int = 2
     #: SwiGLU's sigmoid by the hardware tanh (bf16/fp16 weights on a GPU; see ``swiglu._sigmoid``)
     fast_sigmoid: bool = True
-    #: a and b from one dot over W1's interleaved a/b rows (``_ab_joint``); in the backward also one
-    #: dLN dot and one dU store per hidden block, dU's columns interleaved
-    joint: bool = True
-    #: the backward's loop without load/store masks when M, H and C fill the tiles
-    even: bool = True
+    #: backward only: hidden blocks per loop iteration (2: the dLN products of two blocks share one add)
+    unroll: int = 1
 
 
 @dataclass(frozen=True)
@@ -255,9 +193,7 @@ def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> T
         c = TileConfig(32, 32, 4, 2)
         return TransitionConfig(c, c)
     # H200, run 33 (rows = 768², c = 128, n = 4, bf16): tile sweeps of 9 forward and 10 backward configs
-    return TransitionConfig(
-        fwd=TileConfig(128, 128, 8, 2, joint=False), bwd=TileConfig(64, 32, 4, 3, joint=False, even=False)
-    )
+    return TransitionConfig(fwd=TileConfig(128, 128, 8, 2), bwd=TileConfig(64, 32, 4, 3))
 
 
 def supported(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
@@ -311,7 +247,7 @@ def transition_forward(
         _fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
             x2, ln_weight, ln_bias, w1, w2, y, m, c, w2.shape[1], x2.stride(0), w1.stride(0), w2.stride(0),
             y.stride(0), eps, CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(w1.dtype),
-            FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1), JOINT=cfg.joint,
+            FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     return y.reshape((*x.shape[:-1], c))
@@ -344,20 +280,15 @@ def transition_backward(
     h = torch.empty((m, nh), device=dev, dtype=wdt)
     du = torch.empty((m, 2 * nh), device=dev, dtype=wdt)
     xln = torch.empty((m, c), device=dev, dtype=wdt)
-    # the joint loop reads W2 with its columns duplicated ([C, 2·H], see _bwd_kernel)
-    w2k = w2c.repeat_interleave(2, dim=1) if cfg.joint else w2c
     if m:
         _bwd_kernel[(blocks,)](
-            x2, ln_weight, ln_bias, w1c, w2k, dy2, dx, dlnw_part, dlnb_part, h, du, xln,
-            m, c, nh, x2.stride(0), w1c.stride(0), w2k.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
+            x2, ln_weight, ln_bias, w1c, w2c, dy2, dx, dlnw_part, dlnb_part, h, du, xln,
+            m, c, nh, x2.stride(0), w1c.stride(0), w2c.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
             du.stride(0), xln.stride(0), eps,
             CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
-            JOINT=cfg.joint, ASM=x.is_cuda and not interpreting(), EVEN=cfg.even and m % cfg.block_m == 0
-            and nh % cfg.block_n == 0 and c == _cp(c), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            UNROLL=cfg.unroll, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     dw1 = torch.matmul(du.t(), xln)
-    if cfg.joint:  # rows (a₀, b₀, a₁, b₁, …) -> (a₀, a₁, …, b₀, b₁, …)
-        dw1 = dw1.view(nh, 2, c).transpose(0, 1).reshape(2 * nh, c)
     del du, xln
     dw2 = torch.matmul(dy2.t(), h)
     return (
