@@ -14,6 +14,10 @@ reference; the two dW GEMMs alone; then fwd+bwd of the shipped and the best conf
 interleaved reps, and bitwise repeatability of the best backward.
 
     PYTHONPATH=. python3 benchmarks/dev/ab38.py OUT.json
+
+Outcome (``kernels_ab_run38.json``): the joint loop is slower at every tile (kernel 1.456 -> 2.144 ms
+at the shipped tiles, best 1.533) and ``even`` is within noise, so both switches were removed; run
+this script at commit c8ae049, which has them (KERNEL_NOTES.md, session 9).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ together (the launchers called directly, the same way for both), two interleaved
 an fp32 reference; bitwise repeatability of the new backward.
 
     PYTHONPATH=. python3 benchmarks/dev/ab39.py OUT.json
+
+Outcome (``kernels_ab_run39.json``): forward 0.585 -> 0.603 ms, backward unchanged, unroll 2 slower
+at every tile; all reverted. Run this script at commit 8dfcf22, which has the changes and
+``TileConfig.unroll`` (KERNEL_NOTES.md, session 9).
 """
 
 from __future__ import annotations

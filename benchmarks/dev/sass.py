@@ -128,7 +128,7 @@ def main() -> None:
     for name in ("trf", "trb"):
         ap.add_argument(
             f"--{name}",
-            help=f"tiles of the transition's {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES[,UNROLL]",
+            help=f"tiles of the transition's {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES",
         )
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
@@ -193,10 +193,10 @@ def main() -> None:
     from featurecache.model.kernels import transition as trk
 
     tcfg = trk.default_config(ch, bf, torch.device("cuda"))
-    for name in ("trf", "trb"):  # --trf / --trb BLOCK_M,BLOCK_N,WARPS,STAGES[,UNROLL]
+    for name in ("trf", "trb"):  # --trf / --trb BLOCK_M,BLOCK_N,WARPS,STAGES
         if getattr(args, name):
-            bm, bn, w, st, *un = (int(x) for x in getattr(args, name).split(","))
-            tile = trk.TileConfig(bm, bn, w, st, unroll=un[0] if un else 1)
+            bm, bn, w, st = (int(x) for x in getattr(args, name).split(","))
+            tile = trk.TileConfig(bm, bn, w, st)
             tcfg = dataclasses.replace(tcfg, **{"fwd" if name == "trf" else "bwd": tile})
     tfast = True if args.fast_sigmoid is None else args.fast_sigmoid
     kernels["trf"] = (  # X, LNW, LNB, W1, W2, Y; M, C, NH, sx_m, sw1_o, sw2_o, sy_m
@@ -206,7 +206,7 @@ def main() -> None:
     kernels["trb"] = (  # X, LNW, LNB, W1, W2, DY, DX, DLNW_PART, DLNB_PART, H, DU, XLN; M, C, NH, strides
         trk._bwd_kernel, [bf] * 7 + [torch.float32] * 2 + [bf] * 3,
         (rows, ch, oh, ch, ch, oh, ch, ch, oh, 2 * oh, ch),
-        lambda g: (ch, g.block_m, g.block_n, "tf32", tfast, g.unroll), tcfg.bwd,
+        lambda g: (ch, g.block_m, g.block_n, "tf32", tfast), tcfg.bwd,
     )  # fmt: skip
     print(f"{'kernel':8} {'regs':>5} {'spill':>6} {'loop':>5}  mix (per loop body)")
     for name, (fn, tens, ints, cx, c) in kernels.items():

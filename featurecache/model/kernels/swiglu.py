@@ -34,34 +34,17 @@ def _sigmoid(a, FAST: tl.constexpr):
 
 @triton.jit
 def swiglu_fwd_tile(a, b, FAST: tl.constexpr):
-    """fp32 tiles a, b -> silu(a) * b (fp32); ``FAST`` as in :func:`_sigmoid`, written as
-    p + p·tanh(a/2) with p = (a/2)·b: two multiplies, one FMA and the tanh per element."""
-    if FAST:
-        ha = a * 0.5
-        t = tl.inline_asm_elementwise(
-            "tanh.approx.f32 $0, $1;", "=r,r", [ha], dtype=tl.float32, is_pure=True, pack=1
-        )
-        p = ha * b
-        return p * t + p
+    """fp32 tiles a, b -> silu(a) * b (fp32); ``FAST`` as in :func:`_sigmoid`."""
     return a * _sigmoid(a, FAST) * b
-
-
-@triton.jit
-def swiglu_fwd_bwd_tile(a, b, dy, FAST: tl.constexpr):
-    """fp32 tiles -> (h, da, db): h = silu(a)·b and its gradients given dy; ``FAST`` as in
-    :func:`_sigmoid`. da = dy·b·σ·(1 + a(1 − σ)) as dy·b·(σ + silu·(1 − σ)): one FMA and one add
-    where the product form takes three operations."""
-    sig = _sigmoid(a, FAST)
-    silu = a * sig
-    db = dy * silu
-    da = (dy * b) * ((silu - silu * sig) + sig)
-    return silu * b, da, db
 
 
 @triton.jit
 def swiglu_bwd_tile(a, b, dy, FAST: tl.constexpr):
     """fp32 tiles -> (da, db) of y = silu(a) * b given dy; ``FAST`` as in :func:`_sigmoid`."""
-    _h, da, db = swiglu_fwd_bwd_tile(a, b, dy, FAST)
+    sig = _sigmoid(a, FAST)
+    silu = a * sig
+    da = dy * b * sig * (1.0 + a * (1.0 - sig))
+    db = dy * silu
     return da, db
 
 

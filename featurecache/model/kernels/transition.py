@@ -31,7 +31,7 @@ import triton.language as tl
 
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
-from featurecache.model.kernels.swiglu import swiglu_fwd_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
+from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 256
 
@@ -81,23 +81,6 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, hs, offs_c, C, NH, sw1_o, sw2_o, sh_m, sdu_m,
-               PREC: tl.constexpr, FAST: tl.constexpr):  # fmt: skip
-    """One hidden block of the backward: recompute a, b; dh = dy·W2[:, hs]; store h and dU; return
-    dU's halves (W1's dtype) and the W1 tiles for dLN."""
-    a, b, wa, wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
-    dh = tl.dot(dy, _w2_tile(W2, hs, offs_c, C, NH, sw2_o), input_precision=PREC)
-    st_ok = row_ok[:, None] & (hs < NH)[None, :]
-    h, du_a, du_b = swiglu_fwd_bwd_tile(a, b, dh, FAST)
-    tl.store(H + rows[:, None] * sh_m + hs[None, :], h.to(H.dtype.element_ty), mask=st_ok)
-    du_a = du_a.to(W1.dtype.element_ty)
-    du_b = du_b.to(W1.dtype.element_ty)
-    tl.store(DU + rows[:, None] * sdu_m + hs[None, :], du_a, mask=st_ok)
-    tl.store(DU + rows[:, None] * sdu_m + (hs + NH)[None, :], du_b, mask=st_ok)
-    return du_a, du_b, wa, wb
-
-
-@triton.jit
 def _bwd_kernel(
     X,  # [M, C]
     LNW, LNB,  # [C]
@@ -111,7 +94,6 @@ def _bwd_kernel(
     XLN,  # [M, C] in W1's dtype: LN(x) (for dW1)
     M, C, NH, sx_m, sw1_o, sw2_o, sdy_m, sdx_m, sh_m, sdu_m, sxln_m, eps,
     CP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, FAST: tl.constexpr,
-    UNROLL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -125,17 +107,24 @@ def _bwd_kernel(
     tl.store(XLN + rows[:, None] * sxln_m + offs_c[None, :], a_op, mask=rc_ok)
     dy = tl.load(DY + rows[:, None] * sdy_m + offs_c[None, :], mask=rc_ok, other=0.0)
     dxln = tl.zeros([BLOCK_M, CP], tl.float32)
-    # dU·W1 into a fresh tile, then one add: with dLN as the loop-carried wgmma accumulator
-    # ptxas serialises the loop's wgmmas (C7515): 2.23 -> 1.97 ms at N = 768 (run 33)
-    for start in range(0, NH, UNROLL * BLOCK_N):
-        du_a, du_b, wa, wb = _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, start + offs_n, offs_c,
-                                        C, NH, sw1_o, sw2_o, sh_m, sdu_m, PREC, FAST)  # fmt: skip
-        part = tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
-        if UNROLL == 2:  # a second hidden block into the same fresh tile: one add per two blocks
-            du_a, du_b, wa, wb = _bwd_block(a_op, dy, W1, W2, H, DU, rows, row_ok, start + BLOCK_N + offs_n,
-                                            offs_c, C, NH, sw1_o, sw2_o, sh_m, sdu_m, PREC, FAST)  # fmt: skip
-            part = tl.dot(du_b, wb, tl.dot(du_a, wa, part, input_precision=PREC), input_precision=PREC)
-        dxln = dxln + part
+    for start in range(0, NH, BLOCK_N):
+        hs = start + offs_n
+        a, b, wa, wb = _ab_tiles(a_op, W1, hs, offs_c, C, NH, sw1_o, PREC)
+        dh = tl.dot(dy, _w2_tile(W2, hs, offs_c, C, NH, sw2_o), input_precision=PREC)
+        st_ok = row_ok[:, None] & (hs < NH)[None, :]
+        tl.store(
+            H + rows[:, None] * sh_m + hs[None, :],
+            swiglu_fwd_tile(a, b, FAST).to(H.dtype.element_ty),
+            mask=st_ok,
+        )
+        du_a, du_b = swiglu_bwd_tile(a, b, dh, FAST)
+        du_a = du_a.to(W1.dtype.element_ty)
+        du_b = du_b.to(W1.dtype.element_ty)
+        tl.store(DU + rows[:, None] * sdu_m + hs[None, :], du_a, mask=st_ok)
+        tl.store(DU + rows[:, None] * sdu_m + (hs + NH)[None, :], du_b, mask=st_ok)
+        # dU·W1 into a fresh tile, then one add: with dLN as the loop-carried wgmma accumulator
+        # ptxas serialises the loop's wgmmas (C7515): 2.23 -> 1.97 ms at N = 768 (run 33)
+        dxln = dxln + tl.dot(du_b, wb, tl.dot(du_a, wa, input_precision=PREC), input_precision=PREC)
     # the LayerNorm backward; x̂ and rstd recomputed (x is in L2) rather than kept through the loop
     _, xhat, rstd = _layernorm_rows(X, LNW, LNB, rows, offs_c, M, C, sx_m, eps)
     dxln = tl.where(row_ok[:, None], dxln, 0.0)
@@ -162,8 +151,6 @@ class TileConfig:
     num_stages: int = 2
     #: SwiGLU's sigmoid by the hardware tanh (bf16/fp16 weights on a GPU; see ``swiglu._sigmoid``)
     fast_sigmoid: bool = True
-    #: backward only: hidden blocks per loop iteration (2: the dLN products of two blocks share one add)
-    unroll: int = 1
 
 
 @dataclass(frozen=True)
@@ -286,7 +273,7 @@ def transition_backward(
             m, c, nh, x2.stride(0), w1c.stride(0), w2c.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
             du.stride(0), xln.stride(0), eps,
             CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
-            UNROLL=cfg.unroll, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
     dw1 = torch.matmul(du.t(), xln)
     del du, xln
