@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from featurecache.model.config import ModelConfig
+from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES
 
 #: streaming multiprocessors of the target GPU (H100/H200: 132); the attention backward aims at
 #: ≥ 2 programs per SM when it splits the bias gradient into fp32 partials
@@ -39,6 +40,8 @@ class KernelTiles:
     #: largest channel count it takes (above it: LayerNorm-Linear + a library Linear)
     tr_bwd_block_m: int = 64
     tr_max_channels: int = 256
+    #: the transition backward's h/dU/LN(x) buffers per row chunk (kernels/transition.py)
+    tr_bwd_chunk_bytes: int | None = TRANSITION_BWD_CHUNK_BYTES
 
     @classmethod
     @functools.cache
@@ -61,7 +64,7 @@ class KernelTiles:
             ln_dw_target_programs=ln.dw_target_programs, attn_dbias_block_m=at.dbias.block_m,
             attn_dbias_block_n=at.dbias.block_n, attn_dbias_target_programs=at.dbias_target_programs,
             ln_dw_library=ln.dw_library, attn_dkv_bias_copy=at.dkv_bias_copy,
-            tr_bwd_block_m=trc.bwd.block_m, tr_max_channels=tr.MAX_CHANNELS,
+            tr_bwd_block_m=trc.bwd.block_m, tr_max_channels=tr.MAX_CHANNELS, tr_bwd_chunk_bytes=trc.bwd_chunk_bytes,
         )  # fmt: skip
 
 

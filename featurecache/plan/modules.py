@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from featurecache.model.kernels.grid import dbias_groups
+from featurecache.model.kernels.grid import chunk_rows, dbias_groups
 from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes, pad8
 
 
@@ -269,11 +269,15 @@ def _transition(L: Ledger, d: Shapes, x: int, rows: int, c: int, xb: int, name: 
             g_out = L.new(rows * c * a) if a != xb else L.ref(g)  # dy in the weights' dtype
             dx = L.new(rows * c * xb)
             parts = L.new(2 * math.ceil(rows / tl.tr_bwd_block_m) * c * 4)  # dγ, dβ partials
-            h = L.new(rows * n * c * a)  # for dW2 = dyᵀ·h
-            du = L.new(rows * 2 * n * c * a)  # for dW1 = dUᵀ·LN(x)
-            xln = L.new(rows * c * a)
-            L.drop(du, xln)  # after the dW1 GEMM
-            L.drop(h, g_out, parts, x)  # after the dW2 GEMM and the partial sums
+            dws = L.new((2 * n * c * c + c * n * c) * 4)  # fp32 dW1, dW2 sums over the row chunks
+            step = chunk_rows(rows, c, n * c, a, tl.tr_bwd_block_m, tl.tr_bwd_chunk_bytes)
+            h = L.new(step * n * c * a)  # one chunk's h, dU, LN(x) (reused by every chunk)
+            du = L.new(step * 2 * n * c * a)
+            xln = L.new(step * c * a)
+            L.temp(2 * n * c * c * 4)  # one chunk's fp32 dW1 product
+            L.drop(h, du, xln)
+            L.drop(g_out, parts, x)
+            L.drop(dws)  # cast to the weights' dtype: parameter gradients, counted in the state
             total = L.new(rows * c * xb)
             L.drop(dx, g)
             return total

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels import grid
 from featurecache.model.kernels import transition as tr
 from featurecache.model.modules import Transition
 from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
@@ -15,10 +16,16 @@ from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
 F32, F16 = torch.float32, torch.float16
 
 
-def small_config() -> tr.TransitionConfig:
+def small_config(chunk_bytes: int | None = None) -> tr.TransitionConfig:
+    """16-row tiles; ``chunk_bytes``: the backward's row chunks (None: one chunk)."""
     warps = 4 if KERNEL_DEVICE.type == "cuda" else 1
     c = tr.TileConfig(16, 16, warps, 1)
-    return tr.TransitionConfig(c, c)
+    return tr.TransitionConfig(c, c, bwd_chunk_bytes=chunk_bytes)
+
+
+#: with these the backward runs the rows in several chunks (16-row multiples) and a shorter last one:
+#: 37 rows of C = 24, H = 40 in fp32 are 576 B per row -> chunks of 16, 16, 5 rows
+SMALL_CHUNK = 4096
 
 
 def oracle(
@@ -36,15 +43,18 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("chunk_bytes", [None, SMALL_CHUNK])
 @pytest.mark.parametrize(("lead", "c", "h", "dtype"), CASES)
-def test_matches_float64_oracle(lead: tuple[int, ...], c: int, h: int, dtype: torch.dtype) -> None:
+def test_matches_float64_oracle(
+    lead: tuple[int, ...], c: int, h: int, dtype: torch.dtype, chunk_bytes: int | None
+) -> None:
     g = torch.Generator().manual_seed(c * h)
     x = torch.randn(*lead, c, generator=g) * 2 + 0.5
     lw, lb = torch.randn(c, generator=g), torch.randn(c, generator=g)
     w1 = torch.randn(2 * h, c, generator=g) / c**0.5
     w2 = torch.randn(c, h, generator=g) / h**0.5
     dy = torch.randn(*lead, c, generator=g)
-    dev, cfg = KERNEL_DEVICE, small_config()
+    dev, cfg = KERNEL_DEVICE, small_config(chunk_bytes)
     xd, lwd, lbd, w1d, w2d = (t.to(dev, dtype) for t in (x, lw, lb, w1, w2))
     y = tr.transition_forward(xd, lwd, lbd, w1d, w2d, 1e-5, cfg)
     grads = tr.transition_backward(dy.to(dev, dtype), xd, lwd, lbd, w1d, w2d, 1e-5, cfg)
@@ -79,16 +89,35 @@ def test_fp32_input_with_half_weights() -> None:
     assert x.grad is not None and x.grad.dtype == F32
 
 
-def test_backward_is_bitwise_deterministic() -> None:
+@pytest.mark.parametrize("chunk_bytes", [None, SMALL_CHUNK])
+def test_backward_is_bitwise_deterministic(chunk_bytes: int | None) -> None:
     dev = KERNEL_DEVICE
     x = torch.randn(45, 16, device=dev)
     ln = torch.randn(16, device=dev), torch.randn(16, device=dev)
     w1, w2 = torch.randn(64, 16, device=dev), torch.randn(16, 32, device=dev)
     dy = torch.randn(45, 16, device=dev)
-    first = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config())
-    second = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config())
+    first = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config(chunk_bytes))
+    second = tr.transition_backward(dy, x, *ln, w1, w2, 1e-5, small_config(chunk_bytes))
     for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("rows", "c", "h", "itemsize", "block", "budget"),
+                         [(37, 24, 40, 4, 16, 4096), (768 * 768, 128, 512, 2, 64, 512 << 20),
+                          (100, 8, 8, 2, 16, 10), (1000, 16, 32, 2, 64, 1 << 30), (5, 8, 8, 2, 16, 64)])  # fmt: skip
+def test_chunk_rows_cover_the_rows_within_the_budget(
+    rows: int, c: int, h: int, itemsize: int, block: int, budget: int
+) -> None:
+    step = grid.chunk_rows(rows, c, h, itemsize, block, budget)
+    per_row = (3 * h + c) * itemsize
+    assert 1 <= step <= rows
+    # whole row blocks (the LayerNorm partials are indexed by block) unless one chunk takes all rows
+    assert step % block == 0 or step == rows
+    # within the budget, unless a single row block is already over it
+    assert step * per_row <= budget or step <= block
+    # no more chunks than the budget needs (one more at most, from the rounding to row blocks)
+    assert -(-rows // step) <= -(-rows * per_row // budget) + 1
+    assert grid.chunk_rows(rows, c, h, itemsize, block, None) == rows
 
 
 def test_opcheck() -> None:

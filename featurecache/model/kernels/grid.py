@@ -11,6 +11,25 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+#: the transition backward writes h, dU and LN(x) (``3·H + C`` elements per row in the weights' dtype)
+#: for the weight GEMMs; it runs over the rows in chunks whose buffers take at most this many bytes,
+#: each chunk's GEMMs adding into fp32 dW1, dW2 in chunk order (deterministic). At N = 768 (rows =
+#: 768², 1.96 GB of buffers) the backward's peak goes 2025 -> 910 MiB for +3-5 % of its time (run 40,
+#: KERNEL_NOTES.md); the pair transition's backward is where the training step peaks
+TRANSITION_BWD_CHUNK_BYTES = 512 << 20
+
+
+def chunk_rows(rows: int, c: int, hidden: int, itemsize: int, block_m: int, chunk_bytes: int | None) -> int:
+    """Rows per transition-backward chunk: the fewest equal chunks whose buffers fit
+    ``chunk_bytes``, rounded up to whole row blocks (the LayerNorm-weight partials are indexed by
+    row block). ``chunk_bytes`` None: all rows in one chunk."""
+    if rows <= 0 or not chunk_bytes:
+        return max(rows, 1)
+    n_chunks = math.ceil(rows * (3 * hidden + c) * itemsize / chunk_bytes)
+    step = math.ceil(rows / n_chunks)
+    return min(rows, math.ceil(step / block_m) * block_m)
+
+
 def dbias_groups(s: int, programs_per_group: int, target_programs: int) -> tuple[int, int]:
     """(groups, S rows per group) of the attention bias-gradient kernel.
 

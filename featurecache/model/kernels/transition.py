@@ -10,7 +10,8 @@ through memory four times (the forward writes it, the second Linear reads it, it
 * ``_bwd_kernel``: per row block, LN(x) and dy once, loop over hidden column blocks: recompute a, b,
   dh = dy·W2 (K = c), store h (for dW2) and dU = ∂(silu(a)·b) (for dW1), dLN += dU·W1; then the
   LayerNorm backward -> dx, with per-block partial sums of dγ, dβ (one ordered sum: deterministic).
-* dW1 = dUᵀ·LN(x) and dW2 = dyᵀ·h: library GEMMs (cuBLAS on a GPU; deterministic).
+* dW1 = dUᵀ·LN(x) and dW2 = dyᵀ·h: library GEMMs (cuBLAS on a GPU; deterministic), run per row
+  chunk of the backward (``grid.TRANSITION_BWD_CHUNK_BYTES``) into fp32 sums, so h, dU and LN(x) exist for one chunk.
 
 Session 7 (run 26) built these and found them no faster than ``layernorm_linear`` + cuBLAS
 (3.07 vs 3.03 ms at N = 768): the loops were bound by their epilogue (the sigmoid's IEEE division)
@@ -30,6 +31,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES, chunk_rows
 from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
@@ -157,6 +159,15 @@ class TileConfig:
 class TransitionConfig:
     fwd: TileConfig
     bwd: TileConfig
+    #: the backward's h/dU/LN(x) buffers per row chunk (None: all rows at once)
+    bwd_chunk_bytes: int | None = TRANSITION_BWD_CHUNK_BYTES
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with an fp32 result (half-precision inputs keep cuBLAS's fp32 accumulation on a GPU)."""
+    if a.is_cuda and a.dtype != torch.float32:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.mm(a.float(), b.float())
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], TransitionConfig] = {}
@@ -259,25 +270,33 @@ def transition_backward(
     dy2 = _rows(dy.to(wdt))
     if dy2.shape != (m, c):
         raise KernelShapeError(f"dy must be shaped like x {tuple(x.shape)}; got {tuple(dy.shape)}")
-    cfg = (config or default_config(c, wdt, dev)).bwd
+    tcfg = config or default_config(c, wdt, dev)
+    cfg = tcfg.bwd
     blocks = max(1, triton.cdiv(m, cfg.block_m))
     dx = torch.empty((m, c), device=dev, dtype=x.dtype)
     dlnw_part = torch.zeros((blocks, c), device=dev, dtype=torch.float32)
     dlnb_part = torch.zeros((blocks, c), device=dev, dtype=torch.float32)
-    h = torch.empty((m, nh), device=dev, dtype=wdt)
-    du = torch.empty((m, 2 * nh), device=dev, dtype=wdt)
-    xln = torch.empty((m, c), device=dev, dtype=wdt)
-    if m:
-        _bwd_kernel[(blocks,)](
-            x2, ln_weight, ln_bias, w1c, w2c, dy2, dx, dlnw_part, dlnb_part, h, du, xln,
-            m, c, nh, x2.stride(0), w1c.stride(0), w2c.stride(0), dy2.stride(0), dx.stride(0), h.stride(0),
+    dw1 = torch.zeros((2 * nh, c), device=dev, dtype=torch.float32)
+    dw2 = torch.zeros((c, nh), device=dev, dtype=torch.float32)
+    step = chunk_rows(m, c, nh, w1c.element_size(), cfg.block_m, tcfg.bwd_chunk_bytes)
+    # one chunk's buffers, reused by every chunk (stream order keeps the GEMMs' reads before the
+    # next chunk's writes)
+    h = torch.empty((step, nh), device=dev, dtype=wdt)
+    du = torch.empty((step, 2 * nh), device=dev, dtype=wdt)
+    xln = torch.empty((step, c), device=dev, dtype=wdt)
+    for r0 in range(0, m, step):
+        mk = min(m, r0 + step) - r0
+        xk, dyk, dxk, b0 = x2[r0 : r0 + mk], dy2[r0 : r0 + mk], dx[r0 : r0 + mk], r0 // cfg.block_m
+        _bwd_kernel[(triton.cdiv(mk, cfg.block_m),)](
+            xk, ln_weight, ln_bias, w1c, w2c, dyk, dxk, dlnw_part[b0:], dlnb_part[b0:], h, du, xln,
+            mk, c, nh, xk.stride(0), w1c.stride(0), w2c.stride(0), dyk.stride(0), dxk.stride(0), h.stride(0),
             du.stride(0), xln.stride(0), eps,
             CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
-    dw1 = torch.matmul(du.t(), xln)
-    del du, xln
-    dw2 = torch.matmul(dy2.t(), h)
+        dw1 += _mm_f32(du[:mk].t(), xln[:mk])
+        dw2 += _mm_f32(dyk.t(), h[:mk])
+    del h, du, xln
     return (
         dx.reshape(x.shape), dlnw_part.sum(0).to(ln_weight.dtype), dlnb_part.sum(0).to(ln_bias.dtype),
         dw1.to(w1.dtype), dw2.to(w2.dtype),
