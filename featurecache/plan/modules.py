@@ -269,12 +269,14 @@ def _transition(L: Ledger, d: Shapes, x: int, rows: int, c: int, xb: int, name: 
             g_out = L.new(rows * c * a) if a != xb else L.ref(g)  # dy in the weights' dtype
             dx = L.new(rows * c * xb)
             parts = L.new(2 * math.ceil(rows / tl.tr_bwd_block_m) * c * 4)  # dγ, dβ partials
-            dws = L.new((2 * n * c * c + c * n * c) * 4)  # fp32 dW1, dW2 sums over the row chunks
             step = chunk_rows(rows, c, n * c, a, tl.tr_bwd_block_m, tl.tr_bwd_chunk_bytes)
+            one = step >= rows
+            dws = L.new((2 * n * c * c + c * n * c) * (a if one else 4))  # dW1, dW2 (fp32 sums over chunks)
             h = L.new(step * n * c * a)  # one chunk's h, dU, LN(x) (reused by every chunk)
             du = L.new(step * 2 * n * c * a)
             xln = L.new(step * c * a)
-            L.temp(2 * n * c * c * 4)  # one chunk's fp32 dW1 product
+            if not one:
+                L.temp(2 * n * c * c * 4)  # one chunk's fp32 dW1 product
             L.drop(h, du, xln)
             L.drop(g_out, parts, x)
             L.drop(dws)  # cast to the weights' dtype: parameter gradients, counted in the state

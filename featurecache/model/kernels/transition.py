@@ -276,9 +276,12 @@ def transition_backward(
     dx = torch.empty((m, c), device=dev, dtype=x.dtype)
     dlnw_part = torch.zeros((blocks, c), device=dev, dtype=torch.float32)
     dlnb_part = torch.zeros((blocks, c), device=dev, dtype=torch.float32)
-    dw1 = torch.zeros((2 * nh, c), device=dev, dtype=torch.float32)
-    dw2 = torch.zeros((c, nh), device=dev, dtype=torch.float32)
     step = chunk_rows(m, c, nh, w1c.element_size(), cfg.block_m, tcfg.bwd_chunk_bytes)
+    # several chunks: dW1, dW2 summed in fp32 in chunk order; one chunk: the GEMMs straight into the
+    # weights' dtype (fp32 accumulation inside; 2-5 % faster than fp32 output, run 43)
+    one = step >= m
+    dw1 = torch.zeros((2 * nh, c), device=dev, dtype=wdt if one else torch.float32)
+    dw2 = torch.zeros((c, nh), device=dev, dtype=wdt if one else torch.float32)
     # one chunk's buffers, reused by every chunk (stream order keeps the GEMMs' reads before the
     # next chunk's writes)
     h = torch.empty((step, nh), device=dev, dtype=wdt)
@@ -294,8 +297,11 @@ def transition_backward(
             CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
-        dw1 += _mm_f32(du[:mk].t(), xln[:mk])
-        dw2 += _mm_f32(dyk.t(), h[:mk])
+        if one:
+            dw1, dw2 = torch.matmul(du.t(), xln), torch.matmul(dyk.t(), h)
+        else:
+            dw1 += _mm_f32(du[:mk].t(), xln[:mk])
+            dw2 += _mm_f32(dyk.t(), h[:mk])
     del h, du, xln
     return (
         dx.reshape(x.shape), dlnw_part.sum(0).to(ln_weight.dtype), dlnb_part.sum(0).to(ln_bias.dtype),
