@@ -280,8 +280,8 @@ def transition_backward(
     # several chunks: dW1, dW2 summed in fp32 in chunk order; one chunk: the GEMMs straight into the
     # weights' dtype (fp32 accumulation inside; 2-5 % faster than fp32 output, run 43)
     one = step >= m
-    dw1 = torch.zeros((2 * nh, c), device=dev, dtype=wdt if one else torch.float32)
-    dw2 = torch.zeros((c, nh), device=dev, dtype=wdt if one else torch.float32)
+    dw1: torch.Tensor | None = None
+    dw2: torch.Tensor | None = None
     # one chunk's buffers, reused by every chunk (stream order keeps the GEMMs' reads before the
     # next chunk's writes)
     h = torch.empty((step, nh), device=dev, dtype=wdt)
@@ -299,10 +299,14 @@ def transition_backward(
         )  # fmt: skip
         if one:
             dw1, dw2 = torch.matmul(du.t(), xln), torch.matmul(dyk.t(), h)
+        elif dw1 is None or dw2 is None:
+            dw1, dw2 = _mm_f32(du[:mk].t(), xln[:mk]), _mm_f32(dyk.t(), h[:mk])
         else:
             dw1 += _mm_f32(du[:mk].t(), xln[:mk])
             dw2 += _mm_f32(dyk.t(), h[:mk])
     del h, du, xln
+    if dw1 is None or dw2 is None:  # no rows
+        dw1, dw2 = torch.zeros_like(w1c), torch.zeros_like(w2c)
     return (
         dx.reshape(x.shape), dlnw_part.sum(0).to(ln_weight.dtype), dlnb_part.sum(0).to(ln_bias.dtype),
         dw1.to(w1.dtype), dw2.to(w2.dtype),
