@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.dev.abkit import transition_problem
 from benchmarks.kernels import (
     BF16,
     free,
@@ -28,7 +29,6 @@ from benchmarks.kernels import (
     peak_mib,
     rel,
     transition_eager,
-    transition_inputs,
     transition_ln_linear,
     transition_run,
 )
@@ -48,16 +48,8 @@ def new_fn(x, lnw, lnb, w1, w2):  # type: ignore[no-untyped-def]
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, c, nx = 768, 128, 4
-    m = n * n
-    t = transition_inputs(m, c, nx)
-    flops = 18 * m * nx * c * c
-    xs = [t[k] for k in ("x", "lnw", "lnb", "w1", "w2")]
-    # reference for the per-kernel checks: fp32 eager on the same bf16 inputs
-    r = [x.float().requires_grad_() for x in xs]
-    yr = transition_eager(*r)
-    gr = torch.autograd.grad(yr, r, t["dy"].float())
-    yr = yr.detach()
+    c = 128
+    t, xs, flops, yr, gr = transition_problem(768, c)
     base = tr.default_config(c, BF16, torch.device("cuda"))
     best_f: tuple[float, Any] = (float("inf"), base.fwd)
     for cfg in FWD:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.dev.abkit import transition_problem
 from benchmarks.kernels import (
     BF16,
     free,
@@ -36,7 +37,6 @@ from benchmarks.kernels import (
     peak_mib,
     rel,
     transition_eager,
-    transition_inputs,
     transition_run,
 )
 from featurecache.model.kernels import transition as tr
@@ -86,15 +86,8 @@ def kernel_only(t: dict[str, Any], cfg: tr.TileConfig):  # type: ignore[no-untyp
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, c, nx = 768, 128, 4
-    m = n * n
-    t = transition_inputs(m, c, nx)
-    flops = 18 * m * nx * c * c
-    xs = [t[k] for k in ("x", "lnw", "lnb", "w1", "w2")]
-    r = [x.float().requires_grad_() for x in xs]
-    yr = transition_eager(*r)
-    gr = torch.autograd.grad(yr, r, t["dy"].float())
-    yr = yr.detach()
+    c = 128
+    t, xs, flops, yr, gr = transition_problem(768, c)
     best_f: tuple[float, Any] = (float("inf"), SHIPPED_F)
     for cfg in FWD:
         row: dict[str, Any] = {"what": "fwd", "config": str(cfg)}

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from benchmarks.dev import transition_prev as prev
-from benchmarks.kernels import free, ms, rel, transition_eager, transition_inputs
+from benchmarks.dev.abkit import transition_problem
+from benchmarks.kernels import free, ms, rel
 from featurecache.model.kernels import transition as tr
 
 TC = tr.TileConfig
@@ -43,15 +44,8 @@ BWD = {"unroll1": TC(64, 32, 4, 3), "unroll2": TC(64, 32, 4, 3, unroll=2), "unro
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
-    n, c, nx = 768, 128, 4
-    m = n * n
-    t = transition_inputs(m, c, nx)
-    flops = 18 * m * nx * c * c
-    xs = [t[k] for k in ("x", "lnw", "lnb", "w1", "w2")]
-    r = [x.float().requires_grad_() for x in xs]
-    yr = transition_eager(*r)
-    gr = torch.autograd.grad(yr, r, t["dy"].float())
-    yr = yr.detach()
+    c = 128
+    t, xs, flops, yr, gr = transition_problem(768, c)
     pcfg = prev.default_config(c, torch.bfloat16, torch.device("cuda"))
     fwds = {
         "prev": functools.partial(prev.transition_forward, *xs, 1e-5, pcfg),

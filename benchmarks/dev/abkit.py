@@ -21,6 +21,7 @@ from benchmarks.kernels import (
     peak_mib,
     rel,
     swiglu_ref,
+    transition_eager,
     transition_inputs,
     transition_ln_linear,
     transition_run,
@@ -240,3 +241,17 @@ def lnl_totals(cfgs: dict[str, Any], rows: list[dict[str, Any]], n: int = 768) -
             rows.append(row)
             print(row, flush=True)
             free()
+
+
+def transition_problem(
+    n: int = 768, c: int = 128, nx: int = 4
+) -> tuple[dict[str, Any], list[Any], int, Any, Any]:
+    """The transition A/Bs' problem: inputs at rows = n² (``transition_inputs``), the five input
+    tensors, the useful FLOPs of fwd+bwd, and the fp32-eager reference output and gradients on the
+    same bf16 inputs."""
+    t = transition_inputs(n * n, c, nx)
+    xs = [t[k] for k in ("x", "lnw", "lnb", "w1", "w2")]
+    r = [x.float().requires_grad_() for x in xs]
+    yr = transition_eager(*r)
+    gr = torch.autograd.grad(yr, r, t["dy"].float())
+    return t, xs, 18 * n * n * nx * c * c, yr.detach(), gr
