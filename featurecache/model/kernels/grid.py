@@ -14,7 +14,7 @@ def interpreting() -> bool:
 #: the transition backward writes h, dU and LN(x) (``3·H + C`` elements per row in the weights' dtype)
 #: for the weight GEMMs; it runs over the rows in chunks whose buffers take at most this many bytes,
 #: each chunk's GEMMs adding into fp32 dW1, dW2 in chunk order (deterministic). At N = 768 (rows =
-#: 768², 1.96 GB of buffers) the backward's peak goes 2025 -> 910 MiB for +3-5 % of its time (run 40,
+#: 768², 1.96 GB of buffers) the backward's peak goes 2025 -> 910 MiB for +3-6 % of its time (runs 40, 44,
 #: KERNEL_NOTES.md); the pair transition's backward is where the training step peaks
 TRANSITION_BWD_CHUNK_BYTES = 512 << 20
 

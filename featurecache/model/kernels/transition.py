@@ -279,7 +279,7 @@ def transition_backward(
     step = chunk_rows(m, c, nh, w1c.element_size(), cfg.block_m, tcfg.bwd_chunk_bytes)
     # several chunks: dW1, dW2 summed in fp32 in chunk order; one chunk: the GEMMs straight into the
     # weights' dtype (fp32 accumulation inside; 2-5 % faster than fp32 output, run 43)
-    one = step >= m
+    mm = torch.matmul if step >= m else _mm_f32
     dw1: torch.Tensor | None = None
     dw2: torch.Tensor | None = None
     # one chunk's buffers, reused by every chunk (stream order keeps the GEMMs' reads before the
@@ -297,13 +297,12 @@ def transition_backward(
             CP=_cp(c), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREC=_prec(wdt), FAST=use_fast_sigmoid(cfg.fast_sigmoid, w1c),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
-        if one:
-            dw1, dw2 = torch.matmul(du.t(), xln), torch.matmul(dyk.t(), h)
-        elif dw1 is None or dw2 is None:
-            dw1, dw2 = _mm_f32(du[:mk].t(), xln[:mk]), _mm_f32(dyk.t(), h[:mk])
+        g1, g2 = mm(du[:mk].t(), xln[:mk]), mm(dyk.t(), h[:mk])
+        if dw1 is None or dw2 is None:
+            dw1, dw2 = g1, g2
         else:
-            dw1 += _mm_f32(du[:mk].t(), xln[:mk])
-            dw2 += _mm_f32(dyk.t(), h[:mk])
+            dw1 += g1
+            dw2 += g2
     del h, du, xln
     if dw1 is None or dw2 is None:  # no rows
         dw1, dw2 = torch.zeros_like(w1c), torch.zeros_like(w2c)
