@@ -130,6 +130,9 @@ def main() -> None:
             f"--{name}",
             help=f"tiles of the transition's {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES",
         )
+    ap.add_argument("--qkv-row-stride", type=int, default=None,
+                    help="attention: q, k, v as the trunk's views of one projection with this row stride "
+                         "(elements; the trunk's TriangleAttention uses 4·H·D + the padded bias heads)")
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
@@ -141,6 +144,8 @@ def main() -> None:
             bm, bn, w, st, sp = (int(x) for x in getattr(args, name).split(","))
             cfg = dataclasses.replace(cfg, **{name: pba.KernelConfig(bm, bn, w, st, sp)})
     q_str = (s * h * n * d, h * n * d, n * d, d)
+    r = args.qkv_row_stride
+    qkv_str = q_str if r is None else (s * n * r, n * r, d, r)  # [B, S, H, N, D] views of [B, S, N, r]
     bias_str = (h * n * n, n * n, n, 1)
     bias_t_str = (h * n * n, n * n, 1, n)  # the dk/dv kernel's transposed copy (dkv_bias_copy)
     even = lambda c: pba._even(n, c.block_m, c.block_n)  # noqa: E731
@@ -148,28 +153,28 @@ def main() -> None:
         "fwd": (
             pba._fwd_kernel,
             [bf, bf, bf, bf, bf, bf, bf, torch.float32],
-            (*q_str, *q_str, *q_str, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
+            (*qkv_str * 3, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
             lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.fwd,
         ),
         "dq": (
             pba._bwd_dq_kernel,
             [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
-            (*q_str * 6, *bias_str, 0, 0, 0, s, h, n),
+            (*qkv_str * 3, *q_str * 3, *bias_str, 0, 0, 0, s, h, n),
             lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dq,
         ),
         "dkv": (
             pba._bwd_dkv_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
-            (*q_str * 6, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, s, h, n),
+            (*qkv_str * 3, *q_str * 3, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, s, h, n),
             lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
             cfg.dkv,
         ),
         "dbias": (
             pba._bwd_dbias_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
-            (*q_str * 4, *bias_str, 0, 0, 0, s, h, n, 24),
+            (*qkv_str * 3, *q_str, *bias_str, 0, 0, 0, s, h, n, 24),
             lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"),
             cfg.dbias,
         ),

@@ -19,15 +19,22 @@ from featurecache.model.config import ModelConfig
 from featurecache.model.modules import LayerNormLinear, PairBiasAttention, Transition
 
 
-def _pad8(n: int) -> int:
-    return -(-n // 8) * 8
+def pad16(n: int) -> int:
+    """n rounded up to a multiple of 16: the bias-head columns of a projection, so its row stride is a
+    multiple of 16 elements. The Triton kernels specialise integer strides on divisibility by 16;
+    with a row stride of 4·H·D + 8 = 520 the attention kernels read q, k, v tiles with 2-byte scalar
+    loads instead of 16-byte async copies (sass.py --qkv-row-stride 520: forward loop 1187 -> 1458
+    instructions) and ran 2-3x slower inside the trunk than in benchmarks/kernels.py (run 45)."""
+    return -(-n // 16) * 16
 
 
 class TriangleAttention(nn.Module):
     """AF3 triangle attention around the starting (Alg. 14) or ending (Alg. 15) node.
 
     One fused LayerNorm+Linear projects ``z`` to q, k, v, gate and the per-head bias (its width
-    padded to a multiple of 8 so row strides stay 16-byte aligned); the fused pair-bias attention
+    padded so the row stride is a multiple of 16 elements: :func:`pad16`), split into those five
+    with one ``split`` (its backward is one ``cat``; five slices would each allocate and add a
+    full-width gradient, run 45); the fused pair-bias attention
     runs with S = the rows of ``z``; the pair mask of padded tokens factorises into a key mask and a
     row mask (both the token mask), the cheap form for the kernel. The ending node is the starting
     node on ``zᵀ`` (same masks). ``z [B, N, N, c] -> [B, N, N, c]``.
@@ -39,7 +46,7 @@ class TriangleAttention(nn.Module):
         super().__init__()
         self.h, self.d, self.starting = n_heads, head_dim, starting
         hd = n_heads * head_dim
-        self.proj = LayerNormLinear(c_pair, 4 * hd + _pad8(n_heads), eps=eps, fused=fused)
+        self.proj = LayerNormLinear(c_pair, 4 * hd + pad16(n_heads), eps=eps, fused=fused)
         self.out = nn.Linear(hd, c_pair, bias=False)
         self.attention = PairBiasAttention(fused)
 
@@ -54,9 +61,10 @@ class TriangleAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:  # [B, i, j, H·D] -> [B, S=i, H, N=j, D]
             return t.unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4)
 
-        q, k, v = heads(p[..., :hd]), heads(p[..., hd : 2 * hd]), heads(p[..., 2 * hd : 3 * hd])
-        gate = torch.sigmoid(p[..., 3 * hd : 4 * hd])
-        bias = p[..., 4 * hd : 4 * hd + h].permute(0, 3, 1, 2).contiguous()  # [B, H, j (query), k (key)]
+        pq, pk, pv, pg, pb = p.split([hd, hd, hd, hd, p.shape[-1] - 4 * hd], dim=-1)
+        q, k, v = heads(pq), heads(pk), heads(pv)
+        gate = torch.sigmoid(pg)
+        bias = pb[..., :h].permute(0, 3, 1, 2).contiguous()  # [B, H, j (query), k (key)]
         # row i, key k is real iff tokens i and k are: pair_mask[i, k] = token_mask[i] & token_mask[k]
         o = self.attention(q, k, v, bias, key_mask=token_mask, row_mask=token_mask)
         o = o.permute(0, 1, 3, 2, 4).reshape(b, n, n, hd)
@@ -72,7 +80,7 @@ class SingleAttentionWithPairBias(nn.Module):
         super().__init__()
         self.h = n_heads
         self.proj = LayerNormLinear(c_token, 4 * c_token, eps=eps, fused=fused)
-        self.pair_bias = LayerNormLinear(c_pair, _pad8(n_heads), eps=eps, fused=fused)
+        self.pair_bias = LayerNormLinear(c_pair, pad16(n_heads), eps=eps, fused=fused)
         self.out = nn.Linear(c_token, c_token, bias=False)
         self.attention = PairBiasAttention(fused)
 
@@ -84,8 +92,9 @@ class SingleAttentionWithPairBias(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:  # [B, N, c] -> [B, 1, H, N, c/H]
             return t.unflatten(-1, (h, c // h)).permute(0, 2, 1, 3).unsqueeze(1)
 
-        q, k, v = heads(p[..., :c]), heads(p[..., c : 2 * c]), heads(p[..., 2 * c : 3 * c])
-        gate = torch.sigmoid(p[..., 3 * c :])
+        pq, pk, pv, pg = p.split(c, dim=-1)
+        q, k, v = heads(pq), heads(pk), heads(pv)
+        gate = torch.sigmoid(pg)
         bias = self.pair_bias(z)[..., :h].permute(0, 3, 1, 2).contiguous()
         o = self.attention(q, k, v, bias, key_mask=token_mask)
         o = o.squeeze(1).permute(0, 2, 1, 3).reshape(b, n, c)

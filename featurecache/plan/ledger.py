@@ -159,5 +159,6 @@ class Shapes:
         return self.B * self.N
 
 
-def pad8(n: int) -> int:
-    return -(-n // 8) * 8
+def pad16(n: int) -> int:
+    """The trunk's padding of bias-head columns (``featurecache.model.trunk.pad16``)."""
+    return -(-n // 16) * 16

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from featurecache.model.config import ModelConfig
-from featurecache.plan.ledger import KernelTiles, Ledger, Precision, Shapes, pad8
+from featurecache.plan.ledger import KernelTiles, Ledger, Precision, Shapes, pad16
 from featurecache.plan.modules import distogram_loss, embedding, pairformer_block
 
 __all__ = [
@@ -57,9 +57,9 @@ def parameter_count(cfg: ModelConfig) -> int:
     def lnl(c: int, o: int) -> int:
         return 2 * c + o * c
 
-    tri = lnl(cp, 4 * hd + pad8(h)) + hd * cp
+    tri = lnl(cp, 4 * hd + pad16(h)) + hd * cp
     trans = lambda c: lnl(c, 2 * n * c) + n * c * c  # noqa: E731
-    single = lnl(cs, 4 * cs) + lnl(cp, pad8(hs)) + cs * cs
+    single = lnl(cs, 4 * cs) + lnl(cp, pad16(hs)) + cs * cs
     block = 2 * tri + trans(cp) + single + trans(cs) + cs * 2 * cp
     embed = (
         (nf * cs + cs)

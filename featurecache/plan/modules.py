@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 from featurecache.model.kernels.grid import chunk_rows, dbias_groups
-from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes, pad8
+from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes, pad16
 
 
 # ----------------------------------------------------------------------------------- LN + Linear
@@ -192,7 +192,7 @@ def _triangle_attention(L: Ledger, d: Shapes, z: int, starting: bool) -> tuple[i
     cfg, a, E = d.cfg, d.a, d.pair
     c, h, dh = cfg.c_pair, cfg.n_heads, cfg.head_dim
     hd = h * dh
-    width = 4 * hd + pad8(h)
+    width = 4 * hd + pad16(h)
     L.phase = f"triangle attention ({'start' if starting else 'end'})"
     proj, ln_bwd = _ln_linear(L, d, z, E, c, width, xb=4, contiguous=starting)
     gate = L.new(E * hd * a)  # sigmoid output, saved
@@ -216,35 +216,21 @@ def _triangle_attention(L: Ledger, d: Shapes, z: int, starting: bool) -> tuple[i
         d_gate, d_o = L.new(E * hd * a), L.new(E * hd * a)
         L.drop(d_go, o)  # the mul's saved o (the fused op holds its own reference)
         dq, dk, dv, dbias = attn_bwd(d_o)
-        # five slices of the projection: slice_backward allocates the full width for each, and
-        # autograd accumulates them out of place
-        acc = None
-        pieces: list[tuple[int, bool]] = [
-            (dbias, False),
-            (d_gate, True),
-            (dv, False),
-            (dk, False),
-            (dq, False),
-        ]
-        n_clones = 0 if d.fused else 2  # q, k grads from bmm need a reshape copy
-        for i, (piece, is_gate) in enumerate(pieces):
-            if is_gate:
-                pre = L.new(E * hd * a)  # sigmoid_backward
-                L.drop(piece, gate)
-                piece = pre
-            if i >= len(pieces) - n_clones:
+        # the projection's split: its backward is one cat of the five pieces (the bias piece first
+        # widened to its padded columns by the slice's backward)
+        pieces = [L.new(E * (width - 4 * hd) * a)]  # slice_backward of the bias heads
+        L.drop(dbias)
+        d_pre = L.new(E * hd * a)  # sigmoid_backward
+        L.drop(d_gate, gate)
+        pieces.append(d_pre)
+        for i, piece in enumerate((dv, dk, dq)):
+            if not d.fused and i >= 1:  # q, k grads from bmm need a reshape copy
                 cl = L.new(E * hd * a)
                 L.drop(piece)
                 piece = cl
-            full = L.new(E * width * a)
-            L.drop(piece)
-            if acc is None:
-                acc = full
-            else:
-                s = L.new(E * width * a)
-                L.drop(acc, full)
-                acc = s
-        assert acc is not None
+            pieces.append(piece)
+        acc = L.new(E * width * a)
+        L.drop(*pieces)
         dx = ln_bwd(acc)
         total = L.new(E * c * 4)
         L.drop(dx, g)
@@ -311,7 +297,7 @@ def _single_attention(L: Ledger, d: Shapes, s: int, z: int) -> tuple[int, Backwa
     L.phase = "single attention with pair bias"
     p, proj_bwd = _ln_linear(L, d, s, T, cs, 4 * cs, xb=a)
     gate = L.new(T * cs * a)
-    yb, pb_bwd = _ln_linear(L, d, z, E, cp, pad8(h), xb=4)
+    yb, pb_bwd = _ln_linear(L, d, z, E, cp, pad16(h), xb=4)
     bias = L.new(E * h * a)
     L.drop(yb)
     o_r, attn_bwd = _attention(L, d, p, bias, s=1, h=h, dh=cs // h, rows=T)
@@ -334,16 +320,8 @@ def _single_attention(L: Ledger, d: Shapes, s: int, z: int) -> tuple[int, Backwa
         L.drop(d_go, o_r)
         dq, dk, dv, dbias = attn_bwd(d_o)
         grads["bias"] = dbias
-        acc = None
-        for piece in (d_gate, dv, dk, dq):
-            full = L.new(T * 4 * cs * a)
-            L.drop(piece)
-            if acc is None:
-                acc = full
-            else:
-                t = L.new(T * 4 * cs * a)
-                L.drop(acc, full)
-                acc = t
+        acc = L.new(T * 4 * cs * a)  # the split's backward: one cat
+        L.drop(d_gate, dv, dk, dq)
         L.drop(gate)
         assert acc is not None
         dx = proj_bwd(acc)
@@ -352,7 +330,7 @@ def _single_attention(L: Ledger, d: Shapes, s: int, z: int) -> tuple[int, Backwa
         return total
 
     def bwd_z(g_z: int) -> int:
-        full = L.new(E * pad8(h) * a)  # slice_backward of the bias columns
+        full = L.new(E * pad16(h) * a)  # slice_backward of the bias columns
         L.drop(grads.pop("bias"))
         dz = pb_bwd(full)
         total = L.new(E * cp * 4)

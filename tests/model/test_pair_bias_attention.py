@@ -250,3 +250,28 @@ def test_autograd_function_and_registered_op_agree() -> None:
         results.append([out.detach(), *[x.grad for x in xs]])
     for a, b in zip(*results, strict=True):
         assert a is not None and b is not None and torch.equal(a, b)
+
+
+def test_views_with_unaligned_strides_are_copied_before_launch() -> None:
+    """q, k, v as views of one [B, S, N, 4·H·D + 8] projection (row stride 520, not a multiple of
+    16: the JIT then cannot vectorise tile loads) reach the kernels as aligned copies; views whose
+    strides are multiples of 16 and contiguous tensors go through as they are. The result equals
+    the contiguous inputs' bit for bit."""
+    b, s, h, n, d = 1, 3, 4, 13, 32
+    g = torch.Generator().manual_seed(5)
+    for width, copied in ((4 * h * d + 8, True), (4 * h * d + 16, False)):
+        p = torch.randn(b, s, n, width, generator=g).to(KERNEL_DEVICE)
+        q, k, v = (p[..., i * h * d : (i + 1) * h * d].unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4) for i in range(3))
+        got = pba._aligned(q)
+        assert torch.equal(got, q)
+        assert (got.data_ptr() != q.data_ptr()) == copied, width
+        assert got.stride(-1) == 1 and all(st % 16 == 0 for st in got.stride()[:-1])
+        contiguous = pba._aligned(q.contiguous())
+        assert contiguous.data_ptr() == q.contiguous().data_ptr() or not q.is_contiguous()
+        bias = torch.randn(b, h, n, n, generator=g).to(KERNEL_DEVICE)
+        do = torch.randn(b, s, h, n, d, generator=g).to(KERNEL_DEVICE)
+        cfg = small_config(sp=2)
+        views = run_kernel(q, k, v, bias, None, do, cfg)
+        dense = run_kernel(q.contiguous(), k.contiguous(), v.contiguous(), bias, None, do, cfg)
+        for x, y in zip(views, dense, strict=True):
+            assert torch.equal(x, y)

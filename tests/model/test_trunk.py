@@ -117,6 +117,19 @@ def test_fused_trunk_matches_reference_trunk() -> None:
         assert diff <= 1e-3 * float(pr.grad.norm()) + 1e-6 * scale, (name, diff, float(pr.grad.norm()))
 
 
+@pytest.mark.parametrize("heads", [1, 3, 4, 8, 17])
+def test_attention_projections_keep_row_strides_a_multiple_of_16(heads: int) -> None:
+    """q, k, v are views of one projection: its width must keep their row stride a multiple of 16
+    elements, or every attention kernel falls back to scalar loads (the launcher would copy them)."""
+    cfg = ModelConfig(n_heads=heads, head_dim=16, n_heads_single=heads if 128 // heads in (16, 32, 64) else 4)
+    block = Trunk(cfg, fused=False).blocks[0]
+    for lin in (block.tri_start.proj, block.tri_end.proj, block.single_attention.proj,
+                block.single_attention.pair_bias):  # fmt: skip
+        width = lin.weight.shape[0]
+        assert width % 16 == 0, width
+    assert block.tri_start.proj.weight.shape[0] >= 4 * heads * 16 + heads
+
+
 def test_pad_tokens_pads_every_token_axis_like_collate() -> None:
     raw = synthetic_batch(np.random.default_rng(4), 2, 11, msa_rows=3, full=False)
     n = raw["token_mask"].shape[1]

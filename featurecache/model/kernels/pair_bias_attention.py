@@ -703,8 +703,15 @@ def masked_bias(bias: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tens
     return bias.masked_fill(~key_mask[:, None, None, :], float("-inf"))
 
 
-def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its last axis is contiguous and every other stride is a multiple of 16
+    elements, else a contiguous copy. The JIT specialises integer arguments on divisibility by
+    16; a stride that is not (a [B, S, N, 4·H·D + 8] projection seen as q, k, v: row stride 520)
+    turns every tile load into 2-byte scalar loads, 2-3x slower passes (run 45), which costs far
+    more than one copy."""
+    if t.stride(-1) == 1 and all(st % 16 == 0 for st in t.stride()[:-1]):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _empty_like_layout(t: torch.Tensor) -> torch.Tensor:
@@ -751,7 +758,7 @@ def pair_bias_attention_forward(
     factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding)."""
     _check(q, k, v, bias, mask, key_mask, row_mask)
     bias = masked_bias(bias, key_mask)
-    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
     b, s, h, n, d = q.shape
     cfg = (config or default_config(d, q.dtype, q.device)).fwd
     out = _empty_like_layout(q)
@@ -834,12 +841,12 @@ def _prepare_backward(
     ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dk and dv are slices of one
     allocation (one allocator call instead of two; each keeps the whole buffer alive)."""
     bias = masked_bias(bias, key_mask)
-    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
     m, m_strides = _mask_args(mask, q)
     lse = lse.contiguous()
     return BackwardInputs(
         q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
-        do=_last_contiguous(do.to(q.dtype)), out=_last_contiguous(out), lse=lse, delta=torch.empty_like(lse),
+        do=_aligned(do.to(q.dtype)), out=_aligned(out), lse=lse, delta=torch.empty_like(lse),
         dq=_empty_like_layout(q), dk=None, dv=None, scale=scale,
         one_buffer=one_buffer and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
     )  # fmt: skip
