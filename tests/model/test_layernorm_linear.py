@@ -11,7 +11,7 @@ from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels.reference import transition_ref
 from featurecache.model.kernels.swiglu import swiglu
 from featurecache.model.modules import Transition
-from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
+from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_layernorm_linear, rel_err
 
 F32, F16 = torch.float32, torch.float16
 
@@ -143,6 +143,13 @@ def test_opcheck() -> None:
         True,
     )
     torch.library.opcheck(torch.ops.featurecache.layernorm_linear.default, args)
+    # x as the trunk's ending-node triangle attention passes it: z.transpose(1, 2)
+    xt = torch.randn(2, 3, 4, 16, device=dev).transpose(1, 2).requires_grad_()
+    torch.library.opcheck(torch.ops.featurecache.layernorm_linear.default, (xt, *args[1:]))
+    plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in (xt, *args[1:]))
+    assert_fake_layouts_match(torch.ops.featurecache.layernorm_linear.default, plain)
+    dy = torch.randn(2, 4, 3, 16, device=dev)
+    assert_fake_layouts_match(torch.ops.featurecache.layernorm_linear_backward.default, (dy, *plain))
     u = torch.randn(4, 10, device=dev, requires_grad=True)
     torch.library.opcheck(torch.ops.featurecache.swiglu.default, (u,))
 

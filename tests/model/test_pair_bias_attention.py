@@ -13,7 +13,7 @@ from featurecache.errors import KernelShapeError
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels.grid import dbias_groups
 from featurecache.model.kernels.reference import pair_bias_attention_ref
-from tests.model.util import KERNEL_DEVICE, TOL, naive_attention, rel_err
+from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_attention, rel_err
 
 F32, F16 = torch.float32, torch.float16
 
@@ -215,6 +215,25 @@ def test_opcheck() -> None:
     torch.library.opcheck(
         torch.ops.featurecache.pair_bias_attention.default, (q, k, v, bias, None, 0.25, key_mask, row_mask)
     )
+    # the trunk's layouts: q, k, v views of one projection (aligned and not), the bias a permuted view
+    for width in (3 * 16 + 8, 3 * 16 + 16):
+        p = torch.randn(1, 2, 9, width, device=q.device)
+        qkv = [p[..., i * 16 : (i + 1) * 16].unflatten(-1, (1, 16)).permute(0, 1, 3, 2, 4) for i in range(3)]
+        bias_view = torch.randn(1, 9, 9, 1, device=q.device).permute(0, 3, 1, 2)
+        xs = [t.requires_grad_() for t in (*qkv, bias_view)]
+        torch.library.opcheck(
+            torch.ops.featurecache.pair_bias_attention.default, (*xs, None, 0.25, key_mask, None)
+        )
+        plain = [t.detach() for t in xs]
+        assert_fake_layouts_match(
+            torch.ops.featurecache.pair_bias_attention.default, (*plain, None, 0.25, key_mask, None)
+        )
+        out, lse = torch.ops.featurecache.pair_bias_attention.default(*plain, None, 0.25, key_mask, None)
+        dout = torch.randn(1, 2, 9, 1, 16, device=q.device).transpose(2, 3)  # not out's layout
+        assert_fake_layouts_match(
+            torch.ops.featurecache.pair_bias_attention_backward.default,
+            (dout, *plain, None, out, lse, 0.25, key_mask),
+        )
 
 
 @pytest.mark.parametrize(
@@ -261,7 +280,9 @@ def test_views_with_unaligned_strides_are_copied_before_launch() -> None:
     g = torch.Generator().manual_seed(5)
     for width, copied in ((4 * h * d + 8, True), (4 * h * d + 16, False)):
         p = torch.randn(b, s, n, width, generator=g).to(KERNEL_DEVICE)
-        q, k, v = (p[..., i * h * d : (i + 1) * h * d].unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4) for i in range(3))
+        q, k, v = (
+            p[..., i * h * d : (i + 1) * h * d].unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4) for i in range(3)
+        )
         got = pba._aligned(q)
         assert torch.equal(got, q)
         assert (got.data_ptr() != q.data_ptr()) == copied, width

@@ -11,7 +11,7 @@ from featurecache.errors import KernelShapeError
 from featurecache.model.kernels import grid
 from featurecache.model.kernels import transition as tr
 from featurecache.model.modules import Transition
-from tests.model.util import KERNEL_DEVICE, TOL, naive_layernorm_linear, rel_err
+from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_layernorm_linear, rel_err
 
 F32, F16 = torch.float32, torch.float16
 
@@ -131,6 +131,12 @@ def test_opcheck() -> None:
         1e-5,
     )
     torch.library.opcheck(torch.ops.featurecache.transition.default, args)
+    xt = torch.randn(2, 3, 4, 16, device=dev).transpose(1, 2).requires_grad_()  # not contiguous
+    torch.library.opcheck(torch.ops.featurecache.transition.default, (xt, *args[1:]))
+    plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in (xt, *args[1:]))
+    assert_fake_layouts_match(torch.ops.featurecache.transition.default, plain)
+    dy = torch.randn(2, 4, 3, 16, device=dev).transpose(1, 2)
+    assert_fake_layouts_match(torch.ops.featurecache.transition_backward.default, (dy, *plain))
 
 
 def test_bad_shapes_are_refused() -> None:

@@ -65,3 +65,20 @@ def naive_layernorm_linear(
     f = u.shape[-1] // 2
     a, g = u[..., :f], u[..., f:]
     return a / (1 + torch.exp(-a)) * g
+
+
+def assert_fake_layouts_match(op: torch._ops.OpOverload, args: tuple) -> None:  # type: ignore[type-arg]
+    """The op's fake (meta) kernel gives every output the shape, dtype and strides the real kernel
+    gives it. torch.compile trusts the fake: a stride it did not predict fails at run time
+    ("expected ... stride", run 45 with z.transpose(1, 2) as a LayerNorm-Linear input)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = op(*args)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+        fake = op(*fake_args)
+    real_t = real if isinstance(real, tuple | list) else (real,)
+    fake_t = fake if isinstance(fake, tuple | list) else (fake,)
+    assert len(real_t) == len(fake_t)
+    for i, (r, f) in enumerate(zip(real_t, fake_t, strict=True)):
+        assert (tuple(f.shape), f.dtype, f.stride()) == (tuple(r.shape), r.dtype, r.stride()), (op, i)

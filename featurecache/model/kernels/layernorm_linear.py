@@ -558,14 +558,9 @@ def _backward_op(
 
 @_backward_op.register_fake
 def _backward_fake(dy, x, ln_weight, ln_bias, weight, bias, eps, swiglu):  # type: ignore[no-untyped-def]
-    db = torch.empty_like(bias) if bias is not None else weight.new_empty((0,))
-    return (
-        torch.empty_like(x),
-        torch.empty_like(ln_weight),
-        torch.empty_like(ln_bias),
-        torch.empty_like(weight),
-        db,
-    )
+    # contiguous, as the launchers allocate them (empty_like would keep a transposed x's strides)
+    db = bias.new_empty(bias.shape) if bias is not None else weight.new_empty((0,))
+    return (*(t.new_empty(t.shape) for t in (x, ln_weight, ln_bias, weight)), db)
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]

@@ -975,8 +975,8 @@ def _attention_op(
 
 @_attention_op.register_fake
 def _attention_fake(q, k, v, bias, mask, scale, key_mask, row_mask):  # type: ignore[no-untyped-def]
-    b, s, h, n, _ = q.shape
-    return torch.empty_like(q), q.new_empty((b, s, h, n), dtype=torch.float32)
+    b, s, h, n, _ = q.shape  # the layouts pair_bias_attention_forward allocates
+    return _empty_like_layout(_aligned(q)), q.new_empty((b, s, h, n), dtype=torch.float32)
 
 
 @torch.library.custom_op(
@@ -1004,7 +1004,9 @@ def _attention_backward_op(
 
 @_attention_backward_op.register_fake
 def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale, key_mask):  # type: ignore[no-untyped-def]
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(bias)
+    # the layouts prepare_backward / launch_dkv / launch_dbias allocate
+    dq, dk, dv = (_empty_like_layout(_aligned(t)) for t in (q, k, v))
+    return dq, dk, dv, bias.new_empty(bias.shape)
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]

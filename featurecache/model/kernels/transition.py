@@ -360,7 +360,8 @@ def _backward_op(
 
 @_backward_op.register_fake
 def _backward_fake(dy, x, ln_weight, ln_bias, w1, w2, eps):  # type: ignore[no-untyped-def]
-    return tuple(torch.empty_like(t) for t in (x, ln_weight, ln_bias, w1, w2))
+    # contiguous, as the launchers allocate them (empty_like would keep a transposed x's strides)
+    return tuple(t.new_empty(t.shape) for t in (x, ln_weight, ln_bias, w1, w2))
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
