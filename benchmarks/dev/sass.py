@@ -130,9 +130,13 @@ def main() -> None:
             f"--{name}",
             help=f"tiles of the transition's {name} kernel: BLOCK_M,BLOCK_N,WARPS,STAGES",
         )
-    ap.add_argument("--qkv-row-stride", type=int, default=None,
-                    help="attention: q, k, v as the trunk's views of one projection with this row stride "
-                         "(elements; the trunk's TriangleAttention uses 4·H·D + the padded bias heads)")
+    ap.add_argument(
+        "--qkv-row-stride",
+        type=int,
+        default=None,
+        help="attention: q, k, v as the trunk's views of one projection with this row stride "
+        "(elements; the trunk's TriangleAttention uses 4·H·D + the padded bias heads)",
+    )
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
