@@ -165,6 +165,11 @@ def method_fused(mask: str = "") -> Callable[..., torch.Tensor]:
     return f
 
 
+#: attention methods that take q, k, v as projection views: the pad after 4·H·D columns (the launcher
+#: copies the unaligned ones)
+VIEW_PAD = {"fused, trunk views": 16, "fused, unaligned views": 8}
+
+
 def as_projection_views(t: dict[str, Any], pad: int) -> dict[str, Any]:
     """The same inputs with q, k, v as the trunk passes them: views of one [B, S, N, 4·H·D + pad]
     projection (TriangleAttention; pad 16 keeps the row stride a multiple of 16, pad 8 does not)."""
@@ -320,11 +325,7 @@ def bench_attention(ns: list[int], h: int, d: int, bench: Bench, skip: set[str])
                 continue
             row: dict[str, Any] = {"op": "attention", "N": n, "method": name}
             try:
-                views = {
-                    "fused, trunk views": 16,
-                    "fused, unaligned views": 8,
-                }  # the launcher copies the latter
-                run = fwd_bwd(method, as_projection_views(t, views[name]) if name in views else t)
+                run = fwd_bwd(method, as_projection_views(t, VIEW_PAD[name]) if name in VIEW_PAD else t)
                 got = run()  # warm-up / compile
                 if ref is not None:
                     row["err_out"] = rel(got[0], ref[0])

@@ -15,6 +15,16 @@ from typing import Any
 from featurecache.errors import InvalidRequest
 
 
+def pad16(n: int) -> int:
+    """n rounded up to a multiple of 16: the bias-head columns of the trunk's attention projections
+    (and the memory planner's model of them), so the row stride of the q, k, v views is a multiple
+    of 16 elements. The Triton kernels specialise integer strides on divisibility by 16; with a row
+    stride of 4·H·D + 8 = 520 the attention kernels read q, k, v tiles with 2-byte scalar loads
+    instead of 16-byte async copies (sass.py --qkv-row-stride 520: forward loop 1187 -> 1458
+    instructions) and ran 2-3x slower inside the trunk than in benchmarks/kernels.py (run 45)."""
+    return -(-n // 16) * 16
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the Pairformer-style trunk (AF3 values in brackets).

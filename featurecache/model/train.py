@@ -116,8 +116,8 @@ def run_training(
     records: list[dict[str, Any]] = []
     doc: dict[str, Any] = {
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
-        "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile, "model_config": cfg.to_dict(), "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
+        "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile, "model_config": cfg.to_dict(),
+        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
     try:
         for step in range(steps):

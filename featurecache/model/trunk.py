@@ -15,24 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from featurecache.model.config import ModelConfig
+from featurecache.model.config import ModelConfig, pad16
 from featurecache.model.modules import LayerNormLinear, PairBiasAttention, Transition
-
-
-def pad16(n: int) -> int:
-    """n rounded up to a multiple of 16: the bias-head columns of a projection, so its row stride is a
-    multiple of 16 elements. The Triton kernels specialise integer strides on divisibility by 16;
-    with a row stride of 4·H·D + 8 = 520 the attention kernels read q, k, v tiles with 2-byte scalar
-    loads instead of 16-byte async copies (sass.py --qkv-row-stride 520: forward loop 1187 -> 1458
-    instructions) and ran 2-3x slower inside the trunk than in benchmarks/kernels.py (run 45)."""
-    return -(-n // 16) * 16
 
 
 class TriangleAttention(nn.Module):
     """AF3 triangle attention around the starting (Alg. 14) or ending (Alg. 15) node.
 
     One fused LayerNorm+Linear projects ``z`` to q, k, v, gate and the per-head bias (its width
-    padded so the row stride is a multiple of 16 elements: :func:`pad16`), split into those five
+    padded so the row stride is a multiple of 16 elements: :func:`~featurecache.model.config.pad16`), split into those five
     with one ``split`` (its backward is one ``cat``; five slices would each allocate and add a
     full-width gradient, run 45); the fused pair-bias attention
     runs with S = the rows of ``z``; the pair mask of padded tokens factorises into a key mask and a

@@ -157,8 +157,3 @@ class Shapes:
     @property
     def tok(self) -> int:
         return self.B * self.N
-
-
-def pad16(n: int) -> int:
-    """The trunk's padding of bias-head columns (``featurecache.model.trunk.pad16``)."""
-    return -(-n // 16) * 16

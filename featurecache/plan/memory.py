@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from featurecache.model.config import ModelConfig
-from featurecache.plan.ledger import KernelTiles, Ledger, Precision, Shapes, pad16
+from featurecache.model.config import ModelConfig, pad16
+from featurecache.plan.ledger import KernelTiles, Ledger, Precision, Shapes
 from featurecache.plan.modules import distogram_loss, embedding, pairformer_block
 
 __all__ = [

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from featurecache.model.config import pad16
 from featurecache.model.kernels.grid import chunk_rows, dbias_groups
-from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes, pad16
+from featurecache.plan.ledger import GPU_SMS, Backward, Ledger, Shapes
 
 
 # ----------------------------------------------------------------------------------- LN + Linear
@@ -323,7 +324,6 @@ def _single_attention(L: Ledger, d: Shapes, s: int, z: int) -> tuple[int, Backwa
         acc = L.new(T * 4 * cs * a)  # the split's backward: one cat
         L.drop(d_gate, dv, dk, dq)
         L.drop(gate)
-        assert acc is not None
         dx = proj_bwd(acc)
         total = L.new(T * cs * a)
         L.drop(dx, g)
