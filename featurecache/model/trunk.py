@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from featurecache.model.config import ModelConfig, pad16
+from featurecache.model.kernels.triangle import triangle_attention_core, triangle_attention_core_ref
 from featurecache.model.modules import LayerNormLinear, PairBiasAttention, Transition
 
 
@@ -23,12 +24,13 @@ class TriangleAttention(nn.Module):
     """AF3 triangle attention around the starting (Alg. 14) or ending (Alg. 15) node.
 
     One fused LayerNorm+Linear projects ``z`` to q, k, v, gate and the per-head bias (its width
-    padded so the row stride is a multiple of 16 elements: :func:`~featurecache.model.config.pad16`), split into those five
-    with one ``split`` (its backward is one ``cat``; five slices would each allocate and add a
-    full-width gradient, run 45); the fused pair-bias attention
-    runs with S = the rows of ``z``; the pair mask of padded tokens factorises into a key mask and a
-    row mask (both the token mask), the cheap form for the kernel. The ending node is the starting
-    node on ``zᵀ`` (same masks). ``z [B, N, N, c] -> [B, N, N, c]``.
+    padded so the row stride is a multiple of 16 elements: :func:`~featurecache.model.config.pad16`);
+    :func:`~featurecache.model.kernels.triangle.triangle_attention_core` runs the gated pair-bias
+    attention over that projection as one op (S = the rows of ``z``; the gate in the kernels, the
+    projection's gradient written in place: no slices, sigmoid, multiply or ``cat``, run 50). The
+    pair mask of padded tokens factorises into a key mask and a row mask (both the token mask), the
+    cheap form for the kernel. The ending node is the starting node on ``zᵀ`` (same masks).
+    ``z [B, N, N, c] -> [B, N, N, c]``.
     """
 
     def __init__(
@@ -39,27 +41,16 @@ class TriangleAttention(nn.Module):
         hd = n_heads * head_dim
         self.proj = LayerNormLinear(c_pair, 4 * hd + pad16(n_heads), eps=eps, fused=fused)
         self.out = nn.Linear(hd, c_pair, bias=False)
-        self.attention = PairBiasAttention(fused)
+        self.fused = fused
 
     def forward(self, z: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         if not self.starting:
             z = z.transpose(1, 2)
-        b, n = z.shape[0], z.shape[1]
-        h, d = self.h, self.d
-        hd = h * d
-        p = self.proj(z)  # [B, i, j, 4·H·D + pad]
-
-        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, i, j, H·D] -> [B, S=i, H, N=j, D]
-            return t.unflatten(-1, (h, d)).permute(0, 1, 3, 2, 4)
-
-        pq, pk, pv, pg, pb = p.split([hd, hd, hd, hd, p.shape[-1] - 4 * hd], dim=-1)
-        q, k, v = heads(pq), heads(pk), heads(pv)
-        gate = torch.sigmoid(pg)
-        bias = pb[..., :h].permute(0, 3, 1, 2).contiguous()  # [B, H, j (query), k (key)]
+        p = self.proj(z)  # [B, i, j, 4·H·D + pad]: q, k, v, gate, bias heads
+        core = triangle_attention_core if self.fused else triangle_attention_core_ref
         # row i, key k is real iff tokens i and k are: pair_mask[i, k] = token_mask[i] & token_mask[k]
-        o = self.attention(q, k, v, bias, key_mask=token_mask, row_mask=token_mask)
-        o = o.permute(0, 1, 3, 2, 4).reshape(b, n, n, hd)
-        out = F.linear(gate * o, self.out.weight.to(o.dtype))
+        o = core(p, self.h, self.d, key_mask=token_mask, row_mask=token_mask)  # [B, i, j, H·D], gated
+        out = F.linear(o, self.out.weight.to(o.dtype))
         return out if self.starting else out.transpose(1, 2)
 
 

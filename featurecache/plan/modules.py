@@ -92,6 +92,29 @@ def _ln_linear(
 
 
 # ----------------------------------------------------------------------------------- attention
+def _fused_dbias(L: Ledger, d: Shapes, *, s: int, h: int) -> int:
+    """The bias gradient of the fused attention backward (``launch_dbias``): S split into groups of
+    fp32 partials summed in order when one group would not fill the GPU."""
+    B, N, tl = d.B, d.N, d.tiles
+    bias_b = B * h * N * N * d.a
+    tiles = math.ceil(N / tl.attn_dbias_block_m) * math.ceil(N / tl.attn_dbias_block_n)
+    target = max(tl.attn_dbias_target_programs, 2 * GPU_SMS)
+    groups, _ = dbias_groups(s, tiles * B * h, target)
+    if groups == 1:
+        return L.new(bias_b)
+    part = L.new(groups * B * h * N * N * 4)
+    total = L.new(B * h * N * N * 4)
+    L.drop(part)
+    dbias = L.new(bias_b)
+    L.drop(total)
+    return dbias
+
+
+def _fused_dkv_bias_copy(L: Ledger, d: Shapes, h: int) -> None:
+    if d.tiles.attn_dkv_bias_copy:  # the dk/dv kernel's transposed bias, freed when it returns
+        L.temp(d.B * h * d.N * d.N * d.a)
+
+
 def _attention(
     L: Ledger, d: Shapes, proj: int, bias: int, *, s: int, h: int, dh: int, rows: int
 ) -> tuple[int, Callable[[int], tuple[int, int, int, int]]]:
@@ -111,21 +134,9 @@ def _attention(
             # launch order (pair_bias_attention._run_backward): dq (+δ), the bias gradient, dk/dv
             delta = L.new(B * s * h * N * 4)
             dq = L.new(qkv)
-            tl = d.tiles
-            tiles = math.ceil(N / tl.attn_dbias_block_m) * math.ceil(N / tl.attn_dbias_block_n)
-            target = max(tl.attn_dbias_target_programs, 2 * GPU_SMS)
-            groups, _ = dbias_groups(s, tiles * B * h, target)
-            if groups == 1:
-                dbias = L.new(bias_b)
-            else:
-                part = L.new(groups * B * h * N * N * 4)
-                total = L.new(B * h * N * N * 4)
-                L.drop(part)
-                dbias = L.new(bias_b)
-                L.drop(total)
+            dbias = _fused_dbias(L, d, s=s, h=h)
             dk, dv = L.new(qkv), L.new(qkv)
-            if tl.attn_dkv_bias_copy:  # the dk/dv kernel's transposed bias, freed when it returns
-                L.temp(bias_b)
+            _fused_dkv_bias_copy(L, d, h)
             L.drop(delta, dout, out, lse, proj, bias)
             return dq, dk, dv, dbias
 
@@ -196,6 +207,8 @@ def _triangle_attention(L: Ledger, d: Shapes, z: int, starting: bool) -> tuple[i
     width = 4 * hd + pad16(h)
     L.phase = f"triangle attention ({'start' if starting else 'end'})"
     proj, ln_bwd = _ln_linear(L, d, z, E, c, width, xb=4, contiguous=starting)
+    if d.fused:
+        return _triangle_core_fused(L, d, proj, ln_bwd, starting)
     gate = L.new(E * hd * a)  # sigmoid output, saved
     bias = L.new(E * h * a)  # contiguous [B, H, N, N]
     o, attn_bwd = _attention(L, d, proj, bias, s=d.N, h=h, dh=dh, rows=E)
@@ -233,6 +246,43 @@ def _triangle_attention(L: Ledger, d: Shapes, z: int, starting: bool) -> tuple[i
         acc = L.new(E * width * a)
         L.drop(*pieces)
         dx = ln_bwd(acc)
+        total = L.new(E * c * 4)
+        L.drop(dx, g)
+        return total
+
+    return z_new, bwd
+
+
+def _triangle_core_fused(
+    L: Ledger, d: Shapes, proj: int, ln_bwd: Backward, starting: bool
+) -> tuple[int, Backward]:
+    """The fused path of :func:`_triangle_attention` after the projection: ``triangle_attention_core``
+    (kernels/triangle.py) saves the projection, its gated output (which the output linear saves
+    too) and lse; its backward writes the projection's gradient as one tensor."""
+    cfg, a, E = d.cfg, d.a, d.pair
+    c, h, hd = cfg.c_pair, cfg.n_heads, cfg.n_heads * cfg.head_dim
+    width = 4 * hd + pad16(h)
+    bias, masked = L.new(E * h * a), L.new(E * h * a)  # split()'s contiguous bias heads, masked_bias
+    go = L.ref(L.new(E * hd * a))  # saved by the op and by the output linear
+    lse = L.new(E * h * 4)
+    L.drop(bias, masked)
+    out = L.new(E * c * a)
+    z_new = L.new(E * c * 4)
+    L.drop(out)
+
+    def bwd(g: int) -> int:
+        L.phase = f"triangle attention ({'start' if starting else 'end'}) backward"
+        g_out = L.new(E * c * a) if a != 4 else L.ref(g)
+        d_go = L.new(E * hd * a)
+        L.drop(g_out, go)
+        # core_backward: bias heads and dp, then the launchers (masked bias, δ, the attention's own
+        # output gradient from the dq kernel, the bias gradient, dk/dv into dp's columns)
+        bias, dp, masked = L.new(E * h * a), L.new(E * width * a), L.new(E * h * a)
+        delta, d_o = L.new(E * h * 4), L.new(E * hd * a)
+        dbias = _fused_dbias(L, d, s=d.N, h=h)
+        _fused_dkv_bias_copy(L, d, h)
+        L.drop(bias, masked, delta, d_o, dbias, d_go, go, lse, proj)
+        dx = ln_bwd(dp)
         total = L.new(E * c * 4)
         L.drop(dx, g)
         return total

@@ -135,11 +135,17 @@ def _fwd_step(
 
 
 @triton.jit
-def _fwd_finish(acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok, row_on):
+def _fwd_finish(
+    acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok, row_on, G, g_off, sg_n,
+    GATED: tl.constexpr,
+):  # fmt: skip
     empty = (l_i == 0.0) | (row_on == 0)  # no real key, or a masked-out row: output 0, lse +inf
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
     row_ok = (rows < N) & store_ok
+    if GATED:  # out = sigmoid(gate) * attention
+        g = tl.load(G + g_off + rows[:, None] * sg_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        out = out * tl.sigmoid(g.to(tl.float32))
     tl.store(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None])  # fmt: skip
     tl.store(LSE + lse_off + rows, lse, mask=row_ok)
@@ -153,11 +159,13 @@ def _fwd_kernel(
     ROW_MASK,  # [B, S] uint8 (0 = row masked out); unused without HAS_ROW_MASK
     OUT,  # [B, S, H, N, D], q's dtype
     LSE,  # [B, S, H, N] fp32, log2 units
+    G,  # [B, S, H, N, D] gate logits (GATED: OUT = sigmoid(G) * attention); unused otherwise
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
-    so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n, sr_b, sr_s,
+    so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n, sr_b, sr_s, sg_b, sg_s, sg_h, sg_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+    GATED: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
@@ -203,11 +211,11 @@ def _fwd_kernel(
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
     _fwd_finish(acc0, m0, l0, OUT, b * so_b + s0 * so_s + h * so_h, so_n, LSE, lse_row + s0 * H * N,
-                rows, offs_d, N, True, on0)  # fmt: skip
+                rows, offs_d, N, True, on0, G, b * sg_b + s0 * sg_s + h * sg_h, sg_n, GATED)  # fmt: skip
     if SP == 2:
         on1 = tl.load(ROW_MASK + b * sr_b + s1 * sr_s) if HAS_ROW_MASK else 1
         _fwd_finish(acc1, m1, l1, OUT, b * so_b + s1 * so_s + h * so_h, so_n, LSE, lse_row + s1 * H * N,
-                    rows, offs_d, N, s0 + 1 < S, on1)  # fmt: skip
+                    rows, offs_d, N, s0 + 1 < S, on1, G, b * sg_b + s1 * sg_s + h * sg_h, sg_n, GATED)  # fmt: skip
 
 
 @triton.jit
@@ -227,13 +235,29 @@ def _dq_step(
 
 
 @triton.jit
-def _dq_prologue(Q, OUT, DO, LSE, DELTA, q_off, o_off, do_off, sq_n, so_n, sdo_n, lse_off, rows, offs_d, N):
-    """Load q, dO and lse of one S row's query block; compute and store δ = rowsum(dO∘O)."""
+def _dq_prologue(
+    Q, OUT, DO, LSE, DELTA, q_off, o_off, do_off, sq_n, so_n, sdo_n, lse_off, rows, offs_d, N,
+    G, DOU, DG, g_off, dou_off, dg_off, sg_n, sdou_n, sdg_n, store_ok, GATED: tl.constexpr,
+):  # fmt: skip
+    """Load q, dO and lse of one S row's query block; compute and store δ = rowsum(dO∘O).
+
+    GATED (OUT = σ(g)∘O', DO its gradient): δ = rowsum(dO∘σ(g)∘O') = rowsum(DO∘OUT) all the same;
+    the attention's own output gradient DO∘σ(g) is returned and stored to DOU (the dk/dv and bias
+    kernels read it), and the gate's gradient DO∘O'∘σ'(g) = DO∘OUT∘(1 − σ(g)) to DG."""
     row_ok = rows < N
     q = tl.load(Q + q_off + rows[:, None] * sq_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     do = tl.load(DO + do_off + rows[:, None] * sdo_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     o = tl.load(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    do_o = do.to(tl.float32) * o.to(tl.float32)
+    delta = tl.sum(do_o, 1)
+    if GATED:
+        g = tl.load(G + g_off + rows[:, None] * sg_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        sig = tl.sigmoid(g.to(tl.float32))
+        st = row_ok[:, None] & store_ok
+        tl.store(DG + dg_off + rows[:, None] * sdg_n + offs_d[None, :], (do_o * (1.0 - sig)).to(DG.dtype.element_ty),
+                 mask=st)  # fmt: skip
+        do = (do.to(tl.float32) * sig).to(do.dtype)
+        tl.store(DOU + dou_off + rows[:, None] * sdou_n + offs_d[None, :], do, mask=st)
     lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
     tl.store(DELTA + lse_off + rows, delta, mask=row_ok)
     return q, do, lse, delta
@@ -247,12 +271,14 @@ def _bwd_dq_kernel(
     OUT, DO,  # [B, S, H, N, D]
     LSE, DELTA,  # [B, S, H, N] fp32 (DELTA written here)
     DQ,  # [B, S, H, N, D]
+    G, DOU, DG,  # GATED: gate logits (in), the attention's output gradient and the gate's (out)
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     so_b, so_s, so_h, so_n, sdo_b, sdo_s, sdo_h, sdo_n, sdq_b, sdq_s, sdq_h, sdq_n,
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
+    sg_b, sg_s, sg_h, sg_n, sdou_b, sdou_s, sdou_h, sdou_n, sdg_b, sdg_s, sdg_h, sdg_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, GATED: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
@@ -268,6 +294,8 @@ def _bwd_dq_kernel(
     q0, do0, lse0, delta0 = _dq_prologue(
         Q, OUT, DO, LSE, DELTA, b * sq_b + s0 * sq_s + h * sq_h, b * so_b + s0 * so_s + h * so_h,
         b * sdo_b + s0 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s0 * H * N, rows, offs_d, N,
+        G, DOU, DG, b * sg_b + s0 * sg_s + h * sg_h, b * sdou_b + s0 * sdou_s + h * sdou_h,
+        b * sdg_b + s0 * sdg_s + h * sdg_h, sg_n, sdou_n, sdg_n, True, GATED,
     )  # fmt: skip
     dq0 = tl.zeros([BLOCK_M, D], tl.float32)
     ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
@@ -275,6 +303,8 @@ def _bwd_dq_kernel(
         q1, do1, lse1, delta1 = _dq_prologue(
             Q, OUT, DO, LSE, DELTA, b * sq_b + s1 * sq_s + h * sq_h, b * so_b + s1 * so_s + h * so_h,
             b * sdo_b + s1 * sdo_s + h * sdo_h, sq_n, so_n, sdo_n, lse_row + s1 * H * N, rows, offs_d, N,
+            G, DOU, DG, b * sg_b + s1 * sg_s + h * sg_h, b * sdou_b + s1 * sdou_s + h * sdou_h,
+            b * sdg_b + s1 * sdg_s + h * sdg_h, sg_n, sdou_n, sdg_n, s0 + 1 < S, GATED,
         )  # fmt: skip
         dq1 = tl.zeros([BLOCK_M, D], tl.float32)
         ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
@@ -750,12 +780,14 @@ def pair_bias_attention_forward(
     config: AttentionConfig | None = None,
     key_mask: torch.Tensor | None = None,
     row_mask: torch.Tensor | None = None,
+    gate: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel. Returns ``out`` ``[B, S, H, N, D]`` (q's dtype and layout) and
     ``lse`` ``[B, S, H, N]`` fp32 (log2 units, +inf for rows without a real key).
 
     ``key_mask`` ``[B, N]`` / ``row_mask`` ``[B, S]`` (bool) are the cheap form of a mask that
-    factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding)."""
+    factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding). ``gate`` (q's
+    shape and dtype, checked by the caller): ``out`` is ``sigmoid(gate) * attention`` instead."""
     _check(q, k, v, bias, mask, key_mask, row_mask)
     bias = masked_bias(bias, key_mask)
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
@@ -766,15 +798,16 @@ def pair_bias_attention_forward(
     m, m_strides = _mask_args(mask, q)
     rm = q if row_mask is None else row_mask.view(torch.uint8)
     rm_strides = (0, 0) if row_mask is None else (rm.stride(0), rm.stride(1))
+    g = q if gate is None else _aligned(gate)
     _launch(
         _fwd_kernel, (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h),
-        (q, k, v, bias, m, rm, out, lse),
+        (q, k, v, bias, m, rm, out, lse, g),
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
-         *rm_strides, s, h, n),
+         *rm_strides, *g.stride()[:4], s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
+        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
         (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
-         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype)),
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
@@ -802,6 +835,10 @@ class BackwardInputs:
     scale: float
     #: dk, dv as two slices of one allocation (q, k, v contiguous and all three gradients wanted)
     one_buffer: bool = False
+    #: gated attention (``out = sigmoid(gate) * attention``): the gate logits, and its gradient
+    #: (written by :func:`launch_dq`, which also replaces ``do`` by the attention's own gradient)
+    gate: torch.Tensor | None = None
+    dgate: torch.Tensor | None = None
 
 
 def prepare_backward(
@@ -836,35 +873,55 @@ def _prepare_backward(
     scale: float,
     key_mask: torch.Tensor | None,
     one_buffer: bool,
+    gate: torch.Tensor | None = None,
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None,
 ) -> BackwardInputs:
     """:func:`prepare_backward` without the checks (the autograd path checked in the forward).
     ``one_buffer`` (all three gradients wanted, q, k, v contiguous): dk and dv are slices of one
-    allocation (one allocator call instead of two; each keeps the whole buffer alive)."""
+    allocation (one allocator call instead of two; each keeps the whole buffer alive). ``gate``:
+    the forward was gated (``out`` is ``sigmoid(gate) * attention``, ``do`` its gradient).
+    ``grads``: where to write dq, dk, dv (and the gate's gradient), e.g. column slices of one
+    projection's gradient; by default they are allocated like q, k, v (and gate)."""
     bias = masked_bias(bias, key_mask)
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     m, m_strides = _mask_args(mask, q)
     lse = lse.contiguous()
+    dq, dk, dv, dg = grads if grads is not None else (_empty_like_layout(q), None, None, None)
+    if gate is not None:
+        gate = _aligned(gate)
+        if dg is None:
+            dg = _empty_like_layout(gate)
     return BackwardInputs(
         q=q, k=k, v=v, bias=bias, mask=m, mask_strides=m_strides, has_mask=mask is not None,
         do=_aligned(do.to(q.dtype)), out=_aligned(out), lse=lse, delta=torch.empty_like(lse),
-        dq=_empty_like_layout(q), dk=None, dv=None, scale=scale,
+        dq=dq, dk=dk, dv=dv, scale=scale, gate=gate, dgate=dg,
         one_buffer=one_buffer and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
     )  # fmt: skip
 
 
 def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
-    """δ = rowsum(dO∘O) into ``a.delta`` and dq into ``a.dq`` (run before the other two)."""
+    """δ = rowsum(dO∘O) into ``a.delta`` and dq into ``a.dq`` (run before the other two). Gated:
+    also the gate's gradient into ``a.dgate``, and ``a.do`` becomes the attention's own output
+    gradient dO∘sigmoid(gate) (a new contiguous buffer the kernel writes), which the other two read."""
     b, s, h, n, d = a.q.shape
+    g = dou = dg = a.q
+    if a.gate is not None:
+        assert a.dgate is not None
+        g, dg, dou = a.gate, a.dgate, torch.empty(a.q.shape, dtype=a.q.dtype, device=a.q.device)
     _launch(
         _bwd_dq_kernel, (triton.cdiv(n, c.block_m), triton.cdiv(s, c.sp), b * h),
-        (a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq),
+        (a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.lse, a.delta, a.dq, g, dou, dg),
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.out.stride()[:4], *a.do.stride()[:4],
-         *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, s, h, n),
+         *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, *g.stride()[:4], *dou.stride()[:4],
+         *dg.stride()[:4], s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype),
+         a.gate is not None),
         c.num_warps, c.num_stages,
     )  # fmt: skip
+    if a.gate is not None:
+        a.do = dou
 
 
 def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> None:
