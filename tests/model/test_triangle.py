@@ -121,7 +121,9 @@ def test_registered_op_matches_the_autograd_function() -> None:
         assert a is not None and b is not None and torch.equal(a, b)
     args = (p.clone().requires_grad_(), 2, 16, 0.25, tm, tm)
     torch.library.opcheck(torch.ops.featurecache.triangle_attention_core.default, args)
-    assert_fake_layouts_match(torch.ops.featurecache.triangle_attention_core.default, (p, 2, 16, 0.25, tm, tm))
+    assert_fake_layouts_match(
+        torch.ops.featurecache.triangle_attention_core.default, (p, 2, 16, 0.25, tm, tm)
+    )
     out, lse = torch.ops.featurecache.triangle_attention_core.default(p, 2, 16, 0.25, tm, tm)
     assert_fake_layouts_match(
         torch.ops.featurecache.triangle_attention_core_backward.default, (dout, p, out, lse, 2, 16, 0.25, tm)
