@@ -137,6 +137,8 @@ def main() -> None:
         help="attention: q, k, v as the trunk's views of one projection with this row stride "
         "(elements; the trunk's TriangleAttention uses 4·H·D + the padded bias heads)",
     )
+    ap.add_argument("--gated", action="store_true",
+                    help="attention fwd, dq: the gated form (kernels/triangle.py), gate a view like q")  # fmt: skip
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
@@ -156,16 +158,17 @@ def main() -> None:
     kernels = {
         "fwd": (
             pba._fwd_kernel,
-            [bf, bf, bf, bf, bf, bf, bf, torch.float32],
-            (*qkv_str * 3, *q_str, *bias_str, 0, 0, 0, 0, 0, s, h, n),
-            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            [bf, bf, bf, bf, bf, bf, bf, torch.float32, bf],
+            (*qkv_str * 3, *q_str, *bias_str, 0, 0, 0, 0, 0, *(qkv_str if args.gated else (0, 0, 0, 0)), s, h, n),
+            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
             cfg.fwd,
         ),
         "dq": (
             pba._bwd_dq_kernel,
-            [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf],
-            (*qkv_str * 3, *q_str * 3, *bias_str, 0, 0, 0, s, h, n),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            [bf, bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf, bf, bf],
+            (*qkv_str * 3, *q_str * 3, *bias_str, 0, 0, 0,
+             *((*qkv_str, *q_str, *qkv_str) if args.gated else (0,) * 12), s, h, n),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
             cfg.dq,
         ),
         "dkv": (

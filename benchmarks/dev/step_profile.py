@@ -1,11 +1,11 @@
 """Where a training step's time goes (session 10): the fused trunk's step at a few crops under
 ``torch.profiler``, on one fixed synthetic batch already on the GPU (no data wait).
 
-Variants: ``new`` (this tree's trunk), ``prev`` (the trunk of commit a0d48e9: a projection of
-width 4·H·D + 8 sliced five times, with that commit's launcher, which passed the row stride 520
-to the kernels as it was) and ``prev-copy`` (the same trunk with this tree's launcher, which
-copies views whose strides are not multiples of 16). ``prev`` needs
-``git show a0d48e9:featurecache/model/trunk.py > benchmarks/dev/trunk_prev.py``.
+Variants: ``new`` (this tree's trunk and optimizer), ``new-foreach`` (the same with the foreach
+AdamW instead of the fused one) and ``prev`` (the trunk of commit 49f942b, before the triangle
+attention became one op over its projection, with the foreach AdamW). ``prev`` needs
+``git show 49f942b:featurecache/model/trunk.py > benchmarks/dev/trunk_prev.py``. (Run 46's
+``prev``/``prev-copy`` variants were a0d48e9's trunk; see KERNEL_NOTES.md.)
 
 Per crop: the median wall time of a synchronised step; the same steps issued back to back with
 one synchronisation at the end (if that is no faster, the step is GPU-bound, else host-bound);
@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from featurecache.model.batches import pad_tokens, synthetic_batches
+from featurecache.model.train import make_optimizer
 from featurecache.model.trunk import Trunk
 
 CATEGORIES = (
@@ -67,35 +68,28 @@ def make_step(model: Trunk, opt: torch.optim.Optimizer, batch: dict[str, torch.T
     return step
 
 
-def _old_launcher(t: torch.Tensor) -> torch.Tensor:  # commit a0d48e9's _last_contiguous
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def profile_crop(
     crop: int, fused: bool, compiled: bool = False, reps: int = 10, variant: str = "new"
 ) -> dict[str, Any]:
-    from featurecache.model.kernels import pair_bias_attention as pba
-
     torch.manual_seed(0)
     trunk_cls = Trunk
-    aligned = pba._aligned
-    if variant != "new":
+    if variant == "prev":
         from benchmarks.dev import trunk_prev
 
         trunk_cls = trunk_prev.Trunk
-        if variant == "prev":
-            pba._aligned = _old_launcher
-    try:
-        return _profile(trunk_cls, crop, fused, compiled, reps, variant)
-    finally:
-        pba._aligned = aligned
+    elif variant not in ("new", "new-foreach"):
+        raise ValueError(f"unknown variant {variant}")
+    return _profile(trunk_cls, crop, fused, compiled, reps, variant)
 
 
 def _profile(
     trunk_cls: type, crop: int, fused: bool, compiled: bool, reps: int, variant: str
 ) -> dict[str, Any]:
     model = trunk_cls(fused=fused).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if variant == "new":
+        opt = make_optimizer(model, 1e-4)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     raw = next(synthetic_batches(1, crop, seed=1, full=True))
     batch = pad_tokens({k: v.cuda() for k, v in raw.items() if isinstance(v, torch.Tensor)}, 128, cap=crop)
     step = make_step(model, opt, batch, compiled)
@@ -162,7 +156,7 @@ def main() -> None:
     ap.add_argument("--crops", default="384,768")
     ap.add_argument("--reference", action="store_true", help="also profile the torch-reference trunk")
     ap.add_argument("--compile", action="store_true", help="also the fused trunk's loss under torch.compile")
-    ap.add_argument("--variants", default="new", help="comma-separated: new, prev, prev-copy")
+    ap.add_argument("--variants", default="new", help="comma-separated: new, new-foreach, prev")
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
     doc = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "rows": rows}

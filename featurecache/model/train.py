@@ -54,6 +54,13 @@ def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.T
     return {k: batch[k].to(device, non_blocking=True) for k in MODEL_INPUT_KEYS}
 
 
+def make_optimizer(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+    """AdamW; on CUDA its fused implementation (one kernel for every parameter instead of a
+    foreach kernel per step of the update: 1.1 ms of a 24 ms step at crop 384, run 47)."""
+    cuda = next(model.parameters()).is_cuda
+    return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda)
+
+
 def run_training(
     store: str | Path | None,
     url: str | None,
@@ -103,7 +110,7 @@ def run_training(
         raise InvalidRequest(f"pad multiple must be ≥ 1; got {pad_multiple}")
     torch.manual_seed(seed)
     model = Trunk(cfg, fused=fused).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = make_optimizer(model, lr)
     loss_fn = torch.compile(model.loss) if compile else model.loss
     if batches is not None:
         it, source = batches, "given"

@@ -256,8 +256,10 @@ def _dq_prologue(
         st = row_ok[:, None] & store_ok
         tl.store(DG + dg_off + rows[:, None] * sdg_n + offs_d[None, :], (do_o * (1.0 - sig)).to(DG.dtype.element_ty),
                  mask=st)  # fmt: skip
-        do = (do.to(tl.float32) * sig).to(do.dtype)
-        tl.store(DOU + dou_off + rows[:, None] * sdou_n + offs_d[None, :], do, mask=st)
+        dou_ptrs = DOU + dou_off + rows[:, None] * sdou_n + offs_d[None, :]
+        tl.store(dou_ptrs, (do.to(tl.float32) * sig).to(do.dtype), mask=st)
+        tl.debug_barrier()  # read back as the ungated kernel loads dO (keeps its registers: 128, not 138)
+        do = tl.load(dou_ptrs, mask=row_ok[:, None], other=0.0)
     lse = tl.load(LSE + lse_off + rows, mask=row_ok, other=float("inf"))
     tl.store(DELTA + lse_off + rows, delta, mask=row_ok)
     return q, do, lse, delta
