@@ -29,8 +29,9 @@ class TriangleAttention(nn.Module):
     attention over that projection as one op (S = the rows of ``z``; the gate in the kernels, the
     projection's gradient written in place: no slices, sigmoid, multiply or ``cat``, run 50). The
     pair mask of padded tokens factorises into a key mask and a row mask (both the token mask), the
-    cheap form for the kernel. The ending node is the starting node on ``zᵀ`` (same masks).
-    ``z [B, N, N, c] -> [B, N, N, c]``.
+    cheap form for the kernel. The ending node is the starting node on ``zᵀ`` (same masks); fused,
+    it projects ``z`` itself and the kernels read the projection's transpose (a view), so nothing is
+    transposed in memory. ``z [B, N, N, c] -> [B, N, N, c]``.
     """
 
     def __init__(
@@ -44,14 +45,19 @@ class TriangleAttention(nn.Module):
         self.fused = fused
 
     def forward(self, z: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
-        if not self.starting:
-            z = z.transpose(1, 2)
-        p = self.proj(z)  # [B, i, j, 4·H·D + pad]: q, k, v, gate, bias heads
-        core = triangle_attention_core if self.fused else triangle_attention_core_ref
         # row i, key k is real iff tokens i and k are: pair_mask[i, k] = token_mask[i] & token_mask[k]
-        o = core(p, self.h, self.d, key_mask=token_mask, row_mask=token_mask)  # [B, i, j, H·D], gated
-        out = F.linear(o, self.out.weight.to(o.dtype))
-        return out if self.starting else out.transpose(1, 2)
+        masks = dict(key_mask=token_mask, row_mask=token_mask)
+        if not self.fused:  # the torch reference: the ending node on a transposed copy of z
+            zt = z if self.starting else z.transpose(1, 2)
+            o = triangle_attention_core_ref(self.proj(zt), self.h, self.d, **masks)
+            out = F.linear(o, self.out.weight.to(o.dtype))
+            return out if self.starting else out.transpose(1, 2)
+        p = self.proj(z)  # [B, i, j, 4·H·D + pad]: q, k, v, gate, bias heads
+        if self.starting:
+            o = triangle_attention_core(p, self.h, self.d, **masks)  # [B, i, j, H·D], gated
+        else:  # proj(zᵀ) = proj(z)ᵀ: the kernels read the transposed view, o comes back in z's order
+            o = triangle_attention_core(p.transpose(1, 2), self.h, self.d, **masks).transpose(1, 2)
+        return F.linear(o, self.out.weight.to(o.dtype))
 
 
 class SingleAttentionWithPairBias(nn.Module):

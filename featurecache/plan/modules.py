@@ -206,7 +206,8 @@ def _triangle_attention(L: Ledger, d: Shapes, z: int, starting: bool) -> tuple[i
     hd = h * dh
     width = 4 * hd + pad16(h)
     L.phase = f"triangle attention ({'start' if starting else 'end'})"
-    proj, ln_bwd = _ln_linear(L, d, z, E, c, width, xb=4, contiguous=starting)
+    # fused: the ending node projects z itself and the attention reads the projection's transpose
+    proj, ln_bwd = _ln_linear(L, d, z, E, c, width, xb=4, contiguous=starting or d.fused)
     if d.fused:
         return _triangle_core_fused(L, d, proj, ln_bwd, starting)
     gate = L.new(E * hd * a)  # sigmoid output, saved

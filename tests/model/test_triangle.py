@@ -54,25 +54,33 @@ def make(
     return p.to(dev, dtype), (None if tm is None else tm.to(dev)), dout.to(dev, dtype)
 
 
-# (B, N, H, D, padding columns, masked, dtype)
+# (B, N, H, D, padding columns, masked, transposed, dtype)
 CASES = [
-    (1, 13, 1, 16, 0, False, F32),  # N prime, no padding columns
-    (1, 17, 2, 32, 14, True, F16),  # the trunk's layout: width padded to a multiple of 16
-    (2, 19, 2, 16, 3, True, F32),  # unaligned row stride (the launcher copies the views)
-    (1, 16, 4, 64, 12, False, F16),  # N a multiple of the tile
-    (1, 23, 1, 32, 15, True, F32),
+    (1, 13, 1, 16, 0, False, False, F32),  # N prime, no padding columns
+    (1, 17, 2, 32, 14, True, False, F16),  # the trunk's layout: width padded to a multiple of 16
+    (2, 19, 2, 16, 3, True, False, F32),  # unaligned row stride (the launcher copies the views)
+    (1, 16, 4, 64, 12, False, False, F16),  # N a multiple of the tile
+    (1, 23, 1, 32, 15, True, False, F32),
+    (2, 17, 2, 32, 14, True, True, F32),  # the ending node: p.transpose(1, 2), a view
+    (1, 19, 1, 16, 3, False, True, F16),  # transposed and unaligned
 ]
 
 
-@pytest.mark.parametrize(("b", "n", "h", "d", "pad", "masked", "dtype"), CASES)
+@pytest.mark.parametrize(("b", "n", "h", "d", "pad", "masked", "transposed", "dtype"), CASES)
 def test_matches_float64_oracle(
-    b: int, n: int, h: int, d: int, pad: int, masked: bool, dtype: torch.dtype
+    b: int, n: int, h: int, d: int, pad: int, masked: bool, transposed: bool, dtype: torch.dtype
 ) -> None:
     p, tm, dout = make(b, n, h, d, pad, dtype, masked, seed=n + pad)
     x = p.clone().requires_grad_()
-    out = tri.triangle_attention_core(x, h, d, key_mask=tm, row_mask=tm)
+    view = x.transpose(1, 2) if transposed else x
+    out = tri.triangle_attention_core(view, h, d, key_mask=tm, row_mask=tm)
     out.backward(dout)
-    want_out, want_dp = oracle(p, h, d, tm, dout)
+    want_out, want_dp = oracle(p.transpose(1, 2) if transposed else p, h, d, tm, dout)
+    assert x.grad is not None
+    if transposed:
+        want_dp = want_dp.transpose(1, 2)
+        if p.shape[-1] % 16 == 0:  # aligned: output and gradient follow p's memory order (no copies)
+            assert out.transpose(1, 2).is_contiguous() and x.grad.is_contiguous()
     assert out.shape == want_out.shape and out.dtype == dtype
     assert x.grad is not None and x.grad.shape == p.shape and x.grad.dtype == dtype
     assert rel_err(out, want_out) < TOL[dtype]
@@ -85,7 +93,8 @@ def test_matches_float64_oracle(
     assert torch.count_nonzero(x.grad[..., 4 * hd + h :]) == 0  # unused columns: zero gradient
     if tm is not None:  # padded rows output 0 and pass no gradient
         assert torch.count_nonzero(out[~tm]) == 0
-        assert torch.count_nonzero(x.grad[~tm][..., : 3 * hd]) == 0
+        grad = x.grad.transpose(1, 2) if transposed else x.grad  # the op's [B, S, N, W]
+        assert torch.count_nonzero(grad[~tm][..., : 3 * hd]) == 0
 
 
 def test_reference_matches_oracle_and_gradient_is_bitwise_deterministic() -> None:
@@ -121,13 +130,14 @@ def test_registered_op_matches_the_autograd_function() -> None:
         assert a is not None and b is not None and torch.equal(a, b)
     args = (p.clone().requires_grad_(), 2, 16, 0.25, tm, tm)
     torch.library.opcheck(torch.ops.featurecache.triangle_attention_core.default, args)
-    assert_fake_layouts_match(
-        torch.ops.featurecache.triangle_attention_core.default, (p, 2, 16, 0.25, tm, tm)
-    )
-    out, lse = torch.ops.featurecache.triangle_attention_core.default(p, 2, 16, 0.25, tm, tm)
-    assert_fake_layouts_match(
-        torch.ops.featurecache.triangle_attention_core_backward.default, (dout, p, out, lse, 2, 16, 0.25, tm)
-    )
+    for pp in (p, p.transpose(1, 2)):  # starting node; ending node (a transposed view)
+        op = torch.ops.featurecache.triangle_attention_core.default
+        assert_fake_layouts_match(op, (pp, 2, 16, 0.25, tm, tm))
+        out, lse = op(pp, 2, 16, 0.25, tm, tm)
+        assert_fake_layouts_match(
+            torch.ops.featurecache.triangle_attention_core_backward.default,
+            (dout, pp, out, lse, 2, 16, 0.25, tm),
+        )
 
 
 @pytest.mark.parametrize(

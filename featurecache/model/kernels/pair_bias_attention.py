@@ -783,19 +783,21 @@ def pair_bias_attention_forward(
     key_mask: torch.Tensor | None = None,
     row_mask: torch.Tensor | None = None,
     gate: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel. Returns ``out`` ``[B, S, H, N, D]`` (q's dtype and layout) and
     ``lse`` ``[B, S, H, N]`` fp32 (log2 units, +inf for rows without a real key).
 
     ``key_mask`` ``[B, N]`` / ``row_mask`` ``[B, S]`` (bool) are the cheap form of a mask that
     factorises as ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (padding). ``gate`` (q's
-    shape and dtype, checked by the caller): ``out`` is ``sigmoid(gate) * attention`` instead."""
+    shape and dtype, checked by the caller): ``out`` is ``sigmoid(gate) * attention`` instead.
+    ``out``: where to write it (q's shape and dtype, last axis contiguous); allocated like q if None."""
     _check(q, k, v, bias, mask, key_mask, row_mask)
     bias = masked_bias(bias, key_mask)
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     b, s, h, n, d = q.shape
     cfg = (config or default_config(d, q.dtype, q.device)).fwd
-    out = _empty_like_layout(q)
+    out = _empty_like_layout(q) if out is None else out
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     m, m_strides = _mask_args(mask, q)
     rm = q if row_mask is None else row_mask.view(torch.uint8)

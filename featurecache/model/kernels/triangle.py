@@ -20,7 +20,10 @@ KERNEL_NOTES.md):
   gradient from five pieces (3.2 ms per training step at crop 768, run 47).
 
 The starting-node form is native: S is the first token axis, the bias of query j and key k is
-``p[b, j, k, 4·H·D + h]``. The ending node is this op on ``zᵀ`` (the caller transposes).
+``p[b, j, k, 4·H·D + h]``. The ending node is this op on the projection of ``zᵀ``, which is the
+transpose of the projection of ``z``: pass ``p.transpose(1, 2)``, a view. The kernels take any
+strides, and the output and ``dp`` follow p's memory order, so the ending node transposes nothing
+(neither z before its LayerNorm nor the output before the residual add).
 """
 
 from __future__ import annotations
@@ -69,6 +72,14 @@ def split(p: torch.Tensor, n_heads: int, head_dim: int) -> Views:
     return heads(0), heads(1), heads(2), heads(3), bias
 
 
+def _empty_like_p(p: torch.Tensor, channels: int) -> torch.Tensor:
+    """An uninitialised ``[B, S, N, channels]`` in p's memory order of its first three axes
+    (``[B, N, S, ·]`` in memory for a transposed p), p's dtype."""
+    order = sorted(range(3), key=lambda i: -p.stride(i))
+    buf = p.new_empty([p.shape[i] for i in order] + [channels])
+    return buf.permute([order.index(i) for i in range(3)] + [3])
+
+
 def _merge_heads(o: torch.Tensor) -> torch.Tensor:
     """``[B, S, H, N, D] -> [B, S, N, H·D]`` (a view when o is laid out as ``[B, S, N, H, D]``)."""
     b, s, h, n, d = o.shape
@@ -89,8 +100,11 @@ def core_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(gated output ``[B, N, N, H·D]``, lse ``[B, N, H, N]``)."""
     q, k, v, g, bias = split(p, n_heads, head_dim)
-    out, lse = pair_bias_attention_forward(q, k, v, bias, None, scale, None, key_mask, row_mask, gate=g)
-    return _merge_heads(out), lse
+    out = _empty_like_p(p, n_heads * head_dim)  # in p's memory order: the ending node's is zᵀ's
+    _, lse = pair_bias_attention_forward(
+        q, k, v, bias, None, scale, None, key_mask, row_mask, gate=g, out=_split_heads(out, n_heads)
+    )
+    return out, lse
 
 
 def core_backward(
@@ -107,7 +121,7 @@ def core_backward(
     column slices, the bias gradient copied into the bias columns, zeros in the padding."""
     hd, h = n_heads * head_dim, n_heads
     q, k, v, g, bias = split(p, n_heads, head_dim)
-    dp = torch.empty(p.shape, dtype=p.dtype, device=p.device)
+    dp = _empty_like_p(p, p.shape[-1])  # p's layout: a transposed p gets a transposed dp (no copy)
     dq, dk, dv, dg, _ = split(dp, n_heads, head_dim)
     a = _prepare_backward(
         _split_heads(dout, h), q, k, v, bias, None, _split_heads(out, h), lse, scale, key_mask,
@@ -151,8 +165,8 @@ def _core_op(
 
 @_core_op.register_fake
 def _core_fake(p, n_heads, head_dim, scale, key_mask, row_mask):  # type: ignore[no-untyped-def]
-    b, s, n, _ = p.shape
-    return p.new_empty((b, s, n, n_heads * head_dim)), p.new_empty((b, s, n_heads, n), dtype=torch.float32)
+    b, s, n, _ = p.shape  # the layouts core_forward returns (the output in p's memory order)
+    return _empty_like_p(p, n_heads * head_dim), p.new_empty((b, s, n_heads, n), dtype=torch.float32)
 
 
 @torch.library.custom_op(
@@ -178,7 +192,7 @@ def _core_backward_op(
 
 @_core_backward_op.register_fake
 def _core_backward_fake(dout, p, out, lse, n_heads, head_dim, scale, key_mask):  # type: ignore[no-untyped-def]
-    return p.new_empty(p.shape)
+    return _empty_like_p(p, p.shape[-1])
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
@@ -192,7 +206,7 @@ def _backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
     p, out, lse, key_mask = ctx.saved_tensors
     n_heads, head_dim, scale = ctx.meta
     dp = torch.ops.featurecache.triangle_attention_core_backward(
-        dout.contiguous(), p, out, lse, n_heads, head_dim, scale, key_mask
+        dout, p, out, lse, n_heads, head_dim, scale, key_mask
     )
     return dp, None, None, None, None, None
 
