@@ -46,17 +46,18 @@ class TriangleAttention(nn.Module):
 
     def forward(self, z: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         # row i, key k is real iff tokens i and k are: pair_mask[i, k] = token_mask[i] & token_mask[k]
-        masks = dict(key_mask=token_mask, row_mask=token_mask)
+        m = token_mask
         if not self.fused:  # the torch reference: the ending node on a transposed copy of z
             zt = z if self.starting else z.transpose(1, 2)
-            o = triangle_attention_core_ref(self.proj(zt), self.h, self.d, **masks)
+            o = triangle_attention_core_ref(self.proj(zt), self.h, self.d, key_mask=m, row_mask=m)
             out = F.linear(o, self.out.weight.to(o.dtype))
             return out if self.starting else out.transpose(1, 2)
         p = self.proj(z)  # [B, i, j, 4·H·D + pad]: q, k, v, gate, bias heads
         if self.starting:
-            o = triangle_attention_core(p, self.h, self.d, **masks)  # [B, i, j, H·D], gated
+            o = triangle_attention_core(p, self.h, self.d, key_mask=m, row_mask=m)  # [B, i, j, H·D], gated
         else:  # proj(zᵀ) = proj(z)ᵀ: the kernels read the transposed view, o comes back in z's order
-            o = triangle_attention_core(p.transpose(1, 2), self.h, self.d, **masks).transpose(1, 2)
+            o = triangle_attention_core(p.transpose(1, 2), self.h, self.d, key_mask=m, row_mask=m)
+            o = o.transpose(1, 2)
         return F.linear(o, self.out.weight.to(o.dtype))
 
 

@@ -75,7 +75,7 @@ def split(p: torch.Tensor, n_heads: int, head_dim: int) -> Views:
 def _empty_like_p(p: torch.Tensor, channels: int) -> torch.Tensor:
     """An uninitialised ``[B, S, N, channels]`` in p's memory order of its first three axes
     (``[B, N, S, ·]`` in memory for a transposed p), p's dtype."""
-    order = sorted(range(3), key=lambda i: -p.stride(i))
+    order = sorted(range(3), key=lambda i: -p.stride()[i])
     buf = p.new_empty([p.shape[i] for i in order] + [channels])
     return buf.permute([order.index(i) for i in range(3)] + [3])
 
