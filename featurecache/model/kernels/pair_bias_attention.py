@@ -145,7 +145,7 @@ def _fwd_finish(
     row_ok = (rows < N) & store_ok
     if GATED:  # out = sigmoid(gate) * attention
         g = tl.load(G + g_off + rows[:, None] * sg_n + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        out = out * tl.sigmoid(g.to(tl.float32))
+        out = tl.fdiv(out, 1.0 + tl.math.exp2(g.to(tl.float32) * -_LOG2E), ieee_rounding=False)
     tl.store(OUT + o_off + rows[:, None] * so_n + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None])  # fmt: skip
     tl.store(LSE + lse_off + rows, lse, mask=row_ok)
