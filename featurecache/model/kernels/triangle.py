@@ -76,8 +76,13 @@ def _empty_like_p(p: torch.Tensor, channels: int) -> torch.Tensor:
     """An uninitialised ``[B, S, N, channels]`` in p's memory order of its first three axes
     (``[B, N, S, ·]`` in memory for a transposed p), p's dtype."""
     order = sorted(range(3), key=lambda i: -p.stride()[i])
-    buf = p.new_empty([p.shape[i] for i in order] + [channels])
-    return buf.permute([order.index(i) for i in range(3)] + [3])
+    stride, step = [0, 0, 0, 1], channels
+    for i in reversed(order):
+        stride[i] = step
+        step *= p.shape[i]
+    # empty_strided, not a permuted buffer: an op's output that is a view costs the custom-op
+    # machinery under torch.compile (run 54)
+    return torch.empty_strided((*p.shape[:3], channels), stride, dtype=p.dtype, device=p.device)
 
 
 def _merge_heads(o: torch.Tensor) -> torch.Tensor:
