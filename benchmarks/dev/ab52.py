@@ -30,6 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.dev.ab51 import time_ms
+
 SRC = Path(__file__).resolve().parents[2] / "featurecache/model/kernels/pair_bias_attention.py"
 GATE_LINE = (
     "        out = tl.fdiv(out, 1.0 + tl.math.exp2(g.to(tl.float32) * -_LOG2E), ieee_rounding=False)\n"
@@ -104,15 +106,7 @@ def run_n(n: int, mods: dict, doc: dict) -> None:
     torch.cuda.synchronize()
     for rep in range(3):
         for name, fn in calls.items():
-            ts = []
-            for _ in range(40):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                torch.cuda.synchronize()
-                ts.append(a.elapsed_time(b))
-            ms = statistics.median(ts)
+            ms = statistics.median(time_ms(fn, reps=40))
             doc["rows"].append({"n": n, "variant": name, "rep": rep, "fwd_ms": ms})
             print(f"N={n} {name:10} rep {rep}: {ms:.3f} ms", flush=True)
 
