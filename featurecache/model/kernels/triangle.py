@@ -61,15 +61,17 @@ def _check(p: torch.Tensor, n_heads: int, head_dim: int) -> None:
         raise KernelShapeError(f"the projection must be float with a contiguous last axis; got {p.dtype}")
 
 
+def _heads(p: torch.Tensor, n_heads: int, head_dim: int) -> list[torch.Tensor]:
+    """q, k, v, gate as ``[B, S, H, N, D]`` views of p's column groups."""
+    hd = n_heads * head_dim
+    return [_split_heads(p[..., i * hd : (i + 1) * hd], n_heads) for i in range(4)]
+
+
 def split(p: torch.Tensor, n_heads: int, head_dim: int) -> Views:
     """q, k, v, gate as ``[B, S, H, N, D]`` views of p, and the bias as a contiguous ``[B, H, N, N]``."""
     hd = n_heads * head_dim
-
-    def heads(i: int) -> torch.Tensor:
-        return p[..., i * hd : (i + 1) * hd].unflatten(-1, (n_heads, head_dim)).permute(0, 1, 3, 2, 4)
-
-    bias = p[..., 4 * hd : 4 * hd + n_heads].permute(0, 3, 1, 2).contiguous()
-    return heads(0), heads(1), heads(2), heads(3), bias
+    q, k, v, g = _heads(p, n_heads, head_dim)
+    return q, k, v, g, p[..., 4 * hd : 4 * hd + n_heads].permute(0, 3, 1, 2).contiguous()
 
 
 def _empty_like_p(p: torch.Tensor, channels: int) -> torch.Tensor:
@@ -127,7 +129,7 @@ def core_backward(
     hd, h = n_heads * head_dim, n_heads
     q, k, v, g, bias = split(p, n_heads, head_dim)
     dp = _empty_like_p(p, p.shape[-1])  # p's layout: a transposed p gets a transposed dp (no copy)
-    dq, dk, dv, dg, _ = split(dp, n_heads, head_dim)
+    dq, dk, dv, dg = _heads(dp, n_heads, head_dim)
     a = _prepare_backward(
         _split_heads(dout, h), q, k, v, bias, None, _split_heads(out, h), lse, scale, key_mask,
         one_buffer=False, gate=g, grads=(dq, dk, dv, dg),
