@@ -135,11 +135,6 @@ def core_backward(
         one_buffer=False, gate=g, grads=(dq, dk, dv, dg),
     )  # fmt: skip
     _, _, _, dbias = _run_backward(a, None)
-    # the launcher writes into the views unless it had to copy an unaligned q, k, v or gate
-    for got, want in zip((a.dq, a.dk, a.dv, a.dgate), (dq, dk, dv, dg), strict=True):
-        if got is not want:
-            assert got is not None
-            want.copy_(got)
     dp[..., 4 * hd : 4 * hd + h].copy_(dbias.permute(0, 2, 3, 1))
     if p.shape[-1] > 4 * hd + h:
         dp[..., 4 * hd + h :].zero_()
