@@ -14,6 +14,10 @@ every block redone); the bound statistics alone; the trunk's layout (gated views
 projection, padding masks); fwd+bwd totals for the candidates (``abkit.totals``).
 
     PYTHONPATH=. python3 benchmarks/dev/ab57.py OUT_DIR
+
+Refuted (run 57, ``kernels_ab_run57_*.json``) and reverted: the kernel and ``sass.py`` flags are in
+commit fd881be (``git show fd881be:featurecache/model/kernels/pair_bias_attention.py``); run this
+script on a checkout of that commit.
 """
 
 from __future__ import annotations

@@ -139,10 +139,6 @@ def main() -> None:
     )
     ap.add_argument("--gated", action="store_true",
                     help="attention fwd, dq: the gated form (kernels/triangle.py), gate a view like q")  # fmt: skip
-    ap.add_argument("--max-bound", action="store_true",
-                    help="attention fwd: shift by the per-row score bound (AttentionConfig.fwd_max_bound)")  # fmt: skip
-    ap.add_argument("--rowsum-mma", action="store_true",
-                    help="attention fwd: --max-bound with the row sums by a product with ones")  # fmt: skip
     ap.add_argument("--fast-sigmoid", action=argparse.BooleanOptionalAction, default=None,
                     help="transition kernels (tfwd, tdx): override GemmConfig.fast_sigmoid")  # fmt: skip
     args = ap.parse_args()
@@ -162,7 +158,7 @@ def main() -> None:
     kernels = {
         "fwd": (
             pba._fwd_kernel,
-            [bf, bf, bf, bf, bf, bf, bf, torch.float32, bf, torch.float32, torch.float32],
+            [bf, bf, bf, bf, bf, bf, bf, torch.float32, bf],
             (
                 *qkv_str * 3,
                 *q_str,
@@ -177,8 +173,7 @@ def main() -> None:
                 h,
                 n,
             ),
-            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated,
-                       args.max_bound or args.rowsum_mma, args.rowsum_mma),
+            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
             cfg.fwd,
         ),
         "dq": (

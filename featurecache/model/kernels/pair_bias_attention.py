@@ -135,38 +135,6 @@ def _fwd_step(
 
 
 @triton.jit
-def _fwd_step_bound(
-    acc, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale, u, ones,
-    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr, ROWSUM_MMA: tl.constexpr,
-):  # fmt: skip
-    """One key block for one S row with a fixed shift ``u`` ≥ every score of the row (log2 units):
-    no running max, no rescaling of acc and l. ROWSUM_MMA: l is [BLOCK_M, 16], the row sums of
-    the bf16 P by a tensor-core product with ones (every column equal)."""
-    k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
-    if HAS_KEY_ADD:
-        s += key_add[None, :]
-    p = tl.math.exp2(s - u[:, None])
-    if ROWSUM_MMA:
-        p = p.to(v.dtype)
-        l_i = tl.dot(p, ones, l_i, input_precision=PREC)
-    else:
-        l_i += tl.sum(p, 1)
-        p = p.to(v.dtype)
-    acc += tl.dot(p, v, input_precision=PREC)
-    return acc, l_i
-
-
-@triton.jit
-def _row_bound(q, KMAX, kmax_off, bmax2, qk_scale):
-    """Upper bound (log2 units) of a query row's scores: qk_scale·‖q_i‖·max_j‖k_j‖ + max_j bias2_ij
-    (Cauchy–Schwarz); 0 where the bias row is all −inf."""
-    qf = q.to(tl.float32)
-    u = tl.sqrt(tl.sum(qf * qf, 1)) * (tl.load(KMAX + kmax_off) * qk_scale) + bmax2
-    return tl.where(u == float("-inf"), 0.0, u)
-
-
-@triton.jit
 def _fwd_finish(
     acc, m_i, l_i, OUT, o_off, so_n, LSE, lse_off, rows, offs_d, N, store_ok, row_on, G, g_off, sg_n,
     GATED: tl.constexpr,
@@ -185,38 +153,6 @@ def _fwd_finish(
 
 
 @triton.jit
-def _fwd_online(
-    q0, q1, K, V, MASK, bias_rows, sb_j, row_ok, offs_n, offs_d, N, k_off0, v_off0, mo0, k_off1, v_off1, mo1,
-    sk_n, sv_n, sm_n, qk_scale,
-    HAS_MASK: tl.constexpr, HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """The online softmax (running max) over all key blocks for one or two S rows (acc, m, l of
-    each; the second triple is the first's initial value when SP == 1)."""
-    acc0 = tl.zeros([BLOCK_M, D], tl.float32)
-    m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l0 = tl.zeros([BLOCK_M], tl.float32)
-    acc1 = tl.zeros([BLOCK_M, D], tl.float32)
-    m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l1 = tl.zeros([BLOCK_M], tl.float32)
-    ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
-    ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
-    for start_n in range(0, N, BLOCK_N):
-        cols = start_n + offs_n
-        bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
-        ka0 = ka0_nxt
-        ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
-                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
-        if SP == 2:
-            ka1 = ka1_nxt
-            ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
-                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
-    return acc0, m0, l0, acc1, m1, l1
-
-
-@triton.jit
 def _fwd_kernel(
     Q, K, V,  # [B, S, H, N, D] (last dim contiguous)
     BIAS,  # [B, H, N, N]
@@ -225,14 +161,12 @@ def _fwd_kernel(
     OUT,  # [B, S, H, N, D], q's dtype
     LSE,  # [B, S, H, N] fp32, log2 units
     G,  # [B, S, H, N, D] gate logits (GATED: OUT = sigmoid(G) * attention); unused otherwise
-    KMAX,  # [B, S, H] fp32 max_j ‖k_j‖ (MAX_BOUND); unused otherwise
-    BMAX,  # [B, H, N] fp32 max_j bias_ij (MAX_BOUND); unused otherwise
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n, sr_b, sr_s, sg_b, sg_s, sg_h, sg_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    GATED: tl.constexpr, MAX_BOUND: tl.constexpr, ROWSUM_MMA: tl.constexpr,
+    GATED: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
@@ -249,62 +183,31 @@ def _fwd_kernel(
 
     q0 = tl.load(Q + b * sq_b + s0 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                  mask=row_ok[:, None], other=0.0)  # fmt: skip
-    q1 = q0
+    acc0 = tl.zeros([BLOCK_M, D], tl.float32)
+    m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l0 = tl.zeros([BLOCK_M], tl.float32)
+    ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
     if SP == 2:
         q1 = tl.load(Q + b * sq_b + s1 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                      mask=row_ok[:, None], other=0.0)  # fmt: skip
-    bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
-    if MAX_BOUND:
-        # Scores are shifted by a per-row upper bound u computed before the loop instead of the
-        # running max: no max, no rescaling. exp2 underflows only if u overshoots the row's real
-        # max by > 126; if any row's sum l is below 2^-64 (u overshot by > 64, or no real key)
-        # the block is redone with the running max.
-        bmax2 = tl.load(BMAX + (b * H + h) * N + rows, mask=row_ok, other=0.0) * _LOG2E
-        m0 = _row_bound(q0, KMAX, (b * S + s0) * H + h, bmax2, qk_scale)
-        m1 = _row_bound(q1, KMAX, (b * S + s1) * H + h, bmax2, qk_scale)
-        acc0 = tl.zeros([BLOCK_M, D], tl.float32)
         acc1 = tl.zeros([BLOCK_M, D], tl.float32)
-        if ROWSUM_MMA:
-            ls0 = tl.zeros([BLOCK_M, 16], tl.float32)
-            ls1 = tl.zeros([BLOCK_M, 16], tl.float32)
-        else:
-            ls0 = tl.zeros([BLOCK_M], tl.float32)
-            ls1 = tl.zeros([BLOCK_M], tl.float32)
-        ones = tl.full([BLOCK_N, 16], 1.0, Q.dtype.element_ty)
-        ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
+        m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l1 = tl.zeros([BLOCK_M], tl.float32)
         ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
-        for start_n in range(0, N, BLOCK_N):
-            cols = start_n + offs_n
-            bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
-            ka0 = ka0_nxt
-            ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
-            acc0, ls0 = _fwd_step_bound(acc0, ls0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2,
-                                        ka0, qk_scale, m0, ones, HAS_KEY_ADD, EVEN_N, PREC, ROWSUM_MMA)  # fmt: skip
-            if SP == 2:
-                ka1 = ka1_nxt
-                ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
-                acc1, ls1 = _fwd_step_bound(acc1, ls1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N,
-                                            bias2, ka1, qk_scale, m1, ones, HAS_KEY_ADD, EVEN_N, PREC,
-                                            ROWSUM_MMA)  # fmt: skip
-        if ROWSUM_MMA:
-            l0 = tl.max(ls0, 1)
-            l1 = tl.max(ls1, 1)
-        else:
-            l0 = ls0
-            l1 = ls1
-        low = tl.min(l0, 0)
+
+    bias_rows = BIAS + b * sb_b + h * sb_h + rows[:, None] * sb_i
+    for start_n in range(0, N, BLOCK_N):
+        cols = start_n + offs_n
+        bias2 = _bias_tile(bias_rows, sb_j, row_ok, cols, N, EVEN_N).to(tl.float32) * _LOG2E
+        ka0 = ka0_nxt
+        ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
+        acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
+                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
-            low = tl.minimum(low, tl.min(l1, 0))
-        if low < 5.421010862427522e-20:  # 2^-64
-            acc0, m0, l0, acc1, m1, l1 = _fwd_online(
-                q0, q1, K, V, MASK, bias_rows, sb_j, row_ok, offs_n, offs_d, N, k_off0, v_off0, mo0, k_off1, v_off1,
-                mo1, sk_n, sv_n, sm_n, qk_scale, HAS_MASK, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, D, BLOCK_M, BLOCK_N, SP,
-                PREC)  # fmt: skip
-    else:
-        acc0, m0, l0, acc1, m1, l1 = _fwd_online(
-            q0, q1, K, V, MASK, bias_rows, sb_j, row_ok, offs_n, offs_d, N, k_off0, v_off0, mo0, k_off1, v_off1,
-            mo1, sk_n, sv_n, sm_n, qk_scale, HAS_MASK, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, D, BLOCK_M, BLOCK_N, SP,
-            PREC)  # fmt: skip
+            ka1 = ka1_nxt
+            ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
+            acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
+                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
@@ -626,12 +529,6 @@ class AttentionConfig:
     #: [B, H, N, N] copy per backward), so the tile's fast axis is contiguous in memory and its
     #: move into the MMA layout needs no 16-bit transposition (KERNEL_NOTES.md, run 11)
     dkv_bias_copy: bool = True
-    #: the forward shifts scores by a per-row upper bound computed before its loop (Cauchy–Schwarz
-    #: on q·k plus the bias row's max) instead of a running max; a block whose row sums show the
-    #: bound overshot by more than 2^64 is redone with the running max (KERNEL_NOTES.md, session 12)
-    fwd_max_bound: bool = False
-    #: with fwd_max_bound: the row sums of P by a tensor-core product with ones
-    fwd_rowsum_mma: bool = False
 
 
 _OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
@@ -876,13 +773,6 @@ def _even(n: int, *blocks: int) -> bool:
     return all(n % blk == 0 for blk in blocks)
 
 
-def score_bound_stats(k: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the forward's score bound needs: max_j ‖k_j‖ ``[B, S, H]`` and max_j bias_ij
-    ``[B, H, N]``, fp32 and contiguous."""
-    kmax = torch.linalg.vector_norm(k, dim=-1, dtype=torch.float32).amax(-1).contiguous()
-    return kmax, bias.amax(-1).to(torch.float32).contiguous()
-
-
 def pair_bias_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -907,28 +797,22 @@ def pair_bias_attention_forward(
     bias = masked_bias(bias, key_mask)
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     b, s, h, n, d = q.shape
-    acfg = config or default_config(d, q.dtype, q.device)
-    cfg = acfg.fwd
+    cfg = (config or default_config(d, q.dtype, q.device)).fwd
     out = _empty_like_layout(q) if out is None else out
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
     m, m_strides = _mask_args(mask, q)
     rm = q if row_mask is None else row_mask.view(torch.uint8)
     rm_strides = (0, 0) if row_mask is None else (rm.stride(0), rm.stride(1))
     g = q if gate is None else _aligned(gate)
-    if acfg.fwd_max_bound:
-        kmax, bmax = score_bound_stats(k, bias)
-    else:
-        kmax = bmax = lse
     _launch(
         _fwd_kernel, (triton.cdiv(n, cfg.block_m), triton.cdiv(s, cfg.sp), b * h),
-        (q, k, v, bias, m, rm, out, lse, g, kmax, bmax),
+        (q, k, v, bias, m, rm, out, lse, g),
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
          *rm_strides, *g.stride()[:4], s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED, MAX_BOUND, ROWSUM_MMA
+        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
         (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
-         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None, acfg.fwd_max_bound,
-         acfg.fwd_max_bound and acfg.fwd_rowsum_mma),
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
