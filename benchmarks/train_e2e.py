@@ -46,15 +46,16 @@ def train_variant(
     log_path: Path,
     pad_multiple: int | None,
     compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     try:
         doc = run_training(
             args.store, args.url, steps=args.steps, crop_size=args.crop, device="cuda", batch_size=args.batch_size,
             fused=fused, log_path=log_path, seed=args.seed, workers=args.workers, config=cfg,
-            pad_multiple=pad_multiple, compile=compile,
+            pad_multiple=pad_multiple, compile=compile, cuda_graphs=cuda_graphs,
         )  # fmt: skip
         return {"ok": True, "source": doc["source"], "pad_multiple": doc["pad_multiple"], "compiled": compile,
-                **doc["summary"]}  # fmt: skip
+                "cuda_graphs": cuda_graphs, **doc["summary"]}  # fmt: skip
     except torch.cuda.OutOfMemoryError as exc:
         return {"ok": False, "error": f"OOM: {str(exc)[:200]}"}
     finally:
@@ -98,6 +99,9 @@ def main() -> None:
                     help="also train the fused model without token padding (pad multiple 1), same run")  # fmt: skip
     ap.add_argument("--compare-compile", action="store_true",
                     help="also train the fused model under torch.compile (train --compile), same run")  # fmt: skip
+    ap.add_argument("--compare-graphs", action="store_true",
+                    help="also train the fused model with CUDA-graph steps (train --cuda-graphs), eager and "
+                    "compiled, same run")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -110,13 +114,16 @@ def main() -> None:
 
     runs: dict[str, Any] = {}
     if not args.skip_train:
-        train_runs = [(name, fused, args.pad_multiple, False) for name, fused in VARIANTS]
+        train_runs = [(name, fused, args.pad_multiple, False, False) for name, fused in VARIANTS]
         if args.compare_padding:
-            train_runs.append(("fused_unpadded", True, 1, False))
+            train_runs.append(("fused_unpadded", True, 1, False, False))
         if args.compare_compile:
-            train_runs.append(("fused_compiled", True, args.pad_multiple, True))
-        for name, fused, pad, comp in train_runs:
-            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json", pad, comp)
+            train_runs.append(("fused_compiled", True, args.pad_multiple, True, False))
+        if args.compare_graphs:
+            train_runs.append(("fused_graphs", True, args.pad_multiple, False, True))
+            train_runs.append(("fused_compiled_graphs", True, args.pad_multiple, True, True))
+        for name, fused, pad, comp, graphs in train_runs:
+            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json", pad, comp, graphs)
             runs[name] = r
             bench.add(part="train", variant=name, crop=args.crop, ok=r["ok"], pad=r.get("pad_multiple"),
                       median_step_s=r.get("median_step_time_s"), peak_GiB=(r.get("peak_mem_bytes") or 0) / 2**30,

@@ -235,6 +235,15 @@ def train(
             "--pad-multiple equal to --crop every batch has one shape and compiles once.",
         ),
     ] = False,
+    cuda_graphs: Annotated[
+        bool,
+        typer.Option(
+            "--cuda-graphs",
+            help="Replay each step as a CUDA graph (forward, backward, clipping, AdamW), recorded on the "
+            "first batch of each padded length: removes the host's kernel-launch time, which bounds the "
+            "step at small crops. Same updates as eager steps. Combines with --compile.",
+        ),
+    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss."""
@@ -248,6 +257,7 @@ def train(
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
+            cuda_graphs=cuda_graphs,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

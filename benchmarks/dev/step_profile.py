@@ -12,7 +12,11 @@ one synchronisation at the end (if that is no faster, the step is GPU-bound, els
 the profiler's GPU time per step split into our Triton kernels, library GEMMs, elementwise /
 reduction / copy kernels and the optimizer; and the 25 kernels with the most GPU time.
 
+Session 12: ``--graphs`` also profiles the ``new`` trunk's step replayed as a CUDA graph
+(``train.GraphedSteps``), eagerly and (with ``--compile``) compiled.
+
     PYTHONPATH=. python3 benchmarks/dev/step_profile.py OUT.json [--crops 384,768] [--reference] [--compile]
+        [--graphs]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from featurecache.model.batches import pad_tokens, synthetic_batches
-from featurecache.model.train import make_optimizer
+from featurecache.model.train import GraphedSteps, make_optimizer, train_step
 from featurecache.model.trunk import Trunk
 
 CATEGORIES = (
@@ -53,23 +57,17 @@ def category(name: str) -> str:
     return "other"
 
 
-def make_step(model: Trunk, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor], compiled: bool):  # type: ignore[no-untyped-def]
+def make_step(model: Trunk, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor], compiled: bool,
+              graphs: bool = False):  # type: ignore[no-untyped-def]  # fmt: skip
     loss_fn = torch.compile(model.loss) if compiled else model.loss
-
-    def step() -> torch.Tensor:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss
-
-    return step
+    if graphs:
+        graphed = GraphedSteps(model, opt, loss_fn)
+        return lambda: graphed(batch)
+    return lambda: train_step(model, opt, loss_fn, batch)
 
 
 def profile_crop(
-    crop: int, fused: bool, compiled: bool = False, reps: int = 10, variant: str = "new"
+    crop: int, fused: bool, compiled: bool = False, reps: int = 10, variant: str = "new", graphs: bool = False
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     trunk_cls = Trunk
@@ -79,20 +77,20 @@ def profile_crop(
         trunk_cls = trunk_prev.Trunk
     elif variant not in ("new", "new-foreach"):
         raise ValueError(f"unknown variant {variant}")
-    return _profile(trunk_cls, crop, fused, compiled, reps, variant)
+    return _profile(trunk_cls, crop, fused, compiled, reps, variant, graphs)
 
 
 def _profile(
-    trunk_cls: type, crop: int, fused: bool, compiled: bool, reps: int, variant: str
+    trunk_cls: type, crop: int, fused: bool, compiled: bool, reps: int, variant: str, graphs: bool = False
 ) -> dict[str, Any]:
     model = trunk_cls(fused=fused).cuda()
     if variant == "new":
-        opt = make_optimizer(model, 1e-4)
+        opt = make_optimizer(model, 1e-4, capturable=graphs)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     raw = next(synthetic_batches(1, crop, seed=1, full=True))
     batch = pad_tokens({k: v.cuda() for k, v in raw.items() if isinstance(v, torch.Tensor)}, 128, cap=crop)
-    step = make_step(model, opt, batch, compiled)
+    step = make_step(model, opt, batch, compiled, graphs)
     t0 = time.perf_counter()
     for _ in range(3):
         step()
@@ -130,7 +128,7 @@ def _profile(
         cats[category(name)] += t
     top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:25]
     res = {
-        "variant": variant, "crop": crop, "fused": fused, "compiled": compiled, "warmup_s": warm_s, "tokens": int(batch["token_mask"].shape[1]),
+        "variant": variant, "crop": crop, "fused": fused, "compiled": compiled, "graphs": graphs, "warmup_s": warm_s, "tokens": int(batch["token_mask"].shape[1]),
         "wall_ms_median": statistics.median(walls), "wall_ms_all": walls,
         "host_issue_ms": host_issue, "back_to_back_ms": back_to_back,
         "gpu_kernel_ms_per_step": gpu_ms, "kernel_launches_per_step": sum(v[1] for v in kernels.values()),
@@ -138,7 +136,7 @@ def _profile(
         "top_kernels": [{"name": n[:160], "ms": t, "calls": c} for n, (t, c) in top],
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
     }  # fmt: skip
-    print(f"\n{variant}: crop {crop} fused={fused} compiled={compiled} (warm-up {warm_s:.1f} s): wall {res['wall_ms_median']:.1f} ms, back-to-back {back_to_back:.1f}, "
+    print(f"\n{variant}: crop {crop} fused={fused} compiled={compiled} graphs={graphs} (warm-up {warm_s:.1f} s): wall {res['wall_ms_median']:.1f} ms, back-to-back {back_to_back:.1f}, "
           f"host issue {host_issue:.1f}, GPU kernels {gpu_ms:.1f} ms in {res['kernel_launches_per_step']:.0f} launches")  # fmt: skip
     for cat, t in res["categories_ms"].items():
         print(f"   {cat:32} {t:8.2f} ms")
@@ -156,6 +154,7 @@ def main() -> None:
     ap.add_argument("--crops", default="384,768")
     ap.add_argument("--reference", action="store_true", help="also profile the torch-reference trunk")
     ap.add_argument("--compile", action="store_true", help="also the fused trunk's loss under torch.compile")
+    ap.add_argument("--graphs", action="store_true", help="also the new trunk's step as a CUDA-graph replay")
     ap.add_argument("--variants", default="new", help="comma-separated: new, new-foreach, prev")
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
@@ -175,6 +174,10 @@ def main() -> None:
             attempt(crop, fused=True, variant=var)
         if args.compile:
             attempt(crop, fused=True, compiled=True)
+        if args.graphs:
+            attempt(crop, fused=True, graphs=True)
+            if args.compile:
+                attempt(crop, fused=True, compiled=True, graphs=True)
         if args.reference:
             attempt(crop, fused=False)
 

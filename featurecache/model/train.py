@@ -54,11 +54,124 @@ def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.T
     return {k: batch[k].to(device, non_blocking=True) for k in MODEL_INPUT_KEYS}
 
 
-def make_optimizer(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, lr: float, capturable: bool = False) -> torch.optim.Optimizer:
     """AdamW; on CUDA its fused implementation (one kernel for every parameter instead of a
-    foreach kernel per step of the update: 1.1 ms of a 24 ms step at crop 384, run 47)."""
+    foreach kernel per step of the update: 1.1 ms of a 24 ms step at crop 384, run 47).
+    ``capturable``: safe to record in a CUDA graph (:class:`GraphedSteps`)."""
     cuda = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda)
+    return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda, capturable=capturable and cuda)
+
+
+LossFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+#: gradient-norm clip of every step
+CLIP_NORM = 1.0
+
+
+def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
+            batch: dict[str, torch.Tensor]) -> torch.Tensor:  # fmt: skip
+    """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
+    batch, into gradients that are None or are overwritten (not accumulated) by the backward."""
+    dev = next(model.parameters()).device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        loss = loss_fn(batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    opt.step()
+    return loss
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
+               batch: dict[str, torch.Tensor]) -> torch.Tensor:  # fmt: skip
+    """One eager training step; returns the loss (not synchronised)."""
+    opt.zero_grad(set_to_none=True)
+    return _update(model, opt, loss_fn, batch)
+
+
+class GraphedSteps:
+    """Whole training steps (forward, backward, clipping, AdamW) replayed as CUDA graphs.
+
+    At crop 384 the eager step issues ~900 kernels and the host takes about as long to launch them
+    as the GPU to run them; a graph replay launches them all at once. One graph per batch shape
+    (with ``pad_multiple`` a handful: 128, 256, ... up to the crop), recorded on the first batch of
+    that shape, all in one memory pool (they never run at the same time). Recording needs warm-up
+    steps on a side stream (Triton compilation, cuBLAS workspaces, the optimizer's state); the
+    parameters and optimizer state are copied before them and restored after, so training is the
+    same as eager: a batch's step happens once, by the replay. The optimizer must be an
+    AdamW/Adam with ``capturable=True`` and the model free of host synchronisation (the trunk is).
+
+    ``peak_bytes(batch)``: the peak allocated memory of the recording, which is what the replays
+    use (they do not allocate)."""
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
+                 warmup: int = 2) -> None:  # fmt: skip
+        if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW) or not all(
+            g.get("capturable") for g in opt.param_groups
+        ):
+            raise FeatureCacheError("CUDA-graph steps need an Adam/AdamW optimizer with capturable=True")
+        self.model, self.opt, self.loss_fn, self.warmup = model, opt, loss_fn, warmup
+        self._graphs: dict[
+            tuple[Any, ...], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]
+        ] = {}
+        self._peaks: dict[tuple[Any, ...], int] = {}
+        self._pool: Any = None
+
+    @staticmethod
+    def _key(batch: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+        return tuple(sorted((k, tuple(v.shape), v.dtype) for k, v in batch.items()))
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def peak_bytes(self, batch: dict[str, torch.Tensor]) -> int | None:
+        return self._peaks.get(self._key(batch))
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        key = self._key(batch)
+        if key not in self._graphs:
+            self._record(key, batch)
+        graph, static, loss = self._graphs[key]
+        for k, v in batch.items():
+            static[k].copy_(v, non_blocking=True)
+        graph.replay()
+        return loss
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        out = [p.data for p in self.model.parameters()] + list(self.model.buffers())
+        for p in self.model.parameters():
+            out += [t for _, t in sorted(self.opt.state.get(p, {}).items()) if isinstance(t, torch.Tensor)]
+        return out
+
+    def _record(self, key: tuple[Any, ...], batch: dict[str, torch.Tensor]) -> None:
+        static = {k: v.clone() for k, v in batch.items()}
+        fresh = not self.opt.state  # the optimizer's state is created by the first warm-up step
+        saved = [t.clone() for t in self._state_tensors()]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                train_step(self.model, self.opt, self.loss_fn, static)
+        torch.cuda.current_stream().wait_stream(side)
+        now = self._state_tensors()
+        with torch.no_grad():
+            if fresh:  # back to "no step yet": parameters restored, AdamW moments and step count zero
+                for t, s in zip(now, saved, strict=False):
+                    t.copy_(s)
+                for t in now[len(saved) :]:
+                    t.zero_()
+            else:
+                for t, s in zip(now, saved, strict=True):
+                    t.copy_(s)
+        self.opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            loss = _update(self.model, self.opt, self.loss_fn, static)
+        torch.cuda.synchronize()
+        self._peaks[key] = torch.cuda.max_memory_allocated()
+        self._pool = graph.pool()
+        self._graphs[key] = (graph, static, loss)
 
 
 def run_training(
@@ -79,6 +192,7 @@ def run_training(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     pad_multiple: int | None = None,
     compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -94,6 +208,10 @@ def run_training(
     inductor fuses the elementwise work around them). Measured on the H200 (run 47,
     ``benchmarks/dev/step_profile.py``): step 26.3 -> 24.2 ms at crop 384 and 102.4 -> 92.6 ms at
     768, after a first step that compiles for 15-25 s (again for each new padded length).
+
+    ``cuda_graphs`` (CUDA only): each step is a replay of a CUDA graph of the whole step
+    (:class:`GraphedSteps`), recorded on the first batch of each padded shape; the same updates
+    as eager steps without the host's ~900 kernel launches per step.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
@@ -108,22 +226,26 @@ def run_training(
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     if pad_multiple < 1:
         raise InvalidRequest(f"pad multiple must be ≥ 1; got {pad_multiple}")
+    if cuda_graphs and dev.type != "cuda":
+        raise InvalidRequest("CUDA graphs need --device cuda")
     torch.manual_seed(seed)
     model = Trunk(cfg, fused=fused).to(dev)
-    opt = make_optimizer(model, lr)
+    opt = make_optimizer(model, lr, capturable=cuda_graphs)
     loss_fn = torch.compile(model.loss) if compile else model.loss
+    graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
     if batches is not None:
         it, source = batches, "given"
     else:
         it, source = make_batches(store, url, crop_size, batch_size, seed, workers)
     cuda = dev.type == "cuda"
-    log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, source %s", steps, crop_size,
-             batch_size, dev, fused, compile, source)  # fmt: skip
+    log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
+             crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
 
     records: list[dict[str, Any]] = []
     doc: dict[str, Any] = {
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
-        "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile, "model_config": cfg.to_dict(),
+        "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
+        "cuda_graphs": cuda_graphs, "model_config": cfg.to_dict(),
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
     try:
@@ -142,19 +264,17 @@ def run_training(
                 batch = pad_tokens(batch, pad_multiple, cap=crop_size)
             if cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
-                loss = loss_fn(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss = graphed(batch) if graphed is not None else train_step(model, opt, loss_fn, batch)
             loss_value = float(loss.item())  # synchronises
             if cuda:
                 torch.cuda.synchronize(dev)
             t2 = time.perf_counter()
+            peak = torch.cuda.max_memory_allocated(dev) if cuda else None
+            if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
+                peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
             rec = {
                 "step": step, "step_time_s": t2 - t0, "data_wait_s": t1 - t0, "compute_s": t2 - t1,
-                "loss": loss_value, "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
+                "loss": loss_value, "peak_mem_bytes": peak,
                 "tokens": int(batch["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
                 "entry_ids": raw.get("entry_id"),
                 # the client's ready-first stats for this batch (absent for synthetic batches)

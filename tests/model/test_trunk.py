@@ -12,10 +12,10 @@ import torch
 
 from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
 from featurecache.const import GAP
-from featurecache.errors import InvalidRequest
+from featurecache.errors import FeatureCacheError, InvalidRequest
 from featurecache.model.batches import check_batch, pad_tokens, synthetic_batch
 from featurecache.model.config import ModelConfig
-from featurecache.model.train import run_training, summarize
+from featurecache.model.train import GraphedSteps, make_optimizer, run_training, summarize
 from featurecache.model.trunk import Trunk
 from tests.model.util import KERNEL_DEVICE
 
@@ -214,6 +214,19 @@ def test_run_training_compiled_follows_the_eager_losses() -> None:
     eager, compiled = ([r["loss"] for r in d["steps"]] for d in docs)
     assert len(eager) == 3 and eager[0] != eager[2]  # the optimizer moved the model
     assert compiled == pytest.approx(eager, rel=1e-4)
+
+
+def test_cuda_graph_steps_refuse_what_cannot_be_recorded() -> None:
+    """CUDA graphs need CUDA and a capturable optimizer; the refusal names the reason (the graphs
+    themselves are tested on the GPU: ``test_gpu.py::test_cuda_graph_steps_match_eager_steps``)."""
+    with pytest.raises(InvalidRequest, match="CUDA graphs need --device cuda"):
+        run_training(
+            None, None, steps=1, crop_size=16, device="cpu", log_path=None, config=TINY, cuda_graphs=True
+        )
+    model = Trunk(TINY, fused=False)
+    for opt in (make_optimizer(model, 1e-3), torch.optim.SGD(model.parameters(), lr=1e-3)):
+        with pytest.raises(FeatureCacheError, match="capturable=True"):
+            GraphedSteps(model, opt, model.loss)
 
 
 def test_run_training_writes_log(tmp_path: Path) -> None:
