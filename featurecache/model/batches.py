@@ -69,6 +69,26 @@ def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) 
     target = -(-n // multiple) * multiple
     if cap is not None:
         target = max(n, min(target, cap))
+    return _pad_axis(batch, "N", n, target)
+
+
+def pad_msa_rows(batch: Mapping[str, Any], min_rows: int = 64) -> dict[str, Any]:
+    """The batch with its MSA-row axis M padded up to the next power of two (at least
+    ``min_rows``), padded rows masked (``msa_mask`` False, a gap, no deletion). The client samples
+    a different number of rows for every batch (AF3: uniform in 1 … min(depth, max rows)); the
+    model only takes masked means over them, so the padding changes nothing but the shape, and a
+    CUDA graph per shape (``train --cuda-graphs``) then needs a handful of row counts, not one per
+    batch."""
+    if min_rows < 1:
+        raise InvalidRequest(f"min_rows must be ≥ 1; got {min_rows}")
+    m = int(batch["msa"].shape[1])
+    target = max(min_rows, 1 << max(m - 1, 0).bit_length())
+    return _pad_axis(batch, "M", m, target)
+
+
+def _pad_axis(batch: Mapping[str, Any], sym: str, n: int, target: int) -> dict[str, Any]:
+    """Every BATCH_SCHEMA tensor padded along each of its ``sym`` axes from ``n`` to ``target``
+    (the values of ``collate``'s padding); other keys pass through."""
     if target == n:
         return dict(batch)
     out: dict[str, Any] = {}
@@ -79,8 +99,8 @@ def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) 
             continue
         axes = spec[1].split()
         pad: list[int] = []  # F.pad order: last axis first, (before, after) each
-        for sym in reversed(axes):
-            pad += [0, target - n if sym == "N" else 0]
+        for s in reversed(axes):
+            pad += [0, target - n if s == sym else 0]
         if not any(pad):
             out[key] = value
             continue

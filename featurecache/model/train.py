@@ -20,7 +20,7 @@ import torch
 
 from featurecache.client.schema import MODEL_INPUT_KEYS
 from featurecache.errors import FeatureCacheError, InvalidRequest
-from featurecache.model.batches import check_batch, pad_tokens, synthetic_batches
+from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
 
@@ -211,7 +211,9 @@ def run_training(
 
     ``cuda_graphs`` (CUDA only): each step is a replay of a CUDA graph of the whole step
     (:class:`GraphedSteps`), recorded on the first batch of each padded shape; the same updates
-    as eager steps without the host's ~900 kernel launches per step.
+    as eager steps without the host's ~900 kernel launches per step. The MSA-row axis is padded to
+    a power of two (:func:`~featurecache.model.batches.pad_msa_rows`) so that there are a handful of
+    shapes, each recorded once.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
@@ -262,6 +264,8 @@ def run_training(
             batch = _to_device(raw, dev)
             if pad_multiple > 1:
                 batch = pad_tokens(batch, pad_multiple, cap=crop_size)
+            if graphed is not None:  # a graph per shape: a few MSA row counts instead of one per batch
+                batch = pad_msa_rows(batch)
             if cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
             loss = graphed(batch) if graphed is not None else train_step(model, opt, loss_fn, batch)
@@ -276,6 +280,7 @@ def run_training(
                 "step": step, "step_time_s": t2 - t0, "data_wait_s": t1 - t0, "compute_s": t2 - t1,
                 "loss": loss_value, "peak_mem_bytes": peak,
                 "tokens": int(batch["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
+                "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                 "entry_ids": raw.get("entry_id"),
                 # the client's ready-first stats for this batch (absent for synthetic batches)
                 "reorder_depth": _int_list(raw.get("reorder_depth")),

@@ -13,7 +13,7 @@ import torch
 from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
 from featurecache.const import GAP
 from featurecache.errors import FeatureCacheError, InvalidRequest
-from featurecache.model.batches import check_batch, pad_tokens, synthetic_batch
+from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import GraphedSteps, make_optimizer, run_training, summarize
 from featurecache.model.trunk import Trunk
@@ -158,6 +158,24 @@ def test_pad_tokens_pads_every_token_axis_like_collate() -> None:
         pad_tokens(raw, 0)
 
 
+def test_pad_msa_rows_pads_to_a_power_of_two_like_collate() -> None:
+    raw = synthetic_batch(np.random.default_rng(9), 2, 11, msa_rows=5, full=False)
+    m = raw["msa"].shape[1]
+    padded = pad_msa_rows(raw, min_rows=4)
+    target = 1 << (m - 1).bit_length()
+    assert target > m and check_batch(padded)["M"] == target
+    for key in ("msa", "msa_mask", "has_deletion", "deletion_value"):
+        assert torch.equal(padded[key][:, :m], raw[key]), key
+        assert bool((padded[key][:, m:] == (GAP if key == "msa" else 0)).all()), key
+    for key in MODEL_INPUT_KEYS:  # nothing else has an M axis
+        if "M" not in BATCH_SCHEMA[key][1].split():
+            assert padded[key] is raw[key], key
+    assert pad_msa_rows(raw, min_rows=64)["msa"].shape[1] == 64
+    assert pad_msa_rows(padded, min_rows=4)["msa"].shape[1] == target  # a power of two stays
+    with pytest.raises(InvalidRequest):
+        pad_msa_rows(raw, min_rows=0)
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
 def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool) -> None:
     """Padded tokens are masked everywhere, so padding N (what ``run_training`` does on CUDA to
@@ -169,7 +187,7 @@ def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool)
     batch = {k: raw[k].to(dev) for k in MODEL_INPUT_KEYS}
     grads = []
     losses = []
-    for b in (batch, pad_tokens(batch, 8)):
+    for b in (batch, pad_tokens(batch, 8), pad_msa_rows(pad_tokens(batch, 8), min_rows=16)):
         model.zero_grad(set_to_none=True)
         loss = model.loss(b)
         loss.backward()
@@ -177,9 +195,11 @@ def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool)
         grads.append([p.grad.clone() for p in model.parameters()])
     assert pad_tokens(batch, 8)["token_mask"].shape[1] > batch["token_mask"].shape[1]
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert losses[2] == pytest.approx(losses[0], rel=1e-5)  # and the MSA rows padded to 16
     scale = max(float(g.norm()) for g in grads[0])
-    for (name, _), g0, g1 in zip(model.named_parameters(), grads[0], grads[1], strict=True):
-        assert float((g1 - g0).norm()) <= 1e-4 * float(g0.norm()) + 1e-6 * scale, name
+    for padded in grads[1:]:
+        for (name, _), g0, g1 in zip(model.named_parameters(), grads[0], padded, strict=True):
+            assert float((g1 - g0).norm()) <= 1e-4 * float(g0.norm()) + 1e-6 * scale, name
 
 
 def test_run_training_pads_the_token_axis_to_the_multiple() -> None:
