@@ -240,8 +240,10 @@ def train(
         typer.Option(
             "--cuda-graphs",
             help="Replay each step as a CUDA graph (forward, backward, clipping, AdamW), recorded on the "
-            "first batch of each padded length: removes the host's kernel-launch time, which bounds the "
-            "step at small crops. Same updates as eager steps. Combines with --compile.",
+            "first batch of each padded shape (token length; MSA rows are padded to a power of two): "
+            "removes the host's kernel-launch time, which bounds the step at small crops (H200: 25 -> 5 ms "
+            "for 128 tokens). Same updates as eager steps; costs ~0.1-0.3 s per shape recorded and "
+            "~1-2 GiB of graph memory. Combines with --compile.",
         ),
     ] = False,
     verbose: Verbose = False,
