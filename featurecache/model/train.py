@@ -101,7 +101,8 @@ class GraphedSteps:
     AdamW/Adam with ``capturable=True`` and the model free of host synchronisation (the trunk is).
 
     ``peak_bytes(batch)``: the peak allocated memory of the recording, which is what the replays
-    use (they do not allocate)."""
+    use (they do not allocate). Between replays ``p.grad`` holds the gradients of whichever graph
+    was recorded last, not of the step just replayed: read gradients inside the loss, not after."""
 
     def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
                  warmup: int = 2) -> None:  # fmt: skip
