@@ -167,9 +167,18 @@ class GraphedSteps:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            loss = _update(self.model, self.opt, self.loss_fn, static)
-        torch.cuda.synchronize()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                loss = _update(self.model, self.opt, self.loss_fn, static)
+            torch.cuda.synchronize()
+        except RuntimeError as exc:  # e.g. a host synchronisation inside the step
+            shapes = ", ".join(f"{k} {list(shape)}" for k, shape, _ in key)
+            raise FeatureCacheError(
+                f"recording the training step as a CUDA graph failed for the batch shape ({shapes}): "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                "the step must not synchronise with the host (.item(), .cpu(), data-dependent shapes). "
+                "Train without --cuda-graphs"
+            ) from exc
         self._peaks[key] = torch.cuda.max_memory_allocated()
         self._pool = graph.pool()
         self._graphs[key] = (graph, static, loss)

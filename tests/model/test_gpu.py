@@ -287,3 +287,29 @@ def test_cuda_graph_steps_match_eager_steps(record_property: Record) -> None:
     assert moved > 1e-2
     assert rel_err(pg, pe) < min(1e-2 * moved, 10 * noise + 1e-6)
     assert max(abs(a - b) / abs(b) for a, b in zip(lg, le, strict=True)) < 1e-4
+
+
+def test_cuda_graph_recording_failure_names_the_shape_and_the_reason() -> None:
+    """A loss that synchronises with the host cannot be recorded: the error says so and names the
+    batch shape instead of surfacing CUDA's capture error."""
+    from featurecache.errors import FeatureCacheError
+    from featurecache.model.train import GraphedSteps, make_optimizer
+
+    torch.manual_seed(0)
+    model = Trunk(ModelConfig(n_blocks=1), fused=True).cuda()
+    opt = make_optimizer(model, 1e-3, capturable=True)
+
+    def syncing_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss = model.loss(batch)
+        if float(loss) < 0:  # a host synchronisation: fine eagerly, illegal while capturing
+            loss = loss * 0
+        return loss
+
+    raw = synthetic_batch(np.random.default_rng(1), 1, 64, msa_rows=8, full=True)
+    batch = {k: raw[k].cuda() for k in MODEL_INPUT_KEYS}
+    with pytest.raises(
+        FeatureCacheError, match=r"CUDA graph failed for the batch shape \(.*restype \[1, 64\]"
+    ):
+        GraphedSteps(model, opt, syncing_loss)(batch)
+    with torch.autocast("cuda", dtype=BF16):  # the failed recording left the process usable
+        assert torch.isfinite(model.loss(batch))
