@@ -158,6 +158,28 @@ def test_pad_tokens_pads_every_token_axis_like_collate() -> None:
         pad_tokens(raw, 0)
 
 
+def test_table_lookup_gradient_matches_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunked one-hot backward sums each table row's gradients exactly like torch's embedding
+    backward (float64, repeated and absent indices, blocks smaller than the index count)."""
+    from featurecache.model import trunk
+
+    monkeypatch.setattr(trunk, "LOOKUP_GRAD_CHUNK", 7)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 9, (2, 5, 5), generator=gen)
+    idx[idx == 4] = 3  # row 4 is never looked up: its gradient must be 0
+    weight = torch.randn(10, 6, dtype=torch.float64, generator=gen)
+    dz = torch.randn(2, 5, 5, 6, dtype=torch.float64, generator=gen)
+    w1 = weight.clone().requires_grad_()
+    w2 = weight.clone().requires_grad_()
+    out = trunk.TableLookup.apply(idx, w1)
+    assert torch.equal(out, torch.nn.functional.embedding(idx, weight))
+    out.backward(dz)
+    torch.nn.functional.embedding(idx, w2).backward(dz)
+    assert w1.grad is not None and w2.grad is not None
+    torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-12, atol=1e-12)
+    assert bool((w1.grad[4] == 0).all()) and bool((w1.grad[3] != 0).any())
+
+
 def test_pad_msa_rows_pads_to_a_power_of_two_like_collate() -> None:
     raw = synthetic_batch(np.random.default_rng(9), 2, 11, msa_rows=5, full=False)
     m = raw["msa"].shape[1]
