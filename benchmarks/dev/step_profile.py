@@ -12,7 +12,9 @@ one synchronisation at the end (if that is no faster, the step is GPU-bound, els
 the profiler's GPU time per step split into our Triton kernels, library GEMMs, elementwise /
 reduction / copy kernels and the optimizer; and the 25 kernels with the most GPU time.
 
-Session 12: ``--graphs`` also profiles the ``new`` trunk's step replayed as a CUDA graph
+Session 12: ``base`` is ``benchmarks/dev/trunk_base.py`` (any trunk, e.g. ``git show
+COMMIT:featurecache/model/trunk.py``) with this tree's optimizer, for same-run A/Bs of trunk changes
+(run 64: bfc8ca6's trunk, before ``TableLookup``). ``--graphs`` also profiles the ``new`` trunk's step replayed as a CUDA graph
 (``train.GraphedSteps``), eagerly and (with ``--compile``) compiled.
 
     PYTHONPATH=. python3 benchmarks/dev/step_profile.py OUT.json [--crops 384,768] [--reference] [--compile]
@@ -75,6 +77,10 @@ def profile_crop(
         from benchmarks.dev import trunk_prev
 
         trunk_cls = trunk_prev.Trunk
+    elif variant == "base":  # the fused optimizer with another trunk: benchmarks/dev/trunk_base.py
+        from benchmarks.dev import trunk_base  # type: ignore[attr-defined]
+
+        trunk_cls = trunk_base.Trunk
     elif variant not in ("new", "new-foreach"):
         raise ValueError(f"unknown variant {variant}")
     return _profile(trunk_cls, crop, fused, compiled, reps, variant, graphs)
@@ -84,7 +90,7 @@ def _profile(
     trunk_cls: type, crop: int, fused: bool, compiled: bool, reps: int, variant: str, graphs: bool = False
 ) -> dict[str, Any]:
     model = trunk_cls(fused=fused).cuda()
-    if variant == "new":
+    if variant in ("new", "base"):
         opt = make_optimizer(model, 1e-4, capturable=graphs)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
@@ -173,7 +179,8 @@ def main() -> None:
         for var in args.variants.split(","):
             attempt(crop, fused=True, variant=var)
         if args.compile:
-            attempt(crop, fused=True, compiled=True)
+            for var in args.variants.split(","):
+                attempt(crop, fused=True, compiled=True, variant=var)
         if args.graphs:
             attempt(crop, fused=True, graphs=True)
             if args.compile:
