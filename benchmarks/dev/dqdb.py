@@ -32,6 +32,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.dev.ab51 import time_ms as ab51_times
 from featurecache.model.kernels import pair_bias_attention as pba
 
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -163,17 +164,10 @@ def check() -> None:
 
 
 def time_ms(fn, reps=20):  # type: ignore[no-untyped-def]
+    """Median ms of ``fn()`` after one warm-up call (CUDA events)."""
     fn()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return statistics.median(ab51_times(fn, reps=reps))
 
 
 CONFIGS = [  # (BLOCK_M, BLOCK_N, SP, warps, stages, target programs)
