@@ -145,7 +145,6 @@ class GraphedSteps:
 
     def _record(self, key: tuple[Any, ...], batch: dict[str, torch.Tensor]) -> None:
         static = {k: v.clone() for k, v in batch.items()}
-        fresh = not self.opt.state  # the optimizer's state is created by the first warm-up step
         saved = [t.clone() for t in self._state_tensors()]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -153,16 +152,14 @@ class GraphedSteps:
             for _ in range(self.warmup):
                 train_step(self.model, self.opt, self.loss_fn, static)
         torch.cuda.current_stream().wait_stream(side)
-        now = self._state_tensors()
+        now = self._state_tensors()  # saved's tensors first, then any optimizer state the warm-up created
         with torch.no_grad():
-            if fresh:  # back to "no step yet": parameters restored, AdamW moments and step count zero
-                for t, s in zip(now, saved, strict=False):
-                    t.copy_(s)
-                for t in now[len(saved) :]:
-                    t.zero_()
-            else:
-                for t, s in zip(now, saved, strict=True):
-                    t.copy_(s)
+            for t, s in zip(now, saved, strict=False):
+                t.copy_(s)
+            for t in now[
+                len(saved) :
+            ]:  # created from nothing: AdamW's "no step yet" is zero moments and count
+                t.zero_()
         self.opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
