@@ -47,15 +47,16 @@ def train_variant(
     pad_multiple: int | None,
     compile: bool = False,
     cuda_graphs: bool = False,
+    prefetch: bool = True,
 ) -> dict[str, Any]:
     try:
         doc = run_training(
             args.store, args.url, steps=args.steps, crop_size=args.crop, device="cuda", batch_size=args.batch_size,
             fused=fused, log_path=log_path, seed=args.seed, workers=args.workers, config=cfg,
-            pad_multiple=pad_multiple, compile=compile, cuda_graphs=cuda_graphs,
+            pad_multiple=pad_multiple, compile=compile, cuda_graphs=cuda_graphs, prefetch=prefetch,
         )  # fmt: skip
         return {"ok": True, "source": doc["source"], "pad_multiple": doc["pad_multiple"], "compiled": compile,
-                "cuda_graphs": cuda_graphs, **doc["summary"]}  # fmt: skip
+                "cuda_graphs": cuda_graphs, "prefetch": prefetch, **doc["summary"]}  # fmt: skip
     except torch.cuda.OutOfMemoryError as exc:
         return {"ok": False, "error": f"OOM: {str(exc)[:200]}"}
     finally:
@@ -102,6 +103,9 @@ def main() -> None:
     ap.add_argument("--compare-graphs", action="store_true",
                     help="also train the fused model with CUDA-graph steps (train --cuda-graphs), eager and "
                     "compiled, same run")  # fmt: skip
+    ap.add_argument("--compare-prefetch", action="store_true",
+                    help="also train the fused model without the next batch's prefetch (eager, and with CUDA "
+                    "graphs under --compare-graphs), same run")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -114,20 +118,26 @@ def main() -> None:
 
     runs: dict[str, Any] = {}
     if not args.skip_train:
-        train_runs = [(name, fused, args.pad_multiple, False, False) for name, fused in VARIANTS]
+        # (name, fused, pad multiple, compiled, CUDA graphs, prefetch)
+        train_runs = [(name, fused, args.pad_multiple, False, False, True) for name, fused in VARIANTS]
+        if args.compare_prefetch:
+            train_runs.append(("fused_no_prefetch", True, args.pad_multiple, False, False, False))
         if args.compare_padding:
-            train_runs.append(("fused_unpadded", True, 1, False, False))
+            train_runs.append(("fused_unpadded", True, 1, False, False, True))
         if args.compare_compile:
-            train_runs.append(("fused_compiled", True, args.pad_multiple, True, False))
+            train_runs.append(("fused_compiled", True, args.pad_multiple, True, False, True))
         if args.compare_graphs:
-            train_runs.append(("fused_graphs", True, args.pad_multiple, False, True))
-            train_runs.append(("fused_compiled_graphs", True, args.pad_multiple, True, True))
-        for name, fused, pad, comp, graphs in train_runs:
-            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json", pad, comp, graphs)
+            if args.compare_prefetch:
+                train_runs.append(("fused_graphs_no_prefetch", True, args.pad_multiple, False, True, False))
+            train_runs.append(("fused_graphs", True, args.pad_multiple, False, True, True))
+            train_runs.append(("fused_compiled_graphs", True, args.pad_multiple, True, True, True))
+        for name, fused, pad, comp, graphs, prefetch in train_runs:
+            r = train_variant(args, cfg, fused, args.out / f"train_{name}.json", pad, comp, graphs, prefetch)
             runs[name] = r
             bench.add(part="train", variant=name, crop=args.crop, ok=r["ok"], pad=r.get("pad_multiple"),
                       median_step_s=r.get("median_step_time_s"), peak_GiB=(r.get("peak_mem_bytes") or 0) / 2**30,
-                      data_wait_frac=r.get("data_wait_fraction"), tokens_per_s=r.get("tokens_per_s"),
+                      data_wait_frac=r.get("data_wait_fraction"), loader_wait_frac=r.get("loader_wait_fraction"),
+                      tokens_per_s=r.get("tokens_per_s"),
                       median_tokens_per_s=r.get("median_tokens_per_s"), slow_steps=len(r.get("slow_steps") or []),
                       first_loss=r.get("first_loss"), last_loss=r.get("last_loss"))  # fmt: skip
             print(name, r, flush=True)

@@ -246,6 +246,14 @@ def train(
             "~1-2 GiB of graph memory. Combines with --compile.",
         ),
     ] = False,
+    prefetch: Annotated[
+        bool,
+        typer.Option(
+            "--prefetch/--no-prefetch",
+            help="Fetch, pad and copy the next batch while the GPU runs the step (default), so the "
+            "loader's latency hides behind the step; the log's exposed_data_wait_s is what it did not hide.",
+        ),
+    ] = True,
     verbose: Verbose = False,
 ) -> None:
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss."""
@@ -259,7 +267,7 @@ def train(
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
-            cuda_graphs=cuda_graphs,
+            cuda_graphs=cuda_graphs, prefetch=prefetch,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

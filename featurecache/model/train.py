@@ -2,8 +2,9 @@
 
 ``make_batches`` is the only place that knows where batches come from: the client's
 ``FeatureDataset`` over a store or a lookup URL, or synthetic batches (no source given).
-Each step logs its wall time, the part of it spent waiting for the batch, the loss, the
-peak GPU memory and the number of real tokens; the JSON log ends with a summary.
+Each step logs its wall time, the part of it spent waiting for the batch (and, with the
+prefetch on CUDA, how much of that wait the GPU's work on the step hid), the loss, the peak GPU
+memory and the number of real tokens; the JSON log ends with a summary.
 """
 
 from __future__ import annotations
@@ -50,8 +51,20 @@ def make_batches(
     return iter(FeatureLoader(dataset, batch_size=batch_size)), source
 
 
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: batch[k].to(device, non_blocking=True) for k in MODEL_INPUT_KEYS}
+def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
+             msa_rows_pow2: bool) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The model's inputs of a client batch, padded on the host, then copied to ``device``
+    asynchronously (from pinned memory on CUDA, so the copy queues behind the running step
+    instead of blocking the host)."""
+    batch: dict[str, Any] = {k: raw[k] for k in MODEL_INPUT_KEYS}
+    if pad_multiple > 1:
+        batch = pad_tokens(batch, pad_multiple, cap=crop_size)
+    if msa_rows_pow2:  # a graph per shape: a few MSA row counts instead of one per batch
+        batch = pad_msa_rows(batch)
+    if device.type == "cuda":
+        return {k: (v.pin_memory() if v.device.type == "cpu" else v).to(device, non_blocking=True)
+                for k, v in batch.items()}  # fmt: skip
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, capturable: bool = False) -> torch.optim.Optimizer:
@@ -60,6 +73,56 @@ def make_optimizer(model: torch.nn.Module, lr: float, capturable: bool = False) 
     ``capturable``: safe to record in a CUDA graph (:class:`GraphedSteps`)."""
     cuda = next(model.parameters()).is_cuda
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda, capturable=capturable and cuda)
+
+
+#: (the client's batch, the model's inputs prepared from it on the training device)
+_Fetched = tuple[dict[str, Any], dict[str, torch.Tensor]]
+
+
+class _Feed:
+    """The loop's batches, and the time it spent waiting for them since the last ``settle()``.
+
+    ``next(behind=event)`` fetches while the GPU still has the work before ``event`` queued: the
+    wait is exposed only from the moment the GPU finished that work (CUDA events, resolved by
+    ``settle()`` once the step has synchronised). Without ``behind`` the GPU is idle: all of the
+    wait is exposed. The first batch is checked against BATCH_SCHEMA before it is prepared."""
+
+    def __init__(self, it: Iterator[dict[str, Any]],
+                 prepare: Callable[[dict[str, Any]], dict[str, torch.Tensor]]) -> None:  # fmt: skip
+        self._it, self._prepare = it, prepare
+        self._wait = self._exposed = 0.0
+        self._queued: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
+        self._checked = False
+
+    def next(self, behind: torch.cuda.Event | None = None) -> _Fetched | None:
+        """(client batch, prepared model inputs), or None when the source has ended."""
+        t = time.perf_counter()
+        try:
+            raw = next(self._it)
+        except StopIteration:
+            return None
+        waited = time.perf_counter() - t
+        self._wait += waited
+        if behind is None:
+            self._exposed += waited
+        else:  # on the stream after the queued work: the GPU timestamps it when done with that work
+            arrived = torch.cuda.Event(enable_timing=True)
+            arrived.record()
+            self._queued.append((behind, arrived, waited))
+        if not self._checked:
+            check_batch(raw)
+            self._checked = True
+        return raw, self._prepare(raw)
+
+    def settle(self) -> tuple[float, float]:
+        """(seconds blocked on the source, seconds of it the GPU sat idle) since the last call; the
+        events it reads must have completed (call after synchronising)."""
+        for done, arrived, waited in self._queued:
+            self._exposed += min(waited, done.elapsed_time(arrived) / 1e3)
+        out = (self._wait, self._exposed)
+        self._wait = self._exposed = 0.0
+        self._queued.clear()
+        return out
 
 
 LossFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
@@ -200,6 +263,7 @@ def run_training(
     pad_multiple: int | None = None,
     compile: bool = False,
     cuda_graphs: bool = False,
+    prefetch: bool = True,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -221,6 +285,15 @@ def run_training(
     as eager steps without the host's ~900 kernel launches per step. The MSA-row axis is padded to
     a power of two (:func:`~featurecache.model.batches.pad_msa_rows`) so that there are a handful of
     shapes, each recorded once.
+
+    ``prefetch``: fetch, pad and copy the next batch while the GPU runs this step (the loss is read
+    after the fetch), so the loader's latency hides behind the step instead of adding to it. Each
+    record's ``data_wait_s`` is the time its wall interval spent blocked on the loader (with the
+    prefetch: the next batch's fetch), ``exposed_data_wait_s`` the part of it the GPU sat idle
+    for (CUDA events: from the end of the GPU's previous work to the batch's arrival; on the CPU
+    all of it), which is what ``data_wait_fraction`` sums. Off: fetch, then step, then sync.
+    ``compute_s`` runs from issuing the step to reading its loss (with the prefetch it includes
+    the next fetch where that outlasts the GPU's work); ``gpu_s`` is the GPU's time on the step.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
@@ -254,39 +327,43 @@ def run_training(
     doc: dict[str, Any] = {
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
         "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
-        "cuda_graphs": cuda_graphs, "model_config": cfg.to_dict(),
+        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "model_config": cfg.to_dict(),
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
+    feed = _Feed(it, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs))
     try:
+        t_prev = time.perf_counter()
+        pending = feed.next()
         for step in range(steps):
-            t0 = time.perf_counter()
-            try:
-                raw = next(it)
-            except StopIteration:
+            if pending is None:
                 log.warning("the batch source ended after %d steps", step)
                 break
-            t1 = time.perf_counter()
-            if step == 0:
-                check_batch(raw)
-            batch = _to_device(raw, dev)
-            if pad_multiple > 1:
-                batch = pad_tokens(batch, pad_multiple, cap=crop_size)
-            if graphed is not None:  # a graph per shape: a few MSA row counts instead of one per batch
-                batch = pad_msa_rows(batch)
+            raw, batch = pending
+            pending = None
+            t_issue = time.perf_counter()
             if cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
             loss = graphed(batch) if graphed is not None else train_step(model, opt, loss_fn, batch)
+            if cuda:
+                end.record()
+            last = step + 1 == steps
+            if prefetch and not last:
+                pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
             loss_value = float(loss.item())  # synchronises
             if cuda:
                 torch.cuda.synchronize(dev)
-            t2 = time.perf_counter()
+            t_end = time.perf_counter()
+            wait, exposed = feed.settle()
             peak = torch.cuda.max_memory_allocated(dev) if cuda else None
             if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
                 peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
             rec = {
-                "step": step, "step_time_s": t2 - t0, "data_wait_s": t1 - t0, "compute_s": t2 - t1,
+                "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
+                "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
                 "loss": loss_value, "peak_mem_bytes": peak,
-                "tokens": int(batch["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
+                "tokens": int(raw["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
                 "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                 "entry_ids": raw.get("entry_id"),
                 # the client's ready-first stats for this batch (absent for synthetic batches)
@@ -294,10 +371,13 @@ def run_training(
                 "skipped": len(raw.get("skipped") or []),
             }  # fmt: skip
             records.append(rec)
-            log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs  tokens %d", step, loss_value,
-                     rec["step_time_s"], rec["data_wait_s"], rec["tokens"])  # fmt: skip
+            log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
+                     loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
             if on_step is not None:
                 on_step(rec)
+            t_prev = t_end
+            if not prefetch and not last:
+                pending = feed.next()
     finally:
         doc["summary"] = summarize(records)
         if log_path is not None:
@@ -322,6 +402,10 @@ SLOW_STEP_FACTOR = 3.0
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction.
 
+    ``data_wait_fraction``: the share of wall time the step waited for data with nothing else to
+    do (the exposed waits; all of it without the prefetch); ``loader_wait_fraction``: the share the
+    host spent blocked on the loader, hidden or not.
+
     ``tokens_per_s`` is tokens over wall time of the timed steps, so one-off stalls count;
     ``median_tokens_per_s`` is the steady-state rate; ``slow_steps`` lists the steps (0-based) that
     took more than ``SLOW_STEP_FACTOR`` median steps, which explains a gap between the two."""
@@ -331,6 +415,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     median_step = statistics.median(r["step_time_s"] for r in timed)
     total = sum(r["step_time_s"] for r in timed)
     wait = sum(r["data_wait_s"] for r in timed)
+    exposed = sum(r.get("exposed_data_wait_s", r["data_wait_s"]) for r in timed)
     peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
     return {
         "steps": len(records),
@@ -338,7 +423,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "median_step_time_s": median_step,
         "median_compute_s": statistics.median(r["compute_s"] for r in timed),
         "median_data_wait_s": statistics.median(r["data_wait_s"] for r in timed),
-        "data_wait_fraction": wait / total if total > 0 else 0.0,
+        "data_wait_fraction": exposed / total if total > 0 else 0.0,
+        "loader_wait_fraction": wait / total if total > 0 else 0.0,
         "peak_mem_bytes": max(peaks) if peaks else None,
         "first_loss": records[0]["loss"],
         "last_loss": records[-1]["loss"],

@@ -4,6 +4,8 @@ under the interpreter), the distogram loss against numpy, and the training loop 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -279,12 +281,53 @@ def test_run_training_writes_log(tmp_path: Path) -> None:
     assert saved["source"] == "synthetic" and saved["fused"] is False  # no CUDA: references
     assert [r["step"] for r in saved["steps"]] == [0, 1, 2]
     for rec in saved["steps"]:
-        assert rec["step_time_s"] >= rec["data_wait_s"] >= 0 and np.isfinite(rec["loss"])
+        assert rec["step_time_s"] >= rec["data_wait_s"] >= rec["exposed_data_wait_s"] >= 0
+        assert np.isfinite(rec["loss"])
         assert rec["tokens"] == 16
     s = saved["summary"]
     assert s["steps"] == 3 and 0 <= s["data_wait_fraction"] <= 1
     assert s["median_step_time_s"] == pytest.approx(np.median([r["step_time_s"] for r in saved["steps"][1:]]))
     assert doc["summary"] == s
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["sync", "prefetch"])
+def test_run_training_waits_are_counted_where_they_happen(prefetch: bool) -> None:
+    """A source that takes 50 ms per batch: without the prefetch each step's wall interval holds
+    its own batch's fetch; with it, each step's interval holds the next batch's fetch (issued
+    while the step runs), so the last step waits for nothing and no batch beyond ``steps`` is
+    drawn. On the CPU nothing hides a wait: all of it is exposed."""
+    rng = np.random.default_rng(9)
+    stream = [synthetic_batch(rng, 1, 16, msa_rows=3, full=False) for _ in range(5)]
+    drawn: list[int] = []
+
+    def slow_source() -> Iterator[dict]:
+        for i, b in enumerate(stream):
+            time.sleep(0.05)
+            drawn.append(i)
+            yield b
+
+    doc = run_training(None, None, steps=3, crop_size=16, device="cpu", log_path=None, config=TINY,
+                       batches=slow_source(), prefetch=prefetch)  # fmt: skip
+    assert drawn == [0, 1, 2] and doc["prefetch"] is prefetch
+    waits = [r["data_wait_s"] for r in doc["steps"]]
+    assert [r["exposed_data_wait_s"] for r in doc["steps"]] == waits
+    if prefetch:  # step 0 holds batch 0's and batch 1's fetch, step 1 batch 2's, step 2 none
+        assert waits[0] >= 0.1 and waits[1] >= 0.05 and waits[2] == 0.0
+    else:
+        assert all(w >= 0.05 for w in waits)
+    assert all(r["step_time_s"] >= r["data_wait_s"] for r in doc["steps"])
+
+
+def test_prefetch_trains_on_the_same_batches_in_the_same_order() -> None:
+    rng = np.random.default_rng(10)
+    stream = [synthetic_batch(rng, 1, 16, msa_rows=3, full=False) for _ in range(4)]
+    losses = []
+    for prefetch in (False, True):
+        doc = run_training(None, None, steps=4, crop_size=16, device="cpu", log_path=None, config=TINY,
+                           batches=iter(stream), pad_multiple=8, prefetch=prefetch)  # fmt: skip
+        losses.append([r["loss"] for r in doc["steps"]])
+    assert len(set(losses[0])) == 4  # four different batches / updates
+    assert losses[1] == losses[0]
 
 
 def test_summary_separates_stalls_from_the_steady_rate() -> None:
