@@ -217,7 +217,16 @@ def train(
         "train_log.json"
     ),
     seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
-    workers: Annotated[int, typer.Option(help="Client worker threads.")] = 4,
+    workers: Annotated[int, typer.Option(help="Client workers (see --pool).")] = 4,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            help="Client workers as 'process' (default on cuda) or 'thread' (default on cpu). Worker threads "
+            "compete with the training thread for the GIL: 128-token CUDA-graph steps took 7.7 ms with "
+            "threads vs 4.4 ms with processes on an H200 (GPU work 4.0 ms).",
+        ),
+    ] = None,
     pad_multiple: Annotated[
         int | None,
         typer.Option(
@@ -267,7 +276,7 @@ def train(
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
-            cuda_graphs=cuda_graphs, prefetch=prefetch,
+            cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

@@ -40,15 +40,19 @@ def make_batches(
     batch_size: int,
     seed: int,
     workers: int,
-) -> tuple[Iterator[dict[str, Any]], str]:
-    """(endless iterator of batch dicts following BATCH_SCHEMA, description of the source)."""
+    pool: str = "thread",
+) -> tuple[Iterator[dict[str, Any]], str, Callable[[], None]]:
+    """(endless iterator of batch dicts following BATCH_SCHEMA, description of the source, a
+    function that stops the client's worker pool)."""
     if store is None and url is None:
-        return synthetic_batches(batch_size, crop_size, seed=seed), "synthetic"
+        return synthetic_batches(batch_size, crop_size, seed=seed), "synthetic", lambda: None
     from featurecache.client import FeatureDataset, FeatureLoader
 
     source = str(store) if store is not None else str(url)
-    dataset = FeatureDataset(source, crop_size=crop_size, seed=seed, workers=workers, infinite=True)
-    return iter(FeatureLoader(dataset, batch_size=batch_size)), source
+    dataset = FeatureDataset(
+        source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool
+    )
+    return iter(FeatureLoader(dataset, batch_size=batch_size)), source, dataset.close
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -262,6 +266,7 @@ def run_training(
     compile: bool = False,
     cuda_graphs: bool = False,
     prefetch: bool = True,
+    pool: str | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -292,6 +297,13 @@ def run_training(
     all of it), which is what ``data_wait_fraction`` sums. Off: fetch, then step, then sync.
     ``compute_s`` runs from issuing the step to reading its loss (with the prefetch it includes
     the next fetch where that outlasts the GPU's work); ``gpu_s`` is the GPU's time on the step.
+
+    ``pool``: the client's workers, ``"process"`` (default on CUDA) or ``"thread"`` (default on
+    the CPU). Worker threads hold the GIL when the training thread wakes from the loss's
+    synchronisation, which then waits up to the interpreter's 5 ms switch interval to run again:
+    on the H200 (run 69, ``benchmarks/dev/feed_ab.py``, CUDA graphs, crop 384) 128-token steps
+    took 7.7 ms with threads and the prefetch against 4.4 ms with processes (GPU: 4.0 ms), and the
+    run's wall-time rate was 6801 against 8401 tokens/s (threads without the prefetch: 5817).
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
@@ -313,10 +325,12 @@ def run_training(
     opt = make_optimizer(model, lr, capturable=cuda_graphs)
     loss_fn = torch.compile(model.loss) if compile else model.loss
     graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
+    if pool is None:
+        pool = "process" if dev.type == "cuda" else "thread"
     if batches is not None:
-        it, source = batches, "given"
+        it, source, close = batches, "given", None
     else:
-        it, source = make_batches(store, url, crop_size, batch_size, seed, workers)
+        it, source, close = make_batches(store, url, crop_size, batch_size, seed, workers, pool)
     cuda = dev.type == "cuda"
     log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
              crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
@@ -325,7 +339,8 @@ def run_training(
     doc: dict[str, Any] = {
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
         "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
-        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "model_config": cfg.to_dict(),
+        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if batches is None else None,
+        "model_config": cfg.to_dict(),
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
     feed = _Feed(it, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs))
@@ -377,6 +392,8 @@ def run_training(
             if not prefetch and not last:
                 pending = feed.next()
     finally:
+        if close is not None:
+            close()
         doc["summary"] = summarize(records)
         if log_path is not None:
             Path(log_path).write_text(json.dumps(doc, indent=2, default=str))

@@ -346,12 +346,19 @@ def test_summary_separates_stalls_from_the_steady_rate() -> None:
     assert s["slow_steps"] == [2]
 
 
-def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path) -> None:
-    """Batches from the client's FeatureDataset over a store built from the committed samples."""
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path, pool: str) -> None:
+    """Batches from the client's FeatureDataset over a store built from the committed samples, with
+    the client's workers as threads (the CPU default) or processes (the CUDA default); the run
+    stops its worker processes when it ends."""
+    import multiprocessing
+
     seen: list[dict] = []
     doc = run_training(sample_store, None, steps=2, crop_size=24, device="cpu", fused=False,
-                       log_path=tmp_path / "log.json", workers=1, config=TINY, on_step=seen.append)  # fmt: skip
-    assert doc["source"] == str(sample_store)
+                       log_path=tmp_path / "log.json", workers=1, config=TINY, on_step=seen.append,
+                       pool=pool)  # fmt: skip
+    assert doc["source"] == str(sample_store) and doc["pool"] == pool
+    assert multiprocessing.active_children() == []
     assert len(seen) == 2
     for rec in seen:
         assert 0 < rec["tokens"] <= 24 and np.isfinite(rec["loss"])
