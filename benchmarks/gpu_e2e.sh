@@ -12,6 +12,6 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-python3 benchmarks/train_e2e.py --store "$STORE" --steps 60 --crop 384 --compare-padding --compare-compile --compare-graphs --out "$OUT" 2>&1 | tee "$OUT/train_e2e.log" | tail -40
+python3 benchmarks/train_e2e.py --store "$STORE" --steps 120 --crop 384 --compare-padding --compare-compile --compare-graphs --compare-prefetch --out "$OUT" 2>&1 | tee "$OUT/train_e2e.log" | tail -40
 python3 benchmarks/plan_validate.py 2>&1 | tee "$OUT/plan_validate.log" | tail -30
 cp benchmarks/results/plan_validate.json "$OUT/" 2>/dev/null || true
