@@ -153,6 +153,19 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Loss
     return _update(model, opt, loss_fn, batch)
 
 
+_WARMUP_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _warmup_stream(device: int) -> torch.cuda.Stream:
+    """One side stream per device for every recording's warm-up steps. cuBLAS keeps a workspace
+    per stream it has run on, allocated from the caching allocator and never returned: a new stream
+    per recording left ~65 MiB allocated per shape recorded (run 73, ``benchmarks/dev/graph_leak.py``;
+    2 GiB after run 72's graph variants, which every later peak measurement in the process carried)."""
+    if device not in _WARMUP_STREAMS:
+        _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
+    return _WARMUP_STREAMS[device]
+
+
 class GraphedSteps:
     """Whole training steps (forward, backward, clipping, AdamW) replayed as CUDA graphs.
 
@@ -211,7 +224,7 @@ class GraphedSteps:
     def _record(self, key: tuple[Any, ...], batch: dict[str, torch.Tensor]) -> None:
         static = {k: v.clone() for k, v in batch.items()}
         saved = [t.clone() for t in self._state_tensors()]
-        side = torch.cuda.Stream()
+        side = _warmup_stream(torch.cuda.current_device())
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
