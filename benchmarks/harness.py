@@ -58,11 +58,21 @@ def machine() -> dict[str, Any]:
             info["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    with contextlib.suppress(OSError):
-        info["git"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip()
+    info["git"] = os.environ.get("FEATURECACHE_GIT_COMMIT") or _git_commit()
     return info
+
+
+def _git_commit() -> str:
+    """HEAD, with ``+dirty`` when tracked files differ from it (a copied tree whose .git is older
+    than its files, as on the GPU machine, reads as its stale HEAD otherwise;
+    ``FEATURECACHE_GIT_COMMIT`` overrides)."""
+    with contextlib.suppress(OSError):
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+        return f"{head}+dirty" if head and dirty else head
+    return ""
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1) -> dict[str, float]:

@@ -15,6 +15,7 @@ import argparse
 import ast
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -231,6 +232,9 @@ def load(results: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
             SUPPORTING.append(path.name)
             continue
         name = str(doc.get("benchmark") or path.stem)
+        if path.stem != name and re.search(r"_run\d+$", path.stem):  # an earlier run kept for the notes
+            SUPPORTING.append(path.name)
+            continue
         docs[name if path.stem == name or name not in docs else path.stem] = doc
     return docs, problems
 
