@@ -9,6 +9,7 @@ memory and the number of real tokens; the JSON log ends with a summary.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import statistics
@@ -59,8 +60,7 @@ def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_
              msa_rows_pow2: bool) -> dict[str, torch.Tensor]:  # fmt: skip
     """The model's inputs of a client batch on ``device``, padded there. The copies and the padding
     queue behind whatever the GPU is running, and neither blocks the host: a pageable copy returns
-    once it is staged. (Padding on the host and copying from pinned memory instead made 128-token
-    CUDA-graph steps 2x slower on the H200, run 67: the host paid for it while the GPU sat idle.)"""
+    once it is staged. (Padding on the host and copying from pinned memory, run 67, bought nothing.)"""
     batch = {k: raw[k].to(device, non_blocking=True) for k in MODEL_INPUT_KEYS}
     if pad_multiple > 1:
         batch = pad_tokens(batch, pad_multiple, cap=crop_size)
@@ -153,17 +153,13 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Loss
     return _update(model, opt, loss_fn, batch)
 
 
-_WARMUP_STREAMS: dict[int, torch.cuda.Stream] = {}
-
-
+@functools.cache
 def _warmup_stream(device: int) -> torch.cuda.Stream:
     """One side stream per device for every recording's warm-up steps. cuBLAS keeps a workspace
     per stream it has run on, allocated from the caching allocator and never returned: a new stream
     per recording left ~65 MiB allocated per shape recorded (run 73, ``benchmarks/dev/graph_leak.py``;
     2 GiB after run 72's graph variants, which every later peak measurement in the process carried)."""
-    if device not in _WARMUP_STREAMS:
-        _WARMUP_STREAMS[device] = torch.cuda.Stream(device)
-    return _WARMUP_STREAMS[device]
+    return torch.cuda.Stream(device)
 
 
 class GraphedSteps:
@@ -341,9 +337,10 @@ def run_training(
     if pool is None:
         pool = "process" if dev.type == "cuda" else "thread"
     if batches is not None:
-        it, source, close = batches, "given", None
+        it, source, close = batches, "given", lambda: None
     else:
         it, source, close = make_batches(store, url, crop_size, batch_size, seed, workers, pool)
+    client = batches is None and (store is not None or url is not None)
     cuda = dev.type == "cuda"
     log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
              crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
@@ -352,7 +349,7 @@ def run_training(
     doc: dict[str, Any] = {
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
         "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
-        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if batches is None else None,
+        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
         "model_config": cfg.to_dict(),
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
@@ -405,8 +402,7 @@ def run_training(
             if not prefetch and not last:
                 pending = feed.next()
     finally:
-        if close is not None:
-            close()
+        close()
         doc["summary"] = summarize(records)
         if log_path is not None:
             Path(log_path).write_text(json.dumps(doc, indent=2, default=str))
