@@ -263,9 +263,35 @@ def train(
             "loader's latency hides behind the step; the log's exposed_data_wait_s is what it did not hide.",
         ),
     ] = True,
+    lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-3,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="Write a checkpoint here (model, optimizer, the data stream's position) at the end of the run "
+            "and every --checkpoint-every steps; '{step}' in the name is replaced by the steps done, otherwise "
+            "each checkpoint replaces the last (written to a temporary file and renamed: a crash mid-write "
+            "keeps the previous one).",
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        int | None, typer.Option("--checkpoint-every", help="Steps between checkpoints (needs --checkpoint).")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue from a checkpoint: its model config, parameters, optimizer state and data position "
+            "(the same batches follow as if the run had not stopped). --steps is the total, counting the "
+            "checkpoint's steps.",
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss."""
+    """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss.
+
+    Logs each step's time, data wait and loss to --log (JSON, with a summary); checkpoints with
+    --checkpoint, continues a run with --resume."""
     _setup_logging(verbose)
     if (store is None) == (url is None):
         typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
@@ -276,7 +302,8 @@ def train(
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
-            cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool,
+            cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every, resume=resume,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

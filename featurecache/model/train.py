@@ -5,13 +5,21 @@
 Each step logs its wall time, the part of it spent waiting for the batch (and, with the
 prefetch on CUDA, how much of that wait the GPU's work on the step hid), the loss, the peak GPU
 memory and the number of real tokens; the JSON log ends with a summary.
+
+Checkpoints (``checkpoint=``, ``checkpoint_every=``) hold the model, the optimizer and the data
+stream's position (the client's exact-resume state, or the number of synthetic batches drawn); a
+run started with ``resume=`` continues from one as if it had never stopped: the same batches, the
+same updates (bitwise on the CPU and with a single client worker; with several workers the
+remaining samples arrive in the new run's ready-first order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +42,35 @@ WARMUP_STEPS = 1
 DEFAULT_PAD_MULTIPLE = 128
 
 
+@dataclasses.dataclass
+class BatchSource:
+    """Where the loop's batches come from. ``state()``: the position of the stream after the
+    batches handed out so far (for a checkpoint; None: the source cannot resume)."""
+
+    batches: Iterator[dict[str, Any]]
+    name: str
+    close: Callable[[], None] = lambda: None
+    state: Callable[[], dict[str, Any]] | None = None
+
+
+class _Synthetic:
+    """Synthetic batches that count how many were drawn: their position for a checkpoint."""
+
+    def __init__(self, batch_size: int, crop_size: int, seed: int, skip: int = 0) -> None:
+        self._it = synthetic_batches(batch_size, crop_size, seed=seed)
+        self.drawn = 0
+        for _ in range(skip):  # the stream is seeded: drawing is the only way to its k-th batch
+            next(self)
+
+    def __iter__(self) -> _Synthetic:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        batch = next(self._it)
+        self.drawn += 1
+        return batch
+
+
 def make_batches(
     store: str | Path | None,
     url: str | None,
@@ -42,18 +79,27 @@ def make_batches(
     seed: int,
     workers: int,
     pool: str = "thread",
-) -> tuple[Iterator[dict[str, Any]], str, Callable[[], None]]:
-    """(endless iterator of batch dicts following BATCH_SCHEMA, description of the source, a
-    function that stops the client's worker pool)."""
+    state: dict[str, Any] | None = None,
+) -> BatchSource:
+    """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
+    ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
+    earlier run with the same source, seed, crop and batch size) continues that run's stream."""
     if store is None and url is None:
-        return synthetic_batches(batch_size, crop_size, seed=seed), "synthetic", lambda: None
+        synth = _Synthetic(batch_size, crop_size, seed, skip=int((state or {}).get("synthetic_drawn", 0)))
+        return BatchSource(synth, "synthetic", state=lambda: {"synthetic_drawn": synth.drawn})
     from featurecache.client import FeatureDataset, FeatureLoader
 
     source = str(store) if store is not None else str(url)
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool
     )
-    return iter(FeatureLoader(dataset, batch_size=batch_size)), source, dataset.close
+    loader = FeatureLoader(dataset, batch_size=batch_size)
+    if state is not None:
+        if "client" not in state:
+            dataset.close()
+            raise InvalidRequest(f"the checkpoint's data position is not the client's: {sorted(state)}")
+        loader.load_state_dict(state["client"])
+    return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()})
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -77,8 +123,9 @@ def make_optimizer(model: torch.nn.Module, lr: float, capturable: bool = False) 
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda, capturable=capturable and cuda)
 
 
-#: (the client's batch, the model's inputs prepared from it on the training device)
-_Fetched = tuple[dict[str, Any], dict[str, torch.Tensor]]
+#: (the client's batch, the model's inputs prepared from it on the training device, the source's
+#: position right after this batch: what a checkpoint taken after training on it records)
+_Fetched = tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any] | None]
 
 
 class _Feed:
@@ -87,11 +134,14 @@ class _Feed:
     ``next(behind=event)`` fetches while the GPU still has the work before ``event`` queued: the
     wait is exposed only from the moment the GPU finished that work (CUDA events, resolved by
     ``settle()`` once the step has synchronised). Without ``behind`` the GPU is idle: all of the
-    wait is exposed. The first batch is checked against BATCH_SCHEMA before it is prepared."""
+    wait is exposed. The first batch is checked against BATCH_SCHEMA before it is prepared.
+    ``position()`` is read right after each batch arrives: with the prefetch the next batch has
+    arrived by the time a step ends, so the stream's position must be the one of the step's own."""
 
     def __init__(self, it: Iterator[dict[str, Any]],
-                 prepare: Callable[[dict[str, Any]], dict[str, torch.Tensor]]) -> None:  # fmt: skip
-        self._it, self._prepare = it, prepare
+                 prepare: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+                 position: Callable[[], dict[str, Any]] | None = None) -> None:  # fmt: skip
+        self._it, self._prepare, self._position = it, prepare, position
         self._wait = self._exposed = 0.0
         self._queued: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
         self._checked = False
@@ -104,6 +154,7 @@ class _Feed:
         except StopIteration:
             return None
         waited = time.perf_counter() - t
+        position = self._position() if self._position is not None else None
         self._wait += waited
         if behind is None:
             self._exposed += waited
@@ -114,7 +165,7 @@ class _Feed:
         if not self._checked:
             check_batch(raw)
             self._checked = True
-        return raw, self._prepare(raw)
+        return raw, self._prepare(raw), position
 
     def settle(self) -> tuple[float, float]:
         """(seconds blocked on the source, seconds of it the GPU sat idle) since the last call; the
@@ -255,6 +306,66 @@ class GraphedSteps:
         self._graphs[key] = (graph, static, loss)
 
 
+#: what ``run_training`` writes at ``checkpoint=``; ``load_checkpoint`` checks both
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "featurecache-train-checkpoint", 1
+
+
+def checkpoint_path(template: str | Path, step: int) -> Path:
+    """``template`` with ``{step}`` replaced by the number of steps done (no ``{step}``: one file,
+    overwritten by each checkpoint)."""
+    return Path(str(template).replace("{step}", str(step)))
+
+
+def save_checkpoint(path: str | Path, *, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
+                    data: dict[str, Any] | None, meta: dict[str, Any]) -> Path:  # fmt: skip
+    """Write a checkpoint after ``step`` optimizer steps: model, optimizer, the data stream's
+    position (``BatchSource.state()``; None: the run cannot continue the same stream) and
+    ``meta`` (model config, source, seed, ...). Atomic: a temporary file beside ``path`` renamed
+    over it, so an interrupted write leaves the previous checkpoint whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    doc = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": step, "model": model.state_dict(),
+           "optimizer": opt.state_dict(), "data": data, **meta}  # fmt: skip
+    try:
+        torch.save(doc, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint written by :func:`save_checkpoint`, tensors on the CPU; a missing, truncated or
+    foreign file is a :class:`~featurecache.errors.FeatureCacheError` naming it and the reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise FeatureCacheError(f"cannot resume from {path}: no such file")
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and torch errors all mean: not a readable checkpoint
+        raise FeatureCacheError(f"cannot resume from {path}: not a readable checkpoint ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+        raise FeatureCacheError(f"cannot resume from {path}: not a featurecache training checkpoint")
+    if doc.get("version") != CHECKPOINT_VERSION:
+        raise FeatureCacheError(
+            f"cannot resume from {path}: checkpoint version {doc.get('version')}, this featurecache reads "
+            f"{CHECKPOINT_VERSION}"
+        )
+    return doc
+
+
+def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None) -> ModelConfig:
+    """The checkpoint's model config; a different one given explicitly is refused."""
+    saved = ModelConfig.from_dict(doc["model_config"])
+    if given is not None and given != saved:
+        diff = {k: (v, given.to_dict()[k]) for k, v in saved.to_dict().items() if given.to_dict()[k] != v}
+        raise InvalidRequest(
+            f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}"
+        )
+    return saved
+
+
 def run_training(
     store: str | Path | None,
     url: str | None,
@@ -276,6 +387,9 @@ def run_training(
     cuda_graphs: bool = False,
     prefetch: bool = True,
     pool: str | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    resume: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -313,6 +427,13 @@ def run_training(
     on the H200 (run 69, ``benchmarks/dev/feed_ab.py``, CUDA graphs, crop 384) 128-token steps
     took 7.7 ms with threads and the prefetch against 4.4 ms with processes (GPU: 4.0 ms), and the
     run's wall-time rate was 6801 against 8401 tokens/s (threads without the prefetch: 5817).
+
+    ``checkpoint``: write a checkpoint (:func:`save_checkpoint`) there every ``checkpoint_every``
+    steps (None: only) at the end of the run; ``{step}`` in the path is replaced by the number of
+    steps done, otherwise each checkpoint replaces the last. ``resume``: start from a checkpoint:
+    its model config (a different ``config`` is refused), parameters, optimizer state and data
+    position; ``steps`` counts the checkpoint's steps too, and the log's step numbers continue
+    from them. ``lr`` applies from the resumed step on.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
@@ -322,7 +443,20 @@ def run_training(
     if fused and dev.type != "cuda":
         log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
         fused = False
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise InvalidRequest(f"checkpoint interval must be ≥ 1 step; got {checkpoint_every}")
+    if checkpoint_every is not None and checkpoint is None:
+        raise InvalidRequest("a checkpoint interval needs a checkpoint path")
+    resumed = load_checkpoint(resume) if resume is not None else None
+    first_step = int(resumed["step"]) if resumed is not None else 0
+    if first_step >= steps:
+        raise InvalidRequest(
+            f"{resume} is at step {first_step}: --steps {steps} (the total) leaves nothing to train"
+        )
     cfg = config or ModelConfig()
+    if resumed is not None:
+        assert resume is not None
+        cfg = _resume_config(resume, resumed, config)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     if pad_multiple < 1:
@@ -332,14 +466,25 @@ def run_training(
     torch.manual_seed(seed)
     model = Trunk(cfg, fused=fused).to(dev)
     opt = make_optimizer(model, lr, capturable=cuda_graphs)
+    if resumed is not None:  # before any graph is recorded: the graphs read these very tensors
+        model.load_state_dict(resumed["model"])
+        opt.load_state_dict(resumed["optimizer"])
+        for group in opt.param_groups:
+            group["lr"] = lr
     loss_fn = torch.compile(model.loss) if compile else model.loss
     graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
     if pool is None:
         pool = "process" if dev.type == "cuda" else "thread"
+    data_state = resumed["data"] if resumed is not None else None
     if batches is not None:
-        it, source, close = batches, "given", lambda: None
+        src = BatchSource(batches, "given")
     else:
-        it, source, close = make_batches(store, url, crop_size, batch_size, seed, workers, pool)
+        if resumed is not None and data_state is None:
+            log.warning("%s holds no data position: the batches start from the stream's beginning", resume)
+        src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state)
+    source = src.name
+    if resumed is not None:
+        log.info("resuming from %s at step %d (its source: %s)", resume, first_step, resumed.get("source"))
     client = batches is None and (store is not None or url is not None)
     cuda = dev.type == "cuda"
     log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
@@ -350,18 +495,33 @@ def run_training(
         "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
         "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
         "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
-        "model_config": cfg.to_dict(),
+        "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
+        "start_step": first_step, "checkpoints": [],
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
     }  # fmt: skip
-    feed = _Feed(it, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs))
+    meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
+            "batch_size": batch_size, "lr": lr, "fused": fused}  # fmt: skip
+    feed = _Feed(src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state)
+    saved_at = first_step
+
+    def save(done: int, position: dict[str, Any] | None) -> None:
+        nonlocal saved_at
+        assert checkpoint is not None
+        path = save_checkpoint(checkpoint_path(checkpoint, done), step=done, model=model, opt=opt, data=position,
+                               meta=meta)  # fmt: skip
+        doc["checkpoints"].append({"step": done, "path": str(path)})
+        log.info("checkpoint after step %d: %s", done, path)
+        saved_at = done
+
+    position: dict[str, Any] | None = None
     try:
         t_prev = time.perf_counter()
         pending = feed.next()
-        for step in range(steps):
+        for step in range(first_step, steps):
             if pending is None:
                 log.warning("the batch source ended after %d steps", step)
                 break
-            raw, batch = pending
+            raw, batch, position = pending
             pending = None
             t_issue = time.perf_counter()
             if cuda:
@@ -371,7 +531,7 @@ def run_training(
             loss = graphed(batch) if graphed is not None else train_step(model, opt, loss_fn, batch)
             if cuda:
                 end.record()
-            last = step + 1 == steps
+            last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
             if prefetch and not last:
                 pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
             loss_value = float(loss.item())  # synchronises
@@ -399,10 +559,15 @@ def run_training(
             if on_step is not None:
                 on_step(rec)
             t_prev = t_end
+            if checkpoint is not None and (last or (checkpoint_every and (step + 1) % checkpoint_every == 0)):
+                save(step + 1, position)
             if not prefetch and not last:
                 pending = feed.next()
+        done = first_step + len(records)
+        if checkpoint is not None and saved_at < done:  # the source ended early
+            save(done, position)
     finally:
-        close()
+        src.close()
         doc["summary"] = summarize(records)
         if log_path is not None:
             Path(log_path).write_text(json.dumps(doc, indent=2, default=str))

@@ -363,3 +363,108 @@ def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path, 
     for rec in seen:
         assert 0 < rec["tokens"] <= 24 and np.isfinite(rec["loss"])
         assert rec["entry_ids"] and all(rec["entry_ids"])
+
+
+# ------------------------------------------------------------------------- checkpoint and resume
+def _tensors_equal(a: object, b: object) -> bool:
+    """Nested dicts / lists of tensors and plain values, tensors compared bitwise."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_tensors_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(_tensors_equal, a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "sync"])
+def test_resume_continues_a_run_as_if_it_had_not_stopped(
+    sample_store: Path, tmp_path: Path, prefetch: bool
+) -> None:
+    """The oracle is the uninterrupted run: six steps with a checkpoint after the third, against
+    three steps resumed from that checkpoint. The resumed steps must see the same samples (the
+    client's exact-resume position, taken when the step's own batch arrived: with the prefetch
+    the next batch has arrived by the time the step ends) and give bitwise the same losses, and
+    the final parameters and optimizer state must be bitwise equal. One client worker, so the
+    samples arrive in the same order in both runs."""
+    from featurecache.model.train import load_checkpoint
+
+    common = {"steps": 6, "crop_size": 24, "device": "cpu", "fused": False, "log_path": None, "workers": 1,
+              "config": TINY, "prefetch": prefetch}  # fmt: skip
+    full = run_training(
+        sample_store, None, checkpoint=tmp_path / "full_{step}.pt", checkpoint_every=3, **common
+    )
+    assert [c["step"] for c in full["checkpoints"]] == [3, 6]
+    assert (tmp_path / "full_3.pt").is_file() and (tmp_path / "full_6.pt").is_file()
+    assert not list(tmp_path.glob(".*.tmp"))
+    steps = full["steps"]
+    # the check can fail: the batches after the checkpoint are not a repeat of the ones before it
+    assert [r["loss"] for r in steps[3:]] != [r["loss"] for r in steps[:3]]
+
+    resumed = run_training(sample_store, None, checkpoint=tmp_path / "resumed.pt", resume=tmp_path / "full_3.pt",
+                           **common)  # fmt: skip
+    assert resumed["start_step"] == 3 and resumed["resumed_from"] == str(tmp_path / "full_3.pt")
+    assert [r["step"] for r in resumed["steps"]] == [3, 4, 5]
+    assert [r["entry_ids"] for r in resumed["steps"]] == [r["entry_ids"] for r in steps[3:]]
+    assert [r["tokens"] for r in resumed["steps"]] == [r["tokens"] for r in steps[3:]]
+    assert [r["loss"] for r in resumed["steps"]] == [r["loss"] for r in steps[3:]]
+    a, b = load_checkpoint(tmp_path / "full_6.pt"), load_checkpoint(tmp_path / "resumed.pt")
+    assert a["step"] == b["step"] == 6
+    assert _tensors_equal(a["model"], b["model"])
+    assert _tensors_equal(a["optimizer"], b["optimizer"])
+    assert a["data"] == b["data"]
+
+
+def test_resume_synthetic_batches_and_the_learning_rate(tmp_path: Path) -> None:
+    """Synthetic batches resume at the batch after the checkpoint's; ``lr`` applies from the resumed
+    step on (a different one gives different updates)."""
+    common = {"steps": 4, "crop_size": 16, "device": "cpu", "log_path": None, "config": TINY}
+    full = run_training(None, None, checkpoint=tmp_path / "ck_{step}.pt", checkpoint_every=2, **common)
+    again = run_training(None, None, resume=tmp_path / "ck_2.pt", **common)
+    assert [r["loss"] for r in again["steps"]] == [r["loss"] for r in full["steps"][2:]]
+    faster = run_training(None, None, resume=tmp_path / "ck_2.pt", lr=1e-2, **common)
+    assert faster["steps"][0]["loss"] == full["steps"][2]["loss"]  # the same batch and parameters
+    assert faster["steps"][1]["loss"] != full["steps"][3]["loss"]  # after a step at the new rate
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
+    common = {"crop_size": 16, "device": "cpu", "log_path": None}
+    run_training(None, None, steps=2, checkpoint=tmp_path / "ck.pt", config=TINY, **common)
+    other = ModelConfig(**{**TINY.to_dict(), "c_pair": 32})
+    with pytest.raises(InvalidRequest, match=r"ck\.pt: its model config differs.*c_pair"):
+        run_training(None, None, steps=3, resume=tmp_path / "ck.pt", config=other, **common)
+    with pytest.raises(InvalidRequest, match="at step 2: --steps 2"):
+        run_training(None, None, steps=2, resume=tmp_path / "ck.pt", **common)
+    with pytest.raises(FeatureCacheError, match=r"missing\.pt: no such file"):
+        run_training(None, None, steps=3, resume=tmp_path / "missing.pt", **common)
+    (tmp_path / "torn.pt").write_bytes((tmp_path / "ck.pt").read_bytes()[:1000])  # a torn copy
+    with pytest.raises(FeatureCacheError, match=r"torn\.pt: not a readable checkpoint"):
+        run_training(None, None, steps=3, resume=tmp_path / "torn.pt", **common)
+    torch.save({"model": {}}, tmp_path / "foreign.pt")
+    with pytest.raises(FeatureCacheError, match=r"foreign\.pt: not a featurecache training checkpoint"):
+        run_training(None, None, steps=3, resume=tmp_path / "foreign.pt", **common)
+    with pytest.raises(InvalidRequest, match="needs a checkpoint path"):
+        run_training(None, None, steps=3, checkpoint_every=1, **common)
+
+
+def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -> None:
+    """``featurecache train`` as a user runs it: two steps with a checkpoint, then a third resumed
+    from it; a missing checkpoint is refused naming the file (exit 3)."""
+    import subprocess
+    import sys
+
+    def train(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(sample_store), "--device", "cpu",
+               "--crop", "16", "--workers", "1", *args]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    ck, log1, log2 = tmp_path / "ck.pt", tmp_path / "one.json", tmp_path / "two.json"
+    first = train("--steps", "2", "--checkpoint", str(ck), "--log", str(log1))
+    assert first.returncode == 0, first.stderr
+    second = train("--steps", "3", "--resume", str(ck), "--lr", "5e-4", "--log", str(log2))
+    assert second.returncode == 0, second.stderr
+    doc = json.loads(log2.read_text())
+    assert doc["start_step"] == 2 and doc["lr"] == 5e-4
+    assert [r["step"] for r in doc["steps"]] == [2]
+    missing = train("--steps", "3", "--resume", str(tmp_path / "nope.pt"))
+    assert missing.returncode == 3 and "nope.pt: no such file" in missing.stderr
