@@ -7,6 +7,7 @@ same dtype (the eager reference run in that dtype); both are recorded as junit p
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -351,3 +352,25 @@ def test_prefetch_hides_the_loader_behind_the_step(record_property: Record) -> N
     wait, exposed, gpu = sums[True]
     assert wait >= 6 * 0.005 and gpu > 2 * wait  # the GPU had time enough to hide it
     assert exposed < 0.25 * wait
+
+
+def test_resume_with_cuda_graphs_continues_bitwise(tmp_path: Path) -> None:
+    """Six CUDA-graph steps with a checkpoint after the third, against three resumed from it: the
+    capturable fused AdamW's state goes through the checkpoint onto the device before any graph
+    is recorded, so the resumed steps give bitwise the uninterrupted run's losses and parameters."""
+    from featurecache.model.train import load_checkpoint, run_training
+
+    common = {"steps": 6, "crop_size": 128, "device": "cuda", "log_path": None,
+              "config": ModelConfig(n_blocks=2), "cuda_graphs": True}  # fmt: skip
+    full = run_training(None, None, checkpoint=tmp_path / "full_{step}.pt", checkpoint_every=3, **common)
+    resumed = run_training(
+        None, None, checkpoint=tmp_path / "resumed.pt", resume=tmp_path / "full_3.pt", **common
+    )
+    assert [r["loss"] for r in resumed["steps"]] == [r["loss"] for r in full["steps"][3:]]
+    a, b = load_checkpoint(tmp_path / "full_6.pt"), load_checkpoint(tmp_path / "resumed.pt")
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    for (pa, sa), (pb, sb) in zip(
+        a["optimizer"]["state"].items(), b["optimizer"]["state"].items(), strict=True
+    ):
+        assert pa == pb and all(torch.equal(sa[k], sb[k]) for k in sa), pa
