@@ -213,9 +213,15 @@ def train(
         bool,
         typer.Option("--fused/--reference", help="Triton kernels (default on CUDA) or the torch references."),
     ] = True,
-    log: Annotated[Path, typer.Option(help="JSON log of per-step timings and loss.")] = Path(
-        "train_log.json"
-    ),
+    log: Annotated[
+        Path,
+        typer.Option(
+            "--log",
+            "--log-file",
+            help="JSON log of per-step timings and loss (under torchrun write --log-file: torchrun's own "
+            "parser takes --log for an abbreviation of its --log-dir).",
+        ),
+    ] = Path("train_log.json"),
     seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
     workers: Annotated[int, typer.Option(help="Client workers (see --pool).")] = 4,
     pool: Annotated[
@@ -263,6 +269,14 @@ def train(
             "loader's latency hides behind the step; the log's exposed_data_wait_s is what it did not hide.",
         ),
     ] = True,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-config",
+            help="Model config JSON (featurecache.model.config.ModelConfig; default: the reference model). "
+            "A resumed run takes the checkpoint's.",
+        ),
+    ] = None,
     lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-3,
     checkpoint: Annotated[
         Path | None,
@@ -291,19 +305,24 @@ def train(
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss.
 
     Logs each step's time, data wait and loss to --log (JSON, with a summary); checkpoints with
-    --checkpoint, continues a run with --resume."""
+    --checkpoint, continues a run with --resume. Several GPUs: launch it with torchrun
+    (torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG): each rank
+    trains on its share of the sample stream, gradients are averaged, rank 0 writes the log and the
+    checkpoints, rank r writes LOG's NAME.rank<r>.json."""
     _setup_logging(verbose)
     if (store is None) == (url is None):
         typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
+    from featurecache.model.config import ModelConfig
     from featurecache.model.train import run_training
 
     try:
+        config = ModelConfig.from_json(model_config) if model_config is not None else None
         run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every, resume=resume,
+            checkpoint_every=checkpoint_every, resume=resume, config=config,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

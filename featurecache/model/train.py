@@ -80,12 +80,16 @@ def make_batches(
     workers: int,
     pool: str = "thread",
     state: dict[str, Any] | None = None,
+    rank: int = 0,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
-    earlier run with the same source, seed, crop and batch size) continues that run's stream."""
+    earlier run with the same source, seed, crop and batch size) continues that run's stream.
+    ``rank``: synthetic batches of rank r are seeded ``seed + r`` (the client shards its stream by
+    the process group's rank itself)."""
     if store is None and url is None:
-        synth = _Synthetic(batch_size, crop_size, seed, skip=int((state or {}).get("synthetic_drawn", 0)))
+        drawn = int((state or {}).get("synthetic_drawn", 0))
+        synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
         return BatchSource(synth, "synthetic", state=lambda: {"synthetic_drawn": synth.drawn})
     from featurecache.client import FeatureDataset, FeatureLoader
 
@@ -180,28 +184,97 @@ class _Feed:
 
 LossFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
+
+class _Ranks:
+    """This process's place among the ranks of a multi-process run (``torchrun``: ``WORLD_SIZE``,
+    ``RANK``, ``LOCAL_RANK`` in the environment). Starts the process group when torchrun launched
+    the run and nobody started one (NCCL on CUDA, gloo on the CPU) and stops what it started. One
+    process: rank 0 of 1, nothing started."""
+
+    def __init__(self, dev: torch.device) -> None:
+        import torch.distributed as dist
+
+        self.started = False
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and dist.is_available() and not dist.is_initialized():
+            if dev.type == "cuda":
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+            self.started = True
+        on = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
+
+    def device(self, dev: torch.device) -> torch.device:
+        """``cuda`` without an index means this rank's GPU (``LOCAL_RANK``) in a multi-rank run."""
+        if self.world > 1 and dev.type == "cuda" and dev.index is None:
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return dev
+
+    def gather(self, obj: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def sum(self, value: int, dev: torch.device) -> int:
+        """``value`` summed over the ranks (exact below 2^53)."""
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.float64, device=dev)
+        dist.all_reduce(t)
+        return int(t.item())
+
+    def stop(self) -> None:
+        if self.started:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.started = False
+
+
+def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int) -> torch.Tensor:
+    """All-reduce every parameter's gradient (a missing one counts as zeros) and the loss as one
+    fp32 buffer, divided by ``world``: each rank then holds the gradient of the mean of the ranks'
+    losses, and steps its optimizer to the same parameters. Returns the mean loss."""
+    import torch.distributed as dist
+
+    params = list(model.parameters())
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.detach().float().reshape(1)])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.dtype)
+        offset += p.numel()
+    return flat[-1]
+
+
 #: gradient-norm clip of every step
 CLIP_NORM = 1.0
 
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-            batch: dict[str, torch.Tensor]) -> torch.Tensor:  # fmt: skip
+            batch: dict[str, torch.Tensor], world: int = 1) -> torch.Tensor:  # fmt: skip
     """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
-    batch, into gradients that are None or are overwritten (not accumulated) by the backward."""
+    batch, into gradients that are None or are overwritten (not accumulated) by the backward.
+    With ``world`` > 1 ranks the gradients and the returned loss are the ranks' means."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
         loss = loss_fn(batch)
     loss.backward()
+    if world > 1:
+        loss = _average_gradients(model, loss, world)
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     opt.step()
     return loss
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-               batch: dict[str, torch.Tensor]) -> torch.Tensor:  # fmt: skip
-    """One eager training step; returns the loss (not synchronised)."""
+               batch: dict[str, torch.Tensor], world: int = 1) -> torch.Tensor:  # fmt: skip
+    """One eager training step; returns the loss (not synchronised; the ranks' mean with ``world`` > 1)."""
     opt.zero_grad(set_to_none=True)
-    return _update(model, opt, loss_fn, batch)
+    return _update(model, opt, loss_fn, batch, world)
 
 
 @functools.cache
@@ -304,6 +377,13 @@ class GraphedSteps:
         self._peaks[key] = torch.cuda.max_memory_allocated()
         self._pool = graph.pool()
         self._graphs[key] = (graph, static, loss)
+
+
+def rank_log_path(path: str | Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its log: ``path`` for rank 0, ``NAME.rank<r>.SUFFIX`` beside it
+    for the others."""
+    path = Path(path)
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 #: what ``run_training`` writes at ``checkpoint=``; ``load_checkpoint`` checks both
@@ -463,115 +543,156 @@ def run_training(
         raise InvalidRequest(f"pad multiple must be ≥ 1; got {pad_multiple}")
     if cuda_graphs and dev.type != "cuda":
         raise InvalidRequest("CUDA graphs need --device cuda")
-    torch.manual_seed(seed)
-    model = Trunk(cfg, fused=fused).to(dev)
-    opt = make_optimizer(model, lr, capturable=cuda_graphs)
-    if resumed is not None:  # before any graph is recorded: the graphs read these very tensors
-        model.load_state_dict(resumed["model"])
-        opt.load_state_dict(resumed["optimizer"])
-        for group in opt.param_groups:
-            group["lr"] = lr
-    loss_fn = torch.compile(model.loss) if compile else model.loss
-    graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
-    if pool is None:
-        pool = "process" if dev.type == "cuda" else "thread"
-    data_state = resumed["data"] if resumed is not None else None
-    if batches is not None:
-        src = BatchSource(batches, "given")
-    else:
-        if resumed is not None and data_state is None:
-            log.warning("%s holds no data position: the batches start from the stream's beginning", resume)
-        src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state)
-    source = src.name
-    if resumed is not None:
-        log.info("resuming from %s at step %d (its source: %s)", resume, first_step, resumed.get("source"))
-    client = batches is None and (store is not None or url is not None)
-    cuda = dev.type == "cuda"
-    log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
-             crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
-
-    records: list[dict[str, Any]] = []
-    doc: dict[str, Any] = {
-        "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
-        "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
-        "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
-        "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
-        "start_step": first_step, "checkpoints": [],
-        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
-    }  # fmt: skip
-    meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
-            "batch_size": batch_size, "lr": lr, "fused": fused}  # fmt: skip
-    feed = _Feed(src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state)
-    saved_at = first_step
-
-    def save(done: int, position: dict[str, Any] | None) -> None:
-        nonlocal saved_at
-        assert checkpoint is not None
-        path = save_checkpoint(checkpoint_path(checkpoint, done), step=done, model=model, opt=opt, data=position,
-                               meta=meta)  # fmt: skip
-        doc["checkpoints"].append({"step": done, "path": str(path)})
-        log.info("checkpoint after step %d: %s", done, path)
-        saved_at = done
-
-    position: dict[str, Any] | None = None
+    ranks = _Ranks(dev)  # after the checks: a refused run starts no process group
+    dev = ranks.device(dev)
     try:
-        t_prev = time.perf_counter()
-        pending = feed.next()
-        for step in range(first_step, steps):
-            if pending is None:
-                log.warning("the batch source ended after %d steps", step)
-                break
-            raw, batch, position = pending
-            pending = None
-            t_issue = time.perf_counter()
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(dev)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-            loss = graphed(batch) if graphed is not None else train_step(model, opt, loss_fn, batch)
-            if cuda:
-                end.record()
-            last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
-            if prefetch and not last:
-                pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
-            loss_value = float(loss.item())  # synchronises
-            if cuda:
-                torch.cuda.synchronize(dev)
-            t_end = time.perf_counter()
-            wait, exposed = feed.settle()
-            peak = torch.cuda.max_memory_allocated(dev) if cuda else None
-            if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
-                peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
-            rec = {
-                "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
-                "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
-                "loss": loss_value, "peak_mem_bytes": peak,
-                "tokens": int(raw["token_mask"].sum()), "padded_tokens": int(batch["token_mask"].shape[1]),
-                "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
-                "entry_ids": raw.get("entry_id"),
-                # the client's ready-first stats for this batch (absent for synthetic batches)
-                "reorder_depth": _int_list(raw.get("reorder_depth")),
-                "skipped": len(raw.get("skipped") or []),
-            }  # fmt: skip
-            records.append(rec)
-            log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
-                     loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
-            if on_step is not None:
-                on_step(rec)
-            t_prev = t_end
-            if checkpoint is not None and (last or (checkpoint_every and (step + 1) % checkpoint_every == 0)):
-                save(step + 1, position)
-            if not prefetch and not last:
-                pending = feed.next()
-        done = first_step + len(records)
-        if checkpoint is not None and saved_at < done:  # the source ended early
-            save(done, position)
+        if cuda_graphs and ranks.world > 1:
+            raise InvalidRequest(
+                "CUDA graphs with several ranks are not supported: each rank records a graph when its own "
+                "batch shape is new, and a recording's warm-up steps would run all-reduces the other ranks "
+                "do not; train with several ranks without --cuda-graphs"
+            )
+        torch.manual_seed(seed)
+        model = Trunk(cfg, fused=fused).to(dev)
+        if ranks.world > 1 and resumed is None:  # every rank starts from rank 0's parameters
+            import torch.distributed as dist
+
+            for t in model.state_dict().values():
+                dist.broadcast(t, 0)
+        opt = make_optimizer(model, lr, capturable=cuda_graphs)
+        if resumed is not None:  # before any graph is recorded: the graphs read these very tensors
+            model.load_state_dict(resumed["model"])
+            opt.load_state_dict(resumed["optimizer"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+        loss_fn = torch.compile(model.loss) if compile else model.loss
+        graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
+        if pool is None:
+            pool = "process" if dev.type == "cuda" else "thread"
+        data_state = resumed["data"] if resumed is not None else None
+        if resumed is not None and (ranks.world > 1 or (data_state or {}).get("ranks") is not None):
+            saved = (data_state or {}).get("ranks")
+            if saved is None or len(saved) != ranks.world:
+                raise InvalidRequest(
+                    f"cannot resume from {resume}: it holds the data positions of "
+                    f"{len(saved) if saved is not None else 1} rank(s), this run has {ranks.world}"
+                )
+            data_state = saved[ranks.rank]
+        if batches is not None:
+            src = BatchSource(batches, "given")
+        else:
+            if resumed is not None and data_state is None:
+                log.warning(
+                    "%s holds no data position: the batches start from the stream's beginning", resume
+                )
+            src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
+                               rank=ranks.rank)  # fmt: skip
+        source = src.name
+        if resumed is not None:
+            log.info(
+                "resuming from %s at step %d (its source: %s)", resume, first_step, resumed.get("source")
+            )
+        client = batches is None and (store is not None or url is not None)
+        cuda = dev.type == "cuda"
+        log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
+                 crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
+
+        records: list[dict[str, Any]] = []
+        doc: dict[str, Any] = {
+            "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
+            "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
+            "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
+            "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
+            "start_step": first_step, "checkpoints": [], "world_size": ranks.world, "rank": ranks.rank,
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
+        }  # fmt: skip
+        meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
+                "batch_size": batch_size, "lr": lr, "fused": fused}  # fmt: skip
+        feed = _Feed(
+            src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
+        )
+        saved_at = first_step
+
+        def save(done: int, position: dict[str, Any] | None) -> None:
+            nonlocal saved_at
+            assert checkpoint is not None
+            path = checkpoint_path(checkpoint, done)
+            data = {"ranks": ranks.gather(position)} if ranks.world > 1 else position
+            if ranks.rank == 0:  # the ranks' parameters and optimizer states are equal
+                save_checkpoint(path, step=done, model=model, opt=opt, data=data, meta=meta)
+                log.info("checkpoint after step %d: %s", done, path)
+            doc["checkpoints"].append({"step": done, "path": str(path)})
+            saved_at = done
+
+        position: dict[str, Any] | None = None
+        try:
+            t_prev = time.perf_counter()
+            pending = feed.next()
+            for step in range(first_step, steps):
+                if pending is None:
+                    log.warning("the batch source ended after %d steps", step)
+                    break
+                raw, batch, position = pending
+                pending = None
+                t_issue = time.perf_counter()
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(dev)
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                loss = (
+                    graphed(batch)
+                    if graphed is not None
+                    else train_step(model, opt, loss_fn, batch, ranks.world)
+                )
+                if cuda:
+                    end.record()
+                last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
+                if prefetch and not last:
+                    pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
+                loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
+                tokens = int(raw["token_mask"].sum())
+                world_tokens = ranks.sum(tokens, dev) if ranks.world > 1 else tokens
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                t_end = time.perf_counter()
+                wait, exposed = feed.settle()
+                peak = torch.cuda.max_memory_allocated(dev) if cuda else None
+                if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
+                    peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
+                rec = {
+                    "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
+                    "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
+                    "loss": loss_value, "peak_mem_bytes": peak,
+                    "tokens": tokens, "world_tokens": world_tokens, "padded_tokens": int(batch["token_mask"].shape[1]),
+                    "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
+                    "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
+                    # the client's ready-first stats for this batch (absent for synthetic batches)
+                    "reorder_depth": _int_list(raw.get("reorder_depth")),
+                    "skipped": len(raw.get("skipped") or []),
+                }  # fmt: skip
+                records.append(rec)
+                log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
+                         loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
+                if on_step is not None:
+                    on_step(rec)
+                t_prev = t_end
+                if checkpoint is not None and (
+                    last or (checkpoint_every and (step + 1) % checkpoint_every == 0)
+                ):
+                    save(step + 1, position)
+                if not prefetch and not last:
+                    pending = feed.next()
+            done = first_step + len(records)
+            if checkpoint is not None and saved_at < done:  # the source ended early
+                save(done, position)
+        finally:
+            src.close()
+            doc["summary"] = summarize(records)
+            if log_path is not None:
+                rank_log_path(log_path, ranks.rank).write_text(json.dumps(doc, indent=2, default=str))
+        return doc
     finally:
-        src.close()
-        doc["summary"] = summarize(records)
-        if log_path is not None:
-            Path(log_path).write_text(json.dumps(doc, indent=2, default=str))
-    return doc
+        ranks.stop()
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -595,7 +716,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     do (the exposed waits; all of it without the prefetch); ``loader_wait_fraction``: the share the
     host spent blocked on the loader, hidden or not.
 
-    ``tokens_per_s`` is tokens over wall time of the timed steps, so one-off stalls count;
+    ``tokens_per_s`` is tokens over wall time of the timed steps, so one-off stalls count
+    (``world_tokens_per_s``: the tokens of all ranks' steps over this rank's wall time);
     ``median_tokens_per_s`` is the steady-state rate; ``slow_steps`` lists the steps (0-based) that
     took more than ``SLOW_STEP_FACTOR`` median steps, which explains a gap between the two."""
     if not records:
@@ -618,6 +740,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "first_loss": records[0]["loss"],
         "last_loss": records[-1]["loss"],
         "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
+        # every rank's tokens over this rank's wall time (runs of several ranks; else tokens_per_s)
+        "world_tokens_per_s": sum(r.get("world_tokens", r["tokens"]) for r in timed) / total
+        if total > 0
+        else None,
         "median_tokens_per_s": statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
         if all(r["step_time_s"] > 0 for r in timed)
         else None,
