@@ -509,11 +509,18 @@ def run_training(
     run's wall-time rate was 6801 against 8401 tokens/s (threads without the prefetch: 5817).
 
     ``checkpoint``: write a checkpoint (:func:`save_checkpoint`) there every ``checkpoint_every``
-    steps (None: only) at the end of the run; ``{step}`` in the path is replaced by the number of
-    steps done, otherwise each checkpoint replaces the last. ``resume``: start from a checkpoint:
-    its model config (a different ``config`` is refused), parameters, optimizer state and data
-    position; ``steps`` counts the checkpoint's steps too, and the log's step numbers continue
-    from them. ``lr`` applies from the resumed step on.
+    steps and at the end of the run (``checkpoint_every`` None: only at the end); ``{step}`` in the
+    path is replaced by the number of steps done, otherwise each checkpoint replaces the last.
+    ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
+    parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
+    the log's step numbers continue from them. ``lr`` applies from the resumed step on.
+
+    Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
+    rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
+    and the loss are averaged over the ranks by one all-reduce after the backward, so every rank
+    takes the same step from rank 0's initial parameters; each record's ``world_tokens`` counts
+    every rank's tokens. Rank 0 writes ``log_path`` and the checkpoints (with every rank's data
+    position), rank r > 0 its log beside it (:func:`rank_log_path`). CUDA graphs are refused.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
         raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
