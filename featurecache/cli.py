@@ -105,8 +105,8 @@ def build(
 ) -> None:
     """Build (or extend) a feature store from structure files, on Dask.
 
-    Re-running over the same inputs recomputes nothing; new files are added; a killed build
-    resumes where it stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
+    Re-running over the same inputs recomputes nothing; new files are added; a killed build resumes where it \
+stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
     """
     _setup_logging(verbose)
     from featurecache.build.config import BuildConfig
@@ -304,11 +304,12 @@ def train(
 ) -> None:
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss.
 
-    Logs each step's time, data wait and loss to --log (JSON, with a summary); checkpoints with
-    --checkpoint, continues a run with --resume. Several GPUs: launch it with torchrun
-    (torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG): each rank
-    trains on its share of the sample stream, gradients are averaged, rank 0 writes the log and the
-    checkpoints, rank r writes LOG's NAME.rank<r>.json."""
+    Logs each step's time, data wait and loss to --log (JSON, with a summary); checkpoints with --checkpoint, \
+continues a run with --resume.
+
+    Several GPUs: torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG. Each \
+rank trains on its share of the sample stream, the gradients are averaged, rank 0 writes LOG and the \
+checkpoints, rank r writes LOG's NAME.rank<r>.json."""
     _setup_logging(verbose)
     if (store is None) == (url is None):
         typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
