@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from featurecache.client.schema import MODEL_INPUT_KEYS
 from featurecache.errors import FeatureCacheError, InvalidRequest
@@ -192,8 +193,6 @@ class _Ranks:
     process: rank 0 of 1, nothing started."""
 
     def __init__(self, dev: torch.device) -> None:
-        import torch.distributed as dist
-
         self.started = False
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and dist.is_available() and not dist.is_initialized():
             if dev.type == "cuda":
@@ -210,24 +209,15 @@ class _Ranks:
         return dev
 
     def gather(self, obj: Any) -> list[Any]:
-        import torch.distributed as dist
-
+        """Every rank's ``obj``, in rank order (one process: ``[obj]``)."""
+        if self.world == 1:
+            return [obj]
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, obj)
         return out
 
-    def sum(self, value: int, dev: torch.device) -> int:
-        """``value`` summed over the ranks (exact below 2^53)."""
-        import torch.distributed as dist
-
-        t = torch.tensor([value], dtype=torch.float64, device=dev)
-        dist.all_reduce(t)
-        return int(t.item())
-
     def stop(self) -> None:
         if self.started:
-            import torch.distributed as dist
-
             dist.destroy_process_group()
             self.started = False
 
@@ -236,8 +226,6 @@ def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int) -
     """All-reduce every parameter's gradient (a missing one counts as zeros) and the loss as one
     fp32 buffer, divided by ``world``: each rank then holds the gradient of the mean of the ranks'
     losses, and steps its optimizer to the same parameters. Returns the mean loss."""
-    import torch.distributed as dist
-
     params = list(model.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.detach().float().reshape(1)])
@@ -399,7 +387,8 @@ def checkpoint_path(template: str | Path, step: int) -> Path:
 def save_checkpoint(path: str | Path, *, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
                     data: dict[str, Any] | None, meta: dict[str, Any]) -> Path:  # fmt: skip
     """Write a checkpoint after ``step`` optimizer steps: model, optimizer, the data stream's
-    position (``BatchSource.state()``; None: the run cannot continue the same stream) and
+    position (``{"ranks": [each rank's BatchSource.state()]}``; a None position: that rank's
+    source cannot continue the same stream) and
     ``meta`` (model config, source, seed, ...). Atomic: a temporary file beside ``path`` renamed
     over it, so an interrupted write leaves the previous checkpoint whole."""
     path = Path(path)
@@ -439,7 +428,8 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
     """The checkpoint's model config; a different one given explicitly is refused."""
     saved = ModelConfig.from_dict(doc["model_config"])
     if given is not None and given != saved:
-        diff = {k: (v, given.to_dict()[k]) for k, v in saved.to_dict().items() if given.to_dict()[k] != v}
+        theirs = given.to_dict()
+        diff = {k: (v, theirs[k]) for k, v in saved.to_dict().items() if theirs[k] != v}
         raise InvalidRequest(
             f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}"
         )
@@ -519,7 +509,7 @@ def run_training(
     rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
     and the loss are averaged over the ranks by one all-reduce after the backward, so every rank
     takes the same step from rank 0's initial parameters; each record's ``world_tokens`` counts
-    every rank's tokens. Rank 0 writes ``log_path`` and the checkpoints (with every rank's data
+    every rank's tokens (exchanged once, when the run ends: None in ``on_step``). Rank 0 writes ``log_path`` and the checkpoints (with every rank's data
     position), rank r > 0 its log beside it (:func:`rank_log_path`). CUDA graphs are refused.
     """
     if steps < 1 or crop_size < 2 or batch_size < 1:
@@ -562,8 +552,6 @@ def run_training(
         torch.manual_seed(seed)
         model = Trunk(cfg, fused=fused).to(dev)
         if ranks.world > 1 and resumed is None:  # every rank starts from rank 0's parameters
-            import torch.distributed as dist
-
             for t in model.state_dict().values():
                 dist.broadcast(t, 0)
         opt = make_optimizer(model, lr, capturable=cuda_graphs)
@@ -576,13 +564,13 @@ def run_training(
         graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
         if pool is None:
             pool = "process" if dev.type == "cuda" else "thread"
-        data_state = resumed["data"] if resumed is not None else None
-        if resumed is not None and (ranks.world > 1 or (data_state or {}).get("ranks") is not None):
-            saved = (data_state or {}).get("ranks")
-            if saved is None or len(saved) != ranks.world:
+        data_state = None
+        if resumed is not None:  # one data position per rank of the run that wrote it
+            saved = resumed["data"]["ranks"]
+            if len(saved) != ranks.world:
                 raise InvalidRequest(
-                    f"cannot resume from {resume}: it holds the data positions of "
-                    f"{len(saved) if saved is not None else 1} rank(s), this run has {ranks.world}"
+                    f"cannot resume from {resume}: it holds the data positions of {len(saved)} rank(s), "
+                    f"this run has {ranks.world}"
                 )
             data_state = saved[ranks.rank]
         if batches is not None:
@@ -624,7 +612,7 @@ def run_training(
             nonlocal saved_at
             assert checkpoint is not None
             path = checkpoint_path(checkpoint, done)
-            data = {"ranks": ranks.gather(position)} if ranks.world > 1 else position
+            data = {"ranks": ranks.gather(position)}
             if ranks.rank == 0:  # the ranks' parameters and optimizer states are equal
                 save_checkpoint(path, step=done, model=model, opt=opt, data=data, meta=meta)
                 log.info("checkpoint after step %d: %s", done, path)
@@ -658,7 +646,6 @@ def run_training(
                     pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
                 loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
                 tokens = int(raw["token_mask"].sum())
-                world_tokens = ranks.sum(tokens, dev) if ranks.world > 1 else tokens
                 if cuda:
                     torch.cuda.synchronize(dev)
                 t_end = time.perf_counter()
@@ -670,7 +657,7 @@ def run_training(
                     "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
                     "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
                     "loss": loss_value, "peak_mem_bytes": peak,
-                    "tokens": tokens, "world_tokens": world_tokens, "padded_tokens": int(batch["token_mask"].shape[1]),
+                    "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
                     "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                     "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
                     # the client's ready-first stats for this batch (absent for synthetic batches)
@@ -692,6 +679,10 @@ def run_training(
             done = first_step + len(records)
             if checkpoint is not None and saved_at < done:  # the source ended early
                 save(done, position)
+            if ranks.world > 1:  # once per run, not a collective per step: every rank's tokens
+                per_rank = ranks.gather([r["tokens"] for r in records])
+                for i, rec in enumerate(records):
+                    rec["world_tokens"] = sum(counts[i] for counts in per_rank)
         finally:
             src.close()
             doc["summary"] = summarize(records)
@@ -735,6 +726,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     wait = sum(r["data_wait_s"] for r in timed)
     exposed = sum(r.get("exposed_data_wait_s", r["data_wait_s"]) for r in timed)
     peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
+    world_tokens = [r.get("world_tokens", r["tokens"]) for r in timed]
     return {
         "steps": len(records),
         "warmup_steps_excluded": len(records) - len(timed),
@@ -747,10 +739,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "first_loss": records[0]["loss"],
         "last_loss": records[-1]["loss"],
         "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
-        # every rank's tokens over this rank's wall time (runs of several ranks; else tokens_per_s)
-        "world_tokens_per_s": sum(r.get("world_tokens", r["tokens"]) for r in timed) / total
-        if total > 0
-        else None,
+        # every rank's tokens over this rank's wall time (None when a run of several ranks stopped
+        # before the ranks exchanged their counts)
+        "world_tokens_per_s": sum(world_tokens) / total if total > 0 and None not in world_tokens else None,
         "median_tokens_per_s": statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
         if all(r["step_time_s"] > 0 for r in timed)
         else None,
