@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -61,13 +60,12 @@ def featurize_bytes(
     timer.start("featurize")
     bonds = token_bonds(st, tk, component_bonds)
     interfaces = chain_interfaces(tk.atoms, tk.tokens, interface_cutoff)
-    resolution = float(st.resolution) if st.resolution and st.resolution > 0 else math.nan
     method = st.info["_exptl.method"] if "_exptl.method" in st.info else ""  # noqa: SIM401 - gemmi InfoMap has no .get
     if not method and len(st.meta.experiments):
         method = st.meta.experiments[0].method
     structure_id = st.info["_entry.id"] if "_entry.id" in st.info else st.name  # noqa: SIM401
     meta = EntryMeta(
-        resolution=resolution,
+        resolution=raw.resolution,
         release_date=raw.release_date,
         method=method.upper(),
         structure_id=structure_id,

@@ -9,13 +9,14 @@ core that tests feed bytes.
 from __future__ import annotations
 
 import gzip
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import gemmi
 
-from featurecache.errors import EmptyStructureError, ParseError, UnsupportedFormatError
+from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
 
 STRUCTURE_SUFFIXES = (".cif", ".mmcif", ".pdb", ".ent", ".bcif")
 
@@ -27,6 +28,7 @@ class RawStructure:
     structure: gemmi.Structure
     fmt: str  # "mmcif" | "pdb" | "bcif"
     release_date: str  # ISO date or ""
+    resolution: float = math.nan  # Å; NaN when the file states none (NMR, predictions)
 
 
 def structure_format(name: str) -> str | None:
@@ -62,17 +64,78 @@ def _decompress(data: bytes, name: str) -> bytes:
 
 
 def _parse_structure(data: bytes, name: str) -> RawStructure:
-    """Parse structure bytes (possibly gzipped). ``name`` only guides format detection."""
+    """Parse structure bytes (possibly gzipped). ``name`` guides format detection and names the file
+    in error messages."""
     raw = _decompress(data, name)
     if not raw.strip():
         raise EmptyStructureError("empty file", stage="parse")
     fmt = structure_format(name)
-    head = raw[:4096].lstrip()
-    if fmt == "bcif" or (head[:1] in (b"\x80", b"\x81", b"\x82", b"\x83", b"\xde", b"\xdf")):
-        return _parse_bcif(raw)
-    if head.startswith(b"data_") or (fmt == "mmcif" and not _looks_like_pdb(head)):
-        return _parse_mmcif(raw)
-    return _parse_pdb(raw)
+    if fmt == "bcif":
+        structure = _parse_bcif(raw, name)
+    elif _is_binary(raw):
+        structure = _parse_binary(raw, name, fmt)
+    elif (head := raw[:4096].lstrip()).startswith(b"data_") or (fmt == "mmcif" and not _looks_like_pdb(head)):
+        structure = _parse_mmcif(raw, name)
+    else:
+        structure = _parse_pdb(raw, name)
+    _check_finite(structure.structure, name)
+    return structure
+
+
+def _parse_binary(raw: bytes, name: str, fmt: str | None) -> RawStructure:
+    """Binary bytes under a text name: BinaryCIF if they decode as such, else a clear refusal."""
+    kind = {"pdb": "PDB", "mmcif": "mmCIF"}.get(fmt or "", "structure")
+    refusal = (
+        f"{name}: binary content (control bytes in the first {min(len(raw), _SNIFF_BYTES)} bytes), "
+        f"not a text {kind} file"
+    )
+    if raw[:1] in _MSGPACK_MAP_MARKERS:
+        try:
+            return _parse_bcif(raw, name)  # BinaryCIF under a text name
+        except ParseError as exc:
+            raise ParseError(f"{refusal}, nor valid BinaryCIF", stage="parse") from exc
+    raise ParseError(refusal, stage="parse")
+
+
+#: First bytes of a MessagePack map (fixmap, map16, map32): how a BinaryCIF file starts.
+_MSGPACK_MAP_MARKERS = (b"\x80", b"\x81", b"\x82", b"\x83", b"\xde", b"\xdf")
+_SNIFF_BYTES = 8192
+#: Bytes no PDB/mmCIF text holds: C0 controls other than tab, LF, VT, FF, CR; and DEL.
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13)) + b"\x7f"
+
+
+def _is_binary(raw: bytes) -> bool:
+    """True for bytes that are not text: a NUL, or over 1% control bytes in the first 8 KiB.
+
+    Latin-1 and UTF-8 text have no control bytes, so the threshold only forgives a stray one.
+    """
+    sample = raw[:_SNIFF_BYTES]
+    if b"\x00" in sample:
+        return True
+    n_control = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    return n_control * 100 > len(sample)
+
+
+def _check_finite(st: gemmi.Structure, name: str) -> None:
+    """Reject NaN/inf coordinates here, naming the atom, rather than deep in featurization."""
+    for model in st:
+        # One C++ pass: a NaN or inf coordinate anywhere makes the (mass × occupancy)-weighted
+        # centre non-finite (0 × inf is NaN too); only then look for the atom in Python.
+        centre = model.calculate_center_of_mass()
+        if math.isfinite(centre.x) and math.isfinite(centre.y) and math.isfinite(centre.z):
+            continue
+        for chain in model:
+            for res in chain:
+                for atom in res:
+                    p = atom.pos
+                    if not (math.isfinite(p.x) and math.isfinite(p.y) and math.isfinite(p.z)):
+                        altloc = f" altloc {atom.altloc}" if atom.altloc != "\0" else ""
+                        raise ParseError(
+                            f"{name}: non-finite coordinates ({p.x}, {p.y}, {p.z}) for atom {atom.name}"
+                            f"{altloc} of residue {res.name} {res.seqid} in chain {chain.name}"
+                            f" (model {model.num})",
+                            stage="parse",
+                        )
 
 
 def _looks_like_pdb(head: bytes) -> bool:
@@ -86,30 +149,94 @@ def _text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-def _parse_mmcif(raw: bytes) -> RawStructure:
+def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
     try:
         doc = gemmi.cif.read_string(_text(raw))
         block = doc.sole_block() if len(doc) == 1 else doc[0]
     except (RuntimeError, ValueError, IndexError) as exc:
-        raise ParseError(f"mmCIF syntax error: {exc}", stage="parse") from exc
-    return _structure_from_block(block, "mmcif")
+        raise ParseError(_gemmi_error("mmCIF syntax error", exc, name), stage="parse") from exc
+    return _structure_from_block(block, "mmcif", name)
 
 
-def _structure_from_block(block: gemmi.cif.Block, fmt: str) -> RawStructure:
-    if block.find_mmcif_category("_atom_site.").width() == 0:
-        if (
-            block.find_mmcif_category("_refln.").width()
-            or block.find_mmcif_category("_diffrn_refln.").width()
-        ):
-            raise UnsupportedFormatError(
-                "structure-factor (reflection) mmCIF: no _atom_site coordinates", stage="parse"
-            )
-        raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
+def _gemmi_error(what: str, exc: BaseException, name: str) -> str:
+    """``what`` and gemmi's reason, naming the file (gemmi calls in-memory input ``string``)."""
+    reason = str(exc)
+    if reason.startswith("string:"):  # "string:LINE:COL(OFFSET): reason"
+        return f"{what} at {name}:{reason[len('string:') :]}"
+    return f"{name}: {what}: {reason}"
+
+
+def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStructure:
+    # gemmi raises RuntimeError for malformed tags anywhere it looks (e.g. ``_atom_site_x`` inside
+    # the ``_atom_site.`` loop), not only while building the structure.
     try:
+        if block.find_mmcif_category("_atom_site.").width() == 0:
+            if (
+                block.find_mmcif_category("_refln.").width()
+                or block.find_mmcif_category("_diffrn_refln.").width()
+            ):
+                raise UnsupportedFormatError(
+                    "structure-factor (reflection) mmCIF: no _atom_site coordinates", stage="parse"
+                )
+            raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
         st = gemmi.make_structure_from_block(block)
+        release_date = _mmcif_release_date(block)
+        resolution = _resolution(st)
+        if math.isnan(resolution):
+            resolution = _mmcif_resolution(block)
+    except InputError:
+        raise
     except (RuntimeError, ValueError, IndexError) as exc:
-        raise ParseError(f"cannot build structure from mmCIF: {exc}", stage="parse") from exc
-    return RawStructure(st, fmt, _mmcif_release_date(block))
+        raise ParseError(_gemmi_error(f"cannot read the {fmt} data block", exc, name), stage="parse") from exc
+    return RawStructure(st, fmt, release_date, resolution)
+
+
+def _resolution(st: gemmi.Structure) -> float:
+    """gemmi's resolution; NaN where it has none."""
+    return float(st.resolution) if st.resolution and st.resolution > 0 else math.nan
+
+
+#: Where an mmCIF states the resolution, in the order AlphaFold's and gemmi's readers use:
+#: refinement high limit (X-ray, neutron, EM deposited as _refine), EM reconstruction, data.
+MMCIF_RESOLUTION_TAGS = (
+    "_refine.ls_d_res_high",
+    "_em_3d_reconstruction.resolution",
+    "_reflns.d_resolution_high",
+)
+
+
+def _mmcif_resolution(block: gemmi.cif.Block) -> float:
+    """First positive value of :data:`MMCIF_RESOLUTION_TAGS` (gemmi reads ``_refine`` only when
+    it also has ``pdbx_refine_id``); NaN when none is stated."""
+    for tag in MMCIF_RESOLUTION_TAGS:
+        for value in block.find_values(tag):
+            res = _positive_float(gemmi.cif.as_string(value))
+            if not math.isnan(res):
+                return res
+    return math.nan
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        return math.nan
+    return value if math.isfinite(value) and value > 0 else math.nan
+
+
+_PDB_RESOLUTION = (
+    re.compile(r"^REMARK   2 RESOLUTION\.\s+([0-9.]+)\s+ANGSTROM", re.M),
+    re.compile(r"^REMARK   3   RESOLUTION RANGE HIGH \(ANGSTROMS\)\s*:\s*([0-9.]+)", re.M),
+)
+
+
+def _pdb_resolution(text: str) -> float:
+    """REMARK 2 RESOLUTION, else REMARK 3's refinement high limit; NaN when neither is a number."""
+    for pattern in _PDB_RESOLUTION:
+        m = pattern.search(text)
+        if m and not math.isnan(res := _positive_float(m.group(1))):
+            return res
+    return math.nan
 
 
 def _mmcif_release_date(block: gemmi.cif.Block) -> str:
@@ -148,7 +275,7 @@ def _pdb_release_date(text: str) -> str:
     return best
 
 
-def _parse_pdb(raw: bytes) -> RawStructure:
+def _parse_pdb(raw: bytes, name: str) -> RawStructure:
     text = _text(raw)
     if not re.search(r"^(ATOM  |HETATM)", text, flags=re.M):
         raise EmptyStructureError("PDB file has no ATOM/HETATM records (header only)", stage="parse")
@@ -156,14 +283,17 @@ def _parse_pdb(raw: bytes) -> RawStructure:
         st = gemmi.read_pdb_string(text)
     except (RuntimeError, ValueError) as exc:
         if "charge" not in str(exc):
-            raise ParseError(f"PDB parse error: {exc}", stage="parse") from exc
+            raise ParseError(_gemmi_error("PDB parse error", exc, name), stage="parse") from exc
         # Old-style files put other data in columns 79-80; the charge is then unknown, not fatal.
         try:
             st = gemmi.read_pdb_string(_blank_charge_columns(text))
         except (RuntimeError, ValueError) as exc2:
-            raise ParseError(f"PDB parse error: {exc2}", stage="parse") from exc2
+            raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
-    return RawStructure(st, "pdb", _pdb_release_date(text))
+    resolution = _resolution(st)
+    if math.isnan(resolution):
+        resolution = _pdb_resolution(text)
+    return RawStructure(st, "pdb", _pdb_release_date(text), resolution)
 
 
 def _blank_charge_columns(text: str) -> str:
@@ -175,7 +305,7 @@ def _blank_charge_columns(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _parse_bcif(raw: bytes) -> RawStructure:
+def _parse_bcif(raw: bytes, name: str) -> RawStructure:
     """Decode BinaryCIF with Biopython's column decoders into an mmCIF block for gemmi."""
     try:
         import msgpack
@@ -185,17 +315,25 @@ def _parse_bcif(raw: bytes) -> RawStructure:
             "BinaryCIF needs biopython and msgpack installed", stage="parse"
         ) from exc
     try:
-        # bytearray buffers: Biopython's decoders write into the arrays they make from them
-        doc = msgpack.unpackb(raw, use_list=True, ext_hook=None, raw=False, strict_map_key=False)
-        _writable_buffers(doc)
-        data_block = doc["dataBlocks"][0]
-    except (ValueError, KeyError, IndexError, TypeError, msgpack.exceptions.ExtraData) as exc:
-        raise ParseError(f"not a BinaryCIF (msgpack) document: {exc}", stage="parse") from exc
+        doc = msgpack.unpackb(raw, use_list=True, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ParseError(
+            f"{name}: not a valid BinaryCIF file (MessagePack does not decode: {exc})", stage="parse"
+        ) from exc
+    blocks = doc.get("dataBlocks") if isinstance(doc, dict) else None
+    if not (isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)):
+        raise ParseError(
+            f"{name}: not a valid BinaryCIF file (MessagePack without a 'dataBlocks' list of maps)",
+            stage="parse",
+        )
+    data_block = blocks[0]
+    # bytearray buffers: Biopython's decoders write into the arrays they make from them
+    _writable_buffers(data_block)
     cif_doc = gemmi.cif.Document()
     block = cif_doc.add_new_block(str(data_block.get("header") or "bcif"))
     try:
         for category in data_block["categories"]:
-            name = category["name"]
+            cat_name = category["name"]
             values: dict[str, list[object]] = {}
             for column in category["columns"]:
                 decoded = list(_decode(column))
@@ -207,10 +345,13 @@ def _parse_bcif(raw: bytes) -> RawStructure:
                         for v, m in zip(decoded, mask, strict=True)
                     ]
                 values[column["name"]] = [_bcif_value(v) for v in decoded]
-            block.set_mmcif_category(name, values, raw=True)
-    except (KeyError, ValueError, TypeError, AssertionError) as exc:
-        raise ParseError(f"cannot decode BinaryCIF column: {exc}", stage="parse") from exc
-    return _structure_from_block(block, "bcif")
+            block.set_mmcif_category(cat_name, values, raw=True)
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, AssertionError, RuntimeError) as exc:
+        raise ParseError(
+            f"{name}: not a valid BinaryCIF file (cannot decode a column: {type(exc).__name__}: {exc})",
+            stage="parse",
+        ) from exc
+    return _structure_from_block(block, "bcif", name)
 
 
 def _writable_buffers(node: object) -> None:
