@@ -11,6 +11,9 @@ directory, opens one file per code on demand. Every definition is a frozen
 :class:`ComponentDef`; :func:`_parse_component` is the pure parser behind all of them (tests feed
 it strings).
 
+:func:`check_ccd` is the cheap check a build makes first: it parses definitions only until it
+has found a valid one, and refuses a path that yields none.
+
 ``ComponentDef.sha256`` is the sha256 of the block's text as read (the ``data_`` line up to the
 next block), so a changed definition gives a changed hash and a rebuilt component.
 """
@@ -21,18 +24,20 @@ import gzip
 import hashlib
 import logging
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import gemmi
 import numpy as np
 
-from featurecache.errors import ParseError
+from featurecache.errors import InputError, ParseError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CCD", "ComponentDef", "parse_component_file", "read_components"]
+__all__ = ["CCD", "ComponentDef", "check_ccd", "parse_component_file", "read_components"]
 
 #: ``_chem_comp_bond.value_order`` → bond order (AF3/RDKit style; aromatic is a separate flag).
 BOND_ORDERS: dict[str, int] = {
@@ -245,6 +250,95 @@ def read_components(
             except ParseError as exc:
                 logger.warning("CCD %s: block %s skipped: %s", p, code, exc)
     return out
+
+
+#: How far :func:`check_ccd` looks before it calls a CCD empty: text of one file, files of a directory.
+CHECK_MAX_CHARS = 64 << 20
+CHECK_MAX_FILES = 256
+
+
+def check_ccd(path: str | os.PathLike[str], *, enough: int = 1) -> int:
+    """Check, cheaply and before a build, that ``path`` holds CCD definitions.
+
+    ``path`` is a ``components.cif[.gz]`` or a directory of ``<CODE>.cif[.gz]`` files. Parses
+    definitions (as :class:`CCD` would) until ``enough`` are valid and returns how many were (at
+    most ``enough``): a real ``components.cif.gz`` costs its first block or two, not 400 MB.
+    Raises :class:`~featurecache.errors.InputError` naming ``path`` when it does not exist or no
+    valid definition turns up in the first :data:`CHECK_MAX_CHARS` characters of a file or
+    :data:`CHECK_MAX_FILES` files of a directory (a garbage ``--ccd`` would otherwise be accepted
+    and every non-standard component would silently fall back to perceived bonds).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"CCD {p}: no such file or directory", path=str(p), stage="ccd")
+    if p.is_dir():
+        found, why = _check_ccd_dir(p, enough)
+    else:
+        found, why = _check_ccd_file(p, enough)
+    if not found:
+        raise InputError(
+            f"CCD {p}: no chemical component definitions found ({why})", path=str(p), stage="ccd"
+        )
+    return found
+
+
+def _check_ccd_dir(p: Path, enough: int) -> tuple[int, str]:
+    files = sorted(f for f in p.iterdir() if f.name.lower().endswith((".cif", ".cif.gz")) and f.is_file())
+    if not files:
+        return 0, "the directory has no <CODE>.cif or <CODE>.cif.gz files"
+    found, first_error = 0, ""
+    for f in files[:CHECK_MAX_FILES]:
+        stem = f.name[: -len(".cif.gz")] if f.name.lower().endswith(".gz") else f.name[: -len(".cif")]
+        try:
+            comp = parse_component_file(f)
+        except (ParseError, OSError, EOFError, zlib.error) as exc:
+            first_error = first_error or f"{f.name}: {exc}"
+            continue
+        if comp.code.upper() != stem.upper():
+            # CCD looks a code up by file name: this definition would never be found
+            first_error = first_error or f"{f.name} defines {comp.code}, not {stem}"
+            continue
+        found += 1
+        if found >= enough:
+            break
+    checked = min(len(files), CHECK_MAX_FILES)
+    return found, f"{checked} of {len(files)} files checked; first problem: {first_error}"
+
+
+def _bounded_lines(fh: IO[str], max_chars: int) -> Iterator[str]:
+    """Lines of ``fh`` (each cut at 1 MiB, so a file without newlines is not read whole), up to
+    ``max_chars`` characters in all."""
+    total = 0
+    while total < max_chars and (line := fh.readline(1 << 20)):
+        total += len(line)
+        yield line
+
+
+def _check_ccd_file(p: Path, enough: int) -> tuple[int, str]:
+    opener = gzip.open if p.suffix == ".gz" else open
+    found, n_blocks, first_error = 0, 0, ""
+    try:
+        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+            for code, text in _iter_blocks(_bounded_lines(fh, CHECK_MAX_CHARS), None):
+                n_blocks += 1
+                try:
+                    comp = _parse_component(text)
+                except ParseError as exc:
+                    first_error = first_error or f"block data_{code}: {exc}"
+                    continue
+                if comp.code != code:
+                    # a structure mmCIF also has _chem_comp_atom rows, but not _chem_comp.id = block name
+                    first_error = first_error or f"block data_{code} defines {comp.code}, not {code}"
+                    continue
+                found += 1
+                if found >= enough:
+                    break
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        if not found:
+            return 0, f"cannot read it: {type(exc).__name__}: {exc}"
+    if not n_blocks:
+        return found, "no data_ blocks"
+    return found, f"{n_blocks} data_ block(s) checked; first problem: {first_error}"
 
 
 class CCD:
