@@ -88,17 +88,20 @@ K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
 class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     """Cropped, assembled training samples from a feature store, ready-first.
 
-    ``source``: store directory, lookup-service URL, or a reader object. Sampling: ``sampler`` or
-    ``weighting`` (``"uniform"`` | ``"af3"``), ``cluster_table``, ``filters``,
-    ``samples_per_epoch``, ``seed``, ``infinite``. Cropping: ``crop_size`` tokens, ``max_atoms``,
-    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``,
-    ``augment_ref``, ``use_msa``. Execution: ``pool`` (``"thread"`` | ``"process"``), ``workers``
-    (samples computed at once), ``window`` (reorder window), ``deadline_s`` (per sample; None =
-    none), ``mp_context``. Sharding: ``rank`` / ``world_size`` (default: from
-    ``torch.distributed`` when initialized). ``sample_hook(key)`` runs before each sample's fetch
-    (fault injection in tests and benchmarks). ``max_consecutive_skips``: after this many skipped
-    samples in a row the iterator raises :class:`~featurecache.errors.LoaderError` instead of
-    spinning forever on a broken source (None = never).
+    ``source``: store directory, lookup-service URL, or a reader object (a
+    :class:`~featurecache.client.http.LookupClient` reaches worker processes as its settings:
+    token, timeouts, retries); ``token``: bearer token of a URL source (default
+    ``$FEATURECACHE_AUTH_TOKEN``). Sampling: ``sampler`` or ``weighting`` (``"uniform"`` |
+    ``"af3"``), ``cluster_table``, ``filters``, ``samples_per_epoch``, ``seed``, ``infinite``.
+    Cropping: ``crop_size`` tokens, ``max_atoms``, ``crop_weights`` (contiguous, spatial,
+    spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``. Execution:
+    ``pool`` (``"thread"`` | ``"process"``), ``workers`` (samples computed at once), ``window``
+    (reorder window), ``deadline_s`` (per sample; None = none), ``mp_context``. Sharding:
+    ``rank`` / ``world_size`` (default: from ``torch.distributed`` when initialized).
+    ``sample_hook(key)`` runs before each sample's fetch (fault injection in tests and
+    benchmarks). ``max_consecutive_skips``: after this many skipped samples in a row the iterator
+    raises :class:`~featurecache.errors.LoaderError` instead of spinning forever on a broken
+    source (None = never).
 
     Yields sample dicts (see :mod:`.assemble`) with ``position``, ``epoch``, ``index``,
     ``reorder_depth`` and ``skipped`` (skip records since the previous sample). Batch them with
@@ -109,6 +112,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self,
         source: Any,
         *,
+        token: str | None = None,
         crop_size: int = DEFAULT_CROP_SIZE,
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
@@ -134,7 +138,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         max_consecutive_skips: int | None = 256,
     ) -> None:
         super().__init__()
-        reader = open_source(source)
+        reader = open_source(source, token=token)
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,

@@ -12,8 +12,9 @@ backoff and jitter; 4xx answers raise at once with the server's explanation:
   the exceeded limit on 413
 * retries exhausted → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``)
 
-The token defaults to ``FEATURECACHE_AUTH_TOKEN``, so a client rebuilt from its URL in a loader
-worker process authenticates too.
+The token defaults to ``FEATURECACHE_AUTH_TOKEN``. A client given to the training client travels
+to loader worker processes as its :meth:`LookupClient.settings` (token, timeouts, retries), so each
+worker's client is the same client with its own connections.
 """
 
 from __future__ import annotations
@@ -313,13 +314,17 @@ class LookupClient(FeatureReader):
     def close(self) -> None:
         self._http.close()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
+        """The constructor's arguments: ``LookupClient(**c.settings())`` is the same client with its
+        own connections (what a loader worker process builds). Holds the token: never log it."""
         keep = ("url", "token", "timeout", "retries", "backoff", "max_backoff", "max_connections")
         return {k: getattr(self, k) for k in keep}
 
+    def __getstate__(self) -> dict[str, Any]:
+        return self.settings()
+
     def __setstate__(self, state: dict[str, Any]) -> None:
-        url = state.pop("url")
-        self.__init__(url, **state)  # type: ignore[misc]
+        self.__init__(**state)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"LookupClient({self.url!r}{', token=…' if self.token else ''})"

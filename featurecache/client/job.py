@@ -2,7 +2,9 @@
 that process-pool workers start quickly (a spawned worker imports only this and numpy/zarr).
 
 Sources: a store directory, an ``http(s)://`` lookup-service URL, or a reader object (anything with
-the :class:`featurecache.store.base.FeatureReader` methods). A source is opened once per process.
+the :class:`featurecache.store.base.FeatureReader` methods). A source is opened once per process;
+what other processes get is a store path, a lookup client's own settings (:class:`ServiceSpec`:
+token, timeouts and retries included), or the reader object itself.
 """
 
 from __future__ import annotations
@@ -31,30 +33,61 @@ SampleHook = Callable[[SampleKey], None]
 
 
 # --------------------------------------------------------------------------------------- sources
-def open_source(source: Any) -> Any:
-    """A reader for ``source``: a store directory, an ``http(s)://`` lookup-service URL, or a reader."""
+class ServiceSpec:
+    """A lookup-service source as it travels to other processes: the client's class and constructor
+    settings (URL, token, timeouts, retries …), so that a worker's client is the trainer's. The
+    token is carried but never shown (``repr`` and ``str`` name the URL only)."""
+
+    def __init__(self, factory: Callable[..., Any], settings: Mapping[str, Any]) -> None:
+        self.factory = factory
+        self.settings = dict(settings)
+
+    @property
+    def url(self) -> str:
+        return str(self.settings["url"])
+
+    def open(self) -> Any:
+        return self.factory(**self.settings)
+
+    def __repr__(self) -> str:
+        auth = ", token=…" if self.settings.get("token") else ""
+        return f"ServiceSpec({self.url!r}{auth})"
+
+    __str__ = __repr__
+
+
+def open_source(source: Any, token: str | None = None) -> Any:
+    """A reader for ``source``: a store directory, an ``http(s)://`` lookup-service URL (``token``:
+    its bearer token, default ``$FEATURECACHE_AUTH_TOKEN``), a :class:`ServiceSpec`, or a reader."""
+    if isinstance(source, ServiceSpec):
+        return source.open()
     if isinstance(source, str | Path):
         text = str(source)
         if text.startswith(("http://", "https://")):
             from featurecache.client.http import LookupClient
 
-            return LookupClient(text)
+            return LookupClient(text, token=token)
+        if token is not None:
+            raise InvalidRequest(f"a token is for a lookup-service URL, not for the store {text}")
         from featurecache import open_store
 
         return open_store(text)
+    if token is not None:
+        raise InvalidRequest("a token is for a lookup-service URL; give it to the reader you pass instead")
     if not hasattr(source, "entry"):
         raise InvalidRequest(f"source must be a store path, a URL or a reader, got {type(source).__name__}")
     return source
 
 
 def _source_spec(source: Any) -> Any:
-    """What travels to other processes: a path or URL when we can name the source, else the object."""
+    """What travels to other processes: a store path, a lookup client's settings, else the object."""
+    if isinstance(source, ServiceSpec):
+        return source
     if isinstance(source, str | Path):
         return str(source)
-    for attr in ("url", "base_url"):
-        val = getattr(source, attr, None)
-        if isinstance(val, str) and val.startswith(("http://", "https://")):
-            return val
+    settings = getattr(source, "settings", None)
+    if callable(settings) and isinstance(getattr(source, "url", None), str):
+        return ServiceSpec(type(source), settings())  # a LookupClient: rebuilt with its own token
     path = getattr(source, "path", None)
     if isinstance(path, str | Path) and (Path(path) / "zarr.json").is_file():
         return str(path)
@@ -65,7 +98,7 @@ class SourceRef:
     """Opens the reader lazily, once per process (readers hold mmaps, zarr handles, HTTP pools)."""
 
     def __init__(self, source: Any, reader: Any = None) -> None:
-        self.spec = _source_spec(source)
+        self.spec = _source_spec(reader if reader is not None else source)
         self._reader: Any = reader
         self._pid = os.getpid() if reader is not None else -1
         self._msa_shapes: dict[str, tuple[int, int]] | None = None
