@@ -11,7 +11,9 @@ Runs after the structure parts are written:
    from the occurrence with the smallest entry id whose atoms are all resolved. Keys already in the
    store with the same definition hash are skipped — a component is computed once, not per entry
    and not per build.
-3. **conformers** (Dask tasks, one component part each): :mod:`featurecache.chem.conformer`.
+3. **conformers** (Dask tasks, one component part each): :mod:`featurecache.chem.conformer`. The
+   jobs, sorted by key, are cut into parts of :func:`components_per_part` — a function of their
+   number only, so the parts are the same whatever the worker count.
 4. **check** (driver): atoms that will get ``ref_mask = False`` (name not in the definition,
    component failed) become ``chem_warnings`` rows per entry; the entries themselves stay built.
 
@@ -54,11 +56,21 @@ from featurecache.types import Atom, Token
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChemStageResult", "parse_strategy_counts", "run_chem_stage", "scan_structure_part"]
+__all__ = [
+    "ChemStageResult",
+    "components_per_part",
+    "parse_strategy_counts",
+    "run_chem_stage",
+    "scan_structure_part",
+]
 
 #: (code, ((atom name, atomic number), ...) sorted)
 Signature = tuple[str, tuple[tuple[str, int], ...]]
+#: Components per conformer part (:func:`components_per_part`): about TARGET_COMPONENT_PARTS
+#: parallel tasks, never fewer than MIN (tiny parts) or more than MAX components in one.
+MIN_COMPONENTS_PER_PART = 8
 MAX_COMPONENTS_PER_PART = 64
+TARGET_COMPONENT_PARTS = 32
 
 
 @dataclass
@@ -278,14 +290,24 @@ def _next_number(root: Path) -> int:
     return max(nums, default=-1) + 1
 
 
-def _run_jobs(
-    client: Any, root: Path, jobs: list[Job], timeout_s: float, n_workers: int, result: ChemStageResult
-) -> None:
+def components_per_part(n_jobs: int) -> int:
+    """How many components go into one conformer part, given how many are to be computed.
+
+    A function of the job count only — never of the worker count — so the same inputs (and the
+    same store) give the same parts byte for byte on any cluster.
+    """
+    return min(
+        MAX_COMPONENTS_PER_PART, max(MIN_COMPONENTS_PER_PART, math.ceil(n_jobs / TARGET_COMPONENT_PARTS))
+    )
+
+
+def _run_jobs(client: Any, root: Path, jobs: list[Job], timeout_s: float, result: ChemStageResult) -> None:
+    """Compute ``jobs`` (sorted by key) in parts of :func:`components_per_part` consecutive jobs."""
     from distributed import as_completed
 
     if not jobs:
         return
-    per_part = max(1, min(MAX_COMPONENTS_PER_PART, math.ceil(len(jobs) / max(1, 2 * n_workers))))
+    per_part = components_per_part(len(jobs))
     number = _next_number(root)
     batches: dict[str, list[Job]] = {}
     futures = []
@@ -382,14 +404,13 @@ def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: f
             )
             jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ, why=why))
     jobs.sort(key=lambda j: j.key)
-    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     log.info(
         "chem: %d structure parts scanned, %d codes, %d components to compute",
         len(s_parts),
         len(codes),
         len(jobs),
     )
-    _run_jobs(client, root, jobs, timeout_s, n_workers, result)
+    _run_jobs(client, root, jobs, timeout_s, result)
 
     # 4. check: which atoms of which entries will have no reference position, and why
     stored = component_rows_in_parts(root).select(["key", "reason"]).to_pydict()
