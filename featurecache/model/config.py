@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featurecache.errors import InvalidRequest
+from featurecache.const import NUM_RESTYPES
+from featurecache.errors import UsageError
 
 
 def pad16(n: int) -> int:
@@ -28,6 +30,10 @@ def pad16(n: int) -> int:
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the Pairformer-style trunk (AF3 values in brackets).
+
+    A value the trunk cannot run, or would train wrong with (a mistyped field, a clip below 0,
+    distogram edges out of order, fewer than 2 bins), is a :class:`~featurecache.errors.UsageError`
+    naming the field. Integers are taken for the float fields (JSON's 2 for 2.0).
 
     ``n_heads`` × ``head_dim`` is the width of the triangle attention (4 × 32); the single-track
     attention with pair bias uses ``n_heads_single`` heads of ``c_token / n_heads_single``.
@@ -49,19 +55,52 @@ class ModelConfig:
     eps: float = 1e-5  # LayerNorm epsilon
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise UsageError(f"model config: {f.name} must be an integer; got {value!r}")
+            if f.type in ("float", float):
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise UsageError(f"model config: {f.name} must be a number; got {value!r}")
+                if not math.isfinite(value):
+                    raise UsageError(f"model config: {f.name} must be a finite number; got {value!r}")
+                object.__setattr__(self, f.name, float(value))  # 2 in a JSON file means 2.0
+        for name in ("c_token", "c_pair", "n_blocks", "n_heads", "n_heads_single", "transition_n"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"model config: {name} must be ≥ 1; got {getattr(self, name)}")
         if self.head_dim not in (16, 32, 64):
-            raise InvalidRequest(f"head_dim must be 16, 32 or 64 (the kernel's); got {self.head_dim}")
+            raise UsageError(
+                f"model config: head_dim must be 16, 32 or 64 (the kernel's); got {self.head_dim}"
+            )
         if self.c_token % self.n_heads_single or (self.c_token // self.n_heads_single) not in (16, 32, 64):
-            raise InvalidRequest(
-                f"c_token / n_heads_single must be 16, 32 or 64; got {self.c_token} / {self.n_heads_single}"
+            raise UsageError(
+                "model config: c_token / n_heads_single must be 16, 32 or 64; "
+                f"got {self.c_token} / {self.n_heads_single}"
             )
-        for name in ("c_token", "c_pair", "n_blocks", "n_heads", "transition_n", "distogram_bins"):
-            if getattr(self, name) <= 0:
-                raise InvalidRequest(f"{name} must be positive; got {getattr(self, name)}")
         if max(self.c_token, self.c_pair) > 512:
-            raise InvalidRequest(
-                "c_token and c_pair must be ≤ 512 (fused LayerNorm+Linear keeps a row in registers)"
+            raise UsageError(
+                "model config: c_token and c_pair must be ≤ 512 (fused LayerNorm+Linear keeps a row in registers)"
             )
+        if self.msa_classes != NUM_RESTYPES:  # the profile and one-hot widths of every batch
+            raise UsageError(
+                f"model config: msa_classes must be {NUM_RESTYPES} (the featurizer's residue classes); "
+                f"got {self.msa_classes}"
+            )
+        for name in ("relpos_max", "relchain_max"):  # a clip below 0 indexes outside the embedding
+            if getattr(self, name) < 0:
+                raise UsageError(f"model config: {name} must be ≥ 0; got {getattr(self, name)}")
+        # one bin learns nothing (the loss is 0), and edges out of order put every pair in one bin
+        if self.distogram_bins < 2:
+            raise UsageError(f"model config: distogram_bins must be ≥ 2; got {self.distogram_bins}")
+        if self.distogram_min < 0:
+            raise UsageError(f"model config: distogram_min must be ≥ 0 Å; got {self.distogram_min}")
+        if self.distogram_min >= self.distogram_max:
+            raise UsageError(
+                "model config: need distogram_min < distogram_max (the first and last bin edges); "
+                f"got {self.distogram_min} and {self.distogram_max}"
+            )
+        if self.eps <= 0:
+            raise UsageError(f"model config: eps must be > 0; got {self.eps}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -71,7 +110,7 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidRequest(f"unknown model config keys: {unknown}")
+            raise UsageError(f"unknown model config keys: {unknown}")
         return cls(**data)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -89,11 +128,11 @@ class ModelConfig:
             try:
                 text = Path(path_or_text).read_text()
             except OSError as exc:
-                raise InvalidRequest(f"cannot read model config {path_or_text}: {exc}") from exc
+                raise UsageError(f"cannot read model config {path_or_text}: {exc}") from exc
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"model config is not valid JSON: {exc}") from exc
+            raise UsageError(f"model config is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise InvalidRequest("model config JSON must be an object")
+            raise UsageError("model config JSON must be an object")
         return cls.from_dict(data)

@@ -14,7 +14,7 @@ import torch
 
 from featurecache.client.schema import BATCH_SCHEMA, MODEL_INPUT_KEYS
 from featurecache.const import GAP
-from featurecache.errors import FeatureCacheError, InvalidRequest
+from featurecache.errors import FeatureCacheError, InvalidRequest, UsageError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import GraphedSteps, make_optimizer, run_training, summarize
@@ -31,9 +31,9 @@ def test_config_json_round_trip(tmp_path: Path) -> None:
     cfg.to_json(path)
     assert json.loads(path.read_text())["c_token"] == 64
     assert ModelConfig.from_json(path) == cfg
-    with pytest.raises(InvalidRequest, match="unknown"):
+    with pytest.raises(UsageError, match="unknown"):
         ModelConfig.from_json('{"c_token": 64, "n_layers": 3}')
-    with pytest.raises(InvalidRequest, match="head_dim"):
+    with pytest.raises(UsageError, match="head_dim"):
         ModelConfig(head_dim=24)
 
 
