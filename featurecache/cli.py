@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from featurecache.errors import FeatureCacheError
+from featurecache.errors import FeatureCacheError, UsageError
 
 EXIT_OK = 0
 EXIT_INPUT_FAILURES = 1
@@ -51,8 +51,9 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _fatal(exc: BaseException) -> typer.Exit:
+    """Print ``exc`` as one line; exit 2 for an invalid argument, else 3."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    return typer.Exit(EXIT_FATAL)
+    return typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FATAL)
 
 
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
@@ -123,19 +124,25 @@ stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
     from featurecache.build.summary import render_summary
 
     render_summary(summary)
-    raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed else EXIT_OK)
+    raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed or summary.n_failed_earlier else EXIT_OK)
 
 
 @app.command()
 def info(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    failures: Annotated[
+        bool,
+        typer.Option(
+            "--failures", help="List every failure (path, stage, error, message), not only the first 100."
+        ),
+    ] = False,
 ) -> None:
     """Counts, sizes, versions and a failures summary of a store."""
     from featurecache.store.info import print_info
 
     try:
-        print_info(store, as_json=json_out)
+        print_info(store, as_json=json_out, failures=failures)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
 
@@ -144,7 +151,10 @@ def info(
 def show(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
     entry_id: Annotated[
-        str, typer.Argument(help="Entry id (see `featurecache info`, or index/entries.arrow).")
+        str,
+        typer.Argument(
+            help="Entry id: a file's stem, e.g. 7a4d-assembly1 (every id: the id column of index/entries.arrow)."
+        ),
     ],
 ) -> None:
     """Look up one entry: its index row, chains and the shapes of its arrays."""

@@ -11,6 +11,10 @@ class FeatureCacheError(Exception):
     """Root of every featurecache error."""
 
 
+class UsageError(FeatureCacheError, ValueError):
+    """A command's argument is invalid (a missing directory, a count below 1, …): exit status 2."""
+
+
 class InputError(FeatureCacheError, ValueError):
     """An input file cannot be used. Carries the path and the stage that rejected it."""
 

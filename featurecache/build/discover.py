@@ -36,12 +36,16 @@ class InputFile:
 
 
 def _sha256(path: Path) -> tuple[str, int]:
+    """Digest and size; ("", 0) for a file that cannot be read (its build task records why)."""
     h = hashlib.sha256()
     n = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            n += len(chunk)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                n += len(chunk)
+    except OSError:
+        return "", 0
     return h.hexdigest(), n
 
 
@@ -52,30 +56,84 @@ def entry_key(sha256: str, entry_id: str, config_hash: str) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:ENTRY_KEY_CHARS]
 
 
-def discover(pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None) -> list[InputFile]:
-    """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path.
+def _id_forms(rel: str) -> list[str]:
+    """Candidate ids of an input, shortest first: the stem, the file name without ``.gz``, the
+    relative path without ``.gz`` and the relative path (``/`` written ``__``: ids travel in URLs)."""
+    name = rel.rsplit("/", 1)[-1]
+    no_gz = rel[:-3] if rel.endswith(".gz") else rel
+    forms = [entry_stem(name), name[:-3] if name.endswith(".gz") else name, no_gz.replace("/", "__"),
+             rel.replace("/", "__")]  # fmt: skip
+    return list(dict.fromkeys(forms))
 
-    Entry id: the file stem (``7a4d-assembly1.cif.gz`` → ``7a4d-assembly1``); when two inputs
-    share a stem (``1A8O.cif`` and ``1A8O.pdb``), or the store already holds that id from another
-    source path, the id keeps the format suffix (``1A8O.cif``). Files whose names are not structure
-    formats are kept too: the build records them as failures, so every file is accounted for.
+
+def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[str, str]:
+    """A unique entry id for each relative path.
+
+    An input the store already holds (same relative path) keeps its id, so ids never change once
+    given. Every other input takes the shortest of :func:`_id_forms` that no other input and no
+    other stored entry claims: ``7a4d-assembly1.cif.gz`` → ``7a4d-assembly1``; ``1A8O.cif`` next to
+    ``1A8O.pdb`` → ``1A8O.cif``; ``a/x.pdb`` next to ``b/x.pdb`` → ``a__x.pdb``; ``y.cif`` next to
+    ``y.cif.gz`` → ``y.cif`` and ``y.cif.gz``.
+    """
+    existing = existing or {}  # id -> source path
+    kept = {path: eid for eid, path in existing.items()}
+    fixed = {rel: kept[rel] for rel in rels if rel in kept}
+    forms = {rel: _id_forms(rel) for rel in rels if rel not in fixed}
+    level = dict.fromkeys(forms, 0)
+
+    def current(rel: str) -> str:
+        if level[rel] < len(forms[rel]):
+            return forms[rel][level[rel]]
+        # the path flattened still collides (``a__b.cif`` next to ``a/b.cif``): add the path's hash
+        return f"{forms[rel][-1]}-{hashlib.sha256(rel.encode()).hexdigest()[:8]}"
+
+    while True:
+        ids = {rel: current(rel) for rel in forms}
+        claimants: dict[str, list[str]] = {}
+        for rel, eid in ids.items():
+            claimants.setdefault(eid, []).append(rel)
+        bump = []
+        for eid, rels_ in claimants.items():
+            if len(rels_) == 1 and eid not in fixed.values() and existing.get(eid, rels_[0]) == rels_[0]:
+                continue
+            movable = [r for r in rels_ if level[r] < len(forms[r]) - 1]
+            # one claimant already at its longest form keeps the id when the others can move on
+            taken = eid in fixed.values() or existing.get(eid, rels_[0]) != rels_[0]
+            bump += movable if movable and len(rels_) - len(movable) <= (0 if taken else 1) else rels_
+        if not bump:
+            return {**fixed, **ids}
+        for rel in bump:
+            level[rel] += 1
+
+
+def discover(
+    pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None
+) -> list[InputFile]:
+    """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path, with a unique
+    entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries).
+
+    Files whose names are not structure formats are kept too: the build records them as failures,
+    so every file is accounted for. ``exclude`` (the store itself, when it lies inside ``pdb_dir``)
+    is skipped.
     """
     pdb_dir = Path(pdb_dir)
+    skip = Path(exclude).resolve() if exclude is not None else None
+    if skip is not None and not skip.is_relative_to(pdb_dir.resolve()):
+        skip = None
     files = sorted(
         p for p in pdb_dir.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(pdb_dir).parts)
+        # a broken symlink is kept: reading it fails, and the failure names it
+        if (p.is_file() or (p.is_symlink() and not p.exists()))
+        and not any(part.startswith(".") for part in p.relative_to(pdb_dir).parts)
+        and (skip is None or not p.resolve().is_relative_to(skip))
     )  # fmt: skip
-    stems = Counter(entry_stem(p.name) for p in files)
-    existing_ids = existing_ids or {}
+    rels = [p.relative_to(pdb_dir).as_posix() for p in files]
+    ids = assign_ids(rels, existing_ids)
     with ThreadPoolExecutor(max_workers=4) as pool:
         digests = list(pool.map(_sha256, files))
     out = []
-    for p, (sha, size) in zip(files, digests, strict=True):
-        rel = p.relative_to(pdb_dir).as_posix()
-        stem = entry_stem(p.name)
-        owner = existing_ids.get(stem)
-        collides = stems[stem] > 1 or (owner is not None and owner != rel)
-        entry_id = (p.name[:-3] if p.name.endswith(".gz") else p.name) if collides else stem
+    for p, rel, (sha, size) in zip(files, rels, digests, strict=True):
+        entry_id = ids[rel]
         out.append(InputFile(str(p.resolve()), rel, entry_id, structure_format(p.name) or "", sha, size,
                              entry_key(sha, entry_id, config_hash)))  # fmt: skip
     return out

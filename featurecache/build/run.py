@@ -25,10 +25,11 @@ from featurecache.build.discover import (
     plan_parts,
 )
 from featurecache.build.tasks import PartResult, build_structure_part
-from featurecache.errors import InputError, StoreError
+from featurecache.errors import InputError, StoreError, UsageError
+from featurecache.parse.ccd import check_ccd
 from featurecache.store.index import rebuild_index
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
-from featurecache.store.root import BuildLock, init_store, remove_leftovers
+from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class BuildSummary:
     n_built: int = 0
     n_skipped: int = 0
     n_failed: int = 0  # inputs that failed in this run
+    n_failed_earlier: int = 0  # inputs skipped because an earlier run recorded their failure
+    n_replaced: int = 0  # inputs whose id was in the store with other content (rebuilt, replaced)
     failed_by_stage: dict[str, int] = field(default_factory=dict)
     n_atoms: int = 0
     n_tokens: int = 0
@@ -81,6 +84,9 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     if scheduler:
         try:
             return Client(scheduler, timeout="20s"), None
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
+                             "expected e.g. tcp://host:8786") from exc  # fmt: skip
         except OSError as exc:
             raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
     n = workers or os.cpu_count() or 1
@@ -95,6 +101,32 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         silence_logs=logging.WARNING, memory_limit="auto",
     )  # fmt: skip
     return Client(cluster), cluster
+
+
+def check_arguments(
+    *, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, workers: int | None, part_size: int,
+    config: BuildConfig,
+) -> None:  # fmt: skip
+    """Refuse invalid arguments before anything is started or written (UsageError: exit 2)."""
+    if not Path(pdb_dir).is_dir():
+        raise UsageError(f"--pdb-dir {pdb_dir}: not a directory")
+    if msa_dir is not None and not Path(msa_dir).is_dir():
+        raise UsageError(f"--msa-dir {msa_dir}: not a directory")
+    if ccd is not None:
+        if not Path(ccd).exists():
+            raise UsageError(f"--ccd {ccd}: no such file or directory")
+        try:
+            check_ccd(ccd)  # a garbage CCD would silently turn every ligand's bonds into perceived ones
+        except InputError as exc:
+            raise UsageError(f"--ccd: {exc}") from exc
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be >= 1 (got {workers}; leave it out for one per CPU)")
+    if part_size < 1:
+        raise UsageError(f"--part-size must be >= 1 (got {part_size})")
+    if config.msa_depth_cap < 1:
+        raise UsageError(f"--msa-depth must be >= 1 (got {config.msa_depth_cap}; row 0 is the query)")
+    if not config.conformer_timeout_s > 0:
+        raise UsageError(f"--conformer-timeout must be > 0 seconds (got {config.conformer_timeout_s})")
 
 
 def run_build(
@@ -112,49 +144,65 @@ def run_build(
     config = config or BuildConfig()
     t_start = time.perf_counter()
     pdb_dir, out = Path(pdb_dir), Path(out)
-    if not pdb_dir.is_dir():
-        raise InputError(f"--pdb-dir {pdb_dir}: not a directory", path=str(pdb_dir), stage="discover")
-    if msa_dir is not None and not Path(msa_dir).is_dir():
-        raise InputError(f"--msa-dir {msa_dir}: not a directory", path=str(msa_dir), stage="discover")
-    if ccd is not None and not Path(ccd).exists():
-        raise InputError(f"--ccd {ccd}: no such file or directory", path=str(ccd), stage="discover")
-    if part_size < 1:
-        raise InputError(f"--part-size must be >= 1 (got {part_size})", stage="discover")
+    check_arguments(pdb_dir=pdb_dir, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
+                    config=config)  # fmt: skip
+    check_store_dir(out)
     ccd_fp = _fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
-    init_store(
-        out, {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__}
-    )
     summary = BuildSummary(store=str(out))
-    with BuildLock(out):
-        remove_leftovers(out)
-        inputs = discover(pdb_dir, entry_config, existing_entry_ids(out))
-        done = done_keys(out)
-        pending = [i for i in inputs if i.key not in done]
-        summary.n_inputs = len(inputs)
-        summary.n_skipped = len(inputs) - len(pending)
-        summary.input_bytes = sum(i.size for i in inputs)
-        log.info("%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending))
-        client, cluster = _make_client(workers, scheduler)
-        try:
+    client, cluster = _make_client(workers, scheduler)
+    try:
+        with BuildLock(out):
+            init_store(
+                out,
+                {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__},
+            )
+            remove_leftovers(out)
+            rebuild_index(out)  # from the parts: repairs an index left stale or damaged by a killed build
+            existing = existing_entry_ids(out)
+            inputs = discover(pdb_dir, entry_config, existing, exclude=out)
+            done = done_keys(out)
+            pending = [i for i in inputs if i.key not in done]
+            summary.n_inputs = len(inputs)
+            summary.n_skipped = len(inputs) - len(pending)
+            summary.n_replaced = sum(1 for i in pending if i.entry_id in existing)
+            summary.input_bytes = sum(i.size for i in inputs)
+            log.info(
+                "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
+            )
             summary.workers = len(client.scheduler_info().get("workers", {}))
             summary.dashboard = (
                 client.dashboard_link if cluster is not None and cluster.dashboard_link else None
             )
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
-            _run_structure_parts(
-                client, out, pending, part_size, entry_config, ccd, config, summary, progress
-            )
-            _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
-        finally:
-            _shutdown(client, cluster)
-            # the parts are the truth: the index is rebuilt whatever happened above
-            tables = rebuild_index(out)
-        summary.store_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-        summary.seconds = time.perf_counter() - t_start
-        log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
+            try:
+                _run_structure_parts(
+                    client, out, pending, part_size, entry_config, ccd, config, summary, progress
+                )
+                _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
+            finally:
+                # the parts are the truth: the index is rebuilt whatever happened above
+                tables = rebuild_index(out)
+                mark_updated(out)
+            summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
+    finally:
+        _shutdown(client, cluster)
+    summary.store_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    summary.seconds = time.perf_counter() - t_start
+    log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
+
+
+def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummary) -> int:
+    """Inputs of this run that were skipped because an earlier run recorded them as failed (same
+    bytes, same config): they still fail, and the exit status says so."""
+    if not failures.num_rows:
+        return 0
+    this_run = {f["path"] for f in summary.failures}
+    current = {(i.rel, i.key) for i in inputs}
+    rows = failures.select(["path", "key"]).to_pylist()
+    return sum(1 for r in rows if (r["path"], r["key"]) in current and r["path"] not in this_run)
 
 
 def _shutdown(client: Any, cluster: Any) -> None:

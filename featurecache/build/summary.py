@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from featurecache.build.run import BuildSummary
@@ -20,9 +21,16 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     t.add_row("input files", str(s.n_inputs))
     t.add_row("entries built", str(s.n_built))
     t.add_row("skipped (up to date)", str(s.n_skipped))
+    if s.n_replaced:
+        t.add_row("  of which replaced", f"{s.n_replaced} (an input with the same path and new content)")
     t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
     for failed_stage, n in sorted(s.failed_by_stage.items()):
         t.add_row(f"  failed at {failed_stage}", str(n))
+    if s.n_failed_earlier:
+        t.add_row(
+            "still failing",
+            f"[red]{s.n_failed_earlier}[/red] (recorded by an earlier run; featurecache info)",
+        )
     t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
     t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
     if s.stage_seconds:
@@ -43,8 +51,22 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
         f = Table(title="failures (this run)")
         for col in ("path", "stage", "error", "message"):
             f.add_column(col, overflow="fold")
-        for row in s.failures[:50]:
-            f.add_row(row["path"], row["stage"], row["error_class"], row["message"][:160])
-        if len(s.failures) > 50:
-            f.add_row("…", "", "", f"{len(s.failures) - 50} more: featurecache info STORE")
+        rows = sorted(s.failures, key=lambda r: (r["path"], r["stage"]))
+        for row in rows[:SHOWN_FAILURES]:
+            f.add_row(escape(row["path"]), row["stage"], row["error_class"], printable(row["message"]))
+        if len(rows) > SHOWN_FAILURES:
+            f.add_row("…", "", "", f"{len(rows) - SHOWN_FAILURES} more: featurecache info STORE --failures")
         console.print(f)
+
+
+SHOWN_FAILURES = 50
+MESSAGE_CHARS = 300
+
+
+def printable(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """A failure message for a terminal: control bytes escaped, cut at a word with an ellipsis."""
+    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message)
+    if len(text) > limit:
+        cut = text.rfind(" ", 0, limit)
+        text = text[: cut if cut > limit // 2 else limit] + " …"
+    return escape(text)

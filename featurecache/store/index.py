@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from featurecache.errors import StoreError
 from featurecache.store.layout import INDEX_DIR, PART_INDEX_DIR, PARTS_DIR, TABLES, TMP_PREFIX
 
 log = logging.getLogger(__name__)
@@ -132,11 +133,19 @@ def replace_table(path: Path, table: pa.Table) -> None:
 
 
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
-    if memory_map:
-        with pa.memory_map(str(path), "r") as source:
+    """An Arrow IPC file; StoreError naming the file when it is missing, truncated or not Arrow."""
+    try:
+        if memory_map:
+            with pa.memory_map(str(path), "r") as source:
+                return ipc.open_file(source).read_all()
+        with pa.OSFile(str(path), "rb") as source:
             return ipc.open_file(source).read_all()
-    with pa.OSFile(str(path), "rb") as source:
-        return ipc.open_file(source).read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        hint = (
+            "; re-running `featurecache build` on this store rebuilds the index from the parts"
+            if Path(path).parent.name == INDEX_DIR else ""
+        )  # fmt: skip
+        raise StoreError(f"index file {path} is unreadable ({exc}){hint}") from exc
 
 
 def complete_parts(root: Path) -> list[Path]:
@@ -174,7 +183,7 @@ def gather_part_tables(root: Path) -> dict[str, pa.Table]:
     return {name: _concat(found.get(name, []), name) for name in sorted(set(found) | set(SCHEMAS))}
 
 
-def _latest_per(table: pa.Table, column: str) -> pa.Table:
+def latest_per(table: pa.Table, column: str) -> pa.Table:
     """Keep, for each value of ``column``, the row from the latest part (parts sort by name)."""
     if table.num_rows == 0 or "part" not in table.column_names:
         return table
@@ -188,7 +197,7 @@ def _latest_per(table: pa.Table, column: str) -> pa.Table:
 def rebuild_index(root: Path) -> dict[str, pa.Table]:
     """Rebuild ``STORE/index/*.arrow`` from the parts; returns the tables written."""
     tables = gather_part_tables(Path(root))
-    entries = _latest_per(tables["entries"], "id")
+    entries = latest_per(tables["entries"], "id")
     live = {(e["id"], e["part"]) for e in entries.select(["id", "part"]).to_pylist()}
     # per-entry tables keep only the rows of each entry's live part
     for name in ("chains", "interfaces", "warnings"):
@@ -197,7 +206,7 @@ def rebuild_index(root: Path) -> dict[str, pa.Table]:
             mask = [(r["entry_id"], r["part"]) in live for r in t.select(["entry_id", "part"]).to_pylist()]
             tables[name] = t.filter(pa.array(mask, type=pa.bool_()))
     # a path's latest outcome wins: a failure is dropped once the same path built successfully later
-    failures = _latest_per(tables["failures"], "path")
+    failures = latest_per(tables["failures"], "path")
     if failures.num_rows:
         built = {r["source_path"]: r["part"] for r in entries.select(["source_path", "part"]).to_pylist()}
         mask = [built.get(r["path"], "") < r["part"] for r in failures.select(["path", "part"]).to_pylist()]

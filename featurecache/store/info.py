@@ -58,14 +58,24 @@ def store_info(store: LocalStore) -> dict[str, Any]:
     }
 
 
-def print_info(path: Path, *, as_json: bool = False) -> None:
+SHOWN_FAILURES = 100
+
+
+def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> None:
+    """Print the store's summary; ``failures``: every failure row (else the first 100)."""
     from rich.console import Console
     from rich.table import Table
 
+    from featurecache.build.summary import printable
     from featurecache.store.reader import open_store
 
-    info = open_store(path).info()
+    store = open_store(path)
+    info = store.info()
+    rows = store.failures.to_pylist()
     if as_json:
+        if failures:
+            info["failures"] = [{k: r[k] for k in ("path", "entry_id", "stage", "error_class", "message")}
+                                for r in rows]  # fmt: skip
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
         return
     console = Console()
@@ -82,11 +92,18 @@ def print_info(path: Path, *, as_json: bool = False) -> None:
     for stage, n in sorted(info["failures_by_stage"].items()):
         t.add_row(f"failed at {stage}", str(n))
     console.print(t)
-    store = open_store(path)
-    if store.failures.num_rows:
+    if rows:
         f = Table(title="failures")
         for col in ("path", "stage", "error_class", "message"):
             f.add_column(col, overflow="fold")
-        for row in store.failures.to_pylist()[:100]:
-            f.add_row(row["path"], row["stage"], row["error_class"], row["message"][:200])
+        shown = rows if failures else rows[:SHOWN_FAILURES]
+        for row in shown:
+            f.add_row(printable(row["path"]), row["stage"], row["error_class"], printable(row["message"]))
+        if len(shown) < len(rows):
+            f.add_row(
+                "…",
+                "",
+                "",
+                f"{len(rows) - len(shown)} more: featurecache info STORE --failures (or --json --failures)",
+            )
         console.print(f)

@@ -59,6 +59,8 @@ class LocalStore(FeatureReader):
         except (OSError, ValueError) as exc:
             raise StoreError(f"{root_meta}: unreadable ({exc})") from exc
         fmt = self.attributes.get("format_version")
+        if fmt is None:
+            raise StoreError(f"{self.path} is a zarr group but not a featurecache store (no format_version)")
         if fmt != STORE_FORMAT_VERSION:
             raise StoreVersionError(
                 f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}"

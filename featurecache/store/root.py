@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
 
 
-def init_store(root: Path, attributes: dict[str, Any]) -> None:
-    """Create the store (or check an existing one), writable. Raises StoreError if it cannot."""
+def check_store_dir(root: Path) -> None:
+    """Refuse ``root`` unless it is absent, empty, or a store of this format (nothing is written)."""
     root = Path(root)
     meta = root / "zarr.json"
     if meta.is_file():
@@ -32,12 +32,21 @@ def init_store(root: Path, attributes: dict[str, Any]) -> None:
             existing = json.loads(meta.read_text()).get("attributes", {})
         except (OSError, ValueError) as exc:
             raise StoreError(f"{meta}: unreadable ({exc})") from exc
+        if existing.get("format_version") is None:
+            raise StoreError(f"{root} is a zarr group but not a featurecache store (refusing to write into it)")
         if existing.get("format_version") != STORE_FORMAT_VERSION:
             raise StoreVersionError(
                 f"{root} has store format {existing.get('format_version')}; this featurecache writes {STORE_FORMAT_VERSION}"
             )
-    elif root.exists() and (not root.is_dir() or any(root.iterdir())):
+    elif root.exists() and (not root.is_dir() or any(p.name != LOCK_FILE for p in root.iterdir())):
         raise StoreError(f"{root} exists and is not a featurecache store (refusing to write into it)")
+
+
+def init_store(root: Path, attributes: dict[str, Any]) -> None:
+    """Create the store (or check an existing one), writable, and record ``attributes`` (call it
+    holding the :class:`BuildLock`, so a refused build changes nothing). Raises StoreError if it cannot."""
+    root = Path(root)
+    check_store_dir(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-probe-{os.getpid()}"
@@ -45,8 +54,7 @@ def init_store(root: Path, attributes: dict[str, Any]) -> None:
         probe.unlink()
         attrs = {
             "format_version": STORE_FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
-            "featurizer_version": FEATURIZER_VERSION, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            **attributes,
+            "featurizer_version": FEATURIZER_VERSION, "updated": _now(), **attributes,
         }  # fmt: skip
         group = zarr.open_group(str(root), mode="a")
         group.attrs.update(attrs)
@@ -55,6 +63,15 @@ def init_store(root: Path, attributes: dict[str, Any]) -> None:
         (root / INDEX_DIR).mkdir(exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot write the store at {root}: {exc.strerror or exc}") from exc
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def mark_updated(root: Path) -> None:
+    """Set the root group's ``updated`` attribute to now (a build calls it when it finishes)."""
+    zarr.open_group(str(root), mode="a").attrs.update({"updated": _now()})
 
 
 def remove_leftovers(root: Path) -> int:
@@ -79,7 +96,11 @@ class BuildLock:
         self._f: IO[str] | None = None
 
     def __enter__(self) -> BuildLock:
-        self._f = open(self.path, "w")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "w")
+        except OSError as exc:
+            raise StoreError(f"cannot write the store at {self.path.parent}: {exc.strerror or exc}") from exc
         try:
             fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

@@ -6,8 +6,10 @@ import json
 import logging
 from pathlib import Path
 
+import pyarrow as pa
+
 from featurecache.errors import FeatureCacheError
-from featurecache.store.index import complete_parts, read_table
+from featurecache.store.index import complete_parts, gather_part_tables, latest_per, read_table
 from featurecache.store.layout import (
     ENTRY_GROUPS,
     GROUP_OFFSETS,
@@ -65,15 +67,62 @@ def verify_store(path: Path) -> list[str]:
                 f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}…"
             )
     # 3. index rows and part rows agree (nothing lost, nothing invented)
+    problems.extend(_index_matches_parts(store.path, entries))
     chains = store.chains
     ids = set(store.ids)
     orphan = {c for c in chains.column("entry_id").to_pylist()} - ids if chains.num_rows else set()
     for c in sorted(orphan):
         problems.append(f"chains index has rows for {c}, which is not an entry")
+    problems.extend(_chains_cover_tokens(entries, chains))
     for extra_check in _EXTRA_CHECKS:
         problems.extend(extra_check(store))
     log.info("verified %d entries in %d parts: %d problem(s)", entries.num_rows, len(parts), len(problems))
     return problems
+
+
+def _index_matches_parts(root: Path, entries: pa.Table) -> list[str]:
+    """The index's entries are exactly the live entries of the parts (a killed build can leave the
+    top-level index behind its parts; a build on the store rebuilds it)."""
+    live = latest_per(gather_part_tables(root)["entries"], "id")
+    in_parts = set(zip(live.column("id").to_pylist(), live.column("part").to_pylist(), strict=True))
+    in_index = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
+    out = [f"entry {i} of part {p} is not in the index (stale index: run `featurecache build` on the store "
+           "to rebuild it)" for i, p in sorted(in_parts - in_index)]  # fmt: skip
+    out += [f"index entry {i} points at part {p}, which does not hold it as its latest version"
+            for i, p in sorted(in_index - in_parts)]  # fmt: skip
+    return out
+
+
+def _chains_cover_tokens(entries: pa.Table, chains: pa.Table) -> list[str]:
+    """Each entry's chain rows tile its tokens: n_chains rows, contiguous from 0 to token_count."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    if chains.num_rows:
+        cols = chains.select(["entry_id", "token_start", "token_count"]).to_pydict()
+        for e, start, count in zip(cols["entry_id"], cols["token_start"], cols["token_count"], strict=True):
+            spans.setdefault(e, []).append((start, count))
+    out = []
+    for row in entries.select(["id", "token_count", "n_chains"]).to_pylist():
+        rows = sorted(spans.get(row["id"], []))
+        end = 0
+        for start, count in rows:
+            if start != end:
+                break
+            end = start + count
+        if len(rows) != row["n_chains"] or end != row["token_count"]:
+            out.append(f"entry {row['id']}: {len(rows)} chain rows covering tokens up to {end}, but the entry "
+                       f"has {row['n_chains']} chains and {row['token_count']} tokens")  # fmt: skip
+    return out
+
+
+def _component_checks(store: object) -> list[str]:
+    """Every component row's part exists and its arrays read."""
+    from featurecache.store.components import load_component_table
+
+    try:
+        load_component_table(store.path, store.components)  # type: ignore[attr-defined]
+    except (FeatureCacheError, OSError, ValueError, KeyError) as exc:
+        return [f"components: {exc}"]
+    return []
 
 
 def _msa_checks(store: object) -> list[str]:
@@ -83,4 +132,4 @@ def _msa_checks(store: object) -> list[str]:
 
 
 #: further checks registered by the MSA / component stages: callables(store) -> list[str]
-_EXTRA_CHECKS: list = [_msa_checks]
+_EXTRA_CHECKS: list = [_msa_checks, _component_checks]

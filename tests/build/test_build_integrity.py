@@ -1,0 +1,216 @@
+"""Inputs that used to be lost or mislabelled, and damage that verify and the build must see.
+
+Each case here was a reproduced defect: two files with one name silently became one entry (and
+the chains index mixed them up), a re-run hid failures, verify passed a store with a missing
+component part or a stale index, a damaged index crashed every command, and invalid arguments
+gave tracebacks or exit 3 after writing a store.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import featurecache
+from featurecache.build.config import BuildConfig
+from featurecache.build.discover import assign_ids
+from featurecache.build.run import run_build
+from featurecache.errors import StoreError
+from featurecache.store.index import complete_parts, read_table, replace_table
+from featurecache.store.root import BuildLock
+from featurecache.store.verify import verify_store
+from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=600)  # fmt: skip
+
+
+def test_assign_ids_follows_the_documented_rule() -> None:
+    ids = assign_ids(
+        ["7a4d-assembly1.cif.gz", "1A8O.cif", "1A8O.pdb", "a/x.pdb", "b/x.pdb", "q.cif", "q.cif.gz"]
+    )
+    assert ids == {
+        "7a4d-assembly1.cif.gz": "7a4d-assembly1",  # a unique stem is the id
+        "1A8O.cif": "1A8O.cif", "1A8O.pdb": "1A8O.pdb",  # same stem: the file names
+        "a/x.pdb": "a__x.pdb", "b/x.pdb": "b__x.pdb",  # same name: the paths
+        "q.cif": "q.cif", "q.cif.gz": "q.cif.gz",  # differ only by .gz: the one without keeps its name
+    }  # fmt: skip
+    # an input the store already holds keeps its id; a newcomer that would take it moves on
+    assert assign_ids(["1A8O.cif", "1A8O.pdb"], {"1A8O": "1A8O.pdb"}) == {
+        "1A8O.pdb": "1A8O",
+        "1A8O.cif": "1A8O.cif",
+    }
+    assert assign_ids(["d/x.pdb"], {"x": "x.pdb"}) == {"d/x.pdb": "x.pdb"}
+    # whatever the names, ids are unique
+    rels = ["a__b.cif", "a/b.cif", "b.cif", "b.cif.gz", "a/b.cif.gz", "x.pdb.cif", "x.pdb", "x.cif"]
+    assert len(set(assign_ids(rels).values())) == len(rels)
+
+
+def test_same_named_inputs_are_all_kept_and_ids_stay_stable(tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    (d / "a").mkdir(parents=True)
+    (d / "b").mkdir()
+    shutil.copy(STRUCTURES / "5e5z.pdb", d / "a" / "x.pdb")
+    shutil.copy(STRUCTURES / "5wkd.pdb", d / "b" / "x.pdb")
+    shutil.copy(STRUCTURES / "1psm.cif", d / "a" / "y.cif")
+    (d / "b" / "y.cif.gz").write_bytes(gzip.compress((STRUCTURES / "102m.cif").read_bytes()))
+    shutil.copy(STRUCTURES / "1A8O.pdb", d / "1A8O.pdb")
+    out = d / "store"  # inside the input directory: the build must not read its own files
+    first = build_store(out, d, workers=1, part_size=2)
+    assert first.n_built == 5 and first.n_failed == 0
+    store = featurecache.open_store(out)
+    sources = dict(zip(store.entries.column("id").to_pylist(), store.entries.column("source_path").to_pylist(),
+                       strict=True))  # fmt: skip
+    assert sources == {"a__x.pdb": "a/x.pdb", "b__x.pdb": "b/x.pdb", "a__y.cif": "a/y.cif",
+                       "b__y.cif": "b/y.cif.gz", "1A8O": "1A8O.pdb"}  # fmt: skip
+    # each entry's chain rows are its own: 102m has 3 chains, 1psm 1
+    n_chains = dict(zip(store.entries.column("id").to_pylist(), store.entries.column("n_chains").to_pylist(),
+                        strict=True))  # fmt: skip
+    assert n_chains["b__y.cif"] == 3 and n_chains["a__y.cif"] == 1
+    assert verify_store(out) == []
+
+    # a file with the same stem arrives later: the stored entry keeps its id and is not rebuilt
+    shutil.copy(STRUCTURES / "1A8O.cif", d / "1A8O.cif")
+    again = build_store(out, d, workers=1, part_size=2)
+    assert again.n_built == 1 and again.n_skipped == 5 and again.n_failed == 0
+    store = featurecache.open_store(out)
+    ids = store.entries.column("id").to_pylist()
+    assert sorted(ids) == sorted([*sources, "1A8O.cif"])
+    assert len(set(store.entries.column("source_path").to_pylist())) == len(ids)  # no file twice
+    assert not any(p.startswith("store/") for p in store.failures.column("path").to_pylist())
+    assert verify_store(out) == []
+
+
+def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(STRUCTURES / "1psm.cif", d)
+    (d / "garbage.cif").write_text("this is not an mmCIF file\n")
+    (d / "gone.cif").symlink_to(tmp_path / "missing.cif")  # a broken link is an input that fails to read
+    out = tmp_path / "s"
+    args = ("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
+    first = _cli(*args)
+    assert first.returncode == 1, first.stderr
+    store = featurecache.open_store(out)
+    failed = dict(zip(store.failures.column("path").to_pylist(), store.failures.column("stage").to_pylist(),
+                      strict=True))  # fmt: skip
+    assert failed.keys() == {"garbage.cif", "gone.cif"} and failed["gone.cif"] == "read"
+    second = _cli(*args)  # nothing to rebuild, but two inputs still fail: not a clean exit
+    assert second.returncode == 1, second.stderr
+    assert "still failing" in second.stderr and "Traceback" not in second.stderr
+
+
+@pytest.fixture(scope="module")
+def ligand_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """102m (3 chains, heme) and 1psm with the sample CCD: structure and component parts."""
+    d = tmp_path_factory.mktemp("lig_in")
+    shutil.copy(STRUCTURES / "102m.cif", d)
+    shutil.copy(STRUCTURES / "1psm.cif", d)
+    out = tmp_path_factory.mktemp("lig") / "s"
+    build_store(out, d, workers=1, ccd=SAMPLES / "ccd")
+    assert verify_store(out) == []
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_verify_sees_a_missing_component_part(tmp_path: Path, ligand_store: Path) -> None:
+    s = _copy(ligand_store, tmp_path / "s")
+    comp = [p for p in complete_parts(s) if p.name.startswith("c-")]
+    assert comp, "the CCD build should have written component parts"
+    shutil.rmtree(comp[0])
+    problems = verify_store(s)
+    assert any(p.startswith("components:") and comp[0].name in p for p in problems), problems
+
+
+def test_verify_sees_a_stale_index_and_chains_that_do_not_tile(tmp_path: Path, ligand_store: Path) -> None:
+    s = _copy(ligand_store, tmp_path / "stale")
+    entries = read_table(s / "index" / "entries.arrow", memory_map=False)
+    keep = pa.array([i != "1psm" for i in entries.column("id").to_pylist()])
+    replace_table(s / "index" / "entries.arrow", entries.filter(keep))  # as if the index lagged behind
+    assert any("entry 1psm of part" in p and "stale index" in p for p in verify_store(s))
+
+    c = _copy(ligand_store, tmp_path / "chains")
+    chains = read_table(c / "index" / "chains.arrow", memory_map=False)
+    rows = chains.to_pylist()
+    drop = next(i for i, r in enumerate(rows) if r["entry_id"] == "102m" and r["asym_id"] == 1)
+    replace_table(c / "index" / "chains.arrow", chains.take([i for i in range(len(rows)) if i != drop]))
+    assert any(p.startswith("entry 102m: 2 chain rows") for p in verify_store(c)), verify_store(c)
+
+
+def test_a_damaged_index_is_one_line_and_the_build_repairs_it(tmp_path: Path, ligand_store: Path) -> None:
+    s = _copy(ligand_store, tmp_path / "s")
+    f = s / "index" / "entries.arrow"
+    f.write_bytes(f.read_bytes()[:500])
+    for cmd in (("info", str(s)), ("verify", str(s)), ("show", str(s), "102m")):
+        r = _cli(*cmd)
+        assert r.returncode == 3 and "Traceback" not in r.stderr, (cmd, r.stderr)
+        assert "entries.arrow is unreadable" in r.stderr
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(STRUCTURES / "102m.cif", d)
+    shutil.copy(STRUCTURES / "1psm.cif", d)
+    summary = build_store(s, d, workers=1, ccd=SAMPLES / "ccd")
+    assert summary.n_built == 0 and summary.n_skipped == 2  # repaired from the parts, nothing redone
+    assert verify_store(s) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--workers", "-1"), "--workers must be >= 1"),
+        (("--msa-depth", "0"), "--msa-depth must be >= 1"),
+        (("--part-size", "0"), "--part-size must be >= 1"),
+        (("--scheduler", "notaurl"), "is not a Dask scheduler address"),
+    ],
+)
+def test_invalid_arguments_exit_2_and_write_nothing(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
+    out = tmp_path / "never"
+    r = _cli("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), *args, "--no-progress")
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_a_missing_input_directory_is_a_usage_error(tmp_path: Path) -> None:
+    r = _cli("build", "--pdb-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "s"), "--no-progress")
+    assert r.returncode == 2 and "not a directory" in r.stderr and not (tmp_path / "s").exists()
+
+
+def test_a_refused_concurrent_build_changes_nothing(tmp_path: Path, ligand_store: Path) -> None:
+    s = _copy(ligand_store, tmp_path / "s")
+    before = (s / "zarr.json").read_bytes()
+    with BuildLock(s), pytest.raises(StoreError, match="another build is writing"):
+        run_build(pdb_dir=SAMPLES / "structures", out=s, workers=1, progress=False,
+                  config=BuildConfig(msa_depth_cap=7))  # fmt: skip
+    assert (s / "zarr.json").read_bytes() == before
+
+
+def test_a_ccd_without_definitions_is_refused_before_the_build(tmp_path: Path) -> None:
+    bad = tmp_path / "components.cif"
+    bad.write_text("garbage\n")
+    out = tmp_path / "s"
+    r = _cli(
+        "build",
+        "--pdb-dir",
+        str(SAMPLES / "structures"),
+        "--ccd",
+        str(bad),
+        "--out",
+        str(out),
+        "--no-progress",
+    )
+    assert r.returncode == 2 and str(bad) in r.stderr and "no chemical component definitions" in r.stderr, (
+        r.stderr
+    )
+    assert not out.exists()
