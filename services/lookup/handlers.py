@@ -1,24 +1,40 @@
 """Library exceptions → HTTP answers. Client mistakes are 4xx with a message saying what was wrong;
-only the server's own failures are 5xx."""
+a store that cannot be read now is a 503 the client retries. No answer names a path on the server
+(the library's messages do; they are logged here, and redacted before they are sent)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError, ResponseValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from featurecache.errors import InvalidRequest, NotFound, StoreError
+from featurecache.errors import FeatureCacheError, InvalidRequest, NotFound, StoreError
 from services.lookup.params import LimitExceeded
-from services.lookup.state import StoreUnavailable
+from services.lookup.state import StoreHolder, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+#: what a client reads when the store failed under its request (the cause is in the server's log)
+STORE_READ_FAILED = "the store could not be read (it may be being rebuilt or extended); retry later"
+RETRY_AFTER = {"retry-after": "5"}
+
+
+def _holder(request: Request) -> StoreHolder:
+    holder: StoreHolder = request.app.state.store
+    return holder
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+        return JSONResponse({"detail": _holder(request).redact(str(exc))}, status_code=404)
 
     @app.exception_handler(LimitExceeded)
     async def limit_exceeded(request: Request, exc: LimitExceeded) -> JSONResponse:
@@ -28,13 +44,51 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidRequest)
     async def invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return JSONResponse({"detail": _holder(request).redact(str(exc))}, status_code=422)
 
     @app.exception_handler(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"retry-after": "5"})
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers=RETRY_AFTER)
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        # e.g. a part array missing: the store changed or is damaged; look again before the next read
+        _holder(request).recheck()
         log.error("store error on %s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse({"detail": f"store error: {exc}"}, status_code=500)
+        return JSONResponse({"detail": STORE_READ_FAILED}, status_code=503, headers=RETRY_AFTER)
+
+
+class StoreRoute(APIRoute):
+    """A route that reads the store. An exception that no handler knows, raised while it runs, is
+    the store failing under the reader (after a rebuild zarr raises ``ValueError: cannot reshape``,
+    a shard cut short fails to decode): it becomes :class:`StoreUnavailable` (503, retryable) and
+    the holder looks at the store again before the next request reads it. The traceback is logged."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def read_store(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (
+                FeatureCacheError, HTTPException, RequestValidationError, ResponseValidationError,
+                ClientDisconnect,
+            ):  # fmt: skip
+                raise
+            except Exception as exc:
+                _holder(request).recheck()
+                log.exception("reading the store failed on %s %s", request.method, request.url.path)
+                raise StoreUnavailable(STORE_READ_FAILED) from exc
+
+        return read_store
+
+
+def guard_stream(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """The rest of a streamed answer whose status is already sent: a store failing now cuts the
+    connection (the client sees an incomplete body and retries); the holder looks again first."""
+    try:
+        yield from pieces
+    except Exception:
+        _holder(request).recheck()
+        log.exception("reading the store failed while streaming %s %s", request.method, request.url.path)
+        raise

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 import featurecache
 from services.lookup import handlers
-from services.lookup.middleware import ServiceMiddleware
+from services.lookup.middleware import HEALTH_PATH, ServiceMiddleware
 from services.lookup.routers import entries, health, metrics_route, msas, store
 from services.lookup.settings import Settings
 from services.lookup.state import StoreHolder
@@ -21,18 +22,25 @@ from services.lookup.state import StoreHolder
 DESCRIPTION = """\
 Read one featurecache store over HTTP. Arrays travel as Arrow IPC streams
 (`application/vnd.apache.arrow.stream`; `featurecache.client.http.LookupClient` decodes them into
-numpy without copies). When the service has a token, every route but `/v1/health` needs
-`Authorization: Bearer <token>`. Limits answer 413 naming the limit; malformed requests 422.
+numpy without copies). When the service has a token, every route but `/v1/health` and these docs
+(`/docs`, `/redoc`, `/openapi.json`) needs `Authorization: Bearer <token>` (here: **Authorize**),
+`/metrics` included. Limits answer 413 naming the limit; malformed requests 422. A store being
+rebuilt or extended under the service answers 503 with `retry-after` until it can be read again;
+the new index is served without a restart.
 """
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    holder = StoreHolder(settings.store_path, retry_seconds=settings.store_retry_seconds)
+    holder = StoreHolder(
+        settings.store_path,
+        retry_seconds=settings.store_retry_seconds,
+        check_seconds=settings.store_check_seconds,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        holder.open()  # once; a failure leaves /v1/ready at 503 and is retried on use
+        holder.open()  # a failure leaves /v1/ready at 503; StoreHolder.get() tries again
         yield
         holder.close()
 
@@ -45,8 +53,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.store = holder
     token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
-    app.add_middleware(ServiceMiddleware, token=token, max_body_bytes=settings.max_body_bytes)
+    # A browser cannot send a bearer token with a page load: the docs are public (they describe
+    # the API, not the store); everything they call still needs the token.
+    docs = {app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url, app.openapi_url}
+    public = frozenset({HEALTH_PATH, *(p for p in docs if p)})
+    app.add_middleware(
+        ServiceMiddleware, token=token, max_body_bytes=settings.max_body_bytes, public_paths=public
+    )
     handlers.install(app)
     for router in (health.router, store.router, entries.router, msas.router, metrics_route.router):
         app.include_router(router)
+    if token is not None:
+        _document_bearer_auth(app, public)
     return app
+
+
+def _document_bearer_auth(app: FastAPI, public: frozenset[str]) -> None:
+    """Declare the bearer token in the OpenAPI schema, so /docs offers **Authorize** and sends it."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer",
+            }  # fmt: skip
+            schema["security"] = [{"bearer": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if path in public:
+                    for op in operations.values():
+                        op["security"] = []
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -15,15 +15,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.lookup import metrics
 
-PUBLIC_PATHS = frozenset({"/v1/health"})
+HEALTH_PATH = "/v1/health"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class ServiceMiddleware:
-    def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str | None, max_body_bytes: int,
+        public_paths: frozenset[str] = frozenset({HEALTH_PATH}),
+    ) -> None:  # fmt: skip
+        """``public_paths``: exact paths answered without the token (liveness, the API docs)."""
         self.app = app
         self.token = token.encode() if token else None
         self.max_body_bytes = max_body_bytes
+        self.public_paths = public_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -68,7 +73,7 @@ class ServiceMiddleware:
             )
 
     def _refuse_auth(self, scope: Scope) -> dict[str, str] | None:
-        if self.token is None or scope["path"] in PUBLIC_PATHS:
+        if self.token is None or scope["path"] in self.public_paths:
             return None
         header = dict(scope["headers"]).get(b"authorization")
         if header is None:

@@ -72,7 +72,9 @@ def msa_bytes(block: Any) -> bytes:
     return arrow_io.encode([arrow_io.msa_record(block)], arrow_io.MSA_DTYPES)
 
 
-@functools.lru_cache(maxsize=4)
+# maxsize 2: one reader is served at a time; the previous one, after the store is reopened, is
+# dropped from the cache (and freed) soon instead of being held here with its index.
+@functools.lru_cache(maxsize=2)
 def available_tables(reader: LocalStore) -> tuple[str, ...]:
     """The standard index tables plus any other ``index/*.arrow`` the store holds (e.g. ``plan``).
 
@@ -99,7 +101,7 @@ _MSA_KEY_COLUMNS = ("key", "msa_key", "sequence_hash", "hash")
 _MSA_LENGTH_COLUMNS = ("length", "n_cols", "query_length")
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def msa_shapes(reader: LocalStore) -> dict[str, tuple[int, int]]:
     """key → (depth, length) of every stored MSA, from the ``msas`` index (built once per reader)."""
     t = reader.msas

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from featurecache.errors import StoreError
+from featurecache.errors import FeatureCacheError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,10 @@ def run_server(
 
     Settings reach every worker process through the environment (``FEATURECACHE_STORE_PATH``,
     ``FEATURECACHE_AUTH_TOKEN``; other limits as set by the caller's environment). The store is
-    opened once here first, so a wrong path fails at once instead of serving 503s. With several
-    workers, Prometheus metrics are aggregated through a temporary multiprocess directory.
+    opened here first, so a path that is not a store (yet) fails at once (StoreError; the CLI exits
+    3) instead of serving 503s. Once serving, each worker follows the store as it is rebuilt or
+    extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
+    through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``: it must be writable).
     """
     import uvicorn
 
@@ -71,7 +73,13 @@ def run_server(
         os.environ["FEATURECACHE_AUTH_TOKEN"] = token
     multiproc_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiproc_dir = tempfile.mkdtemp(prefix="featurecache-metrics-")
+        try:
+            multiproc_dir = tempfile.mkdtemp(prefix="featurecache-metrics-")
+        except OSError as exc:
+            raise FeatureCacheError(
+                f"--workers {workers} needs a writable temporary directory for the workers' shared "
+                f"metrics ({exc}); in a read-only container give it one: --tmpfs /tmp"
+            ) from exc
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     try:
         uvicorn.run(

@@ -15,10 +15,13 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="FEATURECACHE_", extra="ignore")
 
-    store_path: Path = Field(default=Path("/store"), description="Store directory, opened read-only once.")
+    store_path: Path = Field(
+        default=Path("/store"), description="Store directory, opened read-only; reopened when it changes."
+    )
     auth_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token required on every route but /v1/health; empty or unset: no auth.",
+        description="Bearer token required on every route but /v1/health and the API docs (/docs, "
+        "/redoc, /openapi.json); /metrics needs it too. Empty or unset: no auth.",
     )
     max_batch_entries: int = Field(default=256, ge=1, description="Entries per POST /v1/entries:batch.")
     max_response_bytes: int = Field(
@@ -35,6 +38,12 @@ class Settings(BaseSettings):
     )
     store_retry_seconds: float = Field(
         default=5.0, ge=0, description="Wait between attempts to open a store that failed to open."
+    )
+    store_check_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Longest wait before a rebuilt index is noticed and served (0: on every request). "
+        "The store's root zarr.json is checked on every request whatever this is.",
     )
 
     @field_validator("auth_token", mode="before")

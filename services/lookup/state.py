@@ -1,72 +1,164 @@
-"""The one store a service process serves: opened read-only once, reopened only after a failure."""
+"""The one store a service process serves, reopened when the store on disk changes.
+
+A build extends a store in place (new parts, then ``index/*.arrow`` swapped in with ``os.replace``)
+or, after ``rm -rf``, writes it again from scratch with the same part names. A reader opened
+before either keeps its memory-mapped old index and its cached zarr array metadata, and reads the
+parts by path: stale answers after an extension, and after a rebuild zarr errors or, worse,
+zero-filled arrays read from parts that are gone. So :meth:`StoreHolder.get` compares cheap
+``stat`` signatures with the ones taken when the reader was opened:
+
+- every request: the root ``zarr.json`` (one ``stat``). Removing the store, replacing it by a
+  rename, and starting a build (which rewrites the root attributes) all change it, so no request
+  reads a store that was taken away from under its reader;
+- at most every ``check_seconds``: the index directory and every index table (inode, mtime, size;
+  ``os.replace`` gives a new inode). An extension only adds parts, so until the check the old
+  index still answers correctly, just without the new entries.
+
+A changed signature reopens the store; the swap is one attribute assignment, so a request holds
+either the old reader or the new one, never a mix.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from featurecache.errors import FeatureCacheError, StoreError
+from featurecache.store.layout import INDEX_DIR, TABLES
 from featurecache.store.reader import LocalStore
 
 log = logging.getLogger(__name__)
 
+#: ``(inode, mtime_ns, size)`` of one file, None when it cannot be stat'ed
+FileStamp = tuple[int, int, int] | None
+
 
 class StoreUnavailable(StoreError):
-    """The store could not be opened (yet); the service answers 503 until it can."""
+    """The store cannot be read now (not built yet, removed, being rebuilt); answered 503 with
+    ``retry-after``. Messages never name the server's paths (the store is ``STORE``)."""
+
+
+def _stamp(path: str) -> FileStamp:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What one open attempt produced: the reader (None if it failed) and the stamps it saw."""
+
+    reader: LocalStore | None
+    root: FileStamp  # zarr.json, stamped before opening
+    index: tuple[FileStamp, ...]  # index dir + each index table, stamped before opening
+    error: str | None
 
 
 class StoreHolder:
-    """Holds the reader. ``get()`` returns it or raises :class:`StoreUnavailable`.
+    """Holds the reader. ``get()`` returns the reader of the store as it is now on disk, or raises
+    :class:`StoreUnavailable`.
 
-    A store that failed to open (not built yet, mount missing) is tried again at most every
-    ``retry_seconds``, so a server started before its store becomes ready without a restart.
+    A store that failed to open (not built yet, mount missing) is tried again at once when its
+    files change, else at most every ``retry_seconds``, so a server started before its store
+    becomes ready without a restart.
     """
 
-    def __init__(self, path: Path, retry_seconds: float = 5.0) -> None:
+    def __init__(self, path: Path, retry_seconds: float = 5.0, check_seconds: float = 1.0) -> None:
         self.path = path
         self.retry_seconds = retry_seconds
-        self._reader: LocalStore | None = None
-        self._error: str | None = None
+        self.check_seconds = check_seconds
+        self._root_meta = str(path / "zarr.json")
+        index = path / INDEX_DIR
+        self._index_files = [str(index)] + [str(index / f"{name}.arrow") for name in TABLES]
+        self._opened = _Opened(None, None, (), "not opened yet")
+        self._next_check = -float("inf")  # monotonic time of the next index check
         self._last_attempt = -float("inf")
         self._lock = threading.Lock()
 
     def open(self) -> None:
-        """Try to open the store now (called at startup)."""
+        """Open the store now (called at startup)."""
         with self._lock:
-            self._open_locked()
-
-    def _open_locked(self) -> None:
-        from featurecache import open_store
-
-        self._last_attempt = time.monotonic()
-        try:
-            self._reader = open_store(self.path)
-            self._error = None
-            log.info("store %s open: %d entries", self.path, len(self._reader.ids))
-        except (FeatureCacheError, OSError) as exc:
-            self._reader = None
-            self._error = f"{type(exc).__name__}: {exc}"
-            log.error("cannot open store %s: %s", self.path, self._error)
+            self._open_locked(_stamp(self._root_meta), self._index_stamps())
 
     def get(self) -> LocalStore:
-        reader = self._reader
-        if reader is not None:
-            return reader
+        opened = self._opened
+        if time.monotonic() < self._next_check and _stamp(self._root_meta) == opened.root:
+            if opened.reader is None:
+                raise self._unavailable(opened)
+            return opened.reader
         with self._lock:
-            if self._reader is None and time.monotonic() - self._last_attempt >= self.retry_seconds:
-                self._open_locked()
-            if self._reader is None:
-                raise StoreUnavailable(f"store {self.path} is not open: {self._error}")
-            return self._reader
+            return self._refresh_locked()
+
+    def recheck(self) -> None:
+        """A read failed: compare every stamp on the next ``get()`` instead of waiting for the
+        next scheduled check."""
+        self._next_check = -float("inf")
 
     @property
     def error(self) -> str | None:
-        return self._error
+        return self._opened.error
 
     def close(self) -> None:
         with self._lock:
-            if self._reader is not None:
-                self._reader.close()
-            self._reader = None
+            if self._opened.reader is not None:
+                self._opened.reader.close()
+            self._opened = _Opened(None, None, (), "closed")
+
+    # ------------------------------------------------------------------ internals
+    def _index_stamps(self) -> tuple[FileStamp, ...]:
+        return tuple(_stamp(f) for f in self._index_files)
+
+    def _refresh_locked(self) -> LocalStore:
+        now = time.monotonic()
+        opened = self._opened
+        root = _stamp(self._root_meta)
+        if now >= self._next_check or root != opened.root:  # another thread may have just refreshed
+            index = self._index_stamps()
+            changed = root != opened.root or index != opened.index
+            retry = opened.reader is None and now - self._last_attempt >= self.retry_seconds
+            if changed or retry:
+                self._open_locked(root, index)
+            self._next_check = now + self.check_seconds
+        opened = self._opened
+        if opened.reader is None:
+            raise self._unavailable(opened)
+        return opened.reader
+
+    def _open_locked(self, root: FileStamp, index: tuple[FileStamp, ...]) -> None:
+        """Open the store as stamped by ``root`` / ``index`` (stamps taken *before* opening, so a
+        change while opening shows at the next check) and swap it in."""
+        from featurecache import open_store
+
+        self._last_attempt = time.monotonic()
+        previous = self._opened.reader
+        t0 = time.perf_counter()
+        reader: LocalStore | None = None
+        error: str | None = None
+        try:
+            reader = open_store(self.path)
+        except (FeatureCacheError, OSError, ValueError) as exc:
+            # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
+            error = f"{type(exc).__name__}: {exc}"
+        self._opened = _Opened(reader, root, index, error)
+        if reader is not None:
+            log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
+                     len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
+        else:
+            log.error("cannot open store %s: %s", self.path, error)
+        if previous is not None:
+            # requests still holding it finish on it (close only drops cached array handles)
+            previous.close()
+
+    def _unavailable(self, opened: _Opened) -> StoreUnavailable:
+        return StoreUnavailable(f"the store is not open: {self.redact(opened.error or 'unknown error')}")
+
+    def redact(self, text: str) -> str:
+        """``text`` without the store's path on this machine (the store is called ``STORE``)."""
+        path = str(self.path)
+        return text.replace(f"in store {path}", "in this store").replace(path, "STORE")

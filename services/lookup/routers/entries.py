@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.handlers import StoreRoute, guard_stream
 from services.lookup.listing import list_entries, make_query
 from services.lookup.params import check_limit, check_name, parse_arrays
 from services.lookup.payloads import entries_stream, entry_bytes, estimate_entry_bytes
 
-router = APIRouter(prefix="/v1", tags=["entries"])
+router = APIRouter(prefix="/v1", tags=["entries"], route_class=StoreRoute)
 
 ARROW_OK: dict[int | str, dict[str, Any]] = {
     200: {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream, one row per entry."}
@@ -98,17 +100,20 @@ class BatchRequest(BaseModel):
         413: {"description": "Over max_batch_entries or max_response_bytes (named in `detail`)."},
     },
 )  # fmt: skip
-def batch(reader: ReaderDep, settings: SettingsDep, request: BatchRequest) -> StreamingResponse:
-    check_limit("max_batch_entries", settings.max_batch_entries, len(request.ids), "batch size")
-    for i in request.ids:
+def batch(
+    reader: ReaderDep, settings: SettingsDep, body: BatchRequest, request: Request
+) -> StreamingResponse:
+    check_limit("max_batch_entries", settings.max_batch_entries, len(body.ids), "batch size")
+    for i in body.ids:
         check_name(i, "entry id")
-    sel = parse_arrays(request.arrays)
-    size = estimate_entry_bytes(reader, request.ids, sel)  # every id is checked here, before streaming
-    check_limit(
-        "max_response_bytes", settings.max_response_bytes, size, f"batch of {len(request.ids)} entries"
-    )
-    metrics.ENTRIES.inc(len(request.ids))
+    sel = parse_arrays(body.arrays)
+    size = estimate_entry_bytes(reader, body.ids, sel)  # every id is checked here, before streaming
+    check_limit("max_response_bytes", settings.max_response_bytes, size, f"batch of {len(body.ids)} entries")
+    stream = entries_stream(reader, body.ids, sel)
+    # the schema and the first entry before the status goes out: a store that cannot be read is a 503
+    head = [next(stream), next(stream)]
+    metrics.ENTRIES.inc(len(body.ids))
     return StreamingResponse(
-        entries_stream(reader, request.ids, sel), media_type=arrow_io.MEDIA_TYPE,
-        headers={"x-featurecache-entries": str(len(request.ids))},
+        itertools.chain(head, guard_stream(request, stream)), media_type=arrow_io.MEDIA_TYPE,
+        headers={"x-featurecache-entries": str(len(body.ids))},
     )  # fmt: skip

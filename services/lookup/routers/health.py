@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from services.lookup.deps import HolderDep
+from services.lookup.handlers import RETRY_AFTER
 from services.lookup.state import StoreUnavailable
 
 router = APIRouter(prefix="/v1", tags=["health"])
@@ -20,12 +21,19 @@ def health() -> dict[str, str]:
 
 @router.get(
     "/ready",
-    summary="Readiness: the store is open and its index loaded",
-    responses={503: {"description": "The store is not open (the reason is in `detail`)."}},
+    summary="Readiness: the store (as it is now on disk) is open and its index loaded",
+    responses={
+        503: {
+            "description": "The store is not open: not built yet, removed or being rebuilt "
+            "(the reason is in `detail`)."
+        }
+    },
 )
 def ready(holder: HolderDep) -> Any:
     try:
         reader = holder.get()
     except StoreUnavailable as exc:
-        return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        return JSONResponse(
+            {"status": "unavailable", "detail": str(exc)}, status_code=503, headers=RETRY_AFTER
+        )
     return {"status": "ready", "entries": len(reader)}

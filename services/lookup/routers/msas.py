@@ -12,10 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.handlers import StoreRoute
 from services.lookup.params import check_name, parse_index_spec
 from services.lookup.payloads import msa_bytes, msa_slice
 
-router = APIRouter(prefix="/v1", tags=["msas"])
+router = APIRouter(prefix="/v1", tags=["msas"], route_class=StoreRoute)
 
 ARROW_OK: dict[int | str, dict[str, Any]] = {
     200: {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream with one MSA block."}

@@ -12,9 +12,10 @@ from featurecache.errors import InvalidRequest, NotFound
 from featurecache.store import arrow_io
 from featurecache.store.layout import TABLES
 from services.lookup.deps import ReaderDep, SettingsDep
+from services.lookup.handlers import StoreRoute
 from services.lookup.payloads import available_tables, table_bytes
 
-router = APIRouter(prefix="/v1", tags=["store"])
+router = APIRouter(prefix="/v1", tags=["store"], route_class=StoreRoute)
 
 ARROW: dict[str, Any] = {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream."}
 
@@ -22,6 +23,7 @@ ARROW: dict[str, Any] = {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "A
 @router.get("/info", summary="Versions, counts and sizes of the store; the service's limits")
 def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
     doc = dict(reader.info())
+    doc.pop("path", None)  # the server's filesystem is not the client's business (logged at open)
     doc["service"] = {
         "version": featurecache.__version__,
         "auth": settings.auth_token is not None,
