@@ -115,13 +115,42 @@ def test_runs_as_non_root_on_a_read_only_store(container: tuple[str, str]) -> No
     assert _run(["podman", "exec", name, "sh", "-c", "ulimit -n"], check=True).stdout.strip() == "20000"
 
 
+def test_healthcheck_follows_the_port_on_a_read_only_root_with_workers(
+    image: str, sample_store: Path
+) -> None:
+    """deploy/README.md's advice, for real: another --port, --workers 2, a read-only root with only
+    /tmp writable (podman's automatic tmpfs mounts off, as under docker --read-only)."""
+    name = f"fc-test-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    cmd = [
+        "podman", "run", "--detach", "--name", name, "--publish", f"127.0.0.1:{port}:9000",
+        "--volume", f"{sample_store}:/store:ro", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp",
+        "--health-interval=disable", image, "/store", "--host", "0.0.0.0", "--port", "9000", "--workers", "2",
+    ]  # fmt: skip
+    _run(cmd, check=True)
+    try:
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", timeout=90)
+        except TimeoutError as exc:
+            logs = _run(["podman", "logs", name]).stdout
+            raise AssertionError(f"{exc}\ncontainer logs:\n{logs[-3000:]}") from None
+        check = _run(["podman", "healthcheck", "run", name])
+        assert check.returncode == 0, check.stdout + check.stderr
+        touch = _run(["podman", "exec", name, "touch", "/opt/probe"])
+        assert touch.returncode != 0 and "Read-only file system" in touch.stderr
+    finally:
+        _run(["podman", "rm", "--force", name], timeout=60)
+
+
 def test_image_metadata_and_no_build_tools(image: str) -> None:
     (meta,) = json.loads(_run(["podman", "image", "inspect", image], check=True).stdout)
     config = meta["Config"]
     assert config["User"] == "10001:10001"
     assert "8000/tcp" in config["ExposedPorts"]
     assert "/store" in config["Volumes"]
-    assert "/v1/health" in " ".join(meta.get("Healthcheck", config.get("Healthcheck", {})).get("Test", []))
+    assert "services.lookup.healthcheck" in " ".join(
+        meta.get("Healthcheck", config.get("Healthcheck", {})).get("Test", [])
+    )
     assert config["Entrypoint"] == ["featurecache", "serve"]
     probe = "for t in gcc cc c++ g++ make ld pip pip3; do command -v $t && exit 1; done; python3 -m pip --version && exit 1; exit 0"
     out = _run(["podman", "run", "--rm", "--entrypoint", "sh", image, "-c", probe], timeout=60)

@@ -3,6 +3,7 @@ build job and the lookup server the way the README describes."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -75,3 +76,29 @@ def test_compose_build_job_and_lookup() -> None:
     assert lookup["depends_on"]["build"]["condition"] == "service_completed_successfully"
     assert lookup["read_only"] is True
     assert any(p.endswith(":8000") for p in lookup["ports"])
+
+
+def _interpolate(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` / ``${VAR}`` with ``env`` (default: nothing set)."""
+    env = env or {}
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+
+def test_compose_lookup_is_published_on_loopback_unless_asked() -> None:
+    """Auth is off unless FEATURECACHE_AUTH_TOKEN is set: like the dashboard, the lookup port is
+    reachable from this host only, unless FEATURECACHE_LOOKUP_BIND says otherwise."""
+    services = _compose()["services"]
+    (port,) = services["lookup"]["ports"]
+    assert _interpolate(port) == "127.0.0.1:8000:8000"
+    assert _interpolate(
+        port, {"FEATURECACHE_LOOKUP_BIND": "0.0.0.0", "FEATURECACHE_LOOKUP_PORT": "9000"}
+    ) == ("0.0.0.0:9000:8000")
+    assert all(p.startswith("127.0.0.1:") for p in services["scheduler"]["ports"])
+    assert "/tmp" in services["lookup"]["tmpfs"]  # read_only + --workers > 1 needs a writable /tmp
+
+
+def test_lookup_healthcheck_follows_the_served_port() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    check = text[text.index("\nHEALTHCHECK ") :].split("\n\n")[0]
+    check = check[: check.index("\nENTRYPOINT")] if "\nENTRYPOINT" in check else check
+    assert '"services.lookup.healthcheck"' in check and "8000" not in check, check

@@ -6,7 +6,9 @@ Expected values come from the store opened directly and from the entries' own ar
 from __future__ import annotations
 
 import random
+import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,6 +33,18 @@ def test_health_ready_and_docs(lookup_url: str, reference: LocalStore) -> None:
     for p in ("/v1/health", "/v1/ready", "/v1/info", "/v1/entries", "/v1/entries/{entry_id}", "/v1/entries:batch",
               "/v1/msas/{key}", "/v1/tables/{name}", "/metrics"):  # fmt: skip
         assert p in paths, p
+
+
+def test_readme_lists_every_route(lookup_url: str) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed_text = readme[readme.index("\nRoutes: ") :].split("\n\n", 1)[0]
+
+    def shape(path: str) -> str:  # `GET /v1/entries/{id}?arrays=` -> /v1/entries/{}
+        return re.sub(r"\{[^}]*\}", "{}", path.split()[-1].split("?")[0])
+
+    listed = {shape(p) for p in re.findall(r"`((?:GET |POST )?/[^`]*)`", listed_text)}
+    served = {shape(p) for p in httpx.get(f"{lookup_url}/openapi.json").json()["paths"]}
+    assert served <= listed, f"README.md's route list lacks {sorted(served - listed)}"
 
 
 def test_entry_is_an_arrow_stream_decoded_without_copies(lookup_url: str, reference: LocalStore) -> None:
