@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from featurecache.build.progress import stage_bar
 from featurecache.chem.conformer import (
     STRATEGIES,
     ReferenceConformer,
@@ -130,7 +131,7 @@ class ChemStageResult:
         }
         secs = [r["seconds"] for r in self.computed]
         if secs:
-            out["conformer s (sum / max)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
+            out["conformer seconds (sum / max)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
         out["atoms without ref_pos"] = f"{self.n_atoms_masked} in {self.n_entries_with_masked_atoms} entries"
         out["stage seconds"] = round(self.seconds, 2)
         return out
@@ -301,7 +302,14 @@ def components_per_part(n_jobs: int) -> int:
     )
 
 
-def _run_jobs(client: Any, root: Path, jobs: list[Job], timeout_s: float, result: ChemStageResult) -> None:
+def _run_jobs(
+    client: Any,
+    root: Path,
+    jobs: list[Job],
+    timeout_s: float,
+    result: ChemStageResult,
+    progress: bool = False,
+) -> None:
     """Compute ``jobs`` (sorted by key) in parts of :func:`components_per_part` consecutive jobs."""
     from distributed import as_completed
 
@@ -317,11 +325,21 @@ def _run_jobs(client: Any, root: Path, jobs: list[Job], timeout_s: float, result
         batches[name] = jobs[i : i + per_part]
         futures.append(client.submit(build_component_part, str(root.resolve()), name, batches[name], timeout_s,
                                      key=f"component-part-{name}-{time.time_ns()}", pure=False, retries=0))  # fmt: skip
-    queue = as_completed(futures)
+    with stage_bar("conformers", len(jobs), progress) as advance:
+        _collect(client, root, queue=as_completed(futures), batches=batches, number=number, timeout_s=timeout_s,
+                 result=result, advance=advance)  # fmt: skip
+
+
+def _collect(
+    client: Any, root: Path, *, queue: Any, batches: dict[str, list[Job]], number: int, timeout_s: float,
+    result: ChemStageResult, advance: Any,
+) -> None:  # fmt: skip
+    """Gather component parts as they finish; a failed part's components are retried one by one."""
     for fut in queue:
         name = "-".join(fut.key.split("-")[2:4])
         try:
             result.computed.extend(fut.result())
+            advance(len(batches[name]))
             continue
         except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
             batch = batches[name]
@@ -356,9 +374,12 @@ def _run_jobs(client: Any, root: Path, jobs: list[Job], timeout_s: float, result
             result.computed.append(
                 {"key": job.key, "strategy": "failed", "reason": reason, "seconds": 0.0, "n_heavy": len(keep)}
             )
+            advance(1)
 
 
-def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: float) -> ChemStageResult:
+def run_chem_stage(
+    client: Any, root: Path, ccd: Path | str | None, timeout_s: float, progress: bool = False
+) -> ChemStageResult:
     """Scan new structure parts, compute missing components, record warnings. See module doc."""
     t0 = time.perf_counter()
     root = Path(root)
@@ -410,7 +431,7 @@ def run_chem_stage(client: Any, root: Path, ccd: Path | str | None, timeout_s: f
         len(codes),
         len(jobs),
     )
-    _run_jobs(client, root, jobs, timeout_s, result)
+    _run_jobs(client, root, jobs, timeout_s, result, progress)
 
     # 4. check: which atoms of which entries will have no reference position, and why
     stored = component_rows_in_parts(root).select(["key", "reason"]).to_pydict()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
 from featurecache.errors import InputError, MSAError
 from featurecache.featurize.msa import (
@@ -361,6 +362,8 @@ def run_msa_stage(
 
 
 def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:
+    from distributed import as_completed
+
     files = _candidate_files(msa_dir)
     if not files:
         return []
@@ -378,8 +381,11 @@ def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[
         for i, b in enumerate(batches)
     ]
     scans: list[FileScan] = []
-    for fut in futures:
-        scans.extend(fut.result())
+    size = {f.key: len(b) for f, b in zip(futures, batches, strict=True)}
+    with stage_bar("MSA files", len(files), progress) as advance:
+        for fut in as_completed(futures):
+            scans.extend(fut.result())
+            advance(size[fut.key])
     return sorted(scans, key=lambda s: s.rel)
 
 
@@ -570,6 +576,8 @@ def _write(
     result: MSAStageResult,
     progress: bool,
 ) -> None:
+    from distributed import as_completed
+
     from featurecache.build.discover import next_part_number
 
     groups = _plan_parts(root, plan)
@@ -597,13 +605,20 @@ def _write(
                 retries=0,
             )
         )
-    for fut in futures:
-        res: MSAPartResult = fut.result()
-        result.counts["built_files"] += res.n_from_files
-        result.counts["built_single"] += res.n_single
-        result.bytes_written += res.bytes_written
-        # failures found while writing (a file changed since the scan) are new; scan ones are known
-        result.failures.extend(f for f in res.failures if f not in failures)
+    size = {f.key: len(items) for f, items in zip(futures, groups, strict=True)}
+    with stage_bar("MSAs", sum(size.values()), progress) as advance:
+        for fut in as_completed(futures):
+            res: MSAPartResult = fut.result()
+            advance(size[fut.key])
+            _add_part_result(result, res, failures)
+
+
+def _add_part_result(result: MSAStageResult, res: MSAPartResult, failures: list[dict[str, Any]]) -> None:
+    result.counts["built_files"] += res.n_from_files
+    result.counts["built_single"] += res.n_single
+    result.bytes_written += res.bytes_written
+    # failures found while writing (a file changed since the scan) are new; scan ones are known
+    result.failures.extend(f for f in res.failures if f not in failures)
 
 
 # --- writing (worker side) -----------------------------------------------------------------------

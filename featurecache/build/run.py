@@ -24,6 +24,7 @@ from featurecache.build.discover import (
     next_part_number,
     plan_parts,
 )
+from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import PartResult, build_structure_part
 from featurecache.errors import InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
@@ -223,14 +224,6 @@ def _run_structure_parts(
 ) -> None:  # fmt: skip
     from distributed import as_completed
     from distributed.client import FutureCancelledError
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     plan = plan_parts(out, pending, part_size)
     if not plan:
@@ -248,17 +241,9 @@ def _run_structure_parts(
         return fut
 
     futures = [submit(name, part_inputs) for name, part_inputs in plan]
-    columns = (
-        TextColumn("[bold]structures"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
     last_index = time.monotonic()
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("structures", total=len(pending))
+    with stage_bar("structures", len(pending), progress) as advance:
         queue = as_completed(futures)
         for fut in queue:
             name = part_of[fut.key]
@@ -278,7 +263,7 @@ def _run_structure_parts(
                     continue
                 res = _record_crashed_input(out, name, part_inputs[0], exc)
             _accumulate(summary, res)
-            bar.advance(task, res.n_entries + res.n_failed)
+            advance(res.n_entries + res.n_failed)
             if time.monotonic() - last_index > INDEX_REFRESH_S:
                 rebuild_index(out)
                 last_index = time.monotonic()
@@ -327,7 +312,7 @@ def _run_extra_stages(
         summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage
 
-    chem = run_chem_stage(client, out, ccd, config.conformer_timeout_s)
+    chem = run_chem_stage(client, out, ccd, config.conformer_timeout_s, progress)
     summary.stages["chem"] = chem.summary()
     summary.stage_seconds["chem"] = chem.seconds
     summary.failures.extend(chem.failures)
