@@ -198,7 +198,8 @@ def serve(
     token: Annotated[
         str | None,
         typer.Option(
-            help="Bearer token required on every route but /v1/health (or FEATURECACHE_AUTH_TOKEN)."
+            help="Bearer token required on every route but /v1/health and the API docs (/docs, /redoc, "
+            "/openapi.json) (or FEATURECACHE_AUTH_TOKEN)."
         ),
     ] = None,
 ) -> None:
