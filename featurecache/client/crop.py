@@ -5,10 +5,31 @@ generator state gives the same crop. Every cropper returns the *sorted* entry-lo
 kept tokens and respects two budgets: ``max_tokens`` (AF3's crop size, 384 by default) and
 ``max_atoms`` (atoms of the kept tokens, ``None`` = no atom budget).
 
-Molecules are never cut (whole-ligand snapping): tokens of one *snap group* are kept or dropped
+Molecules are not cut (whole-ligand snapping): tokens of one *snap group* are kept or dropped
 together. A group is a standard residue's single token, every per-atom token of one non-standard
 residue (modified residue, ligand residue), and, for ligands, every per-atom token of residues
 joined by covalent ligand–ligand bonds (a glycan is one group). See :func:`snap_groups`.
+
+Oversized groups. A group that *alone* exceeds a budget (more tokens than ``max_tokens``, or more
+atoms than ``max_atoms``) cannot be kept whole by any crop; keeping none of it would leave a
+ligand-only entry with an empty crop and a spatial crop centred on it without its reference token.
+Such a group is therefore cropped token by token, as AF3 crops every atomized token: the spatial
+croppers keep its atom tokens nearest the reference, the contiguous cropper treats them as
+ordinary sequence positions. Only such groups are ever split; a group that fits the budgets but
+not what is left of them is kept whole or dropped whole. See :func:`crop_groups`.
+
+What every crop guarantees (``N`` tokens, ``N`` > 0):
+
+* it is not empty, unless some token's own atom count exceeds ``max_atoms`` (such a token can be
+  in no crop; with any realistic atom budget this does not happen);
+* a spatial or spatial-interface crop contains its reference token (the reference is drawn among
+  tokens that fit the atom budget alone, and its group is taken first);
+* without an atom budget, a contiguous crop holds exactly ``T`` tokens: the largest number
+  ≤ ``min(N, max_tokens)`` that one run per chain, each starting and ending at group edges, can
+  hold together. ``T = min(N, max_tokens)`` unless group sizes rule it out (two chains that are
+  one 10-token ligand each and a crop of 15: ``T = 10``); an entry with a chain free of
+  multi-token groups at least as long as the crop always reaches it. Under an atom budget it
+  holds what the atoms allow: runs are trimmed, then grown while the next group fits.
 
 Unresolved tokens (centre atom absent from the file), as AF3 / AF-Multimer handle them:
 
@@ -204,14 +225,43 @@ def fits_whole(inp: CropInput, max_tokens: int, max_atoms: int | None) -> bool:
     return max_atoms is None or int(inp.atom_count.sum()) <= max_atoms
 
 
-def drop_partial_groups(inp: CropInput, keep: np.ndarray) -> np.ndarray:
-    """Remove from the sorted index array ``keep`` every token whose snap group is not wholly kept."""
+def crop_groups(inp: CropInput, max_tokens: int, max_atoms: int | None) -> np.ndarray:
+    """The groups a crop under these budgets keeps whole: int64 ``[N]``.
+
+    ``inp.group``, except that a group that alone exceeds a budget (more than ``max_tokens``
+    tokens, or more than ``max_atoms`` atoms) becomes one group per token: no crop could keep it
+    whole, so it is cropped token by token (module docstring, "Oversized groups").
+    """
+    group = inp.group
+    if group.size == 0:
+        return group
+    n_tok = np.bincount(group)
+    over = n_tok > max_tokens
+    if max_atoms is not None:
+        over |= np.bincount(group, weights=inp.atom_count, minlength=n_tok.size) > max_atoms
+    split = over[group]
+    if not split.any():
+        return group
+    out = group.copy()
+    out[split] = n_tok.size + np.arange(int(split.sum()), dtype=np.int64)
+    return out
+
+
+def _drop_partial_groups(groups: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Remove from the sorted index array ``keep`` every token whose group is not wholly kept."""
     if keep.size == 0:
         return keep
-    sizes = np.bincount(inp.group, minlength=int(inp.group.max()) + 1)
-    kept_sizes = np.bincount(inp.group[keep], minlength=sizes.size)
-    whole = kept_sizes[inp.group[keep]] == sizes[inp.group[keep]]
+    sizes = np.bincount(groups)
+    kept_sizes = np.bincount(groups[keep], minlength=sizes.size)
+    whole = kept_sizes[groups[keep]] == sizes[groups[keep]]
     return keep[whole]
+
+
+def _fits_alone(inp: CropInput, tokens: np.ndarray, max_atoms: int | None) -> np.ndarray:
+    """The tokens of ``tokens`` whose own atoms fit ``max_atoms`` (only these can be in a crop)."""
+    if max_atoms is None:
+        return tokens
+    return tokens[inp.atom_count[tokens] <= max_atoms]
 
 
 # ---------------------------------------------------------------------------------- contiguous
@@ -221,43 +271,76 @@ def crop_contiguous(
     max_tokens: int = DEFAULT_CROP_SIZE,
     max_atoms: int | None = None,
 ) -> CropResult:
-    """AF-Multimer Algorithm 1 over AF3 tokens, with whole-molecule snapping.
+    """AF-Multimer Algorithm 1 over AF3 tokens, runs cut only between groups (:func:`crop_groups`).
 
-    Chains are visited in a random order; each chain contributes one contiguous run of tokens whose
-    length is drawn uniformly from [n_min, n_max], where n_max is what is left of the budget
-    (capped at the chain length) and n_min is what the remaining chains could not supply. A run
-    boundary that falls inside a snap group is moved to the nearer group edge (outwards only while
-    the budgets allow), so a ligand chain of one molecule is kept whole when at least half of it
-    was drawn. The atom budget then trims the run from its end, whole groups at a time.
+    Chains are visited in a random order; each contributes one contiguous run whose ends are group
+    edges, its length drawn uniformly among the feasible lengths and its start uniformly among the
+    group edges where a run of that length fits. Algorithm 1's bounds
+    ``n_max = min(L, crop − n_added)`` and ``n_min = min(L, max(0, crop − n_added − n_remaining))``
+    are exactly the lengths after which the chains not yet visited can still fill the crop; with
+    groups, not every length can be cut, so the feasible lengths are those after which the later
+    chains can still reach *goal*: the largest total ≤ ``crop − n_added`` that this chain and the
+    later ones can hold (``crop = min(N, max_tokens)``; ``n_added`` counts what was kept). Without
+    multi-token groups these are Algorithm 1's bounds and draws; with them the crop holds
+    ``min(N, max_tokens)`` tokens whenever one run per chain between group edges can, and
+    otherwise the largest number ≤ that which such runs can.
+
+    The atom budget trims a run from its end, a group at a time, and later chains make up the
+    tokens when they can. What an atom budget still leaves missing is topped up at the end: chains
+    in the same order grow their run a group at a time, alternately at its end and its start, while
+    the next group fits both budgets; a chain with no run gets the longest run that fits, at a
+    random start. Without an atom budget there is nothing to top up.
     """
     _check_budgets(max_tokens, max_atoms)
     n = inp.n_tokens
-    chains, chain_start, chain_len = _chain_runs(inp.asym_id)
-    budget = _Budget(max_tokens, max_atoms)
-    n_remaining = n
-    keep: list[np.ndarray] = []
+    crop = min(n, max_tokens)
+    groups = crop_groups(inp, max_tokens, max_atoms)
+    cut = _cut_points(groups, inp.asym_id)
+    _, chain_start, chain_len = _chain_runs(inp.asym_id)
     atoms_cum = np.concatenate([[0], np.cumsum(inp.atom_count)])
-    for c in rng.permutation(len(chains)).tolist():
-        start0, n_k = int(chain_start[c]), int(chain_len[c])
-        n_remaining -= n_k
-        n_max = min(max_tokens - budget.tokens, n_k)
-        n_min = min(n_k, max(0, max_tokens - (budget.tokens + n_remaining)))
-        if n_max <= 0:
-            # AF-M still draws for every chain; drawing keeps the random stream independent of the
-            # budget state, which makes crops easier to reason about.
-            rng.integers(0, 1, endpoint=True)
-            rng.integers(0, 1, endpoint=True)
-            continue
-        size = int(rng.integers(n_min, n_max, endpoint=True))
-        offset = int(rng.integers(0, n_k - size, endpoint=True))
-        lo, hi = start0 + offset, start0 + offset + size
-        lo, hi = _snap_run(inp.group, lo, hi, start0, start0 + n_k, budget, atoms_cum)
-        hi = _trim_atoms(inp.group, lo, hi, budget, atoms_cum)
+    budget = _Budget(max_tokens, max_atoms)
+    runs: dict[int, tuple[int, int]] = {}
+    order = rng.permutation(chain_start.size).tolist()
+    # Sets of sizes are bool [crop + 1] arrays, or None for "every size 0..top" (a chain without
+    # multi-token groups, and any sum of such chains: then the draw below is Algorithm 1's).
+    # lengths[i]: the run lengths of chain order[i]; reach[i]: the totals chains order[i:] can hold.
+    inner = (~cut[:n]).astype(np.int64)  # positions inside a chain where no run may end
+    free = np.add.reduceat(inner, chain_start) == 0 if n else np.zeros(0, dtype=bool)
+    lengths: list[_SizeSet] = []
+    for c in order:
+        top = min(int(chain_len[c]), crop)
+        if free[c]:
+            lengths.append(_SizeSet(top, None))
+        else:
+            lo0 = int(chain_start[c])
+            lengths.append(_SizeSet.of(_run_lengths(cut[lo0 : lo0 + int(chain_len[c]) + 1], crop)))
+    reach = [_SizeSet(0, None)] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        reach[i] = reach[i + 1].plus(lengths[i], crop)
+    for i, c in enumerate(order):
+        lo0, n_k = int(chain_start[c]), int(chain_len[c])
+        goal = reach[i].largest_upto(crop - budget.tokens)
+        if lengths[i].sizes is None and reach[i + 1].sizes is None:
+            n_min, n_max = max(0, goal - reach[i + 1].top), min(lengths[i].top, goal)
+            size = int(rng.integers(n_min, n_max, endpoint=True))
+        else:
+            sizes = np.flatnonzero(lengths[i].array(crop)[: goal + 1])
+            sizes = sizes[reach[i + 1].array(crop)[goal - sizes]]  # never empty: goal ∈ reach[i]
+            size = int(sizes[rng.integers(sizes.size)])
+        if free[c]:
+            lo = lo0 + int(rng.integers(0, n_k - size, endpoint=True))
+        else:
+            lo = lo0 + _draw_start(cut[lo0 : lo0 + n_k + 1], size, rng)
+        hi = _trim_atoms(cut, lo, lo + size, budget, atoms_cum)
         if hi > lo:
             budget.take(hi - lo, int(atoms_cum[hi] - atoms_cum[lo]))
-            keep.append(np.arange(lo, hi, dtype=np.int64))
+            runs[c] = (lo, hi)
+    if budget.tokens < crop and max_atoms is not None:
+        _top_up(order, runs, chain_start, chain_len, cut, budget, crop, atoms_cum, rng)
+    keep = [np.arange(lo, hi, dtype=np.int64) for lo, hi in runs.values()]
     idx = np.sort(np.concatenate(keep)) if keep else np.zeros(0, dtype=np.int64)
-    return CropResult(drop_partial_groups(inp, idx), "contiguous")
+    # A no-op unless a group spans two chains (bonded ligand residues of different chains).
+    return CropResult(_drop_partial_groups(groups, idx), "contiguous")
 
 
 def _chain_runs(asym_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -271,60 +354,162 @@ def _chain_runs(asym_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return asym_id[starts], starts, lengths
 
 
-def _snap_run(
-    group: np.ndarray, lo: int, hi: int, chain_lo: int, chain_hi: int, budget: _Budget, atoms_cum: np.ndarray
-) -> tuple[int, int]:
-    """Move the edges of run ``[lo, hi)`` out of snap groups.
+def _cut_points(groups: np.ndarray, asym_id: np.ndarray) -> np.ndarray:
+    """bool ``[N + 1]``: ``cut[p]`` when a run may start or end between tokens ``p − 1`` and ``p``.
 
-    An edge inside a group goes to the group's outer edge when at least half of the group is in the
-    run and the grown run still fits the budgets; otherwise to its inner edge (dropping the part).
+    Every chain boundary is a cut; inside a chain, ``p`` is not a cut when a group has tokens on
+    both sides of it (first token < ``p`` ≤ last token, so interleaved groups count too).
     """
-    if hi <= lo:
-        return lo, lo
-    if lo > chain_lo and group[lo] == group[lo - 1]:
-        g_lo = _group_edge_left(group, lo, chain_lo)
-        g_hi = _group_edge_right(group, lo, chain_hi)
-        inside = min(g_hi, hi) - lo
-        if 2 * inside >= g_hi - g_lo and _fits_range(budget, g_lo, max(hi, g_hi), atoms_cum):
-            lo, hi = g_lo, max(hi, g_hi)
+    n = groups.size
+    cut = np.ones(n + 1, dtype=bool)
+    if n < 2:
+        return cut
+    pos = np.arange(n, dtype=np.int64)
+    first = np.full(int(groups.max()) + 1, n, dtype=np.int64)
+    last = np.full(first.size, -1, dtype=np.int64)
+    np.minimum.at(first, groups, pos)
+    np.maximum.at(last, groups, pos)
+    multi = last > first
+    inside = np.zeros(n + 2, dtype=np.int64)
+    np.add.at(inside, first[multi] + 1, 1)
+    np.add.at(inside, last[multi] + 1, -1)
+    cut &= np.cumsum(inside)[: n + 1] == 0
+    cut[np.flatnonzero(asym_id[1:] != asym_id[:-1]) + 1] = True
+    return cut
+
+
+def _run_lengths(chain_cut: np.ndarray, cap: int) -> np.ndarray:
+    """bool ``[cap + 1]``: which lengths ≤ ``cap`` a run between two cuts of one chain can have.
+
+    ``chain_cut`` bool ``[L + 1]``: the chain's slice of :func:`_cut_points`.
+    """
+    out = np.zeros(cap + 1, dtype=bool)
+    if chain_cut.all():
+        out[: chain_cut.size] = True
+        return out
+    pos = np.flatnonzero(chain_cut)
+    if pos.size <= 64:  # a ligand chain: few cuts, all their differences
+        d = (pos[None, :] - pos[:, None]).ravel()
+        out[d[(d >= 0) & (d <= cap)]] = True
+        return out
+    # The lengths are the differences of cut positions: the autocorrelation of the cut indicator,
+    # by FFT (O(L log L); a chain can have thousands of tokens and is cropped every step).
+    m = 1 << int(2 * chain_cut.size).bit_length()
+    f = np.fft.rfft(chain_cut.astype(np.float64), m)
+    corr = np.fft.irfft(f * np.conj(f), m)[: min(chain_cut.size, cap + 1)]
+    out[: corr.size] = corr > 0.5
+    return out
+
+
+@dataclass(frozen=True)
+class _SizeSet:
+    """A set of sizes in ``0..top``: ``sizes`` bool ``[≥ top + 1]``, or None for all of ``0..top``."""
+
+    top: int
+    sizes: np.ndarray | None
+
+    @classmethod
+    def of(cls, sizes: np.ndarray) -> _SizeSet:
+        top = int(np.flatnonzero(sizes)[-1])
+        return cls(top, None if sizes[: top + 1].all() else sizes)
+
+    def array(self, cap: int) -> np.ndarray:
+        if self.sizes is not None:
+            return self.sizes
+        return np.arange(cap + 1) <= self.top
+
+    def largest_upto(self, k: int) -> int:
+        if self.sizes is None:
+            return min(k, self.top)
+        return int(np.flatnonzero(self.sizes[: k + 1])[-1])
+
+    def plus(self, other: _SizeSet, cap: int) -> _SizeSet:
+        """The sums ``≤ cap`` of a size of ``self`` and a size of ``other``."""
+        if self.sizes is None and other.sizes is None:
+            return _SizeSet(min(cap, self.top + other.top), None)
+        a, b = self.array(cap), other.array(cap)
+        if other.sizes is None:
+            a, b = b, a  # b is the interval when one of them is
+        nb = np.flatnonzero(b)
+        if nb.size == int(nb[-1]) + 1:
+            # b = 0..m: t is a sum when a holds some x in [t − m, t] (a sliding window over a)
+            c = np.concatenate([[0], np.cumsum(a)])
+            t = np.arange(cap + 1)
+            out = c[t + 1] - c[np.maximum(t - int(nb[-1]), 0)] > 0
+        elif nb.size <= 64:
+            out = np.zeros(cap + 1, dtype=bool)
+            for y in nb.tolist():
+                out[y:] |= a[: cap + 1 - y]
         else:
-            lo = min(g_hi, hi)
-    if hi <= lo:
-        return lo, lo
-    if hi < chain_hi and group[hi - 1] == group[hi]:
-        g_lo = _group_edge_left(group, hi - 1, chain_lo)
-        g_hi = _group_edge_right(group, hi - 1, chain_hi)
-        inside = hi - max(g_lo, lo)
-        if g_lo >= lo and 2 * inside >= g_hi - g_lo and _fits_range(budget, lo, g_hi, atoms_cum):
-            hi = g_hi
-        else:
-            hi = max(g_lo, lo)
-    return lo, max(lo, hi)
+            out = np.convolve(a.astype(np.int64), b.astype(np.int64))[: cap + 1] > 0
+        return _SizeSet.of(np.asarray(out))
 
 
-def _group_edge_left(group: np.ndarray, i: int, floor: int) -> int:
-    g = group[i]
-    while i > floor and group[i - 1] == g:
-        i -= 1
-    return i
+def _draw_start(chain_cut: np.ndarray, size: int, rng: np.random.Generator) -> int:
+    """A uniform chain-local start among the cuts ``p`` where ``p + size`` is also a cut."""
+    n_k = chain_cut.size - 1
+    starts = np.flatnonzero(chain_cut[: n_k + 1 - size] & chain_cut[size:])
+    return int(starts[rng.integers(starts.size)])
 
 
-def _group_edge_right(group: np.ndarray, i: int, ceil: int) -> int:
-    g = group[i]
-    while i < ceil and group[i] == g:
-        i += 1
-    return i
+def _trim_atoms(cut: np.ndarray, lo: int, hi: int, budget: _Budget, atoms_cum: np.ndarray) -> int:
+    """Largest cut ``hi' ≤ hi`` such that tokens ``[lo, hi')`` fit the budgets (``lo`` if none)."""
+    if _fits_range(budget, lo, hi, atoms_cum):
+        return hi
+    ends = lo + np.flatnonzero(cut[lo : hi + 1])  # a prefix of these fits (both sums grow)
+    fit = ends - lo + budget.tokens <= budget.max_tokens
+    if budget.max_atoms is not None:
+        fit &= atoms_cum[ends] - atoms_cum[lo] + budget.atoms <= budget.max_atoms
+    return int(ends[fit][-1]) if fit.any() else lo
 
 
 def _fits_range(budget: _Budget, lo: int, hi: int, atoms_cum: np.ndarray) -> bool:
     return budget.fits(hi - lo, int(atoms_cum[hi] - atoms_cum[lo]))
 
 
-def _trim_atoms(group: np.ndarray, lo: int, hi: int, budget: _Budget, atoms_cum: np.ndarray) -> int:
-    """Largest ``hi' ≤ hi`` at a group edge such that tokens [lo, hi') fit the budgets."""
-    while hi > lo and not _fits_range(budget, lo, hi, atoms_cum):
-        hi = _group_edge_left(group, hi - 1, lo)
-    return hi
+def _top_up(
+    order: list[int],
+    runs: dict[int, tuple[int, int]],
+    chain_start: np.ndarray,
+    chain_len: np.ndarray,
+    cut: np.ndarray,
+    budget: _Budget,
+    crop: int,
+    atoms_cum: np.ndarray,
+    rng: np.random.Generator,
+) -> None:
+    """Grow ``runs`` (in place) towards ``crop`` tokens: see :func:`crop_contiguous`."""
+    cuts = np.flatnonzero(cut)
+    for c in order:
+        if budget.tokens >= crop:
+            return
+        lo0, hi0 = int(chain_start[c]), int(chain_start[c] + chain_len[c])
+        if c in runs:
+            lo, hi = runs[c]
+        else:
+            chain_cut = cut[lo0 : hi0 + 1]
+            size = int(np.flatnonzero(_run_lengths(chain_cut, crop - budget.tokens))[-1])
+            if size == 0:
+                continue
+            lo = lo0 + _draw_start(chain_cut, size, rng)
+            hi = _trim_atoms(cut, lo, lo + size, budget, atoms_cum)
+            if hi == lo:
+                continue
+            budget.take(hi - lo, int(atoms_cum[hi] - atoms_cum[lo]))
+        grew = True
+        while grew and budget.tokens < crop:
+            grew = False
+            if hi < hi0:
+                nxt = int(cuts[np.searchsorted(cuts, hi, side="right")])
+                if _fits_range(budget, hi, nxt, atoms_cum):
+                    budget.take(nxt - hi, int(atoms_cum[nxt] - atoms_cum[hi]))
+                    hi, grew = nxt, True
+            if lo > lo0 and budget.tokens < crop:
+                prv = int(cuts[np.searchsorted(cuts, lo, side="left") - 1])
+                if _fits_range(budget, prv, lo, atoms_cum):
+                    budget.take(lo - prv, int(atoms_cum[lo] - atoms_cum[prv]))
+                    lo, grew = prv, True
+        runs[c] = (lo, hi)
 
 
 # ------------------------------------------------------------------------------------- spatial
@@ -338,12 +523,16 @@ def crop_spatial(
     """AF3 spatial crop: the tokens nearest a random resolved reference token.
 
     The reference token is drawn uniformly from the resolved tokens of ``reference_chains`` (all
-    chains when ``None`` or when those chains have no resolved token). Tokens are ranked by centre
-    distance to it (+ the tie-break); whole snap groups are taken in rank order while they fit the
-    budgets — a group that does not fit is passed over, and smaller ones behind it may still enter.
+    chains when ``None`` or when those chains have no resolved token) whose own atoms fit
+    ``max_atoms``. Tokens are ranked by centre distance to it (+ the tie-break), the reference
+    first; whole groups (:func:`crop_groups`) are taken in rank order while they fit the budgets —
+    a group that does not fit is passed over, and smaller ones behind it may still enter. The
+    reference's group is taken first and fits alone, so the crop always contains the reference.
     """
     _check_budgets(max_tokens, max_atoms)
-    candidates = _resolved_in(inp, reference_chains)
+    candidates = _fits_alone(inp, _resolved_in(inp, reference_chains), max_atoms)
+    if candidates.size == 0 and reference_chains:
+        candidates = _fits_alone(inp, _resolved_in(inp, None), max_atoms)
     if candidates.size == 0:
         log.debug("no resolved token to centre a spatial crop on; falling back to contiguous")
         return crop_contiguous(inp, rng, max_tokens, max_atoms)
@@ -371,10 +560,9 @@ def crop_spatial_interface(
     chains = list(reference_chains) if reference_chains is not None else []
     if not chains and inp.interfaces.shape[0]:
         chains = [int(c) for c in inp.interfaces[rng.integers(inp.interfaces.shape[0])]]
-    candidates = interface_tokens(inp, chains, cutoff)
+    candidates = _fits_alone(inp, interface_tokens(inp, chains, cutoff), max_atoms)
     if candidates.size == 0:
-        res = crop_spatial(inp, rng, max_tokens, max_atoms, chains or None)
-        return res
+        return crop_spatial(inp, rng, max_tokens, max_atoms, chains or None)
     ref = int(candidates[rng.integers(candidates.size)])
     return CropResult(_nearest(inp, ref, max_tokens, max_atoms), "spatial_interface", ref)
 
@@ -441,22 +629,25 @@ def _resolved_in(inp: CropInput, chains: Sequence[int] | None) -> np.ndarray:
 def spatial_ranking(inp: CropInput, ref: int) -> np.ndarray:
     """Tokens in crop-preference order around reference token ``ref`` (int64 ``[N]``).
 
-    Distance between centres + ``1e-3 × index``; unresolved tokens last, in entry order.
+    ``ref`` first (another token can sit on the same centre and win the tie-break), then by
+    distance between centres + ``1e-3 × index``; unresolved tokens last, in entry order.
     """
     d = np.linalg.norm(inp.centre.astype(np.float64) - inp.centre[ref].astype(np.float64), axis=1)
     d += _TIE_BREAK * np.arange(inp.n_tokens)
     d[~inp.is_resolved] = np.inf
+    d[ref] = -np.inf
     return np.argsort(d, kind="stable")
 
 
 def _nearest(inp: CropInput, ref: int, max_tokens: int, max_atoms: int | None) -> np.ndarray:
+    group = crop_groups(inp, max_tokens, max_atoms)
     order = spatial_ranking(inp, ref)
-    groups = inp.group[order]
+    groups = group[order]
     # groups in order of their nearest token
     _, first = np.unique(groups, return_index=True)
     g_order = groups[np.sort(first)]
-    g_tokens = np.bincount(inp.group, minlength=int(inp.group.max()) + 1)
-    g_atoms = np.bincount(inp.group, weights=inp.atom_count, minlength=g_tokens.size).astype(np.int64)
+    g_tokens = np.bincount(group, minlength=int(group.max()) + 1)
+    g_atoms = np.bincount(group, weights=inp.atom_count, minlength=g_tokens.size).astype(np.int64)
     sz_t = g_tokens[g_order]
     sz_a = g_atoms[g_order]
     # Vectorized prefix: every group up to the first that would overflow a budget is taken.
@@ -473,7 +664,7 @@ def _nearest(inp: CropInput, ref: int, max_tokens: int, max_atoms: int | None) -
         if budget.fits(int(sz_t[k]), int(sz_a[k])):
             budget.take(int(sz_t[k]), int(sz_a[k]))
             taken.append(int(g_order[k]))
-    return np.flatnonzero(np.isin(inp.group, np.asarray(taken, dtype=np.int64))).astype(np.int64)
+    return np.flatnonzero(np.isin(group, np.asarray(taken, dtype=np.int64))).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------- chooser
