@@ -82,6 +82,9 @@ STATE_VERSION: Final = 1
 #: state_dict keys
 K_VERSION, K_SEED, K_EPOCH_LENGTH, K_INFINITE = "version", "seed", "epoch_length", "infinite"
 K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
+#: error classes that say the source itself cannot serve — the lookup service is down, hung or
+#: refuses the token — rather than that one entry is bad (classes travel by name from pool workers)
+SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"})
 
 
 # --------------------------------------------------------------------------------------- dataset
@@ -99,9 +102,13 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     (reorder window), ``deadline_s`` (per sample; None = none), ``mp_context``. Sharding:
     ``rank`` / ``world_size`` (default: from ``torch.distributed`` when initialized).
     ``sample_hook(key)`` runs before each sample's fetch (fault injection in tests and
-    benchmarks). ``max_consecutive_skips``: after this many skipped samples in a row the iterator
-    raises :class:`~featurecache.errors.LoaderError` instead of spinning forever on a broken
-    source (None = never).
+    benchmarks). ``max_source_failures``: after this many samples in a row (no sample arrived in
+    between) failed because the source itself cannot serve (:data:`SOURCE_FAILURES`: the lookup
+    service unreachable or not answering within its client's timeout after the client's retries,
+    or refusing the token), the iterator raises :class:`~featurecache.errors.LoaderError` naming
+    the source and the last error (None = skip them like any other failed sample).
+    ``max_consecutive_skips``: after this many skipped samples in a row, whatever the reason, the
+    iterator raises ``LoaderError`` instead of spinning forever on a broken source (None = never).
 
     Yields sample dicts (see :mod:`.assemble`) with ``position``, ``epoch``, ``index``,
     ``reorder_depth`` and ``skipped`` (skip records since the previous sample). Batch them with
@@ -136,6 +143,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         world_size: int | None = None,
         sample_hook: SampleHook | None = None,
         max_consecutive_skips: int | None = 256,
+        max_source_failures: int | None = 3,
     ) -> None:
         super().__init__()
         reader = open_source(source, token=token)
@@ -153,6 +161,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.deadline_s, self.mp_context = deadline_s, mp_context
         ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
         self.max_consecutive_skips = max_consecutive_skips
+        self.max_source_failures = max_source_failures
         self._rank, self._world = rank, world_size
         if (rank is None) != (world_size is None):
             raise InvalidRequest("give both rank and world_size, or neither")
@@ -228,7 +237,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
         items = ((p, self.sampler.key(p)) for p in positions)
         skipped: list[dict[str, Any]] = []
-        in_a_row = 0
+        in_a_row = source_failures = 0
         t0 = time.perf_counter()
         for out in self._executor(in_worker).run(items):
             key: SampleKey = out.item
@@ -241,11 +250,15 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                     self.stats.record_skip(rec)
                     consumed.mark(out.seq)
                 in_a_row += 1
+                source_failures += rec.error_class in SOURCE_FAILURES
+                if self.max_source_failures is not None and source_failures >= self.max_source_failures:
+                    raise LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; the last: "
+                                      f"position {rec.position} ({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
                 if self.max_consecutive_skips is not None and in_a_row >= self.max_consecutive_skips:
                     raise LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
                                       f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
                 continue
-            in_a_row = 0
+            in_a_row = source_failures = 0
             sample = out.value
             sample["position"] = out.seq
             sample["reorder_depth"] = out.depth

@@ -10,7 +10,13 @@ backoff and jitter; 4xx answers raise at once with the server's explanation:
 * 401/403 → :class:`~featurecache.errors.AuthenticationError`
 * 400/413/422 → :class:`~featurecache.errors.InvalidRequest` (a ``ValueError``); ``.limit`` names
   the exceeded limit on 413
-* retries exhausted → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``)
+* retries exhausted → :class:`ServiceUnavailable` when the service could not be reached, did not
+  answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung);
+  :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``) after repeated 500s
+
+A service that accepts connections but never answers (hung, stopped) is detected by the read
+timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times, so with the defaults a
+call gives up after about 40 s, before the training client's 60 s per-sample deadline.
 
 The token defaults to ``FEATURECACHE_AUTH_TOKEN``. A client given to the training client travels
 to loader worker processes as its :meth:`LookupClient.settings` (token, timeouts, retries), so each
@@ -47,15 +53,28 @@ DEFAULT_BATCH_ENTRIES = 256
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
+#: answers that say the service as a whole cannot serve (vs a 500 on one request)
+_UNAVAILABLE_STATUS = frozenset({502, 503, 504})
+#: retries after a timeout: a service that let one call time out is hung or overloaded, and each
+#: retry waits a full ``timeout`` again
+TIMEOUT_RETRIES = 1
+
+
+class ServiceUnavailable(ServiceError):
+    """The lookup service cannot be reached, did not answer in time, or answered 502/503/504 — after
+    the client's retries. Says the service is down or hung, not that one request was bad."""
 
 
 class LookupClient(FeatureReader):
     """Random access to a store served by ``featurecache serve``.
 
     ``url``: the service root (``http://host:8000``); ``token``: bearer token (default
-    ``$FEATURECACHE_AUTH_TOKEN``); ``retries``: extra attempts after a connection error or a 5xx,
-    sleeping ``backoff * 2**attempt`` (±50 % jitter, at most ``max_backoff``) in between;
-    ``max_connections``: size of the connection pool (match the number of threads using it).
+    ``$FEATURECACHE_AUTH_TOKEN``); ``timeout``: seconds the service may take to start answering
+    (and between bytes of the answer); ``connect_timeout``: seconds to open a connection;
+    ``retries``: extra attempts after a connection error or a 5xx (after a timeout at most
+    :data:`TIMEOUT_RETRIES`), sleeping ``backoff * 2**attempt`` (±50 % jitter, at most
+    ``max_backoff``) in between; ``max_connections``: size of the connection pool (match the
+    number of threads using it).
     """
 
     def __init__(
@@ -63,7 +82,8 @@ class LookupClient(FeatureReader):
         url: str,
         token: str | None = None,
         *,
-        timeout: float = 60.0,
+        timeout: float = 20.0,
+        connect_timeout: float = 5.0,
         retries: int = 4,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
@@ -72,6 +92,7 @@ class LookupClient(FeatureReader):
         self.url = url.rstrip("/")
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -92,7 +113,7 @@ class LookupClient(FeatureReader):
         return httpx.Client(
             base_url=self.url,
             headers=headers,
-            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
             limits=httpx.Limits(
                 max_connections=self.max_connections, max_keepalive_connections=self.max_connections
             ),
@@ -109,14 +130,18 @@ class LookupClient(FeatureReader):
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call with retries; returns a 2xx response (body read) or raises (see module doc)."""
         what = f"{method} {self.url}{path}"
+        timeouts = 0
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
                 response = self._client().request(method, path, **kwargs)
             except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
+                if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+                    timeouts += 1
+                    last = last or timeouts > TIMEOUT_RETRIES
                 if last:
-                    raise ServiceError(
-                        f"{what}: {type(exc).__name__}: {exc} (after {attempt + 1} attempts)"
+                    raise ServiceUnavailable(
+                        f"{what}: {type(exc).__name__}: {exc or 'no answer'} (after {attempt + 1} attempts)"
                     ) from exc
                 log.debug("%s: %s; retrying", what, exc)
                 self._sleep(attempt, None)
@@ -127,7 +152,8 @@ class LookupClient(FeatureReader):
             detail = _detail(response)
             if status in _RETRY_STATUS:
                 if last:
-                    raise ServiceError(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
+                    error = ServiceUnavailable if status in _UNAVAILABLE_STATUS else ServiceError
+                    raise error(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 self._sleep(attempt, response.headers.get("retry-after"))
                 continue
@@ -317,7 +343,8 @@ class LookupClient(FeatureReader):
     def settings(self) -> dict[str, Any]:
         """The constructor's arguments: ``LookupClient(**c.settings())`` is the same client with its
         own connections (what a loader worker process builds). Holds the token: never log it."""
-        keep = ("url", "token", "timeout", "retries", "backoff", "max_backoff", "max_connections")
+        keep = ("url", "token", "timeout", "connect_timeout", "retries", "backoff", "max_backoff",
+                "max_connections")  # fmt: skip
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:

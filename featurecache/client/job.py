@@ -21,7 +21,7 @@ import pyarrow as pa
 from featurecache.client.assemble import assemble_sample
 from featurecache.client.crop import CropInput, Cropper
 from featurecache.client.sampler import SampleKey
-from featurecache.errors import InvalidRequest
+from featurecache.errors import InvalidRequest, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,14 @@ class SourceRef:
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec}
 
+    def describe(self) -> str:
+        """The source for messages (a service's URL, never its token)."""
+        if isinstance(self.spec, ServiceSpec):
+            return f"the lookup service at {self.spec.url}"
+        if isinstance(self.spec, str):
+            return f"the store {self.spec}"
+        return f"the reader {type(self.spec).__name__}"
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["spec"])  # type: ignore[misc]
 
@@ -133,8 +141,8 @@ class SourceRef:
 def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
     try:
         t: pa.Table = reader.msas
-    except Exception:  # a reader without MSAs
-        return {}
+    except (AttributeError, NotFound):  # a reader without MSAs
+        return {}  # (any other error, e.g. a service that is down, fails the sample: MSAs stay on)
     if t is None or t.num_rows == 0:
         return {}
     cols = set(t.column_names)

@@ -1,10 +1,18 @@
 """The training client over a real lookup service (uvicorn on 127.0.0.1): a client's settings reach
-every worker process."""
+every worker process; a service that goes away or hangs fails the loop promptly."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +20,11 @@ import numpy as np
 import pytest
 
 from featurecache.client import FeatureDataset
-from featurecache.client.http import TOKEN_ENV, LookupClient
+from featurecache.client.http import TIMEOUT_RETRIES, TOKEN_ENV, LookupClient
 from featurecache.client.job import ServiceSpec
-from services.lookup.server import background_server
+from featurecache.client.sampler import SampleKey
+from featurecache.errors import LoaderError
+from services.lookup.server import background_server, free_port, wait_ready
 
 TOKEN = "s3cret"
 N = 6  # samples per epoch
@@ -94,3 +104,94 @@ def test_worker_client_has_the_settings_and_no_log_shows_the_token(token_server:
     )  # fmt: skip
     assert len(other.entry(other.ids[0], ["tokens"]).tokens["restype"]) > 0
     ds.close()
+
+
+# --------------------------------------------------------------------- a service that goes away
+@contextmanager
+def serve(store: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``featurecache serve`` in a child process (one uvicorn process: its pid is the server's)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, timeout=60)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+class Attempts:
+    """Sample hook: counts the samples a pool started (threads: the count is shared)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, key: SampleKey) -> None:
+        with self._lock:
+            self.n += 1
+
+
+def _fail_after(ds: FeatureDataset, n_before: int, stop: Any, attempts: Attempts) -> tuple[LoaderError, int]:
+    """Take ``n_before`` samples, call ``stop()``, iterate on: the LoaderError and the number of
+    samples the pool started after ``stop``."""
+    it = iter(ds)
+    for _ in range(n_before):
+        next(it)
+    stop()
+    started = attempts.n
+    with pytest.raises(LoaderError) as info:
+        for _ in it:
+            pass
+    return info.value, attempts.n - started
+
+
+@pytest.mark.usefixtures("no_env_token")
+def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path) -> None:
+    attempts = Attempts()
+    with serve(client_store) as (url, proc):
+        # default client, default limits: the old loop skipped 256 samples (~6 min) before failing
+        ds = _dataset(
+            url, infinite=True, workers=2, window=4, sample_hook=attempts, max_consecutive_skips=256
+        )
+        t0 = time.monotonic()
+        error, after = _fail_after(ds, 5, proc.kill, attempts)
+        elapsed = time.monotonic() - t0
+        ds.close()
+    message = str(error)
+    assert f"the lookup service at {url} failed 3 samples in a row" in message, message
+    assert "ServiceUnavailable" in message and "ConnectError" in message, message
+    assert ds.stats.failures == 3  # samples skipped before the error: exactly the limit
+    assert after <= 3 + 2 + 4  # the failures, plus at most what the pool and window hold
+    assert elapsed < 60, elapsed  # ~3 s of client retries per sample, two samples at a time
+
+
+@pytest.mark.usefixtures("no_env_token")
+def test_a_stopped_service_is_detected_by_the_read_timeout(client_store: Path) -> None:
+    attempts = Attempts()
+    with serve(client_store) as (url, proc):
+        client = LookupClient(url, timeout=1.0)  # the default (20 s) waits the same way, longer
+        ds = _dataset(client, infinite=True, workers=2, window=4, sample_hook=attempts,
+                      max_consecutive_skips=256, max_source_failures=2)  # fmt: skip
+        t0 = time.monotonic()
+        error, after = _fail_after(ds, 5, lambda: os.kill(proc.pid, signal.SIGSTOP), attempts)
+        elapsed = time.monotonic() - t0
+        ds.close()
+    message = str(error)
+    assert f"the lookup service at {url} failed 2 samples in a row" in message, message
+    assert "ReadTimeout" in message and f"after {1 + TIMEOUT_RETRIES} attempts" in message, message
+    assert ds.stats.failures == 2 and ds.stats.deadline_skips == 0
+    assert after <= 2 + 2 + 4
+    assert elapsed < 30, elapsed  # two attempts of 1 s per sample, not the 60 s sample deadline
+
+
+def test_default_client_gives_up_on_a_hung_service_before_the_sample_deadline() -> None:
+    client = LookupClient("http://127.0.0.1:9")
+    default_deadline_s = inspect.signature(FeatureDataset).parameters["deadline_s"].default
+    worst = (1 + TIMEOUT_RETRIES) * client.timeout + TIMEOUT_RETRIES * client.max_backoff * 1.5
+    assert worst < default_deadline_s
+    client.close()
