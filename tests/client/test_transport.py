@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from featurecache.client import FeatureDataset
-from featurecache.client.http import TIMEOUT_RETRIES, TOKEN_ENV, LookupClient
-from featurecache.client.job import ServiceSpec
+from featurecache.client.http import TIMEOUT_RETRIES, TOKEN_ENV, LookupClient, ServiceUnavailable
+from featurecache.client.job import ServiceSpec, SourceRef
 from featurecache.client.sampler import SampleKey
 from featurecache.errors import LoaderError
 from services.lookup.server import background_server, free_port, wait_ready
@@ -108,9 +108,9 @@ def test_worker_client_has_the_settings_and_no_log_shows_the_token(token_server:
 
 # --------------------------------------------------------------------- a service that goes away
 @contextmanager
-def serve(store: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serve(store: Path, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``featurecache serve`` in a child process (one uvicorn process: its pid is the server's)."""
-    port = free_port()
+    port = port or free_port()
     cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -195,3 +195,13 @@ def test_default_client_gives_up_on_a_hung_service_before_the_sample_deadline() 
     worst = (1 + TIMEOUT_RETRIES) * client.timeout + TIMEOUT_RETRIES * client.max_backoff * 1.5
     assert worst < default_deadline_s
     client.close()
+
+
+def test_msas_stay_on_after_the_service_failed_once(client_store: Path) -> None:
+    port = free_port()
+    source = SourceRef(LookupClient(f"http://127.0.0.1:{port}", retries=0))
+    with pytest.raises(ServiceUnavailable):  # not "a store without MSAs" for the rest of the run
+        source.msa_shapes()
+    with serve(client_store, port):
+        shapes = source.msa_shapes()
+    assert shapes and shapes == SourceRef(client_store).msa_shapes()
