@@ -42,7 +42,10 @@ may change. With ``DataLoader(persistent_workers=True)`` load the state before t
 iteration.
 
 In ``infinite`` mode the stream never ends: positions run on through epochs and ``epoch`` in the
-state is the epoch of the watermark.
+state is the epoch of the watermark. In per-epoch mode an iteration yields the unresolved positions
+of the current epoch; one started after every position of the epoch was resolved begins the next
+epoch, as re-iterating a dataset each epoch does (:meth:`~FeatureDataset.set_epoch` picks one
+explicitly). An iteration the trainer stopped early is continued, not restarted, by the next.
 """
 
 from __future__ import annotations
@@ -197,6 +200,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self.epoch = int(epoch)
             self._consumed = None
 
+    def _next_epoch_if_done(self) -> None:
+        """Per-epoch mode: once this rank's share of the epoch is resolved, move to the next epoch."""
+        if not self.infinite and next(self._positions().pending(), None) is None:
+            self.set_epoch(self.epoch + 1)
+
     def _positions(self) -> ConsumedPositions:
         rank, world = self.rank_world()
         c = self._consumed
@@ -231,6 +239,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         info = get_worker_info()
         wid, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         in_worker = info is not None
+        if not in_worker:  # a worker's copy is the trainer's at the iteration's start: already moved on
+            self._next_epoch_if_done()
         _, world = self.rank_world()
         consumed = self._positions()
         track = self._track_on_yield and not in_worker
@@ -359,8 +369,9 @@ class FeatureLoader:
     """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
     consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
     recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
-    delegate to the dataset; load before iterating. Workers' batches are taken as they come
-    (``in_order=False`` unless given)."""
+    delegate to the dataset; load before iterating. Iterating again after an epoch ended starts the
+    next one (per-epoch mode). Workers' batches are taken as they come (``in_order=False`` unless
+    given)."""
 
     def __init__(
         self, dataset: FeatureDataset, batch_size: int = 1, num_workers: int = 0, **kwargs: Any
@@ -378,6 +389,7 @@ class FeatureLoader:
         return self.dataset.stats
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         it = iter(self.dataloader)
         while True:
             t0 = time.perf_counter()

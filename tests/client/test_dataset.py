@@ -183,6 +183,36 @@ def test_epochs_are_independent_streams(client_store: Path) -> None:
     assert sorted(e0) == list(range(EPOCH)) and sorted(e1) == list(range(EPOCH, 2 * EPOCH))
 
 
+def test_iterating_again_after_an_epoch_starts_the_next(client_store: Path) -> None:
+    ds = _dataset(client_store, samples_per_epoch=6, crop_size=64)
+    epochs = [sorted(s["position"] for s in ds) for _ in range(3)]
+    assert epochs == [list(range(6 * e, 6 * e + 6)) for e in range(3)] and ds.epoch == 2
+    loader = ds.loader(batch_size=4)
+    assert [sorted(_positions(list(loader))) for _ in range(2)] == [list(range(18, 24)), list(range(24, 30))]
+    ds.close()
+
+
+def test_next_epoch_reaches_dataloader_workers(client_store: Path) -> None:
+    ds = _dataset(client_store, samples_per_epoch=6, crop_size=64)
+    loader = ds.loader(batch_size=2, num_workers=2)
+    assert [sorted(_positions(list(loader))) for _ in range(2)] == [list(range(6)), list(range(6, 12))]
+
+
+def test_a_stopped_iteration_continues_its_epoch(client_store: Path) -> None:
+    ds = _dataset(client_store, samples_per_epoch=6, crop_size=64, workers=1, window=0)
+    it = iter(ds)
+    first = [next(it)["position"] for _ in range(2)]
+    it.close()
+    rest = [s["position"] for s in ds]
+    state = ds.state_dict()  # the epoch is done; a resumed run goes on with the next one
+    ds.close()
+    assert sorted(first + rest) == list(range(6)) and len(rest) == 4
+    ds2 = _dataset(client_store, samples_per_epoch=6, crop_size=64)
+    ds2.load_state_dict(state)
+    assert sorted(s["position"] for s in ds2) == list(range(6, 12))
+    ds2.close()
+
+
 # -------------------------------------------------------------------------------- failures
 def test_failing_and_hanging_samples_are_skipped_and_counted(client_store: Path) -> None:
     ds = _dataset(client_store, deadline_s=1.0, sample_hook=Faults(raise_at=3, hang_at=5, hang_s=6.0))
