@@ -53,6 +53,7 @@ DEFAULT_BATCH_ENTRIES = 256
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
+_NO_LIMIT = 2**62  # a limit the service does not advertise
 #: answers that say the service as a whole cannot serve (vs a 500 on one request)
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
@@ -101,6 +102,7 @@ class LookupClient(FeatureReader):
         self._tables: dict[str, pa.Table] = {}
         self._row: dict[str, int] | None = None
         self._service: dict[str, Any] | None = None
+        self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
         self._http = self._new_http()
         self._pid = os.getpid()
@@ -256,6 +258,8 @@ class LookupClient(FeatureReader):
     def _limit(self, name: str, default: int) -> int:
         try:
             return int(self.service_info.get("limits", {}).get(name, default))
+        except ServiceUnavailable:
+            raise  # the request it is for would fail the same way, after as many retries
         except (ServiceError, InvalidRequest, NotFound):
             return default
 
@@ -311,7 +315,51 @@ class LookupClient(FeatureReader):
         rows: Sequence[int] | slice | np.ndarray | None = None,
         cols: Sequence[int] | slice | np.ndarray | None = None,
     ) -> MSABlock:
-        """Rows × columns of one stored MSA (only those cross the network)."""
+        """Rows × columns of one stored MSA (only those cross the network), in as many requests as
+        the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` limits need."""
+        max_rows, max_cols, max_cells = (
+            self._limit(f"max_msa_{n}", _NO_LIMIT) for n in ("rows", "cols", "cells")
+        )
+        n_rows, n_cols = _count(rows), _count(cols)
+        if n_rows is None or n_cols is None:  # all, or an open slice: the MSA's shape says how many
+            shape = self._msa_shapes().get(key)
+            if shape is not None:
+                rows, cols = _within(rows, shape[0]), _within(cols, shape[1])
+                n_rows, n_cols = _count(rows), _count(cols)
+        if (
+            n_rows is None
+            or n_cols is None
+            or (n_rows <= max_rows and n_cols <= max_cols and n_rows * n_cols <= max_cells)
+        ):
+            return self._msa_slice(key, rows, cols)  # fits (or the service explains what is wrong)
+        assert rows is not None and cols is not None  # both counted
+        r, c = _as_indices(rows), _as_indices(cols)
+        width = max(1, min(c.size, max_cols, max_cells))  # whole column sets where they fit: crops are narrow
+        height = max(1, min(max_rows, max_cells // width))
+        blocks = [
+            [self._msa_slice(key, r[i : i + height], c[j : j + width]) for j in range(0, max(c.size, 1), width)]
+            for i in range(0, max(r.size, 1), height)
+        ]  # fmt: skip
+        first = blocks[0]
+        return MSABlock(
+            key=first[0].key,
+            residues=np.concatenate([np.concatenate([b.residues for b in row], axis=1) for row in blocks]),
+            deletions=np.concatenate([np.concatenate([b.deletions for b in row], axis=1) for row in blocks]),
+            species=np.concatenate([row[0].species for row in blocks]),
+            source=np.concatenate([row[0].source for row in blocks]),
+            profile=np.concatenate([b.profile for b in first]),
+            deletion_mean=np.concatenate([b.deletion_mean for b in first]),
+            depth=first[0].depth,
+            length=first[0].length,
+        )
+
+    def _msa_slice(
+        self,
+        key: str,
+        rows: Sequence[int] | slice | np.ndarray | None,
+        cols: Sequence[int] | slice | np.ndarray | None,
+    ) -> MSABlock:
+        """One request: ``GET /v1/msas/{key}``, or a POST when the selection is too long for a URL."""
         path = f"/v1/msas/{_segment(key)}"
         r_spec, c_spec = _index_spec(rows), _index_spec(cols)
         params = {k: v for k, v in (("rows", r_spec), ("cols", c_spec)) if v is not None}
@@ -320,6 +368,20 @@ class LookupClient(FeatureReader):
         else:
             records = self._arrow("POST", path + ":slice", json=params)
         return arrow_io.record_msa(records[0])
+
+    def _msa_shapes(self) -> dict[str, tuple[int, int]]:
+        """MSA key → (depth, length), from the ``msas`` table (fetched once)."""
+        if self._msa_shape is None:
+            try:
+                t = self.msas
+            except NotFound:  # a service without an MSA index: no shapes, requests go as given
+                t = pa.table({})
+            shapes: dict[str, tuple[int, int]] = {}
+            if t.num_rows and {"key", "depth", "length"} <= set(t.column_names):
+                keys, depth, length = (t.column(n).to_pylist() for n in ("key", "depth", "length"))
+                shapes = {str(k): (int(d), int(n)) for k, d, n in zip(keys, depth, length, strict=True)}
+            self._msa_shape = shapes
+        return self._msa_shape
 
     # ------------------------------------------------------------------ reference conformers
     def component_table(self) -> Any:
@@ -399,6 +461,32 @@ def _arrays_params(arrays: Sequence[str] | None) -> dict[str, Any] | None:
         arrays = [arrays]
     parse_array_selection(arrays)  # unknown names raise NotFound, as in the local reader
     return {"arrays": ",".join(arrays)}  # "" = no arrays, as ``entry(id, [])`` locally
+
+
+def _count(sel: Sequence[int] | slice | np.ndarray | None) -> int | None:
+    """How many indices ``sel`` selects, None when that depends on the axis (all, an open slice)."""
+    if sel is None:
+        return None
+    if isinstance(sel, slice):
+        if sel.stop is None or sel.step not in (None, 1):
+            return None
+        return max(0, int(sel.stop) - int(sel.start or 0))
+    return int(np.asarray(sel).size)
+
+
+def _within(sel: Sequence[int] | slice | np.ndarray | None, size: int) -> Any:
+    """``sel`` with an axis of ``size`` filled in: None → ``0:size``, ``a:`` → ``a:size``."""
+    if sel is None:
+        return slice(0, size)
+    if isinstance(sel, slice) and sel.stop is None and sel.step in (None, 1):
+        return slice(sel.start, size) if (sel.start or 0) <= size else sel
+    return sel
+
+
+def _as_indices(sel: Sequence[int] | slice | np.ndarray) -> np.ndarray:
+    if isinstance(sel, slice):  # a closed slice of step 1 (checked by _count)
+        return np.arange(int(sel.start or 0), int(sel.stop), dtype=np.int64)
+    return np.asarray(sel, dtype=np.int64).reshape(-1)
 
 
 def _index_spec(sel: Sequence[int] | slice | np.ndarray | None) -> str | None:

@@ -205,3 +205,56 @@ def test_msas_stay_on_after_the_service_failed_once(client_store: Path) -> None:
     with serve(client_store, port):
         shapes = source.msa_shapes()
     assert shapes and shapes == SourceRef(client_store).msa_shapes()
+
+
+# ------------------------------------------------------------------------------ the MSA limits
+MSA_LIMITS = {
+    "FEATURECACHE_MAX_MSA_CELLS": "1000",
+    "FEATURECACHE_MAX_MSA_ROWS": "50",
+    "FEATURECACHE_MAX_MSA_COLS": "40",
+}
+
+
+@pytest.fixture(scope="module")
+def limited_server(client_store: Path) -> Iterator[str]:
+    """``featurecache serve`` of the client store with small MSA slice limits."""
+    with background_server(client_store, env=MSA_LIMITS) as url:
+        yield url
+
+
+def test_msa_slices_are_split_to_fit_the_service_limits(limited_server: str, client_reader: Any) -> None:
+    client = LookupClient(limited_server)
+    shapes = SourceRef(client_reader).msa_shapes()
+    key = max(shapes, key=lambda k: shapes[k][0])
+    depth, length = shapes[key]
+    assert depth > 50 and length > 40 and depth * length > 1000
+    with pytest.raises(ValueError, match="max_msa_") as info:  # one request would be refused
+        client._msa_slice(key, None, None)
+    assert getattr(info.value, "limit", None) in ("max_msa_rows", "max_msa_cols", "max_msa_cells")
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([[0], np.sort(rng.choice(np.arange(1, depth), 300, replace=False))])
+    cols = np.unique(rng.choice(length, 70))
+    selections = [(None, None), (rows, cols), (slice(3, None), slice(10, length - 1)), (rows[::-1], [7, 7, 1]),
+                  ([0], []), (slice(0, 120), None)]  # fmt: skip
+    for r, c in selections:
+        got, want = client.msa(key, r, c), client_reader.msa(key, r, c)
+        for name in ("residues", "deletions", "species", "source", "profile", "deletion_mean"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"{name} {r} {c}")
+        assert (got.key, got.depth, got.length) == (want.key, want.depth, want.length)
+    client.close()
+
+
+def test_training_over_a_service_with_small_msa_limits_skips_nothing(
+    client_store: Path, limited_server: str
+) -> None:
+    local = _dataset(client_store, samples_per_epoch=10)
+    want = _by_position(local)
+    local.close()
+    ds = _dataset(limited_server, samples_per_epoch=10, max_consecutive_skips=None)
+    got = _by_position(ds)
+    ds.close()
+    assert ds.stats.failures == 0 and got.keys() == want.keys() == set(range(10))
+    assert max(s["msa"].shape[0] for s in want.values()) > 50  # deeper than one request may be
+    for p, s in want.items():
+        for k in ("msa", "msa_deletions", "msa_mask", "profile", "deletion_mean"):
+            np.testing.assert_array_equal(got[p][k], s[k], err_msg=f"{p} {k}")
