@@ -121,6 +121,12 @@ stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    except KeyboardInterrupt:
+        typer.secho(
+            f"interrupted: every finished part of {out} is kept; run the same command again to resume",
+            fg=typer.colors.YELLOW, err=True,
+        )  # fmt: skip
+        raise typer.Exit(130) from None
     from featurecache.build.summary import render_summary
 
     render_summary(summary)

@@ -101,7 +101,11 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
         silence_logs=logging.WARNING, memory_limit="auto",
     )  # fmt: skip
-    return Client(cluster), cluster
+    client = Client(cluster)
+    from featurecache.build.worker_plugin import IgnoreInterrupt
+
+    client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
+    return client, cluster
 
 
 def check_arguments(
@@ -171,6 +175,10 @@ def run_build(
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
             )
+            if not inputs:
+                log.warning(
+                    "no input files under %s (hidden files and the store itself are skipped)", pdb_dir
+                )
             summary.workers = len(client.scheduler_info().get("workers", {}))
             summary.dashboard = (
                 client.dashboard_link if cluster is not None and cluster.dashboard_link else None
