@@ -164,6 +164,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.deadline_s, self.mp_context = deadline_s, mp_context
         ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
         self.max_consecutive_skips = max_consecutive_skips
+        for name, limit in (
+            ("max_consecutive_skips", max_consecutive_skips),
+            ("max_source_failures", max_source_failures),
+        ):
+            if limit is not None and limit < 1:
+                raise InvalidRequest(f"{name} must be >= 1 or None, got {limit}")
         self.max_source_failures = max_source_failures
         self._rank, self._world = rank, world_size
         if (rank is None) != (world_size is None):
@@ -260,10 +266,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                     self.stats.record_skip(rec)
                     consumed.mark(out.seq)
                 in_a_row += 1
-                source_failures += rec.error_class in SOURCE_FAILURES
-                if self.max_source_failures is not None and source_failures >= self.max_source_failures:
-                    raise LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; the last: "
-                                      f"position {rec.position} ({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
+                if rec.error_class in SOURCE_FAILURES:
+                    source_failures += 1
+                    if self.max_source_failures is not None and source_failures >= self.max_source_failures:
+                        raise LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; "
+                                          f"the last: position {rec.position} ({rec.entry_id}): {rec.error_class}: "
+                                          f"{rec.message}")  # fmt: skip
                 if self.max_consecutive_skips is not None and in_a_row >= self.max_consecutive_skips:
                     raise LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
                                       f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip

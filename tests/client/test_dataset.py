@@ -295,6 +295,34 @@ def test_a_broken_source_raises_instead_of_spinning(client_store: Path) -> None:
     assert ds.stats.failures == 6
 
 
+class Unavailable:
+    """Sample hook: the positions in ``at`` fail as if the lookup service were down."""
+
+    def __init__(self, at: set[int]) -> None:
+        self.at = at
+
+    def __call__(self, key: SampleKey) -> None:
+        from featurecache.client.http import ServiceUnavailable
+
+        if key.position in self.at:
+            raise ServiceUnavailable(f"GET http://lookup/v1/entries/{key.entry_id}: ConnectError (injected)")
+
+
+def test_source_failures_in_a_row_raise_and_a_sample_in_between_resets_them(client_store: Path) -> None:
+    # positions 2,3 and 5,6 fail: never 3 in a row, sample 4 arrived in between; 8, 9, 10 do fail in a row
+    hook = Unavailable({2, 3, 5, 6, 8, 9, 10})
+    ds = _dataset(client_store, sample_hook=hook, workers=1, window=0, max_source_failures=3)
+    it = iter(ds)
+    got = [next(it)["position"] for _ in range(4)]
+    with pytest.raises(LoaderError, match=r"the store .* failed 3 samples in a row; the last: position 10 .*"
+                                          r"ServiceUnavailable: GET http://lookup"):  # fmt: skip
+        next(it)
+    ds.close()
+    assert got == [0, 1, 4, 7] and ds.stats.failures == 7
+    with pytest.raises(ValueError, match="max_source_failures"):
+        _dataset(client_store, max_source_failures=0)
+
+
 # ----------------------------------------------------------------------- reference conformers
 def test_reference_conformers_are_rigidly_moved_per_residue(client_store: Path, client_reader: Any) -> None:
     from featurecache.chem.reference import reference_features
