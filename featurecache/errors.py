@@ -71,6 +71,11 @@ class ServiceError(FeatureCacheError, ConnectionError):
     """The lookup service could not be reached or answered with an error."""
 
 
+class ServiceUnavailable(ServiceError):
+    """The lookup service cannot be reached, did not answer in time, or answered 502/503/504 — after
+    the client's retries. Says the service is down or hung, not that one request was bad."""
+
+
 class AuthenticationError(ServiceError, PermissionError):
     """The lookup service refused the request's bearer token (HTTP 401): missing or wrong."""
 

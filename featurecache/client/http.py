@@ -39,7 +39,13 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from featurecache.errors import AuthenticationError, InvalidRequest, NotFound, ServiceError
+from featurecache.errors import (
+    AuthenticationError,
+    InvalidRequest,
+    NotFound,
+    ServiceError,
+    ServiceUnavailable,
+)
 from featurecache.store import arrow_io
 from featurecache.store.base import FeatureReader
 from featurecache.store.layout import ENTRY_GROUPS
@@ -59,11 +65,6 @@ _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
 #: retry waits a full ``timeout`` again
 TIMEOUT_RETRIES = 1
-
-
-class ServiceUnavailable(ServiceError):
-    """The lookup service cannot be reached, did not answer in time, or answered 502/503/504 — after
-    the client's retries. Says the service is down or hung, not that one request was bad."""
 
 
 class LookupClient(FeatureReader):

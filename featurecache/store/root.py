@@ -33,7 +33,9 @@ def check_store_dir(root: Path) -> None:
         except (OSError, ValueError) as exc:
             raise StoreError(f"{meta}: unreadable ({exc})") from exc
         if existing.get("format_version") is None:
-            raise StoreError(f"{root} is a zarr group but not a featurecache store (refusing to write into it)")
+            raise StoreError(
+                f"{root} is a zarr group but not a featurecache store (refusing to write into it)"
+            )
         if existing.get("format_version") != STORE_FORMAT_VERSION:
             raise StoreVersionError(
                 f"{root} has store format {existing.get('format_version')}; this featurecache writes {STORE_FORMAT_VERSION}"
