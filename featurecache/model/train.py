@@ -11,6 +11,11 @@ stream's position (the client's exact-resume state, or the number of synthetic b
 run started with ``resume=`` continues from one as if it had never stopped: the same batches, the
 same updates (bitwise on the CPU and with a single client worker; with several workers the
 remaining samples arrive in the new run's ready-first order).
+
+The log is written as the run goes (atomically, every few seconds) and a SIGTERM (what SLURM and
+torchrun send on a timeout or preemption) stops the run after its current step with the log and a
+final checkpoint written. A non-finite loss stops the run with a :class:`TrainingError`; arguments it
+cannot train with are a :class:`~featurecache.errors.UsageError` before anything is trained.
 """
 
 from __future__ import annotations
@@ -19,18 +24,26 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
+import pickle
+import re
+import signal
 import statistics
+import sys
+import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from featurecache.client.schema import MODEL_INPUT_KEYS
-from featurecache.errors import FeatureCacheError, InvalidRequest
+from featurecache.errors import FeatureCacheError, InvalidRequest, UsageError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
@@ -41,6 +54,12 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 1
 #: token-axis padding on CUDA: a multiple of every kernel tile, so one compilation serves every N
 DEFAULT_PAD_MULTIPLE = 128
+#: the client's worker pools (``pool=``)
+POOLS = ("process", "thread")
+
+
+class TrainingError(FeatureCacheError, RuntimeError):
+    """The run cannot go on: a non-finite loss, a log or checkpoint that cannot be written."""
 
 
 @dataclasses.dataclass
@@ -102,7 +121,9 @@ def make_batches(
     if state is not None:
         if "client" not in state:
             dataset.close()
-            raise InvalidRequest(f"the checkpoint's data position is not the client's: {sorted(state)}")
+            raise UsageError(
+                f"the checkpoint's data position is not the client's (synthetic batches?): {sorted(state)}"
+            )
         loader.load_state_dict(state["client"])
     return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()})
 
@@ -222,14 +243,25 @@ class _Ranks:
             self.started = False
 
 
-def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int) -> torch.Tensor:
+def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int,
+                       stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """All-reduce every parameter's gradient (a missing one counts as zeros) and the loss as one
     fp32 buffer, divided by ``world``: each rank then holds the gradient of the mean of the ranks'
-    losses, and steps its optimizer to the same parameters. Returns the mean loss."""
+    losses, and steps its optimizer to the same parameters. Returns the mean loss.
+
+    ``stop_votes`` (one element: 1 where this rank was asked to stop, else 0) rides in the same
+    buffer and is overwritten by the number of ranks that were: every rank then stops after the
+    same step, without a collective of its own."""
     params = list(model.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.detach().float().reshape(1)])
+    extra = [loss.detach().float().reshape(1)]
+    if stop_votes is not None:
+        extra.append(stop_votes.float().reshape(1))
+    flat = torch.cat([g.reshape(-1).float() for g in grads] + extra)
     dist.all_reduce(flat)
+    if stop_votes is not None:
+        stop_votes.copy_(flat[-1:].reshape(stop_votes.shape))
+        flat = flat[:-1]
     flat /= world
     offset = 0
     for p in params:
@@ -243,26 +275,29 @@ CLIP_NORM = 1.0
 
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-            batch: dict[str, torch.Tensor], world: int = 1) -> torch.Tensor:  # fmt: skip
+            batch: dict[str, torch.Tensor], world: int = 1,
+            stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
     batch, into gradients that are None or are overwritten (not accumulated) by the backward.
-    With ``world`` > 1 ranks the gradients and the returned loss are the ranks' means."""
+    With ``world`` > 1 ranks the gradients and the returned loss are the ranks' means (and
+    ``stop_votes`` the ranks' sum: :func:`_average_gradients`)."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
         loss = loss_fn(batch)
     loss.backward()
     if world > 1:
-        loss = _average_gradients(model, loss, world)
+        loss = _average_gradients(model, loss, world, stop_votes)
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     opt.step()
     return loss
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-               batch: dict[str, torch.Tensor], world: int = 1) -> torch.Tensor:  # fmt: skip
+               batch: dict[str, torch.Tensor], world: int = 1,
+               stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """One eager training step; returns the loss (not synchronised; the ranks' mean with ``world`` > 1)."""
     opt.zero_grad(set_to_none=True)
-    return _update(model, opt, loss_fn, batch, world)
+    return _update(model, opt, loss_fn, batch, world, stop_votes)
 
 
 @functools.cache
@@ -406,34 +441,267 @@ def save_checkpoint(path: str | Path, *, step: int, model: torch.nn.Module, opt:
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint written by :func:`save_checkpoint`, tensors on the CPU; a missing, truncated or
-    foreign file is a :class:`~featurecache.errors.FeatureCacheError` naming it and the reason."""
+    foreign file is a :class:`~featurecache.errors.UsageError` naming it and the reason in one line."""
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"cannot resume from {path}: a directory, not a checkpoint file")
     if not path.is_file():
-        raise FeatureCacheError(f"cannot resume from {path}: no such file")
+        raise UsageError(f"cannot resume from {path}: no such file")
+    not_ours = f"cannot resume from {path}: not a featurecache checkpoint"
+    if not zipfile.is_zipfile(path):  # what torch.save writes; a torn copy lacks the zip's directory
+        raise UsageError(f"{not_ours} (not a file torch.save wrote, or a truncated one)")
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and torch errors all mean: not a readable checkpoint
-        raise FeatureCacheError(f"cannot resume from {path}: not a readable checkpoint ({exc})") from exc
+    except pickle.UnpicklingError as exc:  # the weights-only loader's refusal (a page of advice)
+        raise UsageError(f"{not_ours} (it holds objects other than tensors and plain values)") from exc
+    except Exception as exc:  # zip and torch errors all mean: not a readable checkpoint
+        raise UsageError(f"{not_ours} (unreadable: {_first_line(exc)})") from exc
     if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
-        raise FeatureCacheError(f"cannot resume from {path}: not a featurecache training checkpoint")
+        raise UsageError(f"{not_ours} (a PyTorch file without featurecache's format tag)")
     if doc.get("version") != CHECKPOINT_VERSION:
-        raise FeatureCacheError(
+        raise UsageError(
             f"cannot resume from {path}: checkpoint version {doc.get('version')}, this featurecache reads "
             f"{CHECKPOINT_VERSION}"
         )
     return doc
 
 
-def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None) -> ModelConfig:
-    """The checkpoint's model config; a different one given explicitly is refused."""
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None, crop_size: int,
+                   seed: int) -> ModelConfig:  # fmt: skip
+    """The checkpoint's model config; a different one given explicitly is refused, and so is a
+    different crop or seed (the batches that follow would not be the ones the run would have seen)."""
     saved = ModelConfig.from_dict(doc["model_config"])
     if given is not None and given != saved:
         theirs = given.to_dict()
         diff = {k: (v, theirs[k]) for k, v in saved.to_dict().items() if theirs[k] != v}
-        raise InvalidRequest(
-            f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}"
-        )
+        raise UsageError(f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}")
+    for key, option, value in (("crop_size", "--crop", crop_size), ("seed", "--seed", seed)):
+        if doc.get(key) is not None and doc[key] != value:
+            raise UsageError(
+                f"cannot resume from {path}: its run used {option} {doc[key]}, this one {option} {value} "
+                "(the same batches follow only with the same value)"
+            )
     return saved
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def _check_device(device: str) -> torch.device:
+    """``device`` as a torch device: ``cpu``, ``cuda`` or ``cuda:N`` of a GPU this machine has."""
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+        raise UsageError(f"--device {device!r}: must be cpu, cuda or cuda:N")
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: no CUDA device is available (use --device cpu)")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise UsageError(
+                f"--device {device}: this machine has {count} CUDA device(s), cuda:0 … cuda:{count - 1}"
+            )
+    return dev
+
+
+def _check_output_path(path: Path, option: str) -> None:
+    """``path`` can be written before training starts: not a directory, its parent directories
+    created, a file creatable beside it (the temporary file it is written through)."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a directory; give a file path in it (e.g. {path / 'name'})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.tmp")
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from exc
+
+
+def _launch_rank() -> int:
+    """This process's rank before the process group is up (torchrun's ``RANK``)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (nested in dicts and lists) as None: strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+#: the fields of an earlier log that must match for a resumed run to carry its steps over
+_SAME_RUN = ("model_config", "seed", "crop_size", "batch_size")
+
+
+def _earlier_log(path: Path, first_step: int, same: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """(step records, checkpoints) of the log at ``path`` before step ``first_step``: what a run
+    resumed at ``first_step`` with the same ``--log`` keeps. A file that is not a training log, or
+    the log of another run (``same``: the fields that must match), is refused: the resumed run
+    would overwrite it."""
+    advice = "resuming would overwrite it; give another --log or move it away"
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"--log {path} exists and is not a training log ({_first_line(exc)}): {advice}"
+        ) from exc
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("steps"), list):
+        raise UsageError(f"--log {path} exists and is not a training log (no list of steps): {advice}")
+    for key, value in same.items():
+        if earlier.get(key) != value:
+            raise UsageError(
+                f"--log {path} is the log of another run (its {key} {earlier.get(key)!r}, this run's {value!r}): "
+                f"{advice}"
+            )
+    steps = [r for r in earlier["steps"] if isinstance(r, dict) and isinstance(r.get("step"), int)]
+    checkpoints = [c for c in earlier.get("checkpoints") or [] if isinstance(c, dict)]
+    return (
+        _finite([r for r in steps if r["step"] < first_step]),
+        [c for c in checkpoints if isinstance(c.get("step"), int) and c["step"] <= first_step],
+    )
+
+
+#: the log is rewritten at most this often ...
+LOG_EVERY_S = 5.0
+#: ... and, when it has grown big, rarely enough that writing it takes at most this share of the run
+LOG_WRITE_SHARE = 0.01
+
+
+class _RunLog:
+    """The JSON log, rewritten as the run goes: every ``every_s`` seconds (checked after each step)
+    and at the end; through a temporary file renamed over ``path``, so a reader (or a run killed
+    mid-write) always finds a whole log. Strict JSON: a non-finite number is written as null.
+    ``path`` None: nothing is written, the summary is still kept in ``doc``.
+
+    Each step record is serialised once, on one line, when first written (records do not change
+    once logged; :meth:`finish` serialises them all again for the ranks' token counts): a rewrite
+    then costs a join, not a re-encoding of the whole run (``json.dumps`` with ``indent`` runs the
+    pure-Python encoder: 0.5 s for 10 000 steps)."""
+
+    def __init__(self, path: Path | None, doc: dict[str, Any], every_s: float) -> None:
+        self.path, self.doc, self.every_s = path, doc, every_s
+        self._due = 0.0
+        self._lines: list[str] = []  # the JSON of doc["steps"][i], for the records written so far
+        self.writes, self.write_s = 0, 0.0
+
+    def _text(self) -> str:
+        steps = self.doc["steps"]
+        self._lines += [json.dumps(r, default=str, allow_nan=False) for r in steps[len(self._lines) :]]
+        head = json.dumps({k: v for k, v in self.doc.items() if k != "steps"}, indent=2, default=str,
+                          allow_nan=False)  # fmt: skip
+        body = "[\n    " + ",\n    ".join(self._lines) + "\n  ]" if self._lines else "[]"
+        return f'{head[:-2]},\n  "steps": {body}\n}}\n'  # head ends with "\n}"
+
+    def write(self) -> None:
+        t = time.perf_counter()
+        self.doc["summary"] = _finite(summarize(self.doc["steps"]))
+        if self.path is None:
+            return
+        text = self._text()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        cost = time.perf_counter() - t
+        self.writes += 1
+        self.write_s += cost
+        self._due = time.monotonic() + max(self.every_s, cost / LOG_WRITE_SHARE)
+
+    def start(self) -> None:
+        """The first write, before the first step: a path that cannot be written is refused now."""
+        try:
+            self.write()
+        except OSError as exc:
+            raise UsageError(f"--log {self.path}: cannot write it ({exc.strerror or exc})") from exc
+
+    def step(self) -> None:
+        """After a step: write when due; a failed write is a warning (the run goes on)."""
+        if self.path is None or time.monotonic() < self._due:
+            return
+        try:
+            self.write()
+        except OSError as exc:
+            log.warning("cannot write the log %s: %s (training goes on; trying again later)", self.path, exc)
+            self._due = time.monotonic() + self.every_s
+
+    def finish(self, raise_errors: bool) -> None:
+        self._lines.clear()  # the records' world_tokens are filled in at the end
+        try:
+            self.write()
+        except OSError as exc:
+            if raise_errors:
+                raise TrainingError(f"cannot write the log {self.path}: {exc.strerror or exc}") from exc
+            log.error("cannot write the log %s: %s", self.path, exc)
+
+
+class _StopSignals:
+    """While entered (in the main thread only: Python's rule for handlers), SIGTERM asks the loop
+    to stop after its current step (``requested``) instead of killing the process mid-step. On exit
+    the previous handlers are back; :meth:`hand_on` then re-raises a received signal to them, so a
+    process with the default handler ends as an uncaught SIGTERM ends it (exit status 143), only
+    after the log and the checkpoint are written. A second signal hands on at once. A signal that
+    was ignored stays ignored."""
+
+    SIGNALS = (signal.SIGTERM,)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous is signal.SIG_IGN:
+                    continue
+                self._previous[sig] = signal.SIG_DFL if previous is None else previous
+                signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:  # asked twice: stop now
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self.received = signum
+        log.warning(
+            "%s: stopping after this step (send it again to stop at once)", signal.Signals(signum).name
+        )
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def hand_on(self) -> None:
+        """Re-raise the signal received (if any) to the handler that was there before."""
+        if self.received is None:
+            return
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.raise_signal(self.received)
 
 
 def run_training(
@@ -460,6 +728,7 @@ def run_training(
     checkpoint: str | Path | None = None,
     checkpoint_every: int | None = None,
     resume: str | Path | None = None,
+    log_every_s: float = LOG_EVERY_S,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -503,48 +772,80 @@ def run_training(
     path is replaced by the number of steps done, otherwise each checkpoint replaces the last.
     ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
     parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
-    the log's step numbers continue from them. ``lr`` applies from the resumed step on.
+    the log's step numbers continue from them. ``lr`` applies from the resumed step on; a different
+    crop or seed is refused (the same batches would not follow). When ``log_path`` already holds the
+    log of the run being continued (same model config, seed, crop and batch size), its steps before
+    the checkpoint are carried over (``steps_from_earlier_log``), so the log covers the whole run;
+    a file there that is not that run's log is refused rather than overwritten.
+
+    The log (``log_path``; ``None``: none) is written before the first step, then at most every
+    ``log_every_s`` seconds as the run goes (rarer once the log is big: writing it takes at most
+    ``LOG_WRITE_SHARE`` of the run) and at the end, through a temporary file renamed over it: a run
+    that is killed leaves its last whole log. ``status`` says how the run ended: ``running``,
+    ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (Ctrl-C).
+    Strict JSON: a non-finite loss is null. A non-finite loss stops the run with a
+    :class:`TrainingError` naming the step, without checkpointing the model it left.
+
+    SIGTERM (SLURM's and torchrun's way to end a job; handled when the run is in the main thread)
+    stops the run after its current step: the log and, with ``checkpoint``, a checkpoint of the
+    steps done are written, then the signal is handed on to the handler that was installed before
+    (by default: the process ends as killed by SIGTERM, exit status 143). With several ranks they
+    all stop after the same step. Ctrl-C (KeyboardInterrupt) stops at once, writing the log only.
 
     Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
     rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
     and the loss are averaged over the ranks by one all-reduce after the backward, so every rank
     takes the same step from rank 0's initial parameters; each record's ``world_tokens`` counts
-    every rank's tokens (exchanged once, when the run ends: None in ``on_step``). Rank 0 writes ``log_path`` and the checkpoints (with every rank's data
-    position), rank r > 0 its log beside it (:func:`rank_log_path`). CUDA graphs are refused.
+    every rank's tokens (exchanged once, when the run ends: None in ``on_step``). Rank 0 writes
+    ``log_path`` and the checkpoints (with every rank's data position), rank r > 0 its log beside it
+    (:func:`rank_log_path`). CUDA graphs are refused.
+
+    Arguments it cannot train with (a count below 1, an unknown device or pool, ``lr`` ≤ 0, a URL
+    without http(s)://, a log or checkpoint path that is a directory or cannot be written, a
+    checkpoint that is not one) are a :class:`~featurecache.errors.UsageError` naming the option,
+    raised before anything is trained; missing parent directories of the paths are created.
     """
-    if steps < 1 or crop_size < 2 or batch_size < 1:
-        raise InvalidRequest(f"need steps ≥ 1, crop ≥ 2, batch ≥ 1; got {steps}, {crop_size}, {batch_size}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise FeatureCacheError("--device cuda but no CUDA device is available (use --device cpu)")
+    dev = _check_arguments(
+        store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
+        checkpoint_every, log_every_s,
+    )  # fmt: skip
     if fused and dev.type != "cuda":
         log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
         fused = False
-    if checkpoint_every is not None and checkpoint_every < 1:
-        raise InvalidRequest(f"checkpoint interval must be ≥ 1 step; got {checkpoint_every}")
-    if checkpoint_every is not None and checkpoint is None:
-        raise InvalidRequest("a checkpoint interval needs a checkpoint path")
     resumed = load_checkpoint(resume) if resume is not None else None
     first_step = int(resumed["step"]) if resumed is not None else 0
     if first_step >= steps:
-        raise InvalidRequest(
+        raise UsageError(
             f"{resume} is at step {first_step}: --steps {steps} (the total) leaves nothing to train"
         )
     cfg = config or ModelConfig()
     if resumed is not None:
         assert resume is not None
-        cfg = _resume_config(resume, resumed, config)
+        cfg = _resume_config(resume, resumed, config, crop_size, seed)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
-    if pad_multiple < 1:
-        raise InvalidRequest(f"pad multiple must be ≥ 1; got {pad_multiple}")
-    if cuda_graphs and dev.type != "cuda":
-        raise InvalidRequest("CUDA graphs need --device cuda")
+    # the paths, before anything is trained (and before a process group is up)
+    rank = _launch_rank()
+    log_file = rank_log_path(log_path, rank) if log_path is not None else None
+    if log_file is not None:
+        _check_output_path(log_file, "--log")
+    if checkpoint is not None and rank == 0:
+        first_save = (
+            first_step + checkpoint_every - first_step % checkpoint_every if checkpoint_every else steps
+        )
+        for at in sorted({min(first_save, steps), steps}):
+            _check_output_path(checkpoint_path(checkpoint, at), "--checkpoint")
+    carried: list[Any] = []
+    carried_checkpoints: list[Any] = []
+    if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
+        same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size, "batch_size": batch_size}
+        carried, carried_checkpoints = _earlier_log(log_file, first_step, same)
     ranks = _Ranks(dev)  # after the checks: a refused run starts no process group
     dev = ranks.device(dev)
+    stop = _StopSignals()
     try:
         if cuda_graphs and ranks.world > 1:
-            raise InvalidRequest(
+            raise UsageError(
                 "CUDA graphs with several ranks are not supported: each rank records a graph when its own "
                 "batch shape is new, and a recording's warm-up steps would run all-reduces the other ranks "
                 "do not; train with several ranks without --cuda-graphs"
@@ -587,25 +888,31 @@ def run_training(
             log.info(
                 "resuming from %s at step %d (its source: %s)", resume, first_step, resumed.get("source")
             )
+        if carried:
+            log.info("%s: keeping the %d steps before step %d of the run this one continues", log_file,
+                     len(carried), first_step)  # fmt: skip
         client = batches is None and (store is not None or url is not None)
         cuda = dev.type == "cuda"
         log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
                  crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
 
-        records: list[dict[str, Any]] = []
+        records: list[dict[str, Any]] = []  # this run's steps (the log's "steps" also holds the carried ones)
         doc: dict[str, Any] = {
             "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
             "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
-            "start_step": first_step, "checkpoints": [], "world_size": ranks.world, "rank": ranks.rank,
-            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else None, "steps": records,
+            "start_step": first_step, "steps_from_earlier_log": len(carried), "checkpoints": carried_checkpoints,
+            "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
+            "error": None, "steps": list(carried),
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
                 "batch_size": batch_size, "lr": lr, "fused": fused}  # fmt: skip
         feed = _Feed(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
         )
+        runlog = _RunLog(log_file, doc, log_every_s)
         saved_at = first_step
 
         def save(done: int, position: dict[str, Any] | None) -> None:
@@ -614,83 +921,152 @@ def run_training(
             path = checkpoint_path(checkpoint, done)
             data = {"ranks": ranks.gather(position)}
             if ranks.rank == 0:  # the ranks' parameters and optimizer states are equal
-                save_checkpoint(path, step=done, model=model, opt=opt, data=data, meta=meta)
-                log.info("checkpoint after step %d: %s", done, path)
+                try:
+                    save_checkpoint(path, step=done, model=model, opt=opt, data=data, meta=meta)
+                except OSError as exc:
+                    raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
+                log.info("checkpoint after step %d (%d steps done): %s", done - 1, done, path)
             doc["checkpoints"].append({"step": done, "path": str(path)})
             saved_at = done
 
         position: dict[str, Any] | None = None
+        status = "failed"
         try:
-            t_prev = time.perf_counter()
-            pending = feed.next()
-            for step in range(first_step, steps):
-                if pending is None:
-                    log.warning("the batch source ended after %d steps", step)
-                    break
-                raw, batch, position = pending
-                pending = None
-                t_issue = time.perf_counter()
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(dev)
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                loss = (
-                    graphed(batch)
-                    if graphed is not None
-                    else train_step(model, opt, loss_fn, batch, ranks.world)
-                )
-                if cuda:
-                    end.record()
-                last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
-                if prefetch and not last:
-                    pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
-                loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
-                tokens = int(raw["token_mask"].sum())
-                if cuda:
-                    torch.cuda.synchronize(dev)
-                t_end = time.perf_counter()
-                wait, exposed = feed.settle()
-                peak = torch.cuda.max_memory_allocated(dev) if cuda else None
-                if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
-                    peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
-                rec = {
-                    "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
-                    "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
-                    "loss": loss_value, "peak_mem_bytes": peak,
-                    "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
-                    "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
-                    "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
-                    # the client's ready-first stats for this batch (absent for synthetic batches)
-                    "reorder_depth": _int_list(raw.get("reorder_depth")),
-                    "skipped": len(raw.get("skipped") or []),
-                }  # fmt: skip
-                records.append(rec)
-                log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
-                         loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
-                if on_step is not None:
-                    on_step(rec)
-                t_prev = t_end
-                if checkpoint is not None and (
-                    last or (checkpoint_every and (step + 1) % checkpoint_every == 0)
-                ):
-                    save(step + 1, position)
-                if not prefetch and not last:
-                    pending = feed.next()
-            done = first_step + len(records)
-            if checkpoint is not None and saved_at < done:  # the source ended early
-                save(done, position)
+            runlog.start()
+            stopped = False
+            with stop:
+                t_prev = time.perf_counter()
+                pending = feed.next()
+                for step in range(first_step, steps):
+                    if pending is None:
+                        log.warning("the batch source ended after %d steps", step)
+                        break
+                    raw, batch, position = pending
+                    pending = None
+                    # several ranks stop after the same step: each one's request rides in the all-reduce
+                    votes = torch.full((1,), float(stop.requested), device=dev) if ranks.world > 1 else None
+                    t_issue = time.perf_counter()
+                    if cuda:
+                        torch.cuda.reset_peak_memory_stats(dev)
+                        start, end = (
+                            torch.cuda.Event(enable_timing=True),
+                            torch.cuda.Event(enable_timing=True),
+                        )
+                        start.record()
+                    loss = (
+                        graphed(batch)
+                        if graphed is not None
+                        else train_step(model, opt, loss_fn, batch, ranks.world, votes)
+                    )
+                    if cuda:
+                        end.record()
+                    last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
+                    if prefetch and not last:
+                        pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
+                    loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
+                    tokens = int(raw["token_mask"].sum())
+                    if cuda:
+                        torch.cuda.synchronize(dev)
+                    t_end = time.perf_counter()
+                    wait, exposed = feed.settle()
+                    peak = torch.cuda.max_memory_allocated(dev) if cuda else None
+                    if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
+                        peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
+                    finite = math.isfinite(loss_value)
+                    rec = {
+                        "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
+                        "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
+                        "loss": loss_value if finite else None, "peak_mem_bytes": peak,
+                        "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
+                        "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
+                        "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
+                        # the client's ready-first stats for this batch (absent for synthetic batches)
+                        "reorder_depth": _int_list(raw.get("reorder_depth")),
+                        "skipped": len(raw.get("skipped") or []),
+                    }  # fmt: skip
+                    records.append(rec)
+                    doc["steps"].append(rec)
+                    log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
+                             loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
+                    if not finite:  # the update made the model non-finite too: it is not checkpointed
+                        kept = f" (the last checkpoint holds {saved_at} steps)" if saved_at else ""
+                        raise TrainingError(
+                            f"the loss is {loss_value} at step {step}: training diverged (a lower --lr?); "
+                            f"stopped without a checkpoint of this step{kept}"
+                        )
+                    runlog.step()
+                    if on_step is not None:
+                        on_step(rec)
+                    t_prev = t_end
+                    if checkpoint is not None and (
+                        last or (checkpoint_every and (step + 1) % checkpoint_every == 0)
+                    ):
+                        save(step + 1, position)
+                    stopped = float(votes.item()) > 0 if votes is not None else stop.requested
+                    if stopped and not last:
+                        log.warning("stopping after step %d (%d steps done) on a signal", step, step + 1)
+                        break
+                    if not prefetch and not last:
+                        pending = feed.next()
+                done = first_step + len(records)
+                if checkpoint is not None and saved_at < done:  # the source ended early, or a signal came
+                    save(done, position)
             if ranks.world > 1:  # once per run, not a collective per step: every rank's tokens
                 per_rank = ranks.gather([r["tokens"] for r in records])
                 for i, rec in enumerate(records):
                     rec["world_tokens"] = sum(counts[i] for counts in per_rank)
+            status = "stopped" if stopped and done < steps else "completed"
+        except KeyboardInterrupt:
+            status, doc["error"] = "interrupted", "KeyboardInterrupt"
+            raise
+        except BaseException as exc:
+            doc["error"] = _first_line(exc)
+            raise
         finally:
             src.close()
-            doc["summary"] = summarize(records)
-            if log_path is not None:
-                rank_log_path(log_path, ranks.rank).write_text(json.dumps(doc, indent=2, default=str))
-        return doc
+            doc["status"] = status
+            if stop.received is not None:
+                doc["stop_signal"] = signal.Signals(stop.received).name
+            runlog.finish(raise_errors=status in ("completed", "stopped"))
+            log.debug("log %s: %d writes, %.3f s in all", log_file, runlog.writes, runlog.write_s)
     finally:
         ranks.stop()
+    stop.hand_on()  # the signal's own effect (the default: the process ends, status 143), now
+    return doc
+
+
+def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop_size: int, device: str,
+                     batch_size: int, lr: float, pad_multiple: int | None, cuda_graphs: bool, pool: str | None,
+                     checkpoint: str | Path | None, checkpoint_every: int | None,
+                     log_every_s: float) -> torch.device:  # fmt: skip
+    """The training device; an argument ``run_training`` cannot train with is a :class:`UsageError`
+    naming the option (the CLI's: exit status 2)."""
+    if steps < 1:
+        raise UsageError(f"--steps must be ≥ 1; got {steps}")
+    if crop_size < 2:
+        raise UsageError(f"--crop must be ≥ 2 tokens; got {crop_size}")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be ≥ 1; got {batch_size}")
+    if not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
+        raise UsageError(f"--lr must be a finite number > 0; got {lr}")
+    if pad_multiple is not None and pad_multiple < 1:
+        raise UsageError(f"--pad-multiple must be ≥ 1; got {pad_multiple}")
+    if checkpoint_every is not None and checkpoint is None:
+        raise UsageError("--checkpoint-every needs a checkpoint path (--checkpoint)")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise UsageError(f"--checkpoint-every must be ≥ 1 step; got {checkpoint_every}")
+    if pool is not None and pool not in POOLS:
+        raise UsageError(f"--pool {pool!r}: must be one of {', '.join(POOLS)}")
+    if store is not None and url is not None:
+        raise UsageError("give one of --store or --url, not both")
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        raise UsageError(f"--url {url!r}: must start with http:// or https:// (a local store is --store)")
+    if not log_every_s >= 0:
+        raise UsageError(f"log interval must be ≥ 0 s; got {log_every_s}")
+    dev = _check_device(device)
+    if cuda_graphs and dev.type != "cuda":
+        raise UsageError("CUDA graphs need --device cuda")
+    return dev
 
 
 def _int_list(value: Any) -> list[int] | None:

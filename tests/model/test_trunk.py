@@ -234,7 +234,7 @@ def test_run_training_pads_the_token_axis_to_the_multiple() -> None:
     assert doc["pad_multiple"] == 8
     for rec in doc["steps"]:
         assert rec["padded_tokens"] % 8 == 0 and rec["padded_tokens"] >= rec["tokens"]
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(UsageError, match="--pad-multiple"):
         run_training(
             None, None, steps=1, crop_size=16, device="cpu", log_path=None, config=TINY, pad_multiple=0
         )
@@ -263,7 +263,7 @@ def test_run_training_compiled_follows_the_eager_losses() -> None:
 def test_cuda_graph_steps_refuse_what_cannot_be_recorded() -> None:
     """CUDA graphs need CUDA and a capturable optimizer; the refusal names the reason (the graphs
     themselves are tested on the GPU: ``test_gpu.py::test_cuda_graph_steps_match_eager_steps``)."""
-    with pytest.raises(InvalidRequest, match="CUDA graphs need --device cuda"):
+    with pytest.raises(UsageError, match="CUDA graphs need --device cuda"):
         run_training(
             None, None, steps=1, crop_size=16, device="cpu", log_path=None, config=TINY, cuda_graphs=True
         )
@@ -431,25 +431,25 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
     common = {"crop_size": 16, "device": "cpu", "log_path": None}
     run_training(None, None, steps=2, checkpoint=tmp_path / "ck.pt", config=TINY, **common)
     other = ModelConfig(**{**TINY.to_dict(), "c_pair": 32})
-    with pytest.raises(InvalidRequest, match=r"ck\.pt: its model config differs.*c_pair"):
+    with pytest.raises(UsageError, match=r"ck\.pt: its model config differs.*c_pair"):
         run_training(None, None, steps=3, resume=tmp_path / "ck.pt", config=other, **common)
-    with pytest.raises(InvalidRequest, match="at step 2: --steps 2"):
+    with pytest.raises(UsageError, match="at step 2: --steps 2"):
         run_training(None, None, steps=2, resume=tmp_path / "ck.pt", **common)
-    with pytest.raises(FeatureCacheError, match=r"missing\.pt: no such file"):
+    with pytest.raises(UsageError, match=r"missing\.pt: no such file"):
         run_training(None, None, steps=3, resume=tmp_path / "missing.pt", **common)
     (tmp_path / "torn.pt").write_bytes((tmp_path / "ck.pt").read_bytes()[:1000])  # a torn copy
-    with pytest.raises(FeatureCacheError, match=r"torn\.pt: not a readable checkpoint"):
+    with pytest.raises(UsageError, match=r"torn\.pt: not a featurecache checkpoint \(.*truncated"):
         run_training(None, None, steps=3, resume=tmp_path / "torn.pt", **common)
     torch.save({"model": {}}, tmp_path / "foreign.pt")
-    with pytest.raises(FeatureCacheError, match=r"foreign\.pt: not a featurecache training checkpoint"):
+    with pytest.raises(UsageError, match=r"foreign\.pt: not a featurecache checkpoint"):
         run_training(None, None, steps=3, resume=tmp_path / "foreign.pt", **common)
-    with pytest.raises(InvalidRequest, match="needs a checkpoint path"):
+    with pytest.raises(UsageError, match="needs a checkpoint path"):
         run_training(None, None, steps=3, checkpoint_every=1, **common)
 
 
 def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -> None:
     """``featurecache train`` as a user runs it: two steps with a checkpoint, then a third resumed
-    from it; a missing checkpoint is refused naming the file (exit 3)."""
+    from it; a missing checkpoint is refused naming the file (a usage error: exit 2)."""
     import subprocess
     import sys
 
@@ -467,4 +467,4 @@ def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -
     assert doc["start_step"] == 2 and doc["lr"] == 5e-4
     assert [r["step"] for r in doc["steps"]] == [2]
     missing = train("--steps", "3", "--resume", str(tmp_path / "nope.pt"))
-    assert missing.returncode == 3 and "nope.pt: no such file" in missing.stderr
+    assert missing.returncode == 2 and "nope.pt: no such file" in missing.stderr

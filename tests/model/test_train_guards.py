@@ -1,0 +1,372 @@
+"""``run_training`` / ``featurecache train`` when a run does not go to plan: SIGTERM (what SLURM and
+torchrun send on a timeout or preemption), a non-finite loss, and arguments it cannot train with,
+refused up front (``UsageError``, exit status 2) instead of a traceback after the training."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from featurecache.errors import FeatureCacheError, UsageError
+from featurecache.model.train import load_checkpoint, run_training
+from tests.model.test_trunk import TINY
+
+#: a tiny synthetic run on the CPU: a few seconds
+SYNTH: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY}
+
+
+def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "featurecache.cli", "train", *args]
+    return subprocess.Popen(cmd, text=True, **kwargs)
+
+
+def _strict_json(path: Path) -> Any:
+    """The file's JSON, refusing the NaN / Infinity that ``json.dumps`` writes by default."""
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{path} holds {name}: not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+# ----------------------------------------------------------------------------------- the log as it goes
+def test_log_is_written_as_the_run_goes(tmp_path: Path) -> None:
+    """The log is on disk before the first step (written atomically, status "running") and, with
+    ``log_every_s=0``, holds every finished step at the moment the next one starts."""
+    log = tmp_path / "log.json"
+    seen: list[dict[str, Any]] = []
+    run_training(None, None, steps=3, log_path=log, log_every_s=0,
+                 on_step=lambda rec: seen.append(_strict_json(log)), **SYNTH)  # fmt: skip
+    assert [len(d["steps"]) for d in seen] == [1, 2, 3]
+    assert all(d["status"] == "running" for d in seen)
+    assert seen[1]["summary"]["steps"] == 2
+    final = _strict_json(log)
+    assert final["status"] == "completed" and len(final["steps"]) == 3
+    assert not list(tmp_path.glob(".*.tmp"))
+
+    # the default interval: the first write is before the first step
+    at_start: list[dict[str, Any]] = []
+    run_training(None, None, steps=1, log_path=log, on_step=lambda rec: at_start.append(_strict_json(log)),
+                 **SYNTH)  # fmt: skip
+    assert at_start[0]["status"] == "running" and at_start[0]["steps"] == []
+
+
+# ------------------------------------------------------------------------------------------- SIGTERM
+def _steps_logged(path: Path) -> list[Any]:
+    try:
+        return list(_strict_json(path)["steps"])
+    except (OSError, ValueError):  # not written yet (a log is renamed into place whole: never torn)
+        return []
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
+def test_sigterm_stops_after_the_step_then_hands_the_signal_on(tmp_path: Path) -> None:
+    """In-process: SIGTERM during step 1 lets the step finish, writes the log and a checkpoint of
+    the two steps, restores the handler that was there before and re-raises the signal to it (the
+    default handler would end the process as an uncaught SIGTERM does)."""
+    log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGTERM)  # delivered now, to this (the main) thread
+
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(_Terminated):
+            run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
+        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    doc = _strict_json(log)
+    assert doc["status"] == "stopped" and doc["stop_signal"] == "SIGTERM"
+    assert [r["step"] for r in doc["steps"]] == [0, 1]
+    assert doc["checkpoints"] == [{"step": 2, "path": str(ck)}]
+    assert load_checkpoint(ck)["step"] == 2
+
+    # the run continues from there
+    again = run_training(None, None, steps=3, log_path=None, resume=ck, **SYNTH)
+    assert [r["step"] for r in again["steps"]] == [2]
+
+
+def test_training_off_the_main_thread_leaves_signals_alone(tmp_path: Path) -> None:
+    """Only the main thread may install a signal handler: elsewhere the run trains without one."""
+    before = signal.getsignal(signal.SIGTERM)
+    out: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: out.append(run_training(None, None, steps=1, log_path=tmp_path / "log.json", **SYNTH))
+    )
+    worker.start()
+    worker.join(timeout=300)
+    assert out and out[0]["status"] == "completed"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_train_cli_on_sigterm_writes_log_and_checkpoint_and_dies_of_the_signal(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """``featurecache train`` on a real store, sent SIGTERM mid-run: it finishes the step, writes
+    the log and a final checkpoint, and ends as an uncaught SIGTERM does (killed by the signal: exit
+    status 143 in a shell, -15 from subprocess). The checkpoint resumes."""
+    log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
+    args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1",
+            "--checkpoint", str(ck), "--log", str(log)]  # fmt: skip
+    with out.open("w") as output:
+        proc = _cli(*args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while len(_steps_logged(log)) < 2:  # the log as it goes: two steps done
+                assert proc.poll() is None, out.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no second step logged within 300 s"
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = out.read_text()
+    assert proc.returncode == -signal.SIGTERM, text[-3000:]
+    assert "SIGTERM" in text and "Traceback" not in text
+    doc = _strict_json(log)
+    done = len(doc["steps"])
+    assert doc["status"] == "stopped" and done >= 2
+    assert [r["step"] for r in doc["steps"]] == list(range(done))
+    assert doc["checkpoints"][-1] == {"step": done, "path": str(ck)}
+    assert load_checkpoint(ck)["step"] == done
+
+    resumed = _cli(*args, "--steps", str(done + 1), "--resume", str(ck), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE)  # fmt: skip
+    _, resumed_err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, resumed_err[-3000:]
+    whole = _strict_json(log)  # the resumed run's log carries the stopped run's steps over
+    assert [r["step"] for r in whole["steps"]] == list(range(done + 1))
+    assert whole["steps"][:done] == doc["steps"] and whole["status"] == "completed"
+
+
+def test_torchrun_ranks_stop_after_the_same_step_on_sigterm(sample_store: Path, tmp_path: Path) -> None:
+    """Two ranks under torchrun (CPU, gloo), torchrun sent SIGTERM (it passes it to the ranks): the
+    ranks agree on the step to stop after (their requests ride in the gradients' all-reduce, so none
+    waits forever in a collective the other left), write their logs and one checkpoint of it."""
+    from featurecache.model.train import rank_log_path
+
+    cfg = tmp_path / "tiny.json"
+    TINY.to_json(cfg)
+    log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "featurecache.cli", "train", "--device", "cpu", "--store", str(sample_store), "--crop", "24",
+           "--workers", "1", "--steps", "100000", "--model-config", str(cfg), "--log-file", str(log),
+           "--checkpoint", str(ck)]  # fmt: skip
+    with out.open("w") as output:
+        proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 300
+            while min(len(_steps_logged(rank_log_path(log, r))) for r in (0, 1)) < 2:
+                assert proc.poll() is None, out.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no second step logged within 300 s"
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)  # torchrun kills its ranks 30 s after passing the signal on
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode != 0
+    docs = [_strict_json(rank_log_path(log, r)) for r in (0, 1)]
+    done = len(docs[0]["steps"])
+    for doc in docs:
+        assert doc["status"] == "stopped" and len(doc["steps"]) == done >= 2, out.read_text()[-3000:]
+        assert doc["checkpoints"][-1] == {"step": done, "path": str(ck)}
+        assert all(r["world_tokens"] is not None for r in doc["steps"])
+    saved = load_checkpoint(ck)
+    assert saved["step"] == done and len(saved["data"]["ranks"]) == 2
+
+
+# ------------------------------------------------------------------------------------ non-finite loss
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
+    """lr 1e4 makes step 1's loss NaN: the run stops there with an error naming the step, the log
+    stays strict JSON (the loss as null) and the checkpoint is the one after step 0, not a NaN model."""
+    from featurecache.model.train import TrainingError
+
+    log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
+    with pytest.raises(TrainingError, match=r"loss is nan at step 1\b") as caught:
+        run_training(None, None, steps=5, log_path=log, checkpoint=ck, checkpoint_every=1, lr=1e4, **SYNTH)
+    assert "\n" not in str(caught.value)
+    doc = _strict_json(log)
+    assert [r["step"] for r in doc["steps"]] == [0, 1]
+    assert doc["steps"][1]["loss"] is None and doc["steps"][0]["loss"] > 0
+    assert doc["status"] == "failed" and "step 1" in doc["error"]
+    saved = load_checkpoint(ck)
+    assert saved["step"] == 1
+    assert all(bool(torch.isfinite(t).all()) for t in saved["model"].values())
+
+
+# --------------------------------------------------------------------------- paths checked up front
+def _never(rec: dict[str, Any]) -> None:
+    raise AssertionError("a refused run must not train")
+
+
+def test_log_and_checkpoint_paths_are_checked_before_training(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"--log .*is a directory"):
+        run_training(None, None, steps=2, log_path=tmp_path, on_step=_never, **SYNTH)
+    (tmp_path / "ckdir").mkdir()
+    with pytest.raises(UsageError, match=r"--checkpoint .*ckdir is a directory"):
+        run_training(
+            None, None, steps=2, log_path=None, checkpoint=tmp_path / "ckdir", on_step=_never, **SYNTH
+        )
+    (tmp_path / "ck_4.pt").mkdir()  # the final checkpoint of a {step} template
+    with pytest.raises(UsageError, match=r"ck_4\.pt is a directory"):
+        run_training(None, None, steps=4, log_path=None, checkpoint=tmp_path / "ck_{step}.pt", checkpoint_every=2,
+                     on_step=_never, **SYNTH)  # fmt: skip
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UsageError, match=r"--log .*afile"):
+        run_training(None, None, steps=2, log_path=tmp_path / "afile" / "log.json", on_step=_never, **SYNTH)
+
+    # missing parent directories are created, as for checkpoints
+    log, ck = tmp_path / "new" / "sub" / "log.json", tmp_path / "other" / "dir" / "ck.pt"
+    run_training(None, None, steps=1, log_path=log, checkpoint=ck, **SYNTH)
+    assert _strict_json(log)["status"] == "completed" and load_checkpoint(ck)["step"] == 1
+
+
+def test_train_cli_refuses_bad_paths_with_exit_2_before_training(sample_store: Path, tmp_path: Path) -> None:
+    (tmp_path / "ckdir").mkdir()
+    base = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1", "--steps", "2"]
+    for extra, named in ((["--log", "."], "--log"), (["--checkpoint", "ckdir"], "ckdir")):
+        proc = _cli(*base, *extra, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, err[-3000:]
+        assert "Traceback" not in err and named in err and "loss" not in err
+        assert [line for line in err.splitlines() if line.startswith("error:")], err
+
+
+# ------------------------------------------------------------------------------------- usage errors
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"device": "gpu"}, "--device 'gpu'"),
+        ({"device": "mps"}, "--device 'mps'"),
+        ({"device": "cuda:x"}, "--device 'cuda:x'"),
+        ({"lr": -1.0}, "--lr"),
+        ({"lr": 0.0}, "--lr"),
+        ({"lr": float("nan")}, "--lr"),
+        ({"crop_size": 0}, "crop"),
+        ({"steps": 0}, "steps"),
+        ({"batch_size": 0}, "batch"),
+        ({"pad_multiple": 0}, "--pad-multiple must be"),
+        ({"checkpoint_every": 1}, "needs a checkpoint path"),
+        ({"checkpoint_every": 0, "checkpoint": "ck.pt"}, "--checkpoint-every must be"),
+        ({"pool": "fork"}, "--pool 'fork'"),
+        ({"url": "notaurl"}, "--url 'notaurl'.*http"),
+        ({"cuda_graphs": True}, "CUDA graphs need --device cuda"),
+    ],
+)
+def test_run_training_refuses_invalid_arguments_as_usage_errors(
+    tmp_path: Path, kwargs: dict[str, Any], match: str
+) -> None:
+    args = {**SYNTH, "steps": 2, "log_path": None, "on_step": _never, **kwargs}
+    if "checkpoint" in args:
+        args["checkpoint"] = tmp_path / args["checkpoint"]
+    url = args.pop("url", None)
+    with pytest.raises(UsageError, match=match):
+        run_training(None, url, **args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_run_training_refuses_cuda_without_a_gpu() -> None:
+    with pytest.raises(UsageError, match="--device cuda: no CUDA device"):
+        run_training(None, None, steps=1, crop_size=16, device="cuda", log_path=None, config=TINY)
+
+
+# --------------------------------------------------------------------------------------------- resume
+def test_resume_refuses_another_crop_or_seed(tmp_path: Path) -> None:
+    run_training(None, None, steps=1, log_path=None, checkpoint=tmp_path / "ck.pt", **SYNTH)
+    with pytest.raises(UsageError, match=r"crop.* 16.* 24"):
+        run_training(None, None, steps=2, log_path=None, resume=tmp_path / "ck.pt",
+                     **{**SYNTH, "crop_size": 24})  # fmt: skip
+    with pytest.raises(UsageError, match=r"seed.* 0.* 7"):
+        run_training(None, None, steps=2, log_path=None, resume=tmp_path / "ck.pt", seed=7, **SYNTH)
+
+
+def test_resume_carries_the_earlier_steps_of_its_log_over(tmp_path: Path) -> None:
+    """Resuming with the log of the run it continues keeps that run's steps before the checkpoint
+    (those after it are trained again); a log of another run, or not a log, is refused."""
+    log = tmp_path / "log.json"
+    first = run_training(None, None, steps=4, log_path=log, checkpoint=tmp_path / "ck_{step}.pt",
+                         checkpoint_every=2, **SYNTH)  # fmt: skip
+    resumed = run_training(None, None, steps=5, log_path=log, resume=tmp_path / "ck_2.pt", **SYNTH)
+    doc = _strict_json(log)
+    assert doc == json.loads(json.dumps(resumed, default=str))
+    assert [r["step"] for r in doc["steps"]] == [0, 1, 2, 3, 4]
+    assert doc["steps"][:2] == _strict_json_of(first)["steps"][:2]
+    assert [r["loss"] for r in doc["steps"][2:4]] == [r["loss"] for r in first["steps"][2:4]]
+    assert doc["steps_from_earlier_log"] == 2 and doc["start_step"] == 2
+    assert [c["step"] for c in doc["checkpoints"]] == [2]
+    assert doc["summary"]["steps"] == 5
+
+    other = tmp_path / "other.json"
+    run_training(None, None, steps=1, log_path=other, seed=3, **SYNTH)
+    with pytest.raises(UsageError, match=r"other\.json .*another run.*seed"):
+        run_training(
+            None, None, steps=3, log_path=other, resume=tmp_path / "ck_2.pt", on_step=_never, **SYNTH
+        )
+    (tmp_path / "text.json").write_text("not a log")
+    with pytest.raises(UsageError, match=r"text\.json .*not a training log"):
+        run_training(None, None, steps=3, log_path=tmp_path / "text.json", resume=tmp_path / "ck_2.pt",
+                     on_step=_never, **SYNTH)  # fmt: skip
+
+
+def _strict_json_of(doc: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(doc, default=str))
+
+
+@pytest.mark.parametrize("kind", ["text", "pickle", "torch-object"])
+def test_resume_from_a_file_that_is_not_a_checkpoint_says_so_in_one_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "notack.pt"
+    if kind == "text":
+        path.write_text("hello\n")
+    elif kind == "pickle":
+        path.write_bytes(pickle.dumps({"step": 3}))
+    else:  # a zip torch.save wrote, holding an object the weights-only loader refuses
+        torch.save({"step": 3, "when": threading.Lock}, path)
+    with pytest.raises(UsageError, match=r"notack\.pt: not a featurecache checkpoint") as caught:
+        run_training(None, None, steps=5, log_path=None, resume=path, **SYNTH)
+    message = str(caught.value)
+    assert "\n" not in message and "weights_only" not in message and "Weights only" not in message
+
+
+def test_checkpoint_lines_number_steps_like_the_step_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="featurecache.model.train"):
+        run_training(None, None, steps=3, log_path=None, checkpoint=tmp_path / "ck.pt", checkpoint_every=2,
+                     **SYNTH)  # fmt: skip
+    lines = [r.getMessage() for r in caplog.records if re.match(r"step \d|checkpoint after", r.getMessage())]
+    pairs = [(lines[i - 1], line) for i, line in enumerate(lines) if line.startswith("checkpoint")]
+    assert len(pairs) == 2
+    for step_line, ck_line in pairs:
+        step = re.match(r"step (\d+)", step_line)
+        ck = re.match(r"checkpoint after step (\d+) \((\d+) steps done\)", ck_line)
+        assert step and ck and step.group(1) == ck.group(1) and int(ck.group(2)) == int(step.group(1)) + 1
+
+
+def test_training_errors_are_not_usage_errors() -> None:
+    """The CLI maps UsageError to exit 2 and every other FeatureCacheError to 3."""
+    from featurecache.model.train import TrainingError
+
+    assert issubclass(TrainingError, FeatureCacheError) and not issubclass(TrainingError, UsageError)
