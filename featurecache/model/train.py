@@ -508,11 +508,11 @@ def _check_device(device: str) -> torch.device:
     return dev
 
 
-def _check_output_path(path: Path, option: str) -> None:
+def _check_output_path(path: Path, option: str, example: str) -> None:
     """``path`` can be written before training starts: not a directory, its parent directories
     created, a file creatable beside it (the temporary file it is written through)."""
     if path.is_dir():
-        raise UsageError(f"{option} {path} is a directory; give a file path in it (e.g. {path / 'name'})")
+        raise UsageError(f"{option} {path} is a directory; give a file path (e.g. {path / example})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe = path.with_name(f".{path.name}.tmp")
@@ -618,7 +618,8 @@ class _RunLog:
         cost = time.perf_counter() - t
         self.writes += 1
         self.write_s += cost
-        self._due = time.monotonic() + max(self.every_s, cost / LOG_WRITE_SHARE)
+        if self.every_s > 0:  # 0: after every step, whatever it costs
+            self._due = time.monotonic() + max(self.every_s, cost / LOG_WRITE_SHARE)
 
     def start(self) -> None:
         """The first write, before the first step: a path that cannot be written is refused now."""
@@ -780,7 +781,7 @@ def run_training(
 
     The log (``log_path``; ``None``: none) is written before the first step, then at most every
     ``log_every_s`` seconds as the run goes (rarer once the log is big: writing it takes at most
-    ``LOG_WRITE_SHARE`` of the run) and at the end, through a temporary file renamed over it: a run
+    ``LOG_WRITE_SHARE`` of the run; 0: after every step) and at the end, through a temporary file renamed over it: a run
     that is killed leaves its last whole log. ``status`` says how the run ended: ``running``,
     ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (Ctrl-C).
     Strict JSON: a non-finite loss is null. A non-finite loss stops the run with a
@@ -828,13 +829,13 @@ def run_training(
     rank = _launch_rank()
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
     if log_file is not None:
-        _check_output_path(log_file, "--log")
+        _check_output_path(log_file, "--log", "train_log.json")
     if checkpoint is not None and rank == 0:
         first_save = (
             first_step + checkpoint_every - first_step % checkpoint_every if checkpoint_every else steps
         )
         for at in sorted({min(first_save, steps), steps}):
-            _check_output_path(checkpoint_path(checkpoint, at), "--checkpoint")
+            _check_output_path(checkpoint_path(checkpoint, at), "--checkpoint", "ckpt.pt")
     carried: list[Any] = []
     carried_checkpoints: list[Any] = []
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
@@ -989,7 +990,9 @@ def run_training(
                     log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
                              loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
                     if not finite:  # the update made the model non-finite too: it is not checkpointed
-                        kept = f" (the last checkpoint holds {saved_at} steps)" if saved_at else ""
+                        kept = (
+                            f" (the last checkpoint is the one after step {saved_at - 1})" if saved_at else ""
+                        )
                         raise TrainingError(
                             f"the loss is {loss_value} at step {step}: training diverged (a lower --lr?); "
                             f"stopped without a checkpoint of this step{kept}"

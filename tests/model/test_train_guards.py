@@ -107,6 +107,27 @@ def test_sigterm_stops_after_the_step_then_hands_the_signal_on(tmp_path: Path) -
     assert [r["step"] for r in again["steps"]] == [2]
 
 
+def test_a_second_sigterm_hands_the_signal_on_at_once(tmp_path: Path) -> None:
+    """Asked twice, the run does not wait for the step: the previous handler gets the signal now
+    (the default one would end the process), and no checkpoint is written."""
+    ck = tmp_path / "ck.pt"
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+            raise AssertionError("the second signal did not stop the run at once")
+
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(_Terminated):
+            run_training(None, None, steps=50, log_path=None, checkpoint=ck, on_step=on_step, **SYNTH)
+        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not ck.exists()
+
+
 def test_training_off_the_main_thread_leaves_signals_alone(tmp_path: Path) -> None:
     """Only the main thread may install a signal handler: elsewhere the run trains without one."""
     before = signal.getsignal(signal.SIGTERM)
