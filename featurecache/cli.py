@@ -222,9 +222,15 @@ def serve(
 def train(
     store: Annotated[Path | None, typer.Option("--store", help="Local store directory.")] = None,
     url: Annotated[str | None, typer.Option("--url", help="Lookup service URL (instead of --store).")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", help="Bearer token of the lookup service (--url; or FEATURECACHE_AUTH_TOKEN)."
+        ),
+    ] = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     crop: Annotated[int, typer.Option(help="Token crop size.")] = 384,
-    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
     batch_size: Annotated[int, typer.Option(help="Samples per step.")] = 1,
     fused: Annotated[
         bool,
@@ -331,6 +337,9 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json."""
     if (store is None) == (url is None):
         typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
+    if token is not None and url is None:
+        typer.secho("error: --token is for a lookup service (--url)", fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_USAGE)
     from featurecache.model.config import ModelConfig
     from featurecache.model.train import run_training
 
@@ -340,7 +349,7 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json."""
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every, resume=resume, config=config,
+            checkpoint_every=checkpoint_every, resume=resume, config=config, token=token,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

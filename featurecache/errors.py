@@ -84,5 +84,9 @@ class LoaderError(FeatureCacheError, RuntimeError):
     """The training client cannot go on (e.g. every one of many samples in a row failed)."""
 
 
+class TrainingError(FeatureCacheError, RuntimeError):
+    """The training run cannot go on: a non-finite loss, a log or checkpoint that cannot be written."""
+
+
 class KernelShapeError(FeatureCacheError, ValueError):
     """A Triton launcher was given tensors of incompatible shapes or dtypes."""

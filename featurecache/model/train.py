@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from featurecache.client.schema import MODEL_INPUT_KEYS
-from featurecache.errors import FeatureCacheError, InvalidRequest, UsageError
+from featurecache.errors import FeatureCacheError, InvalidRequest, TrainingError, UsageError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
@@ -56,10 +56,6 @@ WARMUP_STEPS = 1
 DEFAULT_PAD_MULTIPLE = 128
 #: the client's worker pools (``pool=``)
 POOLS = ("process", "thread")
-
-
-class TrainingError(FeatureCacheError, RuntimeError):
-    """The run cannot go on: a non-finite loss, a log or checkpoint that cannot be written."""
 
 
 @dataclasses.dataclass
@@ -101,12 +97,14 @@ def make_batches(
     pool: str = "thread",
     state: dict[str, Any] | None = None,
     rank: int = 0,
+    token: str | None = None,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
     earlier run with the same source, seed, crop and batch size) continues that run's stream.
     ``rank``: synthetic batches of rank r are seeded ``seed + r`` (the client shards its stream by
-    the process group's rank itself)."""
+    the process group's rank itself). ``token``: the lookup service's bearer token (``url`` only;
+    default: FEATURECACHE_AUTH_TOKEN)."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -115,8 +113,9 @@ def make_batches(
 
     source = str(store) if store is not None else str(url)
     dataset = FeatureDataset(
-        source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool
-    )
+        source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
+        token=token if url is not None else None,
+    )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
     if state is not None:
         if "client" not in state:
@@ -730,6 +729,7 @@ def run_training(
     checkpoint_every: int | None = None,
     resume: str | Path | None = None,
     log_every_s: float = LOG_EVERY_S,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -883,7 +883,7 @@ def run_training(
                     "%s holds no data position: the batches start from the stream's beginning", resume
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
-                               rank=ranks.rank)  # fmt: skip
+                               rank=ranks.rank, token=token)  # fmt: skip
         source = src.name
         if resumed is not None:
             log.info(

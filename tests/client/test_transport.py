@@ -258,3 +258,18 @@ def test_training_over_a_service_with_small_msa_limits_skips_nothing(
     for p, s in want.items():
         for k in ("msa", "msa_deletions", "msa_mask", "profile", "deletion_mean"):
             np.testing.assert_array_equal(got[p][k], s[k], err_msg=f"{p} {k}")
+
+
+def test_train_cli_passes_its_token_to_the_service(token_server: str, tmp_path: Path) -> None:
+    """`featurecache train --url URL --token T` trains over a token-protected service; without the
+    token (and none in the environment) it stops with the service's refusal, not a traceback."""
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    cmd = [sys.executable, "-m", "featurecache.cli", "train", "--url", token_server, "--steps", "2", "--crop", "32",
+           "--device", "cpu", "--workers", "1", "--pool", "thread"]  # fmt: skip
+    ok = subprocess.run([*cmd, "--token", TOKEN, "--log", str(tmp_path / "ok.json")], capture_output=True,
+                        text=True, env=env, timeout=300)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run([*cmd, "--log", str(tmp_path / "no.json")], capture_output=True, text=True, env=env,
+                             timeout=300)  # fmt: skip
+    assert refused.returncode == 3 and "Traceback" not in refused.stderr, refused.stderr
+    assert "token" in refused.stderr.lower() and TOKEN not in refused.stderr
