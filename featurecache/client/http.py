@@ -430,7 +430,10 @@ def _detail(response: httpx.Response) -> str:
     try:
         doc = response.json()
     except ValueError:
-        return response.text[:500] or response.reason_phrase
+        kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+        # featurecache answers JSON: anything else is another server (or a proxy) at that URL
+        return (f"{response.reason_phrase} ({kind} answer, not the lookup service's JSON: is this URL a "
+                f"featurecache serve?)")  # fmt: skip
     detail = doc.get("detail", doc) if isinstance(doc, dict) else doc
     if isinstance(detail, list):  # FastAPI validation errors
         return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)

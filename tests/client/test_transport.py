@@ -273,3 +273,33 @@ def test_train_cli_passes_its_token_to_the_service(token_server: str, tmp_path: 
                              timeout=300)  # fmt: skip
     assert refused.returncode == 3 and "Traceback" not in refused.stderr, refused.stderr
     assert "token" in refused.stderr.lower() and TOKEN not in refused.stderr
+
+
+def test_a_url_that_is_not_a_lookup_service_says_so(tmp_path: Path) -> None:
+    """Another HTTP server at the URL (here Python's file server): the error says the answer was not
+    the lookup service's, instead of quoting that server's HTML page."""
+    from featurecache.errors import FeatureCacheError
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 30
+        while True:
+            try:
+                import httpx
+
+                httpx.get(url, timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+        with pytest.raises(FeatureCacheError) as caught:
+            LookupClient(url, retries=0).info()
+        message = str(caught.value)
+        assert "not the lookup service's JSON" in message and "<html" not in message.lower(), message
+    finally:
+        proc.kill()
+        proc.wait()
