@@ -296,8 +296,8 @@ def train(
         Path | None,
         typer.Option(
             "--model-config",
-            help="Model config JSON (featurecache.model.config.ModelConfig; default: the reference model). "
-            "A resumed run takes the checkpoint's.",
+            help="Model config JSON: the fields of ModelConfig, in module featurecache.model.config (default: the "
+            "reference model). A resumed run takes the checkpoint's.",
         ),
     ] = None,
     lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-3,
