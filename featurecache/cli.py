@@ -393,6 +393,13 @@ def plan(
     headroom: Annotated[
         float, typer.Option(help="Share of GPU memory kept free (allocator fragmentation, CUDA context).")
     ] = 0.08,
+    pad_multiple: Annotated[
+        int,
+        typer.Option(
+            "--pad-multiple",
+            help="Token padding of a training step, as `featurecache train --pad-multiple` (128 on cuda; 1: none).",
+        ),
+    ] = 128,
 ) -> None:
     """Predict peak training memory per entry from the index alone; recommend a token budget."""
     from featurecache.plan import run_plan
@@ -405,6 +412,7 @@ def plan(
             fused=fused,
             write_index=write_index,
             headroom=headroom,
+            pad_multiple=pad_multiple,
         )
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

@@ -2,7 +2,8 @@
 
 For every entry the plan predicts the peak training memory of one step of the reference trunk
 (:mod:`featurecache.plan.memory`) at each standard crop, with the entry's effective token count
-``N = min(token_count, crop)`` and its worst-case MSA rows ``M = min(deepest chain MSA,
+``N = min(token_count, crop)`` padded up to a multiple of 128 and capped at the crop (what
+``featurecache train`` runs on CUDA; ``pad_multiple``), and its worst-case MSA rows ``M = min(deepest chain MSA,
 max_msa_rows)`` (the client draws between 1 and that many rows), and the largest token budget that
 fits the GPU. The result is written to ``STORE/index/plan.arrow`` (atomic replace), which
 :class:`~featurecache.store.reader.LocalStore` loads as ``store.table("plan")``;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -30,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featurecache.errors import InvalidRequest, StoreError
+from featurecache.errors import InvalidRequest, StoreError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.plan.memory import MemoryEstimate, Precision, estimate_step, max_tokens_within
 
@@ -51,15 +53,41 @@ _UNITS = {
 }  # fmt: skip
 
 
+#: a GPU budget below this is a unit mistake ("80" read as 80 bytes), not a GPU
+MIN_GPU_MEMORY = 64 * 2**20
+#: training pads each batch's token axis to a multiple of this on CUDA, capped at the crop
+#: (``featurecache.model.train.DEFAULT_PAD_MULTIPLE``; a test keeps the two equal)
+DEFAULT_PAD_MULTIPLE = 128
+
+
 def parse_bytes(text: str | int) -> int:
-    """``"80GiB"`` → 85899345920; accepts B, kB/MB/GB/TB (powers of 10), KiB/MiB/GiB/TiB, bare numbers."""
+    """``"80GiB"`` → 85899345920; accepts B, kB/MB/GB/TB (powers of 10), KiB/MiB/GiB/TiB, bare numbers.
+    A size below 64 MiB (``"80"``: 80 bytes) is refused as a unit mistake (UsageError)."""
     if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise InvalidRequest(f"cannot read a memory size from {text!r} (e.g. 80GiB, 141GB, 8e9)")
-    return int(float(m.group(1)) * _UNITS[unit])
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise UsageError(
+                f"--gpu-memory: cannot read a memory size from {text!r} (e.g. 80GiB, 141GB, 8e9)"
+            )
+        number = float(m.group(1)) * _UNITS[unit]
+        if not math.isfinite(number) or number > 2**63:
+            raise UsageError(f"--gpu-memory: {text!r} is not a plausible GPU memory size")
+        value = int(number)
+    if value < MIN_GPU_MEMORY:
+        raise UsageError(f"--gpu-memory: {text!r} is {value} bytes; give a unit, e.g. 80GiB")
+    return value
+
+
+def padded_tokens(tokens: np.ndarray, crop: int, pad_multiple: int) -> np.ndarray:
+    """The token length a step at ``crop`` runs for each entry: min(tokens, crop) padded up to a
+    multiple of ``pad_multiple``, capped at the crop (what ``featurecache train`` does on CUDA)."""
+    n = np.minimum(tokens, crop)
+    if pad_multiple <= 1:
+        return n
+    return np.minimum(-(-n // pad_multiple) * pad_multiple, crop)
 
 
 def load_model_config(path: str | Path | None) -> ModelConfig:
@@ -97,9 +125,14 @@ class Planner:
         precision: Precision | None = None,
         batch_size: int = 1,
         headroom: float = 0.0,
+        pad_multiple: int = DEFAULT_PAD_MULTIPLE,
     ) -> None:
         if not 0.0 <= headroom < 1.0:
-            raise ValueError(f"headroom must be in [0, 1), got {headroom}")
+            raise UsageError(f"--headroom must be in [0, 1), got {headroom}")
+        if pad_multiple < 1:
+            raise UsageError(f"--pad-multiple must be >= 1 (1: no padding), got {pad_multiple}")
+        self.gpu_memory = int(gpu_memory_bytes)
+        self.pad_multiple = int(pad_multiple)
         # An entry "fits" when its predicted peak leaves ``headroom`` of the card free: the caching
         # allocator's fragmentation and the CUDA context are not in the ledger (measured on the H200:
         # a step predicted at 131.2 GiB ran out of memory on the 139.8 GiB card).
@@ -123,6 +156,7 @@ class Planner:
     def metadata(self) -> dict[str, Any]:
         return {
             "version": PLAN_VERSION, "gpu_memory_bytes": self.budget, "fused": self.fused,
+            "gpu_memory_given_bytes": self.gpu_memory, "headroom": self.headroom, "pad_multiple": self.pad_multiple,
             "precision": {"compute_bytes": self.precision.compute, "exp_fp32": self.precision.exp_fp32},
             "batch_size": self.batch_size, "model_config": self.cfg.to_dict(),
         }  # fmt: skip
@@ -149,7 +183,7 @@ class Planner:
             "recommended_crop": pa.array(np.minimum(tokens, max_tok), pa.int64()),
         }
         for crop in crops:
-            n_eff = np.minimum(tokens, crop)
+            n_eff = padded_tokens(tokens, crop, self.pad_multiple)
             peak = np.array(
                 [self.estimate(max(1, int(n)), int(m)).peak_bytes for n, m in zip(n_eff, rows, strict=True)],
                 dtype=np.int64,
@@ -202,7 +236,12 @@ def write_plan(store: str | Path, table: pa.Table) -> Path:
     path = plan_path(store)
     if not path.parent.is_dir():
         raise StoreError(f"{store} has no index directory; is it a featurecache store?")
-    replace_table(path, table)
+    try:
+        replace_table(path, table)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot write the plan to {path}: {exc.strerror or exc} (--no-write-index plans without writing)"
+        ) from exc
     return path
 
 
@@ -247,6 +286,7 @@ def plan_store(
     max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
     precision: Precision | None = None,
     headroom: float = DEFAULT_HEADROOM,
+    pad_multiple: int = DEFAULT_PAD_MULTIPLE,
 ) -> pa.Table:
     """Plan every entry of a store; write ``index/plan.arrow`` when ``write_index``.
 
@@ -257,7 +297,7 @@ def plan_store(
     try:
         planner = Planner(
             load_model_config(model_config), parse_bytes(gpu_memory), fused=fused, precision=precision,
-            batch_size=batch_size, headroom=headroom,
+            batch_size=batch_size, headroom=headroom, pad_multiple=pad_multiple,
         )  # fmt: skip
         table = planner.plan(reader.entries, reader.chains, crops, max_msa_rows)
     finally:
@@ -275,22 +315,26 @@ def run_plan(
     fused: bool = True,
     write_index: bool = True,
     headroom: float | None = None,
+    pad_multiple: int = DEFAULT_PAD_MULTIPLE,
 ) -> dict[str, Any]:
-    """``featurecache plan``: plan, write the index table, print a summary; returns the summary."""
+    """``featurecache plan``: plan, print a summary, write the index table; returns the summary."""
     from rich.console import Console
     from rich.table import Table
 
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
     table = plan_store(
-        store, model_config, gpu_memory, fused=fused, write_index=write_index, headroom=headroom
-    )
+        store, model_config, gpu_memory, fused=fused, write_index=False, headroom=headroom,
+        pad_multiple=pad_multiple,
+    )  # fmt: skip
     summary = summarize_plan(table)
     meta = plan_metadata(table)
     budget = meta["gpu_memory_bytes"]
     console = Console()
     t = Table(
-        title=f"memory plan: {table.num_rows} entries, {budget / 2**30:.1f} GiB, "
-        f"{'fused Triton kernels' if fused else 'torch reference kernels'}, bf16 autocast, batch {meta['batch_size']}"
+        title=f"memory plan: {table.num_rows} entries, {meta['gpu_memory_given_bytes'] / 2**30:.1f} GiB GPU "
+        f"({budget / 2**30:.1f} GiB usable after {meta['headroom']:.0%} headroom), "
+        f"{'fused Triton kernels' if fused else 'torch reference kernels'}, bf16 autocast, batch {meta['batch_size']}, "
+        f"tokens padded to a multiple of {meta['pad_multiple']}"
     )
     for col in ("crop", "entries that fit", "share", "largest predicted peak", "peak of a full crop"):
         t.add_column(col, justify="right")
@@ -301,17 +345,18 @@ def run_plan(
         n_fit = int(pc.sum(table.column(f"fits_{crop}")).as_py() or 0)
         full = planner.estimate(crop, meta["max_msa_rows"]).peak_bytes
         t.add_row(
-            str(crop), f"{n_fit}/{table.num_rows}", f"{summary[f'share_fits_{crop}']:.1%}",
+            str(crop), f"{n_fit}/{table.num_rows}",
+            f"{summary[f'share_fits_{crop}']:.1%}" if table.num_rows else "—",
             f"{summary[f'max_predicted_peak_bytes_{crop}'] / 2**30:.2f} GiB", f"{full / 2**30:.2f} GiB",
         )  # fmt: skip
     console.print(t)
     if table.num_rows:
-        console.print(
-            f"largest crop that fits at the deepest MSA: {summary['min_max_tokens']} tokens; "
-            + (
-                "written to index/plan.arrow (filter: featurecache.plan.fitting_ids(store, crop))"
-                if write_index
-                else "not written (--no-write-index)"
-            )
-        )
+        console.print(f"largest crop that fits at the deepest MSA: {summary['min_max_tokens']} tokens")
+    if (
+        write_index
+    ):  # after printing: a read-only store still shows its plan, then says why it was not written
+        path = write_plan(store, table)
+        console.print(f"written to {path} (filter: featurecache.plan.fitting_ids(store, crop))")
+    else:
+        console.print("not written (--no-write-index)")
     return summary

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 import featurecache
 from featurecache.cli import app
 from featurecache.client.sampler import Sampler, SamplerFilter
-from featurecache.errors import InvalidRequest, StoreError
+from featurecache.errors import InvalidRequest, StoreError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.plan import STANDARD_CROPS, estimate_step, fitting_ids, parse_bytes, plan_store, read_plan
-from featurecache.plan.planner import DEFAULT_MAX_MSA_ROWS, plan_path
+from featurecache.plan.planner import DEFAULT_MAX_MSA_ROWS, padded_tokens, plan_path
 from featurecache.store.index import read_table, rebuild_index
 
 
@@ -34,8 +34,35 @@ def test_parse_bytes() -> None:
     assert parse_bytes("141 GB") == 141 * 10**9
     assert parse_bytes("512MiB") == 512 * 2**20
     assert parse_bytes("1e9") == 10**9
-    with pytest.raises(InvalidRequest):
-        parse_bytes("lots")
+    for bad in ("lots", "80", "0", "-1GiB", "nanGiB", "1e400GiB"):  # "80" would be 80 bytes: a unit mistake
+        with pytest.raises(UsageError):
+            parse_bytes(bad)
+
+
+def test_plan_runs_at_the_padded_length_training_uses(store: Path) -> None:
+    """On CUDA `featurecache train` pads a batch's tokens up to a multiple of 128, capped at the crop;
+    the plan predicts that length, not the entry's own (a 600-token entry runs at 640 at crop 640)."""
+    from featurecache.model.train import DEFAULT_PAD_MULTIPLE
+    from featurecache.plan.planner import DEFAULT_PAD_MULTIPLE as PLAN_PAD
+
+    assert PLAN_PAD == DEFAULT_PAD_MULTIPLE
+    assert padded_tokens(np.array([600, 202, 128, 1]), 640, 128).tolist() == [640, 256, 128, 128]
+    assert padded_tokens(np.array([600, 202]), 384, 128).tolist() == [384, 256]
+    assert padded_tokens(np.array([600, 202]), 384, 1).tolist() == [384, 202]
+    padded = plan_store(store, gpu_memory="80GiB", write_index=False)
+    plain = plan_store(store, gpu_memory="80GiB", write_index=False, pad_multiple=1)
+    tokens = np.asarray(padded.column("token_count").to_pylist())
+    for crop in (384, 640):
+        assert padded.column(f"tokens_{crop}").to_pylist() == padded_tokens(tokens, crop, 128).tolist()
+        assert plain.column(f"tokens_{crop}").to_pylist() == np.minimum(tokens, crop).tolist()
+        longer = np.asarray(padded.column(f"tokens_{crop}")) > np.asarray(plain.column(f"tokens_{crop}"))
+        assert longer.any()  # some sample entry is not a multiple of 128
+        more = np.asarray(padded.column(f"predicted_peak_bytes_{crop}")) > np.asarray(
+            plain.column(f"predicted_peak_bytes_{crop}")
+        )
+        assert (more == longer).all()
+    with pytest.raises(UsageError, match="headroom"):
+        plan_store(store, gpu_memory="80GiB", write_index=False, headroom=1.5)
 
 
 def test_plan_matches_the_index(store: Path) -> None:
@@ -53,7 +80,7 @@ def test_plan_matches_the_index(store: Path) -> None:
         assert row["msa_rows"] == m
         assert row["recommended_crop"] == min(e["token_count"], row["max_tokens"])
         for crop in STANDARD_CROPS:
-            n = min(e["token_count"], crop)
+            n = min(-(-min(e["token_count"], crop) // 128) * 128, crop)  # train's padding on CUDA
             assert row[f"tokens_{crop}"] == n
             peak = estimate_step(cfg, n, m, fused=False).peak_bytes
             assert row[f"predicted_peak_bytes_{crop}"] == peak
@@ -105,4 +132,4 @@ def test_cli_plan(store: Path, tmp_path: Path) -> None:
     fits = np.array(table.column("fits_768").to_pylist())
     assert np.array_equal(fits, peaks <= 24 * 2**30)
     result = CliRunner().invoke(app, ["plan", str(store), "--gpu-memory", "a lot"])
-    assert result.exit_code == 3
+    assert result.exit_code == 2  # a usage error
