@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from featurecache.errors import InvalidRequest
+from featurecache.errors import UsageError
 from featurecache.report.data import Panel
+
+#: per-step values drawn as numbers (null allowed)
+_NUMBER_KEYS = ("data_wait_s", "step_time_s", "tokens")
 
 
 def _per_step(value: Any, how: str) -> float | None:
@@ -33,13 +36,71 @@ def _per_step(value: Any, how: str) -> float | None:
 
 
 def load_train_log(path: str | Path) -> dict[str, Any]:
+    """Read and check a ``featurecache train`` log; a file that is not one is a :class:`UsageError`
+    (the ``--train-log`` argument is wrong) naming the file and what is wrong with it."""
+    path = Path(path)
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InvalidRequest(f"cannot read the training log {path}: {exc}") from exc
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--train-log {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"--train-log {path}: is a directory, not a `featurecache train` log") from None
+    except OSError as exc:
+        raise UsageError(f"--train-log {path}: cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError:
+        raise UsageError(f"--train-log {path}: not a text file, not a `featurecache train` log") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--train-log {path}: not JSON ({exc}), not a `featurecache train` log") from None
+    problem = train_log_problem(doc)
+    if problem is not None:
+        raise UsageError(f"--train-log {path}: {problem}")
+    return cast(dict[str, Any], doc)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def train_log_problem(doc: Any) -> str | None:
+    """Why ``doc`` (parsed JSON) cannot be drawn as a training log, or None. Checks the types of
+    what :func:`timeline_panel` reads, so a hand-edited log is refused in words, not a traceback."""
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
-        raise InvalidRequest(f"{path} is not a `featurecache train` log (no 'steps' list)")
-    return doc
+        return "not a `featurecache train` log (no 'steps' list)"
+    for key in ("summary", "loader"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            return f"'{key}' is {_kind(doc[key])}, not an object"
+    if doc.get("status") is not None and not isinstance(doc["status"], str):
+        return f"'status' is {_kind(doc['status'])}, not a word (running, completed, stopped, …)"
+    counts = {"steps_from_earlier_log": doc.get("steps_from_earlier_log"),
+              "summary.warmup_steps_excluded": (doc.get("summary") or {}).get("warmup_steps_excluded")}  # fmt: skip
+    for key, value in counts.items():
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return f"'{key}' is {_kind(value)}, not a count"
+    for i, rec in enumerate(doc["steps"]):
+        if not isinstance(rec, dict):
+            return f"steps[{i}] is {_kind(rec)}, not a step record"
+        step = rec.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            return f"steps[{i}]: 'step' is {_kind(step)}, not a step number"
+        for key in _NUMBER_KEYS:
+            if rec.get(key) is not None and not _is_number(rec[key]):
+                return f"steps[{i}] (step {step}): '{key}' is {_kind(rec[key])}, not a number"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """A JSON value as a reader of the log would name it: ``null``, ``the text "n/a"``, …"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {json.dumps(value)}"
+    if isinstance(value, str):
+        return f"the text {json.dumps(value[:40])}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def timeline_panel(doc: dict[str, Any]) -> tuple[Panel, dict[str, Any]]:

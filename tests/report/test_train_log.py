@@ -1,0 +1,90 @@
+"""``featurecache report --train-log``: a file that is not a training log is a usage error (exit 2)
+naming the file and what is wrong, never a traceback; a real log of a run that did not complete
+says so, with the same warm-up-free median data wait as the log's own summary."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from featurecache.cli import app
+from featurecache.errors import UsageError
+from featurecache.report.timeline import load_train_log
+
+
+@pytest.fixture(scope="module")
+def real_log(sample_store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The log of a real three-step CPU run over the sample store."""
+    from featurecache.model.train import run_training
+
+    path = tmp_path_factory.mktemp("train") / "log.json"
+    run_training(sample_store, None, steps=3, crop_size=16, device="cpu", fused=False, log_path=path,
+                 workers=2)  # fmt: skip
+    doc: dict[str, Any] = json.loads(path.read_text())
+    assert doc["status"] == "completed" and len(doc["steps"]) == 3
+    return doc
+
+
+def _edited(edit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], bytes]:
+    def make(doc: dict[str, Any]) -> bytes:
+        doc = json.loads(json.dumps(doc))
+        edit(doc)
+        return json.dumps(doc).encode()
+
+    return make
+
+
+def _set_step(i: int, key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda doc: doc["steps"][i].__setitem__(key, value)
+
+
+#: (case, file contents from the real log — None: no file, "dir": a directory —, words of the reason)
+BAD_LOGS: list[tuple[str, Any, str]] = [
+    ("missing", None, "no such file"),
+    ("directory", "dir", "is a directory"),
+    ("text", lambda doc: b"training went fine\n", "not JSON"),
+    ("binary", lambda doc: bytes(range(256)) * 4, "not a text file"),
+    ("truncated", lambda doc: json.dumps(doc).encode()[:200], "not JSON"),
+    ("a list", lambda doc: b"[1, 2]", "no 'steps' list"),
+    ("no steps", _edited(lambda doc: doc.pop("steps")), "no 'steps' list"),
+    ("steps an object", _edited(lambda doc: doc.__setitem__("steps", {})), "no 'steps' list"),
+    ("summary text", _edited(lambda doc: doc.__setitem__("summary", "n/a")), "'summary' is the text \"n/a\""),
+    ("loader text", _edited(lambda doc: doc.__setitem__("loader", "x")), "'loader' is the text"),
+    ("step null", _edited(_set_step(1, "step", None)), "steps[1]: 'step' is null"),
+    ("step record a number", _edited(lambda doc: doc["steps"].__setitem__(2, 7)), "steps[2] is the number 7"),
+    ("data wait text", _edited(_set_step(1, "data_wait_s", "0.1")), "'data_wait_s' is the text \"0.1\""),
+    ("tokens a list", _edited(_set_step(0, "tokens", [64])), "'tokens' is a list"),
+    ("carried steps negative", _edited(lambda doc: doc.__setitem__("steps_from_earlier_log", -1)),
+     "'steps_from_earlier_log' is the number -1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "contents", "reason"), BAD_LOGS, ids=[c[0] for c in BAD_LOGS])
+def test_a_bad_train_log_is_a_usage_error(
+    case: str, contents: Any, reason: str, real_log: dict[str, Any], sample_store: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "train_log.json"
+    if contents == "dir":
+        path.mkdir()
+    elif contents is not None:
+        path.write_bytes(contents(real_log))
+    result = CliRunner().invoke(
+        app, ["report", str(sample_store), "--out", str(tmp_path / "r"), "--train-log", str(path)]
+    )
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.startswith(f"error: --train-log {path}: ") and reason in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    with pytest.raises(UsageError, match="--train-log"):
+        load_train_log(path)
+
+
+def test_the_real_log_passes(real_log: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "log.json"
+    path.write_text(json.dumps(real_log))
+    assert load_train_log(path) == real_log
