@@ -35,39 +35,60 @@ def _write_csv(path: Path, columns: dict[str, list[Any]]) -> None:
 
 
 def write_report(store: str | Path, out: str | Path, train_log: str | Path | None = None) -> Path:
-    """Write the report of ``store`` into directory ``out``; returns the path of ``index.html``."""
-    from featurecache.report.plots import render
+    """Write the report of ``store`` into directory ``out``; returns the path of ``index.html``.
+
+    The store and the training log are read before ``out`` is created, so a wrong argument leaves
+    nothing behind; a report that cannot be written is a :class:`StoreError` naming ``out``."""
     from featurecache.store.reader import open_store
 
     store, out = Path(store), Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the report directory {out}: {exc}") from exc
+    doc = None
+    if train_log is not None:
+        from featurecache.report.timeline import load_train_log
+
+        doc = load_train_log(train_log)
     reader = open_store(store)
     try:
         panels, per_entry, summary = collect(reader, store)
         failures = reader.failures.to_pylist()
     finally:
         reader.close()
-    if train_log is not None:
-        from featurecache.report.timeline import load_train_log, timeline_panel
+    if doc is not None:
+        from featurecache.report.timeline import timeline_panel
 
-        panel, tl_summary = timeline_panel(load_train_log(train_log))
+        panel, tl_summary = timeline_panel(doc)
         panels.append(panel)
         summary["loader_timeline"] = tl_summary
+    summary["panels"] = [p.name for p in panels]
+    page = render_page(
+        f"featurecache report — {store.name}", panels, summary, failures, time.strftime("%Y-%m-%d %H:%M:%S")
+    )
+    try:
+        index = _write_files(out, panels, per_entry, failures, summary, page)
+    except OSError as exc:
+        raise StoreError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
+    log.info("report: %d plots in %s", len(panels), out)
+    return index
+
+
+def _write_files(
+    out: Path,
+    panels: list[Panel],
+    per_entry: dict[str, list[Any]],
+    failures: list[dict[str, Any]],
+    summary: dict[str, Any],
+    page: str,
+) -> Path:
+    from featurecache.report.plots import render
+
+    out.mkdir(parents=True, exist_ok=True)
     for panel in panels:
         render(panel, out)
         _write_csv(out / f"{panel.name}.csv", panel.columns)
     _write_csv(out / "entries.csv", per_entry)
     fail_cols = ["path", "entry_id", "stage", "error_class", "message"]
     _write_csv(out / "failures.csv", {c: [f.get(c, "") for f in failures] for c in fail_cols})
-    summary["panels"] = [p.name for p in panels]
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    page = render_page(
-        f"featurecache report — {store.name}", panels, summary, failures, time.strftime("%Y-%m-%d %H:%M:%S")
-    )
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
-    log.info("report: %d plots in %s", len(panels), out)
     return index

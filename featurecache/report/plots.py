@@ -113,9 +113,11 @@ def render(panel: Panel, out_dir: Path) -> Path:
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3, axis="y" if panel.kind != "barh" else "x")
-    fig.tight_layout()
     path = out_dir / f"{panel.name}.png"
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:  # an unwritable directory must not leave the figure open
+        plt.close(fig)
     log.debug("wrote %s", path)
     return path

@@ -5,7 +5,6 @@ says so, with the same warm-up-free median data wait as the log's own summary.""
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
