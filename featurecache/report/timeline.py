@@ -5,7 +5,12 @@ list of per-step records. Read per step: ``step``, ``data_wait_s``, ``step_time_
 and, when the log carries them, ``reorder_depth`` (an int, or one int per sample of the batch — the
 batch key of the same name) and ``skipped`` (a count, or the list of skip records the batch
 reported). A top-level ``loader`` object (``LoaderStats.summary()``) and ``summary`` are quoted in
-the caption.
+the caption, and so is how a run that did not complete ended (``status``, ``stop_signal``,
+``error``) and how many steps were carried over from the log of the run it resumed
+(``steps_from_earlier_log``). The median data wait leaves out the warm-up steps, as the log's
+``summary`` does. The log does not record how many steps were asked for.
+
+:func:`load_train_log` refuses a file that is not such a log with a :class:`UsageError`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from typing import Any, cast
 from featurecache.errors import UsageError
 from featurecache.report.data import Panel
 
+#: steps the log's ``summary`` leaves out of its medians when it does not say
+#: (``featurecache.model.train.WARMUP_STEPS``; not imported: that module loads torch)
+WARMUP_STEPS = 1
 #: per-step values drawn as numbers (null allowed)
 _NUMBER_KEYS = ("data_wait_s", "step_time_s", "tokens")
 
@@ -90,6 +98,26 @@ def train_log_problem(doc: Any) -> str | None:
     return None
 
 
+def _unfinished(doc: dict[str, Any], n_steps: int) -> str | None:
+    """How a run that did not complete ended, in words; None for a completed run (or an older log
+    without ``status``). The log does not record how many steps were asked for."""
+    status = doc.get("status")
+    if status in (None, "completed"):
+        return None
+    after = f"after {n_steps} step{'s' if n_steps != 1 else ''}"
+    if status == "stopped":
+        signal = doc.get("stop_signal")
+        return f"stopped by {signal} {after}" if signal else f"stopped {after}"
+    if status == "failed":
+        error = doc.get("error")
+        return f"failed {after}" + (f" ({str(error)[:200]})" if error else "")
+    if status == "interrupted":
+        return f"interrupted (Ctrl-C) {after}"
+    if status == "running":
+        return f"still running (or killed) when the log was last written, {after}"
+    return f"status {status!r} {after}"
+
+
 def _kind(value: Any) -> str:
     """A JSON value as a reader of the log would name it: ``null``, ``the text "n/a"``, …"""
     if value is None:
@@ -132,9 +160,16 @@ def timeline_panel(doc: dict[str, Any]) -> tuple[Panel, dict[str, Any]]:
             "tokens",
             "bar",
         )
+    warmup = (doc.get("summary") or {}).get("warmup_steps_excluded", WARMUP_STEPS)
+    timed = waits[warmup:] or waits  # as the log's summary: warm-up steps out of the median
+    status = doc.get("status")
+    carried = int(doc.get("steps_from_earlier_log") or 0)
     summary = {
         "steps": len(steps),
-        "median_data_wait_ms": statistics.median(waits) if waits else None,
+        "status": status,
+        "steps_from_earlier_log": carried,
+        "warmup_steps_excluded": len(waits) - len(timed),
+        "median_data_wait_ms": statistics.median(timed) if timed else None,
         "max_data_wait_ms": max(waits) if waits else None,
         "source": doc.get("source"),
         "device": doc.get("device"),
@@ -146,11 +181,21 @@ def timeline_panel(doc: dict[str, Any]) -> tuple[Panel, dict[str, Any]]:
     loader = doc.get("loader") if isinstance(doc.get("loader"), dict) else None
     if loader:
         summary["loader"] = loader
-    caption = f"{len(steps)} steps from {doc.get('source', '?')} on {doc.get('device', '?')}"
+    caption = f"{len(steps)} steps from {doc.get('source') or '?'} on {doc.get('device') or '?'}"
+    unfinished = _unfinished(doc, len(steps))
+    if unfinished:
+        summary["unfinished"] = unfinished
+        caption = f"The run did not complete: {unfinished}. {caption}"
+    if carried:
+        caption += f" (the first {carried} carried over from the log of the run this one resumed)"
     if waits:
-        caption += f"; median data wait {summary['median_data_wait_ms']:.1f} ms, max {summary['max_data_wait_ms']:.1f} ms"
+        caption += f"; median data wait {summary['median_data_wait_ms']:.1f} ms"
+        if summary["warmup_steps_excluded"]:
+            n_warm = summary["warmup_steps_excluded"]
+            caption += f" after {n_warm} warm-up step{'s' if n_warm != 1 else ''}"
+        caption += f", max {summary['max_data_wait_ms']:.1f} ms"
     frac = (doc.get("summary") or {}).get("data_wait_fraction")
-    if isinstance(frac, int | float):
+    if _is_number(frac):
         caption += f"; data wait is {frac:.1%} of step time"
     missing = [n for n, ok in (("reorder depth", depth_key), ("skips", skip_key)) if not ok]
     if missing:

@@ -5,6 +5,7 @@ says so, with the same warm-up-free median data wait as the log's own summary.""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 
 from featurecache.cli import app
 from featurecache.errors import UsageError
-from featurecache.report.timeline import load_train_log
+from featurecache.report import write_report
+from featurecache.report.timeline import load_train_log, timeline_panel
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +89,80 @@ def test_the_real_log_passes(real_log: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "log.json"
     path.write_text(json.dumps(real_log))
     assert load_train_log(path) == real_log
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
+def test_a_stopped_then_resumed_run(sample_store: Path, tmp_path: Path) -> None:
+    """A real run stopped by SIGTERM after 2 of its 50 steps, then resumed from its checkpoint into
+    the same log: the caption says the first did not complete and the second carries its steps."""
+    from featurecache.model.train import WARMUP_STEPS, run_training
+
+    assert WARMUP_STEPS == 1  # timeline.WARMUP_STEPS, for logs whose summary does not say
+    log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
+    kw: dict[str, Any] = dict(crop_size=16, device="cpu", fused=False, log_path=log, workers=2, checkpoint=ck)
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGTERM)  # the run stops after this step
+
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(_Terminated):
+            run_training(sample_store, None, steps=50, on_step=on_step, **kw)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    doc = json.loads(log.read_text())
+    assert doc["status"] == "stopped" and len(doc["steps"]) == 2
+
+    out = tmp_path / "stopped"
+    write_report(sample_store, out, train_log=log)
+    timeline = json.loads((out / "summary.json").read_text())["loader_timeline"]
+    assert timeline["status"] == "stopped" and timeline["steps"] == 2
+    # the log's summary leaves the warm-up step out of its median; so does the report
+    assert timeline["median_data_wait_ms"] == pytest.approx(doc["summary"]["median_data_wait_s"] * 1e3)
+    assert timeline["median_data_wait_ms"] == pytest.approx(doc["steps"][1]["data_wait_s"] * 1e3)
+    page = (out / "index.html").read_text()
+    assert "The run did not complete: stopped by SIGTERM after 2 steps." in page
+    assert "after 1 warm-up step" in page
+
+    run_training(sample_store, None, steps=3, resume=ck, **kw)
+    doc = json.loads(log.read_text())
+    assert doc["status"] == "completed" and doc["steps_from_earlier_log"] == 2 and len(doc["steps"]) == 3
+    out = tmp_path / "resumed"
+    write_report(sample_store, out, train_log=log)
+    timeline = json.loads((out / "summary.json").read_text())["loader_timeline"]
+    assert timeline["status"] == "completed" and timeline["steps_from_earlier_log"] == 2
+    assert timeline["median_data_wait_ms"] == pytest.approx(doc["summary"]["median_data_wait_s"] * 1e3)
+    page = (out / "index.html").read_text()
+    assert "did not complete" not in page
+    assert (
+        "3 steps from " in page
+        and "the first 2 carried over from the log of the run this one resumed" in page
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "extra", "words"),
+    [
+        ("running", {}, "still running (or killed) when the log was last written, after 3 steps"),
+        ("failed", {"error": "TrainingError: non-finite loss at step 2"},
+         "failed after 3 steps (TrainingError: non-finite loss at step 2)"),
+        ("interrupted", {}, "interrupted (Ctrl-C) after 3 steps"),
+    ],
+)  # fmt: skip
+def test_other_runs_that_did_not_complete(
+    status: str, extra: dict[str, Any], words: str, real_log: dict[str, Any]
+) -> None:
+    doc = dict(real_log, status=status, **extra)
+    panel, summary = timeline_panel(doc)
+    assert panel.caption.startswith(f"The run did not complete: {words}. 3 steps from "), panel.caption
+    assert summary["status"] == status
+    done, _ = timeline_panel(real_log)
+    assert "did not complete" not in done.caption
