@@ -264,7 +264,8 @@ def _max(v: np.ndarray) -> str:
 
 
 def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
-    """Panels of ``index/plan.arrow`` when the store has been planned."""
+    """Panels of ``index/plan.arrow`` when the store has been planned; a plan made before entries
+    were added or removed is flagged as covering only some of the store's entries."""
     from featurecache.plan.planner import PLAN_TABLE, plan_metadata, summarize_plan
 
     table = reader.table(PLAN_TABLE)
@@ -276,15 +277,40 @@ def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
     section = "Memory plan"
     budget = meta.get("gpu_memory_bytes", 0) / 2**30
     mode = "fused Triton kernels" if meta.get("fused") else "torch reference kernels"
+    stale = _plan_staleness(table, reader.entries, meta)
+    if stale:
+        summary.update(stale)
+        section = f"Memory plan — out of date: covers {stale['plan_covers_entries']} of {stale['store_entries']} entries"
+    note = f"{stale['plan_out_of_date']}. " if stale else ""
     shares = {"label": [str(c) for c in crops], "share_fits": [summary[f"share_fits_{c}"] for c in crops]}
     panels = [
         Panel("plan_share_fits", "Share of entries that fit", section, "bar", shares, "crop (tokens)", "share",
-              f"{budget:.0f} GiB, {mode}, batch {meta.get('batch_size')}"),
+              f"{note}{budget:.0f} GiB, {mode}, batch {meta.get('batch_size')}"),
     ]  # fmt: skip
     top = crops[-1] if crops else None
     if top is not None:
         h = _hist(table.column(f"predicted_peak_bytes_{top}").to_numpy().astype(np.float64) / 2**30, bins=20)
         panels.append(Panel(f"plan_peak_{top}", f"Predicted peak memory at crop {top}", section, "hist", h, "GiB",
-                            "entries", f"largest {summary[f'max_predicted_peak_bytes_{top}'] / 2**30:.2f} GiB of "
-                            f"{budget:.0f} GiB"))  # fmt: skip
+                            "entries", f"{note}largest {summary[f'max_predicted_peak_bytes_{top}'] / 2**30:.2f} GiB "
+                            f"of {budget:.0f} GiB"))  # fmt: skip
     return panels, summary
+
+
+def _plan_staleness(plan: pa.Table, entries: pa.Table, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """None when the plan covers exactly the store's entries; otherwise how far it is behind: the
+    entry count at planning time (``n_entries`` of the plan's metadata, else its rows) against the
+    index's, and the index entries that have a plan row."""
+    ids = entries.column("id").to_pylist() if entries.num_rows else []
+    planned = set(plan.column("id").to_pylist()) if "id" in plan.column_names else set()
+    covered = sum(1 for i in ids if i in planned)
+    n_planned = int(meta.get("n_entries", plan.num_rows))
+    if n_planned == len(ids) and covered == len(ids) == len(planned):
+        return None
+    gone = len(planned) - covered
+    words = (
+        f"Out of date: the plan covers {covered} of the store's {len(ids)} entries (planned when the store "
+        f"had {n_planned}" + (f"; {gone} planned entries are no longer in the store" if gone else "")
+        + "); run `featurecache plan` again"
+    )  # fmt: skip
+    return {"plan_out_of_date": words, "plan_covers_entries": covered, "store_entries": len(ids),
+            "plan_n_entries": n_planned}  # fmt: skip
