@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,19 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated(signum)
 
 
+@contextmanager
+def _terminated_by_sigterm() -> Iterator[None]:
+    """The body must end in :class:`_Terminated` (SIGTERM handed on to the test's handler), and the
+    run must have put that handler back."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(_Terminated):
+            yield
+        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_sigterm_stops_after_the_step_then_hands_the_signal_on(tmp_path: Path) -> None:
     """In-process: SIGTERM during step 1 lets the step finish, writes the log and a checkpoint of
     the two steps, restores the handler that was there before and re-raises the signal to it (the
@@ -89,13 +104,8 @@ def test_sigterm_stops_after_the_step_then_hands_the_signal_on(tmp_path: Path) -
         if rec["step"] == 1:
             signal.raise_signal(signal.SIGTERM)  # delivered now, to this (the main) thread
 
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        with pytest.raises(_Terminated):
-            run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
-        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with _terminated_by_sigterm():
+        run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
     doc = _strict_json(log)
     assert doc["status"] == "stopped" and doc["stop_signal"] == "SIGTERM"
     assert [r["step"] for r in doc["steps"]] == [0, 1]
@@ -118,13 +128,8 @@ def test_a_second_sigterm_hands_the_signal_on_at_once(tmp_path: Path) -> None:
             signal.raise_signal(signal.SIGTERM)
             raise AssertionError("the second signal did not stop the run at once")
 
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        with pytest.raises(_Terminated):
-            run_training(None, None, steps=50, log_path=None, checkpoint=ck, on_step=on_step, **SYNTH)
-        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with _terminated_by_sigterm():
+        run_training(None, None, steps=50, log_path=None, checkpoint=ck, on_step=on_step, **SYNTH)
     assert not ck.exists()
 
 
