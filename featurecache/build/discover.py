@@ -9,9 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.parse.structure import entry_stem, structure_format
-from featurecache.store.index import complete_parts, read_table
+from featurecache.store.index import complete_parts
 from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
     PART_DONE_FILE,
@@ -93,11 +95,11 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
             claimants.setdefault(eid, []).append(rel)
         bump = []
         for eid, rels_ in claimants.items():
-            if len(rels_) == 1 and eid not in fixed.values() and existing.get(eid, rels_[0]) == rels_[0]:
+            taken = eid in existing  # by a stored entry of another path (a stored path's own id is fixed)
+            if len(rels_) == 1 and not taken:
                 continue
             movable = [r for r in rels_ if level[r] < len(forms[r]) - 1]
             # one claimant already at its longest form keeps the id when the others can move on
-            taken = eid in fixed.values() or existing.get(eid, rels_[0]) != rels_[0]
             bump += movable if movable and len(rels_) - len(movable) <= (0 if taken else 1) else rels_
         if not bump:
             return {**fixed, **ids}
@@ -152,13 +154,9 @@ def done_keys(root: Path) -> set[str]:
     return keys
 
 
-def existing_entry_ids(root: Path) -> dict[str, str]:
-    """id → source path of entries already in the store (from the current index)."""
-    f = Path(root) / "index" / "entries.arrow"
-    if not f.is_file():
-        return {}
-    t = read_table(f, memory_map=False).select(["id", "source_path"])
-    return dict(zip(t.column("id").to_pylist(), t.column("source_path").to_pylist(), strict=True))
+def existing_entry_ids(entries: pa.Table) -> dict[str, str]:
+    """id → source path of the entries of an index ``entries`` table."""
+    return dict(zip(entries.column("id").to_pylist(), entries.column("source_path").to_pylist(), strict=True))
 
 
 def next_part_number(root: Path, prefix: str) -> int:

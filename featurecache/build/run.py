@@ -163,8 +163,8 @@ def run_build(
                 {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__},
             )
             remove_leftovers(out)
-            rebuild_index(out)  # from the parts: repairs an index left stale or damaged by a killed build
-            existing = existing_entry_ids(out)
+            # from the parts: repairs an index left stale or damaged by a killed build
+            existing = existing_entry_ids(rebuild_index(out)["entries"])
             inputs = discover(pdb_dir, entry_config, existing, exclude=out)
             done = done_keys(out)
             pending = [i for i in inputs if i.key not in done]
