@@ -341,11 +341,11 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json."""
         typer.secho("error: --token is for a lookup service (--url)", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
     from featurecache.model.config import ModelConfig
-    from featurecache.model.train import run_training
+    from featurecache.model.train import describe_log, describe_run, run_training
 
     try:
         config = ModelConfig.from_json(model_config) if model_config is not None else None
-        run_training(
+        doc = run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
@@ -353,6 +353,11 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json."""
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    except KeyboardInterrupt:  # Ctrl-C: the run stopped after its step (twice: at once)
+        typer.secho(describe_log(log) or "interrupted (Ctrl-C) before the first step", fg=typer.colors.YELLOW,
+                    err=True)  # fmt: skip
+        raise typer.Exit(130) from None
+    typer.echo(describe_run(doc, log if doc.get("rank", 0) == 0 else None))
 
 
 @app.command()

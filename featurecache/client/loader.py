@@ -28,6 +28,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -196,6 +197,10 @@ class _ThreadPool(_Pool):
 
 
 def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
+    # Ctrl-C reaches every process of the terminal's foreground group: the parent decides what it
+    # means (``featurecache train`` finishes its step first) and shuts the pool down; a worker that
+    # took it would die with a KeyboardInterrupt traceback of its own and lose its sample.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             task = conn.recv()

@@ -648,14 +648,15 @@ class _RunLog:
 
 
 class _StopSignals:
-    """While entered (in the main thread only: Python's rule for handlers), SIGTERM asks the loop
-    to stop after its current step (``requested``) instead of killing the process mid-step. On exit
-    the previous handlers are back; :meth:`hand_on` then re-raises a received signal to them, so a
-    process with the default handler ends as an uncaught SIGTERM ends it (exit status 143), only
-    after the log and the checkpoint are written. A second signal hands on at once. A signal that
-    was ignored stays ignored."""
+    """While entered (in the main thread only: Python's rule for handlers), SIGTERM and SIGINT
+    (Ctrl-C) ask the loop to stop after its current step (``requested``) instead of ending the
+    process mid-step. On exit the previous handlers are back; :meth:`hand_on` then re-raises a
+    received signal to them, so a process with the default handlers ends as an uncaught SIGTERM
+    ends it (exit status 143), or raises ``KeyboardInterrupt`` for SIGINT, only after the log and
+    the checkpoint are written. A second signal hands on at once (a second Ctrl-C: a
+    ``KeyboardInterrupt`` mid-step). A signal that was ignored stays ignored."""
 
-    SIGNALS = (signal.SIGTERM,)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -681,9 +682,12 @@ class _StopSignals:
             signal.raise_signal(signum)
             return
         self.received = signum
-        log.warning(
-            "%s: stopping after this step (send it again to stop at once)", signal.Signals(signum).name
-        )
+        if signum == signal.SIGINT:
+            log.warning("Ctrl-C: stopping after this step (press it again to stop at once)")
+        else:
+            log.warning(
+                "%s: stopping after this step (send it again to stop at once)", signal.Signals(signum).name
+            )
 
     def _restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -783,15 +787,18 @@ def run_training(
     ``log_every_s`` seconds as the run goes (rarer once the log is big: writing it takes at most
     ``LOG_WRITE_SHARE`` of the run; 0: after every step) and at the end, through a temporary file renamed over it: a run
     that is killed leaves its last whole log. ``status`` says how the run ended: ``running``,
-    ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (Ctrl-C).
+    ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (a second
+    Ctrl-C, or a ``KeyboardInterrupt`` raised otherwise); ``steps_requested`` is ``steps``.
     Strict JSON: a non-finite loss is null. A non-finite loss stops the run with a
     :class:`TrainingError` naming the step, without checkpointing the model it left.
 
-    SIGTERM (SLURM's and torchrun's way to end a job; handled when the run is in the main thread)
-    stops the run after its current step: the log and, with ``checkpoint``, a checkpoint of the
-    steps done are written, then the signal is handed on to the handler that was installed before
-    (by default: the process ends as killed by SIGTERM, exit status 143). With several ranks they
-    all stop after the same step. Ctrl-C (KeyboardInterrupt) stops at once, writing the log only.
+    SIGTERM (SLURM's and torchrun's way to end a job) and SIGINT (Ctrl-C), handled when the run is
+    in the main thread, stop the run after its current step: the log and, with ``checkpoint``, a
+    checkpoint of the steps done are written, then the signal is handed on to the handler that was
+    installed before (by default: SIGTERM ends the process as killed by it, exit status 143;
+    SIGINT raises ``KeyboardInterrupt`` from this function). With several ranks they all stop
+    after the same step. A second signal stops at once (a second Ctrl-C: ``interrupted``, the log
+    only).
 
     Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
     rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
@@ -903,7 +910,8 @@ def run_training(
             "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
-            "start_step": first_step, "steps_from_earlier_log": len(carried), "checkpoints": carried_checkpoints,
+            "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
+            "checkpoints": carried_checkpoints,
             "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
             "error": None, "steps": list(carried),
@@ -1130,3 +1138,52 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             if r["step_time_s"] > SLOW_STEP_FACTOR * median_step
         ],
     }
+
+
+def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str:
+    """One line on how a run (its log ``doc``) went, for the end of ``featurecache train``: how it
+    ended, its steady rate, the data wait, the loss, where the log and the last checkpoint are, and
+    (a run that did not complete) how to continue it."""
+    n = len(doc.get("steps") or [])
+    requested = doc.get("steps_requested")
+    of = f" of {requested}" if isinstance(requested, int) and requested != n else ""
+    status = doc.get("status")
+    words = {
+        "completed": f"trained {n} steps",
+        "stopped": f"stopped by {doc.get('stop_signal') or 'a signal'} after {n}{of} steps",
+        "interrupted": f"interrupted (Ctrl-C) after {n}{of} steps",
+        "failed": f"failed after {n}{of} steps",
+        "running": f"still running after {n}{of} steps",
+    }.get(str(status), f"status {status!r} after {n}{of} steps")
+    parts = [words]
+    s = doc.get("summary") or {}
+    if s.get("median_step_time_s") is not None:
+        rate = s.get("median_tokens_per_s")
+        parts.append(
+            f"median step {s['median_step_time_s'] * 1e3:.1f} ms"
+            + (f" ({rate:.0f} tokens/s)" if rate is not None else "")
+            + f", data wait {100 * s.get('data_wait_fraction', 0.0):.1f} % of step time"
+        )
+    first, last = s.get("first_loss"), s.get("last_loss")
+    if isinstance(first, float) and isinstance(last, float):
+        parts.append(f"loss {first:.3f} -> {last:.3f}")
+    if log_path is not None:
+        parts.append(f"log {log_path}")
+    checkpoints = doc.get("checkpoints") or []
+    if checkpoints and isinstance(checkpoints[-1], dict):
+        ck = checkpoints[-1].get("path")
+        parts.append(f"checkpoint {ck}")
+        if status != "completed" and isinstance(requested, int):
+            parts.append(f"continue with --resume {ck} --steps {requested}")
+    return "; ".join(parts)
+
+
+def describe_log(log_path: str | Path) -> str | None:
+    """:func:`describe_run` of the log at ``log_path`` (this process's rank's), or None when there is
+    no readable log there (a run stopped before its first write)."""
+    path = rank_log_path(log_path, _launch_rank())
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return describe_run(doc, path) if isinstance(doc, dict) else None

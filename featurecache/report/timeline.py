@@ -8,7 +8,8 @@ reported). A top-level ``loader`` object (``LoaderStats.summary()``) and ``summa
 the caption, and so is how a run that did not complete ended (``status``, ``stop_signal``,
 ``error``) and how many steps were carried over from the log of the run it resumed
 (``steps_from_earlier_log``). The median data wait leaves out the warm-up steps, as the log's
-``summary`` does. The log does not record how many steps were asked for.
+``summary`` does. A log that records ``steps_requested`` (the run's ``--steps``) is quoted as
+"after N of M steps".
 
 :func:`load_train_log` refuses a file that is not such a log with a :class:`UsageError`.
 """
@@ -71,6 +72,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def train_log_problem(doc: Any) -> str | None:
     """Why ``doc`` (parsed JSON) cannot be drawn as a training log, or None. Checks the types of
     what :func:`timeline_panel` reads, so a hand-edited log is refused in words, not a traceback."""
@@ -82,6 +87,7 @@ def train_log_problem(doc: Any) -> str | None:
     if doc.get("status") is not None and not isinstance(doc["status"], str):
         return f"'status' is {_kind(doc['status'])}, not a word (running, completed, stopped, …)"
     counts = {"steps_from_earlier_log": doc.get("steps_from_earlier_log"),
+              "steps_requested": doc.get("steps_requested"),
               "summary.warmup_steps_excluded": (doc.get("summary") or {}).get("warmup_steps_excluded")}  # fmt: skip
     for key, value in counts.items():
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
@@ -100,11 +106,14 @@ def train_log_problem(doc: Any) -> str | None:
 
 def _unfinished(doc: dict[str, Any], n_steps: int) -> str | None:
     """How a run that did not complete ended, in words; None for a completed run (or an older log
-    without ``status``). The log does not record how many steps were asked for."""
+    without ``status``). ``n_steps`` counts the log's steps; with ``steps_requested`` in the log
+    (older logs lack it) the words say how many of those the run was asked for."""
     status = doc.get("status")
     if status in (None, "completed"):
         return None
-    after = f"after {n_steps} step{'s' if n_steps != 1 else ''}"
+    requested = doc.get("steps_requested")
+    of = f" of {requested}" if _is_count(requested) else ""
+    after = f"after {n_steps}{of} step{'s' if n_steps != 1 or of else ''}"
     if status == "stopped":
         signal = doc.get("stop_signal")
         return f"stopped by {signal} {after}" if signal else f"stopped {after}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import re
 import signal
@@ -82,16 +83,16 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def _terminated_by_sigterm() -> Iterator[None]:
-    """The body must end in :class:`_Terminated` (SIGTERM handed on to the test's handler), and the
+def _terminated_by_sigterm(sig: int = signal.SIGTERM) -> Iterator[None]:
+    """The body must end in :class:`_Terminated` (``sig`` handed on to the test's handler), and the
     run must have put that handler back."""
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(sig, _raise_terminated)
     try:
         with pytest.raises(_Terminated):
             yield
-        assert signal.getsignal(signal.SIGTERM) is _raise_terminated
+        assert signal.getsignal(sig) is _raise_terminated
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(sig, previous)
 
 
 def test_sigterm_stops_after_the_step_then_hands_the_signal_on(tmp_path: Path) -> None:
@@ -131,6 +132,102 @@ def test_a_second_sigterm_hands_the_signal_on_at_once(tmp_path: Path) -> None:
     with _terminated_by_sigterm():
         run_training(None, None, steps=50, log_path=None, checkpoint=ck, on_step=on_step, **SYNTH)
     assert not ck.exists()
+
+
+def test_ctrl_c_stops_after_the_step_like_sigterm(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) during step 1: the step finishes, the log says ``stopped`` by SIGINT after 2
+    of 50 steps, a checkpoint of the two steps is written, and only then is the signal handed on
+    (to Python's default handler that is a KeyboardInterrupt out of ``run_training``)."""
+    log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    with _terminated_by_sigterm(signal.SIGINT):
+        run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
+    doc = _strict_json(log)
+    assert doc["status"] == "stopped" and doc["stop_signal"] == "SIGINT"
+    assert [r["step"] for r in doc["steps"]] == [0, 1] and doc["steps_requested"] == 50
+    assert load_checkpoint(ck)["step"] == 2
+
+    # with Python's own handler: KeyboardInterrupt, after the log and the checkpoint
+    ck.unlink()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert _strict_json(log)["status"] == "stopped" and load_checkpoint(ck)["step"] == 2
+
+
+def test_a_second_ctrl_c_interrupts_the_step(tmp_path: Path) -> None:
+    """Pressed twice, Ctrl-C does not wait for the step: KeyboardInterrupt now, status
+    ``interrupted``, no checkpoint."""
+    log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            raise AssertionError("the second Ctrl-C did not stop the run at once")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_training(None, None, steps=50, log_path=log, checkpoint=ck, on_step=on_step, **SYNTH)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    doc = _strict_json(log)
+    assert doc["status"] == "interrupted" and len(doc["steps"]) == 2
+    assert not ck.exists()
+
+
+def test_train_cli_on_ctrl_c_stops_after_the_step_and_says_how_to_continue(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """``featurecache train`` with client worker processes, Ctrl-C sent to the whole process group
+    (as a terminal does): exit 130, no traceback from the trainer or its workers, a ``stopped`` log,
+    a checkpoint, and a last line that says how to continue; the continued run ends with its own
+    one-line summary."""
+    log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
+    args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "2", "--pool",
+            "process", "--checkpoint", str(ck), "--log", str(log)]  # fmt: skip
+    with out.open("w") as output:
+        proc = _cli(
+            *args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while len(_steps_logged(log)) < 1:
+                assert proc.poll() is None, out.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no step logged within 300 s"
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert proc.returncode == 130, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    doc = _strict_json(log)
+    done = len(doc["steps"])
+    assert doc["status"] == "stopped" and doc["stop_signal"] == "SIGINT" and done >= 1
+    assert load_checkpoint(ck)["step"] == done
+    last = text.strip().splitlines()[-1]
+    assert f"stopped by SIGINT after {done} of 100000 steps" in last, last
+    assert f"continue with --resume {ck} --steps 100000" in last, last
+
+    resumed = _cli(*args, "--steps", str(done + 1), "--resume", str(ck), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)  # fmt: skip
+    resumed_out, resumed_err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, resumed_err[-3000:]
+    summary = resumed_out.strip().splitlines()[-1]
+    assert summary.startswith(f"trained {done + 1} steps;"), resumed_out[-3000:]
+    assert f"log {log}" in summary and f"checkpoint {ck}" in summary and "--resume" not in summary
 
 
 def test_training_off_the_main_thread_leaves_signals_alone(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ BAD_LOGS: list[tuple[str, Any, str]] = [
     ("tokens a list", _edited(_set_step(0, "tokens", [64])), "'tokens' is a list"),
     ("carried steps negative", _edited(lambda doc: doc.__setitem__("steps_from_earlier_log", -1)),
      "'steps_from_earlier_log' is the number -1"),
+    ("steps requested text", _edited(lambda doc: doc.__setitem__("steps_requested", "ten")),
+     "'steps_requested' is the text \"ten\""),
 ]  # fmt: skip
 
 
@@ -129,7 +131,7 @@ def test_a_stopped_then_resumed_run(sample_store: Path, tmp_path: Path) -> None:
     assert timeline["median_data_wait_ms"] == pytest.approx(doc["summary"]["median_data_wait_s"] * 1e3)
     assert timeline["median_data_wait_ms"] == pytest.approx(doc["steps"][1]["data_wait_s"] * 1e3)
     page = (out / "index.html").read_text()
-    assert "The run did not complete: stopped by SIGTERM after 2 steps." in page
+    assert "The run did not complete: stopped by SIGTERM after 2 of 50 steps." in page
     assert "after 1 warm-up step" in page
 
     run_training(sample_store, None, steps=3, resume=ck, **kw)
@@ -151,10 +153,13 @@ def test_a_stopped_then_resumed_run(sample_store: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("status", "extra", "words"),
     [
-        ("running", {}, "still running (or killed) when the log was last written, after 3 steps"),
-        ("failed", {"error": "TrainingError: non-finite loss at step 2"},
-         "failed after 3 steps (TrainingError: non-finite loss at step 2)"),
-        ("interrupted", {}, "interrupted (Ctrl-C) after 3 steps"),
+        ("running", {"steps_requested": 10},
+         "still running (or killed) when the log was last written, after 3 of 10 steps"),
+        ("failed", {"error": "TrainingError: non-finite loss at step 2", "steps_requested": 8},
+         "failed after 3 of 8 steps (TrainingError: non-finite loss at step 2)"),
+        ("interrupted", {"steps_requested": 1000}, "interrupted (Ctrl-C) after 3 of 1000 steps"),
+        # a log written before the run recorded --steps
+        ("interrupted", {"steps_requested": None}, "interrupted (Ctrl-C) after 3 steps"),
     ],
 )  # fmt: skip
 def test_other_runs_that_did_not_complete(
