@@ -230,6 +230,15 @@ def train(
     ] = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     crop: Annotated[int, typer.Option(help="Token crop size.")] = 384,
+    max_atoms: Annotated[
+        int | None,
+        typer.Option(
+            "--max-atoms",
+            min=1,
+            help="Atom budget of a crop. Default: none, each crop holds min(tokens, --crop) tokens (AF3 "
+            "crops by tokens). With a budget, a crop holds fewer tokens when their atoms would exceed it.",
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
     batch_size: Annotated[int, typer.Option(help="Samples per step.")] = 1,
     fused: Annotated[
@@ -349,7 +358,7 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json."""
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every, resume=resume, config=config, token=token,
+            checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

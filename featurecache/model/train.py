@@ -98,13 +98,15 @@ def make_batches(
     state: dict[str, Any] | None = None,
     rank: int = 0,
     token: str | None = None,
+    max_atoms: int | None = None,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
     earlier run with the same source, seed, crop and batch size) continues that run's stream.
     ``rank``: synthetic batches of rank r are seeded ``seed + r`` (the client shards its stream by
     the process group's rank itself). ``token``: the lookup service's bearer token (``url`` only;
-    default: FEATURECACHE_AUTH_TOKEN)."""
+    default: FEATURECACHE_AUTH_TOKEN). ``max_atoms``: the client's atom budget per crop (None: none,
+    crops hold ``min(N, crop_size)`` tokens; see ``FeatureDataset``)."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -114,7 +116,7 @@ def make_batches(
     source = str(store) if store is not None else str(url)
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
-        token=token if url is not None else None,
+        token=token if url is not None else None, max_atoms=max_atoms,
     )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
     if state is not None:
@@ -734,6 +736,7 @@ def run_training(
     resume: str | Path | None = None,
     log_every_s: float = LOG_EVERY_S,
     token: str | None = None,
+    max_atoms: int | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -764,6 +767,9 @@ def run_training(
     all of it), which is what ``data_wait_fraction`` sums. Off: fetch, then step, then sync.
     ``compute_s`` runs from issuing the step to reading its loss (with the prefetch it includes
     the next fetch where that outlasts the GPU's work); ``gpu_s`` is the GPU's time on the step.
+
+    ``max_atoms``: the client's atom budget per crop (None, the default: no budget, each crop holds
+    ``min(N, crop_size)`` tokens; with one, a crop holds fewer tokens when their atoms exceed it).
 
     ``pool``: the client's workers, ``"process"`` (default on CUDA) or ``"thread"`` (default on
     the CPU). Worker threads hold the GIL when the training thread wakes from the loss's
@@ -890,7 +896,7 @@ def run_training(
                     "%s holds no data position: the batches start from the stream's beginning", resume
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
-                               rank=ranks.rank, token=token)  # fmt: skip
+                               rank=ranks.rank, token=token, max_atoms=max_atoms)  # fmt: skip
         source = src.name
         if resumed is not None:
             log.info(
@@ -906,7 +912,8 @@ def run_training(
 
         records: list[dict[str, Any]] = []  # this run's steps (the log's "steps" also holds the carried ones)
         doc: dict[str, Any] = {
-            "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "batch_size": batch_size,
+            "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "max_atoms": max_atoms,
+            "batch_size": batch_size,
             "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
