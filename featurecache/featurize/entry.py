@@ -51,7 +51,7 @@ def featurize_bytes(
     raw = _parse_structure(data, name)
     st = raw.structure
     n_models = len(st)
-    warnings = []
+    warnings = list(raw.warnings)
     if "_featurecache.warning" in st.info:
         warnings.append(st.info["_featurecache.warning"])
     timer.start("tokenize")

@@ -9,6 +9,7 @@ core that tests feed bytes.
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 import gemmi
 
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
+
+log = logging.getLogger(__name__)
 
 STRUCTURE_SUFFIXES = (".cif", ".mmcif", ".pdb", ".ent", ".bcif")
 
@@ -29,6 +32,7 @@ class RawStructure:
     fmt: str  # "mmcif" | "pdb" | "bcif"
     release_date: str  # ISO date or ""
     resolution: float = math.nan  # Å; NaN when the file states none (NMR, predictions)
+    warnings: tuple[str, ...] = ()  # problems worth recording that did not stop parsing
 
 
 def structure_format(name: str) -> str | None:
@@ -180,6 +184,7 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
                 )
             raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
         st = gemmi.make_structure_from_block(block)
+        warnings = _add_unlabelled_connections(block, st)
         release_date = _mmcif_release_date(block)
         resolution = _resolution(st)
         if math.isnan(resolution):
@@ -188,7 +193,154 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
         raise
     except (RuntimeError, ValueError, IndexError) as exc:
         raise ParseError(_gemmi_error(f"cannot read the {fmt} data block", exc, name), stage="parse") from exc
-    return RawStructure(st, fmt, release_date, resolution)
+    return RawStructure(st, fmt, release_date, resolution, tuple(warnings))
+
+
+# ------------------------------------------------------------------------------------- struct_conn
+#: gemmi's ``_struct_conn.conn_type_id`` values (anything else is ``Unknown``, as gemmi reads it).
+_CONN_TYPES = {
+    "covale": gemmi.ConnectionType.Covale,
+    "disulf": gemmi.ConnectionType.Disulf,
+    "hydrog": gemmi.ConnectionType.Hydrog,
+    "metalc": gemmi.ConnectionType.MetalC,
+}
+#: Unresolvable ``_struct_conn`` rows named one warning each, up to this many; the rest counted.
+MAX_CONN_WARNINGS = 10
+
+_ConnKey = tuple[str, int | None, str, str, str]  # chain, seq num, icode, residue, atom
+
+
+def _add_unlabelled_connections(block: gemmi.cif.Block, st: gemmi.Structure) -> list[str]:
+    """Add the ``_struct_conn`` rows gemmi skipped to ``st.connections``; warnings for the rest.
+
+    gemmi reads ``_struct_conn`` only when the loop has ``id``, ``ptnrN_label_comp_id``,
+    ``ptnrN_label_atom_id``, ``ptnrN_auth_asym_id`` and ``ptnrN_auth_seq_id``; rewritten files
+    (e.g. assembly files) that carry only auth columns lose every bond silently. When the block
+    has more rows than gemmi read, every row is read here (:func:`_conn_partner` says how a partner
+    is found); type, symmetry and distance as gemmi reads them. Rows gemmi already has are not
+    added twice. A row whose partner is not an atom of the first model is left out with a warning.
+    """
+    try:
+        table = block.get_mmcif_category("_struct_conn.")
+    except (RuntimeError, ValueError):
+        return []
+    n_rows = max((len(v) for v in table.values()), default=0)
+    if n_rows == 0 or len(st.connections) >= n_rows or len(st) == 0:
+        return []
+    known = {_conn_key(c) for c in st.connections}
+    residues = _ResidueIndex(st[0])
+    added = 0
+    problems: list[str] = []
+    for row in range(n_rows):
+        p1, p2 = (_conn_partner(table, row, k, residues) for k in (1, 2))
+        if isinstance(p1, str) or isinstance(p2, str):
+            problems.append(f"_struct_conn row {row + 1}: {p1 if isinstance(p1, str) else p2}")
+            continue
+        conn = gemmi.Connection()
+        conn.name = _cell(table, "id", row) or f"struct_conn{row + 1}"
+        conn_type = (_cell(table, "conn_type_id", row) or "").lower()
+        conn.type = _CONN_TYPES.get(conn_type, gemmi.ConnectionType.Unknown)
+        conn.partner1, conn.partner2 = p1, p2
+        sym1, sym2 = _cell(table, "ptnr1_symmetry", row), _cell(table, "ptnr2_symmetry", row)
+        if sym1 is not None and sym2 is not None:
+            conn.asu = gemmi.Asu.Same if sym1 == sym2 else gemmi.Asu.Different
+        distance = _positive_float(_cell(table, "pdbx_dist_value", row) or "")
+        if not math.isnan(distance):
+            conn.reported_distance = distance
+        key = _conn_key(conn)
+        if key not in known:
+            known.add(key)
+            st.connections.append(conn)
+            added += 1
+    if added:
+        log.debug("%s: read %d _struct_conn rows gemmi skipped", st.name, added)
+    warnings = problems[:MAX_CONN_WARNINGS]
+    if len(problems) > MAX_CONN_WARNINGS:
+        warnings.append(f"_struct_conn: {len(problems) - MAX_CONN_WARNINGS} more rows not resolved to atoms")
+    return warnings
+
+
+def _cell(table: dict[str, list[object]], tag: str, row: int) -> str | None:
+    """One value of a category read by ``get_mmcif_category``; None for ``?``, ``.`` or no column."""
+    values = table.get(tag)
+    value = values[row] if values is not None and row < len(values) else None
+    return value if isinstance(value, str) and value else None
+
+
+class _ResidueIndex:
+    """(subchain, label_seq) → (chain name, auth SeqId) of a model, built on first use."""
+
+    def __init__(self, model: gemmi.Model) -> None:
+        self.model = model
+        self._by_label: dict[tuple[str, int], tuple[str, gemmi.SeqId]] | None = None
+
+    def by_label(self, subchain: str, label_seq: int) -> tuple[str, gemmi.SeqId] | None:
+        if self._by_label is None:
+            self._by_label = {
+                (res.subchain, res.label_seq): (ch.name, res.seqid)
+                for ch in self.model
+                for res in ch
+                if res.label_seq is not None
+            }
+        return self._by_label.get((subchain, label_seq))
+
+
+def _conn_partner(
+    table: dict[str, list[object]], row: int, k: int, residues: _ResidueIndex
+) -> gemmi.AtomAddress | str:
+    """Partner ``k`` (1 or 2) of one ``_struct_conn`` row as gemmi addresses it, or why not.
+
+    Chain ``ptnrK_auth_asym_id`` and residue number ``ptnrK_auth_seq_id`` (+ insertion code
+    ``pdbx_ptnrK_PDB_ins_code``) — else the residue at ``ptnrK_label_asym_id`` /
+    ``ptnrK_label_seq_id``; residue ``ptnrK_auth_comp_id`` else ``ptnrK_label_comp_id``; atom
+    ``ptnrK_auth_atom_id`` else ``ptnrK_label_atom_id``; altloc ``pdbx_ptnrK_label_alt_id``.
+    """
+
+    def cell(tag: str) -> str | None:
+        return _cell(table, tag.format(k=k), row)
+
+    chain_name = cell("ptnr{k}_auth_asym_id")
+    seqid = _seqid(cell("ptnr{k}_auth_seq_id"), cell("pdbx_ptnr{k}_PDB_ins_code") or " ")
+    label_asym, label_seq = cell("ptnr{k}_label_asym_id"), cell("ptnr{k}_label_seq_id")
+    if (chain_name is None or seqid is None) and label_asym and label_seq and label_seq.isdigit():
+        found = residues.by_label(label_asym, int(label_seq))
+        if found is not None:
+            chain_name = chain_name or found[0]
+            seqid = seqid or found[1]
+    res_name = cell("ptnr{k}_auth_comp_id") or cell("ptnr{k}_label_comp_id")
+    atom_name = cell("ptnr{k}_auth_atom_id") or cell("ptnr{k}_label_atom_id")
+    if chain_name is None or seqid is None or res_name is None or atom_name is None:
+        return f"partner {k} has no chain, residue number, residue name or atom name"
+    altloc = (cell("pdbx_ptnr{k}_label_alt_id") or "\0")[:1]
+    address = gemmi.AtomAddress(chain_name, seqid, res_name, atom_name, altloc)
+    # an unstated altloc matches an atom of any conformer (gemmi's '*')
+    lookup = gemmi.AtomAddress(chain_name, seqid, res_name, atom_name, "*" if altloc == "\0" else altloc)
+    if residues.model.find_cra(lookup).atom is None:
+        return f"partner {k} {address} is not an atom of the structure"
+    return address
+
+
+def _seqid(text: str | None, icode: str) -> gemmi.SeqId | None:
+    """Residue number (``"15"``, or old-style ``"15A"`` with the insertion code) or None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"(-?\d+)([A-Za-z]?)", text.strip())
+    if m is None:
+        return None
+    return gemmi.SeqId(int(m.group(1)), (m.group(2) or icode)[:1])
+
+
+def _conn_key(conn: gemmi.Connection) -> frozenset[_ConnKey]:
+    return frozenset(
+        (
+            str(p.chain_name),
+            p.res_id.seqid.num,
+            p.res_id.seqid.icode.strip(),
+            str(p.res_id.name),
+            str(p.atom_name),
+        )
+        for p in (conn.partner1, conn.partner2)
+    )
 
 
 def _resolution(st: gemmi.Structure) -> float:
