@@ -4,6 +4,11 @@ Sources, in order: ``struct_conn`` / LINK records (covalent type only; metal coo
 hydrogen bonds are not covalent bonds), then the connectivity inside every per-atom-tokenized
 residue — from the component definition when one is known, else perceived from distances
 (covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides) are not token bonds.
+
+AF3 (supplement Table 5) marks only bonds shorter than :data:`MAX_BOND_LENGTH` (2.4 Å) in the
+structure: a bond whose two atoms are both present and farther apart is dropped, whatever its
+source. A bond with an atom missing from the file (e.g. within an unresolved modified residue
+built from its component definition) cannot be measured and is kept.
 """
 
 from __future__ import annotations
@@ -21,13 +26,19 @@ from featurecache.types import Bond, BondSource
 ComponentBonds = Callable[[str, "list[str]"], "list[tuple[int, int, int]] | None"]
 
 PERCEPTION_TOLERANCE = 0.45  # Å added to the sum of covalent radii
+#: Å; AF3 token_bonds (supplement Table 5): only bonds shorter than this in the structure.
+MAX_BOND_LENGTH = 2.4
 _COVALENT_TYPES = (gemmi.ConnectionType.Covale,)
 
 
 def token_bonds(
     st: gemmi.Structure, tk: Tokenized, component_bonds: ComponentBonds | None = None
 ) -> np.ndarray:
-    """Bond[n] sorted by (atom_i, atom_j), atom_i < atom_j, unique."""
+    """Bond[n] sorted by (atom_i, atom_j), atom_i < atom_j, unique.
+
+    Bonds between two present atoms more than :data:`MAX_BOND_LENGTH` apart are left out; bonds
+    with a missing atom (``is_present`` False) are kept, since their length is unknown.
+    """
     atoms, tokens = tk.atoms, tk.tokens
     is_ligand = tokens["mol_type"] == int(MolType.LIGAND)
     is_per_atom = ~tokens["is_standard"]
@@ -69,7 +80,15 @@ def token_bonds(
         out[k] = (i, j, atoms["token_index"][i], atoms["token_index"][j], order, source)
     # keep only bonds between distinct tokens that AF3 would mark (per-atom tokens always differ)
     keep = (out["token_i"] != out["token_j"]) & (is_per_atom[out["token_i"]] | is_per_atom[out["token_j"]])
-    return out[keep]
+    return out[keep & ~_too_long(atoms, out)]
+
+
+def _too_long(atoms: np.ndarray, bonds: np.ndarray) -> np.ndarray:
+    """bool[n_bonds]: both atoms present and more than :data:`MAX_BOND_LENGTH` apart."""
+    i, j = bonds["atom_i"], bonds["atom_j"]
+    both = atoms["is_present"][i] & atoms["is_present"][j]
+    delta = atoms["coords"][i].astype(np.float64) - atoms["coords"][j].astype(np.float64)
+    return both & (np.sqrt((delta * delta).sum(axis=-1)) > MAX_BOND_LENGTH)
 
 
 def _lookup(tk: Tokenized, p: gemmi.AtomAddress) -> int | None:
