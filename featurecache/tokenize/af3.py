@@ -3,6 +3,11 @@
 Rules:
 - first model only; hydrogens and waters dropped; per residue the altloc with the highest mean
   occupancy (ties: the first); microheterogeneity (two residues at one position): the first;
+- selenomethionine (MSE) is methionine (MET), as AF3 converts it (supplement §2.1): the residue is
+  renamed, its SE atom becomes SD with element S, everything else about its atoms is kept;
+- arginine NH1/NH2 naming is made unambiguous (supplement §2.1): when both are present and NH1 is
+  farther from CD than NH2, the two atoms' data (coordinates, occupancy, B-factor, charge) swap,
+  so NH1 is always the one closer to CD;
 - a standard amino acid / nucleotide (and ``UNK``) is one token, with the full CCD heavy-atom set
   (leaving atoms OXT/OP3 removed) and ``is_present = False`` for atoms missing from the file;
 - anything else — ligands, ions, glycans, modified residues — is one token per heavy atom;
@@ -109,6 +114,7 @@ def tokenize(
     if fmt == "pdb":
         st.assign_label_seq_id(False)
     st.remove_hydrogens()
+    _mse_to_met(st)
     warnings: list[str] = []
     chains = _collect_chains(st, component_atoms, warnings)
     chains = [c for c in chains if c.residues]
@@ -116,6 +122,43 @@ def tokenize(
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
     return _assemble(chains, warnings)
+
+
+def _mse_to_met(st: gemmi.Structure) -> int:
+    """Rename selenomethionine to methionine in place (AF3 supplement §2.1); returns how many.
+
+    Residue ``MSE`` → ``MET``, atom ``SE`` → ``SD`` with element S; coordinates, occupancy,
+    B-factor and charge are kept. Entity sequences and ``struct_conn`` partners are renamed the
+    same way, so they still match the residues (sequence positions, bond lookup).
+    """
+    sulfur = gemmi.Element("S")
+    n = 0
+    for model in st:
+        for chain in model:
+            for res in chain:
+                if res.name != "MSE":
+                    continue
+                res.name = "MET"
+                res.het_flag = "A"
+                for atom in res:
+                    if atom.name == "SE":
+                        atom.name = "SD"
+                        atom.element = sulfur
+                n += 1
+    for ent in st.entities:
+        seq = list(ent.full_sequence)
+        if any("MSE" in item for item in seq):
+            # microheterogeneity is stored as "MSE,MET": rename each alternative
+            ent.full_sequence = [
+                ",".join("MET" if m == "MSE" else m for m in item.split(",")) for item in seq
+            ]
+    for conn in st.connections:
+        for partner in (conn.partner1, conn.partner2):
+            if partner.res_id.name == "MSE":
+                partner.res_id.name = "MET"
+                if partner.atom_name == "SE":
+                    partner.atom_name = "SD"
+    return n
 
 
 # --------------------------------------------------------------------------------------- chains
@@ -305,6 +348,8 @@ def _polymer_residue(
         for atom_name, element in standard_heavy_atoms(name):
             a = by_name.get(atom_name)
             atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
+        if name == "ARG":
+            _fix_arginine(atoms)
         restype = RESTYPE_INDEX[name]
         return _Residue(name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth)
     # modified / non-standard polymer residue: one token per heavy atom
@@ -326,6 +371,30 @@ def _polymer_residue(
             warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
                             f"definition; kept as one unresolved token")  # fmt: skip
     return _Residue(name, atoms, False, chain_type, restype, letter, pos, auth)
+
+
+def _fix_arginine(atoms: list[_AtomRec]) -> bool:
+    """Make NH1 the guanidinium nitrogen closer to CD (AF3 supplement §2.1); True if swapped.
+
+    NH1 and NH2 are chemically equivalent but named by their position relative to CD; files do
+    not always follow that. When CD, NH1 and NH2 are all present and d(CD, NH1) > d(CD, NH2), the
+    two records exchange everything but their names — as if the file had named them the other
+    way round. Anything missing: left as it is (the ambiguity cannot be resolved).
+    """
+    by_name = {a.name: a for a in atoms}
+    cd, nh1, nh2 = by_name.get("CD"), by_name.get("NH1"), by_name.get("NH2")
+    if cd is None or nh1 is None or nh2 is None or not (cd.present and nh1.present and nh2.present):
+        return False
+    centre = np.asarray(cd.coords, dtype=np.float64)
+    d1 = np.linalg.norm(np.asarray(nh1.coords, dtype=np.float64) - centre)
+    d2 = np.linalg.norm(np.asarray(nh2.coords, dtype=np.float64) - centre)
+    if d1 <= d2:
+        return False
+    for attr in ("coords", "charge", "occupancy", "b_factor"):
+        first, second = getattr(nh1, attr), getattr(nh2, attr)
+        setattr(nh1, attr, second)
+        setattr(nh2, attr, first)
+    return True
 
 
 def _letter(name: str, mol_type: MolType) -> str:
