@@ -3,7 +3,8 @@
 Pure functions over token arrays; randomness comes only from the ``rng`` passed in, so the same
 generator state gives the same crop. Every cropper returns the *sorted* entry-local indices of the
 kept tokens and respects two budgets: ``max_tokens`` (AF3's crop size, 384 by default) and
-``max_atoms`` (atoms of the kept tokens, ``None`` = no atom budget).
+``max_atoms`` (atoms of the kept tokens, ``None`` = no atom budget, the default: see
+:data:`DEFAULT_MAX_ATOMS`).
 
 Molecules are not cut (whole-ligand snapping): tokens of one *snap group* are kept or dropped
 together. A group is a standard residue's single token, every per-atom token of one non-standard
@@ -61,8 +62,21 @@ CROP_METHODS: tuple[str, ...] = ("contiguous", "spatial", "spatial_interface")
 #: AF3 weighted-PDB crop mix (supplement Table 4): contiguous 0.2, spatial 0.4, spatial interface 0.4.
 DEFAULT_CROP_WEIGHTS: tuple[float, float, float] = (0.2, 0.4, 0.4)
 DEFAULT_CROP_SIZE = 384
-#: Our default atom budget: 12 heavy atoms per token on average over a 384-token crop.
-DEFAULT_MAX_ATOMS = 4608
+#: The default atom budget: none. AF3 crops by tokens alone (supplement §2.7), so a crop holds
+#: ``min(N, crop_size)`` tokens whatever its atoms. A budget is only worth having for what the
+#: atom-level arrays cost, and that is little: the trunk reads no atom-level array (they stay on
+#: the host: ``schema.MODEL_INPUT_KEYS``), and a sample's atom arrays take ~87 bytes per atom in a
+#: batch (``atom_to_token`` 8, ``atom_mask`` 1, ``atom_present`` 1, ``atom_coords`` 12, ``ref_pos`` 12,
+#: ``ref_mask`` 1, ``ref_element`` 8, ``ref_charge`` 4, ``ref_atom_name_chars`` 32, ``ref_space_uid``
+#: 8). Without a budget a crop's atoms are bounded by its tokens: at most 23 heavy atoms per token
+#: (a G nucleotide; TRP has 14, a per-atom token 1), so a 768-token crop has ≤ 17,664 atoms,
+#: ~1.5 MB per sample, while its pair activations are N² × c_pair. An atom-level model (AF3's
+#: sequence-local atom attention) is likewise linear in the atoms. A fixed budget instead cut
+#: crops short without saying so: the former 4608 atoms (12 per token at crop 384) kept 272–368 of
+#: 384 tokens of the ribosomal RNA of 1ffk (~21 atoms per nucleotide) and ~575 of 640 or 768
+#: tokens of a protein (2XHE). Pass ``max_atoms`` to bound the atoms of a crop for a model that
+#: needs it; a crop then holds fewer tokens whenever the atoms run out first.
+DEFAULT_MAX_ATOMS: int | None = None
 #: AF3 interface criterion for spatial-interface crops: a token centre within 15 Å of a token
 #: centre of another chain.
 INTERFACE_CUTOFF = 15.0

@@ -99,8 +99,10 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     token, timeouts, retries); ``token``: bearer token of a URL source (default
     ``$FEATURECACHE_AUTH_TOKEN``). Sampling: ``sampler`` or ``weighting`` (``"uniform"`` |
     ``"af3"``), ``cluster_table``, ``filters``, ``samples_per_epoch``, ``seed``, ``infinite``.
-    Cropping: ``crop_size`` tokens, ``max_atoms``, ``crop_weights`` (contiguous, spatial,
-    spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``. Execution:
+    Cropping: ``crop_size`` tokens, ``max_atoms`` (atoms of a crop; None, the default, = no atom
+    budget: a crop holds ``min(N, crop_size)`` tokens; with a budget a crop holds fewer tokens
+    when their atoms would exceed it, see :data:`~featurecache.client.crop.DEFAULT_MAX_ATOMS`),
+    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``. Execution:
     ``pool`` (``"thread"`` | ``"process"``), ``workers`` (samples computed at once), ``window``
     (reorder window), ``deadline_s`` (per sample; None = none), ``mp_context``. Sharding:
     ``rank`` / ``world_size`` (default: from ``torch.distributed`` when initialized).

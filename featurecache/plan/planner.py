@@ -15,6 +15,10 @@ at this entry's M), ``recommended_crop`` (``min(token_count, max_tokens)``), and
 ``C``: ``tokens_C`` (effective N), ``predicted_peak_bytes_C``, ``fits_C``. The schema metadata
 ``featurecache.plan`` (JSON) records the GPU budget, kernel mode, precision, batch size, model
 config and the store's entry count at planning time (a plan older than the index is detectable).
+
+Atoms play no part: the model's inputs hold no atom-level array, and the client's crops have no
+atom budget by default, so a crop holds ``min(token_count, crop)`` tokens. Under ``train
+--max-atoms`` a crop can hold fewer tokens; the plan is then an upper bound.
 """
 
 from __future__ import annotations

@@ -49,3 +49,22 @@ def client_reader(client_store: Path):  # type: ignore[no-untyped-def]
     reader = featurecache.open_store(client_store)
     yield reader
     reader.close()
+
+
+#: Real files whose crops an atom budget would cut short: the 50S ribosome of 1ffk (RNA, ~14 atoms
+#: per token on average, 23 for a G), 2XHE (929 protein tokens), 1GBT (thrombin with Ca²⁺).
+BUDGET_FILES = ("1ffk.cif.gz", "2XHE.cif.gz", "1GBT.cif")
+
+
+@pytest.fixture(scope="session")
+def budget_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real store (real build, CCD, no MSAs) of :data:`BUDGET_FILES`."""
+    root = tmp_path_factory.mktemp("budget")
+    inputs = root / "structures"
+    inputs.mkdir()
+    for name in BUDGET_FILES:
+        shutil.copy(STRUCTURES / name, inputs / name)
+    out = root / "store"
+    summary = build_store(out, inputs, workers=1, ccd=CCD, part_size=4)
+    assert summary.n_built == len(BUDGET_FILES), summary.failures
+    return out
