@@ -27,6 +27,15 @@ Sample arrays (N kept tokens, A their atoms, M MSA rows, K bonded token pairs):
 
 plus metadata: ``entry_id`` (str), ``crop_method`` (str), ``crop_centre`` (int, -1 if none).
 
+Reference features (AF3 supplement Table 5): ``ref_pos``, ``ref_mask``, ``ref_element`` and
+``ref_charge`` are the reference conformer's (the CCD component's atom: ``_chem_comp_atom.charge``
+and ``type_symbol``), not the structure file's: a file's ``pdbx_formal_charge`` is usually ``?`` or
+0, so LYS NZ, ARG NH2, HIS ND1, Mg²⁺ or a sulfate oxygen would read 0. An atom without a reference
+(its component has no reference conformer in the store's table, or the atom name is not in the
+component's definition), and every atom when the source has no component table, keeps the
+entry's own element and charge (the parser's: the file's formal charge, else the CCD's, else 0)
+with ``ref_mask`` False.
+
 MSA subsampling (AF3): the number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)``
 where ``D`` is the deepest MSA among the cropped chains; each chain keeps its query (row 0) and
 ``n - 1`` of its other rows drawn uniformly without replacement (all of them when it has fewer).
@@ -61,7 +70,9 @@ REF_TRANSLATION_STD = 1.0
 MSAFetch = Callable[[str, "np.ndarray | None", "np.ndarray | None"], MSABlock]
 #: ``key -> (depth, length)`` of a stored MSA, or None when it is not stored.
 MSAShape = Callable[[str], "tuple[int, int] | None"]
-#: ``(atoms, tokens) -> dict`` with ``ref_pos`` float32 [A,3] and ``ref_mask`` bool [A].
+#: ``(atoms, tokens) -> dict`` with ``ref_pos`` float32 [A,3] and ``ref_mask`` bool [A], and
+#: where it knows them ``ref_element`` (atomic number) and ``ref_charge`` [A] of the reference
+#: conformer (``chem.reference.reference_features``).
 RefFeatures = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 SAMPLE_META_KEYS = ("entry_id", "crop_method", "crop_centre")
@@ -241,7 +252,10 @@ def assemble_sample(
 ) -> dict[str, Any]:
     """One sample from ``entry`` restricted to the sorted token indices ``keep`` (int64 [N]).
 
-    ``chains``: chain rows with ``msa_key`` (default ``entry.chains``).
+    ``chains``: chain rows with ``msa_key`` (default ``entry.chains``). ``ref_features``: the
+    reference conformer of the kept atoms (``ref_pos``, ``ref_mask``, and ``ref_element`` /
+    ``ref_charge`` where it returns them); atoms it has no reference for, and all atoms when it
+    is None, keep the entry's element and charge (module docstring, "Reference features").
 
     Draws from ``rng`` in a fixed order (MSA rows, then reference augmentation) so that a sample is
     a function of the entry, the crop and the generator's seed.
@@ -274,10 +288,15 @@ def assemble_sample(
     sub_atoms = {k: np.asarray(v)[aidx] for k, v in atoms.items()}
     _, uid = np.unique(np.asarray(sub_atoms["ref_space_uid"], dtype=np.int64), return_inverse=True)
     uid = uid.reshape(-1).astype(np.int32)
+    # the entry's element / charge: the fallback for atoms without a reference (module docstring)
+    ref_element = np.asarray(sub_atoms["element"])
+    ref_charge = np.asarray(sub_atoms["charge"])
     if ref_features is not None and aidx.size:
         ref = ref_features(sub_atoms, tok)
         ref_pos = np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3)
         ref_mask = np.asarray(ref["ref_mask"], dtype=bool)
+        ref_element = np.asarray(ref.get("ref_element", ref_element))
+        ref_charge = np.asarray(ref.get("ref_charge", ref_charge))
     else:
         ref_pos = np.zeros((aidx.size, 3), dtype=np.float32)
         ref_mask = np.zeros(aidx.size, dtype=bool)
@@ -290,8 +309,8 @@ def assemble_sample(
             "atom_coords": coords[aidx],
             "ref_pos": ref_pos,
             "ref_mask": ref_mask,
-            "ref_element": np.asarray(sub_atoms["element"]).astype(np.uint8),
-            "ref_charge": np.asarray(sub_atoms["charge"]).astype(np.int8),
+            "ref_element": ref_element.astype(np.uint8),
+            "ref_charge": ref_charge.astype(np.int8),
             "ref_atom_name_chars": np.asarray(sub_atoms["name"]).astype(np.uint8).reshape(-1, 4),
             "ref_space_uid": uid,
         }
