@@ -14,6 +14,7 @@ Sample arrays (N kept tokens, A their atoms, M MSA rows, K bonded token pairs):
 ``asym_id`` …          int32 [N]     ``entity_id``, ``sym_id`` likewise; ``mol_type`` uint8
 ``token_index``        int64 [N]     token index in the uncropped entry
 ``centre_coords``      float32 [N,3] ground-truth centre atom; ``centre_mask`` bool [N]
+``rep_coords``         float32 [N,3] ground-truth representative atom; ``rep_mask`` bool [N]
 ``token_bond_pairs``   int32 [K,2]   crop-local token pairs with a covalent bond (i < j)
 ``msa``                uint8 [M,N]   row 0 is the query; ``msa_mask`` bool [M,N]
 ``msa_deletions``      int16 [M,N]   deletion counts (→ ``has_deletion``, ``deletion_value``)
@@ -36,6 +37,14 @@ component's definition), and every atom when the source has no component table, 
 entry's own element and charge (the parser's: the file's formal charge, else the CCD's, else 0)
 with ``ref_mask`` False.
 
+Token centre and representative atoms. ``centre_coords`` is the token's centre atom (Cα, C1′,
+the atom itself: what the croppers measure distances between). ``rep_coords`` is AF3's
+representative atom for the distogram (supplement §4.4): Cβ of an amino acid (Cα of glycine;
+``UNK`` has a Cβ), C4 of a purine (A, G, DA, DG), C2 of a pyrimidine (C, U, DC, DT), the atom
+itself for a per-atom token (ligands, modified residues). ``rep_mask`` is False where that atom is
+not resolved in the file, or not among the token's atoms at all (a residue without a CCD
+definition is kept as its centre atom alone); ``rep_coords`` is then 0.
+
 MSA subsampling (AF3): the number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)``
 where ``D`` is the deepest MSA among the cropped chains; each chain keeps its query (row 0) and
 ``n - 1`` of its other rows drawn uniformly without replacement (all of them when it has fewer).
@@ -55,7 +64,17 @@ from typing import Any
 
 import numpy as np
 
-from featurecache.const import GAP, NUM_RESTYPES, MolType
+from featurecache.const import (
+    ATOM_NAME_CHARS,
+    DNA_RESIDUES,
+    GAP,
+    NUM_RESTYPES,
+    PROTEIN_RESIDUES,
+    RESTYPE_INDEX,
+    RNA_RESIDUES,
+    MolType,
+    encode_atom_name,
+)
 from featurecache.errors import NotFound
 from featurecache.types import Entry, MSABlock
 
@@ -78,6 +97,25 @@ RefFeatures = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], Map
 SAMPLE_META_KEYS = ("entry_id", "crop_method", "crop_centre")
 
 
+def _representative_names() -> dict[str, str]:
+    names = {res: "CB" for res in (*PROTEIN_RESIDUES, "UNK")}
+    names["GLY"] = "CA"
+    for res in (*RNA_RESIDUES, *DNA_RESIDUES):
+        names[res] = "C4" if res.lstrip("D") in ("A", "G") else "C2"
+    return names
+
+
+#: AF3 distogram representative atom of a one-token standard residue (supplement §4.4), by its
+#: ``restype``: Cβ (Cα for glycine), C4 for purines, C2 for pyrimidines. Per-atom tokens use
+#: their own atom.
+REPRESENTATIVE_ATOM: dict[str, str] = _representative_names()
+_REP_NAME_CODES = np.zeros((NUM_RESTYPES, ATOM_NAME_CHARS), dtype=np.uint8)
+_HAS_REP_NAME = np.zeros(NUM_RESTYPES, dtype=bool)
+for _res, _atom in REPRESENTATIVE_ATOM.items():
+    _REP_NAME_CODES[RESTYPE_INDEX[_res]] = encode_atom_name(_atom)
+    _HAS_REP_NAME[RESTYPE_INDEX[_res]] = True
+
+
 # -------------------------------------------------------------------------------------- atoms
 def atom_indices(tokens: Mapping[str, np.ndarray], keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Entry atom indices of the kept tokens (int64 [A], token order) and each one's crop token."""
@@ -87,6 +125,34 @@ def atom_indices(tokens: Mapping[str, np.ndarray], keep: np.ndarray) -> tuple[np
     owner = np.repeat(np.arange(keep.size, dtype=np.int64), count)
     offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     return start[owner] + offsets, owner
+
+
+def representative_atoms(
+    tokens: Mapping[str, np.ndarray],
+    keep: np.ndarray,
+    atom_names: np.ndarray,
+    aidx: np.ndarray,
+    owner: np.ndarray,
+) -> np.ndarray:
+    """Entry atom index of each kept token's representative atom (:data:`REPRESENTATIVE_ATOM`),
+    int64 [N], -1 where a standard token has no atom of that name.
+
+    ``keep`` int64 [N] kept tokens; ``atom_names`` uint8 [n_atoms, 4] the entry's encoded atom
+    names; ``aidx`` / ``owner`` int64 [A]: :func:`atom_indices` of ``keep``.
+    """
+    n = keep.size
+    restype = np.asarray(tokens["restype"], dtype=np.int64)[keep]
+    standard = np.asarray(tokens["is_standard"], dtype=bool)[keep]
+    out = np.where(standard, -1, np.asarray(tokens["centre_atom"], dtype=np.int64)[keep])
+    if not aidx.size or not standard.any():
+        return out
+    want = _REP_NAME_CODES[restype]  # [N, 4]
+    names = np.asarray(atom_names, dtype=np.uint8).reshape(-1, ATOM_NAME_CHARS)[aidx]  # [A, 4]
+    hit = (standard & _HAS_REP_NAME[restype])[owner] & np.all(names == want[owner], axis=1)
+    first = np.full(n, -1, dtype=np.int64)
+    rows = np.flatnonzero(hit)[::-1]  # reversed: the first match of a token is written last
+    first[owner[rows]] = aidx[rows]
+    return np.where(standard, first, out)
 
 
 def token_bond_pairs(bonds: Mapping[str, np.ndarray], keep: np.ndarray, n_tokens: int) -> np.ndarray:
@@ -285,6 +351,11 @@ def assemble_sample(
     )
 
     aidx, owner = atom_indices(tok, keep)
+    rep = representative_atoms(tok, keep, np.asarray(atoms["name"]), aidx, owner)
+    has_rep = rep >= 0
+    rep_safe = np.where(has_rep, rep, 0)
+    sample["rep_coords"] = np.where(has_rep[:, None], coords[rep_safe], 0.0).astype(np.float32)
+    sample["rep_mask"] = has_rep & present[rep_safe]
     sub_atoms = {k: np.asarray(v)[aidx] for k, v in atoms.items()}
     _, uid = np.unique(np.asarray(sub_atoms["ref_space_uid"], dtype=np.int64), return_inverse=True)
     uid = uid.reshape(-1).astype(np.int32)
@@ -331,6 +402,8 @@ _PADDED: dict[str, tuple[str, float, str]] = {
     "token_index": ("int64", 0, "N"),
     "centre_coords": ("float32", 0, "N"),
     "centre_mask": ("bool", 0, "N"),
+    "rep_coords": ("float32", 0, "N"),
+    "rep_mask": ("bool", 0, "N"),
     "msa": ("int64", GAP, "MN"),
     "msa_mask": ("bool", 0, "MN"),
     "profile": ("float32", 0, "N"),

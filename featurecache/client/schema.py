@@ -23,6 +23,10 @@ BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
     "token_bonds": ("bool", "B N N"),
     "centre_coords": ("float32", "B N 3"),  # ground-truth centre atom (Cα / C1′ / atom), Å
     "centre_mask": ("bool", "B N"),  # centre atom resolved
+    # AF3 distogram representative atom (supplement §4.4): Cβ (Cα for GLY), C4 of purines, C2 of
+    # pyrimidines, the atom of a per-atom token; Å, 0 where rep_mask is False
+    "rep_coords": ("float32", "B N 3"),
+    "rep_mask": ("bool", "B N"),  # representative atom among the token's atoms and resolved
     # MSA (AF3 supplement §2.8)
     "msa": ("int64", "B M N"),  # 32 classes, gap = 31
     "msa_mask": ("bool", "B M N"),
@@ -47,5 +51,5 @@ BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
 MODEL_INPUT_KEYS: Final[tuple[str, ...]] = (
     "restype", "residue_index", "asym_id", "entity_id", "sym_id", "token_mask", "token_bonds",
     "msa", "msa_mask", "has_deletion", "deletion_value", "profile", "deletion_mean",
-    "centre_coords", "centre_mask",
+    "rep_coords", "rep_mask",
 )  # fmt: skip

@@ -2,8 +2,9 @@
 checker for any batch (synthetic or from the client).
 
 Synthetic batches stand in for the client in tests and benchmarks of the model alone: chains of
-tokens whose centre atoms walk 3.8 Å per step (so distogram targets span the bins), ligand
-tokens with bonds, an MSA with gaps and deletions, and padding in every axis.
+tokens whose centre atoms walk 3.8 Å per step (so distogram targets span the bins) and whose
+representative atom is one of their atoms, ligand tokens with bonds, an MSA with gaps and
+deletions, and padding in every axis.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def pad_tokens(batch: Mapping[str, Any], multiple: int, cap: int | None = None) 
     """The batch with its token axis N padded up to a multiple of ``multiple`` (at most ``cap``).
 
     Every BATCH_SCHEMA tensor is padded along each of its ``N`` axes the way the client's
-    ``collate`` pads a short sample (``token_mask`` / ``centre_mask`` / ``msa_mask`` False, restype
+    ``collate`` pads a short sample (``token_mask`` / ``rep_mask`` / ``msa_mask`` False, restype
     and MSA a gap, the rest 0), so the model, which masks padded tokens everywhere, computes the same
     loss. Why: the Triton kernels specialise on N (divisibility by 16, whether the tiles divide N),
     and each new specialisation is a compilation of several seconds in the middle of training;
@@ -157,14 +158,21 @@ def synthetic_sample(
     a_total = n * atoms_per_token
     atom_to_token = np.repeat(np.arange(n), atoms_per_token).astype(np.int64)
     atom_coords = (coords[atom_to_token] + rng.normal(scale=1.2, size=(a_total, 3))).astype(np.float32)
+    atom_present = rng.random(a_total) > 0.02
+    # representative atom (no extra draws, so the stream of batches is unchanged): a polymer
+    # token's second atom (a Cβ / C4 / C2 stand-in), a ligand token's only atom
+    rep = np.arange(n) * atoms_per_token + np.where(
+        mol == int(MolType.LIGAND), 0, min(1, atoms_per_token - 1)
+    )
     return {
         "restype": restype, "residue_index": residue_index, "asym_id": asym, "entity_id": entity, "sym_id": sym,
         "mol_type": mol, "token_index": np.arange(n, dtype=np.int64), "token_bonds": bonds,
         "centre_coords": coords, "centre_mask": centre_mask,
+        "rep_coords": atom_coords[rep], "rep_mask": centre_mask & atom_present[rep],
         "msa": msa, "msa_mask": np.ones((m, n), bool), "has_deletion": (deletions > 0).astype(np.float32),
         "deletion_value": (2.0 / math.pi * np.arctan(deletions / 3.0)).astype(np.float32),
         "profile": profile, "deletion_mean": deletions.mean(0).astype(np.float32),
-        "atom_to_token": atom_to_token, "atom_present": rng.random(a_total) > 0.02, "atom_coords": atom_coords,
+        "atom_to_token": atom_to_token, "atom_present": atom_present, "atom_coords": atom_coords,
         "ref_pos": rng.normal(size=(a_total, 3)).astype(np.float32), "ref_mask": np.ones(a_total, bool),
         "ref_element": rng.choice([6, 7, 8, 16], a_total).astype(np.int64),
         "ref_charge": np.zeros(a_total, np.float32),

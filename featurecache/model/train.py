@@ -838,6 +838,8 @@ def run_training(
         cfg = _resume_config(resume, resumed, config, crop_size, seed)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
+    if dev.type == "cpu" and batches is None:
+        _check_cpu_memory(cfg, store, crop_size, batch_size)
     # the paths, before anything is trained (and before a process group is up)
     rank = _launch_rank()
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
@@ -1051,6 +1053,69 @@ def run_training(
         ranks.stop()
     stop.hand_on()  # the signal's own effect (the default: the process ends, status 143), now
     return doc
+
+
+#: MSA rows assumed by the CPU memory check (the client samples at most this many per step)
+CPU_CHECK_MSA_ROWS = 1024
+#: the share of the memory available now that a CPU step may take
+CPU_MEMORY_SHARE = 0.9
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation now (``MemAvailable``), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int, batch_size: int) -> None:
+    """Refuse a CPU run whose step cannot fit in the machine's memory, before anything is trained.
+
+    On the CPU the torch references run in fp32 (no autocast); their peak grows with N² per
+    attention head and step (the memory planner's ledger, :func:`featurecache.plan.memory.estimate_step`,
+    checked against traced CPU steps in ``tests/plan/test_memory.py``): 0.9 GiB at 96 tokens, 8.9 at
+    256, 25.7 at 384 with the default model. N is the crop, or the store's largest entry when every
+    entry is smaller (a local store; over a URL the crop). Without the check such a run is killed by
+    the kernel's OOM killer mid-run, its log left saying ``running``."""
+    available = _available_memory()
+    if available is None:
+        return
+    from featurecache.plan.ledger import Precision
+    from featurecache.plan.memory import estimate_step, max_tokens_within
+
+    n = crop_size
+    if store is not None:
+        try:
+            from featurecache import open_store
+
+            reader = open_store(store)
+            try:
+                counts = reader.entries.column("token_count").to_pylist()
+            finally:
+                reader.close()
+            if counts:
+                n = min(crop_size, max(counts))
+        except (FeatureCacheError, OSError, KeyError):
+            pass  # the run itself says what is wrong with the store
+    fp32 = Precision.fp32()
+    need = estimate_step(cfg, n, CPU_CHECK_MSA_ROWS, batch_size, fused=False, precision=fp32,
+                         overhead_bytes=0).peak_bytes  # fmt: skip
+    budget = int(available * CPU_MEMORY_SHARE)
+    if need <= budget:
+        return
+    fits = max_tokens_within(budget, cfg, CPU_CHECK_MSA_ROWS, batch_size, fused=False, precision=fp32)
+    gib = 2**30
+    raise UsageError(
+        f"--crop {crop_size} on the CPU: a step of {n} tokens (batch {batch_size}) with the torch references "
+        f"(fp32) needs about {need / gib:.1f} GiB (featurecache.plan's prediction), and {available / gib:.1f} GiB "
+        f"is available; give --crop {fits} or less"
+        + (" or a smaller --batch-size" if batch_size > 1 else "")
+        + ", or train on a GPU (--device cuda)"
+    )
 
 
 def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop_size: int, device: str,

@@ -4,7 +4,9 @@ input embedding (restype, MSA profile / deletion mean, a summary of the sampled 
 ``s [B, N, c_token]`` and pair ``z [B, N, N, c_pair]`` (outer sum + AF3 relative position
 encoding + token bonds) → ``n_blocks`` × (triangle attention starting node, ending node, pair
 transition, single attention with pair bias, single transition) → distogram logits
-``[B, N, N, bins]``, trained against the binned distances between token centre atoms.
+``[B, N, N, bins]``, trained against the binned distances between the tokens' representative
+atoms (AF3 supplement §4.4: Cβ, Cα of glycine, C4 / C2 of purines / pyrimidines, the atom of a
+per-atom token; the batch's ``rep_coords`` / ``rep_mask``).
 """
 
 from __future__ import annotations
@@ -228,11 +230,12 @@ class DistogramHead(nn.Module):
         return logits + logits.transpose(1, 2)
 
     def loss(self, logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Mean cross-entropy over pairs of resolved real tokens (i ≠ j)."""
-        x = batch["centre_coords"]  # [B, N, 3]
+        """Mean cross-entropy over pairs (i ≠ j) of real tokens whose representative atoms are
+        resolved; the target bins the distance between those atoms (``rep_coords``)."""
+        x = batch["rep_coords"]  # [B, N, 3]
         dist = torch.cdist(x, x)
         target = torch.bucketize(dist, self.edges)  # bin k: edges[k-1] < d ≤ edges[k]
-        ok = batch["centre_mask"] & batch["token_mask"]
+        ok = batch["rep_mask"] & batch["token_mask"]
         pair = ok[:, :, None] & ok[:, None, :]
         pair &= ~torch.eye(pair.shape[1], dtype=torch.bool, device=pair.device)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")

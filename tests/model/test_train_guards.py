@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from featurecache.errors import FeatureCacheError, UsageError
+from featurecache.model.config import ModelConfig
 from featurecache.model.train import load_checkpoint, run_training
 from tests.model.test_trunk import TINY
 
@@ -493,3 +494,42 @@ def test_training_errors_are_not_usage_errors() -> None:
     from featurecache.model.train import TrainingError
 
     assert issubclass(TrainingError, FeatureCacheError) and not issubclass(TrainingError, UsageError)
+
+
+def test_a_cpu_crop_that_cannot_fit_in_memory_is_refused_before_training(
+    sample_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU the fp32 references need ~N² memory per step: a crop whose step the machine
+    cannot hold is refused up front (a UsageError naming --crop and a crop that fits), where it
+    used to be killed by the OOM killer mid-run with its log saying "running". The machine's
+    available memory is set to 4 GiB for the test; the threshold is the memory planner's."""
+    from featurecache.model import train
+    from featurecache.plan.ledger import Precision
+    from featurecache.plan.memory import estimate_step
+
+    monkeypatch.setattr(train, "_available_memory", lambda: 4 * 2**30)
+    log = tmp_path / "log.json"
+    with pytest.raises(
+        UsageError, match=r"--crop 384 on the CPU: a step of 384 tokens .* give --crop (\d+) or less"
+    ) as err:
+        run_training(sample_store, None, steps=1, crop_size=384, device="cpu", log_path=log, on_step=_never)
+    assert not log.exists()
+    suggested = int(re.search(r"give --crop (\d+)", str(err.value)).group(1))  # type: ignore[union-attr]
+    budget = 4 * 2**30 * train.CPU_MEMORY_SHARE
+    predict = lambda n: (
+        estimate_step(  # noqa: E731
+            ModelConfig(),
+            n,
+            train.CPU_CHECK_MSA_ROWS,
+            1,
+            fused=False,
+            precision=Precision.fp32(),
+            overhead_bytes=0,
+        ).peak_bytes
+    )
+    assert 16 < suggested < 384 and predict(suggested) <= budget < predict(384)
+    assert predict(2 * suggested) > budget  # the suggestion is not far below what fits
+
+    # a crop that fits trains
+    doc = run_training(sample_store, None, steps=1, crop_size=32, device="cpu", log_path=log, workers=1)
+    assert doc["status"] == "completed"

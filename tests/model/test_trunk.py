@@ -62,8 +62,10 @@ def test_distogram_loss_matches_numpy() -> None:
     logits = torch.randn(2, n, n, TINY.distogram_bins)
     got = float(model.distogram.loss(logits, batch))
 
-    x = batch["centre_coords"].numpy().astype(np.float64)
-    ok = (batch["centre_mask"] & batch["token_mask"]).numpy()
+    # AF3's distogram target: representative atoms (Cβ / C4 / C2 …), not the centre atoms
+    x = batch["rep_coords"].numpy().astype(np.float64)
+    ok = (batch["rep_mask"] & batch["token_mask"]).numpy()
+    assert not np.allclose(x, batch["centre_coords"].numpy())  # the two differ in this batch
     edges = np.linspace(TINY.distogram_min, TINY.distogram_max, TINY.distogram_bins - 1)
     lg = logits.numpy().astype(np.float64)
     total, count = 0.0, 0
