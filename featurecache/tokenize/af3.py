@@ -104,7 +104,7 @@ class Tokenized:
 def tokenize(
     st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: ComponentAtoms | None = None
 ) -> Tokenized:
-    """Tokenize the first model of ``st`` (modified in place: extra models, H and waters removed)."""
+    """Tokenize the first model of ``st`` (modified in place: extra models and H removed, MSE renamed MET)."""
     if len(st) == 0:
         raise EmptyStructureError("structure has no models", stage="tokenize")
     if len(st) > 1:
