@@ -53,6 +53,14 @@ of every chain's selection; a chain with fewer rows is gap there with ``msa_mask
 selected rows and the cropped columns are read from the store. A chain without a stored MSA
 (ligands, or no MSA given) gets the single-sequence MSA: its tokens' ``restype`` as the query,
 the one-hot of it as the profile, and no further rows.
+
+Deviation from AF3: no cross-chain pairing. AF3 (supplement §2.3) first builds a *paired* block,
+in which the rows of different chains of a complex that come from the same species share a row,
+and stacks the unpaired rows below it. Here every chain draws its rows independently, so row
+``r`` of two chains is in general from two unrelated organisms: the MSA carries no inter-chain
+co-evolution signal. The store keeps each row's species id (``MSABlock.species``) and the
+Protenix ``pairing.a3m`` rows are merged into the chain's one MSA at build time; neither is used
+for pairing.
 """
 
 from __future__ import annotations
