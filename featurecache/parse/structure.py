@@ -220,13 +220,13 @@ def _add_unlabelled_connections(block: gemmi.cif.Block, st: gemmi.Structure) -> 
     is found); type, symmetry and distance as gemmi reads them. Rows gemmi already has are not
     added twice. A row whose partner is not an atom of the first model is left out with a warning.
     """
+    n_rows = len(block.find_mmcif_category("_struct_conn."))
+    if n_rows == 0 or len(st.connections) >= n_rows or len(st) == 0:
+        return []  # the usual case: gemmi read every row (or there are none)
     try:
         table = block.get_mmcif_category("_struct_conn.")
-    except (RuntimeError, ValueError):
-        return []
-    n_rows = max((len(v) for v in table.values()), default=0)
-    if n_rows == 0 or len(st.connections) >= n_rows or len(st) == 0:
-        return []
+    except (RuntimeError, ValueError) as exc:
+        return [f"_struct_conn: {n_rows - len(st.connections)} rows not read ({exc})"]
     known = {_conn_key(c) for c in st.connections}
     residues = _ResidueIndex(st[0])
     added = 0
