@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import zarr
 
 from featurecache.const import STORE_FORMAT_VERSION
 from featurecache.errors import NotFound, StoreError, StoreVersionError
@@ -23,11 +23,18 @@ from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
+#: ``scheme://``: a path given to open_store that is really a service address
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
-def parse_array_selection(arrays: Sequence[str] | None) -> dict[str, set[str] | None]:
-    """``["atoms", "tokens/restype"]`` → {"atoms": None (all), "tokens": {"restype"}}; validates names."""
+
+def parse_array_selection(arrays: Sequence[str] | str | None) -> dict[str, set[str] | None]:
+    """``["atoms", "tokens/restype"]`` → {"atoms": None (all), "tokens": {"restype"}}; validates names.
+
+    A single string is one array name (``"atoms/coords"``), as the HTTP client takes it."""
     if arrays is None:
         return {g: None for g in ENTRY_GROUPS}
+    if isinstance(arrays, str):
+        arrays = [arrays]
     sel: dict[str, set[str] | None] = {}
     for name in arrays:
         group, _, fld = name.partition("/")
@@ -50,6 +57,11 @@ class LocalStore(FeatureReader):
     """A store opened read-only. The index is memory-mapped; ``id → row`` is a dict built once."""
 
     def __init__(self, path: str | Path) -> None:
+        if isinstance(path, str) and _URL.match(path):
+            raise StoreError(
+                f"{path} is a URL, not a store directory: open a lookup service with "
+                f"featurecache.client.http.LookupClient({path!r}) (or FeatureDataset({path!r}))"
+            )
         self.path = Path(path)
         root_meta = self.path / "zarr.json"
         if not root_meta.is_file():
@@ -83,7 +95,9 @@ class LocalStore(FeatureReader):
             else (None, None)
             for g, (s, c) in GROUP_OFFSETS.items()
         }
-        self._part_arrays = PartArrays(self.path, "part array")
+        # every Atom has an element, every Token a res_name, every Bond two atoms, every Interface
+        # chain_j > 0: a non-empty array is never all zero, so its shard file always exists
+        self._part_arrays = PartArrays(self.path, "part array", data_files_required=True)
         self._lock = threading.Lock()
         self._component_table: Any = None  # chem.reference.ComponentTable, loaded on first use
         self._msa_reader: Any = None  # store.msa.MSAReader, built on first use
@@ -151,23 +165,18 @@ class LocalStore(FeatureReader):
         except (KeyError, TypeError):
             raise NotFound(f"no entry {entry_id!r} in store {self.path}") from None
 
-    def _array(self, part: str, group: str) -> zarr.Array:
-        return self._part_arrays.get(part, group)
-
     def read_group(self, entry_id: str, group: str) -> np.ndarray:
         """One entry's rows of ``group`` as a structured array (dtype from types.py)."""
-        row = self.row_of(entry_id)
-        starts, counts = self._offsets[group]
-        assert starts is not None and counts is not None
-        start, count = int(starts[row]), int(counts[row])
-        return self._part_arrays.records(self._parts[row], group, ENTRY_GROUPS[group], start, start + count)
+        return self.read_groups(entry_id, [group])[group]
 
     def read_groups(self, entry_id: str, groups: Sequence[str]) -> dict[str, np.ndarray]:
         """Several groups of one entry, fetched concurrently in one call into zarr's event loop
-        (each synchronous zarr read pays its own hand-off to the loop)."""
-        from featurecache.store.msa import _read_many
+        (each synchronous zarr read pays its own hand-off to the loop).
 
+        Raises StoreError ``entry ID: unreadable (…)`` naming the part and array when the data
+        cannot be read (a shard that fails its checksum, a missing shard file)."""
         row = self.row_of(entry_id)
+        part = self._parts[row]
         out: dict[str, np.ndarray] = {}
         reads = []
         wanted = []
@@ -178,13 +187,17 @@ class LocalStore(FeatureReader):
             if count == 0:
                 out[group] = np.zeros(0, dtype=ENTRY_GROUPS[group])
                 continue
-            reads.append((self._array(self._parts[row], group), (slice(start, start + count),)))
+            reads.append((part, group, (slice(start, start + count),)))
             wanted.append(group)
-        for group, raw in zip(wanted, _read_many(*reads) if reads else [], strict=True):
-            out[group] = decode_records(raw, ENTRY_GROUPS[group])
+        try:
+            raw = self._part_arrays.read_many(*reads) if reads else []
+        except StoreError as exc:
+            raise StoreError(f"entry {entry_id}: unreadable ({exc})") from exc
+        for group, got in zip(wanted, raw, strict=True):
+            out[group] = decode_records(got, ENTRY_GROUPS[group])
         return out
 
-    def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
+    def entry(self, entry_id: str, arrays: Sequence[str] | str | None = None) -> Entry:
         sel = parse_array_selection(arrays)
         out: dict[str, dict[str, np.ndarray]] = {g: {} for g in ENTRY_GROUPS}
         records = self.read_groups(entry_id, list(sel))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -14,6 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
 from featurecache.errors import StoreError, StoreVersionError
@@ -127,12 +130,23 @@ def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:
 class PartArrays:
     """The read-only zarr arrays under a store's ``parts/``, each opened on first use and kept
     (readers call this from many threads). ``what`` names the arrays in the error raised for a
-    missing or unreadable one."""
+    missing or unreadable one.
 
-    def __init__(self, store: Path, what: str) -> None:
+    Every read goes through :meth:`read` / :meth:`read_many`, which turn zarr's own errors (a
+    shard that fails its checksum or does not decompress, an I/O error) into a
+    :class:`StoreError` naming the part and the array. With ``data_files_required`` a read also
+    checks that the array's shard files exist: zarr reads a missing one as its fill value (zeros),
+    silently. Only for arrays whose non-empty contents are never all zero — zarr does not write a
+    shard that holds nothing but the fill value (``write_empty_chunks`` is off), so for those a
+    missing file is a legitimate empty shard, not damage.
+    """
+
+    def __init__(self, store: Path, what: str, *, data_files_required: bool = False) -> None:
         self._parts = Path(store) / PARTS_DIR
         self._what = what
+        self._data_files_required = data_files_required
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._data_files: dict[tuple[str, str], list[Path]] = {}
         self._lock = threading.Lock()
 
     def get(self, part: str, name: str) -> zarr.Array:
@@ -141,17 +155,69 @@ class PartArrays:
             path = self._parts / part / name
             try:
                 arr = zarr.open_array(str(path), mode="r")
-            except (FileNotFoundError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise StoreError(f"{self._what} {path} is missing or unreadable: {exc}") from exc
+            files = shard_files(path, arr) if self._data_files_required else []
             with self._lock:
+                self._data_files.setdefault((part, name), files)
                 arr = self._arrays.setdefault((part, name), arr)
         return arr
+
+    def read(self, part: str, name: str, selection: tuple[slice, ...]) -> np.ndarray:
+        """``array[selection]`` of the array ``name`` of ``part`` (StoreError if it cannot be read)."""
+        (out,) = self.read_many((part, name, selection))
+        return out
+
+    def read_many(self, *reads: tuple[str, str, tuple[slice, ...]]) -> list[np.ndarray]:
+        """Several ``(part, array, selection)`` reads fetched concurrently in one call into zarr's
+        event loop (each synchronous zarr read pays its own thread hand-off to the loop)."""
+        arrays = [self.get(part, name) for part, name, _ in reads]
+        for part, name, _ in reads:
+            self._check_data_files(part, name)
+        # every read runs to its end (no task of a failed read left pending in zarr's loop), and
+        # the error names the arrays that failed; zarr and numcodecs raise ValueError (checksum),
+        # RuntimeError (zstd), OSError, ... from a damaged shard
+        got = sync(_gather([(a, sel) for a, (_, _, sel) in zip(arrays, reads, strict=True)]))
+        failed = [
+            (part, name, x)
+            for (part, name, _), x in zip(reads, got, strict=True)
+            if isinstance(x, BaseException)
+        ]
+        if failed:
+            part, name, exc = failed[0]
+            also = "".join(f", {p}/{n}" for p, n, _ in failed[1:])
+            raise StoreError(
+                f"{self._what} {part}/{name}{also} cannot be read ({self._parts / part / name}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return [np.asarray(x) for x in got]
 
     def records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` of the record array ``name`` of ``part``."""
         if stop <= start:
             return np.zeros(0, dtype=dtype)
-        return decode_records(self.get(part, name)[start:stop], dtype)
+        return decode_records(self.read(part, name, (slice(start, stop),)), dtype)
+
+    def _check_data_files(self, part: str, name: str) -> None:
+        for f in self._data_files.get((part, name), ()):
+            if not f.is_file():
+                raise StoreError(f"{self._what} {part}/{name}: its data file {f} is missing")
 
     def clear(self) -> None:
         self._arrays.clear()
+        self._data_files.clear()
+
+
+def shard_files(path: Path, arr: zarr.Array) -> list[Path]:
+    """The files holding ``arr``'s shards (its chunks when unsharded); none for an empty array."""
+    if arr.size == 0:
+        return []
+    outer = arr.shards or arr.chunks
+    grid = [range(-(-n // c)) for n, c in zip(arr.shape, outer, strict=True)]
+    return [path / arr.metadata.encode_chunk_key(coords) for coords in itertools.product(*grid)]
+
+
+async def _gather(reads: list[tuple[zarr.Array, tuple[slice, ...]]]) -> list[Any]:
+    return list(
+        await asyncio.gather(*(a.async_array.getitem(sel) for a, sel in reads), return_exceptions=True)
+    )

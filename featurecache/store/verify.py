@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import zarr
 
 from featurecache.errors import FeatureCacheError
 from featurecache.store.index import complete_parts, gather_part_tables, latest_per, read_table
@@ -18,6 +21,7 @@ from featurecache.store.layout import (
     content_hash,
 )
 from featurecache.store.reader import open_store
+from featurecache.store.root import shard_files
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +39,31 @@ def verify_store(path: Path) -> list[str]:
             continue
         if not name.startswith("s-"):
             continue
-        m = json.loads(manifest.read_text())
-        rows = read_table(part / PART_INDEX_DIR / "entries.arrow", memory_map=False)
+        try:
+            m = json.loads(manifest.read_text())
+            rows = read_table(part / PART_INDEX_DIR / "entries.arrow", memory_map=False)
+        except (
+            FeatureCacheError,
+            OSError,
+            ValueError,
+        ) as exc:  # ValueError: bad JSON, pyarrow's ArrowInvalid
+            problems.append(f"part {name}: its own index is unreadable ({exc})")
+            continue
         for g in ENTRY_GROUPS:
             _, count_col = GROUP_OFFSETS[g]
             total = sum(rows.column(count_col).to_pylist()) if rows.num_rows else 0
             try:
-                import zarr
-
-                n = zarr.open_array(str(part / g), mode="r").shape[0]
-            except (FileNotFoundError, ValueError, KeyError) as exc:
+                arr = zarr.open_array(str(part / g), mode="r")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"part {name}: array {g} unreadable ({exc})")
                 continue
+            n = arr.shape[0]
             if n != total or m.get("counts", {}).get(g, total) != total:
                 problems.append(f"part {name}: {g} has {n} rows, its index says {total}")
+            # a structure array with rows always has its shard file (its records are never all
+            # zero); zarr would read a missing one back as zeros
+            missing = [f for f in shard_files(part / g, arr) if not f.is_file()]
+            problems.extend(f"part {name}: array {g} is missing its data file {f}" for f in missing)
     # 2. every index row points at an existing part and its arrays hash to the recorded content hash
     entries = store.entries
     for row in entries.to_pylist():
@@ -57,8 +72,12 @@ def verify_store(path: Path) -> list[str]:
             continue
         try:
             e = store.entry(row["id"])
-        except FeatureCacheError as exc:
-            problems.append(f"entry {row['id']}: unreadable ({exc})")
+        except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
+            # the reader says "entry ID: unreadable (…)" itself, naming the part and the array
+            msg = str(exc)
+            problems.append(
+                msg if msg.startswith(f"entry {row['id']}: ") else f"entry {row['id']}: unreadable ({msg})"
+            )
             continue
         groups = {"atoms": e.atoms, "tokens": e.tokens, "bonds": e.bonds, "interfaces": e.interfaces}
         got = content_hash(groups)
@@ -74,8 +93,12 @@ def verify_store(path: Path) -> list[str]:
     for c in sorted(orphan):
         problems.append(f"chains index has rows for {c}, which is not an entry")
     problems.extend(_chains_cover_tokens(entries, chains))
-    for extra_check in _EXTRA_CHECKS:
-        problems.extend(extra_check(store))
+    for label, extra_check in _EXTRA_CHECKS:
+        try:
+            problems.extend(extra_check(store))
+        except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
+            # e.g. an index table without a column the check needs: say so instead of a traceback
+            problems.append(f"{label}: could not be checked ({type(exc).__name__}: {exc})")
     log.info("verified %d entries in %d parts: %d problem(s)", entries.num_rows, len(parts), len(problems))
     return problems
 
@@ -131,5 +154,8 @@ def _msa_checks(store: object) -> list[str]:
     return verify_msas(store)
 
 
-#: further checks registered by the MSA / component stages: callables(store) -> list[str]
-_EXTRA_CHECKS: list = [_msa_checks, _component_checks]
+#: further checks registered by the MSA / component stages: (what they check, callable(store) -> list[str])
+_EXTRA_CHECKS: list[tuple[str, Callable[[Any], list[str]]]] = [
+    ("MSAs", _msa_checks),
+    ("components", _component_checks),
+]
