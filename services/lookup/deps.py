@@ -21,9 +21,12 @@ def get_holder(request: Request) -> StoreHolder:
     return holder
 
 
-def get_reader(holder: Annotated[StoreHolder, Depends(get_holder)]) -> LocalStore:
-    """The open store; :class:`~services.lookup.state.StoreUnavailable` (→ 503) when it is not."""
-    return holder.get()
+def get_reader(request: Request, holder: Annotated[StoreHolder, Depends(get_holder)]) -> LocalStore:
+    """The open store; :class:`~services.lookup.state.StoreUnavailable` (→ 503) when it is not.
+    Kept on ``request.state.reader``: a read that fails is judged against the reader it used."""
+    reader = holder.get()
+    request.state.reader = reader
+    return reader
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -1,6 +1,10 @@
-"""Library exceptions → HTTP answers. Client mistakes are 4xx with a message saying what was wrong;
-a store that cannot be read now is a 503 the client retries. No answer names a path on the server
-(the library's messages do; they are logged here, and redacted before they are sent)."""
+"""Library exceptions → HTTP answers. Client mistakes are 4xx with a message saying what was wrong.
+A read that fails is judged by whether the store changed under the reader that failed
+(:meth:`StoreHolder.unchanged`): if it did (rebuilt, extended, removed), a 503 the client retries
+while the holder reopens the store; if it did not, the data itself is damaged (a shard that fails
+its checksum, a missing file) and retrying cannot help: a 500 naming the entry or MSA and saying
+it is unreadable. No answer names a path on the server (the library's messages do; they are
+logged here, and redacted before they are sent)."""
 
 from __future__ import annotations
 
@@ -52,8 +56,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        # e.g. a part array missing: the store changed or is damaged; look again before the next read
-        _holder(request).recheck()
+        holder = _holder(request)
+        if holder.unchanged(getattr(request.state, "reader", None)):
+            log.error("damaged store data on %s %s: %s", request.method, request.url.path, exc)
+            return JSONResponse({"detail": holder.redact(str(exc))}, status_code=500)
+        # the store changed under the reader (rebuilt, extended, removed): look again before the next read
+        holder.recheck()
         log.error("store error on %s %s: %s", request.method, request.url.path, exc)
         return JSONResponse({"detail": STORE_READ_FAILED}, status_code=503, headers=RETRY_AFTER)
 
@@ -61,8 +69,9 @@ def install(app: FastAPI) -> None:
 class StoreRoute(APIRoute):
     """A route that reads the store. An exception that no handler knows, raised while it runs, is
     the store failing under the reader (after a rebuild zarr raises ``ValueError: cannot reshape``,
-    a shard cut short fails to decode): it becomes :class:`StoreUnavailable` (503, retryable) and
-    the holder looks at the store again before the next request reads it. The traceback is logged."""
+    a shard cut short fails to decode): it becomes a :class:`StoreError` naming the request, which
+    the StoreError handler answers 503 (retryable; the holder looks at the store again) when the
+    store changed under the reader, else 500. The traceback is logged."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -76,9 +85,11 @@ class StoreRoute(APIRoute):
             ):  # fmt: skip
                 raise
             except Exception as exc:
-                _holder(request).recheck()
                 log.exception("reading the store failed on %s %s", request.method, request.url.path)
-                raise StoreUnavailable(STORE_READ_FAILED) from exc
+                raise StoreError(
+                    f"{request.method} {request.url.path}: the store could not be read "
+                    f"({type(exc).__name__}: {exc})"
+                ) from exc
 
         return read_store
 

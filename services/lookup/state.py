@@ -100,6 +100,18 @@ class StoreHolder:
         next scheduled check."""
         self._next_check = -float("inf")
 
+    def unchanged(self, reader: LocalStore | None) -> bool:
+        """Whether ``reader`` is the reader open now and the store on disk is still as it was when
+        it was opened (every stamp taken afresh). A read that failed on such a reader failed on the
+        data itself (a damaged part), not on a store changing under it: retrying will not help."""
+        opened = self._opened
+        return (
+            reader is not None
+            and opened.reader is reader
+            and _stamp(self._root_meta) == opened.root
+            and self._index_stamps() == opened.index
+        )
+
     @property
     def error(self) -> str | None:
         return self._opened.error

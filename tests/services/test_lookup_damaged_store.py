@@ -1,0 +1,122 @@
+"""Damaged data under a served store is a 500 naming what cannot be read, not a retryable 503.
+
+A 503 tells clients the service is down for a while (a store being rebuilt or extended under it);
+a shard that fails its checksum stays damaged however long they wait. The service tells the two
+apart by whether the store changed under the reader that failed. Real uvicorn on 127.0.0.1 over
+real copies of the sample store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from featurecache import open_store
+from featurecache.client.http import LookupClient
+from featurecache.errors import ServiceError, ServiceUnavailable
+from services.lookup.server import ThreadedServer
+from services.lookup.settings import Settings
+
+
+def _copy(sample_store: Path, tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    return store
+
+
+def _largest_entry(store: Path) -> tuple[str, Path]:
+    ref = open_store(store)
+    entry_id = max(ref.ids, key=lambda i: ref.entry_meta(i)["atom_count"])
+    return entry_id, store / "parts" / ref.entries.column("part")[ref.row_of(entry_id)].as_py()
+
+
+def _cut_short(array_dir: Path) -> None:
+    """Cut every shard file of an array to half its size (its checksum then fails)."""
+    shards = [f for f in array_dir.rglob("*") if f.is_file() and f.name != "zarr.json"]
+    assert shards
+    for f in shards:
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _assert_damaged(r: httpx.Response, what: str, hidden: Path) -> None:
+    """A JSON 500 naming ``what`` as unreadable, without ``retry-after`` or a server path."""
+    assert r.status_code == 500, (r.status_code, r.text[:300])
+    assert r.headers["content-type"] == "application/json"
+    detail = r.json()["detail"]
+    assert detail.startswith(f"{what}: unreadable ("), detail
+    assert "retry-after" not in r.headers
+    assert str(hidden) not in r.text, r.text
+
+
+def test_damaged_entry_is_a_500_naming_it(tmp_path: Path, sample_store: Path) -> None:
+    store = _copy(sample_store, tmp_path)
+    entry_id, part = _largest_entry(store)
+    other = next(i for i in open_store(store).ids if i != entry_id)
+    with ThreadedServer(Settings(store_path=store)) as url, httpx.Client(base_url=url) as http:
+        assert http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"}).status_code == 200
+        shutil.rmtree(part / "bonds")  # never opened yet: the reader says the array is missing
+        _assert_damaged(http.get(f"/v1/entries/{entry_id}"), f"entry {entry_id}", tmp_path)
+        _cut_short(part / "atoms")  # opened already: zarr fails to decode it
+        r = http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"})
+        _assert_damaged(r, f"entry {entry_id}", tmp_path)
+        assert f"{part.name}/atoms" in r.json()["detail"]
+        # a batch fails on its first entry before the status goes out
+        r = http.post("/v1/entries:batch", json={"ids": [entry_id, other], "arrays": ["atoms"]})
+        _assert_damaged(r, f"entry {entry_id}", tmp_path)
+        # what is not damaged is still served
+        assert http.get(f"/v1/entries/{entry_id}", params={"arrays": "tokens"}).status_code == 200
+        assert http.get("/v1/health").status_code == 200 and http.get("/v1/ready").status_code == 200
+        # the client gives up as on a failed request (ServiceError), not a service that is down
+        client = LookupClient(url, retries=1, backoff=0.01)
+        with pytest.raises(ServiceError, match=rf"500: entry {entry_id}: unreadable") as info:
+            client.entry(entry_id, arrays=["atoms"])
+        assert not isinstance(info.value, ServiceUnavailable)
+
+
+def test_missing_shard_file_is_a_500_naming_the_file(tmp_path: Path, sample_store: Path) -> None:
+    store = _copy(sample_store, tmp_path)
+    entry_id, part = _largest_entry(store)
+    with ThreadedServer(Settings(store_path=store)) as url, httpx.Client(base_url=url) as http:
+        assert http.get(f"/v1/entries/{entry_id}").status_code == 200
+        shards = [f for f in (part / "tokens").rglob("*") if f.is_file() and f.name != "zarr.json"]
+        assert len(shards) == 1
+        shards[0].unlink()  # zarr would read it back as zeros
+        r = http.get(f"/v1/entries/{entry_id}", params={"arrays": "tokens"})
+        _assert_damaged(r, f"entry {entry_id}", tmp_path)
+        name = str(shards[0].relative_to(store))
+        assert f"STORE/{name} is missing" in r.json()["detail"], r.json()
+
+
+def test_damaged_msa_is_a_500_naming_it(tmp_path: Path, sample_store: Path) -> None:
+    store = _copy(sample_store, tmp_path)
+    msas = open_store(store).msas
+    key, part, array = (msas.column(c)[0].as_py() for c in ("key", "part", "array"))
+    with ThreadedServer(Settings(store_path=store)) as url, httpx.Client(base_url=url) as http:
+        assert http.get(f"/v1/msas/{key}").status_code == 200
+        _cut_short(store / "parts" / part / array)
+        _assert_damaged(http.get(f"/v1/msas/{key}"), f"MSA {key}", tmp_path)
+
+
+def test_failure_on_a_store_changed_under_its_reader_is_a_503(tmp_path: Path, sample_store: Path) -> None:
+    """The same damage, but the index was swapped since the reader opened (a build extending the
+    store): that read is retryable; once the store is reopened the damage is a 500."""
+    store = _copy(sample_store, tmp_path)
+    entry_id, part = _largest_entry(store)
+    # the index is checked only when a read fails (not every second), so the change is first seen there
+    settings = Settings(store_path=store, store_check_seconds=3600)
+    with ThreadedServer(settings) as url, httpx.Client(base_url=url) as http:
+        assert http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"}).status_code == 200
+        _cut_short(part / "atoms")
+        entries = store / "index" / "entries.arrow"
+        shutil.copy(entries, entries.with_suffix(".new"))
+        os.replace(entries.with_suffix(".new"), entries)  # as a build swaps its index in
+        r = http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"})
+        assert r.status_code == 503 and "retry-after" in r.headers, (r.status_code, r.text[:300])
+        assert str(tmp_path) not in r.text
+        _assert_damaged(
+            http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"}), f"entry {entry_id}", tmp_path
+        )
