@@ -38,6 +38,33 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from featurecache import __version__
+        from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
+
+        typer.echo(
+            f"featurecache {__version__} (featurizer {FEATURIZER_VERSION}, store format "
+            f"{STORE_FORMAT_VERSION}, schema {SCHEMA_VERSION})"
+        )
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version (and the featurizer, store format and schema versions) and exit.",
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 def _setup_logging(verbose: bool) -> None:
     from rich.logging import RichHandler
 
@@ -213,6 +240,10 @@ def serve(
     from services.lookup.server import run_server
 
     try:
+        if not 1 <= port <= 65535:
+            raise UsageError(f"--port {port}: a TCP port is from 1 to 65535")
+        if workers < 1:
+            raise UsageError(f"--workers {workers}: at least 1 worker process")
         run_server(store=store, host=host, port=port, workers=workers, token=token)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

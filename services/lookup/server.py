@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
+import logging.config
 import os
 import shutil
 import socket
@@ -62,6 +64,8 @@ def run_server(
 
     from featurecache import open_store
 
+    log_config = service_log_config()
+    logging.config.dictConfig(log_config)
     path = Path(store).resolve()
     try:
         n = len(open_store(path).ids)
@@ -84,11 +88,23 @@ def run_server(
     try:
         uvicorn.run(
             APP_FACTORY, factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol,
-            log_level="info", access_log=False, timeout_graceful_shutdown=10,
+            log_level="info", log_config=log_config, access_log=False, timeout_graceful_shutdown=10,
         )  # fmt: skip
     finally:
         if multiproc_dir is not None:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def service_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration, plus the ``featurecache`` and ``services`` loggers at
+    INFO on uvicorn's handler (its format, stderr). uvicorn applies it in every worker; ``serve``
+    applies it first, so its startup line shows too. uvicorn's own loggers are left as they are."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for name in ("featurecache", "services"):
+        config["loggers"][name] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
 
 
 # ------------------------------------------------------------------ servers for tests and benchmarks
