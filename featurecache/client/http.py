@@ -49,6 +49,7 @@ from featurecache.errors import (
 from featurecache.store import arrow_io
 from featurecache.store.base import FeatureReader
 from featurecache.store.layout import ENTRY_GROUPS
+from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
 from featurecache.store.reader import parse_array_selection
 from featurecache.types import Entry, MSABlock
 
@@ -316,25 +317,22 @@ class LookupClient(FeatureReader):
         rows: Sequence[int] | slice | np.ndarray | None = None,
         cols: Sequence[int] | slice | np.ndarray | None = None,
     ) -> MSABlock:
-        """Rows × columns of one stored MSA (only those cross the network), in as many requests as
-        the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` limits need."""
+        """Rows × columns of one stored MSA, selected as the local reader selects them.
+
+        ``rows``/``cols``: None (all), a slice (numpy's rules: clamped to the axis, negative bounds
+        from the end, any step, reversed) or indices (negative from the end, any order, repeats);
+        an index outside the axis raises InvalidRequest, as locally. The selection is resolved here
+        against the MSA's (depth, length) and only those cells cross the network, in as many
+        requests as the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` need.
+        """
+        depth, length = self._msa_shape_of(key)
+        r = _local_selection(rows, depth, "rows")  # int64 [n_rows], each in 0..depth-1
+        c = _local_selection(cols, length, "columns")  # int64 [n_cols], each in 0..length-1
         max_rows, max_cols, max_cells = (
             self._limit(f"max_msa_{n}", _NO_LIMIT) for n in ("rows", "cols", "cells")
         )
-        n_rows, n_cols = _count(rows), _count(cols)
-        if n_rows is None or n_cols is None:  # all, or an open slice: the MSA's shape says how many
-            shape = self._msa_shapes().get(key)
-            if shape is not None:
-                rows, cols = _within(rows, shape[0]), _within(cols, shape[1])
-                n_rows, n_cols = _count(rows), _count(cols)
-        if (
-            n_rows is None
-            or n_cols is None
-            or (n_rows <= max_rows and n_cols <= max_cols and n_rows * n_cols <= max_cells)
-        ):
-            return self._msa_slice(key, rows, cols)  # fits (or the service explains what is wrong)
-        assert rows is not None and cols is not None  # both counted
-        r, c = _as_indices(rows), _as_indices(cols)
+        if r.size <= max_rows and c.size <= max_cols and r.size * c.size <= max_cells:
+            return self._msa_slice(key, r, c)
         width = max(1, min(c.size, max_cols, max_cells))  # whole column sets where they fit: crops are narrow
         height = max(1, min(max_rows, max_cells // width))
         blocks = [
@@ -353,6 +351,17 @@ class LookupClient(FeatureReader):
             depth=first[0].depth,
             length=first[0].length,
         )
+
+    def _msa_shape_of(self, key: str) -> tuple[int, int]:
+        """(depth, length) of the MSA ``key``: from the ``msas`` index, else (a key the cached index
+        does not name) from an empty slice of it; NotFound when the service has no such MSA."""
+        shape = self._msa_shapes().get(key)
+        if shape is None:
+            empty = np.zeros(0, dtype=np.int64)
+            probe = self._msa_slice(key, empty, empty)
+            shape = (int(probe.depth), int(probe.length))
+            self._msa_shapes()[key] = shape
+        return shape
 
     def _msa_slice(
         self,
@@ -467,35 +476,10 @@ def _arrays_params(arrays: Sequence[str] | None) -> dict[str, Any] | None:
     return {"arrays": ",".join(arrays)}  # "" = no arrays, as ``entry(id, [])`` locally
 
 
-def _count(sel: Sequence[int] | slice | np.ndarray | None) -> int | None:
-    """How many indices ``sel`` selects, None when that depends on the axis (all, an open slice)."""
-    if sel is None:
-        return None
-    if isinstance(sel, slice):
-        if sel.stop is None or sel.step not in (None, 1):
-            return None
-        return max(0, int(sel.stop) - int(sel.start or 0))
-    return int(np.asarray(sel).size)
-
-
-def _within(sel: Sequence[int] | slice | np.ndarray | None, size: int) -> Any:
-    """``sel`` with an axis of ``size`` filled in: None → ``0:size``, ``a:`` → ``a:size``."""
-    if sel is None:
-        return slice(0, size)
-    if isinstance(sel, slice) and sel.stop is None and sel.step in (None, 1):
-        return slice(sel.start, size) if (sel.start or 0) <= size else sel
-    return sel
-
-
-def _as_indices(sel: Sequence[int] | slice | np.ndarray) -> np.ndarray:
-    if isinstance(sel, slice):  # a closed slice of step 1 (checked by _count)
-        return np.arange(int(sel.start or 0), int(sel.stop), dtype=np.int64)
-    return np.asarray(sel, dtype=np.int64).reshape(-1)
-
-
 def _index_spec(sel: Sequence[int] | slice | np.ndarray | None) -> str | None:
     """A selection as the service's spec: ``None`` → all, slices as ``a:b``, index lists with
-    consecutive runs folded into closed ranges (``0,5:9,12``)."""
+    consecutive runs folded into closed ranges (``0,5:9,12``). The service takes no steps and no
+    negative numbers: :meth:`LookupClient.msa` resolves every selection to indices first."""
     if sel is None:
         return None
     if isinstance(sel, slice):
