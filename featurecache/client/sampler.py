@@ -110,6 +110,23 @@ class SamplerFilter:
         return keep
 
 
+def _nothing_to_sample(n_entries: int, filters: SamplerFilter, failures: pa.Table | None) -> str:
+    """Why a sampler has no entry: an empty store (say so, and where its failures are listed) or
+    filters that leave none (name the filters given)."""
+    if n_entries == 0:
+        n = None if failures is None else failures.num_rows
+        failed = "" if n is None else f"; {n} input{'s' if n != 1 else ''} failed to build"
+        return (f"the store has no entries{failed}: `featurecache info STORE --failures` lists the inputs "
+                f"that failed and why")  # fmt: skip
+    given = {
+        name: (f"{len(value)} ids" if name == "ids" else value)
+        for name, value in vars(filters).items()
+        if value is not None and value != getattr(SamplerFilter, name)
+    }
+    said = ", ".join(f"{k}={v}" for k, v in given.items())
+    return f"no entry of the store's {n_entries} passes the sampler's filters ({said or 'none given'})"
+
+
 def _column(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
     col = table.column(name)
     fill = math.nan if np.dtype(dtype).kind == "f" else 0
@@ -120,7 +137,9 @@ class Sampler:
     """Deterministic, seeded stream of :class:`SampleKey` over a store's index tables.
 
     ``entries`` / ``chains`` / ``interfaces``: the reader's Arrow tables (``chains`` and
-    ``interfaces`` are needed for ``weighting="af3"``). ``len(sampler)`` is the epoch length.
+    ``interfaces`` are needed for ``weighting="af3"``); ``failures``: optional, the reader's
+    failures table, counted in the error when the store has no entry at all. ``len(sampler)`` is
+    the epoch length.
     """
 
     def __init__(
@@ -134,6 +153,7 @@ class Sampler:
         filters: SamplerFilter | None = None,
         samples_per_epoch: int | None = None,
         seed: int = 0,
+        failures: pa.Table | None = None,
     ) -> None:
         if weighting not in WEIGHTINGS:
             raise InvalidRequest(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
@@ -145,7 +165,7 @@ class Sampler:
             str(x) for x in np.asarray(entries.column("id").to_pylist(), dtype=object)[keep]
         ]
         if not self.entry_ids:
-            raise InvalidRequest("no entry passes the sampler's filters")
+            raise InvalidRequest(_nothing_to_sample(entries.num_rows, self.filters, failures))
         if weighting == "uniform":
             self._unit_entry = np.arange(len(self.entry_ids), dtype=np.int64)
             self._unit_chains = np.full((len(self.entry_ids), 2), -1, dtype=np.int64)
