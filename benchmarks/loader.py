@@ -299,7 +299,8 @@ def stage_times(ds: FeatureDataset, positions: Sequence[int]) -> dict[str, float
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # the whole first paragraph of the module docstring (its first line stops mid-sentence)
+    ap = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     ap.add_argument(
         "--store", type=Path, default=None, help="existing store (default: build the real corpus)"
     )

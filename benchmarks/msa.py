@@ -14,11 +14,16 @@ a loader without the store does per sample. "flat" = the layout DESIGN.md first 
 and int16 deletions as flat row-major cells, 1-D chunks), written from the same MSA, to show why
 the store uses 2-D residue chunks and sparse deletions.
 
-    .venv/bin/python benchmarks/msa.py
+Then the bytes of every MSA part of a real build of the corpus against the gzipped MSA files it
+used (--skip-corpus leaves it out), and a sweep of residue chunk shapes on the synthetic MSA
+(--skip-sweep).
+
+    .venv/bin/python benchmarks/msa.py [--rows N] [--cols N] [--skip-corpus] [--skip-sweep] [--out FILE]
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import logging
@@ -37,7 +42,7 @@ from zarr.codecs import ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench, timeit
+from benchmarks.harness import REAL, RESULTS_DIR, Bench, timeit
 from featurecache.const import MolType
 from featurecache.featurize.msa import build_msa
 from featurecache.parse.a3m import parse_a3m
@@ -47,7 +52,7 @@ from featurecache.store.msa import MSAItem, MSAPartContents, MSAReader, write_ms
 from featurecache.types import EncodedMSA, ParsedMSA
 
 MSAS = REAL / "msas"
-ROWS, COLS = 4096, 384
+ROWS, COLS = 4096, 384  # defaults of --rows / --cols
 FLAT_CHUNK = 1 << 16  # cells per 1-D chunk in the "flat" layout
 
 
@@ -128,9 +133,9 @@ def _gzipped_bytes(paths: list[Path]) -> int:
 
 
 def _selections(
-    depth: int, length: int, rng: np.random.Generator
+    depth: int, length: int, rng: np.random.Generator, rows: int = ROWS, cols: int = COLS
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    n_rows, n_cols = min(ROWS, depth), min(COLS, length)
+    n_rows, n_cols = min(rows, depth), min(cols, length)
     c0 = (length - n_cols) // 2
     window = np.arange(c0, c0 + n_cols)
     scattered = np.sort(rng.choice(length, n_cols, replace=False))
@@ -144,19 +149,27 @@ def _selections(
     ]
 
 
-def bench_case(bench: Bench, label: str, paths: list[Path], tmp: Path, rng: np.random.Generator) -> None:
+def bench_case(
+    bench: Bench,
+    label: str,
+    paths: list[Path],
+    tmp: Path,
+    rng: np.random.Generator,
+    rows: int = ROWS,
+    cols: int = COLS,
+) -> None:
     enc = _parse_and_encode(paths)
     reader = _write(tmp / label.replace(" ", "_"), "m-000000", enc)
     flat_res, flat_dels = _write_flat(tmp / label.replace(" ", "_"), enc)
     store_bytes = _dir_bytes(tmp / label.replace(" ", "_") / "parts")
     flat_bytes = _dir_bytes(tmp / label.replace(" ", "_") / "flat")
     parse = _time(_bind(_parse_and_encode, paths), repeat=3)
-    for what, rows, cols in _selections(enc.depth, enc.length, rng):
-        blk = reader.msa("m-000000", rows, cols)
-        assert np.array_equal(blk.residues, enc.residues[np.ix_(rows, cols)])
-        assert np.array_equal(blk.deletions, enc.deletions[np.ix_(rows, cols)])
-        store_t = _time(_bind(reader.msa, "m-000000", rows, cols), repeat=15)
-        flat_t = _time(_bind(_flat_block, flat_res, flat_dels, enc.length, rows, cols), repeat=7)
+    for what, r, c in _selections(enc.depth, enc.length, rng, rows, cols):
+        blk = reader.msa("m-000000", r, c)
+        assert np.array_equal(blk.residues, enc.residues[np.ix_(r, c)])
+        assert np.array_equal(blk.deletions, enc.deletions[np.ix_(r, c)])
+        store_t = _time(_bind(reader.msa, "m-000000", r, c), repeat=15)
+        flat_t = _time(_bind(_flat_block, flat_res, flat_dels, enc.length, r, c), repeat=7)
         bench.add(
             msa=label, depth=enc.depth, length=enc.length, read=what,
             store_ms=store_t["median_s"] * 1e3, store_min_ms=store_t["min_s"] * 1e3,
@@ -175,12 +188,14 @@ def bench_case(bench: Bench, label: str, paths: list[Path], tmp: Path, rng: np.r
 SWEEP_CHUNKS = ((16384, 64), (16384, 32), (16384, 128), (4096, 128), (1024, 128), (1024, 1024))
 
 
-def chunk_sweep(bench: Bench, tmp: Path, rng: np.random.Generator) -> None:
+def chunk_sweep(
+    bench: Bench, tmp: Path, rng: np.random.Generator, rows: int = ROWS, cols: int = COLS
+) -> None:
     """Residue chunk shapes for the synthetic MSA: read times per pattern and bytes on disk."""
     import featurecache.store.msa as store_msa
 
     enc = _parse_and_encode([_synthetic_a3m(tmp)])
-    sels = _selections(enc.depth, enc.length, rng)
+    sels = _selections(enc.depth, enc.length, rng, rows, cols)
     default = store_msa.MSA_CHUNK
     try:
         for chunk in SWEEP_CHUNKS:
@@ -188,8 +203,8 @@ def chunk_sweep(bench: Bench, tmp: Path, rng: np.random.Generator) -> None:
             d = tmp / f"sweep-{chunk[0]}x{chunk[1]}"
             reader = _write(d, "m-000000", enc)
             size = _dir_bytes(d / "parts")
-            for what, rows, cols in sels:
-                t = _time(_bind(reader.msa, "m-000000", rows, cols), repeat=11)
+            for what, r, c in sels:
+                t = _time(_bind(reader.msa, "m-000000", r, c), repeat=11)
                 bench.add(
                     msa="synthetic 16384 x 410", read=f"sweep {chunk[0]}x{chunk[1]}: {what}",
                     store_ms=t["median_s"] * 1e3, store_min_ms=t["min_s"] * 1e3, store_cpu_ms=t["cpu_s"] * 1e3,
@@ -218,23 +233,59 @@ def corpus_bytes(bench: Bench, tmp: Path) -> None:
     )  # fmt: skip
 
 
-def main() -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=ROWS,
+        metavar="N",
+        help=f"rows of each read (the random ones too; default {ROWS})",
+    )
+    ap.add_argument(
+        "--cols",
+        type=int,
+        default=COLS,
+        metavar="N",
+        help=f"columns of each read: the crop size (default {COLS})",
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the random rows/columns (default 0)"
+    )
+    ap.add_argument("--skip-corpus", action="store_true", help="leave out the corpus build and its bytes")
+    ap.add_argument("--skip-sweep", action="store_true", help="leave out the residue chunk-shape sweep")
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR / "msa.json", metavar="FILE",
+                    help="results JSON (default benchmarks/results/msa.json)")  # fmt: skip
+    args = ap.parse_args(argv)
+    if args.rows < 1 or args.cols < 1:
+        ap.error("--rows and --cols must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING)
-    bench = Bench("msa", rows=ROWS, cols=COLS, chunk="store.msa.MSA_CHUNK", flat_chunk_cells=FLAT_CHUNK)
+    bench = Bench(
+        "msa", rows=args.rows, cols=args.cols, chunk="store.msa.MSA_CHUNK", flat_chunk_cells=FLAT_CHUNK
+    )
     tmp = Path(tempfile.mkdtemp(prefix="fc-bench-msa-"))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
+    rows, cols = args.rows, args.cols
     try:
         synthetic = _synthetic_a3m(tmp)
-        bench_case(bench, "synthetic 16384 x 410", [synthetic], tmp, rng)
-        bench_case(bench, "721p A", [MSAS / "alphafold3-pytorch/721p-assembly1A_protein.a3m.gz"], tmp, rng)
+        bench_case(bench, "synthetic 16384 x 410", [synthetic], tmp, rng, rows, cols)
+        bench_case(bench, "721p A", [MSAS / "alphafold3-pytorch/721p-assembly1A_protein.a3m.gz"], tmp, rng, rows,
+                   cols)  # fmt: skip
         k1a = [MSAS / "Protenix/mmcif_msa/1/non_pairing.a3m", MSAS / "Protenix/mmcif_msa/1/pairing.a3m.gz",
                MSAS / "Protenix/mmcif_msa_initial/1.a3m.gz"]  # fmt: skip
-        bench_case(bench, "1k1a (3 files)", k1a, tmp, rng)
-        corpus_bytes(bench, tmp)
-        chunk_sweep(bench, tmp, rng)
+        bench_case(bench, "1k1a (3 files)", k1a, tmp, rng, rows, cols)
+        if not args.skip_corpus:
+            corpus_bytes(bench, tmp)
+        if not args.skip_sweep:
+            chunk_sweep(bench, tmp, rng, rows, cols)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    bench.finish()
+    bench.finish(args.out)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
 """Why the store keeps one record array per group instead of one array per field (DESIGN.md's
 first layout): time to read one entry at random, both layouts written from the same real entries.
 
-    .venv/bin/python benchmarks/store_layout.py
+The store's structure parts are re-written with one zarr array per field (same chunk rows, shards
+and zstd level), then the same random entries are read from both layouts: milliseconds per entry
+and the slowdown of the per-field layout. Without --store the real structure corpus
+(../shared/data/real/structures) is built into a temp dir first (no MSAs or CCD; removed after).
+
+    .venv/bin/python benchmarks/store_layout.py [--store DIR] [--reads N] [--out FILE]
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import random
 import shutil
@@ -20,7 +26,7 @@ from zarr.codecs import ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench
+from benchmarks.harness import REAL, RESULTS_DIR, Bench
 from featurecache.build.run import run_build
 from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS, GROUP_OFFSETS, ZSTD_LEVEL
 from featurecache.store.reader import open_store
@@ -33,8 +39,8 @@ def _write_columnar(store_path: Path, out: Path) -> dict[tuple[str, str, str], z
     for part in sorted(set(store.entries.column("part").to_pylist())):
         g = zarr.open_group(str(out / part), mode="w")
         for group, dt in ENTRY_GROUPS.items():
-            rec = zarr.open_array(str(store_path / "parts" / part / group), mode="r")[...]
-            rec = np.ascontiguousarray(rec).view(dt).reshape(rec.shape[0])
+            raw = np.asarray(zarr.open_array(str(store_path / "parts" / part / group), mode="r")[...])
+            rec = np.ascontiguousarray(raw).view(dt).reshape(raw.shape[0])
             for f in dt.names or ():
                 col = np.ascontiguousarray(rec[f])
                 n = max(1, len(col))
@@ -48,16 +54,47 @@ def _write_columnar(store_path: Path, out: Path) -> dict[tuple[str, str, str], z
     return arrays
 
 
-def main() -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="existing store to read (default: build the real structure corpus into a temp dir)",
+    )
+    ap.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="LocalCluster workers of that build (default 2)"
+    )
+    ap.add_argument(
+        "--reads", type=int, default=300, metavar="N", help="random entries read per layout (default 300)"
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the random entry choice (default 0)"
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR / "store_layout.json", metavar="FILE",
+                    help="results JSON (default benchmarks/results/store_layout.json)")  # fmt: skip
+    args = ap.parse_args(argv)
+    if args.reads < 1 or args.workers < 1:
+        ap.error("--reads and --workers must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="fc-bench-layout-"))
     try:
-        run_build(pdb_dir=REAL / "structures", out=tmp / "store", workers=2, part_size=16, progress=False)
-        store = open_store(tmp / "store")
-        columnar = _write_columnar(tmp / "store", tmp / "columnar")
+        store_path = args.store
+        if store_path is None:
+            store_path = tmp / "store"
+            run_build(pdb_dir=REAL / "structures", out=store_path, workers=args.workers, part_size=16,
+                      progress=False)  # fmt: skip
+        store = open_store(store_path)
+        columnar = _write_columnar(store_path, tmp / "columnar")
         ids = store.ids
-        rng = random.Random(0)
-        sample = [rng.choice(ids) for _ in range(300)]
+        rng = random.Random(args.seed)
+        sample = [rng.choice(ids) for _ in range(args.reads)]
         rows = {eid: store.row_of(eid) for eid in ids}
         parts = store.entries.column("part").to_pylist()
         offsets = {g: (store.entries.column(s).to_numpy(), store.entries.column(c).to_numpy())
@@ -89,7 +126,7 @@ def main() -> None:
             )
             bench.add(layout=name, arrays_per_entry=arrays, ms_per_entry=dt * 1e3)
         bench.rows[1]["slowdown_vs_records"] = bench.rows[1]["ms_per_entry"] / bench.rows[0]["ms_per_entry"]
-        bench.finish()
+        bench.finish(args.out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
