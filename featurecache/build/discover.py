@@ -71,15 +71,19 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
     """A unique entry id for each relative path.
 
     An input the store already holds (same relative path) keeps its id, so ids never change once
-    given. Every other input takes the shortest of :func:`_id_forms` that no other input and no
-    other stored entry claims: ``7a4d-assembly1.cif.gz`` → ``7a4d-assembly1``; ``1A8O.cif`` next to
-    ``1A8O.pdb`` → ``1A8O.cif``; ``a/x.pdb`` next to ``b/x.pdb`` → ``a__x.pdb``; ``y.cif`` next to
-    ``y.cif.gz`` → ``y.cif`` and ``y.cif.gz``.
+    given. Every other input takes the id a fresh build of all of ``rels`` would give it: the
+    shortest of :func:`_id_forms` that no other input claims (``7a4d-assembly1.cif.gz`` →
+    ``7a4d-assembly1``; ``1A8O.cif`` next to ``1A8O.pdb`` → ``1A8O.cif``; ``a/x.pdb`` next to
+    ``b/x.pdb`` → ``a__x.pdb``; ``y.cif`` next to ``y.cif.gz`` → ``y.cif`` and ``y.cif.gz``), or a
+    longer form where a stored entry of another path holds that id. So a build killed after some
+    parts were written and then resumed gives the ids of a build that was not interrupted (the
+    stored inputs take part in the contest as in the fresh build), and ``1A8O.cif`` added next to
+    a stored ``1A8O.pdb`` whose id is ``1A8O`` becomes ``1A8O.cif`` while the stored one keeps ``1A8O``.
     """
     existing = existing or {}  # id -> source path
     kept = {path: eid for eid, path in existing.items()}
     fixed = {rel: kept[rel] for rel in rels if rel in kept}
-    forms = {rel: _id_forms(rel) for rel in rels if rel not in fixed}
+    forms = {rel: _id_forms(rel) for rel in rels}  # every input contends, as in a fresh build
     level = dict.fromkeys(forms, 0)
 
     def current(rel: str) -> str:
@@ -95,14 +99,18 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
             claimants.setdefault(eid, []).append(rel)
         bump = []
         for eid, rels_ in claimants.items():
-            taken = eid in existing  # by a stored entry of another path (a stored path's own id is fixed)
+            # held by a stored entry of a path that does not claim it here (a stored path's own id
+            # is fixed: it only has to stay clear of the new inputs' ids)
+            taken = eid in existing and existing[eid] not in rels_
             if len(rels_) == 1 and not taken:
                 continue
+            if taken and all(r in fixed for r in rels_):
+                continue  # only stored inputs, whose ids are fixed anyway
             movable = [r for r in rels_ if level[r] < len(forms[r]) - 1]
             # one claimant already at its longest form keeps the id when the others can move on
             bump += movable if movable and len(rels_) - len(movable) <= (0 if taken else 1) else rels_
         if not bump:
-            return {**fixed, **ids}
+            return {rel: fixed.get(rel, eid) for rel, eid in ids.items()}
         for rel in bump:
             level[rel] += 1
 

@@ -9,6 +9,7 @@ gave tracebacks or exit 3 after writing a store.
 from __future__ import annotations
 
 import gzip
+import itertools
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,20 @@ def test_assign_ids_follows_the_documented_rule() -> None:
     # whatever the names, ids are unique
     rels = ["a__b.cif", "a/b.cif", "b.cif", "b.cif.gz", "a/b.cif.gz", "x.pdb.cif", "x.pdb", "x.cif"]
     assert len(set(assign_ids(rels).values())) == len(rels)
+
+
+def test_a_resumed_build_gives_the_ids_of_an_uninterrupted_one() -> None:
+    """A build killed after some parts were written stores the fresh ids of those inputs; the
+    resumed build must give the others the ids the uninterrupted build would have given them
+    (it gave ``1A8O.pdb`` the id ``1A8O`` when only ``1A8O.cif`` had been stored, so the same
+    inputs made different stores depending on when the kill came). Every subset of inputs as
+    the stored part, over names that collide by stem, by name and by .gz."""
+    rels = ["1A8O.cif", "1A8O.pdb", "a/x.pdb", "b/x.pdb", "x.cif", "q.cif", "q.cif.gz", "7a4d.cif.gz"]
+    fresh = assign_ids(rels)
+    for k in range(1, len(rels)):
+        for stored in itertools.combinations(rels, k):
+            existing = {fresh[rel]: rel for rel in stored}
+            assert assign_ids(rels, existing) == fresh, stored
 
 
 def test_same_named_inputs_are_all_kept_and_ids_stay_stable(tmp_path: Path) -> None:
