@@ -1,0 +1,69 @@
+"""``featurecache serve`` as a command: invalid options refused up front, its startup line shown;
+``featurecache --version``. Real processes of the installed command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pyarrow.ipc as ipc
+import pytest
+
+from services.lookup.server import free_port, wait_ready
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--port", "70000"], "--port 70000"),
+        (["--port", "-1"], "--port -1"),
+        (["--port", "0"], "--port 0"),
+        (["--workers", "0"], "--workers 0"),
+        (["--workers", "-3"], "--workers -3"),
+    ],
+)
+def test_serve_refuses_invalid_options(sample_store: Path, args: list[str], option: str) -> None:
+    run = _cli("serve", str(sample_store), *args)
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option}"), run.stderr[-2000:]
+
+
+def test_serve_logs_its_startup_line(sample_store: Path) -> None:
+    with ipc.open_file(sample_store / "index" / "entries.arrow") as f:
+        n_entries = f.read_all().num_rows
+    port = free_port()
+    cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(sample_store), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", timeout=60)
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    want = (
+        f"serving {sample_store.resolve()} ({n_entries} entries) on http://127.0.0.1:{port} with 1 worker(s)"
+    )
+    assert want in out, out[-3000:]
+    assert f"Uvicorn running on http://127.0.0.1:{port}" in out, out[-3000:]  # uvicorn's own lines stay
+
+
+def test_version() -> None:
+    from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    run = _cli("--version")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == (
+        f"featurecache {version} (featurizer {FEATURIZER_VERSION}, store format {STORE_FORMAT_VERSION}, "
+        f"schema {SCHEMA_VERSION})"
+    )
