@@ -26,7 +26,8 @@ numpy without copies). When the service has a token, every route but `/v1/health
 (`/docs`, `/redoc`, `/openapi.json`) needs `Authorization: Bearer <token>` (here: **Authorize**),
 `/metrics` included. Limits answer 413 naming the limit; malformed requests 422. A store being
 rebuilt or extended under the service answers 503 with `retry-after` until it can be read again;
-the new index is served without a restart.
+the new index is served without a restart. Data damaged in a store that is not changing (a shard
+that fails its checksum, a missing file) answers 500 naming the entry or MSA as unreadable.
 """
 
 
