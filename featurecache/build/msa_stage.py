@@ -346,6 +346,8 @@ def run_msa_stage(
     if msa_dir is not None:
         scans = _scan(client, Path(msa_dir), set(polymer), progress)
     uses = _join(scans, chain_rows, polymer, entry_ids, result)
+    if msa_dir is not None and not result.counts["alignments"]:
+        log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
     plan = _plan(polymer, uses, stored, depth_cap, result)
     known_failures = set()
     if old_failures is not None and old_failures.num_rows and "key" in old_failures.column_names:
@@ -359,6 +361,29 @@ def run_msa_stage(
     for nm in result.near_misses:
         log.warning("MSA near miss: %s", nm["message"])
     return result
+
+
+def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[str]) -> str:
+    """What an explicitly given ``--msa-dir`` without one alignment held instead."""
+    looked = (
+        "looked for a3m and Stockholm alignments in every non-hidden file, whatever its name "
+        "(recognized by content, .gz ok)"
+    )
+    if not scans:
+        found = "it holds no file"
+    else:
+        unreadable = sum(1 for sc in scans if sc.error_class)
+        kinds = [
+            (counts["template_files"], "template-hit (hhr/m8/hmmsearch) file"),
+            (counts["empty_files"], "empty file"),
+            (counts["other_files"], "file of another format"),
+            (unreadable, "unreadable file"),
+        ]
+        found = f"{len(scans)} file{'s' if len(scans) != 1 else ''}: " + ", ".join(
+            f"{n} {what}{'s' if n != 1 else ''}" for n, what in kinds if n
+        )
+    return (f"--msa-dir {msa_dir}: no alignment found ({looked}; {found}); polymer chains without a "
+            f"stored MSA get single-sequence MSAs")  # fmt: skip
 
 
 def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:

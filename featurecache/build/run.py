@@ -28,6 +28,7 @@ from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import PartResult, build_structure_part
 from featurecache.errors import InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
+from featurecache.parse.structure import structure_format
 from featurecache.store.index import rebuild_index
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
@@ -134,6 +135,36 @@ def check_arguments(
         raise UsageError(f"--conformer-timeout must be > 0 seconds (got {config.conformer_timeout_s})")
 
 
+#: what ``--pdb-dir`` must hold at least one of (names as :func:`structure_format` reads them)
+STRUCTURE_FILE_KINDS = "mmCIF (.cif, .mmcif), PDB (.pdb, .ent) or BinaryCIF (.bcif), each optionally .gz"
+
+
+def check_structure_files(pdb_dir: Path, out: Path) -> None:
+    """Refuse a ``--pdb-dir`` without a single structure file among the files the build would read
+    (non-hidden, recursive, the store itself skipped): UsageError (exit 2), before a Dask cluster
+    starts or a store is created. Stops at the first structure file."""
+    pdb_dir = Path(pdb_dir)
+    root = pdb_dir.resolve()
+    store = Path(out).resolve()
+    skip = store if store.is_relative_to(root) else None
+    others: list[str] = []
+    for p in pdb_dir.rglob("*"):
+        rel = p.relative_to(pdb_dir)
+        if any(part.startswith(".") for part in rel.parts) or not (p.is_file() or p.is_symlink()):
+            continue
+        if skip is not None and p.resolve().is_relative_to(skip):
+            continue
+        if structure_format(p.name):
+            return
+        others.append(rel.as_posix())
+    held = "no file (hidden files are skipped)" if not others else (
+        f"{len(others)} other file{'s' if len(others) != 1 else ''} ({', '.join(sorted(others)[:3])}"
+        f"{', …' if len(others) > 3 else ''})"
+    )  # fmt: skip
+    raise UsageError(f"--pdb-dir {pdb_dir}: no structure file to build from: looked for {STRUCTURE_FILE_KINDS}, "
+                     f"found {held}")  # fmt: skip
+
+
 def run_build(
     *,
     pdb_dir: Path,
@@ -151,6 +182,7 @@ def run_build(
     pdb_dir, out = Path(pdb_dir), Path(out)
     check_arguments(pdb_dir=pdb_dir, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
                     config=config)  # fmt: skip
+    check_structure_files(pdb_dir, out)
     check_store_dir(out)
     ccd_fp = _fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
@@ -175,10 +207,6 @@ def run_build(
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
             )
-            if not inputs:
-                log.warning(
-                    "no input files under %s (hidden files and the store itself are skipped)", pdb_dir
-                )
             summary.workers = len(client.scheduler_info().get("workers", {}))
             summary.dashboard = (
                 client.dashboard_link if cluster is not None and cluster.dashboard_link else None
