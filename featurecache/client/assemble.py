@@ -45,28 +45,39 @@ itself for a per-atom token (ligands, modified residues). ``rep_mask`` is False 
 not resolved in the file, or not among the token's atoms at all (a residue without a CCD
 definition is kept as its centre atom alone); ``rep_coords`` is then 0.
 
-MSA subsampling (AF3): the number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)``
-where ``D`` is the deepest MSA among the cropped chains; each chain keeps its query (row 0) and
-``n - 1`` of its other rows drawn uniformly without replacement (all of them when it has fewer).
-Chains' rows are stacked side by side (AF3's unpaired MSA): row ``r`` of the sample holds row ``r``
-of every chain's selection; a chain with fewer rows is gap there with ``msa_mask`` False. Only the
-selected rows and the cropped columns are read from the store. A chain without a stored MSA
-(ligands, or no MSA given) gets the single-sequence MSA: its tokens' ``restype`` as the query,
-the one-hot of it as the profile, and no further rows.
+MSA rows (AF3 supplement §2.3). Protein chains of different sequences are *paired* by species:
+rows of their MSAs from the same species (``MSABlock.species``, read from the alignment headers at
+build time: UniProt ``OX=``, UniRef ``TaxID=``, ``<accession>_<taxid>/`` ids, species mnemonics)
+share a row of the sample (:func:`species_pairs`, as AF-Multimer matches them: the i-th row of a
+species in each MSA, up to the fewest any of them has), and a chain whose MSA lacks the species
+is gap there (``msa_mask`` False). The paired block comes first, the unpaired rows below it. The number of rows ``n``
+is drawn uniformly from ``1 … min(D, max_msa_rows)`` where ``D`` is the depth of that stacked
+MSA (the deepest chain MSA when nothing is paired); row 0 is the query, then up to ``n - 1``
+paired rows drawn uniformly, then each chain's other (unpaired) rows drawn uniformly without
+replacement to fill ``n`` (all of them when it has fewer): :func:`msa_row_plan`. Unpaired rows
+are stacked side by side: row ``r`` of two chains there is in general from two organisms. Copies
+of one sequence in a heteromer take the same paired rows and draw their unpaired rows each on its
+own. Nothing is paired in a monomer or a homomer (one protein sequence), nor for RNA / DNA chains
+(as in AF3), nor rows without a species id (ColabFold / MMseqs2 headers carry none). A chain with
+fewer rows is gap with ``msa_mask`` False where it has none. Only the selected rows and the cropped columns are read
+from the store, plus, for a heteromer, the species ids of each protein MSA's rows. A chain
+without a stored MSA (ligands, or no MSA given) gets the single-sequence MSA: its tokens'
+``restype`` as the query, the one-hot of it as the profile, and no further rows.
 
-Deviation from AF3: no cross-chain pairing. AF3 (supplement §2.3) first builds a *paired* block,
-in which the rows of different chains of a complex that come from the same species share a row,
-and stacks the unpaired rows below it. Here every chain draws its rows independently, so row
-``r`` of two chains is in general from two unrelated organisms: the MSA carries no inter-chain
-co-evolution signal. The store keeps each row's species id (``MSABlock.species``) and the
-Protenix ``pairing.a3m`` rows are merged into the chain's one MSA at build time; neither is used
-for pairing.
+Deviation from AF3: AF3 pairs the rows of a separate UniProt search and takes the unpaired rows
+from the other databases; a store holds one merged MSA per sequence (Protenix's ``pairing.a3m``
+rows included), so pairing draws on every row with a species id, and the unpaired block holds the
+rest. AF3 also caps the paired block at 8,191 rows; here ``max_msa_rows`` caps the whole MSA.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -231,6 +242,7 @@ def msa_features(
     rng: np.random.Generator,
     max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
     msa_shape: MSAShape | None = None,
+    pair_msa: bool = True,
 ) -> dict[str, np.ndarray]:
     """MSA features of the kept tokens (see the module docstring for the sampling rule).
 
@@ -240,7 +252,8 @@ def msa_features(
     MSA column of a polymer token =
     ``residue_index - 1`` (position in the chain sequence; the per-atom tokens of a modified
     residue all take that residue's column). A stored MSA of depth 1 (the query alone) equals the
-    single-sequence MSA and is not read.
+    single-sequence MSA and is not read. ``pair_msa``: pair the protein chains' rows by species
+    (the default; False: every chain's rows unpaired).
     """
     n = keep.size
     restype = np.asarray(tokens["restype"])[keep].astype(np.uint8)
@@ -266,8 +279,9 @@ def msa_features(
         if d <= 1:
             continue  # the query alone: identical to the single-sequence MSA, no read needed
         blocks[int(c)] = (key, pos, int(d))
-    depth = max([b[2] for b in blocks.values()], default=1)
-    n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1
+    paired, species = _paired_species(blocks, chains, fetch) if pair_msa else ({}, {})
+    plan = msa_row_plan({c: b[2] for c, b in blocks.items()}, rng, max_msa_rows, paired, species)
+    n_rows = max([rows.size for rows in plan.values()], default=1)
 
     msa = np.full((n_rows, n), GAP, dtype=np.uint8)
     mask = np.zeros((n_rows, n), dtype=bool)
@@ -278,20 +292,16 @@ def msa_features(
     profile[np.arange(n), restype] = 1.0
     deletion_mean = np.zeros(n, dtype=np.float32)
     for c in sorted(blocks):
-        key, pos, d = blocks[c]
-        k = min(n_rows, d)
-        others = (
-            np.sort(rng.choice(np.arange(1, d), size=k - 1, replace=False))
-            if k > 1
-            else np.zeros(0, np.int64)
-        )
-        rows = np.concatenate([[0], others]).astype(np.int64)
+        key, pos, _ = blocks[c]
+        plan_rows = plan[c]
+        at = np.flatnonzero(plan_rows >= 0)  # sample rows this chain fills (gap elsewhere)
         cols_tok = resi[pos] - 1
         ucols, inv = np.unique(cols_tok, return_inverse=True)
-        blk = fetch(key, rows, ucols)  # type: ignore[misc]
-        msa[:k, pos] = blk.residues[:, inv]
-        dels[:k, pos] = blk.deletions[:, inv]
-        mask[:k, pos] = True
+        blk = fetch(key, plan_rows[at], ucols)  # type: ignore[misc]
+        where = np.ix_(at, pos)
+        msa[where] = blk.residues[:, inv]
+        dels[where] = blk.deletions[:, inv]
+        mask[where] = True
         profile[pos] = blk.profile[inv]
         deletion_mean[pos] = blk.deletion_mean[inv]
     return {
@@ -301,6 +311,156 @@ def msa_features(
         "profile": profile,
         "deletion_mean": deletion_mean,
     }
+
+
+def _paired_species(
+    blocks: Mapping[int, tuple[str, np.ndarray, int]],
+    chains: Sequence[Mapping[str, Any]],
+    fetch: MSAFetch | None,
+) -> tuple[dict[int, str], dict[str, np.ndarray]]:
+    """The protein chains to pair (chain → MSA key) and the species ids of their MSAs' rows (key →
+    int32 [depth], stored row order); nothing when the cropped chains hold fewer than two different
+    protein MSAs (a monomer or a homomer: nothing to pair). The species ids are one read of an
+    MSA's row records, cached per reader (:func:`_msa_species`)."""
+    protein = {
+        int(ch["asym_id"]) for ch in chains if int(ch.get("mol_type", MolType.LIGAND)) == MolType.PROTEIN
+    }
+    keys = {c: blocks[c][0] for c in blocks if c in protein}
+    if fetch is None or len(set(keys.values())) < 2:
+        return {}, {}
+    depth = {key: blocks[c][2] for c, key in keys.items()}
+    return keys, {key: _msa_species(fetch, key, depth[key]) for key in depth}
+
+
+#: reader → {MSA key → species ids of its rows}, the most recent :data:`_SPECIES_CACHE_SIZE` keys
+#: per reader (reading every row record of an MSA costs ~5 ms a sample otherwise)
+_species_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+_species_lock = threading.Lock()
+_SPECIES_CACHE_SIZE = 256
+
+
+def _reset_species_lock() -> None:  # a forked DataLoader worker must not inherit a held lock
+    global _species_lock
+    _species_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_species_lock)
+
+
+def _msa_species(fetch: MSAFetch, key: str, depth: int) -> np.ndarray:
+    """Species id of every row of the stored MSA ``key`` (int32 [depth]), cached per reader (read
+    again when the MSA's depth is no longer the cached one's: a store rebuilt under a service)."""
+    owner = getattr(fetch, "__self__", None)
+    try:
+        with _species_lock:
+            cache = _species_cache.setdefault(owner, OrderedDict()) if owner is not None else None
+            if cache is not None and key in cache and cache[key].size == depth:
+                cache.move_to_end(key)
+                return cache[key]
+    except TypeError:  # a reader that cannot be weakly referenced: no cache
+        cache = None
+    species = np.asarray(fetch(key, None, np.zeros(0, np.int64)).species)
+    if cache is not None:
+        with _species_lock:
+            cache[key] = species
+            while len(cache) > _SPECIES_CACHE_SIZE:
+                cache.popitem(last=False)
+    return species
+
+
+def species_pairs(species: Sequence[np.ndarray]) -> np.ndarray:
+    """Rows of ``K`` MSAs of different sequences paired by species (AF-Multimer, AF3 §2.3).
+
+    ``species[k]``: int [d_k] the species id of each row of MSA ``k`` (row 0 is the query; id 0 =
+    unknown, never paired). For every species found in at least two of the MSAs, the i-th row of
+    that species in each MSA that has it (rows in stored order) share a paired row, for i below
+    the smallest number of rows of that species among those MSAs; the other MSAs have a gap there.
+    Species shared by more MSAs come first, then species in order of their best (first) row.
+    Returns int64 [P, K]: the row of each MSA in each paired row, -1 for a gap.
+    """
+    k_msas = len(species)
+    parts = []
+    for k, sp in enumerate(species):
+        sp = np.asarray(sp, dtype=np.int64).reshape(-1)
+        rows = np.flatnonzero(sp[1:] != 0) + 1
+        parts.append(np.stack([sp[rows], np.full(rows.size, k), rows], axis=1))
+    flat = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+    if not flat.size:
+        return np.zeros((0, k_msas), np.int64)
+    flat = flat[np.lexsort((flat[:, 2], flat[:, 1], flat[:, 0]))]  # by species, MSA, row
+    sp, msa_k, row = flat.T
+    new_species = np.r_[True, sp[1:] != sp[:-1]]
+    new_group = new_species | np.r_[True, msa_k[1:] != msa_k[:-1]]  # a group: one species in one MSA
+    group = np.cumsum(new_group) - 1
+    group_start = np.flatnonzero(new_group)
+    rank = np.arange(sp.size) - group_start[group]  # i: the row's place among its species' rows there
+    species_start = np.flatnonzero(new_species)
+    s_of = np.cumsum(new_species) - 1  # species index of each row
+    g_of_species = np.cumsum(new_species[group_start]) - 1
+    n_msas = np.bincount(g_of_species)  # MSAs that have the species
+    take = np.minimum.reduceat(np.diff(np.r_[group_start, sp.size]), np.flatnonzero(new_species[group_start]))
+    first = np.minimum.reduceat(row, species_start)  # the species' best row in any MSA
+    ok = (n_msas[s_of] >= 2) & (rank < take[s_of])
+    if not ok.any():
+        return np.zeros((0, k_msas), np.int64)
+    # a paired row is (species, i); order: shared by more MSAs, best first row, species, i
+    stride = int(rank.max()) + 1
+    pair_ids, pair_index = np.unique(s_of[ok] * stride + rank[ok], return_inverse=True)
+    ps, pr = pair_ids // stride, pair_ids % stride
+    order = np.lexsort((pr, ps, first[ps], -n_msas[ps]))
+    place = np.empty_like(order)
+    place[order] = np.arange(order.size)
+    out = np.full((pair_ids.size, k_msas), -1, dtype=np.int64)
+    out[place[pair_index.reshape(-1)], msa_k[ok]] = row[ok]
+    return out
+
+
+def msa_row_plan(
+    depths: Mapping[int, int],
+    rng: np.random.Generator,
+    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    paired: Mapping[int, str] | None = None,
+    species: Mapping[str, np.ndarray] | None = None,
+) -> dict[int, np.ndarray]:
+    """Which stored row of each chain's MSA fills each row of the sample: chain → int64 [n_c]
+    (row r of the sample takes row ``plan[c][r]`` of chain c's MSA; -1, and rows past n_c, are gaps).
+
+    ``depths``: chain → depth of its stored MSA (> 1). ``paired``: chain → MSA key of the chains to
+    pair, ``species``: MSA key → species id of each of its rows (:func:`species_pairs` pairs the
+    different MSAs, ``P`` paired rows; chains of one sequence share their MSA's paired rows; none
+    given: nothing is paired). The sample has ``n`` rows, ``n`` uniform in
+    ``1 … min(D, max_msa_rows)`` with ``D = 1 + P + U`` (``U``: the most unpaired rows of a
+    chain, its rows other than the query and its paired rows; without pairing ``D`` is the deepest
+    MSA): row 0 is the query, then ``p = min(P, n - 1)`` paired rows drawn uniformly (kept in
+    pairing order), then each chain's ``min(U_c, n - 1 - p)`` unpaired rows drawn uniformly
+    without replacement (in stored order). Without pairing these are the draws of an unpaired MSA.
+    """
+    chains = sorted(depths)
+    paired = dict(paired or {})
+    keys = sorted(set(paired.values()))
+    column = {c: keys.index(key) for c, key in paired.items()}
+    if len(keys) >= 2 and species is not None:
+        pairs = species_pairs([species[key] for key in keys])
+    else:
+        pairs, column = np.zeros((0, 0), np.int64), {}
+    n_paired = pairs.shape[0]
+    pools: dict[int, np.ndarray] = {}
+    for c in chains:
+        pool = np.arange(1, depths[c], dtype=np.int64)
+        if c in column and n_paired:
+            pool = pool[~np.isin(pool, pairs[:, column[c]])]
+        pools[c] = pool
+    depth = 1 + n_paired + max([p.size for p in pools.values()], default=0)
+    n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1
+    n_take = min(n_paired, n_rows - 1)
+    chosen = np.sort(rng.choice(n_paired, size=n_take, replace=False)) if n_take else np.zeros(0, np.int64)
+    plan: dict[int, np.ndarray] = {}
+    for c in chains:
+        rows_paired = pairs[chosen, column[c]] if c in column else np.full(n_take, -1, np.int64)
+        k = min(pools[c].size, n_rows - 1 - n_take)
+        others = np.sort(rng.choice(pools[c], size=k, replace=False)) if k > 0 else np.zeros(0, np.int64)
+        plan[c] = np.concatenate([[0], rows_paired, others]).astype(np.int64)
+    return plan
 
 
 def _shape_by_reading(fetch: MSAFetch, key: str) -> tuple[int, int] | None:
@@ -323,10 +483,12 @@ def assemble_sample(
     ref_features: RefFeatures | None = None,
     max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
     augment_ref: bool = True,
+    pair_msa: bool = True,
 ) -> dict[str, Any]:
     """One sample from ``entry`` restricted to the sorted token indices ``keep`` (int64 [N]).
 
-    ``chains``: chain rows with ``msa_key`` (default ``entry.chains``). ``ref_features``: the
+    ``chains``: chain rows with ``msa_key`` (default ``entry.chains``); ``pair_msa``: pair the
+    protein chains' MSA rows by species (:func:`msa_features`). ``ref_features``: the
     reference conformer of the kept atoms (``ref_pos``, ``ref_mask``, and ``ref_element`` /
     ``ref_charge`` where it returns them); atoms it has no reference for, and all atoms when it
     is None, keep the entry's element and charge (module docstring, "Reference features").
@@ -354,7 +516,14 @@ def assemble_sample(
     }
     sample.update(
         msa_features(
-            tok, keep, entry.chains if chains is None else chains, msa_fetch, rng, max_msa_rows, msa_shape
+            tok,
+            keep,
+            entry.chains if chains is None else chains,
+            msa_fetch,
+            rng,
+            max_msa_rows,
+            msa_shape,
+            pair_msa,
         )
     )
 

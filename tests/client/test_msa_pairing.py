@@ -1,0 +1,215 @@
+"""MSA pairing by species across chains (AF3 supplement §2.3): the pairing of real MSAs against a
+reference written here, the row plan, and samples of a real entry whose two protein chains carry
+two different real MSAs."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from featurecache.client.assemble import assemble_sample, msa_row_plan, species_pairs
+from featurecache.const import MolType
+from tests.conftest import MSAS
+
+
+# ------------------------------------------------------------------ species from headers, here
+def _taxon(header: str) -> int:
+    """The NCBI taxon id a header names (``OX=``, or a UniRef ``_<taxid>/`` id); 0 when none."""
+    m = re.search(r"\bOX=(\d+)", header) or re.match(r"UniRef100_[A-Z0-9]+_(\d+)/", header)
+    return int(m.group(1)) if m else 0
+
+
+def _a3m_species(path: Path) -> np.ndarray:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as fh:
+        headers = [line[1:].strip() for line in fh if line.startswith(">")]
+    return np.asarray([0] + [_taxon(h) for h in headers[1:]])  # row 0: the query
+
+
+def _sto_species(path: Path) -> np.ndarray:
+    headers = [line for line in path.read_text().splitlines() if line.startswith("#=GS") and " DE " in line]
+    return np.asarray([0] + [_taxon(h) for h in headers])  # a query row first, as in a store
+
+
+def _reference_pairs(species: list[np.ndarray]) -> set[tuple[int, ...]]:
+    """Every paired row as a tuple of rows (-1: gap), by dictionaries: the i-th row of a species in
+    each MSA that has it, i below the fewest rows of that species, for species in ≥ 2 MSAs."""
+    rows_of: list[dict[int, list[int]]] = []
+    for sp in species:
+        d: dict[int, list[int]] = {}
+        for row, s in enumerate(sp.tolist()):
+            if row and s:
+                d.setdefault(s, []).append(row)
+        rows_of.append(d)
+    out = set()
+    for s in set().union(*rows_of):
+        having = [k for k, d in enumerate(rows_of) if s in d]
+        if len(having) < 2:
+            continue
+        for i in range(min(len(rows_of[k][s]) for k in having)):
+            out.add(tuple(rows_of[k][s][i] if k in having else -1 for k in range(len(species))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_species() -> list[np.ndarray]:
+    return [
+        _a3m_species(MSAS / "Protenix/mmcif_msa/3/pairing.a3m"),  # myoglobin (102m), UniRef100 ids
+        _sto_species(MSAS / "openfold/4zey_A/uniprot_hits.sto"),  # NRBF2 (4zey), UniProt OX=
+        _sto_species(MSAS / "openfold/2crb_A/uniprot_hits.sto"),
+    ]
+
+
+def test_species_pairs_of_real_msas_match_the_reference(real_species: list[np.ndarray]) -> None:
+    for msas in (real_species[:2], real_species):
+        got = species_pairs(msas)
+        want = _reference_pairs(msas)
+        assert len(want) > 50  # the real MSAs do share species
+        assert {tuple(r) for r in got.tolist()} == want and got.shape[0] == len(want)
+        # every paired row is one species; a row is used at most once per MSA
+        for k in range(len(msas)):
+            used = got[:, k][got[:, k] >= 0]
+            assert used.size == np.unique(used).size
+        species_of_row = [{int(msas[k][r]) for k, r in enumerate(row) if r >= 0} for row in got.tolist()]
+        assert all(len(s) == 1 for s in species_of_row)
+    # three MSAs: rows shared by all three come before rows shared by two
+    got = species_pairs(real_species)
+    n_shared = (got >= 0).sum(1)
+    assert n_shared.max() == 3 and np.all(np.diff(n_shared) <= 0)
+
+
+def test_no_species_in_common_pairs_nothing() -> None:
+    assert species_pairs([np.asarray([0, 5, 5, 0]), np.asarray([0, 6, 7])]).shape == (0, 2)
+    assert species_pairs([np.asarray([0, 0, 0]), np.asarray([0, 0])]).shape == (0, 2)
+
+
+def test_row_plan_pairs_first_then_unpaired(real_species: list[np.ndarray]) -> None:
+    a, b = real_species[:2]
+    n_pairs = len(_reference_pairs([a, b]))
+    depths = {0: a.size, 1: b.size, 2: a.size, 3: 40}  # chain 2: a copy of chain 0; chain 3: not paired
+    for seed in range(20):
+        plan = msa_row_plan(
+            depths, np.random.default_rng(seed), 1024, {0: "A", 1: "B", 2: "A"}, {"A": a, "B": b}
+        )
+        n = max(rows.size for rows in plan.values())
+        p = min(n - 1, n_pairs)
+        for rows in plan.values():
+            assert rows[0] == 0 and rows.size <= n
+            real = rows[rows >= 0]
+            assert real.size == np.unique(real).size  # no row twice
+        for r in range(1, 1 + p):
+            assert a[plan[0][r]] == b[plan[1][r]] != 0  # paired rows: one species
+        np.testing.assert_array_equal(plan[0][: 1 + p], plan[2][: 1 + p])  # copies share the paired rows
+        assert np.all(plan[3][1 : 1 + p] == -1)  # an unpaired chain is gap in the paired block
+        paired_a = set(plan[0][1 : 1 + p].tolist())
+        assert not paired_a & set(plan[2][1 + p :].tolist())  # no paired row again among the unpaired
+
+
+def test_row_plan_without_pairing_draws_as_an_unpaired_msa() -> None:
+    # The rule before pairing, written out: n uniform in 1..min(deepest, max); each chain its
+    # query and min(n, depth) - 1 other rows, uniformly without replacement, in stored order.
+    depths = {3: 50, 1: 7, 4: 200}
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, min(200, 64), endpoint=True))
+        want = {}
+        for c in sorted(depths):
+            k = min(n, depths[c])
+            others: Any = (
+                np.sort(rng.choice(np.arange(1, depths[c]), size=k - 1, replace=False)) if k > 1 else []
+            )
+            want[c] = np.concatenate([[0], others])
+        got = msa_row_plan(depths, np.random.default_rng(seed), 64)
+        assert got.keys() == want.keys()
+        for c in want:
+            np.testing.assert_array_equal(got[c], want[c])
+
+
+# ------------------------------------------------------------------------ samples of a real entry
+def _stored_rows(reader: Any, key: str, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    block = reader.msa(key, None, cols)
+    return block.residues, block.species
+
+
+def test_a_heteromer_sample_pairs_rows_of_one_species(client_reader: Any) -> None:
+    # 2q2k's two protein chains are one sequence; here they carry two different real MSAs (102m's
+    # myoglobin MSA, 4zey's NRBF2 MSA: both longer than the 70-residue chains) to make a heteromer.
+    entry = client_reader.entry("2q2k")
+    msas = {row["key"]: (row["depth"], row["length"]) for row in client_reader.msas.to_pylist()}
+    by_entry = {row["entry_id"]: row["msa_key"] for row in client_reader.chains.to_pylist() if row["msa_key"]}
+    key_a, key_b = by_entry["102m"], by_entry["4zey"]
+    chains = [dict(row) for row in entry.chains]
+    prot = [ch for ch in chains if int(ch["mol_type"]) == MolType.PROTEIN]
+    assert len(prot) == 2
+    prot[0]["msa_key"], prot[1]["msa_key"] = key_a, key_b
+    for ch in chains:
+        if int(ch["mol_type"]) != MolType.PROTEIN:
+            ch["msa_key"] = None
+    tok = entry.tokens
+    keep = np.arange(len(tok["restype"]), dtype=np.int64)
+    # the pairs available, counted here from the stored species ids
+    sp = {k: client_reader.msa(k, None, np.zeros(0, np.int64)).species for k in (key_a, key_b)}
+    count = [Counter(s[1:][s[1:] != 0].tolist()) for s in sp.values()]
+    n_pairs = sum(min(count[0][s], count[1][s]) for s in set(count[0]) & set(count[1]))
+    assert n_pairs > 100
+
+    checked = 0
+    for seed in range(6):
+        s = assemble_sample(entry, keep, np.random.default_rng(seed), chains=chains, msa_fetch=client_reader.msa,
+                            msa_shape=msas.get, augment_ref=False)  # fmt: skip
+        m = s["msa"].shape[0]
+        p = min(m - 1, n_pairs)
+        species_rows = []
+        for ch, key in ((prot[0], key_a), (prot[1], key_b)):
+            pos = np.flatnonzero(tok["asym_id"] == ch["asym_id"])
+            cols = tok["residue_index"][pos].astype(np.int64) - 1
+            stored, species = _stored_rows(client_reader, key, cols)
+            # the species of the stored rows this sample row can be (its residues over the chain)
+            species_rows.append(
+                [
+                    {int(x) for x in species[np.all(stored == s["msa"][r, pos], axis=1)]}
+                    for r in range(1, 1 + p)
+                ]
+            )
+        for r in range(p):
+            assert (species_rows[0][r] & species_rows[1][r]) - {0}, (seed, r + 1)
+        checked += p
+    assert checked > 50
+
+
+class _CountingReader:
+    """The real reader, counting the reads of whole-MSA species ids (rows None, no column)."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+        self.species_reads: Counter[str] = Counter()
+
+    def msa(self, key: str, rows: Any = None, cols: Any = None) -> Any:
+        if rows is None and cols is not None and len(cols) == 0:
+            self.species_reads[key] += 1
+        return self.reader.msa(key, rows, cols)
+
+
+def test_species_ids_are_read_once_per_reader(client_reader: Any) -> None:
+    entry = client_reader.entry("2q2k")
+    msas = {row["key"]: (row["depth"], row["length"]) for row in client_reader.msas.to_pylist()}
+    by_entry = {row["entry_id"]: row["msa_key"] for row in client_reader.chains.to_pylist() if row["msa_key"]}
+    chains = [dict(row) for row in entry.chains]
+    prot = [ch for ch in chains if int(ch["mol_type"]) == MolType.PROTEIN]
+    prot[0]["msa_key"], prot[1]["msa_key"] = by_entry["102m"], by_entry["4zey"]
+    keep = np.arange(len(entry.tokens["restype"]), dtype=np.int64)
+    counting = _CountingReader(client_reader)
+    for seed in range(3):
+        assemble_sample(entry, keep, np.random.default_rng(seed), chains=chains, msa_fetch=counting.msa,
+                        msa_shape=msas.get, augment_ref=False)  # fmt: skip
+    assert counting.species_reads == {by_entry["102m"]: 1, by_entry["4zey"]: 1}
+    # without pairing nothing reads them
+    other = _CountingReader(client_reader)
+    assemble_sample(entry, keep, np.random.default_rng(0), chains=chains, msa_fetch=other.msa, msa_shape=msas.get,
+                    pair_msa=False)  # fmt: skip
+    assert not other.species_reads
