@@ -3,16 +3,18 @@
 Same methods and return types as :class:`featurecache.store.reader.LocalStore` (the conformance
 suite in tests/conformance runs both); arrays arrive as Arrow IPC and are numpy views into the
 response body (read-only: copy before writing into one). Connections are pooled (one
-``httpx.Client``, thread-safe); connection errors and 5xx answers are retried with exponential
-backoff and jitter; 4xx answers raise at once with the server's explanation:
+``httpx.Client``, thread-safe); connection errors and 502/503/504 answers (the service restarting,
+or its store being rebuilt under it) are retried with exponential backoff and jitter; 4xx and 500
+answers raise at once with the server's explanation (the lookup service answers 500 for data that
+cannot be read from an unchanged store: asking again cannot help):
 
 * 404 → :class:`~featurecache.errors.NotFound` (a ``KeyError``)
 * 401/403 → :class:`~featurecache.errors.AuthenticationError`
 * 400/413/422 → :class:`~featurecache.errors.InvalidRequest` (a ``ValueError``); ``.limit`` names
   the exceeded limit on 413
+* 500 → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``): this request failed
 * retries exhausted → :class:`ServiceUnavailable` when the service could not be reached, did not
-  answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung);
-  :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``) after repeated 500s
+  answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung)
 
 A service that accepts connections but never answers (hung, stopped) is detected by the read
 timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times, so with the defaults a
@@ -59,7 +61,7 @@ TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
 DEFAULT_BATCH_ENTRIES = 256
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
-_RETRY_STATUS = frozenset({500, 502, 503, 504})
+_RETRY_STATUS = frozenset({502, 503, 504})
 _NO_LIMIT = 2**62  # a limit the service does not advertise
 #: answers that say the service as a whole cannot serve (vs a 500 on one request)
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
@@ -154,6 +156,8 @@ class LookupClient(FeatureReader):
             if status < 400:
                 return response
             detail = _detail(response)
+            if status >= 500 and status not in _RETRY_STATUS:  # this request failed on the server
+                raise ServiceError(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
             if status in _RETRY_STATUS:
                 if last:
                     error = ServiceUnavailable if status in _UNAVAILABLE_STATUS else ServiceError
