@@ -66,12 +66,14 @@ def _main(
 
 
 def _setup_logging(verbose: bool) -> None:
+    from rich.console import Console
     from rich.logging import RichHandler
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+        # on stderr: stdout keeps what a command prints as its result (tables, JSON, summaries)
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
     )
     for noisy in ("distributed", "bokeh", "tornado", "asyncio", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

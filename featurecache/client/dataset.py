@@ -155,7 +155,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
-            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
+            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed, failures=reader.failures,
         )  # fmt: skip
         self.seed = seed
         self.infinite = infinite

@@ -10,15 +10,15 @@ import pytest
 from tests.conftest import CCD, MSAS, STRUCTURES, build_store
 
 #: Real files chosen for what the croppers must handle: many chains, DNA, ligands (GNP/MG, HEM,
-#: EPE, PCG), modified residues (MSE, 5IU), a cyclic peptide, unresolved tails, one chain alone.
+#: EPE, PCG), modified residues (5IU; MSE becomes MET, AF3 SI 2.1), a cyclic peptide, unresolved tails, one chain alone.
 CLIENT_FILES = (
     "7pzb.pdb",  # 2 protein + 4 DNA chains + cAMP ligands, 600 tokens
     "721p-assembly1.cif",  # H-Ras dimer with GNP + MG
     "2q2k.cif",  # protein-DNA, modified nucleotide 5IU, EPE
     "102m.cif",  # myoglobin + HEM + SO4
-    "4zey.cif",  # MSE, SO4
+    "4zey.cif",  # MSE (read as MET), SO4
     "3u8v.cif",  # 2 protein chains + NI
-    "1A8O.cif",  # one chain, MSE
+    "1A8O.cif",  # one chain, MSE (read as MET)
     "209d-assembly1.cif",  # DNA duplex + actinomycin-like peptide
 )
 #: MSAs of 4zey (OpenFold layout) and of 102m (Protenix layout), relative to the real msas dir.

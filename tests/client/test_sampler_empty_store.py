@@ -30,11 +30,12 @@ def failed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 
 
 def test_dataset_over_a_store_without_entries_says_so(failed_store: tuple[Path, int]) -> None:
-    store, _ = failed_store
+    store, n_inputs = failed_store
     with pytest.raises(InvalidRequest) as info:
         FeatureDataset(store)
     message = str(info.value)
     assert "no entries" in message and "featurecache info" in message and "--failures" in message
+    assert f"{n_inputs} inputs failed to build" in message  # the dataset passes the failures table on
     assert "filter" not in message  # no filter was given
 
 
