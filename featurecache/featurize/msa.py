@@ -18,6 +18,7 @@ Conventions (as AlphaFold 2/3):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Sequence
@@ -47,6 +48,8 @@ QUERY_SOURCE = "query"
 #: Most alignments one MSA can merge (``source`` is uint8 and 0 is the query).
 MAX_SOURCES = 255
 DELETION_MAX = np.iinfo(np.int16).max
+#: Rows encoded at a time by :func:`build_msa` (its memory does not grow with the input rows).
+ENCODE_CHUNK_ROWS = 4096
 
 #: Merge order of the files found for one sequence, by the database their name points to (AF2's
 #: uniref90 → bfd → mgnify, then UniProt (pairing), then Protenix's split files, then anything
@@ -146,12 +149,12 @@ _TABLES: dict[int, np.ndarray] = {
 _A, _Z, _NL, _DOT = ord("a"), ord("z"), ord("\n"), ord(".")
 
 
-def encode_rows(rows: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+def encode_rows(rows: Sequence[str], length: int, first_row: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Split a3m rows into match characters and deletion counts.
 
     Returns ``chars`` uint8 ``[n, length]`` (ASCII of the match columns, upper case / ``-``) and
     ``deletions`` int16 ``[n, length]``. Raises :class:`MSAError` if a row has a different number
-    of match columns.
+    of match columns (naming it as row ``first_row + i``).
     """
     n = len(rows)
     if n == 0:
@@ -166,7 +169,7 @@ def encode_rows(rows: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarra
         for i, r in enumerate(rows):
             m = len(r) - sum(1 for c in r if c.islower() or c == ".")
             if m != length:
-                raise MSAError(f"row {i} has {m} match columns, the query has {length}")
+                raise MSAError(f"row {first_row + i} has {m} match columns, the query has {length}")
         raise MSAError("inconsistent MSA rows")
     cum = np.cumsum(is_lower, dtype=np.int64)[pos]
     counts = np.diff(cum, prepend=0).reshape(n, length + 1)[:, :length]
@@ -200,15 +203,6 @@ def deletion_mean(deletions: np.ndarray) -> np.ndarray:
     return deletions.mean(axis=0, dtype=np.float64).astype(np.float32)
 
 
-def _first_occurrences(chars: np.ndarray) -> np.ndarray:
-    """Sorted indices of the first occurrence of each distinct row of ``chars`` [n, L]."""
-    if chars.shape[0] == 0:
-        return np.zeros(0, np.int64)
-    rows = np.ascontiguousarray(chars).view(np.dtype((np.void, chars.shape[1])))[:, 0]
-    _, first = np.unique(rows, return_index=True)
-    return np.sort(first)
-
-
 # --- building one sequence's MSA ----------------------------------------------------------------
 
 
@@ -232,10 +226,9 @@ def build_msa(
         raise MSAError(f"depth cap must be at least 1, got {depth_cap}")
     if len(alignments) >= MAX_SOURCES:
         raise MSAError(f"{len(alignments)} alignments for one sequence; at most {MAX_SOURCES - 1}")
+    acc = _Accumulator(length, mol_type, depth_cap)
     q_chars, q_del = encode_rows([sequence], length)
-    chars_parts, del_parts = [q_chars], [q_del]
-    species_parts = [np.zeros(1, np.int32)]
-    source_parts = [np.zeros(1, np.uint8)]
+    acc.add(q_chars, q_del, (), 0)
     labels = [QUERY_SOURCE]
     n_input = 0
     for k, (label, msa) in enumerate(alignments, start=1):
@@ -248,35 +241,85 @@ def build_msa(
                 path=msa.path or label,
                 stage="msa",
             )
-        try:
-            chars, dels = encode_rows(msa.rows, length)
-        except MSAError as exc:
-            raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
-        chars_parts.append(chars)
-        del_parts.append(dels)
-        species_parts.append(np.fromiter((species_id(h) for h in msa.headers), np.int32, msa.depth))
-        source_parts.append(np.full(msa.depth, k, np.uint8))
+        for start in range(0, msa.depth, ENCODE_CHUNK_ROWS):
+            stop = min(start + ENCODE_CHUNK_ROWS, msa.depth)
+            try:
+                chars, dels = encode_rows(msa.rows[start:stop], length, first_row=start)
+            except MSAError as exc:
+                raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
+            acc.add(chars, dels, msa.headers[start:stop], k)
         labels.append(label)
         n_input += msa.depth
-    chars = np.concatenate(chars_parts)
-    keep = _first_occurrences(chars)
-    residues_all = to_restypes(chars[keep], mol_type)
-    deletions_all = np.concatenate(del_parts)[keep]
-    cap = keep[:depth_cap]
-    residues = residues_all[: len(cap)]
-    return EncodedMSA(
-        sequence=sequence,
-        mol_type=int(mol_type),
-        residues=np.ascontiguousarray(residues),
-        deletions=np.ascontiguousarray(deletions_all[: len(cap)]),
-        species=np.concatenate(species_parts)[cap],
-        source=np.concatenate(source_parts)[cap],
-        profile=msa_profile(residues_all),
-        deletion_mean=deletion_mean(deletions_all),
-        sources=tuple(labels),
-        n_input_rows=n_input,
-        n_distinct=int(keep.size),
-    )
+    return acc.finish(sequence, tuple(labels), n_input)
+
+
+class _Accumulator:
+    """Distinct rows of one MSA, fed in chunks in merge order.
+
+    Keeps the first ``depth_cap`` distinct rows (residues, deletions, species, source) and, over
+    every distinct row, the class counts per column and the deletion sums that the profile and the
+    deletion mean are made of. Memory: ``depth_cap`` rows + one 16-byte digest per distinct row,
+    whatever the number of input rows.
+    """
+
+    def __init__(self, length: int, mol_type: int, depth_cap: int) -> None:
+        self.length, self.mol_type, self.cap = length, int(mol_type), depth_cap
+        self.seen: set[bytes] = set()
+        self.counts = np.zeros(length * NUM_RESTYPES, np.int64)
+        self.del_sum = np.zeros(length, np.int64)
+        self.residues: list[np.ndarray] = []
+        self.deletions: list[np.ndarray] = []
+        self.species: list[np.ndarray] = []
+        self.source: list[np.ndarray] = []
+        self.n_kept = 0
+
+    def add(self, chars: np.ndarray, dels: np.ndarray, headers: Sequence[str], source: int) -> None:
+        """Add encoded rows ``chars`` uint8 [n, L], ``dels`` int16 [n, L] (``headers``: n, or empty
+        for the query, whose species is 0) coming from alignment ``source``."""
+        n, length = chars.shape
+        if n == 0:
+            return
+        flat = np.ascontiguousarray(chars).tobytes()
+        new = np.zeros(n, bool)
+        for i in range(n):
+            d = hashlib.blake2b(flat[i * length : (i + 1) * length], digest_size=16).digest()
+            if d not in self.seen:
+                self.seen.add(d)
+                new[i] = True
+        idx = np.flatnonzero(new)
+        if idx.size == 0:
+            return
+        residues = to_restypes(chars[idx], self.mol_type)
+        cells = residues.astype(np.int64) + NUM_RESTYPES * np.arange(length, dtype=np.int64)[None, :]
+        self.counts += np.bincount(cells.ravel(), minlength=length * NUM_RESTYPES)
+        self.del_sum += dels[idx].sum(axis=0, dtype=np.int64)
+        take = idx[: max(0, self.cap - self.n_kept)]
+        if take.size:
+            self.residues.append(residues[: take.size])
+            self.deletions.append(dels[take])
+            if headers:
+                self.species.append(np.fromiter((species_id(headers[i]) for i in take), np.int32, take.size))
+            else:
+                self.species.append(np.zeros(take.size, np.int32))
+            self.source.append(np.full(take.size, source, np.uint8))
+            self.n_kept += int(take.size)
+
+    def finish(self, sequence: str, labels: tuple[str, ...], n_input: int) -> EncodedMSA:
+        n = len(self.seen)
+        counts = self.counts.reshape(self.length, NUM_RESTYPES)
+        return EncodedMSA(
+            sequence=sequence,
+            mol_type=self.mol_type,
+            residues=np.ascontiguousarray(np.concatenate(self.residues)),
+            deletions=np.ascontiguousarray(np.concatenate(self.deletions)),
+            species=np.concatenate(self.species),
+            source=np.concatenate(self.source),
+            profile=(counts / n).astype(np.float32),
+            deletion_mean=(self.del_sum.astype(np.float64) / n).astype(np.float32),
+            sources=labels,
+            n_input_rows=n_input,
+            n_distinct=n,
+        )
 
 
 def single_sequence_msa(sequence: str, mol_type: int) -> EncodedMSA:
