@@ -408,6 +408,7 @@ def run_chem_stage(
             d = defs[code]
             if have.get(code) != d.sha256:
                 jobs.append(Job(code, library.source(code), definition=d))
+    job_keys = {j.key for j in jobs}  # a set: one scan over jobs per signature was quadratic
     # A residue whose atoms the definition does not all name (or whose code has none) gets a
     # perceived component of its own atoms, keyed code#hash (the reader falls back to it).
     perceived_of: dict[Signature, str] = {}
@@ -418,7 +419,8 @@ def run_chem_stage(
             continue
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
-        if key not in have and all(j.key != key for j in jobs):
+        if key not in have and key not in job_keys:
+            job_keys.add(key)
             occ = first[sig]
             why = (
                 "no CCD definition" if defined is None else f"atom names differ from the definition of {code}"

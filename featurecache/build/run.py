@@ -29,7 +29,7 @@ from featurecache.build.tasks import PartResult, build_structure_part
 from featurecache.errors import InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
-from featurecache.store.index import rebuild_index
+from featurecache.store.index import rebuild_index, store_bytes
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -37,6 +37,8 @@ from featurecache.store.writer import PartContents, write_structure_part
 log = logging.getLogger(__name__)
 
 INDEX_REFRESH_S = 15.0  # rebuild the index this often during a build, so progress is readable
+#: ...but at most this share of the driver's time (a refresh that takes long waits longer for the next)
+INDEX_REFRESH_SHARE = 0.1
 
 
 @dataclass
@@ -47,7 +49,8 @@ class BuildSummary:
     n_skipped: int = 0
     n_failed: int = 0  # inputs that failed in this run
     n_failed_earlier: int = 0  # inputs skipped because an earlier run recorded their failure
-    n_replaced: int = 0  # inputs whose id was in the store with other content (rebuilt, replaced)
+    n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
+    n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
     failed_by_stage: dict[str, int] = field(default_factory=dict)
     n_atoms: int = 0
     n_tokens: int = 0
@@ -196,13 +199,14 @@ def run_build(
             )
             remove_leftovers(out)
             # from the parts: repairs an index left stale or damaged by a killed build
-            existing = existing_entry_ids(rebuild_index(out)["entries"])
+            stored = rebuild_index(out)["entries"]
+            existing = existing_entry_ids(stored)
             inputs = discover(pdb_dir, entry_config, existing, exclude=out)
             done = done_keys(out)
             pending = [i for i in inputs if i.key not in done]
             summary.n_inputs = len(inputs)
             summary.n_skipped = len(inputs) - len(pending)
-            summary.n_replaced = sum(1 for i in pending if i.entry_id in existing)
+            summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
             summary.input_bytes = sum(i.size for i in inputs)
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
@@ -225,10 +229,23 @@ def run_build(
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
     finally:
         _shutdown(client, cluster)
-    summary.store_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
+
+
+def _count_replaced(pending: list[InputFile], stored: Any) -> tuple[int, int]:
+    """(replaced, rebuilt): pending inputs whose entry id the store holds, with other bytes
+    (replaced) or the same bytes (rebuilt: the CCD, the featurizer or the config changed)."""
+    if not stored.num_rows:
+        return 0, 0
+    sha_of = dict(
+        zip(stored.column("id").to_pylist(), stored.column("source_sha256").to_pylist(), strict=True)
+    )
+    again = [i for i in pending if i.entry_id in sha_of]
+    rebuilt = sum(1 for i in again if i.sha256 == sha_of[i.entry_id])
+    return len(again) - rebuilt, rebuilt
 
 
 def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummary) -> int:
@@ -278,7 +295,7 @@ def _run_structure_parts(
 
     futures = [submit(name, part_inputs) for name, part_inputs in plan]
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
-    last_index = time.monotonic()
+    last_index, refresh_s = time.monotonic(), INDEX_REFRESH_S
     with stage_bar("structures", len(pending), progress) as advance:
         queue = as_completed(futures)
         for fut in queue:
@@ -300,9 +317,11 @@ def _run_structure_parts(
                 res = _record_crashed_input(out, name, part_inputs[0], exc)
             _accumulate(summary, res)
             advance(res.n_entries + res.n_failed)
-            if time.monotonic() - last_index > INDEX_REFRESH_S:
+            if time.monotonic() - last_index > refresh_s:
+                t0 = time.monotonic()
                 rebuild_index(out)
                 last_index = time.monotonic()
+                refresh_s = max(INDEX_REFRESH_S, (last_index - t0) / INDEX_REFRESH_SHARE)
 
 
 def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseException) -> PartResult:

@@ -20,9 +20,11 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     t.add_column("")
     t.add_row("input files", str(s.n_inputs))
     t.add_row("entries built", str(s.n_built))
-    t.add_row("skipped (up to date)", str(s.n_skipped))
     if s.n_replaced:
-        t.add_row("  of which replaced", f"{s.n_replaced} (an input with the same path and new content)")
+        t.add_row("  replaced", f"{s.n_replaced} (an input with the same path and new content)")
+    if s.n_rebuilt:
+        t.add_row("  rebuilt", f"{s.n_rebuilt} (same file, new CCD/featurizer/config)")
+    t.add_row("skipped (up to date)", str(s.n_skipped))
     t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
     for failed_stage, n in sorted(s.failed_by_stage.items()):
         t.add_row(f"  failed at {failed_stage}", str(n))

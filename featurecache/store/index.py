@@ -3,12 +3,22 @@
 Every part carries its own rows in ``<part>/_index/<table>.arrow``; ``rebuild_index`` concatenates
 them into ``STORE/index/<table>.arrow`` and swaps each file in with ``os.replace`` (atomic), so a
 reader never sees a half-written index and a killed build leaves the previous index intact.
+
+Incremental update: parts never change once renamed into place, so the concatenation of the parts'
+own rows (before anything is derived from it) is kept in ``STORE/index/.part-rows/<table>.arrow``
+with a manifest of the parts it covers. A rebuild then reads only the parts added since, re-derives
+the index from the kept rows plus theirs (the same code as a rebuild from scratch, so the files are
+byte-identical), and skips everything when no part was added and the index files are the ones it
+wrote. Anything unexpected (a part gone, a table whose columns differ, a manifest or kept file that
+does not match) falls back to reading every part.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,11 +128,17 @@ def table_from_rows(name: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
+#: rows per record batch of a written file: the bytes depend on the rows only, not on how the table
+#: happened to be chunked (an incremental and a full rebuild write identical files)
+BATCH_ROWS = 65536
+
+
 def write_table(path: Path, table: pa.Table) -> None:
     """Write an Arrow IPC file (not atomic: callers write inside a temp dir or use replace_table)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+        for start in range(0, table.num_rows, BATCH_ROWS):
+            writer.write_table(table.slice(start, BATCH_ROWS).combine_chunks())
 
 
 def replace_table(path: Path, table: pa.Table) -> None:
@@ -150,10 +166,12 @@ def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
 
 def complete_parts(root: Path) -> list[Path]:
     """Parts that were renamed into place (temp dirs excluded), sorted by name."""
-    parts_dir = root / PARTS_DIR
-    if not parts_dir.is_dir():
+    parts_dir = Path(root) / PARTS_DIR
+    try:
+        with os.scandir(parts_dir) as it:
+            return sorted(Path(d.path) for d in it if not d.name.startswith(TMP_PREFIX) and d.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in parts_dir.iterdir() if p.is_dir() and not p.name.startswith(TMP_PREFIX))
 
 
 def _concat(tables: Iterable[pa.Table], name: str) -> pa.Table:
@@ -164,23 +182,38 @@ def _concat(tables: Iterable[pa.Table], name: str) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
+def _part_tables(part: Path) -> dict[str, pa.Table]:
+    """One part's own ``_index/<table>.arrow`` files, with the ``part`` column set to its name."""
+    out: dict[str, pa.Table] = {}
+    idx = part / PART_INDEX_DIR
+    if not idx.is_dir():
+        return out
+    for f in sorted(idx.glob("*.arrow")):
+        t = read_table(f, memory_map=False)
+        # the directory name is the truth (a part may have been committed under another number)
+        parts = pa.array([part.name] * t.num_rows, type=pa.string())
+        if "part" in t.column_names:
+            t = t.set_column(t.column_names.index("part"), "part", parts)
+        else:
+            t = t.append_column("part", parts)
+        out[f.stem] = t
+    return out
+
+
+def _gather(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
+    """Per table name, the concatenation of ``parts``' own rows (in the order given); and the names
+    some part actually holds (the others are empty tables of their schema)."""
+    found: dict[str, list[pa.Table]] = {}
+    for part in parts:
+        for name, t in _part_tables(part).items():
+            found.setdefault(name, []).append(t)
+    tables = {name: _concat(found.get(name, []), name) for name in sorted(set(found) | set(SCHEMAS))}
+    return tables, set(found)
+
+
 def gather_part_tables(root: Path) -> dict[str, pa.Table]:
     """Concatenate every complete part's ``_index/<table>.arrow`` per table name."""
-    found: dict[str, list[pa.Table]] = {}
-    for part in complete_parts(root):
-        idx = part / PART_INDEX_DIR
-        if not idx.is_dir():
-            continue
-        for f in sorted(idx.glob("*.arrow")):
-            t = read_table(f, memory_map=False)
-            # the directory name is the truth (a part may have been committed under another number)
-            parts = pa.array([part.name] * t.num_rows, type=pa.string())
-            if "part" in t.column_names:
-                t = t.set_column(t.column_names.index("part"), "part", parts)
-            else:
-                t = t.append_column("part", parts)
-            found.setdefault(f.stem, []).append(t)
-    return {name: _concat(found.get(name, []), name) for name in sorted(set(found) | set(SCHEMAS))}
+    return _gather(complete_parts(Path(root)))[0]
 
 
 def latest_per(table: pa.Table, column: str) -> pa.Table:
@@ -189,37 +222,232 @@ def latest_per(table: pa.Table, column: str) -> pa.Table:
         return table
     order = pc.sort_indices(table, sort_keys=[(column, "ascending"), ("part", "descending")])
     t = table.take(order)
-    col = t.column(column).to_pylist()
-    keep = [i for i in range(len(col)) if i == 0 or col[i] != col[i - 1]]
-    return t.take(pa.array(keep, type=pa.int64()))
+    col = t.column(column)
+    first = pa.array([True], type=pa.bool_())
+    if t.num_rows > 1:
+        # a row is kept when its value differs from the previous row's (nulls compare as values)
+        prev, cur = col.slice(0, t.num_rows - 1), col.slice(1)
+        both_null = pc.and_(pc.is_null(prev), pc.is_null(cur))
+        differs = pc.fill_null(pc.not_equal(prev, cur), True)
+        keep = pa.concat_arrays([first, pc.and_not(differs, both_null).combine_chunks()])
+    else:
+        keep = first
+    return t.filter(keep)
 
 
-def rebuild_index(root: Path) -> dict[str, pa.Table]:
-    """Rebuild ``STORE/index/*.arrow`` from the parts; returns the tables written."""
-    tables = gather_part_tables(Path(root))
+def _pairs_in(table: pa.Table, columns: tuple[str, str], live: pa.Table) -> pa.Array:
+    """Mask: whether each row's ``columns`` pair is one of ``live``'s ``(id, part)`` rows."""
+    probe = pc.binary_join_element_wise(
+        pc.fill_null(table.column(columns[0]), ""), pc.fill_null(table.column(columns[1]), ""), "\x00"
+    )
+    value_set = pc.binary_join_element_wise(live.column("id"), live.column("part"), "\x00")
+    return pc.fill_null(pc.is_in(probe, value_set=value_set.combine_chunks()), False).combine_chunks()
+
+
+def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The index tables from the parts' concatenated rows (``tables`` is not modified)."""
+    tables = dict(tables)
     entries = latest_per(tables["entries"], "id")
-    live = {(e["id"], e["part"]) for e in entries.select(["id", "part"]).to_pylist()}
+    live = entries.select(["id", "part"])
     # per-entry tables keep only the rows of each entry's live part
     for name in ("chains", "interfaces", "warnings"):
         t = tables[name]
         if t.num_rows and "part" in t.column_names:
-            mask = [(r["entry_id"], r["part"]) in live for r in t.select(["entry_id", "part"]).to_pylist()]
-            tables[name] = t.filter(pa.array(mask, type=pa.bool_()))
+            tables[name] = t.filter(_pairs_in(t, ("entry_id", "part"), live))
     # a path's latest outcome wins: a failure is dropped once the same path built successfully later
     failures = latest_per(tables["failures"], "path")
     if failures.num_rows:
-        built = {r["source_path"]: r["part"] for r in entries.select(["source_path", "part"]).to_pylist()}
+        # (only entries built from a failed path matter; their order is kept, so the last one wins as before)
+        of_failed = entries.filter(
+            pc.is_in(entries.column("source_path"), value_set=failures.column("path").combine_chunks())
+        )
+        built = {r["source_path"]: r["part"] for r in of_failed.select(["source_path", "part"]).to_pylist()}
         mask = [built.get(r["path"], "") < r["part"] for r in failures.select(["path", "part"]).to_pylist()]
         failures = failures.filter(pa.array(mask, type=pa.bool_()))
     tables["entries"] = entries
     tables["failures"] = failures
-    tables = _postprocess(root, tables)
-    index_dir = Path(root) / INDEX_DIR
+    return _postprocess(root, tables)
+
+
+#: ``STORE/index/.part-rows/``: the parts' own rows as last concatenated, and what they cover
+PART_ROWS_DIR = ".part-rows"
+PART_ROWS_MANIFEST = "manifest.json"
+_MANIFEST_VERSION = 1
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """What identifies one written file: inode, size, mtime (a file replaced or damaged differs)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(dirpath, f), follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _load_manifest(root: Path) -> dict[str, Any] | None:
+    f = root / INDEX_DIR / PART_ROWS_DIR / PART_ROWS_MANIFEST
+    try:
+        m = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("version") != _MANIFEST_VERSION:
+        return None
+    return m
+
+
+def _load_part_rows(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Table] | None:
+    """The kept concatenation, when every file is the one the manifest recorded; else None."""
+    rows_dir = root / INDEX_DIR / PART_ROWS_DIR
+    out: dict[str, pa.Table] = {}
+    for name, stamp in manifest.get("part_rows", {}).items():
+        f = rows_dir / f"{name}.arrow"
+        if _stamp(f) != stamp:
+            return None
+        try:
+            out[name] = read_table(f)
+        except StoreError:
+            return None
+    return out
+
+
+def _index_unchanged(root: Path, manifest: Mapping[str, Any]) -> bool:
+    index_dir = root / INDEX_DIR
+    written = manifest.get("index", {})
+    return bool(written) and all(_stamp(index_dir / f"{n}.arrow") == s for n, s in written.items())
+
+
+def _add_parts(
+    kept: dict[str, pa.Table], held: set[str], new_parts: Sequence[Path], interleaved: bool
+) -> tuple[dict[str, pa.Table], set[str]] | None:
+    """The concatenation over old and new parts in part-name order, from the kept one plus the new
+    parts' rows; None when it cannot be the same as a full gather (a table's columns differ)."""
+    new_tables, new_held = _gather(new_parts)
+    out: dict[str, pa.Table] = {}
+    for name in sorted(set(kept) | set(new_tables)):
+        if name not in new_held:
+            if name not in kept:
+                return None
+            out[name] = kept[name]
+            continue
+        if name not in held:  # no old part holds it: the full gather is the new parts' rows alone
+            out[name] = new_tables[name]
+            continue
+        old = kept.get(name)
+        if old is None or not new_tables[name].schema.equals(old.schema, check_metadata=True):
+            return None
+        t = pa.concat_tables([old, new_tables[name]])
+        if interleaved and t.num_rows:
+            t = t.take(pc.sort_indices(t, sort_keys=[("part", "ascending")]))  # stable: rows keep their order
+        out[name] = t
+    return out, held | new_held
+
+
+def rebuild_index(root: Path, *, incremental: bool = True) -> dict[str, pa.Table]:
+    """Bring ``STORE/index/*.arrow`` up to date with the parts; returns the index tables (every
+    name of TABLES, and the other tables that have rows).
+
+    ``incremental``: read only parts added since the last rebuild (see the module docstring); the
+    files written are byte-identical to a rebuild from every part (``incremental=False``).
+    """
+    root = Path(root)
+    t0 = time.perf_counter()
+    parts = complete_parts(root)
+    names = [p.name for p in parts]
+    manifest = _load_manifest(root) if incremental else None
+    gathered: tuple[dict[str, pa.Table], set[str]] | None = None
+    how = "every part"
+    if manifest is not None and set(manifest.get("parts", [])) <= set(names):
+        covered = set(manifest["parts"])
+        new_parts = [p for p in parts if p.name not in covered]
+        if not new_parts and _index_unchanged(root, manifest):
+            tables = _read_index(root, manifest)
+            if tables is not None:
+                log.debug("index up to date with its %d parts (%.2f s)", len(names), time.perf_counter() - t0)
+                return tables
+        kept = _load_part_rows(root, manifest)
+        if kept is not None:
+            interleaved = bool(new_parts and covered) and min(p.name for p in new_parts) < max(covered)
+            gathered = _add_parts(kept, set(manifest.get("held", [])), new_parts, interleaved)
+            how = f"{len(new_parts)} new part(s)"
+    if gathered is None:
+        gathered = _gather(parts)
+    raw, held = gathered
+    tables = _derive(root, raw)
+    index_dir = root / INDEX_DIR
     index_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, list[int] | None] = {}
     for name, table in tables.items():
         if name in TABLES or table.num_rows:
-            replace_table(index_dir / f"{name}.arrow", _sorted(name, table))
+            f = index_dir / f"{name}.arrow"
+            replace_table(f, _sorted(name, table))
+            written[name] = _stamp(f)
+    _save_part_rows(root, raw, held, names, written, manifest)
+    log.debug("index rebuilt from %s (%d parts, %.2f s)", how, len(names), time.perf_counter() - t0)
     return tables
+
+
+def _read_index(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Table] | None:
+    try:
+        return {n: read_table(root / INDEX_DIR / f"{n}.arrow") for n in manifest["index"]}
+    except StoreError:
+        return None
+
+
+def _save_part_rows(
+    root: Path, raw: Mapping[str, pa.Table], held: set[str], names: list[str],
+    written: Mapping[str, list[int] | None], old: Mapping[str, Any] | None,
+) -> None:  # fmt: skip
+    """Keep the concatenated part rows and the manifest (written last: it vouches for the rest)."""
+    rows_dir = root / INDEX_DIR / PART_ROWS_DIR
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    manifest_file = rows_dir / PART_ROWS_MANIFEST
+    manifest_file.unlink(missing_ok=True)  # a kill below leaves no manifest vouching for old files
+    part_rows: dict[str, list[int] | None] = {}
+    for name, table in raw.items():
+        f = rows_dir / f"{name}.arrow"
+        replace_table(f, table)
+        part_rows[name] = _stamp(f)
+    old_bytes = (old or {}).get("part_bytes", {})
+    parts_dir = root / PARTS_DIR
+    part_bytes = {n: old_bytes[n] if n in old_bytes else _dir_bytes(parts_dir / n) for n in names}
+    manifest = {
+        "version": _MANIFEST_VERSION, "parts": names, "held": sorted(held), "index": written,
+        "part_rows": part_rows, "part_bytes": part_bytes,
+    }  # fmt: skip
+    tmp = manifest_file.with_name(f".{manifest_file.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(manifest, sort_keys=True))
+    os.replace(tmp, manifest_file)
+
+
+def store_bytes(root: Path) -> int:
+    """Bytes of every file under the store: complete parts' sizes as recorded when the index took
+    them in (parts never change), every other file stat'ed (the index, root metadata, temp parts)."""
+    root = Path(root)
+    manifest = _load_manifest(root) or {}
+    known: Mapping[str, int] = manifest.get("part_bytes", {})
+    total = 0
+    for dirpath, dirs, files in os.walk(root):
+        if Path(dirpath) == root / PARTS_DIR:
+            for d in [d for d in dirs if d in known]:
+                total += int(known[d])
+                dirs.remove(d)
+        for f in files:
+            try:
+                total += os.stat(os.path.join(dirpath, f), follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
 
 
 def _sorted(name: str, table: pa.Table) -> pa.Table:
