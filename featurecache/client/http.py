@@ -256,9 +256,19 @@ class LookupClient(FeatureReader):
 
     @property
     def service_info(self) -> dict[str, Any]:
-        """Version, limits and auth of the service (from ``GET /v1/info``)."""
+        """Version, limits, auth and tables of the service (``GET /v1/service``, fetched once).
+
+        Not ``GET /v1/info``: that one also sums the store's sizes, which on a large store is far
+        slower than the read the limits are wanted for. A service without ``/v1/service`` (older
+        than this client) is asked ``/v1/info``."""
         if self._service is None:
-            self.info()
+            try:
+                service = dict(self.request("GET", "/v1/service").json())
+            except NotFound:
+                self.info()
+            else:
+                with self._lock:
+                    self._service = service
         return self._service or {}
 
     def _limit(self, name: str, default: int) -> int:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR
 
@@ -14,26 +20,128 @@ if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+#: ``(inode, mtime_ns, ctime_ns)`` of a part directory
+_DirStamp = tuple[int, int, int]
+
+#: part directory path -> (its stamp, bytes of the files under it). A committed part is never
+#: written again (the build writes a new part under ``parts/.tmp-*`` and renames it into place), so
+#: its size is known once its directory's stamp is: a part removed and written again under the same
+#: name (a rebuild after ``rm -rf``) is a new directory, with a new inode or ctime.
+_part_bytes: dict[str, tuple[_DirStamp, int]] = {}
+_part_bytes_lock = threading.Lock()
+
+
+def _tree_bytes(path: str) -> int:
+    """Bytes of the regular files under ``path`` (symlinks not followed), in one ``scandir`` pass."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:  # removed meanwhile, or unreadable
+            continue
+        with it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        total += e.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+    return total
+
+
+def _top_bytes(path: str) -> int:
+    """Bytes of the regular files directly in ``path``."""
+    total = 0
+    with contextlib.suppress(OSError), os.scandir(path) as it:
+        for e in it:
+            with contextlib.suppress(OSError):
+                if e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+    return total
+
+
+def store_bytes(path: Path) -> tuple[dict[str, int], Counter[str]]:
+    """``({"total", "parts", "index"}, parts per kind)`` of the store at ``path``.
+
+    Without walking the whole tree on every call: the parts directory is listed and each committed
+    part's size is summed once, then kept (keyed by its directory's stamp); files beside the parts
+    (``parts/zarr.json``, parts being written in ``parts/.tmp-*``), the index and the root's own
+    files are summed every time (a few files). Cost: one ``stat`` per part, plus a walk of the parts
+    not seen before.
+    """
+    root = str(path)
+    parts_dir = os.path.join(root, PARTS_DIR)
+    kinds: Counter[str] = Counter()
+    seen: set[str] = set()
+    parts = _top_bytes(parts_dir)
+    with contextlib.suppress(OSError), os.scandir(parts_dir) as it:
+        for e in it:
+            try:
+                if not e.is_dir(follow_symlinks=False):
+                    continue
+                if e.name.startswith("."):  # parts being written: not cached, they still change
+                    parts += _tree_bytes(e.path)
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            kinds[e.name.split("-")[0]] += 1
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            seen.add(e.path)
+            cached = _part_bytes.get(e.path)
+            if cached is not None and cached[0] == stamp:
+                parts += cached[1]
+                continue
+            size = _tree_bytes(e.path)
+            with _part_bytes_lock:
+                _part_bytes[e.path] = (stamp, size)
+            parts += size
+    prefix = parts_dir + os.sep
+    with _part_bytes_lock:  # forget parts of this store that are gone
+        for gone in [k for k in _part_bytes if k.startswith(prefix) and k not in seen]:
+            del _part_bytes[gone]
+    index = _tree_bytes(os.path.join(root, INDEX_DIR))
+    other = _top_bytes(root)
+    with contextlib.suppress(OSError), os.scandir(root) as it:
+        for e in it:  # anything else a store may hold beside parts/ and index/
+            with contextlib.suppress(OSError):
+                if e.is_dir(follow_symlinks=False) and e.name not in (PARTS_DIR, INDEX_DIR):
+                    other += _tree_bytes(e.path)
+    return {"total": parts + index + other, "parts": parts, "index": index}, kinds
+
+
+def _column_sum(table: pa.Table, column: str) -> int:
+    if not table.num_rows:
+        return 0
+    total = pc.sum(table.column(column)).as_py()
+    return int(total or 0)
+
+
+def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    if not table.num_rows:
+        return {}
+    counts = pc.value_counts(table.column(column))
+    values, n = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+    return {v: int(c) for v, c in zip(values, n, strict=True)}
 
 
 def store_info(store: LocalStore) -> dict[str, Any]:
+    """Counts, versions, parts per kind, bytes (:func:`store_bytes`) and failures per stage/class."""
     e = store.entries
-    parts_dir = store.path / PARTS_DIR
-    kinds = Counter(
-        p.name.split("-")[0] for p in parts_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-    )
+    sizes, kinds = store_bytes(store.path)
     failures = store.failures
-    by_stage = Counter(failures.column("stage").to_pylist()) if failures.num_rows else Counter()
-    by_class = Counter(failures.column("error_class").to_pylist()) if failures.num_rows else Counter()
+    by_stage = _value_counts(failures, "stage")
+    by_class = _value_counts(failures, "error_class")
     counts = {
         "entries": e.num_rows,
         "chains": store.chains.num_rows,
         "interfaces": store.interfaces.num_rows,
-        "atoms": int(sum(e.column("atom_count").to_pylist())) if e.num_rows else 0,
-        "tokens": int(sum(e.column("token_count").to_pylist())) if e.num_rows else 0,
-        "bonds": int(sum(e.column("bond_count").to_pylist())) if e.num_rows else 0,
+        "atoms": _column_sum(e, "atom_count"),
+        "tokens": _column_sum(e, "token_count"),
+        "bonds": _column_sum(e, "bond_count"),
         "failures": failures.num_rows,
         "warnings": store.warnings.num_rows,
         "msas": store.msas.num_rows,
@@ -48,11 +156,7 @@ def store_info(store: LocalStore) -> dict[str, Any]:
         "updated": store.attributes.get("updated"),
         "counts": counts,
         "parts": dict(kinds),
-        "bytes": {
-            "total": _dir_bytes(store.path),
-            "parts": _dir_bytes(parts_dir),
-            "index": _dir_bytes(store.path / INDEX_DIR),
-        },
+        "bytes": sizes,
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
     }

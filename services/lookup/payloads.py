@@ -3,7 +3,9 @@ tables as Arrow IPC streams; plus the size estimates the limits are checked agai
 
 from __future__ import annotations
 
+import copy
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -88,6 +90,22 @@ def available_tables(reader: LocalStore) -> tuple[str, ...]:
         else []
     )
     return tuple(dict.fromkeys([*TABLES, *extra]))
+
+
+_info_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_info(reader: LocalStore) -> dict[str, Any]:
+    return reader.info()
+
+
+def store_info(reader: LocalStore) -> dict[str, Any]:
+    """``reader.info()``, computed once per reader (a changed store is a new reader) and under a
+    lock, so clients polling ``/v1/info`` share one computation instead of each walking the store.
+    Returns a copy the caller may change."""
+    with _info_lock:
+        return copy.deepcopy(_cached_info(reader))
 
 
 def table_bytes(table: pa.Table, columns: Sequence[str] | None) -> bytes:

@@ -11,26 +11,41 @@ import featurecache
 from featurecache.errors import InvalidRequest, NotFound
 from featurecache.store import arrow_io
 from featurecache.store.layout import TABLES
+from featurecache.store.reader import LocalStore
 from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute
-from services.lookup.payloads import available_tables, table_bytes
+from services.lookup.payloads import available_tables, store_info, table_bytes
+from services.lookup.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["store"], route_class=StoreRoute)
 
 ARROW: dict[str, Any] = {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream."}
 
 
-@router.get("/info", summary="Versions, counts and sizes of the store; the service's limits")
-def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
-    doc = dict(reader.info())
-    doc.pop("path", None)  # the server's filesystem is not the client's business (logged at open)
-    doc["service"] = {
+def _service(reader: LocalStore, settings: Settings) -> dict[str, Any]:
+    return {
         "version": featurecache.__version__,
         "auth": settings.auth_token is not None,
         "limits": settings.limits(),
         "tables": list(available_tables(reader)),
     }
+
+
+@router.get("/info", summary="Versions, counts and sizes of the store; the service's limits")
+def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
+    doc = store_info(reader)
+    doc.pop("path", None)  # the server's filesystem is not the client's business (logged at open)
+    doc["service"] = _service(reader, settings)
     return doc
+
+
+@router.get(
+    "/service",
+    summary="The service's version, auth, limits and the store's tables (the `service` part of "
+    "/v1/info without the store's counts and sizes: what a client asks before its first read)",
+)
+def service(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
+    return _service(reader, settings)
 
 
 @router.get(
