@@ -273,12 +273,14 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _candidate_files(msa_dir: Path) -> list[tuple[str, int]]:
+def _candidate_files(msa_dir: Path) -> list[tuple[str, int, int]]:
+    """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir``, sorted."""
     files = []
     for p in sorted(msa_dir.rglob("*")):
         rel = p.relative_to(msa_dir)
         if p.is_file() and not any(part.startswith(".") for part in rel.parts):
-            files.append((rel.as_posix(), p.stat().st_size))
+            st = p.stat()
+            files.append((rel.as_posix(), st.st_size, st.st_mtime_ns))
     return files
 
 
@@ -344,7 +346,7 @@ def run_msa_stage(
 
     scans: list[FileScan] = []
     if msa_dir is not None:
-        scans = _scan(client, Path(msa_dir), set(polymer), progress)
+        scans = _scan(client, root, Path(msa_dir), set(polymer), progress)
     uses = _join(scans, chain_rows, polymer, entry_ids, result)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
@@ -386,13 +388,26 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
             f"stored MSA get single-sequence MSAs")  # fmt: skip
 
 
-def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:
+def _scan(client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:
+    """Scan every candidate file of ``msa_dir``; files unchanged since a previous build's scan
+    (same path, size and mtime) are taken from the store's scan cache without being read."""
     from distributed import as_completed
 
+    t_start = time.time_ns()
     files = _candidate_files(msa_dir)
     if not files:
         return []
-    batches = _batches(files, SCAN_BATCH_BYTES)
+    cache = ScanCache.load(root, msa_dir)
+    scans: list[FileScan] = []
+    todo: list[tuple[str, int]] = []
+    for rel, size, mtime in files:
+        hit = cache.get(rel, size, mtime, wanted)
+        if hit is None:
+            todo.append((rel, size))
+        else:
+            scans.append(hit)
+    log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans), len(todo))
+    batches = _batches(todo, SCAN_BATCH_BYTES)
     wanted_f = client.scatter(wanted, broadcast=True) if len(batches) > 1 else wanted
     futures = [
         client.submit(
@@ -405,13 +420,135 @@ def _scan(client: Any, msa_dir: Path, wanted: set[str], progress: bool) -> list[
         )
         for i, b in enumerate(batches)
     ]
-    scans: list[FileScan] = []
-    size = {f.key: len(b) for f, b in zip(futures, batches, strict=True)}
+    n_files = {f.key: len(b) for f, b in zip(futures, batches, strict=True)}
     with stage_bar("MSA files", len(files), progress) as advance:
+        advance(len(scans))
         for fut in as_completed(futures):
             scans.extend(fut.result())
-            advance(size[fut.key])
-    return sorted(scans, key=lambda s: s.rel)
+            advance(n_files[fut.key])
+    scans.sort(key=lambda sc: sc.rel)
+    cache.save(files, scans, wanted, t_start)
+    return scans
+
+
+# --- scan cache ------------------------------------------------------------------------------------
+
+#: Bumped when what a scan finds in a file changes (parsers, sniffing, the FileScan fields).
+SCAN_CACHE_VERSION = "1"
+SCAN_CACHE_DIR = "cache"
+SCAN_CACHE_FILE = "msa_scan.arrow"
+#: Files modified this close to the start of a scan are not cached: a second write within the
+#: file system's timestamp granularity could leave size and mtime unchanged.
+RACY_NS = 2_000_000_000
+
+
+class ScanCache:
+    """Scan results of MSA files kept in ``STORE/cache/msa_scan.arrow`` between builds.
+
+    Keyed by (resolved ``--msa-dir``, relative path, size, mtime_ns): a no-op build stats the files
+    and reads none of them. A file rewritten with the same size *and* mtime is taken as unchanged
+    (as make and rsync do). What is cached does not depend on the store's chains, except the rows a
+    Stockholm alignment matched: a3m matches are recomputed from the cached queries; Stockholm scans
+    are reused only for the same set of wanted sequences (else the file is read again). Results do
+    not depend on the cache: a cached scan is the scan of the same bytes.
+    """
+
+    def __init__(self, root: Path, msa_dir: str, table: Any) -> None:
+        self.root, self.msa_dir = root, msa_dir
+        self.other_dirs = None  # rows of other --msa-dirs, kept as they are
+        self.rows: dict[str, dict[str, Any]] = {}
+        if table is not None:
+            import pyarrow.compute as pc
+
+            mine = pc.equal(table.column("dir"), msa_dir)
+            self.other_dirs = table.filter(pc.invert(mine))
+            for row in table.filter(mine).to_pylist():
+                self.rows[row["rel"]] = row
+
+    @property
+    def path(self) -> Path:
+        return self.root / SCAN_CACHE_DIR / SCAN_CACHE_FILE
+
+    @classmethod
+    def load(cls, root: Path, msa_dir: Path) -> ScanCache:
+        d = str(Path(msa_dir).resolve())
+        f = Path(root) / SCAN_CACHE_DIR / SCAN_CACHE_FILE
+        if not f.is_file():
+            return cls(root, d, None)
+        try:
+            table = read_table(f, memory_map=False)
+            meta = table.schema.metadata or {}
+            if meta.get(b"version") != _cache_version().encode():
+                return cls(root, d, None)
+        except Exception as exc:  # a damaged cache is only a slower scan
+            log.warning("ignoring the MSA scan cache %s: %s", f, exc)
+            return cls(root, d, None)
+        return cls(root, d, table)
+
+    def get(self, rel: str, size: int, mtime_ns: int, wanted: set[str]) -> FileScan | None:
+        row = self.rows.get(rel)
+        if row is None or row["size"] != size or row["mtime_ns"] != mtime_ns:
+            return None
+        doc = json.loads(row["scan"])
+        scan = FileScan(
+            rel, size, doc["sha256"], doc["fmt"], doc["n_alignments"], [],
+            doc["n_template_hits"], doc["error_class"], doc["message"],
+        )  # fmt: skip
+        if scan.fmt == "sto" and doc["alignments"] and row["wanted"] != _wanted_digest(wanted):
+            return None  # which rows are queries depends on the chains: read the file again
+        for block, query_row, query, matches in doc["alignments"]:
+            m = _hashes(query, wanted) if scan.fmt == "a3m" else tuple((h, mt) for h, mt in matches)
+            scan.alignments.append(AlignmentScan(block, query_row, query, m))
+        return scan
+
+    def save(
+        self, files: list[tuple[str, int, int]], scans: list[FileScan], wanted: set[str], t_start: int
+    ) -> None:
+        import pyarrow as pa
+        from pyarrow import ipc
+
+        stat = {rel: (size, mtime) for rel, size, mtime in files}
+        digest = _wanted_digest(wanted)
+        cols: dict[str, list[Any]] = {k: [] for k in ("dir", "rel", "size", "mtime_ns", "wanted", "scan")}
+        for sc in scans:
+            size, mtime = stat[sc.rel]
+            if not sc.sha256 or sc.size != size or mtime > t_start - RACY_NS:
+                continue  # not read (OSError), changed while read, or modified just now
+            doc = {
+                "sha256": sc.sha256, "fmt": sc.fmt, "n_alignments": sc.n_alignments,
+                "n_template_hits": sc.n_template_hits, "error_class": sc.error_class,
+                "message": sc.message,
+                "alignments": [[a.block, a.query_row, a.query, [list(m) for m in a.matches]]
+                               for a in sc.alignments],
+            }  # fmt: skip
+            for k, v in (("dir", self.msa_dir), ("rel", sc.rel), ("size", size), ("mtime_ns", mtime),
+                         ("wanted", digest if sc.fmt == "sto" else ""), ("scan", json.dumps(doc))):  # fmt: skip
+                cols[k].append(v)
+        schema = pa.schema(
+            [("dir", pa.string()), ("rel", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
+             ("wanted", pa.string()), ("scan", pa.large_string())],
+            metadata={"version": _cache_version()},
+        )  # fmt: skip
+        table = pa.table(cols, schema=schema)
+        if self.other_dirs is not None and self.other_dirs.num_rows:
+            table = pa.concat_tables([self.other_dirs.cast(schema), table])
+        tmp = self.path.with_name(f".{SCAN_CACHE_FILE}.tmp-{time.time_ns()}")
+        try:
+            self.path.parent.mkdir(exist_ok=True)
+            with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, schema) as writer:
+                writer.write_table(table)
+            tmp.replace(self.path)
+        except OSError as exc:
+            log.warning("cannot write the MSA scan cache %s: %s", self.path, exc)
+            tmp.unlink(missing_ok=True)
+
+
+def _cache_version() -> str:
+    return f"{SCAN_CACHE_VERSION}/{MSA_STAGE_VERSION}/{FEATURIZER_VERSION}"
+
+
+def _wanted_digest(wanted: set[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(wanted)).encode()).hexdigest()[:32]
 
 
 def _join(
@@ -663,7 +800,8 @@ def build_msa_part(
     contents = MSAPartContents(failures=list(failures or []))
     cache: dict[str, list[Any] | None] = {}
     failed: set[str] = set()
-    for item in items:
+    last_use = {use.rel: k for k, item in enumerate(items) for use in item.uses}
+    for k, item in enumerate(items):
         alignments: list[tuple[str, ParsedMSA]] = []
         used: list[MSAUse] = []
         for use in item.uses:
@@ -671,6 +809,9 @@ def build_msa_part(
             if msa is not None:
                 alignments.append((use.label, msa))
                 used.append(use)
+        for use in item.uses:  # a parsed file is kept only while a later MSA of the part needs it
+            if last_use[use.rel] == k:
+                cache.pop(use.rel, None)
         try:
             enc = build_msa(item.sequence, item.mol_type, alignments, depth_cap)
         except MSAError as exc:
