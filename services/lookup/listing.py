@@ -51,9 +51,7 @@ class EntryQuery:
             )
             keep &= np.isfinite(res) & (res <= self.max_resolution)
         if self.released_after is not None or self.released_before is not None:
-            dates = [str(d or "")[:10] for d in entries.column("release_date").to_pylist()]
-            lo, hi = self.released_after, self.released_before
-            keep &= np.array([bool(d) and (lo is None or d >= lo) and (hi is None or d <= hi) for d in dates])
+            keep &= _dated_between(entries.column("release_date"), self.released_after, self.released_before)
         for col, lo_b, hi_b in (
             ("token_count", self.min_tokens, self.max_tokens),
             ("atom_count", self.min_atoms, self.max_atoms),
@@ -71,6 +69,18 @@ class EntryQuery:
             )
             keep &= v > 0
         return keep
+
+
+def _dated_between(column: pa.ChunkedArray, lo: str | None, hi: str | None) -> np.ndarray:
+    """bool ``[n]``: the date (first 10 characters, ``YYYY-MM-DD``) is stated and within
+    ``[lo, hi]``; compared as strings, in Arrow (no Python object per row)."""
+    dates = pc.utf8_slice_codeunits(pc.fill_null(column.cast(pa.string()), ""), 0, 10)
+    ok = pc.not_equal(dates, "")
+    if lo is not None:
+        ok = pc.and_(ok, pc.greater_equal(dates, lo))
+    if hi is not None:
+        ok = pc.and_(ok, pc.less_equal(dates, hi))
+    return np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def make_query(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 import featurecache
 from featurecache.errors import InvalidRequest, NotFound
@@ -14,7 +14,7 @@ from featurecache.store.layout import TABLES
 from featurecache.store.reader import LocalStore
 from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute
-from services.lookup.payloads import available_tables, store_info, table_bytes
+from services.lookup.payloads import available_tables, store_info, table_stream
 from services.lookup.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["store"], route_class=StoreRoute)
@@ -51,7 +51,7 @@ def service(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
 @router.get(
     "/tables/{name}",
     summary="One index table (entries, chains, ...) as an Arrow IPC stream",
-    response_class=Response,
+    response_class=StreamingResponse,
     responses={200: ARROW, 404: {"description": "No such table."}},
 )
 def table(
@@ -62,7 +62,7 @@ def table(
     columns: Annotated[
         list[str] | None, Query(description="Only these columns (repeat or comma-separate).")
     ] = None,
-) -> Response:
+) -> StreamingResponse:
     tables = available_tables(reader)
     if name not in tables:
         raise NotFound(f"no table {name!r}; tables are {list(tables)}")
@@ -71,7 +71,7 @@ def table(
     unknown = [c for c in cols if c not in t.column_names]
     if unknown:
         raise InvalidRequest(f"table {name} has no column(s) {unknown}; columns are {t.column_names}")
-    return Response(table_bytes(t, cols or None), media_type=arrow_io.MEDIA_TYPE)
+    return StreamingResponse(table_stream(t, cols or None), media_type=arrow_io.MEDIA_TYPE)
 
 
 @router.get(
