@@ -208,13 +208,16 @@ def show(
 def verify(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
     verbose: Verbose = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
+    ] = True,
 ) -> None:
     """Recompute every entry's content hash and check index <-> parts consistency (exit 4 on mismatch)."""
     _setup_logging(verbose)
     from featurecache.store.verify import verify_store
 
     try:
-        problems = verify_store(store)
+        problems = verify_store(store, progress=progress)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     for p in problems:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,51 @@ from featurecache.store.root import shard_files
 log = logging.getLogger(__name__)
 
 
-def verify_store(path: Path) -> list[str]:
-    """Every problem found, as one line each (empty list: the store is consistent)."""
+@contextmanager
+def _bar(enabled: bool) -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+    """``stage(label, total) -> advance(n)``: one rich bar per stage, on stderr; nothing when
+    disabled (or when stderr is not a terminal: rich then draws no bar)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), disable=not enabled) as progress:
+
+        def stage(label: str, total: int) -> Callable[[int], None]:
+            task = progress.add_task(label, total=total)
+
+            def advance(n: int) -> None:
+                progress.advance(task, n)
+
+            return advance
+
+        yield stage
+
+
+def verify_store(path: Path, progress: bool = False) -> list[str]:
+    """Every problem found, as one line each (empty list: the store is consistent).
+
+    ``progress``: a bar per stage on stderr (parts, entries, then the MSA and component checks)."""
+    with _bar(progress) as stage:
+        return _verify(path, stage)
+
+
+def _verify(path: Path, stage: Callable[[str, int], Callable[[int], None]]) -> list[str]:
     store = open_store(path)
     problems: list[str] = []
     parts = {p.name: p for p in complete_parts(store.path)}
     # 1. every part is complete and its own index agrees with its arrays
+    advance = stage("parts", len(parts))
     for name, part in parts.items():
+        advance(1)
         manifest = part / PART_INDEX_DIR / PART_DONE_FILE
         if not manifest.is_file():
             problems.append(f"part {name}: no {PART_DONE_FILE} (incomplete part)")
@@ -66,7 +105,9 @@ def verify_store(path: Path) -> list[str]:
             problems.extend(f"part {name}: array {g} is missing its data file {f}" for f in missing)
     # 2. every index row points at an existing part and its arrays hash to the recorded content hash
     entries = store.entries
+    advance = stage("entries", entries.num_rows)
     for row in entries.to_pylist():
+        advance(1)
         if row["part"] not in parts:
             problems.append(f"entry {row['id']}: part {row['part']} is missing")
             continue
@@ -93,7 +134,9 @@ def verify_store(path: Path) -> list[str]:
     for c in sorted(orphan):
         problems.append(f"chains index has rows for {c}, which is not an entry")
     problems.extend(_chains_cover_tokens(entries, chains))
+    advance = stage("MSAs, components", len(_EXTRA_CHECKS))
     for label, extra_check in _EXTRA_CHECKS:
+        advance(1)
         try:
             problems.extend(extra_check(store))
         except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
