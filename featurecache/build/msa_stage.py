@@ -5,7 +5,9 @@ Runs after the structure parts (it needs the chains index):
 1. **scan** (Dask tasks over batches of files under ``--msa-dir``): sniff each file (a3m, sto,
    hhr/m8 template hits, empty, other), parse it, and report every alignment's query. A Stockholm
    alignment's query is the first row whose sequence is the sequence of some chain in the store
-   (never simply its first row); hmmsearch template-hit files are counted and skipped.
+   (never simply its first row); hmmsearch template-hit files are counted and skipped. Files whose
+   path, size and mtime are those of a previous build's scan are not read: their scan comes from
+   ``STORE/cache/msa_scan.arrow`` (:class:`ScanCache`), so a no-op build only stats the files.
 2. **join** (driver): an alignment belongs to every chain whose sequence hash equals its query's
    (exact match). When the query differs, the file's layout may still name the chain — OpenFold /
    AF2 ``<entry>_<chain>/``, alphafold3-pytorch ``<entry><chain>_protein.a3m``, Protenix

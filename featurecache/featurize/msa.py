@@ -14,6 +14,10 @@ Conventions (as AlphaFold 2/3):
   merge order is kept; the query is always row 0 and removes every hit identical to it;
 * ``profile`` (fraction of each class per column, gaps included) and ``deletion_mean`` (mean raw
   count per column) are taken over all distinct rows, before the depth cap.
+
+:func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time and keeps only the first
+``depth_cap`` distinct rows (plus a 16-byte digest per distinct row and the profile counts), so its
+memory does not grow with the number of input rows beyond the digests.
 """
 
 from __future__ import annotations
