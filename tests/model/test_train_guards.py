@@ -516,6 +516,7 @@ def test_a_cpu_crop_that_cannot_fit_in_memory_is_refused_before_training(
     assert not log.exists()
     suggested = int(re.search(r"give --crop (\d+)", str(err.value)).group(1))  # type: ignore[union-attr]
     budget = 4 * 2**30 * train.CPU_MEMORY_SHARE
+
     def predict(n: int) -> int:
         return estimate_step(ModelConfig(), n, train.CPU_CHECK_MSA_ROWS, 1, fused=False,
                              precision=Precision.fp32(), overhead_bytes=0).peak_bytes  # fmt: skip
