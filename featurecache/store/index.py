@@ -284,9 +284,15 @@ def _stamp(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _dir_bytes(path: Path) -> int:
+def _dir_bytes(path: Path, known: Mapping[str, int] | None = None, known_in: Path | None = None) -> int:
+    """Bytes of every file under ``path`` (symlinks not followed; files that vanish meanwhile are
+    skipped). ``known``: sizes of sub-directories of ``known_in`` taken as given, not walked."""
     total = 0
-    for dirpath, _dirs, files in os.walk(path):
+    for dirpath, dirs, files in os.walk(path):
+        if known and Path(dirpath) == known_in:
+            for d in [d for d in dirs if d in known]:
+                total += int(known[d])
+                dirs.remove(d)
         for f in files:
             try:
                 total += os.stat(os.path.join(dirpath, f), follow_symlinks=False).st_size
@@ -435,19 +441,7 @@ def store_bytes(root: Path) -> int:
     them in (parts never change), every other file stat'ed (the index, root metadata, temp parts)."""
     root = Path(root)
     manifest = _load_manifest(root) or {}
-    known: Mapping[str, int] = manifest.get("part_bytes", {})
-    total = 0
-    for dirpath, dirs, files in os.walk(root):
-        if Path(dirpath) == root / PARTS_DIR:
-            for d in [d for d in dirs if d in known]:
-                total += int(known[d])
-                dirs.remove(d)
-        for f in files:
-            try:
-                total += os.stat(os.path.join(dirpath, f), follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total
+    return _dir_bytes(root, manifest.get("part_bytes", {}), root / PARTS_DIR)
 
 
 def _sorted(name: str, table: pa.Table) -> pa.Table:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,40 +26,13 @@ from featurecache.store.root import shard_files
 log = logging.getLogger(__name__)
 
 
-@contextmanager
-def _bar(enabled: bool) -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    """``stage(label, total) -> advance(n)``: one rich bar per stage, on stderr; nothing when
-    disabled (or when stderr is not a terminal: rich then draws no bar)."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), disable=not enabled) as progress:
-
-        def stage(label: str, total: int) -> Callable[[int], None]:
-            task = progress.add_task(label, total=total)
-
-            def advance(n: int) -> None:
-                progress.advance(task, n)
-
-            return advance
-
-        yield stage
-
-
 def verify_store(path: Path, progress: bool = False) -> list[str]:
     """Every problem found, as one line each (empty list: the store is consistent).
 
     ``progress``: a bar per stage on stderr (parts, entries, then the MSA and component checks)."""
-    with _bar(progress) as stage:
+    from featurecache.build.progress import progress_stages
+
+    with progress_stages(progress) as stage:
         return _verify(path, stage)
 
 

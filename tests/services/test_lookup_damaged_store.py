@@ -20,18 +20,14 @@ from featurecache.client.http import LookupClient
 from featurecache.errors import ServiceError, ServiceUnavailable
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
-
-
-def _copy(sample_store: Path, tmp_path: Path) -> Path:
-    store = tmp_path / "store"
-    shutil.copytree(sample_store, store)
-    return store
+from tests.store.test_damaged_parts import _copy
+from tests.store.test_damaged_parts import _largest_entry as _largest_entry_part
 
 
 def _largest_entry(store: Path) -> tuple[str, Path]:
-    ref = open_store(store)
-    entry_id = max(ref.ids, key=lambda i: ref.entry_meta(i)["atom_count"])
-    return entry_id, store / "parts" / ref.entries.column("part")[ref.row_of(entry_id)].as_py()
+    """(id, part directory) of the entry with the most atoms (:func:`tests.store.test_damaged_parts._largest_entry`)."""
+    entry_id, part = _largest_entry_part(store)
+    return entry_id, store / "parts" / part
 
 
 def _cut_short(array_dir: Path) -> None:
