@@ -20,7 +20,6 @@ chains table and ``msa_coverage`` to the entries table when the index is rebuilt
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -33,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import zarr
 from zarr.codecs import ZstdCodec
-from zarr.core.sync import sync
 
 from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
 from featurecache.errors import InvalidRequest, NotFound, StoreError
@@ -363,19 +361,6 @@ def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-async def _gather(reads: tuple[tuple[zarr.Array, tuple[slice, ...]], ...]) -> list[Any]:
-    return list(await asyncio.gather(*(a.async_array.getitem(sel) for a, sel in reads)))
-
-
-def _read_many(*reads: tuple[zarr.Array, tuple[slice, ...]]) -> list[np.ndarray]:
-    """Several slices of several arrays, fetched concurrently in one call into zarr's event loop.
-
-    Each synchronous zarr read pays a thread hand-off to the loop (~1 ms on a busy machine);
-    a block read needs four arrays.
-    """
-    return [np.asarray(x) for x in sync(_gather(reads))]
-
-
 def _selection(sel: Sequence[int] | slice | np.ndarray | None, n: int, what: str) -> np.ndarray:
     """Absolute int64 indices of a row/column selection (None = all, slice, or explicit indices)."""
     if sel is None:
@@ -461,9 +446,6 @@ class MSAReader:
         except (KeyError, TypeError):
             raise NotFound(f"no MSA {key!r} in store {self.root}") from None
 
-    def _open(self, part: str, name: str) -> zarr.Array:
-        return self._part_arrays.get(part, name)
-
     def msa(
         self,
         key: str,
@@ -485,11 +467,15 @@ class MSAReader:
         # one record past the row range gives the end of its deletion cells
         stop = min(r1 + 1, depth)
         # residues, row records and column records in one round trip to zarr's event loop
-        res, row_raw, col_raw = _read_many(
-            (self._open(part, self._array[i]), (slice(r0, r1), slice(c0, c1))),
-            (self._open(part, "rows"), (slice(row_start + r0, row_start + stop),)),
-            (self._open(part, "cols"), (slice(col_start + c0, col_start + c1),)),
-        )
+        # (damaged data: a StoreError naming the part and array, not zarr's own ValueError)
+        try:
+            res, row_raw, col_raw = self._part_arrays.read_many(
+                (part, self._array[i], (slice(r0, r1), slice(c0, c1))),
+                (part, "rows", (slice(row_start + r0, row_start + stop),)),
+                (part, "cols", (slice(col_start + c0, col_start + c1),)),
+            )
+        except StoreError as exc:
+            raise StoreError(f"MSA {key}: unreadable ({exc})") from exc
         row_rec = decode_records(row_raw, MSA_ROW)
         col_rec = decode_records(col_raw, MSA_COL)
         del_end = (

@@ -129,3 +129,15 @@ def test_open_store_of_a_url_points_at_the_client(url: str) -> None:
         open_store(url)
     msg = str(info.value)
     assert msg.startswith(f"{url} is a URL") and "LookupClient" in msg, msg
+
+
+def test_damaged_msa_strip_read_locally_names_the_msa(sample_store: Path, tmp_path: Path) -> None:
+    """``store.msa(key)`` on a strip cut short: a StoreError naming the MSA and the array (it was
+    zarr's own ValueError, which the service and verify caught but a local reader's caller got raw)."""
+    store = _copy(sample_store, tmp_path)
+    msas = open_store(store).msas
+    key, part, array = (msas.column(c)[0].as_py() for c in ("key", "part", "array"))
+    shard = _only_file(store / "parts" / part / array)
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(StoreError, match=rf"MSA {key}: unreadable .*{part}/{array}"):
+        open_store(store).msa(key)
