@@ -102,7 +102,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     Cropping: ``crop_size`` tokens, ``max_atoms`` (atoms of a crop; None, the default, = no atom
     budget: a crop holds ``min(N, crop_size)`` tokens; with a budget a crop holds fewer tokens
     when their atoms would exceed it, see :data:`~featurecache.client.crop.DEFAULT_MAX_ATOMS`),
-    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``. Execution:
+    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``, ``pair_msa`` (pair
+    the rows of protein chains of different sequences by species, AF3 SI 2.3; False: every chain's
+    rows unpaired). Execution:
     ``pool`` (``"thread"`` | ``"process"``), ``workers`` (samples computed at once), ``window``
     (reorder window), ``deadline_s`` (per sample; None = none), ``mp_context``. Sharding:
     ``rank`` / ``world_size`` (default: from ``torch.distributed`` when initialized).
@@ -139,6 +141,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
         augment_ref: bool = True,
         use_msa: bool = True,
+        pair_msa: bool = True,
         pool: str = "thread",
         workers: int = 2,
         window: int = 8,
@@ -161,7 +164,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.infinite = infinite
         self.cropper = Cropper(crop_size, max_atoms, crop_weights, interface_cutoff)
         self.job = SampleJob(self.source, self.cropper, seed=seed, max_msa_rows=max_msa_rows,
-                             augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook)  # fmt: skip
+                             augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook,
+                             pair_msa=pair_msa)  # fmt: skip
         self.pool, self.workers, self.window = pool, workers, window
         self.deadline_s, self.mp_context = deadline_s, mp_context
         ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates

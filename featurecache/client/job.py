@@ -180,6 +180,7 @@ class SampleJob:
         augment_ref: bool,
         use_msa: bool,
         hook: SampleHook | None,
+        pair_msa: bool = True,
     ) -> None:
         self.source = source
         self.cropper = cropper
@@ -187,6 +188,7 @@ class SampleJob:
         self.max_msa_rows = max_msa_rows
         self.augment_ref = augment_ref
         self.use_msa = use_msa
+        self.pair_msa = pair_msa
         self.hook = hook
 
     def rng(self, key: SampleKey) -> np.random.Generator:
@@ -219,6 +221,7 @@ class SampleJob:
             entry, crop.indices, rng, chains=chains,
             msa_fetch=reader.msa if shapes else None, msa_shape=shapes.get if shapes else None,
             ref_features=ref_fn, max_msa_rows=self.max_msa_rows, augment_ref=self.augment_ref,
+            pair_msa=self.pair_msa,
         )  # fmt: skip
         sample["crop_method"] = crop.method
         sample["crop_centre"] = crop.centre_token

@@ -213,3 +213,15 @@ def test_species_ids_are_read_once_per_reader(client_reader: Any) -> None:
     assemble_sample(entry, keep, np.random.default_rng(0), chains=chains, msa_fetch=other.msa, msa_shape=msas.get,
                     pair_msa=False)  # fmt: skip
     assert not other.species_reads
+
+
+def test_the_dataset_can_turn_pairing_off(client_store: Path) -> None:
+    """``FeatureDataset(pair_msa=False)`` reaches the sample job (its ``assemble_sample`` call);
+    pairing is on by default. (The heteromer test above shows what pairing does to the rows.)"""
+    from featurecache.client import FeatureDataset
+
+    assert FeatureDataset(client_store, crop_size=64).job.pair_msa is True
+    ds = FeatureDataset(client_store, crop_size=64, pair_msa=False, workers=1)
+    assert ds.job.pair_msa is False
+    sample = next(iter(ds))
+    assert sample["msa"].shape[0] >= 1
