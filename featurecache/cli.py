@@ -437,7 +437,9 @@ def plan(
     write_index: Annotated[
         bool,
         typer.Option(
-            "--write-index/--no-write-index", help="Write the recommended budget back as an index column."
+            "--write-index/--no-write-index",
+            help="Write the plan (predicted peak per entry and crop, the recommended crop) to the store as "
+            "index/plan.arrow (entries.arrow is not changed); on a read-only store the summary is still printed.",
         ),
     ] = True,
     headroom: Annotated[

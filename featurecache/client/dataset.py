@@ -56,6 +56,7 @@ import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -91,6 +92,13 @@ SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"}
 
 
 # --------------------------------------------------------------------------------------- dataset
+def _check_count(name: str, value: Any, least: int) -> None:
+    """An integer argument of :class:`FeatureDataset` that must be ≥ ``least`` (an InvalidRequest
+    naming it otherwise: a float crop size or a negative seed failed later, or not at all)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+        raise InvalidRequest(f"FeatureDataset: {name} must be an integer ≥ {least}; got {value!r}")
+
+
 class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     """Cropped, assembled training samples from a feature store, ready-first.
 
@@ -154,6 +162,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         max_source_failures: int | None = 3,
     ) -> None:
         super().__init__()
+        _check_count("crop_size", crop_size, 1)
+        _check_count("seed", seed, 0)
+        _check_count("workers", workers, 1)
         reader = open_source(source, token=token)
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(

@@ -821,7 +821,7 @@ def run_training(
     """
     dev = _check_arguments(
         store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
-        checkpoint_every, log_every_s,
+        checkpoint_every, log_every_s, seed, workers,
     )  # fmt: skip
     if fused and dev.type != "cuda":
         log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
@@ -1121,7 +1121,7 @@ def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int
 def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop_size: int, device: str,
                      batch_size: int, lr: float, pad_multiple: int | None, cuda_graphs: bool, pool: str | None,
                      checkpoint: str | Path | None, checkpoint_every: int | None,
-                     log_every_s: float) -> torch.device:  # fmt: skip
+                     log_every_s: float, seed: int = 0, workers: int = 1) -> torch.device:  # fmt: skip
     """The training device; an argument ``run_training`` cannot train with is a :class:`UsageError`
     naming the option (the CLI's: exit status 2)."""
     if steps < 1:
@@ -1130,6 +1130,10 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
         raise UsageError(f"--crop must be ≥ 2 tokens; got {crop_size}")
     if batch_size < 1:
         raise UsageError(f"--batch-size must be ≥ 1; got {batch_size}")
+    if seed < 0:
+        raise UsageError(f"--seed must be ≥ 0; got {seed}")
+    if workers < 1:
+        raise UsageError(f"--workers must be ≥ 1; got {workers}")
     if not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
         raise UsageError(f"--lr must be a finite number > 0; got {lr}")
     if pad_multiple is not None and pad_multiple < 1:

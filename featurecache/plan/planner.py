@@ -81,6 +81,14 @@ def parse_bytes(text: str | int) -> int:
             raise UsageError(f"--gpu-memory: {text!r} is not a plausible GPU memory size")
         value = int(number)
     if value < MIN_GPU_MEMORY:
+        has_unit = not isinstance(text, int) and bool(re.search(r"[a-zA-Z]", str(text)))
+        if value <= 0:
+            raise UsageError(f"--gpu-memory: {text!r} is {value} bytes; it must be > 0 (e.g. 80GiB)")
+        if has_unit:
+            raise UsageError(
+                f"--gpu-memory: {text!r} is {value} bytes, less than {MIN_GPU_MEMORY // 2**20} MiB: not a GPU "
+                "memory size (e.g. 80GiB)"
+            )
         raise UsageError(f"--gpu-memory: {text!r} is {value} bytes; give a unit, e.g. 80GiB")
     return value
 

@@ -55,3 +55,21 @@ def test_filters_that_leave_nothing_are_named(client_reader: Any) -> None:
     message = str(info.value)
     assert f"no entry of the store's {n} passes" in message
     assert "max_tokens=1" in message and "keep_undated=False" in message and "max_resolution" not in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"crop_size": 0}, "crop_size must be an integer ≥ 1; got 0"),
+     ({"crop_size": 2.5}, "crop_size must be an integer ≥ 1; got 2.5"),
+     ({"crop_size": "384"}, "crop_size must be an integer ≥ 1; got '384'"),
+     ({"seed": -1}, "seed must be an integer ≥ 0; got -1"),
+     ({"workers": 0}, "workers must be an integer ≥ 1; got 0")],
+)  # fmt: skip
+def test_dataset_arguments_are_checked_by_name(
+    client_store: Path, kwargs: dict[str, Any], words: str
+) -> None:
+    """A float or string crop size, a negative seed and no workers are refused when the dataset is
+    made, naming the argument (a float crop was accepted, a string gave a bare TypeError, a negative
+    seed failed only at the first sample, workers=0 named an internal limit)."""
+    with pytest.raises(InvalidRequest, match=f"FeatureDataset: {words}"):
+        FeatureDataset(client_store, **kwargs)

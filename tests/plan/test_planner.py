@@ -37,6 +37,12 @@ def test_parse_bytes() -> None:
     for bad in ("lots", "80", "0", "-1GiB", "nanGiB", "1e400GiB"):  # "80" would be 80 bytes: a unit mistake
         with pytest.raises(UsageError):
             parse_bytes(bad)
+    # the words fit the mistake: a size with a unit is not told to "give a unit"
+    for text, words in (("0GiB", "must be > 0"), ("0", "must be > 0"), ("80", "give a unit"),
+                        ("12MiB", "not a GPU memory size")):  # fmt: skip
+        with pytest.raises(UsageError, match=words) as info:
+            parse_bytes(text)
+        assert text == "80" or "give a unit" not in str(info.value), (text, str(info.value))
 
 
 def test_plan_runs_at_the_padded_length_training_uses(store: Path) -> None:
