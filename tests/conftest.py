@@ -7,6 +7,21 @@ from pathlib import Path
 
 import pytest
 
+# Triton reads TRITON_INTERPRET when a kernel module is imported. Test modules anywhere in the
+# suite may import the model at collection (tests/client/test_crop_budget.py imports
+# featurecache.model.train), and tests/client is collected before tests/model, whose conftest
+# checks the kernels are interpreted on a machine without CUDA: so it is set here, first, with the
+# same rule (only without CUDA; find_spec: a [build]-only install has no torch, and then nothing
+# imports the kernels).
+if "TRITON_INTERPRET" not in os.environ:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("FEATURECACHE_SHARED", REPO.parent / "shared")).resolve()
 REAL = SHARED / "data" / "real"
