@@ -532,12 +532,12 @@ def test_a_cpu_crop_that_cannot_fit_in_memory_is_refused_before_training(
 @pytest.mark.parametrize(("option", "value", "words"), [("--seed", "-1", "--seed must be ≥ 0"),
                                                         ("--workers", "0", "--workers must be ≥ 1")])  # fmt: skip
 def test_train_cli_refuses_a_negative_seed_and_no_workers(
-    sample_store: Path, option: str, value: str, words: str
+    sample_store: Path, tmp_path: Path, option: str, value: str, words: str
 ) -> None:
     """``--seed -1`` ended in a numpy traceback (exit 1, the code for failed inputs) and ``--workers 0``
     in an exit 3 that did not name the option: both are usage errors (exit 2) naming it."""
     proc = _cli("--store", str(sample_store), "--device", "cpu", "--crop", "16", "--steps", "1", option, value,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                "--log", str(tmp_path / "log.json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, err[-2000:]
     assert words in err and "Traceback" not in err, err[-2000:]
