@@ -60,6 +60,17 @@ class _Opened:
     error: str | None
 
 
+def _warm_info(reader: LocalStore) -> None:
+    """Compute (and cache) what ``/v1/info`` answers for ``reader``; a failure is left for the
+    request to meet and report."""
+    from services.lookup.payloads import store_info
+
+    try:
+        store_info(reader)
+    except Exception as exc:  # a store changing under it: the request that needs it says so
+        log.debug("store info of %s not precomputed: %s", reader.path, exc)
+
+
 class StoreHolder:
     """Holds the reader. ``get()`` returns the reader of the store as it is now on disk, or raises
     :class:`StoreUnavailable`.
@@ -161,6 +172,9 @@ class StoreHolder:
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
                      len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
+            # /v1/info's byte counts walk the parts not sized before (seconds on a 200k-entry store):
+            # start now, in the background, so the first /v1/info finds them done (or waits for them)
+            threading.Thread(target=_warm_info, args=(reader,), name="featurecache-info", daemon=True).start()
         else:
             log.error("cannot open store %s: %s", self.path, error)
         if previous is not None:
