@@ -25,21 +25,32 @@ CLIENT_FILES = (
 CLIENT_MSAS = ("openfold/4zey_A", "Protenix/mmcif_msa/3")
 
 
+def _real_store(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    files: tuple[str, ...],
+    msa_rels: tuple[str, ...] = (),
+) -> Path:
+    """A real store (real build: Dask LocalCluster, the CCD, the MSAs ``msa_rels`` of the real msas
+    dir) of the real structure ``files``; every file must build."""
+    root = tmp_path_factory.mktemp(name)
+    inputs = root / "structures"
+    inputs.mkdir()
+    for f in files:
+        shutil.copy(STRUCTURES / f, inputs / f)
+    msas = root / "msas" if msa_rels else None
+    for rel in msa_rels:
+        shutil.copytree(MSAS / rel, root / "msas" / rel)
+    out = root / "store"
+    summary = build_store(out, inputs, workers=1, msa_dir=msas, ccd=CCD, part_size=4)
+    assert summary.n_built == len(files), summary.failures
+    return out
+
+
 @pytest.fixture(scope="session")
 def client_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real store (real build: Dask LocalCluster, CCD, MSAs) of :data:`CLIENT_FILES`."""
-    root = tmp_path_factory.mktemp("client")
-    inputs = root / "structures"
-    inputs.mkdir()
-    for name in CLIENT_FILES:
-        shutil.copy(STRUCTURES / name, inputs / name)
-    msas = root / "msas"
-    for rel in CLIENT_MSAS:
-        shutil.copytree(MSAS / rel, msas / rel)
-    out = root / "store"
-    summary = build_store(out, inputs, workers=1, msa_dir=msas, ccd=CCD, part_size=4)
-    assert summary.n_built == len(CLIENT_FILES), summary.failures
-    return out
+    return _real_store(tmp_path_factory, "client", CLIENT_FILES, CLIENT_MSAS)
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +70,4 @@ BUDGET_FILES = ("1ffk.cif.gz", "2XHE.cif.gz", "1GBT.cif")
 @pytest.fixture(scope="session")
 def budget_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real store (real build, CCD, no MSAs) of :data:`BUDGET_FILES`."""
-    root = tmp_path_factory.mktemp("budget")
-    inputs = root / "structures"
-    inputs.mkdir()
-    for name in BUDGET_FILES:
-        shutil.copy(STRUCTURES / name, inputs / name)
-    out = root / "store"
-    summary = build_store(out, inputs, workers=1, ccd=CCD, part_size=4)
-    assert summary.n_built == len(BUDGET_FILES), summary.failures
-    return out
+    return _real_store(tmp_path_factory, "budget", BUDGET_FILES)
