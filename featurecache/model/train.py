@@ -839,7 +839,7 @@ def run_training(
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     if dev.type == "cpu" and batches is None:
-        _check_cpu_memory(cfg, store, crop_size, batch_size)
+        _check_cpu_memory(cfg, store, crop_size, batch_size, url, token)
     # the paths, before anything is trained (and before a process group is up)
     rank = _launch_rank()
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
@@ -1072,15 +1072,16 @@ def _available_memory() -> int | None:
     return None
 
 
-def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int, batch_size: int) -> None:
+def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int, batch_size: int,
+                      url: str | None = None, token: str | None = None) -> None:  # fmt: skip
     """Refuse a CPU run whose step cannot fit in the machine's memory, before anything is trained.
 
     On the CPU the torch references run in fp32 (no autocast); their peak grows with N² per
     attention head and step (the memory planner's ledger, :func:`featurecache.plan.memory.estimate_step`,
     checked against traced CPU steps in ``tests/plan/test_memory.py``): 0.9 GiB at 96 tokens, 8.9 at
     256, 25.7 at 384 with the default model. N is the crop, or the store's largest entry when every
-    entry is smaller (a local store; over a URL the crop). Without the check such a run is killed by
-    the kernel's OOM killer mid-run, its log left saying ``running``."""
+    entry is smaller (from the local store's index, or the lookup service's at ``url``). Without the
+    check such a run is killed by the kernel's OOM killer mid-run, its log left saying ``running``."""
     available = _available_memory()
     if available is None:
         return
@@ -1088,11 +1089,15 @@ def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int
     from featurecache.plan.memory import estimate_step, max_tokens_within
 
     n = crop_size
-    if store is not None:
+    if store is not None or url is not None:
         try:
-            from featurecache import open_store
+            from featurecache.client.http import LookupClient
+            from featurecache.client.job import open_source
 
-            reader = open_store(store)
+            # one attempt at a service: one that is down is reported by the run itself, with retries
+            reader = (
+                open_source(store) if store is not None else LookupClient(str(url), token=token, retries=0)
+            )
             try:
                 counts = reader.entries.column("token_count").to_pylist()
             finally:
@@ -1100,7 +1105,7 @@ def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int
             if counts:
                 n = min(crop_size, max(counts))
         except (FeatureCacheError, OSError, KeyError):
-            pass  # the run itself says what is wrong with the store
+            pass  # the run itself says what is wrong with the store or the service
     fp32 = Precision.fp32()
     need = estimate_step(cfg, n, CPU_CHECK_MSA_ROWS, batch_size, fused=False, precision=fp32,
                          overhead_bytes=0).peak_bytes  # fmt: skip

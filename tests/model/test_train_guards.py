@@ -9,6 +9,7 @@ import logging
 import os
 import pickle
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -541,3 +542,31 @@ def test_train_cli_refuses_a_negative_seed_and_no_workers(
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, err[-2000:]
     assert words in err and "Traceback" not in err, err[-2000:]
+
+
+def test_the_cpu_memory_check_reads_a_services_entries_as_a_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over ``--url`` the check sizes the step by the service's largest entry, as it does for a local
+    store: a store of two small entries (at most ~100 tokens) trains at --crop 384 on a machine
+    whose 4 GiB would not hold a 384-token step (it was refused over a URL, where every sample
+    has at most ~100 tokens)."""
+    from featurecache.model import train
+    from services.lookup.server import ThreadedServer
+    from services.lookup.settings import Settings
+    from tests.conftest import CCD, STRUCTURES, build_store
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("4zey.cif", "5i55.cif"):
+        shutil.copy(STRUCTURES / name, inputs / name)
+    store = tmp_path / "store"
+    build_store(store, inputs, workers=1, ccd=CCD)
+    monkeypatch.setattr(train, "_available_memory", lambda: 4 * 2**30)
+    with pytest.raises(UsageError, match="--crop 384 on the CPU"):  # sized by the crop, this would not fit
+        train._check_cpu_memory(ModelConfig(), None, 384, 1)
+    with ThreadedServer(Settings(store_path=store)) as url:
+        doc = run_training(
+            None, url, steps=1, crop_size=384, device="cpu", log_path=tmp_path / "log.json", workers=1
+        )
+    assert doc["status"] == "completed" and doc["steps"][0]["tokens"] <= 128
