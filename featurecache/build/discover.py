@@ -36,6 +36,15 @@ class InputFile:
     key: str
 
 
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, or the absolute path where it cannot be resolved (a symlink loop: the
+    input is then kept, and reading it fails with a failure record naming it)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return path.absolute()
+
+
 def _sha256(path: Path) -> tuple[str, int]:
     """Digest and size; ("", 0) for a file that cannot be read (its build task records why)."""
     h = hashlib.sha256()
@@ -131,10 +140,10 @@ def discover(
         skip = None
     files = sorted(
         p for p in pdb_dir.rglob("*")
-        # a broken symlink is kept: reading it fails, and the failure names it
+        # a broken symlink (or a symlink loop) is kept: reading it fails, and the failure names it
         if (p.is_file() or (p.is_symlink() and not p.exists()))
         and not any(part.startswith(".") for part in p.relative_to(pdb_dir).parts)
-        and (skip is None or not p.resolve().is_relative_to(skip))
+        and (skip is None or not resolved(p).is_relative_to(skip))
     )  # fmt: skip
     rels = [p.relative_to(pdb_dir).as_posix() for p in files]
     ids = assign_ids(rels, existing_ids)
@@ -143,7 +152,7 @@ def discover(
     out = []
     for p, rel, (sha, size) in zip(files, rels, digests, strict=True):
         entry_id = ids[rel]
-        out.append(InputFile(str(p.resolve()), rel, entry_id, structure_format(p.name) or "", sha, size,
+        out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
                              entry_key(sha, entry_id, config_hash)))  # fmt: skip
     return out
 

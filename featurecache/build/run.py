@@ -23,6 +23,7 @@ from featurecache.build.discover import (
     existing_entry_ids,
     next_part_number,
     plan_parts,
+    resolved,
 )
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import PartResult, build_structure_part
@@ -155,7 +156,7 @@ def check_structure_files(pdb_dir: Path, out: Path) -> None:
         rel = p.relative_to(pdb_dir)
         if any(part.startswith(".") for part in rel.parts) or not (p.is_file() or p.is_symlink()):
             continue
-        if skip is not None and p.resolve().is_relative_to(skip):
+        if skip is not None and resolved(p).is_relative_to(skip):
             continue
         if structure_format(p.name):
             return

@@ -123,6 +123,25 @@ def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
     assert "still failing" in second.stderr and "Traceback" not in second.stderr
 
 
+def test_a_symlink_loop_is_a_failed_input_not_a_crash(tmp_path: Path) -> None:
+    """Two links pointing at each other under --pdb-dir, with the store inside it (the path that
+    resolves every input to skip the store's own files): each link is an input that fails to read;
+    the build ran into ``RuntimeError: Symlink loop`` before."""
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(STRUCTURES / "1psm.cif", d)
+    (d / "a.cif").symlink_to("b.cif")
+    (d / "b.cif").symlink_to("a.cif")
+    out = d / "store"
+    r = _cli("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    store = featurecache.open_store(out)
+    assert store.ids == ["1psm"]
+    failed = dict(zip(store.failures.column("path").to_pylist(), store.failures.column("stage").to_pylist(),
+                      strict=True))  # fmt: skip
+    assert failed == {"a.cif": "read", "b.cif": "read"}
+
+
 @pytest.fixture(scope="module")
 def ligand_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """102m (3 chains, heme) and 1psm with the sample CCD: structure and component parts."""
