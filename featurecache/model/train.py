@@ -67,6 +67,8 @@ class BatchSource:
     name: str
     close: Callable[[], None] = lambda: None
     state: Callable[[], dict[str, Any]] | None = None
+    #: the most tokens of any entry the stream can draw from (None: unknown, e.g. synthetic batches)
+    largest_entry: int | None = None
 
 
 class _Synthetic:
@@ -111,6 +113,8 @@ def make_batches(
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
         return BatchSource(synth, "synthetic", state=lambda: {"synthetic_drawn": synth.drawn})
+    import pyarrow.compute as pc
+
     from featurecache.client import FeatureDataset, FeatureLoader
 
     source = str(store) if store is not None else str(url)
@@ -126,7 +130,10 @@ def make_batches(
                 f"the checkpoint's data position is not the client's (synthetic batches?): {sorted(state)}"
             )
         loader.load_state_dict(state["client"])
-    return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()})
+    counts = dataset.source.get().entries.column("token_count")  # the reader the dataset opened
+    largest = pc.max(counts).as_py() if len(counts) else None
+    return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()},
+                       largest_entry=largest)  # fmt: skip
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -838,8 +845,6 @@ def run_training(
         cfg = _resume_config(resume, resumed, config, crop_size, seed)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
-    if dev.type == "cpu" and batches is None:
-        _check_cpu_memory(cfg, store, crop_size, batch_size, url, token)
     # the paths, before anything is trained (and before a process group is up)
     rank = _launch_rank()
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
@@ -899,6 +904,12 @@ def run_training(
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
                                rank=ranks.rank, token=token, max_atoms=max_atoms)  # fmt: skip
+            if dev.type == "cpu":
+                try:
+                    _check_cpu_memory(cfg, src.largest_entry, crop_size, batch_size)
+                except UsageError:
+                    src.close()
+                    raise
         source = src.name
         if resumed is not None:
             log.info(
@@ -1072,15 +1083,14 @@ def _available_memory() -> int | None:
     return None
 
 
-def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int, batch_size: int,
-                      url: str | None = None, token: str | None = None) -> None:  # fmt: skip
+def _check_cpu_memory(cfg: ModelConfig, largest_entry: int | None, crop_size: int, batch_size: int) -> None:
     """Refuse a CPU run whose step cannot fit in the machine's memory, before anything is trained.
 
     On the CPU the torch references run in fp32 (no autocast); their peak grows with N² per
     attention head and step (the memory planner's ledger, :func:`featurecache.plan.memory.estimate_step`,
     checked against traced CPU steps in ``tests/plan/test_memory.py``): 0.9 GiB at 96 tokens, 8.9 at
-    256, 25.7 at 384 with the default model. N is the crop, or the store's largest entry when every
-    entry is smaller (from the local store's index, or the lookup service's at ``url``). Without the
+    256, 25.7 at 384 with the default model. N is the crop, or the source's largest entry
+    (``largest_entry``, from the index the client already read) when that is smaller. Without the
     check such a run is killed by the kernel's OOM killer mid-run, its log left saying ``running``."""
     available = _available_memory()
     if available is None:
@@ -1088,24 +1098,7 @@ def _check_cpu_memory(cfg: ModelConfig, store: str | Path | None, crop_size: int
     from featurecache.plan.ledger import Precision
     from featurecache.plan.memory import estimate_step, max_tokens_within
 
-    n = crop_size
-    if store is not None or url is not None:
-        try:
-            from featurecache.client.http import LookupClient
-            from featurecache.client.job import open_source
-
-            # one attempt at a service: one that is down is reported by the run itself, with retries
-            reader = (
-                open_source(store) if store is not None else LookupClient(str(url), token=token, retries=0)
-            )
-            try:
-                counts = reader.entries.column("token_count").to_pylist()
-            finally:
-                reader.close()
-            if counts:
-                n = min(crop_size, max(counts))
-        except (FeatureCacheError, OSError, KeyError):
-            pass  # the run itself says what is wrong with the store or the service
+    n = min(crop_size, largest_entry) if largest_entry else crop_size
     fp32 = Precision.fp32()
     need = estimate_step(cfg, n, CPU_CHECK_MSA_ROWS, batch_size, fused=False, precision=fp32,
                          overhead_bytes=0).peak_bytes  # fmt: skip
