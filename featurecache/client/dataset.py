@@ -169,7 +169,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
-            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed, failures=reader.failures,
+            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
+            failures=reader.failures if reader.entries.num_rows == 0 else None,  # only said of an empty store
         )  # fmt: skip
         self.seed = seed
         self.infinite = infinite
