@@ -1218,18 +1218,12 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     """One line on how a run (its log ``doc``) went, for the end of ``featurecache train``: how it
     ended, its steady rate, the data wait, the loss, where the log and the last checkpoint are, and
     (a run that did not complete) how to continue it."""
+    from featurecache.report.timeline import unfinished
+
     n = len(doc.get("steps") or [])
     requested = doc.get("steps_requested")
-    of = f" of {requested}" if isinstance(requested, int) and requested != n else ""
     status = doc.get("status")
-    words = {
-        "completed": f"trained {n} steps",
-        "stopped": f"stopped by {doc.get('stop_signal') or 'a signal'} after {n}{of} steps",
-        "interrupted": f"interrupted (Ctrl-C) after {n}{of} steps",
-        "failed": f"failed after {n}{of} steps",
-        "running": f"still running after {n}{of} steps",
-    }.get(str(status), f"status {status!r} after {n}{of} steps")
-    parts = [words]
+    parts = [unfinished(doc, n) or f"trained {n} steps"]  # the report's words for a run that did not complete
     s = doc.get("summary") or {}
     if s.get("median_step_time_s") is not None:
         rate = s.get("median_tokens_per_s")

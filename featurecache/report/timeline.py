@@ -90,7 +90,7 @@ def train_log_problem(doc: Any) -> str | None:
               "steps_requested": doc.get("steps_requested"),
               "summary.warmup_steps_excluded": (doc.get("summary") or {}).get("warmup_steps_excluded")}  # fmt: skip
     for key, value in counts.items():
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        if value is not None and not _is_count(value):
             return f"'{key}' is {_kind(value)}, not a count"
     for i, rec in enumerate(doc["steps"]):
         if not isinstance(rec, dict):
@@ -104,7 +104,7 @@ def train_log_problem(doc: Any) -> str | None:
     return None
 
 
-def _unfinished(doc: dict[str, Any], n_steps: int) -> str | None:
+def unfinished(doc: dict[str, Any], n_steps: int) -> str | None:
     """How a run that did not complete ended, in words; None for a completed run (or an older log
     without ``status``). ``n_steps`` counts the log's steps; with ``steps_requested`` in the log
     (older logs lack it) the words say how many of those the run was asked for."""
@@ -191,10 +191,10 @@ def timeline_panel(doc: dict[str, Any]) -> tuple[Panel, dict[str, Any]]:
     if loader:
         summary["loader"] = loader
     caption = f"{len(steps)} steps from {doc.get('source') or '?'} on {doc.get('device') or '?'}"
-    unfinished = _unfinished(doc, len(steps))
-    if unfinished:
-        summary["unfinished"] = unfinished
-        caption = f"The run did not complete: {unfinished}. {caption}"
+    ended = unfinished(doc, len(steps))
+    if ended:
+        summary["unfinished"] = ended
+        caption = f"The run did not complete: {ended}. {caption}"
     if carried:
         caption += f" (the first {carried} carried over from the log of the run this one resumed)"
     if waits:
