@@ -52,7 +52,7 @@ from featurecache.featurize.seqhash import sequence_hash
 from featurecache.parse.a3m import parse_a3m
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
 from featurecache.parse.sto import parse_sto
-from featurecache.store.index import read_table
+from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
 from featurecache.types import ParsedMSA
@@ -507,7 +507,6 @@ class ScanCache:
         self, files: list[tuple[str, int, int]], scans: list[FileScan], wanted: set[str], t_start: int
     ) -> None:
         import pyarrow as pa
-        from pyarrow import ipc
 
         stat = {rel: (size, mtime) for rel, size, mtime in files}
         digest = _wanted_digest(wanted)
@@ -534,15 +533,10 @@ class ScanCache:
         table = pa.table(cols, schema=schema)
         if self.other_dirs is not None and self.other_dirs.num_rows:
             table = pa.concat_tables([self.other_dirs.cast(schema), table])
-        tmp = self.path.with_name(f".{SCAN_CACHE_FILE}.tmp-{time.time_ns()}")
         try:
-            self.path.parent.mkdir(exist_ok=True)
-            with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, schema) as writer:
-                writer.write_table(table)
-            tmp.replace(self.path)
+            replace_table(self.path, table)
         except OSError as exc:
             log.warning("cannot write the MSA scan cache %s: %s", self.path, exc)
-            tmp.unlink(missing_ok=True)
 
 
 def _cache_version() -> str:

@@ -144,8 +144,11 @@ def write_table(path: Path, table: pa.Table) -> None:
 def replace_table(path: Path, table: pa.Table) -> None:
     """Write ``path`` atomically (temp file in the same directory + ``os.replace``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_table(tmp, table)
-    os.replace(tmp, path)
+    try:
+        write_table(tmp, table)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write that failed leaves no temp file behind
 
 
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
