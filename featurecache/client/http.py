@@ -61,10 +61,9 @@ TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
 DEFAULT_BATCH_ENTRIES = 256
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
-_RETRY_STATUS = frozenset({502, 503, 504})
-_NO_LIMIT = 2**62  # a limit the service does not advertise
-#: answers that say the service as a whole cannot serve (vs a 500 on one request)
+#: answers that say the service as a whole cannot serve now (retried; vs a 500 on one request)
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
+_NO_LIMIT = 2**62  # a limit the service does not advertise
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
 #: retry waits a full ``timeout`` again
 TIMEOUT_RETRIES = 1
@@ -156,12 +155,11 @@ class LookupClient(FeatureReader):
             if status < 400:
                 return response
             detail = _detail(response)
-            if status >= 500 and status not in _RETRY_STATUS:  # this request failed on the server
+            if status >= 500 and status not in _UNAVAILABLE_STATUS:  # this request failed on the server
                 raise ServiceError(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
-            if status in _RETRY_STATUS:
+            if status in _UNAVAILABLE_STATUS:
                 if last:
-                    error = ServiceUnavailable if status in _UNAVAILABLE_STATUS else ServiceError
-                    raise error(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
+                    raise ServiceUnavailable(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 self._sleep(attempt, response.headers.get("retry-after"))
                 continue
