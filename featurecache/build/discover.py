@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,24 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
             level[rel] += 1
 
 
+def input_paths(pdb_dir: Path, exclude: Path | None = None) -> Iterator[Path]:
+    """The files a build reads under ``pdb_dir`` (recursive, in walk order): every non-hidden file,
+    and every broken symlink or symlink loop (kept: reading it fails, and the failure names it);
+    ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is skipped."""
+    pdb_dir = Path(pdb_dir)
+    skip = resolved(Path(exclude)) if exclude is not None else None
+    if skip is not None and not skip.is_relative_to(resolved(pdb_dir)):
+        skip = None
+    for p in pdb_dir.rglob("*"):
+        if not (p.is_file() or (p.is_symlink() and not p.exists())):
+            continue
+        if any(part.startswith(".") for part in p.relative_to(pdb_dir).parts):
+            continue
+        if skip is not None and resolved(p).is_relative_to(skip):
+            continue
+        yield p
+
+
 def discover(
     pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None
 ) -> list[InputFile]:
@@ -135,16 +154,7 @@ def discover(
     is skipped.
     """
     pdb_dir = Path(pdb_dir)
-    skip = Path(exclude).resolve() if exclude is not None else None
-    if skip is not None and not skip.is_relative_to(pdb_dir.resolve()):
-        skip = None
-    files = sorted(
-        p for p in pdb_dir.rglob("*")
-        # a broken symlink (or a symlink loop) is kept: reading it fails, and the failure names it
-        if (p.is_file() or (p.is_symlink() and not p.exists()))
-        and not any(part.startswith(".") for part in p.relative_to(pdb_dir).parts)
-        and (skip is None or not resolved(p).is_relative_to(skip))
-    )  # fmt: skip
+    files = sorted(input_paths(pdb_dir, exclude))
     rels = [p.relative_to(pdb_dir).as_posix() for p in files]
     ids = assign_ids(rels, existing_ids)
     with ThreadPoolExecutor(max_workers=4) as pool:

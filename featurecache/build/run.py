@@ -21,9 +21,9 @@ from featurecache.build.discover import (
     discover,
     done_keys,
     existing_entry_ids,
+    input_paths,
     next_part_number,
     plan_parts,
-    resolved,
 )
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import PartResult, build_structure_part
@@ -148,19 +148,11 @@ def check_structure_files(pdb_dir: Path, out: Path) -> None:
     (non-hidden, recursive, the store itself skipped): UsageError (exit 2), before a Dask cluster
     starts or a store is created. Stops at the first structure file."""
     pdb_dir = Path(pdb_dir)
-    root = pdb_dir.resolve()
-    store = Path(out).resolve()
-    skip = store if store.is_relative_to(root) else None
     others: list[str] = []
-    for p in pdb_dir.rglob("*"):
-        rel = p.relative_to(pdb_dir)
-        if any(part.startswith(".") for part in rel.parts) or not (p.is_file() or p.is_symlink()):
-            continue
-        if skip is not None and resolved(p).is_relative_to(skip):
-            continue
+    for p in input_paths(pdb_dir, out):  # what the build would read
         if structure_format(p.name):
             return
-        others.append(rel.as_posix())
+        others.append(p.relative_to(pdb_dir).as_posix())
     held = "no file (hidden files are skipped)" if not others else (
         f"{len(others)} other file{'s' if len(others) != 1 else ''} ({', '.join(sorted(others)[:3])}"
         f"{', …' if len(others) > 3 else ''})"
