@@ -190,14 +190,20 @@ def to_restypes(chars: np.ndarray, mol_type: int) -> np.ndarray:
     return table[chars]
 
 
+def _class_counts(residues: np.ndarray) -> np.ndarray:
+    """int64 ``[L * 32]``: rows of ``residues`` (uint8 ``[n, L]``) with each class at each column,
+    flat (column-major in blocks of 32)."""
+    length = residues.shape[1]
+    cells = residues.astype(np.int64) + NUM_RESTYPES * np.arange(length, dtype=np.int64)[None, :]
+    return np.bincount(cells.ravel(), minlength=length * NUM_RESTYPES)
+
+
 def msa_profile(residues: np.ndarray) -> np.ndarray:
     """float32 ``[L, 32]``: fraction of rows with each class at each column (gaps included)."""
     n, length = residues.shape
     if n == 0:
         return np.zeros((length, NUM_RESTYPES), np.float32)
-    flat = residues.astype(np.int64) + NUM_RESTYPES * np.arange(length, dtype=np.int64)[None, :]
-    counts = np.bincount(flat.ravel(), minlength=length * NUM_RESTYPES).reshape(length, NUM_RESTYPES)
-    return (counts / n).astype(np.float32)
+    return (_class_counts(residues).reshape(length, NUM_RESTYPES) / n).astype(np.float32)
 
 
 def deletion_mean(deletions: np.ndarray) -> np.ndarray:
@@ -294,8 +300,7 @@ class _Accumulator:
         if idx.size == 0:
             return
         residues = to_restypes(chars[idx], self.mol_type)
-        cells = residues.astype(np.int64) + NUM_RESTYPES * np.arange(length, dtype=np.int64)[None, :]
-        self.counts += np.bincount(cells.ravel(), minlength=length * NUM_RESTYPES)
+        self.counts += _class_counts(residues)
         self.del_sum += dels[idx].sum(axis=0, dtype=np.int64)
         take = idx[: max(0, self.cap - self.n_kept)]
         if take.size:
