@@ -1,6 +1,8 @@
 """Covalent bonds AF3 marks in ``token_bonds``: polymer–ligand and ligand–ligand.
 
-Sources, in order: ``struct_conn`` / LINK records (covalent type only; metal coordination and
+Sources, in order: ``struct_conn`` / LINK records (covalent type only: ``covale`` and its
+nucleotide subtypes ``covale_base`` / ``covale_phosphate`` / ``covale_sugar``, which
+:mod:`featurecache.parse.structure` reads as gemmi's ``Covale``; metal coordination and
 hydrogen bonds are not covalent bonds), then the connectivity inside every per-atom-tokenized
 residue — from the component definition when one is known, else perceived from distances
 (covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides) are not token bonds.

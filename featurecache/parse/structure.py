@@ -184,6 +184,7 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
                 )
             raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
         st = gemmi.make_structure_from_block(block)
+        _retype_connections(block, st)
         warnings = _add_unlabelled_connections(block, st)
         release_date = _mmcif_release_date(block)
         resolution = _resolution(st)
@@ -197,9 +198,16 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
 
 
 # ------------------------------------------------------------------------------------- struct_conn
-#: gemmi's ``_struct_conn.conn_type_id`` values (anything else is ``Unknown``, as gemmi reads it).
+#: ``_struct_conn.conn_type_id`` (lower-cased) → the gemmi type we give the connection; anything else
+#: is ``Unknown``. The PDBx dictionary (``_struct_conn_type.id``) has three covalent subtypes that
+#: gemmi 0.7.5 reads as ``Unknown``: ``covale_base``, ``covale_phosphate`` and ``covale_sugar``
+#: (a covalent modification of a nucleotide's base, phosphate or sugar). They are covalent bonds
+#: and are read as ``Covale``, so token bonds treat them exactly as ``covale`` rows.
 _CONN_TYPES = {
     "covale": gemmi.ConnectionType.Covale,
+    "covale_base": gemmi.ConnectionType.Covale,
+    "covale_phosphate": gemmi.ConnectionType.Covale,
+    "covale_sugar": gemmi.ConnectionType.Covale,
     "disulf": gemmi.ConnectionType.Disulf,
     "hydrog": gemmi.ConnectionType.Hydrog,
     "metalc": gemmi.ConnectionType.MetalC,
@@ -208,6 +216,26 @@ _CONN_TYPES = {
 MAX_CONN_WARNINGS = 10
 
 _ConnKey = tuple[str, int | None, str, str, str]  # chain, seq num, icode, residue, atom
+
+
+def _retype_connections(block: gemmi.cif.Block, st: gemmi.Structure) -> None:
+    """Give the connections gemmi read as ``Unknown`` their type from :data:`_CONN_TYPES`.
+
+    gemmi reads every ``_struct_conn`` row or none, in row order, naming each connection by the
+    row's ``id``; a connection is re-typed only when its name is the ``id`` of the row at its position.
+    """
+    if not any(c.type == gemmi.ConnectionType.Unknown for c in st.connections):
+        return
+    ids = block.find_values("_struct_conn.id")
+    types = block.find_values("_struct_conn.conn_type_id")
+    if len(types) != len(ids):
+        return
+    for row, conn in enumerate(st.connections):
+        if row >= len(ids) or conn.type != gemmi.ConnectionType.Unknown:
+            continue
+        if conn.name != gemmi.cif.as_string(ids[row]):
+            continue
+        conn.type = _CONN_TYPES.get(gemmi.cif.as_string(types[row]).lower(), gemmi.ConnectionType.Unknown)
 
 
 def _add_unlabelled_connections(block: gemmi.cif.Block, st: gemmi.Structure) -> list[str]:
