@@ -63,7 +63,11 @@ def _top_bytes(path: str) -> int:
     return total
 
 
-def store_bytes(path: Path) -> tuple[dict[str, int], Counter[str]]:
+#: what :func:`store_bytes` counts: ``({"total", "parts", "index"} -> bytes, parts per kind)``
+StoreSizes = tuple[dict[str, int], Counter[str]]
+
+
+def store_bytes(path: Path) -> StoreSizes:
     """``({"total", "parts", "index"}, parts per kind)`` of the store at ``path``.
 
     Without walking the whole tree on every call: the parts directory is listed and each committed
@@ -130,8 +134,19 @@ def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
 
 def store_info(store: LocalStore) -> dict[str, Any]:
     """Counts, versions, parts per kind, bytes (:func:`store_bytes`) and failures per stage/class."""
+    return info_document(store, store_bytes(store.path))
+
+
+def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]:
+    """:func:`store_info`'s document with ``sizes`` as :func:`store_bytes` counted them (the lookup
+    service counts them in the background); everything else comes from the index and the root
+    attributes, which are read at once.
+
+    ``sizes`` None: not counted yet. ``parts`` and ``bytes`` are then None and ``sizes_pending`` is
+    True (the key is only there while the sizes are pending, so a document with them is the same as
+    :func:`store_info`'s).
+    """
     e = store.entries
-    sizes, kinds = store_bytes(store.path)
     failures = store.failures
     by_stage = _value_counts(failures, "stage")
     by_class = _value_counts(failures, "error_class")
@@ -147,7 +162,7 @@ def store_info(store: LocalStore) -> dict[str, Any]:
         "msas": store.msas.num_rows,
         "components": store.components.num_rows,
     }
-    return {
+    doc: dict[str, Any] = {
         "path": str(store.path),
         "versions": {
             k: store.attributes.get(k) for k in ("format_version", "schema_version", "featurizer_version")
@@ -155,11 +170,14 @@ def store_info(store: LocalStore) -> dict[str, Any]:
         "config_hash": store.attributes.get("config_hash"),
         "updated": store.attributes.get("updated"),
         "counts": counts,
-        "parts": dict(kinds),
-        "bytes": sizes,
+        "parts": dict(sizes[1]) if sizes is not None else None,
+        "bytes": dict(sizes[0]) if sizes is not None else None,
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
     }
+    if sizes is None:
+        doc["sizes_pending"] = True
+    return doc
 
 
 SHOWN_FAILURES = 100

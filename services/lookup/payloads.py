@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -14,8 +13,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from featurecache.store import arrow_io
+from featurecache.store.info import info_document
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
 from featurecache.store.reader import LocalStore
+from services.lookup.sizes import SizeCount, size_count
 
 
 def selected_fields(arrays: Sequence[str] | None) -> dict[str, list[str]]:
@@ -93,20 +94,20 @@ def available_tables(reader: LocalStore) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*TABLES, *extra]))
 
 
-_info_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=2)
-def _cached_info(reader: LocalStore) -> dict[str, Any]:
-    return reader.info()
+# maxsize 4: the document without and with the sizes, of the reader served and of the previous one
+@functools.lru_cache(maxsize=4)
+def _info(reader: LocalStore, counted: SizeCount | None) -> dict[str, Any]:
+    return info_document(reader, counted.sizes if counted is not None else None)
 
 
 def store_info(reader: LocalStore) -> dict[str, Any]:
-    """``reader.info()``, computed once per reader (a changed store is a new reader) and under a
-    lock, so clients polling ``/v1/info`` share one computation instead of each walking the store.
-    Returns a copy the caller may change."""
-    with _info_lock:
-        return copy.deepcopy(_cached_info(reader))
+    """What ``/v1/info`` answers for ``reader``, at once: the counts from the index, and the parts
+    and bytes once the background count (:func:`services.lookup.sizes.size_count`, started when the
+    store was opened) has them; until then ``parts`` and ``bytes`` are None and ``sizes_pending`` is
+    True. Each document is computed once per reader (a changed store is a new reader), so clients
+    polling ``/v1/info`` cost the count little. Returns a copy the caller may change."""
+    count = size_count(reader)
+    return copy.deepcopy(_info(reader, count if count.sizes is not None else None))
 
 
 #: bytes of one record batch of a streamed index table

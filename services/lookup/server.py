@@ -197,8 +197,9 @@ class ThreadedServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.app = create_app(settings)  # app.state.store: the StoreHolder, for tests that look inside
         config = uvicorn.Config(
-            create_app(settings),
+            self.app,
             log_level="warning",
             access_log=False,
             lifespan="on",

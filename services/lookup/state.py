@@ -30,6 +30,7 @@ from pathlib import Path
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.layout import INDEX_DIR, TABLES
 from featurecache.store.reader import LocalStore
+from services.lookup.sizes import size_count
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +59,6 @@ class _Opened:
     root: FileStamp  # zarr.json, stamped before opening
     index: tuple[FileStamp, ...]  # index dir + each index table, stamped before opening
     error: str | None
-
-
-def _warm_info(reader: LocalStore) -> None:
-    """Compute (and cache) what ``/v1/info`` answers for ``reader``; a failure is left for the
-    request to meet and report."""
-    from services.lookup.payloads import store_info
-
-    try:
-        store_info(reader)
-    except Exception as exc:  # a store changing under it: the request that needs it says so
-        log.debug("store info of %s not precomputed: %s", reader.path, exc)
 
 
 class StoreHolder:
@@ -172,9 +162,9 @@ class StoreHolder:
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
                      len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
-            # /v1/info's byte counts walk the parts not sized before (seconds on a 200k-entry store):
-            # start now, in the background, so the first /v1/info finds them done (or waits for them)
-            threading.Thread(target=_warm_info, args=(reader,), name="featurecache-info", daemon=True).start()
+            # /v1/info's sizes walk the parts not sized before (seconds on a 200k-entry store): start
+            # now, in the background; /v1/info answers without them until they are counted
+            size_count(reader)
         else:
             log.error("cannot open store %s: %s", self.path, error)
         if previous is not None:

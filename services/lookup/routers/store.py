@@ -31,8 +31,23 @@ def _service(reader: LocalStore, settings: Settings) -> dict[str, Any]:
     }
 
 
-@router.get("/info", summary="Versions, counts and sizes of the store; the service's limits")
+INFO_DESCRIPTION = """\
+Answered at once, also in the first seconds of a server process. `counts`, `versions` and the
+failure summaries come from the store's index. `parts` (parts per kind) and `bytes` (`total`,
+`parts`, `index`) come from summing every file of the store, which the service starts in the
+background when it opens (or reopens) the store and which takes seconds to a minute on a large
+store: until it is done they are `null` and `"sizes_pending": true` is in the answer; ask again
+later for them (`sizes_pending` is absent once they are known). `service` is `GET /v1/service`.
+"""
+
+
+@router.get(
+    "/info",
+    summary="Versions, counts and sizes of the store; the service's limits",
+    description=INFO_DESCRIPTION,
+)
 def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
+    """The store's info (:func:`services.lookup.payloads.store_info`), never waiting for its sizes."""
     doc = store_info(reader)
     doc.pop("path", None)  # the server's filesystem is not the client's business (logged at open)
     doc["service"] = _service(reader, settings)
