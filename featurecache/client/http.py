@@ -247,7 +247,10 @@ class LookupClient(FeatureReader):
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:
-        """The store's info (as ``LocalStore.info()``); the service's own part is ``service_info``."""
+        """The store's info (as ``LocalStore.info()``); the service's own part is ``service_info``.
+
+        In a server process's first seconds on a large store the sizes may not be counted yet:
+        ``parts`` and ``bytes`` are then None and ``sizes_pending`` is True (ask again later)."""
         doc = dict(self.request("GET", "/v1/info").json())
         self._service = doc.pop("service", {})
         return doc
@@ -256,8 +259,8 @@ class LookupClient(FeatureReader):
     def service_info(self) -> dict[str, Any]:
         """Version, limits, auth and tables of the service (``GET /v1/service``, fetched once).
 
-        Not ``GET /v1/info``: that one also sums the store's sizes, which on a large store is far
-        slower than the read the limits are wanted for. A service without ``/v1/service`` (older
+        Not ``GET /v1/info``: that one also carries the store's sizes (counted in the background
+        when the server opens the store), which the limits do not need. A service without ``/v1/service`` (older
         than this client) is asked ``/v1/info``."""
         if self._service is None:
             try:
