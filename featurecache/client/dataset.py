@@ -19,7 +19,8 @@ Sharding
 The sampler defines one stream of positions ``0, 1, 2, …`` (epoch ``e`` is
 ``[e·L, (e+1)·L)``, ``L = len(sampler)``). Rank ``r`` of ``W`` takes the positions with
 ``p % W == r``; inside a rank, ``DataLoader`` worker ``w`` of ``K`` takes those with
-``(p // W) % K == w``. Every sample's randomness comes from a generator seeded by
+``(p // W) % K == w`` (``r`` and ``W`` are the trainer's, also in a spawned worker, which has no
+process group). Every sample's randomness comes from a generator seeded by
 ``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
 restart (:meth:`FeatureDataset.sample` recomputes one).
 
@@ -38,8 +39,21 @@ epoch (in the new run's ready-first order): no duplicate, no missing sample. Ski
 not retried after a resume, except skips that no later sample of their worker reported before the
 state was taken (they are computed once more). The state is per rank; resume needs the same seed,
 epoch length and world size (checked), while the number of ``DataLoader`` workers and the pool
-may change. With ``DataLoader(persistent_workers=True)`` load the state before the first
-iteration.
+may change.
+
+``DataLoader`` workers iterate a copy of the dataset taken when they start, with
+``persistent_workers=True`` once per run, while only the trainer's copy moves on (next epoch,
+:meth:`~FeatureDataset.set_epoch`, :meth:`~FeatureDataset.consume`,
+:meth:`~FeatureDataset.load_state_dict`). So the trainer's copy mirrors its share, epoch and
+resolved positions in shared memory (:class:`SharedPositions`), and a worker reads them there at
+the start of each pass after its first: the ``k``-th pass of a persistent loader yields what the
+``k``-th pass of a non-persistent one does, a state may be loaded between passes, and all of the
+above holds with either, forked or spawned. One state the mirror cannot hold is refused
+(``LoaderError`` naming ``persistent_workers``) instead of iterated wrongly: positions resolved
+more than ``max(L, 65536)`` past the watermark of the last time the mirror was rebuilt (infinite
+mode only: one worker that far behind the others when a pass is stopped; or, through a plain
+``DataLoader`` whose trainer calls ``consume``, that many positions since the last
+``set_epoch`` / ``load_state_dict``; :class:`FeatureLoader` rebuilds it at every pass).
 
 In ``infinite`` mode the stream never ends: positions run on through epochs and ``epoch`` in the
 state is the epoch of the watermark. In per-epoch mode an iteration yields the unresolved positions
@@ -89,6 +103,81 @@ K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
 #: error classes that say the source itself cannot serve — the lookup service is down, hung or
 #: refuses the token — rather than that one entry is bad (classes travel by name from pool workers)
 SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"})
+
+
+#: smallest span of positions (bytes) the shared mirror of the trainer's state covers past its
+#: watermark: in infinite mode the positions resolved out of order run ahead of it by DataLoader
+#: workers' skew, not bounded by the epoch length
+MIN_SHARED_SPAN: Final = 1 << 16
+_H_BASE, _H_OVERFLOW = 5, 6  # header slots: published, start, stop, stride, offset, base, overflow
+_HEADER_BYTES: Final = 8 * 8
+
+
+# ------------------------------------------------------------------------- state for workers
+class SharedPositions:
+    """The trainer's resolved positions (a :class:`ConsumedPositions`), mirrored in shared memory
+    for ``DataLoader`` workers whose copy of the dataset is older than the pass they run.
+
+    ``buf``: uint8 shared tensor ``(64 + span,)``: an int64 header (published, start, stop or -1,
+    stride, offset, base, overflow), then ``mask`` ``(span,)`` with ``mask[i] == 1`` when position
+    ``base + i`` is resolved above the watermark ``base``. The trainer resets it between passes
+    (new epoch or share, resume, :class:`FeatureLoader`'s pass start) and marks positions as it
+    receives them: during a pass only mask bytes of positions some worker has already produced
+    turn 1, never one that a worker starting its pass meanwhile reads as its own, so workers read
+    without a lock. A position past ``base + span`` sets ``overflow``: the mirror can no longer
+    say the state, and :meth:`read` refuses it.
+    """
+
+    def __init__(self, span: int) -> None:
+        self.buf = torch.zeros(_HEADER_BYTES + span, dtype=torch.uint8).share_memory_()
+        self._views()
+
+    def _views(self) -> None:
+        a = self.buf.numpy()
+        self.header, self.mask = a[:_HEADER_BYTES].view(np.int64), a[_HEADER_BYTES:]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"buf": self.buf}  # the tensor travels as shared memory; numpy views would be copied
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.buf = state["buf"]
+        self._views()
+
+    def reset(self, consumed: ConsumedPositions) -> None:
+        header, mask = self.header, self.mask
+        above = np.fromiter(consumed.above, dtype=np.int64, count=len(consumed.above)) - consumed.watermark
+        fits = above < mask.size
+        mask[:] = 0
+        mask[above[fits]] = 1
+        stop = -1 if consumed.stop is None else consumed.stop
+        header[:7] = (1, consumed.start, stop, consumed.stride, consumed.offset, consumed.watermark,
+                      int(not fits.all()))  # fmt: skip
+
+    def mark(self, position: int) -> None:
+        """``position`` (of the mirrored share) is resolved."""
+        i = position - int(self.header[_H_BASE])
+        if 0 <= i < self.mask.size:
+            self.mask[i] = 1
+        elif i >= self.mask.size:
+            self.header[_H_OVERFLOW] = 1
+
+    def read(self) -> ConsumedPositions | None:
+        """The mirrored state (None: nothing mirrored yet)."""
+        header, mask = self.header, self.mask
+        published, start, stop, stride, offset, base, overflow = (int(v) for v in header[:7])
+        if not published:
+            return None
+        if overflow:
+            raise LoaderError(
+                f"persistent_workers=True: DataLoader workers cannot be told the positions the trainer "
+                f"resolved, some lie over {mask.size} past position {base} (one worker that far behind "
+                f"the others, or a plain DataLoader in infinite mode); use persistent_workers=False"
+            )
+        consumed = ConsumedPositions(start, None if stop < 0 else stop, stride, offset)
+        consumed.load({"watermark": base, "resolved_above": []})
+        for p in (np.flatnonzero(mask) + base).tolist():
+            consumed.mark(p)
+        return consumed
 
 
 # --------------------------------------------------------------------------------------- dataset
@@ -197,6 +286,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.epoch = 0
         self.stats = LoaderStats()
         self._consumed: ConsumedPositions | None = None
+        # made now, before any DataLoader worker copies the dataset (a forked one is not pickled)
+        self._shared = SharedPositions(max(self.epoch_length, MIN_SHARED_SPAN))
+        self._worker_passes = 0  # passes begun by this copy inside a DataLoader worker
         self._track_on_yield = True
         self._executors: dict[int, ReadyFirst] = {}
 
@@ -204,6 +296,10 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     def __getstate__(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["_executors"] = {}
+        d["_worker_passes"] = 0
+        if self._world is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+            # a spawned DataLoader worker has no process group: it would take the whole stream
+            d["_rank"], d["_world"] = self.rank_world()
         return d
 
     # ------------------------------------------------------------------------------- sharding
@@ -219,10 +315,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` (per-epoch mode); the consumed-position state starts afresh."""
+        """Start epoch ``epoch`` (per-epoch mode); the consumed-position state starts afresh.
+        Reaches persistent ``DataLoader`` workers at their next pass."""
         if epoch != self.epoch:
             self.epoch = int(epoch)
             self._consumed = None
+        self._positions()  # mirrored now: a plain DataLoader does not call the trainer's copy again
 
     def _next_epoch_if_done(self) -> None:
         """Per-epoch mode: once this rank's share of the epoch is resolved, move to the next epoch."""
@@ -237,7 +335,28 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             stop = None if self.infinite else (self.epoch + 1) * self.epoch_length
             c = ConsumedPositions(start, stop, world, rank)
             self._consumed = c
+            if get_worker_info() is None:  # a worker's copy never writes the trainer's mirror
+                self._shared.reset(c)
         return c
+
+    def _mark(self, consumed: ConsumedPositions, position: int) -> None:
+        """Resolve ``position`` in the trainer's state and its shared mirror."""
+        consumed.mark(position)
+        if consumed is self._consumed and consumed.in_share(position):  # not one set_epoch replaced
+            self._shared.mark(position)
+
+    def _publish(self) -> None:
+        """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
+        self._shared.reset(self._positions())
+
+    def _worker_positions(self, first_pass: bool) -> ConsumedPositions:
+        """What a DataLoader worker's pass iterates: its copy's own state in the first pass of the
+        worker (the copy was taken at that pass's start), the trainer's mirrored state later."""
+        if not first_pass:
+            mirrored = self._shared.read()
+            if mirrored is not None:
+                return mirrored
+        return self._positions()
 
     # ------------------------------------------------------------------------------ iteration
     def _executor(self, in_worker: bool) -> ReadyFirst:
@@ -261,12 +380,25 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Generator[dict[str, Any], None, None]:
         info = get_worker_info()
-        wid, n_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        in_worker = info is not None
-        if not in_worker:  # a worker's copy is the trainer's at the iteration's start: already moved on
+        if info is None:
+            return self._samples(None, 0, 1)
+        # Counted at iter(), which the DataLoader calls in each worker at the start of every pass
+        # (a pass's generator may never be advanced before the next pass replaces it).
+        self._worker_passes += 1
+        return self._samples(self._worker_passes == 1, info.id, info.num_workers)
+
+    def _samples(
+        self, first_pass: bool | None, wid: int, n_workers: int
+    ) -> Generator[dict[str, Any], None, None]:
+        """The pass's samples; ``first_pass`` None: iterated by the trainer itself (not in a
+        DataLoader worker ``wid`` of ``n_workers``)."""
+        in_worker = first_pass is not None
+        if first_pass is None:  # a worker's state is the trainer's at the pass's start: already moved on
             self._next_epoch_if_done()
-        _, world = self.rank_world()
-        consumed = self._positions()
+            consumed = self._positions()
+        else:
+            consumed = self._worker_positions(first_pass)
+        world = consumed.stride
         track = self._track_on_yield and not in_worker
         positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
         items = ((p, self.sampler.key(p)) for p in positions)
@@ -282,7 +414,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 skipped.append(rec.as_dict())
                 if track:
                     self.stats.record_skip(rec)
-                    consumed.mark(out.seq)
+                    self._mark(consumed, out.seq)
                 in_a_row += 1
                 if rec.error_class in SOURCE_FAILURES:
                     source_failures += 1
@@ -301,7 +433,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             sample["skipped"] = skipped
             skipped = []
             if track:
-                consumed.mark(out.seq)
+                self._mark(consumed, out.seq)
                 self.stats.record_sample(out.depth)
                 self.stats.record_wait(time.perf_counter() - t0)
             yield sample
@@ -314,11 +446,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         depths = _ints(batch.get("reorder_depth", 0))
         consumed = self._positions()
         for p in positions:
-            consumed.mark(p)
+            self._mark(consumed, p)
         for d in depths:
             self.stats.record_sample(d)
         for rec in batch.get("skipped", ()):
-            consumed.mark(int(rec["position"]))
+            self._mark(consumed, int(rec["position"]))
             self.stats.record_skip(SkipRecord(**rec))
 
     # ---------------------------------------------------------------------------------- resume
@@ -346,6 +478,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self.epoch = int(state[K_EPOCH])
         self._consumed = None
         self._positions().load(dict(state[K_CONSUMED]))
+        self._publish()
 
     # ------------------------------------------------------------------------ direct access
     def sample(self, position: int) -> dict[str, Any]:
@@ -395,9 +528,9 @@ class FeatureLoader:
     """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
     consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
     recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
-    delegate to the dataset; load before iterating. Iterating again after an epoch ended starts the
-    next one (per-epoch mode). Workers' batches are taken as they come (``in_order=False`` unless
-    given)."""
+    delegate to the dataset; load before a pass (with persistent workers too). Iterating again
+    after an epoch ended starts the next one (per-epoch mode), after a stopped pass continues it.
+    Workers' batches are taken as they come (``in_order=False`` unless given)."""
 
     def __init__(
         self, dataset: FeatureDataset, batch_size: int = 1, num_workers: int = 0, **kwargs: Any
@@ -416,6 +549,7 @@ class FeatureLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
+        self.dataset._publish()  # and what persistent workers read at the pass's start
         it = iter(self.dataloader)
         while True:
             t0 = time.perf_counter()

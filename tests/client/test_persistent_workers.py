@@ -1,0 +1,209 @@
+"""FeatureDataset under DataLoader(persistent_workers=True): real worker processes (fork and spawn)
+on the small real store. The oracle for what a pass must yield is the same pass of a loader whose
+workers start afresh each pass (or direct access, ``FeatureDataset.sample``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from featurecache.client import FeatureDataset, collate
+from featurecache.client.dataset import SharedPositions
+from featurecache.client.loader import ConsumedPositions
+from featurecache.errors import LoaderError
+
+EPOCH = 6  # samples per epoch: short passes, several epochs
+#: what identifies a sample beyond its position: the entry, its crop, its MSA rows, the reference
+#: augmentation (per-sample randomness from (seed, epoch, index))
+FINGERPRINT_ARRAYS = ("token_index", "msa", "ref_pos")
+
+
+def _dataset(store: Path, **kw: Any) -> FeatureDataset:
+    kw.setdefault("crop_size", 48)
+    kw.setdefault("samples_per_epoch", EPOCH)
+    kw.setdefault("workers", 1)
+    kw.setdefault("window", 2)
+    return FeatureDataset(store, **kw)
+
+
+def _positions(batches: list[dict[str, Any]]) -> list[int]:
+    return [int(p) for b in batches for p in b["position"].tolist()]
+
+
+def _fingerprints(batches: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
+    """position → (entry, crop method, crop centre, bytes of the arrays) of batches of one sample."""
+    out = {}
+    for b in batches:
+        assert len(b["position"]) == 1
+        arrays = tuple(b[k][0].numpy().tobytes() for k in FINGERPRINT_ARRAYS)
+        out[int(b["position"][0])] = (
+            b["entry_id"][0],
+            b["crop_method"][0],
+            int(b["crop_centre"][0]),
+            *arrays,
+        )
+    return out
+
+
+def _take(it: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    return [next(it) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def fresh_passes(client_store: Path) -> list[dict[int, tuple[Any, ...]]]:
+    """Three passes of a loader whose workers are started afresh for every pass: the oracle."""
+    ds = _dataset(client_store)
+    loader = ds.loader(batch_size=1, num_workers=2, multiprocessing_context="fork")
+    passes = [_fingerprints(list(loader)) for _ in range(3)]
+    ds.close()
+    return passes
+
+
+# ------------------------------------------------------------------------------ epochs
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_each_persistent_pass_yields_the_next_epoch(
+    client_store: Path, fresh_passes: list[dict[int, tuple[Any, ...]]], context: str
+) -> None:
+    ds = _dataset(client_store)
+    loader = ds.loader(batch_size=1, num_workers=2, persistent_workers=True, multiprocessing_context=context)
+    passes = [_fingerprints(list(loader)) for _ in range(3)]
+    # epoch e is positions [e·L, (e+1)·L) (module docstring, "Sharding")
+    assert [sorted(p) for p in passes] == [list(range(e * EPOCH, (e + 1) * EPOCH)) for e in range(3)]
+    for e, (got, want) in enumerate(zip(passes, fresh_passes, strict=True)):
+        assert got == want, f"epoch {e}: samples differ from a non-persistent loader's"
+    assert ds.epoch == 2
+
+
+def test_set_epoch_reaches_persistent_workers(client_store: Path) -> None:
+    ds = _dataset(client_store)
+    plain = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=True,
+                       multiprocessing_context="fork")  # fmt: skip
+    got = []
+    for epoch in (0, 3, 1):  # a plain DataLoader moves on only by set_epoch, as with DistributedSampler
+        ds.set_epoch(epoch)
+        got.append(sorted(_positions(list(plain))))
+    assert got == [list(range(e * EPOCH, (e + 1) * EPOCH)) for e in (0, 3, 1)]
+
+    ds2 = _dataset(client_store)
+    loader = ds2.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    first = sorted(_positions(list(loader)))
+    ds2.set_epoch(4)
+    fourth = sorted(_positions(list(loader)))
+    assert (first, fourth) == (list(range(EPOCH)), list(range(4 * EPOCH, 5 * EPOCH)))
+
+
+# --------------------------------------------------------------- stopped passes, resume
+def test_a_stopped_pass_is_continued_by_persistent_workers(client_store: Path) -> None:
+    length = 12
+    ds = _dataset(client_store, samples_per_epoch=length)
+    loader = ds.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    it = iter(loader)
+    stopped = _take(it, 2)
+    del it
+    it = iter(loader)
+    stopped_again = _take(it, 1)
+    del it
+    state = loader.state_dict()
+    rest = list(loader)
+    epoch0 = _positions(stopped) + _positions(stopped_again) + _positions(rest)
+    assert sorted(epoch0) == list(range(length)), "a position was duplicated or dropped"
+    assert sorted(_positions(list(loader))) == list(range(length, 2 * length))
+
+    # the state taken between the stopped passes resumes into exactly what was not received
+    ds2 = _dataset(client_store, samples_per_epoch=length)
+    ds2.load_state_dict(state)
+    resumed = [s["position"] for s in ds2]
+    ds2.close()
+    assert sorted(resumed) == sorted(_positions(rest))
+
+
+def test_resume_reaches_persistent_workers_already_running(client_store: Path) -> None:
+    length = 12
+    ds = _dataset(client_store, samples_per_epoch=length)
+    loader = ds.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    it = iter(loader)
+    received = _positions(_take(it, 3))
+    del it
+    state = loader.state_dict()
+
+    ds2 = _dataset(client_store, samples_per_epoch=length)
+    loader2 = ds2.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    assert sorted(_positions(list(loader2))) == list(range(length))  # the workers run; epoch 0 is done
+    loader2.load_state_dict(state)  # back into epoch 0, after the first run's 6 samples
+    rest = _positions(list(loader2))
+    assert sorted(received + rest) == list(range(length))
+
+
+def test_infinite_stream_goes_on_across_stopped_persistent_passes(client_store: Path) -> None:
+    ds = _dataset(client_store, infinite=True)
+    loader = ds.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    batches = []
+    for _ in range(3):  # an infinite pass only ends when the trainer stops it
+        it = iter(loader)
+        batches += _take(it, 4)
+        del it
+    got = _positions(batches)
+    assert len(got) == len(set(got)) == 24, "a position came twice"
+    # what the state says was received is exactly what was received
+    consumed = ConsumedPositions(0, None, 1, 0)
+    consumed.load(ds.state_dict()["consumed"])
+    assert {p for p in range(max(got) + 1) if consumed.resolved(p)} == set(got)
+    # and each sample is the one its position gives (direct access: the stream's definition)
+    oracle = _dataset(client_store, infinite=True)
+    for b in batches[:: len(batches) // 4]:
+        p = int(b["position"][0])
+        want = oracle.sample(p)
+        n = int(b["token_mask"][0].sum())
+        assert b["entry_id"][0] == want["entry_id"]
+        np.testing.assert_array_equal(b["token_index"][0, :n].numpy(), want["token_index"])
+    oracle.close()
+
+
+# ---------------------------------------------------------------------- ranks from torch.distributed
+def test_spawned_workers_keep_the_rank_of_the_process_group(client_store: Path) -> None:
+    # torch's in-process fake backend: this process is rank 1 of 2 (no peer to wait for); a spawned
+    # DataLoader worker has no process group of its own
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=2)
+    try:
+        ds = _dataset(client_store, samples_per_epoch=8)
+        loader = ds.loader(
+            batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="spawn"
+        )
+        passes = [sorted(_positions(list(loader))) for _ in range(2)]
+        state = loader.state_dict()
+    finally:
+        dist.destroy_process_group()
+    # rank r of W takes the positions p with p % W == r (module docstring, "Sharding")
+    assert passes == [[1, 3, 5, 7], [9, 11, 13, 15]]
+    assert (state["rank"], state["world_size"]) == (1, 2)
+
+
+# ----------------------------------------------------------------------- the shared mirror
+def test_a_state_the_mirror_cannot_hold_is_refused_by_name() -> None:
+    span = 16
+    mirror = SharedPositions(span)
+    consumed = ConsumedPositions(0, None, 1, 0)
+    for p in (1, 2, 5):
+        consumed.mark(p)
+    mirror.reset(consumed)
+    got = mirror.read()
+    assert got is not None and got.state() == {"watermark": 0, "resolved_above": [1, 2, 5]}
+    mirror.mark(0)
+    mirror.mark(span - 1)  # the last position the mirror spans (past its watermark 0)
+    got = mirror.read()
+    assert got is not None and got.state() == {"watermark": 3, "resolved_above": [5, span - 1]}
+    mirror.mark(span)
+    with pytest.raises(LoaderError, match="persistent_workers=True"):
+        mirror.read()
+    consumed.mark(40)  # more than the span above the watermark
+    mirror.reset(consumed)
+    with pytest.raises(LoaderError, match="persistent_workers=True"):
+        mirror.read()
