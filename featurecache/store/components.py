@@ -30,9 +30,10 @@ import zarr
 
 from featurecache.chem.reference import ComponentTable
 from featurecache.const import SCHEMA_VERSION, encode_atom_name
+from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, write_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
-from featurecache.store.root import PartArrays, decode_records
+from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
 from featurecache.store.writer import commit_part, part_tmp_dir, write_record_array
 
 if TYPE_CHECKING:  # conformer.py imports RDKit, which the lookup image (and the client) lack
@@ -157,8 +158,9 @@ def write_component_part(
             mode="w",
             attributes={"kind": "components", "part": name, "schema_version": SCHEMA_VERSION},
         )
-        write_record_array(group, "atoms", _atoms_records(conformers))
-        write_record_array(group, "bonds", _bond_records(conformers))
+        atoms = write_record_array(group, "atoms", _atoms_records(conformers))
+        bonds = write_record_array(group, "bonds", _bond_records(conformers))
+        record_fill_only_shards(group, tmp, [("atoms", atoms), ("bonds", bonds)])
         rows: list[dict[str, Any]] = []
         a = b = 0
         for c in conformers:
@@ -240,7 +242,11 @@ def load_component_table(root: str | Path, index: pa.Table | None = None) -> Com
     total = 0
     arrays = PartArrays(root, "component part array")
     for part in dict.fromkeys(cols["part"]):
-        rec = decode_records(arrays.get(part, "atoms")[...], COMPONENT_ATOM)
+        try:  # through read(): a damaged or missing shard file is an error naming the part and file
+            raw = arrays.read(part, "atoms", (slice(None),))
+        except StoreError as exc:
+            raise StoreError(f"components: unreadable ({exc})") from exc
+        rec = decode_records(raw, COMPONENT_ATOM)
         base[part] = total
         total += len(rec)
         records.append(rec)

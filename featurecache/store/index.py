@@ -114,6 +114,14 @@ WARNINGS_SCHEMA = pa.schema(
     ]
 )
 
+#: ``<structure part>/_index/residue_codes.arrow``: each entry's distinct residue codes (the codes
+#: of its tokens, as the reader joins reference conformers by them). Read when the index is rebuilt
+#: to keep only the components some live entry uses; not a top-level index table.
+RESIDUE_CODES = "residue_codes"
+RESIDUE_CODES_SCHEMA = pa.schema(
+    [("entry_id", pa.string()), ("codes", pa.list_(pa.string())), ("part", pa.string())]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "entries": ENTRIES_SCHEMA,
     "chains": CHAINS_SCHEMA,
@@ -269,7 +277,29 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         failures = failures.filter(pa.array(mask, type=pa.bool_()))
     tables["entries"] = entries
     tables["failures"] = failures
+    codes = tables.pop(RESIDUE_CODES, None)
+    if "components" in tables:
+        tables["components"] = _used_components(tables["components"], codes, live)
     return _postprocess(root, tables)
+
+
+def _used_components(components: pa.Table, codes: pa.Table | None, live: pa.Table) -> pa.Table:
+    """The component rows a live entry can use: the latest row per key (a definition recomputed
+    later supersedes the old one, as the reader's ComponentTable has it), and of those the keys
+    whose code (``HEM``, or ``HEM`` of ``HEM#<hash>``) is the residue code of some live entry's
+    token. When some live entry comes from a part written before parts recorded their entries'
+    residue codes, nothing can be said about the codes: every key is kept."""
+    if components.num_rows == 0 or "key" not in components.column_names:
+        return components
+    components = latest_per(components, "key")
+    if codes is None or codes.num_rows < live.num_rows:
+        return components
+    of_live = codes.filter(_pairs_in(codes, ("entry_id", "part"), live))
+    if of_live.num_rows != live.num_rows:
+        return components
+    used = pc.unique(pc.list_flatten(of_live.column("codes")))
+    code_of_key = pc.list_element(pc.split_pattern(components.column("key"), "#", max_splits=1), 0)
+    return components.filter(pc.fill_null(pc.is_in(code_of_key, value_set=used), False))
 
 
 #: ``STORE/index/.part-rows/``: the parts' own rows as last concatenated, and what they cover

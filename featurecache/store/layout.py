@@ -9,7 +9,10 @@ STORE/
                                  as uint8 ``[rows, itemsize]`` records of the dtypes in types.py
                                  (one shard per array, inner chunks of CHUNK_ROWS rows, zstd)
   parts/s-NNNNNN/_index/*.arrow  the part's own rows of entries/chains/interfaces/failures
-  parts/m-NNNNNN/, c-NNNNNN/     MSA and component parts (see store/msa.py, store/components.py)
+  parts/m-NNNNNN/, c-NNNNNN/     MSA and component parts (see store/msa.py, store/components.py);
+                                 their group attribute FILL_ONLY_SHARDS lists the shard files
+                                 zarr did not write (every value the fill value): any other
+                                 missing shard file is damage
   parts/.tmp-*                   parts being written (ignored by readers, removed on the next build)
 """
 
@@ -27,6 +30,12 @@ PARTS_DIR = "parts"
 PART_INDEX_DIR = "_index"
 PART_DONE_FILE = "part.json"  # written last inside the temp dir, before the rename
 TMP_PREFIX = ".tmp-"
+#: Attribute of an MSA or component part's group: the shard files (paths relative to the part)
+#: zarr left unwritten because they hold only the fill value (``write_empty_chunks`` is off). An
+#: MSA strip or record array can legitimately be all zero, so without this list a deleted shard
+#: file reads back as zeros; with it every other shard file must exist. Parts written before it
+#: existed have no such attribute (their missing files cannot be told from empty shards).
+FILL_ONLY_SHARDS = "fill_only_shards"
 
 STRUCTURE_PART_PREFIX = "s-"
 MSA_PART_PREFIX = "m-"

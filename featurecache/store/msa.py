@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION,
 from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
-from featurecache.store.root import PartArrays, decode_records
+from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
 from featurecache.store.writer import _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
 
@@ -99,7 +99,7 @@ def residues_array_name(k: int) -> str:
     return f"residues/{k:06d}"
 
 
-def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> None:
+def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> zarr.Array:
     depth, length = residues.shape
     chunks = (max(1, min(MSA_CHUNK[0], depth)), max(1, min(MSA_CHUNK[1], length)))
     shards = (-(-depth // chunks[0]) * chunks[0], -(-length // chunks[1]) * chunks[1])
@@ -108,10 +108,7 @@ def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> None:
         compressors=[ZstdCodec(level=ZSTD_LEVEL)], fill_value=0,
     )  # fmt: skip
     arr[...] = residues
-
-
-def _write_records(group: zarr.Group, name: str, records: np.ndarray) -> None:
-    write_record_array(group, name, records)
+    return arr
 
 
 def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str, Any]:
@@ -121,6 +118,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         group = zarr.open_group(
             str(tmp), mode="w", attributes={"kind": "msas", "part": name, "schema_version": SCHEMA_VERSION}
         )
+        written: list[tuple[str, zarr.Array]] = []
         rows_parts: list[np.ndarray] = []
         cols_parts: list[np.ndarray] = []
         del_parts: list[np.ndarray] = []
@@ -129,7 +127,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         for k, item in enumerate(contents.items):
             m = item.msa
             array = residues_array_name(k)
-            _write_residues(group, array, m.residues)
+            written.append((array, _write_residues(group, array, m.residues)))
             r, c = np.nonzero(m.deletions)  # row-major: CSR order
             cells = np.zeros(r.size, dtype=MSA_DELETION)
             cells["col"] = c
@@ -172,9 +170,13 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
             row_off += m.depth
             col_off += m.length
             del_off += int(r.size)
-        _write_records(group, "rows", _concat(rows_parts, MSA_ROW))
-        _write_records(group, "cols", _concat(cols_parts, MSA_COL))
-        _write_records(group, "deletions", _concat(del_parts, MSA_DELETION))
+        for array, parts, dtype in (
+            ("rows", rows_parts, MSA_ROW), ("cols", cols_parts, MSA_COL), ("deletions", del_parts, MSA_DELETION),
+        ):  # fmt: skip
+            written.append((array, write_record_array(group, array, _concat(parts, dtype))))
+        # a strip of one residue code 0 or an all-zero record array is a shard zarr leaves
+        # unwritten: listed, so that a missing file of any other shard is an error when read
+        record_fill_only_shards(group, tmp, written)
         idx = tmp / PART_INDEX_DIR
         write_table(idx / "msas.arrow", pa.Table.from_pylist(index_rows, schema=MSAS_SCHEMA))
         fails = [{**f, "part": name} for f in contents.failures]
@@ -210,27 +212,26 @@ def msa_content_hash(
     return h.hexdigest()
 
 
-def verify_msas(store: Any) -> list[str]:
-    """``featurecache verify`` check: every MSA reads back to its content hash; chain keys resolve."""
+def verify_msas(
+    store: Any,
+    map_rows: Callable[[Callable[[dict[str, Any]], list[str]], list[dict[str, Any]]], Iterable[list[str]]]
+    | None = None,
+) -> list[str]:
+    """``featurecache verify`` check: every MSA reads back to its content hash; chain keys resolve.
+
+    ``map_rows(check, rows)``: how the per-MSA check runs over the index rows, results in row
+    order (default: one after the other; verify passes a thread pool and a progress bar)."""
     problems: list[str] = []
     msas = store.msas
     if msas.num_rows == 0 or "key" not in msas.column_names:
         return problems
-    for row in msas.select(["key", "content_hash", "depth", "length"]).to_pylist():
-        try:
-            b = store.msa(row["key"])
-        except (StoreError, NotFound, ValueError) as exc:
-            problems.append(f"MSA {row['key']}: unreadable ({exc})")
-            continue
-        if b.residues.shape != (row["depth"], row["length"]):
-            problems.append(
-                f"MSA {row['key']}: shape {b.residues.shape}, index says {row['depth']} x {row['length']}"
-            )
-        got = msa_content_hash(b.residues, b.deletions, b.species, b.source, b.profile, b.deletion_mean)
-        if got != row["content_hash"]:
-            problems.append(
-                f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}…"
-            )
+
+    def check(row: dict[str, Any]) -> list[str]:
+        return _check_msa(store, row)
+
+    rows = msas.select(["key", "content_hash", "depth", "length"]).to_pylist()
+    for found in (map_rows or map)(check, rows):
+        problems.extend(found)
     keys = set(msas.column("key").to_pylist())
     chains = store.chains
     if chains.num_rows and "msa_key" in chains.column_names:
@@ -239,6 +240,27 @@ def verify_msas(store: Any) -> list[str]:
         ):
             if k and k not in keys:
                 problems.append(f"entry {eid}: chain MSA key {k} is not in the msas index")
+    return problems
+
+
+def _check_msa(store: Any, row: dict[str, Any]) -> list[str]:
+    """One MSA's problems: it does not read, its shape or its content hash differs from the index."""
+    try:
+        b = store.msa(row["key"])
+    except (StoreError, NotFound, ValueError) as exc:
+        msg = str(exc)
+        # the reader says "MSA KEY: unreadable (…)" itself, naming the part and the array
+        return [msg if msg.startswith(f"MSA {row['key']}: ") else f"MSA {row['key']}: unreadable ({msg})"]
+    problems = []
+    if b.residues.shape != (row["depth"], row["length"]):
+        problems.append(
+            f"MSA {row['key']}: shape {b.residues.shape}, index says {row['depth']} x {row['length']}"
+        )
+    got = msa_content_hash(b.residues, b.deletions, b.species, b.source, b.profile, b.deletion_mean)
+    if got != row["content_hash"]:
+        problems.append(
+            f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}…"
+        )
     return problems
 
 
@@ -296,8 +318,11 @@ def _drop_resolved_msa_failures(failures: pa.Table | None, msas: pa.Table) -> pa
 
 
 def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
-    """Index-rebuild hook: dedupe ``msas``; add MSA columns to ``chains`` and ``entries``.
+    """Index-rebuild hook: dedupe ``msas``, keep only those a live chain uses; add MSA columns to
+    ``chains`` and ``entries``.
 
+    msas: the latest row per key, of the keys some live polymer chain has as its sequence hash
+    (an MSA whose sequence no entry has any more, after its input was replaced, is not listed).
     chains: ``msa_key`` (the sequence hash when an MSA is stored for it, else ``""``),
     ``msa_depth`` (0 when none) and ``msa_files`` (alignments merged; 0 = single sequence).
     entries: ``n_msa_chains`` (polymer chains whose MSA came from at least one file) and
@@ -307,19 +332,24 @@ def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     if msas is None or msas.num_rows == 0 or "key" not in msas.column_names:
         msas = MSAS_SCHEMA.empty_table()
     msas = latest_msas(msas)
-    tables["msas"] = msas
     failures = _drop_resolved_msa_failures(tables.get("failures"), msas)
     if failures is not None:
         tables["failures"] = failures
     chains = tables.get("chains")
     if chains is None or chains.num_rows == 0 or "sequence_hash" not in chains.column_names:
+        # no live chain (every entry gone or failed): no MSA is used; chains without sequence
+        # hashes (an index of an old schema): nothing can be said, every MSA is kept
+        tables["msas"] = msas if chains is not None and chains.num_rows else msas.slice(0, 0)
         return tables
+    polymer = pc.not_equal(chains.column("mol_type"), pa.scalar(int(MolType.LIGAND), pa.int8()))
+    used = pc.unique(chains.column("sequence_hash").filter(pc.fill_null(polymer, False)))
+    msas = msas.filter(pc.fill_null(pc.is_in(msas.column("key"), value_set=used), False))
+    tables["msas"] = msas
     for col in ("msa_key", "msa_depth", "msa_files"):
         if col in chains.column_names:
             chains = chains.drop_columns([col])
     hashes = chains.column("sequence_hash")
     idx = pc.index_in(hashes, value_set=msas.column("key"))
-    polymer = pc.not_equal(chains.column("mol_type"), pa.scalar(int(MolType.LIGAND), pa.int8()))
     has = pc.fill_null(pc.and_(polymer, pc.is_valid(idx)), False)
     depth = pc.fill_null(pc.take(msas.column("depth"), idx), 0)
     files = pc.fill_null(pc.take(msas.column("n_files"), idx), 0)

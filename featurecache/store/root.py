@@ -20,7 +20,7 @@ from zarr.core.sync import sync
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
 from featurecache.errors import StoreError, StoreVersionError
-from featurecache.store.layout import INDEX_DIR, PARTS_DIR, TMP_PREFIX
+from featurecache.store.layout import FILL_ONLY_SHARDS, INDEX_DIR, PARTS_DIR, TMP_PREFIX
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
@@ -134,11 +134,18 @@ class PartArrays:
 
     Every read goes through :meth:`read` / :meth:`read_many`, which turn zarr's own errors (a
     shard that fails its checksum or does not decompress, an I/O error) into a
-    :class:`StoreError` naming the part and the array. With ``data_files_required`` a read also
-    checks that the array's shard files exist: zarr reads a missing one as its fill value (zeros),
-    silently. Only for arrays whose non-empty contents are never all zero — zarr does not write a
-    shard that holds nothing but the fill value (``write_empty_chunks`` is off), so for those a
-    missing file is a legitimate empty shard, not damage.
+    :class:`StoreError` naming the part and the array. A read also checks that the array's shard
+    files exist where the part says they must: zarr reads a missing one as its fill value (zeros),
+    silently. zarr does not write a shard that holds nothing but the fill value
+    (``write_empty_chunks`` is off), so a missing file is damage only when the shard was not
+    such an empty one:
+
+    - a part whose group lists its unwritten shards (``layout.FILL_ONLY_SHARDS``, every MSA and
+      component part written since) needs every other shard file;
+    - otherwise, with ``data_files_required``, every shard file (for arrays whose non-empty
+      contents are never all zero: the structure parts' records);
+    - otherwise none (MSA and component parts of older stores: an empty shard and a deleted one
+      look the same).
     """
 
     def __init__(self, store: Path, what: str, *, data_files_required: bool = False) -> None:
@@ -147,6 +154,7 @@ class PartArrays:
         self._data_files_required = data_files_required
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._data_files: dict[tuple[str, str], list[Path]] = {}
+        self._fill_only: dict[str, frozenset[str] | None] = {}
         self._lock = threading.Lock()
 
     def get(self, part: str, name: str) -> zarr.Array:
@@ -157,7 +165,7 @@ class PartArrays:
                 arr = zarr.open_array(str(path), mode="r")
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise StoreError(f"{self._what} {path} is missing or unreadable: {exc}") from exc
-            files = shard_files(path, arr) if self._data_files_required else []
+            files = self._required_files(part, path, arr)
             with self._lock:
                 self._data_files.setdefault((part, name), files)
                 arr = self._arrays.setdefault((part, name), arr)
@@ -198,6 +206,18 @@ class PartArrays:
             return np.zeros(0, dtype=dtype)
         return decode_records(self.read(part, name, (slice(start, stop),)), dtype)
 
+    def _required_files(self, part: str, path: Path, arr: zarr.Array) -> list[Path]:
+        """The shard files of ``arr`` (at ``path``, in ``part``) that must exist."""
+        if part not in self._fill_only:
+            listed = fill_only_shards(self._parts / part)
+            with self._lock:
+                self._fill_only.setdefault(part, listed)
+        fill_only = self._fill_only[part]
+        if fill_only is not None:
+            base = self._parts / part
+            return [f for f in shard_files(path, arr) if f.relative_to(base).as_posix() not in fill_only]
+        return shard_files(path, arr) if self._data_files_required else []
+
     def _check_data_files(self, part: str, name: str) -> None:
         for f in self._data_files.get((part, name), ()):
             if not f.is_file():
@@ -206,6 +226,49 @@ class PartArrays:
     def clear(self) -> None:
         self._arrays.clear()
         self._data_files.clear()
+        self._fill_only.clear()
+
+
+def fill_only_shards(part_dir: Path) -> frozenset[str] | None:
+    """The part's ``FILL_ONLY_SHARDS`` list (shard files left unwritten as all fill value, relative
+    to the part), or None when the part does not record it (written before the list existed)."""
+    meta = Path(part_dir) / "zarr.json"
+    try:
+        attrs = json.loads(meta.read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise StoreError(
+            f"part {Path(part_dir).name}: its group metadata {meta} is unreadable ({exc})"
+        ) from exc
+    listed = attrs.get(FILL_ONLY_SHARDS) if isinstance(attrs, dict) else None
+    return None if listed is None else frozenset(str(f) for f in listed)
+
+
+def record_fill_only_shards(group: zarr.Group, part_dir: Path, arrays: list[tuple[str, zarr.Array]]) -> None:
+    """Store in ``group``'s attributes which shard files of ``arrays`` (name, array; written into
+    ``part_dir``) zarr left unwritten because they hold only the fill value (``FILL_ONLY_SHARDS``):
+    a reader then knows every other missing file is damage. Call it after the arrays are written."""
+    part_dir = Path(part_dir)
+    absent = sorted(
+        f.relative_to(part_dir).as_posix()
+        for name, arr in arrays
+        for f in shard_files(part_dir / name, arr)
+        if not f.is_file()
+    )
+    group.attrs.update({FILL_ONLY_SHARDS: absent})
+
+
+def array_names(part_dir: Path) -> list[str]:
+    """Names (relative paths) of every zarr array under a part directory, sorted."""
+    part_dir = Path(part_dir)
+    out = []
+    for meta in part_dir.rglob("zarr.json"):
+        try:
+            node = json.loads(meta.read_text()).get("node_type")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if node == "array":
+            out.append(meta.parent.relative_to(part_dir).as_posix())
+    return sorted(out)
 
 
 def shard_files(path: Path, arr: zarr.Array) -> list[Path]:

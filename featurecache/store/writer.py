@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import zarr
 from zarr.codecs import ZstdCodec
 
-from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType
+from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType, decode_res_name
 from featurecache.errors import StoreError
-from featurecache.store.index import table_from_rows, write_table
+from featurecache.store.index import RESIDUE_CODES, RESIDUE_CODES_SCHEMA, table_from_rows, write_table
 from featurecache.store.layout import (
     CHUNK_ROWS,
     ENTRY_GROUPS,
@@ -60,8 +61,9 @@ class PartContents:
     failures: list[dict[str, Any]] = field(default_factory=list)  # FAILURES_SCHEMA rows without "part"
 
 
-def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> None:
-    """Store a structured array as uint8 ``[rows, itemsize]`` with one shard and zstd chunks."""
+def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zarr.Array:
+    """Store a structured array as uint8 ``[rows, itemsize]`` with one shard and zstd chunks;
+    returns the array written."""
     raw = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
     n, width = raw.shape
     chunk = max(1, min(CHUNK_ROWS, n))
@@ -72,6 +74,7 @@ def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> Non
     )  # fmt: skip
     if n:
         arr[...] = raw
+    return arr
 
 
 @contextlib.contextmanager
@@ -118,7 +121,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         group = zarr.open_group(str(tmp), mode="w", attributes={"kind": "structures", "part": name,
                                                                  "schema_version": SCHEMA_VERSION})  # fmt: skip
         offsets = {g: 0 for g in ENTRY_GROUPS}
-        entry_rows, chain_rows, iface_rows, warn_rows = [], [], [], []
+        entry_rows, chain_rows, iface_rows, warn_rows, code_rows = [], [], [], [], []
         blocks: dict[str, list[np.ndarray]] = {g: [] for g in ENTRY_GROUPS}
         for rec in contents.entries:
             s = rec.structure
@@ -150,6 +153,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
                 seconds=rec.seconds,
             )  # fmt: skip
             entry_rows.append(row)
+            code_rows.append({"entry_id": s.entry_id, "codes": residue_codes(s.tokens), "part": name})
             for c in s.chains:
                 chain_rows.append(
                     {
@@ -184,6 +188,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             idx / "interfaces.arrow", _with_part(table_from_rows("interfaces", iface_rows), iface_rows)
         )
         write_table(idx / "warnings.arrow", table_from_rows("warnings", warn_rows))
+        codes = pa.Table.from_pylist(code_rows, schema=RESIDUE_CODES_SCHEMA)
+        write_table(idx / f"{RESIDUE_CODES}.arrow", codes)
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
         manifest = {
@@ -197,10 +203,15 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         return manifest
 
 
+def residue_codes(tokens: np.ndarray) -> list[str]:
+    """The distinct residue codes of an entry's tokens (``Token`` records), sorted."""
+    if len(tokens) == 0:
+        return []
+    return sorted({decode_res_name(r) for r in np.unique(tokens["res_name"], axis=0)})
+
+
 def _with_part(table: Any, rows: list[dict[str, Any]] | None = None) -> Any:
     """Add the ``part`` column (entries carry it in the schema already)."""
-    import pyarrow as pa
-
     if "part" in table.column_names:
         return table
     parts = [r["part"] for r in rows] if rows else []

@@ -274,3 +274,81 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     summary = build_store(out, STRUCTURES, workers=2, part_size=1)
     assert summary.n_skipped >= 3
     assert verify_store(out) == []
+
+
+def _gemmi_inputs(paths: list[Path]) -> tuple[set[str], set[str]]:
+    """What gemmi reads in the input files: every residue name (model and entity sequences,
+    waters aside; MSE becomes MET as the tokenizer makes it) and the polymer entity sequences
+    as ``protein:SEQ`` / ``dna:SEQ`` (one-letter codes)."""
+    import gemmi
+
+    names: set[str] = set()
+    sequences: set[str] = set()
+    for path in paths:
+        st = gemmi.read_structure(str(path))
+        st.setup_entities()
+        names.update(r.name for ch in st[0] for r in ch)
+        for ent in st.entities:
+            names.update(gemmi.Entity.first_mon(m) for m in ent.full_sequence)
+            if ent.entity_type == gemmi.EntityType.Polymer:
+                kind = "dna" if ent.polymer_type == gemmi.PolymerType.Dna else "protein"
+                sequences.add(f"{kind}:{gemmi.one_letter_code(ent.full_sequence)}")
+    names -= {"HOH", "DOD"}
+    return {"MET" if n == "MSE" else n for n in names}, sequences
+
+
+def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_path: Path) -> None:
+    """102m.cif is replaced by another structure (2q2k's bytes, other sequences and ligands): the
+    top-level msas and components tables list only what a live entry uses (the myoglobin MSA,
+    HEM, SO4 and TRP stayed listed before), the index is still the one a full rebuild gives, and
+    a changed CCD definition leaves one component row, the recomputed one."""
+    from featurecache.featurize.seqhash import sequence_hash
+    from featurecache.store.components import component_rows_in_parts
+    from tests.build.test_index_incremental import _full_rebuild, _index_files
+
+    inputs, out = tmp_path / "in", tmp_path / "s"
+    inputs.mkdir()
+    for name in ("102m.cif", "1psm.cif"):
+        shutil.copy(SAMPLES / "structures" / name, inputs / name)
+    ccd = tmp_path / "ccd"
+    shutil.copytree(SAMPLES / "ccd", ccd)
+    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd)
+    names, _ = _gemmi_inputs(sorted(inputs.iterdir()))
+    myoglobin = sequence_hash(_gemmi_inputs([inputs / "102m.cif"])[1].pop().split(":", 1)[1], 0)
+    first = featurecache.open_store(out)
+    assert myoglobin in first.msas.column("key").to_pylist()
+    assert {"HEM", "SO4"} <= set(first.components.column("code").to_pylist()) == names
+
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")  # same path and id
+    summary = build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd)
+    assert summary.n_built == 1 and summary.n_skipped == 1
+    names, sequences = _gemmi_inputs(sorted(inputs.iterdir()))
+    assert "HEM" not in names and "SO4" not in names
+    store = featurecache.open_store(out)
+    msa_keys = store.msas.column("key").to_pylist()
+    assert myoglobin not in msa_keys
+    assert len(msa_keys) == len(set(msa_keys)) == len(sequences) == 3
+    chains = store.chains.to_pylist()
+    assert set(msa_keys) == {c["sequence_hash"] for c in chains if c["mol_type"] != 3}
+    codes = store.components.column("code").to_pylist()
+    assert sorted(codes) == sorted(names)  # one row per code, each a residue of a live input
+    assert _index_files(out) == _full_rebuild(out, tmp_path / "full")
+    assert verify_store(out) == []
+    # the orphaned MSA and components are not deleted (their parts hold live rows too)
+    assert myoglobin in {r["key"] for p in complete_parts(out) if p.name.startswith("m-")
+                         for r in read_table(p / "_index" / "msas.arrow").to_pylist()}  # fmt: skip
+
+    # EPE's definition changes (a CCD update): recomputed into a new component part, which alone
+    # is listed (a new directory: the build process keeps a CCD library per path)
+    new_ccd = Path(shutil.copytree(ccd, tmp_path / "ccd-update"))
+    epe = new_ccd / "EPE.cif"
+    epe.write_text(epe.read_text().replace("2024-09-27", "2025-01-31", 1))
+    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=new_ccd)
+    in_parts = component_rows_in_parts(out).to_pylist()
+    epe_parts = sorted(r["part"] for r in in_parts if r["key"] == "EPE")
+    assert len(epe_parts) == 2
+    components = featurecache.open_store(out).components.to_pylist()
+    assert [r["part"] for r in components if r["key"] == "EPE"] == [epe_parts[-1]]
+    assert sorted(r["key"] for r in components) == sorted(names)
+    assert _index_files(out) == _full_rebuild(out, tmp_path / "full-2")
+    assert verify_store(out) == []

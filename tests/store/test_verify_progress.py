@@ -39,3 +39,38 @@ def test_verify_shows_progress_on_stderr_unless_asked_not_to(sample_store: Path)
     assert quiet.stdout == "ok: store verified\n"
     assert not re.search(r"^(parts|entries)\b", quiet.stderr, re.M), quiet.stderr
     assert f"{n_entries}/{n_entries}" not in quiet.stderr
+
+
+def test_threads_report_the_problems_of_one_at_a_time_in_index_order(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """Entries and MSAs are checked on a pool of threads; the problem list is the one a check of
+    one entry at a time gives, in the order of the index (entries sorted by id), however the
+    reads finish. Damage in several entries and MSAs: a structure shard cut short (every entry
+    of that part unreadable) and two MSA strips cut short."""
+    import shutil
+
+    from featurecache.store.verify import verify_store
+
+    store = Path(shutil.copytree(sample_store, tmp_path / "store"))
+    reader = open_store(store)
+    part = reader.entries.column("part")[0].as_py()
+    in_part = [
+        i for i, p in zip(reader.ids, reader.entries.column("part").to_pylist(), strict=True) if p == part
+    ]
+    assert len(in_part) >= 3, in_part
+    (atoms,) = [
+        f for f in (store / "parts" / part / "atoms").rglob("*") if f.is_file() and f.name != "zarr.json"
+    ]
+    atoms.write_bytes(atoms.read_bytes()[: atoms.stat().st_size // 2])
+    msas = reader.msas.select(["key", "part", "array"]).to_pylist()[:2]
+    for m in msas:
+        (strip,) = [f for f in (store / "parts" / m["part"] / m["array"]).rglob("*")
+                    if f.is_file() and f.name != "zarr.json"]  # fmt: skip
+        strip.write_bytes(strip.read_bytes()[: strip.stat().st_size // 2])
+
+    one_at_a_time = verify_store(store, workers=1)
+    threaded = verify_store(store, workers=8)
+    assert threaded == one_at_a_time
+    unreadable = [p.split(":", 1)[0] for p in threaded if p.endswith(")") and ": unreadable (" in p]
+    assert unreadable == [f"entry {i}" for i in sorted(in_part)] + [f"MSA {m['key']}" for m in msas], threaded
