@@ -2,10 +2,12 @@
 
 Runs after the structure parts (it needs the chains index):
 
-1. **scan** (Dask tasks over batches of files under ``--msa-dir``): sniff each file (a3m, sto,
-   hhr/m8 template hits, empty, other), parse it, and report every alignment's query. A Stockholm
-   alignment's query is the first row whose sequence is the sequence of some chain in the store
-   (never simply its first row); hmmsearch template-hit files are counted and skipped. Files whose
+1. **scan** (Dask tasks over batches of files under ``--msa-dir``): read each file once for its
+   sha256, its format (a3m, sto, hhr/m8 template hits, empty, other) and every alignment's query.
+   An a3m file's queries are found without building its rows (every row's match columns are still
+   counted, so a broken file fails here as a full parse would); a Stockholm alignment is parsed, as
+   its query is the first row whose sequence is the sequence of some chain in the store (never
+   simply its first row); hmmsearch template-hit files are counted and skipped. Files whose
    path, size and mtime are those of a previous build's scan are not read: their scan comes from
    ``STORE/cache/msa_scan.arrow`` (:class:`ScanCache`), so a no-op build only stats the files.
 2. **join** (driver): an alignment belongs to every chain whose sequence hash equals its query's
@@ -26,11 +28,15 @@ that entry's chains get single-sequence MSAs and ``entries.msa_coverage`` says s
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import logging
+import os
 import re
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +55,8 @@ from featurecache.featurize.msa import (
     source_order_key,
 )
 from featurecache.featurize.seqhash import sequence_hash
-from featurecache.parse.a3m import parse_a3m
-from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
+from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, scan_a3m
+from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file, sniff_msa_format
 from featurecache.parse.sto import parse_sto
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
@@ -118,6 +124,9 @@ def scan_msa_files(msa_dir: str, rels: Sequence[str], wanted: set[str]) -> list[
 
 
 def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
+    """One file's scan. Its bytes are read once (hash, format, alignments); an a3m file's queries
+    are found without building its rows (:func:`~featurecache.parse.a3m.scan_a3m`), a Stockholm
+    file is parsed (any row can be the query)."""
     path = msa_dir / rel
     try:
         data = path.read_bytes()
@@ -125,14 +134,13 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
         return FileScan(rel, 0, error_class=type(exc).__name__, message=f"cannot read: {exc}")
     scan = FileScan(rel, len(data), sha256=hashlib.sha256(data).hexdigest())
     try:
-        scan.fmt = sniff_file(path)
+        scan.fmt = _sniff(data, path)
         if scan.fmt == "a3m":
-            for msa in parse_a3m(path):
-                q = msa.query_sequence
-                scan.alignments.append(AlignmentScan(msa.block, 0, q, _hashes(q, wanted)))
+            for block, q in scan_a3m(data, path):
+                scan.alignments.append(AlignmentScan(block, 0, q, _hashes(q, wanted)))
             scan.n_alignments = len(scan.alignments)
         elif scan.fmt == "sto":
-            for aln in parse_sto(path):
+            for aln in parse_sto(path, data):
                 if aln.is_template_hits:
                     scan.n_template_hits += len(aln.names)
                     continue
@@ -159,6 +167,26 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
         scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
         scan.alignments = []
     return scan
+
+
+#: Bytes of (decompressed) text a file's format is guessed from, as :func:`sniff_file` reads them.
+SNIFF_BYTES = 4096
+
+
+def _sniff(data: bytes, path: Path) -> str:
+    """:func:`~featurecache.parse.hits.sniff_file` of the file whose bytes are ``data``.
+
+    A damaged gzip stream is an :class:`MSAError` ``cannot read PATH: reason`` (zlib's errors
+    included, which ``sniff_file`` lets through).
+    """
+    head = data[:SNIFF_BYTES]
+    if data[:2] == GZIP_MAGIC:
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                head = gz.read(SNIFF_BYTES)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise MSAError(f"cannot read {path}: {exc}", path=str(path), stage="msa") from exc
+    return sniff_msa_format(head.decode("utf-8", errors="replace"), os.fspath(path))
 
 
 # --- layout ----------------------------------------------------------------------------------------
@@ -423,11 +451,13 @@ def _scan(client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bo
         for i, b in enumerate(batches)
     ]
     n_files = {f.key: len(b) for f, b in zip(futures, batches, strict=True)}
+    t0 = time.perf_counter()
     with stage_bar("MSA files", len(files), progress) as advance:
         advance(len(scans))
         for fut in as_completed(futures):
             scans.extend(fut.result())
             advance(n_files[fut.key])
+    log.info("MSA scan: %d file(s) read in %.2f s", len(todo), time.perf_counter() - t0)
     scans.sort(key=lambda sc: sc.rel)
     cache.save(files, scans, wanted, t_start)
     return scans

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from featurecache.errors import MSAError
-from featurecache.parse.a3m import find_query, read_msa_text, to_a3m_rows
+from featurecache.parse.a3m import decompress_msa, find_query, read_msa_text, to_a3m_rows
 from featurecache.types import ParsedMSA
 
 #: Row names of PDB seqres entries as hmmsearch writes them (``1psm_A/1-38``).
@@ -90,9 +90,15 @@ class StockholmAlignment:
         return None if i is None else self.to_msa(i)
 
 
-def parse_sto(path: str | os.PathLike[str]) -> list[StockholmAlignment]:
-    """Parse a Stockholm file (``.gz`` ok) into its alignments (``[]`` for an empty file)."""
-    text = read_msa_text(path)
+def parse_sto(path: str | os.PathLike[str], data: bytes | None = None) -> list[StockholmAlignment]:
+    """Parse a Stockholm file (``.gz`` ok) into its alignments (``[]`` for an empty file).
+
+    ``data``: the file's bytes when the caller has read them already (the file is not read again).
+    """
+    if data is None:
+        text = read_msa_text(path)
+    else:
+        text = decompress_msa(data, path).decode("utf-8", errors="replace")
     try:
         alns = _parse_sto(text)
     except MSAError as exc:

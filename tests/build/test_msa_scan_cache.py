@@ -1,12 +1,15 @@
 """The MSA stage's scan cache (STORE/cache/msa_scan.arrow): a no-op build reads no MSA file, a changed
-file is read again, and MSAs built from cached scans are the MSAs of a build without a cache."""
+file is read again, and MSAs built from cached scans are the MSAs of a build without a cache. The scan
+itself (one read per file, a3m queries without rows) finds what parsing every file in full finds."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import shutil
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,21 @@ import pyarrow.compute as pc
 import pytest
 
 import featurecache
-from featurecache.build.msa_stage import SCAN_CACHE_DIR, SCAN_CACHE_FILE
+from featurecache.build.msa_stage import (
+    SCAN_CACHE_DIR,
+    SCAN_CACHE_FILE,
+    AlignmentScan,
+    FileScan,
+    _degap,
+    _hashes,
+    scan_msa_files,
+)
+from featurecache.const import MolType
+from featurecache.errors import InputError, MSAError
+from featurecache.featurize.seqhash import sequence_hash
+from featurecache.parse.a3m import parse_a3m
+from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
+from featurecache.parse.sto import parse_sto
 from featurecache.store.index import read_table
 from tests.conftest import MSAS, STRUCTURES, build_store
 
@@ -145,3 +162,110 @@ def test_a_damaged_cache_is_only_a_slower_scan(tmp_path: Path, damage: bytes) ->
         again.n_failed == 0 and again.stages["msa"]["MSAs written (from files / single sequence)"] == "0 / 0"
     )
     assert len(_cache_rows(store)) == sum(1 for p in msa.rglob("*") if p.is_file())
+
+
+# --- the scan: one read per file, a3m queries without rows ---------------------------------------
+
+
+def _parsed_scan(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
+    """The reference: a file scanned by parsing it in full, as the build did before (sniff_file, then
+    parse_a3m / parse_sto / parse_hhr / parse_m8, each reading the file again)."""
+    path = msa_dir / rel
+    data = path.read_bytes()
+    scan = FileScan(rel, len(data), sha256=hashlib.sha256(data).hexdigest())
+    try:
+        scan.fmt = sniff_file(path)
+        if scan.fmt == "a3m":
+            for msa in parse_a3m(path):
+                q = msa.query_sequence
+                scan.alignments.append(AlignmentScan(msa.block, 0, q, _hashes(q, wanted)))
+            scan.n_alignments = len(scan.alignments)
+        elif scan.fmt == "sto":
+            for aln in parse_sto(path):
+                if aln.is_template_hits:
+                    scan.n_template_hits += len(aln.names)
+                    continue
+                scan.n_alignments += 1
+                found: dict[str, tuple[int, int]] = {}
+                for i, row in enumerate(aln.aligned):
+                    for h, mt in _hashes(_degap(row), wanted):
+                        found.setdefault(h, (i, mt))
+                by_row: dict[int, list[tuple[str, int]]] = {}
+                for h, (i, mt) in found.items():
+                    by_row.setdefault(i, []).append((h, mt))
+                for i in sorted(by_row):
+                    scan.alignments.append(
+                        AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i]))
+                    )
+                if not by_row and aln.names:
+                    scan.alignments.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
+        elif scan.fmt == "hhr":
+            scan.n_template_hits = len(parse_hhr(path))
+        elif scan.fmt == "m8":
+            scan.n_template_hits = len(parse_m8(path))
+    except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
+        scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
+        scan.alignments = []
+    return scan
+
+
+def _malformed_msas(d: Path) -> list[str]:
+    """MSA files the scan must report as the parser does: broken ones and odd layouts, made from real
+    files of the corpus."""
+    a3m = (MSAS / "openfold/1psm_A/bfd_uniclust_hits.a3m").read_bytes()
+    sto = (MSAS / "openfold/1psm_A/uniref90_hits.sto").read_bytes()
+    last = a3m.rstrip(b"\n").rsplit(b"\n", 1)
+    first_row = next(line for line in sto.splitlines() if line.strip() and not line.startswith(b"#"))
+    files = {
+        "ragged_last_row.a3m": last[0] + b"\n" + last[1][:-1] + b"\n",  # one match column short
+        "before_header.a3m": b"MKV\n" + a3m,
+        "non_ascii_row.a3m": a3m.replace(b"\n>", "\nÇ\n>".encode(), 1),
+        "latin1_header.a3m": a3m.replace(b"\n>", b"\n>M\xfcller ", 2),
+        "crlf.a3m": a3m.replace(b"\n", b"\r\n"),
+        "stars.a3m": a3m.replace(b"\n>", b"*\n>"),
+        "comment_inside.a3m": a3m.replace(b"\n>", b"\n# c\n>", 3),
+        "truncated.a3m.gz": gzip.compress(a3m, mtime=0)[:300],
+        "bad_crc.a3m.gz": gzip.compress(a3m, mtime=0)[:-8] + b"\0\0\0\0" + gzip.compress(a3m, mtime=0)[-4:],
+        "two_blocks_one_ragged.a3m": a3m + b"\x00>q\nMKV\n>h\nMK\n",
+        "ragged.sto": sto.replace(first_row, first_row + b"-", 1),  # one column more
+        "truncated.sto.gz": gzip.compress(sto, mtime=0)[:200],
+    }
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    return sorted(files)
+
+
+def test_scan_finds_what_parsing_every_file_finds(tmp_path: Path) -> None:
+    """Every real MSA file (a3m, gzip, NUL-separated, pseudo rows, Stockholm, template hits, hhr, the
+    empty file) and malformed ones: the scan records equal those of a full parse, errors included."""
+    real = sorted(p.relative_to(MSAS).as_posix() for p in MSAS.rglob("*") if p.is_file())
+    queries = [a.query for rel in real for a in _parsed_scan(MSAS, rel, set()).alignments]
+    wanted = {sequence_hash(q, MolType.PROTEIN) for q in queries}
+    rows = [_degap(r) for r in parse_sto(MSAS / "openfold/1psm_A/uniref90_hits.sto")[0].aligned[3:6]]
+    wanted |= {sequence_hash(r, MolType.PROTEIN) for r in rows}  # hits as Stockholm queries too
+    scans = scan_msa_files(str(MSAS), real, wanted)
+    assert scans == [_parsed_scan(MSAS, rel, wanted) for rel in real]
+    assert sum(len(a.matches) for sc in scans for a in sc.alignments) > len(real) // 2
+    assert any(a.query_row > 0 for sc in scans for a in sc.alignments)
+
+    broken = _malformed_msas(tmp_path)
+    scans = scan_msa_files(str(tmp_path), broken, wanted)
+    assert scans == [_parsed_scan(tmp_path, rel, wanted) for rel in broken]
+    failed = {sc.rel: sc.message for sc in scans if sc.error_class}
+    assert set(failed) == set(broken) - {"latin1_header.a3m", "crlf.a3m", "stars.a3m", "comment_inside.a3m"}
+    assert failed["ragged_last_row.a3m"].startswith("row ")
+    assert failed["truncated.a3m.gz"].startswith(f"cannot read {tmp_path / 'truncated.a3m.gz'}: ")
+
+
+def test_a_damaged_deflate_stream_is_a_failure_of_that_file(tmp_path: Path) -> None:
+    """A gzip file whose compressed data is damaged: zlib raises its own error (not an OSError), which
+    escaped the scan task and stopped the build; it is that file's failure, naming it."""
+    data = bytearray(gzip.compress((MSAS / "openfold/1psm_A/bfd_uniclust_hits.a3m").read_bytes(), mtime=0))
+    data[20:40] = bytes(b ^ 0xFF for b in data[20:40])
+    (tmp_path / "damaged.a3m.gz").write_bytes(bytes(data))
+    with pytest.raises(zlib.error):  # the premise: what reading the file raises
+        gzip.decompress(bytes(data))
+    (scan,) = scan_msa_files(str(tmp_path), ["damaged.a3m.gz"], set())
+    assert scan.error_class == "MSAError" and scan.alignments == []
+    assert scan.message.startswith(f"cannot read {tmp_path / 'damaged.a3m.gz'}: ")
+    assert scan.sha256 == hashlib.sha256(bytes(data)).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 import re
 from pathlib import Path
 
@@ -11,12 +12,14 @@ import pytest
 from featurecache.errors import MSAError
 from featurecache.parse.a3m import (
     PSEUDO_ROW_NAMES,
+    _a3m_queries,
     _parse_a3m,
     expand,
     find_query,
     parse_a3m,
     read_msa_text,
     reroot,
+    scan_a3m,
 )
 from featurecache.types import ParsedMSA
 
@@ -172,3 +175,127 @@ def test_unreadable_gzip_raises_msa_error(tmp_path: Path) -> None:
     with pytest.raises(MSAError) as info:
         parse_a3m(bad)
     assert info.value.path == str(bad) and info.value.stage == "msa"
+
+
+# --- queries without rows (the build's scan): the same answers as the parser ---------------------
+
+
+def _parsed(raw: bytes) -> list[tuple[int, str]] | tuple[str, str]:
+    """The reference: what ``_parse_a3m`` gives for the decoded bytes, or its error."""
+    try:
+        return [(m.block, m.query_sequence) for m in _parse_a3m(raw.decode("utf-8", errors="replace"))]
+    except MSAError as exc:
+        return ("MSAError", str(exc))
+
+
+def _scanned(raw: bytes) -> list[tuple[int, str]] | tuple[str, str]:
+    try:
+        return _a3m_queries(raw)
+    except MSAError as exc:
+        return ("MSAError", str(exc))
+
+
+#: Each layout the query scan answers itself or leaves to the parser, and each parser error.
+EDGE_CASES = {
+    "plain": b">q\nACDE\n>h1\nA-dfDE\n>h2\n--DE\n",
+    "wrapped and blank lines": b">q d\nAC\n\nDE\n>h\nA-\nd.DE\n\n",
+    "no final newline": b">q\nACDE\n>h\nACDE",
+    "header only rows": b">q\n>h\n",
+    "header only last row": b">q\nAC\n>h",
+    "leading comments and blanks": b"#A3M#\n\n; c\n  \n>q\nACD\n>h\nAC-\n",
+    "ColabFold tab headers": b"#3\t1\n>101\nMKV\n>UniRef100_X\t12\t0.5\t1e-3\nMK-\n",
+    "pseudo rows first": b">ss_dssp\nCCCHHH\n>ss_pred x\nCC\n>q\nACD\n>h\nACD\n",
+    "pseudo row after the query": b">q\nACD\n>Consensus\nxxxxxxxx\n>h\nA-D\n",
+    "only pseudo rows": b">ss_dssp\nCCC\n>ss_pred\nCC\n",
+    "indented pseudo header": b"> ss_conf\n12\n>q\nAC\n",
+    "sp| header (not pseudo)": b">sp|P1|X\nAC\n>ss_dsspX\nAC\n",
+    "dirty query (rerooted)": b">q\nA-cDe.F\n>h\nAKcDeGF\n",
+    "query with lower case only": b">q\nacd\n>h\nacd\n",
+    "nul-separated blocks": b">q1\nAC\n>h\nAC\n\x00>q2\nMKV\n>h\nMK-\n\x00\n",
+    "empty": b"",
+    "comments only": b"#x\n;y\n",
+    "blank only": b" \n\t\n",
+    "star terminators": b">q\nACD*\n>h\nAC-*\n",
+    "star inside a row": b">q\nAC*D\n>h\nACDE\n",
+    "CRLF": b">q\r\nACD\r\n>h\r\nA-D\r\n",
+    "form feed and vertical tab": b">q\x0cACD\x0b>h\nAC\n",
+    "tab inside a sequence line": b">q\nAC\tD\n>h\nAC-D\n",
+    "trailing tab on a sequence line": b">q\nACD\t\n>h\nA-D\n",
+    "leading blanks on a sequence line": b">q\n  ACD\n>h\n A-D \n",
+    "comment inside a row": b">q\nAC\n#c\nD\n>h\nACD\n",
+    "indented header": b">q\nACD\n  >h\nACD\n",
+    "'>' inside a sequence line": b">q\nAC>D\n>h\nACDE\n",
+    "'>' inside a header": b">q a>b\nACD\n>h\nACD\n",
+    "sequence before the first header": b"ACD\n>q\nACD\n",
+    "ragged first hit": b">q\nACDE\n>h\nACD\n",
+    "ragged row deep down": b">q\nACDE\n" + b">h\nAC-E\n" * 500 + b">bad\nACDEF\n",
+    "ragged row in the second block": b">q\nAC\n\x00>q\nAC\n>h\nA\n",
+    "non-ASCII header": ">q\nACD\n>h Müller\nA-D\n".encode(),
+    "Latin-1 header byte": b">q\nACD\n>h M\xfcller\nA-D\n",
+    "non-ASCII residue": ">q\nACD\n>h\nAÇD\n".encode(),
+    "unicode line separator in a header": ">q\nACD\n>h a\u2028ACD\n".encode(),
+    "NEL in a header": ">q\nAC\n>h a\x85b\nAC\n".encode(),
+    "non-breaking space before a header": "\u00a0>q\nAC\n".encode(),
+}
+
+
+@pytest.mark.parametrize("raw", list(EDGE_CASES.values()), ids=list(EDGE_CASES))
+def test_queries_equal_the_parser(raw: bytes) -> None:
+    assert _scanned(raw) == _parsed(raw)
+
+
+def test_queries_equal_the_parser_on_random_alignments() -> None:
+    """Seeded random a3m text (valid alignments with wrapped lines, comments, pseudo rows and NUL
+    blocks, then random insertions of the bytes the layout rules hinge on)."""
+    rng = random.Random(17)
+    noise = [b">", b"\n", b"\n>", b"a", b"-", b".", b" ", b"\t", b"#", b";", b"*", b"\r", b"\x00",
+             b"\x0b", b"\x1c", b"ss_dssp ", b"\xc3\xa9", b"\xff", b"\n  >", b"A"]  # fmt: skip
+
+    def row(n: int) -> str:
+        out = []
+        for _ in range(n):
+            if rng.random() < 0.2:
+                out.append("".join(rng.choice("acdy.") for _ in range(rng.randint(1, 3))))
+            out.append(rng.choice("ACDEFGKLMX-"))
+        return "".join(out)
+
+    def block() -> str:
+        n = rng.randint(0, 6)
+        lines = [rng.choice(["#A3M#", "#12\t1", ";c", ""])] if rng.random() < 0.3 else []
+        for i in range(rng.randint(1, 5)):
+            lines.append(">" + rng.choice(["q", "UniRef100_A\tx", "ss_pred", "Consensus", "", " h"]))
+            seq = row(n)
+            k = rng.randint(0, len(seq))
+            lines.append(seq[:k] + rng.choice(["", "\n", "\n\n", "\n  "]) + seq[k:] if i else seq)
+        return "\n".join(lines) + rng.choice(["", "\n"])
+
+    n_errors = 0
+    for _ in range(2000):
+        raw = "\x00".join(block() for _ in range(rng.choice([1, 1, 2]))).encode()
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            k = rng.randint(0, len(raw))
+            raw = raw[:k] + rng.choice(noise) + raw[k:]
+        expected = _parsed(raw)
+        n_errors += isinstance(expected, tuple)
+        assert _scanned(raw) == expected, raw
+    assert 100 < n_errors < 1900  # both answers and errors were compared
+
+
+@pytest.mark.parametrize("path", REAL_A3M, ids=lambda p: str(p.relative_to(MSAS)))
+def test_scan_a3m_of_a_real_file_equals_parse_a3m(path: Path) -> None:
+    assert scan_a3m(path.read_bytes(), path) == [(m.block, m.query_sequence) for m in parse_a3m(path)]
+
+
+def test_scan_a3m_errors_name_the_file(tmp_path: Path) -> None:
+    ragged = tmp_path / "ragged.a3m"
+    ragged.write_bytes(b">q\nACDE\n" + b">h\nAC-E\n" * 50 + b">bad\nACE\n")
+    for bad in (ragged, tmp_path / "broken.a3m.gz"):
+        if bad.suffix == ".gz":
+            bad.write_bytes(gzip.compress(b">q\nACDE\n")[:12])
+        with pytest.raises(MSAError) as parsed:
+            parse_a3m(bad)
+        with pytest.raises(MSAError) as scanned:
+            scan_a3m(bad.read_bytes(), bad)
+        assert str(scanned.value) == str(parsed.value)
+        assert (scanned.value.path, scanned.value.stage) == (str(bad), "msa")
+    assert str(scanned.value).startswith(f"cannot read {tmp_path / 'broken.a3m.gz'}: ")
