@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import numpy as np
 import zarr
+from zarr.core.chunk_grids import RegularChunkGrid
+from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
@@ -271,13 +273,31 @@ def array_names(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def shard_files(path: Path, arr: zarr.Array) -> list[Path]:
-    """The files holding ``arr``'s shards (its chunks when unsharded); none for an empty array."""
-    if arr.size == 0:
+def shard_files(path: Path, arr: zarr.Array | ArrayV3Metadata) -> list[Path]:
+    """The files holding the shards (the chunks when unsharded) of the array at ``path``, from the
+    opened array or its metadata (:func:`array_metadata`); none for an empty array."""
+    meta = arr.metadata if isinstance(arr, zarr.Array) else arr
+    if not isinstance(meta, ArrayV3Metadata) or not isinstance(meta.chunk_grid, RegularChunkGrid):
+        raise StoreError(f"{path}: not a zarr v3 array of a regular chunk grid")
+    if 0 in meta.shape:
         return []
-    outer = arr.shards or arr.chunks
-    grid = [range(-(-n // c)) for n, c in zip(arr.shape, outer, strict=True)]
-    return [path / arr.metadata.encode_chunk_key(coords) for coords in itertools.product(*grid)]
+    # with sharding the grid's chunks are the shards (one file each)
+    outer = meta.chunk_grid.chunk_shape
+    grid = [range(-(-n // c)) for n, c in zip(meta.shape, outer, strict=True)]
+    return [path / meta.encode_chunk_key(coords) for coords in itertools.product(*grid)]
+
+
+def array_metadata(path: Path) -> ArrayV3Metadata:
+    """The zarr v3 metadata of the array at ``path`` (its ``zarr.json``), read without opening the
+    array (no round trip through zarr's event loop); StoreError when it is missing or not an array."""
+    meta = Path(path) / "zarr.json"
+    try:
+        doc = json.loads(meta.read_text())
+        if doc.get("node_type") != "array":
+            raise ValueError("not an array")
+        return ArrayV3Metadata.from_dict(doc)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(f"{meta} is missing or not zarr array metadata ({exc})") from exc
 
 
 async def _gather(reads: list[tuple[zarr.Array, tuple[slice, ...]]]) -> list[Any]:

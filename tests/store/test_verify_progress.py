@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from featurecache import open_store
 
 
@@ -41,15 +43,16 @@ def test_verify_shows_progress_on_stderr_unless_asked_not_to(sample_store: Path)
     assert f"{n_entries}/{n_entries}" not in quiet.stderr
 
 
-def test_threads_report_the_problems_of_one_at_a_time_in_index_order(
-    sample_store: Path, tmp_path: Path
+def test_worker_processes_report_the_problems_of_one_process_in_index_order(
+    sample_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Entries and MSAs are checked on a pool of threads; the problem list is the one a check of
-    one entry at a time gives, in the order of the index (entries sorted by id), however the
-    reads finish. Damage in several entries and MSAs: a structure shard cut short (every entry
+    """Entries and MSAs are checked by worker processes, in batches; the problem list is the one
+    a check in this process gives, in the order of the index (entries sorted by id), however the
+    batches finish. Damage in several entries and MSAs: a structure shard cut short (every entry
     of that part unreadable) and two MSA strips cut short."""
     import shutil
 
+    from featurecache.store import verify
     from featurecache.store.verify import verify_store
 
     store = Path(shutil.copytree(sample_store, tmp_path / "store"))
@@ -69,8 +72,11 @@ def test_threads_report_the_problems_of_one_at_a_time_in_index_order(
                     if f.is_file() and f.name != "zarr.json"]  # fmt: skip
         strip.write_bytes(strip.read_bytes()[: strip.stat().st_size // 2])
 
-    one_at_a_time = verify_store(store, workers=1)
-    threaded = verify_store(store, workers=8)
-    assert threaded == one_at_a_time
-    unreadable = [p.split(":", 1)[0] for p in threaded if p.endswith(")") and ": unreadable (" in p]
-    assert unreadable == [f"entry {i}" for i in sorted(in_part)] + [f"MSA {m['key']}" for m in msas], threaded
+    here = verify_store(store, workers=1)
+    monkeypatch.setattr(verify, "BATCH_ROWS", 1)  # one row per task: the order across tasks counts
+    in_workers = verify_store(store, workers=3)
+    assert in_workers == here
+    unreadable = [p.split(":", 1)[0] for p in in_workers if p.endswith(")") and ": unreadable (" in p]
+    assert unreadable == [f"entry {i}" for i in sorted(in_part)] + [f"MSA {m['key']}" for m in msas], (
+        in_workers
+    )
