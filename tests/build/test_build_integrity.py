@@ -352,3 +352,8 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
     assert sorted(r["key"] for r in components) == sorted(names)
     assert _index_files(out) == _full_rebuild(out, tmp_path / "full-2")
     assert verify_store(out) == []
+    # the rows kept for the next build's incremental index are written zstd-compressed
+    kept = {f.name: f.stat().st_size for f in (out / "index" / ".part-rows").glob("*.arrow")}
+    plain = tmp_path / "plain.arrow"
+    replace_table(plain, read_table(out / "index" / ".part-rows" / "chains.arrow", memory_map=False))
+    assert kept["chains.arrow"] < plain.stat().st_size, (kept, plain.stat().st_size)
