@@ -6,14 +6,14 @@ each setting, adds one structure part and times the incremental index rebuild (C
 process: the machine is shared) and reports the sizes. Replicated rows compress better than a real
 store's (the real store's own .part-rows: about 2x).
 
-    .venv/bin/python benchmarks/dev/index_part_rows.py STORE WORKDIR [COPIES=1000] [REPS=8]
+    .venv/bin/python benchmarks/dev/index_part_rows.py STORE WORKDIR [--copies 1000] [--reps 8]
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -52,9 +52,16 @@ def make(src: Path, dst: Path, copies: int) -> None:
 
 
 def main() -> None:
-    src, work = Path(sys.argv[1]), Path(sys.argv[2])
-    copies = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
-    reps = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+    first = (__doc__ or "").split("\n\n")[0]
+    ap = argparse.ArgumentParser(description=first)
+    ap.add_argument("store", type=Path, help="a built store whose parts' _index tables are replicated")
+    ap.add_argument("work", type=Path, help="a scratch directory (replaced)")
+    ap.add_argument("--copies", type=int, default=1000, help="times the structure parts are replicated")
+    ap.add_argument("--reps", type=int, default=8, help="incremental rebuilds per setting")
+    args = ap.parse_args()
+    if args.copies < 1 or args.reps < 1:
+        ap.error("--copies and --reps must be at least 1")
+    src, work, copies, reps = args.store, args.work, args.copies, args.reps
     base = work / "base"
     make(src, base, copies)
     settings: dict[str, str | None] = {"none": None, "zstd": "zstd"}
