@@ -27,7 +27,8 @@ app = typer.Typer(
     help=(
         "Ahead-of-time feature cache for AlphaFold3-style training.\n\n"
         "build: precompute atom/token/MSA/conformer features into a Zarr v3 + Arrow store (on Dask).\n"
-        "info / verify: inspect and check a store.  serve: HTTP lookup service over a store.\n"
+        "info / verify: inspect and check a store.  prune: delete parts no index row uses.\n"
+        "serve: HTTP lookup service over a store.\n"
         "train: the reference training loop (client dataset + Triton-kernel model).\n"
         "report / plan: look at what is in a store; plan GPU memory per entry.\n\n"
         "Exit status: 0 ok, 1 some inputs failed, 2 usage, 3 fatal, 4 verify mismatch."
@@ -225,6 +226,26 @@ def verify(
     if problems:
         raise typer.Exit(EXIT_VERIFY_MISMATCH)
     typer.echo("ok: store verified")
+
+
+@app.command()
+def prune(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the parts, remove nothing.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Delete the parts no index row uses any more (old versions of rebuilt entries, MSAs and
+    components no entry uses); what the store serves does not change."""
+    _setup_logging(verbose)
+    from featurecache.store.prune import prune_store
+
+    try:
+        result = prune_store(store, dry_run=dry_run)
+    except FeatureCacheError as exc:
+        raise _fatal(exc) from exc
+    done = "would remove" if dry_run else "removed"
+    names = f": {', '.join(result.parts)}" if result.parts else ""
+    typer.echo(f"{done} {len(result.parts)} part(s), {result.bytes / 1e6:.2f} MB{names}")
 
 
 @app.command()

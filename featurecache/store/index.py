@@ -226,6 +226,11 @@ def _gather(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
     return tables, set(found)
 
 
+def index_tables(root: Path, parts: Sequence[Path]) -> dict[str, pa.Table]:
+    """The index tables a rebuild from ``parts`` alone gives (sorted as written; nothing is written)."""
+    return {name: _sorted(name, t) for name, t in _derive(Path(root), _gather(parts)[0]).items()}
+
+
 def gather_part_tables(root: Path) -> dict[str, pa.Table]:
     """Concatenate every complete part's ``_index/<table>.arrow`` per table name."""
     return _gather(complete_parts(Path(root)))[0]
