@@ -185,6 +185,7 @@ def run_build(
     summary = BuildSummary(store=str(out))
     client, cluster = _make_client(workers, scheduler)
     try:
+        _forget_parsed_ccd(client)
         with BuildLock(out):
             init_store(
                 out,
@@ -226,6 +227,16 @@ def run_build(
     summary.seconds = time.perf_counter() - t_start
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
+
+
+def _forget_parsed_ccd(client: Any) -> None:
+    """Parsed CCD definitions are cached per path in each process; a CCD edited in place since
+    the last build this driver or a long-lived worker served must be read again (its new
+    fingerprint already rebuilds every entry: those entries must not get the old definitions)."""
+    from featurecache.chem.library import clear_component_caches
+
+    clear_component_caches()
+    client.run(clear_component_caches)
 
 
 def _count_replaced(pending: list[InputFile], stored: Any) -> tuple[int, int]:

@@ -16,10 +16,15 @@ from collections.abc import Sequence
 
 from featurecache.chem.library import get_library
 
-__all__ = ["component_bonds"]
+__all__ = ["clear_bond_cache", "component_bonds"]
 
 #: types.Bond ``order`` of an aromatic bond.
 AROMATIC_ORDER = 4
+
+
+def clear_bond_cache() -> None:
+    """Forget the cached bond lists (see :func:`featurecache.chem.library.clear_component_caches`)."""
+    _bonds_cached.cache_clear()
 
 
 @functools.lru_cache(maxsize=16384)

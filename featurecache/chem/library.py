@@ -17,7 +17,7 @@ from pathlib import Path
 from featurecache.chem.standard import standard_component
 from featurecache.parse.ccd import CCD, ComponentDef
 
-__all__ = ["ComponentLibrary", "get_library"]
+__all__ = ["ComponentLibrary", "clear_component_caches", "get_library"]
 
 
 class ComponentLibrary:
@@ -57,3 +57,14 @@ def _library(path: str | None) -> ComponentLibrary:
 def get_library(ccd_path: str | os.PathLike[str] | None = None) -> ComponentLibrary:
     """A process-wide cached :class:`ComponentLibrary` for ``ccd_path`` (None: packaged only)."""
     return _library(None if ccd_path is None else str(Path(ccd_path).resolve()))
+
+
+def clear_component_caches() -> None:
+    """Forget every parsed CCD definition of this process (the libraries and the per-component
+    bond lists). A build calls it on the driver and on every Dask worker when it starts: the
+    caches are keyed by path, so a CCD edited in place between two builds served by one process
+    (a long-lived ``dask worker``, or ``run_build`` called twice) would otherwise be read stale."""
+    from featurecache.chem.bonds import clear_bond_cache
+
+    _library.cache_clear()
+    clear_bond_cache()

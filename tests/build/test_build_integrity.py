@@ -339,7 +339,7 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
                          for r in read_table(p / "_index" / "msas.arrow").to_pylist()}  # fmt: skip
 
     # EPE's definition changes (a CCD update): recomputed into a new component part, which alone
-    # is listed (a new directory: the build process keeps a CCD library per path)
+    # is listed
     new_ccd = Path(shutil.copytree(ccd, tmp_path / "ccd-update"))
     epe = new_ccd / "EPE.cif"
     epe.write_text(epe.read_text().replace("2024-09-27", "2025-01-31", 1))
@@ -357,3 +357,30 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
     plain = tmp_path / "plain.arrow"
     replace_table(plain, read_table(out / "index" / ".part-rows" / "chains.arrow", memory_map=False))
     assert kept["chains.arrow"] < plain.stat().st_size, (kept, plain.stat().st_size)
+
+
+def test_a_ccd_edited_in_place_is_read_again_by_the_next_build_of_the_same_process(tmp_path: Path) -> None:
+    """The CCD is parsed once per path and process; EPE.cif edited in place (same path) between
+    two builds run by one process must give a recomputed EPE component, as a new path does
+    (the driver kept the old definition: the component was not recomputed, while the CCD's new
+    fingerprint rebuilt the entry)."""
+    from featurecache.store.components import component_rows_in_parts
+
+    inputs, out, ccd = tmp_path / "in", tmp_path / "s", tmp_path / "ccd"
+    inputs.mkdir()
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "2q2k.cif")  # holds EPE
+    shutil.copytree(SAMPLES / "ccd", ccd)
+    build_store(out, inputs, workers=1, ccd=ccd)
+    before = [r["part"] for r in component_rows_in_parts(out).to_pylist() if r["key"] == "EPE"]
+    assert len(before) == 1
+    epe = ccd / "EPE.cif"
+    text = epe.read_text()
+    assert "2024-09-27" in text
+    epe.write_text(text.replace("2024-09-27", "2025-01-31", 1))  # a new revision of the definition
+    summary = build_store(out, inputs, workers=1, ccd=ccd)
+    assert summary.n_rebuilt == 1  # the CCD's fingerprint changed: the entry is rebuilt
+    after = sorted(r["part"] for r in component_rows_in_parts(out).to_pylist() if r["key"] == "EPE")
+    assert len(after) == 2 and after[0] == before[0]  # recomputed into a new part
+    listed = [r["part"] for r in featurecache.open_store(out).components.to_pylist() if r["key"] == "EPE"]
+    assert listed == [after[-1]]
+    assert verify_store(out) == []
