@@ -193,11 +193,12 @@ def run_build(
             )
             remove_leftovers(out)
             # from the parts: repairs an index left stale or damaged by a killed build
-            stored = rebuild_index(out)["entries"]
+            start_index = rebuild_index(out)
+            stored = start_index["entries"]
             existing = existing_entry_ids(stored)
             inputs = discover(pdb_dir, entry_config, existing, exclude=out)
             done = done_keys(out)
-            pending = [i for i in inputs if i.key not in done]
+            pending = _pending(inputs, done, stored, start_index["failures"])
             summary.n_inputs = len(inputs)
             summary.n_skipped = len(inputs) - len(pending)
             summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
@@ -237,6 +238,31 @@ def _forget_parsed_ccd(client: Any) -> None:
 
     clear_component_caches()
     client.run(clear_component_caches)
+
+
+def _pending(inputs: list[InputFile], done: set[str], entries: Any, failures: Any) -> list[InputFile]:
+    """The inputs to build: those whose key is not the latest outcome the store holds for them.
+
+    An input is up to date when its key is that of its path's listed failure (the index lists a
+    failure only when it is newer than every entry built from that path), else that of the live
+    entry of its id, else (neither: e.g. a part without an index row) when some part holds the key.
+    So an input put back to an earlier version (whose key an older, superseded part still holds)
+    is built again: skipping it by that older part left the store serving the newer version."""
+    live = dict(zip(entries.column("id").to_pylist(), entries.column("key").to_pylist(), strict=True))
+    failed: dict[str, str] = {}
+    if failures.num_rows:
+        failed = dict(
+            zip(failures.column("path").to_pylist(), failures.column("key").to_pylist(), strict=True)
+        )
+
+    def current(i: InputFile) -> bool:
+        if i.rel in failed:
+            return failed[i.rel] == i.key
+        if i.entry_id in live:
+            return live[i.entry_id] == i.key
+        return i.key in done
+
+    return [i for i in inputs if not current(i)]
 
 
 def _count_replaced(pending: list[InputFile], stored: Any) -> tuple[int, int]:

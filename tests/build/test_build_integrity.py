@@ -384,3 +384,33 @@ def test_a_ccd_edited_in_place_is_read_again_by_the_next_build_of_the_same_proce
     listed = [r["part"] for r in featurecache.open_store(out).components.to_pylist() if r["key"] == "EPE"]
     assert listed == [after[-1]]
     assert verify_store(out) == []
+
+
+def test_an_input_put_back_to_its_earlier_version_is_served_again(tmp_path: Path) -> None:
+    """102m.cif is replaced by other bytes (1psm's), then put back: the store must serve 102m's
+    structure again. Its key was still held by the first, superseded part, and the build skipped
+    it as done, so the store went on serving the replacement. Checked against gemmi's reading."""
+    import gemmi
+
+    inputs, out = tmp_path / "in", tmp_path / "s"
+    inputs.mkdir()
+    original = SAMPLES / "structures" / "102m.cif"
+    shutil.copy(original, inputs / "102m.cif")
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd")
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", inputs / "102m.cif")
+    assert build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd").n_replaced == 1
+    shutil.copy(original, inputs / "102m.cif")
+    summary = build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd")
+    assert summary.n_replaced == 1 and summary.n_skipped == 0
+    st = gemmi.read_structure(str(original))
+    first_chain = st[0][0].get_polymer()
+    expected = gemmi.one_letter_code([r.name for r in first_chain])
+    chains = featurecache.open_store(out).chains.to_pylist()
+    assert any(c["sequence"] == expected for c in chains), [c["sequence"] for c in chains]
+    row = featurecache.open_store(out).entries.to_pylist()[0]
+    import hashlib
+
+    assert row["source_sha256"] == hashlib.sha256(original.read_bytes()).hexdigest()
+    # a fourth build with nothing changed builds nothing
+    assert build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd").n_skipped == 1
+    assert verify_store(out) == []

@@ -367,3 +367,36 @@ def test_msa_parts_are_byte_identical_across_worker_counts(tmp_path: Path) -> No
     ta = featurecache.open_store(tmp_path / "w1").msas
     tb = featurecache.open_store(tmp_path / "w2").msas
     assert ta.equals(tb)
+
+
+def test_an_msa_no_entry_uses_any_more_is_kept_for_a_sequence_that_comes_back(tmp_path: Path) -> None:
+    """102m is replaced by another structure (its myoglobin MSA leaves the index: no live entry
+    uses it), then comes back while its alignment files are gone: the stored MSA is used again,
+    not replaced by the single sequence (the MSA stage read which MSAs are stored from the index)."""
+    from featurecache.store.index import read_table
+
+    samples = Path(__file__).resolve().parents[2] / "samples"
+    inputs, out, msas = tmp_path / "in", tmp_path / "s", tmp_path / "msas"
+    inputs.mkdir()
+    shutil.copytree(samples / "msas", msas)
+    shutil.copy(samples / "structures" / "102m.cif", inputs / "102m.cif")
+    build_store(out, inputs, workers=1, msa_dir=msas, ccd=samples / "ccd")
+    first = {r["key"]: r for r in featurecache.open_store(out).msas.to_pylist()}
+    (key,) = first
+    assert first[key]["depth"] > 1  # the Protenix alignment of myoglobin
+
+    shutil.copy(samples / "structures" / "1psm.cif", inputs / "102m.cif")  # another protein, same id
+    build_store(out, inputs, workers=1, msa_dir=msas, ccd=samples / "ccd")
+    assert key not in featurecache.open_store(out).msas.column("key").to_pylist()
+
+    shutil.rmtree(msas / "Protenix")  # myoglobin's alignments are gone
+    shutil.copy(samples / "structures" / "102m.cif", inputs / "102m.cif")  # and 102m comes back
+    build_store(out, inputs, workers=1, msa_dir=msas, ccd=samples / "ccd")
+    again = {r["key"]: r for r in featurecache.open_store(out).msas.to_pylist()}
+    assert again[key]["depth"] == first[key]["depth"]
+    assert again[key]["part"] == first[key]["part"]  # the stored MSA, not a rebuild
+    m_parts = [p for p in complete_parts(out) if p.name.startswith("m-")]
+    rows = [
+        r for p in m_parts for r in read_table(p / "_index" / "msas.arrow").to_pylist() if r["key"] == key
+    ]
+    assert len(rows) == 1  # no single-sequence MSA was written for it
