@@ -17,20 +17,16 @@ import pyarrow.compute as pc
 import pytest
 
 import featurecache
+from benchmarks.msa_scan import full_parse_scan
 from featurecache.build.msa_stage import (
     SCAN_CACHE_DIR,
     SCAN_CACHE_FILE,
-    AlignmentScan,
     FileScan,
     _degap,
-    _hashes,
     scan_msa_files,
 )
 from featurecache.const import MolType
-from featurecache.errors import InputError, MSAError
 from featurecache.featurize.seqhash import sequence_hash
-from featurecache.parse.a3m import parse_a3m
-from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
 from featurecache.parse.sto import parse_sto
 from featurecache.store.index import read_table
 from tests.conftest import MSAS, STRUCTURES, build_store
@@ -169,43 +165,9 @@ def test_a_damaged_cache_is_only_a_slower_scan(tmp_path: Path, damage: bytes) ->
 
 def _parsed_scan(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
     """The reference: a file scanned by parsing it in full, as the build did before (sniff_file, then
-    parse_a3m / parse_sto / parse_hhr / parse_m8, each reading the file again)."""
-    path = msa_dir / rel
-    data = path.read_bytes()
-    scan = FileScan(rel, len(data), sha256=hashlib.sha256(data).hexdigest())
-    try:
-        scan.fmt = sniff_file(path)
-        if scan.fmt == "a3m":
-            for msa in parse_a3m(path):
-                q = msa.query_sequence
-                scan.alignments.append(AlignmentScan(msa.block, 0, q, _hashes(q, wanted)))
-            scan.n_alignments = len(scan.alignments)
-        elif scan.fmt == "sto":
-            for aln in parse_sto(path):
-                if aln.is_template_hits:
-                    scan.n_template_hits += len(aln.names)
-                    continue
-                scan.n_alignments += 1
-                found: dict[str, tuple[int, int]] = {}
-                for i, row in enumerate(aln.aligned):
-                    for h, mt in _hashes(_degap(row), wanted):
-                        found.setdefault(h, (i, mt))
-                by_row: dict[int, list[tuple[str, int]]] = {}
-                for h, (i, mt) in found.items():
-                    by_row.setdefault(i, []).append((h, mt))
-                for i in sorted(by_row):
-                    scan.alignments.append(
-                        AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i]))
-                    )
-                if not by_row and aln.names:
-                    scan.alignments.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
-        elif scan.fmt == "hhr":
-            scan.n_template_hits = len(parse_hhr(path))
-        elif scan.fmt == "m8":
-            scan.n_template_hits = len(parse_m8(path))
-    except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
-        scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
-        scan.alignments = []
+    parse_a3m / parse_sto / parse_hhr / parse_m8, each reading the file again); the benchmark
+    measures the scan against the same function."""
+    (scan,) = full_parse_scan(str(msa_dir), [rel], wanted)
     return scan
 
 
