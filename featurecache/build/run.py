@@ -180,6 +180,11 @@ def run_build(
                     config=config)  # fmt: skip
     check_structure_files(pdb_dir, out)
     check_store_dir(out)
+    # workers of an external cluster run in another working directory: every path the stages
+    # send them (part paths under out, input, MSA and CCD paths) must be absolute
+    pdb_dir, out = _absolute(pdb_dir), _absolute(out)
+    msa_dir = _absolute(msa_dir) if msa_dir is not None else None
+    ccd = _absolute(ccd) if ccd is not None else None
     ccd_fp = _fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
     summary = BuildSummary(store=str(out))
@@ -228,6 +233,11 @@ def run_build(
     summary.seconds = time.perf_counter() - t_start
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
+
+
+def _absolute(path: Path | str) -> Path:
+    """``path`` made absolute against the driver's cwd (symlinks kept, as the user named them)."""
+    return Path(os.path.abspath(path))
 
 
 def _forget_parsed_ccd(client: Any) -> None:

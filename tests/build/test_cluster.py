@@ -1,0 +1,123 @@
+"""Builds on a real external Dask cluster (``dask scheduler`` + ``dask worker`` processes on
+127.0.0.1, workers in another working directory), including workers that run another featurecache
+and a scheduler that goes away."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import featurecache
+from tests.conftest import REPO, SAMPLES, build_store
+
+VENV_BIN = Path(sys.executable).parent
+DASK = str(VENV_BIN / "dask")
+
+
+@dataclass
+class Cluster:
+    address: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in reversed(procs):  # workers first, then the scheduler
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def _start_scheduler(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    sched_file = tmp / "scheduler.json"
+    log_file = (tmp / "scheduler.log").open("wb")
+    proc = subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(sched_file)],
+        stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp,
+    )  # fmt: skip
+    for _ in range(300):
+        if sched_file.exists():
+            try:
+                return json.loads(sched_file.read_text())["address"], proc
+            except (ValueError, KeyError):
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    _stop([proc])
+    raise RuntimeError(f"dask scheduler did not start: {(tmp / 'scheduler.log').read_text()[-2000:]}")
+
+
+def _start_worker(address: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    cwd.mkdir(parents=True, exist_ok=True)
+    log_file = (cwd / "worker.log").open("wb")
+    return subprocess.Popen(
+        [DASK, "worker", address, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+         "--memory-limit", "4GiB"],
+        stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd, env=env or dict(os.environ),
+    )  # fmt: skip
+
+
+def _wait_for_workers(address: str, n: int) -> None:
+    from distributed import Client
+
+    with Client(address, timeout="20s") as c:
+        c.wait_for_workers(n, timeout=60)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A scheduler and one worker whose cwd is a directory of its own (not the test's cwd)."""
+    address, sched = _start_scheduler(tmp_path)
+    procs = [sched]
+    try:
+        procs.append(_start_worker(address, tmp_path / "worker-cwd"))
+        _wait_for_workers(address, 1)
+        yield Cluster(address, procs)
+    finally:
+        _stop(procs)
+
+
+def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [str(VENV_BIN / "featurecache"), "build", *args, "--no-progress"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_relative_out_on_external_cluster_has_components(
+    tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative --out is resolved on the driver: a worker in another cwd still finds every part
+    (before: the component stage's scan found nothing there and the store had no components)."""
+    ref = tmp_path / "ref"
+    build_store(ref, SAMPLES / "structures", ccd=SAMPLES / "ccd", workers=1)
+    n_ref = featurecache.open_store(ref).components.num_rows
+    assert n_ref > 0
+
+    driver_cwd = tmp_path / "driver-cwd"
+    driver_cwd.mkdir()
+    monkeypatch.chdir(driver_cwd)
+    from featurecache.build.run import run_build
+
+    run_build(pdb_dir=SAMPLES / "structures", out=Path("store"), ccd=SAMPLES / "ccd",
+              scheduler=cluster.address, part_size=8, progress=False)  # fmt: skip
+    store = featurecache.open_store(driver_cwd / "store")
+    assert store.components.num_rows == n_ref
+    assert not (tmp_path / "worker-cwd" / "store").exists()
