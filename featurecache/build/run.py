@@ -26,7 +26,7 @@ from featurecache.build.discover import (
     plan_parts,
 )
 from featurecache.build.progress import stage_bar
-from featurecache.build.tasks import PartResult, build_structure_part
+from featurecache.build.tasks import PartResult, build_structure_part, worker_versions
 from featurecache.errors import InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 INDEX_REFRESH_S = 15.0  # rebuild the index this often during a build, so progress is readable
 #: ...but at most this share of the driver's time (a refresh that takes long waits longer for the next)
 INDEX_REFRESH_SHARE = 0.1
+#: how long a build on an external scheduler waits for its first worker
+WAIT_FOR_WORKERS_S = 60.0
 
 
 @dataclass
@@ -190,6 +192,9 @@ def run_build(
     summary = BuildSummary(store=str(out))
     client, cluster = _make_client(workers, scheduler)
     try:
+        if scheduler:
+            _wait_for_workers(client, scheduler)
+        _check_worker_versions(client)
         _forget_parsed_ccd(client)
         with BuildLock(out):
             init_store(
@@ -238,6 +243,42 @@ def run_build(
 def _absolute(path: Path | str) -> Path:
     """``path`` made absolute against the driver's cwd (symlinks kept, as the user named them)."""
     return Path(os.path.abspath(path))
+
+
+def _wait_for_workers(client: Any, scheduler: str) -> None:
+    """An external scheduler without a worker would let the build wait forever: StoreError (exit 3)."""
+    try:
+        client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
+    except TimeoutError as exc:
+        raise StoreError(f"the Dask scheduler at {scheduler} has no worker (waited {WAIT_FOR_WORKERS_S:.0f} s); "
+                         "start one with: dask worker " + scheduler) from exc  # fmt: skip
+
+
+def _describe(versions: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def _check_worker_versions(client: Any) -> None:
+    """Refuse workers that do not run the driver's featurecache (StoreError, exit 3), before
+    anything is written: their entries would be stored under the driver's keys with another
+    featurizer's arrays. A worker that cannot answer (no featurecache, an older one without
+    :func:`worker_versions`) is refused too."""
+    mine = worker_versions()
+    answers = client.run(worker_versions, on_error="return")
+    bad: list[str] = []
+    for address, answer in sorted(answers.items()):
+        if isinstance(answer, BaseException):
+            bad.append(f"worker {address} cannot report its featurecache ({type(answer).__name__}: {answer})")
+        elif answer != mine:
+            theirs = (
+                {k: answer.get(k, "?") for k in mine if answer.get(k) != mine[k]}
+                if isinstance(answer, dict)
+                else {}
+            )
+            bad.append(f"worker {address} runs {_describe(theirs) if theirs else repr(answer)}")
+    if bad:
+        raise StoreError(f"refusing to build: {'; '.join(bad)}; the driver runs {_describe(mine)} "
+                         "(install the same featurecache on every worker)")  # fmt: skip
 
 
 def _forget_parsed_ccd(client: Any) -> None:

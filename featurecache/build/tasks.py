@@ -87,6 +87,21 @@ def build_structure_part(
     return result
 
 
+def worker_versions() -> dict[str, str]:
+    """What this process runs: featurecache's version, the featurizer, schema and store format
+    versions (:mod:`featurecache.const`). The driver compares every worker's answer with its own
+    before a build writes anything."""
+    import featurecache
+    from featurecache import const
+
+    return {
+        "featurecache": featurecache.__version__,
+        "featurizer": const.FEATURIZER_VERSION,
+        "schema": str(const.SCHEMA_VERSION),
+        "store format": str(const.STORE_FORMAT_VERSION),
+    }
+
+
 def _failure(inp: InputFile, stage: str, exc: BaseException, key: str | None = None) -> dict[str, Any]:
     message = str(exc) or type(exc).__name__
     return {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,3 +122,51 @@ def test_relative_out_on_external_cluster_has_components(
     store = featurecache.open_store(driver_cwd / "store")
     assert store.components.num_rows == n_ref
     assert not (tmp_path / "worker-cwd" / "store").exists()
+
+
+def _other_featurecache(root: Path, how: str) -> Path:
+    """A copy of this featurecache under ``root`` (for a worker's PYTHONPATH) that differs honestly:
+    ``featurizer``: const.FEATURIZER_VERSION edited; ``older``: build/tasks.py without
+    ``worker_versions`` (as before the version check)."""
+    dest = root / "featurecache"
+    shutil.copytree(REPO / "featurecache", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    if how == "featurizer":
+        const = dest / "const.py"
+        text = const.read_text()
+        assert 'FEATURIZER_VERSION = "' in text
+        const.write_text(text.replace('FEATURIZER_VERSION = "', 'FEATURIZER_VERSION = "9.9.9-other', 1))
+    else:
+        tasks = dest / "build" / "tasks.py"
+        text = tasks.read_text()
+        start, end = text.index("def worker_versions("), text.index("def _failure(")
+        old = text[:start] + text[end:]
+        assert "worker_versions" not in old
+        tasks.write_text(old)
+    return root
+
+
+@pytest.mark.parametrize("how", ["featurizer", "older"])
+def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -> None:
+    address, sched = _start_scheduler(tmp_path)
+    procs = [sched]
+    try:
+        other = _other_featurecache(tmp_path / "other", how)
+        procs.append(_start_worker(address, tmp_path / "worker-cwd", dict(os.environ, PYTHONPATH=str(other))))
+        _wait_for_workers(address, 1)
+        from distributed import Client
+
+        with Client(address, timeout="20s") as c:
+            (worker,) = c.scheduler_info()["workers"]
+            # the worker really imports the copy
+            where = c.run(lambda: __import__("featurecache").__file__)[worker]
+        assert where.startswith(str(other)), where
+        out = tmp_path / "store"
+        res = _run_cli(["--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--scheduler", address],
+                       tmp_path)  # fmt: skip
+    finally:
+        _stop(procs)
+    assert res.returncode == 3, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    assert worker in res.stderr
+    assert ("9.9.9-other" if how == "featurizer" else "AttributeError") in res.stderr
+    assert not out.exists() or not any(out.rglob("*.json"))
