@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import IO, Any
 
@@ -82,14 +83,35 @@ def mark_updated(root: Path) -> None:
 
 
 def remove_leftovers(root: Path) -> int:
-    """Delete temp parts of killed builds (never visible to readers). Returns how many."""
+    """Delete temp parts of killed builds (never visible to readers). Returns how many temp dirs.
+
+    A task of the killed build may still be writing one of them (see ``store.writer``): every
+    sentinel file (``.tmp-*`` that is not a dir) goes first, so that task can no longer commit;
+    each dir is then renamed away in one step before it is deleted, so that task's commit either
+    happened before (a complete part) or finds no dir to rename, never a half-deleted one. What
+    that task writes afterwards recreates a dir the next build removes.
+    """
     parts = Path(root) / PARTS_DIR
+    if not parts.is_dir():
+        return 0
+    leftovers = [p for p in parts.iterdir() if p.name.startswith(TMP_PREFIX)]
+    dirs = []
+    for p in leftovers:
+        if p.is_dir() and not p.is_symlink():
+            dirs.append(p)
+        else:
+            p.unlink(missing_ok=True)
     n = 0
-    if parts.is_dir():
-        for p in parts.iterdir():
-            if p.name.startswith(TMP_PREFIX):
-                shutil.rmtree(p, ignore_errors=True)
-                n += 1
+    for p in dirs:
+        doomed = p.with_name(f"{TMP_PREFIX}removing-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(p, doomed)
+        except FileNotFoundError:
+            continue  # committed (or removed) meanwhile by the task writing it
+        except OSError:
+            doomed = p
+        shutil.rmtree(doomed, ignore_errors=True)
+        n += 1
     if n:
         log.info("removed %d incomplete part(s) left by an interrupted build", n)
     return n

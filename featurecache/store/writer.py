@@ -3,6 +3,14 @@
 One writer per part (two writers of one shard lose data); the rename is the commit point, so a
 killed build leaves only complete parts visible. ``part.json`` inside the part records what it
 holds and is written before the rename.
+
+A task of a killed build can outlive its driver (an external ``dask worker``, a LocalCluster
+that has not died yet) and go on writing while the next build's ``root.remove_leftovers``
+deletes its temp dir; zarr and ``write_table`` recreate missing parents, so the task would
+otherwise rename a half-written dir into place. Each temp dir therefore has a sibling sentinel
+file (``<tmp>.writer``, created with it, removed with it by ``remove_leftovers``):
+:func:`commit_part` refuses a temp dir whose sentinel is gone, and a part missing an array its
+kind needs.
 """
 
 from __future__ import annotations
@@ -25,7 +33,13 @@ from zarr.codecs import ZstdCodec
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType, decode_res_name
 from featurecache.errors import StoreError
-from featurecache.store.index import RESIDUE_CODES, RESIDUE_CODES_SCHEMA, table_from_rows, write_table
+from featurecache.store.index import (
+    RESIDUE_CODES,
+    RESIDUE_CODES_SCHEMA,
+    read_table,
+    table_from_rows,
+    write_table,
+)
 from featurecache.store.layout import (
     CHUNK_ROWS,
     ENTRY_GROUPS,
@@ -37,6 +51,7 @@ from featurecache.store.layout import (
     columns,
     content_hash,
 )
+from featurecache.store.root import array_metadata, fill_only_shards, shard_files
 from featurecache.types import Structure
 
 log = logging.getLogger(__name__)
@@ -77,28 +92,111 @@ def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zar
     return arr
 
 
+#: Suffix of a temp dir's sentinel file ``parts/.tmp-<name>-<random>.writer`` (a sibling, not
+#: inside: ``zarr.open_group(mode="w")`` empties the dir it opens).
+WRITER_SENTINEL_SUFFIX = ".writer"
+
+#: part kind -> (arrays, index tables) every committed part of that kind holds (an MSA part also
+#: holds the ``residues/*`` arrays its ``msas.arrow`` names).
+REQUIRED_CONTENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "structures": (
+        tuple(ENTRY_GROUPS),
+        ("entries.arrow", "chains.arrow", "interfaces.arrow", "failures.arrow"),
+    ),
+    "msas": (("rows", "cols", "deletions"), ("msas.arrow", "failures.arrow")),
+    "components": (("atoms", "bonds"), ("components.arrow",)),
+}
+
+
+def writer_sentinel(tmp: Path) -> Path:
+    """The sentinel file of the temp dir ``tmp`` (see the module doc)."""
+    return tmp.with_name(tmp.name + WRITER_SENTINEL_SUFFIX)
+
+
 @contextlib.contextmanager
 def part_tmp_dir(root: Path, name: str) -> Iterator[Path]:
-    """A fresh ``parts/.tmp-<name>-<random>`` path for a part being written; removed if the
-    writer fails (or is interrupted) before committing it."""
+    """A fresh ``parts/.tmp-<name>-<random>`` dir for a part being written, created with its
+    sentinel file; both removed if the writer fails (or is interrupted) before committing it, the
+    sentinel also after the commit."""
     tmp = root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+    sentinel = writer_sentinel(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(sentinel, "x") as f:
+            f.write(str(os.getpid()))
+        tmp.mkdir()
+    except OSError as exc:
+        sentinel.unlink(missing_ok=True)
+        raise StoreError(f"cannot create the temp dir {tmp} for part {name}: {exc.strerror or exc}") from exc
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        sentinel.unlink(missing_ok=True)
+
+
+def check_part_complete(tmp: Path, final_name: str, kind: str) -> None:
+    """StoreError unless the part being written in ``tmp`` holds its group, every array of
+    ``REQUIRED_CONTENTS[kind]`` with its shard files (those zarr left unwritten as all fill value
+    excepted, where the part lists them) and every index table."""
+    arrays, tables = REQUIRED_CONTENTS.get(kind, ((), ()))
+    missing: list[str] = []
+    try:
+        doc = json.loads((tmp / "zarr.json").read_text())
+        if doc.get("node_type") != "group":
+            missing.append("zarr.json (not a group)")
+    except (OSError, ValueError, AttributeError):
+        missing.append("zarr.json")
+    missing += [t for t in tables if not (tmp / PART_INDEX_DIR / t).is_file()]
+    names = list(arrays)
+    if kind == "msas" and (tmp / PART_INDEX_DIR / "msas.arrow").is_file():
+        names += [
+            str(a)
+            for a in read_table(tmp / PART_INDEX_DIR / "msas.arrow", memory_map=False)
+            .column("array")
+            .to_pylist()
+        ]
+    fill_only: frozenset[str] | None = None
+    if "zarr.json" not in missing:
+        fill_only = fill_only_shards(tmp)
+    for a in names:
+        try:
+            meta = array_metadata(tmp / a)
+        except StoreError:
+            missing.append(a)
+            continue
+        for f in shard_files(tmp / a, meta):
+            rel = f.relative_to(tmp).as_posix()
+            if not f.is_file() and (fill_only is None or rel not in fill_only):
+                missing.append(rel)
+    if missing:
+        raise StoreError(
+            f"part {final_name} ({kind}) is incomplete in {tmp}, not committing it: missing {', '.join(missing)}"
+        )
 
 
 def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
-    """Write the manifest last, then rename the temp dir into place (the commit point).
+    """Check the part is complete, write the manifest last, check the temp dir is still the one
+    :func:`part_tmp_dir` made (its sentinel exists), then rename it into place (the commit point).
+    StoreError, nothing committed, when either check fails.
 
     If ``final`` already exists (a worker orphaned by a killed build finished it meanwhile), the
     part takes the next free number: the index is rebuilt from directory names, so nothing else
     refers to the planned name. Returns the path it was committed at.
     """
+    check_part_complete(tmp, final.name, str(manifest.get("kind", "")))
     (tmp / PART_INDEX_DIR).mkdir(parents=True, exist_ok=True)
     (tmp / PART_INDEX_DIR / PART_DONE_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    # last, just before the rename: remove_leftovers deletes the sentinel before it moves the dir
+    # away, so a dir removed from under this writer (and recreated by its later writes) is never
+    # renamed into place; if the removal comes after this check the rename below finds no dir
+    if not writer_sentinel(tmp).is_file():
+        raise StoreError(
+            f"part {final.name}: its temp dir {tmp} was removed while it was being written (a later "
+            "build cleaned up after a killed one); not committing it"
+        )
     prefix, number = final.name[:2], int(final.name[2:])
     for attempt in range(1000):
         target = final if attempt == 0 else final.with_name(f"{prefix}{number + attempt:06d}")
