@@ -44,6 +44,7 @@ from featurecache.chem.conformer import (
 from featurecache.chem.library import get_library
 from featurecache.chem.standard import standard_components, standard_heavy_atoms
 from featurecache.const import decode_atom_name, decode_res_name
+from featurecache.errors import StoreError
 from featurecache.parse.ccd import ComponentDef
 from featurecache.store.components import (
     component_rows_in_parts,
@@ -146,19 +147,32 @@ def parse_strategy_counts(text: str) -> dict[str, int]:
 
 
 def _read_records(part: Path, group: str, dtype: np.dtype) -> np.ndarray:
+    """Every record of the array ``group`` of the structure part ``part``; StoreError naming the
+    part and the array when it is missing or cannot be read."""
     import zarr
 
-    raw = zarr.open_array(str(part / group), mode="r")[...]
-    return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+    try:
+        raw = zarr.open_array(str(part / group), mode="r")[...]
+        return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+    except Exception as exc:  # zarr/numcodecs raise OSError, ValueError, KeyError, RuntimeError, ...
+        raise StoreError(
+            f"structure part {part.name}: its array {group} ({part / group}) is missing or unreadable: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def scan_structure_part(part_dir: str) -> ScanResult:
-    """Residue signatures of every entry in one structure part (a Dask task; reads only)."""
+    """Residue signatures of every entry in one structure part (a Dask task; reads only).
+
+    StoreError naming the part when it does not exist, has no ``_index/entries.arrow``, or an
+    array it needs cannot be read (a damaged part, never an empty scan recorded as done)."""
     part = Path(part_dir)
     res = ScanResult(part.name)
+    if not part.is_dir():
+        raise StoreError(f"structure part {part.name}: {part} does not exist")
     f = part / PART_INDEX_DIR / "entries.arrow"
     if not f.is_file():
-        return res
+        raise StoreError(f"structure part {part.name}: its entry table {f} is missing")
     entries = read_table(f, memory_map=False).to_pydict()
     if not entries.get("id"):
         return res
