@@ -27,7 +27,7 @@ from featurecache.build.discover import (
 )
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import PartResult, build_structure_part, worker_versions
-from featurecache.errors import InputError, StoreError, UsageError
+from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
 from featurecache.store.index import rebuild_index, store_bytes
@@ -89,6 +89,10 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker", "bokeh.server.util",
                  "distributed.core", "distributed.http.proxy", "bokeh", "tornado"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.ERROR if name.startswith("bokeh") else logging.WARNING)
+    # they log tracebacks for the client's failed reconnects to a lost scheduler;
+    # the build reports that loss itself, in one line (StoreError)
+    for name in ("distributed.utils", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     if scheduler:
         try:
             return Client(scheduler, timeout="20s"), None
@@ -227,6 +231,13 @@ def run_build(
                     client, out, pending, part_size, entry_config, ccd, config, summary, progress
                 )
                 _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
+            except FeatureCacheError:
+                raise
+            except Exception as exc:
+                lost = _cluster_failure(client, scheduler, exc)
+                if lost is None:
+                    raise
+                raise lost from exc
             finally:
                 # the parts are the truth: the index is rebuilt whatever happened above
                 tables = rebuild_index(out)
@@ -243,6 +254,30 @@ def run_build(
 def _absolute(path: Path | str) -> Path:
     """``path`` made absolute against the driver's cwd (symlinks kept, as the user named them)."""
     return Path(os.path.abspath(path))
+
+
+def _cluster_failure(client: Any, scheduler: str | None, exc: Exception) -> StoreError | None:
+    """A one-line StoreError (exit 3) for a build stage that failed because of the cluster (the
+    scheduler went away, a task was cancelled, a worker lacks featurecache), else None (a bug:
+    the traceback is kept). The parts already written are kept either way."""
+    from asyncio import CancelledError as AsyncCancelled
+    from concurrent.futures import CancelledError as FuturesCancelled
+
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+
+    where = f"the Dask scheduler at {scheduler}" if scheduler else "the embedded Dask cluster"
+    resume = "every finished part is kept; run the same command again to resume"
+    status = getattr(client, "status", "running")
+    cancelled = (FutureCancelledError, AsyncCancelled, FuturesCancelled, CommClosedError)
+    if isinstance(exc, cancelled) or status != "running":
+        return StoreError(
+            f"lost {where} during the build ({type(exc).__name__}: {exc}"[:500] + f"); {resume}"
+        )
+    if isinstance(exc, ImportError) and "featurecache" in str(exc):
+        return StoreError(f"a worker of {where} cannot import featurecache ({type(exc).__name__}: {exc}); "
+                          f"install the driver's featurecache on every worker; {resume}")  # fmt: skip
+    return None
 
 
 def _wait_for_workers(client: Any, scheduler: str) -> None:

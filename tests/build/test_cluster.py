@@ -170,3 +170,39 @@ def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -
     assert worker in res.stderr
     assert ("9.9.9-other" if how == "featurizer" else "AttributeError") in res.stderr
     assert not out.exists() or not any(out.rglob("*.json"))
+
+
+def _structure_parts(parts: Path) -> list[Path]:
+    """Complete structure parts (renamed into place; temp dirs start with a dot)."""
+    return [p for p in parts.glob("s-*") if p.is_dir()] if parts.is_dir() else []
+
+
+def test_scheduler_lost_mid_build_is_one_line_exit_3(tmp_path: Path, cluster: Cluster) -> None:
+    """The scheduler killed while parts are being built: exit 3, one line naming the scheduler, no
+    traceback; the parts finished before are kept (before: a raw FutureCancelledError, exit 1)."""
+    from tests.conftest import STRUCTURES
+
+    out = tmp_path / "store"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(STRUCTURES), "--out", str(out),
+         "--scheduler", cluster.address, "--part-size", "1", "--no-progress"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        parts = out / "parts"
+        for _ in range(1200):  # until the first structure part is renamed into place
+            if _structure_parts(parts) or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the build ended before the scheduler could be killed"
+        cluster.procs[0].kill()  # the scheduler
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert cluster.address in stderr
+    assert _structure_parts(parts)
