@@ -94,6 +94,9 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     for name in ("distributed.utils", "distributed.client"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     if scheduler:
+        if workers is not None:
+            log.warning("--workers %d is ignored with --scheduler %s: the cluster's own workers run the build",
+                        workers, scheduler)  # fmt: skip
         try:
             return Client(scheduler, timeout="20s"), None
         except (ValueError, TypeError) as exc:
@@ -444,7 +447,8 @@ def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseExcepti
     """An input whose featurization kills the worker process becomes a failure-only part."""
     failure = {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": "worker", "error_class": type(exc).__name__,
-        "message": f"the worker process died while featurizing this file: {exc}"[:2000], "key": inp.key,
+        "message": (f"the worker process died while featurizing this file: {exc} (often its memory limit: "
+                    "see the worker's log)")[:2000], "key": inp.key,
     }  # fmt: skip
     write_structure_part(out, name, PartContents(failures=[failure]))
     return PartResult(name, n_failed=1, failures=[failure])

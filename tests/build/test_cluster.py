@@ -5,6 +5,7 @@ and a scheduler that goes away."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -206,3 +207,16 @@ def test_scheduler_lost_mid_build_is_one_line_exit_3(tmp_path: Path, cluster: Cl
     assert "Traceback" not in stderr, stderr[-3000:]
     assert cluster.address in stderr
     assert _structure_parts(parts)
+
+
+def test_workers_with_scheduler_warns(
+    tmp_path: Path, cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--workers is meaningless on an external cluster: a WARNING says it is ignored (before: silent)."""
+    from featurecache.build.run import run_build
+
+    with caplog.at_level(logging.WARNING, logger="featurecache.build.run"):
+        run_build(pdb_dir=SAMPLES / "structures", out=tmp_path / "store", workers=3, scheduler=cluster.address,
+                  progress=False)  # fmt: skip
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("--workers 3 is ignored" in m for m in warned), warned
