@@ -63,6 +63,7 @@ __all__ = [
     "components_per_part",
     "parse_strategy_counts",
     "run_chem_stage",
+    "scan_part_task",
     "scan_structure_part",
 ]
 
@@ -100,6 +101,8 @@ class ScanResult:
     #: signature -> {(entry_id, source path): residues of the entry with this signature}
     entries: dict[Signature, Counter[tuple[str, str]]] = field(default_factory=dict)
     first: dict[Signature, Occurrence] = field(default_factory=dict)
+    #: why the part could not be scanned (set by :func:`scan_part_task`), else None
+    error: str | None = None
 
 
 @dataclass
@@ -218,6 +221,23 @@ def scan_structure_part(part_dir: str) -> ScanResult:
             if best is None or occ.order() < best.order():
                 res.first[sig] = occ
     return res
+
+
+def scan_part_task(part_dir: str) -> ScanResult:
+    """:func:`scan_structure_part` as a Dask task: a damaged part comes back as a result with
+    ``error`` set (the driver raises one StoreError naming every such part) rather than as a
+    task failure, which the worker would log with a traceback."""
+    try:
+        return scan_structure_part(part_dir)
+    except StoreError as exc:
+        return ScanResult(Path(part_dir).name, error=str(exc))
+
+
+def _raise_damaged(scans: list[ScanResult]) -> None:
+    bad = [r for r in scans if r.error is not None]
+    if bad:
+        rest = f" (and {len(bad) - 1} more damaged structure part(s): {', '.join(r.part for r in bad[1:])})"
+        raise StoreError(f"{bad[0].error}{rest if len(bad) > 1 else ''}")
 
 
 # --- 3. conformers (Dask task) -------------------------------------------------------------------
@@ -404,10 +424,9 @@ def run_chem_stage(
     ]
     result.scanned_parts = len(s_parts)
     scans: list[ScanResult] = (
-        client.gather(client.map(scan_structure_part, [str(p) for p in s_parts], pure=False))
-        if s_parts
-        else []
+        client.gather(client.map(scan_part_task, [str(p) for p in s_parts], pure=False)) if s_parts else []
     )
+    _raise_damaged(scans)
     std_counts, sig_entries, first = _merge(scans)
     codes = sorted(set(std_counts) | {code for code, _ in sig_entries})
     result.n_codes = len(codes)

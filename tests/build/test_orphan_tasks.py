@@ -108,3 +108,25 @@ def test_scan_of_a_part_that_does_not_exist_raises(tmp_path: Path) -> None:
     missing = tmp_path / "parts" / "s-000000"
     with pytest.raises(StoreError, match="s-000000"):
         scan_structure_part(str(missing))
+
+
+def test_build_over_a_damaged_part_says_which_part_without_a_traceback(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """A committed structure part not yet scanned whose atoms are gone: the build stops with one
+    line naming the part (exit 3, a store error), not a worker traceback."""
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    damaged = store / "parts" / f"{STRUCTURE_PART_PREFIX}000099"
+    shutil.copytree(_structure_parts(store)[0], damaged)
+    shutil.rmtree(damaged / "atoms")
+    run = subprocess.run(
+        [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(SAMPLES / "structures"),
+         "--out", str(store), "--msa-dir", str(SAMPLES / "msas"), "--ccd", str(SAMPLES / "ccd"), "--workers", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 3, out
+    assert "Traceback" not in out, out
+    last = run.stderr.strip().splitlines()[-1]
+    assert damaged.name in last and "atoms" in last, out
