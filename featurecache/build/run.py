@@ -444,11 +444,16 @@ def _run_structure_parts(
 
 
 def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseException) -> PartResult:
-    """An input whose featurization kills the worker process becomes a failure-only part."""
+    """An input whose featurization kills the worker process becomes a failure-only part.
+
+    The failure is listed (and counts in this run's exit status) but stored with an empty key, not
+    the input's: a worker crash (out of memory, a killed process) is not a verdict on the input, so
+    the next run retries it (:func:`_pending` treats an input as up to date only when its key
+    equals its path's listed failure's key)."""
     failure = {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": "worker", "error_class": type(exc).__name__,
         "message": (f"the worker process died while featurizing this file: {exc} (often its memory limit: "
-                    "see the worker's log)")[:2000], "key": inp.key,
+                    "see the worker's log)")[:2000], "key": "",
     }  # fmt: skip
     write_structure_part(out, name, PartContents(failures=[failure]))
     return PartResult(name, n_failed=1, failures=[failure])

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -220,3 +221,38 @@ def test_workers_with_scheduler_warns(
                   progress=False)  # fmt: skip
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("--workers 3 is ignored" in m for m in warned), warned
+
+
+def test_worker_crash_is_retried_next_run(tmp_path: Path) -> None:
+    """A worker crash recorded for an input (as _run_structure_parts does when a single-input part
+    kills its worker) is listed, but the next run builds the input again (before: its failure held
+    the input's key and every later run skipped it). Not a real OOM: the failure is written by
+    ``_record_crashed_input`` itself, into a real store built on a LocalCluster."""
+    from distributed import KilledWorker
+
+    from featurecache.build.config import BuildConfig
+    from featurecache.build.discover import discover, existing_entry_ids, next_part_number
+    from featurecache.build.run import _fingerprint, _record_crashed_input
+    from featurecache.store.index import rebuild_index
+    from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
+
+    pdb_dir, out = tmp_path / "in", tmp_path / "store"
+    pdb_dir.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb_dir)
+    build_store(out, pdb_dir, workers=1)
+    shutil.copy(SAMPLES / "structures" / "102m.cif", pdb_dir)  # new input; its worker "dies"
+    entry_config = BuildConfig().entry_config_hash(_fingerprint(None))
+    existing = existing_entry_ids(rebuild_index(out)["entries"])
+    (crashed,) = [i for i in discover(pdb_dir, entry_config, existing, exclude=out) if i.rel == "102m.cif"]
+    res = _record_crashed_input(out, part_name(STRUCTURE_PART_PREFIX, next_part_number(out, STRUCTURE_PART_PREFIX)),
+                                crashed, KilledWorker("structure-part-x", SimpleNamespace(address="tcp://127.0.0.1:1"), 3))  # type: ignore[arg-type]  # fmt: skip
+    assert res.n_failed == 1
+    rebuild_index(out)
+    listed = featurecache.open_store(out).failures.to_pylist()
+    assert [(f["path"], f["stage"]) for f in listed] == [("102m.cif", "worker")]
+
+    summary = build_store(out, pdb_dir, workers=1)
+    assert summary.n_built == 1 and summary.n_failed == 0
+    store = featurecache.open_store(out)
+    assert set(store.entries.column("source_path").to_pylist()) == {"1psm.cif", "102m.cif"}
+    assert store.failures.num_rows == 0
