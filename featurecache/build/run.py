@@ -412,11 +412,14 @@ def _run_structure_parts(
         part_of[fut.key] = name
         return fut
 
-    futures = [submit(name, part_inputs) for name, part_inputs in plan]
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
     last_index, refresh_s = time.monotonic(), INDEX_REFRESH_S
     with stage_bar("structures", len(pending), progress) as advance:
-        queue = as_completed(futures)
+        # no list of the futures is kept: as_completed drops each one as it yields it, and the loop
+        # drops it once its result is read, so Dask forgets a finished part (the part on disk is
+        # the result); a future held to the stage's end was recomputed when its worker died,
+        # writing the part a second time
+        queue = as_completed([submit(name, part_inputs) for name, part_inputs in plan])
         for fut in queue:
             name = part_of[fut.key]
             try:
@@ -432,8 +435,10 @@ def _run_structure_parts(
                     for inp in part_inputs:
                         queue.add(submit(part_name(STRUCTURE_PART_PREFIX, next_number), [inp]))
                         next_number += 1
+                    fut.release()
                     continue
                 res = _record_crashed_input(out, name, part_inputs[0], exc)
+            fut.release()
             _accumulate(summary, res)
             advance(res.n_entries + res.n_failed)
             if time.monotonic() - last_index > refresh_s:
