@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 import featurecache
+from featurecache.errors import StoreError
 from tests.conftest import REPO, SAMPLES, build_store
 
 VENV_BIN = Path(sys.executable).parent
@@ -303,3 +304,20 @@ def test_worker_killed_mid_build_leaves_no_duplicate_parts(tmp_path: Path) -> No
     # before the driver read its result, is run again (two at most with one thread per worker)
     assert n_inputs <= len(parts) <= n_inputs + 2, f"{len(parts)} structure parts for {n_inputs} inputs"
     assert len(featurecache.open_store(out).entries) + len(featurecache.open_store(out).failures) == n_inputs
+
+
+def test_scheduler_without_workers_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduler with no worker: a StoreError naming it after the wait (before: waited forever);
+    nothing is written."""
+    from featurecache.build import run
+
+    monkeypatch.setattr(run, "WAIT_FOR_WORKERS_S", 2.0, raising=False)
+    address, sched = _start_scheduler(tmp_path)
+    out = tmp_path / "store"
+    try:
+        with pytest.raises(StoreError, match="no worker") as err:
+            run.run_build(pdb_dir=SAMPLES / "structures", out=out, scheduler=address, progress=False)
+    finally:
+        _stop([sched])
+    assert address in str(err.value)
+    assert not out.exists()
