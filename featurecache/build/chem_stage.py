@@ -283,8 +283,14 @@ def _failed(key: str, names: list[str], elements: list[int], reason: str) -> Ref
     )
 
 
-def build_component_part(root: str, name: str, jobs: list[Job], timeout_s: float) -> list[dict[str, Any]]:
-    """Compute the conformers of ``jobs`` and write them as component part ``name``."""
+def build_component_part(
+    root: str, name: str, jobs: list[Job], timeout_s: float, versions: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Compute the conformers of ``jobs`` and write them as component part ``name`` (``versions``:
+    the driver's, checked against this worker's before anything is computed or written)."""
+    from featurecache.build.tasks import check_versions
+
+    check_versions(versions)
     conformers = [_compute(j, timeout_s) for j in jobs]
     write_component_part(Path(root), name, conformers, {j.key: j.source for j in jobs})
     return [
@@ -353,20 +359,24 @@ def _run_jobs(
     number = _next_number(root)
     batches: dict[str, list[Job]] = {}
     futures = []
+    from featurecache.build.tasks import worker_versions
+
+    versions = worker_versions()
     for i in range(0, len(jobs), per_part):
         name = part_name(COMPONENT_PART_PREFIX, number)
         number += 1
         batches[name] = jobs[i : i + per_part]
         futures.append(client.submit(build_component_part, str(root.resolve()), name, batches[name], timeout_s,
-                                     key=f"component-part-{name}-{time.time_ns()}", pure=False, retries=0))  # fmt: skip
+                                     versions, key=f"component-part-{name}-{time.time_ns()}", pure=False,
+                                     retries=0))  # fmt: skip
     with stage_bar("conformers", len(jobs), progress) as advance:
         _collect(client, root, queue=as_completed(futures), batches=batches, number=number, timeout_s=timeout_s,
-                 result=result, advance=advance)  # fmt: skip
+                 result=result, advance=advance, versions=versions)  # fmt: skip
 
 
 def _collect(
     client: Any, root: Path, *, queue: Any, batches: dict[str, list[Job]], number: int, timeout_s: float,
-    result: ChemStageResult, advance: Any,
+    result: ChemStageResult, advance: Any, versions: dict[str, str] | None = None,
 ) -> None:  # fmt: skip
     """Gather component parts as they finish; a failed part's components are retried one by one."""
     for fut in queue:
@@ -375,6 +385,10 @@ def _collect(
             result.computed.extend(fut.result())
             advance(len(batches[name]))
             continue
+        except (
+            StoreError
+        ):  # the store or the worker is wrong (e.g. another featurecache): not a component's fault
+            raise
         except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
             batch = batches[name]
             if len(batch) > 1:
@@ -385,7 +399,7 @@ def _collect(
                     number += 1
                     batches[sub] = [job]
                     queue.add(client.submit(build_component_part, str(root.resolve()), sub, [job], timeout_s,
-                                            key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
+                                            versions, key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
                 continue
             job = batch[0]
             names = (

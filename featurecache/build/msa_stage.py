@@ -775,6 +775,9 @@ def _write(
         return
     start = next_part_number(root, MSA_PART_PREFIX)
     msa_dir_s = str(Path(msa_dir).resolve()) if msa_dir is not None else ""
+    from featurecache.build.tasks import worker_versions
+
+    versions = worker_versions()
     futures = []
     for k, items in enumerate(groups):
         name = part_name(MSA_PART_PREFIX, start + k)
@@ -788,6 +791,7 @@ def _write(
                 msa_dir_s,
                 depth_cap,
                 part_failures,
+                versions=versions,
                 key=f"msa-part-{name}-{time.time_ns()}",
                 pure=False,
                 retries=0,
@@ -819,8 +823,13 @@ def build_msa_part(
     msa_dir: str,
     depth_cap: int,
     failures: list[dict[str, Any]] | None = None,
+    versions: dict[str, str] | None = None,
 ) -> MSAPartResult:
-    """Parse, merge and encode the MSAs of one part and write it (one Dask task)."""
+    """Parse, merge and encode the MSAs of one part and write it (one Dask task; ``versions``:
+    the driver's, checked against this worker's before anything is written)."""
+    from featurecache.build.tasks import check_versions
+
+    check_versions(versions)
     t0 = time.perf_counter()
     res = MSAPartResult(part)
     contents = MSAPartContents(failures=list(failures or []))

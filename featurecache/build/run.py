@@ -404,11 +404,13 @@ def _run_structure_parts(
     root = str(out.resolve())
     inputs_of: dict[str, list[InputFile]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
+    versions = worker_versions()  # each task checks its worker against them (late joiners)
 
     def submit(name: str, part_inputs: list[InputFile]) -> Any:
         inputs_of[name] = part_inputs
         fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
-                            config.interface_cutoff, key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
+                            config.interface_cutoff, versions=versions, key=f"structure-part-{name}-{time.time_ns()}",
+                            pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from featurecache.build.discover import InputFile, entry_key
-from featurecache.errors import InputError, UnsupportedFormatError
+from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
@@ -36,8 +36,9 @@ class PartResult:
 
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
-    interface_cutoff: float = 5.0,
+    interface_cutoff: float = 5.0, versions: dict[str, str] | None = None,
 ) -> PartResult:  # fmt: skip
+    check_versions(versions)
     from featurecache.build.components import component_resolvers
 
     component_atoms, component_bonds = component_resolvers(ccd_path)
@@ -100,6 +101,29 @@ def worker_versions() -> dict[str, str]:
         "schema": str(const.SCHEMA_VERSION),
         "store format": str(const.STORE_FORMAT_VERSION),
     }
+
+
+def check_versions(expected: dict[str, str] | None) -> None:
+    """Refuse to write a part in a process that does not run what the driver runs (``expected``:
+    the driver's :func:`worker_versions`; None: no check). The build checks every worker when it
+    starts; this catches a worker that joined the cluster later (autoscaling, a job queue), whose
+    parts would otherwise be stored under the driver's keys with another featurizer's arrays."""
+    if expected is None:
+        return
+    mine = worker_versions()
+    if mine == expected:
+        return
+    try:
+        from distributed import get_worker
+
+        where = f"worker {get_worker().address}"
+    except (ImportError, ValueError):  # not inside a Dask worker
+        where = "this process"
+    theirs = ", ".join(f"{k} {mine.get(k)}" for k in expected if mine.get(k) != expected[k])
+    driver = ", ".join(f"{k} {v}" for k, v in expected.items())
+    raise StoreError(f"refusing to write on {where}: it runs {theirs}, the driver {driver} (it joined the "
+                     "cluster after the build's start check; install the driver's featurecache on every "
+                     "worker)")  # fmt: skip
 
 
 def _failure(inp: InputFile, stage: str, exc: BaseException, key: str | None = None) -> dict[str, Any]:
