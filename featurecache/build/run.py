@@ -199,10 +199,18 @@ def run_build(
     summary = BuildSummary(store=str(out))
     client, cluster = _make_client(workers, scheduler)
     try:
-        if scheduler:
-            _wait_for_workers(client, scheduler)
-        _check_worker_versions(client)
-        _forget_parsed_ccd(client)
+        try:
+            if scheduler:
+                _wait_for_workers(client, scheduler)
+            _check_worker_versions(client)
+            _forget_parsed_ccd(client)
+        except FeatureCacheError:
+            raise
+        except Exception as exc:  # the scheduler went away before anything was written
+            lost = _cluster_failure(client, scheduler, exc)
+            if lost is None:
+                raise
+            raise lost from exc
         with BuildLock(out):
             init_store(
                 out,
