@@ -6,11 +6,13 @@ store directory must then be visible to every worker at the same path (shared fi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,18 +201,11 @@ def run_build(
     summary = BuildSummary(store=str(out))
     client, cluster = _make_client(workers, scheduler)
     try:
-        try:
+        with _cluster_errors(client, scheduler):
             if scheduler:
                 _wait_for_workers(client, scheduler)
             _check_worker_versions(client)
             _forget_parsed_ccd(client)
-        except FeatureCacheError:
-            raise
-        except Exception as exc:  # the scheduler went away before anything was written
-            lost = _cluster_failure(client, scheduler, exc)
-            if lost is None:
-                raise
-            raise lost from exc
         with BuildLock(out):
             init_store(
                 out,
@@ -238,17 +233,11 @@ def run_build(
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
             try:
-                _run_structure_parts(
-                    client, out, pending, part_size, entry_config, ccd, config, summary, progress
-                )
-                _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
-            except FeatureCacheError:
-                raise
-            except Exception as exc:
-                lost = _cluster_failure(client, scheduler, exc)
-                if lost is None:
-                    raise
-                raise lost from exc
+                with _cluster_errors(client, scheduler):
+                    _run_structure_parts(
+                        client, out, pending, part_size, entry_config, ccd, config, summary, progress
+                    )
+                    _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
             finally:
                 # the parts are the truth: the index is rebuilt whatever happened above
                 tables = rebuild_index(out)
@@ -265,6 +254,21 @@ def run_build(
 def _absolute(path: Path | str) -> Path:
     """``path`` made absolute against the driver's cwd (symlinks kept, as the user named them)."""
     return Path(os.path.abspath(path))
+
+
+@contextlib.contextmanager
+def _cluster_errors(client: Any, scheduler: str | None) -> Iterator[None]:
+    """Cluster calls inside: an exception that says the cluster failed them becomes the one-line
+    StoreError of :func:`_cluster_failure`; our own errors and anything else (a bug) pass unchanged."""
+    try:
+        yield
+    except FeatureCacheError:
+        raise
+    except Exception as exc:
+        lost = _cluster_failure(client, scheduler, exc)
+        if lost is None:
+            raise
+        raise lost from exc
 
 
 def _cluster_failure(client: Any, scheduler: str | None, exc: Exception) -> StoreError | None:
