@@ -97,15 +97,22 @@ def test_a_deleted_component_shard_is_an_error(sample_store: Path, tmp_path: Pat
     assert any(p.startswith("components: unreadable (") and str(shard) in p for p in problems), problems
 
 
-def test_a_shard_left_unwritten_as_all_fill_value_reads(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def single_sequence_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1psm built without MSA files: its MSA part holds a single-sequence MSA only."""
+    inputs = tmp_path_factory.mktemp("single") / "in"
+    inputs.mkdir()
+    shutil.copy(STRUCTURES / "1psm.cif", inputs)
+    store = inputs.parent / "s"
+    build_store(store, inputs, workers=1)
+    return store
+
+
+def test_a_shard_left_unwritten_as_all_fill_value_reads(single_sequence_store: Path, tmp_path: Path) -> None:
     """One entry without MSA files: its part holds single-sequence MSAs only, whose row records
     (species 0, source 0 = the query, no deletions) are all zero, so zarr writes no ``rows`` file.
     That part reads and verifies; deleting a file that was written is still damage."""
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    shutil.copy(STRUCTURES / "1psm.cif", inputs)
-    store = tmp_path / "s"
-    build_store(store, inputs, workers=1)
+    store = _copy(single_sequence_store, tmp_path)
     reader = open_store(store)
     (key,) = reader.msas.column("key").to_pylist()
     part = reader.msas.column("part")[0].as_py()
@@ -124,15 +131,11 @@ def test_a_shard_left_unwritten_as_all_fill_value_reads(tmp_path: Path) -> None:
         open_store(store).msa(key)
 
 
-def test_a_part_from_before_the_list_reads_as_it_did(tmp_path: Path) -> None:
+def test_a_part_from_before_the_list_reads_as_it_did(single_sequence_store: Path, tmp_path: Path) -> None:
     """An MSA part written by an older featurecache has no ``fill_only_shards``: a missing file
     there cannot be told from an empty shard, so it reads as the fill value, as it always did
     (the store stays readable)."""
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    shutil.copy(STRUCTURES / "1psm.cif", inputs)
-    store = tmp_path / "s"
-    build_store(store, inputs, workers=1)
+    store = _copy(single_sequence_store, tmp_path)
     reader = open_store(store)
     (key,) = reader.msas.column("key").to_pylist()
     part = reader.msas.column("part")[0].as_py()
