@@ -6,10 +6,13 @@ on first use.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "open_store"]
+__all__ = ["__version__", "open_store", "package_dir", "source_digest"]
 
 if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
@@ -20,3 +23,27 @@ def open_store(path: Any) -> LocalStore:
     from featurecache.store.reader import open_store as _open
 
     return _open(path)
+
+
+def package_dir() -> Path:
+    """The directory this featurecache package is imported from."""
+    return Path(__file__).resolve().parent
+
+
+@functools.cache
+def source_digest() -> str:
+    """The identity of the code this process runs: a hash over the sorted relative paths and the
+    bytes of every ``*.py`` file of the package (16 hex characters). ``__version__`` stays the same
+    across edits; this does not (a changed comment changes it too). Computed once per process."""
+    return digest_sources(package_dir())
+
+
+def digest_sources(root: Path) -> str:
+    """:func:`source_digest` of the package directory ``root`` (hex str, 16 characters)."""
+    h = hashlib.sha256()
+    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")):
+        data = (root / rel).read_bytes()
+        # lengths keep the framing unambiguous (no two file lists hash the same stream)
+        h.update(f"{len(rel)}:{rel}:{len(data)}:".encode())
+        h.update(data)
+    return h.hexdigest()[:16]

@@ -28,7 +28,14 @@ from featurecache.build.discover import (
     plan_parts,
 )
 from featurecache.build.progress import stage_bar
-from featurecache.build.tasks import PartResult, build_structure_part, worker_versions
+from featurecache.build.tasks import (
+    PACKAGE_PATH,
+    PartResult,
+    build_structure_part,
+    describe_difference,
+    version_differences,
+    worker_versions,
+)
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
@@ -311,23 +318,23 @@ def _describe(versions: dict[str, str]) -> str:
 def _check_worker_versions(client: Any) -> None:
     """Refuse workers that do not run the driver's featurecache (StoreError, exit 3), before
     anything is written: their entries would be stored under the driver's keys with another
-    featurizer's arrays. A worker that cannot answer (no featurecache, an older one without
-    :func:`worker_versions`) is refused too."""
+    featurizer's arrays. Code counts, not only versions: a worker whose featurecache source
+    differs (:func:`featurecache.source_digest`) is refused too, naming both package directories.
+    A worker that cannot answer (no featurecache, an older one without :func:`worker_versions`) is
+    refused too."""
     mine = worker_versions()
     answers = client.run(worker_versions, on_error="return")
     bad: list[str] = []
     for address, answer in sorted(answers.items()):
         if isinstance(answer, BaseException):
             bad.append(f"worker {address} cannot report its featurecache ({type(answer).__name__}: {answer})")
-        elif answer != mine:
-            theirs = (
-                {k: answer.get(k, "?") for k in mine if answer.get(k) != mine[k]}
-                if isinstance(answer, dict)
-                else {}
-            )
-            bad.append(f"worker {address} runs {_describe(theirs) if theirs else repr(answer)}")
+        elif not isinstance(answer, dict):
+            bad.append(f"worker {address} runs {answer!r}")
+        elif version_differences(answer, mine):
+            bad.append(describe_difference(answer, mine, f"worker {address}"))
     if bad:
-        raise StoreError(f"refusing to build: {'; '.join(bad)}; the driver runs {_describe(mine)} "
+        shown = {k: v for k, v in mine.items() if k != PACKAGE_PATH}
+        raise StoreError(f"refusing to build: {'; '.join(bad)}; the driver runs {_describe(shown)} "
                          "(install the same featurecache on every worker)")  # fmt: skip
 
 

@@ -88,30 +88,59 @@ def build_structure_part(
     return result
 
 
+#: the key under which a process reports where its featurecache package lives, to name it in a
+#: refusal; never compared (the driver and its workers may import the same code from different
+#: directories)
+PACKAGE_PATH = "featurecache path"
+
+
 def worker_versions() -> dict[str, str]:
-    """What this process runs: featurecache's version, the featurizer, schema and store format
-    versions (:mod:`featurecache.const`). The driver compares every worker's answer with its own
-    before a build writes anything."""
+    """What this process runs: featurecache's version, the digest of its source files
+    (:func:`featurecache.source_digest`: any edit to the code changes it, the version does not),
+    the featurizer, schema and store format versions (:mod:`featurecache.const`), and where the
+    package lives (``PACKAGE_PATH``, only for messages). The driver compares every worker's answer
+    with its own (:func:`version_differences`) before a build writes anything, and each part task
+    does so again on its worker (:func:`check_versions`)."""
     import featurecache
     from featurecache import const
 
     return {
         "featurecache": featurecache.__version__,
+        "featurecache source": featurecache.source_digest(),
         "featurizer": const.FEATURIZER_VERSION,
         "schema": str(const.SCHEMA_VERSION),
         "store format": str(const.STORE_FORMAT_VERSION),
+        PACKAGE_PATH: str(featurecache.package_dir()),
     }
+
+
+def version_differences(theirs: dict[str, str], mine: dict[str, str]) -> dict[str, str]:
+    """The entries of ``mine`` (a :func:`worker_versions`) that ``theirs`` does not match, with
+    ``theirs``'s value ("?" when it lacks the key); the package path is not compared."""
+    return {k: theirs.get(k, "?") for k in mine if k != PACKAGE_PATH and theirs.get(k) != mine[k]}
+
+
+def describe_difference(theirs: dict[str, str], mine: dict[str, str], who: str) -> str:
+    """One phrase for :func:`version_differences`: what ``who`` runs, and, when its code differs,
+    that its featurecache source differs from the driver's, naming both package directories."""
+    diff = version_differences(theirs, mine)
+    text = f"{who} runs " + ", ".join(f"{k} {v}" for k, v in diff.items())
+    if "featurecache source" in diff:
+        text += (f" (its featurecache source at {theirs.get(PACKAGE_PATH, '?')} differs from the driver's at "
+                 f"{mine.get(PACKAGE_PATH, '?')})")  # fmt: skip
+    return text
 
 
 def check_versions(expected: dict[str, str] | None) -> None:
     """Refuse to write a part in a process that does not run what the driver runs (``expected``:
     the driver's :func:`worker_versions`; None: no check). The build checks every worker when it
     starts; this catches a worker that joined the cluster later (autoscaling, a job queue), whose
-    parts would otherwise be stored under the driver's keys with another featurizer's arrays."""
+    parts would otherwise be stored under the driver's keys with another featurizer's arrays (or
+    another featurecache's code under the same versions)."""
     if expected is None:
         return
     mine = worker_versions()
-    if mine == expected:
+    if not version_differences(mine, expected):
         return
     try:
         from distributed import get_worker
@@ -119,11 +148,10 @@ def check_versions(expected: dict[str, str] | None) -> None:
         where = f"worker {get_worker().address}"
     except (ImportError, ValueError):  # not inside a Dask worker
         where = "this process"
-    theirs = ", ".join(f"{k} {mine.get(k)}" for k in expected if mine.get(k) != expected[k])
-    driver = ", ".join(f"{k} {v}" for k, v in expected.items())
-    raise StoreError(f"refusing to write on {where}: it runs {theirs}, the driver {driver} (it joined the "
-                     "cluster after the build's start check; install the driver's featurecache on every "
-                     "worker)")  # fmt: skip
+    driver = ", ".join(f"{k} {v}" for k, v in expected.items() if k != PACKAGE_PATH)
+    raise StoreError(f"refusing to write: {describe_difference(mine, expected, where)}; the driver runs {driver} "
+                     "(it joined the cluster after the build's start check; install the driver's featurecache "
+                     "on every worker)")  # fmt: skip
 
 
 def _failure(inp: InputFile, stage: str, exc: BaseException, key: str | None = None) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def test_relative_out_on_external_cluster_has_components(
 def _other_featurecache(root: Path, how: str) -> Path:
     """A copy of this featurecache under ``root`` (for a worker's PYTHONPATH) that differs honestly:
     ``featurizer``: const.FEATURIZER_VERSION edited; ``older``: build/tasks.py without
-    ``worker_versions`` (as before the version check)."""
+    ``worker_versions`` (as before the version check); ``code``: only a comment added to
+    featurize/entry.py, every version the same."""
     dest = root / "featurecache"
     shutil.copytree(REPO / "featurecache", dest, ignore=shutil.ignore_patterns("__pycache__"))
     if how == "featurizer":
@@ -138,6 +139,9 @@ def _other_featurecache(root: Path, how: str) -> Path:
         text = const.read_text()
         assert 'FEATURIZER_VERSION = "' in text
         const.write_text(text.replace('FEATURIZER_VERSION = "', 'FEATURIZER_VERSION = "9.9.9-other', 1))
+    elif how == "code":
+        entry = dest / "featurize" / "entry.py"
+        entry.write_text(entry.read_text() + "\n# a reviewer's local edit\n")
     else:
         tasks = dest / "build" / "tasks.py"
         text = tasks.read_text()
@@ -148,8 +152,10 @@ def _other_featurecache(root: Path, how: str) -> Path:
     return root
 
 
-@pytest.mark.parametrize("how", ["featurizer", "older"])
+@pytest.mark.parametrize("how", ["featurizer", "older", "code"])
 def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -> None:
+    """``code``: a worker whose featurecache differs from the driver's only in its source (same
+    versions) is refused too, naming both package directories (before: accepted, exit 0)."""
     address, sched = _start_scheduler(tmp_path)
     procs = [sched]
     try:
@@ -171,7 +177,10 @@ def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -
     assert res.returncode == 3, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert worker in res.stderr
-    assert ("9.9.9-other" if how == "featurizer" else "AttributeError") in res.stderr
+    expected = {"featurizer": "9.9.9-other", "older": "AttributeError", "code": "featurecache source"}[how]
+    assert expected in res.stderr
+    if how == "code":
+        assert f"at {other / 'featurecache'} differs from the driver's at {REPO / 'featurecache'}" in res.stderr
     assert not out.exists() or not any(out.rglob("*.json"))
 
 

@@ -1,0 +1,78 @@
+"""The code identity the build compares between the driver and its workers
+(:func:`featurecache.source_digest`): any edit to the package's source changes it, where the
+versions (``featurecache.__version__``, the featurizer version) stay the same."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+import featurecache
+from featurecache.build.discover import discover
+from featurecache.build.tasks import PACKAGE_PATH, build_structure_part, worker_versions
+from featurecache.errors import StoreError
+from featurecache.store.root import init_store
+from tests.conftest import REPO, SAMPLES
+
+
+def _copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "featurecache"
+    shutil.copytree(REPO / "featurecache", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_digest_is_over_every_source_file(tmp_path: Path) -> None:
+    """Reference: sha256 over the sorted relative paths and bytes of the *.py files, framed as
+    documented, computed here from a directory listing of our own."""
+    root = _copy(tmp_path)
+    files = sorted(str(p.relative_to(root)).replace("\\", "/") for p in root.glob("**/*.py"))
+    assert "build/tasks.py" in files and len(files) > 50
+    h = hashlib.sha256()
+    for rel in files:
+        data = (root / rel).read_bytes()
+        h.update(f"{len(rel)}:{rel}:{len(data)}:".encode() + data)
+    assert featurecache.digest_sources(root) == h.hexdigest()[:16]
+    # the copy holds the same code as the package this process runs
+    assert featurecache.digest_sources(root) == featurecache.source_digest()
+
+
+@pytest.mark.parametrize("edit", ["comment", "function", "new module", "renamed module"])
+def test_any_code_edit_changes_the_digest(tmp_path: Path, edit: str) -> None:
+    root = _copy(tmp_path)
+    before = featurecache.digest_sources(root)
+    entry = root / "featurize" / "entry.py"
+    if edit == "comment":
+        entry.write_text(entry.read_text() + "# edited\n")
+    elif edit == "function":
+        text = (root / "build" / "discover.py").read_text()
+        assert "def entry_key(" in text
+        (root / "build" / "discover.py").write_text(text.replace("def entry_key(", "def entry_key_(", 1))
+    elif edit == "new module":
+        (root / "build" / "extra.py").write_text("X = 1\n")
+    else:
+        (root / "build" / "summary.py").rename(root / "build" / "summary2.py")
+    after = featurecache.digest_sources(root)
+    assert after != before
+    # data files are not code: a new non-Python file leaves it unchanged
+    (root / "README.txt").write_text("notes")
+    assert featurecache.digest_sources(root) == after
+
+
+def test_a_part_task_refuses_a_worker_whose_source_differs(tmp_path: Path) -> None:
+    """Same versions, other code (another digest from the driver): the part task refuses before it
+    writes, naming the source difference and both package directories."""
+    out = tmp_path / "store"
+    init_store(out, {"config_hash": "t", "entry_config_hash": "t", "config": {}})
+    driver = dict(worker_versions(), **{"featurecache source": "0" * 16, PACKAGE_PATH: "/elsewhere/featurecache"})
+    inputs = [i for i in discover(SAMPLES / "structures", "t", {}) if i.entry_id == "102m"]
+    with pytest.raises(StoreError, match="featurecache source") as err:
+        build_structure_part(str(out), "s-000000", inputs, "t", versions=driver)
+    msg = str(err.value)
+    assert f"at {featurecache.package_dir()} differs from the driver's at /elsewhere/featurecache" in msg
+    assert [p.name for p in (out / "parts").iterdir()] == ["zarr.json"]
+    # a driver in another directory with the same code is accepted: the path is not compared
+    same = dict(worker_versions(), **{PACKAGE_PATH: "/elsewhere/featurecache"})
+    assert build_structure_part(str(out), "s-000000", inputs, "t", versions=same).n_entries == 1
