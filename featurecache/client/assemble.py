@@ -48,9 +48,12 @@ definition is kept as its centre atom alone); ``rep_coords`` is then 0.
 MSA rows (AF3 supplement §2.3). Protein chains of different sequences are *paired* by species:
 rows of their MSAs from the same species (``MSABlock.species``, read from the alignment headers at
 build time: UniProt ``OX=``, UniRef ``TaxID=``, ``<accession>_<taxid>/`` ids, species mnemonics)
-share a row of the sample (:func:`species_pairs`, as AF-Multimer matches them: the i-th row of a
-species in each MSA, up to the fewest any of them has), and a chain whose MSA lacks the species
-is gap there (``msa_mask`` False). The paired block comes first, the unpaired rows below it. The number of rows ``n``
+share a row of the sample (:func:`species_pairs`, as AF3 matches them: the i-th row of a species
+in each MSA in stored order, up to the fewest any of them has and at most 600; paired rows shared
+by more MSAs first, then by the product of their row indices), and a chain whose MSA lacks the
+species is gap there (``msa_mask`` False). AF-Multimer instead pairs a species' rows by their
+rank in similarity to the query and skips a species with over 600 rows in some MSA; AF3 does
+neither. The paired block comes first, the unpaired rows below it. The number of rows ``n``
 is drawn uniformly from ``1 … min(D, max_msa_rows)`` where ``D`` is the depth of that stacked
 MSA (the deepest chain MSA when nothing is paired); row 0 is the query, then up to ``n - 1``
 paired rows drawn uniformly, then each chain's other (unpaired) rows drawn uniformly without
@@ -68,6 +71,9 @@ Deviation from AF3: AF3 pairs the rows of a separate UniProt search and takes th
 from the other databases; a store holds one merged MSA per sequence (Protenix's ``pairing.a3m``
 rows included), so pairing draws on every row with a species id, and the unpaired block holds the
 rest. AF3 also caps the paired block at 8,191 rows; here ``max_msa_rows`` caps the whole MSA.
+AF3 pairs chain by chain, so two copies of one sequence count as two MSAs: a species found only
+in those copies is paired there too (each copy the same row), and copies count again in the
+"shared by more" order and the product; here pairing is over the distinct MSAs of the crop.
 """
 
 from __future__ import annotations
@@ -101,6 +107,9 @@ log = logging.getLogger(__name__)
 
 #: AF3 trains with up to 16,384 MSA rows; a CPU/host-memory friendly default for the client.
 DEFAULT_MAX_MSA_ROWS = 1024
+#: AF3's ``max_paired_sequence_per_species`` (``WholePdbPipeline.Config``, 600): at most this many
+#: rows of one species are paired; the species' other rows stay unpaired (:func:`species_pairs`).
+MAX_PAIRED_PER_SPECIES = 600
 #: Standard deviation (Å) of the random translation applied to each reference conformer.
 REF_TRANSLATION_STD = 1.0
 
@@ -368,14 +377,17 @@ def _msa_species(fetch: MSAFetch, key: str, depth: int) -> np.ndarray:
     return species
 
 
-def species_pairs(species: Sequence[np.ndarray]) -> np.ndarray:
-    """Rows of ``K`` MSAs of different sequences paired by species (AF-Multimer, AF3 §2.3).
+def species_pairs(species: Sequence[np.ndarray], max_per_species: int = MAX_PAIRED_PER_SPECIES) -> np.ndarray:
+    """Rows of ``K`` MSAs of different sequences paired by species, as AF3 pairs them
+    (``alphafold3/model/msa_pairing.py``: ``create_paired_features``, ``_align_species``).
 
     ``species[k]``: int [d_k] the species id of each row of MSA ``k`` (row 0 is the query; id 0 =
     unknown, never paired). For every species found in at least two of the MSAs, the i-th row of
     that species in each MSA that has it (rows in stored order) share a paired row, for i below
-    the smallest number of rows of that species among those MSAs; the other MSAs have a gap there.
-    Species shared by more MSAs come first, then species in order of their best (first) row.
+    ``min(max_per_species, the fewest rows of that species among those MSAs)``; the other MSAs
+    have a gap there. Order (AF3's): paired rows shared by more MSAs first; among those shared by
+    equally many, by the product of their rows (a gap counts 1, AF3's ``|-1|``), smallest first,
+    so that rows near the top of every MSA come first; ties by species id, then i.
     Returns int64 [P, K]: the row of each MSA in each paired row, -1 for a gap.
     """
     k_msas = len(species)
@@ -385,7 +397,7 @@ def species_pairs(species: Sequence[np.ndarray]) -> np.ndarray:
         rows = np.flatnonzero(sp[1:] != 0) + 1
         parts.append(np.stack([sp[rows], np.full(rows.size, k), rows], axis=1))
     flat = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
-    if not flat.size:
+    if not flat.size or max_per_species < 1:
         return np.zeros((0, k_msas), np.int64)
     flat = flat[np.lexsort((flat[:, 2], flat[:, 1], flat[:, 0]))]  # by species, MSA, row
     sp, msa_k, row = flat.T
@@ -394,25 +406,34 @@ def species_pairs(species: Sequence[np.ndarray]) -> np.ndarray:
     group = np.cumsum(new_group) - 1
     group_start = np.flatnonzero(new_group)
     rank = np.arange(sp.size) - group_start[group]  # i: the row's place among its species' rows there
-    species_start = np.flatnonzero(new_species)
-    s_of = np.cumsum(new_species) - 1  # species index of each row
+    s_of = np.cumsum(new_species) - 1  # species index of each row (species ids ascending)
     g_of_species = np.cumsum(new_species[group_start]) - 1
     n_msas = np.bincount(g_of_species)  # MSAs that have the species
     take = np.minimum.reduceat(np.diff(np.r_[group_start, sp.size]), np.flatnonzero(new_species[group_start]))
-    first = np.minimum.reduceat(row, species_start)  # the species' best row in any MSA
+    take = np.minimum(take, max_per_species)
     ok = (n_msas[s_of] >= 2) & (rank < take[s_of])
     if not ok.any():
         return np.zeros((0, k_msas), np.int64)
-    # a paired row is (species, i); order: shared by more MSAs, best first row, species, i
+    # a paired row is (species, i), numbered in that order
     stride = int(rank.max()) + 1
     pair_ids, pair_index = np.unique(s_of[ok] * stride + rank[ok], return_inverse=True)
     ps, pr = pair_ids // stride, pair_ids % stride
-    order = np.lexsort((pr, ps, first[ps], -n_msas[ps]))
-    place = np.empty_like(order)
-    place[order] = np.arange(order.size)
     out = np.full((pair_ids.size, k_msas), -1, dtype=np.int64)
-    out[place[pair_index.reshape(-1)], msa_k[ok]] = row[ok]
-    return out
+    out[pair_index.reshape(-1), msa_k[ok]] = row[ok]
+    return out[_af3_pair_order(out, -n_msas[ps], ps, pr)]
+
+
+def _af3_pair_order(pairs: np.ndarray, minus_shared: np.ndarray, sp: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Order of the paired rows ``pairs`` (int64 [P, K], -1 gap): by ``minus_shared``, then the
+    product of the rows (a gap counts 1), then ``sp``, then ``i`` (all int64 [P]). The product is
+    compared exactly: in int64 while it fits (AF3 sums logs in float64, whose rounding would
+    order equal products such as 1·6 and 2·3 by chance), as Python integers beyond."""
+    factors = np.where(pairs >= 0, pairs, 1)
+    if float(np.log(factors).sum(axis=1).max()) < 43.0:  # e^43 < 2^63: the int64 product is exact
+        return np.lexsort((i, sp, np.prod(factors, axis=1), minus_shared))
+    prods = [math.prod(r) for r in factors.tolist()]
+    keys = list(zip(minus_shared.tolist(), prods, sp.tolist(), i.tolist(), strict=True))
+    return np.asarray(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
 
 
 def msa_row_plan(

@@ -5,6 +5,7 @@ two different real MSAs."""
 from __future__ import annotations
 
 import gzip
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -36,9 +37,12 @@ def _sto_species(path: Path) -> np.ndarray:
     return np.asarray([0] + [_taxon(h) for h in headers])  # a query row first, as in a store
 
 
-def _reference_pairs(species: list[np.ndarray]) -> set[tuple[int, ...]]:
-    """Every paired row as a tuple of rows (-1: gap), by dictionaries: the i-th row of a species in
-    each MSA that has it, i below the fewest rows of that species, for species in ≥ 2 MSAs."""
+def _reference_pairs(species: list[np.ndarray], cap: int = 600) -> list[tuple[int, ...]]:
+    """Every paired row as a tuple of rows (-1: gap), in order, by dictionaries and sorted(), as
+    AF3's ``msa_pairing.create_paired_features`` pairs: for a species in ≥ 2 MSAs, the i-th row
+    of it (stored order) in each MSA that has it, i below min(cap, the fewest rows of it in those
+    MSAs); rows shared by more MSAs first, then by the product of the row indices (a gap counts
+    |-1| = 1), ties by species id, then i."""
     rows_of: list[dict[int, list[int]]] = []
     for sp in species:
         d: dict[int, list[int]] = {}
@@ -46,14 +50,19 @@ def _reference_pairs(species: list[np.ndarray]) -> set[tuple[int, ...]]:
             if row and s:
                 d.setdefault(s, []).append(row)
         rows_of.append(d)
-    out = set()
+    found = []
     for s in set().union(*rows_of):
         having = [k for k, d in enumerate(rows_of) if s in d]
         if len(having) < 2:
             continue
-        for i in range(min(len(rows_of[k][s]) for k in having)):
-            out.add(tuple(rows_of[k][s][i] if k in having else -1 for k in range(len(species))))
-    return out
+        for i in range(min(cap, *(len(rows_of[k][s]) for k in having))):
+            found.append((s, i, tuple(rows_of[k][s][i] if k in having else -1 for k in range(len(species)))))
+
+    def rank(item: tuple[int, int, tuple[int, ...]]) -> tuple[int, int, int, int]:
+        s, i, rows = item
+        return (-sum(r >= 0 for r in rows), math.prod(abs(r) for r in rows), s, i)
+
+    return [rows for _, _, rows in sorted(found, key=rank)]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +79,7 @@ def test_species_pairs_of_real_msas_match_the_reference(real_species: list[np.nd
         got = species_pairs(msas)
         want = _reference_pairs(msas)
         assert len(want) > 50  # the real MSAs do share species
-        assert {tuple(r) for r in got.tolist()} == want and got.shape[0] == len(want)
+        assert [tuple(r) for r in got.tolist()] == want  # the same pairs, in AF3's order
         # every paired row is one species; a row is used at most once per MSA
         for k in range(len(msas)):
             used = got[:, k][got[:, k] >= 0]
@@ -81,6 +90,41 @@ def test_species_pairs_of_real_msas_match_the_reference(real_species: list[np.nd
     got = species_pairs(real_species)
     n_shared = (got >= 0).sum(1)
     assert n_shared.max() == 3 and np.all(np.diff(n_shared) <= 0)
+
+
+def test_paired_rows_with_equal_products_go_by_species_id() -> None:
+    # species 30: rows (1, 6), species 20: (2, 3), species 10: (3, 2): every product is 6
+    a = np.asarray([0, 30, 20, 10])
+    b = np.asarray([0, 99, 10, 20, 99, 99, 30])
+    assert species_pairs([a, b]).tolist() == [[3, 2], [2, 3], [1, 6]]
+
+
+def test_at_most_600_rows_of_a_species_are_paired() -> None:
+    # AF3 (WholePdbPipeline.Config.max_paired_sequence_per_species = 600) crops a species to
+    # min(600, fewest rows); AF-Multimer would drop the species (over 600 rows in an MSA)
+    a = np.asarray([0] + [7] * 700 + [9] * 3)
+    b = np.asarray([0] + [9] * 5 + [7] * 650)
+    got = species_pairs([a, b])
+    assert got.shape == (603, 2)
+    assert [tuple(r) for r in got.tolist()] == _reference_pairs([a, b])
+    assert int((a[got[:, 0]] == 7).sum()) == 600 and int((a[got[:, 0]] == 9).sum()) == 3
+    np.testing.assert_array_equal(got[a[got[:, 0]] == 7, 0], np.arange(1, 601))  # the first 600, stored order
+
+
+def test_the_per_species_cap_is_a_parameter(real_species: list[np.ndarray]) -> None:
+    for cap in (1, 2):
+        got = species_pairs(real_species, max_per_species=cap)
+        assert [tuple(r) for r in got.tolist()] == _reference_pairs(real_species, cap)
+    assert species_pairs(real_species, max_per_species=0).shape == (0, 3)
+
+
+def test_products_past_int64_are_ordered_exactly() -> None:
+    # five deep MSAs sharing species: row products reach ~12000**5 (> 2**63)
+    rng = np.random.default_rng(3)
+    msas = [np.r_[0, rng.integers(1, 2500, size=12000)] for _ in range(5)]
+    got = species_pairs(msas)
+    assert float(np.log(np.where(got >= 0, got, 1)).sum(1).max()) > math.log(2**63)
+    assert [tuple(r) for r in got.tolist()] == _reference_pairs(msas)
 
 
 def test_no_species_in_common_pairs_nothing() -> None:
@@ -180,6 +224,51 @@ def test_a_heteromer_sample_pairs_rows_of_one_species(client_reader: Any) -> Non
             assert (species_rows[0][r] & species_rows[1][r]) - {0}, (seed, r + 1)
         checked += p
     assert checked > 50
+
+
+def _heteromer(reader: Any) -> tuple[Any, list[dict[str, Any]], dict[str, tuple[int, int]]]:
+    """2q2k with its two protein chains given 102m's and 4zey's MSAs (as in the test above)."""
+    entry = reader.entry("2q2k")
+    msas = {row["key"]: (row["depth"], row["length"]) for row in reader.msas.to_pylist()}
+    by_entry = {row["entry_id"]: row["msa_key"] for row in reader.chains.to_pylist() if row["msa_key"]}
+    chains = [dict(row) for row in entry.chains]
+    prot = [ch for ch in chains if int(ch["mol_type"]) == MolType.PROTEIN]
+    prot[0]["msa_key"], prot[1]["msa_key"] = by_entry["102m"], by_entry["4zey"]
+    for ch in chains:
+        if int(ch["mol_type"]) != MolType.PROTEIN:
+            ch["msa_key"] = None
+    return entry, chains, msas
+
+
+def test_the_service_pairs_as_the_store(client_store: Path, client_reader: Any) -> None:
+    """Over a real lookup service (uvicorn on 127.0.0.1) the species ids, the pairs and the
+    samples' MSAs are those of the store read directly."""
+    from featurecache.client.http import LookupClient
+    from services.lookup.server import background_server
+
+    entry, chains, msas = _heteromer(client_reader)
+    keys = sorted({str(ch["msa_key"]) for ch in chains if ch["msa_key"]})
+    with background_server(client_store) as url:
+        remote = LookupClient(url)
+        try:
+            r_entry, r_chains, r_msas = _heteromer(remote)
+            assert r_msas == msas
+            none = np.zeros(0, np.int64)
+            local_sp = [np.asarray(client_reader.msa(k, None, none).species) for k in keys]
+            remote_sp = [np.asarray(remote.msa(k, None, none).species) for k in keys]
+            for a, b in zip(local_sp, remote_sp, strict=True):
+                np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(species_pairs(remote_sp), species_pairs(local_sp))
+            keep = np.arange(len(entry.tokens["restype"]), dtype=np.int64)
+            for seed in range(3):
+                here = assemble_sample(entry, keep, np.random.default_rng(seed), chains=chains,
+                                       msa_fetch=client_reader.msa, msa_shape=msas.get, augment_ref=False)  # fmt: skip
+                there = assemble_sample(r_entry, keep, np.random.default_rng(seed), chains=r_chains,
+                                        msa_fetch=remote.msa, msa_shape=r_msas.get, augment_ref=False)  # fmt: skip
+                for name in ("msa", "msa_mask", "msa_deletions"):
+                    np.testing.assert_array_equal(here[name], there[name])
+        finally:
+            remote.close()
 
 
 class _CountingReader:
