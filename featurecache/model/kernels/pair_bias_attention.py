@@ -748,12 +748,15 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 
 def _empty_like_layout(t: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor shaped like t whose memory follows t's axis order (by stride), so a
-    q that is a [B, S, N, H, D] buffer seen as [B, S, H, N, D] gets an output laid out the same way."""
+    """An uninitialised dense tensor shaped like t whose memory follows t's axis order (by stride),
+    so a q that is a [B, S, N, H, D] buffer seen as [B, S, H, N, D] gets an output laid out the same
+    way. The last axis (D) stays last and contiguous whatever t's strides (the kernels store rows of
+    D contiguous elements); an expanded axis (stride 0, e.g. k shared by all heads) goes outermost."""
     if t.is_contiguous():
         return torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    strides = t.stride()
-    order = sorted(range(t.dim()), key=lambda i: -strides[i])
+    strides, shape = t.stride(), t.shape
+    lead = sorted(range(t.dim() - 1), key=lambda i: (strides[i] != 0 or shape[i] == 1, -strides[i]))
+    order = [*lead, t.dim() - 1]
     buf = torch.empty([t.shape[i] for i in order], dtype=t.dtype, device=t.device)
     return buf.permute([order.index(i) for i in range(t.dim())])
 

@@ -1,0 +1,109 @@
+"""Defects a reviewer reproduced in the kernel library (session 18, task H3), one test (or a few)
+per defect; each fails on the code before its fix. Expected values come from float64 oracles
+written here or in ``tests/model/util.py`` (not from the package's reference alone).
+
+Kernels run under Triton's interpreter on the CPU (fp32/fp16, small sizes), or compiled on the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels import triangle as tri
+from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_attention, rel_err
+
+F32, F16 = torch.float32, torch.float16
+DEV = KERNEL_DEVICE
+
+
+def _randn(*shape: int, seed: int, dtype: torch.dtype = F32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(DEV, dtype)
+
+
+def _oracle_grads(
+    leaves: list[torch.Tensor], build: object, do: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Float64 output and leaf gradients of ``build(*leaves64)`` (a callable giving the output)."""
+    xs = [t.detach().cpu().double().requires_grad_() for t in leaves]
+    out = build(*xs)  # type: ignore[operator]
+    out.backward(do.detach().cpu().double())
+    return out, [x.grad for x in xs]  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. expanded (stride-0) q, k, v
+# ---------------------------------------------------------------------------------------------
+
+
+def test_expanded_qkv_give_the_oracles_output_and_gradients() -> None:
+    """k shared by all heads (expand over H), q broadcast over the batch (expand over B), v shared
+    by all S rows (expand over S): output and the gradients of the unexpanded leaves match a
+    float64 oracle (before: outputs/gradients allocated with a non-unit last stride, garbage)."""
+    b, s, h, n, d = 2, 2, 2, 19, 16
+    q1 = _randn(1, s, h, n, d, seed=1).requires_grad_()
+    k1 = _randn(b, s, 1, n, d, seed=2).requires_grad_()
+    v1 = _randn(b, 1, h, n, d, seed=3).requires_grad_()
+    bias = _randn(b, h, n, n, seed=4).requires_grad_()
+    do = _randn(b, s, h, n, d, seed=5)
+    shape = (b, s, h, n, d)
+
+    def build(q_, k_, v_, bias_):  # type: ignore[no-untyped-def]
+        return naive_attention(q_.expand(shape), k_.expand(shape), v_.expand(shape), bias_, None, d**-0.5)
+
+    ref, ref_grads = _oracle_grads([q1, k1, v1, bias], build, do)
+    out = pba.pair_bias_attention(q1.expand(shape), k1.expand(shape), v1.expand(shape), bias)
+    assert out.stride(-1) == 1
+    out.backward(do)
+    assert rel_err(out, ref) < TOL[F32]
+    for name, leaf, want in zip("qkvb", (q1, k1, v1, bias), ref_grads, strict=True):
+        assert leaf.grad is not None and rel_err(leaf.grad, want) < TOL[F32], name
+
+
+def test_expanded_inputs_fake_layouts_match_and_outputs_keep_d_last() -> None:
+    """The registered ops' fake kernels predict the layouts the real ones allocate for expanded
+    inputs, and every output has D last and contiguous."""
+    b, s, h, n, d = 2, 2, 2, 9, 16
+    shape = (b, s, h, n, d)
+    q = _randn(1, s, h, n, d, seed=6).expand(shape)
+    k = _randn(b, s, 1, n, d, seed=7).expand(shape)
+    v = _randn(b, s, h, n, d, seed=8)
+    bias = _randn(1, h, n, n, seed=9).expand(b, h, n, n)  # bias expanded over B: read in place
+    for t in (q, k):
+        assert pba._empty_like_layout(t).stride(-1) == 1
+    assert_fake_layouts_match(
+        torch.ops.featurecache.pair_bias_attention.default, (q, k, v, bias, None, 0.25, None, None)
+    )
+    out, lse = torch.ops.featurecache.pair_bias_attention.default(q, k, v, bias, None, 0.25, None, None)
+    assert out.stride(-1) == 1
+    dout = _randn(b, s, h, n, d, seed=10)
+    assert_fake_layouts_match(
+        torch.ops.featurecache.pair_bias_attention_backward.default,
+        (dout, q, k, v, bias, None, out, lse, 0.25, None),
+    )
+
+
+def _triangle_oracle(x: torch.Tensor, h: int, d: int) -> torch.Tensor:
+    """Gated attention over x's column groups (q, k, v, gate, bias heads), written here (pass
+    float64; differentiable)."""
+    b, n, _, _ = x.shape
+    hd = h * d
+    q, k, v, g = (x[..., i * hd : (i + 1) * hd].reshape(b, n, n, h, d).transpose(2, 3) for i in range(4))
+    bias = x[..., 4 * hd : 4 * hd + h].permute(0, 3, 1, 2)
+    o = torch.sigmoid(g) * naive_attention(q, k, v, bias, None, d**-0.5)
+    return o.transpose(2, 3).reshape(b, n, n, hd)
+
+
+def test_triangle_core_on_an_expanded_projection_matches_the_oracle() -> None:
+    """triangle_attention_core on a projection expanded over the batch (stride 0 on B) matches a
+    float64 oracle, forward and the projection's gradient."""
+    h, d, n = 1, 16, 9
+    p1 = _randn(1, n, n, tri.width(h, d) + 3, seed=11).requires_grad_()
+    p = p1.expand(2, n, n, p1.shape[-1])
+    do = _randn(2, n, n, h * d, seed=12)
+    ref, (ref_grad,) = _oracle_grads([p1], lambda x: _triangle_oracle(x.expand(p.shape), h, d), do)
+    out = tri.triangle_attention_core(p, h, d)
+    out.backward(do)
+    assert out.stride(-1) == 1 and rel_err(out, ref) < TOL[F32]
+    assert p1.grad is not None and rel_err(p1.grad, ref_grad) < TOL[F32]
