@@ -51,6 +51,9 @@ INDEX_REFRESH_S = 15.0  # rebuild the index this often during a build, so progre
 INDEX_REFRESH_SHARE = 0.1
 #: how long a build on an external scheduler waits for its first worker
 WAIT_FOR_WORKERS_S = 60.0
+#: how long connecting to an external scheduler may take (TCP connect retries), and its answer in all
+SCHEDULER_CONNECT_S = 15.0
+SCHEDULER_ANSWER_S = 20.0
 
 
 @dataclass
@@ -106,6 +109,8 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         if workers is not None:
             log.warning("--workers %d is ignored with --scheduler %s: the cluster's own workers run the build",
                         workers, scheduler)  # fmt: skip
+        # Client() waits without a bound for the handshake of whatever answers the address
+        _probe_scheduler(scheduler)
         try:
             return Client(scheduler, timeout="20s"), None
         except (ValueError, TypeError) as exc:
@@ -129,6 +134,53 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
 
     client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
     return client, cluster
+
+
+def _probe_scheduler(scheduler: str) -> None:
+    """Ask ``scheduler`` who it is, within ``SCHEDULER_ANSWER_S`` in all, before ``Client()`` is
+    made: distributed's connect waits without a bound for the other side's handshake, so an
+    address that accepts connections but is not Dask (an HTTP server, the dashboard port, a port
+    forward to nothing) hung the build. StoreError (exit 3) naming the address and the likely
+    reason, also when nothing accepts the connection; UsageError (exit 2) for a malformed address."""
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def ask() -> Any:
+        comm = await connect(
+            scheduler, timeout=SCHEDULER_CONNECT_S, **Security().get_connection_args("client")
+        )
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    def run() -> Any:  # a loop of its own, also when the caller runs one (a notebook)
+        return asyncio.run(asyncio.wait_for(ask(), SCHEDULER_ANSWER_S))
+
+    not_dask = (f"the address {scheduler} accepts connections but did not answer as a Dask scheduler within "
+                f"{SCHEDULER_ANSWER_S:.0f} s: another service on that port (HTTP? the dashboard, usually "
+                ":8787, instead of the scheduler, usually :8786)?")  # fmt: skip
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            answer = pool.submit(run).result(timeout=SCHEDULER_ANSWER_S + 10)
+        except (TimeoutError, concurrent.futures.TimeoutError) as exc:
+            raise StoreError(not_dask) from exc
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
+                             "expected e.g. tcp://host:8786") from exc  # fmt: skip
+        except OSError as exc:  # nothing accepts the connection (refused, unreachable, unknown host)
+            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+        except Exception as exc:  # a reply that is not Dask's wire format
+            raise StoreError(f"{not_dask} ({type(exc).__name__}: {exc})"[:500]) from exc
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if not isinstance(kind, str) or "Scheduler" not in kind:
+        what = f"a Dask {kind}" if isinstance(kind, str) else f"something that answered {answer!r}"[:200]
+        raise StoreError(f"the address {scheduler} is not a Dask scheduler: it is {what}; give the "
+                         "scheduler's address (dask scheduler prints it; usually port 8786)")  # fmt: skip
 
 
 def check_arguments(

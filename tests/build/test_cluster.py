@@ -180,7 +180,9 @@ def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -
     expected = {"featurizer": "9.9.9-other", "older": "AttributeError", "code": "featurecache source"}[how]
     assert expected in res.stderr
     if how == "code":
-        assert f"at {other / 'featurecache'} differs from the driver's at {REPO / 'featurecache'}" in res.stderr
+        assert (
+            f"at {other / 'featurecache'} differs from the driver's at {REPO / 'featurecache'}" in res.stderr
+        )
     assert not out.exists() or not any(out.rglob("*.json"))
 
 
@@ -329,4 +331,20 @@ def test_scheduler_without_workers_is_refused(tmp_path: Path, monkeypatch: pytes
     finally:
         _stop([sched])
     assert address in str(err.value)
+    assert not out.exists()
+
+
+def test_a_worker_address_as_scheduler_is_refused(tmp_path: Path, cluster: Cluster) -> None:
+    """--scheduler at a Dask worker's address: a StoreError saying it is a worker, not a
+    scheduler, nothing written (before: a UsageError quoting a TypeError from Worker.identity)."""
+    from distributed import Client
+
+    from featurecache.build.run import run_build
+
+    with Client(cluster.address, timeout="20s") as c:
+        (worker,) = c.scheduler_info()["workers"]
+    out = tmp_path / "store"
+    with pytest.raises(StoreError, match="is not a Dask scheduler: it is a Dask Worker") as err:
+        run_build(pdb_dir=SAMPLES / "structures", out=out, scheduler=worker, progress=False)
+    assert worker in str(err.value)
     assert not out.exists()

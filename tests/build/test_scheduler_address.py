@@ -1,0 +1,103 @@
+"""``--scheduler`` at an address that accepts connections but is not a Dask scheduler: the build
+ends with one line naming the address, exit 3, nothing written (before: it hung inside
+``distributed.Client()``, which waits without a bound for the other side's handshake)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLES
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """A TCP listener on 127.0.0.1 that accepts every connection and never sends a byte."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for c in held:
+            c.close()
+        server.close()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """``python -m http.server``'s server (a real HTTP server) on 127.0.0.1."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = lambda *a: Quiet(*a, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_scheduler_address_that_is_not_dask_ends_the_build(
+    tmp_path: Path, silent_listener: str, http_server: str
+) -> None:
+    # an HTTP request really is answered there (the server is up)
+    host, port = http_server.removeprefix("tcp://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+        assert s.recv(12).startswith(b"HTTP/1.")
+    builds = {}
+    for name, address in (("silent", silent_listener), ("http", http_server)):
+        out = tmp_path / f"store-{name}"
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(SAMPLES / "structures"), "--out",
+             str(out), "--scheduler", address, "--no-progress"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        builds[name] = (address, out, proc)
+    results = {}
+    try:
+        for name, (_, _, proc) in builds.items():
+            # generous: proves only that it does not hang (before: still waiting when killed)
+            results[name] = proc.communicate(timeout=120)
+    finally:
+        for _, _, proc in builds.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for name, (address, out, proc) in builds.items():
+        stderr = results[name][1]
+        assert proc.returncode == 3, (name, stderr[-3000:])
+        assert "Traceback" not in stderr, stderr[-3000:]
+        (line,) = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+        assert address in line and "did not answer as a Dask scheduler" in line, line
+        assert not out.exists()
