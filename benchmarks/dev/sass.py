@@ -173,7 +173,7 @@ def main() -> None:
                 h,
                 n,
             ),
-            lambda c: (False, False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
+            lambda c: (False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
             cfg.fwd,
         ),
         "dq": (

@@ -107,3 +107,53 @@ def test_triangle_core_on_an_expanded_projection_matches_the_oracle() -> None:
     out.backward(do)
     assert out.stride(-1) == 1 and rel_err(out, ref) < TOL[F32]
     assert p1.grad is not None and rel_err(p1.grad, ref_grad) < TOL[F32]
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. −inf in the bias without a mask
+# ---------------------------------------------------------------------------------------------
+
+
+def _inf_bias_oracle(q, k, v, bias):  # type: ignore[no-untyped-def]
+    """Softmax attention where −inf bias entries weigh 0 and a row with every key −inf gives 0."""
+    scores = torch.einsum("bshid,bshjd->bshij", q, k) * q.shape[-1] ** -0.5 + bias[:, None]
+    any_key = torch.isfinite(scores).any(-1, keepdim=True)
+    p = torch.where(any_key, torch.softmax(torch.where(any_key, scores, 0.0), -1), 0.0)
+    return torch.einsum("bshij,bshjd->bshid", p, v)
+
+
+def test_minus_inf_bias_without_mask_follows_softmax_and_gives_no_nan() -> None:
+    """Keys 0..33 excluded by a −inf bias (the first 32-key block all −inf; AF3's 1e9·(mask − 1) in
+    fp16 is −inf) and one query row with −inf at every key, no mask: output and gradients match a
+    float64 oracle, the all-−inf row outputs 0 with lse +inf and passes no gradient (before: NaN)."""
+    b, s, h, n, d = 1, 2, 1, 40, 16
+    for dtype in (F32, F16):
+        q, k, v = (_randn(b, s, h, n, d, seed=20 + i, dtype=dtype).requires_grad_() for i in range(3))
+        bias0 = _randn(b, h, n, n, seed=23)
+        bias0[..., :34] = float("-inf")
+        bias0[:, :, 5, :] = float("-inf")  # query row 5: no key at all
+        bias = bias0.to(dtype).requires_grad_()
+        do = _randn(b, s, h, n, d, seed=24, dtype=dtype)
+        ref, ref_grads = _oracle_grads([q, k, v, bias], _inf_bias_oracle, do)
+        out = pba.pair_bias_attention(q, k, v, bias)
+        out.backward(do)
+        assert rel_err(out, ref) < TOL[dtype], dtype
+        for name, leaf, want in zip("qkvb", (q, k, v, bias), ref_grads, strict=True):
+            assert leaf.grad is not None and rel_err(leaf.grad, want) < TOL[dtype], (dtype, name)
+        assert torch.equal(out[:, :, :, 5], torch.zeros_like(out[:, :, :, 5]))
+        assert q.grad is not None and not q.grad[:, :, :, 5].any()
+        _, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, d**-0.5)
+        assert torch.isinf(lse[:, :, :, 5]).all() and torch.isfinite(lse[:, :, :, :5]).all()
+
+
+def test_reference_gives_zero_not_nan_for_an_all_minus_inf_row() -> None:
+    """The package reference (the model's CPU path) follows the same rule as the kernel."""
+    from featurecache.model.kernels.reference import pair_bias_attention_ref
+
+    q, k, v = (torch.randn(1, 1, 1, 6, 16, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 1, 6, 6, dtype=torch.float64)
+    bias[..., :3] = float("-inf")
+    bias[:, :, 2, :] = float("-inf")
+    out = pair_bias_attention_ref(q, k, v, bias)
+    assert torch.allclose(out, _inf_bias_oracle(q, k, v, bias), rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[0, 0, 0, 2], torch.zeros(16, dtype=torch.float64))

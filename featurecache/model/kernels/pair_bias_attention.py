@@ -14,8 +14,10 @@ Kernels (all tiles in registers, fp32 accumulation, exp2 with log2(e) folded int
   gradient Σ_s dS_s accumulated in registers in a fixed order; groups (only as many as needed to
   fill the GPU) write fp32 partials that one ``sum`` reduces. No atomics: bitwise deterministic.
 
-Masking: masked keys (and keys past N) get −inf, so their weight is exactly 0. A query row with
-no real key outputs 0 and gets lse = +inf, so it passes no gradient (the reference does the same).
+Masking: masked keys (and keys past N) get −inf, so their weight is exactly 0, as do keys whose
+bias is −inf (softmax semantics). A query row with no key of finite score (every key masked, or a
+−inf bias at every key) outputs 0 and gets lse = +inf, so it passes no gradient (the reference
+does the same).
 
 The public entry point is :func:`pair_bias_attention`. Eagerly it runs
 :class:`PairBiasAttentionFunction` (a ``torch.autograd.Function``); under ``torch.compile`` it
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 
 LOG2E = 1.4426950408889634
 _LOG2E = tl.constexpr(LOG2E)  # what kernels see (compiled kernels only read constexpr globals)
+#: the forward's running row max starts here (−FLT_MAX), not at −inf: a row whose keys so far all
+#: score −inf (a −inf bias, masked keys) keeps a finite max, so exp2(s − m) is exp2(−inf) = 0, never
+#: exp2(−inf + inf) = NaN, with no per-block guard
+_M_FLOOR = tl.constexpr(-3.4028234663852886e38)
 SUPPORTED_HEAD_DIMS = (16, 32, 64)
 
 
@@ -116,17 +122,15 @@ def _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N: tl.conste
 @triton.jit
 def _fwd_step(
     acc, m_i, l_i, q, K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, bias2, key_add, qk_scale,
-    HAS_KEY_ADD: tl.constexpr, GUARD_EMPTY: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
+    HAS_KEY_ADD: tl.constexpr, EVEN_N: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """One key block of the online softmax for one S row (log2 units: bias2 = bias·log2 e)."""
+    """One key block of the online softmax for one S row (log2 units: bias2 = bias·log2 e). m_i
+    starts at −FLT_MAX (``_M_FLOOR``), so m_new is finite even when every score so far is −inf."""
     k, v = _kv_tiles(K, V, k_off, v_off, sk_n, sv_n, cols, offs_d, N, EVEN_N)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale + bias2
     if HAS_KEY_ADD:
         s += key_add[None, :]
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    if GUARD_EMPTY:
-        # a row with every key so far masked has max −inf; shift by 0 so exp2 gives 0, not NaN
-        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.math.exp2(s - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
@@ -164,12 +168,11 @@ def _fwd_kernel(
     sq_b, sq_s, sq_h, sq_n, sk_b, sk_s, sk_h, sk_n, sv_b, sv_s, sv_h, sv_n,
     so_b, so_s, so_h, so_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n, sr_b, sr_s, sg_b, sg_s, sg_h, sg_n,
     S, H, N, scale,
-    HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, BIAS_HAS_INF: tl.constexpr, EVEN_N: tl.constexpr,
+    HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
     GATED: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
-    GUARD_EMPTY: tl.constexpr = HAS_MASK or BIAS_HAS_INF
     qk_scale = scale * _LOG2E
     pid_m = tl.program_id(0)
     b, h, s0, s1 = _program_rows(S, H, SP)
@@ -184,14 +187,14 @@ def _fwd_kernel(
     q0 = tl.load(Q + b * sq_b + s0 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                  mask=row_ok[:, None], other=0.0)  # fmt: skip
     acc0 = tl.zeros([BLOCK_M, D], tl.float32)
-    m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m0 = tl.full([BLOCK_M], _M_FLOOR, tl.float32)
     l0 = tl.zeros([BLOCK_M], tl.float32)
     ka0_nxt = _key_add(MASK, mo0, sm_n, offs_n, N, HAS_MASK)
     if SP == 2:
         q1 = tl.load(Q + b * sq_b + s1 * sq_s + h * sq_h + rows[:, None] * sq_n + offs_d[None, :],
                      mask=row_ok[:, None], other=0.0)  # fmt: skip
         acc1 = tl.zeros([BLOCK_M, D], tl.float32)
-        m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        m1 = tl.full([BLOCK_M], _M_FLOOR, tl.float32)
         l1 = tl.zeros([BLOCK_M], tl.float32)
         ka1_nxt = _key_add(MASK, mo1, sm_n, offs_n, N, HAS_MASK)
 
@@ -202,12 +205,12 @@ def _fwd_kernel(
         ka0 = ka0_nxt
         ka0_nxt = _key_add(MASK, mo0, sm_n, cols + BLOCK_N, N, HAS_MASK)
         acc0, m0, l0 = _fwd_step(acc0, m0, l0, q0, K, V, k_off0, v_off0, sk_n, sv_n, cols, offs_d, N, bias2, ka0,
-                                 qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
+                                 qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
         if SP == 2:
             ka1 = ka1_nxt
             ka1_nxt = _key_add(MASK, mo1, sm_n, cols + BLOCK_N, N, HAS_MASK)
             acc1, m1, l1 = _fwd_step(acc1, m1, l1, q1, K, V, k_off1, v_off1, sk_n, sv_n, cols, offs_d, N, bias2,
-                                     ka1, qk_scale, HAS_KEY_ADD, GUARD_EMPTY, EVEN_N, PREC)  # fmt: skip
+                                     ka1, qk_scale, HAS_KEY_ADD, EVEN_N, PREC)  # fmt: skip
 
     lse_row = (b * S * H + h) * N  # LSE is contiguous [B, S, H, N]
     on0 = tl.load(ROW_MASK + b * sr_b + s0 * sr_s) if HAS_ROW_MASK else 1
@@ -813,8 +816,8 @@ def pair_bias_attention_forward(
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
          *rm_strides, *g.stride()[:4], s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, BIAS_HAS_INF, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
-        (mask is not None, row_mask is not None, key_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
+        # HAS_MASK, HAS_ROW_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
+        (mask is not None, row_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
          cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
@@ -1140,6 +1143,9 @@ def pair_bias_attention(
     q, k, v: ``[B, S, H, N, D]`` (fp32/fp16/bf16, D ∈ {16, 32, 64}; any strides with a
     contiguous last axis); bias: ``[B, H, N, N]``; mask: bool ``[B, S, N]`` key mask or None;
     scale defaults to ``D**-0.5``. Returns ``[B, S, H, N, D]`` in q's dtype.
+
+    A −inf bias entry gives its key weight 0, as a masked key; a query row whose every key is
+    masked or −inf outputs 0 and passes no gradient (no NaN), as the reference does.
 
     Padding masks factorise: ``key_mask`` ``[B, N]`` (keys, shared by all S rows) and ``row_mask``
     ``[B, S]`` mean ``mask[b, s, j] = row_mask[b, s] & key_mask[b, j]`` (combined with ``mask``

@@ -28,9 +28,10 @@ def pair_bias_attention_ref(
     they are combined with ``mask`` as ``mask & row_mask[:, :, None] & key_mask[:, None, :]``.
 
     q, k, v: ``[B, S, H, N, D]`` float; bias: ``[B, H, N, N]`` (query i, key j); mask: ``[B, S, N]``
-    bool key mask (True = real key) or None. Masked keys get −inf, i.e. exactly zero weight; a query
-    row whose keys are all masked has no defined softmax and outputs zeros (and passes no
-    gradient), which is what the kernel does too. Returns ``[B, S, H, N, D]`` in q's dtype.
+    bool key mask (True = real key) or None. Masked keys get −inf, i.e. exactly zero weight, as do
+    keys whose bias is −inf; a query row whose keys are all masked or −inf has no defined softmax
+    and outputs zeros (and passes no gradient), which is what the kernel does too. Returns
+    ``[B, S, H, N, D]`` in q's dtype.
     """
     d = q.shape[-1]
     scale = d**-0.5 if scale is None else scale
@@ -43,14 +44,13 @@ def pair_bias_attention_ref(
             full = full & row_mask[:, :, None]
         mask = full
     s = torch.einsum("bshid,bshjd->bshij", q, k) * scale + bias[:, None]
-    if mask is None:
-        p = torch.softmax(s, dim=-1)
-    else:
+    if mask is not None:
         s = s.masked_fill(~mask[:, :, None, None, :], float("-inf"))
-        # Shift by a finite row max (fully masked rows have max −inf): masked terms become exp(−inf)=0.
-        m = s.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).min)
-        e = torch.exp(s - m)
-        p = e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
+    # Shift by a finite row max (rows whose keys are all masked or −inf have max −inf): masked and
+    # −inf terms become exp(−inf) = 0 and such a row sums to 0 (clamped: p = 0, no NaN).
+    m = s.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).min)
+    e = torch.exp(s - m)
+    p = e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
     return torch.einsum("bshij,bshjd->bshid", p, v)
 
 
