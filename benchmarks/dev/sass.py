@@ -173,7 +173,7 @@ def main() -> None:
                 h,
                 n,
             ),
-            lambda c: (False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
+            lambda c: (False, False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated, False),
             cfg.fwd,
         ),
         "dq": (
@@ -191,21 +191,21 @@ def main() -> None:
                 h,
                 n,
             ),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", args.gated, False),
             cfg.dq,
         ),
         "dkv": (
             pba._bwd_dkv_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, bf, bf],
             (*qkv_str * 3, *q_str * 3, *(bias_t_str if cfg.dkv_bias_copy else bias_str), 0, 0, 0, s, h, n),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32"),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, c.sp, "tf32", False),
             cfg.dkv,
         ),
         "dbias": (
             pba._bwd_dbias_kernel,
             [bf, bf, bf, bf, bf, bf, torch.float32, torch.float32, torch.float32],
             (*qkv_str * 3, *q_str, *bias_str, 0, 0, 0, s, h, n, 24),
-            lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32"),
+            lambda c: (False, even(c), d, c.block_m, c.block_n, "tf32", False),
             cfg.dbias,
         ),
     }

@@ -157,3 +157,42 @@ def test_reference_gives_zero_not_nan_for_an_all_minus_inf_row() -> None:
     out = pair_bias_attention_ref(q, k, v, bias)
     assert torch.allclose(out, _inf_bias_oracle(q, k, v, bias), rtol=1e-12, atol=1e-12)
     assert torch.equal(out[0, 0, 0, 2], torch.zeros(16, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. element offsets past 2**31
+# ---------------------------------------------------------------------------------------------
+
+
+def test_int64_offsets_are_chosen_from_the_largest_element_offset() -> None:
+    """The trunk's ending-node q (a view of the transposed projection, row stride N·528) needs
+    int64 tile offsets from N = 2017 on; shapes only (meta tensors, nothing allocated)."""
+    for n, want in ((2016, False), (2017, True)):
+        p = torch.empty(1, n, n, 528, device="meta", dtype=torch.bfloat16).transpose(1, 2)
+        q = p[..., :128].unflatten(-1, (4, 32)).permute(0, 1, 3, 2, 4)
+        assert pba._idx64(q) is want, n
+    dense = torch.empty(1, 768, 4, 768, 32, device="meta", dtype=torch.bfloat16)
+    assert pba._idx64(dense, dense.expand(4, -1, -1, -1, -1)) is False
+
+
+def test_views_with_offsets_past_2_31_match_the_oracle() -> None:
+    """q, k, v as views of one lazily allocated buffer with a row stride of 2**27 elements: row 16
+    sits at element 2**31 (about 4 GiB of address space, a few pages touched). Output and every
+    gradient match a float64 oracle (before: int32 tile offsets wrapped, segfault / corruption)."""
+    b, s, h, n, d, st = 1, 1, 1, 17, 16, 2**27
+    store = torch.empty((n - 1) * st + 3 * d, dtype=F16, device=DEV)  # virtual: never written in full
+    q, k, v = (store.as_strided((b, s, h, n, d), (16, 16, 16, st, 1), i * d) for i in range(3))
+    for i, t in enumerate((q, k, v)):
+        t.copy_(_randn(b, s, h, n, d, seed=30 + i, dtype=F16))
+    assert pba._aligned(q) is q and pba._idx64(q)  # read in place, on the int64 path
+    bias = _randn(b, h, n, n, seed=33, dtype=F16)
+    do = _randn(b, s, h, n, d, seed=34, dtype=F16)
+    scale = d**-0.5
+    ref, ref_grads = _oracle_grads(
+        [q, k, v, bias], lambda q_, k_, v_, b_: naive_attention(q_, k_, v_, b_, None, scale), do
+    )
+    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
+    grads = pba.pair_bias_attention_backward(do, q, k, v, bias, None, out, lse, scale)
+    assert rel_err(out, ref) < TOL[F16]
+    for name, got, want in zip("qkvb", grads, ref_grads, strict=True):
+        assert rel_err(got, want) < TOL[F16], name

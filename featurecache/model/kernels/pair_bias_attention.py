@@ -170,7 +170,7 @@ def _fwd_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, HAS_ROW_MASK: tl.constexpr, EVEN_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
-    GATED: tl.constexpr,
+    GATED: tl.constexpr, IDX64: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     qk_scale = scale * _LOG2E
@@ -179,6 +179,9 @@ def _fwd_kernel(
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
+    if IDX64:  # an element offset reaches 2**31: row/column tile offsets (rows · stride) in int64
+        rows = rows.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     k_off0, v_off0, mo0 = _kv_mask_offsets(b, s0, h, sk_b, sk_s, sk_h, sv_b, sv_s, sv_h, sm_b, sm_s)
@@ -285,12 +288,16 @@ def _bwd_dq_kernel(
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, GATED: tl.constexpr,
+    IDX64: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_m = tl.program_id(0)
     b, h, s0, s1 = _program_rows(S, H, SP)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
+    if IDX64:  # as in the forward
+        rows = rows.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     lse_row = (b * S * H + h) * N
@@ -387,13 +394,16 @@ def _bwd_dkv_kernel(
     sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
     S, H, N, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr, IDX64: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_n = tl.program_id(0)
     b, h, s0, s1 = _program_rows(S, H, SP)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
+    if IDX64:  # as in the forward
+        cols = cols.to(tl.int64)
+        offs_m = offs_m.to(tl.int64)
     offs_d = tl.arange(0, D)
     col_ok = cols < N
     lse_row = (b * S * H + h) * N
@@ -451,7 +461,7 @@ def _bwd_dbias_kernel(
     sdo_b, sdo_s, sdo_h, sdo_n, sb_b, sb_h, sb_i, sb_j, sm_b, sm_s, sm_n,
     S, H, N, S_PER_GROUP, scale,
     HAS_MASK: tl.constexpr, EVEN_N: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr, IDX64: tl.constexpr,
 ):  # fmt: skip
     HAS_KEY_ADD: tl.constexpr = HAS_MASK or not EVEN_N
     pid_t = tl.program_id(0)
@@ -462,6 +472,9 @@ def _bwd_dbias_kernel(
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     rows = (pid_t // n_blocks_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = (pid_t % n_blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if IDX64:  # as in the forward
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
     offs_d = tl.arange(0, D)
     row_ok = rows < N
     col_ok = cols < N
@@ -779,6 +792,28 @@ def _even(n: int, *blocks: int) -> bool:
     return all(n % blk == 0 for blk in blocks)
 
 
+#: the kernels compute tile offsets (row · stride) in int32 unless IDX64
+_INT32_OFFSETS = 2**31
+
+
+def _idx64(*tensors: torch.Tensor) -> bool:
+    """IDX64 of a launch: True when some tensor's largest element offset Σ (size − 1)·|stride|
+    reaches 2**31 (e.g. the trunk's ending-node q, k, v, row stride N·528, at N ≥ 2017), so the
+    kernels form their row/column offsets in int64; a host-side check of shapes and strides only
+    (no device sync). Below that the int32 offsets are exact and the compiled code is unchanged.
+    A tensor whose storage holds fewer than 2**31 elements cannot reach it (checked first: ~0.5 µs
+    per tensor against ~3 for the sum over its axes)."""
+    for t in tensors:
+        if t.untyped_storage().nbytes() < _INT32_OFFSETS * t.element_size():
+            continue
+        if (
+            sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
+            >= _INT32_OFFSETS
+        ):
+            return True
+    return False
+
+
 def pair_bias_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -816,9 +851,9 @@ def pair_bias_attention_forward(
         (*q.stride()[:4], *k.stride()[:4], *v.stride()[:4], *out.stride()[:4], *bias.stride(), *m_strides,
          *rm_strides, *g.stride()[:4], s, h, n),
         scale,
-        # HAS_MASK, HAS_ROW_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
+        # HAS_MASK, HAS_ROW_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED, IDX64
         (mask is not None, row_mask is not None, _even(n, cfg.block_m, cfg.block_n), d,
-         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None),
+         cfg.block_m, cfg.block_n, cfg.sp, _prec(q.dtype), gate is not None, _idx64(q, k, v, bias, m, out, g)),
         cfg.num_warps, cfg.num_stages,
     )  # fmt: skip
     return out, lse
@@ -926,9 +961,9 @@ def launch_dq(a: BackwardInputs, c: KernelConfig) -> None:
          *a.dq.stride()[:4], *a.bias.stride(), *a.mask_strides, *g.stride()[:4], *dou.stride()[:4],
          *dg.stride()[:4], s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, GATED, IDX64
         (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype),
-         a.gate is not None),
+         a.gate is not None, _idx64(a.q, a.k, a.v, a.bias, a.mask, a.out, a.do, a.dq, g, dou, dg)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
     if a.gate is not None:
@@ -954,8 +989,9 @@ def launch_dkv(a: BackwardInputs, c: KernelConfig, bias_copy: bool = False) -> N
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.dk.stride()[:4],
          *a.dv.stride()[:4], *bias.stride(), *a.mask_strides, s, h, n),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, SP, PREC, IDX64
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, c.sp, _prec(a.q.dtype),
+         _idx64(a.q, a.k, a.v, bias, a.mask, a.do, a.dk, a.dv)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
 
@@ -975,8 +1011,9 @@ def launch_dbias(a: BackwardInputs, c: KernelConfig, target_programs: int) -> to
         (*a.q.stride()[:4], *a.k.stride()[:4], *a.v.stride()[:4], *a.do.stride()[:4], *a.bias.stride(),
          *a.mask_strides, s, h, n, per_group),
         a.scale,
-        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC
-        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype)),
+        # HAS_MASK, EVEN_N, D, BLOCK_M, BLOCK_N, PREC, IDX64
+        (a.has_mask, _even(n, c.block_m, c.block_n), d, c.block_m, c.block_n, _prec(a.q.dtype),
+         _idx64(a.q, a.k, a.v, a.bias, a.mask, a.do)),
         c.num_warps, c.num_stages,
     )  # fmt: skip
     return db[0] if groups == 1 else db.sum(dim=0).to(a.bias.dtype)
