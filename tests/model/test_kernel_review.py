@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from featurecache.model.kernels import pair_bias_attention as pba
+from featurecache.model.kernels import swiglu as sw
 from featurecache.model.kernels import triangle as tri
 from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_attention, rel_err
 
@@ -196,3 +197,23 @@ def test_views_with_offsets_past_2_31_match_the_oracle() -> None:
     assert rel_err(out, ref) < TOL[F16]
     for name, got, want in zip("qkvb", grads, ref_grads, strict=True):
         assert rel_err(got, want) < TOL[F16], name
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. swiglu's backward fake layout
+# ---------------------------------------------------------------------------------------------
+
+
+def test_swiglu_fake_layouts_match_for_a_transposed_input() -> None:
+    """swiglu_backward's fake kernel gives du the layout the real op returns (contiguous) for a
+    transposed u, so opcheck passes and torch.compile's backward does not fail on a stride
+    (before: empty_like(u) kept u's transposed strides)."""
+    u = _randn(5, 3, 8, seed=40).transpose(0, 1)
+    dy = _randn(3, 5, 4, seed=41)
+    assert_fake_layouts_match(torch.ops.featurecache.swiglu_backward.default, (u, dy))
+    torch.library.opcheck(torch.ops.featurecache.swiglu_backward.default, (u, dy))
+    torch.library.opcheck(torch.ops.featurecache.swiglu.default, (u.clone().requires_grad_(),))
+    a, b = u.double().chunk(2, dim=-1)
+    want = torch.cat([dy.double() * b * torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))),
+                      dy.double() * a * torch.sigmoid(a)], -1)  # fmt: skip
+    assert rel_err(sw.swiglu_backward(u, dy), want) < TOL[F32]

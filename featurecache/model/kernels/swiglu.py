@@ -149,7 +149,8 @@ def _swiglu_backward_op(u: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
 
 @_swiglu_backward_op.register_fake
 def _swiglu_backward_fake(u, dy):  # type: ignore[no-untyped-def]
-    return torch.empty_like(u)
+    # contiguous, as swiglu_backward allocates it (empty_like would keep a transposed u's strides)
+    return u.new_empty(u.shape)
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
