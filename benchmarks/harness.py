@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -41,6 +43,35 @@ def corpus_store(path: Path | None, name: str, log: Any) -> Path:
     log.info("corpus store %s: %d built, %d skipped, %d failed", out, summary.n_built, summary.n_skipped,
              summary.n_failed)  # fmt: skip
     return out
+
+
+def store_argument(value: str) -> Path:
+    """``type=`` of a benchmark's ``--store``: an existing featurecache store, else a usage error (one
+    line naming the path and the reason, exit 2) instead of a StoreError traceback from deep inside."""
+    from featurecache import open_store
+    from featurecache.errors import FeatureCacheError
+
+    path = Path(value)
+    try:
+        open_store(path).close()
+    except (FeatureCacheError, OSError) as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc).splitlines()[0] if str(exc) else f"{path}: unreadable"
+        ) from exc
+    return path
+
+
+def store_label(path: Path | None) -> str:
+    """What a result file records as its store: the path given, or the default real-corpus build
+    (its temp-dir path is local to the machine that ran it)."""
+    return str(path) if path is not None else "real corpus (built into the temp dir by corpus_store)"
+
+
+def add_out_argument(ap: argparse.ArgumentParser, name: str, default: str | None = None) -> None:
+    """``--out FILE``: where the results JSON goes (default ``benchmarks/results/<name>.json``), so a
+    trial run need not overwrite the committed result."""
+    where = default or f"benchmarks/results/{name}.json"
+    ap.add_argument("--out", type=Path, default=None, metavar="FILE", help=f"results JSON (default {where})")
 
 
 def machine() -> dict[str, Any]:
@@ -131,9 +162,21 @@ class Bench:
             "seconds": round(time.time() - self.started, 2),
             "rows": self.rows,
         }
-        out.write_text(json.dumps(doc, indent=2, default=str))
+        # NaN / Infinity are not JSON: a value that could not be measured is written as null
+        out.write_text(json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
         sys.stdout.write(f"\n== {self.name} ==\n{self.table()}\n(written {out})\n")
         return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) inside dicts, lists and tuples made None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def _fmt(v: Any) -> str:

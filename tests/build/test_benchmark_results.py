@@ -1,0 +1,46 @@
+"""Benchmark result files and the page made from them (benchmarks/harness.py, benchmarks/make_page.py).
+
+Result files are JSON that any reader parses (no NaN / Infinity tokens); the committed BENCHMARKS.md
+is exactly what make_page.py writes from the committed results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.harness import Bench  # noqa: E402
+
+
+def _strict(text: str) -> Any:
+    """json.loads that refuses NaN / Infinity / -Infinity (Python's json accepts them; JSON does not)."""
+
+    def refuse(token: str) -> Any:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_values_are_written_as_null(tmp_path: Path) -> None:
+    bench = Bench("nan_case", limit=float("inf"))
+    bench.add(name="a", ms=float("nan"), spread=[1.5, float("-inf")])
+    out = bench.finish(tmp_path / "nan_case.json")
+    doc = _strict(out.read_text())
+    assert doc["rows"] == [{"name": "a", "ms": None, "spread": [1.5, None]}]
+    assert doc["params"] == {"limit": None}
+
+
+def test_committed_results_are_strict_json() -> None:
+    bad = []
+    for path in sorted((REPO / "benchmarks" / "results").glob("*.json")):
+        try:
+            _strict(path.read_text())
+        except ValueError as exc:
+            bad.append(f"{path.name}: {exc}")
+    assert bad == []
