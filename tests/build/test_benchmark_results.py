@@ -7,6 +7,7 @@ is exactly what make_page.py writes from the committed results.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,14 @@ def test_committed_results_are_strict_json() -> None:
         except ValueError as exc:
             bad.append(f"{path.name}: {exc}")
     assert bad == []
+
+
+def test_committed_page_is_what_make_page_writes(tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_page.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (REPO / "BENCHMARKS.md").read_text()
+    assert out.read_text() == committed, (
+        "BENCHMARKS.md is stale: run .venv/bin/python benchmarks/make_page.py"
+    )
