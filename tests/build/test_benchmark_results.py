@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks import make_page  # noqa: E402
 from benchmarks.harness import Bench  # noqa: E402
 
 
@@ -55,4 +56,26 @@ def test_committed_page_is_what_make_page_writes(tmp_path: Path) -> None:
     committed = (REPO / "BENCHMARKS.md").read_text()
     assert out.read_text() == committed, (
         "BENCHMARKS.md is stale: run .venv/bin/python benchmarks/make_page.py"
+    )
+
+
+def _result(path: Path, started: str, value: float, benchmark: str = "store_layout") -> None:
+    path.write_text(json.dumps({"benchmark": benchmark, "command": "python benchmarks/x.py",
+                                "machine": {"cpus": 2, "git": "abc1234"}, "params": {}, "started": started,
+                                "seconds": 1.0, "rows": [{"layout": "probe", "ms_per_entry": value}]}))  # fmt: skip
+
+
+def test_the_page_shows_the_latest_run_by_its_start_time(tmp_path: Path) -> None:
+    """A newer run kept as <name>_runN.json next to an older <name>.json is the one tabulated."""
+    _result(tmp_path / "store_layout.json", "2026-01-01T10:00:00", 111.0)
+    _result(tmp_path / "store_layout_run7.json", "2026-03-01T10:00:00", 777.0)
+    _result(tmp_path / "store_layout_run3.json", "2025-12-01T10:00:00", 333.0)
+    page = make_page.render(tmp_path)
+    section = page.split("## store_layout\n")[1]
+    assert "| probe | 777.0 |" in section
+    assert "| probe | 111.0 |" not in page and "| probe | 333.0 |" not in page
+    assert "`store_layout_run7.json`, started 2026-03-01T10:00:00" in section
+    # the earlier runs are named under it, latest first
+    assert section.index("`store_layout.json` (2026-01-01") < section.index(
+        "`store_layout_run3.json` (2025-12"
     )
