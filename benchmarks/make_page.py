@@ -59,10 +59,13 @@ def table(rows: list[Row], max_rows: int = 60) -> str:
     for r in rows:
         cols += [c for c in r if c not in cols]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for r in rows[:max_rows]:
+    shown = rows
+    if len(rows) > max_rows:  # the first rows, and every summary row wherever it is
+        shown = [r for i, r in enumerate(rows) if i < max_rows or _is_summary(r)]
+    for r in shown:
         lines.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
-    if len(rows) > max_rows:
-        lines.append(f"\n_… {len(rows) - max_rows} more rows in the JSON._")
+    if len(rows) > len(shown):
+        lines.append(f"\n_… {len(rows) - len(shown)} more rows in the JSON._")
     return "\n".join(lines) + "\n"
 
 
@@ -196,19 +199,77 @@ def ratios_plan_validate(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_generic(rows: list[Row]) -> list[Ratio]:
-    keys = ("speedup", "ratio", "_over_", "x_vs_", "slowdown", "relative")
+def ratios_msa_scale(rows: list[Row]) -> list[Ratio]:
+    what = {str(r.get("what")): r for r in rows}
     out: list[Ratio] = []
+    cache, no_cache = what.get("no-op, scan cache"), what.get("no-op, no scan cache (every file read)")
+    if cache and no_cache:
+        out.append(("no-op build: scan cache vs reading every file (wall s)",
+                    _x(_num(no_cache.get("wall_s")), _num(cache.get("wall_s"))),
+                    f"{fmt(cache.get('wall_s'))} vs {fmt(no_cache.get('wall_s'))} s, {fmt(cache.get('files'))} files"))  # fmt: skip
+    first = what.get("first build")
+    if first and cache:
+        out.append(("no-op build (scan cache) vs first build (wall s)",
+                    _x(_num(first.get("wall_s")), _num(cache.get("wall_s"))),
+                    f"{fmt(cache.get('wall_s'))} vs {fmt(first.get('wall_s'))} s"))  # fmt: skip
+    chunks, one = what.get("parse + build_msa (chunks)"), what.get("parse + build_msa (one chunk)")
+    if chunks and one:
+        out.append(("build_msa peak memory: chunked vs one chunk",
+                    _x(_num(one.get("build_peak_mib")), _num(chunks.get("build_peak_mib"))),
+                    f"{fmt(chunks.get('build_peak_mib'))} vs {fmt(one.get('build_peak_mib'))} MiB, "
+                    f"{fmt(chunks.get('rows'))} rows"))  # fmt: skip
+    return out
+
+
+GENERIC_KEYS = ("speedup", "ratio", "_over_", "x_vs_", "slowdown", "relative")
+
+
+def _is_summary(r: Row) -> bool:
+    return any(str(r.get(k, "")) == "summary" for k in ("kind", "part", "case"))
+
+
+def _labels(rows: list[Row]) -> list[str]:
+    """Each row's distinguishing fields: its text fields that vary between rows, then (while two rows
+    still read the same) its integer fields that vary, as ``name=value``."""
+    cols: list[str] = []
     for r in rows:
-        label = next((str(v) for k, v in r.items() if isinstance(v, str)), "")
+        cols += [c for c in r if c not in cols and not any(s in c for s in GENERIC_KEYS)]
+
+    def varies(c: str, kind: type | tuple[type, ...]) -> bool:
+        vals = [r.get(c) for r in rows]
+        return (
+            all(v is None or (isinstance(v, kind) and not isinstance(v, bool)) for v in vals)
+            and len({json.dumps(v) for v in vals}) > 1
+        )
+
+    text = [c for c in cols if varies(c, str)]
+    labels = [" · ".join(str(r[c]) for c in text if r.get(c) is not None) for r in rows]
+    for c in (c for c in cols if varies(c, int)):
+        if len(set(labels)) == len(labels):
+            break
+        labels = [
+            f"{lab} · {c}={r[c]}" if r.get(c) is not None else lab
+            for lab, r in zip(labels, rows, strict=True)
+        ]
+    return [lab.strip(" ·") for lab in labels]
+
+
+def ratios_generic(rows: list[Row], cap: int = 20) -> list[Ratio]:
+    """Every ratio-like field of every row, labelled with the row's distinguishing fields; the
+    summary rows' ratios always, the others up to ``cap``."""
+    summary: list[Ratio] = []
+    other: list[Ratio] = []
+    for r, label in zip(rows, _labels(rows), strict=True):
         for k, v in r.items():
-            if any(s in k for s in keys) and _num(v) is not None:
-                out.append((f"{label} {k}".strip(), fmt(v), ""))
-    return out[:20]
+            if any(s in k for s in GENERIC_KEYS) and _num(v) is not None:
+                (summary if _is_summary(r) else other).append((f"{label}: {k}".strip(": "), fmt(v), ""))
+    if len(other) > cap:
+        other = [*other[:cap], (f"… {len(other) - cap} more", "", "in the table below")]
+    return summary + other
 
 
 RATIOS: dict[str, Callable[[list[Row]], list[Ratio]]] = {
-    "build": ratios_build, "chem": ratios_chem, "msa": ratios_msa, "store_layout": ratios_store_layout,
+    "build": ratios_build, "build_full": ratios_build, "msa_scale": ratios_msa_scale, "chem": ratios_chem, "msa": ratios_msa, "store_layout": ratios_store_layout,
     "serve": ratios_serve, "loader": ratios_loader, "kernels": ratios_kernels, "plan_validate": ratios_plan_validate,
 }  # fmt: skip
 

@@ -79,3 +79,34 @@ def test_the_page_shows_the_latest_run_by_its_start_time(tmp_path: Path) -> None
     assert section.index("`store_layout.json` (2026-01-01") < section.index(
         "`store_layout_run3.json` (2025-12"
     )
+
+
+def test_generic_ratios_name_their_rows_and_keep_summaries() -> None:
+    rows: list[dict[str, Any]] = [
+        {"op": "attention", "N": n, "method": m, "ms": 1.0, "x_vs_flex": 0.5 + n / 1000}
+        for n in (256, 384, 512, 768, 1024, 2048) for m in ("fused", "eager", "sdpa", "flex")
+    ]  # fmt: skip
+    rows.append({"kind": "summary", "op": "all", "speedup": 3.25})
+    ratios = make_page.ratios_generic(rows)
+    labels = [r[0] for r in ratios]
+    assert "all · summary: speedup" in labels or "summary · all: speedup" in labels, labels
+    assert "attention · fused · N=256: x_vs_flex" in labels, labels
+    measured = [lab for lab in labels if "x_vs_flex" in lab]
+    assert len(measured) == len(set(measured)) == 20  # each row told apart; capped, the cap said
+    assert ratios[-1][0] == "… 4 more"
+    # the full table's row cap keeps the summary row too
+    assert "| 3.25 |" in make_page.table(rows, max_rows=5)
+
+
+def test_build_full_and_msa_scale_get_their_comparisons(tmp_path: Path) -> None:
+    build_rows = [{"workers": 1, "entries_per_s": 4.0}, {"workers": 2, "entries_per_s": 6.0}]
+    scale_rows = [{"case": "noop", "what": "first build", "wall_s": 80.0, "files": 10},
+                  {"case": "noop", "what": "no-op, scan cache", "wall_s": 2.0, "files": 10},
+                  {"case": "noop", "what": "no-op, no scan cache (every file read)", "wall_s": 10.0, "files": 10}]  # fmt: skip
+    for name, rows in (("build_full", build_rows), ("msa_scale", scale_rows)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"benchmark": name, "machine": {}, "rows": rows}))
+    page = make_page.render(tmp_path)
+    assert "| 2 workers vs 1 (entries/s) | 1.50× |" in page.split("## build_full")[1]
+    scale = page.split("## msa_scale")[1]
+    assert "| no-op build: scan cache vs reading every file (wall s) | 5.00× |" in scale
+    assert "| no-op build (scan cache) vs first build (wall s) | 40.00× |" in scale
