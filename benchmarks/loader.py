@@ -5,9 +5,15 @@ does ready-first yielding cope with stragglers? One run, side by side.
     reading the local store and reading the same store through the lookup service
     (``featurecache serve`` in a child process). CPU time counts this process and its children
     (the lookup server, or the pool's worker processes): ``child_cpu_ms_per_sample``.
-(b) the same sample stream computed from the raw files each step (the uncached baseline: parse +
-    tokenize + featurize every step; a second row also builds the entry's RDKit reference
-    conformers every step) — the speed-up the cache buys.
+(b) what the cache buys: the same samples computed from the raw files (the uncached baseline:
+    parse + tokenize + featurize the structure; then also parse and merge the cropped chains'
+    MSA files; then also build the entry's RDKit reference conformers) against reading them from
+    the store. Both sides compute one fixed set of stream positions that covers every entry of
+    the store (the first position at which the sampler draws each entry), one sample at a time in
+    this process, interleaved position by position (the order of the sides rotates), for
+    ``--raw-repeats`` rounds; per sample CPU time (``time.process_time``) and wall time, the median
+    over rounds. Reported: per-sample medians, totals over the positions, and the ratio of totals
+    (raw / cached); the slowest entry and its share of the total (one deep MSA dominates).
 (c) stragglers: 10 % of the samples (a fixed random set of positions) take 20× the median sample
     time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes) over a
     map-style view of the same stream versus ready-first (a 2-process pool, the same concurrency;
@@ -17,8 +23,11 @@ does ready-first yielding cope with stragglers? One run, side by side.
 (a) and (c) run ``--repeats`` rounds with the configurations interleaved and report field-wise
 medians (``worst_wait_max_s``: the worst over all rounds) — the machine is shared.
 
-Usage: ``.venv/bin/python benchmarks/loader.py [--store DIR] [--samples N]``. Without ``--store``
-the real corpus (``../shared/data/real``, its MSAs and the CCD) is built once into a temp dir.
+Usage: ``.venv/bin/python benchmarks/loader.py [--store DIR] [--samples N] [--full]``. Without
+``--store`` the real corpus (``../shared/data/real``, its MSAs and the CCD) is built once into a
+temp dir. By default part (b) times the two MSA variants once per position (the cached side and
+the structure-only variant: 3 rounds), about 100 CPU-seconds, 2–4 min on a shared 2-core machine;
+``--full`` (or ``--raw-repeats 3``) gives them 3 rounds too.
 """
 
 from __future__ import annotations
@@ -274,6 +283,41 @@ def ordered_loader(ds: FeatureDataset, n: int, workers: int) -> Iterator[Any]:
     return iter(loader)
 
 
+def covering_positions(ds: FeatureDataset, ids: Sequence[str], limit: int = 200_000) -> list[int]:
+    """The first stream position at which the sampler draws each of ``ids`` (ascending): one fixed
+    set of samples that covers every entry the sampler can draw."""
+    first: dict[str, int] = {}
+    want = set(ids)
+    for p in range(limit):
+        first.setdefault(ds.sampler.key(p).entry_id, p)
+        if want <= first.keys():
+            break
+    return sorted(first[e] for e in want if e in first)
+
+
+def per_sample_costs(
+    sides: dict[str, FeatureDataset], positions: Sequence[int], repeats: dict[str, int]
+) -> dict[str, dict[int, list[tuple[float, float]]]]:
+    """(CPU s, wall s) of ``sides[label].sample(p)`` for every position, in this thread, position by
+    position with the sides interleaved (their order rotates with the position and the round);
+    side ``label`` runs ``repeats[label]`` rounds."""
+    costs: dict[str, dict[int, list[tuple[float, float]]]] = {
+        label: {p: [] for p in positions} for label in sides
+    }
+    labels = list(sides)
+    for rnd in range(max(repeats.values())):
+        for i, p in enumerate(positions):
+            k = (i + rnd) % len(labels)
+            for label in labels[k:] + labels[:k]:
+                if rnd >= repeats[label]:
+                    continue
+                t0, c0 = time.perf_counter(), time.process_time()
+                sides[label].sample(p)
+                costs[label][p].append((time.process_time() - c0, time.perf_counter() - t0))
+        log.info("part b: round %d of %d done", rnd + 1, max(repeats.values()))
+    return costs
+
+
 def stage_times(ds: FeatureDataset, positions: Sequence[int]) -> dict[str, float]:
     """Median seconds of fetch / crop / assemble for one sample, single thread."""
     from featurecache.client.crop import CropInput
@@ -305,9 +349,17 @@ def main(argv: list[str] | None = None) -> None:
         "--store", type=Path, default=None, help="existing store (default: build the real corpus)"
     )
     ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
-    ap.add_argument("--raw-samples", type=int, default=30, help="samples per uncached run")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported")
+    ap.add_argument("--raw-repeats", type=int, default=None,
+                    help="rounds of (b) for the raw MSA variants (default 1, 3 with --full; the others: 3)")  # fmt: skip
+    ap.add_argument(
+        "--full", action="store_true", help="3 rounds of every raw variant in (b) (about 3x longer)"
+    )
     args = ap.parse_args(argv)
+    for opt in ("samples", "repeats", "raw_repeats"):
+        if getattr(args, opt) is not None and getattr(args, opt) < 1:
+            ap.error(f"--{opt.replace('_', '-')} must be at least 1")
+    raw_repeats = args.raw_repeats or (3 if args.full else 1)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
 
@@ -347,19 +399,41 @@ def main(argv: list[str] | None = None) -> None:
     for label, r in rates.items():
         bench.add(part="a", source=label, **_row(r))
 
-    # ---- (b) uncached: raw files each step (one round: it is slow)
+    # ---- (b) uncached vs cached: one fixed set of positions covering every entry, per sample
     ccd = SHARED / "data" / "ccd"
-    cached = rates["local threads=2"]
     variants = (("raw: structure", False, False), ("raw: structure+MSAs", True, False),
                 ("raw: structure+MSAs+conformers", True, True))  # fmt: skip
+    sides = {"cached: local store": _dataset(store, workers=1)}
     for label, msas, conformers in variants:
-        raw = RawFilesReader(store, REAL / "structures", REAL / "msas", ccd, msas, conformers)
-        ds = _dataset(raw, workers=2)
-        r = consume(iter(ds), args.raw_samples, warmup=2)
+        sides[label] = _dataset(RawFilesReader(store, REAL / "structures", REAL / "msas", ccd, msas, conformers),
+                                workers=1)  # fmt: skip
+    cached_ds = sides["cached: local store"]
+    positions = covering_positions(cached_ds, reader.ids)
+    for p in positions:  # warm-up: page cache, the component table, the CCD library of this process
+        cached_ds.sample(p)
+    # the cached side and the raw structure side are cheap: 3 rounds; the MSA variants --raw-repeats
+    repeats = {label: (raw_repeats if "MSAs" in label else 3) for label in sides}
+    log.info("part b: %d positions covering %d of %d entries, rounds %s", len(positions), len(positions),
+             n_entries, repeats)  # fmt: skip
+    costs = per_sample_costs(sides, positions, repeats)
+    summary = {label: _cost_summary(per_pos, cached_ds, positions) for label, per_pos in costs.items()}
+    base = summary["cached: local store"]
+    for label, r in summary.items():
+        worst = r.pop("_slowest_position")
+        row: dict[str, Any] = {"part": "b", "source": label, "samples": len(positions), "entries": len(positions),
+                               "rounds": repeats[label], **r}  # fmt: skip
+        if label != "cached: local store":
+            row["cache_speedup_cpu_total"] = round(r["cpu_total_s"] / base["cpu_total_s"], 1)
+            row["cache_speedup_wall_total"] = round(r["wall_total_s"] / base["wall_total_s"], 1)
+            row["cache_speedup_cpu_median"] = round(r["cpu_median_ms"] / base["cpu_median_ms"], 1)
+            # how much the one slowest entry decides: the same ratio without its position on both sides
+            rest = [p for p in positions if p != worst]
+            raw_rest = sum(_median_cpu(costs[label][p]) for p in rest)
+            cached_rest = sum(_median_cpu(costs["cached: local store"][p]) for p in rest)
+            row["cache_speedup_cpu_total_without_slowest"] = round(raw_rest / cached_rest, 1)
+        bench.add(**row)
+    for ds in sides.values():
         ds.close()
-        bench.add(part="b", source=label, **_row(r),
-                  cache_speedup=round(cached["samples_per_s"] / r["samples_per_s"], 1),
-                  cache_speedup_per_cpu=round(cached["samples_per_cpu_s"] / r["samples_per_cpu_s"], 1))  # fmt: skip
 
     # ---- (c) stragglers; configurations interleaved, R rounds
     rng = np.random.default_rng(1234)
@@ -401,6 +475,31 @@ def main(argv: list[str] | None = None) -> None:
                   p95_wait_s=round(hit["p95_wait_s"], 4),
                   worst_wait_no_straggler_s=round(base["worst_wait_s"], 3))  # fmt: skip
     bench.finish()
+
+
+def _cost_summary(
+    per_pos: dict[int, list[tuple[float, float]]], ds: FeatureDataset, positions: Sequence[int]
+) -> dict[str, Any]:
+    """Per-sample medians and totals over the positions of each position's median-over-rounds cost."""
+    cpu = {p: statistics.median(c for c, _ in per_pos[p]) for p in positions}
+    wall = {p: statistics.median(w for _, w in per_pos[p]) for p in positions}
+    worst = max(positions, key=lambda p: cpu[p])
+    total = sum(cpu.values())
+    return {
+        "cpu_median_ms": round(1e3 * statistics.median(cpu.values()), 2),
+        "wall_median_ms": round(1e3 * statistics.median(wall.values()), 2),
+        "cpu_p95_ms": round(1e3 * percentile(list(cpu.values()), 95), 2),
+        "cpu_total_s": round(total, 3),
+        "wall_total_s": round(sum(wall.values()), 3),
+        "slowest_entry": ds.sampler.key(worst).entry_id,
+        "slowest_cpu_s": round(cpu[worst], 3),
+        "slowest_share": round(cpu[worst] / total, 3) if total > 0 else None,
+        "_slowest_position": worst,
+    }
+
+
+def _median_cpu(costs: list[tuple[float, float]]) -> float:
+    return statistics.median(c for c, _ in costs)
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -110,3 +110,26 @@ def test_build_full_and_msa_scale_get_their_comparisons(tmp_path: Path) -> None:
     scale = page.split("## msa_scale")[1]
     assert "| no-op build: scan cache vs reading every file (wall s) | 5.00× |" in scale
     assert "| no-op build (scan cache) vs first build (wall s) | 40.00× |" in scale
+
+
+def test_loader_part_b_times_every_entry_on_every_side(sample_store: Path) -> None:
+    """benchmarks/loader.py (b): one fixed set of positions covering every entry, every side timed
+    on each position (before: a timing-dependent ready-first window of ~30 positions)."""
+    import pyarrow.feather as feather
+
+    from benchmarks.loader import _dataset, covering_positions, per_sample_costs
+
+    ids = sorted(feather.read_table(sample_store / "index" / "entries.arrow").column("id").to_pylist())
+    ds = _dataset(sample_store, workers=1)
+    try:
+        positions = covering_positions(ds, ids)
+        drawn = [ds.sampler.key(p).entry_id for p in positions]
+        assert sorted(drawn) == ids  # every entry once
+        for p, entry in zip(positions, drawn, strict=True):  # each at its first position in the stream
+            assert all(ds.sampler.key(q).entry_id != entry for q in range(p))
+        costs = per_sample_costs({"a": ds, "b": ds}, positions[:3], {"a": 2, "b": 1})
+        assert {p: len(v) for p, v in costs["a"].items()} == dict.fromkeys(positions[:3], 2)
+        assert {p: len(v) for p, v in costs["b"].items()} == dict.fromkeys(positions[:3], 1)
+        assert all(cpu >= 0 and wall > 0 for v in costs["a"].values() for cpu, wall in v)
+    finally:
+        ds.close()
