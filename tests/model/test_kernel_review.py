@@ -7,8 +7,12 @@ Kernels run under Triton's interpreter on the CPU (fp32/fp16, small sizes), or c
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from featurecache.errors import KernelShapeError
+from featurecache.model import modules
+from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels import swiglu as sw
 from featurecache.model.kernels import triangle as tri
@@ -217,3 +221,39 @@ def test_swiglu_fake_layouts_match_for_a_transposed_input() -> None:
     want = torch.cat([dy.double() * b * torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))),
                       dy.double() * a * torch.sigmoid(a)], -1)  # fmt: skip
     assert rel_err(sw.swiglu_backward(u, dy), want) < TOL[F32]
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. tensors the kernels cannot run on
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cpu_tensors_without_the_interpreter_are_refused_naming_the_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fused ops/modules on CPU tensors when Triton does not interpret: a KernelShapeError naming
+    the argument and its device and pointing at fused=False / the reference (before: Triton's
+    "0 active drivers" RuntimeError from the launch, or, with interpreted kernels, no error)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = torch.randn(1, 2, 1, 9, 16)
+    calls = {
+        "q": lambda: modules.PairBiasAttention()(q, q, q, torch.randn(1, 1, 9, 9)),
+        "x": lambda: modules.LayerNormLinear(16, 8)(torch.randn(3, 16)),
+        "x ": lambda: modules.Transition(16)(torch.randn(3, 16)),
+        "u": lambda: modules.SwiGLU()(torch.randn(3, 16)),
+        "p": lambda: tri.triangle_attention_core(torch.randn(1, 9, 9, tri.width(1, 16)), 1, 16),
+    }
+    for name, call in calls.items():
+        with pytest.raises(KernelShapeError, match=rf"{name.strip()} is on cpu.*fused=False / \w+_ref"):
+            call()
+
+
+def test_tensors_on_two_devices_are_refused_naming_both() -> None:
+    q = _randn(1, 2, 1, 9, 16, seed=50)
+    bias = torch.empty(1, 1, 9, 9, device="meta")
+    with pytest.raises(KernelShapeError, match=rf"bias is on meta but q on {q.device}"):
+        pba.pair_bias_attention(q, q, q, bias)
+    x = _randn(3, 16, seed=51)
+    ln = torch.ones(16, device=DEV), torch.zeros(16, device=DEV)
+    with pytest.raises(KernelShapeError, match=rf"weight is on meta but x on {x.device}"):
+        lnl.layernorm_linear(x, *ln, torch.empty(8, 16, device="meta"))

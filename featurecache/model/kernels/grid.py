@@ -1,14 +1,41 @@
-"""Launch geometry shared by the kernels and the memory planner (no torch, no Triton imports)."""
+"""Launch geometry shared by the kernels and the memory planner, and the kernels' device check
+(no torch, no Triton imports)."""
 
 from __future__ import annotations
 
 import math
 import os
+from typing import Any
+
+from featurecache.errors import KernelShapeError
 
 
 def interpreting() -> bool:
     """True when Triton runs kernels in its interpreter (``TRITON_INTERPRET``): no inline asm there."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_devices(op: str, reference: str, tensors: dict[str, Any]) -> None:
+    """Refuse (``KernelShapeError`` naming the argument and its device) tensors the kernels cannot
+    run on: not on CUDA (unless Triton interprets, ``TRITON_INTERPRET=1``), or not all on one
+    device. ``tensors``: argument name -> tensor or None (skipped), the first one sets the device;
+    ``reference``: the pure-torch function to suggest for CPU tensors."""
+    first = ""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not first:
+            first = name
+            if t.device.type != "cuda" and not interpreting():
+                raise KernelShapeError(
+                    f"{op}: {name} is on {t.device}; the fused kernels run on CUDA tensors only "
+                    f"(or under TRITON_INTERPRET=1): use fused=False / {reference} for {t.device.type} tensors"
+                )
+        elif t.device != tensors[first].device:
+            raise KernelShapeError(
+                f"{op}: {name} is on {t.device} but {first} on {tensors[first].device}; "
+                "all tensors must be on one device"
+            )
 
 
 #: the transition backward writes h, dU and LN(x) (``3·H + C`` elements per row in the weights' dtype)

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import check_devices
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 512
@@ -305,6 +306,10 @@ def _check(
     b: torch.Tensor | None,
     swiglu: bool,
 ) -> None:
+    check_devices(
+        "layernorm_linear", "layernorm_linear_ref",
+        {"x": x, "ln_weight": ln_w, "ln_bias": ln_b, "weight": w, "bias": b},
+    )  # fmt: skip
     c = x.shape[-1]
     if c > MAX_CHANNELS or c == 0:
         raise KernelShapeError(

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import dbias_groups, interpreting
+from featurecache.model.kernels.grid import check_devices, dbias_groups, interpreting
 
 log = logging.getLogger(__name__)
 
@@ -709,6 +709,10 @@ def _check(
     key_mask: torch.Tensor | None = None,
     row_mask: torch.Tensor | None = None,
 ) -> None:
+    check_devices(
+        "pair_bias_attention", "pair_bias_attention_ref",
+        {"q": q, "k": k, "v": v, "bias": bias, "mask": mask, "key_mask": key_mask, "row_mask": row_mask},
+    )  # fmt: skip
     if q.dim() != 5 or q.shape != k.shape or q.shape != v.shape:
         raise KernelShapeError(
             f"q, k, v must all be [B, S, H, N, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"

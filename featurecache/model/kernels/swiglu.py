@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import interpreting
+from featurecache.model.kernels.grid import check_devices, interpreting
 
 
 def use_fast_sigmoid(enabled: bool, weight: torch.Tensor) -> bool:
@@ -104,6 +104,7 @@ def _flat(u: torch.Tensor) -> torch.Tensor:
 
 def swiglu_forward(u: torch.Tensor) -> torch.Tensor:
     """``[..., 2F] -> [..., F]``, u's dtype."""
+    check_devices("swiglu", "swiglu_ref", {"u": u})
     u2 = _flat(u)
     m, f = u2.shape[0], u2.shape[1] // 2
     y = torch.empty((m, f), device=u.device, dtype=u.dtype)
@@ -117,6 +118,7 @@ def swiglu_forward(u: torch.Tensor) -> torch.Tensor:
 
 def swiglu_backward(u: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Gradient of :func:`swiglu_forward` w.r.t. u: ``[..., 2F]``."""
+    check_devices("swiglu", "swiglu_ref", {"u": u, "dy": dy})
     u2 = _flat(u)
     m, f = u2.shape[0], u2.shape[1] // 2
     dy2 = dy.reshape(m, f)

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
-from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES, chunk_rows
+from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES, check_devices, chunk_rows
 from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
@@ -209,6 +209,9 @@ def supported(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
 def _check(
     x: torch.Tensor, ln_w: torch.Tensor, ln_b: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor
 ) -> None:
+    check_devices(
+        "transition", "transition_ref", {"x": x, "ln_weight": ln_w, "ln_bias": ln_b, "w1": w1, "w2": w2}
+    )
     c = x.shape[-1]
     if not supported(x, w1, w2):
         raise KernelShapeError(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.grid import check_devices
 from featurecache.model.kernels.pair_bias_attention import (
     SUPPORTED_HEAD_DIMS,
     _prepare_backward,
@@ -47,7 +48,18 @@ def width(n_heads: int, head_dim: int) -> int:
     return 4 * n_heads * head_dim + n_heads
 
 
-def _check(p: torch.Tensor, n_heads: int, head_dim: int) -> None:
+def _check(
+    p: torch.Tensor,
+    n_heads: int,
+    head_dim: int,
+    key_mask: torch.Tensor | None = None,
+    row_mask: torch.Tensor | None = None,
+) -> None:
+    check_devices(
+        "triangle_attention_core",
+        "triangle_attention_core_ref",
+        {"p": p, "key_mask": key_mask, "row_mask": row_mask},
+    )
     if p.dim() != 4 or p.shape[1] != p.shape[2]:
         raise KernelShapeError(f"the projection must be [B, N, N, W]; got {tuple(p.shape)}")
     if head_dim not in SUPPORTED_HEAD_DIMS:
@@ -255,7 +267,7 @@ def triangle_attention_core(
     """Gated pair-bias attention over one projection ``p [B, N, N, W]`` (module docstring):
     ``[B, N, N, H·D]`` in p's dtype; differentiable in p. ``key_mask [B, N]`` masks keys (token
     k), ``row_mask [B, N]`` whole rows (token i), as in :func:`pair_bias_attention`."""
-    _check(p, n_heads, head_dim)
+    _check(p, n_heads, head_dim, key_mask, row_mask)
     scale = head_dim**-0.5 if scale is None else float(scale)
     if torch.compiler.is_compiling():
         out, _ = torch.ops.featurecache.triangle_attention_core(
