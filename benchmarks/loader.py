@@ -15,10 +15,11 @@ does ready-first yielding cope with stragglers? One run, side by side.
     over rounds. Reported: per-sample medians, totals over the positions, and the ratio of totals
     (raw / cached); the slowest entry and its share of the total (one deep MSA dominates).
 (c) stragglers: 10 % of the samples (a fixed random set of positions) take 20× the median sample
-    time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes) over a
-    map-style view of the same stream versus ready-first (a 2-process pool, the same concurrency;
-    and an 8-thread pool): throughput relative to each one's own no-straggler run, and the worst
-    and p95 step wait.
+    time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes,
+    ``prefetch_factor`` 9: 18 samples in flight) over a map-style view of the same stream versus
+    ready-first (a 2-process pool, window 16: the same 18 in flight; and an 8-thread pool, 24):
+    throughput with and without stragglers, relative to each one's own no-straggler run, and the
+    worst and p95 step wait.
 
 (a) and (c) run ``--repeats`` rounds with the configurations interleaved and report field-wise
 medians (``worst_wait_max_s``: the worst over all rounds) — the machine is shared.
@@ -60,6 +61,10 @@ log = logging.getLogger("benchmarks.loader")
 
 CROP = 384
 WINDOW = 16
+POOL_WORKERS = 2
+#: the ordered DataLoader's prefetch per worker that gives it ready-first's samples in flight
+#: (ReadyFirst keeps at most workers + window submitted or waiting; a DataLoader workers × prefetch)
+PREFETCH = (POOL_WORKERS + WINDOW) // POOL_WORKERS
 STRAGGLER_FRACTION = 0.10
 STRAGGLER_FACTOR = 20.0
 
@@ -275,11 +280,12 @@ class Positions(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return self.ds.sample(int(i))
 
 
-def ordered_loader(ds: FeatureDataset, n: int, workers: int) -> Iterator[Any]:
+def ordered_loader(ds: FeatureDataset, n: int, workers: int, prefetch: int) -> Iterator[Any]:
+    """An ordered DataLoader over the first ``n`` positions: ``workers × prefetch`` samples in flight."""
     from torch.utils.data import DataLoader
 
     loader: DataLoader[Any] = DataLoader(Positions(ds, n), batch_size=None, num_workers=workers, collate_fn=_identity,
-                        prefetch_factor=2, multiprocessing_context="fork")  # fmt: skip
+                        prefetch_factor=prefetch, multiprocessing_context="fork")  # fmt: skip
     return iter(loader)
 
 
@@ -442,10 +448,15 @@ def main(argv: list[str] | None = None) -> None:
     log.info("stragglers: %d of %d positions sleep %.3f s (20x the median %.1f ms)", len(slow), n, delay,
              1e3 * median_sample_s)  # fmt: skip
     configs: list[tuple[str, dict[str, Any]]] = [
-        ("ordered DataLoader workers=2", {}),
-        ("ready-first processes=2", {"pool": "process", "workers": 2}),
-        ("ready-first threads=8", {"pool": "thread", "workers": 8}),
+        (f"ordered DataLoader workers={POOL_WORKERS} prefetch={PREFETCH}", {}),
+        (
+            f"ready-first processes={POOL_WORKERS} window={WINDOW}",
+            {"pool": "process", "workers": POOL_WORKERS},
+        ),
+        (f"ready-first threads=8 window={WINDOW}", {"pool": "thread", "workers": 8}),
     ]
+    in_flight = {configs[0][0]: POOL_WORKERS * PREFETCH, configs[1][0]: POOL_WORKERS + WINDOW,
+                 configs[2][0]: 8 + WINDOW}  # fmt: skip
     res: dict[tuple[str, bool], list[dict[str, Any]]] = {
         (c, s): [] for c, _ in configs for s in (False, True)
     }
@@ -455,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
                 hook = Straggle(slow, delay) if straggle else None
                 if label.startswith("ordered"):
                     ds = _dataset(store, workers=1, sample_hook=hook)
-                    stream = ordered_loader(ds, n, workers=2)
+                    stream = ordered_loader(ds, n, workers=POOL_WORKERS, prefetch=PREFETCH)
                     res[(label, straggle)].append(consume(stream, n - 4, warmup=4))
                     del stream
                 else:
@@ -466,7 +477,8 @@ def main(argv: list[str] | None = None) -> None:
                     ds.close()
     for label, _ in configs:
         base, hit = _median_run(res[(label, False)]), _median_run(res[(label, True)])
-        bench.add(part="c", source=label, samples=n - 4, stragglers=len(slow), delay_s=round(delay, 3),
+        bench.add(part="c", source=label, in_flight=in_flight[label], samples=n - 4, stragglers=len(slow),
+                  delay_s=round(delay, 3),
                   samples_per_s=round(base["samples_per_s"], 1),
                   straggled_samples_per_s=round(hit["samples_per_s"], 1),
                   relative_throughput=round(hit["samples_per_s"] / base["samples_per_s"], 3),

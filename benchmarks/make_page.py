@@ -166,7 +166,11 @@ def ratios_loader(rows: list[Row]) -> list[Ratio]:
             if str(r.get("source", "")).startswith("ready-first"):
                 out.append((f"{r['source']} vs {ordered['source']} (samples/s with stragglers)",
                             _x(_num(r.get("straggled_samples_per_s")), _num(ordered.get("straggled_samples_per_s"))),
-                            f"p95 wait {fmt(r.get('p95_wait_s'))} s vs {fmt(ordered.get('p95_wait_s'))} s"))  # fmt: skip
+                            f"p95 wait {fmt(r.get('p95_wait_s'))} s vs {fmt(ordered.get('p95_wait_s'))} s"
+                            + (f"; in flight {r['in_flight']} vs {ordered['in_flight']}"
+                               if "in_flight" in r and "in_flight" in ordered else "")))  # fmt: skip
+                out.append((f"{r['source']} vs {ordered['source']} (samples/s, no stragglers)",
+                            _x(_num(r.get("samples_per_s")), _num(ordered.get("samples_per_s"))), ""))  # fmt: skip
     return out
 
 

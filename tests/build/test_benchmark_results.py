@@ -133,3 +133,17 @@ def test_loader_part_b_times_every_entry_on_every_side(sample_store: Path) -> No
         assert all(cpu >= 0 and wall > 0 for v in costs["a"].values() for cpu, wall in v)
     finally:
         ds.close()
+
+
+def test_loader_straggler_sides_keep_the_same_samples_in_flight(sample_store: Path) -> None:
+    """benchmarks/loader.py (c): the ordered DataLoader gets as many samples in flight as ready-first's
+    pool + window (before: prefetch_factor 2, 4 in flight, against 2 + 16)."""
+    from benchmarks import loader
+
+    ds = loader._dataset(sample_store, workers=1)
+    try:
+        stream: Any = loader.ordered_loader(ds, 8, workers=loader.POOL_WORKERS, prefetch=loader.PREFETCH)
+        assert stream._num_workers * stream._prefetch_factor == loader.POOL_WORKERS + loader.WINDOW
+        assert len(list(stream)) == 8
+    finally:
+        ds.close()
