@@ -114,7 +114,12 @@ def ratios_chem(rows: list[Row]) -> list[Ratio]:
     out = []
     for r in rows:
         if r.get("kind") == "summary" and _num(r.get("speedup")) is not None:
-            out.append((f"{r['name']}", f"{r['speedup']:.0f}×", f"min {fmt(r.get('speedup_min'))}×"))
+            cpu = _num(r.get("speedup_cpu"))
+            out.append((f"{r['name']} (wall)", f"{r['speedup']:.0f}×", f"min {fmt(r.get('speedup_min'))}×"))
+            if cpu is not None:
+                out.append(
+                    (f"{r['name']} (CPU time)", f"{cpu:.0f}×", f"min {fmt(r.get('speedup_cpu_min'))}×")
+                )
     return out
 
 

@@ -147,3 +147,12 @@ def test_loader_straggler_sides_keep_the_same_samples_in_flight(sample_store: Pa
         assert len(list(stream)) == 8
     finally:
         ds.close()
+
+
+def test_timeit_gives_cpu_time_per_call_over_batches() -> None:
+    from benchmarks.harness import timeit
+
+    calls = []
+    t = timeit(lambda: calls.append(sum(range(20_000))), repeat=3, warmup=2, number=10)
+    assert len(calls) == 2 + 3 * 10
+    assert 0 < t["cpu_median_s"] < 1 and t["min_s"] <= t["median_s"] <= t["max_s"]
