@@ -6,7 +6,6 @@ on first use.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,12 +29,20 @@ def package_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-@functools.cache
-def source_digest() -> str:
+_digest: str | None = None
+
+
+def source_digest(*, refresh: bool = False) -> str:
     """The identity of the code this process runs: a hash over the sorted relative paths and the
     bytes of every ``*.py`` file of the package (16 hex characters). ``__version__`` stays the same
-    across edits; this does not (a changed comment changes it too). Computed once per process."""
-    return digest_sources(package_dir())
+    across edits; this does not (a changed comment changes it too). Computed once per process, so
+    a long-lived worker whose files are replaced under it still reports the code it loaded;
+    ``refresh``: read the files again (the build driver does at each build's start: it compares
+    its workers with its package directory as it is then)."""
+    global _digest
+    if _digest is None or refresh:
+        _digest = digest_sources(package_dir())
+    return _digest
 
 
 def digest_sources(root: Path) -> str:

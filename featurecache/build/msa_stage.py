@@ -384,7 +384,10 @@ def run_msa_stage(
     known_failures = set()
     if old_failures is not None and old_failures.num_rows and "key" in old_failures.column_names:
         known_failures = set(old_failures.column("key").to_pylist())
-    new_failures = [f for f in _scan_failures(scans, entry_ids) if f["key"] not in known_failures]
+    scan_failures = _scan_failures(scans, entry_ids)
+    new_failures = [f for f in scan_failures if f["key"] not in known_failures]
+    # listed by an earlier build for the same bytes: not written again, but they still fail
+    result.counts["failed_earlier"] = len(scan_failures) - len(new_failures)
     result.failures.extend(new_failures)
     _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress)
     covered = {h for h, us in uses.items() if us} | {h for h, (_, nf) in stored.items() if nf > 0}

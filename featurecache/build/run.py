@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.build.discover import (
     InputFile,
@@ -64,6 +65,7 @@ class BuildSummary:
     n_skipped: int = 0
     n_failed: int = 0  # inputs that failed in this run
     n_failed_earlier: int = 0  # inputs skipped because an earlier run recorded their failure
+    n_msa_failed_earlier: int = 0  # of those, MSA files (unchanged since their listed failure)
     n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
     n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
     failed_by_stage: dict[str, int] = field(default_factory=dict)
@@ -258,6 +260,9 @@ def run_build(
     ccd_fp = _fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
     summary = BuildSummary(store=str(out))
+    # the workers are compared with the package as it is now (a long test session or a notebook
+    # outlives edits to it; an embedded cluster's new workers import the files as they are now)
+    featurecache.source_digest(refresh=True)
     client, cluster = _make_client(workers, scheduler)
     try:
         with _cluster_errors(client, scheduler):
@@ -302,6 +307,7 @@ def run_build(
                 tables = rebuild_index(out)
                 mark_updated(out)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
+            summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
         _shutdown(client, cluster)
     summary.store_bytes = store_bytes(out)
@@ -411,9 +417,9 @@ def _pending(inputs: list[InputFile], done: set[str], entries: Any, failures: An
     live = dict(zip(entries.column("id").to_pylist(), entries.column("key").to_pylist(), strict=True))
     failed: dict[str, str] = {}
     if failures.num_rows:
-        failed = dict(
-            zip(failures.column("path").to_pylist(), failures.column("key").to_pylist(), strict=True)
-        )
+        # an MSA file's failure is not its structure outcome (the same path when --msa-dir is --pdb-dir)
+        rows = failures.select(["path", "key", "stage"]).to_pylist()
+        failed = {r["path"]: r["key"] for r in rows if r["stage"] != "msa"}
 
     def current(i: InputFile) -> bool:
         if i.rel in failed:
@@ -566,6 +572,7 @@ def _run_extra_stages(
     summary.bytes_written += msa.bytes_written
     summary.failures.extend(msa.failures)
     summary.n_failed += msa.n_failed
+    summary.n_msa_failed_earlier = msa.counts["failed_earlier"]
     if msa.n_failed:
         summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage

@@ -126,8 +126,13 @@ def describe_difference(theirs: dict[str, str], mine: dict[str, str], who: str) 
     diff = version_differences(theirs, mine)
     text = f"{who} runs " + ", ".join(f"{k} {v}" for k, v in diff.items())
     if "featurecache source" in diff:
-        text += (f" (its featurecache source at {theirs.get(PACKAGE_PATH, '?')} differs from the driver's at "
-                 f"{mine.get(PACKAGE_PATH, '?')})")  # fmt: skip
+        where, driver = theirs.get(PACKAGE_PATH, "?"), mine.get(PACKAGE_PATH, "?")
+        text += (
+            f" (its featurecache source at {where} differs from the driver's at {driver})"
+            if where != driver
+            else f" (the driver's directory too: the featurecache source files at {where} changed after it "
+            "loaded them; restart it, or run the build again if they changed during the build)"
+        )
     return text
 
 

@@ -275,7 +275,7 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         if t.num_rows and "part" in t.column_names:
             tables[name] = t.filter(_pairs_in(t, ("entry_id", "part"), live))
     # a path's latest outcome wins: a failure is dropped once the same path built successfully later
-    failures = latest_per(tables["failures"], "path")
+    failures = _latest_failures(tables["failures"])
     if failures.num_rows:
         # (only entries built from a failed path matter; their order is kept, so the last one wins as before)
         of_failed = entries.filter(
@@ -290,6 +290,19 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     if "components" in tables:
         tables["components"] = _used_components(tables["components"], codes, live)
     return _postprocess(root, tables)
+
+
+def _latest_failures(failures: pa.Table) -> pa.Table:
+    """The latest failure per path, an MSA file's (stage ``msa``, from ``--msa-dir``) apart from a
+    structure input's: when ``--msa-dir`` is ``--pdb-dir`` the same path is both, and the structure
+    failure (``not a structure file name``, in a later-sorting ``s-`` part) hid the MSA failure, so
+    the MSA stage never saw it as known and wrote it again in a new part on every build."""
+    if failures.num_rows == 0 or "stage" not in failures.column_names:
+        return latest_per(failures, "path")
+    is_msa = pc.fill_null(pc.equal(failures.column("stage"), "msa"), False)
+    return pa.concat_tables(
+        [latest_per(failures.filter(pc.invert(is_msa)), "path"), latest_per(failures.filter(is_msa), "path")]
+    )
 
 
 def _used_components(components: pa.Table, codes: pa.Table | None, live: pa.Table) -> pa.Table:

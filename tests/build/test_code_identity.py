@@ -66,13 +66,38 @@ def test_a_part_task_refuses_a_worker_whose_source_differs(tmp_path: Path) -> No
     writes, naming the source difference and both package directories."""
     out = tmp_path / "store"
     init_store(out, {"config_hash": "t", "entry_config_hash": "t", "config": {}})
-    driver = dict(worker_versions(), **{"featurecache source": "0" * 16, PACKAGE_PATH: "/elsewhere/featurecache"})
+    driver = dict(
+        worker_versions(), **{"featurecache source": "0" * 16, PACKAGE_PATH: "/elsewhere/featurecache"}
+    )
     inputs = [i for i in discover(SAMPLES / "structures", "t", {}) if i.entry_id == "102m"]
     with pytest.raises(StoreError, match="featurecache source") as err:
         build_structure_part(str(out), "s-000000", inputs, "t", versions=driver)
     msg = str(err.value)
     assert f"at {featurecache.package_dir()} differs from the driver's at /elsewhere/featurecache" in msg
     assert [p.name for p in (out / "parts").iterdir()] == ["zarr.json"]
+    # the same directory, other code: the files changed after one of them loaded them
+    stale = dict(worker_versions(), **{"featurecache source": "0" * 16})
+    with pytest.raises(
+        StoreError, match=r"the driver.s directory too: the featurecache source files at .* changed"
+    ):
+        build_structure_part(str(out), "s-000000", inputs, "t", versions=stale)
+    assert [p.name for p in (out / "parts").iterdir()] == ["zarr.json"]
     # a driver in another directory with the same code is accepted: the path is not compared
     same = dict(worker_versions(), **{PACKAGE_PATH: "/elsewhere/featurecache"})
     assert build_structure_part(str(out), "s-000000", inputs, "t", versions=same).n_entries == 1
+
+
+def test_the_driver_reads_its_files_again_at_each_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """source_digest() is computed once per process (a worker keeps the identity of the code it
+    loaded) unless refreshed, as the build driver does at each build's start."""
+    root = _copy(tmp_path)
+    monkeypatch.setattr(featurecache, "package_dir", lambda: root)
+    first = featurecache.source_digest(refresh=True)
+    assert first == featurecache.digest_sources(root)
+    (root / "const.py").write_text((root / "const.py").read_text() + "# edited\n")
+    assert featurecache.source_digest() == first  # cached
+    assert featurecache.source_digest(refresh=True) == featurecache.digest_sources(root) != first
+    monkeypatch.undo()
+    assert featurecache.source_digest(refresh=True) == featurecache.digest_sources(featurecache.package_dir())
