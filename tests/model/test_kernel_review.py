@@ -15,6 +15,7 @@ from featurecache.model import modules
 from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels import swiglu as sw
+from featurecache.model.kernels import transition as tr
 from featurecache.model.kernels import triangle as tri
 from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_attention, rel_err
 
@@ -257,3 +258,29 @@ def test_tensors_on_two_devices_are_refused_naming_both() -> None:
     ln = torch.ones(16, device=DEV), torch.zeros(16, device=DEV)
     with pytest.raises(KernelShapeError, match=rf"weight is on meta but x on {x.device}"):
         lnl.layernorm_linear(x, *ln, torch.empty(8, 16, device="meta"))
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. double backward on the eager autograd.Function path
+# ---------------------------------------------------------------------------------------------
+
+
+def test_double_backward_raises_instead_of_dropping_the_second_order_term() -> None:
+    """A gradient penalty through a fused op raises (before: the gradient came back without a
+    graph and the second-order term was silently missing from the penalty's gradient)."""
+    q = _randn(1, 1, 1, 9, 16, seed=60).requires_grad_()
+    p = _randn(1, 5, 5, tri.width(1, 16), seed=61).requires_grad_()
+    x = _randn(3, 16, seed=62).requires_grad_()
+    ln = torch.ones(16, device=DEV), torch.zeros(16, device=DEV)
+    w1, w2 = _randn(16, 16, seed=63), _randn(16, 8, seed=64)
+    calls = {
+        "attention": (q, lambda: pba.pair_bias_attention(q, q, q, _randn(1, 1, 9, 9, seed=65))),
+        "triangle": (p, lambda: tri.triangle_attention_core(p, 1, 16)),
+        "layernorm_linear": (x, lambda: lnl.layernorm_linear(x, *ln, w1, None, 1e-5, True)),
+        "transition": (x, lambda: tr.transition(x, *ln, w1, w2)),
+    }
+    for leaf, call in calls.values():
+        (g,) = torch.autograd.grad(call().square().sum(), leaf, create_graph=True)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            (g.square().sum() + leaf.sum()).backward()  # before: leaf.grad = 1, the penalty's term lost
+        leaf.grad = None

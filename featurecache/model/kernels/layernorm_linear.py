@@ -606,6 +606,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         return layernorm_linear_forward(x, ln_weight, ln_bias, weight, bias, eps, swiglu)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
     def backward(ctx, dy):  # type: ignore[no-untyped-def, override]
         x, ln_weight, ln_bias, weight, bias = ctx.saved_tensors
         dx, dlnw, dlnb, dw, db = layernorm_linear_backward(

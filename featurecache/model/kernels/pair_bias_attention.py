@@ -1159,6 +1159,7 @@ class PairBiasAttentionFunction(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
     def backward(ctx, dout):  # type: ignore[no-untyped-def, override]
         q, k, v, bias, mask, out, lse, key_mask = ctx.saved_tensors
         # inputs were checked by the forward; dout has out's shape (autograd guarantees it)

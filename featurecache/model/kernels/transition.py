@@ -401,6 +401,7 @@ class TransitionFunction(torch.autograd.Function):
         return transition_forward(x, ln_weight, ln_bias, w1, w2, eps)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
     def backward(ctx, dy):  # type: ignore[no-untyped-def, override]
         x, ln_weight, ln_bias, w1, w2 = ctx.saved_tensors
         return (*transition_backward(dy, x, ln_weight, ln_bias, w1, w2, ctx.eps), None)

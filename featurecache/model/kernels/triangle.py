@@ -248,6 +248,7 @@ class TriangleAttentionCoreFunction(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
     def backward(ctx, dout):  # type: ignore[no-untyped-def, override]
         p, out, lse, key_mask = ctx.saved_tensors
         n_heads, head_dim, scale = ctx.meta
