@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from featurecache.model.kernels.layernorm_linear import MAX_CHANNELS as LNL_MAX_CHANNELS
 from featurecache.model.kernels.layernorm_linear import layernorm_linear
 from featurecache.model.kernels.pair_bias_attention import pair_bias_attention
 from featurecache.model.kernels.reference import (
@@ -54,7 +55,9 @@ class PairBiasAttention(nn.Module):
 
 
 class LayerNormLinear(nn.Module):
-    """``Linear(LayerNorm(x))`` (+ SwiGLU over the output halves): ``[..., C] -> [..., O]`` or ``O/2``."""
+    """``Linear(LayerNorm(x))`` (+ SwiGLU over the output halves): ``[..., C] -> [..., O]`` or ``O/2``.
+    Fused: one kernel for C ≤ 512 (``layernorm_linear.MAX_CHANNELS``, a whole row in registers);
+    above that the pure-torch reference runs (same parameters, same results up to rounding)."""
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = False, swiglu: bool = False,
@@ -72,7 +75,7 @@ class LayerNormLinear(nn.Module):
         dt = compute_dtype(x)
         w = self.weight.to(dt)
         b = None if self.bias is None else self.bias.to(dt)
-        if self.fused:
+        if self.fused and x.shape[-1] <= LNL_MAX_CHANNELS:
             return layernorm_linear(x, self.ln_weight, self.ln_bias, w, b, self.eps, self.swiglu)
         with torch.autocast(x.device.type, enabled=False):
             return layernorm_linear_ref(x, self.ln_weight, self.ln_bias, w, b, self.eps, self.swiglu)
@@ -93,7 +96,8 @@ class Transition(nn.Module):
     """AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases).
     ``[..., c] -> [..., c]`` in the compute dtype. Fused: the whole block is two kernels (forward,
     backward; :mod:`~featurecache.model.kernels.transition`) for c ≤ 256, else LN, the first GEMM and
-    SwiGLU are one fused kernel followed by a library Linear."""
+    SwiGLU are one fused kernel followed by a library Linear (c ≤ 512; above, :class:`LayerNormLinear`'s
+    reference path and a library Linear)."""
 
     def __init__(self, c: int, n: int = 4, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()

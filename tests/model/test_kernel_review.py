@@ -17,7 +17,14 @@ from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels import swiglu as sw
 from featurecache.model.kernels import transition as tr
 from featurecache.model.kernels import triangle as tri
-from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_attention, rel_err
+from tests.model.util import (
+    KERNEL_DEVICE,
+    TOL,
+    assert_fake_layouts_match,
+    naive_attention,
+    naive_layernorm_linear,
+    rel_err,
+)
 
 F32, F16 = torch.float32, torch.float16
 DEV = KERNEL_DEVICE
@@ -284,3 +291,41 @@ def test_double_backward_raises_instead_of_dropping_the_second_order_term() -> N
         with pytest.raises(RuntimeError, match="differentiate twice"):
             (g.square().sum() + leaf.sum()).backward()  # before: leaf.grad = 1, the penalty's term lost
         leaf.grad = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. modules above the fused kernels' channel limit
+# ---------------------------------------------------------------------------------------------
+
+
+def test_modules_above_the_fused_channel_limit_fall_back_to_the_reference() -> None:
+    """LayerNormLinear(600, ·) and Transition(600) with fused=True run (the reference path above
+    512 channels) and match a float64 oracle, forward and gradients (before: KernelShapeError
+    "supports 1..512 input channels" at the first forward)."""
+    torch.manual_seed(70)
+    c = 600
+    m = modules.LayerNormLinear(c, 16, bias=True, swiglu=True).to(DEV)
+    x = _randn(3, c, seed=71).requires_grad_()
+    do = _randn(3, 8, seed=72)
+    assert m.bias is not None
+    params = [m.ln_weight, m.ln_bias, m.weight, m.bias]
+    ref, ref_grads = _oracle_grads(
+        [x, *params], lambda x_, lw, lb, w, b: naive_layernorm_linear(x_, lw, lb, w, b, 1e-5, True), do
+    )
+    y = m(x)
+    y.backward(do)
+    assert rel_err(y, ref) < TOL[F32]
+    for t, want in zip([x, *params], ref_grads, strict=True):
+        assert t.grad is not None and rel_err(t.grad, want) < 1e-4
+
+    t_mod = modules.Transition(c, n=1).to(DEV)
+    ln = t_mod.ln_linear
+    xt = _randn(2, c, seed=73)
+
+    def transition64(x_, lw, lb, w1, w2):  # type: ignore[no-untyped-def]
+        return naive_layernorm_linear(x_, lw, lb, w1, None, 1e-5, True) @ w2.T
+
+    want = transition64(
+        *(t.detach().cpu().double() for t in (xt, ln.ln_weight, ln.ln_bias, ln.weight, t_mod.out.weight))
+    )
+    assert rel_err(t_mod(xt), want) < TOL[F32]
