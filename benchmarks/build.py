@@ -3,7 +3,7 @@
 Prints entries/s, atoms/s, MB written/s, the per-stage time breakdown (parse / tokenize /
 featurize / write, summed over workers) and store bytes vs input bytes.
 
-    .venv/bin/python benchmarks/build.py [--ccd] [--msa]
+    .venv/bin/python benchmarks/build.py [--ccd] [--msa] [--out FILE]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, SHARED, Bench
+from benchmarks.harness import REAL, SHARED, Bench, add_out_argument
 from featurecache.build.run import run_build
 
 
@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--ccd", action="store_true", help="also pass ../shared/data/ccd")
     ap.add_argument("--msa", action="store_true", help="also pass ../shared/data/real/msas")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    add_out_argument(ap, "build", "benchmarks/results/build.json, build_full.json with --ccd or --msa")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     name = "build_full" if (args.ccd or args.msa) else "build"
@@ -51,7 +52,7 @@ def main() -> None:
             bench.add(**row)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    bench.finish()
+    bench.finish(args.out)
 
 
 if __name__ == "__main__":

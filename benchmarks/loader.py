@@ -51,7 +51,16 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import REAL, SHARED, Bench, corpus_store, percentile  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    REAL,
+    SHARED,
+    Bench,
+    add_out_argument,
+    corpus_store,
+    percentile,
+    store_argument,
+    store_label,
+)
 from featurecache.client import FeatureDataset  # noqa: E402
 from featurecache.client.sampler import SampleKey  # noqa: E402
 from featurecache.store.base import FeatureReader  # noqa: E402
@@ -352,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     # the whole first paragraph of the module docstring (its first line stops mid-sentence)
     ap = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     ap.add_argument(
-        "--store", type=Path, default=None, help="existing store (default: build the real corpus)"
+        "--store", type=store_argument, default=None, help="existing store (default: build the real corpus)"
     )
     ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported")
@@ -361,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--full", action="store_true", help="3 rounds of every raw variant in (b) (about 3x longer)"
     )
+    add_out_argument(ap, "loader")
     args = ap.parse_args(argv)
     for opt in ("samples", "repeats", "raw_repeats"):
         if getattr(args, opt) is not None and getattr(args, opt) < 1:
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     reader = open_store(store)
     n_entries = len(reader.ids)
     tokens = np.asarray(reader.entries.column("token_count").to_numpy())
-    bench = Bench("loader", store=str(store), entries=n_entries, crop=CROP, window=WINDOW, cpus=os.cpu_count(),
+    bench = Bench("loader", store=store_label(args.store), entries=n_entries, crop=CROP, window=WINDOW, cpus=os.cpu_count(),
                   entries_over_crop=int((tokens > CROP).sum()), msas=reader.msas.num_rows,
                   components=reader.components.num_rows)  # fmt: skip
     n = args.samples
@@ -486,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
                   worst_wait_max_s=round(max(r["worst_wait_s"] for r in res[(label, True)]), 3),
                   p95_wait_s=round(hit["p95_wait_s"], 4),
                   worst_wait_no_straggler_s=round(base["worst_wait_s"], 3))  # fmt: skip
-    bench.finish()
+    bench.finish(args.out)
 
 
 def _cost_summary(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench
+from benchmarks.harness import REAL, Bench, add_out_argument
 from featurecache.build.msa_stage import AlignmentScan, FileScan, _degap, _hashes, scan_msa_files
 from featurecache.errors import InputError, MSAError
 from featurecache.parse.a3m import parse_a3m
@@ -88,7 +88,7 @@ def _time(fn: object, rels: list[str], repeat: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="timed runs of each scan (default 5)")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default results/msa_scan.json)")
+    add_out_argument(ap, "msa_scan")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")

@@ -14,7 +14,7 @@ every id, so both sides read from the page cache. The client threads and the ser
 machine's cores (2 here): that is what a training node running its own lookup server looks like,
 not a dedicated server.
 
-Usage: ``.venv/bin/python benchmarks/serve.py [--store DIR] [--requests N] [--server-workers W]``.
+Usage: ``.venv/bin/python benchmarks/serve.py [--store DIR] [--requests N] [--server-workers W] [--out FILE]``.
 Without ``--store`` the real corpus (``../shared/data/real``: structures, MSAs, CCD) is built once
 into a temp dir (resumable: a second run recomputes nothing).
 """
@@ -37,7 +37,14 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import Bench, corpus_store, percentile  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Bench,
+    add_out_argument,
+    corpus_store,
+    percentile,
+    store_argument,
+    store_label,
+)
 from featurecache import open_store  # noqa: E402
 from featurecache.client.http import LookupClient  # noqa: E402
 from featurecache.types import Entry  # noqa: E402
@@ -79,11 +86,15 @@ def run_pass(fn: Callable[[Any], int], items: Sequence[Any], threads: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--store", type=Path, default=None, help="An existing store (default: build the real corpus)."
+        "--store",
+        type=store_argument,
+        default=None,
+        help="An existing store (default: build the real corpus).",
     )
     ap.add_argument("--requests", type=int, default=600, help="Entry requests per pass.")
     ap.add_argument("--server-workers", type=int, default=2, help="uvicorn worker processes of the server.")
     ap.add_argument("--seed", type=int, default=0)
+    add_out_argument(ap, "serve")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("distributed", "httpx", "httpcore"):
@@ -96,7 +107,7 @@ def main() -> None:
     requests = [rng.choice(ids) for _ in range(args.requests)]
     mean_bytes = float(np.mean([entry_nbytes(local.entry(i)) for i in ids]))
     bench = Bench(
-        "serve", store=str(store_path), entries=len(ids), requests=len(requests), seed=args.seed,
+        "serve", store=store_label(args.store), entries=len(ids), requests=len(requests), seed=args.seed,
         server_workers=args.server_workers, mean_entry_kb=round(mean_bytes / 1e3, 1), batch=BATCH,
     )  # fmt: skip
 
@@ -160,7 +171,7 @@ def main() -> None:
                               p99_ms=r["p99_ms"], slices_per_s=len(picks) / r["wall_s"],
                               MB_per_s=r["bytes"] / r["wall_s"] / 1e6)  # fmt: skip
         client.close()
-    bench.finish()
+    bench.finish(args.out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import RESULTS_DIR, Bench
+from benchmarks.harness import RESULTS_DIR, Bench, store_argument
 from featurecache.model.batches import synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import run_training
@@ -82,7 +82,8 @@ def memory_at_crop(cfg: ModelConfig, fused: bool, crop: int, steps: int, batch_s
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", type=Path, default=None)
+    ap.add_argument("--store", type=store_argument, default=None,
+                    help="an existing store (default: --url, or synthetic batches without either)")  # fmt: skip
     ap.add_argument("--url", default=None)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--crop", type=int, default=384)

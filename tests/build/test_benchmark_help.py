@@ -29,7 +29,7 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("name", ["store_layout", "msa", "msa_scan", "loader"])
+@pytest.mark.parametrize("name", ["store_layout", "msa", "msa_scan", "loader", "build", "chem", "serve"])
 def test_help_explains_the_benchmark_and_runs_nothing(name: str, tmp_path: Path) -> None:
     script = BENCHMARKS / f"{name}.py"
     doc = ast.get_docstring(ast.parse(script.read_text()))
@@ -42,7 +42,8 @@ def test_help_explains_the_benchmark_and_runs_nothing(name: str, tmp_path: Path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:"), proc.stdout[:500]
     assert _words(first_paragraph) in _words(proc.stdout), proc.stdout
-    assert "--out" in proc.stdout or name == "loader"  # where the results go can be changed
+    assert "--out FILE" in proc.stdout  # where the results go can be changed
+    assert f"benchmarks/results/{name}.json" in _words(proc.stdout)  # and the default is named right
     assert _snapshot(BENCHMARKS / "results") == before
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran either
 
@@ -54,3 +55,14 @@ def test_bad_option_values_are_usage_errors(name: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), option, "0"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2 and "at least 1" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["loader", "serve", "train_e2e"])
+def test_a_store_that_is_not_there_is_a_usage_error(name: str, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-store"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--store", str(missing)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{name}.py: error: argument --store:") and str(missing) in last, proc.stderr
