@@ -329,3 +329,37 @@ def test_modules_above_the_fused_channel_limit_fall_back_to_the_reference() -> N
         *(t.detach().cpu().double() for t in (xt, ln.ln_weight, ln.ln_bias, ln.weight, t_mod.out.weight))
     )
     assert rel_err(t_mod(xt), want) < TOL[F32]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. empty inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_attention_on_empty_inputs_returns_empty_outputs_and_zero_size_gradients() -> None:
+    """N = 0, B = 0, S = 0 (the bias is then not empty: its gradient is zeros), as the other ops
+    take M = 0 (before: KernelShapeError "empty input")."""
+    from featurecache.model.kernels.reference import pair_bias_attention_ref
+
+    for b, s, h, n in ((1, 2, 1, 0), (0, 2, 1, 5), (1, 0, 2, 5)):
+        q, k, v = (torch.zeros(b, s, h, n, 16, device=DEV).requires_grad_() for _ in range(3))
+        bias = torch.ones(b, h, n, n, device=DEV).requires_grad_()
+        out = pba.pair_bias_attention(q, k, v, bias)
+        assert out.shape == (b, s, h, n, 16)
+        assert pair_bias_attention_ref(q, k, v, bias).shape == out.shape
+        out.sum().backward()
+        for t in (q, k, v, bias):
+            assert t.grad is not None and t.grad.shape == t.shape and not t.grad.any()
+        args = (q.detach(), k.detach(), v.detach(), bias.detach(), None, 0.25, None, None)
+        assert_fake_layouts_match(torch.ops.featurecache.pair_bias_attention.default, args)
+
+
+def test_triangle_core_on_an_empty_projection() -> None:
+    """N = 0 and B = 0 projections give empty outputs and a zero-size dp (before: an error naming
+    the internal [B, S, H, N, D] view's shape, not p's)."""
+    for shape in ((1, 0, 0, tri.width(1, 16)), (0, 4, 4, tri.width(1, 16) + 3)):
+        p = torch.zeros(shape, device=DEV).requires_grad_()
+        out = tri.triangle_attention_core(p, 1, 16)
+        assert out.shape == (*shape[:3], 16)
+        out.sum().backward()
+        assert p.grad is not None and p.grad.shape == p.shape

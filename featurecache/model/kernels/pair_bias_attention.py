@@ -736,8 +736,6 @@ def _check(
         raise KernelShapeError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not bias.is_floating_point():
         raise KernelShapeError(f"bias must be floating point; got {bias.dtype}")
-    if n == 0 or s == 0 or b == 0 or h == 0:
-        raise KernelShapeError(f"empty input {tuple(q.shape)}")
     if key_mask is not None and (tuple(key_mask.shape) != (b, n) or key_mask.dtype != torch.bool):
         raise KernelShapeError(
             f"key_mask must be bool [B, N] = {(b, n)}; got {key_mask.dtype} {tuple(key_mask.shape)}"
@@ -845,6 +843,8 @@ def pair_bias_attention_forward(
     cfg = (config or default_config(d, q.dtype, q.device)).fwd
     out = _empty_like_layout(q) if out is None else out
     lse = torch.empty((b, s, h, n), device=q.device, dtype=torch.float32)
+    if q.numel() == 0:  # B, S, H or N is 0: nothing to compute (no launch over an empty grid)
+        return out, lse
     m, m_strides = _mask_args(mask, q)
     rm = q if row_mask is None else row_mask.view(torch.uint8)
     rm_strides = (0, 0) if row_mask is None else (rm.stride(0), rm.stride(1))
@@ -1047,6 +1047,10 @@ def _run_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq (+δ), then the bias gradient, then dk/dv: dk and dv are allocated only after the bias
     gradient's fp32 partials are freed, so the two never coexist (lower peak memory)."""
+    if a.q.numel() == 0:  # empty q, k, v: zero-size gradients, a zero bias gradient (S = 0 keeps a bias)
+        if a.dk is None or a.dv is None:
+            a.dk, a.dv = _empty_like_layout(a.k), _empty_like_layout(a.v)
+        return a.dq, a.dk, a.dv, torch.zeros(a.bias.shape, dtype=a.bias.dtype, device=a.bias.device)
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
     target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))

@@ -48,6 +48,8 @@ def pair_bias_attention_ref(
         s = s.masked_fill(~mask[:, :, None, None, :], float("-inf"))
     # Shift by a finite row max (rows whose keys are all masked or −inf have max −inf): masked and
     # −inf terms become exp(−inf) = 0 and such a row sums to 0 (clamped: p = 0, no NaN).
+    if s.shape[-1] == 0:  # no keys (N = 0): an empty output
+        return torch.einsum("bshij,bshjd->bshid", s, v)
     m = s.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).min)
     e = torch.exp(s - m)
     p = e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
