@@ -363,3 +363,19 @@ def test_triangle_core_on_an_empty_projection() -> None:
         assert out.shape == (*shape[:3], 16)
         out.sum().backward()
         assert p.grad is not None and p.grad.shape == p.shape
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. swiglu's dtypes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_swiglu_refuses_integer_and_float64_inputs_and_takes_the_half_types() -> None:
+    """int32 was truncated and float64 computed in fp32, both silently; now a KernelShapeError naming
+    the dtype, like the other ops. fp16 still matches a float64 formula."""
+    for dtype in (torch.int32, torch.float64):
+        with pytest.raises(KernelShapeError, match=rf"fp32/fp16/bf16.*{dtype}"):
+            sw.swiglu(torch.ones(2, 8, dtype=dtype, device=DEV))
+    u = _randn(4, 8, seed=90, dtype=F16)
+    a, b = u.double().chunk(2, dim=-1)
+    assert rel_err(sw.swiglu(u), a * torch.sigmoid(a) * b) < TOL[F16]

@@ -95,6 +95,18 @@ def _blocks(f: int) -> tuple[int, int]:
     return max(1, 4096 // block_f), block_f
 
 
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(u: torch.Tensor, dy: torch.Tensor | None = None) -> None:
+    """Device and dtype checks (the kernels compute in fp32 and store u's dtype: an integer u would
+    be truncated, a float64 one silently computed in fp32)."""
+    check_devices("swiglu", "swiglu_ref", {"u": u, "dy": dy})
+    if u.dtype not in _FLOATS or (dy is not None and dy.dtype not in _FLOATS):
+        got = u.dtype if dy is None else f"u {u.dtype}, dy {dy.dtype}"
+        raise KernelShapeError(f"swiglu needs fp32/fp16/bf16 tensors; got {got} (swiglu_ref takes any float)")
+
+
 def _flat(u: torch.Tensor) -> torch.Tensor:
     if u.dim() == 0 or u.shape[-1] % 2:
         raise KernelShapeError(f"swiglu needs an even last axis; got {tuple(u.shape)}")
@@ -104,7 +116,7 @@ def _flat(u: torch.Tensor) -> torch.Tensor:
 
 def swiglu_forward(u: torch.Tensor) -> torch.Tensor:
     """``[..., 2F] -> [..., F]``, u's dtype."""
-    check_devices("swiglu", "swiglu_ref", {"u": u})
+    _check(u)
     u2 = _flat(u)
     m, f = u2.shape[0], u2.shape[1] // 2
     y = torch.empty((m, f), device=u.device, dtype=u.dtype)
@@ -118,7 +130,7 @@ def swiglu_forward(u: torch.Tensor) -> torch.Tensor:
 
 def swiglu_backward(u: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Gradient of :func:`swiglu_forward` w.r.t. u: ``[..., 2F]``."""
-    check_devices("swiglu", "swiglu_ref", {"u": u, "dy": dy})
+    _check(u, dy)
     u2 = _flat(u)
     m, f = u2.shape[0], u2.shape[1] // 2
     dy2 = dy.reshape(m, f)
