@@ -61,9 +61,20 @@ ENTRIES_SCHEMA = pa.schema(
         ("structure_id", pa.string()),
         ("n_models", pa.int32()),
         ("n_warnings", pa.int32()),
-        ("seconds", pa.float64()),  # featurization wall time
     ]
 )  # fmt: skip
+
+#: ``index/timings.arrow``: each live entry's featurization wall time (``seconds``, float64), from
+#: the part's ``_index/timings.arrow``. A record of the run that built it, the one index file that
+#: is NOT deterministic: the same inputs give the same bytes in every other index file, whatever
+#: the worker count (the time was a column of ``entries`` until session 18).
+TIMINGS = "timings"
+TIMINGS_SCHEMA = pa.schema([("entry_id", pa.string()), ("seconds", pa.float64()), ("part", pa.string())])
+#: ``index/component_timings.arrow``: each listed component's conformer wall time (``key``,
+#: ``seconds``, ``part``), taken out of ``components`` for the same reason; not deterministic either
+COMPONENT_TIMINGS = "component_timings"
+#: the index files that record how long a build took: they differ between identical builds
+RUN_RECORD_TABLES = (TIMINGS, COMPONENT_TIMINGS)
 
 CHAINS_SCHEMA = pa.schema(
     [
@@ -269,8 +280,12 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     tables = dict(tables)
     entries = latest_per(tables["entries"], "id")
     live = entries.select(["id", "part"])
+    if "seconds" in entries.column_names:  # a part written before the time moved to timings
+        entries = entries.drop_columns(["seconds"])
     # per-entry tables keep only the rows of each entry's live part
-    for name in ("chains", "interfaces", "warnings"):
+    for name in ("chains", "interfaces", "warnings", TIMINGS):
+        if name not in tables:
+            continue
         t = tables[name]
         if t.num_rows and "part" in t.column_names:
             tables[name] = t.filter(_pairs_in(t, ("entry_id", "part"), live))
@@ -288,7 +303,11 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     tables["failures"] = failures
     codes = tables.pop(RESIDUE_CODES, None)
     if "components" in tables:
-        tables["components"] = _used_components(tables["components"], codes, live)
+        components = _used_components(tables["components"], codes, live)
+        if "seconds" in components.column_names:  # conformer wall time: a run record too
+            tables[COMPONENT_TIMINGS] = components.select(["key", "seconds", "part"])
+            components = components.drop_columns(["seconds"])
+        tables["components"] = components
     return _postprocess(root, tables)
 
 

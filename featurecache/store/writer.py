@@ -36,6 +36,8 @@ from featurecache.errors import StoreError
 from featurecache.store.index import (
     RESIDUE_CODES,
     RESIDUE_CODES_SCHEMA,
+    TIMINGS,
+    TIMINGS_SCHEMA,
     read_table,
     table_from_rows,
     write_table,
@@ -220,6 +222,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
                                                                  "schema_version": SCHEMA_VERSION})  # fmt: skip
         offsets = {g: 0 for g in ENTRY_GROUPS}
         entry_rows, chain_rows, iface_rows, warn_rows, code_rows = [], [], [], [], []
+        timing_rows: list[dict[str, Any]] = []
         blocks: dict[str, list[np.ndarray]] = {g: [] for g in ENTRY_GROUPS}
         for rec in contents.entries:
             s = rec.structure
@@ -248,9 +251,9 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
                 n_present_atoms=int(s.atoms["is_present"].sum()),
                 resolution=s.meta.resolution, release_date=s.meta.release_date, method=s.meta.method,
                 structure_id=s.meta.structure_id, n_models=s.meta.n_models, n_warnings=len(s.warnings),
-                seconds=rec.seconds,
             )  # fmt: skip
             entry_rows.append(row)
+            timing_rows.append({"entry_id": s.entry_id, "seconds": rec.seconds, "part": name})
             code_rows.append({"entry_id": s.entry_id, "codes": residue_codes(s.tokens), "part": name})
             for c in s.chains:
                 chain_rows.append(
@@ -286,6 +289,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             idx / "interfaces.arrow", _with_part(table_from_rows("interfaces", iface_rows), iface_rows)
         )
         write_table(idx / "warnings.arrow", table_from_rows("warnings", warn_rows))
+        # wall times apart from the entries: index/entries.arrow stays deterministic
+        write_table(idx / f"{TIMINGS}.arrow", pa.Table.from_pylist(timing_rows, schema=TIMINGS_SCHEMA))
         codes = pa.Table.from_pylist(code_rows, schema=RESIDUE_CODES_SCHEMA)
         write_table(idx / f"{RESIDUE_CODES}.arrow", codes)
         fails = [{**f, "part": name} for f in contents.failures]

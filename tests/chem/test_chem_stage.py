@@ -233,7 +233,7 @@ def _component_part_files(store_path: Path) -> dict[str, bytes]:
 
 
 def _component_part_rows(store_path: Path) -> list[dict[str, object]]:
-    table = featurecache.open_store(store_path).components.drop_columns(["seconds"])
+    table = featurecache.open_store(store_path).components  # its seconds are in component_timings
     return sorted(table.to_pylist(), key=lambda r: (str(r["part"]), str(r["key"])))
 
 
