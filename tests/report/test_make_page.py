@@ -25,7 +25,8 @@ def test_page_has_commands_machines_and_ratios(tmp_path: Path) -> None:
         {"op": "attention", "N": 384, "method": "flex", "ms": 3.0, "peak_MiB": 150.0},
     ], GPU, "python benchmarks/kernels.py --sweep")  # fmt: skip
     _write(tmp_path, "loader", [
-        {"part": "b", "source": "raw: structure", "cache_speedup": 4.25, "cache_speedup_per_cpu": 3.5},
+        {"part": "b", "source": "raw: structure", "samples": 57, "cache_speedup_cpu_total": 4.25,
+         "cache_speedup_wall_total": 3.5},
         {"part": "c", "source": "ordered DataLoader workers=2", "straggled_samples_per_s": 20.0, "p95_wait_s": 0.25},
         {"part": "c", "source": "ready-first threads=8", "straggled_samples_per_s": 50.0, "p95_wait_s": 0.05},
     ], CPU, "python benchmarks/loader.py --store S")  # fmt: skip
