@@ -224,7 +224,6 @@ def test_swiglu_fake_layouts_match_for_a_transposed_input() -> None:
     dy = _randn(3, 5, 4, seed=41)
     assert_fake_layouts_match(torch.ops.featurecache.swiglu_backward.default, (u, dy))
     torch.library.opcheck(torch.ops.featurecache.swiglu_backward.default, (u, dy))
-    torch.library.opcheck(torch.ops.featurecache.swiglu.default, (u.clone().requires_grad_(),))
     a, b = u.double().chunk(2, dim=-1)
     want = torch.cat([dy.double() * b * torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))),
                       dy.double() * a * torch.sigmoid(a)], -1)  # fmt: skip
