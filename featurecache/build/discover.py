@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.parse.structure import entry_stem, structure_format
-from featurecache.store.index import complete_parts
+from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
 from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
     PART_DONE_FILE,
@@ -22,6 +22,7 @@ from featurecache.store.layout import (
     STRUCTURE_PART_PREFIX,
     part_name,
 )
+from featurecache.store.writer import PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +144,53 @@ def input_paths(pdb_dir: Path, exclude: Path | None = None) -> Iterator[Path]:
         yield p
 
 
+class MSADirFiles:
+    """Which files the MSA stage reads as its inputs (``msa_stage._candidate_files``): every file
+    (a symlink to a file counts, a broken one does not) under ``msa_dir`` with no hidden path part
+    below it. Directories are compared resolved (``msa_dir`` or the structure directory may be
+    named through a symlink); a file is placed by its resolved directory and its own name, so a
+    symlinked file under ``msa_dir`` is the MSA stage's wherever it points to."""
+
+    def __init__(self, msa_dir: Path | None) -> None:
+        self.root = resolved(Path(msa_dir)) if msa_dir is not None else None
+        self._dirs: dict[Path, Path] = {}
+
+    def reads(self, path: Path) -> bool:
+        """Whether the MSA stage lists ``path`` (a file found under the structure directory)."""
+        if self.root is None or not path.is_file():
+            return False
+        parent = self._dirs.get(path.parent)
+        if parent is None:
+            parent = self._dirs[path.parent] = resolved(path.parent)
+        where = parent / path.name
+        if not where.is_relative_to(self.root):
+            return False
+        return not any(part.startswith(".") for part in where.relative_to(self.root).parts)
+
+
+def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
+    """Whether a file under the structure directory is the MSA stage's, not a structure input: a
+    file the MSA stage reads (under ``--msa-dir``) whose name is not a structure format. Structure
+    files there stay structure inputs."""
+    return not structure_format(path.name) and msa_files.reads(path)
+
+
 def discover(
-    pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None
-) -> list[InputFile]:
+    pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
+    msa_dir: Path | None = None,
+) -> list[InputFile]:  # fmt: skip
     """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path, with a unique
     entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries).
 
     Files whose names are not structure formats are kept too: the build records them as failures,
-    so every file is accounted for. ``exclude`` (the store itself, when it lies inside ``pdb_dir``)
-    is skipped.
+    so every file is accounted for; except those under ``msa_dir`` (the same directory as
+    ``pdb_dir``, or one inside it): they are the MSA stage's inputs, which accounts for them
+    (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
+    skipped.
     """
     pdb_dir = Path(pdb_dir)
-    files = sorted(input_paths(pdb_dir, exclude))
+    msa_files = MSADirFiles(msa_dir)
+    files = sorted(p for p in input_paths(pdb_dir, exclude) if not msa_stage_input(p, msa_files))
     rels = [p.relative_to(pdb_dir).as_posix() for p in files]
     ids = assign_ids(rels, existing_ids)
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -167,8 +203,44 @@ def discover(
     return out
 
 
-def done_keys(root: Path) -> set[str]:
-    """Keys (entries and failures) of every complete structure part: what a re-run skips."""
+def withdraw_msa_failures(
+    root: Path, pdb_dir: Path, msa_dir: Path | None, inputs: list[InputFile], failures: pa.Table
+) -> list[dict[str, str]]:
+    """Withdraw the listed structure failures of files that are no longer structure inputs because
+    the MSA stage reads them (:func:`msa_stage_input`): a build before session 18 took every file
+    under ``--pdb-dir``, so a ``--msa-dir`` inside it left a ``not a structure file name`` failure
+    per MSA file, and the store kept listing them. Writes one failure-only structure part of
+    :data:`~featurecache.store.index.WITHDRAWN_STAGE` rows (the index then lists them in
+    ``withdrawn``, not ``failures``); returns those rows (none: nothing written).
+
+    ``failures``: the index's failures table; ``inputs``: this build's structure inputs."""
+    if msa_dir is None or not failures.num_rows:
+        return []
+    pdb_dir = Path(pdb_dir)
+    msa_files = MSADirFiles(msa_dir)
+    current = {i.rel for i in inputs}
+    rows = []
+    for f in failures.select(["path", "entry_id", "stage", "key", "part"]).to_pylist():
+        if f["stage"] == "msa" or f["path"] in current or not msa_stage_input(pdb_dir / f["path"], msa_files):
+            continue
+        rows.append({
+            "path": f["path"], "entry_id": f["entry_id"], "stage": WITHDRAWN_STAGE, "error_class": "",
+            "message": (f"no longer a structure input: a file under --msa-dir {msa_dir} that is not a structure "
+                        f"file name is read by the MSA stage; its failure in part {f['part']} is withdrawn"),
+            "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
+        })  # fmt: skip
+    if rows:
+        name = part_name(STRUCTURE_PART_PREFIX, next_part_number(root, STRUCTURE_PART_PREFIX))
+        write_structure_part(root, name, PartContents(failures=rows))
+        log.info("%d listed structure failure(s) withdrawn in part %s: files under --msa-dir %s are the MSA "
+                 "stage's inputs", len(rows), name, msa_dir)  # fmt: skip
+    return rows
+
+
+def done_keys(root: Path, withdrawn: pa.Table | None = None) -> set[str]:
+    """Keys (entries and failures) of every complete structure part: what a re-run skips; but for
+    the keys of ``withdrawn`` (the index's table of that name: failures withdrawn because the file
+    was not a structure input; should it be one again, it is built again and its failure listed)."""
     keys: set[str] = set()
     for part in complete_parts(root):
         if not part.name.startswith(STRUCTURE_PART_PREFIX):
@@ -178,6 +250,8 @@ def done_keys(root: Path) -> set[str]:
             keys.update(json.loads(manifest.read_text())["keys"])
         except (OSError, ValueError, KeyError):
             log.warning("part %s has no readable manifest; its entries will be rebuilt", part.name)
+    if withdrawn is not None and withdrawn.num_rows:
+        keys -= set(withdrawn.column("key").to_pylist())
     return keys
 
 

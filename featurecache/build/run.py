@@ -27,6 +27,7 @@ from featurecache.build.discover import (
     input_paths,
     next_part_number,
     plan_parts,
+    withdraw_msa_failures,
 )
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import (
@@ -40,7 +41,7 @@ from featurecache.build.tasks import (
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
-from featurecache.store.index import rebuild_index, store_bytes
+from featurecache.store.index import WITHDRAWN, rebuild_index, store_bytes
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -280,8 +281,10 @@ def run_build(
             start_index = rebuild_index(out)
             stored = start_index["entries"]
             existing = existing_entry_ids(stored)
-            inputs = discover(pdb_dir, entry_config, existing, exclude=out)
-            done = done_keys(out)
+            # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
+            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir)
+            withdraw_msa_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
+            done = done_keys(out, start_index.get(WITHDRAWN))
             pending = _pending(inputs, done, stored, start_index["failures"])
             summary.n_inputs = len(inputs)
             summary.n_skipped = len(inputs) - len(pending)

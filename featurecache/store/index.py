@@ -107,13 +107,23 @@ FAILURES_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
         ("entry_id", pa.string()),
-        ("stage", pa.string()),  # read | parse | tokenize | featurize | write | msa | chem
+        # read | parse | tokenize | featurize | write | worker | msa | chem; WITHDRAWN_STAGE (a
+        # part's row that withdraws its path's earlier structure failure: not listed as a failure)
+        ("stage", pa.string()),
         ("error_class", pa.string()),
         ("message", pa.string()),
         ("key", pa.string()),
         ("part", pa.string()),
     ]
 )
+
+#: the stage of a failure row that is not a failure: its path is no longer a structure input (a
+#: non-structure file under ``--msa-dir`` inside ``--pdb-dir``: the MSA stage's), so the path's
+#: earlier structure failure (``not a structure file name``) is withdrawn. As the latest outcome of
+#: its path it leaves ``index/failures.arrow`` and is listed in ``index/withdrawn.arrow`` instead (so
+#: ``prune`` keeps the part that holds it); a later failure or entry of the path supersedes it.
+WITHDRAWN_STAGE = "withdrawn"
+WITHDRAWN = "withdrawn"
 
 WARNINGS_SCHEMA = pa.schema(
     [
@@ -299,6 +309,12 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
         built = {r["source_path"]: r["part"] for r in of_failed.select(["source_path", "part"]).to_pylist()}
         mask = [built.get(r["path"], "") < r["part"] for r in failures.select(["path", "part"]).to_pylist()]
         failures = failures.filter(pa.array(mask, type=pa.bool_()))
+    withdrawn = pc.fill_null(pc.equal(failures.column("stage"), WITHDRAWN_STAGE), False) if (
+        failures.num_rows and "stage" in failures.column_names) else None  # fmt: skip
+    # always present, so an index file left from an earlier build goes once nothing is withdrawn
+    tables[WITHDRAWN] = failures.filter(withdrawn) if withdrawn is not None else FAILURES_SCHEMA.empty_table()
+    if withdrawn is not None:
+        failures = failures.filter(pc.invert(withdrawn))
     tables["entries"] = entries
     tables["failures"] = failures
     codes = tables.pop(RESIDUE_CODES, None)
@@ -473,10 +489,12 @@ def rebuild_index(root: Path, *, incremental: bool = True) -> dict[str, pa.Table
     index_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[int] | None] = {}
     for name, table in tables.items():
+        f = index_dir / f"{name}.arrow"
         if name in TABLES or table.num_rows:
-            f = index_dir / f"{name}.arrow"
             replace_table(f, _sorted(name, table))
             written[name] = _stamp(f)
+        elif name == WITHDRAWN:  # none now: an earlier rebuild's file would still be read as the table
+            f.unlink(missing_ok=True)
     _save_part_rows(root, raw, held, names, written, manifest)
     log.debug("index rebuilt from %s (%d parts, %.2f s)", how, len(names), time.perf_counter() - t0)
     return tables
@@ -529,6 +547,7 @@ def _sorted(name: str, table: pa.Table) -> pa.Table:
         "chains": [("entry_id", "ascending"), ("asym_id", "ascending")],
         "interfaces": [("entry_id", "ascending"), ("chain_i", "ascending"), ("chain_j", "ascending")],
         "failures": [("path", "ascending")],
+        WITHDRAWN: [("path", "ascending")],
         "warnings": [("entry_id", "ascending")],
     }.get(name)
     if not keys or table.num_rows == 0 or not all(k in table.column_names for k, _ in keys):
