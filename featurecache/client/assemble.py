@@ -53,7 +53,9 @@ in each MSA in stored order, up to the fewest any of them has and at most 600; p
 by more MSAs first, then by the product of their row indices), and a chain whose MSA lacks the
 species is gap there (``msa_mask`` False). AF-Multimer instead pairs a species' rows by their
 rank in similarity to the query and skips a species with over 600 rows in some MSA; AF3 does
-neither. The paired block comes first, the unpaired rows below it. The number of rows ``n``
+neither. (AF3's ``_align_species`` documents stored order; its code groups rows by species with
+numpy's default, unstable ``argsort``, so its order within a species is in practice
+implementation-defined. Here it is stored order, deterministically.) The paired block comes first, the unpaired rows below it. The number of rows ``n``
 is drawn uniformly from ``1 … min(D, max_msa_rows)`` where ``D`` is the depth of that stacked
 MSA (the deepest chain MSA when nothing is paired); row 0 is the query, then up to ``n - 1``
 paired rows drawn uniformly, then each chain's other (unpaired) rows drawn uniformly without

@@ -17,7 +17,10 @@ Kernels (all tiles in registers, fp32 accumulation, exp2 with log2(e) folded int
 Masking: masked keys (and keys past N) get −inf, so their weight is exactly 0, as do keys whose
 bias is −inf (softmax semantics). A query row with no key of finite score (every key masked, or a
 −inf bias at every key) outputs 0 and gets lse = +inf, so it passes no gradient (the reference
-does the same).
+does the same). Scores are scaled by log2(e) in fp32, so a finite bias below −FLT_MAX/log2(e)
+(≈ −2.36e38, e.g. ``torch.finfo(torch.float32).min``) acts as −inf: a row with such a bias at
+every key outputs 0 here, where the reference gives the uniform average of v. Rows with any key
+above it are unaffected. Mask with −inf or a mask, or with a bias like −1e9.
 
 The public entry point is :func:`pair_bias_attention`. Eagerly it runs
 :class:`PairBiasAttentionFunction` (a ``torch.autograd.Function``); under ``torch.compile`` it
