@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("FEATURECACHE_SHARED", REPO.parent / "shared"))
@@ -175,7 +177,11 @@ class Bench:
 
 
 def finite(value: Any) -> Any:
-    """``value`` with every non-finite float (NaN, ±inf) inside dicts, lists and tuples made None."""
+    """``value`` with every non-finite float (NaN, ±inf) inside dicts, lists and tuples made None;
+    numpy scalars (``np.float32``, ``np.int64``, ``np.bool_`` …) become their Python values first
+    (``json.dumps(default=str)`` would write them as strings, a NaN as ``"nan"``)."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

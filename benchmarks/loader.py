@@ -7,13 +7,14 @@ does ready-first yielding cope with stragglers? One run, side by side.
     (the lookup server, or the pool's worker processes): ``child_cpu_ms_per_sample``.
 (b) what the cache buys: the same samples computed from the raw files (the uncached baseline:
     parse + tokenize + featurize the structure; then also parse and merge the cropped chains'
-    MSA files; then also build the entry's RDKit reference conformers) against reading them from
-    the store. Both sides compute one fixed set of stream positions that covers every entry of
-    the store (the first position at which the sampler draws each entry), one sample at a time in
-    this process, interleaved position by position (the order of the sides rotates), for
-    ``--raw-repeats`` rounds; per sample CPU time (``time.process_time``) and wall time, the median
-    over rounds. Reported: per-sample medians, totals over the positions, and the ratio of totals
-    (raw / cached); the slowest entry and its share of the total (one deep MSA dominates).
+    MSA files, each distinct MSA once per sample; then also build the entry's RDKit reference
+    conformers) against reading them from the store. Both sides compute one fixed set of stream
+    positions that covers every entry of the store (the first position at which the sampler draws
+    each entry), one sample at a time in this process, interleaved position by position (the
+    order of the sides rotates), for ``--raw-repeats`` rounds; per sample CPU time
+    (``time.process_time``) and wall time, the median over rounds. Reported: per-sample medians,
+    totals over the positions, and the ratio of totals (raw / cached); the slowest entry and its
+    share of the total (one deep MSA dominates).
 (c) stragglers: 10 % of the samples (a fixed random set of positions) take 20× the median sample
     time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes,
     ``prefetch_factor`` 9: 18 samples in flight) over a map-style view of the same stream versus
@@ -38,6 +39,7 @@ import logging
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
@@ -83,10 +85,13 @@ class RawFilesReader(FeatureReader):
     """The store's index (so the sampler stream is identical) over the *raw files*.
 
     Every ``entry()`` reads, parses, tokenizes and featurizes the structure file again. With
-    ``msas=True`` every ``msa()`` call (one per cropped chain with an MSA, per step) parses that
-    chain's alignment files again and merges them (the build's own functions); with
-    ``conformers=True`` every entry's reference conformers are built again with RDKit. What is
-    not recomputed comes from the store.
+    ``msas=True`` each distinct MSA a sample reads is parsed from its alignment files and merged
+    (the build's own functions) once per sample: the client fetches once per cropped chain, and a
+    homomer's chains share one MSA, so ``msa()`` keeps the parses of the current sample by key.
+    The job fetches a sample's entry first, so ``entry()`` starts a sample and empties that memo
+    (per thread: a thread pool computes one sample per thread at a time); nothing parsed is kept
+    for a later sample — that would be a cache. With ``conformers=True`` every entry's reference
+    conformers are built again with RDKit. What is not recomputed comes from the store.
     """
 
     def __init__(
@@ -105,6 +110,14 @@ class RawFilesReader(FeatureReader):
         )
         seqs = self.store.chains.select(["sequence_hash", "sequence"]).to_pylist()
         self._sequence = {r["sequence_hash"]: r["sequence"] for r in seqs}
+        self._sample = threading.local()  # .parsed: MSA key -> this sample's parse (see the class doc)
+
+    def _parsed(self) -> dict[str, Any]:
+        """This thread's current sample's parsed MSAs, by key."""
+        parsed: dict[str, Any] | None = getattr(self._sample, "parsed", None)
+        if parsed is None:
+            parsed = self._sample.parsed = {}
+        return parsed
 
     def __getstate__(self) -> dict[str, Any]:
         return {"args": (str(self.store.path), str(self.pdb_dir), str(self.msa_dir), self.ccd, self.msas_raw,
@@ -132,6 +145,7 @@ class RawFilesReader(FeatureReader):
         from featurecache.featurize.entry import featurize_bytes
         from featurecache.store.layout import columns
 
+        self._parsed().clear()  # a new sample: the job fetches its entry before any of its MSAs
         path = self.pdb_dir / self._source[entry_id]  # source paths are relative to the build's --pdb-dir
         atoms_fn, bonds_fn = component_resolvers(self.ccd)
         st = featurize_bytes(path.read_bytes(), path.name, entry_id, component_atoms=atoms_fn,
@@ -147,7 +161,10 @@ class RawFilesReader(FeatureReader):
             return self.store.msa(key, rows, cols)
         from featurecache.types import MSABlock
 
-        enc = self._parse_msa(key)
+        parsed = self._parsed()
+        enc = parsed.get(key)
+        if enc is None:  # the first chain of this sample with this MSA
+            enc = parsed[key] = self._parse_msa(key)
         r = np.arange(enc.depth) if rows is None else np.minimum(np.asarray(rows, np.int64), enc.depth - 1)
         c = np.arange(enc.length) if cols is None else np.asarray(cols, np.int64)
         return MSABlock(key=key, residues=enc.residues[np.ix_(r, c)], deletions=enc.deletions[np.ix_(r, c)],

@@ -290,7 +290,7 @@ RATIOS: dict[str, Callable[[list[Row]], list[Ratio]]] = {
 
 
 # ----------------------------------------------------------------------------------------- page
-RUN_SUFFIX = re.compile(r"_run\d+$")
+RUN_SUFFIX = re.compile(r"_run(\d+)$")
 
 
 def load(results: Path) -> tuple[dict[str, list[tuple[str, dict[str, Any]]]], list[str], list[str]]:
@@ -299,7 +299,9 @@ def load(results: Path) -> tuple[dict[str, list[tuple[str, dict[str, Any]]]], li
 
     A benchmark is the file name without a ``_runN`` suffix (``train_e2e_run86.json`` is a run of
     ``train_e2e``); which run is the latest is decided by the document's ``started`` time, never by
-    the file name (a newer run may be kept as ``_runN`` next to an older ``<name>.json``)."""
+    the file name (a newer run may be kept as ``_runN`` next to an older ``<name>.json``); runs with
+    the same (or no) ``started`` are ordered by the number N (``x_run52`` after ``x_run7``;
+    ``<name>.json`` before any ``_runN``), then by file name."""
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     supporting: list[str] = []
     problems: list[str] = []
@@ -316,8 +318,16 @@ def load(results: Path) -> tuple[dict[str, list[tuple[str, dict[str, Any]]]], li
             continue
         groups.setdefault(RUN_SUFFIX.sub("", path.stem), []).append((path.name, doc))
     for runs in groups.values():
-        runs.sort(key=lambda run: (str(run[1].get("started") or ""), run[0]), reverse=True)
+        runs.sort(
+            key=lambda run: (str(run[1].get("started") or ""), _run_number(run[0]), run[0]), reverse=True
+        )
     return groups, supporting, problems
+
+
+def _run_number(file: str) -> int:
+    """N of ``<name>_runN.json``; -1 for a file without the suffix."""
+    m = RUN_SUFFIX.search(Path(file).stem)
+    return int(m.group(1)) if m else -1
 
 
 def _commit(doc: dict[str, Any]) -> str:

@@ -38,6 +38,18 @@ def test_non_finite_values_are_written_as_null(tmp_path: Path) -> None:
     assert doc["params"] == {"limit": None}
 
 
+def test_numpy_scalars_are_written_as_numbers(tmp_path: Path) -> None:
+    """harness.finite: a numpy scalar becomes its Python value (before: np.float32 NaN was written as
+    the string "nan" and np.int64 / np.float32 values as strings, by json's default=str)."""
+    import numpy as np
+
+    bench = Bench("np_case", n=np.int64(57))
+    bench.add(name="a", ms=np.float32("nan"), share=np.float32(0.5), big=np.float32("inf"), ok=np.bool_(True))
+    doc = _strict(bench.finish(tmp_path / "np_case.json").read_text())
+    assert doc["rows"] == [{"name": "a", "ms": None, "share": 0.5, "big": None, "ok": True}]
+    assert doc["params"] == {"n": 57}
+
+
 def test_committed_results_are_strict_json() -> None:
     bad = []
     for path in sorted((REPO / "benchmarks" / "results").glob("*.json")):
@@ -79,6 +91,19 @@ def test_the_page_shows_the_latest_run_by_its_start_time(tmp_path: Path) -> None
     assert section.index("`store_layout.json` (2026-01-01") < section.index(
         "`store_layout_run3.json` (2025-12"
     )
+
+
+def test_runs_without_a_start_time_are_ordered_by_their_run_number(tmp_path: Path) -> None:
+    """make_page.load: runs with the same (or no) ``started`` are ordered by N of ``_runN`` as a number
+    (before: by the file name as text, so x_run7 counted as later than x_run52)."""
+    for name, value in (("x_run7", 7.0), ("x_run52", 52.0), ("x", 1.0), ("x_run10", 10.0)):
+        doc = {"benchmark": "x", "machine": {}, "rows": [{"layout": "probe", "ms_per_entry": value}]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    groups, _, _ = make_page.load(tmp_path)
+    assert [f for f, _ in groups["x"]] == ["x_run52.json", "x_run10.json", "x_run7.json", "x.json"]
+    _result(tmp_path / "y_run9.json", "2026-01-01T10:00:00", 9.0, "y")
+    _result(tmp_path / "y_run11.json", "2026-01-01T10:00:00", 11.0, "y")
+    assert [f for f, _ in make_page.load(tmp_path)[0]["y"]] == ["y_run11.json", "y_run9.json"]
 
 
 def test_generic_ratios_name_their_rows_and_keep_summaries() -> None:
@@ -156,3 +181,61 @@ def test_timeit_gives_cpu_time_per_call_over_batches() -> None:
     t = timeit(lambda: calls.append(sum(range(20_000))), repeat=3, warmup=2, number=10)
     assert len(calls) == 2 + 3 * 10
     assert 0 < t["cpu_median_s"] < 1 and t["min_s"] <= t["median_s"] <= t["max_s"]
+
+
+def test_loader_raw_reader_parses_each_msa_of_a_homomer_once_per_sample(tmp_path: Path) -> None:
+    """benchmarks/loader.py (b): the uncached side parses each distinct MSA once per sample, not once
+    per chain fetch (before: the MSA that 721p-assembly1's two chains share was parsed for each of
+    its chains), and again in the next sample (nothing kept across samples). A small real store:
+    721p-assembly1 with its two MSA files cut to their first 300 sequences (whole records)."""
+    import gzip
+    import shutil
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow.feather as feather
+
+    from benchmarks.loader import RawFilesReader, _dataset
+    from tests.conftest import build_store
+
+    samples = REPO / "samples"
+    structures, msas = tmp_path / "structures", tmp_path / "msas" / "alphafold3-pytorch"
+    structures.mkdir()
+    msas.mkdir(parents=True)
+    shutil.copy(samples / "structures" / "721p-assembly1.cif", structures)
+    for src in sorted((samples / "msas" / "alphafold3-pytorch").glob("721p-assembly1*.a3m.gz")):
+        with gzip.open(src, "rt") as f:
+            lines = [line for _, line in zip(range(600), f, strict=False)]
+        (msas / src.name).write_bytes(gzip.compress("".join(lines).encode()))
+    store = tmp_path / "store"
+    build_store(store, structures, msa_dir=tmp_path / "msas", ccd=samples / "ccd", workers=1)
+
+    # the expected keys from the store's index: the entry's chains whose sequence has a stored MSA
+    entry = "721p-assembly1"
+    chains = feather.read_table(store / "index" / "chains.arrow").to_pylist()
+    stored = set(feather.read_table(store / "index" / "msas.arrow").column("key").to_pylist())
+    per_key = Counter(
+        c["sequence_hash"] for c in chains if c["entry_id"] == entry and c["sequence_hash"] in stored
+    )
+    assert per_key and max(per_key.values()) >= 2, per_key  # a homomer: one MSA for several chains
+    crop = 512  # keeps every chain
+    assert feather.read_table(store / "index" / "entries.arrow").column("token_count").to_pylist()[0] <= crop
+
+    parses: Counter[str] = Counter()
+
+    class Counting(RawFilesReader):
+        def _parse_msa(self, key: str) -> Any:
+            parses[key] += 1
+            return super()._parse_msa(key)
+
+    raw = _dataset(Counting(store, structures, tmp_path / "msas", samples / "ccd", True, False), workers=1,
+                   crop_size=crop)  # fmt: skip
+    cached = _dataset(store, workers=1, crop_size=crop)
+    try:
+        for n in (1, 2):
+            out = raw.sample(0)
+            assert dict(parses) == dict.fromkeys(per_key, n)
+        assert np.array_equal(out["msa"], cached.sample(0)["msa"])  # the same features as the store's
+    finally:
+        raw.close()
+        cached.close()
