@@ -663,7 +663,9 @@ class _StopSignals:
     received signal to them, so a process with the default handlers ends as an uncaught SIGTERM
     ends it (exit status 143), or raises ``KeyboardInterrupt`` for SIGINT, only after the log and
     the checkpoint are written. A second signal hands on at once (a second Ctrl-C: a
-    ``KeyboardInterrupt`` mid-step). A signal that was ignored stays ignored."""
+    ``KeyboardInterrupt`` mid-step). A signal that was ignored stays ignored (the convention for a
+    job started in the background: ``cmd &`` in a script, ``nohup``; an ignored signal is
+    inherited across exec), and the log says so: Ctrl-C sent to such a run does not stop it."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -680,6 +682,8 @@ class _StopSignals:
             for sig in self.SIGNALS:
                 previous = signal.getsignal(sig)
                 if previous is signal.SIG_IGN:
+                    log.info("%s is ignored by this process (as it was started, e.g. in the background): it "
+                             "does not stop the run", signal.Signals(sig).name)  # fmt: skip
                     continue
                 self._previous[sig] = signal.SIG_DFL if previous is None else previous
                 signal.signal(sig, self._handle)

@@ -33,8 +33,25 @@ SYNTH: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY}
 
 
 def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``featurecache train ARGS``, started as a terminal starts a foreground job: with SIGINT at its
+    default, whatever this session has. A session started in the background (``pytest &`` in a
+    script, ``nohup``) has SIGINT ignored, and an ignored signal stays ignored across fork and exec:
+    a trainer started from it rightly kept ignoring it (Python does, and ``run_training`` after it)
+    and trained on after the test's Ctrl-C (a loaded full run: still running 300 s later)."""
     cmd = [sys.executable, "-m", "featurecache.cli", "train", *args]
-    return subprocess.Popen(cmd, text=True, **kwargs)
+    with _sigint(signal.default_int_handler):
+        return subprocess.Popen(cmd, text=True, **kwargs)
+
+
+@contextmanager
+def _sigint(handler: Any) -> Iterator[None]:
+    """This session's SIGINT handler meanwhile. A child started meanwhile starts with a handled
+    SIGINT at its default, with an ignored one ignored."""
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _strict_json(path: Path) -> Any:
@@ -187,20 +204,44 @@ def test_a_second_ctrl_c_interrupts_the_step(tmp_path: Path) -> None:
     assert not ck.exists()
 
 
+def test_an_ignored_sigint_stays_ignored_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process started with SIGINT ignored (a job started in the background) keeps it ignored: a
+    Ctrl-C during step 1 does not stop the run, and the log says at the start that it will not
+    (such a run sent Ctrl-C by a test looked hung: it trained on with no word about the signal)."""
+
+    def on_step(rec: dict[str, Any]) -> None:
+        if rec["step"] == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    with _sigint(signal.SIG_IGN), caplog.at_level(logging.INFO, logger="featurecache.model.train"):
+        doc = run_training(None, None, steps=3, log_path=tmp_path / "log.json", on_step=on_step, **SYNTH)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert doc["status"] == "completed" and len(doc["steps"]) == 3 and doc["stop_signal"] is None
+    said = [r.getMessage() for r in caplog.records if "SIGINT is ignored" in r.getMessage()]
+    assert said == [
+        "SIGINT is ignored by this process (as it was started, e.g. in the background): it does not stop the run"
+    ]
+
+
 def test_train_cli_on_ctrl_c_stops_after_the_step_and_says_how_to_continue(
     sample_store: Path, tmp_path: Path
 ) -> None:
     """``featurecache train`` with client worker processes, Ctrl-C sent to the whole process group
     (as a terminal does): exit 130, no traceback from the trainer or its workers, a ``stopped`` log,
     a checkpoint, and a last line that says how to continue; the continued run ends with its own
-    one-line summary."""
+    one-line summary. The test passes however the session was started: here the session's SIGINT
+    is ignored while the command is started, and :func:`_cli` must still start it as a terminal's
+    foreground job."""
     log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
     args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "2", "--pool",
             "process", "--checkpoint", str(ck), "--log", str(log)]  # fmt: skip
     with out.open("w") as output:
-        proc = _cli(
-            *args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with _sigint(signal.SIG_IGN):  # the session, as one started in the background has it
+            proc = _cli(
+                *args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
         try:
             deadline = time.monotonic() + 300
             while len(_steps_logged(log)) < 1:
@@ -208,7 +249,10 @@ def test_train_cli_on_ctrl_c_stops_after_the_step_and_says_how_to_continue(
                 assert time.monotonic() < deadline, "no step logged within 300 s"
                 time.sleep(0.2)
             os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=300)
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"still running 300 s after the Ctrl-C: {out.read_text()[-3000:]}")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
