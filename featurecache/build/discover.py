@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from featurecache.const import FEATURIZER_VERSION
+from featurecache.parse.hits import MSA_NAME_SUFFIXES
 from featurecache.parse.structure import entry_stem, structure_format
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
 from featurecache.store.layout import (
@@ -168,11 +169,22 @@ class MSADirFiles:
         return not any(part.startswith(".") for part in where.relative_to(self.root).parts)
 
 
+def msa_file_name(name: str) -> bool:
+    """Whether ``name`` names a file of a format the MSA stage's parsers take: ``.a3m``, ``.sto``,
+    ``.hhr`` or ``.m8``, each optionally followed by ``.gz``, in any case
+    (:data:`~featurecache.parse.hits.MSA_NAME_SUFFIXES`, as
+    :func:`~featurecache.parse.hits.sniff_msa_format` reads names)."""
+    lname = name.lower().removesuffix(".gz")
+    return any(lname.endswith(ext) for ext, _fmt in MSA_NAME_SUFFIXES)
+
+
 def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
     """Whether a file under the structure directory is the MSA stage's, not a structure input: a
-    file the MSA stage reads (under ``--msa-dir``) whose name is not a structure format. Structure
-    files there stay structure inputs."""
-    return not structure_format(path.name) and msa_files.reads(path)
+    file the MSA stage reads (under ``--msa-dir``) whose name is an MSA-stage format
+    (:func:`msa_file_name`) and not a structure format. Structure files there stay structure
+    inputs; so does every other file (``1A8O.pdb1``, ``x.cif.bz2``, ``README.txt``): neither stage
+    can use it, and as a structure input it is listed as a failure, as with separate directories."""
+    return not structure_format(path.name) and msa_file_name(path.name) and msa_files.reads(path)
 
 
 def discover(
@@ -183,9 +195,9 @@ def discover(
     entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries).
 
     Files whose names are not structure formats are kept too: the build records them as failures,
-    so every file is accounted for; except those under ``msa_dir`` (the same directory as
-    ``pdb_dir``, or one inside it): they are the MSA stage's inputs, which accounts for them
-    (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
+    so every file is accounted for; except MSA-stage files (``.a3m``, ``.sto``, ``.hhr``, ``.m8``,
+    optionally ``.gz``) under ``msa_dir`` (the same directory as ``pdb_dir``, or one inside it):
+    they are the MSA stage's inputs, which accounts for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
     skipped.
     """
     pdb_dir = Path(pdb_dir)
@@ -225,8 +237,8 @@ def withdraw_msa_failures(
             continue
         rows.append({
             "path": f["path"], "entry_id": f["entry_id"], "stage": WITHDRAWN_STAGE, "error_class": "",
-            "message": (f"no longer a structure input: a file under --msa-dir {msa_dir} that is not a structure "
-                        f"file name is read by the MSA stage; its failure in part {f['part']} is withdrawn"),
+            "message": (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the "
+                        f"MSA stage; its failure in part {f['part']} is withdrawn"),
             "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
         })  # fmt: skip
     if rows:

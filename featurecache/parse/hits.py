@@ -16,6 +16,9 @@ from featurecache.parse.a3m import GZIP_MAGIC, read_msa_text
 
 #: What :func:`sniff_msa_format` can answer.
 MSA_FORMATS = ("a3m", "sto", "hhr", "m8", "empty", "unknown")
+#: File-name suffixes (lower case, each also with ``.gz`` after it) that name an MSA-stage format:
+#: :func:`sniff_msa_format` falls back on them when the content does not decide.
+MSA_NAME_SUFFIXES = ((".a3m", "a3m"), (".sto", "sto"), (".hhr", "hhr"), (".m8", "m8"))
 
 _HHR_HIT = re.compile(
     r"^\s*(?P<no>\d+)\s+(?P<name>\S+)(?P<desc>.*?)\s+(?P<prob>[\d.]+)\s+(?P<evalue>\S+)\s+(?P<pvalue>\S+)"
@@ -64,7 +67,7 @@ def sniff_msa_format(head: str, name: str = "") -> str:
             return "m8"
         break
     lname = name.lower().removesuffix(".gz")
-    for ext, fmt in ((".a3m", "a3m"), (".sto", "sto"), (".hhr", "hhr"), (".m8", "m8")):
+    for ext, fmt in MSA_NAME_SUFFIXES:
         if lname.endswith(ext):
             return fmt
     return "unknown"

@@ -3,8 +3,9 @@
 Every non-hidden file under ``--pdb-dir`` was a structure input, so with ``--msa-dir`` there
 (``data/`` with ``data/msas/``, or both ``data/``) each MSA, template-hit and other file of the MSA
 stage was also a failed structure input (``not a structure file name``): such builds always
-exited 1. Now a file the MSA stage reads whose name is not a structure format is not a structure
-input; the build gives the same entries and MSAs as with separate directories, and a re-run over
+exited 1. Now a file the MSA stage reads whose name is an MSA file name (``.a3m``, ``.sto``,
+``.hhr``, ``.m8``, optionally ``.gz``) and not a structure format is not a structure input (any
+other file stays a failure: neither stage can use it); the build gives the same entries and MSAs as with separate directories, and a re-run over
 a store that lists those failures withdraws them (``index/withdrawn.arrow``). A stray file under
 ``--pdb-dir`` outside ``--msa-dir`` is still a failure. Real builds (LocalCluster, 1 worker) over
 real structures and MSAs of the corpus.
@@ -172,3 +173,48 @@ def test_a_rerun_withdraws_the_failures_an_earlier_build_listed(tmp_path: Path, 
     assert fourth.n_failed == len(MSA_FILES)
     assert _listed_failures(store) == expected
     assert not (store / "index" / "withdrawn.arrow").exists()
+
+
+def _unusable_files(pdb_dir: Path) -> list[str]:
+    """Files neither stage can use, put under ``pdb_dir`` (the reviewer's: a PDB assembly file
+    ``.pdb1``, a bzip2-compressed mmCIF, an mmCIF named ``.txt``, a README); returns their names."""
+    import bz2
+
+    shutil.copy(STRUCTURES / "1A8O.pdb", pdb_dir / "1A8O.pdb1")
+    (pdb_dir / "2q2k.cif.bz2").write_bytes(bz2.compress((STRUCTURES / "2q2k.cif").read_bytes()))
+    shutil.copy(STRUCTURES / "1psm.cif", pdb_dir / "1psm.cif.txt")
+    (pdb_dir / "README.txt").write_text("structures and their MSAs\n")
+    return sorted(["1A8O.pdb1", "2q2k.cif.bz2", "1psm.cif.txt", "README.txt"])
+
+
+def test_a_file_neither_stage_uses_still_fails_in_a_shared_dir(tmp_path: Path) -> None:
+    """Only MSA file names (.a3m, .sto, .hhr, .m8, optionally .gz) under --msa-dir leave the
+    structure inputs: a file that is neither a structure nor an MSA file name stays a failure, as
+    with separate directories (before: silently dropped, the MSA stage counted it as an 'other
+    file', exit 0)."""
+    pdb_dir, msa_dir = _layout(tmp_path, "same dir")
+    unusable = _unusable_files(pdb_dir)
+    store = tmp_path / "store"
+    r = _cli_build(pdb_dir, store, msa_dir)
+    assert r.returncode == 1, r.stdout + r.stderr  # before: 0
+    assert _listed_failures(store) == [(name, "read") for name in unusable]  # before: []
+    for name in unusable:
+        assert name in r.stdout + r.stderr
+    assert sorted(featurecache.open_store(store).ids) == ["1psm", "3zee"]  # the MSA files are not inputs
+
+
+def test_a_rerun_does_not_withdraw_failures_of_files_neither_stage_uses(tmp_path: Path) -> None:
+    """An earlier build without --msa-dir listed a failure per non-structure file; the re-run with
+    --msa-dir = --pdb-dir withdraws those of the MSA files only, the others stay listed (before:
+    all were withdrawn, exit 0)."""
+    pdb_dir, msa_dir = _layout(tmp_path, "same dir")
+    unusable = _unusable_files(pdb_dir)
+    store = tmp_path / "store"
+    first = build_store(store, pdb_dir, workers=1)
+    assert first.n_failed == len(MSA_FILES) + len(unusable)
+
+    again = build_store(store, pdb_dir, workers=1, msa_dir=msa_dir)
+    assert again.n_failed_earlier == len(unusable)  # still failing: exit status 1 (before: 0)
+    assert _listed_failures(store) == [(name, "read") for name in unusable]  # before: []
+    withdrawn = featurecache.open_store(store).table("withdrawn").to_pylist()
+    assert sorted(w["path"] for w in withdrawn) == sorted(MSA_FILES)
