@@ -35,6 +35,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any, Final
 
@@ -196,11 +197,29 @@ class _ThreadPool(_Pool):
         self._busy.clear()
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in this thread meanwhile (delivered when the block ends). A process started
+    meanwhile starts with it blocked: the mask survives fork and exec."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
     # Ctrl-C reaches every process of the terminal's foreground group: the parent decides what it
     # means (``featurecache train`` finishes its step first) and shuts the pool down; a worker that
-    # took it would die with a KeyboardInterrupt traceback of its own and lose its sample.
+    # took it would die with a KeyboardInterrupt traceback of its own and lose its sample. The
+    # worker was started with SIGINT blocked (_ProcessPool._spawn), through the seconds a spawned
+    # interpreter takes to import ``fn``'s modules: ignoring it discards one that came meanwhile.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     while True:
         try:
             task = conn.recv()
@@ -227,18 +246,30 @@ class _ProcessPool(_Pool):
         self._fn = fn
         self._ctx: Any = mp.get_context(context)
         self._workers: dict[int, tuple[Any, Connection]] = {}
-        for _ in range(size):
-            self._spawn()
+        try:
+            for _ in range(size):
+                self._spawn()
+        except BaseException:  # a Ctrl-C while they start: the ones started stop now, not at exit
+            self.close()
+            raise
 
     def _spawn(self) -> None:
         wid = self._new_wid()
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=_process_main, args=(self._fn, child), name=f"featurecache-ready-{wid}",
                                  daemon=True)  # fmt: skip
-        proc.start()
-        child.close()
-        self._workers[wid] = (proc, parent)
-        self._busy[wid] = None
+        # until the worker ignores SIGINT (a spawned one: after seconds of imports, under load) a
+        # Ctrl-C killed it with a KeyboardInterrupt traceback, and its first sample was skipped as
+        # WorkerDied; here a Ctrl-C meanwhile reaches this process when the block ends, the
+        # worker registered (so that close() stops it). CPython starts its resource tracker the
+        # same way (bpo-33613), and unblocks SIGINT after it: the tracker is started first.
+        if self._ctx.get_start_method() == "spawn":
+            resource_tracker.ensure_running()
+        with _sigint_blocked():
+            proc.start()
+            child.close()
+            self._workers[wid] = (proc, parent)
+            self._busy[wid] = None
 
     def submit(self, tid: int, item: Any) -> None:
         self._workers[self._claim_idle(tid)][1].send((tid, item))
