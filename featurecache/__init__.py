@@ -45,11 +45,33 @@ def source_digest(*, refresh: bool = False) -> str:
     return _digest
 
 
+def _source_files(root: Path) -> list[str]:
+    """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: every ``*.py``
+    file under ``root`` that is a file (a symlink to one counts; a dangling one does not), with no
+    path part starting with ``.`` (an editor's lock symlink ``.#run.py``, a hidden directory)."""
+    rels = []
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        rels.append(rel.as_posix())
+    return sorted(rels)
+
+
 def digest_sources(root: Path) -> str:
-    """:func:`source_digest` of the package directory ``root`` (hex str, 16 characters)."""
+    """:func:`source_digest` of the package directory ``root`` (hex str, 16 characters).
+
+    A file listed that cannot be read is a one-line :class:`~featurecache.errors.StoreError` naming
+    it (a build exits 3)."""
     h = hashlib.sha256()
-    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")):
-        data = (root / rel).read_bytes()
+    for rel in _source_files(root):
+        try:
+            data = (root / rel).read_bytes()
+        except OSError as exc:
+            from featurecache.errors import StoreError
+
+            reason = exc.strerror or type(exc).__name__
+            raise StoreError(f"cannot read the featurecache source file {root / rel}: {reason}") from exc
         # lengths keep the framing unambiguous (no two file lists hash the same stream)
         h.update(f"{len(rel)}:{rel}:{len(data)}:".encode())
         h.update(data)

@@ -5,7 +5,10 @@ versions (``featurecache.__version__``, the featurizer version) stay the same.""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,68 @@ def test_the_driver_reads_its_files_again_at_each_build(
     assert featurecache.source_digest(refresh=True) == featurecache.digest_sources(root) != first
     monkeypatch.undo()
     assert featurecache.source_digest(refresh=True) == featurecache.digest_sources(featurecache.package_dir())
+
+
+#: an Emacs lock file: a symlink whose target names the user, host and pid (it never exists)
+EMACS_LOCK = "root@host.12345:1700000000"
+
+
+def _cli_build_with(package_parent: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``featurecache build`` of the real 102m.cif run by the package copy under ``package_parent``
+    (the driver and its LocalCluster worker import it: PYTHONPATH)."""
+    pdb = package_parent / "pdb"
+    pdb.mkdir(exist_ok=True)
+    shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)
+    env = {**os.environ, "PYTHONPATH": str(package_parent), "COLUMNS": "2000"}
+    args = ["build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress"]
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=package_parent, env=env, timeout=300)  # fmt: skip
+
+
+def test_hidden_and_dangling_py_files_are_not_hashed(tmp_path: Path) -> None:
+    """An editor's lock symlink ``.#run.py`` (dangling), a dangling ``gone.py`` and a file in a
+    hidden directory leave the digest as it was (before: FileNotFoundError from the dangling links,
+    so every build failed, exit 1); a symlink to a real file is hashed as that file."""
+    root = _copy(tmp_path)
+    before = featurecache.digest_sources(root)
+    (root / "build" / ".#run.py").symlink_to(EMACS_LOCK)
+    (root / "build" / "gone.py").symlink_to(root / "build" / "no_such_file.py")
+    (root / ".hidden").mkdir()
+    (root / ".hidden" / "x.py").write_text("X = 1\n")
+    (root / "build" / ".notes.py").write_text("Y = 2\n")
+    assert featurecache.digest_sources(root) == before
+    (root / "build" / "linked.py").symlink_to(root / "const.py")
+    assert featurecache.digest_sources(root) != before  # a new module (through a link) is code
+
+
+def test_an_unreadable_source_file_is_a_store_error(tmp_path: Path) -> None:
+    """A listed file that cannot be read: a StoreError naming it (before: a bare OSError).
+    /proc/self/mem is a regular file whose reading at offset 0 fails (EIO), even for root."""
+    mem = Path("/proc/self/mem")
+    if not mem.is_file():
+        pytest.skip("needs Linux /proc/self/mem")
+    with pytest.raises(OSError) as check:
+        mem.read_bytes()
+    assert not isinstance(check.value, StoreError)
+    root = _copy(tmp_path)
+    (root / "build" / "mem.py").symlink_to(mem)
+    with pytest.raises(StoreError, match=r"cannot read the featurecache source file .*build/mem\.py: "):
+        featurecache.digest_sources(root)
+
+
+def test_a_build_runs_by_a_lock_symlink_and_refuses_an_unreadable_file(tmp_path: Path) -> None:
+    """The CLI, run by a copy of the package: with a dangling ``.#run.py`` the build succeeds
+    (before: FileNotFoundError traceback, exit 1); with an unreadable source file it exits 3 with
+    one line naming the file, no traceback."""
+    root = _copy(tmp_path)
+    (root / "build" / ".#run.py").symlink_to(EMACS_LOCK)
+    r = _cli_build_with(tmp_path, tmp_path / "store")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert featurecache.open_store(tmp_path / "store").ids == ["102m"]
+    if Path("/proc/self/mem").is_file():
+        (root / "build" / "mem.py").symlink_to("/proc/self/mem")
+        r = _cli_build_with(tmp_path, tmp_path / "store2")
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if "cannot read the featurecache source file" in ln]
+        assert len(lines) == 1 and str(root / "build" / "mem.py") in lines[0], r.stderr
