@@ -7,6 +7,7 @@ on first use.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,27 +35,34 @@ _digest: str | None = None
 
 def source_digest(*, refresh: bool = False) -> str:
     """The identity of the code this process runs: a hash over the sorted relative paths and the
-    bytes of every ``*.py`` file of the package (16 hex characters). ``__version__`` stays the same
-    across edits; this does not (a changed comment changes it too). Computed once per process, so
-    a long-lived worker whose files are replaced under it still reports the code it loaded;
-    ``refresh``: read the files again (the build driver does at each build's start: it compares
-    its workers with its package directory as it is then)."""
+    bytes of every file of the package, its data included (``chem/data/standard_components.cif``,
+    which the tokenizer and the chem library read), ``__pycache__`` and hidden names aside (16 hex
+    characters). ``__version__`` stays the same across edits; this does not (a changed comment
+    changes it too). Computed once per process, so a long-lived worker whose files are replaced
+    under it still reports the code it loaded; ``refresh``: read the files again (the build driver
+    does at each build's start: it compares its workers with its package directory as it is then)."""
     global _digest
     if _digest is None or refresh:
         _digest = digest_sources(package_dir())
     return _digest
 
 
+#: Directories :func:`digest_sources` does not enter (besides hidden ones): Python's byte code.
+_NOT_SOURCE_DIRS = frozenset({"__pycache__"})
+
+
 def _source_files(root: Path) -> list[str]:
-    """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: every ``*.py``
-    file under ``root`` that is a file (a symlink to one counts; a dangling one does not), with no
-    path part starting with ``.`` (an editor's lock symlink ``.#run.py``, a hidden directory)."""
+    """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: every file under
+    ``root`` (a symlink to one counts; a dangling one, a directory or a FIFO does not) with no path
+    part starting with ``.`` (an editor's lock symlink ``.#run.py``, a hidden directory) and none
+    in a ``__pycache__`` directory. Symlinked directories are not entered."""
     rels = []
-    for p in root.rglob("*.py"):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
-            continue
-        rels.append(rel.as_posix())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _NOT_SOURCE_DIRS]
+        base = Path(dirpath)
+        for name in filenames:
+            if not name.startswith(".") and (base / name).is_file():
+                rels.append((base / name).relative_to(root).as_posix())
     return sorted(rels)
 
 

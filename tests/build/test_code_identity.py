@@ -28,11 +28,13 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def test_digest_is_over_every_source_file(tmp_path: Path) -> None:
-    """Reference: sha256 over the sorted relative paths and bytes of the *.py files, framed as
-    documented, computed here from a directory listing of our own."""
+    """Reference: sha256 over the sorted relative paths and bytes of every file of the package
+    (its data too; __pycache__ is left out of the copy, no name is hidden), framed as documented,
+    computed here from a directory listing of our own."""
     root = _copy(tmp_path)
-    files = sorted(str(p.relative_to(root)).replace("\\", "/") for p in root.glob("**/*.py"))
+    files = sorted(str(p.relative_to(root)).replace("\\", "/") for p in root.glob("**/*") if p.is_file())
     assert "build/tasks.py" in files and len(files) > 50
+    assert "chem/data/standard_components.cif" in files
     h = hashlib.sha256()
     for rel in files:
         data = (root / rel).read_bytes()
@@ -59,9 +61,29 @@ def test_any_code_edit_changes_the_digest(tmp_path: Path, edit: str) -> None:
         (root / "build" / "summary.py").rename(root / "build" / "summary2.py")
     after = featurecache.digest_sources(root)
     assert after != before
-    # data files are not code: a new non-Python file leaves it unchanged
-    (root / "README.txt").write_text("notes")
+    # byte code is not: a new file in a __pycache__ directory leaves it unchanged
+    (root / "build" / "__pycache__").mkdir(exist_ok=True)
+    (root / "build" / "__pycache__" / "extra.cpython-311.pyc").write_bytes(b"\x00" * 16)
     assert featurecache.digest_sources(root) == after
+
+
+@pytest.mark.parametrize("edit", ["one atom of ALA", "new data file"])
+def test_a_package_data_edit_changes_the_digest(tmp_path: Path, edit: str) -> None:
+    """The package's data is read by the featurizer (chem/data/standard_components.cif: the
+    tokenizer's and the chem library's standard residues): a worker whose copy differs writes other
+    features under the same keys, so it must not report the same code (before: only *.py hashed)."""
+    root = _copy(tmp_path)
+    before = featurecache.digest_sources(root)
+    data = root / "chem" / "data"
+    if edit == "one atom of ALA":
+        cif = data / "standard_components.cif"
+        text = cif.read_text()
+        line = next(ln for ln in text.splitlines() if ln.startswith("ALA CB "))  # ALA's CB atom row
+        cif.write_text(text.replace(line, line.replace(" C ", " N ", 1), 1))
+        assert cif.read_text() != text
+    else:
+        (data / "extra_components.cif").write_text("data_XYZ\n")
+    assert featurecache.digest_sources(root) != before
 
 
 def test_a_part_task_refuses_a_worker_whose_source_differs(tmp_path: Path) -> None:
