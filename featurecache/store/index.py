@@ -291,6 +291,17 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     entries = latest_per(tables["entries"], "id")
     live = entries.select(["id", "part"])
     if "seconds" in entries.column_names:  # a part written before the time moved to timings
+        # its entries' times go to timings as a part writing _index/timings.arrow records them
+        # (the rows of later parts, which have no such column, hold nulls here)
+        old = entries.filter(pc.is_valid(entries.column("seconds")))
+        if old.num_rows:
+            moved = pa.table(
+                {"entry_id": old.column("id"), "seconds": pc.cast(old.column("seconds"), pa.float64()),
+                 "part": old.column("part")}, schema=TIMINGS_SCHEMA,
+            )  # fmt: skip
+            timings = tables.get(TIMINGS)
+            tables[TIMINGS] = moved if timings is None or not timings.num_rows else pa.concat_tables(
+                [timings.select(TIMINGS_SCHEMA.names).cast(TIMINGS_SCHEMA), moved])  # fmt: skip
         entries = entries.drop_columns(["seconds"])
     # per-entry tables keep only the rows of each entry's live part
     for name in ("chains", "interfaces", "warnings", TIMINGS):

@@ -5,13 +5,20 @@ column."""
 
 from __future__ import annotations
 
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pyarrow.ipc as ipc
+import pytest
 
 import featurecache
 from featurecache.store.index import RUN_RECORD_TABLES
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import REPO, SAMPLES, build_store
 
 
 def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
@@ -39,3 +46,53 @@ def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
     comp = ipc.open_file(one / "index" / "component_timings.arrow").read_all()
     assert sorted(comp.column("key").to_pylist()) == sorted(store.components.column("key").to_pylist())
     assert "seconds" not in store.entries.column_names and "seconds" not in store.components.column_names
+
+
+#: the last commit before the per-entry ``seconds`` left entries.arrow (7a7debb)
+BEFORE_TIMINGS = "71a6b48"
+
+
+def _old_code(dest: Path) -> Path:
+    """The featurecache package of :data:`BEFORE_TIMINGS`, extracted under ``dest``."""
+    try:
+        blob = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_TIMINGS, "featurecache"],
+                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"needs the git history ({BEFORE_TIMINGS}): {exc}")
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def test_an_old_parts_seconds_move_to_timings(tmp_path: Path) -> None:
+    """A store whose first part was written before the time left entries (its entries.arrow has a
+    ``seconds`` column, no timings.arrow), extended by a build of this code: index/timings.arrow
+    has every live entry, the old part's time as that part recorded it (before: the old part's
+    entries were missing from timings.arrow, their time dropped)."""
+    old = _old_code(tmp_path / "old")
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)
+    store = tmp_path / "store"
+    args = ["build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                       cwd=old, env=env, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    (old_part,) = [p for p in (store / "parts").iterdir() if p.name.startswith("s-")]
+    old_entries = ipc.open_file(old_part / "_index" / "entries.arrow").read_all()
+    assert "seconds" in old_entries.column_names  # the old format, as written by the old code
+    assert not (old_part / "_index" / "timings.arrow").exists()
+    recorded = dict(zip(old_entries.column("id").to_pylist(), old_entries.column("seconds").to_pylist(),
+                        strict=True))  # fmt: skip
+    assert list(recorded) == ["102m"] and recorded["102m"] > 0
+
+    shutil.copy(SAMPLES / "structures" / "1A8O.pdb", pdb)  # one more input, built by this code
+    summary = build_store(store, pdb, workers=1)
+    assert summary.n_built == 1 and summary.n_skipped == 1
+    timings = ipc.open_file(store / "index" / "timings.arrow").read_all()
+    rows = {r["entry_id"]: r for r in timings.to_pylist()}
+    assert sorted(rows) == sorted(featurecache.open_store(store).ids) == ["102m", "1A8O"]  # before: 1A8O only
+    assert rows["102m"]["seconds"] == recorded["102m"] and rows["102m"]["part"] == old_part.name
+    assert rows["1A8O"]["seconds"] > 0 and rows["1A8O"]["part"] != old_part.name
+    assert "seconds" not in featurecache.open_store(store).entries.column_names
