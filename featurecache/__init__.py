@@ -35,9 +35,9 @@ _digest: str | None = None
 
 def source_digest(*, refresh: bool = False) -> str:
     """The identity of the code this process runs: a hash over the sorted relative paths and the
-    bytes of every file of the package, its data included (``chem/data/standard_components.cif``,
-    which the tokenizer and the chem library read), ``__pycache__`` and hidden names aside (16 hex
-    characters). ``__version__`` stays the same across edits; this does not (a changed comment
+    bytes of every file an install of the package carries: its ``*.py`` and its data
+    (``chem/data/standard_components.cif``, which the tokenizer and the chem library read; see
+    :func:`_source_files`) (16 hex characters). ``__version__`` stays the same across edits; this does not (a changed comment
     changes it too). Computed once per process, so a long-lived worker whose files are replaced
     under it still reports the code it loaded; ``refresh``: read the files again (the build driver
     does at each build's start: it compares its workers with its package directory as it is then)."""
@@ -51,17 +51,28 @@ def source_digest(*, refresh: bool = False) -> str:
 _NOT_SOURCE_DIRS = frozenset({"__pycache__"})
 
 
+#: Directories whose files an install carries besides the ``*.py`` (pyproject's package-data:
+#: ``chem/data/*``).
+_DATA_DIRS = frozenset({"data"})
+
+
 def _source_files(root: Path) -> list[str]:
-    """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: every file under
-    ``root`` (a symlink to one counts; a dangling one, a directory or a FIFO does not) with no path
-    part starting with ``.`` (an editor's lock symlink ``.#run.py``, a hidden directory) and none
-    in a ``__pycache__`` directory. Symlinked directories are not entered."""
+    """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: what an install
+    of the package carries, i.e. every ``*.py`` file and every file in a ``data`` directory
+    (package-data), whether the package is a checkout or a wheel (a checkout's other files, such
+    as ``model/KERNEL_NOTES.md``, are not installed and do not count). A symlink to a file counts;
+    a dangling one, a directory or a FIFO does not; no path part may start with ``.`` (an editor's
+    lock symlink ``.#run.py``, a hidden directory); ``__pycache__`` is not entered, nor are
+    symlinked directories."""
     rels = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _NOT_SOURCE_DIRS]
         base = Path(dirpath)
+        in_data = any(part in _DATA_DIRS for part in base.relative_to(root).parts)
         for name in filenames:
-            if not name.startswith(".") and (base / name).is_file():
+            if name.startswith(".") or not (name.endswith(".py") or in_data):
+                continue
+            if (base / name).is_file():
                 rels.append((base / name).relative_to(root).as_posix())
     return sorted(rels)
 

@@ -27,14 +27,29 @@ def _copy(tmp_path: Path) -> Path:
     return dest
 
 
-def test_digest_is_over_every_source_file(tmp_path: Path) -> None:
-    """Reference: sha256 over the sorted relative paths and bytes of every file of the package
-    (its data too; __pycache__ is left out of the copy, no name is hidden), framed as documented,
-    computed here from a directory listing of our own."""
+def _installed_files(root: Path) -> list[str]:
+    """What an install of the package carries, from pyproject.toml itself: every ``*.py`` (setuptools
+    packages) and the ``[tool.setuptools.package-data]`` globs of each subpackage."""
+    import tomllib
+
+    with (REPO / "pyproject.toml").open("rb") as f:
+        package_data = tomllib.load(f)["tool"]["setuptools"]["package-data"]
+    files = {p for p in root.glob("**/*.py") if p.is_file()}
+    for package, globs in package_data.items():
+        base = root.joinpath(*package.split(".")[1:])
+        for pattern in globs:
+            files |= {p for p in base.glob(pattern) if p.is_file()}
+    return sorted(str(p.relative_to(root)).replace("\\", "/") for p in files)
+
+
+def test_digest_is_over_every_installed_file(tmp_path: Path) -> None:
+    """Reference: sha256 over the sorted relative paths and bytes of every file an install carries
+    (pyproject's packages and package-data; __pycache__ is left out of the copy), framed as
+    documented, computed here from a listing of our own."""
     root = _copy(tmp_path)
-    files = sorted(str(p.relative_to(root)).replace("\\", "/") for p in root.glob("**/*") if p.is_file())
+    files = _installed_files(root)
     assert "build/tasks.py" in files and len(files) > 50
-    assert "chem/data/standard_components.cif" in files
+    assert "chem/data/standard_components.cif" in files and "model/KERNEL_NOTES.md" not in files
     h = hashlib.sha256()
     for rel in files:
         data = (root / rel).read_bytes()
@@ -42,6 +57,17 @@ def test_digest_is_over_every_source_file(tmp_path: Path) -> None:
     assert featurecache.digest_sources(root) == h.hexdigest()[:16]
     # the copy holds the same code as the package this process runs
     assert featurecache.digest_sources(root) == featurecache.source_digest()
+
+
+def test_files_an_install_does_not_carry_do_not_count(tmp_path: Path) -> None:
+    """A wheel-installed worker and a checkout driver at one commit must agree: the checkout's notes
+    (model/KERNEL_NOTES.md, not package-data) and stray files are not installed, so they are not
+    hashed (before: every file was, and such a worker was refused)."""
+    root = _copy(tmp_path)
+    before = featurecache.digest_sources(root)
+    (root / "model" / "KERNEL_NOTES.md").unlink()
+    (root / "build" / "run.py.orig").write_text("stray\n")
+    assert featurecache.digest_sources(root) == before
 
 
 @pytest.mark.parametrize("edit", ["comment", "function", "new module", "renamed module"])
