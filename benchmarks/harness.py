@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import statistics
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from featurecache.strict_json import finite
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -174,21 +173,6 @@ class Bench:
         out.write_text(json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
         sys.stdout.write(f"\n== {self.name} ==\n{self.table()}\n(written {out})\n")
         return out
-
-
-def finite(value: Any) -> Any:
-    """``value`` with every non-finite float (NaN, ±inf) inside dicts, lists and tuples made None;
-    numpy scalars (``np.float32``, ``np.int64``, ``np.bool_`` …) become their Python values first
-    (``json.dumps(default=str)`` would write them as strings, a NaN as ``"nan"``)."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def _fmt(v: Any) -> str:

@@ -47,6 +47,7 @@ from featurecache.errors import FeatureCacheError, InvalidRequest, TrainingError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
+from featurecache.strict_json import finite
 
 log = logging.getLogger(__name__)
 
@@ -537,17 +538,6 @@ def _launch_rank() -> int:
     return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float (nested in dicts and lists) as None: strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 #: the fields of an earlier log that must match for a resumed run to carry its steps over
 _SAME_RUN = ("model_config", "seed", "crop_size", "batch_size")
 
@@ -575,7 +565,7 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any]) -> tuple[lis
     steps = [r for r in earlier["steps"] if isinstance(r, dict) and isinstance(r.get("step"), int)]
     checkpoints = [c for c in earlier.get("checkpoints") or [] if isinstance(c, dict)]
     return (
-        _finite([r for r in steps if r["step"] < first_step]),
+        finite([r for r in steps if r["step"] < first_step]),
         [c for c in checkpoints if isinstance(c.get("step"), int) and c["step"] <= first_step],
     )
 
@@ -613,7 +603,7 @@ class _RunLog:
 
     def write(self) -> None:
         t = time.perf_counter()
-        self.doc["summary"] = _finite(summarize(self.doc["steps"]))
+        self.doc["summary"] = finite(summarize(self.doc["steps"]))
         if self.path is None:
             return
         text = self._text()
