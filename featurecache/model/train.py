@@ -481,15 +481,20 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None, crop_size: int,
-                   seed: int) -> ModelConfig:  # fmt: skip
+                   seed: int, batch_size: int) -> ModelConfig:  # fmt: skip
     """The checkpoint's model config; a different one given explicitly is refused, and so is a
-    different crop or seed (the batches that follow would not be the ones the run would have seen)."""
+    different crop, seed or batch size (the batches that follow would not be the ones the run would
+    have seen). A batch size is refused rather than continued: the checkpoint's step count, the
+    synthetic stream's position (batches drawn) and a carried-over log all count batches of its
+    size, so another size would train other batches under the same step numbers."""
     saved = ModelConfig.from_dict(doc["model_config"])
     if given is not None and given != saved:
         theirs = given.to_dict()
         diff = {k: (v, theirs[k]) for k, v in saved.to_dict().items() if theirs[k] != v}
         raise UsageError(f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}")
-    for key, option, value in (("crop_size", "--crop", crop_size), ("seed", "--seed", seed)):
+    for key, option, value in (
+        ("crop_size", "--crop", crop_size), ("seed", "--seed", seed), ("batch_size", "--batch-size", batch_size),
+    ):  # fmt: skip
         if doc.get(key) is not None and doc[key] != value:
             raise UsageError(
                 f"cannot resume from {path}: its run used {option} {doc[key]}, this one {option} {value} "
@@ -785,7 +790,7 @@ def run_training(
     ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
     parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
     the log's step numbers continue from them. ``lr`` applies from the resumed step on; a different
-    crop or seed is refused (the same batches would not follow). When ``log_path`` already holds the
+    crop, seed or batch size is refused (the same batches would not follow). When ``log_path`` already holds the
     log of the run being continued (same model config, seed, crop and batch size), its steps before
     the checkpoint are carried over (``steps_from_earlier_log``), so the log covers the whole run;
     a file there that is not that run's log is refused rather than overwritten.
@@ -836,7 +841,7 @@ def run_training(
     cfg = config or ModelConfig()
     if resumed is not None:
         assert resume is not None
-        cfg = _resume_config(resume, resumed, config, crop_size, seed)
+        cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     # the paths, before anything is trained (and before a process group is up)
