@@ -291,7 +291,8 @@ def msa_features(
             continue  # the query alone: identical to the single-sequence MSA, no read needed
         blocks[int(c)] = (key, pos, int(d))
     paired, species = _paired_species(blocks, chains, fetch) if pair_msa else ({}, {})
-    plan = msa_row_plan({c: b[2] for c, b in blocks.items()}, rng, max_msa_rows, paired, species)
+    pairs = _memo_pairs(fetch, species) if len(species) >= 2 else None
+    plan = msa_row_plan({c: b[2] for c, b in blocks.items()}, rng, max_msa_rows, paired, species, pairs)
     n_rows = max([rows.size for rows in plan.values()], default=1)
 
     msa = np.full((n_rows, n), GAP, dtype=np.uint8)
@@ -372,11 +373,52 @@ def _msa_species(fetch: MSAFetch, key: str, depth: int) -> np.ndarray:
         cache = None
     species = np.asarray(fetch(key, None, np.zeros(0, np.int64)).species)
     if cache is not None:
+        species.flags.writeable = False  # shared by samples, and the identity the pairs memo checks
         with _species_lock:
             cache[key] = species
             while len(cache) > _SPECIES_CACHE_SIZE:
                 cache.popitem(last=False)
     return species
+
+
+#: reader → {sorted MSA keys → (their species arrays, :func:`species_pairs` of them)}, the most recent
+#: :data:`_PAIRS_MEMO_SIZE` key sets per reader: pairing deep MSAs costs ~12 ms a sample (3 × 16k
+#: rows), and a heteromer drawn again pairs the same rows
+_pairs_memo: weakref.WeakKeyDictionary[
+    Any, OrderedDict[tuple[str, ...], tuple[tuple[np.ndarray, ...], np.ndarray]]
+]
+_pairs_memo = weakref.WeakKeyDictionary()
+_PAIRS_MEMO_SIZE = 16
+
+
+def _memo_pairs(fetch: MSAFetch | None, species: Mapping[str, np.ndarray]) -> np.ndarray:
+    """:func:`species_pairs` of ``species``' arrays in sorted key order (what :func:`msa_row_plan`
+    pairs), memoized per reader. An entry serves only the very arrays it was computed from (the
+    reader's cached, read-only species arrays, :func:`_msa_species`): once one of them was read
+    again, the pairs are computed again."""
+    keys = tuple(sorted(species))
+    arrays = tuple(species[k] for k in keys)
+    owner = getattr(fetch, "__self__", None)
+    memo = None
+    if owner is not None and not any(a.flags.writeable for a in arrays):
+        try:
+            with _species_lock:
+                memo = _pairs_memo.setdefault(owner, OrderedDict())
+                hit = memo.get(keys)
+                if hit is not None and all(a is b for a, b in zip(hit[0], arrays, strict=True)):
+                    memo.move_to_end(keys)
+                    return hit[1]
+        except TypeError:  # a reader that cannot be weakly referenced: no memo
+            memo = None
+    pairs = species_pairs(arrays)
+    if memo is not None:
+        pairs.flags.writeable = False
+        with _species_lock:
+            memo[keys] = (arrays, pairs)
+            memo.move_to_end(keys)
+            while len(memo) > _PAIRS_MEMO_SIZE:
+                memo.popitem(last=False)
+    return pairs
 
 
 def species_pairs(species: Sequence[np.ndarray], max_per_species: int = MAX_PAIRED_PER_SPECIES) -> np.ndarray:
@@ -444,6 +486,7 @@ def msa_row_plan(
     max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
     paired: Mapping[int, str] | None = None,
     species: Mapping[str, np.ndarray] | None = None,
+    pairs: np.ndarray | None = None,
 ) -> dict[int, np.ndarray]:
     """Which stored row of each chain's MSA fills each row of the sample: chain → int64 [n_c]
     (row r of the sample takes row ``plan[c][r]`` of chain c's MSA; -1, and rows past n_c, are gaps).
@@ -451,7 +494,8 @@ def msa_row_plan(
     ``depths``: chain → depth of its stored MSA (> 1). ``paired``: chain → MSA key of the chains to
     pair, ``species``: MSA key → species id of each of its rows (:func:`species_pairs` pairs the
     different MSAs, ``P`` paired rows; chains of one sequence share their MSA's paired rows; none
-    given: nothing is paired). The sample has ``n`` rows, ``n`` uniform in
+    given: nothing is paired; ``pairs``: ``species_pairs`` of them in sorted key order, when the
+    caller has it already). The sample has ``n`` rows, ``n`` uniform in
     ``1 … min(D, max_msa_rows)`` with ``D = 1 + P + U`` (``U``: the most unpaired rows of a
     chain, its rows other than the query and its paired rows; without pairing ``D`` is the deepest
     MSA): row 0 is the query, then ``p = min(P, n - 1)`` paired rows drawn uniformly (kept in
@@ -463,7 +507,8 @@ def msa_row_plan(
     keys = sorted(set(paired.values()))
     column = {c: keys.index(key) for c, key in paired.items()}
     if len(keys) >= 2 and species is not None:
-        pairs = species_pairs([species[key] for key in keys])
+        if pairs is None:
+            pairs = species_pairs([species[key] for key in keys])
     else:
         pairs, column = np.zeros((0, 0), np.int64), {}
     n_paired = pairs.shape[0]
