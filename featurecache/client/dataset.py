@@ -30,7 +30,9 @@ A position is *resolved* once the trainer has **received** its sample (the datas
 handed it over, or — through a ``DataLoader`` — :meth:`FeatureDataset.consume` saw it in a batch;
 :class:`FeatureLoader` calls it for you), or once it was **skipped** (raised, or passed its
 deadline; a skip is reported with the next sample of the same worker, or at once when iterating
-the dataset directly). :meth:`~FeatureDataset.state_dict` records, for this rank and the current
+the dataset directly; under :class:`FeatureLoader` the skips that end a worker's pass come as a
+skip-only item, :data:`K_SKIPS_ONLY`, that its collate adds to the batch or that it consumes
+alone; a plain ``DataLoader`` never reports them, so they are computed again next pass). :meth:`~FeatureDataset.state_dict` records, for this rank and the current
 epoch, the resolved positions: a watermark below which all are resolved plus the resolved ones
 above it (samples yielded out of order). Samples that were prefetched, computed or even batched
 inside ``DataLoader`` workers but not yet received by the trainer are **not** resolved. After
@@ -67,7 +69,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -100,6 +102,9 @@ STATE_VERSION: Final = 1
 #: state_dict keys
 K_VERSION, K_SEED, K_EPOCH_LENGTH, K_INFINITE = "version", "seed", "epoch_length", "infinite"
 K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
+#: an item (and a collated batch) that carries only skip records: the skips at the end of a pass
+#: under :class:`FeatureLoader` (``{K_SKIPS_ONLY: True, "skipped": [skip-record dicts]}``)
+K_SKIPS_ONLY: Final = "skips_only"
 #: error classes that say the source itself cannot serve — the lookup service is down, hung or
 #: refuses the token — rather than that one entry is bad (classes travel by name from pool workers)
 SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"})
@@ -290,6 +295,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self._shared = SharedPositions(max(self.epoch_length, MIN_SHARED_SPAN))
         self._worker_passes = 0  # passes begun by this copy inside a DataLoader worker
         self._track_on_yield = True
+        self._report_trailing_skips = False  # FeatureLoader's collate reads skip-only items
         self._executors: dict[int, ReadyFirst] = {}
 
     # --------------------------------------------------------------- pickling (DataLoader workers)
@@ -438,6 +444,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 self.stats.record_wait(time.perf_counter() - t0)
             yield sample
             t0 = time.perf_counter()
+        if skipped and not track and self._report_trailing_skips:
+            # no later sample of this pass carries them: a skip report of their own, which
+            # FeatureLoader's collate keeps out of the batch's samples (else: never reported, and a
+            # per-epoch pass ending in a skip left its epoch unfinished, every later pass empty)
+            yield {K_SKIPS_ONLY: True, "skipped": skipped}
 
     def consume(self, batch: Mapping[str, Any]) -> None:
         """Record that the trainer received ``batch`` (or one sample): its positions and the skips
@@ -524,6 +535,27 @@ class MapView(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return self.dataset.sample(self.offset + int(i))
 
 
+class SkipReportCollate:
+    """``collate_fn`` of :class:`FeatureLoader`: ``fn`` (the given collate, default
+    :func:`~featurecache.client.assemble.collate`) over the batch's samples, the skip records of
+    skip-only items (:data:`K_SKIPS_ONLY`: a pass that ended in skips) added to its ``skipped``;
+    a batch of skip-only items alone is ``{K_SKIPS_ONLY: True, "position": int64 [0], "skipped":
+    [...]}``, which FeatureLoader consumes without handing it to the trainer."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn: Callable[[list[Any]], Any] = fn.fn if isinstance(fn, SkipReportCollate) else fn
+
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> Any:
+        samples = [s for s in items if not s.get(K_SKIPS_ONLY)]
+        trailing = [rec for s in items if s.get(K_SKIPS_ONLY) for rec in s["skipped"]]
+        if not samples:
+            return {K_SKIPS_ONLY: True, "position": torch.zeros(0, dtype=torch.int64), "skipped": trailing}
+        batch = self.fn(samples)
+        if trailing:
+            batch["skipped"] = [*batch.get("skipped", ()), *trailing]
+        return batch
+
+
 class FeatureLoader:
     """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
     consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
@@ -537,7 +569,8 @@ class FeatureLoader:
     ) -> None:
         self.dataset = dataset
         dataset._track_on_yield = False
-        kwargs.setdefault("collate_fn", collate)
+        dataset._report_trailing_skips = True
+        kwargs["collate_fn"] = SkipReportCollate(kwargs.get("collate_fn") or collate)
         # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
         kwargs.setdefault("in_order", False)
@@ -557,6 +590,9 @@ class FeatureLoader:
                 batch = next(it)
             except StopIteration:
                 return
+            if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
+                self.dataset.consume(batch)
+                continue
             self.dataset.stats.record_wait(time.perf_counter() - t0)
             self.dataset.consume(batch)
             yield batch
