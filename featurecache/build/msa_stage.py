@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from featurecache.build.discover import resolved
 from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
 from featurecache.errors import InputError, MSAError
@@ -303,11 +304,28 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _candidate_files(msa_dir: Path) -> list[tuple[str, int, int]]:
-    """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir``, sorted."""
+def _store_parts_under(msa_dir: Path, store: Path | None) -> tuple[str, ...] | None:
+    """The path parts of ``store`` relative to ``msa_dir`` when the store lies inside it (both
+    compared resolved: either may be named through a symlink; ``()``: the store is ``msa_dir``),
+    else None."""
+    if store is None:
+        return None
+    top, inner = resolved(msa_dir), resolved(store)
+    return inner.relative_to(top).parts if inner.is_relative_to(top) else None
+
+
+def _candidate_files(msa_dir: Path, store: Path | None = None) -> list[tuple[str, int, int]]:
+    """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir``, sorted;
+    the files of ``store`` (the store being built), when it lies inside ``msa_dir``, are not
+    inputs (as a store inside ``--pdb-dir`` is not: ``discover.input_paths``). The walk does not
+    enter symlinked directories, so a file lies in the store when its path relative to
+    ``msa_dir`` starts with the store's (no per-file resolve)."""
+    skip = _store_parts_under(msa_dir, store)
     files = []
     for p in sorted(msa_dir.rglob("*")):
         rel = p.relative_to(msa_dir)
+        if skip is not None and rel.parts[: len(skip)] == skip:
+            continue
         if p.is_file() and not any(part.startswith(".") for part in rel.parts):
             st = p.stat()
             files.append((rel.as_posix(), st.st_size, st.st_mtime_ns))
@@ -427,7 +445,7 @@ def _scan(client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bo
     from distributed import as_completed
 
     t_start = time.time_ns()
-    files = _candidate_files(msa_dir)
+    files = _candidate_files(msa_dir, root)
     if not files:
         return []
     cache = ScanCache.load(root, msa_dir)
