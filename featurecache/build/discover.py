@@ -20,10 +20,11 @@ from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
     PART_DONE_FILE,
     PART_INDEX_DIR,
+    PARTS_DIR,
     STRUCTURE_PART_PREFIX,
     part_name,
 )
-from featurecache.store.writer import PartContents, write_structure_part
+from featurecache.store.writer import SOURCE_DIR, PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
 
@@ -215,44 +216,80 @@ def discover(
     return out
 
 
-def withdraw_msa_failures(
+def part_source_dir(root: Path, part: str) -> str:
+    """The ``--pdb-dir`` (resolved) that structure part ``part`` recorded for its inputs' relative
+    paths (its manifest's ``source_dir``); "" when it recorded none (a part written before session
+    19) or its manifest cannot be read."""
+    try:
+        doc = json.loads((Path(root) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    value = doc.get(SOURCE_DIR, "") if isinstance(doc, dict) else ""
+    return value if isinstance(value, str) else ""
+
+
+def withdraw_failures(
     root: Path, pdb_dir: Path, msa_dir: Path | None, inputs: list[InputFile], failures: pa.Table
 ) -> list[dict[str, str]]:
-    """Withdraw the listed structure failures of files that are no longer structure inputs because
-    the MSA stage reads them (:func:`msa_stage_input`): a build before session 18 took every file
-    under ``--pdb-dir``, so a ``--msa-dir`` inside it left a ``not a structure file name`` failure
-    per MSA file, and the store kept listing them. Writes one failure-only structure part of
+    """Withdraw the listed structure failures of paths that are no longer structure inputs of this
+    build; writes one failure-only structure part of
     :data:`~featurecache.store.index.WITHDRAWN_STAGE` rows (the index then lists them in
-    ``withdrawn``, not ``failures``); returns those rows (none: nothing written).
+    ``withdrawn``, not ``failures``); returns those rows (none: nothing written). Two reasons:
 
-    ``failures``: the index's failures table; ``inputs``: this build's structure inputs."""
-    if msa_dir is None or not failures.num_rows:
+    - the MSA stage reads the file (:func:`msa_stage_input`): a build before session 18 took every
+      file under ``--pdb-dir``, so a ``--msa-dir`` inside it left a ``not a structure file name``
+      failure per MSA file, and the store kept listing them;
+    - the path is no longer an input under ``--pdb-dir`` (its file was deleted or moved away), and
+      the failure was recorded by a build from this same directory: the part that holds it
+      recorded ``source_dir`` (:func:`part_source_dir`), the resolved ``--pdb-dir``. The index
+      records paths relative to ``--pdb-dir`` only, so a failure of another directory (a store
+      extended from several) is not withdrawn because this build did not see its path; nor is
+      one in a part that recorded no directory (written before session 19): neither can be told
+      from a file of this directory that is gone. Entries are never withdrawn: a stored entry
+      whose file is gone stays in the store (``featurecache prune`` does not drop it either).
+
+    ``failures``: the index's failures table; ``inputs``: this build's structure inputs. The
+    withdrawn row keeps the failure's key, so the file is built again should it come back."""
+    if not failures.num_rows:
         return []
     pdb_dir = Path(pdb_dir)
+    here = str(resolved(pdb_dir))
     msa_files = MSADirFiles(msa_dir)
     current = {i.rel for i in inputs}
+    source_dirs: dict[str, str] = {}
     rows = []
     for f in failures.select(["path", "entry_id", "stage", "key", "part"]).to_pylist():
-        if f["stage"] == "msa" or f["path"] in current or not msa_stage_input(pdb_dir / f["path"], msa_files):
+        if f["stage"] in ("msa", WITHDRAWN_STAGE) or f["path"] in current:
             continue
+        where = pdb_dir / f["path"]
+        if msa_dir is not None and msa_stage_input(where, msa_files):
+            why = (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the MSA "
+                   f"stage; its failure in part {f['part']} is withdrawn")  # fmt: skip
+        else:
+            if f["part"] not in source_dirs:
+                source_dirs[f["part"]] = part_source_dir(root, f["part"])
+            if source_dirs[f["part"]] != here:
+                continue  # another directory's path, or a part that did not record its directory
+            gone = not (where.exists() or where.is_symlink())
+            why = (f"no longer an input: {'no such file' if gone else 'the file is not read (hidden or inside the store)'}"
+                   f" under --pdb-dir {pdb_dir}; its failure in part {f['part']} is withdrawn")  # fmt: skip
         rows.append({
             "path": f["path"], "entry_id": f["entry_id"], "stage": WITHDRAWN_STAGE, "error_class": "",
-            "message": (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the "
-                        f"MSA stage; its failure in part {f['part']} is withdrawn"),
-            "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
+            "message": why, "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
         })  # fmt: skip
     if rows:
         name = part_name(STRUCTURE_PART_PREFIX, next_part_number(root, STRUCTURE_PART_PREFIX))
-        write_structure_part(root, name, PartContents(failures=rows))
-        log.info("%d listed structure failure(s) withdrawn in part %s: files under --msa-dir %s are the MSA "
-                 "stage's inputs", len(rows), name, msa_dir)  # fmt: skip
+        write_structure_part(root, name, PartContents(failures=rows, source_dir=here))
+        log.info("%d listed structure failure(s) withdrawn in part %s: their paths are no longer structure "
+                 "inputs under --pdb-dir %s", len(rows), name, pdb_dir)  # fmt: skip
     return rows
 
 
 def done_keys(root: Path, withdrawn: pa.Table | None = None) -> set[str]:
     """Keys (entries and failures) of every complete structure part: what a re-run skips; but for
     the keys of ``withdrawn`` (the index's table of that name: failures withdrawn because the file
-    was not a structure input; should it be one again, it is built again and its failure listed)."""
+    was no longer a structure input, :func:`withdraw_failures`; should it be one again, it is built
+    again and its failure listed)."""
     keys: set[str] = set()
     for part in complete_parts(root):
         if not part.name.startswith(STRUCTURE_PART_PREFIX):

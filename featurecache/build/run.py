@@ -27,7 +27,8 @@ from featurecache.build.discover import (
     input_paths,
     next_part_number,
     plan_parts,
-    withdraw_msa_failures,
+    resolved,
+    withdraw_failures,
 )
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import (
@@ -128,14 +129,24 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         dashboard: str | None = "127.0.0.1:0"
     except ImportError:
         dashboard = None
-    cluster = LocalCluster(
-        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
-        silence_logs=logging.WARNING, memory_limit="auto",
-    )  # fmt: skip
-    client = Client(cluster)
-    from featurecache.build.worker_plugin import IgnoreInterrupt
+    from featurecache.build.worker_plugin import IgnoreInterrupt, sigint_blocked
 
-    client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
+    cluster = None
+    try:
+        # the workers start with SIGINT blocked, until the plugin ignores it (worker_plugin's
+        # module doc): a Ctrl-C while they import killed them with a KeyboardInterrupt traceback
+        # each; here it is delivered when the block ends (the cluster is then closed below)
+        with sigint_blocked():
+            cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
+                silence_logs=logging.WARNING, memory_limit="auto",
+            )  # fmt: skip
+        client = Client(cluster)
+        client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
+    except BaseException:
+        if cluster is not None:
+            _shutdown(None, cluster)
+        raise
     return client, cluster
 
 
@@ -283,7 +294,8 @@ def run_build(
             existing = existing_entry_ids(stored)
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
             inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir)
-            withdraw_msa_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
+            # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
+            withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
             done = done_keys(out, start_index.get(WITHDRAWN))
             pending = _pending(inputs, done, stored, start_index["failures"])
             summary.n_inputs = len(inputs)
@@ -302,7 +314,7 @@ def run_build(
             try:
                 with _cluster_errors(client, scheduler):
                     _run_structure_parts(
-                        client, out, pending, part_size, entry_config, ccd, config, summary, progress
+                        client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress
                     )
                     _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
             finally:
@@ -460,7 +472,10 @@ def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummar
 
 def _shutdown(client: Any, cluster: Any) -> None:
     """Close the client and the embedded cluster; a slow shutdown (loaded machine) is not an error."""
-    for closer in (client.close, cluster.close if cluster is not None else None):
+    for closer in (
+        client.close if client is not None else None,
+        cluster.close if cluster is not None else None,
+    ):
         if closer is None:
             continue
         try:
@@ -471,8 +486,8 @@ def _shutdown(client: Any, cluster: Any) -> None:
 
 
 def _run_structure_parts(
-    client: Any, out: Path, pending: list[InputFile], part_size: int, entry_config: str, ccd: Path | None,
-    config: BuildConfig, summary: BuildSummary, progress: bool,
+    client: Any, out: Path, pdb_dir: Path, pending: list[InputFile], part_size: int, entry_config: str,
+    ccd: Path | None, config: BuildConfig, summary: BuildSummary, progress: bool,
 ) -> None:  # fmt: skip
     from distributed import as_completed
     from distributed.client import FutureCancelledError
@@ -482,6 +497,7 @@ def _run_structure_parts(
         return
     ccd_s = str(Path(ccd).resolve()) if ccd else None
     root = str(out.resolve())
+    source_dir = str(resolved(pdb_dir))  # each part records it (discover.withdraw_failures reads it)
     inputs_of: dict[str, list[InputFile]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
     versions = worker_versions()  # each task checks its worker against them (late joiners)
@@ -489,8 +505,8 @@ def _run_structure_parts(
     def submit(name: str, part_inputs: list[InputFile]) -> Any:
         inputs_of[name] = part_inputs
         fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
-                            config.interface_cutoff, versions=versions, key=f"structure-part-{name}-{time.time_ns()}",
-                            pure=False)  # fmt: skip
+                            config.interface_cutoff, versions=versions, source_dir=source_dir,
+                            key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut
 
@@ -519,7 +535,7 @@ def _run_structure_parts(
                         next_number += 1
                     fut.release()
                     continue
-                res = _record_crashed_input(out, name, part_inputs[0], exc)
+                res = _record_crashed_input(out, name, part_inputs[0], exc, source_dir)
             fut.release()
             _accumulate(summary, res)
             advance(res.n_entries + res.n_failed)
@@ -530,7 +546,9 @@ def _run_structure_parts(
                 refresh_s = max(INDEX_REFRESH_S, (last_index - t0) / INDEX_REFRESH_SHARE)
 
 
-def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseException) -> PartResult:
+def _record_crashed_input(
+    out: Path, name: str, inp: InputFile, exc: BaseException, source_dir: str = ""
+) -> PartResult:
     """An input whose featurization kills the worker process becomes a failure-only part.
 
     The failure is listed (and counts in this run's exit status) but stored with an empty key, not
@@ -542,7 +560,7 @@ def _record_crashed_input(out: Path, name: str, inp: InputFile, exc: BaseExcepti
         "message": (f"the worker process died while featurizing this file: {exc} (often its memory limit: "
                     "see the worker's log)")[:2000], "key": "",
     }  # fmt: skip
-    write_structure_part(out, name, PartContents(failures=[failure]))
+    write_structure_part(out, name, PartContents(failures=[failure], source_dir=source_dir))
     return PartResult(name, n_failed=1, failures=[failure])
 
 

@@ -36,14 +36,16 @@ class PartResult:
 
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
-    interface_cutoff: float = 5.0, versions: dict[str, str] | None = None,
+    interface_cutoff: float = 5.0, versions: dict[str, str] | None = None, source_dir: str = "",
 ) -> PartResult:  # fmt: skip
+    """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:
+    the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest)."""
     check_versions(versions)
     from featurecache.build.components import component_resolvers
 
     component_atoms, component_bonds = component_resolvers(ccd_path)
     result = PartResult(part)
-    contents = PartContents()
+    contents = PartContents(source_dir=source_dir)
     timer = StageTimer()
     for inp in inputs:
         t0 = time.perf_counter()

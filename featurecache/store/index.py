@@ -118,10 +118,11 @@ FAILURES_SCHEMA = pa.schema(
 )
 
 #: the stage of a failure row that is not a failure: its path is no longer a structure input (a
-#: non-structure file under ``--msa-dir`` inside ``--pdb-dir``: the MSA stage's), so the path's
-#: earlier structure failure (``not a structure file name``) is withdrawn. As the latest outcome of
-#: its path it leaves ``index/failures.arrow`` and is listed in ``index/withdrawn.arrow`` instead (so
-#: ``prune`` keeps the part that holds it); a later failure or entry of the path supersedes it.
+#: non-structure file under ``--msa-dir`` inside ``--pdb-dir``: the MSA stage's; or a file gone from
+#: the ``--pdb-dir`` whose build recorded the failure: ``build.discover.withdraw_failures``), so the
+#: path's earlier structure failure is withdrawn. As the latest outcome of its path it leaves
+#: ``index/failures.arrow`` and is listed in ``index/withdrawn.arrow`` instead (so ``prune`` keeps
+#: the part that holds it); a later failure or entry of the path supersedes it.
 WITHDRAWN_STAGE = "withdrawn"
 WITHDRAWN = "withdrawn"
 

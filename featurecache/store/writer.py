@@ -76,6 +76,10 @@ class EntryRecord:
 class PartContents:
     entries: list[EntryRecord] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)  # FAILURES_SCHEMA rows without "part"
+    #: the resolved ``--pdb-dir`` its inputs' paths are relative to (manifest ``source_dir``; "":
+    #: not recorded, as in parts written before session 19): a later build from that directory
+    #: withdraws the listed failure of a path no longer in it (``discover.withdraw_failures``)
+    source_dir: str = ""
 
 
 def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zarr.Array:
@@ -93,6 +97,9 @@ def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zar
         arr[...] = raw
     return arr
 
+
+#: key of a structure part's manifest (``_index/part.json``): :attr:`PartContents.source_dir`
+SOURCE_DIR = "source_dir"
 
 #: Suffix of a temp dir's sentinel file ``parts/.tmp-<name>-<random>.writer`` (a sibling, not
 #: inside: ``zarr.open_group(mode="w")`` empties the dir it opens).
@@ -301,6 +308,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             "keys": sorted([r["key"] for r in entry_rows] + [f["key"] for f in fails]),
             "counts": offsets, "bytes": _dir_bytes(tmp),
         }  # fmt: skip
+        if contents.source_dir:
+            manifest[SOURCE_DIR] = contents.source_dir
         final = commit_part(tmp, root / PARTS_DIR / name, manifest)
         manifest["part"] = final.name
         return manifest
