@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +18,14 @@ from featurecache.parse.structure import entry_stem, structure_format
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
 from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
+    MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
     PARTS_DIR,
     STRUCTURE_PART_PREFIX,
     part_name,
 )
+from featurecache.store.msa import MSAPartContents, write_msa_part
 from featurecache.store.writer import SOURCE_DIR, PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
@@ -217,9 +219,10 @@ def discover(
 
 
 def part_source_dir(root: Path, part: str) -> str:
-    """The ``--pdb-dir`` (resolved) that structure part ``part`` recorded for its inputs' relative
-    paths (its manifest's ``source_dir``); "" when it recorded none (a part written before session
-    19) or its manifest cannot be read."""
+    """The directory (resolved) that part ``part`` recorded for its rows' relative paths (its
+    manifest's ``source_dir``): a structure part's ``--pdb-dir``, an MSA part's ``--msa-dir``; ""
+    when it recorded none (a part written before session 19, an MSA part of a build without
+    ``--msa-dir``) or its manifest cannot be read."""
     try:
         doc = json.loads((Path(root) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
     except (OSError, ValueError):
@@ -228,13 +231,18 @@ def part_source_dir(root: Path, part: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: the stage of an MSA file's failure (``msa_stage``); its path is relative to ``--msa-dir``
+MSA_STAGE = "msa"
+
+
 def withdraw_failures(
     root: Path, pdb_dir: Path, msa_dir: Path | None, inputs: list[InputFile], failures: pa.Table
 ) -> list[dict[str, str]]:
-    """Withdraw the listed structure failures of paths that are no longer structure inputs of this
-    build; writes one failure-only structure part of
-    :data:`~featurecache.store.index.WITHDRAWN_STAGE` rows (the index then lists them in
-    ``withdrawn``, not ``failures``); returns those rows (none: nothing written). Two reasons:
+    """Withdraw the listed failures of paths that are no longer inputs of this build; writes
+    :data:`~featurecache.store.index.WITHDRAWN_STAGE` rows, those of structure failures in one
+    failure-only structure part, those of MSA failures in one failure-only MSA part (the index then
+    lists them in ``withdrawn``, not ``failures``); returns those rows (none: nothing written).
+    Three reasons:
 
     - the MSA stage reads the file (:func:`msa_stage_input`): a build before session 18 took every
       file under ``--pdb-dir``, so a ``--msa-dir`` inside it left a ``not a structure file name``
@@ -246,43 +254,95 @@ def withdraw_failures(
       extended from several) is not withdrawn because this build did not see its path; nor is
       one in a part that recorded no directory (written before session 19): neither can be told
       from a file of this directory that is gone. Entries are never withdrawn: a stored entry
-      whose file is gone stays in the store (``featurecache prune`` does not drop it either).
+      whose file is gone stays in the store (``featurecache prune`` does not drop it either);
+    - an MSA file's failure (stage ``msa``, its path relative to ``--msa-dir``) whose path the MSA
+      stage no longer lists under ``--msa-dir`` (``msa_stage.lists_msa_file``: deleted, moved
+      away, hidden), recorded by a build from this same ``--msa-dir``, with the same care: its MSA
+      part recorded the resolved ``--msa-dir`` as ``source_dir``; a build without ``--msa-dir``
+      withdraws none. A stored MSA built from a file that is gone stays.
 
     ``failures``: the index's failures table; ``inputs``: this build's structure inputs. The
-    withdrawn row keeps the failure's key, so the file is built again should it come back."""
+    withdrawn row keeps the failure's key, so the file is built (scanned) again should it come
+    back, and its failure listed again."""
     if not failures.num_rows:
         return []
     pdb_dir = Path(pdb_dir)
     here = str(resolved(pdb_dir))
+    msa_here = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
     msa_files = MSADirFiles(msa_dir)
     current = {i.rel for i in inputs}
     source_dirs: dict[str, str] = {}
-    rows = []
+
+    def recorded_in(part: str) -> str:
+        if part not in source_dirs:
+            source_dirs[part] = part_source_dir(root, part)
+        return source_dirs[part]
+
+    rows: list[dict[str, str]] = []
+    msa_rows: list[dict[str, str]] = []
     for f in failures.select(["path", "entry_id", "stage", "key", "part"]).to_pylist():
-        if f["stage"] in ("msa", WITHDRAWN_STAGE) or f["path"] in current:
+        if f["stage"] == WITHDRAWN_STAGE:
+            continue
+        if f["stage"] == MSA_STAGE:
+            why = _withdrawn_msa_failure(root, msa_dir, msa_here, f, recorded_in)
+            if why:
+                msa_rows.append(_withdrawn_row(f, why))
+            continue
+        if f["path"] in current:
             continue
         where = pdb_dir / f["path"]
         if msa_dir is not None and msa_stage_input(where, msa_files):
             why = (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the MSA "
                    f"stage; its failure in part {f['part']} is withdrawn")  # fmt: skip
         else:
-            if f["part"] not in source_dirs:
-                source_dirs[f["part"]] = part_source_dir(root, f["part"])
-            if source_dirs[f["part"]] != here:
+            if recorded_in(f["part"]) != here:
                 continue  # another directory's path, or a part that did not record its directory
             gone = not (where.exists() or where.is_symlink())
             why = (f"no longer an input: {'no such file' if gone else 'the file is not read (hidden or inside the store)'}"
                    f" under --pdb-dir {pdb_dir}; its failure in part {f['part']} is withdrawn")  # fmt: skip
-        rows.append({
-            "path": f["path"], "entry_id": f["entry_id"], "stage": WITHDRAWN_STAGE, "error_class": "",
-            "message": why, "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
-        })  # fmt: skip
+        rows.append(_withdrawn_row(f, why))
     if rows:
         name = part_name(STRUCTURE_PART_PREFIX, next_part_number(root, STRUCTURE_PART_PREFIX))
         write_structure_part(root, name, PartContents(failures=rows, source_dir=here))
         log.info("%d listed structure failure(s) withdrawn in part %s: their paths are no longer structure "
                  "inputs under --pdb-dir %s", len(rows), name, pdb_dir)  # fmt: skip
-    return rows
+    if msa_rows:
+        # an MSA part: its rows are of the MSA failures' kind (index._latest_failures), and a failure
+        # of the file put back, written by a later MSA part, supersedes them
+        name = part_name(MSA_PART_PREFIX, next_part_number(root, MSA_PART_PREFIX))
+        write_msa_part(root, name, MSAPartContents(failures=msa_rows, source_dir=msa_here))
+        log.info("%d listed MSA failure(s) withdrawn in part %s: their files are no longer under --msa-dir %s",
+                 len(msa_rows), name, msa_dir)  # fmt: skip
+    return rows + msa_rows
+
+
+def _withdrawn_row(f: dict[str, str], why: str) -> dict[str, str]:
+    """The :data:`WITHDRAWN_STAGE` row that withdraws failure ``f`` (an index failures row)."""
+    return {
+        "path": f["path"], "entry_id": f["entry_id"], "stage": WITHDRAWN_STAGE, "error_class": "",
+        "message": why, "key": f["key"],  # the withdrawn failure's: not up to date should it be an input again
+    }  # fmt: skip
+
+
+def _withdrawn_msa_failure(
+    root: Path, msa_dir: Path | None, msa_here: str, f: dict[str, str], recorded_in: Callable[[str], str]
+) -> str:
+    """Why MSA failure ``f`` is withdrawn ("": it is not): its path is no longer an MSA-stage input
+    under ``msa_dir``, and its part recorded that directory (resolved: ``msa_here``)."""
+    from featurecache.build.msa_stage import lists_msa_file  # msa_stage imports this module
+
+    if msa_dir is None or not f["path"] or recorded_in(f["part"]) != msa_here:
+        return ""  # no --msa-dir, a failure naming no file, or another directory's (or unrecorded)
+    if lists_msa_file(Path(msa_dir), f["path"], root):
+        return ""
+    where = Path(msa_dir) / f["path"]
+    gone = not (where.exists() or where.is_symlink())
+    reason = (
+        "no such file"
+        if gone
+        else "the file is not read (hidden, inside the store or under a symlinked directory)"
+    )
+    return f"no longer an MSA input: {reason} under --msa-dir {msa_dir}; its failure in part {f['part']} is withdrawn"
 
 
 def done_keys(root: Path, withdrawn: pa.Table | None = None) -> set[str]:

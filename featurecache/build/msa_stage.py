@@ -23,7 +23,9 @@ Runs after the structure parts (it needs the chains index):
    build is skipped.
 
 Unreadable MSA files become failure rows (stage ``msa``) naming the entry their layout points to;
-that entry's chains get single-sequence MSAs and ``entries.msa_coverage`` says so.
+that entry's chains get single-sequence MSAs and ``entries.msa_coverage`` says so. Each MSA part
+records the resolved ``--msa-dir`` (manifest ``source_dir``): a later build from that directory
+withdraws the listed failure of a file no longer in it (``discover.withdraw_failures``).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ from featurecache.types import ParsedMSA
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MSAStageResult", "build_msa_part", "layout_hints", "run_msa_stage", "scan_msa_files"]
+__all__ = [
+    "MSAStageResult", "build_msa_part", "layout_hints", "lists_msa_file", "run_msa_stage", "scan_msa_files",
+]  # fmt: skip
 
 POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
 #: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key).
@@ -330,6 +334,25 @@ def _candidate_files(msa_dir: Path, store: Path | None = None) -> list[tuple[str
             st = p.stat()
             files.append((rel.as_posix(), st.st_size, st.st_mtime_ns))
     return files
+
+
+def lists_msa_file(msa_dir: Path, rel: str, store: Path | None = None) -> bool:
+    """Whether :func:`_candidate_files` of ``msa_dir`` (and ``store``) lists ``rel`` (a posix path
+    relative to ``msa_dir``), found without walking ``msa_dir``: a file (a symlink to one counts)
+    with no hidden path part, not inside ``store``, and under no symlinked directory (the walk
+    does not enter one). ``discover.withdraw_failures`` asks it of the paths of listed MSA failures."""
+    parts = PurePosixPath(rel).parts
+    if not parts or any(part.startswith(".") for part in parts):  # "." and ".." too
+        return False
+    skip = _store_parts_under(msa_dir, store)
+    if skip is not None and parts[: len(skip)] == skip:
+        return False
+    here = Path(msa_dir)
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return False
+    return (here / parts[-1]).is_file()
 
 
 def _batches(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:
@@ -795,7 +818,8 @@ def _write(
     if not groups:
         return
     start = next_part_number(root, MSA_PART_PREFIX)
-    msa_dir_s = str(Path(msa_dir).resolve()) if msa_dir is not None else ""
+    # the resolved --msa-dir: the scan reads it, each part records it (discover.withdraw_failures)
+    msa_dir_s = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
     from featurecache.build.tasks import worker_versions
 
     versions = worker_versions()
@@ -847,13 +871,14 @@ def build_msa_part(
     versions: dict[str, str] | None = None,
 ) -> MSAPartResult:
     """Parse, merge and encode the MSAs of one part and write it (one Dask task; ``versions``:
-    the driver's, checked against this worker's before anything is written)."""
+    the driver's, checked against this worker's before anything is written). ``msa_dir``: the
+    resolved ``--msa-dir`` ("" without one), recorded in the part's manifest (``source_dir``)."""
     from featurecache.build.tasks import check_versions
 
     check_versions(versions)
     t0 = time.perf_counter()
     res = MSAPartResult(part)
-    contents = MSAPartContents(failures=list(failures or []))
+    contents = MSAPartContents(failures=list(failures or []), source_dir=msa_dir)
     cache: dict[str, list[Any] | None] = {}
     failed: set[str] = set()
     last_use = {use.rel: k for k, item in enumerate(items) for use in item.uses}

@@ -28,7 +28,14 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from featurecache.errors import StoreError
-from featurecache.store.layout import INDEX_DIR, PART_INDEX_DIR, PARTS_DIR, TABLES, TMP_PREFIX
+from featurecache.store.layout import (
+    INDEX_DIR,
+    MSA_PART_PREFIX,
+    PART_INDEX_DIR,
+    PARTS_DIR,
+    TABLES,
+    TMP_PREFIX,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +127,12 @@ FAILURES_SCHEMA = pa.schema(
 #: the stage of a failure row that is not a failure: its path is no longer a structure input (a
 #: non-structure file under ``--msa-dir`` inside ``--pdb-dir``: the MSA stage's; or a file gone from
 #: the ``--pdb-dir`` whose build recorded the failure: ``build.discover.withdraw_failures``), so the
-#: path's earlier structure failure is withdrawn. As the latest outcome of its path it leaves
-#: ``index/failures.arrow`` and is listed in ``index/withdrawn.arrow`` instead (so ``prune`` keeps
-#: the part that holds it); a later failure or entry of the path supersedes it.
+#: path's earlier structure failure is withdrawn; or, in an MSA part (``m-``), its path is no longer
+#: an MSA file under the ``--msa-dir`` whose build recorded the path's MSA failure (stage ``msa``),
+#: which is withdrawn. As the latest outcome of its path (among its kind's rows:
+#: :func:`_latest_failures`) it leaves ``index/failures.arrow`` and is listed in
+#: ``index/withdrawn.arrow`` instead (so ``prune`` keeps the part that holds it); a later failure or
+#: entry of the path supersedes it.
 WITHDRAWN_STAGE = "withdrawn"
 WITHDRAWN = "withdrawn"
 
@@ -343,10 +353,16 @@ def _latest_failures(failures: pa.Table) -> pa.Table:
     """The latest failure per path, an MSA file's (stage ``msa``, from ``--msa-dir``) apart from a
     structure input's: when ``--msa-dir`` is ``--pdb-dir`` the same path is both, and the structure
     failure (``not a structure file name``, in a later-sorting ``s-`` part) hid the MSA failure, so
-    the MSA stage never saw it as known and wrote it again in a new part on every build."""
+    the MSA stage never saw it as known and wrote it again in a new part on every build. A
+    :data:`WITHDRAWN_STAGE` row of an MSA part withdraws an MSA failure: it is of the MSA kind."""
     if failures.num_rows == 0 or "stage" not in failures.column_names:
         return latest_per(failures, "path")
-    is_msa = pc.fill_null(pc.equal(failures.column("stage"), "msa"), False)
+    stage = failures.column("stage")
+    is_msa = pc.equal(stage, "msa")
+    if "part" in failures.column_names:
+        of_msa_part = pc.starts_with(pc.fill_null(failures.column("part"), ""), MSA_PART_PREFIX)
+        is_msa = pc.or_(is_msa, pc.and_(pc.equal(stage, WITHDRAWN_STAGE), of_msa_part))
+    is_msa = pc.fill_null(is_msa, False)
     return pa.concat_tables(
         [latest_per(failures.filter(pc.invert(is_msa)), "path"), latest_per(failures.filter(is_msa), "path")]
     )

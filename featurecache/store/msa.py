@@ -38,7 +38,7 @@ from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
 from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
-from featurecache.store.writer import _dir_bytes, commit_part, part_tmp_dir, write_record_array
+from featurecache.store.writer import SOURCE_DIR, _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,12 @@ class MSAItem:
 class MSAPartContents:
     items: list[MSAItem] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)  # FAILURES_SCHEMA rows without "part"
+    #: the resolved ``--msa-dir`` its failures' paths are relative to (manifest ``source_dir``, as
+    #: a structure part records its ``--pdb-dir``; "": not recorded, as in parts written before MSA
+    #: parts recorded it, during session 19, or by a build without ``--msa-dir``): a later build from
+    #: that directory withdraws the listed failure of a file no longer in it
+    #: (``discover.withdraw_failures``)
+    source_dir: str = ""
 
 
 def residues_array_name(k: int) -> str:
@@ -187,6 +193,8 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
             "keys": sorted(r["inputs_key"] for r in index_rows), "rows": row_off, "cols": col_off,
             "deletion_cells": del_off, "bytes": _dir_bytes(tmp),
         }  # fmt: skip
+        if contents.source_dir:
+            manifest[SOURCE_DIR] = contents.source_dir
         commit_part(tmp, root / PARTS_DIR / name, manifest)
         return manifest
 

@@ -98,7 +98,8 @@ def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zar
     return arr
 
 
-#: key of a structure part's manifest (``_index/part.json``): :attr:`PartContents.source_dir`
+#: key of a structure or MSA part's manifest (``_index/part.json``): :attr:`PartContents.source_dir`,
+#: ``store.msa.MSAPartContents.source_dir``
 SOURCE_DIR = "source_dir"
 
 #: Suffix of a temp dir's sentinel file ``parts/.tmp-<name>-<random>.writer`` (a sibling, not
