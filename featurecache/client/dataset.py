@@ -57,6 +57,14 @@ mode only: one worker that far behind the others when a pass is stopped; or, thr
 ``DataLoader`` whose trainer calls ``consume``, that many positions since the last
 ``set_epoch`` / ``load_state_dict``; :class:`FeatureLoader` rebuilds it at every pass).
 
+With several ``DataLoader`` workers (``in_order=False``) one worker that lags behind the others
+lets them run ahead: in infinite mode without a bound the resolved positions above the watermark,
+and so the state, grew with the run (a worker 40 ms a sample slower: 328 of them after 1000
+steps). :class:`FeatureLoader`'s ``max_lag`` bounds them: a worker waits to hand over a sample
+more than ``max_lag`` share positions past the trainer's watermark, unless the watermark is its
+own position (the lagging worker never waits, so nothing deadlocks; a worker that stays slow then
+paces the others).
+
 In ``infinite`` mode the stream never ends: positions run on through epochs and ``epoch`` in the
 state is the epoch of the watermark. In per-epoch mode an iteration yields the unresolved positions
 of the current epoch; one started after every position of the epoch was resolved begins the next
@@ -114,7 +122,11 @@ SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"}
 #: watermark: in infinite mode the positions resolved out of order run ahead of it by DataLoader
 #: workers' skew, not bounded by the epoch length
 MIN_SHARED_SPAN: Final = 1 << 16
-_H_BASE, _H_OVERFLOW = 5, 6  # header slots: published, start, stop, stride, offset, base, overflow
+#: the least default ``max_lag`` of :class:`FeatureLoader` (positions of a rank's share)
+MIN_MAX_LAG: Final = 1024
+#: header slots: published (a count of resets: a pass begun before the last reset is over), start,
+#: stop, stride, offset, base, overflow, and the trainer's current watermark
+_H_PUBLISHED, _H_BASE, _H_OVERFLOW, _H_WATERMARK = 0, 5, 6, 7
 _HEADER_BYTES: Final = 8 * 8
 
 
@@ -123,8 +135,8 @@ class SharedPositions:
     """The trainer's resolved positions (a :class:`ConsumedPositions`), mirrored in shared memory
     for ``DataLoader`` workers whose copy of the dataset is older than the pass they run.
 
-    ``buf``: uint8 shared tensor ``(64 + span,)``: an int64 header (published, start, stop or -1,
-    stride, offset, base, overflow), then ``mask`` ``(span,)`` with ``mask[i] == 1`` when position
+    ``buf``: uint8 shared tensor ``(64 + span,)``: an int64 header (published: how many resets so
+    far, start, stop or -1, stride, offset, base, overflow, the trainer's watermark now), then ``mask`` ``(span,)`` with ``mask[i] == 1`` when position
     ``base + i`` is resolved above the watermark ``base``. The trainer resets it between passes
     (new epoch or share, resume, :class:`FeatureLoader`'s pass start) and marks positions as it
     receives them: during a pass only mask bytes of positions some worker has already produced
@@ -155,16 +167,26 @@ class SharedPositions:
         mask[:] = 0
         mask[above[fits]] = 1
         stop = -1 if consumed.stop is None else consumed.stop
-        header[:7] = (1, consumed.start, stop, consumed.stride, consumed.offset, consumed.watermark,
-                      int(not fits.all()))  # fmt: skip
+        header[:8] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
+                      consumed.watermark, int(not fits.all()), consumed.watermark)  # fmt: skip
 
-    def mark(self, position: int) -> None:
-        """``position`` (of the mirrored share) is resolved."""
+    def mark(self, position: int, watermark: int | None = None) -> None:
+        """``position`` (of the mirrored share) is resolved; ``watermark``: the trainer's now."""
+        if watermark is not None:
+            self.header[_H_WATERMARK] = watermark
         i = position - int(self.header[_H_BASE])
         if 0 <= i < self.mask.size:
             self.mask[i] = 1
         elif i >= self.mask.size:
             self.header[_H_OVERFLOW] = 1
+
+    def published(self) -> int:
+        """How many times the mirror was reset (0: never)."""
+        return int(self.header[_H_PUBLISHED])
+
+    def watermark(self) -> int:
+        """The trainer's watermark as of its last received sample (whatever the mask covers)."""
+        return int(self.header[_H_WATERMARK])
 
     def read(self) -> ConsumedPositions | None:
         """The mirrored state (None: nothing mirrored yet)."""
@@ -296,6 +318,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self._worker_passes = 0  # passes begun by this copy inside a DataLoader worker
         self._track_on_yield = True
         self._report_trailing_skips = False  # FeatureLoader's collate reads skip-only items
+        #: FeatureLoader's bound on how far (positions of the share) a DataLoader worker's samples
+        #: may run ahead of the trainer's watermark (None: unbounded)
+        self._max_lag: int | None = None
         self._executors: dict[int, ReadyFirst] = {}
 
     # --------------------------------------------------------------- pickling (DataLoader workers)
@@ -349,7 +374,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         """Resolve ``position`` in the trainer's state and its shared mirror."""
         consumed.mark(position)
         if consumed is self._consumed and consumed.in_share(position):  # not one set_epoch replaced
-            self._shared.mark(position)
+            self._shared.mark(position, consumed.watermark)
 
     def _publish(self) -> None:
         """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
@@ -410,6 +435,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         items = ((p, self.sampler.key(p)) for p in positions)
         skipped: list[dict[str, Any]] = []
         in_a_row = source_failures = 0
+        lag = self._max_lag if in_worker and self.infinite else None
+        generation = self._shared.published()
         t0 = time.perf_counter()
         for out in self._executor(in_worker).run(items):
             key: SampleKey = out.item
@@ -438,6 +465,10 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             sample["reorder_depth"] = out.depth
             sample["skipped"] = skipped
             skipped = []
+            if lag is not None and not self._within_lag(
+                out.seq, lag * world, wid, n_workers, world, generation
+            ):
+                return  # the trainer began another pass (or is gone): this one is over
             if track:
                 self._mark(consumed, out.seq)
                 self.stats.record_sample(out.depth)
@@ -449,6 +480,27 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             # FeatureLoader's collate keeps out of the batch's samples (else: never reported, and a
             # per-epoch pass ending in a skip left its epoch unfinished, every later pass empty)
             yield {K_SKIPS_ONLY: True, "skipped": skipped}
+
+    def _within_lag(
+        self, position: int, lag: int, wid: int, n_workers: int, world: int, generation: int
+    ) -> bool:
+        """Wait (DataLoader worker ``wid``) until ``position`` is less than ``lag`` positions past
+        the trainer's watermark, or the watermark is this worker's own position (its owner never
+        waits: the watermark moves on only when the trainer receives it). Without it a worker that
+        lags behind the others (a slow host, a run of large entries) lets them run ahead without
+        bound, and the resolved positions above the watermark — the exact-resume state — grow
+        with the run. False: the pass is over (the mirror was reset for another pass, or the
+        trainer process is gone), stop it."""
+        parent = os.getppid()
+        pause = 0.001
+        while True:
+            if self._shared.published() != generation or os.getppid() != parent:
+                return False
+            watermark = self._shared.watermark()
+            if position - watermark < lag or (watermark // world) % n_workers == wid:
+                return True
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
 
     def consume(self, batch: Mapping[str, Any]) -> None:
         """Record that the trainer received ``batch`` (or one sample): its positions and the skips
@@ -562,10 +614,24 @@ class FeatureLoader:
     recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
     delegate to the dataset; load before a pass (with persistent workers too). Iterating again
     after an epoch ended starts the next one (per-epoch mode), after a stopped pass continues it.
-    Workers' batches are taken as they come (``in_order=False`` unless given)."""
+    Workers' batches are taken as they come (``in_order=False`` unless given).
+
+    ``max_lag`` (infinite mode, ``num_workers`` ≥ 2, ``in_order=False``): a DataLoader worker
+    hands over a sample at most this many positions of the rank's share past the trainer's
+    watermark — unless the watermark is its own position — and waits otherwise, so that one
+    worker lagging behind the others bounds the exact-resume state (about ``max_lag`` resolved
+    positions above the watermark) instead of letting it grow with the run. Default
+    ``max(1024, 4 · num_workers · (dataset.workers + dataset.window + batch_size · (prefetch_factor
+    + 1)))``: far more than the workers' skew when none lags. (Per-epoch mode is bounded by the
+    epoch; ``in_order=True`` by the DataLoader's round robin.)"""
 
     def __init__(
-        self, dataset: FeatureDataset, batch_size: int = 1, num_workers: int = 0, **kwargs: Any
+        self,
+        dataset: FeatureDataset,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        max_lag: int | None = None,
+        **kwargs: Any,
     ) -> None:
         self.dataset = dataset
         dataset._track_on_yield = False
@@ -574,6 +640,14 @@ class FeatureLoader:
         # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
         kwargs.setdefault("in_order", False)
+        if max_lag is None:
+            prefetch = kwargs.get("prefetch_factor") or 2
+            max_lag = max(
+                MIN_MAX_LAG,
+                4 * num_workers * (dataset.workers + dataset.window + batch_size * (prefetch + 1)),
+            )
+        _check_count("max_lag", max_lag, 1)
+        dataset._max_lag = max_lag if num_workers > 1 and not kwargs["in_order"] else None
         self.dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
     @property
@@ -584,18 +658,21 @@ class FeatureLoader:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         self.dataset._publish()  # and what persistent workers read at the pass's start
         it = iter(self.dataloader)
-        while True:
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
+                    self.dataset.consume(batch)
+                    continue
+                self.dataset.stats.record_wait(time.perf_counter() - t0)
                 self.dataset.consume(batch)
-                continue
-            self.dataset.stats.record_wait(time.perf_counter() - t0)
-            self.dataset.consume(batch)
-            yield batch
+                yield batch
+        finally:  # workers waiting on the watermark (max_lag) end their pass: the DataLoader can stop them
+            self.dataset._publish()
 
     def state_dict(self) -> dict[str, Any]:
         return self.dataset.state_dict()
