@@ -20,9 +20,7 @@ does ready-first yielding cope with stragglers? One run, side by side.
     ``prefetch_factor`` 9: 18 samples in flight) over a map-style view of the same stream versus
     ready-first (a 2-process pool, window 16: the same 18 in flight; and an 8-thread pool, 24):
     throughput with and without stragglers, relative to each one's own no-straggler run, and the
-    worst and p95 step wait. The process pool twice: as it runs (each worker holds its next task
-    queued behind the one it runs: ``loader.PROCESS_DEPTH`` 2) and with ``depth=1`` (one task at a
-    time, sent only to an idle worker: the behaviour before, for comparison in the same run).
+    worst and p95 step wait.
 
 (a) and (c) run ``--repeats`` rounds with the configurations interleaved and report field-wise
 medians (``worst_wait_max_s``: the worst over all rounds) — the machine is shared.
@@ -66,7 +64,6 @@ from benchmarks.harness import (  # noqa: E402
     store_label,
 )
 from featurecache.client import FeatureDataset  # noqa: E402
-from featurecache.client import loader as loader_module  # noqa: E402
 from featurecache.client.sampler import SampleKey  # noqa: E402
 from featurecache.store.base import FeatureReader  # noqa: E402
 from featurecache.types import Entry  # noqa: E402
@@ -79,8 +76,6 @@ POOL_WORKERS = 2
 #: the ordered DataLoader's prefetch per worker that gives it ready-first's samples in flight
 #: (ReadyFirst keeps at most workers + window submitted or waiting; a DataLoader workers × prefetch)
 PREFETCH = (POOL_WORKERS + WINDOW) // POOL_WORKERS
-#: tasks per process worker as the loader runs them (part (c) also runs depth 1, the old behaviour)
-DEFAULT_DEPTH = loader_module.PROCESS_DEPTH
 STRAGGLER_FRACTION = 0.10
 STRAGGLER_FACTOR = 20.0
 
@@ -492,14 +487,10 @@ def main(argv: list[str] | None = None) -> None:
             f"ready-first processes={POOL_WORKERS} window={WINDOW}",
             {"pool": "process", "workers": POOL_WORKERS},
         ),
-        (
-            f"ready-first processes={POOL_WORKERS} window={WINDOW} depth=1",
-            {"pool": "process", "workers": POOL_WORKERS, "depth": 1},
-        ),
         (f"ready-first threads=8 window={WINDOW}", {"pool": "thread", "workers": 8}),
     ]
     in_flight = {configs[0][0]: POOL_WORKERS * PREFETCH, configs[1][0]: POOL_WORKERS + WINDOW,
-                 configs[2][0]: POOL_WORKERS + WINDOW, configs[3][0]: 8 + WINDOW}  # fmt: skip
+                 configs[2][0]: 8 + WINDOW}  # fmt: skip
     res: dict[tuple[str, bool], list[dict[str, Any]]] = {
         (c, s): [] for c, _ in configs for s in (False, True)
     }
@@ -513,15 +504,11 @@ def main(argv: list[str] | None = None) -> None:
                     res[(label, straggle)].append(consume(stream, n - 4, warmup=4))
                     del stream
                 else:
-                    kw = dict(kw)
-                    # read when the pool starts (at the first sample): the default unless asked
-                    loader_module.PROCESS_DEPTH = kw.pop("depth", DEFAULT_DEPTH)
                     ds = _dataset(store, sample_hook=hook, **kw)
                     it = iter(ds)
                     res[(label, straggle)].append(consume(it, n - 4, warmup=4))
                     it.close()
                     ds.close()
-                    loader_module.PROCESS_DEPTH = DEFAULT_DEPTH
     for label, _ in configs:
         base, hit = _median_run(res[(label, False)]), _median_run(res[(label, True)])
         bench.add(part="c", source=label, in_flight=in_flight[label], samples=n - 4, stragglers=len(slow),

@@ -12,15 +12,8 @@ increasing) on a pool of threads or processes and yields an outcome per item:
   and a fresh thread takes its place).
 
 At most ``workers + window`` items are dispatched and not yet yielded, so memory stays bounded.
-The deadline is measured from the moment a worker starts the item, not from when it was sent.
-A thread worker is given one item at a time, only when idle. A process worker holds
-``PROCESS_DEPTH`` (2) items: the one it runs and the next, queued in its pipe, which it starts as
-soon as it has sent a result (no round trip through the parent between samples); the parent
-starts that item's clock when the result before it arrives. An item queued behind one that has run
-``_RECLAIM_FACTOR`` times the median recent duration (a straggler) moves to a worker with room:
-it is cancelled on the first worker (dropped unstarted, or, if that worker got to it first, its
-late result is dropped), so no item waits behind a straggler while another worker has room, and
-none is yielded twice. The items queued on a process that is killed or dies go to its replacement.
+The deadline is measured from the moment a worker starts the item (items wait in the main
+thread, never in a worker queue).
 
 Process pools need ``fn`` and the items to be picklable; they cannot be started inside a
 ``torch.utils.data.DataLoader`` worker (daemonic processes have no children) — use threads there.
@@ -84,42 +77,40 @@ Outcome = Done | Skipped
 
 
 # --------------------------------------------------------------------------------------- pools
-#: tasks a process worker holds: the one it runs and, behind it, the next one, which it starts as
-#: soon as it has sent a result instead of waiting for a round trip through the parent. 1: one
-#: task at a time, dispatched only to idle workers (the behaviour before; kept for benchmarks).
-PROCESS_DEPTH: int = 2
-#: a task queued behind one that has run longer than this many times the median duration of
-#: the last _RECENT tasks (at least _RECLAIM_FLOOR_S) moves to a worker with room
-_RECLAIM_FACTOR: Final = 3.0
-_RECLAIM_FLOOR_S: Final = 0.005
-_RECENT: Final = 64
-_TASK: Final = 0
-_CANCEL: Final = 1
-
-
 class _Pool:
-    """Workers that run submitted tasks; the caller submits while :meth:`free` is positive.
+    """Workers that each run one task at a time; the caller dispatches only to idle workers.
 
-    :meth:`get` returns ``(tid, ok, value or (error class, message), elapsed_s)``; elapsed from
-    :meth:`started`, the moment the task's worker started it (None while it waits in a queue)."""
+    The bookkeeping is shared: ``_busy`` maps each live worker id to its task's tid (None when
+    idle); subclasses start workers (ids from ``_new_wid``) and move tasks to and from them."""
 
-    retired: int = 0
+    def __init__(self) -> None:
+        self._busy: dict[int, int | None] = {}
+        self._next_wid = 0
+        self.retired = 0
 
-    def free(self) -> int:
-        raise NotImplementedError
+    def _new_wid(self) -> int:
+        wid = self._next_wid
+        self._next_wid += 1
+        return wid
+
+    def _claim_idle(self, tid: int) -> int:
+        """An idle worker, now marked as running ``tid``."""
+        wid = next(w for w, t in self._busy.items() if t is None)
+        self._busy[wid] = tid
+        return wid
+
+    def _worker_of(self, tid: int) -> int | None:
+        return next((w for w, t in self._busy.items() if t == tid), None)
+
+    def idle(self) -> int:
+        return sum(1 for t in self._busy.values() if t is None)
 
     def submit(self, tid: int, item: Any) -> None:
         raise NotImplementedError
 
-    def get(self, timeout: float | None) -> list[tuple[int, bool, Any, float]]:
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        """Messages ``(tid, ok, value or (error class, message))`` available within ``timeout``."""
         raise NotImplementedError
-
-    def started(self, tid: int) -> float | None:
-        raise NotImplementedError
-
-    def wake_at(self) -> float | None:
-        """When :meth:`get` has work of its own to do (move a queued task), if ever."""
-        return None
 
     def abandon(self, tid: int) -> None:
         raise NotImplementedError
@@ -133,24 +124,17 @@ def _error_payload(exc: BaseException) -> tuple[str, str]:
 
 
 class _ThreadPool(_Pool):
-    """One task per thread at a time, dispatched to idle threads only (a hand-over between
-    threads costs microseconds): a task starts when it is submitted."""
-
     def __init__(self, fn: Callable[[Any], Any], size: int) -> None:
+        super().__init__()
         self._fn = fn
         self._size = size
-        self.retired = 0
-        self._next_wid = 0
-        self._busy: dict[int, int | None] = {}  # live thread -> its tid, None when idle
-        self._start: dict[int, float] = {}  # tid -> when submitted
         self._out: queue.Queue[tuple[int, int, bool, Any]] = queue.Queue()
         self._inbox: dict[int, queue.Queue[tuple[int, Any] | None]] = {}
         for _ in range(size):
             self._spawn()
 
     def _spawn(self) -> None:
-        wid = self._next_wid
-        self._next_wid += 1
+        wid = self._new_wid()
         inbox: queue.Queue[tuple[int, Any] | None] = queue.Queue(maxsize=1)
         self._inbox[wid] = inbox
         self._busy[wid] = None
@@ -172,19 +156,10 @@ class _ThreadPool(_Pool):
                 msg = (wid, tid, False, _error_payload(exc))
             self._out.put(msg)
 
-    def free(self) -> int:
-        return sum(1 for t in self._busy.values() if t is None)
-
-    def started(self, tid: int) -> float | None:
-        return self._start.get(tid)
-
     def submit(self, tid: int, item: Any) -> None:
-        wid = next(w for w, t in self._busy.items() if t is None)
-        self._busy[wid] = tid
-        self._start[tid] = time.monotonic()
-        self._inbox[wid].put((tid, item))
+        self._inbox[self._claim_idle(tid)].put((tid, item))
 
-    def get(self, timeout: float | None) -> list[tuple[int, bool, Any, float]]:
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
         msgs: list[tuple[int, int, bool, Any]] = []
         try:
             msgs.append(
@@ -195,20 +170,18 @@ class _ThreadPool(_Pool):
         except queue.Empty:
             pass
         out = []
-        now = time.monotonic()
         for wid, tid, ok, payload in msgs:
             if wid in self._busy:  # a retired worker's late result is dropped
                 self._busy[wid] = None
-                out.append((tid, ok, payload, now - self._start.pop(tid, now)))
+                out.append((tid, ok, payload))
         return out
 
     def abandon(self, tid: int) -> None:
-        wid = next((w for w, t in self._busy.items() if t == tid), None)
+        wid = self._worker_of(tid)
         if wid is None:
             return
         # The thread cannot be stopped: forget it (it exits after its task) and start another.
         del self._busy[wid]
-        self._start.pop(tid, None)
         inbox = self._inbox.pop(wid)
         with contextlib.suppress(queue.Empty):  # a task the thread has not picked up yet is withdrawn
             inbox.get_nowait()
@@ -222,7 +195,6 @@ class _ThreadPool(_Pool):
                 inbox.put_nowait(None)
         self._inbox.clear()
         self._busy.clear()
-        self._start.clear()
 
 
 @contextlib.contextmanager
@@ -240,9 +212,6 @@ def _sigint_blocked() -> Iterator[None]:
 
 
 def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
-    """Run the tasks that arrive on ``conn`` in order; one reply per task: ``(tid, True, value)``,
-    ``(tid, False, (error class, message))``, or ``(tid, None, None)`` when a cancel for it came
-    before the worker started it (messages: ``(_TASK, tid, item)``, ``(_CANCEL, tid)``, None = stop)."""
     # Ctrl-C reaches every process of the terminal's foreground group: the parent decides what it
     # means (``featurecache train`` finishes its step first) and shuts the pool down; a worker that
     # took it would die with a KeyboardInterrupt traceback of its own and lose its sample. The
@@ -251,34 +220,14 @@ def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    pending: deque[tuple[int, Any]] = deque()
-
-    def take(msg: Any) -> bool:
-        """Queue a task or apply a cancel; False: stop."""
-        if msg is None:
-            return False
-        if msg[0] == _CANCEL:
-            # a cancel follows its task down the pipe: the task is pending, or already done
-            hit = next((t for t in pending if t[0] == msg[1]), None)
-            if hit is not None:
-                pending.remove(hit)
-                conn.send((msg[1], None, None))
-        else:
-            pending.append((msg[1], msg[2]))
-        return True
-
     while True:
         try:
-            if not pending and not take(conn.recv()):
-                return
-            while conn.poll():  # cancels that came meanwhile apply before the next task starts
-                if not take(conn.recv()):
-                    return
+            task = conn.recv()
         except (EOFError, OSError):
             return
-        if not pending:
-            continue
-        tid, item = pending.popleft()
+        if task is None:
+            return
+        tid, item = task
         try:
             msg = (tid, True, fn(item))
         except Exception as exc:
@@ -289,47 +238,14 @@ def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
             conn.send((tid, False, _error_payload(exc)))
 
 
-@dataclass(eq=False)
-class _Task:
-    """A task sent to a process worker. ``live`` False: abandoned or moved to another worker (its
-    reply is dropped); ``start``: when it became the first unanswered task of its worker."""
-
-    tid: int
-    item: Any
-    live: bool = True
-    start: float | None = None
-
-
 class _ProcessPool(_Pool):
-    """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue.
+    """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue."""
 
-    Each worker holds up to ``depth`` tasks: the one it runs, then the ones queued in its pipe. The
-    parent keeps each worker's unanswered tasks in order; the worker answers each task once, in
-    order, so the first unanswered task is the one it runs, started (as far as the parent can
-    tell) when the answer before it arrived, or when it was sent to a worker with nothing else.
-    A queued task whose worker is stuck on a straggler moves to a worker with room: it is sent
-    there and cancelled on the first worker, which drops it unstarted, or, if it had already
-    started it, has its late answer dropped."""
-
-    def __init__(
-        self,
-        fn: Callable[[Any], Any],
-        size: int,
-        context: str,
-        depth: int = PROCESS_DEPTH,
-        deadline_s: float | None = None,
-    ) -> None:
+    def __init__(self, fn: Callable[[Any], Any], size: int, context: str) -> None:
+        super().__init__()
         self._fn = fn
         self._ctx: Any = mp.get_context(context)
-        self.depth = max(1, depth)
-        self.deadline_s = deadline_s
-        self.retired = 0
-        self.moved = 0  # queued tasks moved off a worker stuck on a straggler
-        self._next_wid = 0
         self._workers: dict[int, tuple[Any, Connection]] = {}
-        self._tasks: dict[int, deque[_Task]] = {}  # worker -> its unanswered tasks, in order
-        self._live: dict[int, tuple[int, _Task]] = {}  # tid -> (worker, task) of the caller's tasks
-        self._recent: deque[float] = deque(maxlen=_RECENT)  # durations of the last tasks
         try:
             for _ in range(size):
                 self._spawn()
@@ -337,9 +253,8 @@ class _ProcessPool(_Pool):
             self.close()
             raise
 
-    def _spawn(self) -> int:
-        wid = self._next_wid
-        self._next_wid += 1
+    def _spawn(self) -> None:
+        wid = self._new_wid()
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=_process_main, args=(self._fn, child), name=f"featurecache-ready-{wid}",
                                  daemon=True)  # fmt: skip
@@ -354,159 +269,43 @@ class _ProcessPool(_Pool):
             proc.start()
             child.close()
             self._workers[wid] = (proc, parent)
-            self._tasks[wid] = deque()
-        return wid
-
-    def free(self) -> int:
-        return sum(self.depth - len(q) for q in self._tasks.values())
-
-    def started(self, tid: int) -> float | None:
-        hit = self._live.get(tid)
-        return hit[1].start if hit is not None else None
-
-    def _send(self, wid: int, task: _Task) -> None:
-        q = self._tasks[wid]
-        if not q:
-            task.start = time.monotonic()
-        q.append(task)
-        self._live[task.tid] = (wid, task)
-        # a worker that died meanwhile: its pipe reads EOF in get(), which settles its tasks
-        with contextlib.suppress(OSError):
-            self._workers[wid][1].send((_TASK, task.tid, task.item))
-
-    def _place(self, task: _Task, exclude: int | None = None) -> None:
-        wid = min((w for w in self._tasks if w != exclude), key=lambda w: len(self._tasks[w]))
-        self._send(wid, task)
+            self._busy[wid] = None
 
     def submit(self, tid: int, item: Any) -> None:
-        self._place(_Task(tid, item))
+        self._workers[self._claim_idle(tid)][1].send((tid, item))
 
-    def get(self, timeout: float | None) -> list[tuple[int, bool, Any, float]]:
-        conns: dict[Any, int] = {self._workers[w][1]: w for w, q in self._tasks.items() if q}
-        out: list[tuple[int, bool, Any, float]] = []
-        for ready in wait(list(conns), timeout=timeout) if conns else ():
-            wid = conns[ready]
-            conn = self._workers[wid][1]
-            while wid in self._workers:
-                try:
-                    msg: tuple[int, bool | None, Any] = conn.recv()
-                except (EOFError, OSError) as exc:
-                    # the worker died (crash, OOM kill): its task fails, a fresh worker replaces it
-                    head = self._tasks[wid][0] if self._tasks[wid] else None
-                    self._replace(wid)
-                    if head is not None and head.live:
-                        del self._live[head.tid]
-                        out.append((head.tid, False, ("WorkerDied", f"worker process exited: {exc!r}"),
-                                    time.monotonic() - (head.start or time.monotonic())))  # fmt: skip
-                    break
-                self._answered(wid, msg, out)
-                if not conn.poll():
-                    break
-        self._rebalance()
+    def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        conns: dict[Any, int] = {self._workers[w][1]: w for w, t in self._busy.items() if t is not None}
+        if not conns:
+            return []
+        out: list[tuple[int, bool, Any]] = []
+        for conn in wait(list(conns), timeout=timeout):
+            wid = conns[conn]
+            tid = int(self._busy[wid] or 0)
+            try:
+                msg: tuple[int, bool, Any] = self._workers[wid][1].recv()
+            except (EOFError, OSError) as exc:
+                # the worker died (crash, OOM kill): its task fails, a fresh worker replaces it
+                self._replace(wid)
+                out.append((tid, False, ("WorkerDied", f"worker process exited: {exc!r}")))
+                continue
+            self._busy[wid] = None
+            out.append(msg)
         return out
 
-    def _answered(
-        self, wid: int, msg: tuple[int, bool | None, Any], out: list[tuple[int, bool, Any, float]]
-    ) -> None:
-        tid, ok, payload = msg
-        q = self._tasks[wid]
-        task = next((t for t in q if t.tid == tid), None)  # the first: answers come in order
-        if task is None:
-            return
-        q.remove(task)
-        now = time.monotonic()
-        if q and q[0].start is None:
-            q[0].start = now
-        if not task.live or ok is None:
-            return
-        del self._live[tid]
-        elapsed = now - (task.start if task.start is not None else now)
-        self._recent.append(elapsed)
-        out.append((tid, ok, payload, elapsed))
-
-    def _straggle_s(self) -> float | None:
-        if not self._recent:
-            return None
-        recent = sorted(self._recent)
-        return max(_RECLAIM_FLOOR_S, _RECLAIM_FACTOR * recent[len(recent) // 2])
-
-    def _room(self, exclude: int, now: float, limit: float) -> int | None:
-        """A worker other than ``exclude`` with room, not itself on a straggler (fewest tasks)."""
-        ok = [w for w, q in self._tasks.items() if w != exclude and len(q) < self.depth
-              and not (q and q[0].start is not None and now - q[0].start > limit)]  # fmt: skip
-        return min(ok, key=lambda w: len(self._tasks[w])) if ok else None
-
-    def _stuck(self, now: float, limit: float) -> Iterator[tuple[int, _Task]]:
-        """Queued live tasks behind a task that has run longer than ``limit``."""
-        for wid, q in list(self._tasks.items()):
-            if len(q) > 1 and q[0].start is not None and now - q[0].start > limit:
-                yield from ((wid, t) for t in list(q)[1:] if t.live)
-
-    def _rebalance(self) -> None:
-        now = time.monotonic()
-        if self.deadline_s is not None:  # a worker on an abandoned task past the deadline
-            for wid, q in list(self._tasks.items()):
-                if q and not q[0].live and q[0].start is not None and now - q[0].start > self.deadline_s:
-                    self._replace(wid)
-        limit = self._straggle_s()
-        if limit is None or self.depth < 2:
-            return
-        for wid, task in list(self._stuck(now, limit)):
-            dest = self._room(wid, now, limit)
-            if dest is None:
-                return
-            task.live = False
-            with contextlib.suppress(OSError):
-                self._workers[wid][1].send((_CANCEL, task.tid))
-            self._send(dest, _Task(task.tid, task.item))
-            self.moved += 1
-
-    def wake_at(self) -> float | None:
-        now = time.monotonic()
-        times: list[float] = []
-        limit = self._straggle_s()
-        if limit is not None and self.depth > 1:
-            for wid, _task in self._stuck(now, limit):
-                if self._room(wid, now, limit) is not None:
-                    return now
-            for q in self._tasks.values():  # one coming: a wake when it is due (one past waits for room)
-                if (
-                    len(q) > 1
-                    and q[0].start is not None
-                    and now < q[0].start + limit
-                    and any(t.live for t in list(q)[1:])
-                ):
-                    times.append(q[0].start + limit)
-        if self.deadline_s is not None:
-            times += [q[0].start + self.deadline_s for q in self._tasks.values()
-                      if q and not q[0].live and q[0].start is not None]  # fmt: skip
-        return min(times, default=None)
-
     def _replace(self, wid: int) -> None:
-        """Kill worker ``wid`` and start another; its queued live tasks (all but the one it ran)
-        go to the workers with the fewest tasks."""
         proc, conn = self._workers.pop(wid)
-        tasks = self._tasks.pop(wid)
+        del self._busy[wid]
         proc.kill()
         proc.join(timeout=5)
         conn.close()
         self.retired += 1
         self._spawn()
-        for task in list(tasks)[1:]:
-            if task.live:
-                self._place(_Task(task.tid, task.item))
 
     def abandon(self, tid: int) -> None:
-        hit = self._live.pop(tid, None)
-        if hit is None:
-            return
-        wid, task = hit
-        task.live = False
-        if self._tasks[wid][0] is task:  # running: the worker is killed
+        wid = self._worker_of(tid)
+        if wid is not None:
             self._replace(wid)
-        else:  # queued: withdrawn
-            with contextlib.suppress(OSError):
-                self._workers[wid][1].send((_CANCEL, tid))
 
     def close(self) -> None:
         for _proc, conn in self._workers.values():
@@ -519,8 +318,7 @@ class _ProcessPool(_Pool):
                 proc.join(timeout=2)
             conn.close()
         self._workers.clear()
-        self._tasks.clear()
-        self._live.clear()
+        self._busy.clear()
 
 
 # --------------------------------------------------------------------------------- ready-first
@@ -563,8 +361,7 @@ class ReadyFirst:
             if self.pool_kind == "thread":
                 self._pool = _ThreadPool(self.fn, self.workers)
             else:
-                self._pool = _ProcessPool(self.fn, self.workers, self.mp_context, depth=PROCESS_DEPTH,
-                                          deadline_s=self.deadline_s)  # fmt: skip
+                self._pool = _ProcessPool(self.fn, self.workers, self.mp_context)
         return self._pool
 
     def close(self) -> None:
@@ -582,14 +379,14 @@ class ReadyFirst:
         self._drop_stale(pool)
         it = iter(items)
         exhausted = False
-        running: dict[int, Any] = {}  # seq -> item, submitted (running or queued on a worker)
+        running: dict[int, tuple[float, Any]] = {}  # seq -> (start, item)
         overtaken: dict[int, int] = {}  # running seq -> later results yielded since it started
         ready: dict[int, Done] = {}
         cap = self.workers + self.window
         last_seq: int | None = None
         try:
             while True:
-                while not exhausted and pool.free() > 0 and len(running) + len(ready) < cap:
+                while not exhausted and pool.idle() > 0 and len(running) + len(ready) < cap:
                     try:
                         seq, item = next(it)
                     except StopIteration:
@@ -599,7 +396,7 @@ class ReadyFirst:
                         raise InvalidRequest(f"ReadyFirst needs increasing seq, got {seq} after {last_seq}")
                     last_seq = seq
                     pool.submit(seq, item)
-                    running[seq] = item
+                    running[seq] = (time.monotonic(), item)
                     overtaken[seq] = 0
                 yielded = False
                 while ready:
@@ -620,13 +417,14 @@ class ReadyFirst:
                         return
                     if not ready:
                         continue
-                timeout = self._timeout(pool, running)
-                for tid, ok, payload, elapsed in pool.get(timeout):
+                timeout = self._timeout(running)
+                for tid, ok, payload in pool.get(timeout):
                     if tid not in running:
                         self._stale.discard(tid)
                         continue
-                    item = running.pop(tid)
+                    start, item = running.pop(tid)
                     overtaken.pop(tid)
+                    elapsed = time.monotonic() - start
                     if ok:
                         ready[tid] = Done(tid, item, payload, elapsed)
                     else:
@@ -635,9 +433,8 @@ class ReadyFirst:
                         yield Skipped(tid, item, SKIP_ERROR, cls, msg, elapsed)
                 if self.deadline_s is not None:
                     now = time.monotonic()
-                    for tid, item in list(running.items()):
-                        start = pool.started(tid)  # a queued task's clock has not started
-                        if start is not None and now - start > self.deadline_s:
+                    for tid, (start, item) in list(running.items()):
+                        if now - start > self.deadline_s:
                             pool.abandon(tid)
                             del running[tid]
                             del overtaken[tid]
@@ -648,23 +445,19 @@ class ReadyFirst:
             # Whatever is still on a worker belongs to this run; its results must not leak into the next.
             self._stale.update(running)
 
-    def _timeout(self, pool: _Pool, running: dict[int, Any]) -> float | None:
-        due = [pool.wake_at()]
-        if self.deadline_s is not None:
-            due += [s + self.deadline_s for s in map(pool.started, running) if s is not None]
-        first = min((d for d in due if d is not None), default=None)
-        return None if first is None else max(0.0, first - time.monotonic()) + 1e-3
+    def _timeout(self, running: dict[int, tuple[float, Any]]) -> float | None:
+        if self.deadline_s is None or not running:
+            return None
+        first = min(start for start, _ in running.values())
+        return max(0.0, first + self.deadline_s - time.monotonic()) + 1e-3
 
     def _drop_stale(self, pool: _Pool) -> None:
         """Tasks of a run the consumer stopped early: wait briefly for them, then abandon them."""
         if not self._stale:
             return
-        for tid in [t for t in self._stale if pool.started(t) is None]:  # queued: withdrawn at once
-            pool.abandon(tid)
-            self._stale.discard(tid)
         end = time.monotonic() + min(self.deadline_s or _STALE_WAIT_S, _STALE_WAIT_S)
         while self._stale and time.monotonic() < end:
-            for tid, _ok, _payload, _elapsed in pool.get(0.05):
+            for tid, _ok, _payload in pool.get(0.05):
                 self._stale.discard(tid)
         for tid in list(self._stale):
             pool.abandon(tid)
