@@ -129,7 +129,8 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         dashboard: str | None = "127.0.0.1:0"
     except ImportError:
         dashboard = None
-    from featurecache.build.worker_plugin import IgnoreInterrupt, sigint_blocked
+    from featurecache.build.worker_plugin import IgnoreInterrupt
+    from featurecache.signals import sigint_blocked
 
     cluster = None
     try:

@@ -5,7 +5,7 @@ processes included: the driver decides what it means (one line, exit 130, the fi
 and shuts them down; a worker that took it would die with a KeyboardInterrupt traceback of its
 own. A worker ignores SIGINT once :class:`IgnoreInterrupt` runs in it, which is after seconds of
 imports (distributed, then featurecache; longer under load). To close that window the cluster is
-started inside :func:`sigint_blocked`: the threads it starts (its IO loop, and from it each
+started inside :func:`featurecache.signals.sigint_blocked`: the threads it starts (its IO loop, and from it each
 nanny's process-starting thread) inherit the blocked mask, and so does each worker process they
 spawn (the mask survives fork and exec), also one a nanny restarts later. A SIGINT that comes
 meanwhile stays pending in the worker, and the plugin discards it: it ignores SIGINT first, then
@@ -14,32 +14,12 @@ unblocks it (POSIX: a pending signal whose action is set to ignore is discarded)
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-
-@contextlib.contextmanager
-def sigint_blocked() -> Iterator[None]:
-    """SIGINT held back in the calling thread meanwhile (delivered when the block ends). Threads
-    started meanwhile, and processes they start, start with it blocked. The resource tracker of
-    multiprocessing is started first: CPython starts it with SIGINT blocked and then unblocks SIGINT
-    in the starting thread (bpo-33613), which would reopen the window in a nanny's thread."""
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
-        yield
-        return
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+from featurecache.signals import ignore_pending_sigint
 
 
 class IgnoreInterrupt(WorkerPlugin):
@@ -48,6 +28,4 @@ class IgnoreInterrupt(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            if hasattr(signal, "pthread_sigmask"):
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            ignore_pending_sigint()

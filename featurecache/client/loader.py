@@ -28,18 +28,17 @@ import contextlib
 import logging
 import multiprocessing as mp
 import queue
-import signal
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any, Final
 
 from featurecache.errors import InvalidRequest
+from featurecache.signals import ignore_pending_sigint, sigint_blocked
 
 log = logging.getLogger(__name__)
 
@@ -197,29 +196,13 @@ class _ThreadPool(_Pool):
         self._busy.clear()
 
 
-@contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT held back in this thread meanwhile (delivered when the block ends). A process started
-    meanwhile starts with it blocked: the mask survives fork and exec."""
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
     # Ctrl-C reaches every process of the terminal's foreground group: the parent decides what it
     # means (``featurecache train`` finishes its step first) and shuts the pool down; a worker that
     # took it would die with a KeyboardInterrupt traceback of its own and lose its sample. The
     # worker was started with SIGINT blocked (_ProcessPool._spawn), through the seconds a spawned
     # interpreter takes to import ``fn``'s modules: ignoring it discards one that came meanwhile.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    ignore_pending_sigint()
     while True:
         try:
             task = conn.recv()
@@ -263,9 +246,7 @@ class _ProcessPool(_Pool):
         # WorkerDied; here a Ctrl-C meanwhile reaches this process when the block ends, the
         # worker registered (so that close() stops it). CPython starts its resource tracker the
         # same way (bpo-33613), and unblocks SIGINT after it: the tracker is started first.
-        if self._ctx.get_start_method() == "spawn":
-            resource_tracker.ensure_running()
-        with _sigint_blocked():
+        with sigint_blocked(start_resource_tracker=self._ctx.get_start_method() == "spawn"):
             proc.start()
             child.close()
             self._workers[wid] = (proc, parent)
