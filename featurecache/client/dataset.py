@@ -32,9 +32,12 @@ handed it over, or — through a ``DataLoader`` — :meth:`FeatureDataset.consum
 deadline; a skip is reported with the next sample of the same worker, or at once when iterating
 the dataset directly; under :class:`FeatureLoader` the skips that end a worker's pass come as a
 skip-only item, :data:`K_SKIPS_ONLY`, that its collate adds to the batch or that it consumes
-alone; a plain ``DataLoader`` never reports them, so they are computed again next pass). :meth:`~FeatureDataset.state_dict` records, for this rank and the current
-epoch, the resolved positions: a watermark below which all are resolved plus the resolved ones
-above it (samples yielded out of order). Samples that were prefetched, computed or even batched
+alone; a plain ``DataLoader`` never reports them, so they are computed again next pass), or
+— per-epoch mode, ``FeatureLoader(drop_last=True)`` — once it was **dropped** with a worker's last,
+partial batch (the epoch ends as with torch's ``drop_last``; the next pass is the next epoch, whole).
+:meth:`~FeatureDataset.state_dict` records, for this rank and the current epoch, the resolved
+positions: a watermark below which all are resolved plus the resolved ones above it (samples
+yielded out of order). Samples that were prefetched, computed or even batched
 inside ``DataLoader`` workers but not yet received by the trainer are **not** resolved. After
 :meth:`~FeatureDataset.load_state_dict`, iteration yields exactly the unresolved positions of the
 epoch (in the new run's ready-first order): no duplicate, no missing sample. Skipped samples are
@@ -505,12 +508,15 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     def consume(self, batch: Mapping[str, Any]) -> None:
         """Record that the trainer received ``batch`` (or one sample): its positions and the skips
         it reports are resolved. :class:`FeatureLoader` calls this for every batch."""
-        positions = _ints(batch.get("position"))
-        depths = _ints(batch.get("reorder_depth", 0))
+        self._resolve(batch, received=True)
+
+    def _resolve(self, batch: Mapping[str, Any], received: bool) -> None:
+        """Resolve ``batch``'s positions and the skips it reports; its samples count in ``stats``
+        when the trainer ``received`` them (not: a partial batch :class:`FeatureLoader` dropped)."""
         consumed = self._positions()
-        for p in positions:
+        for p in _ints(batch.get("position")):
             self._mark(consumed, p)
-        for d in depths:
+        for d in _ints(batch.get("reorder_depth", 0)) if received else ():
             self.stats.record_sample(d)
         for rec in batch.get("skipped", ()):
             self._mark(consumed, int(rec["position"]))
@@ -623,7 +629,15 @@ class FeatureLoader:
     positions above the watermark) instead of letting it grow with the run. Default
     ``max(1024, 4 · num_workers · (dataset.workers + dataset.window + batch_size · (prefetch_factor
     + 1)))``: far more than the workers' skew when none lags. (Per-epoch mode is bounded by the
-    epoch; ``in_order=True`` by the DataLoader's round robin.)"""
+    epoch; ``in_order=True`` by the DataLoader's round robin.)
+
+    ``drop_last=True`` in per-epoch mode: each worker's last batch of a pass with fewer than
+    ``batch_size`` samples (its last items, or a batch that a trailing skip report fills up) is
+    dropped here, not in the worker, so that its positions and skips are resolved: the epoch ends
+    and the next pass is the next epoch, whole, as with torch's ``drop_last``. (Dropped inside the
+    worker, they stayed unresolved: every later pass held only them, fewer than a batch, and was
+    empty.) Its samples are not counted in ``stats``. In infinite mode it goes to the DataLoader
+    as given (a worker's pass ends only when the trainer stopped it)."""
 
     def __init__(
         self,
@@ -640,6 +654,11 @@ class FeatureLoader:
         # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
         kwargs.setdefault("in_order", False)
+        #: per-epoch drop_last: a batch of fewer samples is dropped by __iter__, resolved (None: not)
+        self._drop_below: int | None = None
+        if kwargs.get("drop_last") and batch_size is not None and not dataset.infinite:
+            kwargs["drop_last"] = False
+            self._drop_below = batch_size
         if max_lag is None:
             prefetch = kwargs.get("prefetch_factor") or 2
             max_lag = max(
@@ -667,6 +686,9 @@ class FeatureLoader:
                     return
                 if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
                     self.dataset.consume(batch)
+                    continue
+                if self._drop_below is not None and len(_ints(batch.get("position"))) < self._drop_below:
+                    self.dataset._resolve(batch, received=False)  # a worker's last, partial batch
                     continue
                 self.dataset.stats.record_wait(time.perf_counter() - t0)
                 self.dataset.consume(batch)
