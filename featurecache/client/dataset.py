@@ -647,7 +647,12 @@ class FeatureLoader:
         max_lag: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            # torch's batch_size=None ("no batching") too: the skip reports and max_lag count batches
+            raise InvalidRequest(f"FeatureLoader: batch_size must be an integer ≥ 1; got {batch_size!r}")
         self.dataset = dataset
+        #: the latest pass (__iter__): only it republishes when it ends
+        self._passes = 0
         dataset._track_on_yield = False
         dataset._report_trailing_skips = True
         kwargs["collate_fn"] = SkipReportCollate(kwargs.get("collate_fn") or collate)
@@ -676,6 +681,8 @@ class FeatureLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         self.dataset._publish()  # and what persistent workers read at the pass's start
+        self._passes += 1
+        this_pass = self._passes
         it = iter(self.dataloader)
         try:
             while True:
@@ -693,8 +700,11 @@ class FeatureLoader:
                 self.dataset.stats.record_wait(time.perf_counter() - t0)
                 self.dataset.consume(batch)
                 yield batch
-        finally:  # workers waiting on the watermark (max_lag) end their pass: the DataLoader can stop them
-            self.dataset._publish()
+        finally:  # workers waiting on the watermark (max_lag) end their pass: the DataLoader can stop
+            # them. Not when a newer pass began (an old generator closed late, e.g. kept alive by a
+            # traceback): that would end the running pass's workers, and the trainer's stream with them
+            if self._passes == this_pass:
+                self.dataset._publish()
 
     def state_dict(self) -> dict[str, Any]:
         return self.dataset.state_dict()

@@ -91,3 +91,25 @@ def test_a_pass_stopped_while_a_worker_waits_ends_and_the_next_continues(sample_
         assert loader.state_dict()["consumed"] == _expected_state(set(received))
     finally:
         ds.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_an_old_pass_closed_late_does_not_end_the_running_one(sample_store: Path, persistent: bool) -> None:
+    """A pass's generator kept alive (a caught exception's traceback holds its frame) and closed
+    while a newer pass runs: the newer infinite stream goes on (before: closing the old generator
+    republished the mirror, every worker took it for the end of its pass and the stream stopped)."""
+    ds = _dataset(sample_store)
+    loader = FeatureLoader(ds, batch_size=1, num_workers=2, persistent_workers=persistent)
+    try:
+        old = iter(loader)
+        for _ in range(5):
+            next(old)
+        new = iter(loader)
+        for _ in range(10):
+            next(new)
+        old.close()  # what the garbage collector does when the traceback goes
+        more = [int(next(new)["position"][0]) for _ in range(40)]  # StopIteration before the fix
+    finally:
+        ds.close()
+    assert len(set(more)) == 40
