@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,9 +296,12 @@ def run_build(
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
             inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir)
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
-            withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
-            done = done_keys(out, start_index.get(WITHDRAWN))
-            pending = _pending(inputs, done, stored, start_index["failures"])
+            just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
+            done = done_keys(out, start_index.get(WITHDRAWN)) - {r["key"] for r in just_withdrawn}
+            withdrawn_paths = {r["path"] for r in just_withdrawn}
+            if start_index.get(WITHDRAWN) is not None:
+                withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
+            pending = _pending(inputs, done, stored, start_index["failures"], withdrawn_paths)
             summary.n_inputs = len(inputs)
             summary.n_skipped = len(inputs) - len(pending)
             summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
@@ -422,14 +425,23 @@ def _forget_parsed_ccd(client: Any) -> None:
     client.run(clear_component_caches)
 
 
-def _pending(inputs: list[InputFile], done: set[str], entries: Any, failures: Any) -> list[InputFile]:
+def _pending(
+    inputs: list[InputFile],
+    done: set[str],
+    entries: Any,
+    failures: Any,
+    withdrawn_paths: Set[str] = frozenset(),
+) -> list[InputFile]:
     """The inputs to build: those whose key is not the latest outcome the store holds for them.
 
     An input is up to date when its key is that of its path's listed failure (the index lists a
     failure only when it is newer than every entry built from that path), else that of the live
     entry of its id, else (neither: e.g. a part without an index row) when some part holds the key.
     So an input put back to an earlier version (whose key an older, superseded part still holds)
-    is built again: skipping it by that older part left the store serving the newer version."""
+    is built again: skipping it by that older part left the store serving the newer version. Nor
+    does that fallback count for a path whose listed failure was withdrawn (``withdrawn_paths``):
+    a failing file put back at an earlier failing version, or moved within --pdb-dir, is built and
+    listed again instead of hidden by a superseded part."""
     live = dict(zip(entries.column("id").to_pylist(), entries.column("key").to_pylist(), strict=True))
     failed: dict[str, str] = {}
     if failures.num_rows:
@@ -442,7 +454,7 @@ def _pending(inputs: list[InputFile], done: set[str], entries: Any, failures: An
             return failed[i.rel] == i.key
         if i.entry_id in live:
             return live[i.entry_id] == i.key
-        return i.key in done
+        return i.rel not in withdrawn_paths and i.key in done
 
     return [i for i in inputs if not current(i)]
 
