@@ -53,6 +53,23 @@ def ccd_dir(shared_dir: Path) -> Path:
     return CCD
 
 
+def featurecache_at(commit: str, dest: Path) -> Path:
+    """The featurecache package of ``commit``, extracted under ``dest`` (for tests that write a
+    store with an older version's code); skips the test when the git history is not there."""
+    import io
+    import subprocess
+    import tarfile
+
+    try:
+        blob = subprocess.run(["git", "-C", str(REPO), "archive", commit, "featurecache"],
+                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"needs the git history ({commit}): {exc}")
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
 def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | None = None,
                 ccd: Path | None = None, part_size: int = 8):  # type: ignore[no-untyped-def]  # fmt: skip
     """Run a real build (embedded LocalCluster) without a progress bar; returns the summary."""

@@ -5,20 +5,17 @@ column."""
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pyarrow.ipc as ipc
-import pytest
 
 import featurecache
 from featurecache.store.index import RUN_RECORD_TABLES
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store, featurecache_at
 
 
 def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
@@ -52,24 +49,12 @@ def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
 BEFORE_TIMINGS = "71a6b48"
 
 
-def _old_code(dest: Path) -> Path:
-    """The featurecache package of :data:`BEFORE_TIMINGS`, extracted under ``dest``."""
-    try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_TIMINGS, "featurecache"],
-                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs the git history ({BEFORE_TIMINGS}): {exc}")
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
-
-
 def test_an_old_parts_seconds_move_to_timings(tmp_path: Path) -> None:
     """A store whose first part was written before the time left entries (its entries.arrow has a
     ``seconds`` column, no timings.arrow), extended by a build of this code: index/timings.arrow
     has every live entry, the old part's time as that part recorded it (before: the old part's
     entries were missing from timings.arrow, their time dropped)."""
-    old = _old_code(tmp_path / "old")
+    old = featurecache_at(BEFORE_TIMINGS, tmp_path / "old")
     pdb = tmp_path / "pdb"
     pdb.mkdir()
     shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)

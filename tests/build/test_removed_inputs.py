@@ -14,19 +14,16 @@ Real builds (LocalCluster, 1 worker) of real corpus files; the malformed ones ar
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import gemmi
-import pytest
 
 import featurecache
-from tests.conftest import REPO, STRUCTURES, build_store
+from tests.conftest import STRUCTURES, build_store, featurecache_at
 
 GOOD = ("3zee.cif", "1orc.pdb")
 MALFORMED = ("4Q9R_min.cif", "1MOM_min.cif")
@@ -113,14 +110,7 @@ def test_a_failure_of_a_part_without_its_directory_stays_listed(tmp_path: Path) 
     :data:`BEFORE_SOURCE_DIR` code): nothing says which directory its path belongs to, so a build
     after its file was removed keeps it listed (as before); a new failure of that path would be
     withdrawn."""
-    try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_SOURCE_DIR, "featurecache"],
-                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs the git history ({BEFORE_SOURCE_DIR}): {exc}")
-    old = tmp_path / "old"
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(old, filter="data")
+    old = featurecache_at(BEFORE_SOURCE_DIR, tmp_path / "old")
     pdb = _copy(tmp_path / "pdb", "3zee.cif", "4Q9R_min.cif")
     store = tmp_path / "store"
     args = ["build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"]

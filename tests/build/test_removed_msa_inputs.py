@@ -15,19 +15,17 @@ failing MSA files are real alignments gzipped and cut in half (a gzip stream wit
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
 import featurecache
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store, featurecache_at
 
 GOOD = "1psm_A/bfd_uniclust_hits.a3m"
 BROKEN = ("1psm_A/uniref90_hits.a3m.gz", "1psm_A/mgnify_hits.sto.gz")
@@ -127,14 +125,7 @@ def test_a_failure_of_an_msa_part_without_its_directory_stays_listed(tmp_path: P
     """An MSA failure in a part written by the :data:`BEFORE_MSA_SOURCE_DIR` code (no
     ``source_dir`` in its manifest): nothing says which directory its path belongs to, so a build
     after its file was removed keeps it listed (as before)."""
-    try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_MSA_SOURCE_DIR, "featurecache"],
-                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs the git history ({BEFORE_MSA_SOURCE_DIR}): {exc}")
-    old = tmp_path / "old"
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(old, filter="data")
+    old = featurecache_at(BEFORE_MSA_SOURCE_DIR, tmp_path / "old")
     pdb, msa = _inputs(tmp_path)
     store = tmp_path / "store"
     args = ["build", "--pdb-dir", str(pdb), "--msa-dir", str(msa), "--out", str(store), "--workers", "1",

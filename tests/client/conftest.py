@@ -7,7 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from featurecache.client.sampler import SampleKey
 from tests.conftest import CCD, MSAS, STRUCTURES, build_store
+
+
+class FailAt:
+    """Sample hook: the sample at ``position`` raises."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+    def __call__(self, key: SampleKey) -> None:
+        if key.position == self.position:
+            raise RuntimeError(f"injected failure at {key.position}")
+
 
 #: Real files chosen for what the croppers must handle: many chains, DNA, ligands (GNP/MG, HEM,
 #: EPE, PCG), modified residues (5IU; MSE becomes MET, AF3 SI 2.1), a cyclic peptide, unresolved tails, one chain alone.

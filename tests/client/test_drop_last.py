@@ -11,20 +11,9 @@ from typing import Any
 import pytest
 
 from featurecache.client import FeatureDataset, FeatureLoader
-from featurecache.client.sampler import SampleKey
+from tests.client.conftest import FailAt
 
 EPOCH = 12
-
-
-class FailAt:
-    """Sample hook: the sample at ``position`` raises."""
-
-    def __init__(self, position: int) -> None:
-        self.position = position
-
-    def __call__(self, key: SampleKey) -> None:
-        if key.position == self.position:
-            raise RuntimeError(f"injected failure at {key.position}")
 
 
 def _dataset(store: Path, fail_at: int | None = None) -> FeatureDataset:

@@ -11,21 +11,10 @@ import pytest
 import torch
 
 from featurecache.client import FeatureDataset, FeatureLoader
-from featurecache.client.sampler import SampleKey
+from tests.client.conftest import FailAt
 
 EPOCH = 12
 FAIL_AT = 11  # the last position of the epoch: DataLoader worker 1 of 2 (p % 2), the last it computes
-
-
-class FailAt:
-    """Sample hook: the sample at ``position`` raises."""
-
-    def __init__(self, position: int) -> None:
-        self.position = position
-
-    def __call__(self, key: SampleKey) -> None:
-        if key.position == self.position:
-            raise RuntimeError(f"injected failure at {key.position}")
 
 
 def _dataset(store: Path) -> FeatureDataset:
