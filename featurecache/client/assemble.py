@@ -66,8 +66,14 @@ own. Nothing is paired in a monomer or a homomer (one protein sequence), nor for
 (as in AF3), nor rows without a species id (ColabFold / MMseqs2 headers carry none). A chain with
 fewer rows is gap with ``msa_mask`` False where it has none. Only the selected rows and the cropped columns are read
 from the store, plus, for a heteromer, the species ids of each protein MSA's rows. A chain
-without a stored MSA (ligands, or no MSA given) gets the single-sequence MSA: its tokens'
+without a stored MSA (no MSA given, or depth 1) gets the single-sequence MSA: its tokens'
 ``restype`` as the query, the one-hot of it as the profile, and no further rows.
+
+Ligand tokens (``mol_type`` ligand) take AF3's MSA of a non-polymer chain
+(``Msa.from_empty(query_sequence='-' * n)`` in ``features.MSA.compute_features``, paired and
+unpaired alike): the gap in every row, the query included, with ``msa_mask`` True (AF3's mask is
+1 wherever a row exists), no deletions, a profile one-hot at the gap and ``deletion_mean`` 0. Their
+``restype`` stays UNK.
 
 Deviation from AF3: AF3 pairs the rows of a separate UniProt search and takes the unpaired rows
 from the other databases; a store holds one merged MSA per sequence (Protenix's ``pairing.a3m``
@@ -76,6 +82,8 @@ rest. AF3 also caps the paired block at 8,191 rows; here ``max_msa_rows`` caps t
 AF3 pairs chain by chain, so two copies of one sequence count as two MSAs: a species found only
 in those copies is paired there too (each copy the same row), and copies count again in the
 "shared by more" order and the product; here pairing is over the distinct MSAs of the crop.
+AF3's ``msa_mask`` is 1 on every row of every token; here the rows a polymer chain lacks (a
+shorter MSA, a species it does not have, the single-sequence MSA below row 0) are masked off.
 """
 
 from __future__ import annotations
@@ -303,6 +311,12 @@ def msa_features(
     profile = np.zeros((n, NUM_RESTYPES), dtype=np.float32)
     profile[np.arange(n), restype] = 1.0
     deletion_mean = np.zeros(n, dtype=np.float32)
+    # ligand columns (AF3: an empty MSA whose query is all gaps): gap in every row, real rows
+    ligand = np.asarray(tokens["mol_type"])[keep] == MolType.LIGAND
+    msa[0, ligand] = GAP
+    mask[:, ligand] = True
+    profile[ligand] = 0.0
+    profile[ligand, GAP] = 1.0
     for c in sorted(blocks):
         key, pos, _ = blocks[c]
         plan_rows = plan[c]
