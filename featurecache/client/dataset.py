@@ -284,6 +284,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         _check_count("crop_size", crop_size, 1)
         _check_count("seed", seed, 0)
         _check_count("workers", workers, 1)
+        _check_count("max_msa_rows", max_msa_rows, 1)
         reader = open_source(source, token=token)
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
