@@ -14,7 +14,10 @@ Rules:
 - polymer residues in the entity sequence but absent from the file become tokens whose atoms are
   all ``is_present = False`` (AF3 keeps them), when the file states the entity sequence;
 - centre atom: Cα (protein), C1′ (nucleic acids), the atom itself (per-atom tokens);
-- ligands inside a polymer chain (PDB-style files, rewritten assemblies) become chains of their own.
+- ligands inside a polymer chain (PDB-style files, rewritten assemblies) become chains of their own;
+- ``entity_id`` / ``sym_id`` follow the sequence, not the mmCIF entity (SI Table 5; AF3's
+  ``_compute_asym_entity_and_sym_id``): chains whose tokens have the same residue names in the
+  same order are one entity (copies of a ligand too), numbered in chain order.
 """
 
 from __future__ import annotations
@@ -84,7 +87,6 @@ class _Residue:
 class _Chain:
     label_id: str
     auth_id: str
-    entity_key: tuple[str, ...]
     mol_type: MolType
     residues: list[_Residue] = field(default_factory=list)
 
@@ -181,12 +183,7 @@ def _collect_chains(
                 polymer_chains.append(chain)
             ligand_chains.extend(embedded)
         else:
-            key = (
-                ("entity", ent.name)
-                if ent is not None and ent.name
-                else ("ligand", *sorted({r.name for r in residues}))
-            )
-            chain = _Chain(sub_id, auth_id, key, MolType.LIGAND)
+            chain = _Chain(sub_id, auth_id, MolType.LIGAND)
             for i, res in enumerate(_dedupe_microhetero(residues), start=1):
                 chain.residues.append(_ligand_residue(res, i, auth_id))
             ligand_chains.append(chain)
@@ -248,7 +245,7 @@ def _polymer_chain(
     warnings: list[str],
 ) -> tuple[_Chain, list[_Chain]]:
     mol_type = _chain_mol_type(ent, residues)
-    chain = _Chain(sub_id, auth_id, ("entity", ent.name), mol_type)
+    chain = _Chain(sub_id, auth_id, mol_type)
     full_seq = [s.split(",")[0] for s in ent.full_sequence]
     use_full = bool(full_seq) and all(r.label_seq is not None for r in residues)
     polymer: list[gemmi.Residue] = []
@@ -257,8 +254,9 @@ def _polymer_chain(
         if _is_polymer_residue(res, full_seq if use_full else None, mol_type):
             polymer.append(res)
         else:
-            lig = _Chain(f"{sub_id}_{res.name}{res.seqid.num}{res.seqid.icode.strip()}", auth_id,
-                         ("ligand", res.name), MolType.LIGAND)  # fmt: skip
+            lig = _Chain(
+                f"{sub_id}_{res.name}{res.seqid.num}{res.seqid.icode.strip()}", auth_id, MolType.LIGAND
+            )
             lig.residues.append(_ligand_residue(res, 1, auth_id))
             embedded.append(lig)
     if use_full:
@@ -427,6 +425,18 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str) -> _Residue:
 
 
 # ------------------------------------------------------------------------------------- assemble
+def _entity_key(ch: _Chain) -> tuple[str, ...]:
+    """What makes two chains one entity: the residue name of each of their tokens, in order.
+
+    AF3 (``features._compute_asym_entity_and_sym_id``) keys ``entity_id`` / ``sym_id`` on the
+    chain's token residue names joined (SI Table 5: "unique integer for each distinct
+    sequence"), not on the mmCIF entity: two chains of identical sequence in two mmCIF entities
+    are one entity, and copies of a ligand are one entity (a per-atom residue counts once per
+    token, so copies with different resolved atoms differ, as in AF3).
+    """
+    return tuple(r.name for r in ch.residues for _ in range(1 if r.one_token else len(r.atoms)))
+
+
 def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
     # Collect plain Python lists and fill the structured arrays column by column: per-row numpy
     # assignment costs ~10 µs a field and dominated tokenization of large entries.
@@ -450,7 +460,7 @@ def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
     name_codes: dict[str, tuple[int, ...]] = {}
     ai = ti = uid = 0
     for asym_id, ch in enumerate(chains):
-        entity_id = entity_index.setdefault(ch.entity_key, len(entity_index))
+        entity_id = entity_index.setdefault(_entity_key(ch), len(entity_index))
         sym_id = sym_count.get(entity_id, 0)
         sym_count[entity_id] = sym_id + 1
         token_start = ti
