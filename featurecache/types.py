@@ -182,7 +182,8 @@ class EncodedMSA:
     ``[depth, L]`` (insertions before each column), ``species`` int32 ``[depth]`` (> 0 NCBI taxon,
     < 0 UniProt species mnemonic code, 0 unknown), ``source`` uint8 ``[depth]`` (index into
     ``sources``), ``profile`` float32 ``[L, 32]`` and ``deletion_mean`` float32 ``[L]`` computed over
-    all distinct rows before the depth cap. Row 0 is the query.
+    the distinct rows of the main MSA (pairing-only sources left out: featurize.msa.PAIRING_SOURCES)
+    before the depth cap. Row 0 is the query.
     """
 
     sequence: str

@@ -73,8 +73,10 @@ __all__ = [
 ]  # fmt: skip
 
 POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
-#: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key).
-MSA_STAGE_VERSION = "1"
+#: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
+#: bump rebuilds every stored MSA). "2": profile and deletion_mean over the main MSA only (the
+#: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES).
+MSA_STAGE_VERSION = "2"
 SCAN_BATCH_BYTES = 32 << 20  # files per scan task: about this many bytes
 MAX_MSAS_PER_PART = 256
 PART_INPUT_BYTES = 256 << 20  # input bytes per write task (a file counts once per sequence using it)

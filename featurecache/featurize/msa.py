@@ -13,7 +13,10 @@ Conventions (as AlphaFold 2/3):
 * duplicates are rows whose match columns are identical (insertions ignored), the first one in
   merge order is kept; the query is always row 0 and removes every hit identical to it;
 * ``profile`` (fraction of each class per column, gaps included) and ``deletion_mean`` (mean raw
-  count per column) are taken over all distinct rows, before the depth cap.
+  count per column) are taken over the distinct rows of the main MSA, before the depth cap: the
+  query and the rows of every alignment but the pairing-only ones (:data:`PAIRING_SOURCES`, UniProt
+  and Protenix's ``pairing.a3m``), as AF3 computes them from the unpaired MSA alone (SI Table 5;
+  its UniProt search feeds only the paired ``*_all_seq`` features). Pairing rows are still stored.
 
 :func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time and keeps only the first
 ``depth_cap`` distinct rows (plus a 16-byte digest per distinct row and the profile counts), so its
@@ -54,6 +57,11 @@ MAX_SOURCES = 255
 DELETION_MAX = np.iinfo(np.int16).max
 #: Rows encoded at a time by :func:`build_msa` (its memory does not grow with the input rows).
 ENCODE_CHUNK_ROWS = 4096
+
+#: Database labels whose alignments serve species pairing only (AF3's UniProt search, Protenix's
+#: ``pairing.a3m``): their rows are stored, but they are not part of the main MSA that ``profile``
+#: and ``deletion_mean`` describe.
+PAIRING_SOURCES: frozenset[str] = frozenset({"uniprot", "pairing"})
 
 #: Merge order of the files found for one sequence, by the database their name points to (AF2's
 #: uniref90 → bfd → mgnify, then UniProt (pairing), then Protenix's split files, then anything
@@ -226,7 +234,9 @@ def build_msa(
 
     Every alignment must be rooted at ``sequence`` (its row 0 is the query, gap-free). Row 0 of
     the result is the query itself; the other rows follow the alignments' order, duplicates and
-    hits identical to the query removed, truncated to ``depth_cap`` rows.
+    hits identical to the query removed, truncated to ``depth_cap`` rows. ``profile`` and
+    ``deletion_mean`` cover the distinct rows of the query and of the alignments whose
+    :func:`source_label` (read from ``label``, a path) is not in :data:`PAIRING_SOURCES`.
     """
     sequence = sequence.upper()
     length = len(sequence)
@@ -238,12 +248,13 @@ def build_msa(
         raise MSAError(f"{len(alignments)} alignments for one sequence; at most {MAX_SOURCES - 1}")
     acc = _Accumulator(length, mol_type, depth_cap)
     q_chars, q_del = encode_rows([sequence], length)
-    acc.add(q_chars, q_del, (), 0)
+    acc.add(q_chars, q_del, (), 0, in_profile=True)
     labels = [QUERY_SOURCE]
     n_input = 0
     for k, (label, msa) in enumerate(alignments, start=1):
         if msa.depth == 0:
             continue
+        main = source_label(label) not in PAIRING_SOURCES
         if msa.rows[0] != sequence:
             raise MSAError(
                 f"{label}: the alignment's query ({msa.query_sequence[:30]}…, {len(msa.query_sequence)} aa) "
@@ -257,7 +268,7 @@ def build_msa(
                 chars, dels = encode_rows(msa.rows[start:stop], length, first_row=start)
             except MSAError as exc:
                 raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
-            acc.add(chars, dels, msa.headers[start:stop], k)
+            acc.add(chars, dels, msa.headers[start:stop], k, in_profile=main)
         labels.append(label)
         n_input += msa.depth
     return acc.finish(sequence, tuple(labels), n_input)
@@ -267,14 +278,17 @@ class _Accumulator:
     """Distinct rows of one MSA, fed in chunks in merge order.
 
     Keeps the first ``depth_cap`` distinct rows (residues, deletions, species, source) and, over
-    every distinct row, the class counts per column and the deletion sums that the profile and the
-    deletion mean are made of. Memory: ``depth_cap`` rows + one 16-byte digest per distinct row,
-    whatever the number of input rows.
+    the distinct rows of the main MSA (rows added ``in_profile``), the class counts per column and
+    the deletion sums that the profile and the deletion mean are made of. A row is distinct once in
+    the stored rows (first occurrence in merge order, whatever its source) and once in the main MSA
+    (a pairing row that a later main-MSA alignment holds too counts there). Memory: ``depth_cap``
+    rows + one 16-byte digest per distinct row, whatever the number of input rows.
     """
 
     def __init__(self, length: int, mol_type: int, depth_cap: int) -> None:
         self.length, self.mol_type, self.cap = length, int(mol_type), depth_cap
-        self.seen: set[bytes] = set()
+        self.seen: dict[bytes, bool] = {}  # digest -> counted in the profile (seen in the main MSA)
+        self.n_profile = 0
         self.counts = np.zeros(length * NUM_RESTYPES, np.int64)
         self.del_sum = np.zeros(length, np.int64)
         self.residues: list[np.ndarray] = []
@@ -283,25 +297,36 @@ class _Accumulator:
         self.source: list[np.ndarray] = []
         self.n_kept = 0
 
-    def add(self, chars: np.ndarray, dels: np.ndarray, headers: Sequence[str], source: int) -> None:
+    def add(
+        self, chars: np.ndarray, dels: np.ndarray, headers: Sequence[str], source: int, in_profile: bool
+    ) -> None:
         """Add encoded rows ``chars`` uint8 [n, L], ``dels`` int16 [n, L] (``headers``: n, or empty
-        for the query, whose species is 0) coming from alignment ``source``."""
+        for the query, whose species is 0) coming from alignment ``source``; ``in_profile``: the
+        alignment is part of the main MSA (not a pairing-only one)."""
         n, length = chars.shape
         if n == 0:
             return
         flat = np.ascontiguousarray(chars).tobytes()
         new = np.zeros(n, bool)
+        counted = np.zeros(n, bool)
         for i in range(n):
             d = hashlib.blake2b(flat[i * length : (i + 1) * length], digest_size=16).digest()
-            if d not in self.seen:
-                self.seen.add(d)
+            in_main = self.seen.get(d)
+            if in_main is None:
                 new[i] = True
+            if in_profile and not in_main:
+                counted[i] = True
+            if in_main is None or counted[i]:
+                self.seen[d] = bool(in_main) or in_profile
+        cnt = np.flatnonzero(counted)
+        if cnt.size:
+            self.counts += _class_counts(to_restypes(chars[cnt], self.mol_type))
+            self.del_sum += dels[cnt].sum(axis=0, dtype=np.int64)
+            self.n_profile += int(cnt.size)
         idx = np.flatnonzero(new)
         if idx.size == 0:
             return
         residues = to_restypes(chars[idx], self.mol_type)
-        self.counts += _class_counts(residues)
-        self.del_sum += dels[idx].sum(axis=0, dtype=np.int64)
         take = idx[: max(0, self.cap - self.n_kept)]
         if take.size:
             self.residues.append(residues[: take.size])
@@ -315,6 +340,7 @@ class _Accumulator:
 
     def finish(self, sequence: str, labels: tuple[str, ...], n_input: int) -> EncodedMSA:
         n = len(self.seen)
+        m = self.n_profile  # >= 1: the query is always in the main MSA
         counts = self.counts.reshape(self.length, NUM_RESTYPES)
         return EncodedMSA(
             sequence=sequence,
@@ -323,8 +349,8 @@ class _Accumulator:
             deletions=np.ascontiguousarray(np.concatenate(self.deletions)),
             species=np.concatenate(self.species),
             source=np.concatenate(self.source),
-            profile=(counts / n).astype(np.float32),
-            deletion_mean=(self.del_sum.astype(np.float64) / n).astype(np.float32),
+            profile=(counts / m).astype(np.float32),
+            deletion_mean=(self.del_sum.astype(np.float64) / m).astype(np.float32),
             sources=labels,
             n_input_rows=n_input,
             n_distinct=n,

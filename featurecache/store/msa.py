@@ -61,7 +61,7 @@ MSAS_SCHEMA = pa.schema(
         ("mol_type", pa.int8()),
         ("length", pa.int32()),  # columns = query residues
         ("depth", pa.int32()),  # stored rows (query = row 0), after dedup and the depth cap
-        ("n_distinct", pa.int32()),  # distinct rows before the cap (profile is over these)
+        ("n_distinct", pa.int32()),  # distinct rows before the cap (profile: those of the main MSA)
         ("n_input_rows", pa.int64()),  # rows read from the files
         ("n_files", pa.int32()),  # alignments merged; 0 = single sequence
         ("sources", pa.list_(pa.string())),  # source i (1..) of ``rows.source``; 0 is the query
