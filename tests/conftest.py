@@ -79,6 +79,28 @@ def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | N
                      progress=False)  # fmt: skip
 
 
+#: 24 corpus inputs for the tests that interrupt a build (SIGKILL, Ctrl-C) and resume it: every
+#: input format (.cif, .pdb, .ent, .gz, .bcif.gz), format twins, and the six inputs SOURCES.tsv marks
+#: malformed or without coordinates (failures); a third of the whole corpus' inputs, so the resumed
+#: build and the uninterrupted reference build cost a third as much
+INTERRUPT_INPUTS = (
+    "102m.cif", "1A8O.cif", "1A8O.pdb", "1LCD.cif", "1LCD.pdb", "6wg6.bcif.gz", "2crb.cif.gz", "7DDO.pdb",
+    "721p-assembly1.cif", "2q2k.cif", "4oz7.pdb", "pdb1gdr.ent", "1lzh.pdb.gz", "AF-P01112-F1-model_v4.cif.gz",
+    "5e5z.pdb", "3u8v.cif", "ions.pdb", "disordered.pdb",
+    "1MOM_min.cif", "4Q9R_min.cif", "1bna-errors.cif", "r5wkdsf.ent", "5moo_header.pdb", "header.pdb",
+)  # fmt: skip
+
+
+def interrupt_inputs(dest: Path) -> Path:
+    """A --pdb-dir under ``dest`` holding copies of :data:`INTERRUPT_INPUTS`."""
+    import shutil
+
+    dest.mkdir(parents=True)
+    for name in INTERRUPT_INPUTS:
+        shutil.copy(STRUCTURES / name, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def corpus_store(tmp_path_factory: pytest.TempPathFactory, structures_dir: Path, ccd_dir: Path) -> Path:
     """The whole real structure corpus with its MSAs and the CCD, built once per test session."""

@@ -30,7 +30,7 @@ from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
-from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store
+from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, interrupt_inputs
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -268,7 +268,7 @@ def _sigint(handler: Any) -> Iterator[None]:
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     """SIGINT to the whole process group (what a terminal's Ctrl-C sends), once 4 structure parts
-    are committed (one input per part: 59 of the 63 inputs still to come): one line, exit 130, no
+    are committed (one input per part: 20 of the 24 inputs still to come): one line, exit 130, no
     worker's KeyboardInterrupt traceback; the re-run skips what was kept, builds the rest, and the
     store verifies.
 
@@ -284,10 +284,11 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     def structure_parts() -> int:
         return sum(1 for p in complete_parts(out) if p.name.startswith(STRUCTURE_PART_PREFIX))
 
+    inputs = interrupt_inputs(tmp_path / "in")
     out = tmp_path / "s"
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(STRUCTURES), "--out", str(out),
+    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(inputs), "--out", str(out),
            "--workers", "2", "--part-size", "1", "--no-progress"]  # fmt: skip
-    n_inputs = sum(1 for p in STRUCTURES.rglob("*") if p.is_file() and not p.name.startswith("."))
+    n_inputs = sum(1 for p in inputs.rglob("*") if p.is_file() and not p.name.startswith("."))
     with _sigint(signal.SIG_IGN), _sigint(signal.default_int_handler):  # see the docstring
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)  # fmt: skip
@@ -307,7 +308,7 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     assert "interrupted: every finished part" in err and "KeyboardInterrupt" not in err, err
     kept = structure_parts()
     assert 4 <= kept < n_inputs, kept
-    summary = build_store(out, STRUCTURES, workers=2, part_size=1)
+    summary = build_store(out, inputs, workers=2, part_size=1)
     assert summary.n_inputs == n_inputs and kept <= summary.n_skipped < n_inputs, summary
     assert verify_store(out) == []
 
