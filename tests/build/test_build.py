@@ -18,7 +18,7 @@ import featurecache
 from featurecache.store.index import complete_parts, read_table
 from featurecache.store.layout import TMP_PREFIX
 from featurecache.store.verify import verify_store
-from tests.conftest import REPO, SOURCES_TSV, STRUCTURES, build_store
+from tests.conftest import INTERRUPT_INPUTS, REPO, SOURCES_TSV, STRUCTURES, build_store, interrupt_inputs
 
 # Inputs whose SOURCES.tsv notes mark them malformed / without coordinates: they must be failures.
 MUST_FAIL = {
@@ -137,32 +137,43 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, timeout=600)  # fmt: skip
 
 
-def test_exit_statuses(tmp_path: Path, subset_dir: Path) -> None:
-    bad = _cli(
-        "build", "--pdb-dir", str(subset_dir), "--out", str(tmp_path / "s"), "--workers", "1", "--no-progress"
-    )
-    assert bad.returncode == 1, bad.stderr  # 1bna-errors.cif fails
-    assert "1bna-errors.cif" in bad.stderr and "Traceback" not in bad.stderr
-    good_dir = tmp_path / "good"
+def _cli_start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "featurecache.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+
+
+def test_exit_statuses(tmp_path: Path) -> None:
+    """0: every input built; 1: an input failed (named, no traceback); 3: the store cannot be
+    written; info lists the failure; verify 0 on a sound store. The three builds are independent
+    and run at once (each is mostly a CLI start and a LocalCluster's)."""
+    bad_dir, good_dir = tmp_path / "bad", tmp_path / "good"
+    bad_dir.mkdir()
     good_dir.mkdir()
+    for name in ("102m.cif", "1bna-errors.cif"):  # one input that builds, one that fails
+        shutil.copy(STRUCTURES / name, bad_dir)
     shutil.copy(STRUCTURES / "102m.cif", good_dir)
-    ok = _cli(
-        "build", "--pdb-dir", str(good_dir), "--out", str(tmp_path / "g"), "--workers", "1", "--no-progress"
-    )
-    assert ok.returncode == 0, ok.stderr
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    fatal = _cli(
-        "build",
-        "--pdb-dir",
-        str(good_dir),
-        "--out",
-        str(blocker / "store"),
-        "--workers",
-        "1",
-        "--no-progress",
-    )
-    assert fatal.returncode == 3 and "Traceback" not in fatal.stderr
+    builds = {
+        name: _cli_start("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
+        for name, pdb, out in (
+            ("bad", bad_dir, tmp_path / "s"),
+            ("ok", good_dir, tmp_path / "g"),
+            ("fatal", good_dir, blocker / "store"),
+        )
+    }
+    try:
+        done = {name: (proc, proc.communicate(timeout=600)[1]) for name, proc in builds.items()}
+    finally:
+        for proc in builds.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    (bad, bad_err), (ok, ok_err), (fatal, fatal_err) = done["bad"], done["ok"], done["fatal"]
+    assert bad.returncode == 1, bad_err  # 1bna-errors.cif fails
+    assert "1bna-errors.cif" in bad_err and "Traceback" not in bad_err
+    assert ok.returncode == 0, ok_err
+    assert fatal.returncode == 3 and "Traceback" not in fatal_err
     info = _cli("info", str(tmp_path / "s"))
     assert info.returncode == 0 and "1bna-errors.cif" in info.stdout
     assert _cli("verify", str(tmp_path / "g")).returncode == 0
@@ -188,8 +199,9 @@ def test_verify_detects_tampering(tmp_path: Path, subset_dir: Path) -> None:
 def test_sigkill_mid_build_then_resume(tmp_path: Path) -> None:
     """Kill the build with SIGKILL while parts are being written; the store stays readable and a
     re-run finishes without redoing completed parts and ends equal to an uninterrupted build."""
+    inputs = interrupt_inputs(tmp_path / "in")
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(STRUCTURES), "--out", str(out),
+    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(inputs), "--out", str(out),
            "--workers", "2", "--part-size", "1", "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -203,7 +215,7 @@ def test_sigkill_mid_build_then_resume(tmp_path: Path) -> None:
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker processes, mid-run
     proc.wait()
     parts_at_kill = {p.name: (p / "_index" / "part.json").read_text() for p in complete_parts(out)}
-    assert 8 <= len(parts_at_kill) < 63, "the kill should land mid-build"
+    assert 8 <= len(parts_at_kill) < len(INTERRUPT_INPUTS), "the kill should land mid-build"
     # readable right after the kill: only complete parts are visible, every indexed entry reads;
     # verify names what the index has not caught up with (the parts written since its last refresh)
     store = featurecache.open_store(out)
@@ -215,7 +227,7 @@ def test_sigkill_mid_build_then_resume(tmp_path: Path) -> None:
                 for eid in read_table(p / "_index" / "entries.arrow").column("id").to_pylist()}  # fmt: skip
     assert {p.split()[1] for p in problems} == in_parts - set(store.ids)
     # re-run: completes the job without touching the parts that were done
-    summary = build_store(out, STRUCTURES, workers=2, part_size=1)
+    summary = build_store(out, inputs, workers=2, part_size=1)
     assert summary.n_skipped >= len(parts_at_kill)
     for name, manifest in parts_at_kill.items():
         assert (out / "parts" / name / "_index" / "part.json").read_text() == manifest
@@ -223,7 +235,7 @@ def test_sigkill_mid_build_then_resume(tmp_path: Path) -> None:
     assert verify_store(out) == []
     # same entry set (and bytes) as an uninterrupted build
     ref = tmp_path / "ref"
-    build_store(ref, STRUCTURES, workers=2, part_size=16)
+    build_store(ref, inputs, workers=2, part_size=16)
     assert _hashes(out) == _hashes(ref)
     assert set(featurecache.open_store(out).failures.column("path").to_pylist()) == set(
         featurecache.open_store(ref).failures.column("path").to_pylist()
