@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,18 +33,23 @@ class Cluster:
     address: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    worker_cwd: Path | None = None
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in reversed(procs):  # workers first, then the scheduler
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in reversed(procs):
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
+    """``procs``: the scheduler, then its workers. The workers are stopped first and waited for,
+    then the scheduler: a worker stopped together with its scheduler spends seconds retrying to
+    say goodbye to it (about 9 s, against 2-3 s)."""
+    for group in (procs[1:], procs[:1]):
+        for p in group:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in group:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
 
 
 def _start_scheduler(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
@@ -84,17 +90,32 @@ def _wait_for_workers(address: str, n: int) -> None:
         c.wait_for_workers(n, timeout=60)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@contextmanager
+def _one_worker_cluster(tmp: Path) -> Iterator[Cluster]:
     """A scheduler and one worker whose cwd is a directory of its own (not the test's cwd)."""
-    address, sched = _start_scheduler(tmp_path)
+    address, sched = _start_scheduler(tmp)
     procs = [sched]
     try:
-        procs.append(_start_worker(address, tmp_path / "worker-cwd"))
+        procs.append(_start_worker(address, tmp / "worker-cwd"))
         _wait_for_workers(address, 1)
-        yield Cluster(address, procs)
+        yield Cluster(address, procs, worker_cwd=tmp / "worker-cwd")
     finally:
         _stop(procs)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of its own, for a test that kills a part of it."""
+    with _one_worker_cluster(tmp_path) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the tests that only run builds on it or ask it who it is (starting and
+    stopping a scheduler and a worker costs seconds each time)."""
+    with _one_worker_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
 
 
 def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -106,7 +127,7 @@ def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_relative_out_on_external_cluster_has_components(
-    tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, shared_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A relative --out is resolved on the driver: a worker in another cwd still finds every part
     (before: the component stage's scan found nothing there and the store had no components)."""
@@ -121,10 +142,11 @@ def test_relative_out_on_external_cluster_has_components(
     from featurecache.build.run import run_build
 
     run_build(pdb_dir=SAMPLES / "structures", out=Path("store"), ccd=SAMPLES / "ccd",
-              scheduler=cluster.address, part_size=8, progress=False)  # fmt: skip
+              scheduler=shared_cluster.address, part_size=8, progress=False)  # fmt: skip
     store = featurecache.open_store(driver_cwd / "store")
     assert store.components.num_rows == n_ref
-    assert not (tmp_path / "worker-cwd" / "store").exists()
+    assert shared_cluster.worker_cwd is not None and shared_cluster.worker_cwd.is_dir()
+    assert not (shared_cluster.worker_cwd / "store").exists()
 
 
 def _other_featurecache(root: Path, how: str) -> Path:
@@ -223,14 +245,14 @@ def test_scheduler_lost_mid_build_is_one_line_exit_3(tmp_path: Path, cluster: Cl
 
 
 def test_workers_with_scheduler_warns(
-    tmp_path: Path, cluster: Cluster, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, shared_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """--workers is meaningless on an external cluster: a WARNING says it is ignored (before: silent)."""
     from featurecache.build.run import run_build
 
     with caplog.at_level(logging.WARNING, logger="featurecache.build.run"):
-        run_build(pdb_dir=SAMPLES / "structures", out=tmp_path / "store", workers=3, scheduler=cluster.address,
-                  progress=False)  # fmt: skip
+        run_build(pdb_dir=SAMPLES / "structures", out=tmp_path / "store", workers=3,
+                  scheduler=shared_cluster.address, progress=False)  # fmt: skip
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("--workers 3 is ignored" in m for m in warned), warned
 
@@ -273,12 +295,14 @@ def test_worker_crash_is_retried_next_run(tmp_path: Path) -> None:
 def test_worker_killed_mid_build_leaves_no_duplicate_parts(tmp_path: Path) -> None:
     """A worker process SIGKILLed mid-build (its nanny starts a new one): the parts it had finished
     are not computed again (before: the driver held every future, Dask recomputed them all and
-    wrote duplicate parts: 68-69 for 63 inputs). One input per part, so each input gives one part."""
+    wrote duplicate parts: 68-69 for the 63 inputs of the whole corpus). One input per part, so each
+    input gives one part."""
     from distributed import Client
 
-    from tests.conftest import STRUCTURES
+    from tests.conftest import interrupt_inputs
 
-    n_inputs = sum(1 for p in STRUCTURES.iterdir() if p.is_file() and not p.name.startswith("."))
+    inputs = interrupt_inputs(tmp_path / "in")
+    n_inputs = sum(1 for p in inputs.iterdir() if p.is_file() and not p.name.startswith("."))
     address, sched = _start_scheduler(tmp_path)
     procs = [sched]
     try:
@@ -290,7 +314,7 @@ def test_worker_killed_mid_build_leaves_no_duplicate_parts(tmp_path: Path) -> No
         victim = pids[sorted(pids)[0]]
         out = tmp_path / "store"
         build = subprocess.Popen(
-            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(STRUCTURES), "--out", str(out),
+            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(inputs), "--out", str(out),
              "--scheduler", address, "--part-size", "1", "--no-progress"],
             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
@@ -334,14 +358,14 @@ def test_scheduler_without_workers_is_refused(tmp_path: Path, monkeypatch: pytes
     assert not out.exists()
 
 
-def test_a_worker_address_as_scheduler_is_refused(tmp_path: Path, cluster: Cluster) -> None:
+def test_a_worker_address_as_scheduler_is_refused(tmp_path: Path, shared_cluster: Cluster) -> None:
     """--scheduler at a Dask worker's address: a StoreError saying it is a worker, not a
     scheduler, nothing written (before: a UsageError quoting a TypeError from Worker.identity)."""
     from distributed import Client
 
     from featurecache.build.run import run_build
 
-    with Client(cluster.address, timeout="20s") as c:
+    with Client(shared_cluster.address, timeout="20s") as c:
         (worker,) = c.scheduler_info()["workers"]
     out = tmp_path / "store"
     with pytest.raises(StoreError, match="is not a Dask scheduler: it is a Dask Worker") as err:
