@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -669,7 +670,7 @@ def _join(
                 for row in by_entry.get(entry, []):
                     if chain and chain not in (row["auth_id"], row["label_id"]):
                         continue
-                    if compatible_query(a.query, row["sequence"]):
+                    if _joins_by_layout(a.query, row["sequence"]):
                         h = row["sequence_hash"]
                         use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
                         if use not in uses.setdefault(h, []):
@@ -691,6 +692,75 @@ def _join(
             )
             del uses[h][MAX_SOURCES - 1 :]
     return uses
+
+
+#: Most ways :func:`omitted_unknowns` tries of leaving unknown residues out of a chain sequence.
+MAX_OMISSION_TRIES = 256
+_UNKNOWN = frozenset("XN")
+
+
+def omitted_unknowns(query: str, sequence: str) -> tuple[int, ...] | None:
+    """The positions of ``sequence`` (0-based) that an alignment's shorter ``query`` leaves out,
+    when they are all unknown residues (``X`` / ``N``) and the rest is a :func:`compatible_query`
+    of it; None otherwise (also when ``query`` is not shorter).
+
+    Tools that write the query from the polymer residues they know drop a residue they do not
+    (209d: PXA between MVA 5 and THR 7, a 10-letter query for the 11-residue chain). The first
+    choice in order, over at most :data:`MAX_OMISSION_TRIES` choices, is taken.
+    """
+    d = len(sequence) - len(query)
+    if d <= 0 or not query:
+        return None
+    unknown = [i for i, c in enumerate(sequence) if c in _UNKNOWN]
+    for k, drop in enumerate(itertools.combinations(unknown, d)):
+        if k >= MAX_OMISSION_TRIES:
+            break
+        gone = set(drop)
+        rest = "".join(c for i, c in enumerate(sequence) if i not in gone)
+        if compatible_query(query, rest):
+            return drop
+    return None
+
+
+def _joins_by_layout(query: str, sequence: str) -> bool:
+    """An alignment that a file's layout names for a chain is that chain's MSA: its query differs
+    from the chain sequence only at unknown residues, or leaves out unknown residues of it."""
+    return compatible_query(query, sequence) or omitted_unknowns(query, sequence) is not None
+
+
+def _insert_gap_columns(row: str, after: Sequence[int]) -> str:
+    """a3m ``row`` with a gap match column after each of its ``after[i]``-th match columns (sorted;
+    0: before the first); an insertion that preceded the next match column still precedes it."""
+    out: list[str] = []
+    k = 0
+    while k < len(after) and after[k] == 0:
+        out.append("-")
+        k += 1
+    m = 0
+    for ch in row:
+        out.append(ch)
+        if ch.isupper() or ch == "-":
+            m += 1
+            while k < len(after) and after[k] == m:
+                out.append("-")
+                k += 1
+    return "".join(out)
+
+
+def _adopt(msa: ParsedMSA, sequence: str) -> ParsedMSA:
+    """A layout-joined alignment made the chain's: a query that left unknown residues out gets a
+    gap column at each (:func:`omitted_unknowns`), so the MSA has one column per residue of the
+    chain; then the query row, and every row identical to it, becomes ``sequence``
+    (``adopt_query``)."""
+    query = msa.query_sequence
+    drop = omitted_unknowns(query, sequence.upper()) if len(query) < len(sequence) else None
+    if drop is None:
+        return adopt_query(msa, sequence)
+    after = [p - j for j, p in enumerate(drop)]  # query columns before each left-out residue
+    old = _insert_gap_columns(msa.rows[0], after)
+    new = sequence.upper()
+    rows = tuple(new if r == old else r for r in (_insert_gap_columns(r, after) for r in msa.rows))
+    return ParsedMSA(msa.headers, rows, msa.fmt, path=msa.path, block=msa.block)
 
 
 def _mismatches(a: str, b: str) -> int:
@@ -946,7 +1016,7 @@ def _load(
     block = blocks[0]
     msa: ParsedMSA = block if isinstance(block, ParsedMSA) else block.to_msa(use.query_row)
     if use.adopt:
-        msa = adopt_query(msa, sequence)
+        msa = _adopt(msa, sequence)
     return msa
 
 

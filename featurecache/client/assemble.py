@@ -244,6 +244,26 @@ def augment_reference(
 
 
 # ---------------------------------------------------------------------------------------- MSA
+def sequence_positions(tokens: Mapping[str, np.ndarray]) -> np.ndarray:
+    """0-based position of each token's residue in its chain's sequence, int64 [n_tokens].
+
+    A chain's tokens are contiguous and in sequence order, one residue's tokens together; the
+    position counts the residues before it in the chain (a change of ``residue_index``), so it is
+    ``residue_index - 1`` for a chain numbered 1 … L and stays gap-free where the input chain's
+    numbering has gaps (no entity sequence to fill them): the chain sequence the MSAs are matched
+    against has one letter per residue of the chain.
+    """
+    asym = np.asarray(tokens["asym_id"], dtype=np.int64)
+    resi = np.asarray(tokens["residue_index"], dtype=np.int64)
+    if not asym.size:
+        return np.zeros(0, np.int64)
+    new_chain = np.r_[True, asym[1:] != asym[:-1]]
+    new_res = new_chain | np.r_[True, resi[1:] != resi[:-1]]
+    count = np.cumsum(new_res) - 1
+    base = np.maximum.accumulate(np.where(new_chain, count, 0))
+    return (count - base).astype(np.int64)
+
+
 def _chain_msa_keys(chains: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     out: dict[int, str] = {}
     for ch in chains:
@@ -268,17 +288,17 @@ def msa_features(
     ``chains``: the entry's chain rows (``asym_id``, ``mol_type``, ``msa_key`` where an MSA is
     stored); ``fetch``: the reader's ``msa(key, rows, cols)``; ``msa_shape``: key → (depth,
     length) from the MSA index, None when not stored (without it, one row is read to learn it).
-    MSA column of a polymer token =
-    ``residue_index - 1`` (position in the chain sequence; the per-atom tokens of a modified
-    residue all take that residue's column). A stored MSA of depth 1 (the query alone) equals the
+    MSA column of a polymer token = the position of its residue in the chain sequence
+    (:func:`sequence_positions`; ``residue_index - 1`` when the chain numbers its residues 1 … L;
+    the per-atom tokens of a modified residue all take that residue's column). A stored MSA of depth 1 (the query alone) equals the
     single-sequence MSA and is not read. ``pair_msa``: pair the protein chains' rows by species
     (the default; False: every chain's rows unpaired).
     """
     n = keep.size
     restype = np.asarray(tokens["restype"])[keep].astype(np.uint8)
     asym = np.asarray(tokens["asym_id"])[keep].astype(np.int64)
-    resi = np.asarray(tokens["residue_index"])[keep].astype(np.int64)
     keys = _chain_msa_keys(chains) if fetch is not None else {}
+    resi = sequence_positions(tokens)[keep] + 1 if keys else np.zeros(n, np.int64)
     blocks: dict[int, tuple[str, np.ndarray, int]] = {}  # asym -> (key, token positions, depth)
     for c in np.unique(asym).tolist():
         key = keys.get(int(c))
@@ -292,7 +312,7 @@ def msa_features(
         pos = np.flatnonzero(asym == c)
         cols = resi[pos] - 1
         if cols.min() < 0 or cols.max() >= length:
-            log.warning("MSA %s has %d columns but chain %d has residue index %d; single sequence",
+            log.warning("MSA %s has %d columns but chain %d has a residue at sequence position %d; single sequence",
                         key, length, c, int(cols.max()) + 1)  # fmt: skip
             continue
         if d <= 1:

@@ -14,7 +14,13 @@ Rules:
 - polymer residues in the entity sequence but absent from the file become tokens whose atoms are
   all ``is_present = False`` (AF3 keeps them), when the file states the entity sequence;
 - centre atom: Cα (protein), C1′ (nucleic acids), the atom itself (per-atom tokens);
-- ligands inside a polymer chain (PDB-style files, rewritten assemblies) become chains of their own;
+- ``residue_index`` is the residue's number in its input chain (SI Table 5): its position in the
+  entity sequence, else its ``label_seq_id`` (gaps kept), else 1, 2, 3 … in file order;
+- a residue of a polymer subchain that the tables do not know as the chain's kind stays in the
+  chain (per-atom tokens, the chain's type and ids, as AF3 keeps non-standard residues) when it
+  is in the entity sequence or, without one, lies between the chain's polymer residues; other
+  residues inside a polymer subchain (ligands of PDB-style files and rewritten assemblies: 721p's
+  MG and GNP after its last residue) become chains of their own;
 - ``entity_id`` / ``sym_id`` follow the sequence, not the mmCIF entity (SI Table 5; AF3's
   ``_compute_asym_entity_and_sym_id``): chains whose tokens have the same residue names in the
   same order are one entity (copies of a ligand too), numbered in chain order.
@@ -250,8 +256,19 @@ def _polymer_chain(
     use_full = bool(full_seq) and all(r.label_seq is not None for r in residues)
     polymer: list[gemmi.Residue] = []
     embedded: list[_Chain] = []
-    for res in _dedupe_microhetero(residues):
-        if _is_polymer_residue(res, full_seq if use_full else None, mol_type):
+    residues = _dedupe_microhetero(residues)
+    known = [_is_polymer_residue(res, full_seq if use_full else None, mol_type) for res in residues]
+    if not use_full and any(known):
+        # Without the entity sequence, a residue the tables do not know as this chain's kind
+        # (PXA in actinomycin) stays in the chain when it lies between the chain's polymer
+        # residues (AF3 keeps a polymer chain's non-standard residues, as per-atom tokens);
+        # before the first or after the last one it is a ligand that a rewritten assembly put
+        # into the polymer's subchain (721p: MG and GNP after HIS 166).
+        first = known.index(True)
+        last = len(known) - 1 - known[::-1].index(True)
+        known = [k or first < i < last for i, k in enumerate(known)]
+    for res, in_chain in zip(residues, known, strict=True):
+        if in_chain:
             polymer.append(res)
         else:
             lig = _Chain(
@@ -268,7 +285,12 @@ def _polymer_chain(
             chain.residues.append(_polymer_residue(present.name if present else name, present, pos, mol_type,
                                                    auth_id, component_atoms, warnings))  # fmt: skip
     else:
-        for pos, res in enumerate(polymer, start=1):
+        # residue_index is the residue's number in the input chain (SI Table 5): label_seq_id
+        # when the file gives one to each residue (gaps in it are kept), else 1, 2, 3 …
+        seq_ids = [r.label_seq for r in polymer]
+        numbered = all(i is not None for i in seq_ids) and len(set(seq_ids)) == len(seq_ids)
+        for k, res in enumerate(polymer, start=1):
+            pos = int(res.label_seq or 0) if numbered else k
             chain.residues.append(
                 _polymer_residue(res.name, res, pos, mol_type, auth_id, component_atoms, warnings)
             )

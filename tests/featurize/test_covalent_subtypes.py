@@ -5,8 +5,10 @@ gemmi 0.7.5 reads them as ``ConnectionType.Unknown``. No file of the real corpus
 every structure file), so the inputs are real files with one ``conn_type_id`` edited:
 
 * 1GBT: ``covale1`` is the trypsin SER 195 OG – GBS 704 CD acyl-enzyme bond (polymer–ligand);
-* 209d-assembly1: an auth-only ``_struct_conn`` loop (read by our fallback, not by gemmi) whose
-  ``covale`` rows include THR–PXA links (polymer–ligand);
+* 7a4d-assembly1: an auth-only ``_struct_conn`` loop (read by our fallback, not by gemmi) whose
+  ``covale`` rows link the ACE / NH2 caps to the end residues of chains E and F (polymer–ligand:
+  the caps lie outside the chain's residues and become ligand chains). 209d's THR–PXA rows no
+  longer serve: PXA lies inside its peptide and stays in that chain (polymer–polymer);
 * 2q2k: ``covale`` rows link DA/5IU residues inside a DNA chain (polymer–polymer: never token bonds).
 
 Expected atoms come from gemmi's own reading of the edited text (partner coordinates), not from
@@ -118,21 +120,21 @@ def test_subtype_bond_longer_than_the_cut_is_dropped(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", SUBTYPES)
 def test_subtype_rows_of_an_auth_only_loop_are_token_bonds(kind: str) -> None:
-    text = _edited("209d-assembly1.cif", kind)
+    text = _edited("7a4d-assembly1.cif", kind)
     assert len(gemmi.make_structure_from_block(gemmi.cif.read_string(text).sole_block()).connections) == 0
     block = gemmi.cif.read_string(text).sole_block()
     table = block.get_mmcif_category("_struct_conn.")
-    pxa_rows = [
+    cap_rows = [
         i
         for i, t in enumerate(table["conn_type_id"])
-        if t == kind and "PXA" in (table["ptnr1_auth_comp_id"][i], table["ptnr2_auth_comp_id"][i])
+        if t == kind and {"ACE", "NH2"} & {table["ptnr1_auth_comp_id"][i], table["ptnr2_auth_comp_id"][i]}
     ]
-    assert pxa_rows  # THR1 N–PXA6 C0, PXA6 C0'–THR7 N
-    s = featurize_bytes(text.encode(), "209d-assembly1.cif", "209d")
+    assert len(cap_rows) == 3  # ACE1 C–LEU2 N (E, F), LEU41 C–NH2 42 N (E)
+    s = featurize_bytes(text.encode(), "7a4d-assembly1.cif", "7a4d")
     pairs = _gemmi_partner_pairs(text, kind)
-    for i in pxa_rows:
+    for i in cap_rows:
         assert _bonded(s, *pairs[i])
-    original = featurize_bytes((STRUCTURES / "209d-assembly1.cif").read_bytes(), "209d-assembly1.cif", "209d")
+    original = featurize_bytes((STRUCTURES / "7a4d-assembly1.cif").read_bytes(), "7a4d-assembly1.cif", "7a4d")
     assert _bond_rows(s) == _bond_rows(original)
 
 
