@@ -618,7 +618,9 @@ class SkipReportCollate:
 class FeatureLoader:
     """A ``torch.utils.data.DataLoader`` over a :class:`FeatureDataset` that knows what the trainer
     consumed: every batch it hands out is passed to ``dataset.consume``, and the wait for it is
-    recorded in ``dataset.stats`` (one step per batch). ``state_dict`` / ``load_state_dict``
+    recorded in ``dataset.stats`` (one step per batch; the wait for a batch consumed here without
+    a step, skip reports or a dropped partial batch, counts in the next one's, or in the pass's
+    ``total_wait_s`` when the pass ends after it). ``state_dict`` / ``load_state_dict``
     delegate to the dataset; load before a pass (with persistent workers too). Iterating again
     after an epoch ended starts the next one (per-epoch mode), after a stopped pass continues it.
     Workers' batches are taken as they come (``in_order=False`` unless given).
@@ -685,22 +687,31 @@ class FeatureLoader:
         self._passes += 1
         this_pass = self._passes
         it = iter(self.dataloader)
+        # the wait runs from the last batch handed over: through the batches consumed here without
+        # a step (skip reports, a dropped partial batch) into the next one handed over, or, when
+        # the pass ends after them, into the pass's total (the trainer waited for them all the same)
+        t0 = time.perf_counter()
+        stepless_until: float | None = None
         try:
             while True:
-                t0 = time.perf_counter()
                 try:
                     batch = next(it)
                 except StopIteration:
+                    if stepless_until is not None:
+                        self.dataset.stats.record_stepless_wait(stepless_until - t0)
                     return
                 if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
                     self.dataset.consume(batch)
+                    stepless_until = time.perf_counter()
                     continue
                 if self._drop_below is not None and len(_ints(batch.get("position"))) < self._drop_below:
                     self.dataset._resolve(batch, received=False)  # a worker's last, partial batch
+                    stepless_until = time.perf_counter()
                     continue
                 self.dataset.stats.record_wait(time.perf_counter() - t0)
                 self.dataset.consume(batch)
                 yield batch
+                t0, stepless_until = time.perf_counter(), None
         finally:  # workers waiting on the watermark (max_lag) end their pass: the DataLoader can stop
             # them. Not when a newer pass began (an old generator closed late, e.g. kept alive by a
             # traceback): that would end the running pass's workers, and the trainer's stream with them

@@ -522,6 +522,9 @@ class LoaderStats:
 
     ``wait_s``: per step (per sample when the dataset is iterated directly, per batch through
     :class:`~featurecache.client.dataset.FeatureLoader`), seconds the trainer waited for data;
+    ``total_wait_s``: all of it, also the wait for a pass's trailing skip reports, which end the
+    pass without a step (:meth:`record_stepless_wait`), so ``wait_mean_s`` is the data wait per
+    step of the passes as the trainer lived them;
     ``reorder_depth``: per sample, how many earlier samples were still unfinished when it was
     yielded; ``deadline_skips`` / ``failures``: samples abandoned at their deadline / that raised;
     ``skips``: the last ``max_records`` skip records. Long series keep the last ``max_series``.
@@ -549,6 +552,12 @@ class LoaderStats:
             self.wait_s.append(seconds)
             if len(self.wait_s) > self.max_series:
                 self.wait_s.popleft()
+
+    def record_stepless_wait(self, seconds: float) -> None:
+        """A wait that ended in no step (the skip reports that ended a pass: nothing was handed to
+        the trainer after them): counted in ``total_wait_s``, not as a step nor in ``wait_s``."""
+        with self._lock:
+            self.total_wait_s += seconds
 
     def record_sample(self, depth: int) -> None:
         with self._lock:
