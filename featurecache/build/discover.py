@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -130,46 +132,140 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
             level[rel] += 1
 
 
+#: Symlinked directories named in the warning of :func:`walk_inputs` (the count says the rest).
+WALK_SKIPPED_SHOWN = 5
+
+
+def store_skip(top: Path, exclude: Path | None) -> Path | None:
+    """The resolved ``exclude`` (the store) that a walk of the directory whose resolved path is
+    ``top`` leaves out, or None: no store, or ``top`` lies inside the store (then nothing is left
+    out: every file would be)."""
+    if exclude is None:
+        return None
+    skip = resolved(Path(exclude))
+    return None if top != skip and top.is_relative_to(skip) else skip
+
+
+def walk_inputs(root: Path, exclude: Path | None = None) -> Iterator[Path]:
+    """Every entry under ``root`` that is not a directory (files, symlinks to files, broken symlinks),
+    as seen from ``root``: no hidden name on the way, symlinked directories followed, each real
+    directory read once, the store ``exclude`` left out wherever the walk meets it (by resolved path:
+    through a link too; :func:`store_skip`).
+
+    Order (deterministic): the directories reachable without a symlinked directory first (names
+    sorted, depth first), so every file keeps its plain path; then each symlinked directory in the
+    order met, walked the same way. A symlinked directory whose real directory was already read (a
+    link to an ancestor, which would loop, or a second link to one directory) is not read again;
+    one warning at the end of the walk names them. A directory that cannot be listed is a warning.
+    """
+    root = Path(root)
+    top = resolved(root)
+    skip = store_skip(top, exclude)
+    if skip is not None and top == skip:
+        return
+    read: dict[Path, Path] = {top: root}  # real directory -> the path it was read as
+    again: list[tuple[Path, Path]] = []  # (symlinked directory not read, its real directory)
+    links: deque[Path] = deque()
+    stack: list[tuple[Path, Path]] = [(root, top)]  # (directory as seen, its real path)
+
+    def walk_plain() -> Iterator[Path]:
+        while stack:
+            here, real = stack.pop()
+            try:
+                with os.scandir(here) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                log.warning("cannot list %s: %s; its files are not read", here, exc)
+                continue
+            subdirs: list[tuple[Path, Path]] = []
+            for e in entries:
+                if e.name.startswith("."):
+                    continue
+                p = here / e.name
+                try:
+                    is_dir = e.is_dir()
+                except OSError:  # a symlink loop: kept as a file (reading it fails, naming it)
+                    is_dir = False
+                if is_dir and e.is_symlink():
+                    links.append(p)
+                elif is_dir:
+                    sub = real / e.name
+                    if skip is not None and sub.is_relative_to(skip):
+                        continue
+                    if sub in read:
+                        again.append((p, sub))
+                        continue
+                    read[sub] = p
+                    subdirs.append((p, sub))
+                elif skip is not None and e.is_symlink() and resolved(p).is_relative_to(skip):
+                    continue
+                else:
+                    yield p
+            stack.extend(reversed(subdirs))  # depth first, names in order
+
+    yield from walk_plain()
+    while links:
+        link = links.popleft()
+        real = resolved(link)
+        if skip is not None and real.is_relative_to(skip):
+            continue
+        if real in read:
+            again.append((link, real))
+            continue
+        read[real] = link
+        stack.append((link, real))
+        yield from walk_plain()
+    if again:
+        shown = "; ".join(f"{p} ({real}, read as {read[real]})" for p, real in again[:WALK_SKIPPED_SHOWN])
+        more = f"; and {len(again) - WALK_SKIPPED_SHOWN} more" if len(again) > WALK_SKIPPED_SHOWN else ""
+        log.warning(
+            "%s: %d director%s not read again: each real directory is read once (a symlink to an ancestor "
+            "would loop; a second path to one directory would read its files twice): %s%s",
+            root, len(again), "y" if len(again) == 1 else "ies", shown, more,
+        )  # fmt: skip
+
+
 def input_paths(pdb_dir: Path, exclude: Path | None = None) -> Iterator[Path]:
-    """The files a build reads under ``pdb_dir`` (recursive, in walk order): every non-hidden file,
-    and every broken symlink or symlink loop (kept: reading it fails, and the failure names it);
-    ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is skipped."""
-    pdb_dir = Path(pdb_dir)
-    skip = resolved(Path(exclude)) if exclude is not None else None
-    if skip is not None and not skip.is_relative_to(resolved(pdb_dir)):
-        skip = None
-    for p in pdb_dir.rglob("*"):
-        if not (p.is_file() or (p.is_symlink() and not p.exists())):
-            continue
-        if any(part.startswith(".") for part in p.relative_to(pdb_dir).parts):
-            continue
-        if skip is not None and resolved(p).is_relative_to(skip):
-            continue
-        yield p
+    """The files a build reads under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
+    directories followed, each real directory once): every non-hidden file, and every broken
+    symlink or symlink loop (kept: reading it fails, and the failure names it); ``exclude`` (the
+    store itself, when the walk meets it) is skipped."""
+    for p in walk_inputs(Path(pdb_dir), exclude):
+        if p.is_file() or (p.is_symlink() and not p.exists()):
+            yield p
 
 
 class MSADirFiles:
     """Which files the MSA stage reads as its inputs (``msa_stage._candidate_files``): every file
     (a symlink to a file counts, a broken one does not) under ``msa_dir`` with no hidden path part
-    below it. Directories are compared resolved (``msa_dir`` or the structure directory may be
-    named through a symlink); a file is placed by its resolved directory and its own name, so a
-    symlinked file under ``msa_dir`` is the MSA stage's wherever it points to."""
+    below it, symlinked directories followed. Directories are compared resolved (``msa_dir`` or the
+    structure directory may be named through a symlink); a file is placed by the nearest of its
+    directories (as seen) that resolves inside ``msa_dir``, so a symlinked file under ``msa_dir`` is
+    the MSA stage's wherever it points to, and so is a file under a symlinked directory there."""
 
     def __init__(self, msa_dir: Path | None) -> None:
         self.root = resolved(Path(msa_dir)) if msa_dir is not None else None
         self._dirs: dict[Path, Path] = {}
 
+    def _real(self, d: Path) -> Path:
+        real = self._dirs.get(d)
+        if real is None:
+            real = self._dirs[d] = resolved(d)
+        return real
+
     def reads(self, path: Path) -> bool:
         """Whether the MSA stage lists ``path`` (a file found under the structure directory)."""
         if self.root is None or not path.is_file():
             return False
-        parent = self._dirs.get(path.parent)
-        if parent is None:
-            parent = self._dirs[path.parent] = resolved(path.parent)
-        where = parent / path.name
-        if not where.is_relative_to(self.root):
-            return False
-        return not any(part.startswith(".") for part in where.relative_to(self.root).parts)
+        d = path.parent
+        while True:
+            real = self._real(d)
+            if real.is_relative_to(self.root):
+                below = real.relative_to(self.root).parts + path.relative_to(d).parts
+                return not any(part.startswith(".") for part in below)
+            if d.parent == d:
+                return False
+            d = d.parent
 
 
 def msa_file_name(name: str) -> bool:
@@ -340,7 +436,7 @@ def _withdrawn_msa_failure(
     reason = (
         "no such file"
         if gone
-        else "the file is not read (hidden, inside the store or under a symlinked directory)"
+        else "the file is not read (hidden, inside the store, or its directory is read through another path)"
     )
     return f"no longer an MSA input: {reason} under --msa-dir {msa_dir}; its failure in part {f['part']} is withdrawn"
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from featurecache.build.discover import resolved
+from featurecache.build.discover import resolved, store_skip, walk_inputs
 from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
 from featurecache.errors import InputError, MSAError
@@ -311,51 +311,49 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _store_parts_under(msa_dir: Path, store: Path | None) -> tuple[str, ...] | None:
-    """The path parts of ``store`` relative to ``msa_dir`` when the store lies inside it (both
-    compared resolved: either may be named through a symlink; ``()``: the store is ``msa_dir``),
-    else None."""
-    if store is None:
-        return None
-    top, inner = resolved(msa_dir), resolved(store)
-    return inner.relative_to(top).parts if inner.is_relative_to(top) else None
-
-
 def _candidate_files(msa_dir: Path, store: Path | None = None) -> list[tuple[str, int, int]]:
-    """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir``, sorted;
-    the files of ``store`` (the store being built), when it lies inside ``msa_dir``, are not
-    inputs (as a store inside ``--pdb-dir`` is not: ``discover.input_paths``). The walk does not
-    enter symlinked directories, so a file lies in the store when its path relative to
-    ``msa_dir`` starts with the store's (no per-file resolve)."""
-    skip = _store_parts_under(msa_dir, store)
+    """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir`` (a symlink to
+    a file counts), sorted by path; the walk is :func:`~featurecache.build.discover.walk_inputs`:
+    symlinked directories followed (paths as seen through the link), each real directory read once,
+    the files of ``store`` (the store being built) not inputs wherever the walk meets it (as a store
+    inside ``--pdb-dir`` is not: ``discover.input_paths``)."""
     files = []
-    for p in sorted(msa_dir.rglob("*")):
-        rel = p.relative_to(msa_dir)
-        if skip is not None and rel.parts[: len(skip)] == skip:
-            continue
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+    for p in walk_inputs(msa_dir, store):
+        if p.is_file():
             st = p.stat()
-            files.append((rel.as_posix(), st.st_size, st.st_mtime_ns))
-    return files
+            files.append((p.relative_to(msa_dir).as_posix(), st.st_size, st.st_mtime_ns))
+    return sorted(files)
 
 
 def lists_msa_file(msa_dir: Path, rel: str, store: Path | None = None) -> bool:
     """Whether :func:`_candidate_files` of ``msa_dir`` (and ``store``) lists ``rel`` (a posix path
-    relative to ``msa_dir``), found without walking ``msa_dir``: a file (a symlink to one counts)
-    with no hidden path part, not inside ``store``, and under no symlinked directory (the walk
-    does not enter one). ``discover.withdraw_failures`` asks it of the paths of listed MSA failures."""
+    relative to ``msa_dir``): a file (a symlink to one counts) with no hidden path part, not inside
+    ``store``. Through plain directories it is found without walking ``msa_dir`` (the walk reads
+    them before any symlinked one, so each under its own path); a path through a symlinked
+    directory is looked up in the walk (its real directory may have been read through another
+    path). ``discover.withdraw_failures`` asks it of the paths of listed MSA failures."""
     parts = PurePosixPath(rel).parts
     if not parts or any(part.startswith(".") for part in parts):  # "." and ".." too
         return False
-    skip = _store_parts_under(msa_dir, store)
-    if skip is not None and parts[: len(skip)] == skip:
-        return False
     here = Path(msa_dir)
+    linked = False
     for part in parts[:-1]:
         here = here / part
-        if here.is_symlink() or not here.is_dir():
+        if not here.is_dir():
             return False
-    return (here / parts[-1]).is_file()
+        linked = linked or here.is_symlink()
+    file = here / parts[-1]
+    if not file.is_file():
+        return False
+    if linked:
+        return rel in {r for r, _size, _mtime in _candidate_files(Path(msa_dir), store)}
+    top = resolved(Path(msa_dir))
+    skip = store_skip(top, store)
+    if skip is None:
+        return True
+    if top.joinpath(*parts[:-1]).is_relative_to(skip):
+        return False
+    return not (file.is_symlink() and resolved(file).is_relative_to(skip))
 
 
 def _batches(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:
