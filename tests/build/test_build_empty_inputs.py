@@ -31,6 +31,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, env=env, timeout=600)  # fmt: skip
 
 
+def _cli_all(commands: dict[Path, tuple[str, ...]]) -> dict[Path, subprocess.CompletedProcess[str]]:
+    """Each of ``commands`` (``featurecache ARGS``), all started at once; their results, by key."""
+    env = {**os.environ, "COLUMNS": "2000"}
+    procs = {key: subprocess.Popen([sys.executable, "-m", "featurecache.cli", *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+             for key, args in commands.items()}  # fmt: skip
+    try:
+        outs = {key: p.communicate(timeout=600) for key, p in procs.items()}
+        return {
+            key: subprocess.CompletedProcess(p.args, p.returncode, *outs[key]) for key, p in procs.items()
+        }
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def _warnings_about(r: subprocess.CompletedProcess[str], msa_dir: Path) -> str:
     """The WARNING that starts ``--msa-dir <msa_dir>:`` in the build's log (the CLI's rich handler
     writes the log to stdout), up to its end; "" when there is none."""
@@ -43,34 +61,38 @@ def test_an_msa_dir_without_alignments_is_warned_about(tmp_path: Path) -> None:
     pdb = tmp_path / "pdb"
     pdb.mkdir()
     shutil.copy(STRUCTURES / "102m.cif", pdb)
-    out = tmp_path / "store"
-    build = ("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
 
     empty = tmp_path / "msa-empty"
     empty.mkdir()
     (empty / ".hidden.a3m").write_text(">q\nMVLSEGEWQLVLHVWAKVEAD\n")  # hidden files are not read
-    r = _cli(*build, "--msa-dir", str(empty))
-    assert r.returncode == 0, r.stderr
-    said = _warnings_about(r, empty)
-    assert "no alignment found" in said and "a3m and Stockholm" in said and "holds no file" in said, r.stdout
-
     hits = tmp_path / "msa-hits"  # template hits and a note: files, but no alignment
     (hits / "4zey_A").mkdir(parents=True)
     shutil.copy(MSAS / "openfold/4zey_A/hmm_output.sto", hits / "4zey_A")
     shutil.copy(MSAS / "hh-suite/query.hhr", hits)
     (hits / "README.txt").write_text("alignments will be copied here\n")
-    r = _cli(*build, "--msa-dir", str(hits))
+    real = tmp_path / "msa-real"  # 102m's own MSA (Protenix layout): no warning
+    shutil.copytree(MSAS / "Protenix/mmcif_msa/3", real / "mmcif_msa" / "3")
+    # three independent builds (a store each), run at once: each is mostly a CLI start and a
+    # LocalCluster's
+    build = ("build", "--pdb-dir", str(pdb), "--workers", "1", "--no-progress")
+    stores = {msa: tmp_path / f"store-{msa.name}" for msa in (empty, hits, real)}
+    runs = _cli_all({msa: (*build, "--out", str(out), "--msa-dir", str(msa)) for msa, out in stores.items()})
+
+    r = runs[empty]
+    assert r.returncode == 0, r.stderr
+    said = _warnings_about(r, empty)
+    assert "no alignment found" in said and "a3m and Stockholm" in said and "holds no file" in said, r.stdout
+
+    r = runs[hits]
     assert r.returncode == 0, r.stderr
     said = _warnings_about(r, hits)
     assert "no alignment found" in said and "3 files" in said, r.stdout
     assert "2 template-hit (hhr/m8/hmmsearch) files" in said and "1 file of another format" in said, r.stdout
 
-    real = tmp_path / "msa-real"  # 102m's own MSA (Protenix layout): no warning
-    shutil.copytree(MSAS / "Protenix/mmcif_msa/3", real / "mmcif_msa" / "3")
-    r = _cli(*build, "--msa-dir", str(real))
+    r = runs[real]
     assert r.returncode == 0, r.stderr
     assert "no alignment found" not in " ".join((r.stdout + r.stderr).split()), r.stdout
-    store = featurecache.open_store(out)
+    store = featurecache.open_store(stores[real])
     assert any(store.chains.column("msa_key").to_pylist())  # its alignment did reach the store
 
 
