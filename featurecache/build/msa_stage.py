@@ -47,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from featurecache.build.discover import resolved, store_skip, walk_inputs
+from featurecache.build.granularity import cut_by_weight
 from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
 from featurecache.errors import InputError, MSAError
@@ -78,10 +79,18 @@ POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
 #: bump rebuilds every stored MSA). "2": profile and deletion_mean over the main MSA only (the
 #: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES).
 MSA_STAGE_VERSION = "2"
-SCAN_BATCH_BYTES = 32 << 20  # files per scan task: about this many bytes
+SCAN_BATCH_BYTES = 32 << 20  # files per scan task: at most about this many bytes
 MAX_MSAS_PER_PART = 256
-PART_INPUT_BYTES = 256 << 20  # input bytes per write task (a file counts once per sequence using it)
+PART_INPUT_BYTES = 256 << 20  # input bytes per write task, at most (a file counts once per sequence using it)
 SINGLE_SEQUENCE_WEIGHT = 4096  # what a single-sequence MSA counts towards PART_INPUT_BYTES
+#: the scan's files and the MSAs to write are cut into about this many tasks each, by bytes
+#: (:func:`~featurecache.build.granularity.cut_by_weight`: the cut depends on the work only, so
+#: the parts are the same whatever the worker count), none under MIN_* bytes; 1: only the maxima
+#: above cut (before: one task for a whole small MSA stage, however many workers)
+TARGET_SCAN_BATCHES = 64
+MIN_SCAN_BATCH_BYTES = 1 << 20
+TARGET_MSA_PARTS = 64
+MIN_PART_INPUT_BYTES = 1 << 20
 NEAR_MISS_MAX_MISMATCH = 0.1  # same-length queries differing at ≤ 10% of positions are near misses
 NEAR_MISS_MAX_CANDIDATES = 256
 MSA_SUFFIXES = (".a3m", ".sto", ".stockholm", ".hhr", ".m8", ".fasta", ".fa", ".aln")
@@ -356,19 +365,11 @@ def lists_msa_file(msa_dir: Path, rel: str, store: Path | None = None) -> bool:
     return not (file.is_symlink() and resolved(file).is_relative_to(skip))
 
 
-def _batches(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:
-    out: list[list[str]] = []
-    cur: list[str] = []
-    size = 0
-    for rel, n in files:
-        if cur and size + n > budget:
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(rel)
-        size += n
-    if cur:
-        out.append(cur)
-    return out
+def _batches(files: Sequence[tuple[str, int]]) -> list[list[str]]:
+    """The scan tasks: consecutive files, about TARGET_SCAN_BATCHES tasks by bytes."""
+    groups = cut_by_weight([n for _rel, n in files], target_parts=TARGET_SCAN_BATCHES,
+                           min_weight=MIN_SCAN_BATCH_BYTES, max_weight=SCAN_BATCH_BYTES)  # fmt: skip
+    return [[rel for rel, _n in files[g.start : g.stop]] for g in groups]
 
 
 def _read_index(root: Path, name: str) -> Any:
@@ -482,7 +483,7 @@ def _scan(client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bo
         else:
             scans.append(hit)
     log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans), len(todo))
-    batches = _batches(todo, SCAN_BATCH_BYTES)
+    batches = _batches(todo)
     wanted_f = client.scatter(wanted, broadcast=True) if len(batches) > 1 else wanted
     futures = [
         client.submit(
@@ -853,19 +854,12 @@ def _scan_failures(scans: Iterable[FileScan], entry_ids: dict[str, str]) -> list
 
 
 def _plan_parts(root: Path, plan: list[PlannedMSA]) -> list[list[PlannedMSA]]:
-    parts: list[list[PlannedMSA]] = []
-    cur: list[PlannedMSA] = []
-    weight = 0
-    for item in plan:
-        w = item.weight()
-        if cur and (len(cur) >= MAX_MSAS_PER_PART or weight + w > PART_INPUT_BYTES):
-            parts.append(cur)
-            cur, weight = [], 0
-        cur.append(item)
-        weight += w
-    if cur:
-        parts.append(cur)
-    return parts
+    """The MSA parts (one write task each): consecutive MSAs of ``plan``, about TARGET_MSA_PARTS
+    parts by input bytes (:meth:`PlannedMSA.weight`), at most MAX_MSAS_PER_PART MSAs each."""
+    groups = cut_by_weight([item.weight() for item in plan], target_parts=TARGET_MSA_PARTS,
+                           min_weight=MIN_PART_INPUT_BYTES, max_weight=PART_INPUT_BYTES,
+                           max_count=MAX_MSAS_PER_PART)  # fmt: skip
+    return [plan[g.start : g.stop] for g in groups]
 
 
 def _write(
