@@ -140,11 +140,11 @@ def build(
 stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
     """
     _setup_logging(verbose)
-    from featurecache.build.config import BuildConfig
-    from featurecache.build.run import run_build
+    try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
+        from featurecache.build.config import BuildConfig
+        from featurecache.build.run import run_build
 
-    config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout)
-    try:
+        config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout)
         summary = run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
             scheduler=scheduler, part_size=part_size, config=config, progress=progress,

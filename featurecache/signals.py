@@ -8,13 +8,26 @@ started, so it is started with SIGINT blocked (:func:`sigint_blocked`; the mask 
 exec) and its first act is :func:`ignore_pending_sigint`, which discards one that came meanwhile
 (POSIX: a pending signal whose action is set to ignore is discarded). Standard library only: the
 build imports it without torch, the client without Dask.
+
+Once the parent has taken the interrupt, the shutdown of its helpers is noise: Dask logs the tasks
+it cancels, the unanswered heartbeats, the workers it kills, the asyncio tasks it drops
+(``CancelledError``, ``AllExit`` tracebacks), in the parent and in each worker. :func:`quiet_loggers`
+silences those libraries' loggers; the build calls it in its SIGINT handler
+(:func:`quiet_on_sigint`), and each worker in its own (:func:`quiet_pending_sigint`): the
+terminal's Ctrl-C reaches them too. A normal run's warnings stay as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+#: the libraries whose log records an interrupted shutdown produces (and their child loggers)
+NOISY_AFTER_INTERRUPT = ("distributed", "tornado", "asyncio", "bokeh")
 
 
 @contextlib.contextmanager
@@ -41,5 +54,75 @@ def ignore_pending_sigint() -> None:
     """In a helper started inside :func:`sigint_blocked` (its main thread): ignore SIGINT from now
     on, then unblock it, which discards one that came while it started."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def quiet_loggers(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> dict[str, int]:
+    """Silence the loggers named ``prefixes`` and every logger under them that exists now (their
+    own level is set above CRITICAL: a child with a level of its own does not inherit the
+    parent's). Returns the levels they had, for :func:`restore_loggers`. Safe in a signal handler
+    (logging's lock is re-entrant)."""
+    manager = logging.Logger.manager
+    names = set(prefixes) | {
+        n for n in list(manager.loggerDict) if any(n == p or n.startswith(p + ".") for p in prefixes)
+    }
+    previous: dict[str, int] = {}
+    for name in sorted(names):
+        logger = logging.getLogger(name)
+        previous[name] = logger.level
+        logger.setLevel(logging.CRITICAL + 1)
+    return previous
+
+
+def restore_loggers(previous: dict[str, int]) -> None:
+    """Put back the levels :func:`quiet_loggers` returned."""
+    for name, level in previous.items():
+        logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def quiet_on_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> Iterator[list[Callable[[], None]]]:
+    """Meanwhile, SIGINT silences the ``prefixes`` loggers (:func:`quiet_loggers`) and calls the
+    callables the caller appended to the list it gets (each must return at once; an exception of
+    one is dropped) before it raises KeyboardInterrupt as Python's default handler does: the
+    shutdown that follows logs nothing of theirs. The levels are put back on leaving. Only in the
+    main thread, and only where SIGINT has Python's default handler (an application's own
+    handler, or an ignored SIGINT, is left alone)."""
+    installed = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    quieted: dict[str, int] = {}
+    hooks: list[Callable[[], None]] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not quieted:
+            quieted.update(quiet_loggers(prefixes))
+            for hook in hooks:
+                with contextlib.suppress(Exception):
+                    hook()
+        signal.default_int_handler(signum, frame)
+
+    if installed:
+        signal.signal(signal.SIGINT, handler)
+    try:
+        yield hooks
+    finally:
+        if installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore_loggers(quieted)
+
+
+def quiet_pending_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> None:
+    """In a helper started inside :func:`sigint_blocked` (its main thread), one whose parent stops
+    it on Ctrl-C: SIGINT from now on silences the ``prefixes`` loggers (:func:`quiet_loggers`) and
+    does nothing else, then it is unblocked, so one that came while the helper started does the
+    same. The parent's shutdown of the helper then logs nothing of theirs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        quiet_loggers(prefixes)
+
+    signal.signal(signal.SIGINT, handler)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator, Set
+from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,20 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
     return client, cluster
 
 
+def _quiet_workers_soon(client: Any) -> None:
+    """From the driver's SIGINT handler: have the embedded cluster's workers silence their Dask
+    loggers (:func:`featurecache.signals.quiet_loggers`), without waiting (scheduled on the
+    client's IO loop, thread-safe). Each worker does it on its own SIGINT too, but one whose
+    SIGINT went to a C++ library's handler of its own (RDKit's substructure search) does not."""
+    from featurecache.signals import quiet_loggers
+
+    async def broadcast() -> None:
+        with contextlib.suppress(BaseException):
+            await client._run(quiet_loggers, on_error="ignore")
+
+    client.loop.add_callback(broadcast)
+
+
 def _probe_scheduler(scheduler: str) -> None:
     """Ask ``scheduler`` who it is, within ``SCHEDULER_ANSWER_S`` in all, before ``Client()`` is
     made: distributed's connect waits without a bound for the other side's handshake, so an
@@ -258,6 +272,32 @@ def run_build(
     config: BuildConfig | None = None,
     progress: bool = True,
 ) -> BuildSummary:
+    """Build (or extend) the store ``out``; see the module doc. A Ctrl-C raises KeyboardInterrupt
+    once the cluster is closed and the index rebuilt from the finished parts; from the interrupt
+    on, Dask's own logging is silenced here and in the embedded cluster's workers
+    (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news."""
+    from featurecache.signals import quiet_on_sigint
+
+    with quiet_on_sigint() as on_interrupt:
+        return _run_build(
+            pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
+            part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
+        )  # fmt: skip
+
+
+def _run_build(
+    *,
+    pdb_dir: Path,
+    out: Path,
+    msa_dir: Path | None,
+    ccd: Path | None,
+    workers: int | None,
+    scheduler: str | None,
+    part_size: int,
+    config: BuildConfig | None,
+    progress: bool,
+    on_interrupt: list[Callable[[], None]],
+) -> BuildSummary:
     config = config or BuildConfig()
     t_start = time.perf_counter()
     pdb_dir, out = Path(pdb_dir), Path(out)
@@ -277,6 +317,8 @@ def run_build(
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
     featurecache.source_digest(refresh=True)
     client, cluster = _make_client(workers, scheduler)
+    if cluster is not None:  # an external cluster's workers are not ours to silence
+        on_interrupt.append(lambda: _quiet_workers_soon(client))
     try:
         with _cluster_errors(client, scheduler):
             if scheduler:
