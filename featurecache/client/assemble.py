@@ -58,11 +58,15 @@ numpy's default, unstable ``argsort``, so its order within a species is in pract
 implementation-defined. Here it is stored order, deterministically.) The paired block comes first, the unpaired rows below it. The number of rows ``n``
 is drawn uniformly from ``1 … min(D, max_msa_rows)`` where ``D`` is the depth of that stacked
 MSA (the deepest chain MSA when nothing is paired); row 0 is the query, then up to ``n - 1``
-paired rows drawn uniformly, then each chain's other (unpaired) rows drawn uniformly without
-replacement to fill ``n`` (all of them when it has fewer): :func:`msa_row_plan`. Unpaired rows
-are stacked side by side: row ``r`` of two chains there is in general from two organisms. Copies
-of one sequence in a heteromer take the same paired rows and draw their unpaired rows each on its
-own. Nothing is paired in a monomer or a homomer (one protein sequence), nor for RNA / DNA chains
+paired rows drawn uniformly, then unpaired rows to fill ``n``, drawn as AF3 draws them: AF3
+merges the chains' unpaired MSAs by padding each to the deepest one's depth ``U`` and setting them
+side by side (``merging_features.merge_msa_features``), so its merged row ``j`` is every chain's
+``j``-th unpaired row (stored order, paired rows left out), and it picks whole merged rows. Here
+one set of merged indices ``j`` is drawn uniformly without replacement from ``0 … U - 1`` for all
+chains, and a chain whose unpaired rows end before ``j`` is gap there: :func:`msa_row_plan`.
+Unpaired row ``r`` of two different chains is in general from two organisms; copies of one
+sequence (a homomer, or within a heteromer) carry the same MSA row in every row of the sample,
+paired and unpaired. Nothing is paired in a monomer or a homomer (one protein sequence), nor for RNA / DNA chains
 (as in AF3), nor rows without a species id (ColabFold / MMseqs2 headers carry none). A chain with
 fewer rows is gap with ``msa_mask`` False where it has none. Only the selected rows and the cropped columns are read
 from the store, plus, for a heteromer, the species ids of each protein MSA's rows. A chain
@@ -83,7 +87,8 @@ AF3 pairs chain by chain, so two copies of one sequence count as two MSAs: a spe
 in those copies is paired there too (each copy the same row), and copies count again in the
 "shared by more" order and the product; here pairing is over the distinct MSAs of the crop.
 AF3's ``msa_mask`` is 1 on every row of every token; here the rows a polymer chain lacks (a
-shorter MSA, a species it does not have, the single-sequence MSA below row 0) are masked off.
+shorter MSA: merged unpaired rows past its depth, which AF3 pads with gaps; a species it does not
+have; the single-sequence MSA below row 0) are masked off.
 """
 
 from __future__ import annotations
@@ -533,8 +538,12 @@ def msa_row_plan(
     ``1 … min(D, max_msa_rows)`` with ``D = 1 + P + U`` (``U``: the most unpaired rows of a
     chain, its rows other than the query and its paired rows; without pairing ``D`` is the deepest
     MSA): row 0 is the query, then ``p = min(P, n - 1)`` paired rows drawn uniformly (kept in
-    pairing order), then each chain's ``min(U_c, n - 1 - p)`` unpaired rows drawn uniformly
-    without replacement (in stored order). Without pairing these are the draws of an unpaired MSA.
+    pairing order), then ``k = min(U, n - 1 - p)`` rows of the merged unpaired block (AF3's
+    ``merge_msa_features``: each chain's unpaired rows, in stored order, padded to ``U`` rows and
+    set side by side): ONE set of ``k`` indices ``j`` drawn uniformly without replacement from
+    ``0 … U - 1`` (kept in order) for all chains, chain c taking ``pool_c[j]``, its ``j``-th
+    unpaired row, where ``j < U_c`` and -1 (a gap) beyond. Chains of one MSA therefore get the
+    same row in every sample row. Without pairing these are the draws of an unpaired MSA.
     """
     chains = sorted(depths)
     paired = dict(paired or {})
@@ -552,15 +561,19 @@ def msa_row_plan(
         if c in column and n_paired:
             pool = pool[~np.isin(pool, pairs[:, column[c]])]
         pools[c] = pool
-    depth = 1 + n_paired + max([p.size for p in pools.values()], default=0)
+    n_unpaired = max([p.size for p in pools.values()], default=0)  # U: the merged unpaired block
+    depth = 1 + n_paired + n_unpaired
     n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1
     n_take = min(n_paired, n_rows - 1)
     chosen = np.sort(rng.choice(n_paired, size=n_take, replace=False)) if n_take else np.zeros(0, np.int64)
+    k = min(n_unpaired, n_rows - 1 - n_take)
+    merged = np.sort(rng.choice(n_unpaired, size=k, replace=False)) if k > 0 else np.zeros(0, np.int64)
     plan: dict[int, np.ndarray] = {}
     for c in chains:
         rows_paired = pairs[chosen, column[c]] if c in column else np.full(n_take, -1, np.int64)
-        k = min(pools[c].size, n_rows - 1 - n_take)
-        others = np.sort(rng.choice(pools[c], size=k, replace=False)) if k > 0 else np.zeros(0, np.int64)
+        inside = merged < pools[c].size  # merged row j holds chain c's j-th unpaired row, a gap past U_c
+        others = np.full(k, -1, np.int64)
+        others[inside] = pools[c][merged[inside]]
         plan[c] = np.concatenate([[0], rows_paired, others]).astype(np.int64)
     return plan
 

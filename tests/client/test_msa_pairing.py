@@ -155,19 +155,15 @@ def test_row_plan_pairs_first_then_unpaired(real_species: list[np.ndarray]) -> N
 
 
 def test_row_plan_without_pairing_draws_as_an_unpaired_msa() -> None:
-    # The rule before pairing, written out: n uniform in 1..min(deepest, max); each chain its
-    # query and min(n, depth) - 1 other rows, uniformly without replacement, in stored order.
+    # The rule without pairing, written out: n uniform in 1..min(deepest, max); one draw of n - 1
+    # merged indices j in 0..deepest - 2, uniformly without replacement, in order, for all chains
+    # (AF3's merged MSA); each chain its query and row j + 1 where it has one, a gap (-1) beyond.
     depths = {3: 50, 1: 7, 4: 200}
     for seed in range(10):
         rng = np.random.default_rng(seed)
         n = int(rng.integers(1, min(200, 64), endpoint=True))
-        want = {}
-        for c in sorted(depths):
-            k = min(n, depths[c])
-            others: Any = (
-                np.sort(rng.choice(np.arange(1, depths[c]), size=k - 1, replace=False)) if k > 1 else []
-            )
-            want[c] = np.concatenate([[0], others])
+        j: Any = np.sort(rng.choice(199, size=n - 1, replace=False)) if n > 1 else np.zeros(0, np.int64)
+        want = {c: np.concatenate([[0], np.where(j + 1 < depths[c], j + 1, -1)]) for c in sorted(depths)}
         got = msa_row_plan(depths, np.random.default_rng(seed), 64)
         assert got.keys() == want.keys()
         for c in want:
