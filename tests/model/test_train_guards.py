@@ -416,9 +416,20 @@ def test_log_and_checkpoint_paths_are_checked_before_training(tmp_path: Path) ->
 def test_train_cli_refuses_bad_paths_with_exit_2_before_training(sample_store: Path, tmp_path: Path) -> None:
     (tmp_path / "ckdir").mkdir()
     base = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1", "--steps", "2"]
-    for extra, named in ((["--log", "."], "--log"), (["--checkpoint", "ckdir"], "ckdir")):
-        proc = _cli(*base, *extra, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _, err = proc.communicate(timeout=300)
+    cases = ((["--log", "."], "--log"), (["--checkpoint", "ckdir"], "ckdir"))
+    # independent refusals: both commands run at once (each is mostly a CLI start importing torch)
+    procs = [
+        _cli(*base, *extra, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for extra, _ in cases
+    ]
+    try:
+        errs = [proc.communicate(timeout=300)[1] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for proc, err, (_, named) in zip(procs, errs, cases, strict=True):
         assert proc.returncode == 2, err[-3000:]
         assert "Traceback" not in err and named in err and "loss" not in err
         assert [line for line in err.splitlines() if line.startswith("error:")], err

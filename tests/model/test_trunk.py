@@ -455,18 +455,35 @@ def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -
     import subprocess
     import sys
 
-    def train(*args: str) -> subprocess.CompletedProcess[str]:
+    def start(*args: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(sample_store), "--device", "cpu",
                "--crop", "16", "--workers", "1", *args]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def train(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = start(*args)
+        try:
+            out, err = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     ck, log1, log2 = tmp_path / "ck.pt", tmp_path / "one.json", tmp_path / "two.json"
-    first = train("--steps", "2", "--checkpoint", str(ck), "--log", str(log1))
+    # the refusal of a missing checkpoint is independent of the run: it starts alongside the first
+    missing_proc = start("--steps", "3", "--resume", str(tmp_path / "nope.pt"))
+    try:
+        first = train("--steps", "2", "--checkpoint", str(ck), "--log", str(log1))
+        missing_err = missing_proc.communicate(timeout=600)[1]
+    finally:
+        if missing_proc.poll() is None:
+            missing_proc.kill()
+            missing_proc.wait()
     assert first.returncode == 0, first.stderr
     second = train("--steps", "3", "--resume", str(ck), "--lr", "5e-4", "--log", str(log2))
     assert second.returncode == 0, second.stderr
     doc = json.loads(log2.read_text())
     assert doc["start_step"] == 2 and doc["lr"] == 5e-4
     assert [r["step"] for r in doc["steps"]] == [2]
-    missing = train("--steps", "3", "--resume", str(tmp_path / "nope.pt"))
-    assert missing.returncode == 2 and "nope.pt: no such file" in missing.stderr
+    assert missing_proc.returncode == 2 and "nope.pt: no such file" in missing_err
