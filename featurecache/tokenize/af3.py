@@ -22,8 +22,9 @@ Rules:
   residues inside a polymer subchain (ligands of PDB-style files and rewritten assemblies: 721p's
   MG and GNP after its last residue) become chains of their own;
 - ``entity_id`` / ``sym_id`` follow the sequence, not the mmCIF entity (SI Table 5; AF3's
-  ``_compute_asym_entity_and_sym_id``): chains whose tokens have the same residue names in the
-  same order are one entity (copies of a ligand too), numbered in chain order.
+  ``_compute_asym_entity_and_sym_id``): chains with the same residue names in the same order
+  are one entity (copies of a ligand too, also when one copy misses atoms), numbered in chain
+  order.
 """
 
 from __future__ import annotations
@@ -448,15 +449,18 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str) -> _Residue:
 
 # ------------------------------------------------------------------------------------- assemble
 def _entity_key(ch: _Chain) -> tuple[str, ...]:
-    """What makes two chains one entity: the residue name of each of their tokens, in order.
+    """What makes two chains one entity: their residue names, one per residue, in order.
 
     AF3 (``features._compute_asym_entity_and_sym_id``) keys ``entity_id`` / ``sym_id`` on the
-    chain's token residue names joined (SI Table 5: "unique integer for each distinct
-    sequence"), not on the mmCIF entity: two chains of identical sequence in two mmCIF entities
-    are one entity, and copies of a ligand are one entity (a per-atom residue counts once per
-    token, so copies with different resolved atoms differ, as in AF3).
+    chain's token residue names joined, and nothing else (SI Table 5: "unique integer for each
+    distinct sequence"), not on the mmCIF entity: two chains of identical sequence in two mmCIF
+    entities are one entity, and copies of a ligand are one entity. A per-atom residue has one
+    token per CCD heavy atom there, resolved or not (``atom_layout.make_flat_atom_layout``), so
+    its name repeats the same number of times in every copy: one name per residue groups the
+    chains the same way. Resolved atoms do not count — a copy that misses atoms of a modified
+    residue or a ligand is still a copy.
     """
-    return tuple(r.name for r in ch.residues for _ in range(1 if r.one_token else len(r.atoms)))
+    return tuple(r.name for r in ch.residues)
 
 
 def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
