@@ -33,7 +33,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import itertools
 import json
 import logging
 import os
@@ -665,22 +664,31 @@ def _join(
                 continue
             hints = layout_hints(s.rel, entry_ids)
             joined = False
+            refused: tuple[dict[str, Any], str] | None = None  # a chain and why it was not joined
             for entry, chain in hints:
                 for row in by_entry.get(entry, []):
                     if chain and chain not in (row["auth_id"], row["label_id"]):
                         continue
-                    if _joins_by_layout(a.query, row["sequence"]):
-                        h = row["sequence_hash"]
-                        use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
-                        if use not in uses.setdefault(h, []):
-                            uses[h].append(use)
-                        joined = True
+                    seq, mt = row["sequence"], int(row["mol_type"])
+                    if not _joins_by_layout(a.query, seq, mt):
+                        om = omissions(a.query, seq, mt)
+                        if om.ways not in (0, 1) and refused is None:
+                            refused = (row, om.reason(a.query, seq, mt))
+                        continue
+                    h = row["sequence_hash"]
+                    use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
+                    if use not in uses.setdefault(h, []):
+                        uses[h].append(use)
+                    joined = True
             if joined:
                 c["joined_layout"] += 1
                 continue
             c["unmatched"] += 1
             result.unmatched.append({"file": label, "query_length": len(a.query), "query": a.query[:60]})
-            nm = _near_miss(label, a.query, hints, by_entry, by_length)
+            if refused is not None:
+                nm: dict[str, Any] | None = _nm(label, a.query, refused[0], refused[1])
+            else:
+                nm = _near_miss(label, a.query, hints, by_entry, by_length)
             if nm is not None:
                 result.near_misses.append(nm)
     for h in uses:
@@ -693,38 +701,112 @@ def _join(
     return uses
 
 
-#: Most ways :func:`omitted_unknowns` tries of leaving unknown residues out of a chain sequence.
-MAX_OMISSION_TRIES = 256
-_UNKNOWN = frozenset("XN")
+#: Most cells (chain residues x residues left out) :func:`omitted_unknowns` fills in; a query that
+#: would need more is not joined (none of the real corpus comes near: 209d is 11 x 2).
+MAX_OMISSION_CELLS = 2_000_000
 
 
-def omitted_unknowns(query: str, sequence: str) -> tuple[int, ...] | None:
+def unknown_letter(mol_type: int) -> str:
+    """The letter of an unknown residue in a chain sequence of ``mol_type``: ``X`` for a protein,
+    ``N`` for RNA and DNA (AF3's ``residue_names``: ``PROTEIN_TYPES_ONE_LETTER_WITH_UNKNOWN`` ends in
+    ``X``, ``UNK_NUCLEIC_ONE_LETTER`` is ``N``). In a protein ``N`` is Asn, a residue like any other."""
+    return "X" if int(mol_type) == MolType.PROTEIN else "N"
+
+
+@dataclass(frozen=True)
+class Omission:
+    """How a shorter query fits a chain sequence by leaving out unknown residues of it.
+
+    ``ways``: the number of choices of left-out positions that fit, counted up to 2 (2: two or
+    more); -1: not counted (more than :data:`MAX_OMISSION_CELLS`). ``positions``: the left-out
+    positions (0-based, ascending) when exactly one choice fits, else ``()``."""
+
+    ways: int
+    positions: tuple[int, ...] = ()
+
+    def reason(self, query: str, sequence: str, mol_type: int) -> str:
+        """Why the query is not joined, in words (only for ``ways`` != 1)."""
+        unk = unknown_letter(mol_type)
+        d = len(sequence) - len(query)
+        where = [i + 1 for i, c in enumerate(sequence) if c == unk]
+        shown = ", ".join(map(str, where[:8])) + (" ..." if len(where) > 8 else "")
+        if self.ways == -1:
+            return (
+                f"the query ({len(query)} residues) would leave out {d} of the chain's {len(where)} "
+                f"unknown residues ({unk}), too many ways to check; not joined"
+            )
+        return (
+            f"the query ({len(query)} residues) leaves out {d} of the chain's unknown residues ({unk} at "
+            f"{shown}) in more than one way; not joined"
+        )
+
+
+def omissions(query: str, sequence: str, mol_type: int) -> Omission:
+    """The ways a shorter ``query`` is ``sequence`` with some of its unknown residues left out.
+
+    Unknown: :func:`unknown_letter` of ``mol_type``. Outside the left-out positions the two must
+    agree letter by letter, except where either side has that unknown letter (a modified residue
+    the tool wrote as ``X``: 209d's ``TXPGV`` for THR MVA PRO GLY MVA). Counted by dynamic
+    programming over (residues read, residues left out): at most ``len(sequence) * (d + 1)`` cells,
+    ``d = len(sequence) - len(query)``; ``ways`` is 0 also when ``query`` is not shorter.
+    """
+    n, m = len(sequence), len(query)
+    d = n - m
+    if d <= 0 or not query:
+        return Omission(0)
+    unk = unknown_letter(mol_type)
+    if sum(1 for c in sequence if c == unk) < d:
+        return Omission(0)
+    if n * (d + 1) > MAX_OMISSION_CELLS:
+        return Omission(-1)
+    # ways[i][k]: choices that make sequence[:i], with k of its unknown residues left out, fit
+    # query[:i - k] (counted up to 2)
+    ways = [[0] * (d + 1) for _ in range(n + 1)]
+    ways[0][0] = 1
+    for i in range(1, n + 1):
+        s = sequence[i - 1]
+        row, prev = ways[i], ways[i - 1]
+        for k in range(max(0, i - m), min(d, i) + 1):
+            total = 0
+            j = i - k  # query letters used
+            if j >= 1 and prev[k]:
+                q = query[j - 1]
+                if q in (s, unk) or s == unk:
+                    total += prev[k]
+            if k >= 1 and s == unk:
+                total += prev[k - 1]
+            row[k] = min(total, 2)
+    count = ways[n][d]
+    if count != 1:
+        return Omission(count)
+    positions: list[int] = []
+    i, k = n, d
+    while i > 0:  # one choice in all: each cell on its path has exactly one way in
+        if k >= 1 and sequence[i - 1] == unk and ways[i - 1][k - 1]:
+            positions.append(i - 1)
+            k -= 1
+        i -= 1
+    return Omission(1, tuple(reversed(positions)))
+
+
+def omitted_unknowns(query: str, sequence: str, mol_type: int) -> tuple[int, ...] | None:
     """The positions of ``sequence`` (0-based) that an alignment's shorter ``query`` leaves out,
-    when they are all unknown residues (``X`` / ``N``) and the rest is a :func:`compatible_query`
-    of it; None otherwise (also when ``query`` is not shorter).
+    when they are all unknown residues of the chain's type (``X`` in a protein, ``N`` in RNA or
+    DNA) and that is the only way the rest fits (:func:`omissions`); None otherwise (also when
+    ``query`` is not shorter, or when more than one choice fits).
 
     Tools that write the query from the polymer residues they know drop a residue they do not
-    (209d: PXA between MVA 5 and THR 7, a 10-letter query for the 11-residue chain). The first
-    choice in order, over at most :data:`MAX_OMISSION_TRIES` choices, is taken.
+    (209d: PXA between MVA 5 and THR 7, a 10-letter query for the 11-residue chain).
     """
-    d = len(sequence) - len(query)
-    if d <= 0 or not query:
-        return None
-    unknown = [i for i, c in enumerate(sequence) if c in _UNKNOWN]
-    for k, drop in enumerate(itertools.combinations(unknown, d)):
-        if k >= MAX_OMISSION_TRIES:
-            break
-        gone = set(drop)
-        rest = "".join(c for i, c in enumerate(sequence) if i not in gone)
-        if compatible_query(query, rest):
-            return drop
-    return None
+    found = omissions(query, sequence, mol_type)
+    return found.positions if found.ways == 1 else None
 
 
-def _joins_by_layout(query: str, sequence: str) -> bool:
+def _joins_by_layout(query: str, sequence: str, mol_type: int) -> bool:
     """An alignment that a file's layout names for a chain is that chain's MSA: its query differs
-    from the chain sequence only at unknown residues, or leaves out unknown residues of it."""
-    return compatible_query(query, sequence) or omitted_unknowns(query, sequence) is not None
+    from the chain sequence only at unknown residues, or leaves out unknown residues of it in
+    exactly one way."""
+    return compatible_query(query, sequence) or omitted_unknowns(query, sequence, mol_type) is not None
 
 
 def _insert_gap_columns(row: str, after: Sequence[int]) -> str:
@@ -746,13 +828,13 @@ def _insert_gap_columns(row: str, after: Sequence[int]) -> str:
     return "".join(out)
 
 
-def _adopt(msa: ParsedMSA, sequence: str) -> ParsedMSA:
+def _adopt(msa: ParsedMSA, sequence: str, mol_type: int) -> ParsedMSA:
     """A layout-joined alignment made the chain's: a query that left unknown residues out gets a
-    gap column at each (:func:`omitted_unknowns`), so the MSA has one column per residue of the
-    chain; then the query row, and every row identical to it, becomes ``sequence``
-    (``adopt_query``)."""
+    gap column at each (:func:`omitted_unknowns`, ``mol_type`` the chain's), so the MSA has one
+    column per residue of the chain; then the query row, and every row identical to it, becomes
+    ``sequence`` (``adopt_query``)."""
     query = msa.query_sequence
-    drop = omitted_unknowns(query, sequence.upper()) if len(query) < len(sequence) else None
+    drop = omitted_unknowns(query, sequence.upper(), mol_type) if len(query) < len(sequence) else None
     if drop is None:
         return adopt_query(msa, sequence)
     after = [p - j for j, p in enumerate(drop)]  # query columns before each left-out residue
@@ -950,7 +1032,7 @@ def build_msa_part(
         alignments: list[tuple[str, ParsedMSA]] = []
         used: list[MSAUse] = []
         for use in item.uses:
-            msa = _load(Path(msa_dir), use, item.sequence, cache, contents, failed)
+            msa = _load(Path(msa_dir), use, item.sequence, item.mol_type, cache, contents, failed)
             if msa is not None:
                 alignments.append((use.label, msa))
                 used.append(use)
@@ -983,6 +1065,7 @@ def _load(
     msa_dir: Path,
     use: MSAUse,
     sequence: str,
+    mol_type: int,
     cache: dict[str, list[Any] | None],
     contents: MSAPartContents,
     failed: set[str],
@@ -1008,7 +1091,7 @@ def _load(
     block = blocks[0]
     msa: ParsedMSA = block if isinstance(block, ParsedMSA) else block.to_msa(use.query_row)
     if use.adopt:
-        msa = _adopt(msa, sequence)
+        msa = _adopt(msa, sequence, mol_type)
     return msa
 
 
