@@ -146,7 +146,9 @@ def store_skip(top: Path, exclude: Path | None) -> Path | None:
     return None if top != skip and top.is_relative_to(skip) else skip
 
 
-def walk_inputs(root: Path, exclude: Path | None = None) -> Iterator[Path]:
+def walk_inputs(
+    root: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
+) -> Iterator[Path]:
     """Every entry under ``root`` that is not a directory (files, symlinks to files, broken symlinks),
     as seen from ``root``: no hidden name on the way, symlinked directories followed, each real
     directory read once, the store ``exclude`` left out wherever the walk meets it (by resolved path:
@@ -156,7 +158,13 @@ def walk_inputs(root: Path, exclude: Path | None = None) -> Iterator[Path]:
     sorted, depth first), so every file keeps its plain path; then each symlinked directory in the
     order met, walked the same way. A symlinked directory whose real directory was already read (a
     link to an ancestor, which would loop, or a second link to one directory) is not read again;
-    one warning at the end of the walk names them. A directory that cannot be listed is a warning.
+    one warning at the end of the walk names them (``warn=False``: none, for a second walk of one
+    directory in a build). A directory that cannot be listed is a warning.
+
+    ``aliases``, when given, is filled with the other paths by which a directory read once is
+    reached: the path it was read as → the symlinked directories (as seen) that were not read again
+    for it (posix, relative to ``root``; "" is ``root``); a link to an ancestor (a loop) is none.
+    :func:`alias_paths` gives a file's other paths from it.
     """
     root = Path(root)
     top = resolved(root)
@@ -215,7 +223,10 @@ def walk_inputs(root: Path, exclude: Path | None = None) -> Iterator[Path]:
         read[real] = link
         stack.append((link, real))
         yield from walk_plain()
-    if again:
+    if aliases is not None:
+        for p, real in again:
+            _add_alias(aliases, _rel_posix(read[real], root), _rel_posix(p, root))
+    if again and warn:
         shown = "; ".join(f"{p} ({real}, read as {read[real]})" for p, real in again[:WALK_SKIPPED_SHOWN])
         more = f"; and {len(again) - WALK_SKIPPED_SHOWN} more" if len(again) > WALK_SKIPPED_SHOWN else ""
         log.warning(
@@ -225,12 +236,58 @@ def walk_inputs(root: Path, exclude: Path | None = None) -> Iterator[Path]:
         )  # fmt: skip
 
 
-def input_paths(pdb_dir: Path, exclude: Path | None = None) -> Iterator[Path]:
+def _rel_posix(path: Path, root: Path) -> str:
+    """``path`` (under ``root``, as seen) relative to ``root``, posix; "" for ``root`` itself."""
+    rel = path.relative_to(root).as_posix()
+    return "" if rel == "." else rel
+
+
+def _add_alias(aliases: dict[str, list[str]], read_as: str, other: str) -> None:
+    """Record ``other`` as a second path of the directory read as ``read_as``, unless it lies
+    inside that directory (a link to an ancestor: every path through it would loop)."""
+    if read_as == "" or other.startswith(read_as + "/"):
+        return
+    if other not in aliases.setdefault(read_as, []):
+        aliases[read_as].append(other)
+
+
+#: Most other paths :func:`alias_paths` gives for one file (links in cycles could give ever more).
+MAX_ALIASES = 32
+
+
+def alias_paths(rel: str, aliases: dict[str, list[str]]) -> list[str]:
+    """The other paths (posix, relative to the walk's root) that reach the file the walk read as
+    ``rel``, from ``aliases`` (:func:`walk_inputs`): a leading directory of ``rel`` read once is
+    replaced by each other path of it, and so on for the paths that gives, each link used at most
+    once in a path; sorted, at most :data:`MAX_ALIASES`. ``[]`` when no directory of it has another
+    path (the common case, a few dict look-ups)."""
+    if not aliases:
+        return []
+    out: set[str] = set()
+    todo: deque[tuple[str, frozenset[str]]] = deque([(rel, frozenset())])
+    while todo and len(out) < MAX_ALIASES:
+        path, used = todo.popleft()
+        parts = path.split("/")
+        for k in range(1, len(parts)):
+            prefix = "/".join(parts[:k])
+            for other in aliases.get(prefix, ()):
+                if other in used:
+                    continue
+                alt = other + "/" + "/".join(parts[k:])
+                if alt != rel and alt not in out and len(out) < MAX_ALIASES:
+                    out.add(alt)
+                    todo.append((alt, used | {other}))
+    return sorted(out)
+
+
+def input_paths(
+    pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None
+) -> Iterator[Path]:
     """The files a build reads under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
     directories followed, each real directory once): every non-hidden file, and every broken
     symlink or symlink loop (kept: reading it fails, and the failure names it); ``exclude`` (the
-    store itself, when the walk meets it) is skipped."""
-    for p in walk_inputs(Path(pdb_dir), exclude):
+    store itself, when the walk meets it) is skipped; ``aliases``: as :func:`walk_inputs` fills it."""
+    for p in walk_inputs(Path(pdb_dir), exclude, aliases):
         if p.is_file() or (p.is_symlink() and not p.exists()):
             yield p
 
@@ -298,11 +355,20 @@ def discover(
     optionally ``.gz``) under ``msa_dir`` (the same directory as ``pdb_dir``, or one inside it):
     they are the MSA stage's inputs, which accounts for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
     skipped.
+
+    A file the walk reads through one path of a directory reachable by several (symlinked
+    directories, :func:`walk_inputs`) takes the path a stored entry records for it where there is
+    one (:func:`stored_paths`), so a second link to a stored directory, or a stored directory
+    turned into a link, neither changes its id nor makes it a second entry.
     """
     pdb_dir = Path(pdb_dir)
     msa_files = MSADirFiles(msa_dir)
-    files = sorted(p for p in input_paths(pdb_dir, exclude) if not msa_stage_input(p, msa_files))
-    rels = [p.relative_to(pdb_dir).as_posix() for p in files]
+    aliases: dict[str, list[str]] = {}
+    walked = [p for p in input_paths(pdb_dir, exclude, aliases) if not msa_stage_input(p, msa_files)]
+    rels = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
+                        set((existing_ids or {}).values()))  # fmt: skip
+    order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
+    files, rels = [walked[k] for k in order], [rels[k] for k in order]
     ids = assign_ids(rels, existing_ids)
     with ThreadPoolExecutor(max_workers=4) as pool:
         digests = list(pool.map(_sha256, files))
@@ -311,6 +377,25 @@ def discover(
         entry_id = ids[rel]
         out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
                              entry_key(sha, entry_id, config_hash)))  # fmt: skip
+    return out
+
+
+def stored_paths(rels: list[str], aliases: dict[str, list[str]], stored: set[str]) -> list[str]:
+    """``rels`` (the paths the walk read files as), each replaced by the stored path of the same
+    file where the store holds the file under another path (one of :func:`alias_paths`; of several,
+    the first in order) and not under this one; a stored path is taken once and never from a path
+    the walk read. A fresh store (``stored`` empty) keeps the walk's paths."""
+    if not stored or not aliases:
+        return list(rels)
+    taken = set(rels)
+    out = []
+    for rel in rels:
+        if rel not in stored:
+            alt = next((a for a in alias_paths(rel, aliases) if a in stored and a not in taken), None)
+            if alt is not None:
+                taken.add(alt)
+                rel = alt
+        out.append(rel)
     return out
 
 
@@ -368,6 +453,16 @@ def withdraw_failures(
     msa_files = MSADirFiles(msa_dir)
     current = {i.rel for i in inputs}
     source_dirs: dict[str, str] = {}
+    listed: list[set[str]] = []  # the MSA stage's listing of --msa-dir, walked once when first needed
+
+    def msa_listing() -> set[str]:
+        from featurecache.build.msa_stage import _candidate_files  # msa_stage imports this module
+
+        if not listed:
+            # quiet: the MSA stage walks --msa-dir again and warns of what it does not read again
+            files = _candidate_files(Path(msa_dir), root, warn=False) if msa_dir is not None else []
+            listed.append({rel for rel, _size, _mtime in files})
+        return listed[0]
 
     def recorded_in(part: str) -> str:
         if part not in source_dirs:
@@ -380,7 +475,7 @@ def withdraw_failures(
         if f["stage"] == WITHDRAWN_STAGE:
             continue
         if f["stage"] == MSA_STAGE:
-            why = _withdrawn_msa_failure(root, msa_dir, msa_here, f, recorded_in)
+            why = _withdrawn_msa_failure(root, msa_dir, msa_here, f, recorded_in, msa_listing)
             if why:
                 msa_rows.append(_withdrawn_row(f, why))
             continue
@@ -421,15 +516,17 @@ def _withdrawn_row(f: dict[str, str], why: str) -> dict[str, str]:
 
 
 def _withdrawn_msa_failure(
-    root: Path, msa_dir: Path | None, msa_here: str, f: dict[str, str], recorded_in: Callable[[str], str]
-) -> str:
+    root: Path, msa_dir: Path | None, msa_here: str, f: dict[str, str], recorded_in: Callable[[str], str],
+    listing: Callable[[], set[str]] | None = None,
+) -> str:  # fmt: skip
     """Why MSA failure ``f`` is withdrawn ("": it is not): its path is no longer an MSA-stage input
-    under ``msa_dir``, and its part recorded that directory (resolved: ``msa_here``)."""
+    under ``msa_dir``, and its part recorded that directory (resolved: ``msa_here``). ``listing``:
+    the MSA stage's listing of ``msa_dir`` (``msa_stage.lists_msa_file``), walked once per build."""
     from featurecache.build.msa_stage import lists_msa_file  # msa_stage imports this module
 
     if msa_dir is None or not f["path"] or recorded_in(f["part"]) != msa_here:
         return ""  # no --msa-dir, a failure naming no file, or another directory's (or unrecorded)
-    if lists_msa_file(Path(msa_dir), f["path"], root):
+    if lists_msa_file(Path(msa_dir), f["path"], root, listing):
         return ""
     where = Path(msa_dir) / f["path"]
     gone = not (where.exists() or where.is_symlink())

@@ -40,12 +40,12 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from featurecache.build.discover import resolved, store_skip, walk_inputs
+from featurecache.build.discover import alias_paths, resolved, store_skip, walk_inputs
 from featurecache.build.granularity import cut_by_weight
 from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
@@ -310,6 +310,24 @@ class MSAStageResult:
 
 
 def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
+    """What a stored MSA was built from: each alignment's file by its content (sha256) and database
+    label, its block, query row and whether its query was adopted, in a canonical order, and the
+    settings. Not the path the scan read the file as, which depends on which of several paths to its
+    directory the walk met first (a link added elsewhere can change it): a second path to a file
+    leaves a stored MSA up to date."""
+    doc = {
+        "files": sorted([source_label(u.rel), u.sha256, u.block, u.query_row, u.adopt] for u in uses),
+        "cap": depth_cap,
+        "featurizer": FEATURIZER_VERSION,
+        "stage": MSA_STAGE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _path_inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
+    """The inputs key of builds before session 20 (the paths as read, in merge order): a stored MSA
+    with this key is up to date too (same files by the same paths), so such a store's MSAs are not
+    all written again once; they take :func:`_inputs_key` when next written."""
     doc = {
         "uses": [[u.rel, u.sha256, u.block, u.query_row, u.adopt] for u in uses],
         "cap": depth_cap,
@@ -319,27 +337,33 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _candidate_files(msa_dir: Path, store: Path | None = None) -> list[tuple[str, int, int]]:
+def _candidate_files(
+    msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
+) -> list[tuple[str, int, int]]:
     """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir`` (a symlink to
     a file counts), sorted by path; the walk is :func:`~featurecache.build.discover.walk_inputs`:
     symlinked directories followed (paths as seen through the link), each real directory read once,
     the files of ``store`` (the store being built) not inputs wherever the walk meets it (as a store
-    inside ``--pdb-dir`` is not: ``discover.input_paths``)."""
+    inside ``--pdb-dir`` is not: ``discover.input_paths``). ``aliases`` and ``warn``: as
+    ``walk_inputs`` takes them (the other paths of directories read once; its warning)."""
     files = []
-    for p in walk_inputs(msa_dir, store):
+    for p in walk_inputs(msa_dir, store, aliases, warn):
         if p.is_file():
             st = p.stat()
             files.append((p.relative_to(msa_dir).as_posix(), st.st_size, st.st_mtime_ns))
     return sorted(files)
 
 
-def lists_msa_file(msa_dir: Path, rel: str, store: Path | None = None) -> bool:
+def lists_msa_file(
+    msa_dir: Path, rel: str, store: Path | None = None, listing: Callable[[], set[str]] | None = None
+) -> bool:
     """Whether :func:`_candidate_files` of ``msa_dir`` (and ``store``) lists ``rel`` (a posix path
     relative to ``msa_dir``): a file (a symlink to one counts) with no hidden path part, not inside
     ``store``. Through plain directories it is found without walking ``msa_dir`` (the walk reads
     them before any symlinked one, so each under its own path); a path through a symlinked
     directory is looked up in the walk (its real directory may have been read through another
-    path). ``discover.withdraw_failures`` asks it of the paths of listed MSA failures."""
+    path): ``listing()``, the relative paths :func:`_candidate_files` lists (a caller asking of
+    many paths walks once, ``discover.withdraw_failures``), else a walk of its own."""
     parts = PurePosixPath(rel).parts
     if not parts or any(part.startswith(".") for part in parts):  # "." and ".." too
         return False
@@ -354,6 +378,8 @@ def lists_msa_file(msa_dir: Path, rel: str, store: Path | None = None) -> bool:
     if not file.is_file():
         return False
     if linked:
+        if listing is not None:
+            return rel in listing()
         return rel in {r for r, _size, _mtime in _candidate_files(Path(msa_dir), store)}
     top = resolved(Path(msa_dir))
     skip = store_skip(top, store)
@@ -417,9 +443,11 @@ def run_msa_stage(
         entry_ids = {i.lower(): i for i in entries.column("id").to_pylist()}
 
     scans: list[FileScan] = []
+    aliases: dict[str, list[str]] = {}  # directories reached by several paths (discover.walk_inputs)
     if msa_dir is not None:
-        scans = _scan(client, root, Path(msa_dir), set(polymer), progress)
-    uses = _join(scans, chain_rows, polymer, entry_ids, result)
+        files = _candidate_files(Path(msa_dir), root, aliases)
+        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files)
+    uses = _join(scans, chain_rows, polymer, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
     plan = _plan(polymer, uses, stored, depth_cap, result)
@@ -463,13 +491,18 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
             f"stored MSA get single-sequence MSAs")  # fmt: skip
 
 
-def _scan(client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool) -> list[FileScan]:
-    """Scan every candidate file of ``msa_dir``; files unchanged since a previous build's scan
-    (same path, size and mtime) are taken from the store's scan cache without being read."""
+def _scan(
+    client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool,
+    files: list[tuple[str, int, int]] | None = None,
+) -> list[FileScan]:  # fmt: skip
+    """Scan every candidate file of ``msa_dir`` (``files``: :func:`_candidate_files`, listed here
+    when not given); files unchanged since a previous build's scan (same path, size and mtime) are
+    taken from the store's scan cache without being read."""
     from distributed import as_completed
 
     t_start = time.time_ns()
-    files = _candidate_files(msa_dir, root)
+    if files is None:
+        files = _candidate_files(msa_dir, root)
     if not files:
         return []
     cache = ScanCache.load(root, msa_dir)
@@ -628,8 +661,11 @@ def _join(
     polymer: dict[str, tuple[str, int]],
     entry_ids: dict[str, str],
     result: MSAStageResult,
+    aliases: dict[str, list[str]] | None = None,
 ) -> dict[str, list[MSAUse]]:
-    """Sequence hash → alignments to merge for it (in merge order)."""
+    """Sequence hash → alignments to merge for it (in merge order). A layout join takes the hints
+    of every path to the file (``aliases``: directories reached by several paths, as
+    ``discover.walk_inputs`` records them; the file is read once, as ``rel``)."""
     uses: dict[str, list[MSAUse]] = {}
     by_entry: dict[str, list[dict[str, Any]]] = {}
     by_length: dict[int, list[dict[str, Any]]] = {}
@@ -662,7 +698,7 @@ def _join(
                         MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
                     )
                 continue
-            hints = layout_hints(s.rel, entry_ids)
+            hints = _hints(s.rel, entry_ids, aliases)
             joined = False
             refused: tuple[dict[str, Any], str] | None = None  # a chain and why it was not joined
             for entry, chain in hints:
@@ -699,6 +735,17 @@ def _join(
             )
             del uses[h][MAX_SOURCES - 1 :]
     return uses
+
+
+def _hints(
+    rel: str, entry_ids: dict[str, str], aliases: dict[str, list[str]] | None
+) -> list[tuple[str, str]]:
+    """:func:`layout_hints` of ``rel`` and of each other path to its file (``aliases``,
+    ``discover.alias_paths``), each hint once, those of ``rel`` first."""
+    hints = layout_hints(rel, entry_ids)
+    for other in alias_paths(rel, aliases or {}):
+        hints += [h for h in layout_hints(other, entry_ids) if h not in hints]
+    return hints
 
 
 #: Most cells (chain residues x residues left out) :func:`omitted_unknowns` fills in; a query that
@@ -904,7 +951,7 @@ def _plan(
             if old is not None:  # never replace a stored MSA by the single sequence
                 result.counts["skipped"] += 1
                 continue
-        elif old is not None and old[0] == ik:
+        elif old is not None and old[0] in (ik, _path_inputs_key(us, depth_cap)):
             result.counts["skipped"] += 1
             continue
         plan.append(PlannedMSA(h, seq, mt, us, ik))
