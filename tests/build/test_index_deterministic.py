@@ -14,7 +14,8 @@ from pathlib import Path
 import pyarrow.ipc as ipc
 
 import featurecache
-from featurecache.store.index import RUN_RECORD_TABLES
+from featurecache.const import FEATURIZER_VERSION
+from featurecache.store.index import RUN_RECORD_TABLES, rebuild_index
 from tests.conftest import SAMPLES, build_store, featurecache_at
 
 
@@ -49,11 +50,19 @@ def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
 BEFORE_TIMINGS = "71a6b48"
 
 
+def _featurizer_version(package_root: Path) -> str:
+    """FEATURIZER_VERSION as a package tree's const.py writes it (read as text: not imported)."""
+    text = (package_root / "featurecache" / "const.py").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("FEATURIZER_VERSION")]
+    return line.split("=", 1)[1].strip().strip("\"'")
+
+
 def test_an_old_parts_seconds_move_to_timings(tmp_path: Path) -> None:
     """A store whose first part was written before the time left entries (its entries.arrow has a
-    ``seconds`` column, no timings.arrow), extended by a build of this code: index/timings.arrow
-    has every live entry, the old part's time as that part recorded it (before: the old part's
-    entries were missing from timings.arrow, their time dropped)."""
+    ``seconds`` column, no timings.arrow): this code's index rebuild puts that part's time in
+    index/timings.arrow as the part recorded it (before: the old part's entries were missing from
+    timings.arrow, their time dropped), and a build of this code that extends the store keeps every
+    live entry's time there."""
     old = featurecache_at(BEFORE_TIMINGS, tmp_path / "old")
     pdb = tmp_path / "pdb"
     pdb.mkdir()
@@ -72,12 +81,23 @@ def test_an_old_parts_seconds_move_to_timings(tmp_path: Path) -> None:
                         strict=True))  # fmt: skip
     assert list(recorded) == ["102m"] and recorded["102m"] > 0
 
+    # this code's index over the old part alone: the old part's time is in timings.arrow
+    rebuild_index(store, incremental=False)
+    timings = ipc.open_file(store / "index" / "timings.arrow").read_all()
+    assert timings.to_pylist() == [{"entry_id": "102m", "seconds": recorded["102m"], "part": old_part.name}]
+    assert "seconds" not in featurecache.open_store(store).entries.column_names
+
     shutil.copy(SAMPLES / "structures" / "1A8O.pdb", pdb)  # one more input, built by this code
     summary = build_store(store, pdb, workers=1)
-    assert summary.n_built == 1 and summary.n_skipped == 1
+    # an entry key holds the featurizer version: a part of another version is rebuilt
+    same_version = _featurizer_version(old) == FEATURIZER_VERSION
+    assert (summary.n_built, summary.n_skipped) == ((1, 1) if same_version else (2, 0))
     timings = ipc.open_file(store / "index" / "timings.arrow").read_all()
     rows = {r["entry_id"]: r for r in timings.to_pylist()}
     assert sorted(rows) == sorted(featurecache.open_store(store).ids) == ["102m", "1A8O"]  # before: 1A8O only
-    assert rows["102m"]["seconds"] == recorded["102m"] and rows["102m"]["part"] == old_part.name
+    if same_version:
+        assert rows["102m"]["seconds"] == recorded["102m"] and rows["102m"]["part"] == old_part.name
+    else:
+        assert rows["102m"]["seconds"] > 0 and rows["102m"]["part"] != old_part.name
     assert rows["1A8O"]["seconds"] > 0 and rows["1A8O"]["part"] != old_part.name
     assert "seconds" not in featurecache.open_store(store).entries.column_names
