@@ -48,6 +48,12 @@ class ChemError(FeatureCacheError, RuntimeError):
     """RDKit could not build a molecule or a conformer for a component."""
 
 
+class EmbeddingInterrupted(ChemError):
+    """A SIGINT reached RDKit while it embedded a component, and RDKit cut the work short (it
+    cancels the embedding, or a substructure search inside it). The task fails rather than fall
+    back to a worse strategy; the driver computes the component again."""
+
+
 class StoreError(FeatureCacheError, OSError):
     """The store is missing, unreadable, unwritable or inconsistent."""
 

@@ -14,7 +14,10 @@ it cancels, the unanswered heartbeats, the workers it kills, the asyncio tasks i
 (``CancelledError``, ``AllExit`` tracebacks), in the parent and in each worker. :func:`quiet_loggers`
 silences those libraries' loggers; the build calls it in its SIGINT handler
 (:func:`quiet_on_sigint`), and each worker in its own (:func:`quiet_pending_sigint`): the
-terminal's Ctrl-C reaches them too. A normal run's warnings stay as they were.
+terminal's Ctrl-C reaches them too. A normal run's warnings stay as they were. The build's
+workers keep SIGINT blocked and take it in a thread of their own instead
+(:func:`take_sigint_in_a_thread`): RDKit sets a SIGINT handler of its own while it embeds, and a
+SIGINT it gets cancels the embedding.
 """
 
 from __future__ import annotations
@@ -112,6 +115,37 @@ def quiet_on_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> Iterat
         if installed:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         restore_loggers(quieted)
+
+
+_TAKER: list[threading.Thread] = []
+
+
+def take_sigint_in_a_thread(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> None:
+    """In a helper started inside :func:`sigint_blocked` (its main thread), one whose parent stops
+    it on Ctrl-C and that runs C++ code which takes SIGINT for itself: SIGINT stays blocked in
+    this thread, and so in every thread started from now on (they inherit the mask; those
+    started before it inherited it from the blocked start), and one daemon thread takes each
+    SIGINT with ``sigwait`` and silences the ``prefixes`` loggers (:func:`quiet_loggers`), so
+    one that came while the helper started does the same. A blocked signal is delivered to no
+    handler, whichever is installed: RDKit's, which it sets while it embeds a molecule and which
+    cancels the embedding (:mod:`featurecache.chem.conformer`), never sees it. Once per process;
+    where ``sigwait`` is missing, :func:`quiet_pending_sigint`."""
+    if not (hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigwait")):
+        quiet_pending_sigint(prefixes)
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if _TAKER:
+        return
+
+    def take() -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            with contextlib.suppress(Exception):
+                quiet_loggers(prefixes)
+
+    thread = threading.Thread(target=take, name="featurecache-sigint", daemon=True)
+    thread.start()
+    _TAKER.append(thread)
 
 
 def quiet_pending_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> None:

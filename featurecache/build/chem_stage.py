@@ -13,7 +13,10 @@ Runs after the structure parts are written:
    and not per build.
 3. **conformers** (Dask tasks, one component part each): :mod:`featurecache.chem.conformer`. The
    jobs, sorted by key, are cut into parts of :func:`components_per_part` — a function of their
-   number only, so the parts are the same whatever the worker count.
+   number only, so the parts are the same whatever the worker count. A part whose task fails is
+   computed again one component at a time (one that fails alone is stored as ``failed``); one
+   whose embedding a SIGINT interrupted (:class:`~featurecache.errors.EmbeddingInterrupted`) is
+   computed again whole, never stored as a fallback or a failure.
 4. **check** (driver): atoms that will get ``ref_mask = False`` (name not in the definition,
    component failed) become ``chem_warnings`` rows per entry; the entries themselves stay built.
 
@@ -44,7 +47,7 @@ from featurecache.chem.conformer import (
 from featurecache.chem.library import get_library
 from featurecache.chem.standard import standard_components, standard_heavy_atoms
 from featurecache.const import decode_atom_name, decode_res_name
-from featurecache.errors import StoreError
+from featurecache.errors import EmbeddingInterrupted, StoreError
 from featurecache.parse.ccd import ComponentDef
 from featurecache.store.components import (
     component_rows_in_parts,
@@ -374,11 +377,18 @@ def _run_jobs(
                  result=result, advance=advance, versions=versions)  # fmt: skip
 
 
+#: how many component parts of one stage may be computed again after a SIGINT interrupted them
+INTERRUPTED_RETRIES = 8
+
+
 def _collect(
     client: Any, root: Path, *, queue: Any, batches: dict[str, list[Job]], number: int, timeout_s: float,
     result: ChemStageResult, advance: Any, versions: dict[str, str] | None = None,
 ) -> None:  # fmt: skip
-    """Gather component parts as they finish; a failed part's components are retried one by one."""
+    """Gather component parts as they finish; a failed part's components are retried one by one.
+    A part whose embedding a SIGINT interrupted (nothing of it was written) is computed again as
+    it was, up to :data:`INTERRUPTED_RETRIES` times; then the stage fails (a resume computes it)."""
+    interrupted = 0
     for fut in queue:
         name = "-".join(fut.key.split("-")[2:4])
         try:
@@ -389,6 +399,20 @@ def _collect(
             StoreError
         ):  # the store or the worker is wrong (e.g. another featurecache): not a component's fault
             raise
+        except EmbeddingInterrupted as exc:  # not the components' fault: never stored as a fallback
+            interrupted += 1
+            if interrupted > INTERRUPTED_RETRIES:
+                raise EmbeddingInterrupted(
+                    f"{exc}; {interrupted} component parts were interrupted, the build stops: run it again to "
+                    "compute the parts not stored"
+                ) from exc
+            log.warning("component part %s: %s; computing it again", name, exc)
+            again = part_name(COMPONENT_PART_PREFIX, number)
+            number += 1
+            batches[again] = batches[name]
+            queue.add(client.submit(build_component_part, str(root.resolve()), again, batches[again], timeout_s,
+                                    versions, key=f"component-part-{again}-{time.time_ns()}", pure=False))  # fmt: skip
+            continue
         except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
             batch = batches[name]
             if len(batch) > 1:

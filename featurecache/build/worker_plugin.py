@@ -3,13 +3,16 @@
 Ctrl-C reaches every process of the terminal's foreground group, the embedded cluster's worker
 processes included: the driver decides what it means (one line, exit 130, the finished parts kept)
 and shuts them down; a worker that took it would die with a KeyboardInterrupt traceback of its
-own. A worker handles SIGINT (it only silences its Dask loggers, so that the driver's shutdown
-is quiet: :func:`featurecache.signals.quiet_pending_sigint`) once :class:`IgnoreInterrupt` runs in it, which is after seconds of
-imports (distributed, then featurecache; longer under load). To close that window the cluster is
-started inside :func:`featurecache.signals.sigint_blocked`: the threads it starts (its IO loop, and from it each
-nanny's process-starting thread) inherit the blocked mask, and so does each worker process they
-spawn (the mask survives fork and exec), also one a nanny restarts later. A SIGINT that comes
-meanwhile stays pending in the worker until the plugin has set its handler and unblocks it.
+own. The cluster is started inside :func:`featurecache.signals.sigint_blocked`: the threads it
+starts (its IO loop, and from it each nanny's process-starting thread) inherit the blocked mask,
+and so does each worker process they spawn (the mask survives fork and exec), also one a nanny
+restarts later. It stays blocked in every thread of the worker: once :class:`IgnoreInterrupt`
+runs in it (after seconds of imports), a thread of its own takes each SIGINT with ``sigwait``
+and only silences the worker's Dask loggers, so that the driver's shutdown is quiet
+(:func:`featurecache.signals.take_sigint_in_a_thread`); one that came meanwhile was pending and
+is taken then. A handled (unblocked) SIGINT would not do: RDKit replaces the process's handler
+while it embeds a molecule, and a SIGINT then cancels the embedding, which fell back to a worse
+conformer that the store kept.
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from featurecache.signals import quiet_pending_sigint
+from featurecache.signals import take_sigint_in_a_thread
 
 
 class IgnoreInterrupt(WorkerPlugin):
-    """SIGINT in the worker process only silences its Dask/tornado/asyncio loggers (the driver's
-    shutdown of an interrupted build is then quiet), then it is unblocked (see the module doc):
-    one that came while the worker started does the same."""
+    """SIGINT in the worker process stays blocked and only silences its Dask/tornado/asyncio
+    loggers (the driver's shutdown of an interrupted build is then quiet), taken by a thread of
+    its own (see the module doc): one that came while the worker started does the same."""
 
     def setup(self, worker: Any) -> None:
         if threading.current_thread() is threading.main_thread():
-            quiet_pending_sigint()
+            take_sigint_in_a_thread()

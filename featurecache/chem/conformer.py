@@ -22,11 +22,21 @@ Each embedding attempt is bounded by ``timeout_s`` through RDKit's ``EmbedParame
 Positions are centred on the heavy-atom centroid and stored float32. The result depends only on
 the definition (or the perceived graph), the code and the RDKit version — never on an entry's
 coordinates.
+
+A SIGINT is not a failure of the molecule. RDKit installs a SIGINT handler of its own while it
+embeds (its ``ControlCHandler``) and, when one arrives, cancels the embedding and returns -1
+(the wrapper's own check comes after the flag is reset, so no KeyboardInterrupt), or cuts a
+substructure search inside it short; it says so only in a warning of its log ("Interrupted,
+cancelling conformer generation", "Substructure search was interrupted, ..."). RDKit's log is
+therefore routed to Python's ``rdkit`` logger, where a handler notes such a warning of the
+embedding thread (nothing is printed: the logger does not propagate), and the embedding raises
+:class:`~featurecache.errors.EmbeddingInterrupted` instead of falling back to the next strategy.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,11 +47,54 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdDetermineBonds, rdDistGeom
 
 from featurecache.chem.keys import component_seed, perceived_key
-from featurecache.errors import ChemError
+from featurecache.errors import ChemError, EmbeddingInterrupted
 from featurecache.parse.ccd import ComponentDef
 
 logger = logging.getLogger(__name__)
-rdBase.DisableLog("rdApp.*")  # RDKit's own stderr chatter; failures are recorded in `reason`
+
+#: words of RDKit's log records that say a SIGINT cut its work short (lower case)
+RDKIT_INTERRUPTED = "interrupted"
+
+
+class _InterruptWatch(logging.Handler):
+    """Notes the threads in which RDKit logged that a SIGINT cut its work short (module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._threads: set[int] = set()
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if RDKIT_INTERRUPTED in record.getMessage().lower() and record.thread is not None:
+            with self._guard:
+                self._threads.add(record.thread)
+
+    def take(self, thread: int) -> bool:
+        """Whether RDKit said so in ``thread`` since the last call for it."""
+        with self._guard:
+            seen = thread in self._threads
+            self._threads.discard(thread)
+            return seen
+
+
+_INTERRUPTS = _InterruptWatch()
+
+
+def _route_rdkit_log() -> None:
+    """RDKit's log goes to Python's ``rdkit`` logger, seen by :data:`_INTERRUPTS` only: no stderr
+    chatter (failures are recorded in ``reason``), and RDKit's warnings that a SIGINT cut its work
+    short are noted. Its info and warning logs stay on (RDKit writes those notes to them)."""
+    rdBase.LogToPythonLogger()
+    rdBase.DisableLog("rdApp.*")
+    rdBase.EnableLog("rdApp.info")
+    rdBase.EnableLog("rdApp.warning")
+    rdkit_logger = logging.getLogger("rdkit")
+    rdkit_logger.handlers = [_INTERRUPTS]
+    rdkit_logger.propagate = False
+    rdkit_logger.setLevel(logging.DEBUG)
+
+
+_route_rdkit_log()
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -165,8 +218,11 @@ def _heavy_bonds(mol: Chem.Mol, heavy: np.ndarray) -> np.ndarray:
     return np.array(rows, dtype=np.int32).reshape(-1, 3)
 
 
-def _embed(mol: Chem.Mol, seed: int, timeout_s: float, random_coords: bool) -> tuple[np.ndarray | None, str]:
-    """Embed a copy of ``mol``; returns (positions float64 [n_all, 3] or None, failure note)."""
+def _embed(
+    mol: Chem.Mol, seed: int, timeout_s: float, random_coords: bool, key: str = ""
+) -> tuple[np.ndarray | None, str]:
+    """Embed a copy of ``mol``; returns (positions float64 [n_all, 3] or None, failure note).
+    Raises :class:`EmbeddingInterrupted` when a SIGINT cut RDKit's work short (module doc)."""
     work = Chem.Mol(mol)
     params: Any = rdDistGeom.ETKDGv3()
     params.randomSeed = seed
@@ -174,11 +230,23 @@ def _embed(mol: Chem.Mol, seed: int, timeout_s: float, random_coords: bool) -> t
     params.useRandomCoords = random_coords
     params.timeout = max(1, int(np.ceil(timeout_s)))
     t0 = time.perf_counter()
+    thread = threading.get_ident()
+    _INTERRUPTS.take(thread)
     try:
         cid = rdDistGeom.EmbedMolecule(work, params)
     except Exception as exc:  # RDKit raises ValueError/RuntimeError subclasses for odd graphs
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        cid, failure = -1, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    else:
+        failure = ""
     elapsed = time.perf_counter() - t0
+    if _INTERRUPTS.take(thread):
+        method = "random coordinates" if random_coords else "ETKDG"
+        raise EmbeddingInterrupted(
+            f"component {key or '?'}: a SIGINT interrupted RDKit's embedding ({method}, after {elapsed:.2f}s); "
+            "not stored"
+        )
+    if failure:
+        return None, failure
     if cid < 0:
         if elapsed >= timeout_s * 0.95:
             return None, f"timed out after {elapsed:.1f}s"
@@ -214,7 +282,7 @@ def _conformer_from_mol(
     strategy = "failed"
     attempts: list[tuple[str, bool]] = [("etkdg", False), ("random_coords", True)]
     for name, random_coords in attempts:
-        xyz, why = _embed(mol, seed, timeout_s, random_coords)
+        xyz, why = _embed(mol, seed, timeout_s, random_coords, key=key)
         if xyz is not None:
             positions, strategy = xyz[heavy_idx], success_strategy or name
             if name != "etkdg":
@@ -252,7 +320,8 @@ def _conformer_from_mol(
 
 def conformer_for_component(comp: ComponentDef, timeout_s: float = DEFAULT_TIMEOUT_S) -> ReferenceConformer:
     """Reference conformer of a CCD definition (key = the CCD code). Never raises for chemistry:
-    a component nothing works for comes back with strategy ``failed`` and the reason."""
+    a component nothing works for comes back with strategy ``failed`` and the reason. Raises
+    :class:`EmbeddingInterrupted` when a SIGINT cut an embedding short (module doc)."""
     t0 = time.perf_counter()
     notes: list[str] = []
     try:
@@ -367,7 +436,8 @@ def conformer_for_perceived(
 
     ``coords`` are one occurrence's heavy-atom coordinates, used only to perceive bonds; the
     positions come from embedding the perceived graph (seeded by the key). ``why`` starts the
-    recorded reason (e.g. the residue's atom names differ from its definition's).
+    recorded reason (e.g. the residue's atom names differ from its definition's). Raises
+    :class:`EmbeddingInterrupted` when a SIGINT cut an embedding short (module doc).
     """
     t0 = time.perf_counter()
     key = perceived_key(code, list(zip(names, atomic_numbers, strict=True)))
