@@ -6,10 +6,12 @@ store directory must then be visible to every worker at the same path (shared fi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Set
@@ -525,8 +527,38 @@ def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummar
     return sum(1 for r in rows if (r["path"], r["key"]) in current and r["path"] not in this_run)
 
 
+def _quiet_workers_now(client: Any, timeout_s: float = 5.0) -> None:
+    """Have the embedded cluster's workers silence their Dask loggers, and wait (``timeout_s`` at
+    most) until they have: called once the build's work is done, before the cluster is closed."""
+    from featurecache.signals import quiet_loggers
+
+    async def broadcast() -> None:
+        await asyncio.wait_for(client._run(quiet_loggers, on_error="ignore"), timeout_s)
+
+    with contextlib.suppress(Exception):
+        client.sync(broadcast)
+
+
 def _shutdown(client: Any, cluster: Any) -> None:
-    """Close the client and the embedded cluster; a slow shutdown (loaded machine) is not an error."""
+    """Close the client and the embedded cluster; a slow shutdown (loaded machine) is not an error.
+    The build's work is done by now (its errors were shown): Dask's loggers are silenced first,
+    here and in the embedded cluster's workers. Closing the cluster stops the workers and then
+    the scheduler, and a worker whose heartbeat was under way when the scheduler dropped it logged
+    "Failed to communicate with scheduler during heartbeat" with a CommClosedError traceback
+    (about 1 build in 5). The levels are put back once it is closed."""
+    from featurecache.signals import quiet_loggers, restore_loggers
+
+    interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # the workers were asked then
+    if client is not None and cluster is not None and not interrupted:
+        _quiet_workers_now(client)
+    previous = quiet_loggers()
+    try:
+        _close(client, cluster)
+    finally:
+        restore_loggers(previous)
+
+
+def _close(client: Any, cluster: Any) -> None:
     for closer in (
         client.close if client is not None else None,
         cluster.close if cluster is not None else None,
