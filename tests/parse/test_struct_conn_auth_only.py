@@ -16,8 +16,12 @@ from featurecache.featurize.entry import featurize_bytes
 from featurecache.parse.structure import _parse_structure
 from tests.conftest import STRUCTURES
 
-#: file -> residue names the file's covale rows link to a polymer (ligands in our tokenization)
+#: file -> residue names the file's covale rows link to a polymer residue
 AUTH_ONLY = {"209d-assembly1.cif": {"PXA"}, "7a4d-assembly1.cif": {"ACE", "NH2"}}
+#: the files whose linked residues are ligands in our tokenization (7a4d's ACE/NH2 caps, outside the
+#: chain's polymer residues); 209d's PXA lies between THR 1 and THR 7 of its peptide, so it stays in
+#: the chain (per-atom tokens) and its links are polymer–polymer: not token bonds (SI Table 5)
+LIGAND_LINKED = ("7a4d-assembly1.cif",)
 
 
 def _rows(name: str) -> list[dict[str, str | None]]:
@@ -56,7 +60,7 @@ def test_every_row_becomes_a_connection(name: str) -> None:
     assert raw.warnings == ()
 
 
-@pytest.mark.parametrize("name", sorted(AUTH_ONLY))
+@pytest.mark.parametrize("name", LIGAND_LINKED)
 def test_covalent_polymer_ligand_rows_become_token_bonds(name: str) -> None:
     st = gemmi.read_structure(str(STRUCTURES / name))
     linked = [
@@ -79,6 +83,29 @@ def test_covalent_polymer_ligand_rows_become_token_bonds(name: str) -> None:
             == {tuple(np.round(p1, 3)), tuple(np.round(p2, 3))}
         ]
         assert len(hits) == 1, row
+
+
+def test_a_residue_linked_inside_its_peptide_is_in_the_chain_and_no_token_bond() -> None:
+    """209d's THR1 N–PXA6 C0 and PXA6 C0'–THR7 N rows link residues of one peptide (the file's
+    label_asym_id C for all three): PXA's tokens are in that chain, and no token bond joins it
+    to the THR residues (polymer–polymer bonds are not token bonds, SI Table 5)."""
+    name = "209d-assembly1.cif"
+    st = gemmi.read_structure(str(STRUCTURES / name))
+    rows = [r for r in _rows(name) if r["conn_type_id"] == "covale" and "PXA" in
+            (r["ptnr1_auth_comp_id"], r["ptnr2_auth_comp_id"]) and "THR" in
+            (r["ptnr1_auth_comp_id"], r["ptnr2_auth_comp_id"])]  # fmt: skip
+    assert len(rows) == 2
+    s = featurize_bytes((STRUCTURES / name).read_bytes(), name, name)
+    xyz = s.atoms["coords"].astype(np.float64)
+    token_of_atom = s.atoms["token_index"]
+    asym = s.tokens["asym_id"]
+    bonded = {frozenset((tuple(np.round(xyz[b["atom_i"]], 3)), tuple(np.round(xyz[b["atom_j"]], 3))))
+              for b in s.bonds}  # fmt: skip
+    for row in rows:
+        p1, p2 = _partner_xyz(st, row, 1), _partner_xyz(st, row, 2)
+        atoms = [int(np.flatnonzero(np.abs(xyz - p).sum(1) < 1e-3)[0]) for p in (p1, p2)]
+        assert asym[token_of_atom[atoms[0]]] == asym[token_of_atom[atoms[1]]], row  # one chain
+        assert frozenset((tuple(np.round(p1, 3)), tuple(np.round(p2, 3)))) not in bonded, row
 
 
 def _edit_209d(old: str, new: str) -> bytes:
