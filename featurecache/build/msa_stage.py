@@ -311,12 +311,20 @@ class MSAStageResult:
 
 def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     """What a stored MSA was built from: each alignment's file by its content (sha256) and database
-    label, its block, query row and whether its query was adopted, in a canonical order, and the
-    settings. Not the path the scan read the file as, which depends on which of several paths to its
-    directory the walk met first (a link added elsewhere can change it): a second path to a file
-    leaves a stored MSA up to date."""
+    label, its rank among that label's alignments, its block, query row and whether its query was
+    adopted, in merge order (:meth:`MSAUse.order`), and the settings. The merge order decides which
+    rows survive deduplication and the depth cap, so two files of one label that swap contents
+    change the key. Not the path the scan read the file as, which depends on which of several paths
+    to its directory the walk met first (a link added elsewhere can change it): a second path to a
+    file that keeps the merge order leaves a stored MSA up to date."""
+    rank: Counter[str] = Counter()
+    files: list[list[Any]] = []
+    for u in sorted(uses, key=MSAUse.order):
+        label = source_label(u.rel)
+        files.append([label, rank[label], u.sha256, u.block, u.query_row, u.adopt])
+        rank[label] += 1
     doc = {
-        "files": sorted([source_label(u.rel), u.sha256, u.block, u.query_row, u.adopt] for u in uses),
+        "files": files,
         "cap": depth_cap,
         "featurizer": FEATURIZER_VERSION,
         "stage": MSA_STAGE_VERSION,
