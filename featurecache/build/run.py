@@ -545,14 +545,16 @@ def _shutdown(client: Any, cluster: Any) -> None:
     here and in the embedded cluster's workers. Closing the cluster stops the workers and then
     the scheduler, and a worker whose heartbeat was under way when the scheduler dropped it logged
     "Failed to communicate with scheduler during heartbeat" with a CommClosedError traceback
-    (about 1 build in 5). The levels are put back once it is closed."""
+    (about 1 build in 5). The driver's loggers are silenced before the workers are asked: with a
+    worker already gone, the scheduler in this process logs the failed broadcast to it
+    ("broadcast to tcp://... failed: CommClosedError"). The levels are put back once it is closed."""
     from featurecache.signals import quiet_loggers, restore_loggers
 
     interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # the workers were asked then
-    if client is not None and cluster is not None and not interrupted:
-        _quiet_workers_now(client)
     previous = quiet_loggers()
     try:
+        if client is not None and cluster is not None and not interrupted:
+            _quiet_workers_now(client)
         _close(client, cluster)
     finally:
         restore_loggers(previous)
