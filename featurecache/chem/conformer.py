@@ -232,15 +232,25 @@ def _embed(
     t0 = time.perf_counter()
     thread = threading.get_ident()
     _INTERRUPTS.take(thread)
+    method = "random coordinates" if random_coords else "ETKDG"
     try:
         cid = rdDistGeom.EmbedMolecule(work, params)
+    except KeyboardInterrupt as exc:
+        # with several embedding threads, RDKit's wrapper sometimes raises its own
+        # KeyboardInterrupt("Embedding cancelled") instead of returning -1: a SIGINT cut it short
+        if "embedding cancelled" not in str(exc).lower():
+            raise
+        _INTERRUPTS.take(thread)
+        raise EmbeddingInterrupted(
+            f"component {key or '?'}: a SIGINT interrupted RDKit's embedding ({method}, after "
+            f"{time.perf_counter() - t0:.2f}s; RDKit: {exc}); not stored"
+        ) from exc
     except Exception as exc:  # RDKit raises ValueError/RuntimeError subclasses for odd graphs
         cid, failure = -1, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     else:
         failure = ""
     elapsed = time.perf_counter() - t0
     if _INTERRUPTS.take(thread):
-        method = "random coordinates" if random_coords else "ETKDG"
         raise EmbeddingInterrupted(
             f"component {key or '?'}: a SIGINT interrupted RDKit's embedding ({method}, after {elapsed:.2f}s); "
             "not stored"
