@@ -861,7 +861,10 @@ def _joins_by_layout(query: str, sequence: str, mol_type: int) -> bool:
     """An alignment that a file's layout names for a chain is that chain's MSA: its query differs
     from the chain sequence only at unknown residues, or leaves out unknown residues of it in
     exactly one way."""
-    return compatible_query(query, sequence) or omitted_unknowns(query, sequence, mol_type) is not None
+    return (
+        compatible_query(query, sequence, unknown_letter(mol_type))
+        or omitted_unknowns(query, sequence, mol_type) is not None
+    )
 
 
 def _insert_gap_columns(row: str, after: Sequence[int]) -> str:
@@ -891,7 +894,7 @@ def _adopt(msa: ParsedMSA, sequence: str, mol_type: int) -> ParsedMSA:
     query = msa.query_sequence
     drop = omitted_unknowns(query, sequence.upper(), mol_type) if len(query) < len(sequence) else None
     if drop is None:
-        return adopt_query(msa, sequence)
+        return adopt_query(msa, sequence, unknown_letter(mol_type))
     after = [p - j for j, p in enumerate(drop)]  # query columns before each left-out residue
     old = _insert_gap_columns(msa.rows[0], after)
     new = sequence.upper()

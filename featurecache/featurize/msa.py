@@ -364,29 +364,28 @@ def single_sequence_msa(sequence: str, mol_type: int) -> EncodedMSA:
 
 # --- queries that differ from the chain only at unknown residues ------------------------------------
 
-_UNKNOWN_LETTERS = frozenset("XN")
 
-
-def compatible_query(query: str, sequence: str) -> bool:
-    """Same length and every difference has an unknown residue (``X``/``N``) on one side.
+def compatible_query(query: str, sequence: str, unknown: str = "XN") -> bool:
+    """Same length and every difference has an unknown residue on one side: ``unknown`` holds the
+    chain type's letters for one (``X`` for a protein, ``N`` for RNA / DNA: in a protein ``N`` is
+    Asn, which must match; the default, both, is for callers that do not know the chain's type).
 
     Alignment tools write ``X`` for modified residues that the structure maps to their parent
     (``MVA`` → ``V``); such a file, when its layout names the chain, is still that chain's MSA.
     """
     if len(query) != len(sequence) or not query:
         return False
-    return all(
-        a == b or a in _UNKNOWN_LETTERS or b in _UNKNOWN_LETTERS for a, b in zip(query, sequence, strict=True)
-    )
+    letters = frozenset(unknown)
+    return all(a == b or a in letters or b in letters for a, b in zip(query, sequence, strict=True))
 
 
-def adopt_query(msa: ParsedMSA, sequence: str) -> ParsedMSA:
+def adopt_query(msa: ParsedMSA, sequence: str, unknown: str = "XN") -> ParsedMSA:
     """``msa`` with its query row, and every row identical to it, replaced by ``sequence``.
 
     Only for a :func:`compatible_query`; the copies of the old query would otherwise survive
     deduplication as rows that differ from the query only by ``X``.
     """
-    if not compatible_query(msa.query_sequence, sequence.upper()) or not msa.rows:
+    if not compatible_query(msa.query_sequence, sequence.upper(), unknown) or not msa.rows:
         raise MSAError(f"query {msa.query_sequence[:30]!r} is not compatible with {sequence[:30]!r}")
     old = msa.rows[0]
     new = sequence.upper()
