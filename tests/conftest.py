@@ -70,6 +70,19 @@ def featurecache_at(commit: str, dest: Path) -> Path:
     return dest
 
 
+def build_with_package(package: Path, pdb_dir: Path, out: Path, *, msa_dir: Path | None = None):  # type: ignore[no-untyped-def]
+    """``featurecache build`` (1 worker, no progress bar) run by the package tree ``package`` (from
+    :func:`featurecache_at`) in a process of its own; returns the CompletedProcess (text output)."""
+    import os
+    import subprocess
+    import sys
+
+    args = ["build", "--pdb-dir", str(pdb_dir), *(["--msa-dir", str(msa_dir)] if msa_dir else []),
+            "--out", str(out), "--workers", "1", "--no-progress"]  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=package, env={**os.environ, "PYTHONPATH": str(package)}, timeout=300)  # fmt: skip
+
+
 def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | None = None,
                 ccd: Path | None = None, part_size: int = 8):  # type: ignore[no-untyped-def]  # fmt: skip
     """Run a real build (embedded LocalCluster) without a progress bar; returns the summary."""

@@ -5,10 +5,7 @@ column."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.ipc as ipc
@@ -16,7 +13,7 @@ import pyarrow.ipc as ipc
 import featurecache
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.store.index import RUN_RECORD_TABLES, rebuild_index
-from tests.conftest import SAMPLES, build_store, featurecache_at
+from tests.conftest import SAMPLES, build_store, build_with_package, featurecache_at
 
 
 def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
@@ -68,10 +65,7 @@ def test_an_old_parts_seconds_move_to_timings(tmp_path: Path) -> None:
     pdb.mkdir()
     shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)
     store = tmp_path / "store"
-    args = ["build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": str(old)}
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                       cwd=old, env=env, timeout=300)  # fmt: skip
+    r = build_with_package(old, pdb, store)
     assert r.returncode == 0, r.stdout + r.stderr
     (old_part,) = [p for p in (store / "parts").iterdir() if p.name.startswith("s-")]
     old_entries = ipc.open_file(old_part / "_index" / "entries.arrow").read_all()

@@ -9,16 +9,13 @@ files parsed in the test (:mod:`tests.featurize.test_msa_profile_main`)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import featurecache
-from tests.conftest import SAMPLES, build_store, featurecache_at
+from tests.conftest import SAMPLES, build_store, build_with_package, featurecache_at
 from tests.featurize.test_msa_profile_main import _reference
 
 #: the last commit whose MSA profile counted the pairing rows
@@ -64,10 +61,7 @@ def test_an_msa_stored_by_the_previous_code_is_rebuilt(tmp_path: Path) -> None:
     old = featurecache_at(BEFORE_MAIN_MSA_PROFILE, tmp_path / "old")
     pdb, msa = _inputs(tmp_path)
     store = tmp_path / "store"
-    args = ["build", "--pdb-dir", str(pdb), "--msa-dir", str(msa), "--out", str(store), "--workers", "1",
-            "--no-progress"]  # fmt: skip
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                       cwd=old, env={**os.environ, "PYTHONPATH": str(old)}, timeout=300)  # fmt: skip
+    r = build_with_package(old, pdb, store, msa_dir=msa)
     assert r.returncode == 0, r.stdout + r.stderr
     want_profile, want_del = _expected()
     before, _, _ = _stored(store)

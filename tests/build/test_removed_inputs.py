@@ -14,16 +14,13 @@ Real builds (LocalCluster, 1 worker) of real corpus files; the malformed ones ar
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import gemmi
 
 import featurecache
-from tests.conftest import STRUCTURES, build_store, featurecache_at
+from tests.conftest import STRUCTURES, build_store, build_with_package, featurecache_at
 
 GOOD = ("3zee.cif", "1orc.pdb")
 MALFORMED = ("4Q9R_min.cif", "1MOM_min.cif")
@@ -113,9 +110,7 @@ def test_a_failure_of_a_part_without_its_directory_stays_listed(tmp_path: Path) 
     old = featurecache_at(BEFORE_SOURCE_DIR, tmp_path / "old")
     pdb = _copy(tmp_path / "pdb", "3zee.cif", "4Q9R_min.cif")
     store = tmp_path / "store"
-    args = ["build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"]
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                       cwd=old, env={**os.environ, "PYTHONPATH": str(old)}, timeout=300)  # fmt: skip
+    r = build_with_package(old, pdb, store)
     assert r.returncode == 1, r.stdout + r.stderr  # the malformed file failed
     assert _listed(store) == ({"4Q9R_min.cif"}, set())
 

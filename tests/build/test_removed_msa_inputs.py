@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import featurecache
-from tests.conftest import SAMPLES, build_store, featurecache_at
+from tests.conftest import SAMPLES, build_store, build_with_package, featurecache_at
 
 GOOD = "1psm_A/bfd_uniclust_hits.a3m"
 BROKEN = ("1psm_A/uniref90_hits.a3m.gz", "1psm_A/mgnify_hits.sto.gz")
@@ -128,10 +125,7 @@ def test_a_failure_of_an_msa_part_without_its_directory_stays_listed(tmp_path: P
     old = featurecache_at(BEFORE_MSA_SOURCE_DIR, tmp_path / "old")
     pdb, msa = _inputs(tmp_path)
     store = tmp_path / "store"
-    args = ["build", "--pdb-dir", str(pdb), "--msa-dir", str(msa), "--out", str(store), "--workers", "1",
-            "--no-progress"]  # fmt: skip
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                       cwd=old, env={**os.environ, "PYTHONPATH": str(old)}, timeout=300)  # fmt: skip
+    r = build_with_package(old, pdb, store, msa_dir=msa)
     assert r.returncode == 1, r.stdout + r.stderr  # the broken files failed
     (manifest,) = [json.loads(p.read_text()) for p in store.glob("parts/m-*/_index/part.json")]
     assert "source_dir" not in manifest
