@@ -332,19 +332,6 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _path_inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
-    """The inputs key of builds before session 20 (the paths as read, in merge order): a stored MSA
-    with this key is up to date too (same files by the same paths), so such a store's MSAs are not
-    all written again once; they take :func:`_inputs_key` when next written."""
-    doc = {
-        "uses": [[u.rel, u.sha256, u.block, u.query_row, u.adopt] for u in uses],
-        "cap": depth_cap,
-        "featurizer": FEATURIZER_VERSION,
-        "stage": MSA_STAGE_VERSION,
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
-
-
 def _candidate_files(
     msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
 ) -> list[tuple[str, int, int]]:
@@ -962,7 +949,7 @@ def _plan(
             if old is not None:  # never replace a stored MSA by the single sequence
                 result.counts["skipped"] += 1
                 continue
-        elif old is not None and old[0] in (ik, _path_inputs_key(us, depth_cap)):
+        elif old is not None and old[0] == ik:
             result.counts["skipped"] += 1
             continue
         plan.append(PlannedMSA(h, seq, mt, us, ik))
