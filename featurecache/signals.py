@@ -13,11 +13,11 @@ Once the parent has taken the interrupt, the shutdown of its helpers is noise: D
 it cancels, the unanswered heartbeats, the workers it kills, the asyncio tasks it drops
 (``CancelledError``, ``AllExit`` tracebacks), in the parent and in each worker. :func:`quiet_loggers`
 silences those libraries' loggers; the build calls it in its SIGINT handler
-(:func:`quiet_on_sigint`), and each worker in its own (:func:`quiet_pending_sigint`): the
-terminal's Ctrl-C reaches them too. A normal run's warnings stay as they were. The build's
-workers keep SIGINT blocked and take it in a thread of their own instead
-(:func:`take_sigint_in_a_thread`): RDKit sets a SIGINT handler of its own while it embeds, and a
-SIGINT it gets cancels the embedding.
+(:func:`quiet_on_sigint`), and each worker when the terminal's Ctrl-C reaches it too. A normal
+run's warnings stay as they were. The build's workers keep SIGINT blocked and take it in a thread
+of their own (:func:`take_sigint_in_a_thread`), not in a handler: RDKit sets a SIGINT handler of
+its own while it embeds, and a SIGINT it gets cancels the embedding. (:func:`quiet_pending_sigint`,
+the handler, is left for systems without ``sigwait``.)
 """
 
 from __future__ import annotations
