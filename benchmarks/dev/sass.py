@@ -41,7 +41,15 @@ def compile_kernel(fn, tensors, ints, scale, constexprs, num_warps, num_stages):
     i = 0
     for t in tensors:
         sig[names[i]] = (
-            "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8"}[t]
+            "*"
+            + {
+                torch.bfloat16: "bf16",
+                torch.float16: "fp16",
+                torch.float32: "fp32",
+                torch.uint8: "u8",
+                torch.int64: "i64",
+                torch.int32: "i32",
+            }[t]
         )
         attrs[(i,)] = [["tt.divisibility", 16]]
         i += 1
