@@ -10,7 +10,17 @@ Rules:
   so NH1 is always the one closer to CD;
 - a standard amino acid / nucleotide (and ``UNK``) is one token, with the full CCD heavy-atom set
   (leaving atoms OXT/OP3 removed) and ``is_present = False`` for atoms missing from the file;
-- anything else — ligands, ions, glycans, modified residues — is one token per heavy atom;
+- anything else — ligands, ions, glycans, modified residues — is one token per heavy atom: when
+  the component definition is known (``component_atoms``, from ``--ccd``), per heavy atom of the
+  CCD component in CCD order, resolved or not (AF3's ``atom_layout.make_flat_atom_layout``): atoms
+  the file lacks are ``is_present = False`` (no coordinates; their reference features come from
+  the component, like a standard residue's missing atoms); leaving atoms as AF3's
+  ``get_link_drop_atoms``: a polymer chain's per-atom residue loses OXT (protein) unless it ends
+  the chain or the file has it, OP3 (RNA / DNA) unless it starts the chain; a glycan (CCD type
+  "saccharide") with a covalent bond to another residue, none through O1, loses O1; every other
+  atom stays. Without a definition, or when the file has an atom the definition does not name
+  (another naming of the component; a warning names the atoms), the file's atoms are the
+  tokens, as written;
 - polymer residues in the entity sequence but absent from the file become tokens whose atoms are
   all ``is_present = False`` (AF3 keeps them), when the file states the entity sequence;
 - centre atom: Cα (protein), C1′ (nucleic acids), the atom itself (per-atom tokens);
@@ -41,7 +51,6 @@ from featurecache.const import (
     CENTRE_ATOM,
     DNA_RESIDUES,
     HYDROGEN_ELEMENTS,
-    LEAVING_ATOMS,
     PROTEIN_ONE_LETTER,
     PROTEIN_RESIDUES,
     RESTYPE_INDEX,
@@ -60,8 +69,25 @@ from featurecache.types import Atom, Chain, Token
 
 log = logging.getLogger(__name__)
 
-#: code -> ((atom name, element symbol), ...) heavy atoms of a component, or None if unknown.
-ComponentAtoms = Callable[[str], "tuple[tuple[str, str], ...] | None"]
+
+@dataclass(frozen=True)
+class ComponentAtomSet:
+    """What the tokenizer needs of one component definition.
+
+    ``atoms``: ``(atom name, element symbol, formal charge)`` of every heavy atom, in CCD order
+    (hydrogens left out); ``glycan``: the CCD type names a saccharide (AF3's glycan sets,
+    ``chemical_component_sets_gen``: the word "saccharide" in ``_chem_comp.type``).
+    """
+
+    atoms: tuple[tuple[str, str, int], ...]
+    glycan: bool = False
+
+
+#: code -> the component's heavy atoms, or None if no definition is known.
+ComponentAtoms = Callable[[str], "ComponentAtomSet | None"]
+
+#: Å; AF3 drops struct_conn bonds longer than this (``clean_structure(remove_bad_bonds=True)``).
+_MAX_LINK_LENGTH = 2.4
 
 _ONE_TOKEN = frozenset((*PROTEIN_RESIDUES, "UNK", *RNA_RESIDUES, *DNA_RESIDUES))
 _PROTEIN_SET = frozenset((*PROTEIN_RESIDUES, "UNK"))
@@ -125,7 +151,8 @@ def tokenize(
     st.remove_hydrogens()
     _mse_to_met(st)
     warnings: list[str] = []
-    chains = _collect_chains(st, component_atoms, warnings)
+    ctx = _Context(component_atoms, _inter_residue_links(st), warnings)
+    chains = _collect_chains(st, ctx)
     chains = [c for c in chains if c.residues]
     if not chains or not any(r.atoms for c in chains for r in c.residues):
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
@@ -170,10 +197,51 @@ def _mse_to_met(st: gemmi.Structure) -> int:
     return n
 
 
+#: (auth chain, seq num, icode, residue name) of a residue in the file
+_ResKey = tuple[str, int, str, str]
+
+
+@dataclass(frozen=True)
+class _Context:
+    component_atoms: ComponentAtoms | None
+    #: residue -> names of its atoms with a covalent bond to another residue (AF3's polymer-ligand
+    #: and ligand-ligand bonds: struct_conn ``covale``, at most 2.4 Å where both atoms are found)
+    links: dict[_ResKey, set[str]]
+    warnings: list[str]
+
+
+def _res_key(auth_id: str, res: gemmi.Residue) -> _ResKey:
+    return (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip(), res.name)
+
+
+def _inter_residue_links(st: gemmi.Structure) -> dict[_ResKey, set[str]]:
+    """Atoms of each residue covalently bonded to another residue (for glycans' leaving O1)."""
+    model = st[0]
+    out: dict[_ResKey, set[str]] = {}
+    for conn in st.connections:
+        if conn.type != gemmi.ConnectionType.Covale or conn.asu == gemmi.Asu.Different:
+            continue
+        ends = []
+        for p in (conn.partner1, conn.partner2):
+            key = (
+                str(p.chain_name),
+                int(p.res_id.seqid.num or 0),
+                p.res_id.seqid.icode.strip(),
+                p.res_id.name,
+            )
+            ends.append((key, str(p.atom_name), model.find_cra(p).atom))
+        (k1, n1, a1), (k2, n2, a2) = ends
+        if k1 == k2:
+            continue
+        if a1 is not None and a2 is not None and a1.pos.dist(a2.pos) > _MAX_LINK_LENGTH:
+            continue
+        out.setdefault(k1, set()).add(n1)
+        out.setdefault(k2, set()).add(n2)
+    return out
+
+
 # --------------------------------------------------------------------------------------- chains
-def _collect_chains(
-    st: gemmi.Structure, component_atoms: ComponentAtoms | None, warnings: list[str]
-) -> list[_Chain]:
+def _collect_chains(st: gemmi.Structure, ctx: _Context) -> list[_Chain]:
     model = st[0]
     polymer_chains: list[_Chain] = []
     ligand_chains: list[_Chain] = []
@@ -185,14 +253,14 @@ def _collect_chains(
         sub_id = span.subchain_id() or residues[0].subchain or auth_id
         ent = st.get_entity_of(span)
         if ent is not None and ent.entity_type == gemmi.EntityType.Polymer:
-            chain, embedded = _polymer_chain(ent, sub_id, auth_id, residues, component_atoms, warnings)
+            chain, embedded = _polymer_chain(ent, sub_id, auth_id, residues, ctx)
             if chain.residues:
                 polymer_chains.append(chain)
             ligand_chains.extend(embedded)
         else:
             chain = _Chain(sub_id, auth_id, MolType.LIGAND)
             for i, res in enumerate(_dedupe_microhetero(residues), start=1):
-                chain.residues.append(_ligand_residue(res, i, auth_id))
+                chain.residues.append(_ligand_residue(res, i, auth_id, ctx))
             ligand_chains.append(chain)
     return polymer_chains + ligand_chains
 
@@ -248,8 +316,7 @@ def _polymer_chain(
     sub_id: str,
     auth_id: str,
     residues: list[gemmi.Residue],
-    component_atoms: ComponentAtoms | None,
-    warnings: list[str],
+    ctx: _Context,
 ) -> tuple[_Chain, list[_Chain]]:
     mol_type = _chain_mol_type(ent, residues)
     chain = _Chain(sub_id, auth_id, mol_type)
@@ -275,7 +342,7 @@ def _polymer_chain(
             lig = _Chain(
                 f"{sub_id}_{res.name}{res.seqid.num}{res.seqid.icode.strip()}", auth_id, MolType.LIGAND
             )
-            lig.residues.append(_ligand_residue(res, 1, auth_id))
+            lig.residues.append(_ligand_residue(res, 1, auth_id, ctx))
             embedded.append(lig)
     if use_full:
         by_pos: dict[int, gemmi.Residue] = {}
@@ -283,8 +350,9 @@ def _polymer_chain(
             by_pos.setdefault(int(res.label_seq or 0), res)
         for pos, name in enumerate(full_seq, start=1):
             present = by_pos.get(pos)
+            ends = (pos == 1, pos == len(full_seq))
             chain.residues.append(_polymer_residue(present.name if present else name, present, pos, mol_type,
-                                                   auth_id, component_atoms, warnings))  # fmt: skip
+                                                   auth_id, ends, ctx))  # fmt: skip
     else:
         # residue_index is the residue's number in the input chain (SI Table 5): label_seq_id
         # when the file gives one to each residue (gaps in it are kept), else 1, 2, 3 …
@@ -292,9 +360,8 @@ def _polymer_chain(
         numbered = all(i is not None for i in seq_ids) and len(set(seq_ids)) == len(seq_ids)
         for k, res in enumerate(polymer, start=1):
             pos = int(res.label_seq or 0) if numbered else k
-            chain.residues.append(
-                _polymer_residue(res.name, res, pos, mol_type, auth_id, component_atoms, warnings)
-            )
+            ends = (k == 1, k == len(polymer))
+            chain.residues.append(_polymer_residue(res.name, res, pos, mol_type, auth_id, ends, ctx))
     return chain, embedded
 
 
@@ -344,6 +411,8 @@ def _atom_rec(a: gemmi.Atom, res_name: str) -> _AtomRec:
 
 
 def _absent(name: str, element: str, charge: int = 0) -> _AtomRec:
+    """An atom the file does not have: no coordinates, occupancy or B-factor; element and charge
+    from the definition."""
     return _AtomRec(
         name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, charge, 0.0, 0.0
     )
@@ -355,9 +424,10 @@ def _polymer_residue(
     pos: int,
     chain_type: MolType,
     auth_id: str,
-    component_atoms: ComponentAtoms | None,
-    warnings: list[str],
+    ends: tuple[bool, bool],
+    ctx: _Context,
 ) -> _Residue:
+    """One residue of a polymer chain; ``ends``: (starts the chain, ends the chain)."""
     auth = (
         (auth_id, int(present.seqid.num or 0), present.seqid.icode.strip()) if present is not None else None
     )
@@ -375,23 +445,61 @@ def _polymer_residue(
         return _Residue(name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth)
     # modified / non-standard polymer residue: one token per heavy atom
     restype, letter = _parent_type(name, chain_type)
-    if present is not None:
-        atoms = [_atom_rec(a, name) for a in selected]
-    else:
-        defined = component_atoms(name) if component_atoms is not None else None
-        if defined:
-            atoms = [
-                _absent(n, el)
-                for n, el in defined
-                if n not in LEAVING_ATOMS and el.upper() not in HYDROGEN_ELEMENTS
-            ]
+    defined = ctx.component_atoms(name) if ctx.component_atoms is not None else None
+    where = f"{name} {auth[0]}{auth[1]}{auth[2]}" if auth is not None else f"{name} at position {pos}"
+    flat: list[_AtomRec] | None = None
+    if defined is not None and defined.atoms:
+        # AF3 get_link_drop_atoms: a protein residue's OXT leaves unless it ends the chain (or the
+        # file has it: AF3 then takes the residue for a C terminus), an RNA / DNA residue's OP3
+        # unless it starts the chain.
+        file_names = {a.name for a in selected}
+        drop: set[str] = set()
+        if chain_type == MolType.PROTEIN and not ends[1] and "OXT" not in file_names:
+            drop.add("OXT")
+        elif chain_type in (MolType.RNA, MolType.DNA) and not ends[0]:
+            drop.add("OP3")
+        flat = _ccd_atoms(name, selected, defined, drop, where, ctx.warnings)
+    if flat is None:
+        if present is not None:
+            flat = [_atom_rec(a, name) for a in selected]
         else:
             # No definition: keep the position as a single unresolved token at the centre atom.
             centre = CENTRE_ATOM.get(chain_type, "CA")
-            atoms = [_absent(centre, "C")]
-            warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
-                            f"definition; kept as one unresolved token")  # fmt: skip
-    return _Residue(name, atoms, False, chain_type, restype, letter, pos, auth)
+            flat = [_absent(centre, "C")]
+            ctx.warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
+                                f"definition; kept as one unresolved token")  # fmt: skip
+    return _Residue(name, flat, False, chain_type, restype, letter, pos, auth)
+
+
+def _ccd_atoms(
+    name: str,
+    selected: list[gemmi.Atom],
+    defined: ComponentAtomSet,
+    drop: set[str],
+    where: str,
+    warnings: list[str],
+) -> list[_AtomRec] | None:
+    """A per-atom residue's atoms as AF3 lays them out: every heavy atom of the definition but
+    ``drop``, in CCD order, the file's data where the file has the atom, else unresolved.
+
+    None (the caller keeps the file's atoms, warned) when the file has an atom the definition does
+    not name: the file follows another naming of the component (1GBT's GBS, 4oz7's 22W: an older
+    CCD version), so atoms matched by name could be the wrong atoms. AF3 drops such atoms
+    (``drop_non_standard_atoms``) and would keep the few names that happen to match; the file's
+    own atoms stay self-consistent (bonds and reference conformer perceived from them).
+    """
+    by_name = {a.name: a for a in selected}
+    defined_names = {n for n, _, _ in defined.atoms}
+    extra = [n for n in by_name if n not in defined_names]
+    if extra:
+        warnings.append(f"{where}: atom(s) {', '.join(extra)} not in the component definition of {name}; "
+                        f"tokens from the file's atoms, as written")  # fmt: skip
+        return None
+    return [
+        _atom_rec(by_name[n], name) if n in by_name else _absent(n, el, charge)
+        for n, el, charge in defined.atoms
+        if n not in drop
+    ]
 
 
 def _fix_arginine(atoms: list[_AtomRec]) -> bool:
@@ -441,9 +549,23 @@ def _parent_type(name: str, chain_type: MolType) -> tuple[int, str]:
     return UNK_PROTEIN, "X"
 
 
-def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str) -> _Residue:
-    atoms = [_atom_rec(a, res.name) for a in _select_atoms(res)]
+def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context) -> _Residue:
+    selected = _select_atoms(res)
     auth = (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip())
+    defined = ctx.component_atoms(res.name) if ctx.component_atoms is not None else None
+    atoms: list[_AtomRec] | None = None
+    if defined is not None and defined.atoms:
+        drop: set[str] = set()
+        if defined.glycan:
+            # AF3 get_link_drop_atoms (drop_ligand_leaving_atoms): a glycan bonded to another
+            # residue through anything but O1 has lost its O1.
+            bonded = ctx.links.get(_res_key(auth_id, res), set())
+            if bonded and "O1" not in bonded:
+                drop.add("O1")
+        where = f"{res.name} {auth_id}{auth[1]}{auth[2]}"
+        atoms = _ccd_atoms(res.name, selected, defined, drop, where, ctx.warnings)
+    if atoms is None:
+        atoms = [_atom_rec(a, res.name) for a in selected]
     return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth)
 
 
