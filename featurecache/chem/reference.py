@@ -10,7 +10,10 @@ looks every atom up by ``(code, atom name)``:
   (:func:`featurecache.chem.conformer.perceived_key`), grouped by ``ref_space_uid``;
 * still not found, or the component's strategy is ``failed`` → ``ref_mask`` False, ``ref_pos`` 0.
 
-Leaving atoms need no special case: only atoms present in the entry are looked up. The join is
+Leaving atoms need no special case: only atoms present in the entry are looked up. Atoms the
+file did not resolve (``is_present`` False: a standard residue's missing atoms, and those of a
+per-atom residue, which has every heavy atom of its CCD component) are looked up like any other,
+so their reference features come from the component's conformer. The join is
 vectorised (one ``searchsorted`` over packed ``(component, name)`` keys), so it costs well under a
 millisecond for a few thousand atoms.
 """

@@ -9,8 +9,10 @@ residue — from the component definition when one is known, else perceived from
 
 AF3 (supplement Table 5) marks only bonds shorter than :data:`MAX_BOND_LENGTH` (2.4 Å) in the
 structure: a bond whose two atoms are both present and farther apart is dropped, whatever its
-source. A bond with an atom missing from the file (e.g. within an unresolved modified residue
-built from its component definition) cannot be measured and is kept.
+source. A bond with an atom missing from the file (a per-atom residue has a token for every atom
+of its component definition, resolved or not) cannot be measured and is kept; such bonds come
+only from ``struct_conn`` or the definition, never from distances (an unresolved atom has no
+coordinates).
 """
 
 from __future__ import annotations
