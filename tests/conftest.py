@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,12 +85,30 @@ def build_with_package(package: Path, pdb_dir: Path, out: Path, *, msa_dir: Path
 
 
 def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | None = None,
-                ccd: Path | None = None, part_size: int = 8):  # type: ignore[no-untyped-def]  # fmt: skip
-    """Run a real build (embedded LocalCluster) without a progress bar; returns the summary."""
+                ccd: Path | None = None, part_size: int = 8, own_cluster: bool = False):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Run a real build without a progress bar; returns the summary. It runs on the session's
+    LocalCluster of ``workers`` workers (tests/clusters.py: set up as an embedded build's, checked
+    before each reuse), through the product's ``scheduler=`` path; ``own_cluster``: on an embedded
+    LocalCluster of its own, started and shut down by the build (a test about the cluster itself:
+    its start, its shutdown, fresh worker processes, workers killed or signalled)."""
     from featurecache.build.run import run_build
 
-    return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
-                     progress=False)  # fmt: skip
+    if own_cluster:
+        return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
+                         part_size=part_size, progress=False)  # fmt: skip
+    from tests.clusters import shared_scheduler
+
+    return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, scheduler=shared_scheduler(workers),
+                     part_size=part_size, progress=False)  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_shared_clusters() -> Iterator[None]:
+    """The shared build clusters (tests/clusters.py) close with the session."""
+    yield
+    from tests.clusters import close_all
+
+    close_all()
 
 
 #: 24 corpus inputs for the tests that interrupt a build (SIGKILL, Ctrl-C) and resume it: every

@@ -97,8 +97,8 @@ def subset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_one_and_two_workers_give_identical_bytes(
     tmp_path: Path, subset_dir: Path, corpus_store: Path, ccd_dir: Path
 ) -> None:
-    s1 = build_store(tmp_path / "w1", subset_dir, workers=1, part_size=3, ccd=ccd_dir)
-    s2 = build_store(tmp_path / "w2", subset_dir, workers=2, part_size=5, ccd=ccd_dir)
+    s1 = build_store(tmp_path / "w1", subset_dir, workers=1, part_size=3, ccd=ccd_dir, own_cluster=True)
+    s2 = build_store(tmp_path / "w2", subset_dir, workers=2, part_size=5, ccd=ccd_dir, own_cluster=True)
     h1, h2 = _hashes(tmp_path / "w1"), _hashes(tmp_path / "w2")
     assert s1.n_built == s2.n_built == len(SUBSET) - 1
     assert h1 == h2

@@ -30,6 +30,7 @@ from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
+from tests.clusters import shared_scheduler
 from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, interrupt_inputs
 
 
@@ -229,7 +230,7 @@ def test_a_refused_concurrent_build_changes_nothing(tmp_path: Path, ligand_store
     s = _copy(ligand_store, tmp_path / "s")
     before = (s / "zarr.json").read_bytes()
     with BuildLock(s), pytest.raises(StoreError, match="another build is writing"):
-        run_build(pdb_dir=SAMPLES / "structures", out=s, workers=1, progress=False,
+        run_build(pdb_dir=SAMPLES / "structures", out=s, scheduler=shared_scheduler(1), progress=False,
                   config=BuildConfig(msa_depth_cap=7))  # fmt: skip
     assert (s / "zarr.json").read_bytes() == before
 

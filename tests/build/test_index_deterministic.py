@@ -20,7 +20,7 @@ def test_index_files_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
     one, two = tmp_path / "w1", tmp_path / "w2"
     for out, workers in ((one, 1), (two, 2)):
         build_store(out, SAMPLES / "structures", msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd",
-                    workers=workers, part_size=2)  # fmt: skip
+                    workers=workers, part_size=2, own_cluster=True)  # fmt: skip
     names = sorted(p.name for p in (one / "index").glob("*.arrow"))
     assert names == sorted(p.name for p in (two / "index").glob("*.arrow"))
     run_records = {f"{t}.arrow" for t in RUN_RECORD_TABLES}

@@ -348,8 +348,8 @@ def test_msa_parts_are_byte_identical_across_worker_counts(tmp_path: Path) -> No
     pdb.mkdir()
     for name in SUBSET:
         (pdb / name).symlink_to(STRUCTURES / name)
-    build_store(tmp_path / "w1", pdb, workers=1, part_size=2, msa_dir=MSAS)
-    build_store(tmp_path / "w2", pdb, workers=2, part_size=5, msa_dir=MSAS)
+    build_store(tmp_path / "w1", pdb, workers=1, part_size=2, msa_dir=MSAS, own_cluster=True)
+    build_store(tmp_path / "w2", pdb, workers=2, part_size=5, msa_dir=MSAS, own_cluster=True)
 
     def msa_files(root: Path) -> dict[str, bytes]:
         out = {}

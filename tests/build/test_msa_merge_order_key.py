@@ -20,6 +20,7 @@ import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.build.run import run_build
 from featurecache.const import GAP, MSA_PROTEIN_LETTERS, UNK_PROTEIN
+from tests.clusters import shared_scheduler
 from tests.conftest import STRUCTURES
 
 
@@ -51,7 +52,7 @@ def _stored_rows(store: Path) -> np.ndarray:
 
 
 def _build(store: Path, pdb: Path, msa: Path) -> object:
-    return run_build(pdb_dir=pdb, out=store, msa_dir=msa, workers=1, part_size=8,
+    return run_build(pdb_dir=pdb, out=store, msa_dir=msa, scheduler=shared_scheduler(1), part_size=8,
                      config=BuildConfig(msa_depth_cap=3), progress=False)  # fmt: skip
 
 

@@ -240,8 +240,8 @@ def _component_part_rows(store_path: Path) -> list[dict[str, object]]:
 def test_component_parts_do_not_depend_on_the_worker_count(tmp_path: Path) -> None:
     inputs = _link(tmp_path / "in", ["721p-assembly1.cif", "102m.cif"])
     one, two = tmp_path / "w1", tmp_path / "w2"
-    build_store(one, inputs, ccd=CCD, part_size=1, workers=1)
-    build_store(two, inputs, ccd=CCD, part_size=1, workers=2)
+    build_store(one, inputs, ccd=CCD, part_size=1, workers=1, own_cluster=True)
+    build_store(two, inputs, ccd=CCD, part_size=1, workers=2, own_cluster=True)
     files_one, files_two = _component_part_files(one), _component_part_files(two)
     parts = {k.split("/", 1)[0] for k in files_one}
     assert len(parts) >= 3  # several conformer parts (plus the scan part): the split is exercised

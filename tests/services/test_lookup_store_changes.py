@@ -20,6 +20,7 @@ from featurecache import open_store
 from featurecache.build.run import run_build
 from featurecache.store.reader import LocalStore
 from services.lookup.server import background_server
+from tests.clusters import shared_scheduler
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
@@ -29,7 +30,7 @@ SETTLE_SECONDS = 1.5
 
 
 def _build(store: Path, inputs: Path, part_size: int = 8) -> LocalStore:
-    run_build(pdb_dir=inputs, out=store, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd", workers=1,
+    run_build(pdb_dir=inputs, out=store, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd", scheduler=shared_scheduler(1),
               part_size=part_size, progress=False)  # fmt: skip
     return open_store(store)
 
