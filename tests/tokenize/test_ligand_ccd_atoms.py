@@ -200,8 +200,8 @@ def test_missing_atom_makes_no_distance_bond(edited: tuple[Path, Structure]) -> 
 
 def test_unresolved_ligand_token_is_never_a_crop_anchor(edited: tuple[Path, Structure]) -> None:
     _, s = edited
-    tokens = {k: s.tokens[k] for k in s.tokens.dtype.names}
-    atoms = {k: s.atoms[k] for k in s.atoms.dtype.names}
+    tokens = {k: s.tokens[k] for k in s.tokens.dtype.names or ()}
+    atoms = {k: s.atoms[k] for k in s.atoms.dtype.names or ()}
     inp = CropInput.from_arrays(tokens, atoms)
     unresolved = np.flatnonzero(~s.tokens["is_resolved"] & ~s.tokens["is_standard"])
     assert unresolved.size
