@@ -94,3 +94,10 @@ def close_all() -> None:
     while _CLUSTERS:
         _, entry = _CLUSTERS.popitem()
         _shutdown(*entry)
+
+
+def scheduler_args(workers: int = 1) -> list[str]:
+    """``featurecache build`` arguments that run a CLI build on the session's cluster of
+    ``workers`` workers (in place of ``--workers N``): a test about the build's outcome, its exit
+    status and its messages, not about the embedded cluster's start or shutdown."""
+    return ["--scheduler", shared_scheduler(workers)]

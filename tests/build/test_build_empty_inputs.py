@@ -5,7 +5,7 @@ row "alignments found 0"): it now logs a WARNING naming the directory, what was 
 what it held instead. A ``--pdb-dir`` without a structure file used to start a Dask cluster,
 create an empty store and log a WARNING: it is now a usage error (exit 2) before either happens.
 No existing test built from an empty --pdb-dir (none expected the old warning).
-Real CLI builds (Dask LocalCluster) over real files from the corpus.
+Real CLI builds (on the session's Dask LocalCluster, tests/clusters.py) over real files from the corpus.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import featurecache
 from featurecache.build.run import run_build
 from featurecache.errors import UsageError
 from services.lookup.server import free_port
+from tests.clusters import scheduler_args
 from tests.conftest import MSAS, REPO, STRUCTURES
 
 
@@ -72,9 +73,9 @@ def test_an_msa_dir_without_alignments_is_warned_about(tmp_path: Path) -> None:
     (hits / "README.txt").write_text("alignments will be copied here\n")
     real = tmp_path / "msa-real"  # 102m's own MSA (Protenix layout): no warning
     shutil.copytree(MSAS / "Protenix/mmcif_msa/3", real / "mmcif_msa" / "3")
-    # three independent builds (a store each), run at once: each is mostly a CLI start and a
-    # LocalCluster's
-    build = ("build", "--pdb-dir", str(pdb), "--workers", "1", "--no-progress")
+    # three independent builds (a store each), run at once on the session's cluster: each is
+    # mostly a CLI start
+    build = ("build", "--pdb-dir", str(pdb), *scheduler_args(1), "--no-progress")
     stores = {msa: tmp_path / f"store-{msa.name}" for msa in (empty, hits, real)}
     runs = _cli_all({msa: (*build, "--out", str(out), "--msa-dir", str(msa)) for msa, out in stores.items()})
 
@@ -141,7 +142,9 @@ def test_a_store_inside_the_pdb_dir_is_not_an_input(tmp_path: Path) -> None:
     shutil.copy(STRUCTURES / "1psm.cif", pdb)
     out = pdb / "store"
     assert (
-        _cli("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress").returncode
+        _cli(
+            "build", "--pdb-dir", str(pdb), "--out", str(out), *scheduler_args(1), "--no-progress"
+        ).returncode
         == 0
     )
     (pdb / "1psm.cif").unlink()

@@ -26,6 +26,7 @@ import pytest
 
 import featurecache
 from featurecache.store.layout import ENTRY_GROUPS
+from tests.clusters import scheduler_args
 from tests.conftest import MSAS, REPO, STRUCTURES, build_store
 
 CIFS = ("1psm.cif", "3zee.cif")
@@ -127,7 +128,7 @@ def test_msa_files_are_not_structure_inputs(tmp_path: Path, separate: Path, layo
 
 
 def _cli_build(pdb_dir: Path, store: Path, msa_dir: Path | None) -> subprocess.CompletedProcess[str]:
-    args = ["build", "--pdb-dir", str(pdb_dir), "--out", str(store), "--workers", "1", "--no-progress"]
+    args = ["build", "--pdb-dir", str(pdb_dir), "--out", str(store), *scheduler_args(1), "--no-progress"]
     if msa_dir is not None:
         args += ["--msa-dir", str(msa_dir)]
     env = {**os.environ, "COLUMNS": "2000"}
