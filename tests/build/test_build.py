@@ -18,7 +18,6 @@ import featurecache
 from featurecache.store.index import complete_parts, read_table
 from featurecache.store.layout import TMP_PREFIX
 from featurecache.store.verify import verify_store
-from tests.clusters import scheduler_args
 from tests.conftest import INTERRUPT_INPUTS, REPO, SOURCES_TSV, STRUCTURES, build_store, interrupt_inputs
 
 # Inputs whose SOURCES.tsv notes mark them malformed / without coordinates: they must be failures.
@@ -146,7 +145,7 @@ def _cli_start(*args: str) -> subprocess.Popen[str]:
 def test_exit_statuses(tmp_path: Path) -> None:
     """0: every input built; 1: an input failed (named, no traceback); 3: the store cannot be
     written; info lists the failure; verify 0 on a sound store. The three builds are independent
-    and run at once on the session's cluster (each is mostly a CLI start)."""
+    and run at once (each is mostly a CLI start and a LocalCluster's)."""
     bad_dir, good_dir = tmp_path / "bad", tmp_path / "good"
     bad_dir.mkdir()
     good_dir.mkdir()
@@ -156,9 +155,7 @@ def test_exit_statuses(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     builds = {
-        name: _cli_start(
-            "build", "--pdb-dir", str(pdb), "--out", str(out), *scheduler_args(1), "--no-progress"
-        )
+        name: _cli_start("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
         for name, pdb, out in (
             ("bad", bad_dir, tmp_path / "s"),
             ("ok", good_dir, tmp_path / "g"),
