@@ -184,7 +184,7 @@ def scan_structure_part(part_dir: str) -> ScanResult:
         return res
     atoms_all = _read_records(part, "atoms", Atom)
     tokens_all = _read_records(part, "tokens", Token)
-    std_names = {c: {n for n, _ in standard_heavy_atoms(c)} for c in standard_components()}
+    std_names = {c: {n for n, _ in standard_heavy_atoms(c, leaving=True)} for c in standard_components()}
     for k, entry_id in enumerate(entries["id"]):
         res.n_entries += 1
         a0, na = int(entries["atom_start"][k]), int(entries["atom_count"][k])

@@ -31,12 +31,14 @@ def standard_component(code: str) -> ComponentDef | None:
 
 
 @functools.cache
-def standard_heavy_atoms(code: str) -> tuple[tuple[str, str], ...]:
+def standard_heavy_atoms(code: str, *, leaving: bool = False) -> tuple[tuple[str, str], ...]:
     """``((atom_name, element_symbol), ...)`` of a standard residue's heavy atoms, CCD order.
 
-    Hydrogens and the leaving atoms AF3 removes (``OXT``, ``OP3``; ``const.LEAVING_ATOMS``) are
-    left out. Element symbols are upper case as in the CCD (``"C"``, ``"SE"``). KeyError for a
-    code that is not a packaged standard residue.
+    Hydrogens are left out, and so are the leaving atoms (``OXT``, ``OP3``;
+    ``const.LEAVING_ATOMS``) unless ``leaving``: a residue inside a chain has lost them, a chain's
+    terminal residue may keep one (the tokenizer decides, as AF3's ``get_link_drop_atoms``).
+    Element symbols are upper case as in the CCD (``"C"``, ``"SE"``). KeyError for a code that is
+    not a packaged standard residue.
     """
     comp = standard_component(code)
     if comp is None:
@@ -44,5 +46,5 @@ def standard_heavy_atoms(code: str) -> tuple[tuple[str, str], ...]:
     return tuple(
         (name, el)
         for name, el in zip(comp.atom_names, comp.elements, strict=True)
-        if el not in HYDROGEN_ELEMENTS and name not in LEAVING_ATOMS
+        if el not in HYDROGEN_ELEMENTS and (leaving or name not in LEAVING_ATOMS)
     )

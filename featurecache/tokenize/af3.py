@@ -9,7 +9,10 @@ Rules:
   farther from CD than NH2, the two atoms' data (coordinates, occupancy, B-factor, charge) swap,
   so NH1 is always the one closer to CD;
 - a standard amino acid / nucleotide (and ``UNK``) is one token, with the full CCD heavy-atom set
-  (leaving atoms OXT/OP3 removed) and ``is_present = False`` for atoms missing from the file;
+  and ``is_present = False`` for atoms missing from the file; leaving atoms as AF3's
+  ``get_link_drop_atoms`` (``_leaving_atoms``, the same rule as per-atom residues below): OXT
+  only where a protein chain ends (or the file has it), OP3 only where an RNA / DNA chain starts,
+  unresolved where the file lacks them;
 - anything else — ligands, ions, glycans, modified residues — is one token per heavy atom: when
   the component definition is known (``component_atoms``, from ``--ccd``), per heavy atom of the
   CCD component in CCD order, resolved or not (AF3's ``atom_layout.make_flat_atom_layout``): atoms
@@ -435,8 +438,11 @@ def _polymer_residue(
     if name in _ONE_TOKEN:
         mol_type = _residue_kind(name) or chain_type
         by_name = {a.name: a for a in selected}
+        drop = _leaving_atoms(chain_type, ends, set(by_name))
         atoms = []
-        for atom_name, element in standard_heavy_atoms(name):
+        for atom_name, element in standard_heavy_atoms(name, leaving=True):
+            if atom_name in drop:
+                continue
             a = by_name.get(atom_name)
             atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
         if name == "ARG":
@@ -449,15 +455,7 @@ def _polymer_residue(
     where = f"{name} {auth[0]}{auth[1]}{auth[2]}" if auth is not None else f"{name} at position {pos}"
     flat: list[_AtomRec] | None = None
     if defined is not None and defined.atoms:
-        # AF3 get_link_drop_atoms: a protein residue's OXT leaves unless it ends the chain (or the
-        # file has it: AF3 then takes the residue for a C terminus), an RNA / DNA residue's OP3
-        # unless it starts the chain.
-        file_names = {a.name for a in selected}
-        drop: set[str] = set()
-        if chain_type == MolType.PROTEIN and not ends[1] and "OXT" not in file_names:
-            drop.add("OXT")
-        elif chain_type in (MolType.RNA, MolType.DNA) and not ends[0]:
-            drop.add("OP3")
+        drop = _leaving_atoms(chain_type, ends, {a.name for a in selected})
         flat = _ccd_atoms(name, selected, defined, drop, where, ctx.warnings)
     if flat is None:
         if present is not None:
@@ -469,6 +467,24 @@ def _polymer_residue(
             ctx.warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
                                 f"definition; kept as one unresolved token")  # fmt: skip
     return _Residue(name, flat, False, chain_type, restype, letter, pos, auth)
+
+
+def _leaving_atoms(chain_type: MolType, ends: tuple[bool, bool], file_names: set[str]) -> set[str]:
+    """The leaving atoms a polymer residue has lost, as AF3's ``get_link_drop_atoms`` (standard
+    and per-atom residues alike); ``ends``: (starts the chain, ends the chain), by the entity
+    sequence when the file gives it (AF3 ``residues_from_structure(include_missing_residues=True)``:
+    the first / last residue of ``all_residues``), else by the file's residues.
+
+    A protein chain's residue loses OXT unless it ends the chain or the file has its OXT (AF3
+    then takes the residue for a C terminus); an RNA / DNA chain's residue loses OP3 unless it
+    starts the chain (a file's OP3 elsewhere is dropped). The kind of chain decides, not the
+    residue's. Hydrogens (H2, H3, HXT) are never tokens, so they are not listed.
+    """
+    if chain_type == MolType.PROTEIN:
+        return set() if ends[1] or "OXT" in file_names else {"OXT"}
+    if chain_type in (MolType.RNA, MolType.DNA):
+        return set() if ends[0] else {"OP3"}
+    return set()
 
 
 def _ccd_atoms(

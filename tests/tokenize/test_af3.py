@@ -148,7 +148,10 @@ ATOM 7 H H   . GLY A 1 1 3.0 1.0 0.0 1.0 10.0 1 A 1
 def test_highest_occupancy_altloc_wins() -> None:
     s = featurize_bytes(ALTLOC_CIF.encode(), "t.cif", "t")
     names = [decode_atom_name(n) for n in s.atoms["name"]]
-    assert names == ["N", "CA", "C", "O"]  # GLY heavy atoms, CCD order; H dropped
+    # GLY heavy atoms, CCD order; H dropped. The one residue ends the chain, so it keeps the
+    # leaving OXT (AF3 get_link_drop_atoms), unresolved: the file has none.
+    assert names == ["N", "CA", "C", "O", "OXT"]
+    assert not s.atoms[names.index("OXT")]["is_present"]
     ca = s.atoms[names.index("CA")]
     assert ca["coords"][0] == pytest.approx(9.0)  # altloc B, occupancy 0.7
     assert s.atoms[names.index("C")]["coords"][0] == pytest.approx(8.0)
