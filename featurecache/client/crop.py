@@ -68,9 +68,10 @@ DEFAULT_CROP_SIZE = 384
 #: the host: ``schema.MODEL_INPUT_KEYS``), and a sample's atom arrays take ~87 bytes per atom in a
 #: batch (``atom_to_token`` 8, ``atom_mask`` 1, ``atom_present`` 1, ``atom_coords`` 12, ``ref_pos`` 12,
 #: ``ref_mask`` 1, ``ref_element`` 8, ``ref_charge`` 4, ``ref_atom_name_chars`` 32, ``ref_space_uid``
-#: 8). Without a budget a crop's atoms are bounded by its tokens: at most 23 heavy atoms per token
-#: (a G nucleotide; TRP has 14, a per-atom token 1), so a 768-token crop has ≤ 17,664 atoms,
-#: ~1.5 MB per sample, while its pair activations are N² × c_pair. An atom-level model (AF3's
+#: 8). Without a budget a crop's atoms are bounded by its tokens: at most 24 heavy atoms per token
+#: (a G nucleotide starting an RNA chain, which keeps OP3; 23 elsewhere; TRP has 14, 15 when it
+#: ends a protein chain and keeps OXT; a per-atom token 1), so a 768-token crop has ≤ 18,432
+#: atoms, ~1.6 MB per sample, while its pair activations are N² × c_pair. An atom-level model (AF3's
 #: sequence-local atom attention) is likewise linear in the atoms. A fixed budget instead cut
 #: crops short without saying so: the former 4608 atoms (12 per token at crop 384) kept 272–368 of
 #: 384 tokens of the ribosomal RNA of 1ffk (~21 atoms per nucleotide) and ~575 of 640 or 768
