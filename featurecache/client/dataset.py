@@ -218,13 +218,51 @@ def _check_count(name: str, value: Any, least: int) -> None:
         raise InvalidRequest(f"FeatureDataset: {name} must be an integer ≥ {least}; got {value!r}")
 
 
+def _client_for(source: Any, token: str | None, options: Mapping[str, Any] | None) -> Any:
+    """``source``, or the LookupClient of a URL ``source`` made with ``options`` (when given)."""
+    if not options:
+        return source
+    if not (isinstance(source, str) and source.startswith(("http://", "https://"))):
+        raise InvalidRequest(
+            f"FeatureDataset: client_options are for a lookup-service URL source, not {source!r}; "
+            "give the settings to the reader you pass instead"
+        )
+    import inspect
+
+    from featurecache.client.http import LookupClient
+
+    known = set(inspect.signature(LookupClient).parameters) - {"url", "token"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidRequest(
+            f"FeatureDataset: unknown client_options {unknown}; LookupClient takes {sorted(known)}"
+        )
+    return LookupClient(source, token=token, **options)
+
+
+def _check_retry_budget(reader: Any, deadline_s: float | None) -> None:
+    """Warn when a lookup client may still be retrying when the sample deadline abandons it."""
+    budget, timeout = getattr(reader, "retry_budget_s", None), getattr(reader, "timeout", None)
+    if deadline_s is None or not isinstance(budget, int | float) or not isinstance(timeout, int | float):
+        return
+    if budget + timeout >= deadline_s:
+        log.warning(
+            "%r: retry_budget_s %g + timeout %g >= deadline_s %g: a sample whose call is still being "
+            "retried is abandoned at its deadline (raise deadline_s or lower the client's budget)",
+            reader, budget, timeout, deadline_s,
+        )  # fmt: skip
+
+
 class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     """Cropped, assembled training samples from a feature store, ready-first.
 
     ``source``: store directory, lookup-service URL, or a reader object (a
     :class:`~featurecache.client.http.LookupClient` reaches worker processes as its settings:
     token, timeouts, retries); ``token``: bearer token of a URL source (default
-    ``$FEATURECACHE_AUTH_TOKEN``). Sampling: ``sampler`` or ``weighting`` (``"uniform"`` |
+    ``$FEATURECACHE_AUTH_TOKEN``); ``client_options``: keyword arguments of the
+    :class:`~featurecache.client.http.LookupClient` made for a URL source, e.g.
+    ``{"retry_budget_s": 20, "timeout": 10}`` (a client whose retry budget plus one ``timeout``
+    exceeds ``deadline_s`` is warned about: its samples would be abandoned before it gives up). Sampling: ``sampler`` or ``weighting`` (``"uniform"`` |
     ``"af3"``), ``cluster_table``, ``filters``, ``samples_per_epoch``, ``seed``, ``infinite``.
     Cropping: ``crop_size`` tokens, ``max_atoms`` (atoms of a crop; None, the default, = no atom
     budget: a crop holds ``min(N, crop_size)`` tokens; with a budget a crop holds fewer tokens
@@ -254,6 +292,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         source: Any,
         *,
         token: str | None = None,
+        client_options: Mapping[str, Any] | None = None,
         crop_size: int = DEFAULT_CROP_SIZE,
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
@@ -285,7 +324,10 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         _check_count("seed", seed, 0)
         _check_count("workers", workers, 1)
         _check_count("max_msa_rows", max_msa_rows, 1)
-        reader = open_source(source, token=token)
+        reader = open_source(
+            _client_for(source, token, client_options), token=None if client_options else token
+        )
+        _check_retry_budget(reader, deadline_s)
         self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,

@@ -4,9 +4,11 @@ Same methods and return types as :class:`featurecache.store.reader.LocalStore` (
 suite in tests/conformance runs both); arrays arrive as Arrow IPC and are numpy views into the
 response body (read-only: copy before writing into one). Connections are pooled (one
 ``httpx.Client``, thread-safe); connection errors and 502/503/504 answers (the service restarting,
-or its store being rebuilt under it) are retried with exponential backoff and jitter; 4xx and 500
-answers raise at once with the server's explanation (the lookup service answers 500 for data that
-cannot be read from an unchanged store: asking again cannot help):
+or its store being rebuilt under it) are retried for up to ``retry_budget_s`` seconds (30 by
+default: ``featurecache serve --workers 2`` takes ~7 s to listen again after a restart) with capped
+exponential backoff and jitter; 4xx and 500 answers raise at once with the server's explanation
+(the lookup service answers 500 for data that cannot be read from an unchanged store: asking again
+cannot help):
 
 * 404 → :class:`~featurecache.errors.NotFound` (a ``KeyError``)
 * 401/403 → :class:`~featurecache.errors.AuthenticationError`
@@ -17,8 +19,16 @@ cannot be read from an unchanged store: asking again cannot help):
   answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung)
 
 A service that accepts connections but never answers (hung, stopped) is detected by the read
-timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times, so with the defaults a
-call gives up after about 40 s, before the training client's 60 s per-sample deadline.
+timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times. No retry starts after
+``retry_budget_s``, so a call gives up within ``retry_budget_s`` plus one attempt (with the defaults
+about 30 + 20 s), before the training client's 60 s per-sample deadline
+(``FeatureDataset(deadline_s=...)`` warns about a client whose budget does not fit it).
+
+Snapshots: the client fetches an index table once and keeps it (``ids``, ``entries``, ``msas``,
+...), as :func:`featurecache.open_store` reads the index once: entries an extension adds appear in
+``ids`` after :meth:`LookupClient.refresh`. Two misses refresh on their own, once: ``row_of`` of an
+id the snapshot lacks, and an MSA selection the service refuses as outside the MSA (a store rebuilt
+with another ``--msa-depth``): the selection is then resolved again against the new shape.
 
 The token defaults to ``FEATURECACHE_AUTH_TOKEN``. A client given to the training client travels
 to loader worker processes as its :meth:`LookupClient.settings` (token, timeouts, retries), so each
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
 import threading
@@ -67,6 +78,12 @@ _NO_LIMIT = 2**62  # a limit the service does not advertise
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
 #: retry waits a full ``timeout`` again
 TIMEOUT_RETRIES = 1
+#: seconds after a ``row_of`` refresh that did not find its id before a miss refreshes again
+MIN_REFRESH_S = 1.0
+#: seconds a call keeps retrying a service that refuses connections or answers 502/503/504: longer
+#: than ``featurecache serve`` takes to restart (measured 3.7 s with 1 worker, 7.2 s with 2), and,
+#: with one more attempt of ``timeout`` (20 s), shorter than FeatureDataset's 60 s sample deadline
+DEFAULT_RETRY_BUDGET_S = 30.0
 
 
 class LookupClient(FeatureReader):
@@ -75,10 +92,12 @@ class LookupClient(FeatureReader):
     ``url``: the service root (``http://host:8000``); ``token``: bearer token (default
     ``$FEATURECACHE_AUTH_TOKEN``); ``timeout``: seconds the service may take to start answering
     (and between bytes of the answer); ``connect_timeout``: seconds to open a connection;
-    ``retries``: extra attempts after a connection error or a 5xx (after a timeout at most
-    :data:`TIMEOUT_RETRIES`), sleeping ``backoff * 2**attempt`` (±50 % jitter, at most
-    ``max_backoff``) in between; ``max_connections``: size of the connection pool (match the
-    number of threads using it).
+    ``retry_budget_s``: seconds after a call's first attempt during which a connection error or a
+    502/503/504 answer is retried (no retry starts later; 0: none); ``retries``: at most this many
+    extra attempts within the budget (None: as many as fit; after a timeout at most
+    :data:`TIMEOUT_RETRIES`), sleeping ``backoff * 2**attempt`` (capped at ``max_backoff``, then
+    ±50 % jitter; at least a 503's ``retry-after`` up to ``max_backoff``) in between;
+    ``max_connections``: size of the connection pool (match the number of threads using it).
     """
 
     def __init__(
@@ -88,16 +107,22 @@ class LookupClient(FeatureReader):
         *,
         timeout: float = 20.0,
         connect_timeout: float = 5.0,
-        retries: int = 4,
+        retries: int | None = None,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
         backoff: float = 0.2,
-        max_backoff: float = 5.0,
+        max_backoff: float = 2.0,
         max_connections: int = 32,
     ) -> None:
+        if retries is not None and retries < 0:
+            raise InvalidRequest(f"LookupClient: retries must be >= 0 or None, got {retries}")
+        if not retry_budget_s >= 0:
+            raise InvalidRequest(f"LookupClient: retry_budget_s must be >= 0, got {retry_budget_s}")
         self.url = url.rstrip("/")
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
+        self.retry_budget_s = retry_budget_s
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_connections = max_connections
@@ -107,6 +132,7 @@ class LookupClient(FeatureReader):
         self._service: dict[str, Any] | None = None
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
+        self._missed_at = -math.inf  # when row_of last refreshed and still missed its id
         self._http = self._new_http()
         self._pid = os.getpid()
 
@@ -135,43 +161,55 @@ class LookupClient(FeatureReader):
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call with retries; returns a 2xx response (body read) or raises (see module doc)."""
         what = f"{method} {self.url}{path}"
+        give_up_at = time.monotonic() + self.retry_budget_s  # no retry starts later
         timeouts = 0
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+        attempt = 0
+        while True:
+            attempt += 1
+            last = self.retries is not None and attempt > self.retries
             try:
                 response = self._client().request(method, path, **kwargs)
             except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
                 if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
                     timeouts += 1
                     last = last or timeouts > TIMEOUT_RETRIES
-                if last:
+                if last or not self._sleep(attempt - 1, None, give_up_at):
                     raise ServiceUnavailable(
-                        f"{what}: {type(exc).__name__}: {exc or 'no answer'} (after {attempt + 1} attempts)"
+                        f"{what}: {type(exc).__name__}: {exc or 'no answer'} ({self._spent(attempt, give_up_at)})"
                     ) from exc
                 log.debug("%s: %s; retrying", what, exc)
-                self._sleep(attempt, None)
                 continue
             status = response.status_code
             if status < 400:
                 return response
             detail = _detail(response)
             if status >= 500 and status not in _UNAVAILABLE_STATUS:  # this request failed on the server
-                raise ServiceError(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
+                raise ServiceError(f"{what} → {status}: {detail} (after {attempt} attempts)")
             if status in _UNAVAILABLE_STATUS:
-                if last:
-                    raise ServiceUnavailable(f"{what} → {status}: {detail} (after {attempt + 1} attempts)")
+                if last or not self._sleep(attempt - 1, response.headers.get("retry-after"), give_up_at):
+                    raise ServiceUnavailable(
+                        f"{what} → {status}: {detail} ({self._spent(attempt, give_up_at)})"
+                    )
                 log.debug("%s → %d: %s; retrying", what, status, detail)
-                self._sleep(attempt, response.headers.get("retry-after"))
                 continue
             raise _client_error(what, status, detail, response)
-        raise AssertionError("unreachable")
 
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.5)
+    def _spent(self, attempts: int, give_up_at: float) -> str:
+        started = give_up_at - self.retry_budget_s
+        return f"after {attempts} attempts in {time.monotonic() - started:.1f} s"
+
+    def _sleep(self, attempt: int, retry_after: str | None, give_up_at: float) -> bool:
+        """Wait before retry ``attempt + 1``: False (no wait) when the retry budget is spent, else
+        the backoff, cut short to end at the budget's end (the last retry starts then)."""
+        left = give_up_at - time.monotonic()
+        if left <= 0:
+            return False
+        delay = min(self.max_backoff, self.backoff * 2 ** min(attempt, 32)) * random.uniform(0.5, 1.5)
         if retry_after is not None:
             with contextlib.suppress(ValueError):
                 delay = max(delay, min(float(retry_after), self.max_backoff))
-        time.sleep(delay)
+        time.sleep(min(delay, left))
+        return True
 
     def _arrow(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
         response = self.request(method, path, **kwargs)
@@ -240,10 +278,34 @@ class LookupClient(FeatureReader):
         return entry_id in self._rows()
 
     def row_of(self, entry_id: str) -> int:
+        """Row of ``entry_id`` in ``entries``; an id the snapshot lacks refreshes it (:meth:`refresh`:
+        an extension may have added the entry) and looks again; NotFound if the service's index
+        lacks it too. After such a refresh that did not find its id, misses within
+        :data:`MIN_REFRESH_S` do not refresh (a loop over absent ids fetches the index once a second)."""
         try:
             return self._rows()[entry_id]
         except (KeyError, TypeError):
-            raise NotFound(f"no entry {entry_id!r} at {self.url}") from None
+            pass
+        if isinstance(entry_id, str) and time.monotonic() - self._missed_at >= MIN_REFRESH_S:
+            log.debug("%s: %r is not in the index fetched before; fetching it again", self.url, entry_id)
+            self.refresh()
+            with contextlib.suppress(KeyError):
+                return self._rows()[entry_id]
+            self._missed_at = time.monotonic()
+        raise NotFound(f"no entry {entry_id!r} at {self.url}")
+
+    def refresh(self) -> None:
+        """Forget the fetched index tables (``ids``, ``entries``, ``chains``, ``msas``, ...), the
+        service info and the reference conformers: the next use fetches them again, so entries an
+        extension added since appear. A client's tables are a snapshot until then, as a local
+        store's are until it is opened again."""
+        with self._lock:
+            self._tables = {}
+            self._row = None
+            self._service = None
+            self._msa_shape = None
+            self._component_table = None
+            self.__dict__.pop("_chain_ranges", None)  # FeatureReader.entry_chains' cache of the chains table
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:
@@ -339,8 +401,38 @@ class LookupClient(FeatureReader):
         an index outside the axis raises InvalidRequest, as locally. The selection is resolved here
         against the MSA's (depth, length) and only those cells cross the network, in as many
         requests as the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` need.
+
+        The MSA's shape comes from the ``msas`` table fetched before; when the service's MSA has
+        another shape now (the store rebuilt, e.g. with another ``--msa-depth``: the service refuses
+        the selection with 422, or answers a different depth or length), the shape is asked again
+        and the selection resolved against it, once.
         """
-        depth, length = self._msa_shape_of(key)
+        shape = self._msa_shape_of(key)
+        try:
+            block = self._msa_select(key, rows, cols, shape)
+        except InvalidRequest as exc:
+            if getattr(exc, "status", None) != 422:
+                raise
+            new = self._msa_probe(key)  # NotFound when the service has no such MSA any more
+            if new == shape:
+                raise
+        else:
+            new = (int(block.depth), int(block.length))
+            if new == shape:
+                return block
+        log.info("%s: MSA %s is %d x %d now, not %d x %d; selecting again", self.url, key, *new, *shape)
+        self._msa_shapes()[key] = new
+        return self._msa_select(key, rows, cols, new)
+
+    def _msa_select(
+        self,
+        key: str,
+        rows: Sequence[int] | slice | np.ndarray | None,
+        cols: Sequence[int] | slice | np.ndarray | None,
+        shape: tuple[int, int],
+    ) -> MSABlock:
+        """:meth:`msa` against the MSA's (depth, length) ``shape``."""
+        depth, length = shape
         r = _local_selection(rows, depth, "rows")  # int64 [n_rows], each in 0..depth-1
         c = _local_selection(cols, length, "columns")  # int64 [n_cols], each in 0..length-1
         max_rows, max_cols, max_cells = (
@@ -367,14 +459,18 @@ class LookupClient(FeatureReader):
             length=first[0].length,
         )
 
+    def _msa_probe(self, key: str) -> tuple[int, int]:
+        """(depth, length) of the service's MSA ``key`` now, from an empty slice of it."""
+        empty = np.zeros(0, dtype=np.int64)
+        probe = self._msa_slice(key, empty, empty)
+        return int(probe.depth), int(probe.length)
+
     def _msa_shape_of(self, key: str) -> tuple[int, int]:
         """(depth, length) of the MSA ``key``: from the ``msas`` index, else (a key the cached index
         does not name) from an empty slice of it; NotFound when the service has no such MSA."""
         shape = self._msa_shapes().get(key)
         if shape is None:
-            empty = np.zeros(0, dtype=np.int64)
-            probe = self._msa_slice(key, empty, empty)
-            shape = (int(probe.depth), int(probe.length))
+            shape = self._msa_probe(key)
             self._msa_shapes()[key] = shape
         return shape
 
@@ -430,8 +526,8 @@ class LookupClient(FeatureReader):
     def settings(self) -> dict[str, Any]:
         """The constructor's arguments: ``LookupClient(**c.settings())`` is the same client with its
         own connections (what a loader worker process builds). Holds the token: never log it."""
-        keep = ("url", "token", "timeout", "connect_timeout", "retries", "backoff", "max_backoff",
-                "max_connections")  # fmt: skip
+        keep = ("url", "token", "timeout", "connect_timeout", "retries", "retry_budget_s", "backoff",
+                "max_backoff", "max_connections")  # fmt: skip
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:

@@ -154,9 +154,16 @@ def _fail_after(ds: FeatureDataset, n_before: int, stop: Any, attempts: Attempts
 def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path) -> None:
     attempts = Attempts()
     with serve(client_store) as (url, proc):
-        # default client, default limits: the old loop skipped 256 samples (~6 min) before failing
+        # default limits (the old loop skipped 256 samples, ~6 min, before failing); the client's
+        # retry budget cut from 30 s to 3 s: each failed sample waits it out
         ds = _dataset(
-            url, infinite=True, workers=2, window=4, sample_hook=attempts, max_consecutive_skips=256
+            url,
+            infinite=True,
+            workers=2,
+            window=4,
+            sample_hook=attempts,
+            max_consecutive_skips=256,
+            client_options={"retry_budget_s": 3.0},
         )
         t0 = time.monotonic()
         error, after = _fail_after(ds, 5, proc.kill, attempts)
@@ -167,7 +174,7 @@ def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path)
     assert "ServiceUnavailable" in message and "ConnectError" in message, message
     assert ds.stats.failures == 3  # samples skipped before the error: exactly the limit
     assert after <= 3 + 2 + 4  # the failures, plus at most what the pool and window hold
-    assert elapsed < 60, elapsed  # ~3 s of client retries per sample, two samples at a time
+    assert elapsed < 60, elapsed  # 3 s of client retries per sample, two samples at a time
 
 
 @pytest.mark.usefixtures("no_env_token")
@@ -194,6 +201,8 @@ def test_default_client_gives_up_on_a_hung_service_before_the_sample_deadline() 
     default_deadline_s = inspect.signature(FeatureDataset).parameters["deadline_s"].default
     worst = (1 + TIMEOUT_RETRIES) * client.timeout + TIMEOUT_RETRIES * client.max_backoff * 1.5
     assert worst < default_deadline_s
+    # no retry starts after the budget: the last attempt may then wait a whole read timeout
+    assert client.retry_budget_s + client.timeout < default_deadline_s
     client.close()
 
 
