@@ -54,7 +54,9 @@ def run_server(
     """Serve ``store`` until interrupted.
 
     Settings reach every worker process through the environment (``FEATURECACHE_STORE_PATH``,
-    ``FEATURECACHE_AUTH_TOKEN``; other limits as set by the caller's environment). The store is
+    ``FEATURECACHE_AUTH_TOKEN`` or ``FEATURECACHE_AUTH_TOKEN_FILE``, which each worker reads; other
+    limits as set by the caller's environment). A token file that cannot be read or is empty, or a
+    token given both ways, fails here (FeatureCacheError naming the file; the CLI exits 3). The store is
     opened here first, so a path that is not a store (yet) fails at once (StoreError; the CLI exits
     3) instead of serving 503s. Once serving, each worker follows the store as it is rebuilt or
     extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
@@ -63,9 +65,13 @@ def run_server(
     import uvicorn
 
     from featurecache import open_store
+    from services.lookup.settings import check_token_source
 
     log_config = service_log_config()
     logging.config.dictConfig(log_config)
+    if token is not None:
+        os.environ["FEATURECACHE_AUTH_TOKEN"] = token
+    check_token_source()
     path = Path(store).resolve()
     try:
         n = len(open_store(path).ids)
@@ -73,8 +79,6 @@ def run_server(
         raise StoreError(f"cannot serve {path}: {exc}") from exc
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
     os.environ["FEATURECACHE_STORE_PATH"] = str(path)
-    if token is not None:
-        os.environ["FEATURECACHE_AUTH_TOKEN"] = token
     multiproc_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:

@@ -1,13 +1,53 @@
-"""Service settings from the environment (prefix ``FEATURECACHE_``), e.g. ``FEATURECACHE_AUTH_TOKEN``."""
+"""Service settings from the environment (prefix ``FEATURECACHE_``), e.g. ``FEATURECACHE_AUTH_TOKEN``.
+
+The token may instead come from a file (``FEATURECACHE_AUTH_TOKEN_FILE``, e.g. a Compose secret
+mounted at ``/run/secrets/...``), so that it shows neither in ``ps`` nor in ``docker inspect``.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+from featurecache.errors import FeatureCacheError
+
+TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
+TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN_FILE"
+
+
+def read_token_file(path: Path | str) -> str:
+    """The bearer token in the file ``path``: its text less one trailing newline (``\n`` or
+    ``\r\n``, as ``echo`` or an editor leaves it). FeatureCacheError naming the file when it cannot
+    be read or holds no token (empty, or only whitespace)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise FeatureCacheError(f"{TOKEN_FILE_ENV}={path}: cannot read the token file ({reason})") from None
+    token = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    if not token.strip():
+        raise FeatureCacheError(f"{TOKEN_FILE_ENV}={path}: the token file is empty")
+    return token
+
+
+def check_token_source(environ: Mapping[str, str] | None = None) -> None:
+    """What ``featurecache serve`` checks before it listens: at most one of ``FEATURECACHE_AUTH_TOKEN``
+    (or ``--token``) and ``FEATURECACHE_AUTH_TOKEN_FILE`` is set (non-empty), and the file, when
+    given, holds a token. Raises FeatureCacheError (the CLI exits 3) naming the file or both."""
+    env = os.environ if environ is None else environ
+    path = env.get(TOKEN_FILE_ENV, "").strip()
+    if not path:
+        return
+    if env.get(TOKEN_ENV, "").strip():
+        raise FeatureCacheError(
+            f"both --token/{TOKEN_ENV} and {TOKEN_FILE_ENV}={path} are set: give the token one way"
+        )
+    read_token_file(path)
 
 
 class Settings(BaseSettings):
@@ -21,7 +61,12 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = Field(
         default=None,
         description="Bearer token required on every route but /v1/health and the API docs (/docs, "
-        "/redoc, /openapi.json); /metrics needs it too. Empty or unset: no auth.",
+        "/redoc, /openapi.json); /metrics needs it too. Empty or unset: no auth (unless auth_token_file).",
+    )
+    auth_token_file: Path | None = Field(
+        default=None,
+        description="File holding the bearer token (e.g. a Compose secret, /run/secrets/<name>), read "
+        "at startup; one trailing newline is dropped. Not together with auth_token (refused).",
     )
     max_batch_entries: int = Field(default=256, ge=1, description="Entries per POST /v1/entries:batch.")
     max_response_bytes: int = Field(
@@ -52,6 +97,23 @@ class Settings(BaseSettings):
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
         return value
+
+    @field_validator("auth_token_file", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _token_from_file(self) -> Settings:
+        if self.auth_token_file is not None:
+            if self.auth_token is not None:
+                raise ValueError(
+                    f"both {TOKEN_ENV} and {TOKEN_FILE_ENV}={self.auth_token_file} are set: give the token one way"
+                )
+            self.auth_token = SecretStr(read_token_file(self.auth_token_file))
+        return self
 
     def limits(self) -> dict[str, int]:
         """The limits a client may want to know (GET /v1/info, ``service.limits``)."""
