@@ -31,12 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zarr
-from zarr.codecs import ZstdCodec
 
 from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
 from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import table_from_rows, write_table
-from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, ZSTD_LEVEL
+from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, chunk_compressors
 from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
 from featurecache.store.writer import SOURCE_DIR, _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
@@ -111,7 +110,7 @@ def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> zarr.
     shards = (-(-depth // chunks[0]) * chunks[0], -(-length // chunks[1]) * chunks[1])
     arr = group.create_array(
         name, shape=(depth, length), dtype=np.uint8, chunks=chunks, shards=shards,
-        compressors=[ZstdCodec(level=ZSTD_LEVEL)], fill_value=0,
+        compressors=chunk_compressors(), fill_value=0,
     )  # fmt: skip
     arr[...] = residues
     return arr

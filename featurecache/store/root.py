@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import itertools
 import json
@@ -218,9 +219,13 @@ class PartArrays:
         if failed:
             part, name, exc = failed[0]
             also = "".join(f", {p}/{n}" for p, n, _ in failed[1:])
+            where = self._parts / part / name
+            with contextlib.suppress(StoreError, TypeError, ValueError):
+                first = next(i for i, (p, n, _) in enumerate(reads) if (p, n) == (part, name))
+                files = shard_files(where, arrays[first], reads[first][2])
+                where = files[0] if len(files) == 1 else where
             raise StoreError(
-                f"{self._what} {part}/{name}{also} cannot be read ({self._parts / part / name}): "
-                f"{type(exc).__name__}: {exc}"
+                f"{self._what} {part}/{name}{also} cannot be read ({where}): {type(exc).__name__}: {exc}"
             ) from exc
         return [np.asarray(x) for x in got]
 
@@ -295,9 +300,12 @@ def array_names(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def shard_files(path: Path, arr: zarr.Array | ArrayV3Metadata) -> list[Path]:
+def shard_files(
+    path: Path, arr: zarr.Array | ArrayV3Metadata, selection: tuple[slice, ...] | None = None
+) -> list[Path]:
     """The files holding the shards (the chunks when unsharded) of the array at ``path``, from the
-    opened array or its metadata (:func:`array_metadata`); none for an empty array."""
+    opened array or its metadata (:func:`array_metadata`); none for an empty array. ``selection``
+    (slices of step 1, one per leading dimension): only the files holding some of its elements."""
     meta = arr.metadata if isinstance(arr, zarr.Array) else arr
     if not isinstance(meta, ArrayV3Metadata) or not isinstance(meta.chunk_grid, RegularChunkGrid):
         raise StoreError(f"{path}: not a zarr v3 array of a regular chunk grid")
@@ -305,7 +313,11 @@ def shard_files(path: Path, arr: zarr.Array | ArrayV3Metadata) -> list[Path]:
         return []
     # with sharding the grid's chunks are the shards (one file each)
     outer = meta.chunk_grid.chunk_shape
-    grid = [range(-(-n // c)) for n, c in zip(meta.shape, outer, strict=True)]
+    sel = tuple(selection or ()) + (slice(None),) * (len(meta.shape) - len(selection or ()))
+    grid = []
+    for n, c, s in zip(meta.shape, outer, sel, strict=True):
+        start, stop, _ = s.indices(n)
+        grid.append(range(start // c, -(-stop // c)) if stop > start else range(0))
     return [path / meta.encode_chunk_key(coords) for coords in itertools.product(*grid)]
 
 

@@ -21,7 +21,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import zarr
-from zarr.codecs import ZstdCodec
+from zarr.abc.codec import BytesBytesCodec
 
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType, decode_res_name
 from featurecache.errors import StoreError
@@ -49,7 +49,7 @@ from featurecache.store.layout import (
     PART_INDEX_DIR,
     PARTS_DIR,
     TMP_PREFIX,
-    ZSTD_LEVEL,
+    chunk_compressors,
     columns,
     content_hash,
 )
@@ -82,16 +82,20 @@ class PartContents:
     source_dir: str = ""
 
 
-def write_record_array(group: zarr.Group, name: str, records: np.ndarray) -> zarr.Array:
-    """Store a structured array as uint8 ``[rows, itemsize]`` with one shard and zstd chunks;
-    returns the array written."""
+def write_record_array(
+    group: zarr.Group, name: str, records: np.ndarray, compressors: Sequence[BytesBytesCodec] | None = None
+) -> zarr.Array:
+    """Store a structured array as uint8 ``[rows, itemsize]`` with one shard and zstd chunks
+    carrying a checksum each (``compressors``: :func:`~featurecache.store.layout.chunk_compressors`
+    unless given, as benchmarks/chunk_checksums.py does); returns the array written."""
     raw = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), records.dtype.itemsize)
     n, width = raw.shape
     chunk = max(1, min(CHUNK_ROWS, n))
     shard = max(chunk, -(-n // chunk) * chunk)
     arr = group.create_array(
         name, shape=(n, width), dtype=np.uint8, chunks=(chunk, width), shards=(shard, width),
-        compressors=[ZstdCodec(level=ZSTD_LEVEL)], attributes={"record_dtype": records.dtype.descr.__repr__()},
+        compressors=list(chunk_compressors() if compressors is None else compressors),
+        attributes={"record_dtype": records.dtype.descr.__repr__()},
     )  # fmt: skip
     if n:
         arr[...] = raw
