@@ -102,6 +102,16 @@ def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | N
                      part_size=part_size, progress=False)  # fmt: skip
 
 
+@pytest.fixture
+def no_shared_clusters() -> None:
+    """The shared build clusters (tests/clusters.py) closed for a test that counts this process's
+    children (their worker processes are children of the test session); the next build starts
+    them again."""
+    from tests.clusters import close_all
+
+    close_all()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_shared_clusters() -> Iterator[None]:
     """The shared build clusters (tests/clusters.py) close with the session."""

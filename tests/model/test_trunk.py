@@ -349,10 +349,13 @@ def test_summary_separates_stalls_from_the_steady_rate() -> None:
 
 
 @pytest.mark.parametrize("pool", ["thread", "process"])
-def test_run_training_consumes_a_real_store(sample_store: Path, tmp_path: Path, pool: str) -> None:
+def test_run_training_consumes_a_real_store(
+    sample_store: Path, tmp_path: Path, pool: str, no_shared_clusters: None
+) -> None:
     """Batches from the client's FeatureDataset over a store built from the committed samples, with
     the client's workers as threads (the CPU default) or processes (the CUDA default); the run
-    stops its worker processes when it ends."""
+    stops its worker processes when it ends (no child process left: the shared build clusters'
+    workers are closed first, no_shared_clusters)."""
     import multiprocessing
 
     seen: list[dict] = []
