@@ -67,7 +67,10 @@ def _json(payload: bytes) -> dict:  # type: ignore[type-arg]
     return json.loads(payload)
 
 
-def test_traversal_and_malformed_ids(guarded: tuple[str, Path, Path], reference: LocalStore) -> None:
+def test_traversal_and_malformed_ids(
+    guarded: tuple[str, Path, Path], reference: LocalStore, no_shared_clusters: None
+) -> None:
+    # no_shared_clusters: the shared build clusters' monitors in this process read /proc meanwhile
     url, store, canary = guarded
     entry_id = reference.ids[0]
     key = reference.msas.column("key")[0].as_py() if reference.msas.num_rows else "0" * 20
