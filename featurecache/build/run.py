@@ -44,7 +44,7 @@ from featurecache.build.tasks import (
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
-from featurecache.store.index import WITHDRAWN, rebuild_index, store_bytes
+from featurecache.store.index import WITHDRAWN, first_build_finished, rebuild_index, store_bytes
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -275,7 +275,8 @@ def run_build(
     progress: bool = True,
 ) -> BuildSummary:
     """Build (or extend) the store ``out``; see the module doc. A Ctrl-C raises KeyboardInterrupt
-    once the cluster is closed and the index rebuilt from the finished parts; from the interrupt
+    once the cluster is closed and the index rebuilt from the finished parts (flagged unfinished
+    when the store had no finished build: ``store.index.UNFINISHED_KEY``); from the interrupt
     on, Dask's own logging is silenced here and in the embedded cluster's workers
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news."""
     from featurecache.signals import quiet_on_sigint
@@ -328,13 +329,18 @@ def _run_build(
             _check_worker_versions(client)
             _forget_parsed_ccd(client)
         with BuildLock(out):
+            # a store without a finished build's index (new, removed and built again from scratch,
+            # or its first build killed) publishes its index flagged unfinished until this build
+            # ends, so the lookup service keeps answering 503 instead of serving a part of it as
+            # the whole; a finished store's extension publishes as it goes, as it always did
+            finished = first_build_finished(out)
             init_store(
                 out,
                 {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__},
             )
             remove_leftovers(out)
             # from the parts: repairs an index left stale or damaged by a killed build
-            start_index = rebuild_index(out)
+            start_index = rebuild_index(out, finished=finished)
             stored = start_index["entries"]
             existing = existing_entry_ids(stored)
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
@@ -362,12 +368,15 @@ def _run_build(
             try:
                 with _cluster_errors(client, scheduler):
                     _run_structure_parts(
-                        client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress
-                    )
-                    _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress)
+                        client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
+                        finished,
+                    )  # fmt: skip
+                    _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress, finished)
+                finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             finally:
-                # the parts are the truth: the index is rebuilt whatever happened above
-                tables = rebuild_index(out)
+                # the parts are the truth: the index is rebuilt whatever happened above (still
+                # flagged unfinished when this build did not finish a store that had none)
+                tables = rebuild_index(out, finished=finished)
                 mark_updated(out)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
@@ -576,8 +585,10 @@ def _close(client: Any, cluster: Any) -> None:
 
 def _run_structure_parts(
     client: Any, out: Path, pdb_dir: Path, pending: list[InputFile], part_size: int, entry_config: str,
-    ccd: Path | None, config: BuildConfig, summary: BuildSummary, progress: bool,
+    ccd: Path | None, config: BuildConfig, summary: BuildSummary, progress: bool, finished: bool = True,
 ) -> None:  # fmt: skip
+    """Build ``pending`` in parts; the index is refreshed now and then (``finished``: as
+    :func:`rebuild_index` takes it)."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
 
@@ -630,7 +641,7 @@ def _run_structure_parts(
             advance(res.n_entries + res.n_failed)
             if time.monotonic() - last_index > refresh_s:
                 t0 = time.monotonic()
-                rebuild_index(out)
+                rebuild_index(out, finished=finished)
                 last_index = time.monotonic()
                 refresh_s = max(INDEX_REFRESH_S, (last_index - t0) / INDEX_REFRESH_SHARE)
 
@@ -669,10 +680,11 @@ def _accumulate(summary: BuildSummary, res: PartResult) -> None:
 
 def _run_extra_stages(
     client: Any, out: Path, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
-    summary: BuildSummary, progress: bool,
+    summary: BuildSummary, progress: bool, finished: bool = True,
 ) -> None:  # fmt: skip
-    """Stages that run after the structure parts, over the whole store (MSAs, components)."""
-    rebuild_index(out)
+    """Stages that run after the structure parts, over the whole store (MSAs, components); the
+    MSA stage reads the index (``finished``: as :func:`rebuild_index` takes it)."""
+    rebuild_index(out, finished=finished)
     # MSA stage (issue #3) and component/conformer stage (issue #4) hook in here.
     from featurecache.build.msa_stage import run_msa_stage
 

@@ -195,6 +195,45 @@ def replace_table(path: Path, table: pa.Table, *, compression: str | None = None
         tmp.unlink(missing_ok=True)  # a write that failed leaves no temp file behind
 
 
+#: Schema metadata of ``STORE/index/entries.arrow`` (key: value) while the store's first build has
+#: not finished: a fresh build, or one killed or interrupted before its end, publishes its index as
+#: it goes (``featurecache info`` and ``verify`` read the progress) but flagged so; the lookup
+#: service answers 503 for such a store (``services.lookup.state``), as for one with no index,
+#: instead of serving a part of it as the whole. The build that finishes clears the flag; an
+#: extension of a finished store never sets it. An index without the key is a finished build's.
+UNFINISHED_KEY = b"featurecache.first_build"
+UNFINISHED_VALUE = b"unfinished"
+
+
+def is_unfinished(entries: pa.Table) -> bool:
+    """Whether ``entries`` (as read from ``index/entries.arrow``) carries the unfinished-build flag."""
+    meta = entries.schema.metadata or {}
+    return meta.get(UNFINISHED_KEY) == UNFINISHED_VALUE
+
+
+def _flagged(entries: pa.Table, unfinished: bool) -> pa.Table:
+    """``entries`` with the :data:`UNFINISHED_KEY` flag set or removed (other metadata kept)."""
+    meta = {k: v for k, v in (entries.schema.metadata or {}).items() if k != UNFINISHED_KEY}
+    if unfinished:
+        meta[UNFINISHED_KEY] = UNFINISHED_VALUE
+    return entries.replace_schema_metadata(meta or None)
+
+
+def first_build_finished(root: Path) -> bool:
+    """Whether ``root``'s published index is that of a finished build: ``index/entries.arrow``
+    exists, reads, and does not carry the :data:`UNFINISHED_KEY` flag (a store without an index,
+    or with a damaged entries file, has no finished build to keep serving)."""
+    f = Path(root) / INDEX_DIR / "entries.arrow"
+    if not f.is_file():
+        return False
+    try:
+        with pa.memory_map(str(f), "r") as source:
+            schema = ipc.open_file(source).schema
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+        return False
+    return (schema.metadata or {}).get(UNFINISHED_KEY) != UNFINISHED_VALUE
+
+
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
     """An Arrow IPC file; StoreError naming the file when it is missing, truncated or not Arrow."""
     try:
@@ -482,15 +521,23 @@ def _add_parts(
     return out, held | new_held
 
 
-def rebuild_index(root: Path, *, incremental: bool = True) -> dict[str, pa.Table]:
+def rebuild_index(
+    root: Path, *, incremental: bool = True, finished: bool | None = None
+) -> dict[str, pa.Table]:
     """Bring ``STORE/index/*.arrow`` up to date with the parts; returns the index tables (every
-    name of TABLES, and the other tables that have rows).
+    name of TABLES, and the other tables that have rows). ``entries.arrow`` is written last.
 
     ``incremental``: read only parts added since the last rebuild (see the module docstring); the
     files written are byte-identical to a rebuild from every part (``incremental=False``).
+    ``finished``: False publishes the index flagged as an unfinished first build
+    (:data:`UNFINISHED_KEY`), True without the flag; None keeps the published index's state (a
+    store without ``index/entries.arrow`` counts as finished). The returned tables carry no flag.
     """
     root = Path(root)
     t0 = time.perf_counter()
+    if finished is None:
+        entries_file = root / INDEX_DIR / "entries.arrow"
+        finished = not entries_file.is_file() or first_build_finished(root)
     parts = complete_parts(root)
     names = [p.name for p in parts]
     manifest = _load_manifest(root) if incremental else None
@@ -501,7 +548,8 @@ def rebuild_index(root: Path, *, incremental: bool = True) -> dict[str, pa.Table
         new_parts = [p for p in parts if p.name not in covered]
         if not new_parts and _index_unchanged(root, manifest):
             tables = _read_index(root, manifest)
-            if tables is not None:
+            if tables is not None and is_unfinished(tables.get("entries", pa.table({}))) == (not finished):
+                tables["entries"] = _flagged(tables["entries"], False)
                 log.debug("index up to date with its %d parts (%.2f s)", len(names), time.perf_counter() - t0)
                 return tables
         kept = _load_part_rows(root, manifest)
@@ -516,10 +564,15 @@ def rebuild_index(root: Path, *, incremental: bool = True) -> dict[str, pa.Table
     index_dir = root / INDEX_DIR
     index_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[int] | None] = {}
-    for name, table in tables.items():
+    # entries last: a reader that sees the new entries (or the flag cleared) sees the tables they join
+    for name in sorted(tables, key=lambda n: n == "entries"):
+        table = tables[name]
         f = index_dir / f"{name}.arrow"
         if name in TABLES or table.num_rows:
-            replace_table(f, _sorted(name, table))
+            out = _sorted(name, table)
+            if name == "entries":
+                out = _flagged(out, not finished)
+            replace_table(f, out)
             written[name] = _stamp(f)
         elif name == WITHDRAWN:  # none now: an earlier rebuild's file would still be read as the table
             f.unlink(missing_ok=True)

@@ -230,16 +230,16 @@ def verify_msas(
     order (default: one after the other; verify passes a thread pool and a progress bar)."""
     problems: list[str] = []
     msas = store.msas
-    if msas.num_rows == 0 or "key" not in msas.column_names:
-        return problems
+    if msas.num_rows and "key" in msas.column_names:
 
-    def check(row: dict[str, Any]) -> list[str]:
-        return _check_msa(store, row)
+        def check(row: dict[str, Any]) -> list[str]:
+            return _check_msa(store, row)
 
-    rows = msas.select(["key", "content_hash", "depth", "length"]).to_pylist()
-    for found in (map_rows or map)(check, rows):
-        problems.extend(found)
-    keys = set(msas.column("key").to_pylist())
+        rows = msas.select(["key", "content_hash", "depth", "length"]).to_pylist()
+        for found in (map_rows or map)(check, rows):
+            problems.extend(found)
+    # also when the msas index is empty: chains that name an MSA it does not list read single-sequence
+    keys = set(msas.column("key").to_pylist()) if "key" in msas.column_names else set()
     chains = store.chains
     if chains.num_rows and "msa_key" in chains.column_names:
         for eid, k in zip(

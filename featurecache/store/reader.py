@@ -16,8 +16,8 @@ import pyarrow as pa
 from featurecache.const import STORE_FORMAT_VERSION
 from featurecache.errors import NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
-from featurecache.store.index import read_table
-from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
+from featurecache.store.index import complete_parts, is_unfinished, read_table
+from featurecache.store.layout import COMPONENT_PART_PREFIX, ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
 from featurecache.store.root import PartArrays, decode_records
 from featurecache.types import Entry, MSABlock
 
@@ -53,6 +53,37 @@ def parse_array_selection(arrays: Sequence[str] | str | None) -> dict[str, set[s
     return sel
 
 
+def _check_index_files(root: Path) -> None:
+    """StoreError naming what is missing unless every ``index/<table>.arrow`` of TABLES exists
+    (a rebuild writes them all, empty or not; ``components.arrow`` once the store has a component
+    part): a missing file read as an empty table made a store without its MSA index serve
+    single-sequence MSAs, and one without its entries index look empty, while its parts held
+    everything. Says whether the store has parts and how the index comes back (a build on the
+    store rebuilds it from them)."""
+    index_dir = root / INDEX_DIR
+    missing = [f"{name}.arrow" for name in TABLES if not (index_dir / f"{name}.arrow").is_file()]
+    if not missing:
+        return
+    parts = complete_parts(root)
+    n_parts = len(parts)
+    if "components.arrow" in missing and not any(p.name.startswith(COMPONENT_PART_PREFIX) for p in parts):
+        # written once a component part exists (a build's chem stage writes one): before, it is empty
+        missing.remove("components.arrow")
+        if not missing:
+            return
+    if not any((index_dir / f"{name}.arrow").is_file() for name in TABLES):
+        if not n_parts:
+            raise StoreError(f"{root} has no index and no parts yet: its first build has not written anything "
+                             "(run `featurecache build` with --out on it)")  # fmt: skip
+        raise StoreError(f"{root} has no index ({index_dir}/*.arrow) but {n_parts} part(s): its first build has "
+                         "not got to writing it, or it was removed; re-running `featurecache build` on this store "
+                         "rebuilds the index from the parts")  # fmt: skip
+    raise StoreError(f"index file {index_dir / missing[0]} is missing"
+                     + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
+                     + f"; the store has {n_parts} part(s): re-running `featurecache build` on this store "
+                     "rebuilds the index from the parts")  # fmt: skip
+
+
 class LocalStore(FeatureReader):
     """A store opened read-only. The index is memory-mapped; ``id → row`` is a dict built once."""
 
@@ -78,14 +109,18 @@ class LocalStore(FeatureReader):
                 f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}"
             )
         self._tables: dict[str, pa.Table] = {}
+        _check_index_files(self.path)
         for name in TABLES:
             f = self.path / INDEX_DIR / f"{name}.arrow"
-            if f.is_file():
+            if name != "components" or f.is_file():  # (components: see _check_index_files)
                 self._tables[name] = read_table(f)
         for extra in (self.path / INDEX_DIR).glob("*.arrow") if (self.path / INDEX_DIR).is_dir() else []:
             if extra.stem not in self._tables and not extra.name.startswith("."):
                 self._tables[extra.stem] = read_table(extra)
         entries = self.entries
+        #: False while the store's first build has not finished (its index lists only the parts
+        #: written so far: ``store.index.UNFINISHED_KEY``); the lookup service does not serve it
+        self.finished = not is_unfinished(entries)
         self._ids: list[str] = entries.column("id").to_pylist() if entries.num_rows else []
         self._row = {eid: i for i, eid in enumerate(self._ids)}
         self._parts = entries.column("part").to_pylist() if entries.num_rows else []

@@ -16,6 +16,12 @@ zero-filled arrays read from parts that are gone. So :meth:`StoreHolder.get` com
 
 A changed signature reopens the store; the swap is one attribute assignment, so a request holds
 either the old reader or the new one, never a mix.
+
+A store is served only once it has a finished build's index: while its first build runs (after
+``rm -rf``, or resumed after a kill) the index it publishes as it goes is flagged unfinished
+(``featurecache.store.index.UNFINISHED_KEY``) and every request, ``/v1/ready`` included, answers
+503 with ``retry-after``, as for a store with no index or a missing index file (``LocalStore``
+refuses those), until the build ends.
 """
 
 from __future__ import annotations
@@ -158,6 +164,13 @@ class StoreHolder:
         except (FeatureCacheError, OSError, ValueError) as exc:
             # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
             error = f"{type(exc).__name__}: {exc}"
+        if reader is not None and not reader.finished:
+            # the first build's index so far (store.index.UNFINISHED_KEY): serving it would answer
+            # "ready" with a part of the store and 404 for the entries still to come
+            error = (f"the store's first build has not finished (its index lists {len(reader)} entries so "
+                     "far); it is served once the build ends")  # fmt: skip
+            reader.close()
+            reader = None
         self._opened = _Opened(reader, root, index, error)
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
@@ -165,6 +178,8 @@ class StoreHolder:
             # /v1/info's sizes walk the parts not sized before (seconds on a 200k-entry store): start
             # now, in the background; /v1/info answers without them until they are counted
             size_count(reader)
+        elif error and error.startswith("the store's first build"):
+            log.warning("not serving store %s yet: %s", self.path, error)
         else:
             log.error("cannot open store %s: %s", self.path, error)
         if previous is not None:
