@@ -178,9 +178,11 @@ def info(
     from featurecache.store.info import print_info
 
     try:
-        print_info(store, as_json=json_out, failures=failures)
+        lag = print_info(store, as_json=json_out, failures=failures)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    for line in lag:  # the index is behind its parts: the counts above are not the store's
+        typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -258,7 +260,9 @@ def serve(
         str | None,
         typer.Option(
             help="Bearer token required on every route but /v1/health and the API docs (/docs, /redoc, "
-            "/openapi.json) (or FEATURECACHE_AUTH_TOKEN)."
+            "/openapi.json) (or FEATURECACHE_AUTH_TOKEN). Given here it is visible to other local users "
+            "in the process list; prefer the FEATURECACHE_AUTH_TOKEN environment variable (or "
+            "FEATURECACHE_AUTH_TOKEN_FILE, a file holding it)."
         ),
     ] = None,
 ) -> None:
