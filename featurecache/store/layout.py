@@ -101,13 +101,28 @@ def content_hash(groups: Mapping[str, Mapping[str, np.ndarray]]) -> str:
     read back from zarr) hash the same bytes.
     """
     h = hashlib.sha256()
-    for g, dt in ENTRY_GROUPS.items():
-        cols = groups[g]
-        for f in dt.names:  # type: ignore[union-attr]
-            a = np.ascontiguousarray(cols[f], dtype=field_base_dtype(dt, f))
-            h.update(f"{g}/{f}:{a.dtype.str}:{a.shape}".encode())
-            h.update(a.tobytes())
+    for g in ENTRY_GROUPS:
+        _hash_group(h, g, groups[g])
     return h.hexdigest()
+
+
+def group_hashes(groups: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, str]:
+    """group -> sha256 over that group's arrays alone, each hashed as :func:`content_hash` hashes
+    it: when an entry's content hash differs, these say which groups changed (``verify``)."""
+    out = {}
+    for g in ENTRY_GROUPS:
+        h = hashlib.sha256()
+        _hash_group(h, g, groups[g])
+        out[g] = h.hexdigest()
+    return out
+
+
+def _hash_group(h: hashlib._Hash, g: str, cols: Mapping[str, np.ndarray]) -> None:
+    dt = ENTRY_GROUPS[g]
+    for f in dt.names:  # type: ignore[union-attr]
+        a = np.ascontiguousarray(cols[f], dtype=field_base_dtype(dt, f))
+        h.update(f"{g}/{f}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
 
 
 def columns(arr: np.ndarray) -> dict[str, np.ndarray]:

@@ -34,9 +34,11 @@ from featurecache.store.layout import (
     PART_INDEX_DIR,
     STRUCTURE_PART_PREFIX,
     content_hash,
+    group_hashes,
 )
 from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import array_metadata, array_names, fill_only_shards, shard_files
+from featurecache.store.writer import GROUP_HASHES
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +256,31 @@ def _check_entry(store: LocalStore, parts: dict[str, Path], row: dict[str, Any])
     groups = {"atoms": e.atoms, "tokens": e.tokens, "bonds": e.bonds, "interfaces": e.interfaces}
     got = content_hash(groups)
     if got != row["content_hash"]:
-        return [f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}…"]
+        return [
+            f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}… "
+            f"(part {row['part']}: {_differing_groups(parts[row['part']], row['id'], groups)})"
+        ]
     return []
+
+
+def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any]]) -> str:
+    """Which of the entry's array groups hash differently from what its part recorded when it was
+    written (``writer.GROUP_HASHES``), as words for the mismatch line; read only on a mismatch."""
+    path = part / GROUP_HASHES
+    try:
+        table = read_table(path, memory_map=False)
+        rows = [r for r in table.to_pylist() if r.get("entry_id") == entry_id]
+    except (FeatureCacheError, OSError, ValueError) as exc:
+        if not path.exists():
+            return "it records no per-group hashes"
+        return f"its per-group hashes are unreadable ({exc})"
+    if not rows:
+        return "it records no per-group hashes of this entry"
+    now = group_hashes(groups)
+    differ = [g for g in ENTRY_GROUPS if rows[-1].get(g) != now[g]]
+    if not differ:
+        return "every array group still hashes as written, the index's hash differs"
+    return f"array group{'s' if len(differ) > 1 else ''} {', '.join(differ)} differ{'' if len(differ) > 1 else 's'}"
 
 
 def _index_matches_parts(root: Path, entries: pa.Table) -> list[str]:

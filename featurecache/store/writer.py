@@ -52,6 +52,7 @@ from featurecache.store.layout import (
     chunk_compressors,
     columns,
     content_hash,
+    group_hashes,
 )
 from featurecache.store.root import array_metadata, fill_only_shards, shard_files
 from featurecache.types import Structure
@@ -101,6 +102,16 @@ def write_record_array(
         arr[...] = raw
     return arr
 
+
+#: ``<structure part>/_verify/group_hashes.arrow``: each entry's
+#: :func:`~featurecache.store.layout.group_hashes` (one sha256 column per entry group), read only
+#: by ``verify`` when an entry's content hash differs, to say which groups changed. Outside
+#: ``_index/``, whose every table the index rebuild reads. Parts written before it existed
+#: (session 21) have none.
+GROUP_HASHES = "_verify/group_hashes.arrow"
+GROUP_HASHES_SCHEMA = pa.schema(
+    [("entry_id", pa.string()), *((g, pa.string()) for g in ENTRY_GROUPS), ("part", pa.string())]
+)
 
 #: key of a structure or MSA part's manifest (``_index/part.json``): :attr:`PartContents.source_dir`,
 #: ``store.msa.MSAPartContents.source_dir``
@@ -235,13 +246,16 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         offsets = {g: 0 for g in ENTRY_GROUPS}
         entry_rows, chain_rows, iface_rows, warn_rows, code_rows = [], [], [], [], []
         timing_rows: list[dict[str, Any]] = []
+        hash_rows: list[dict[str, Any]] = []
         blocks: dict[str, list[np.ndarray]] = {g: [] for g in ENTRY_GROUPS}
         for rec in contents.entries:
             s = rec.structure
             arrays = {"atoms": s.atoms, "tokens": s.tokens, "bonds": s.bonds, "interfaces": s.interfaces}
+            cols = {g: columns(a) for g, a in arrays.items()}
+            hash_rows.append({"entry_id": s.entry_id, **group_hashes(cols), "part": name})
             row: dict[str, Any] = {
                 "id": s.entry_id, "key": rec.key,
-                "content_hash": content_hash({g: columns(a) for g, a in arrays.items()}),
+                "content_hash": content_hash(cols),
                 "source_path": rec.source_path, "source_sha256": rec.source_sha256,
                 "source_bytes": rec.source_bytes, "format": rec.fmt, "part": name,
             }  # fmt: skip
@@ -305,6 +319,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         write_table(idx / f"{TIMINGS}.arrow", pa.Table.from_pylist(timing_rows, schema=TIMINGS_SCHEMA))
         codes = pa.Table.from_pylist(code_rows, schema=RESIDUE_CODES_SCHEMA)
         write_table(idx / f"{RESIDUE_CODES}.arrow", codes)
+        write_table(tmp / GROUP_HASHES, pa.Table.from_pylist(hash_rows, schema=GROUP_HASHES_SCHEMA))
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
         manifest = {
