@@ -35,9 +35,9 @@ Rules:
   residues inside a polymer subchain (ligands of PDB-style files and rewritten assemblies: 721p's
   MG and GNP after its last residue) become chains of their own;
 - ``entity_id`` / ``sym_id`` follow the sequence, not the mmCIF entity (SI Table 5; AF3's
-  ``_compute_asym_entity_and_sym_id``): chains with the same residue names in the same order
-  are one entity (copies of a ligand too, also when one copy misses atoms), numbered in chain
-  order.
+  ``_compute_asym_entity_and_sym_id``): chains with the same token-level residue names in the
+  same order are one entity (copies of a ligand too, also when one copy misses atoms), numbered
+  in chain order (``_entity_key``).
 """
 
 from __future__ import annotations
@@ -117,6 +117,9 @@ class _Residue:
     letter: str  # one-letter code in the chain sequence ("" for ligands)
     residue_index: int
     auth: tuple[str, int, str] | None  # (auth chain, seq num, icode) of the residue in the file
+    #: per-atom residue laid out from its component definition (every CCD heavy atom but the
+    #: leaving ones), not from the file's atoms
+    from_definition: bool = False
 
 
 @dataclass
@@ -457,6 +460,7 @@ def _polymer_residue(
     if defined is not None and defined.atoms:
         drop = _leaving_atoms(chain_type, ends, {a.name for a in selected})
         flat = _ccd_atoms(name, selected, defined, drop, where, ctx.warnings)
+    from_definition = flat is not None
     if flat is None:
         if present is not None:
             flat = [_atom_rec(a, name) for a in selected]
@@ -466,7 +470,7 @@ def _polymer_residue(
             flat = [_absent(centre, "C")]
             ctx.warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
                                 f"definition; kept as one unresolved token")  # fmt: skip
-    return _Residue(name, flat, False, chain_type, restype, letter, pos, auth)
+    return _Residue(name, flat, False, chain_type, restype, letter, pos, auth, from_definition)
 
 
 def _leaving_atoms(chain_type: MolType, ends: tuple[bool, bool], file_names: set[str]) -> set[str]:
@@ -580,25 +584,33 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context)
                 drop.add("O1")
         where = f"{res.name} {auth_id}{auth[1]}{auth[2]}"
         atoms = _ccd_atoms(res.name, selected, defined, drop, where, ctx.warnings)
+    from_definition = atoms is not None
     if atoms is None:
         atoms = [_atom_rec(a, res.name) for a in selected]
-    return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth)
+    return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth, from_definition)
 
 
 # ------------------------------------------------------------------------------------- assemble
 def _entity_key(ch: _Chain) -> tuple[str, ...]:
-    """What makes two chains one entity: their residue names, one per residue, in order.
+    """What makes two chains one entity: the residue name of each token, in order.
 
     AF3 (``features._compute_asym_entity_and_sym_id``) keys ``entity_id`` / ``sym_id`` on the
-    chain's token residue names joined, and nothing else (SI Table 5: "unique integer for each
-    distinct sequence"), not on the mmCIF entity: two chains of identical sequence in two mmCIF
-    entities are one entity, and copies of a ligand are one entity. A per-atom residue has one
-    token per CCD heavy atom there, resolved or not (``atom_layout.make_flat_atom_layout``), so
-    its name repeats the same number of times in every copy: one name per residue groups the
-    chains the same way. Resolved atoms do not count — a copy that misses atoms of a modified
-    residue or a ligand is still a copy.
+    chain's token-level residue names joined, and nothing else (SI Table 5: "unique integer for
+    each distinct sequence"), not on the mmCIF entity: two chains of identical sequence in two
+    mmCIF entities are one entity, and copies of a ligand are one entity. A per-atom residue has
+    one token per CCD heavy atom there less its leaving atoms, resolved or not
+    (``atom_layout.make_flat_atom_layout``), so its name repeats once per token: a residue laid
+    out from its definition counts once per token, and copies that lost different leaving atoms
+    (a glycan bonded through O1 keeps it) are different entities. Resolved atoms do not count —
+    a copy that misses atoms of a modified residue or a ligand is still a copy. A residue whose
+    tokens are the file's atoms (no definition: a build without ``--ccd``; or another naming of
+    the component) counts once: its token count is what the file resolved, which would split
+    copies that miss atoms.
     """
-    return tuple(r.name for r in ch.residues)
+    key: list[str] = []
+    for r in ch.residues:
+        key.extend([r.name] * (len(r.atoms) if r.from_definition else 1))
+    return tuple(key)
 
 
 def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
