@@ -16,7 +16,7 @@ import numpy as np
 #: always, per-atom residues with ``--ccd``) carries its full CCD heavy-atom set, with
 #: ``is_present = False`` for atoms absent from the file, less the leaving atoms AF3 drops
 #: (``get_link_drop_atoms``: OXT inside a protein chain, OP3 inside an RNA / DNA chain, O1 of a
-#: bonded glycan); a chain's terminal residue keeps its OXT / OP3.
+#: glycan unless O1 is bonded); a chain's terminal residue keeps its OXT / OP3.
 Atom = np.dtype(
     [
         ("coords", np.float32, (3,)),  # Å, model frame; 0 where not present

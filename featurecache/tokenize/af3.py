@@ -20,8 +20,9 @@ Rules:
   the component, like a standard residue's missing atoms); leaving atoms as AF3's
   ``get_link_drop_atoms``: a polymer chain's per-atom residue loses OXT (protein) unless it ends
   the chain or the file has it, OP3 (RNA / DNA) unless it starts the chain; a glycan (CCD type
-  "saccharide") with a covalent bond to another residue, none through O1, loses O1; every other
-  atom stays. Without a definition, or when the file has an atom the definition does not name
+  "saccharide") loses O1 unless O1 itself has a covalent bond to another residue, also when the
+  glycan is bonded to nothing (AF3's training and evaluation regime: ``run_alphafold.py``'s
+  ``--fix_standalone_glycans`` is off by default); every other atom stays. Without a definition, or when the file has an atom the definition does not name
   (another naming of the component; a warning names the atoms), the file's atoms are the
   tokens, as written;
 - polymer residues in the entity sequence but absent from the file become tokens whose atoms are
@@ -576,12 +577,11 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context)
     atoms: list[_AtomRec] | None = None
     if defined is not None and defined.atoms:
         drop: set[str] = set()
-        if defined.glycan:
-            # AF3 get_link_drop_atoms (drop_ligand_leaving_atoms): a glycan bonded to another
-            # residue through anything but O1 has lost its O1.
-            bonded = ctx.links.get(_res_key(auth_id, res), set())
-            if bonded and "O1" not in bonded:
-                drop.add("O1")
+        if defined.glycan and "O1" not in ctx.links.get(_res_key(auth_id, res), set()):
+            # AF3's training regime (run_alphafold.py --fix_standalone_glycans=False, the
+            # default): a glycan ligand loses O1 unless O1 itself is bonded to another residue,
+            # also when it is bonded to nothing (a "standalone" glycan).
+            drop.add("O1")
         where = f"{res.name} {auth_id}{auth[1]}{auth[2]}"
         atoms = _ccd_atoms(res.name, selected, defined, drop, where, ctx.warnings)
     from_definition = atoms is not None

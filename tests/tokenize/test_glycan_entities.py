@@ -73,6 +73,24 @@ def text() -> str:
     return SRC.read_text()
 
 
+def test_standalone_glycan_drops_o1(tmp_path: Path, text: str) -> None:
+    """7DDO with chain C's NAG LINK deleted (the review's repro): that NAG is bonded to nothing
+    and still loses O1, as AF3's training regime; all four copies are one entity."""
+    edited = "".join(
+        ln for ln in text.splitlines(keepends=True) if not ln.startswith("LINK         ND2 ASN C 343")
+    )
+    assert len(_nag_links(edited)) == len(_nag_links(text)) - 1 == 3
+    path = tmp_path / "7DDO_nolink.pdb"
+    path.write_text(edited)
+    nags = _nag_chains(_featurize(path))
+    assert len(nags) == 4
+    expected = [n for n in _ccd_heavy("NAG") if n != "O1"]
+    assert "O1" in _ccd_heavy("NAG") and len(expected) == 14
+    for names, _ in nags.values():
+        assert names == expected
+    assert len({e for _, e in nags.values()}) == 1
+
+
 def test_glycan_copies_with_different_leaving_atoms_are_two_entities(tmp_path: Path, text: str) -> None:
     """7DDO with chain C's NAG LINKed through O1 (the file has no O1 for it: unresolved, so the
     bond is kept): that copy keeps O1 (15 tokens), the three others drop it (14). AF3's key is
