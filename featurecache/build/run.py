@@ -86,6 +86,10 @@ class BuildSummary:
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: failures recorded in this run, for the summary table
     failures: list[dict[str, Any]] = field(default_factory=list)
+    #: per-atom residues built this run from the file's atoms for want of a component
+    #: definition, by code, and the entries that have any (:func:`undefined_residues_line`)
+    undefined_residues: dict[str, int] = field(default_factory=dict)
+    n_undefined_entries: int = 0
 
 
 def _fingerprint(path: Path | None) -> str:
@@ -384,6 +388,9 @@ def _run_build(
         _shutdown(client, cluster)
     summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
+    line = undefined_residues_line(summary, ccd)
+    if line is not None:
+        log.warning("%s", line)
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
 
@@ -676,6 +683,24 @@ def _accumulate(summary: BuildSummary, res: PartResult) -> None:
     for k, v in stages.items():
         summary.failed_by_stage[k] = summary.failed_by_stage.get(k, 0) + v
     summary.failures.extend(res.failures)
+    summary.n_undefined_entries += res.n_undefined_entries
+    for code, n in res.undefined_residues.items():
+        summary.undefined_residues[code] = summary.undefined_residues.get(code, 0) + n
+
+
+def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | None:
+    """The build's one warning about per-atom residues tokenized from the file's atoms for want
+    of a component definition (no ``--ccd``, or codes the given CCD lacks); None when there are none."""
+    if not summary.undefined_residues:
+        return None
+    n = sum(summary.undefined_residues.values())
+    what = f"{n} ligand / modified residues ({summary.n_undefined_entries} entries)"
+    rules = "unresolved atoms and AF3's leaving-atom rules not applied"
+    if ccd is None:
+        return f"no --ccd: {what} keep only the file's atoms: {rules}; pass --ccd"
+    codes = sorted(summary.undefined_residues, key=lambda c: (-summary.undefined_residues[c], c))
+    shown = ", ".join(codes[:8]) + (f" and {len(codes) - 8} more" if len(codes) > 8 else "")
+    return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
 
 
 def _run_extra_stages(

@@ -32,6 +32,10 @@ class PartResult:
     bytes_read: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    #: per-atom residues built from the file's atoms for want of a component definition, by code
+    #: (tokenize.af3.residues_without_definition), and the entries that have any
+    undefined_residues: dict[str, int] = field(default_factory=dict)
+    n_undefined_entries: int = 0
 
 
 def build_structure_part(
@@ -42,6 +46,7 @@ def build_structure_part(
     the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest)."""
     check_versions(versions)
     from featurecache.build.components import component_resolvers
+    from featurecache.tokenize.af3 import residues_without_definition
 
     component_atoms, component_bonds = component_resolvers(ccd_path)
     result = PartResult(part)
@@ -79,6 +84,11 @@ def build_structure_part(
         )
         result.n_atoms += len(structure.atoms)
         result.n_tokens += len(structure.tokens)
+        undefined = residues_without_definition(structure.tokens, component_atoms)
+        if undefined:
+            result.n_undefined_entries += 1
+            for code, n in undefined.items():
+                result.undefined_residues[code] = result.undefined_residues.get(code, 0) + n
     timer.start("write")
     manifest = write_structure_part(Path(root), part, contents)
     timer.stop()

@@ -64,6 +64,7 @@ from featurecache.const import (
     UNK_RNA,
     WATER_NAMES,
     MolType,
+    decode_res_name,
     encode_atom_name,
     encode_res_name,
 )
@@ -588,6 +589,30 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context)
     if atoms is None:
         atoms = [_atom_rec(a, res.name) for a in selected]
     return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth, from_definition)
+
+
+def residues_without_definition(tokens: np.ndarray, component_atoms: ComponentAtoms) -> dict[str, int]:
+    """Per-atom residues (ligands, ions, glycans, modified residues) of one tokenized entry whose
+    code ``component_atoms`` does not define, by code: their tokens are the file's atoms (no
+    unresolved atoms, no leaving-atom rules). ``tokens``: Token[n_tokens]; a residue is one
+    ``(asym_id, residue_index)`` of the non-standard tokens."""
+    per_atom = tokens[~tokens["is_standard"]]
+    if len(per_atom) == 0:
+        return {}
+    keys = np.stack(
+        [per_atom["asym_id"].astype(np.int64), per_atom["residue_index"].astype(np.int64)], axis=1
+    )
+    _, first = np.unique(keys, axis=0, return_index=True)
+    out: dict[str, int] = {}
+    defined: dict[str, bool] = {}
+    for row in per_atom["res_name"][first]:
+        code = decode_res_name(row)
+        if code not in defined:
+            comp = component_atoms(code)
+            defined[code] = comp is not None and bool(comp.atoms)
+        if not defined[code]:
+            out[code] = out.get(code, 0) + 1
+    return out
 
 
 # ------------------------------------------------------------------------------------- assemble
