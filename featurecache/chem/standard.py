@@ -13,7 +13,13 @@ from importlib import resources
 from featurecache.const import HYDROGEN_ELEMENTS, LEAVING_ATOMS
 from featurecache.parse.ccd import ComponentDef, _iter_blocks, _parse_component
 
-__all__ = ["STANDARD_CCD_FILE", "standard_component", "standard_components", "standard_heavy_atoms"]
+__all__ = [
+    "STANDARD_CCD_FILE",
+    "standard_component",
+    "standard_components",
+    "standard_heavy_atom_charges",
+    "standard_heavy_atoms",
+]
 
 STANDARD_CCD_FILE = "standard_components.cif"
 
@@ -48,3 +54,18 @@ def standard_heavy_atoms(code: str, *, leaving: bool = False) -> tuple[tuple[str
         for name, el in zip(comp.atom_names, comp.elements, strict=True)
         if el not in HYDROGEN_ELEMENTS and (leaving or name not in LEAVING_ATOMS)
     )
+
+
+@functools.cache
+def standard_heavy_atom_charges(code: str) -> dict[str, int]:
+    """Atom name → formal charge (``_chem_comp_atom.charge``) of a standard residue's heavy atoms,
+    leaving atoms included (ARG NH2 +1, LYS NZ +1, the rest 0). KeyError for a code that is not a
+    packaged standard residue."""
+    comp = standard_component(code)
+    if comp is None:
+        raise KeyError(f"{code!r} is not a packaged standard residue")
+    return {
+        name: int(q)
+        for name, el, q in zip(comp.atom_names, comp.elements, comp.charges, strict=True)
+        if el not in HYDROGEN_ELEMENTS
+    }

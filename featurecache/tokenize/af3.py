@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import gemmi
 import numpy as np
 
-from featurecache.chem.standard import standard_heavy_atoms
+from featurecache.chem.standard import standard_heavy_atom_charges, standard_heavy_atoms
 from featurecache.const import (
     CENTRE_ATOM,
     DNA_RESIDUES,
@@ -444,12 +444,16 @@ def _polymer_residue(
         mol_type = _residue_kind(name) or chain_type
         by_name = {a.name: a for a in selected}
         drop = _leaving_atoms(chain_type, ends, set(by_name))
+        charges = standard_heavy_atom_charges(name)
         atoms = []
         for atom_name, element in standard_heavy_atoms(name, leaving=True):
             if atom_name in drop:
                 continue
             a = by_name.get(atom_name)
-            atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
+            # an atom the file lacks takes the definition's charge (ARG NH2 +1), as per-atom ones
+            atoms.append(
+                _atom_rec(a, name) if a is not None else _absent(atom_name, element, charges[atom_name])
+            )
         if name == "ARG":
             _fix_arginine(atoms)
         restype = RESTYPE_INDEX[name]
