@@ -88,7 +88,11 @@ def shared_scheduler(workers: int) -> str:
 
 
 def close_all() -> None:
-    """Close every shared cluster (end of the session)."""
+    """Close every shared cluster (end of the session). Imports the build (gemmi, Dask) only when a
+    cluster was started: a session of model tests on an image without the build's packages (the
+    H200 image runs ``benchmarks/gpu_tests.sh`` without gemmi) has nothing to close."""
+    if not _CLUSTERS:
+        return
     from featurecache.build.run import _shutdown
 
     while _CLUSTERS:
