@@ -26,7 +26,8 @@ class ServiceMiddleware:
     ) -> None:  # fmt: skip
         """``public_paths``: exact paths answered without the token (liveness, the API docs)."""
         self.app = app
-        self.token = token.encode() if token else None
+        # surrounding whitespace is not the token's: HTTP strips it from the header (RFC 7230 §3.2.4)
+        self.token = token.strip().encode() if token and token.strip() else None
         self.max_body_bytes = max_body_bytes
         self.public_paths = public_paths
 

@@ -13,37 +13,25 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token, read_token_file
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP
 from featurecache.errors import FeatureCacheError
 
-TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
-TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN_FILE"
-
-
-def read_token_file(path: Path | str) -> str:
-    """The bearer token in the file ``path``: its text less one trailing newline (``\n`` or
-    ``\r\n``, as ``echo`` or an editor leaves it). FeatureCacheError naming the file when it cannot
-    be read or holds no token (empty, or only whitespace)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise FeatureCacheError(f"{TOKEN_FILE_ENV}={path}: cannot read the token file ({reason})") from None
-    token = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
-    if not token.strip():
-        raise FeatureCacheError(f"{TOKEN_FILE_ENV}={path}: the token file is empty")
-    return token
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "Settings", "check_token_source", "read_token_file"]
 
 
 def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     """What ``featurecache serve`` checks before it listens: at most one of ``FEATURECACHE_AUTH_TOKEN``
     (or ``--token``) and ``FEATURECACHE_AUTH_TOKEN_FILE`` is set (non-empty), and the file, when
-    given, holds a token. Raises FeatureCacheError (the CLI exits 3) naming the file or both."""
+    given, holds a token; neither token has whitespace or a control character inside (surrounding
+    whitespace is dropped: ``featurecache.auth.clean_token``). Raises FeatureCacheError (the CLI
+    exits 3) naming the variable, the file or both."""
     env = os.environ if environ is None else environ
+    token = clean_token(env.get(TOKEN_ENV, ""), f"--token/{TOKEN_ENV}")
     path = env.get(TOKEN_FILE_ENV, "").strip()
     if not path:
         return
-    if env.get(TOKEN_ENV, "").strip():
+    if token:
         raise FeatureCacheError(
             f"both --token/{TOKEN_ENV} and {TOKEN_FILE_ENV}={path} are set: give the token one way"
         )
@@ -66,7 +54,7 @@ class Settings(BaseSettings):
     auth_token_file: Path | None = Field(
         default=None,
         description="File holding the bearer token (e.g. a Compose secret, /run/secrets/<name>), read "
-        "at startup; one trailing newline is dropped. Not together with auth_token (refused).",
+        "at startup; surrounding whitespace is dropped. Not together with auth_token (refused).",
     )
     max_batch_entries: int = Field(default=256, ge=1, description="Entries per POST /v1/entries:batch.")
     max_response_bytes: int = Field(
@@ -94,8 +82,11 @@ class Settings(BaseSettings):
     @field_validator("auth_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: object) -> object:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
+        """Surrounding whitespace dropped (HTTP drops it from the header too); blank: None."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            return clean_token(value, TOKEN_ENV) or None
         return value
 
     @field_validator("auth_token_file", mode="before")

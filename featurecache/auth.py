@@ -1,0 +1,62 @@
+"""The lookup service's bearer token, as the server (``featurecache serve``) and the client
+(:class:`~featurecache.client.http.LookupClient`) both read it: from ``FEATURECACHE_AUTH_TOKEN``
+(or ``--token``), else from the file ``FEATURECACHE_AUTH_TOKEN_FILE`` names.
+
+One rule for both sides: surrounding whitespace is not the token's (HTTP strips it from a header
+value, RFC 7230 §3.2.4, so a token ending in a space or a second newline could never match), and a
+token with whitespace or a control character inside is refused (no header can carry it).
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Mapping
+from pathlib import Path
+
+from featurecache.errors import FeatureCacheError
+
+TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
+TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN_FILE"
+
+
+def clean_token(token: str, source: str) -> str:
+    """``token`` less surrounding whitespace ("" when nothing else is left). FeatureCacheError naming
+    ``source`` (never the token) when whitespace or a control character is left inside it."""
+    token = token.strip()
+    for i, ch in enumerate(token):
+        if ch.isspace() or unicodedata.category(ch) == "Cc":
+            raise FeatureCacheError(
+                f"{source}: the token holds whitespace or a control character ({ch!r} at position {i}), "
+                "which no HTTP header can carry: give the token without it"
+            )
+    return token
+
+
+def read_token_file(path: Path | str) -> str:
+    """The bearer token in the file ``path``: its text less surrounding whitespace (the newline
+    ``echo`` or an editor leaves, a trailing space, a blank last line). FeatureCacheError naming the file
+    when it cannot be read, holds no token (empty, or only whitespace) or holds whitespace or a
+    control character inside the token."""
+    source = f"{TOKEN_FILE_ENV}={path}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise FeatureCacheError(f"{source}: cannot read the token file ({reason})") from None
+    token = clean_token(text, source)
+    if not token:
+        raise FeatureCacheError(f"{source}: the token file is empty")
+    return token
+
+
+def token_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """The client's default token: ``FEATURECACHE_AUTH_TOKEN`` when set (non-blank), else the
+    file ``FEATURECACHE_AUTH_TOKEN_FILE`` names (when set), else None. Same rules and errors as
+    :func:`clean_token` / :func:`read_token_file`."""
+    env = os.environ if environ is None else environ
+    token = clean_token(env.get(TOKEN_ENV, ""), TOKEN_ENV)
+    if token:
+        return token
+    path = env.get(TOKEN_FILE_ENV, "").strip()
+    return read_token_file(path) if path else None
