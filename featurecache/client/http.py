@@ -30,7 +30,9 @@ Snapshots: the client fetches an index table once and keeps it (``ids``, ``entri
 id the snapshot lacks, and an MSA selection the service refuses as outside the MSA (a store rebuilt
 with another ``--msa-depth``): the selection is then resolved again against the new shape.
 
-The token defaults to ``FEATURECACHE_AUTH_TOKEN``. A client given to the training client travels
+The token defaults to ``FEATURECACHE_AUTH_TOKEN``, else the file ``FEATURECACHE_AUTH_TOKEN_FILE``
+names (as ``featurecache serve`` reads them: surrounding whitespace dropped, whitespace or control
+characters inside refused; :mod:`featurecache.auth`). A client given to the training client travels
 to loader worker processes as its :meth:`LookupClient.settings` (token, timeouts, retries), so each
 worker's client is the same client with its own connections.
 """
@@ -52,6 +54,8 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
+from featurecache.auth import TOKEN_ENV as TOKEN_ENV  # re-exported: tests and callers import it here
+from featurecache.auth import clean_token, token_from_environment
 from featurecache.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -60,7 +64,7 @@ from featurecache.errors import (
     ServiceUnavailable,
 )
 from featurecache.store import arrow_io
-from featurecache.store.base import FeatureReader
+from featurecache.store.base import ENTRY_META_SKIP, FeatureReader, row_ranges
 from featurecache.store.layout import ENTRY_GROUPS
 from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
 from featurecache.store.reader import parse_array_selection
@@ -68,7 +72,9 @@ from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
+#: times a table fetched while :meth:`LookupClient.refresh` ran is fetched again before it is
+#: returned uncached (a refresh in a loop must not hold a fetch up forever)
+_TABLE_REFETCHES = 3
 DEFAULT_BATCH_ENTRIES = 256
 #: a GET query string longer than this goes in a POST body instead (servers cap request lines)
 _MAX_QUERY_CHARS = 4000
@@ -90,7 +96,9 @@ class LookupClient(FeatureReader):
     """Random access to a store served by ``featurecache serve``.
 
     ``url``: the service root (``http://host:8000``); ``token``: bearer token (default
-    ``$FEATURECACHE_AUTH_TOKEN``); ``timeout``: seconds the service may take to start answering
+    ``$FEATURECACHE_AUTH_TOKEN``, else the contents of the file ``$FEATURECACHE_AUTH_TOKEN_FILE``;
+    surrounding whitespace dropped; FeatureCacheError naming the source for a token with whitespace
+    or a control character inside, or a file that cannot be read or is empty); ``timeout``: seconds the service may take to start answering
     (and between bytes of the answer); ``connect_timeout``: seconds to open a connection;
     ``retry_budget_s``: seconds after a call's first attempt during which a connection error or a
     502/503/504 answer is retried (no retry starts later; 0: none); ``retries``: at most this many
@@ -118,7 +126,11 @@ class LookupClient(FeatureReader):
         if not retry_budget_s >= 0:
             raise InvalidRequest(f"LookupClient: retry_budget_s must be >= 0, got {retry_budget_s}")
         self.url = url.rstrip("/")
-        self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        self.token = (
+            (clean_token(token, "LookupClient token") or None)
+            if token is not None
+            else token_from_environment()
+        )
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -128,7 +140,9 @@ class LookupClient(FeatureReader):
         self.max_connections = max_connections
         self._lock = threading.Lock()
         self._tables: dict[str, pa.Table] = {}
-        self._row: dict[str, int] | None = None
+        self._generation = 0  # bumped by refresh(): a table fetched across it is not kept
+        self._row: tuple[pa.Table, dict[str, int]] | None = None  # the entries table it indexes
+        self._chains_index: tuple[pa.Table, dict[str, tuple[int, int]]] | None = None
         self._service: dict[str, Any] | None = None
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
@@ -225,12 +239,21 @@ class LookupClient(FeatureReader):
         """One index table (fetched once, then cached: the service's index does not change).
 
         The standard tables (``featurecache.store.layout.TABLES``) and any other the store holds
-        (e.g. ``plan``); an unknown name raises NotFound."""
-        t = self._tables.get(name)
-        if t is None:
+        (e.g. ``plan``); an unknown name raises NotFound. A fetch that :meth:`refresh` overtook
+        (its answer may predate the refresh) is not kept: it is fetched again."""
+        for _ in range(_TABLE_REFETCHES + 1):
+            with self._lock:
+                t = self._tables.get(name)
+                generation = self._generation
+            if t is not None:
+                return t
             t = arrow_io.read_table(self.request("GET", f"/v1/tables/{_segment(name)}").content)
             with self._lock:
-                self._tables[name] = t
+                if self._generation == generation:
+                    return self._tables.setdefault(name, t)  # another thread's fetch, if it came first
+            log.debug(
+                "%s: table %r was fetched while the client refreshed; fetching it again", self.url, name
+            )
         return t
 
     @property
@@ -262,10 +285,40 @@ class LookupClient(FeatureReader):
         return self.table("components")
 
     def _rows(self) -> dict[str, int]:
-        if self._row is None:
-            ids = self.entries.column("id").to_pylist() if self.entries.num_rows else []
-            self._row = {eid: i for i, eid in enumerate(ids)}
-        return self._row
+        return self._rows_of(self.entries)
+
+    def _rows_of(self, entries: pa.Table) -> dict[str, int]:
+        """id -> row in ``entries`` (built once per table object, so never of another snapshot)."""
+        cached = self._row
+        if cached is not None and cached[0] is entries:
+            return cached[1]
+        ids = entries.column("id").to_pylist() if entries.num_rows else []
+        rows = {eid: i for i, eid in enumerate(ids)}
+        with self._lock:
+            self._row = (entries, rows)
+        return rows
+
+    def entry_meta(self, entry_id: str) -> dict[str, Any]:
+        """The entry's index row, without the storage columns (row and row's table from one snapshot)."""
+        self.row_of(entry_id)  # NotFound, or a refresh when the snapshot lacks the id
+        entries = self.entries
+        row = self._rows_of(entries).get(entry_id)
+        if row is None:  # refreshed in between by another thread, to an index without it
+            raise NotFound(f"no entry {entry_id!r} at {self.url}")
+        return {k: v for k, v in entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP}
+
+    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
+        """Chains index rows of one entry, by asym_id (ranges and the table they index from one
+        snapshot)."""
+        chains = self.chains
+        cached = self._chains_index
+        if cached is None or cached[0] is not chains:
+            ranges = row_ranges(chains.column("entry_id").to_pylist() if chains.num_rows else [])
+            cached = (chains, ranges)
+            with self._lock:
+                self._chains_index = cached
+        start, count = cached[1].get(entry_id, (0, 0))
+        return chains.slice(start, count).to_pylist() if count else []
 
     @property
     def ids(self) -> list[str]:
@@ -300,12 +353,13 @@ class LookupClient(FeatureReader):
         extension added since appear. A client's tables are a snapshot until then, as a local
         store's are until it is opened again."""
         with self._lock:
+            self._generation += 1
             self._tables = {}
             self._row = None
+            self._chains_index = None
             self._service = None
             self._msa_shape = None
             self._component_table = None
-            self.__dict__.pop("_chain_ranges", None)  # FeatureReader.entry_chains' cache of the chains table
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:

@@ -13,11 +13,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token, read_token_file
+from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token
+from featurecache.auth import read_token_file as read_token_file  # re-exported
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP
 from featurecache.errors import FeatureCacheError
-
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "Settings", "check_token_source", "read_token_file"]
 
 
 def check_token_source(environ: Mapping[str, str] | None = None) -> None:
