@@ -286,7 +286,10 @@ def train(
     token: Annotated[
         str | None,
         typer.Option(
-            "--token", help="Bearer token of the lookup service (--url; or FEATURECACHE_AUTH_TOKEN)."
+            "--token",
+            help="Bearer token of the lookup service (--url). Given here it is visible to other local users "
+            "in the process list; prefer FEATURECACHE_AUTH_TOKEN or FEATURECACHE_AUTH_TOKEN_FILE (a file "
+            "holding it).",
         ),
     ] = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,

@@ -67,9 +67,10 @@ def chunk_compressors() -> list[BytesBytesCodec]:
     RuntimeError "Zstd decompression error: Restored data doesn't match checksum", or a corrupted
     block), which the reader turns into a StoreError naming the part, array and shard file, as it
     does for a truncated shard. Chosen over zarr's ``Crc32cCodec`` after zstd, which catches the
-    same damage: cheaper in every run of benchmarks/chunk_checksums.py (real structure parts,
-    CPU against no checksum: write 0.96-1.08x, read 0.90-1.19x; crc32c 0.99-1.25x, 1.03-1.28x;
-    both 4 bytes a chunk), one codec stage less per chunk. Arrays written before carry no per-chunk
+    same damage: within this machine's noise of it in benchmarks/chunk_checksums.py (real
+    structure parts, CPU against no checksum over six runs: write 0.96-1.08x, read 0.90-1.21x;
+    crc32c 0.99-1.25x, 1.03-1.28x; both 4 bytes a chunk) with one codec stage less per chunk and
+    no codec entry in each array's metadata. Arrays written before carry no per-chunk
     checksum and still read (zarr takes the codecs from each array's own metadata)."""
     return [ZstdCodec(level=ZSTD_LEVEL, checksum=True)]
 
