@@ -48,6 +48,12 @@ def _worker_state() -> dict[str, Any]:
     }
 
 
+def _task_thread_sigint_blocked() -> bool:
+    """Runs as a task: whether SIGINT is blocked in the thread that runs the build's tasks (where
+    RDKit embeds), which ``client.run`` (the event-loop thread) does not see."""
+    return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def _healthy(client: Any, workers: int) -> bool:
     import featurecache
     from featurecache.build.tasks import version_differences, worker_versions
@@ -58,13 +64,19 @@ def _healthy(client: Any, workers: int) -> bool:
         featurecache.source_digest(refresh=True)
         mine = worker_versions()
         states = client.run(_worker_state, on_error="return")
+        in_tasks = {
+            address: client.submit(_task_thread_sigint_blocked, workers=[address], allow_other_workers=False,
+                                   pure=False).result(timeout=10)
+            for address in states
+        }  # fmt: skip
     except Exception as exc:  # a cluster that cannot answer is started anew
         log.warning("shared test cluster (%d workers) unusable: %s", workers, exc)
         return False
     for address, state in states.items():
         if not isinstance(state, dict):
             return False
-        if version_differences(state["versions"], mine) or state["silenced"] or not state["sigint_blocked"]:
+        blocked = state["sigint_blocked"] and in_tasks.get(address, False)
+        if version_differences(state["versions"], mine) or state["silenced"] or not blocked:
             log.info("shared test cluster (%d workers): worker %s differs from a fresh one: %s",
                      workers, address, state)  # fmt: skip
             return False

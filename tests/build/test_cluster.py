@@ -74,12 +74,15 @@ def _start_scheduler(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
 
 
 def _start_worker(address: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A ``dask worker`` that imports this checkout's featurecache (by default; ``env`` replaces
+    its environment), not whatever the venv's editable install points at: from a copy of the tree
+    the driver and the worker would otherwise run different sources and the build refuse them."""
     cwd.mkdir(parents=True, exist_ok=True)
     log_file = (cwd / "worker.log").open("wb")
     return subprocess.Popen(
         [DASK, "worker", address, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
          "--memory-limit", "4GiB"],
-        stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd, env=env or dict(os.environ),
+        stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd, env=env or dict(os.environ, PYTHONPATH=str(REPO)),
     )  # fmt: skip
 
 

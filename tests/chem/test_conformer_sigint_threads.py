@@ -63,6 +63,15 @@ def test_no_keyboard_interrupt_escapes_an_embedding_thread() -> None:
             time.sleep(0.002)
         for t in threads:
             t.join()
+        # A SIGINT that reached RDKit's own handler after an embedding's last check leaves RDKit's
+        # interrupt flag set, and the next RDKit call of the process (another test module's first
+        # embedding) reported it: drain it here, where SIGINTs are expected.
+        for _ in range(3):
+            try:
+                conformer_for_component(ccd[CODES[0]])
+                break
+            except EmbeddingInterrupted:
+                outcomes["interrupted"] += 1
     finally:
         signal.signal(signal.SIGINT, previous)
     assert outcomes["KeyboardInterrupt"] == 0 and outcomes["different"] == 0, (outcomes, wrong[:8])
