@@ -120,13 +120,13 @@ def test_info_on_a_killed_first_build_says_it_has_not_finished(tmp_path: Path) -
     if listed < in_parts:  # (a refresh may have caught up just before the kill)
         assert re.search(rf"\b{in_parts - listed} entr(y|ies) in \d+ structure part", said), r.stderr
     with ThreadedServer(Settings(store_path=store)) as url:
-        r = httpx.get(f"{url}/v1/ready")
-        assert r.status_code == 503 and "retry-after" in r.headers, (r.status_code, r.text)
+        resp = httpx.get(f"{url}/v1/ready")
+        assert resp.status_code == 503 and "retry-after" in resp.headers, (resp.status_code, resp.text)
     build_store(store, inputs, workers=1, part_size=4)  # resumed: finishes the store
     r = _info(store)
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
     assert len(open_store(store).ids) == len(names)  # one entry per input
     assert verify_store(store) == []
     with ThreadedServer(Settings(store_path=store)) as url:
-        r = httpx.get(f"{url}/v1/ready")
-        assert r.status_code == 200 and r.json()["entries"] == len(names), r.text
+        resp = httpx.get(f"{url}/v1/ready")
+        assert resp.status_code == 200 and resp.json()["entries"] == len(names), resp.text
