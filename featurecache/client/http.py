@@ -64,7 +64,7 @@ from featurecache.errors import (
     ServiceUnavailable,
 )
 from featurecache.store import arrow_io
-from featurecache.store.base import ENTRY_META_SKIP, FeatureReader, row_ranges
+from featurecache.store.base import ENTRY_META_SKIP, FeatureReader
 from featurecache.store.layout import ENTRY_GROUPS
 from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
 from featurecache.store.reader import parse_array_selection
@@ -142,7 +142,6 @@ class LookupClient(FeatureReader):
         self._tables: dict[str, pa.Table] = {}
         self._generation = 0  # bumped by refresh(): a table fetched across it is not kept
         self._row: tuple[pa.Table, dict[str, int]] | None = None  # the entries table it indexes
-        self._chains_index: tuple[pa.Table, dict[str, tuple[int, int]]] | None = None
         self._service: dict[str, Any] | None = None
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
@@ -307,19 +306,6 @@ class LookupClient(FeatureReader):
             raise NotFound(f"no entry {entry_id!r} at {self.url}")
         return {k: v for k, v in entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP}
 
-    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
-        """Chains index rows of one entry, by asym_id (ranges and the table they index from one
-        snapshot)."""
-        chains = self.chains
-        cached = self._chains_index
-        if cached is None or cached[0] is not chains:
-            ranges = row_ranges(chains.column("entry_id").to_pylist() if chains.num_rows else [])
-            cached = (chains, ranges)
-            with self._lock:
-                self._chains_index = cached
-        start, count = cached[1].get(entry_id, (0, 0))
-        return chains.slice(start, count).to_pylist() if count else []
-
     @property
     def ids(self) -> list[str]:
         return list(self._rows())
@@ -356,7 +342,6 @@ class LookupClient(FeatureReader):
             self._generation += 1
             self._tables = {}
             self._row = None
-            self._chains_index = None
             self._service = None
             self._msa_shape = None
             self._component_table = None

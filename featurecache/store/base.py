@@ -101,14 +101,16 @@ class FeatureReader(ABC):
         }
 
     def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
-        """Chains index rows of one entry, by asym_id (the chains index is sorted by entry id)."""
-        ranges: dict[str, tuple[int, int]] | None = getattr(self, "_chain_ranges", None)
-        if ranges is None:
-            t = self.chains
-            ranges = row_ranges(t.column("entry_id").to_pylist() if t.num_rows else [])
-            self._chain_ranges = ranges
-        start, count = ranges.get(entry_id, (0, 0))
-        return self.chains.slice(start, count).to_pylist() if count else []
+        """Chains index rows of one entry, by asym_id (the chains index is sorted by entry id). The
+        row ranges are kept with the table object they index, so a reader whose tables can be
+        fetched anew (``LookupClient.refresh``) never slices one snapshot with another's ranges."""
+        chains = self.chains
+        cached: tuple[Any, dict[str, tuple[int, int]]] | None = getattr(self, "_chain_ranges", None)
+        if cached is None or cached[0] is not chains:
+            cached = (chains, row_ranges(chains.column("entry_id").to_pylist() if chains.num_rows else []))
+            self._chain_ranges = cached
+        start, count = cached[1].get(entry_id, (0, 0))
+        return chains.slice(start, count).to_pylist() if count else []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
