@@ -159,6 +159,7 @@ class StoreHolder:
         t0 = time.perf_counter()
         reader: LocalStore | None = None
         error: str | None = None
+        unfinished = False
         try:
             reader = open_store(self.path)
         except (FeatureCacheError, OSError, ValueError) as exc:
@@ -171,6 +172,7 @@ class StoreHolder:
                      "far); it is served once the build ends")  # fmt: skip
             reader.close()
             reader = None
+            unfinished = True
         self._opened = _Opened(reader, root, index, error)
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
@@ -178,7 +180,7 @@ class StoreHolder:
             # /v1/info's sizes walk the parts not sized before (seconds on a 200k-entry store): start
             # now, in the background; /v1/info answers without them until they are counted
             size_count(reader)
-        elif error and error.startswith("the store's first build"):
+        elif unfinished:
             log.warning("not serving store %s yet: %s", self.path, error)
         else:
             log.error("cannot open store %s: %s", self.path, error)
