@@ -21,24 +21,31 @@ TOKEN = "file-s3cret"
 TOKEN_ENV, TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN", "FEATURECACHE_AUTH_TOKEN_FILE"
 
 
-def _serve(store: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
-    """``featurecache serve STORE --workers 2`` (compose's default) with ``env`` as the only token
-    settings (the test environment's own are dropped)."""
+def _serve(
+    store: Path, port: int, env: dict[str, str], *args: str, workers: int = 2
+) -> subprocess.Popen[str]:
+    """``featurecache serve STORE --workers N`` (2: compose's default) with ``env`` as the only token
+    settings (the test environment's own are dropped) and ``args`` after."""
     base = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, TOKEN_FILE_ENV)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "featurecache.cli",
-        "serve",
-        str(store),
-        "--port",
-        str(port),
-        "--workers",
-        "2",
-    ]
+    cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port),
+           "--workers", str(workers), *args]  # fmt: skip
     return subprocess.Popen(
         cmd, env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def _outputs(procs: dict[str, subprocess.Popen[str]]) -> dict[str, str]:
+    """Each server's output once it exited (within 60 s; a server still running is killed after)."""
+    outs = {}
+    try:
+        for name, proc in procs.items():
+            outs[name] = proc.communicate(timeout=60)[0]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return outs
 
 
 def test_the_token_file_protects_the_service(sample_store: Path, tmp_path: Path) -> None:
@@ -77,15 +84,7 @@ def test_a_token_file_that_gives_no_token_stops_serve_with_exit_3(sample_store: 
         "both": {TOKEN_FILE_ENV: str(good), TOKEN_ENV: "other"},
     }
     procs = {name: _serve(sample_store, free_port(), env) for name, env in cases.items()}  # at once
-    outs = {}
-    try:
-        for name, proc in procs.items():
-            outs[name] = proc.communicate(timeout=60)[0]  # before: they served, without auth
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    outs = _outputs(procs)  # before: they served, without auth
     for name, proc in procs.items():
         out, path = outs[name], cases[name][TOKEN_FILE_ENV]
         assert proc.returncode == 3, (name, out)

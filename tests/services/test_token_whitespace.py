@@ -7,27 +7,15 @@ Real ``featurecache serve`` processes (uvicorn on 127.0.0.1) and real files."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from services.lookup.server import free_port, wait_ready
+from tests.services.test_token_file import TOKEN_ENV, TOKEN_FILE_ENV, _outputs, _serve
 
 TOKEN = "abc123"
-TOKEN_ENV, TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN", "FEATURECACHE_AUTH_TOKEN_FILE"
-
-
-def _serve(store: Path, port: int, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    """``featurecache serve STORE`` (one worker) with ``env`` as the only token settings."""
-    base = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, TOKEN_FILE_ENV)}
-    cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port), *args]
-    return subprocess.Popen(
-        cmd, env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
 
 
 def _status(url: str, token: str | None) -> int:
@@ -54,7 +42,7 @@ def test_a_token_with_surrounding_whitespace_admits_its_bearer(sample_store: Pat
     for name, (env, args) in cases.items():
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        proc = _serve(sample_store, port, env, *args)
+        proc = _serve(sample_store, port, env, *args, workers=1)
         try:
             wait_ready(url, timeout=60, path="/v1/health")  # public
             assert _status(url, TOKEN) == 200, name  # before: 401, the token could never match
@@ -78,16 +66,11 @@ def test_a_token_with_inner_whitespace_or_control_characters_stops_serve(
         "variable": ({TOKEN_ENV: "abc\t123"}, (), TOKEN_ENV),
         "--token": ({}, ("--token", "abc 123"), "--token"),
     }
-    procs = {name: _serve(sample_store, free_port(), env, *args) for name, (env, args, _) in cases.items()}
-    outs = {}
-    try:
-        for name, proc in procs.items():
-            outs[name] = proc.communicate(timeout=60)[0]  # before: they served (401 to every request)
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    procs = {
+        name: _serve(sample_store, free_port(), env, *args, workers=1)
+        for name, (env, args, _) in cases.items()
+    }
+    outs = _outputs(procs)  # before: they served (401 to every request)
     for name, proc in procs.items():
         out, named = outs[name], cases[name][2]
         assert proc.returncode == 3, (name, out)
