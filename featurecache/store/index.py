@@ -205,10 +205,11 @@ UNFINISHED_KEY = b"featurecache.first_build"
 UNFINISHED_VALUE = b"unfinished"
 
 
-def is_unfinished(entries: pa.Table) -> bool:
-    """Whether ``entries`` (as read from ``index/entries.arrow``) carries the unfinished-build flag."""
-    meta = entries.schema.metadata or {}
-    return meta.get(UNFINISHED_KEY) == UNFINISHED_VALUE
+def is_unfinished(entries: pa.Table | pa.Schema) -> bool:
+    """Whether ``entries`` (as read from ``index/entries.arrow``, or its schema) carries the
+    unfinished-build flag."""
+    schema = entries if isinstance(entries, pa.Schema) else entries.schema
+    return (schema.metadata or {}).get(UNFINISHED_KEY) == UNFINISHED_VALUE
 
 
 def _flagged(entries: pa.Table, unfinished: bool) -> pa.Table:
@@ -231,7 +232,7 @@ def first_build_finished(root: Path) -> bool:
             schema = ipc.open_file(source).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
         return False
-    return (schema.metadata or {}).get(UNFINISHED_KEY) != UNFINISHED_VALUE
+    return not is_unfinished(schema)
 
 
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
@@ -536,8 +537,7 @@ def rebuild_index(
     root = Path(root)
     t0 = time.perf_counter()
     if finished is None:
-        entries_file = root / INDEX_DIR / "entries.arrow"
-        finished = not entries_file.is_file() or first_build_finished(root)
+        finished = not (root / INDEX_DIR / "entries.arrow").is_file() or first_build_finished(root)
     parts = complete_parts(root)
     names = [p.name for p in parts]
     manifest = _load_manifest(root) if incremental else None
