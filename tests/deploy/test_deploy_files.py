@@ -49,6 +49,36 @@ def test_dockerfile_shape(dockerfile: Path) -> None:
     assert (dockerfile.parent / f"{dockerfile.name}.dockerignore").is_file()
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_installed_package_gets_the_files_pyproject_names(dockerfile: Path) -> None:
+    """The stage that runs ``pip install .`` must have the files pyproject.toml points at (its
+    ``readme``): without it setuptools only warns and the package's metadata loses its description.
+    And whatever the .dockerignore lets into the context is used by some COPY (a whitelisted file
+    that nothing copies was this bug's sign)."""
+    import tomllib
+
+    readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["readme"]
+    text = dockerfile.read_text()
+    install_stage = next(s for s in text.split("\nFROM ") if "pip install --no-deps" in s and " ." in s)
+    copied = {w for line in install_stage.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]}
+    assert readme in copied, f"{dockerfile.name}: the install stage does not COPY {readme}"
+    allowed = [
+        line[1:].strip()
+        for line in (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    all_copied = {w for line in text.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]}
+    assert [a for a in allowed if a not in all_copied] == [], dockerfile.name
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_no_setting_the_server_would_ignore(dockerfile: Path) -> None:
+    """``featurecache serve STORE`` sets FEATURECACHE_STORE_PATH from its argument for its workers,
+    so an image ENV of it does nothing; the store path is CMD's argument."""
+    env_lines = [line for line in dockerfile.read_text().splitlines() if "FEATURECACHE_STORE_PATH=" in line]
+    assert env_lines == []
+
+
 def _compose() -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     return doc
