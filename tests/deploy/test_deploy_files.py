@@ -60,7 +60,9 @@ def test_the_installed_package_gets_the_files_pyproject_names(dockerfile: Path) 
     readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["readme"]
     text = dockerfile.read_text()
     install_stage = next(s for s in text.split("\nFROM ") if "pip install --no-deps" in s and " ." in s)
-    copied = {w for line in install_stage.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]}
+    copied = {
+        w for line in install_stage.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]
+    }
     assert readme in copied, f"{dockerfile.name}: the install stage does not COPY {readme}"
     allowed = [
         line[1:].strip()
