@@ -27,8 +27,10 @@ about 30 + 20 s), before the training client's 60 s per-sample deadline
 Snapshots: the client fetches an index table once and keeps it (``ids``, ``entries``, ``msas``,
 ...), as :func:`featurecache.open_store` reads the index once: entries an extension adds appear in
 ``ids`` after :meth:`LookupClient.refresh`. Two misses refresh on their own, once: ``row_of`` of an
-id the snapshot lacks, and an MSA selection the service refuses as outside the MSA (a store rebuilt
-with another ``--msa-depth``): the selection is then resolved again against the new shape.
+id the snapshot lacks, and an MSA the service has with another shape than the snapshot says (a
+store rebuilt, e.g. with another ``--msa-depth`` or other MSA files): the selection is then resolved
+again against the new shape. ``LookupClient.generation`` counts the refreshes, so that what callers
+derived from the old tables (the training client's MSA row plans) is derived again.
 
 The token defaults to ``FEATURECACHE_AUTH_TOKEN``, else the file ``FEATURECACHE_AUTH_TOKEN_FILE``
 names (as ``featurecache serve`` reads them: surrounding whitespace dropped, whitespace or control
@@ -333,11 +335,19 @@ class LookupClient(FeatureReader):
             self._missed_at = time.monotonic()
         raise NotFound(f"no entry {entry_id!r} at {self.url}")
 
+    @property
+    def generation(self) -> int:
+        """Which snapshot the client holds: 0 at first, bumped by every :meth:`refresh` (including
+        those a miss or an MSA of a new shape starts). What a caller derives from the client's tables
+        (e.g. a sample's MSA shapes, :class:`featurecache.client.job.SourceRef`) is stale once this
+        changes."""
+        return self._generation
+
     def refresh(self) -> None:
         """Forget the fetched index tables (``ids``, ``entries``, ``chains``, ``msas``, ...), the
         service info and the reference conformers: the next use fetches them again, so entries an
         extension added since appear. A client's tables are a snapshot until then, as a local
-        store's are until it is opened again."""
+        store's are until it is opened again. Bumps :attr:`generation`."""
         with self._lock:
             self._generation += 1
             self._tables = {}
@@ -443,8 +453,10 @@ class LookupClient(FeatureReader):
 
         The MSA's shape comes from the ``msas`` table fetched before; when the service's MSA has
         another shape now (the store rebuilt, e.g. with another ``--msa-depth``: the service refuses
-        the selection with 422, or answers a different depth or length), the shape is asked again
-        and the selection resolved against it, once.
+        the selection with 422, or answers a different depth or length), the index the client holds
+        is from an older build: the client is refreshed (:meth:`refresh`, so callers that planned
+        against the old shapes see :attr:`generation` change) and the selection resolved against
+        the new shape, once (an index past the new depth then raises InvalidRequest, as locally).
         """
         shape = self._msa_shape_of(key)
         try:
@@ -459,7 +471,9 @@ class LookupClient(FeatureReader):
             new = (int(block.depth), int(block.length))
             if new == shape:
                 return block
-        log.info("%s: MSA %s is %d x %d now, not %d x %d; selecting again", self.url, key, *new, *shape)
+        log.info("%s: MSA %s is %d x %d now, not %d x %d (the store was rebuilt); refreshing the index, "
+                 "selecting again", self.url, key, *new, *shape)  # fmt: skip
+        self.refresh()  # every table fetched before is of the old build, not only this shape
         self._msa_shapes()[key] = new
         return self._msa_select(key, rows, cols, new)
 

@@ -95,14 +95,20 @@ def _source_spec(source: Any) -> Any:
 
 
 class SourceRef:
-    """Opens the reader lazily, once per process (readers hold mmaps, zarr handles, HTTP pools)."""
+    """Opens the reader lazily, once per process (readers hold mmaps, zarr handles, HTTP pools).
+
+    The MSA shapes and the reference-conformer table it keeps for the process are those of the
+    reader's current snapshot: a reader with a ``generation`` (:class:`LookupClient`: bumped by
+    ``refresh()``, which a store rebuilt under the service also starts) has them read again when it
+    changes. A local store is one snapshot for as long as it is open (its index is read once), so
+    its shapes and table are read once."""
 
     def __init__(self, source: Any, reader: Any = None) -> None:
         self.spec = _source_spec(reader if reader is not None else source)
         self._reader: Any = reader
         self._pid = os.getpid() if reader is not None else -1
-        self._msa_shapes: dict[str, tuple[int, int]] | None = None
-        self._components: Any = None
+        self._msa_shapes: tuple[Any, dict[str, tuple[int, int]]] | None = None  # (generation, shapes)
+        self._components: tuple[Any, Any] | None = None  # (generation, table or False)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec}
@@ -112,6 +118,8 @@ class SourceRef:
         if isinstance(self.spec, ServiceSpec):
             return f"the lookup service at {self.spec.url}"
         if isinstance(self.spec, str):
+            if self.spec.startswith(("http://", "https://")):
+                return f"the lookup service at {self.spec}"
             return f"the store {self.spec}"
         return f"the reader {type(self.spec).__name__}"
 
@@ -126,16 +134,26 @@ class SourceRef:
             self._components = None
         return self._reader
 
+    def generation(self) -> Any:
+        """The reader's snapshot (its ``generation``; None for a reader without one: one snapshot)."""
+        return getattr(self.get(), "generation", None)
+
     def msa_shapes(self) -> dict[str, tuple[int, int]]:
-        """MSA key → (depth, length) from the reader's ``msas`` table (empty when none)."""
-        if self._msa_shapes is None:
-            self._msa_shapes = _msa_shapes(self.get())
-        return self._msa_shapes
+        """MSA key → (depth, length) from the reader's ``msas`` table (empty when none), of the
+        reader's current snapshot."""
+        generation = self.generation()  # before the table: a refresh in between reads it again
+        cached = self._msa_shapes
+        if cached is None or cached[0] != generation:
+            cached = self._msa_shapes = (generation, _msa_shapes(self.get()))
+        return cached[1]
 
     def components(self) -> Any:
-        if self._components is None:
-            self._components = _component_table(self.get()) or False
-        return self._components or None
+        """The reader's reference-conformer table of its current snapshot, or None."""
+        generation = self.generation()
+        cached = self._components
+        if cached is None or cached[0] != generation:
+            cached = self._components = (generation, _component_table(self.get()) or False)
+        return cached[1] or None
 
 
 def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
@@ -195,8 +213,28 @@ class SampleJob:
         return np.random.default_rng([self.seed, key.epoch, key.index])
 
     def __call__(self, key: SampleKey) -> dict[str, Any]:
+        """The sample of ``key``. One during which the reader's snapshot changed (a lookup client
+        that found the store rebuilt under the service and refreshed: its MSA rows were planned
+        against the old depths) is drawn again, once, from the start: the same sample a process
+        that opened the new snapshot draws. Whatever the second draw raises is raised."""
         if self.hook is not None:
             self.hook(key)
+        generation = self.source.generation()
+        try:
+            sample = self._draw(key)
+        except (ValueError, KeyError, IndexError) as exc:  # InvalidRequest, NotFound among them
+            if self.source.generation() == generation:
+                raise
+            log.info("%s changed (a new index) during sample %s of %s (%s: %s); drawing it again",
+                     self.source.describe(), key.index, key.entry_id, type(exc).__name__, exc)  # fmt: skip
+            return self._draw(key)
+        if self.source.generation() != generation:
+            log.info("%s changed (a new index) during sample %s of %s; drawing it again",
+                     self.source.describe(), key.index, key.entry_id)  # fmt: skip
+            return self._draw(key)
+        return sample
+
+    def _draw(self, key: SampleKey) -> dict[str, Any]:
         reader = self.source.get()
         entry = reader.entry(key.entry_id, list(ENTRY_ARRAYS))
         rng = self.rng(key)
