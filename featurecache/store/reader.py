@@ -96,6 +96,10 @@ class LocalStore(FeatureReader):
         self.path = Path(path)
         root_meta = self.path / "zarr.json"
         if not root_meta.is_file():
+            if not self.path.exists():
+                raise StoreError(f"{self.path} does not exist (no featurecache store there)")
+            if not self.path.is_dir():
+                raise StoreError(f"{self.path} is a file, not a featurecache store (a store is a directory)")
             raise StoreError(f"{self.path} is not a featurecache store (no zarr.json)")
         try:
             self.attributes: dict[str, Any] = json.loads(root_meta.read_text()).get("attributes", {})

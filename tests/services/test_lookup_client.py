@@ -103,7 +103,7 @@ def test_store_that_appears_later(tmp_path: Path, sample_store: Path, reference:
     with ThreadedServer(Settings(store_path=store, store_retry_seconds=0)) as url:
         assert httpx.get(f"{url}/v1/health").status_code == 200
         ready = httpx.get(f"{url}/v1/ready")
-        assert ready.status_code == 503 and "not a featurecache store" in ready.json()["detail"]
+        assert ready.status_code == 503 and "does not exist" in ready.json()["detail"]
         with pytest.raises(ServiceError, match=r"503.*not open"):
             LookupClient(url, retries=0).info()
         shutil.copytree(sample_store, store)
