@@ -12,6 +12,9 @@ Layout of ``parts/m-NNNNNN/`` (a zarr v3 group; one writer, renamed into place l
   _index/msas.arrow one row per MSA (MSAS_SCHEMA): key, part, array, row/col/deletion offsets,
                     depth, length, sources
   _index/failures.arrow  MSA files that could not be read (stage ``msa``)
+  _verify/msa_hashes.arrow  one row per MSA (MSA_HASHES_SCHEMA): the sha256 of each of its arrays,
+                    read only by ``verify`` when an MSA's content hash differs (parts written
+                    before session 22 have none)
 
 ``index/msas.arrow`` is the concatenation of every part's rows (latest part wins per key, so a
 rebuilt MSA supersedes the old one). ``join_msa_columns`` adds ``msa_key``/``msa_depth`` to the
@@ -20,6 +23,7 @@ chains table and ``msa_coverage`` to the entries table when the index is rebuilt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -34,9 +38,9 @@ import zarr
 
 from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
 from featurecache.errors import InvalidRequest, NotFound, StoreError
-from featurecache.store.index import table_from_rows, write_table
+from featurecache.store.index import read_table, table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, chunk_compressors
-from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
+from featurecache.store.root import PartArrays, array_metadata, decode_records, record_fill_only_shards
 from featurecache.store.writer import SOURCE_DIR, _dir_bytes, commit_part, part_tmp_dir, write_record_array
 from featurecache.types import EncodedMSA, MSABlock
 
@@ -75,6 +79,22 @@ MSAS_SCHEMA = pa.schema(
         ("featurizer_version", pa.string()),
         ("part", pa.string()),
     ]
+)
+
+
+#: the arrays of one MSA, in the order :func:`msa_content_hash` hashes them, with their dtypes
+MSA_ARRAYS: dict[str, np.dtype] = {
+    "residues": np.dtype(np.uint8), "deletions": np.dtype(np.int16), "species": np.dtype(np.int32),
+    "source": np.dtype(np.uint8), "profile": np.dtype(np.float32), "deletion_mean": np.dtype(np.float32),
+}  # fmt: skip
+
+#: ``<MSA part>/_verify/msa_hashes.arrow``: each MSA's :func:`msa_array_hashes` (one sha256 column
+#: per array of :data:`MSA_ARRAYS`), read only by ``verify`` when an MSA's content hash differs, to
+#: say which arrays changed (as ``writer.GROUP_HASHES`` for entries). Outside ``_index/``, whose
+#: every table the index rebuild reads. Parts written before it existed (session 22) have none.
+MSA_HASHES = "_verify/msa_hashes.arrow"
+MSA_HASHES_SCHEMA = pa.schema(
+    [("key", pa.string()), *((a, pa.string()) for a in MSA_ARRAYS), ("part", pa.string())]
 )
 
 
@@ -128,6 +148,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         cols_parts: list[np.ndarray] = []
         del_parts: list[np.ndarray] = []
         index_rows: list[dict[str, Any]] = []
+        hash_rows: list[dict[str, Any]] = []
         row_off = col_off = del_off = 0
         for k, item in enumerate(contents.items):
             m = item.msa
@@ -148,6 +169,8 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
             rows_parts.append(rows)
             cols_parts.append(cols)
             del_parts.append(cells)
+            arrays = (m.residues, m.deletions, m.species, m.source, m.profile, m.deletion_mean)
+            hash_rows.append({"key": item.key, **msa_array_hashes(*arrays), "part": name})
             index_rows.append(
                 {
                     "key": item.key,
@@ -165,9 +188,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
                     "del_start": del_off,
                     "del_count": int(r.size),
                     "inputs_key": item.inputs_key,
-                    "content_hash": msa_content_hash(
-                        m.residues, m.deletions, m.species, m.source, m.profile, m.deletion_mean
-                    ),
+                    "content_hash": msa_content_hash(*arrays),
                     "featurizer_version": FEATURIZER_VERSION,
                     "part": name,
                 }
@@ -184,6 +205,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         record_fill_only_shards(group, tmp, written)
         idx = tmp / PART_INDEX_DIR
         write_table(idx / "msas.arrow", pa.Table.from_pylist(index_rows, schema=MSAS_SCHEMA))
+        write_table(tmp / MSA_HASHES, pa.Table.from_pylist(hash_rows, schema=MSA_HASHES_SCHEMA))
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
         manifest = {
@@ -208,15 +230,35 @@ def msa_content_hash(
 ) -> str:
     """sha256 over one MSA's arrays (dtype, shape and bytes), as built and as read back."""
     h = hashlib.sha256()
-    arrays = {
-        "residues": (residues, np.uint8), "deletions": (deletions, np.int16), "species": (species, np.int32),
-        "source": (source, np.uint8), "profile": (profile, np.float32), "deletion_mean": (deletion_mean, np.float32),
-    }  # fmt: skip
-    for name, (a, dt) in arrays.items():
-        arr = np.ascontiguousarray(a, dtype=dt)
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
-        h.update(arr.tobytes())
+    arrays = (residues, deletions, species, source, profile, deletion_mean)
+    for name, a in zip(MSA_ARRAYS, arrays, strict=True):
+        _hash_array(h, name, a)
     return h.hexdigest()
+
+
+def msa_array_hashes(
+    residues: np.ndarray,
+    deletions: np.ndarray,
+    species: np.ndarray,
+    source: np.ndarray,
+    profile: np.ndarray,
+    deletion_mean: np.ndarray,
+) -> dict[str, str]:
+    """array name -> sha256 over that array alone, hashed as :func:`msa_content_hash` hashes it:
+    when an MSA's content hash differs, these say which arrays changed (``verify``)."""
+    out = {}
+    arrays = (residues, deletions, species, source, profile, deletion_mean)
+    for name, a in zip(MSA_ARRAYS, arrays, strict=True):
+        h = hashlib.sha256()
+        _hash_array(h, name, a)
+        out[name] = h.hexdigest()
+    return out
+
+
+def _hash_array(h: Any, name: str, a: np.ndarray) -> None:
+    arr = np.ascontiguousarray(a, dtype=MSA_ARRAYS[name])
+    h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+    h.update(arr.tobytes())
 
 
 def verify_msas(
@@ -235,7 +277,7 @@ def verify_msas(
         def check(row: dict[str, Any]) -> list[str]:
             return _check_msa(store, row)
 
-        rows = msas.select(["key", "content_hash", "depth", "length"]).to_pylist()
+        rows = msas.select(["key", "content_hash", "depth", "length", "part", "array"]).to_pylist()
         for found in (map_rows or map)(check, rows):
             problems.extend(found)
     # also when the msas index is empty: chains that name an MSA it does not list read single-sequence
@@ -251,7 +293,8 @@ def verify_msas(
 
 
 def _check_msa(store: Any, row: dict[str, Any]) -> list[str]:
-    """One MSA's problems: it does not read, its shape or its content hash differs from the index."""
+    """One MSA's problems: it does not read, its shape or its content hash differs from the index
+    (each line names the MSA's part; a content-hash line also the arrays that changed)."""
     try:
         b = store.msa(row["key"])
     except (StoreError, NotFound, ValueError) as exc:
@@ -259,16 +302,49 @@ def _check_msa(store: Any, row: dict[str, Any]) -> list[str]:
         # the reader says "MSA KEY: unreadable (…)" itself, naming the part and the array
         return [msg if msg.startswith(f"MSA {row['key']}: ") else f"MSA {row['key']}: unreadable ({msg})"]
     problems = []
-    if b.residues.shape != (row["depth"], row["length"]):
-        problems.append(
-            f"MSA {row['key']}: shape {b.residues.shape}, index says {row['depth']} x {row['length']}"
-        )
-    got = msa_content_hash(b.residues, b.deletions, b.species, b.source, b.profile, b.deletion_mean)
+    part = Path(store.path) / PARTS_DIR / row["part"]
+    # the stored array's own shape (a read of depth x length cannot see an array larger than that)
+    with contextlib.suppress(StoreError):  # unreadable metadata: the read below has failed already
+        shape = tuple(array_metadata(part / row["array"]).shape)
+        if shape != (row["depth"], row["length"]):
+            problems.append(
+                f"MSA {row['key']}: shape {shape}, index says {row['depth']} x {row['length']} "
+                f"(part {row['part']}: array {row['array']})"
+            )
+    arrays = (b.residues, b.deletions, b.species, b.source, b.profile, b.deletion_mean)
+    got = msa_content_hash(*arrays)
     if got != row["content_hash"]:
         problems.append(
-            f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}…"
+            f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}… "
+            f"(part {row['part']}: {_differing_arrays(part, row, msa_array_hashes(*arrays))})"
         )
     return problems
+
+
+def _differing_arrays(part: Path, row: dict[str, Any], now: dict[str, str]) -> str:
+    """Which of the MSA's arrays hash differently from what its part recorded when it was written
+    (:data:`MSA_HASHES`), as words for the mismatch line, each named by the part array holding it:
+    ``residues/NNNNNN``; ``rows.species``, ``rows.source``; ``cols.profile``,
+    ``cols.deletion_mean``; ``deletions`` (its cells, or the rows' ``del_start`` that place them).
+    Read only on a mismatch."""
+    path = part / MSA_HASHES
+    try:
+        table = read_table(path, memory_map=False)
+        rows = [r for r in table.to_pylist() if r.get("key") == row["key"]]
+    except (StoreError, OSError, ValueError) as exc:
+        if not path.exists():
+            return "it records no per-array hashes"
+        return f"its per-array hashes are unreadable ({exc})"
+    if not rows:
+        return "it records no per-array hashes of this MSA"
+    where = {
+        "residues": str(row["array"]), "deletions": "deletions", "species": "rows.species",
+        "source": "rows.source", "profile": "cols.profile", "deletion_mean": "cols.deletion_mean",
+    }  # fmt: skip
+    differ = [where[a] for a in MSA_ARRAYS if rows[-1].get(a) != now[a]]
+    if not differ:
+        return "every array still hashes as written, the index's hash differs"
+    return f"array{'s' if len(differ) > 1 else ''} {', '.join(differ)} differ{'' if len(differ) > 1 else 's'}"
 
 
 def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
@@ -515,6 +591,16 @@ class MSAReader:
             raise StoreError(f"MSA {key}: unreadable ({exc})") from exc
         row_rec = decode_records(row_raw, MSA_ROW)
         col_rec = decode_records(col_raw, MSA_COL)
+        # zarr clips a selection to the array: an array shorter than the index says reads short
+        for array, got, want in (
+            (self._array[i], res.shape, (r1 - r0, c1 - c0)), ("rows", row_rec.shape, (stop - r0,)),
+            ("cols", col_rec.shape, (c1 - c0,)),
+        ):  # fmt: skip
+            if got != want:
+                raise StoreError(
+                    f"MSA {key}: unreadable (part {part}: array {array} is smaller than the index's "
+                    f"{depth} x {length} MSA needs: read {got} where {want} was expected)"
+                )
         del_end = (
             int(row_rec["del_start"][r1 - r0])
             if r1 < depth
