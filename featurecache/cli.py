@@ -163,6 +163,26 @@ stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
     raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed or summary.n_failed_earlier else EXIT_OK)
 
 
+def _first_build_unfinished(store: Path) -> bool:
+    """Whether the store's published index is flagged as that of a first build that has not
+    finished (``store.index.UNFINISHED_KEY``; ``info``'s warning says the same). Read before a
+    command reads the store; its warning is printed only if the command then succeeds (a missing or
+    damaged index is the command's own error)."""
+    from featurecache.store.index import first_build_finished
+    from featurecache.store.layout import INDEX_DIR
+
+    return (store / INDEX_DIR / "entries.arrow").is_file() and not first_build_finished(store)
+
+
+def _warn_unfinished(store: Path, covers: str) -> None:
+    """One line on stderr: the first build has not finished, so what the command says is partial."""
+    typer.secho(
+        f"warning: {store}: its first build has not finished: the index lists only the entries written so far, "
+        f"so {covers} (if no build is running, run the same `featurecache build` again to finish it)",
+        fg=typer.colors.YELLOW, err=True,
+    )  # fmt: skip
+
+
 @app.command()
 def info(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
@@ -219,10 +239,13 @@ def verify(
     _setup_logging(verbose)
     from featurecache.store.verify import verify_store
 
+    unfinished = _first_build_unfinished(store)
     try:
         problems = verify_store(store, progress=progress)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    if unfinished:  # (exit status unchanged: the entries it lists were checked)
+        _warn_unfinished(store, "verify checked only part of the store, its counts are partial")
     for p in problems:
         typer.secho(f"MISMATCH {p}", fg=typer.colors.RED, err=True)
     if problems:
@@ -484,6 +507,7 @@ def plan(
     """Predict peak training memory per entry from the index alone; recommend a token budget."""
     from featurecache.plan import run_plan
 
+    unfinished = _first_build_unfinished(store)
     try:
         run_plan(
             store,
@@ -496,6 +520,11 @@ def plan(
         )
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+    if unfinished:
+        _warn_unfinished(
+            store,
+            "the plan covers only those, its counts are partial: plan again once the build has finished",
+        )
 
 
 if __name__ == "__main__":

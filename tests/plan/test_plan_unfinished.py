@@ -1,0 +1,27 @@
+"""``featurecache plan`` on a store whose first build has not finished warns (stderr, one line
+naming the store), as ``info`` does: its index lists only the entries written so far, so the
+plan's counts are partial. The exit status and the plan itself are unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.store.test_verify_unfinished import WARNING, cli, unfinished_copy
+
+
+def test_plan_warns_on_an_unfinished_first_build(sample_store: Path, tmp_path: Path) -> None:
+    store = unfinished_copy(sample_store, tmp_path / "store")
+    run = cli("plan", str(store), "--no-write-index")
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "memory plan" in run.stdout, run.stdout[-2000:]
+    said = " ".join(run.stderr.split())
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, run.stderr[-2000:]
+    assert f"warning: {store}: {WARNING}" in said and "partial" in said, run.stderr[-2000:]
+
+    written = cli("plan", str(store))  # also when it writes index/plan.arrow
+    assert written.returncode == 0 and (store / "index" / "plan.arrow").is_file(), written.stderr[-2000:]
+    assert f"warning: {store}: {WARNING}" in " ".join(written.stderr.split()), written.stderr[-2000:]
+
+    finished = cli("plan", str(sample_store), "--no-write-index")
+    assert finished.returncode == 0 and "warning" not in finished.stderr, finished.stderr[-2000:]
