@@ -22,8 +22,12 @@ Runs after the structure parts (it needs the chains index):
    inputs (files, their bytes, the depth cap, the featurizer version) are unchanged since a previous
    build is skipped.
 
-Unreadable MSA files become failure rows (stage ``msa``) naming the entry their layout points to;
-that entry's chains get single-sequence MSAs and ``entries.msa_coverage`` says so. Each MSA part
+Unreadable MSA files become failure rows (stage ``msa``) naming the entry their layout points to,
+and so do empty files (no text: 0 bytes, a truncated download) that the layout names for an entry
+(an empty file named for none is only logged). Such a file is left out: a chain it was meant for
+gets its MSA from its other files, keeps the MSA an earlier build stored, or, with neither, gets
+the single-sequence MSA (``entries.msa_coverage`` says so); the failure's message says which. A
+stored MSA whose files are all gone from ``--msa-dir`` stays (counted: ``sources_gone``). Each MSA part
 records the resolved ``--msa-dir`` (manifest ``source_dir``): a later build from that directory
 withdraws the listed failure of a file no longer in it (``discover.withdraw_failures``).
 """
@@ -420,6 +424,7 @@ def run_msa_stage(
             polymer.setdefault(row["sequence_hash"], (row["sequence"], int(row["mol_type"])))
     result.counts["polymer_chains"] = len(chain_rows)
     stored: dict[str, tuple[str, int]] = {}
+    stored_from: dict[str, tuple[str, list[str]]] = {}  # key -> (its part, its source labels)
     if existing is not None and existing.num_rows and "inputs_key" in existing.column_names:
         from featurecache.store.msa import latest_msas
 
@@ -433,12 +438,17 @@ def run_msa_stage(
                 strict=True,
             )
         }
+        if "sources" in latest.column_names and "part" in latest.column_names:
+            stored_from = dict(zip(latest.column("key").to_pylist(),
+                                   zip(latest.column("part").to_pylist(), latest.column("sources").to_pylist(), strict=True),
+                                   strict=True))  # fmt: skip
     entry_ids = {}
     if entries is not None and entries.num_rows:
         entry_ids = {i.lower(): i for i in entries.column("id").to_pylist()}
 
     scans: list[FileScan] = []
     aliases: dict[str, list[str]] = {}  # directories reached by several paths (discover.walk_inputs)
+    files: list[tuple[str, int, int]] = []
     if msa_dir is not None:
         files = _candidate_files(Path(msa_dir), root, aliases)
         scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files)
@@ -446,11 +456,24 @@ def run_msa_stage(
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
     plan = _plan(polymer, uses, stored, depth_cap, result)
-    known_failures = set()
+    if msa_dir is not None:
+        gone = _sources_gone(Path(msa_dir), root, polymer, uses, stored, stored_from, files)
+        result.counts["sources_gone"] = len(gone)
+    # (path, key): a file's listed failure; by key alone, a second file with the same bytes (two
+    # empty files, a copied broken one) passed for one listed already and was never listed
+    known_failures: set[tuple[str, str]] = set()
     if old_failures is not None and old_failures.num_rows and "key" in old_failures.column_names:
-        known_failures = set(old_failures.column("key").to_pylist())
-    scan_failures = _scan_failures(scans, entry_ids)
-    new_failures = [f for f in scan_failures if f["key"] not in known_failures]
+        known_failures = set(zip(old_failures.column("path").to_pylist(),
+                                 old_failures.column("key").to_pylist(), strict=True))  # fmt: skip
+    chains_by_entry: dict[str, list[dict[str, Any]]] = {}
+    for row in chain_rows:
+        chains_by_entry.setdefault(row["entry_id"], []).append(row)
+
+    def left_out(rel: str, hints: list[tuple[str, str]]) -> str:
+        return _left_out(rel, hints, chains_by_entry, uses, stored)
+
+    scan_failures = _scan_failures(scans, entry_ids, left_out, aliases)
+    new_failures = [f for f in scan_failures if (f["path"], f["key"]) not in known_failures]
     # listed by an earlier build for the same bytes: not written again, but they still fail
     result.counts["failed_earlier"] = len(scan_failures) - len(new_failures)
     result.failures.extend(new_failures)
@@ -956,28 +979,134 @@ def _plan(
     return plan
 
 
-def _scan_failures(scans: Iterable[FileScan], entry_ids: dict[str, str]) -> list[dict[str, Any]]:
+def _scan_failures(
+    scans: Iterable[FileScan],
+    entry_ids: dict[str, str],
+    left_out: Callable[[str, list[tuple[str, str]]], str],
+    aliases: dict[str, list[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """Failure rows of the scanned files that cannot be used: unreadable ones, and empty ones (no
+    text) that the layout names for an entry of the store (an empty file named for none is logged
+    only). ``left_out(rel, hints)``: what the file's leaving out means for the chains it was meant
+    for (:func:`_left_out`)."""
     out = []
+    unnamed_empty: list[str] = []
     for s in scans:
-        if not s.error_class:
+        empty = not s.error_class and s.fmt == "empty"
+        if not s.error_class and not empty:
             continue
-        hints = layout_hints(s.rel, entry_ids)
+        hints = _hints(s.rel, entry_ids, aliases)
         entry = hints[0][0] if hints else ""
+        if empty:
+            if not entry:
+                unnamed_empty.append(s.rel)
+                continue
+            reason = "empty file (0 bytes)" if s.size == 0 else f"empty file ({s.size} bytes, no text)"
+            message = (
+                f"{reason}: a truncated download or a search that wrote nothing?; {left_out(s.rel, hints)}"
+            )
+            log.warning("MSA file %s: %s", s.rel, message)
+            error_class = "MSAError"
+        else:
+            message = (
+                f"{s.message}; {left_out(s.rel, hints)}" if entry else f"{s.message}; the file is left out"
+            )
+            error_class = s.error_class
         out.append(
             {
                 "path": s.rel,
                 "entry_id": entry,
                 "stage": "msa",
-                "error_class": s.error_class,
-                "message": (
-                    f"{s.message}; the chains it was meant for get single-sequence MSAs"
-                    if entry
-                    else s.message
-                ),
+                "error_class": error_class,
+                "message": message[:2000],
                 "key": "msa:" + (s.sha256 or hashlib.sha256(s.rel.encode()).hexdigest())[:32],
             }
         )
+    if unnamed_empty:
+        shown = ", ".join(unnamed_empty[:5]) + (
+            f" and {len(unnamed_empty) - 5} more" if len(unnamed_empty) > 5 else ""
+        )
+        log.warning("%d empty MSA file(s) (no text) whose path names no entry of the store, left out: %s",
+                    len(unnamed_empty), shown)  # fmt: skip
     return out
+
+
+#: chains named in one failure message, at most
+SHOWN_CHAINS = 8
+
+
+def _left_out(
+    rel: str,
+    hints: list[tuple[str, str]],
+    chains_by_entry: dict[str, list[dict[str, Any]]],
+    uses: dict[str, list[MSAUse]],
+    stored: dict[str, tuple[str, int]],
+) -> str:
+    """What leaving file ``rel`` out means for the chains its layout ``hints`` name: each gets its
+    MSA from its other files (this build joined some), keeps the MSA an earlier build stored from
+    files (:func:`_plan` never replaces it by the single sequence), or gets the single-sequence MSA."""
+    outcome: dict[tuple[str, str], list[str]] = {}
+    seen: set[str] = set()
+    for entry, chain in hints:
+        for row in chains_by_entry.get(entry, []):
+            if chain and chain not in (row["auth_id"], row["label_id"]):
+                continue
+            name = f"{entry}/{row['auth_id'] or row['label_id']}"
+            if name in seen:
+                continue
+            seen.add(name)
+            h = row["sequence_hash"]
+            n = len({u.rel for u in uses.get(h, []) if u.rel != rel})
+            if n:
+                what = (f"an MSA from {n} other file{'s' if n != 1 else ''}",
+                        f"MSAs from {n} other file{'s' if n != 1 else ''}")  # fmt: skip
+            elif h in stored and stored[h][1] > 0:
+                what = ("the MSA an earlier build stored from files (kept)",
+                        "the MSAs an earlier build stored from files (kept)")  # fmt: skip
+            else:
+                what = ("a single-sequence MSA", "single-sequence MSAs")
+            outcome.setdefault(what, []).append(name)
+    if not outcome:
+        return "the file is left out (its path names no polymer chain of the store)"
+    parts = []
+    for (one, many), names in outcome.items():
+        shown = ", ".join(names[:SHOWN_CHAINS]) + (f" and {len(names) - SHOWN_CHAINS} more"
+                                                   if len(names) > SHOWN_CHAINS else "")  # fmt: skip
+        parts.append(f"chain {shown} gets {one}" if len(names) == 1 else f"chains {shown} get {many}")
+    return "the file is left out: " + "; ".join(parts)
+
+
+def _sources_gone(
+    msa_dir: Path,
+    root: Path,
+    polymer: dict[str, tuple[str, int]],
+    uses: dict[str, list[MSAUse]],
+    stored: dict[str, tuple[str, int]],
+    stored_from: dict[str, tuple[str, list[str]]],
+    files: list[tuple[str, int, int]],
+) -> list[str]:
+    """Keys of stored MSAs from files that this build keeps although every one of their files is
+    gone from ``msa_dir`` (a sequence some chain still has, no alignment joined to it this build,
+    its part written by a build from this same ``--msa-dir``: paths are relative to it). Kept by
+    design (:func:`_plan`); reported so a user knows (``run.sources_gone_line``)."""
+    from featurecache.build.discover import part_source_dir
+
+    here = str(resolved(msa_dir))
+    listed = {rel for rel, _size, _mtime in files}
+    dirs: dict[str, str] = {}
+    gone = []
+    for h in sorted(polymer):
+        if uses.get(h) or h not in stored or stored[h][1] <= 0 or h not in stored_from:
+            continue
+        part, sources = stored_from[h]
+        paths = {src.split("#", 1)[0] for src in sources or []}
+        if not paths or paths & listed:
+            continue
+        if part not in dirs:
+            dirs[part] = part_source_dir(root, part)
+        if dirs[part] == here:
+            gone.append(h)
+    return gone
 
 
 def _plan_parts(root: Path, plan: list[PlannedMSA]) -> list[list[PlannedMSA]]:

@@ -90,6 +90,10 @@ class BuildSummary:
     #: definition, by code, and the entries that have any (:func:`undefined_residues_line`)
     undefined_residues: dict[str, int] = field(default_factory=dict)
     n_undefined_entries: int = 0
+    #: stored entries whose structure file is gone from this build's --pdb-dir (kept), their ids;
+    #: stored MSAs whose files are all gone from its --msa-dir (kept): :func:`sources_gone_line`
+    entries_gone: list[str] = field(default_factory=list)
+    n_msas_gone: int = 0
 
 
 def _fingerprint(path: Path | None) -> str:
@@ -357,6 +361,7 @@ def _run_build(
                 withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
             pending = _pending(inputs, done, stored, start_index["failures"], withdrawn_paths)
             summary.n_inputs = len(inputs)
+            summary.entries_gone = _entries_gone(out, pdb_dir, inputs, stored)
             summary.n_skipped = len(inputs) - len(pending)
             summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
             summary.input_bytes = sum(i.size for i in inputs)
@@ -388,9 +393,9 @@ def _run_build(
         _shutdown(client, cluster)
     summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
-    line = undefined_residues_line(summary, ccd)
-    if line is not None:
-        log.warning("%s", line)
+    for line in (undefined_residues_line(summary, ccd), sources_gone_line(summary, detail=True)):
+        if line is not None:
+            log.warning("%s", line)
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
 
@@ -703,6 +708,57 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
     return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
 
 
+def _entries_gone(out: Path, pdb_dir: Path, inputs: list[InputFile], stored: Any) -> list[str]:
+    """Ids of stored entries whose structure file is gone: no input of this build has the entry's
+    id or its source path, and its part was written by a build from this same ``--pdb-dir`` (the
+    part's ``source_dir``; paths are relative to it, so an entry of a store extended from another
+    directory, or of a part that recorded none, is not counted). They stay in the store (README)."""
+    from featurecache.build.discover import part_source_dir
+
+    if not stored.num_rows or not {"source_path", "part"} <= set(stored.column_names):
+        return []
+    here = str(resolved(pdb_dir))
+    paths = {i.rel for i in inputs}
+    ids = {i.entry_id for i in inputs}
+    dirs: dict[str, str] = {}
+    gone = []
+    for e in stored.select(["id", "source_path", "part"]).to_pylist():
+        if e["id"] in ids or e["source_path"] in paths:
+            continue
+        if e["part"] not in dirs:
+            dirs[e["part"]] = part_source_dir(out, e["part"])
+        if dirs[e["part"]] == here:
+            gone.append(e["id"])
+    return sorted(gone)
+
+
+#: entry ids named in the sources-gone warning, at most
+SHOWN_GONE = 10
+
+
+def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None:
+    """The build's one line about stored entries and MSAs whose source files are gone from
+    ``--pdb-dir`` / ``--msa-dir``: kept (a build never deletes what it stored), and no command
+    removes them (``featurecache prune`` deletes only parts no index row uses); None when there are
+    none. ``detail``: the entry ids too (the log warning; the summary table has the counts)."""
+    n_e, n_m = len(summary.entries_gone), summary.n_msas_gone
+    if not n_e and not n_m:
+        return None
+    what = []
+    if n_e:
+        shown = ", ".join(summary.entries_gone[:SHOWN_GONE])
+        more = f" and {n_e - SHOWN_GONE} more" if n_e > SHOWN_GONE else ""
+        what.append(
+            f"{n_e} stored entr{'y' if n_e == 1 else 'ies'}" + (f" ({shown}{more})" if detail else "")
+        )
+    if n_m:
+        what.append(f"{n_m} stored MSA{'s' if n_m != 1 else ''}")
+    where = " / ".join(d for d, n in (("--pdb-dir", n_e), ("--msa-dir", n_m)) if n)
+    return (f"{' and '.join(what)} whose source files are gone from {where}: kept and still served; "
+            "featurecache prune does not remove them (it deletes only parts no index row uses); "
+            "to drop them, build a new store from the current files")  # fmt: skip
+
+
 def _run_extra_stages(
     client: Any, out: Path, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
     summary: BuildSummary, progress: bool, finished: bool = True,
@@ -720,6 +776,7 @@ def _run_extra_stages(
     summary.failures.extend(msa.failures)
     summary.n_failed += msa.n_failed
     summary.n_msa_failed_earlier = msa.counts["failed_earlier"]
+    summary.n_msas_gone = msa.counts["sources_gone"]
     if msa.n_failed:
         summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from featurecache.build.run import BuildSummary
+from featurecache.build.run import BuildSummary, sources_gone_line
 
 
 def _mb(n: int) -> str:
@@ -33,6 +33,9 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
             "still failing",
             f"[red]{s.n_failed_earlier}[/red] (recorded by an earlier run; featurecache info)",
         )
+    gone = sources_gone_line(s)
+    if gone is not None:
+        t.add_row("sources gone", f"[yellow]{escape(gone)}[/yellow]")
     t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
     t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
     if s.stage_seconds:
