@@ -175,17 +175,48 @@ def _quiet_workers_soon(client: Any) -> None:
     client.loop.add_callback(broadcast)
 
 
+#: what an address that is not a Dask scheduler most likely is (the end of the probe's messages)
+NOT_DASK_HINT = ("another service on that port (an HTTP server? the dashboard, usually :8787, instead of "
+                 "the scheduler, usually :8786)?")  # fmt: skip
+
+
+def _check_scheduler_address(scheduler: str) -> None:
+    """UsageError (exit 2) for an address distributed cannot parse (unknown scheme, no port), read
+    as its ``connect`` reads it, before any connection: so that a ValueError the probe meets later
+    comes from the other side's bytes, not from the address."""
+    from distributed.comm import registry
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(scheduler)
+        registry.get_backend(scheme)
+        if scheme in ("tcp", "tls"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
+                         "expected e.g. tcp://host:8786") from exc  # fmt: skip
+
+
 def _probe_scheduler(scheduler: str) -> None:
     """Ask ``scheduler`` who it is, within ``SCHEDULER_ANSWER_S`` in all, before ``Client()`` is
     made: distributed's connect waits without a bound for the other side's handshake, so an
     address that accepts connections but is not Dask (an HTTP server, the dashboard port, a port
     forward to nothing) hung the build. StoreError (exit 3) naming the address and the likely
-    reason, also when nothing accepts the connection; UsageError (exit 2) for a malformed address."""
+    reason, also when nothing accepts the connection; UsageError (exit 2) for a malformed address.
+
+    Once the address parses, distributed's connect retries every failure to open the connection
+    until its timeout (one OSError); what fails after that is the exchange with the other side:
+    silence (the answer window runs out), a close before an answer (CommClosedError), or bytes
+    that are not Dask's frames (an HTTP reply read as a frame length: MemoryError for exabytes,
+    or a ValueError/struct/msgpack error). Those say what happened, not the decoder's error."""
     import asyncio
     import concurrent.futures
 
     from distributed.comm import connect
+    from distributed.comm.core import CommClosedError, FatalCommClosedError
     from distributed.security import Security
+
+    _check_scheduler_address(scheduler)
 
     async def ask() -> Any:
         comm = await connect(
@@ -200,21 +231,24 @@ def _probe_scheduler(scheduler: str) -> None:
     def run() -> Any:  # a loop of its own, also when the caller runs one (a notebook)
         return asyncio.run(asyncio.wait_for(ask(), SCHEDULER_ANSWER_S))
 
-    not_dask = (f"the address {scheduler} accepts connections but did not answer as a Dask scheduler within "
-                f"{SCHEDULER_ANSWER_S:.0f} s: another service on that port (HTTP? the dashboard, usually "
-                ":8787, instead of the scheduler, usually :8786)?")  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
             answer = pool.submit(run).result(timeout=SCHEDULER_ANSWER_S + 10)
         except (TimeoutError, concurrent.futures.TimeoutError) as exc:
-            raise StoreError(not_dask) from exc
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
-                             "expected e.g. tcp://host:8786") from exc  # fmt: skip
+            raise StoreError(f"the address {scheduler} accepts connections but did not answer as a Dask scheduler "
+                             f"within {SCHEDULER_ANSWER_S:.0f} s: {NOT_DASK_HINT}") from exc  # fmt: skip
+        except FatalCommClosedError as exc:  # e.g. a TLS handshake that failed: no connection
+            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+        except CommClosedError as exc:  # connected, then closed by the other side before an answer
+            log.debug("probe of %s: %r", scheduler, exc)
+            raise StoreError(f"the address {scheduler} accepted the connection but closed it without answering "
+                             f"as a Dask scheduler: {NOT_DASK_HINT}") from exc  # fmt: skip
         except OSError as exc:  # nothing accepts the connection (refused, unreachable, unknown host)
             raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
-        except Exception as exc:  # a reply that is not Dask's wire format
-            raise StoreError(f"{not_dask} ({type(exc).__name__}: {exc})"[:500]) from exc
+        except Exception as exc:  # an answer, but not in Dask's wire format (the decoder's error is no news)
+            log.debug("probe of %s: %r", scheduler, exc)
+            raise StoreError(f"the address {scheduler} answered, but not in Dask's protocol: "
+                             f"{NOT_DASK_HINT}") from exc  # fmt: skip
     kind = answer.get("type") if isinstance(answer, dict) else None
     if not isinstance(kind, str) or "Scheduler" not in kind:
         what = f"a Dask {kind}" if isinstance(kind, str) else f"something that answered {answer!r}"[:200]
@@ -227,10 +261,11 @@ def check_arguments(
     config: BuildConfig,
 ) -> None:  # fmt: skip
     """Refuse invalid arguments before anything is started or written (UsageError: exit 2)."""
-    if not Path(pdb_dir).is_dir():
-        raise UsageError(f"--pdb-dir {pdb_dir}: not a directory")
-    if msa_dir is not None and not Path(msa_dir).is_dir():
-        raise UsageError(f"--msa-dir {msa_dir}: not a directory")
+    for option, directory in (("--pdb-dir", pdb_dir), ("--msa-dir", msa_dir)):
+        if directory is not None and not Path(directory).is_dir():
+            # exists() follows links: a broken link, too, points at nothing there
+            what = "not a directory" if Path(directory).exists() else "does not exist"
+            raise UsageError(f"{option} {directory}: {what}")
     if ccd is not None:
         if not Path(ccd).exists():
             raise UsageError(f"--ccd {ccd}: no such file or directory")

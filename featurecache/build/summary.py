@@ -14,7 +14,9 @@ def _mb(n: int) -> str:
 
 
 def render_summary(s: BuildSummary, console: Console | None = None) -> None:
-    console = console or Console(stderr=True)
+    """The summary table and, when inputs failed, the failures table: the build's result, on stdout
+    by default (``featurecache build ... > summary.txt`` keeps them; progress and logs go to stderr)."""
+    console = console or Console()
     t = Table(title=f"featurecache build → {s.store}", show_header=False)
     t.add_column("", style="bold")
     t.add_column("")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -109,3 +110,73 @@ def test_a_scheduler_address_that_is_not_dask_ends_the_build(
         (line,) = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
         assert address in line and "did not answer as a Dask scheduler" in line, line
         assert not out.exists()
+
+
+@pytest.fixture
+def lookup_service(tmp_path: Path) -> Iterator[str]:
+    """``featurecache serve`` (the project's lookup service, uvicorn) over a one-entry store, on 127.0.0.1."""
+    from services.lookup.server import background_server
+    from tests.conftest import build_store
+
+    pdb = tmp_path / "served-pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    build_store(tmp_path / "served", pdb, workers=1)
+    with background_server(tmp_path / "served") as url:
+        yield "tcp://" + url.removeprefix("http://")
+
+
+@pytest.fixture
+def closing_listener() -> Iterator[str]:
+    """A TCP listener on 127.0.0.1 that accepts every connection and closes it at once, unanswered."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+def test_an_address_that_answers_in_another_protocol_is_named_for_what_it_did(
+    tmp_path: Path, lookup_service: str, closing_listener: str
+) -> None:
+    """The lookup service answers Dask's first bytes at once, with an HTTP reply (its first 8 bytes,
+    read as a frame length, asked for exabytes: the error line quoted a MemoryError and said the
+    address had not answered "within 20 s"); a listener that closes each connection answers nothing.
+    Each error line names the address and what it did, without the decoder's error text."""
+    host, port = lookup_service.removeprefix("tcp://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # the service answers HTTP there
+        s.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
+        assert s.recv(12).startswith(b"HTTP/1.")
+    said = {}
+    for name, address in (("http", lookup_service), ("closing", closing_listener)):
+        out = tmp_path / f"store-{name}"
+        args = ["build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--scheduler", address,
+                "--no-progress"]  # fmt: skip
+        # the default answer window (20 s): neither waits for it, so neither may mention it
+        proc = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250"},
+                              timeout=120)  # fmt: skip
+        assert proc.returncode == 3, (name, proc.stderr[-3000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        assert address in line, line
+        for noise in ("within", "20 s", "MemoryError", "allocate", "EiB", "Error:"):
+            assert noise not in line.removeprefix("error:"), (noise, line)
+        assert not out.exists()
+        said[name] = line
+    assert "answered, but not in Dask's protocol" in said["http"] and "HTTP server?" in said["http"], said
+    assert "closed it without answering as a Dask scheduler" in said["closing"], said
