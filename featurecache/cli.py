@@ -1,9 +1,13 @@
 """The ``featurecache`` command line. Commands only translate arguments into one library call.
 
-Exit statuses (documented in --help and README):
-  0  success;  1  some inputs failed (see `featurecache info STORE` / index/failures.arrow);
-  2  usage error;  3  fatal error (e.g. the output cannot be written, the store is unreadable);
-  4  `verify` found a mismatch.
+Exit statuses (documented in each command's --help and in README):
+  0  success;  1  some inputs failed (`build`; see `featurecache info STORE` / index/failures.arrow);
+  2  usage error: an invalid argument or option (click's own, a UsageError, `show`'s unknown id);
+  3  fatal error (e.g. the output cannot be written, the store is unreadable);
+  4  `verify` found a mismatch;  130  Ctrl-C (`build`, `train`);  143  SIGTERM (`train`, `serve`).
+
+Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH lines)
+goes to stdout; log lines, progress bars, warnings and errors to stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from featurecache.errors import FeatureCacheError, UsageError
+from featurecache.errors import FeatureCacheError, NotFound, UsageError
 
 EXIT_OK = 0
 EXIT_INPUT_FAILURES = 1
@@ -31,7 +35,8 @@ app = typer.Typer(
         "serve: HTTP lookup service over a store.\n"
         "train: the reference training loop (client dataset + Triton-kernel model).\n"
         "report / plan: look at what is in a store; plan GPU memory per entry.\n\n"
-        "Exit status: 0 ok, 1 some inputs failed, 2 usage, 3 fatal, 4 verify mismatch."
+        "Exit status: 0 ok, 1 some inputs failed (build), 2 usage, 3 fatal, 4 verify mismatch, 130 Ctrl-C "
+        "(build, train), 143 SIGTERM (train, serve); each command's --help lists its own."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -138,6 +143,10 @@ def build(
 
     Re-running over the same inputs recomputes nothing; new files are added; a killed build resumes where it \
 stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
+
+    Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one); \
+2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
+unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-C (finished parts kept).
     """
     _setup_logging(verbose)
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
@@ -194,7 +203,11 @@ def info(
         ),
     ] = False,
 ) -> None:
-    """Counts, sizes, versions and a failures summary of a store."""
+    """Counts, sizes, versions and a failures summary of a store.
+
+    Exit status: 0 shown (warnings on stderr: an index behind its parts, an unfinished first build); \
+2 usage error; 3 the store or an index file is missing or unreadable.
+    """
     from featurecache.store.info import print_info
 
     try:
@@ -215,14 +228,17 @@ def show(
         ),
     ],
 ) -> None:
-    """Look up one entry: its index row, chains and the shapes of its arrays."""
+    """Look up one entry: its index row, chains and the shapes of its arrays.
+
+    Exit status: 0 shown; 2 usage error, also an entry id the store does not hold; 3 the store, an index \
+file or the entry's arrays are missing or unreadable.
+    """
     from featurecache.store.show import print_entry
 
     try:
         print_entry(store, entry_id)
-    except KeyError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(EXIT_USAGE) from exc
+    except NotFound as exc:  # an id the store does not hold: a bad argument, not a broken store
+        raise _fatal(UsageError(str(exc))) from exc
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
 
@@ -235,7 +251,15 @@ def verify(
         bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
     ] = True,
 ) -> None:
-    """Recompute every entry's content hash and check index <-> parts consistency (exit 4 on mismatch)."""
+    """Recompute every entry's and MSA's content hash and check index <-> parts consistency.
+
+    Each problem is one 'MISMATCH ...' line on stdout (progress, log lines and warnings go to stderr); \
+'ok: store verified' when there is none.
+
+    Exit status: 0 verified; 2 usage error; 3 the store or an index file is missing or unreadable; 4 a \
+mismatch (an entry's or MSA's content hash, naming its part and arrays; a missing or unreadable part or \
+shard; an index behind its parts; chain rows or MSA keys that do not match the index).
+    """
     _setup_logging(verbose)
     from featurecache.store.verify import verify_store
 
@@ -246,8 +270,8 @@ def verify(
         raise _fatal(exc) from exc
     if unfinished:  # (exit status unchanged: the entries it lists were checked)
         _warn_unfinished(store, "verify checked only part of the store, its counts are partial")
-    for p in problems:
-        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED, err=True)
+    for p in problems:  # the result: on stdout (`verify S > report.txt` keeps it)
+        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
     if problems:
         raise typer.Exit(EXIT_VERIFY_MISMATCH)
     typer.echo("ok: store verified")
@@ -260,7 +284,11 @@ def prune(
     verbose: Verbose = False,
 ) -> None:
     """Delete the parts no index row uses any more (old versions of rebuilt entries, MSAs and
-    components no entry uses); what the store serves does not change."""
+    components no entry uses); what the store serves does not change.
+
+    Exit status: 0 pruned (or listed, --dry-run); 2 usage error; 3 the store is missing, unreadable or \
+unwritable, or a build holds it.
+    """
     _setup_logging(verbose)
     from featurecache.store.prune import prune_store
 
@@ -289,7 +317,13 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs."""
+    """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs.
+
+    Exit status: 0 stopped by Ctrl-C; 2 usage error (--port, --workers, a --token that is empty or holds \
+whitespace or a control character); 3 the store cannot be opened, a token variable or file is unusable, or \
+the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown).
+    """
+    from featurecache.auth import clean_token
     from services.lookup.server import run_server
 
     try:
@@ -297,6 +331,13 @@ def serve(
             raise UsageError(f"--port {port}: a TCP port is from 1 to 65535")
         if workers < 1:
             raise UsageError(f"--workers {workers}: at least 1 worker process")
+        if token is not None:  # an option's value: a usage error (the variable and the file: exit 3)
+            try:
+                token_given = clean_token(token, "--token")
+            except FeatureCacheError as exc:
+                raise UsageError(str(exc)) from None
+            if not token_given:
+                raise UsageError("--token is empty: give a token, or leave --token out to serve without one")
         run_server(store=store, host=host, port=port, workers=workers, token=token)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
@@ -428,7 +469,13 @@ continues a run with --resume.
 
     Several GPUs: torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG. Each \
 rank trains on its share of the sample stream, the gradients are averaged, rank 0 writes LOG and the \
-checkpoints, rank r writes LOG's NAME.rank<r>.json."""
+checkpoints, rank r writes LOG's NAME.rank<r>.json.
+
+    Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
+model config, a checkpoint that does not match; before training); 3 fatal (the store or service cannot be \
+read, a non-finite loss, a log or checkpoint that cannot be written); 130 Ctrl-C and 143 SIGTERM (stopped \
+after the current step; the log, and with --checkpoint a checkpoint, written).
+    """
     _setup_logging(verbose)
     if (store is None) == (url is None):
         typer.secho("error: give exactly one of --store or --url", fg=typer.colors.RED, err=True)
@@ -465,7 +512,10 @@ def report(
         typer.Option("--train-log", help="JSON log of `featurecache train` for the loader timeline."),
     ] = None,
 ) -> None:
-    """Write an HTML report (plots + the numbers behind them) of what is in a store."""
+    """Write an HTML report (plots + the numbers behind them) of what is in a store.
+
+    Exit status: 0 written; 2 usage error; 3 the store is missing or unreadable, or --out cannot be written.
+    """
     from featurecache.report import write_report
 
     try:
@@ -473,6 +523,22 @@ def report(
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     typer.echo(f"report written: {path}")
+    _warn_partial_plan(store)
+
+
+def _warn_partial_plan(store: Path) -> None:
+    """One line on stderr when the store's plan (index/plan.arrow) was made while its first build had
+    not finished (the report's memory-plan section says so too)."""
+    from featurecache.plan.planner import plan_path, read_plan, unfinished_plan_warning
+
+    if not plan_path(store).is_file():
+        return
+    try:
+        partial = unfinished_plan_warning(read_plan(store), f"{store}: its plan ({plan_path(store).name})")
+    except (FeatureCacheError, OSError):  # the report ran without it; nothing to warn about here
+        return
+    if partial:
+        typer.secho(f"warning: {partial}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -504,7 +570,15 @@ def plan(
         ),
     ] = 128,
 ) -> None:
-    """Predict peak training memory per entry from the index alone; recommend a token budget."""
+    """Predict peak training memory per entry from the index alone; recommend a token budget.
+
+    On a store whose first build has not finished it warns (stderr) and marks the written plan so: \
+featurecache.plan.fitting_ids and `featurecache report` then warn that the plan is partial.
+
+    Exit status: 0 planned; 2 usage error (e.g. a --gpu-memory without a unit, a model config that cannot be \
+read or is invalid); 3 the store is missing or unreadable, or the plan cannot be written (the summary is \
+printed first).
+    """
     from featurecache.plan import run_plan
 
     unfinished = _first_build_unfinished(store)
@@ -521,9 +595,11 @@ def plan(
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     if unfinished:
+        marked = " (index/plan.arrow records it: fitting_ids and `report` warn)" if write_index else ""
         _warn_unfinished(
             store,
-            "the plan covers only those, its counts are partial: plan again once the build has finished",
+            f"the plan covers only those, its counts are partial{marked}: "
+            "plan again once the build has finished",
         )
 
 

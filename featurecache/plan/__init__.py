@@ -23,6 +23,7 @@ from featurecache.plan.planner import (
     read_plan,
     run_plan,
     summarize_plan,
+    unfinished_plan_warning,
     write_plan,
 )
 
@@ -41,5 +42,6 @@ __all__ = [
     "read_plan",
     "run_plan",
     "summarize_plan",
+    "unfinished_plan_warning",
     "write_plan",
 ]

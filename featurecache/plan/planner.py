@@ -14,7 +14,10 @@ fits the GPU. The result is written to ``STORE/index/plan.arrow`` (atomic replac
 at this entry's M), ``recommended_crop`` (``min(token_count, max_tokens)``), and per standard crop
 ``C``: ``tokens_C`` (effective N), ``predicted_peak_bytes_C``, ``fits_C``. The schema metadata
 ``featurecache.plan`` (JSON) records the GPU budget, kernel mode, precision, batch size, model
-config and the store's entry count at planning time (a plan older than the index is detectable).
+config and the store's entry count at planning time (a plan older than the index is detectable), and
+``first_build_finished``: False when the store's first build had not finished (its index listed only the
+entries written so far), so the plan is partial: :func:`fitting_ids` and the report warn about it
+(:func:`unfinished_plan_warning`). A plan written before this key is taken as a finished store's.
 
 Atoms play no part: the model's inputs hold no atom-level array, and the client's crops have no
 atom budget by default, so a crop holds ``min(token_count, crop)`` tokens. Under ``train
@@ -179,8 +182,12 @@ class Planner:
         chains: pa.Table,
         crops: Sequence[int] = STANDARD_CROPS,
         max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+        *,
+        first_build_finished: bool = True,
     ) -> pa.Table:
-        """The plan table (one row per entry of ``entries``, same order)."""
+        """The plan table (one row per entry of ``entries``, same order). ``first_build_finished``:
+        False when ``entries`` is the index of a store whose first build has not finished (recorded
+        in the plan's metadata: the plan is partial)."""
         ids = entries.column("id").to_pylist()
         tokens = np.asarray(
             pc.fill_null(entries.column("token_count"), 0).to_numpy(zero_copy_only=False), np.int64
@@ -203,7 +210,10 @@ class Planner:
             cols[f"tokens_{crop}"] = pa.array(n_eff, pa.int64())
             cols[f"predicted_peak_bytes_{crop}"] = pa.array(peak, pa.int64())
             cols[f"fits_{crop}"] = pa.array(peak <= self.budget, pa.bool_())
-        meta = dict(self.metadata(), crops=list(crops), max_msa_rows=max_msa_rows, n_entries=len(ids))
+        meta = dict(
+            self.metadata(), crops=list(crops), max_msa_rows=max_msa_rows, n_entries=len(ids),
+            first_build_finished=first_build_finished,
+        )  # fmt: skip
         table = pa.table(cols)
         return table.replace_schema_metadata({PLAN_METADATA_KEY: json.dumps(meta).encode()})
 
@@ -211,6 +221,20 @@ class Planner:
 def plan_metadata(table: pa.Table) -> dict[str, Any]:
     raw = (table.schema.metadata or {}).get(PLAN_METADATA_KEY)
     return json.loads(raw) if raw else {}
+
+
+def unfinished_plan_warning(table: pa.Table, where: str = "the plan") -> str | None:
+    """What a reader of a plan says when the plan was made while the store's first build had not
+    finished (metadata ``first_build_finished`` False); None for a finished store's plan (or one
+    written before the key existed)."""
+    meta = plan_metadata(table)
+    if meta.get("first_build_finished", True):
+        return None
+    return (
+        f"{where} was made while the store's first build had not finished: it covers only the "
+        f"{meta.get('n_entries', table.num_rows)} entries written by then, so entries built since are "
+        "missing from it; run `featurecache plan STORE` again once the build has finished"
+    )
 
 
 def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[str, Any]:
@@ -276,8 +300,13 @@ def fitting_ids(store: Any, crop: int) -> list[str]:
     """Ids of the entries the plan says fit at ``crop`` — the filter hook of the client's sampler:
 
     ``SamplerFilter(ids=fitting_ids(store, 640))`` (see :class:`featurecache.client.sampler.SamplerFilter`).
+    A plan made while the store's first build had not finished is partial: logged as a warning.
     """
     table = read_plan(store)
+    name = store if isinstance(store, str | Path) else getattr(store, "path", None)
+    warning = unfinished_plan_warning(table, f"the plan of {name}" if name else "the plan")
+    if warning:
+        log.warning("fitting_ids: %s", warning)
     col = f"fits_{crop}"
     if col not in table.column_names:
         crops = [c.removeprefix("fits_") for c in table.column_names if c.startswith("fits_")]
@@ -311,7 +340,9 @@ def plan_store(
             load_model_config(model_config), parse_bytes(gpu_memory), fused=fused, precision=precision,
             batch_size=batch_size, headroom=headroom, pad_multiple=pad_multiple,
         )  # fmt: skip
-        table = planner.plan(reader.entries, reader.chains, crops, max_msa_rows)
+        table = planner.plan(
+            reader.entries, reader.chains, crops, max_msa_rows, first_build_finished=reader.finished
+        )
     finally:
         reader.close()
     if write_index:

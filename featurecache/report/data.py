@@ -265,8 +265,9 @@ def _max(v: np.ndarray) -> str:
 
 def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
     """Panels of ``index/plan.arrow`` when the store has been planned; a plan made before entries
-    were added or removed is flagged as covering only some of the store's entries."""
-    from featurecache.plan.planner import PLAN_TABLE, plan_metadata, summarize_plan
+    were added or removed is flagged as covering only some of the store's entries, one made while
+    the store's first build had not finished as partial."""
+    from featurecache.plan.planner import PLAN_TABLE, plan_metadata, summarize_plan, unfinished_plan_warning
 
     table = reader.table(PLAN_TABLE)
     if table.num_rows == 0 or "recommended_crop" not in table.column_names:
@@ -282,6 +283,13 @@ def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
         summary.update(stale)
         section = f"Memory plan — out of date: covers {stale['plan_covers_entries']} of {stale['store_entries']} entries"
     note = f"{stale['plan_out_of_date']}. " if stale else ""
+    partial = unfinished_plan_warning(table, "This plan")
+    if partial:
+        summary["plan_first_build_unfinished"] = partial
+        section = section.replace(
+            "Memory plan", "Memory plan — partial: planned during an unfinished first build", 1
+        )
+        note = f"{partial}. {note}"
     shares = {"label": [str(c) for c in crops], "share_fits": [summary[f"share_fits_{c}"] for c in crops]}
     panels = [
         Panel("plan_share_fits", "Share of entries that fit", section, "bar", shares, "crop (tokens)", "share",

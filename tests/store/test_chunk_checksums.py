@@ -107,8 +107,8 @@ def test_bit_damage_in_a_structure_chunk_is_an_error(sample_store: Path, tmp_pat
     assert not any("content hash" in p for p in problems), problems
     run = _cli("verify", str(store))
     assert run.returncode == 4, (run.returncode, run.stderr[-2000:])
-    assert "Traceback" not in run.stderr and f"MISMATCH entry {entry_id}: unreadable" in run.stderr
-    assert str(shard) in run.stderr
+    assert "Traceback" not in run.stderr and f"MISMATCH entry {entry_id}: unreadable" in run.stdout
+    assert str(shard) in run.stdout
 
 
 def test_bit_damage_is_a_500_from_the_service(sample_store: Path, tmp_path: Path) -> None:

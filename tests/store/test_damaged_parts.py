@@ -81,7 +81,7 @@ def test_truncated_structure_shard(sample_store: Path, tmp_path: Path) -> None:
 
     run = _cli("verify", str(store))
     assert run.returncode == 4, (run.returncode, run.stderr[-2000:])
-    assert "Traceback" not in run.stderr and f"MISMATCH entry {entry_id}: unreadable" in run.stderr
+    assert "Traceback" not in run.stderr and f"MISMATCH entry {entry_id}: unreadable" in run.stdout
 
     run = _cli("show", str(store), entry_id)
     assert run.returncode == 3, (run.returncode, run.stderr[-2000:])

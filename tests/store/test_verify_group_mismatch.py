@@ -51,7 +51,7 @@ def test_mismatch_names_the_part_and_the_groups(sample_store: Path, tmp_path: Pa
 
     run = _cli("verify", str(store))
     assert run.returncode == 4, (run.returncode, run.stderr[-2000:])
-    assert f"MISMATCH {one}" in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert f"MISMATCH {one}" in run.stdout and "Traceback" not in run.stderr, run.stderr[-2000:]
 
 
 def test_mismatch_in_a_part_without_group_hashes(sample_store: Path, tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_msa_mismatch_names_the_part_and_the_arrays(sample_store: Path, tmp_path
 
     run = _cli("verify", "--no-progress", str(store))
     assert run.returncode == 4, (run.returncode, run.stderr[-2000:])
-    assert f"MISMATCH {one}" in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert f"MISMATCH {one}" in run.stdout and "Traceback" not in run.stderr, run.stderr[-2000:]
 
 
 def test_msa_mismatch_in_a_part_without_array_hashes(sample_store: Path, tmp_path: Path) -> None:
@@ -104,4 +104,4 @@ def test_msa_array_shape_differs_from_the_index(sample_store: Path, tmp_path: Pa
 
     run = _cli("verify", "--no-progress", str(store))
     assert run.returncode == 4 and "Traceback" not in run.stderr, (run.returncode, run.stderr[-2000:])
-    assert f"MISMATCH {one}" in run.stderr and f"MISMATCH {two}" in run.stderr, run.stderr[-2000:]
+    assert f"MISMATCH {one}" in run.stdout and f"MISMATCH {two}" in run.stdout, run.stdout[-2000:]
