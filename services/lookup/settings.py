@@ -24,7 +24,8 @@ def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     (or ``--token``) and ``FEATURECACHE_AUTH_TOKEN_FILE`` is set (non-empty), and the file, when
     given, holds a token; neither token has whitespace or a control character inside (surrounding
     whitespace is dropped: ``featurecache.auth.clean_token``). Raises FeatureCacheError (the CLI
-    exits 3) naming the variable, the file or both."""
+    exits 3: the environment) naming the variable, the file or both; ``featurecache serve`` refuses a
+    bad ``--token`` value itself before this, as a usage error (exit 2)."""
     env = os.environ if environ is None else environ
     token = clean_token(env.get(TOKEN_ENV, ""), f"--token/{TOKEN_ENV}")
     path = env.get(TOKEN_FILE_ENV, "").strip()
