@@ -272,9 +272,14 @@ def test_training_over_a_service_with_small_msa_limits_skips_nothing(
 def test_train_cli_passes_its_token_to_the_service(token_server: str, tmp_path: Path) -> None:
     """`featurecache train --url URL --token T` trains over a token-protected service; without the
     token (and none in the environment) it stops with the service's refusal, not a traceback."""
+    from featurecache.model.config import ModelConfig
+
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    cfg = tmp_path / "tiny.json"  # the token's path is checked, not the model: a tiny one trains fast
+    ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2, transition_n=2,
+                distogram_bins=16).to_json(cfg)  # fmt: skip
     cmd = [sys.executable, "-m", "featurecache.cli", "train", "--url", token_server, "--steps", "2", "--crop", "32",
-           "--device", "cpu", "--workers", "1", "--pool", "thread"]  # fmt: skip
+           "--device", "cpu", "--workers", "1", "--pool", "thread", "--model-config", str(cfg)]  # fmt: skip
     # the two runs are independent: they run at once (each is mostly a CLI start importing torch)
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for args in ([*cmd, "--token", TOKEN, "--log", str(tmp_path / "ok.json")],

@@ -235,8 +235,10 @@ def test_train_cli_on_ctrl_c_stops_after_the_step_and_says_how_to_continue(
     is ignored while the command is started, and :func:`_cli` must still start it as a terminal's
     foreground job."""
     log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
+    cfg = tmp_path / "tiny.json"
+    TINY.to_json(cfg)  # the signal's handling is checked, not the model: a tiny one's steps are cheap
     args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "2", "--pool",
-            "process", "--checkpoint", str(ck), "--log", str(log)]  # fmt: skip
+            "process", "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
     with out.open("w") as output:
         with _sigint(signal.SIG_IGN):  # the session, as one started in the background has it
             proc = _cli(
@@ -296,8 +298,10 @@ def test_train_cli_on_sigterm_writes_log_and_checkpoint_and_dies_of_the_signal(
     the log and a final checkpoint, and ends as an uncaught SIGTERM does (killed by the signal: exit
     status 143 in a shell, -15 from subprocess). The checkpoint resumes."""
     log, ck, out = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "output.txt"
+    cfg = tmp_path / "tiny.json"
+    TINY.to_json(cfg)  # the signal's handling is checked, not the model: a tiny one's steps are cheap
     args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1",
-            "--checkpoint", str(ck), "--log", str(log)]  # fmt: skip
+            "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
     with out.open("w") as output:
         proc = _cli(*args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT)
         try:

@@ -209,7 +209,10 @@ def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool)
     torch.manual_seed(0)
     model = Trunk(TINY, fused=fused).to(KERNEL_DEVICE if fused else "cpu")
     dev = next(model.parameters()).device
-    raw = synthetic_batch(np.random.default_rng(5), 2, 13, msa_rows=3, full=False)
+    # two samples of 6 and 3 tokens: padded within the batch to 6, then to 8 (fewer rows of the
+    # triangle kernels than 13 tokens → 16 for the Triton interpreter to step through)
+    raw = synthetic_batch(np.random.default_rng(5), 2, 7, msa_rows=3, full=False)
+    assert raw["token_mask"].sum(1).tolist() == [6, 3]
     batch = {k: raw[k].to(dev) for k in MODEL_INPUT_KEYS}
     grads = []
     losses = []
@@ -458,9 +461,12 @@ def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -
     import subprocess
     import sys
 
+    cfg = tmp_path / "tiny.json"  # what is checked is the checkpoint and the resume, not the model
+    TINY.to_json(cfg)
+
     def start(*args: str) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(sample_store), "--device", "cpu",
-               "--crop", "16", "--workers", "1", *args]  # fmt: skip
+               "--crop", "16", "--workers", "1", "--model-config", str(cfg), *args]  # fmt: skip
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def train(*args: str) -> subprocess.CompletedProcess[str]:

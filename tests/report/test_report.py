@@ -128,11 +128,16 @@ def test_page_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None
 
 
 def test_loader_timeline_from_a_real_training_log(sample_store: Path, tmp_path: Path) -> None:
+    from featurecache.model.config import ModelConfig
     from featurecache.model.train import run_training
 
+    # a real run through the client's loader on a real store; the timeline reads the log's data
+    # waits, not the model, so a small trunk (the default one's CPU steps cost seconds) will do
+    small = ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2,
+                        transition_n=2, distogram_bins=16)  # fmt: skip
     log_path = tmp_path / "train_log.json"
     run_training(sample_store, None, steps=4, crop_size=16, device="cpu", fused=False, log_path=log_path,
-                 workers=2)  # fmt: skip
+                 workers=2, config=small)  # fmt: skip
     doc = json.loads(log_path.read_text())
     out = tmp_path / "report"
     write_report(sample_store, out, train_log=log_path)

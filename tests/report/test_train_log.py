@@ -15,8 +15,14 @@ from typer.testing import CliRunner
 
 from featurecache.cli import app
 from featurecache.errors import UsageError
+from featurecache.model.config import ModelConfig
 from featurecache.report import write_report
 from featurecache.report.timeline import load_train_log, timeline_panel
+
+#: the real runs here are for their logs, not their model: a small trunk (the default one's CPU
+#: steps cost seconds)
+SMALL = ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2, transition_n=2,
+                    distogram_bins=16)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +32,7 @@ def real_log(sample_store: Path, tmp_path_factory: pytest.TempPathFactory) -> di
 
     path = tmp_path_factory.mktemp("train") / "log.json"
     run_training(sample_store, None, steps=3, crop_size=16, device="cpu", fused=False, log_path=path,
-                 workers=2)  # fmt: skip
+                 workers=2, config=SMALL)  # fmt: skip
     doc: dict[str, Any] = json.loads(path.read_text())
     assert doc["status"] == "completed" and len(doc["steps"]) == 3
     return doc
@@ -108,7 +114,8 @@ def test_a_stopped_then_resumed_run(sample_store: Path, tmp_path: Path) -> None:
 
     assert WARMUP_STEPS == 1  # timeline.WARMUP_STEPS, for logs whose summary does not say
     log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
-    kw: dict[str, Any] = dict(crop_size=16, device="cpu", fused=False, log_path=log, workers=2, checkpoint=ck)
+    kw: dict[str, Any] = dict(crop_size=16, device="cpu", fused=False, log_path=log, workers=2, checkpoint=ck,
+                              config=SMALL)  # fmt: skip
 
     def on_step(rec: dict[str, Any]) -> None:
         if rec["step"] == 1:
