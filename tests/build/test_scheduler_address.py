@@ -4,6 +4,7 @@ ends with one line naming the address, exit 3, nothing written (before: it hung 
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import shutil
@@ -25,9 +26,10 @@ SHORT_WINDOW = (
 )
 
 
-@pytest.fixture
-def silent_listener() -> Iterator[str]:
-    """A TCP listener on 127.0.0.1 that accepts every connection and never sends a byte."""
+@contextlib.contextmanager
+def _listener(close_at_once: bool) -> Iterator[str]:
+    """A TCP listener on 127.0.0.1 that accepts every connection and never sends a byte: it holds
+    each connection open, or (``close_at_once``) closes it at once, unanswered."""
     server = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
     stop = threading.Event()
@@ -36,9 +38,13 @@ def silent_listener() -> Iterator[str]:
         server.settimeout(0.2)
         while not stop.is_set():
             try:
-                held.append(server.accept()[0])
+                conn = server.accept()[0]
             except TimeoutError:
                 continue
+            if close_at_once:
+                conn.close()
+            else:
+                held.append(conn)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -50,6 +56,13 @@ def silent_listener() -> Iterator[str]:
         for c in held:
             c.close()
         server.close()
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """Accepts every connection, holds it and never sends a byte."""
+    with _listener(close_at_once=False) as address:
+        yield address
 
 
 @pytest.fixture
@@ -128,26 +141,9 @@ def lookup_service(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def closing_listener() -> Iterator[str]:
-    """A TCP listener on 127.0.0.1 that accepts every connection and closes it at once, unanswered."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                server.accept()[0].close()
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
+    """Accepts every connection and closes it at once, unanswered."""
+    with _listener(close_at_once=True) as address:
+        yield address
 
 
 def test_an_address_that_answers_in_another_protocol_is_named_for_what_it_did(
