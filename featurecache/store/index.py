@@ -235,6 +235,31 @@ def first_build_finished(root: Path) -> bool:
     return not is_unfinished(schema)
 
 
+def differing_hashes(
+    path: Path, key_column: str, key: str, now: dict[str, str], names: dict[str, str], unit: str, of: str
+) -> str:
+    """Which of one record's parts hash differently from what its store part recorded when it was
+    written, as words for ``verify``'s mismatch line (read only on a mismatch). ``path``: the part's
+    per-``unit`` hash table (one row per record, ``key_column`` = ``key``, a sha256 column per hashed
+    name; the last row is the record's); ``now``: name → the hash of what is stored now; ``names``:
+    hashed name → the words for it, in the order to list them; ``unit``: "array" or "array group";
+    ``of``: the record's kind ("entry", "MSA")."""
+    try:
+        table = read_table(path, memory_map=False)
+        rows = [r for r in table.to_pylist() if r.get(key_column) == key]
+    except (StoreError, OSError, ValueError) as exc:
+        if not Path(path).exists():
+            return f"it records no per-{unit.split()[-1]} hashes"
+        return f"its per-{unit.split()[-1]} hashes are unreadable ({exc})"
+    if not rows:
+        return f"it records no per-{unit.split()[-1]} hashes of this {of}"
+    differ = [word for name, word in names.items() if rows[-1].get(name) != now[name]]
+    if not differ:
+        return f"every {unit} still hashes as written, the index's hash differs"
+    many = len(differ) > 1
+    return f"{unit}{'s' if many else ''} {', '.join(differ)} differ{'' if many else 's'}"
+
+
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
     """An Arrow IPC file; StoreError naming the file when it is missing, truncated or not Arrow."""
     try:

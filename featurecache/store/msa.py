@@ -38,7 +38,7 @@ import zarr
 
 from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
 from featurecache.errors import InvalidRequest, NotFound, StoreError
-from featurecache.store.index import read_table, table_from_rows, write_table
+from featurecache.store.index import differing_hashes, table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, chunk_compressors
 from featurecache.store.root import PartArrays, array_metadata, decode_records, record_fill_only_shards
 from featurecache.store.writer import SOURCE_DIR, _dir_bytes, commit_part, part_tmp_dir, write_record_array
@@ -327,24 +327,12 @@ def _differing_arrays(part: Path, row: dict[str, Any], now: dict[str, str]) -> s
     ``residues/NNNNNN``; ``rows.species``, ``rows.source``; ``cols.profile``,
     ``cols.deletion_mean``; ``deletions`` (its cells, or the rows' ``del_start`` that place them).
     Read only on a mismatch."""
-    path = part / MSA_HASHES
-    try:
-        table = read_table(path, memory_map=False)
-        rows = [r for r in table.to_pylist() if r.get("key") == row["key"]]
-    except (StoreError, OSError, ValueError) as exc:
-        if not path.exists():
-            return "it records no per-array hashes"
-        return f"its per-array hashes are unreadable ({exc})"
-    if not rows:
-        return "it records no per-array hashes of this MSA"
     where = {
         "residues": str(row["array"]), "deletions": "deletions", "species": "rows.species",
         "source": "rows.source", "profile": "cols.profile", "deletion_mean": "cols.deletion_mean",
     }  # fmt: skip
-    differ = [where[a] for a in MSA_ARRAYS if rows[-1].get(a) != now[a]]
-    if not differ:
-        return "every array still hashes as written, the index's hash differs"
-    return f"array{'s' if len(differ) > 1 else ''} {', '.join(differ)} differ{'' if len(differ) > 1 else 's'}"
+    return differing_hashes(part / MSA_HASHES, "key", row["key"], now, {a: where[a] for a in MSA_ARRAYS},
+                            "array", "MSA")  # fmt: skip
 
 
 def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:

@@ -26,7 +26,13 @@ from typing import Any
 import pyarrow as pa
 
 from featurecache.errors import FeatureCacheError, StoreError
-from featurecache.store.index import complete_parts, gather_part_tables, latest_per, read_table
+from featurecache.store.index import (
+    complete_parts,
+    differing_hashes,
+    gather_part_tables,
+    latest_per,
+    read_table,
+)
 from featurecache.store.layout import (
     ENTRY_GROUPS,
     GROUP_OFFSETS,
@@ -266,21 +272,8 @@ def _check_entry(store: LocalStore, parts: dict[str, Path], row: dict[str, Any])
 def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any]]) -> str:
     """Which of the entry's array groups hash differently from what its part recorded when it was
     written (``writer.GROUP_HASHES``), as words for the mismatch line; read only on a mismatch."""
-    path = part / GROUP_HASHES
-    try:
-        table = read_table(path, memory_map=False)
-        rows = [r for r in table.to_pylist() if r.get("entry_id") == entry_id]
-    except (FeatureCacheError, OSError, ValueError) as exc:
-        if not path.exists():
-            return "it records no per-group hashes"
-        return f"its per-group hashes are unreadable ({exc})"
-    if not rows:
-        return "it records no per-group hashes of this entry"
-    now = group_hashes(groups)
-    differ = [g for g in ENTRY_GROUPS if rows[-1].get(g) != now[g]]
-    if not differ:
-        return "every array group still hashes as written, the index's hash differs"
-    return f"array group{'s' if len(differ) > 1 else ''} {', '.join(differ)} differ{'' if len(differ) > 1 else 's'}"
+    return differing_hashes(part / GROUP_HASHES, "entry_id", entry_id, group_hashes(groups),
+                            {g: g for g in ENTRY_GROUPS}, "array group", "entry")  # fmt: skip
 
 
 def _index_matches_parts(root: Path, entries: pa.Table) -> list[str]:
