@@ -598,7 +598,8 @@ printed first).
         marked = " (index/plan.arrow records it: fitting_ids and `report` warn)" if write_index else ""
         _warn_unfinished(
             store,
-            f"the plan covers only those, its counts are partial{marked}: "
+            f"the plan covers only what was written so far, its counts are partial and, as entries, MSAs or "
+            f"conformers written later are missing from it, its memory predictions may be low{marked}: "
             "plan again once the build has finished",
         )
 

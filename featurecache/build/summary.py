@@ -13,10 +13,22 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
+#: the width of the summary when stdout is not a terminal: wide enough that no row wraps
+UNWRAPPED_WIDTH = 100_000
+
+
+def _console() -> Console:
+    """stdout's console. Not a terminal (``featurecache build ... > summary.txt``, a pipe): rich
+    took 80 columns and folded the tables, so a failure's path was split across lines and
+    ``grep PATH summary.txt`` found nothing; there each row is one line, however long."""
+    console = Console()
+    return console if console.is_terminal else Console(width=UNWRAPPED_WIDTH)
+
+
 def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     """The summary table and, when inputs failed, the failures table: the build's result, on stdout
     by default (``featurecache build ... > summary.txt`` keeps them; progress and logs go to stderr)."""
-    console = console or Console()
+    console = console or _console()
     t = Table(title=f"featurecache build → {s.store}", show_header=False)
     t.add_column("", style="bold")
     t.add_column("")

@@ -16,7 +16,7 @@ at this entry's M), ``recommended_crop`` (``min(token_count, max_tokens)``), and
 ``featurecache.plan`` (JSON) records the GPU budget, kernel mode, precision, batch size, model
 config and the store's entry count at planning time (a plan older than the index is detectable), and
 ``first_build_finished``: False when the store's first build had not finished (its index listed only the
-entries written so far), so the plan is partial: :func:`fitting_ids` and the report warn about it
+entries, MSAs and conformers written so far), so the plan is partial and its peaks may be low: :func:`fitting_ids` and the report warn about it
 (:func:`unfinished_plan_warning`). A plan written before this key is taken as a finished store's.
 
 Atoms play no part: the model's inputs hold no atom-level array, and the client's crops have no
@@ -226,14 +226,17 @@ def plan_metadata(table: pa.Table) -> dict[str, Any]:
 def unfinished_plan_warning(table: pa.Table, where: str = "the plan") -> str | None:
     """What a reader of a plan says when the plan was made while the store's first build had not
     finished (metadata ``first_build_finished`` False); None for a finished store's plan (or one
-    written before the key existed)."""
+    written before the key existed). Not only entries can be missing: a build interrupted in its
+    MSA or conformer stage has every entry listed but not their MSAs or conformers, so the plan
+    read fewer MSA rows (or atoms) than the finished store holds and its peaks are too low."""
     meta = plan_metadata(table)
     if meta.get("first_build_finished", True):
         return None
     return (
-        f"{where} was made while the store's first build had not finished: it covers only the "
-        f"{meta.get('n_entries', table.num_rows)} entries written by then, so entries built since are "
-        "missing from it; run `featurecache plan STORE` again once the build has finished"
+        f"{where} was made before the store's first build finished (its index then listed "
+        f"{meta.get('n_entries', table.num_rows)} entries): entries, MSAs or conformers written since are "
+        "missing from it, so its memory predictions may be low; run `featurecache plan STORE` again once "
+        "the build has finished"
     )
 
 

@@ -52,3 +52,28 @@ def test_the_summary_and_failures_tables_go_to_stdout(tmp_path: Path) -> None:
     for result in results:
         assert result not in stderr, (result, stderr)
     assert "structures 2/2" in stderr and "structures 2/2" not in stdout, (stdout, stderr)
+
+
+def test_redirected_output_keeps_each_failed_path_on_one_line(tmp_path: Path) -> None:
+    """``featurecache build ... > summary.txt`` with no COLUMNS (a script, a batch job): rich took
+    80 columns when stdout was not a terminal, the failures table folded a long path over several
+    lines, and ``grep PATH summary.txt`` found nothing. The path here is 100 characters."""
+    pdb = tmp_path / "pdb"
+    deep = (
+        pdb / "from_the_2024_reprocessing_run" / "malformed_inputs_kept_for_the_parser_tests" / "batch_0001"
+    )
+    deep.mkdir(parents=True)
+    shutil.copy(STRUCTURES / "1bna-errors.cif", deep)  # fails to parse (SOURCES.tsv: a malformed loop)
+    rel = str((deep / "1bna-errors.cif").relative_to(pdb))
+    assert len(rel) == 100
+    args = ["build", "--pdb-dir", str(pdb), "--out", str(tmp_path / "s"), "--workers", "1", "--no-progress"]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    summary = tmp_path / "summary.txt"
+    with summary.open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], stdout=out, stderr=subprocess.PIPE,
+                              cwd=REPO, env=env, text=True, timeout=300)  # fmt: skip
+    stdout = summary.read_text()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "failures (this run)" in stdout, stdout
+    rows = [line for line in stdout.splitlines() if rel in line]  # what `grep PATH summary.txt` finds
+    assert len(rows) == 1 and "ParseError" in rows[0], stdout

@@ -1,6 +1,6 @@
 """``featurecache plan`` on a store whose first build has not finished warns (stderr, one line
-naming the store), as ``info`` does: its index lists only the entries written so far, so the
-plan's counts are partial. The exit status and the plan itself are unchanged."""
+naming the store), as ``info`` does: its index lists only what was written so far, so the
+plan's counts are partial and, with entries, MSAs or conformers still to come, its peaks may be low. The exit status and the plan itself are unchanged."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ def test_plan_warns_on_an_unfinished_first_build(sample_store: Path, tmp_path: P
     warnings = [line for line in run.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 1, run.stderr[-2000:]
     assert f"warning: {store}: {WARNING}" in said and "partial" in said, run.stderr[-2000:]
+    # not only entries: MSAs and conformers written later are missing too, and the peaks may be low
+    assert "entries, MSAs or conformers written later are missing" in said, run.stderr[-2000:]
+    assert "memory predictions may be low" in said, run.stderr[-2000:]
 
     written = cli("plan", str(store))  # also when it writes index/plan.arrow
     assert written.returncode == 0 and (store / "index" / "plan.arrow").is_file(), written.stderr[-2000:]
