@@ -4,7 +4,7 @@ Exit statuses (documented in each command's --help and in README):
   0  success;  1  some inputs failed (`build`; see `featurecache info STORE` / index/failures.arrow);
   2  usage error: an invalid argument or option (click's own, a UsageError, `show`'s unknown id);
   3  fatal error (e.g. the output cannot be written, the store is unreadable);
-  4  `verify` found a mismatch;  130  Ctrl-C (`build`, `train`);  143  SIGTERM (`train`, `serve`).
+  4  `verify` found a mismatch;  130  Ctrl-C (`build`, `train`);  143  SIGTERM (`build`, `train`, `serve`).
 
 Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH lines)
 goes to stdout; log lines, progress bars, warnings and errors to stderr.
@@ -36,7 +36,7 @@ app = typer.Typer(
         "train: the reference training loop (client dataset + Triton-kernel model).\n"
         "report / plan: look at what is in a store; plan GPU memory per entry.\n\n"
         "Exit status: 0 ok, 1 some inputs failed (build), 2 usage, 3 fatal, 4 verify mismatch, 130 Ctrl-C "
-        "(build, train), 143 SIGTERM (train, serve); each command's --help lists its own."
+        "(build, train), 143 SIGTERM (build, train, serve); each command's --help lists its own."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -146,7 +146,8 @@ stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
 
     Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one); \
 2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
-unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-C (finished parts kept).
+unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-C and 143 SIGTERM (finished \
+parts kept).
     """
     _setup_logging(verbose)
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
@@ -160,12 +161,12 @@ unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (run.BuildTerminated: exit 143)
         typer.secho(
             f"interrupted: every finished part of {out} is kept; run the same command again to resume",
             fg=typer.colors.YELLOW, err=True,
         )  # fmt: skip
-        raise typer.Exit(130) from None
+        raise typer.Exit(getattr(exc, "exit_status", 130)) from None
     from featurecache.build.summary import render_summary
 
     render_summary(summary)

@@ -17,12 +17,13 @@ conformer that the store kept.
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from featurecache.signals import take_sigint_in_a_thread
+from featurecache.signals import quiet_loggers, take_sigint_in_a_thread
 
 
 class IgnoreInterrupt(WorkerPlugin):
@@ -33,3 +34,11 @@ class IgnoreInterrupt(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         if threading.current_thread() is threading.main_thread():
             take_sigint_in_a_thread()
+            # SIGTERM to the whole group (``timeout``, Slurm) reaches the workers too: as for
+            # Ctrl-C, the driver stops them (its nanny's stop, then SIGKILL); one that died of it
+            # was logged by the nanny as killed by signal 15 while the driver shut down
+            signal.signal(signal.SIGTERM, _quiet_on_sigterm)
+
+
+def _quiet_on_sigterm(signum: int, frame: Any) -> None:
+    quiet_loggers()
