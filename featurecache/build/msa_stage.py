@@ -292,6 +292,8 @@ class MSAStageResult:
     near_misses: list[dict[str, Any]] = field(default_factory=list)
     unmatched: list[dict[str, Any]] = field(default_factory=list)
     bytes_written: int = 0
+    #: per stored MSA whose source files are gone (``counts["sources_gone"]``): its chains, e.g. "1psm/A"
+    gone_chains: list[str] = field(default_factory=list)
 
     @property
     def n_failed(self) -> int:
@@ -459,6 +461,13 @@ def run_msa_stage(
     if msa_dir is not None:
         gone = _sources_gone(Path(msa_dir), root, polymer, uses, stored, stored_from, files)
         result.counts["sources_gone"] = len(gone)
+        # each MSA named by the chains that use it (an MSA key means nothing to a user)
+        by_hash: dict[str, list[str]] = {}
+        for row in chain_rows:
+            by_hash.setdefault(row["sequence_hash"], []).append(
+                f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+            )
+        result.gone_chains = [", ".join(dict.fromkeys(by_hash.get(h, [h]))) for h in gone]
     # (path, key): a file's listed failure; by key alone, a second file with the same bytes (two
     # empty files, a copied broken one) passed for one listed already and was never listed
     known_failures: set[tuple[str, str]] = set()

@@ -94,6 +94,8 @@ class BuildSummary:
     #: stored MSAs whose files are all gone from its --msa-dir (kept): :func:`sources_gone_line`
     entries_gone: list[str] = field(default_factory=list)
     n_msas_gone: int = 0
+    #: the chains of each of those MSAs ("1psm/A", or "7a4d/A, 7a4d/B" for one sequence of two chains)
+    msas_gone: list[str] = field(default_factory=list)
 
 
 def _fingerprint(path: Path | None) -> str:
@@ -819,7 +821,8 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
     """The build's one line about stored entries and MSAs whose source files are gone from
     ``--pdb-dir`` / ``--msa-dir``: kept (a build never deletes what it stored), and no command
     removes them (``featurecache prune`` deletes only parts no index row uses); None when there are
-    none. ``detail``: the entry ids too (the log warning; the summary table has the counts)."""
+    none. ``detail``: the entry ids, and each MSA's chains, too (the log warning; the summary table
+    has the counts)."""
     n_e, n_m = len(summary.entries_gone), summary.n_msas_gone
     if not n_e and not n_m:
         return None
@@ -831,7 +834,12 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
             f"{n_e} stored entr{'y' if n_e == 1 else 'ies'}" + (f" ({shown}{more})" if detail else "")
         )
     if n_m:
-        what.append(f"{n_m} stored MSA{'s' if n_m != 1 else ''}")
+        named = ""
+        if detail and summary.msas_gone:
+            shown_m = "; ".join(summary.msas_gone[:SHOWN_GONE])
+            more_m = f" and {n_m - SHOWN_GONE} more" if n_m > SHOWN_GONE else ""
+            named = f" (used by {shown_m}{more_m})"
+        what.append(f"{n_m} stored MSA{'s' if n_m != 1 else ''}{named}")
     where = " / ".join(d for d, n in (("--pdb-dir", n_e), ("--msa-dir", n_m)) if n)
     return (f"{' and '.join(what)} whose source files are gone from {where}: kept and still served; "
             "featurecache prune does not remove them (it deletes only parts no index row uses); "
@@ -856,6 +864,7 @@ def _run_extra_stages(
     summary.n_failed += msa.n_failed
     summary.n_msa_failed_earlier = msa.counts["failed_earlier"]
     summary.n_msas_gone = msa.counts["sources_gone"]
+    summary.msas_gone = msa.gone_chains
     if msa.n_failed:
         summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage

@@ -56,7 +56,9 @@ def test_gone_sources_are_kept_and_reported(tmp_path: Path, caplog: pytest.LogCa
     assert line is not None and line.startswith("1 stored entry and 1 stored MSA whose source files are gone")
     assert "featurecache prune does not remove them" in line
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("1 stored entry (2q2k) and 1 stored MSA" in w for w in warned), warned
+    # the MSA is named by the chain that uses it, as the entry by its id (before: no name at all)
+    said = "1 stored entry (2q2k) and 1 stored MSA (used by 1psm/A) whose source files are gone from"
+    assert any(said in w for w in warned), warned
     # kept: nothing the store serves went away, and prune (as the line says) leaves them too
     prune_store(store)
     after = featurecache.open_store(store)
