@@ -1057,9 +1057,14 @@ def _left_out(
     outcome: dict[tuple[str, str], list[str]] = {}
     seen: set[str] = set()
     for entry, chain in hints:
-        for row in chains_by_entry.get(entry, []):
-            if chain and chain not in (row["auth_id"], row["label_id"]):
-                continue
+        rows = chains_by_entry.get(entry, [])
+        if chain:
+            # a folder names a chain by either id; where its id is one chain's author id and another's
+            # label id (2q2k: protein auth A; DNA auth F has label A), the file, unread, cannot say
+            # which it was for: the author id, the one alignment layouts use, decides
+            by_auth = [r for r in rows if r["auth_id"] == chain]
+            rows = by_auth or [r for r in rows if r["label_id"] == chain]
+        for row in rows:
             name = f"{entry}/{row['auth_id'] or row['label_id']}"
             if name in seen:
                 continue
