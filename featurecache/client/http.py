@@ -32,6 +32,16 @@ store rebuilt, e.g. with another ``--msa-depth`` or other MSA files): the select
 again against the new shape. ``LookupClient.generation`` counts the refreshes, so that what callers
 derived from the old tables (the training client's MSA row plans) is derived again.
 
+The service also names the index that answered each request (header ``x-featurecache-index``,
+:data:`INDEX_HEADER`): the client remembers the id its tables are of, and an answer from a newer
+index refreshes it, once per new id, whatever the request (a rebuild that changes no MSA shape the
+client asks for, e.g. MSAs added where every chain had depth 1, is seen too). An answer from an
+older index (a worker of ``--workers N`` that has not looked at the store again yet) never
+refreshes back to it, and its table is not kept: it is fetched again. Only when the service has
+answered from older indexes alone for :data:`OLDER_INDEX_S` seconds (the store put back to an older
+copy) does the client take that index. A service that sends no such header (older than this
+client) is followed as before, by the two misses above.
+
 The token defaults to ``FEATURECACHE_AUTH_TOKEN``, else the file ``FEATURECACHE_AUTH_TOKEN_FILE``
 names (as ``featurecache serve`` reads them: surrounding whitespace dropped, whitespace or control
 characters inside refused; :mod:`featurecache.auth`). A client given to the training client travels
@@ -88,6 +98,11 @@ _NO_LIMIT = 2**62  # a limit the service does not advertise
 TIMEOUT_RETRIES = 1
 #: seconds after a ``row_of`` refresh that did not find its id before a miss refreshes again
 MIN_REFRESH_S = 1.0
+#: the service's header naming the index that answered (``services.lookup.state.INDEX_HEADER``)
+INDEX_HEADER = "x-featurecache-index"
+#: seconds of answers from indexes older than the client's alone (none from its own) after which the
+#: client takes the service's index as it is (a store put back to an older copy, not a swap)
+OLDER_INDEX_S = 30.0
 #: seconds a call keeps retrying a service that refuses connections or answers 502/503/504: longer
 #: than ``featurecache serve`` takes to restart (measured 3.7 s with 1 worker, 7.2 s with 2), and,
 #: with one more attempt of ``timeout`` (20 s), shorter than FeatureDataset's 60 s sample deadline
@@ -148,6 +163,9 @@ class LookupClient(FeatureReader):
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
         self._missed_at = -math.inf  # when row_of last refreshed and still missed its id
+        self._index: str | None = None  # the service's id of the index the tables are of (INDEX_HEADER)
+        self._left: set[str] = set()  # ids of the indexes the client refreshed away from
+        self._older_since: float | None = None  # first answer from an older index since one from its own
         self._http = self._new_http()
         self._pid = os.getpid()
 
@@ -174,7 +192,8 @@ class LookupClient(FeatureReader):
         return self._http
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One call with retries; returns a 2xx response (body read) or raises (see module doc)."""
+        """One call with retries; returns a 2xx response (body read) or raises (see module doc).
+        An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`)."""
         what = f"{method} {self.url}{path}"
         give_up_at = time.monotonic() + self.retry_budget_s  # no retry starts later
         timeouts = 0
@@ -194,6 +213,7 @@ class LookupClient(FeatureReader):
                     ) from exc
                 log.debug("%s: %s; retrying", what, exc)
                 continue
+            self._follow_index(response)
             status = response.status_code
             if status < 400:
                 return response
@@ -208,6 +228,40 @@ class LookupClient(FeatureReader):
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 continue
             raise _client_error(what, status, detail, response)
+
+    def _follow_index(self, response: httpx.Response) -> bool:
+        """Compare the answer's index (:data:`INDEX_HEADER`) with the client's: a newer one refreshes
+        the client (once per id; never back to an id it left). True when the answer came from an
+        older index than the client's (:meth:`_older_answer` says so afterwards too)."""
+        seen = response.headers.get(INDEX_HEADER)
+        if not seen:
+            return False  # a service older than this client: the misses refresh, as before
+        with self._lock:
+            current = self._index
+            if current is None or seen == current:
+                self._index = seen
+                self._older_since = None
+                return False
+            age, current_age = _index_order(seen), _index_order(current)
+            if seen in self._left or (age is not None and current_age is not None and age < current_age):
+                now = time.monotonic()
+                if self._older_since is None:
+                    self._older_since = now
+                if now - self._older_since < OLDER_INDEX_S:
+                    return True
+            self._left.add(current)
+            self._index = seen
+            self._older_since = None
+        log.info("%s: the service answers from another index now (%s, was %s: the store was rebuilt or "
+                 "extended); refreshing the index tables", self.url, seen, current)  # fmt: skip
+        self.refresh()
+        return False
+
+    def _older_answer(self, response: httpx.Response) -> bool:
+        """Whether ``response`` (already seen by :meth:`_follow_index`) came from another index than
+        the one the client holds now: an older one (a newer one would have been taken)."""
+        seen = response.headers.get(INDEX_HEADER)
+        return bool(seen) and self._index is not None and seen != self._index
 
     def _spent(self, attempts: int, give_up_at: float) -> str:
         started = give_up_at - self.retry_budget_s
@@ -241,21 +295,35 @@ class LookupClient(FeatureReader):
 
         The standard tables (``featurecache.store.layout.TABLES``) and any other the store holds
         (e.g. ``plan``); an unknown name raises NotFound. A fetch that :meth:`refresh` overtook
-        (its answer may predate the refresh) is not kept: it is fetched again."""
-        for _ in range(_TABLE_REFETCHES + 1):
+        (its answer may predate the refresh) is not kept: it is fetched again; so is one answered
+        from an index older than the client's (a worker still on the index before a rebuild), after
+        a backoff, within ``retry_budget_s``."""
+        give_up_at = time.monotonic() + self.retry_budget_s
+        refetches = older_answers = 0
+        while True:
             with self._lock:
                 t = self._tables.get(name)
                 generation = self._generation
             if t is not None:
                 return t
-            t = arrow_io.read_table(self.request("GET", f"/v1/tables/{_segment(name)}").content)
+            response = self.request("GET", f"/v1/tables/{_segment(name)}")
+            t = arrow_io.read_table(response.content)
+            if self._older_answer(response):
+                older_answers += 1
+                if not self._sleep(older_answers - 1, None, give_up_at):
+                    return t  # not kept: the next use asks again
+                log.debug("%s: table %r came from an older index than the client's; fetching it again",
+                          self.url, name)  # fmt: skip
+                continue
             with self._lock:
                 if self._generation == generation:
                     return self._tables.setdefault(name, t)  # another thread's fetch, if it came first
+            refetches += 1
+            if refetches > _TABLE_REFETCHES:
+                return t
             log.debug(
                 "%s: table %r was fetched while the client refreshed; fetching it again", self.url, name
             )
-        return t
 
     @property
     def entries(self) -> pa.Table:
@@ -458,6 +526,7 @@ class LookupClient(FeatureReader):
         against the old shapes see :attr:`generation` change) and the selection resolved against
         the new shape, once (an index past the new depth then raises InvalidRequest, as locally).
         """
+        generation = self._generation
         shape = self._msa_shape_of(key)
         try:
             block = self._msa_select(key, rows, cols, shape)
@@ -473,7 +542,8 @@ class LookupClient(FeatureReader):
                 return block
         log.info("%s: MSA %s is %d x %d now, not %d x %d (the store was rebuilt); refreshing the index, "
                  "selecting again", self.url, key, *new, *shape)  # fmt: skip
-        self.refresh()  # every table fetched before is of the old build, not only this shape
+        if self._generation == generation:  # unless the answer's index header refreshed it already
+            self.refresh()  # every table fetched before is of the old build, not only this shape
         self._msa_shapes()[key] = new
         return self._msa_select(key, rows, cols, new)
 
@@ -594,6 +664,16 @@ class LookupClient(FeatureReader):
 
 
 # ------------------------------------------------------------------------------------ helpers
+def _index_order(index_id: str) -> int | None:
+    """The age of an index id (``services.lookup.state.index_id``: its newest table's ``mtime_ns``,
+    hex, before the ``-``); None for an id of another form (then only the ids left tell old from new)."""
+    head, dash, _ = index_id.partition("-")
+    try:
+        return int(head, 16) if dash else None
+    except ValueError:
+        return None
+
+
 def _segment(value: str) -> str:
     """One path segment, dots escaped too (a client would otherwise resolve ``..`` before sending)."""
     return quote(str(value), safe="").replace(".", "%2E")

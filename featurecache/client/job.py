@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
@@ -114,12 +115,12 @@ class SourceRef:
         return {"spec": self.spec}
 
     def describe(self) -> str:
-        """The source for messages (a service's URL, never its token)."""
+        """The source for messages (a service's URL without credentials in it, never its token)."""
         if isinstance(self.spec, ServiceSpec):
-            return f"the lookup service at {self.spec.url}"
+            return f"the lookup service at {_without_userinfo(self.spec.url)}"
         if isinstance(self.spec, str):
             if self.spec.startswith(("http://", "https://")):
-                return f"the lookup service at {self.spec}"
+                return f"the lookup service at {_without_userinfo(self.spec)}"
             return f"the store {self.spec}"
         return f"the reader {type(self.spec).__name__}"
 
@@ -154,6 +155,15 @@ class SourceRef:
         if cached is None or cached[0] != generation:
             cached = self._components = (generation, _component_table(self.get()) or False)
         return cached[1] or None
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without the ``user:password@`` of its authority (``https://u:secret@h:9/x`` →
+    ``https://h:9/x``): messages and logs never show credentials."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:

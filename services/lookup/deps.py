@@ -23,9 +23,11 @@ def get_holder(request: Request) -> StoreHolder:
 
 def get_reader(request: Request, holder: Annotated[StoreHolder, Depends(get_holder)]) -> LocalStore:
     """The open store; :class:`~services.lookup.state.StoreUnavailable` (→ 503) when it is not.
-    Kept on ``request.state.reader``: a read that fails is judged against the reader it used."""
-    reader = holder.get()
+    Kept on ``request.state.reader``: a read that fails is judged against the reader it used; its
+    index's id on ``request.state.index_id`` (the answer's ``x-featurecache-index`` header)."""
+    reader, index_id = holder.snapshot()
     request.state.reader = reader
+    request.state.index_id = index_id
     return reader
 
 

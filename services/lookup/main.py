@@ -59,8 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     docs = {app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url, app.openapi_url}
     public = frozenset({HEALTH_PATH, *(p for p in docs if p)})
     app.add_middleware(
-        ServiceMiddleware, token=token, max_body_bytes=settings.max_body_bytes, public_paths=public
-    )
+        ServiceMiddleware, token=token, max_body_bytes=settings.max_body_bytes, public_paths=public,
+        index_id=lambda: holder.index_id,
+    )  # fmt: skip
     handlers.install(app)
     for router in (health.router, store.router, entries.router, msas.router, metrics_route.router):
         app.include_router(router)

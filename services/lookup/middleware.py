@@ -1,4 +1,7 @@
-"""One pure-ASGI middleware in front of every route: bearer-token auth, request body limit, metrics.
+"""One pure-ASGI middleware in front of every route: bearer-token auth, request body limit, metrics,
+and the ``x-featurecache-index`` header (:data:`services.lookup.state.INDEX_HEADER`) on every answer
+but a 401: the id of the index that answered (the reader the route read, else the one open now; no
+header while none is open), so that a client whose tables are of another index refreshes them.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses pass through untouched and the bytes
 actually sent are counted.
@@ -9,11 +12,15 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.lookup import metrics
+from services.lookup.state import INDEX_HEADER
+
+_INDEX_HEADER = INDEX_HEADER.encode()
 
 HEALTH_PATH = "/v1/health"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -23,9 +30,12 @@ class ServiceMiddleware:
     def __init__(
         self, app: ASGIApp, *, token: str | None, max_body_bytes: int,
         public_paths: frozenset[str] = frozenset({HEALTH_PATH}),
+        index_id: Callable[[], str | None] | None = None,
     ) -> None:  # fmt: skip
-        """``public_paths``: exact paths answered without the token (liveness, the API docs)."""
+        """``public_paths``: exact paths answered without the token (liveness, the API docs);
+        ``index_id``: the id of the index open now (for answers that read no store)."""
         self.app = app
+        self.index_id = index_id
         # surrounding whitespace is not the token's: HTTP strips it from the header (RFC 7230 §3.2.4)
         self.token = token.strip().encode() if token and token.strip() else None
         self.max_body_bytes = max_body_bytes
@@ -41,6 +51,8 @@ class ServiceMiddleware:
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
+                if message["status"] != 401:
+                    message = self._with_index_header(scope, message)
             elif message["type"] == "http.response.body":
                 state["bytes"] += len(message.get("body", b""))
             await send(message)
@@ -72,6 +84,19 @@ class ServiceMiddleware:
             metrics.observe(
                 scope["method"], route, int(state["status"]), time.perf_counter() - start, state["bytes"]
             )
+
+    def _with_index_header(self, scope: Scope, message: Message) -> Message:
+        """``message`` with the id of the index that answered: the one the route read
+        (``request.state.index_id``, set by ``deps.get_reader``), else the one open now."""
+        request_state = scope.get("state") or {}
+        if "index_id" in request_state:
+            index = request_state["index_id"]
+        else:
+            index = self.index_id() if self.index_id is not None else None
+        if index is None:
+            return message
+        headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != _INDEX_HEADER]
+        return {**message, "headers": [*headers, (_INDEX_HEADER, index.encode())]}
 
     def _refuse_auth(self, scope: Scope) -> dict[str, str] | None:
         if self.token is None or scope["path"] in self.public_paths:

@@ -17,6 +17,13 @@ zero-filled arrays read from parts that are gone. So :meth:`StoreHolder.get` com
 A changed signature reopens the store; the swap is one attribute assignment, so a request holds
 either the old reader or the new one, never a mix.
 
+Each opened index has an id (:func:`index_id`, sent as the ``x-featurecache-index`` header of
+every answer, :mod:`services.lookup.middleware`): the index tables' names, sizes and ``mtime_ns``
+as stamped before opening, so every worker process serving the same index files gives the same id,
+and a rebuild or extension that writes new tables gives a new one. It starts with the newest
+``mtime_ns`` (hex), so a client can tell an older index from a newer one (a worker that has not
+looked again yet, during a swap).
+
 A store is served only once it has a finished build's index: while its first build runs (after
 ``rm -rf``, or resumed after a kill) the index it publishes as it goes is flagged unfinished
 (``featurecache.store.index.UNFINISHED_KEY``) and every request, ``/v1/ready`` included, answers
@@ -26,6 +33,7 @@ refuses those), until the build ends.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -43,6 +51,9 @@ log = logging.getLogger(__name__)
 #: ``(inode, mtime_ns, size)`` of one file, None when it cannot be stat'ed
 FileStamp = tuple[int, int, int] | None
 
+#: the response header naming the index that answered (:func:`index_id`)
+INDEX_HEADER = "x-featurecache-index"
+
 
 class StoreUnavailable(StoreError):
     """The store cannot be read now (not built yet, removed, being rebuilt); answered 503 with
@@ -57,6 +68,23 @@ def _stamp(path: str) -> FileStamp:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def index_id(stamps: tuple[FileStamp, ...]) -> str | None:
+    """The id of the index whose tables (``TABLES``, in order) had these stamps: ``<newest mtime_ns,
+    16 hex digits>-<16 hex digits of a hash of each table's name, size and mtime_ns>``. The inode is
+    left out: a copy of the store that keeps sizes and mtimes (``rsync -a``) serves the same id. None
+    when a table could not be stat'ed."""
+    if len(stamps) != len(TABLES) or any(s is None for s in stamps):
+        return None
+    h = hashlib.blake2b(digest_size=8)
+    newest = 0
+    for name, stamp in zip(TABLES, stamps, strict=True):
+        assert stamp is not None
+        _, mtime_ns, size = stamp
+        newest = max(newest, mtime_ns)
+        h.update(f"{name}\0{size}\0{mtime_ns}\n".encode())
+    return f"{newest:016x}-{h.hexdigest()}"
+
+
 @dataclass(frozen=True)
 class _Opened:
     """What one open attempt produced: the reader (None if it failed) and the stamps it saw."""
@@ -65,6 +93,7 @@ class _Opened:
     root: FileStamp  # zarr.json, stamped before opening
     index: tuple[FileStamp, ...]  # index dir + each index table, stamped before opening
     error: str | None
+    index_id: str | None = None  # :func:`index_id` of the index read (None when no reader)
 
 
 class StoreHolder:
@@ -94,13 +123,23 @@ class StoreHolder:
             self._open_locked(_stamp(self._root_meta), self._index_stamps())
 
     def get(self) -> LocalStore:
+        return self.snapshot()[0]
+
+    def snapshot(self) -> tuple[LocalStore, str | None]:
+        """:meth:`get`, with the id of the reader's index (:func:`index_id`; one attribute read,
+        so the id is always the one of the reader returned)."""
         opened = self._opened
         if time.monotonic() < self._next_check and _stamp(self._root_meta) == opened.root:
             if opened.reader is None:
                 raise self._unavailable(opened)
-            return opened.reader
+            return opened.reader, opened.index_id
         with self._lock:
             return self._refresh_locked()
+
+    @property
+    def index_id(self) -> str | None:
+        """The id of the index open now (no look at the disk), None when none is open."""
+        return self._opened.index_id
 
     def recheck(self) -> None:
         """A read failed: compare every stamp on the next ``get()`` instead of waiting for the
@@ -133,7 +172,7 @@ class StoreHolder:
     def _index_stamps(self) -> tuple[FileStamp, ...]:
         return tuple(_stamp(f) for f in self._index_files)
 
-    def _refresh_locked(self) -> LocalStore:
+    def _refresh_locked(self) -> tuple[LocalStore, str | None]:
         now = time.monotonic()
         opened = self._opened
         root = _stamp(self._root_meta)
@@ -147,7 +186,7 @@ class StoreHolder:
         opened = self._opened
         if opened.reader is None:
             raise self._unavailable(opened)
-        return opened.reader
+        return opened.reader, opened.index_id
 
     def _open_locked(self, root: FileStamp, index: tuple[FileStamp, ...]) -> None:
         """Open the store as stamped by ``root`` / ``index`` (stamps taken *before* opening, so a
@@ -173,7 +212,11 @@ class StoreHolder:
             reader.close()
             reader = None
             unfinished = True
-        self._opened = _Opened(reader, root, index, error)
+        # the stamps were taken before opening: an index swapped in meanwhile is read, under the old
+        # id, and the next check reopens it under its own (an id never names a newer index than read)
+        self._opened = _Opened(
+            reader, root, index, error, index_id(index[1:]) if reader is not None else None
+        )
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
                      len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
