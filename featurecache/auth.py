@@ -13,6 +13,7 @@ import os
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from featurecache.errors import FeatureCacheError
 
@@ -60,3 +61,12 @@ def token_from_environment(environ: Mapping[str, str] | None = None) -> str | No
         return token
     path = env.get(TOKEN_FILE_ENV, "").strip()
     return read_token_file(path) if path else None
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the ``user:password@`` of its authority (``https://u:secret@h:9/x`` →
+    ``https://h:9/x``): messages, logs and reprs never show credentials."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.auth import TOKEN_ENV as TOKEN_ENV  # re-exported: tests and callers import it here
-from featurecache.auth import clean_token, token_from_environment
+from featurecache.auth import clean_token, redact_url, token_from_environment
 from featurecache.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -143,6 +143,7 @@ class LookupClient(FeatureReader):
         if not retry_budget_s >= 0:
             raise InvalidRequest(f"LookupClient: retry_budget_s must be >= 0, got {retry_budget_s}")
         self.url = url.rstrip("/")
+        self.shown_url = redact_url(self.url)  # for messages, logs and repr: no credentials
         self.token = (
             (clean_token(token, "LookupClient token") or None)
             if token is not None
@@ -194,7 +195,7 @@ class LookupClient(FeatureReader):
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call with retries; returns a 2xx response (body read) or raises (see module doc).
         An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`)."""
-        what = f"{method} {self.url}{path}"
+        what = f"{method} {self.shown_url}{path}"
         give_up_at = time.monotonic() + self.retry_budget_s  # no retry starts later
         timeouts = 0
         attempt = 0
@@ -253,7 +254,7 @@ class LookupClient(FeatureReader):
             self._index = seen
             self._older_since = None
         log.info("%s: the service answers from another index now (%s, was %s: the store was rebuilt or "
-                 "extended); refreshing the index tables", self.url, seen, current)  # fmt: skip
+                 "extended); refreshing the index tables", self.shown_url, seen, current)  # fmt: skip
         self.refresh()
         return False
 
@@ -286,7 +287,7 @@ class LookupClient(FeatureReader):
             return arrow_io.decode(response.content)
         except (pa.ArrowException, ValueError, KeyError) as exc:
             raise ServiceError(
-                f"{method} {self.url}{path}: the answer is not a valid Arrow stream ({exc})"
+                f"{method} {self.shown_url}{path}: the answer is not a valid Arrow stream ({exc})"
             ) from exc
 
     # ------------------------------------------------------------------ tables
@@ -313,7 +314,7 @@ class LookupClient(FeatureReader):
                 if not self._sleep(older_answers - 1, None, give_up_at):
                     return t  # not kept: the next use asks again
                 log.debug("%s: table %r came from an older index than the client's; fetching it again",
-                          self.url, name)  # fmt: skip
+                          self.shown_url, name)  # fmt: skip
                 continue
             with self._lock:
                 if self._generation == generation:
@@ -322,7 +323,7 @@ class LookupClient(FeatureReader):
             if refetches > _TABLE_REFETCHES:
                 return t
             log.debug(
-                "%s: table %r was fetched while the client refreshed; fetching it again", self.url, name
+                "%s: table %r was fetched while the client refreshed; fetching it again", self.shown_url, name
             )
 
     @property
@@ -373,7 +374,7 @@ class LookupClient(FeatureReader):
         entries = self.entries
         row = self._rows_of(entries).get(entry_id)
         if row is None:  # refreshed in between by another thread, to an index without it
-            raise NotFound(f"no entry {entry_id!r} at {self.url}")
+            raise NotFound(f"no entry {entry_id!r} at {self.shown_url}")
         return {k: v for k, v in entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP}
 
     @property
@@ -396,12 +397,14 @@ class LookupClient(FeatureReader):
         except (KeyError, TypeError):
             pass
         if isinstance(entry_id, str) and time.monotonic() - self._missed_at >= MIN_REFRESH_S:
-            log.debug("%s: %r is not in the index fetched before; fetching it again", self.url, entry_id)
+            log.debug(
+                "%s: %r is not in the index fetched before; fetching it again", self.shown_url, entry_id
+            )
             self.refresh()
             with contextlib.suppress(KeyError):
                 return self._rows()[entry_id]
             self._missed_at = time.monotonic()
-        raise NotFound(f"no entry {entry_id!r} at {self.url}")
+        raise NotFound(f"no entry {entry_id!r} at {self.shown_url}")
 
     @property
     def generation(self) -> int:
@@ -541,7 +544,7 @@ class LookupClient(FeatureReader):
             if new == shape:
                 return block
         log.info("%s: MSA %s is %d x %d now, not %d x %d (the store was rebuilt); refreshing the index, "
-                 "selecting again", self.url, key, *new, *shape)  # fmt: skip
+                 "selecting again", self.shown_url, key, *new, *shape)  # fmt: skip
         if self._generation == generation:  # unless the answer's index header refreshed it already
             self.refresh()  # every table fetched before is of the old build, not only this shape
         self._msa_shapes()[key] = new
@@ -660,7 +663,7 @@ class LookupClient(FeatureReader):
         self.__init__(**state)  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"LookupClient({self.url!r}{', token=…' if self.token else ''})"
+        return f"LookupClient({self.shown_url!r}{', token=…' if self.token else ''})"
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -14,11 +14,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
 
+from featurecache.auth import redact_url
 from featurecache.client.assemble import assemble_sample
 from featurecache.client.crop import CropInput, Cropper
 from featurecache.client.sampler import SampleKey
@@ -52,7 +52,7 @@ class ServiceSpec:
 
     def __repr__(self) -> str:
         auth = ", token=…" if self.settings.get("token") else ""
-        return f"ServiceSpec({self.url!r}{auth})"
+        return f"ServiceSpec({redact_url(self.url)!r}{auth})"
 
     __str__ = __repr__
 
@@ -117,10 +117,10 @@ class SourceRef:
     def describe(self) -> str:
         """The source for messages (a service's URL without credentials in it, never its token)."""
         if isinstance(self.spec, ServiceSpec):
-            return f"the lookup service at {_without_userinfo(self.spec.url)}"
+            return f"the lookup service at {redact_url(self.spec.url)}"
         if isinstance(self.spec, str):
             if self.spec.startswith(("http://", "https://")):
-                return f"the lookup service at {_without_userinfo(self.spec)}"
+                return f"the lookup service at {redact_url(self.spec)}"
             return f"the store {self.spec}"
         return f"the reader {type(self.spec).__name__}"
 
@@ -155,15 +155,6 @@ class SourceRef:
         if cached is None or cached[0] != generation:
             cached = self._components = (generation, _component_table(self.get()) or False)
         return cached[1] or None
-
-
-def _without_userinfo(url: str) -> str:
-    """``url`` without the ``user:password@`` of its authority (``https://u:secret@h:9/x`` →
-    ``https://h:9/x``): messages and logs never show credentials."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
