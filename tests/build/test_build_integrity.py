@@ -268,6 +268,50 @@ def _sigint(handler: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _interrupt_after_four_parts(tmp_path: Path, sig: int) -> tuple[int, str, Path, Path, int]:
+    """Start a real 2-worker CLI build (one input per part) as its own process group, send ``sig`` to
+    the group once 4 structure parts are committed; (exit status, stderr, store, inputs, inputs count)."""
+    import os
+    import time
+
+    inputs = interrupt_inputs(tmp_path / "in")
+    out = tmp_path / "s"
+    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(inputs), "--out", str(out),
+           "--workers", "2", "--part-size", "1", "--no-progress"]  # fmt: skip
+    n_inputs = sum(1 for p in inputs.rglob("*") if p.is_file() and not p.name.startswith("."))
+    with _sigint(signal.SIG_IGN), _sigint(signal.default_int_handler):  # see the Ctrl-C test's docstring
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while _structure_parts(out) < 4:
+            assert proc.poll() is None, f"the build ended before its 4th part (exit {proc.returncode})"
+            assert time.monotonic() < deadline, "4 structure parts not committed within 120 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err, out, inputs, n_inputs
+
+
+def _structure_parts(out: Path) -> int:
+    from featurecache.store.layout import STRUCTURE_PART_PREFIX
+
+    return sum(1 for p in complete_parts(out) if p.name.startswith(STRUCTURE_PART_PREFIX))
+
+
+def _rerun_resumes(out: Path, inputs: Path, n_inputs: int) -> None:
+    """The interrupted build kept 4 or more parts but not all; the re-run skips those, builds the
+    rest, and the store verifies."""
+    kept = _structure_parts(out)
+    assert 4 <= kept < n_inputs, kept
+    summary = build_store(out, inputs, workers=2, part_size=1)
+    assert summary.n_inputs == n_inputs and kept <= summary.n_skipped < n_inputs, summary
+    assert verify_store(out) == []
+
+
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     """SIGINT to the whole process group (what a terminal's Ctrl-C sends), once 4 structure parts
@@ -279,85 +323,28 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path: Path) -> None:
     session has: here it is first ignored, as in a session started in the background (``pytest &``,
     nohup). A build started from such a session inherited SIGINT ignored, rightly ignored the
     interrupt and ran to its end (exit 1, its failed inputs): the test failed in a loaded full run."""
-    import os
-    import time
-
-    from featurecache.store.layout import STRUCTURE_PART_PREFIX
-
-    def structure_parts() -> int:
-        return sum(1 for p in complete_parts(out) if p.name.startswith(STRUCTURE_PART_PREFIX))
-
-    inputs = interrupt_inputs(tmp_path / "in")
-    out = tmp_path / "s"
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(inputs), "--out", str(out),
-           "--workers", "2", "--part-size", "1", "--no-progress"]  # fmt: skip
-    n_inputs = sum(1 for p in inputs.rglob("*") if p.is_file() and not p.name.startswith("."))
-    with _sigint(signal.SIG_IGN), _sigint(signal.default_int_handler):  # see the docstring
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while structure_parts() < 4:
-            assert proc.poll() is None, f"the build ended before its 4th part (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "4 structure parts not committed within 120 s"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, f"the interrupt should stop the build (exit {proc.returncode}): {err}"
+    code, err, out, inputs, n_inputs = _interrupt_after_four_parts(tmp_path, signal.SIGINT)
+    assert code == 130, f"the interrupt should stop the build (exit {code}): {err}"
     # (a worker's heartbeat may still log the scheduler going away: distributed's shutdown race)
     assert "interrupted: every finished part" in err and "KeyboardInterrupt" not in err, err
-    kept = structure_parts()
-    assert 4 <= kept < n_inputs, kept
-    summary = build_store(out, inputs, workers=2, part_size=1)
-    assert summary.n_inputs == n_inputs and kept <= summary.n_skipped < n_inputs, summary
-    assert verify_store(out) == []
+    _rerun_resumes(out, inputs, n_inputs)
 
 
+@pytest.mark.timeout(300)
 def test_sigterm_stops_like_ctrl_c_and_the_rerun_resumes(tmp_path: Path) -> None:
     """SIGTERM to the whole process group (what ``timeout`` and Slurm send; Kubernetes sends it to
     the driver), once 4 structure parts are committed: as Ctrl-C, the one "interrupted" line, last,
     nothing of Dask's shutdown, the finished parts kept, but exit status 143 (README). Before, the
     build died of the signal at once, silently (the workers with it). The re-run skips what was
     kept, builds the rest, and the store verifies."""
-    import os
-    import time
-
-    from featurecache.store.layout import STRUCTURE_PART_PREFIX
     from tests.build.test_ctrl_c_quiet import INTERRUPTED, NOISE
 
-    def structure_parts() -> int:
-        return sum(1 for p in complete_parts(out) if p.name.startswith(STRUCTURE_PART_PREFIX))
-
-    inputs = interrupt_inputs(tmp_path / "in")
-    out = tmp_path / "s"
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(inputs), "--out", str(out),
-           "--workers", "2", "--part-size", "1", "--no-progress"]  # fmt: skip
-    n_inputs = sum(1 for p in inputs.rglob("*") if p.is_file() and not p.name.startswith("."))
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while structure_parts() < 4:
-            assert proc.poll() is None, f"the build ended before its 4th part (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "4 structure parts not committed within 120 s"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, f"SIGTERM should stop the build with 143 (exit {proc.returncode}): {err}"
+    code, err, out, inputs, n_inputs = _interrupt_after_four_parts(tmp_path, signal.SIGTERM)
+    assert code == 143, f"SIGTERM should stop the build with 143 (exit {code}): {err}"
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith(INTERRUPTED), err
     assert [line for line in lines if any(n in line for n in NOISE)] == [], err
-    kept = structure_parts()
-    assert 4 <= kept < n_inputs, kept
-    summary = build_store(out, inputs, workers=2, part_size=1)
-    assert summary.n_inputs == n_inputs and kept <= summary.n_skipped < n_inputs, summary
-    assert verify_store(out) == []
+    _rerun_resumes(out, inputs, n_inputs)
 
 
 def _gemmi_inputs(paths: list[Path]) -> tuple[set[str], set[str]]:
