@@ -38,8 +38,9 @@ index refreshes it, once per new id, whatever the request (a rebuild that change
 client asks for, e.g. MSAs added where every chain had depth 1, is seen too). An answer from an
 older index (a worker of ``--workers N`` that has not looked at the store again yet) never
 refreshes back to it, and its table is not kept: it is fetched again. Only when the service has
-answered from older indexes alone for :data:`OLDER_INDEX_S` seconds (the store put back to an older
-copy) does the client take that index. A service that sends no such header (older than this
+answered from older indexes alone for :data:`OLDER_INDEX_S` seconds (the store replaced by an older
+copy or an earlier build) does the client take that index; :meth:`LookupClient.refresh`, called by
+the user, takes whatever index answers next at once. A service that sends no such header (older than this
 client) is followed as before, by the two misses above.
 
 The token defaults to ``FEATURECACHE_AUTH_TOKEN``, else the file ``FEATURECACHE_AUTH_TOKEN_FILE``
@@ -101,8 +102,10 @@ MIN_REFRESH_S = 1.0
 #: the service's header naming the index that answered (``services.lookup.state.INDEX_HEADER``)
 INDEX_HEADER = "x-featurecache-index"
 #: seconds of answers from indexes older than the client's alone (none from its own) after which the
-#: client takes the service's index as it is (a store put back to an older copy, not a swap)
-OLDER_INDEX_S = 30.0
+#: client takes the service's index as it is (the store replaced by an older copy or an earlier
+#: build, not a swap). In a swap some worker answers from the client's own index, which restarts the
+#: count, so this can be short; until it passes, tables are fetched again (within ``retry_budget_s``)
+OLDER_INDEX_S = 3.0
 #: seconds a call keeps retrying a service that refuses connections or answers 502/503/504: longer
 #: than ``featurecache serve`` takes to restart (measured 3.7 s with 1 worker, 7.2 s with 2), and,
 #: with one more attempt of ``timeout`` (20 s), shorter than FeatureDataset's 60 s sample deadline
@@ -255,7 +258,7 @@ class LookupClient(FeatureReader):
             self._older_since = None
         log.info("%s: the service answers from another index now (%s, was %s: the store was rebuilt or "
                  "extended); refreshing the index tables", self.shown_url, seen, current)  # fmt: skip
-        self.refresh()
+        self._refresh_tables()
         return False
 
     def _older_answer(self, response: httpx.Response) -> bool:
@@ -400,7 +403,7 @@ class LookupClient(FeatureReader):
             log.debug(
                 "%s: %r is not in the index fetched before; fetching it again", self.shown_url, entry_id
             )
-            self.refresh()
+            self._refresh_tables()
             with contextlib.suppress(KeyError):
                 return self._rows()[entry_id]
             self._missed_at = time.monotonic()
@@ -418,7 +421,20 @@ class LookupClient(FeatureReader):
         """Forget the fetched index tables (``ids``, ``entries``, ``chains``, ``msas``, ...), the
         service info and the reference conformers: the next use fetches them again, so entries an
         extension added since appear. A client's tables are a snapshot until then, as a local
-        store's are until it is opened again. Bumps :attr:`generation`."""
+        store's are until it is opened again. Bumps :attr:`generation`.
+
+        Called by the user, it also forgets which indexes the client has seen: the next answer's
+        index is taken, whatever it is, e.g. the store put back to an earlier copy (which the
+        client would otherwise take only after :data:`OLDER_INDEX_S` of such answers)."""
+        with self._lock:
+            self._index = None
+            self._left.clear()
+            self._older_since = None
+        self._refresh_tables()
+
+    def _refresh_tables(self) -> None:
+        """:meth:`refresh` as the client does it itself (an answer from a newer index, a miss, an MSA
+        of a new shape): it keeps what it knows of the service's indexes."""
         with self._lock:
             self._generation += 1
             self._tables = {}
@@ -546,7 +562,7 @@ class LookupClient(FeatureReader):
         log.info("%s: MSA %s is %d x %d now, not %d x %d (the store was rebuilt); refreshing the index, "
                  "selecting again", self.shown_url, key, *new, *shape)  # fmt: skip
         if self._generation == generation:  # unless the answer's index header refreshed it already
-            self.refresh()  # every table fetched before is of the old build, not only this shape
+            self._refresh_tables()  # every table fetched before is of the old build, not only this shape
         self._msa_shapes()[key] = new
         return self._msa_select(key, rows, cols, new)
 

@@ -220,6 +220,12 @@ def test_index_header_rules_without_a_server(monkeypatch: pytest.MonkeyPatch) ->
     assert answer(t1) and client.generation == 3  # never seen, but older: not followed
     monkeypatch.setattr(client_http, "OLDER_INDEX_S", 0.0)
     assert not answer(t1) and client.generation == 4  # only older answers for OLDER_INDEX_S: taken
+    monkeypatch.setattr(client_http, "OLDER_INDEX_S", 3600.0)
+    assert answer(t2) and client.generation == 4  # left when t1 was taken: not followed back
+    client.refresh()  # the user's refresh: whatever answers next is the client's index, at once
+    assert client.generation == 5
+    assert not answer(t2) and client.generation == 5  # taken without waiting, no second refresh
+    assert not answer("d") and client.generation == 6  # and a new id is followed as before
     client.close()
 
 
