@@ -85,35 +85,50 @@ def restore_loggers(previous: dict[str, int]) -> None:
 
 
 @contextlib.contextmanager
-def quiet_on_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> Iterator[list[Callable[[], None]]]:
+def quiet_on_sigint(
+    prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT, sigterm: type[BaseException] | None = None
+) -> Iterator[list[Callable[[], None]]]:
     """Meanwhile, SIGINT silences the ``prefixes`` loggers (:func:`quiet_loggers`) and calls the
     callables the caller appended to the list it gets (each must return at once; an exception of
     one is dropped) before it raises KeyboardInterrupt as Python's default handler does: the
-    shutdown that follows logs nothing of theirs. The levels are put back on leaving. Only in the
-    main thread, and only where SIGINT has Python's default handler (an application's own
-    handler, or an ignored SIGINT, is left alone)."""
-    installed = (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    shutdown that follows logs nothing of theirs. With ``sigterm`` (an exception class), SIGTERM
+    does the same and raises that instead (what ``timeout``, Slurm and Kubernetes send: without it
+    the process dies at once, silently). The levels are put back on leaving. Only in the main
+    thread, and only where the signal has its default handler (an application's own handler, or an
+    ignored signal, is left alone)."""
+    main = threading.current_thread() is threading.main_thread()
+    take_int = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    take_term = sigterm is not None and main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
     quieted: dict[str, int] = {}
     hooks: list[Callable[[], None]] = []
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    def quiet() -> None:
         if not quieted:
             quieted.update(quiet_loggers(prefixes))
             for hook in hooks:
                 with contextlib.suppress(Exception):
                     hook()
+
+    def on_int(signum: int, frame: FrameType | None) -> None:
+        quiet()
         signal.default_int_handler(signum, frame)
 
-    if installed:
-        signal.signal(signal.SIGINT, handler)
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        quiet()
+        assert sigterm is not None
+        raise sigterm
+
+    if take_int:
+        signal.signal(signal.SIGINT, on_int)
+    if take_term:
+        signal.signal(signal.SIGTERM, on_term)
     try:
         yield hooks
     finally:
-        if installed:
+        if take_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        if take_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         restore_loggers(quieted)
 
 

@@ -320,13 +320,14 @@ def run_build(
     progress: bool = True,
 ) -> BuildSummary:
     """Build (or extend) the store ``out``; see the module doc. A Ctrl-C raises KeyboardInterrupt
-    (a SIGTERM its subclass :class:`BuildTerminated`) once the cluster is closed and the index rebuilt from the finished parts (flagged unfinished
-    when the store had no finished build: ``store.index.UNFINISHED_KEY``); from the interrupt
+    (a SIGTERM its subclass :class:`BuildTerminated`) once the cluster is closed and the index
+    rebuilt from the finished parts (flagged unfinished when the store had no finished build:
+    ``store.index.UNFINISHED_KEY``); from the interrupt
     on, Dask's own logging is silenced here and in the embedded cluster's workers
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news."""
     from featurecache.signals import quiet_on_sigint
 
-    with quiet_on_sigint() as on_interrupt, _sigterm_as_interrupt(on_interrupt):
+    with quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
         return _run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
             part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
@@ -339,42 +340,6 @@ class BuildTerminated(KeyboardInterrupt):
     cluster closed quietly); the CLI says the same line and exits 143 instead of 130."""
 
     exit_status = 143
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt(hooks: list[Callable[[], None]]) -> Iterator[None]:
-    """Meanwhile, SIGTERM does what Ctrl-C does in :func:`featurecache.signals.quiet_on_sigint`:
-    silences Dask's loggers, calls ``hooks`` (the workers are asked to silence theirs), then
-    raises :class:`BuildTerminated`. Before, SIGTERM ended the build at once, silently, with
-    exit status 143 and the cluster's workers left to die with the driver. Only in the main
-    thread and only where SIGTERM has its default action (an application's own handler, or an
-    ignored SIGTERM, is left alone); the levels are put back on leaving."""
-    import signal
-    import threading
-
-    from featurecache.signals import quiet_loggers, restore_loggers
-
-    installed = threading.current_thread() is threading.main_thread() and signal.getsignal(
-        signal.SIGTERM
-    ) in (signal.SIG_DFL, None)
-    quieted: dict[str, int] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        if not quieted:
-            quieted.update(quiet_loggers())
-            for hook in hooks:
-                with contextlib.suppress(Exception):
-                    hook()
-        raise BuildTerminated
-
-    if installed:
-        signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        if installed:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        restore_loggers(quieted)
 
 
 def _run_build(
