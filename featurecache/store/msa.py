@@ -88,8 +88,8 @@ MSA_ARRAYS: dict[str, np.dtype] = {
     "source": np.dtype(np.uint8), "profile": np.dtype(np.float32), "deletion_mean": np.dtype(np.float32),
 }  # fmt: skip
 
-#: ``<MSA part>/_verify/msa_hashes.arrow``: each MSA's :func:`msa_array_hashes` (one sha256 column
-#: per array of :data:`MSA_ARRAYS`), read only by ``verify`` when an MSA's content hash differs, to
+#: ``<MSA part>/_verify/msa_hashes.arrow``: each MSA's per-array hashes (:func:`msa_hashes`: one
+#: sha256 column per array of :data:`MSA_ARRAYS`), read only by ``verify`` when an MSA's content hash differs, to
 #: say which arrays changed (as ``writer.GROUP_HASHES`` for entries). Outside ``_index/``, whose
 #: every table the index rebuild reads. Parts written before it existed (session 22) have none.
 MSA_HASHES = "_verify/msa_hashes.arrow"
@@ -170,7 +170,8 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
             cols_parts.append(cols)
             del_parts.append(cells)
             arrays = (m.residues, m.deletions, m.species, m.source, m.profile, m.deletion_mean)
-            hash_rows.append({"key": item.key, **msa_array_hashes(*arrays), "part": name})
+            content_hash, array_hashes = msa_hashes(*arrays)
+            hash_rows.append({"key": item.key, **array_hashes, "part": name})
             index_rows.append(
                 {
                     "key": item.key,
@@ -188,7 +189,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
                     "del_start": del_off,
                     "del_count": int(r.size),
                     "inputs_key": item.inputs_key,
-                    "content_hash": msa_content_hash(*arrays),
+                    "content_hash": content_hash,
                     "featurizer_version": FEATURIZER_VERSION,
                     "part": name,
                 }
@@ -229,36 +230,33 @@ def msa_content_hash(
     deletion_mean: np.ndarray,
 ) -> str:
     """sha256 over one MSA's arrays (dtype, shape and bytes), as built and as read back."""
-    h = hashlib.sha256()
-    arrays = (residues, deletions, species, source, profile, deletion_mean)
-    for name, a in zip(MSA_ARRAYS, arrays, strict=True):
-        _hash_array(h, name, a)
-    return h.hexdigest()
+    return msa_hashes(residues, deletions, species, source, profile, deletion_mean, per_array=False)[0]
 
 
-def msa_array_hashes(
+def msa_hashes(
     residues: np.ndarray,
     deletions: np.ndarray,
     species: np.ndarray,
     source: np.ndarray,
     profile: np.ndarray,
     deletion_mean: np.ndarray,
-) -> dict[str, str]:
-    """array name -> sha256 over that array alone, hashed as :func:`msa_content_hash` hashes it:
-    when an MSA's content hash differs, these say which arrays changed (``verify``)."""
-    out = {}
+    per_array: bool = True,
+) -> tuple[str, dict[str, str]]:
+    """(:func:`msa_content_hash`, array name -> sha256 over that array alone, hashed the same way),
+    each array read once: when an MSA's content hash differs, the per-array hashes its part
+    recorded say which arrays changed (``verify``). ``per_array=False``: the content hash only."""
+    whole, each = hashlib.sha256(), {}
     arrays = (residues, deletions, species, source, profile, deletion_mean)
     for name, a in zip(MSA_ARRAYS, arrays, strict=True):
-        h = hashlib.sha256()
-        _hash_array(h, name, a)
-        out[name] = h.hexdigest()
-    return out
-
-
-def _hash_array(h: Any, name: str, a: np.ndarray) -> None:
-    arr = np.ascontiguousarray(a, dtype=MSA_ARRAYS[name])
-    h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
-    h.update(arr.tobytes())
+        arr = np.ascontiguousarray(a, dtype=MSA_ARRAYS[name])
+        head, data = f"{name}:{arr.dtype.str}:{arr.shape}".encode(), arr.tobytes()
+        whole.update(head)
+        whole.update(data)
+        if per_array:
+            one = hashlib.sha256(head)
+            one.update(data)
+            each[name] = one.hexdigest()
+    return whole.hexdigest(), each
 
 
 def verify_msas(
@@ -316,7 +314,7 @@ def _check_msa(store: Any, row: dict[str, Any]) -> list[str]:
     if got != row["content_hash"]:
         problems.append(
             f"MSA {row['key']}: content hash {got[:16]}… != index {str(row['content_hash'])[:16]}… "
-            f"(part {row['part']}: {_differing_arrays(part, row, msa_array_hashes(*arrays))})"
+            f"(part {row['part']}: {_differing_arrays(part, row, msa_hashes(*arrays)[1])})"
         )
     return problems
 
