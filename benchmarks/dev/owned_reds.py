@@ -24,6 +24,7 @@ Variants (B = 1, H = 4, D = 32, bf16; against the shipped dq + dbias + dk/dv):
     TRITON_INTERPRET=1 python benchmarks/dev/owned_reds.py check   # CPU: vs the shipped kernels
     python benchmarks/dev/owned_reds.py sass                        # CPU: sm_90 SASS of the variants
     python benchmarks/dev/owned_reds.py ab OUT.json                 # H200: correctness + timings
+    ncu --profile-from-start off --metrics ... python benchmarks/dev/owned_reds.py profile  # H200: L2
 """
 
 from __future__ import annotations
@@ -442,6 +443,31 @@ def sass() -> None:
         show(f"dkv+dbo {cfg}", ck)
 
 
+def profile() -> None:
+    """H200, under ``ncu --profile-from-start off``: the shipped backward, dq+dbo (64×64, target
+    1056) and session 21's shared-buffer dq+db/f32 once each at N = 768, after a warm-up, between
+    cudaProfilerStart/Stop (the L2 hit rate and DRAM bytes of the folded kernels' reds)."""
+    dev = torch.device("cuda")
+    scale = 32**-0.5
+    q, k, v, bias, _, do = fa._inputs(1, 768, 4, 768, 32, torch.bfloat16, dev)
+    out, lse = pba.pair_bias_attention_forward(q, k, v, bias, None, scale)
+    args = (do, q, k, v, bias, None, out, lse, scale)
+    shipped = pba.default_config(32, torch.bfloat16, dev)
+    runs = [
+        lambda: pba.pair_bias_attention_backward(*args),
+        lambda: backward_dq_dbo(*args, cfg=pba.KernelConfig(64, 64, 4, 3, 2), target=1056),
+        lambda: fa.VARIANTS["dq+db/f32"](*args, cfg=shipped.dq),
+    ]
+    for fn in runs:
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for fn in runs:
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check()
@@ -449,5 +475,7 @@ if __name__ == "__main__":
         sass()
     elif sys.argv[1] == "ab":
         ab(sys.argv[2])
+    elif sys.argv[1] == "profile":
+        profile()
     else:
         raise SystemExit(__doc__)
