@@ -281,23 +281,58 @@ shard; an index behind its parts; chain rows or MSA keys that do not match the i
 @app.command()
 def prune(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the parts, remove nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="List what would be removed (parts, entries, MSAs), remove nothing."),
+    ] = False,
+    sources_gone: Annotated[
+        Path | None,
+        typer.Option(
+            "--sources-gone",
+            metavar="PDB_DIR",
+            help="Also remove the stored entries whose structure files are gone from PDB_DIR (the --pdb-dir "
+            "of the builds that stored them; what a build from it reports as 'sources gone'). An entry whose "
+            "file, or another file of its id, is still there is never removed.",
+        ),
+    ] = None,
+    msa_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--msa-dir",
+            help="With --sources-gone: also remove the stored MSAs whose files are all gone from this --msa-dir "
+            "(their chains then have no MSA until a build stores a single-sequence one).",
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
     """Delete the parts no index row uses any more (old versions of rebuilt entries, MSAs and
     components no entry uses); what the store serves does not change.
 
-    Exit status: 0 pruned (or listed, --dry-run); 2 usage error; 3 the store is missing, unreadable or \
-unwritable, or a build holds it.
+    With --sources-gone PDB_DIR [--msa-dir DIR], first remove from the store the entries (and MSAs) \
+whose source files are gone from those directories: the service and clients no longer see them, and \
+their parts are deleted once nothing else in them is used. A build that finds the file again stores it again.
+
+    Exit status: 0 pruned (or listed, --dry-run); 2 usage error (--msa-dir without --sources-gone, a \
+directory that does not exist or holds no input file while entries were built from it); 3 the store is \
+missing, unreadable or unwritable, or a build holds it.
     """
     _setup_logging(verbose)
     from featurecache.store.prune import prune_store
 
     try:
-        result = prune_store(store, dry_run=dry_run)
+        result = prune_store(store, dry_run=dry_run, sources_gone=sources_gone, msa_dir=msa_dir)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     done = "would remove" if dry_run else "removed"
+    if sources_gone is not None:
+        n_e, n_m = len(result.entries), len(result.msas)
+        ids = f": {', '.join(result.entries)}" if result.entries else ""
+        typer.echo(
+            f"{done} {n_e} entr{'y' if n_e == 1 else 'ies'} whose files are gone from {sources_gone}{ids}"
+        )
+        if msa_dir is not None:
+            used = f" (used by {'; '.join(result.msas)})" if result.msas else ""
+            typer.echo(f"{done} {n_m} MSA{'' if n_m == 1 else 's'} whose files are gone from {msa_dir}{used}")
     names = f": {', '.join(result.parts)}" if result.parts else ""
     typer.echo(f"{done} {len(result.parts)} part(s), {result.bytes / 1e6:.2f} MB{names}")
 

@@ -362,14 +362,7 @@ def discover(
     turned into a link, neither changes its id nor makes it a second entry.
     """
     pdb_dir = Path(pdb_dir)
-    msa_files = MSADirFiles(msa_dir)
-    aliases: dict[str, list[str]] = {}
-    walked = [p for p in input_paths(pdb_dir, exclude, aliases) if not msa_stage_input(p, msa_files)]
-    rels = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
-                        set((existing_ids or {}).values()))  # fmt: skip
-    order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
-    files, rels = [walked[k] for k in order], [rels[k] for k in order]
-    ids = assign_ids(rels, existing_ids)
+    files, rels, ids = _walk(pdb_dir, existing_ids, exclude, msa_dir)
     with ThreadPoolExecutor(max_workers=4) as pool:
         digests = list(pool.map(_sha256, files))
     out = []
@@ -378,6 +371,30 @@ def discover(
         out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
                              entry_key(sha, entry_id, config_hash)))  # fmt: skip
     return out
+
+
+def _walk(
+    pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None
+) -> tuple[list[Path], list[str], dict[str, str]]:
+    """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted) and ids, unread."""
+    msa_files = MSADirFiles(msa_dir)
+    aliases: dict[str, list[str]] = {}
+    walked = [p for p in input_paths(pdb_dir, exclude, aliases) if not msa_stage_input(p, msa_files)]
+    rels = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
+                        set((existing_ids or {}).values()))  # fmt: skip
+    order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
+    files, rels = [walked[k] for k in order], [rels[k] for k in order]
+    return files, rels, assign_ids(rels, existing_ids)
+
+
+def input_ids(
+    pdb_dir: Path, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
+    msa_dir: Path | None = None,
+) -> dict[str, str]:  # fmt: skip
+    """Path (relative to ``pdb_dir``) → entry id of the inputs :func:`discover` finds, without
+    reading the files (``featurecache prune --sources-gone``)."""
+    _files, rels, ids = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir)
+    return {rel: ids[rel] for rel in rels}
 
 
 def stored_paths(rels: list[str], aliases: dict[str, list[str]], stored: set[str]) -> list[str]:

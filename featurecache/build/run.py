@@ -44,7 +44,7 @@ from featurecache.build.tasks import (
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
-from featurecache.store.index import WITHDRAWN, first_build_finished, rebuild_index, store_bytes
+from featurecache.store.index import REMOVED, WITHDRAWN, first_build_finished, rebuild_index, store_bytes
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -402,6 +402,8 @@ def _run_build(
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
             just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
             done = done_keys(out, start_index.get(WITHDRAWN)) - {r["key"] for r in just_withdrawn}
+            if start_index.get(REMOVED) is not None:  # removed by prune --sources-gone: built again if back
+                done -= set(start_index[REMOVED].column("key").to_pylist())
             withdrawn_paths = {r["path"] for r in just_withdrawn}
             if start_index.get(WITHDRAWN) is not None:
                 withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
@@ -784,10 +786,9 @@ SHOWN_GONE = 10
 
 def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None:
     """The build's one line about stored entries and MSAs whose source files are gone from
-    ``--pdb-dir`` / ``--msa-dir``: kept (a build never deletes what it stored), and no command
-    removes them (``featurecache prune`` deletes only parts no index row uses); None when there are
-    none. ``detail``: the entry ids, and each MSA's chains, too (the log warning; the summary table
-    has the counts)."""
+    ``--pdb-dir`` / ``--msa-dir``: kept (a build never deletes what it stored); ``featurecache prune
+    --sources-gone`` removes them; None when there are none. ``detail``: the entry ids, and each
+    MSA's chains, too (the log warning; the summary table has the counts)."""
     n_e, n_m = len(summary.entries_gone), summary.n_msas_gone
     if not n_e and not n_m:
         return None
@@ -806,9 +807,9 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
             named = f" (used by {shown_m}{more_m})"
         what.append(f"{n_m} stored MSA{'s' if n_m != 1 else ''}{named}")
     where = " / ".join(d for d, n in (("--pdb-dir", n_e), ("--msa-dir", n_m)) if n)
+    how = "STORE --sources-gone PDB_DIR" + (" --msa-dir MSA_DIR" if n_m else "")
     return (f"{' and '.join(what)} whose source files are gone from {where}: kept and still served; "
-            "featurecache prune does not remove them (it deletes only parts no index row uses); "
-            "to drop them, build a new store from the current files")  # fmt: skip
+            f"to remove them: featurecache prune {how} (--dry-run lists them)")  # fmt: skip
 
 
 def _run_extra_stages(

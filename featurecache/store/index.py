@@ -136,6 +136,26 @@ FAILURES_SCHEMA = pa.schema(
 WITHDRAWN_STAGE = "withdrawn"
 WITHDRAWN = "withdrawn"
 
+#: ``<part>/_index/removed.arrow``: what ``featurecache prune --sources-gone`` removed from the
+#: index, a stored entry (``kind`` "entry", ``id`` its id, in a structure part) or MSA (``kind``
+#: "msa", ``id`` its key, in an MSA part) whose source files were gone. Parts never change, so the
+#: removal is a row of a later part: every row of that id in an earlier part of its kind is left
+#: out of the index (:func:`without_removed`); a later build of it (its file put back) supersedes
+#: the removal. The removals in effect are listed in ``index/removed.arrow`` (so ``prune`` keeps
+#: the parts that hold them); ``key`` is the removed entry's build key: not up to date should its
+#: file come back.
+REMOVED = "removed"
+REMOVED_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),  # "entry" | "msa"
+        ("id", pa.string()),
+        ("key", pa.string()),
+        ("source_path", pa.string()),  # an entry's source path; an MSA's files, "; "-joined
+        ("message", pa.string()),
+        ("part", pa.string()),
+    ]
+)
+
 WARNINGS_SCHEMA = pa.schema(
     [
         ("entry_id", pa.string()),
@@ -323,9 +343,15 @@ def _gather(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
     return tables, set(found)
 
 
-def index_tables(root: Path, parts: Sequence[Path]) -> dict[str, pa.Table]:
-    """The index tables a rebuild from ``parts`` alone gives (sorted as written; nothing is written)."""
-    return {name: _sorted(name, t) for name, t in _derive(Path(root), _gather(parts)[0]).items()}
+def index_tables(
+    root: Path, parts: Sequence[Path], extra: Mapping[str, pa.Table] | None = None
+) -> dict[str, pa.Table]:
+    """The index tables a rebuild from ``parts`` alone gives (sorted as written; nothing is written);
+    ``extra``: own rows of parts not written yet (a dry run's), per table, after those of ``parts``."""
+    raw = _gather(parts)[0]
+    for name, t in (extra or {}).items():
+        raw[name] = _concat([raw[name], t], name) if name in raw and raw[name].num_rows else t
+    return {name: _sorted(name, t) for name, t in _derive(Path(root), raw).items()}
 
 
 def gather_part_tables(root: Path) -> dict[str, pa.Table]:
@@ -361,9 +387,67 @@ def _pairs_in(table: pa.Table, columns: tuple[str, str], live: pa.Table) -> pa.A
     return pc.fill_null(pc.is_in(probe, value_set=value_set.combine_chunks()), False).combine_chunks()
 
 
+def without_removed(table: pa.Table, column: str, removed: pa.Table | None, kind: str) -> pa.Table:
+    """``table``'s rows (parts' own rows, with ``part``) but for those that a :data:`REMOVED` row of
+    ``kind`` in a later part removed (same ``id`` as the row's ``column``)."""
+    last = _last_removal(removed, kind)
+    if not last or table.num_rows == 0 or "part" not in table.column_names:
+        return table
+    keep = [
+        k not in last or last[k] < part
+        for k, part in zip(table.column(column).to_pylist(), table.column("part").to_pylist(), strict=True)
+    ]
+    return table.filter(pa.array(keep, type=pa.bool_()))
+
+
+def _last_removal(removed: pa.Table | None, kind: str) -> dict[str, str]:
+    """id → the latest part holding a removal of ``kind`` of it."""
+    last: dict[str, str] = {}
+    if removed is None or removed.num_rows == 0:
+        return last
+    for k, i, part in zip(*(removed.column(c).to_pylist() for c in ("kind", "id", "part")), strict=True):
+        if k == kind and part > last.get(i, ""):
+            last[i] = part
+    return last
+
+
+def _removals_in_effect(removed: pa.Table, kind: str, rows: pa.Table, column: str) -> pa.Table:
+    """The latest removal of each id of ``kind`` that no later row of ``rows`` (raw) supersedes."""
+    last = _last_removal(removed, kind)
+    newest: dict[str, str] = {}
+    if rows.num_rows and "part" in rows.column_names:
+        for i, part in zip(rows.column(column).to_pylist(), rows.column("part").to_pylist(), strict=True):
+            if part > newest.get(i, ""):
+                newest[i] = part
+    keep = [
+        k == kind and last.get(i) == part and newest.get(i, "") < part
+        for k, i, part in zip(*(removed.column(c).to_pylist() for c in ("kind", "id", "part")), strict=True)
+    ]
+    return removed.filter(pa.array(keep, type=pa.bool_()))
+
+
 def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """The index tables from the parts' concatenated rows (``tables`` is not modified)."""
     tables = dict(tables)
+    ever_built = tables["entries"]
+    removed = tables.pop(REMOVED, None)
+    if removed is not None:
+        removed = removed.select(REMOVED_SCHEMA.names).cast(REMOVED_SCHEMA)
+        # a removal stays in effect (listed, its part kept) until a later row of its id: also once
+        # prune deleted the parts that held what it removed
+        msas = tables.get("msas")
+        has_msas = msas is not None and "key" in msas.column_names
+        if msas is None or not has_msas:
+            msas = pa.table({"key": pa.array([], pa.string()), "part": pa.array([], pa.string())})
+        tables[REMOVED] = pa.concat_tables(
+            [
+                _removals_in_effect(removed, "entry", ever_built, "id"),
+                _removals_in_effect(removed, "msa", msas, "key"),
+            ]
+        )
+        if has_msas:
+            tables["msas"] = without_removed(msas, "key", removed, "msa")
+        tables["entries"] = without_removed(ever_built, "id", removed, "entry")
     entries = latest_per(tables["entries"], "id")
     live = entries.select(["id", "part"])
     if "seconds" in entries.column_names:  # a part written before the time moved to timings
@@ -389,9 +473,11 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     # a path's latest outcome wins: a failure is dropped once the same path built successfully later
     failures = _latest_failures(tables["failures"])
     if failures.num_rows:
-        # (only entries built from a failed path matter; their order is kept, so the last one wins as before)
-        of_failed = entries.filter(
-            pc.is_in(entries.column("source_path"), value_set=failures.column("path").combine_chunks())
+        # (only entries built from a failed path matter; their order is kept, so the last one wins as
+        # before; an entry removed since, by prune --sources-gone, was still built after the failure)
+        built_ever = latest_per(ever_built, "id") if removed is not None else entries
+        of_failed = built_ever.filter(
+            pc.is_in(built_ever.column("source_path"), value_set=failures.column("path").combine_chunks())
         )
         built = {r["source_path"]: r["part"] for r in of_failed.select(["source_path", "part"]).to_pylist()}
         mask = [built.get(r["path"], "") < r["part"] for r in failures.select(["path", "part"]).to_pylist()]
@@ -599,8 +685,10 @@ def rebuild_index(
                 out = _flagged(out, not finished)
             replace_table(f, out)
             written[name] = _stamp(f)
-        elif name == WITHDRAWN:  # none now: an earlier rebuild's file would still be read as the table
+        elif name in (WITHDRAWN, REMOVED):  # none now: an earlier rebuild's file would still be read
             f.unlink(missing_ok=True)
+    if REMOVED not in tables:  # no part holds a removal any more (pruned, superseded)
+        (index_dir / f"{REMOVED}.arrow").unlink(missing_ok=True)
     _save_part_rows(root, raw, held, names, written, manifest)
     log.debug("index rebuilt from %s (%d parts, %.2f s)", how, len(names), time.perf_counter() - t0)
     return tables
@@ -654,6 +742,7 @@ def _sorted(name: str, table: pa.Table) -> pa.Table:
         "interfaces": [("entry_id", "ascending"), ("chain_i", "ascending"), ("chain_j", "ascending")],
         "failures": [("path", "ascending")],
         WITHDRAWN: [("path", "ascending")],
+        REMOVED: [("kind", "ascending"), ("id", "ascending")],
         "warnings": [("entry_id", "ascending")],
     }.get(name)
     if not keys or table.num_rows == 0 or not all(k in table.column_names for k, _ in keys):

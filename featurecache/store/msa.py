@@ -41,7 +41,14 @@ from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.index import differing_hashes, table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, chunk_compressors
 from featurecache.store.root import PartArrays, array_metadata, decode_records, record_fill_only_shards
-from featurecache.store.writer import SOURCE_DIR, _dir_bytes, commit_part, part_tmp_dir, write_record_array
+from featurecache.store.writer import (
+    SOURCE_DIR,
+    _dir_bytes,
+    commit_part,
+    part_tmp_dir,
+    write_record_array,
+    write_removed,
+)
 from featurecache.types import EncodedMSA, MSABlock
 
 log = logging.getLogger(__name__)
@@ -118,6 +125,9 @@ class MSAPartContents:
     #: that directory withdraws the listed failure of a file no longer in it
     #: (``discover.withdraw_failures``)
     source_dir: str = ""
+    #: :data:`~featurecache.store.index.REMOVED` rows (kind "msa", without "part") of ``featurecache
+    #: prune --sources-gone``
+    removed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def residues_array_name(k: int) -> str:
@@ -209,6 +219,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         write_table(tmp / MSA_HASHES, pa.Table.from_pylist(hash_rows, schema=MSA_HASHES_SCHEMA))
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
+        write_removed(idx, name, contents.removed)
         manifest = {
             "part": name, "kind": "msas", "featurizer_version": FEATURIZER_VERSION,
             "schema_version": SCHEMA_VERSION, "n_msas": len(index_rows), "n_failures": len(fails),

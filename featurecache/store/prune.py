@@ -11,6 +11,16 @@ must equal the current one, table by table, so a prune never changes what the st
 The highest-numbered part of each kind (``s-``, ``m-``, ``c-``) is always kept: a build numbers
 its new parts after the highest one present, and a reused name would pass for a part that the
 chem stage already scanned (``chem_scans``), or that the index already took in.
+
+``--sources-gone PDB_DIR [--msa-dir DIR]`` (opt-in) first removes from the index the stored entries
+and MSAs whose source files are gone, those a build from the same directories reports as "sources
+gone": an entry recorded by a build from ``PDB_DIR`` (its part's ``source_dir``) that no file there
+gives any more (neither its id nor its path among the build's inputs) and whose file does not
+exist; an MSA from files that a build from ``DIR`` recorded, none of which is listed under ``DIR``
+or exists. Parts never change, so the removal is written as :data:`~featurecache.store.index.REMOVED`
+rows of one new part per kind; the index then leaves those entries (their chains, interfaces, ...)
+and MSAs out, and the parts that hold nothing else are deleted as above. A later build of a file
+put back stores it again.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +37,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from featurecache.errors import StoreError
-from featurecache.store.index import complete_parts, index_tables, rebuild_index
-from featurecache.store.layout import PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR, TMP_PREFIX
+from featurecache.errors import StoreError, UsageError
+from featurecache.store.index import REMOVED, REMOVED_SCHEMA, complete_parts, index_tables, rebuild_index
+from featurecache.store.layout import (
+    MSA_PART_PREFIX,
+    PART_DONE_FILE,
+    PART_INDEX_DIR,
+    PARTS_DIR,
+    STRUCTURE_PART_PREFIX,
+    TMP_PREFIX,
+    part_name,
+)
 from featurecache.store.root import BuildLock, check_store_dir
 
 log = logging.getLogger(__name__)
@@ -41,28 +60,37 @@ class PruneResult:
     parts: list[str] = field(default_factory=list)
     bytes: int = 0
     dry_run: bool = False
+    #: --sources-gone: the ids of the entries removed from the index (or that would be)
+    entries: list[str] = field(default_factory=list)
+    #: --sources-gone: each MSA removed, named by the chains that use it ("1psm/A")
+    msas: list[str] = field(default_factory=list)
 
 
-def unused_parts(root: Path) -> list[Path]:
+def unused_parts(
+    root: Path, extra: dict[str, pa.Table] | None = None, later: Sequence[str] = ()
+) -> list[Path]:
     """Complete parts none of whose rows is in any index table (sorted by name). A directory
-    without its ``part.json`` is never listed (``verify`` reports it as incomplete).
+    without its ``part.json`` is never listed (``verify`` reports it as incomplete). ``extra`` and
+    ``later``: the own rows and names of parts a dry run did not write.
 
     Raises StoreError when the index without them would differ from the index with them (a table
     derived from rows that are not themselves listed): nothing is then safe to remove."""
     root = Path(root)
     parts = complete_parts(root)
-    tables = index_tables(root, parts)
+    tables = index_tables(root, parts, extra)
     used: set[str] = set()
     for table in tables.values():
         if table.num_rows and "part" in table.column_names:
             used.update(pc.unique(table.column("part")).to_pylist())
-    last = {p.name[:2]: p for p in parts}  # the highest number of each kind: never removed
+    last: dict[str, str] = {}  # the highest number of each kind: never removed
+    for name in [p.name for p in parts] + list(later):
+        last[name[:2]] = max(last.get(name[:2], name), name)
     unused = [
         p for p in parts
-        if p.name not in used and p not in last.values() and (p / PART_INDEX_DIR / PART_DONE_FILE).is_file()
+        if p.name not in used and p.name not in last.values() and (p / PART_INDEX_DIR / PART_DONE_FILE).is_file()
     ]  # fmt: skip
     if unused:
-        without = index_tables(root, [p for p in parts if p not in unused])
+        without = index_tables(root, [p for p in parts if p not in unused], extra)
         changed = _differing_tables(tables, without)
         if changed:
             raise StoreError(
@@ -72,17 +100,40 @@ def unused_parts(root: Path) -> list[Path]:
     return unused
 
 
-def prune_store(root: Path, *, dry_run: bool = False) -> PruneResult:
+def prune_store(
+    root: Path, *, dry_run: bool = False, sources_gone: Path | None = None, msa_dir: Path | None = None
+) -> PruneResult:
     """Remove :func:`unused_parts` (holding the build lock: no build may run meanwhile). Each
     part is first renamed to a temp name readers and builds ignore, the index is rebuilt from
-    the remaining parts (its tables are the ones it had), then the parts are deleted."""
+    the remaining parts (its tables are the ones it had), then the parts are deleted.
+
+    ``sources_gone`` (a ``--pdb-dir``; ``msa_dir``: a ``--msa-dir``, only with it): first remove
+    from the index the entries and MSAs whose source files are gone from them (module docstring)."""
     root = Path(root)
     check_store_dir(root)
     if not (root / "zarr.json").is_file():
         raise StoreError(f"{root} is not a featurecache store (no zarr.json)")
+    if msa_dir is not None and sources_gone is None:
+        raise UsageError("--msa-dir is read only with --sources-gone PDB_DIR")
+    for d, what in ((sources_gone, "--sources-gone"), (msa_dir, "--msa-dir")):
+        if d is not None and not Path(d).is_dir():
+            raise UsageError(f"{what} {d}: no such directory")
     with BuildLock(root):
-        unused = unused_parts(root)
+        extra: dict[str, pa.Table] = {}
+        later: list[str] = []
+        gone_entries: list[dict[str, str]] = []
+        gone_msas: list[dict[str, str]] = []
+        if sources_gone is not None:
+            gone_entries, gone_msas = _sources_gone(root, Path(sources_gone), msa_dir)
+            extra, later = _removal_parts(root, gone_entries, gone_msas)
+            if not dry_run and later:
+                _write_removals(root, sources_gone, msa_dir, gone_entries, gone_msas, later)
+                rebuild_index(root)
+                extra, later = {}, []
+        unused = unused_parts(root, extra, later)
         result = PruneResult([p.name for p in unused], sum(_dir_bytes(p) for p in unused), dry_run)
+        result.entries = [r["id"] for r in gone_entries]
+        result.msas = [r["chains"] for r in gone_msas]
         if dry_run or not unused:
             return result
         moved = []
@@ -101,6 +152,124 @@ def prune_store(root: Path, *, dry_run: bool = False) -> PruneResult:
             shutil.rmtree(target, ignore_errors=True)
     log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
     return result
+
+
+def _sources_gone(
+    root: Path, pdb_dir: Path, msa_dir: Path | None
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The index's entries and MSAs whose source files are gone from ``pdb_dir`` / ``msa_dir``
+    (module docstring), as :data:`~featurecache.store.index.REMOVED` rows without ``part`` (an
+    MSA's also with ``chains``, the chains that use it). Raises UsageError for a directory that
+    holds no input at all while the store has rows recorded from it (an unmounted or emptied
+    directory would otherwise remove them all)."""
+    from featurecache.build.discover import input_ids, part_source_dir, resolved  # build imports store
+    from featurecache.build.msa_stage import _candidate_files
+
+    tables = index_tables(root, complete_parts(root))
+    dirs: dict[str, str] = {}
+
+    def recorded_in(part: str) -> str:
+        if part not in dirs:
+            dirs[part] = part_source_dir(root, part)
+        return dirs[part]
+
+    entries = tables["entries"]
+    here = str(resolved(pdb_dir))
+    mine = [
+        e
+        for e in entries.select(["id", "key", "source_path", "part"]).to_pylist()
+        if recorded_in(e["part"]) == here
+    ]
+    gone_entries: list[dict[str, str]] = []
+    if mine:
+        stored = dict(
+            zip(entries.column("id").to_pylist(), entries.column("source_path").to_pylist(), strict=True)
+        )
+        inputs = input_ids(pdb_dir, stored, exclude=root, msa_dir=msa_dir)
+        if not inputs:
+            raise UsageError(f"--sources-gone {pdb_dir}: no input file under it, but {len(mine)} stored "
+                             "entries were built from it (not mounted? emptied?); nothing removed")  # fmt: skip
+        ids = set(inputs.values())
+        for e in mine:
+            where = pdb_dir / e["source_path"]
+            if e["id"] in ids or e["source_path"] in inputs or where.exists() or where.is_symlink():
+                continue  # a file still gives it (the next build rebuilds it if it changed)
+            gone_entries.append({
+                "kind": "entry", "id": e["id"], "key": e["key"], "source_path": e["source_path"],
+                "message": f"its file {e['source_path']} is gone from {pdb_dir}",
+            })  # fmt: skip
+    gone_msas: list[dict[str, str]] = []
+    msas = tables.get("msas")
+    if msa_dir is None or msas is None or not msas.num_rows:
+        return gone_entries, gone_msas
+    msa_here = str(resolved(Path(msa_dir)))
+    rows = [m for m in msas.select(["key", "n_files", "sources", "inputs_key", "part"]).to_pylist()
+            if m["n_files"] > 0 and m["sources"] and recorded_in(m["part"]) == msa_here]  # fmt: skip
+    if not rows:
+        return gone_entries, gone_msas
+    listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False)}
+    if not listed:
+        raise UsageError(f"--msa-dir {msa_dir}: no file under it, but {len(rows)} stored MSAs were built "
+                         "from it (not mounted? emptied?); nothing removed")  # fmt: skip
+    chains: dict[str, list[str]] = {}
+    for c in tables["chains"].select(["entry_id", "auth_id", "label_id", "sequence_hash"]).to_pylist():
+        chains.setdefault(c["sequence_hash"], []).append(f"{c['entry_id']}/{c['auth_id'] or c['label_id']}")
+    removed_ids = {e["id"] for e in gone_entries}
+    for m in rows:
+        paths = sorted({src.split("#", 1)[0] for src in m["sources"]})
+        if any(
+            p in listed or (Path(msa_dir) / p).exists() or (Path(msa_dir) / p).is_symlink() for p in paths
+        ):
+            continue
+        users = [c for c in chains.get(m["key"], []) if c.split("/", 1)[0] not in removed_ids]
+        if not users:
+            continue  # used only by entries removed too: the index drops it with them
+        gone_msas.append({
+            "kind": "msa", "id": m["key"], "key": m["inputs_key"], "source_path": "; ".join(paths),
+            "message": f"its files are gone from {msa_dir}", "chains": ", ".join(dict.fromkeys(users)),
+        })  # fmt: skip
+    return gone_entries, gone_msas
+
+
+def _removal_parts(
+    root: Path, entries: list[dict[str, str]], msas: list[dict[str, str]]
+) -> tuple[dict[str, pa.Table], list[str]]:
+    """The :data:`REMOVED` rows of the parts that record these removals (an ``s-`` part for the
+    entries, an ``m-`` part for the MSAs, numbered after the highest present) and their names."""
+    from featurecache.build.discover import next_part_number
+
+    rows: list[dict[str, str]] = []
+    names: list[str] = []
+    for prefix, group in ((STRUCTURE_PART_PREFIX, entries), (MSA_PART_PREFIX, msas)):
+        if group:
+            name = part_name(prefix, next_part_number(root, prefix))
+            names.append(name)
+            rows += [{**_row(r), "part": name} for r in group]
+    return ({REMOVED: pa.Table.from_pylist(rows, schema=REMOVED_SCHEMA)} if rows else {}), names
+
+
+def _row(r: dict[str, str]) -> dict[str, str]:
+    return {k: r[k] for k in REMOVED_SCHEMA.names if k != "part"}
+
+
+def _write_removals(
+    root: Path, pdb_dir: Path, msa_dir: Path | None, entries: list[dict[str, str]], msas: list[dict[str, str]],
+    names: list[str],
+) -> None:  # fmt: skip
+    """Write the parts :func:`_removal_parts` named (they record the directories, as a build's do)."""
+    from featurecache.build.discover import resolved
+    from featurecache.store.msa import MSAPartContents, write_msa_part
+    from featurecache.store.writer import PartContents, write_structure_part
+
+    for name in names:
+        if name.startswith(STRUCTURE_PART_PREFIX):
+            src = str(resolved(pdb_dir))
+            write_structure_part(root, name, PartContents(source_dir=src, removed=[_row(r) for r in entries]))
+        else:
+            src = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
+            write_msa_part(root, name, MSAPartContents(source_dir=src, removed=[_row(r) for r in msas]))
+    log.info("removed from the index: %d entr(ies) and %d MSA(s) whose source files are gone (parts %s)",
+             len(entries), len(msas), ", ".join(names))  # fmt: skip
 
 
 def _dir_bytes(path: Path) -> int:

@@ -27,11 +27,13 @@ import pyarrow as pa
 
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import (
+    REMOVED,
     complete_parts,
     differing_hashes,
     gather_part_tables,
     latest_per,
     read_table,
+    without_removed,
 )
 from featurecache.store.layout import (
     ENTRY_GROUPS,
@@ -279,7 +281,9 @@ def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any
 def _index_matches_parts(root: Path, entries: pa.Table) -> list[str]:
     """The index's entries are exactly the live entries of the parts (a killed build can leave the
     top-level index behind its parts; a build on the store rebuilds it)."""
-    live = latest_per(gather_part_tables(root)["entries"], "id")
+    raw = gather_part_tables(root)
+    # less what prune --sources-gone removed (the index leaves it out as well)
+    live = latest_per(without_removed(raw["entries"], "id", raw.get(REMOVED), "entry"), "id")
     in_parts = set(zip(live.column("id").to_pylist(), live.column("part").to_pylist(), strict=True))
     in_index = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
     out = [f"entry {i} of part {p} is not in the index (stale index: run `featurecache build` on the store "

@@ -34,6 +34,8 @@ from zarr.abc.codec import BytesBytesCodec
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType, decode_res_name
 from featurecache.errors import StoreError
 from featurecache.store.index import (
+    REMOVED,
+    REMOVED_SCHEMA,
     RESIDUE_CODES,
     RESIDUE_CODES_SCHEMA,
     TIMINGS,
@@ -81,6 +83,16 @@ class PartContents:
     #: not recorded, as in parts written before session 19): a later build from that directory
     #: withdraws the listed failure of a path no longer in it (``discover.withdraw_failures``)
     source_dir: str = ""
+    #: :data:`~featurecache.store.index.REMOVED` rows (kind "entry", without "part") of ``featurecache
+    #: prune --sources-gone``: written only when there are some
+    removed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def write_removed(idx: Path, name: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Part ``name``'s own :data:`~featurecache.store.index.REMOVED` rows (none: no file)."""
+    if rows:
+        write_table(idx / f"{REMOVED}.arrow", pa.Table.from_pylist([{**r, "part": name} for r in rows],
+                                                                   schema=REMOVED_SCHEMA))  # fmt: skip
 
 
 def write_record_array(
@@ -322,6 +334,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         write_table(tmp / GROUP_HASHES, pa.Table.from_pylist(hash_rows, schema=GROUP_HASHES_SCHEMA))
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
+        write_removed(idx, name, contents.removed)
         manifest = {
             "part": name, "kind": "structures", "featurizer_version": FEATURIZER_VERSION,
             "schema_version": SCHEMA_VERSION, "n_entries": len(entry_rows), "n_failures": len(fails),

@@ -1,8 +1,9 @@
 """Stored entries and MSAs whose source files are gone: kept (README: "a stored entry (or MSA) whose
 file is removed stays in the store"), and now said so. Before, a build after a structure file and
 all of a sequence's MSA files were removed reported "MSAs up to date" and nothing else; now the
-summary has a "sources gone" row and the build logs a warning naming the entries, and that
-``featurecache prune`` does not remove them (it deletes only parts no index row uses).
+summary has a "sources gone" row and the build logs a warning naming the entries, and how to
+remove them (``featurecache prune --sources-gone``: tests/store/test_prune_sources_gone.py); a plain
+``featurecache prune`` does not (it deletes only parts no index row uses).
 
 Real builds (1 worker) of the repo's sample 1psm and 2q2k structures with their real OpenFold MSAs."""
 
@@ -54,12 +55,12 @@ def test_gone_sources_are_kept_and_reported(tmp_path: Path, caplog: pytest.LogCa
     assert (gone.entries_gone, gone.n_msas_gone) == (["2q2k"], 1)
     line = sources_gone_line(gone)
     assert line is not None and line.startswith("1 stored entry and 1 stored MSA whose source files are gone")
-    assert "featurecache prune does not remove them" in line
+    assert "to remove them: featurecache prune STORE --sources-gone PDB_DIR --msa-dir MSA_DIR" in line
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     # the MSA is named by the chain that uses it, as the entry by its id (before: no name at all)
     said = "1 stored entry (2q2k) and 1 stored MSA (used by 1psm/A) whose source files are gone from"
     assert any(said in w for w in warned), warned
-    # kept: nothing the store serves went away, and prune (as the line says) leaves them too
+    # kept: nothing the store serves went away, and prune without --sources-gone leaves them too
     prune_store(store)
     after = featurecache.open_store(store)
     assert set(after.ids) == ids == {"1psm", "2q2k"}
