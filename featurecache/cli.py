@@ -548,17 +548,21 @@ def report(
         typer.Option("--train-log", help="JSON log of `featurecache train` for the loader timeline."),
     ] = None,
 ) -> None:
-    """Write an HTML report (plots + the numbers behind them) of what is in a store.
+    """Write an HTML report (plots + the numbers behind them) of what is in a store. On a store whose
+    first build has not finished it warns (stderr, and on the page): the report is partial.
 
     Exit status: 0 written; 2 usage error; 3 the store is missing or unreadable, or --out cannot be written.
     """
     from featurecache.report import write_report
 
+    unfinished = _first_build_unfinished(store)
     try:
         path = write_report(store, out, train_log=train_log)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     typer.echo(f"report written: {path}")
+    if unfinished:  # the report's page and summary.json say so too
+        _warn_unfinished(store, "the report covers only part of the store, its counts and plots are partial")
     _warn_partial_plan(store)
 
 

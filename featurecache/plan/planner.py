@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featurecache.errors import InvalidRequest, StoreError, UsageError
+from featurecache.errors import FeatureCacheError, InvalidRequest, StoreError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.plan.memory import MemoryEstimate, Precision, estimate_step, max_tokens_within
 
@@ -240,6 +240,56 @@ def unfinished_plan_warning(table: pa.Table, where: str = "the plan") -> str | N
     )
 
 
+#: entry ids named in :func:`stale_plan_warning`, at most (per kind)
+SHOWN_STALE = 5
+
+
+def stale_plan_warning(
+    table: pa.Table, entries: pa.Table, chains: pa.Table, where: str = "the plan"
+) -> str | None:
+    """What a reader of a plan says when the plan is older than the store's index (None when it is
+    not): entries of the index it has no row for (added since: :func:`fitting_ids` leaves them
+    out), rows of entries no longer in the index, and entries whose planned inputs changed since
+    (token count, or the MSA rows :func:`entry_msa_rows` gives at the plan's ``max_msa_rows``: a
+    rebuild that stored deeper MSAs makes the predicted peaks too low)."""
+    meta = plan_metadata(table)
+    max_rows = int(meta.get("max_msa_rows", DEFAULT_MAX_MSA_ROWS))
+    cols = ("id", "token_count", "msa_rows")
+    if not all(c in table.column_names for c in cols):
+        return None
+    planned = {i: (t, m) for i, t, m in zip(*(table.column(c).to_pylist() for c in cols), strict=True)}
+    ids = entries.column("id").to_pylist() if entries.num_rows else []
+    now: dict[str, tuple[int, int]] = {}
+    if ids:
+        tokens = pc.fill_null(entries.column("token_count"), 0).to_pylist()
+        rows = entry_msa_rows(entries, chains, max_rows).tolist()
+        now = {i: (int(t), int(m)) for i, t, m in zip(ids, tokens, rows, strict=True)}
+    added = [i for i in ids if i not in planned]
+    gone = [i for i in planned if i not in now]
+    changed = [i for i in ids if i in planned and tuple(planned[i]) != now[i]]
+    if not (added or gone or changed):
+        return None
+
+    def named(what: list[str]) -> str:
+        more = f" and {len(what) - SHOWN_STALE} more" if len(what) > SHOWN_STALE else ""
+        return ", ".join(sorted(what)[:SHOWN_STALE]) + more
+
+    def count(n: int) -> str:
+        return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+    said = []
+    if added:
+        said.append(f"{len(added)} of the store's {count(len(ids))} {'has' if len(added) == 1 else 'have'} "
+                    f"no plan row ({named(added)}): left out")  # fmt: skip
+    if gone:
+        said.append(f"{count(len(gone))} planned {'is' if len(gone) == 1 else 'are'} no longer in the store "
+                    f"({named(gone)})")  # fmt: skip
+    if changed:
+        said.append(f"{count(len(changed))} changed since (token count or MSA rows: {named(changed)}): "
+                    "predicted from what it was")  # fmt: skip
+    return f"{where} is older than the store's index: {'; '.join(said)}; run `featurecache plan STORE` again"
+
+
 def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[str, Any]:
     """Share of entries that fit at each crop, and the budget bounds."""
     meta = plan_metadata(table)
@@ -303,19 +353,42 @@ def fitting_ids(store: Any, crop: int) -> list[str]:
     """Ids of the entries the plan says fit at ``crop`` — the filter hook of the client's sampler:
 
     ``SamplerFilter(ids=fitting_ids(store, 640))`` (see :class:`featurecache.client.sampler.SamplerFilter`).
-    A plan made while the store's first build had not finished is partial: logged as a warning.
+    A plan made while the store's first build had not finished is partial, and one older than the
+    store's index (:func:`stale_plan_warning`) leaves out entries added since or predicts from
+    what changed since: each logged as a warning.
     """
     table = read_plan(store)
     name = store if isinstance(store, str | Path) else getattr(store, "path", None)
-    warning = unfinished_plan_warning(table, f"the plan of {name}" if name else "the plan")
+    where = f"the plan of {name}" if name else "the plan"
+    warning = unfinished_plan_warning(table, where)
     if warning:
         log.warning("fitting_ids: %s", warning)
+    stale = _stale_against_index(store, table, where)
+    if stale:
+        log.warning("fitting_ids: %s", stale)
     col = f"fits_{crop}"
     if col not in table.column_names:
         crops = [c.removeprefix("fits_") for c in table.column_names if c.startswith("fits_")]
         raise InvalidRequest(f"the plan has no crop {crop}; planned crops: {', '.join(crops)}")
     mask = table.column(col).to_numpy(zero_copy_only=False)
     return [i for i, ok in zip(table.column("id").to_pylist(), mask.tolist(), strict=True) if ok]
+
+
+def _stale_against_index(store: Any, table: pa.Table, where: str) -> str | None:
+    """:func:`stale_plan_warning` against the index of ``store`` (a path: opened here; a reader or
+    a lookup client: its ``entries`` and ``chains``); an index that cannot be read is said so."""
+    try:
+        if isinstance(store, str | Path):
+            from featurecache.store.reader import open_store
+
+            reader = open_store(store)
+            try:
+                return stale_plan_warning(table, reader.entries, reader.chains, where)
+            finally:
+                reader.close()
+        return stale_plan_warning(table, store.entries, store.chains, where)
+    except (FeatureCacheError, OSError) as exc:
+        return f"{where} could not be compared with the store's index ({exc}): it may be older than it"
 
 
 def plan_store(

@@ -248,11 +248,23 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
         "bytes_by_array": sizes,
         "bytes_total": int(sum(sizes.values())),
     }
+    if not getattr(reader, "finished", True):
+        summary["first_build_unfinished"] = unfinished_store_note(n)
     plan = _plan_panels(reader)
     if plan is not None:
         panels.extend(plan[0])
         summary["plan"] = plan[1]
     return panels, per_entry, summary
+
+
+def unfinished_store_note(n_entries: int) -> str:
+    """What the report says of a store whose first build has not finished (its index is flagged so:
+    ``store.index.UNFINISHED_KEY``): it shows only what was written so far."""
+    return (
+        f"The store's first build has not finished: its index lists only the {n_entries} entries written "
+        "so far (their MSAs and conformers may be missing too), so this report covers only part of the "
+        "store; if no build is running, run the same `featurecache build` again to finish it"
+    )
 
 
 def _median(v: np.ndarray) -> str:

@@ -13,6 +13,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24
        color: #222; background: #fff; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 4px; }
 .meta { color: #666; font-size: 0.9em; }
+.warning { background: #fff4d6; border-left: 4px solid #e0a800; padding: 6px 10px; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(620px, 1fr)); gap: 18px; }
 figure { margin: 0; padding: 10px; border: 1px solid #e3e3e3; border-radius: 6px; }
 figure img { width: 100%; height: auto; display: block; }
@@ -76,8 +77,10 @@ def render_page(
         f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">generated {_esc(generated)} · numbers: <a href="summary.json">summary.json</a>, '
         '<a href="entries.csv">entries.csv</a>, <a href="failures.csv">failures.csv</a></p>',
-        _summary_table(rows),
     ]
+    if summary.get("first_build_unfinished"):
+        parts.append(f'<p class="warning"><b>Partial:</b> {_esc(summary["first_build_unfinished"])}.</p>')
+    parts.append(_summary_table(rows))
     for section, items in sections.items():
         parts.append(f"<h2>{_esc(section)}</h2>")
         parts.append('<div class="grid">' + "".join(_figure(p) for p in items) + "</div>")

@@ -1,6 +1,6 @@
 """A plan written from a store whose first build has not finished says so in its metadata, and its
 readers warn: ``fitting_ids`` (a log warning naming the store) and ``featurecache report`` (a line on
-stderr, the memory-plan section marked partial, summary.json). It stays marked after the build
+stderr, the memory-plan section marked partial, summary.json; and a line about the store itself). It stays marked after the build
 finishes, until the store is planned again. The store is flagged the way the build does it
 (``rebuild_index(finished=False)``), as in tests/plan/test_plan_unfinished.py."""
 
@@ -16,7 +16,7 @@ import pytest
 from featurecache import open_store
 from featurecache.plan import fitting_ids
 from featurecache.store.index import rebuild_index
-from tests.store.test_verify_unfinished import cli, unfinished_copy
+from tests.store.test_verify_unfinished import WARNING, cli, unfinished_copy
 
 SAYS = "made before the store's first build finished"
 #: what was missing, whatever the build was doing: not only entries (all may be listed while their
@@ -57,8 +57,12 @@ def test_plan_of_an_unfinished_store_is_marked_and_its_readers_warn(
     report = cli("report", str(store), "--out", str(tmp_path / "report"))
     assert report.returncode == 0 and "report written" in report.stdout, report.stderr[-2000:]
     lines = [line for line in report.stderr.splitlines() if line.startswith("warning: ")]
-    assert len(lines) == 1 and str(store) in lines[0] and SAYS in lines[0], report.stderr[-2000:]
-    assert MISSING in lines[0], report.stderr[-2000:]
+    # one line about the store itself (the report is partial: before, only its plan was warned
+    # about), one about its plan
+    assert len(lines) == 2, report.stderr[-2000:]
+    assert f"warning: {store}: {WARNING}" in lines[0] and "report covers only part" in lines[0], lines
+    assert str(store) in lines[1] and SAYS in lines[1], report.stderr[-2000:]
+    assert MISSING in lines[1], report.stderr[-2000:]
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert SAYS in summary["plan"]["plan_first_build_unfinished"], summary["plan"]
     assert MISSING in summary["plan"]["plan_first_build_unfinished"], summary["plan"]
