@@ -14,7 +14,8 @@ remaining samples arrive in the new run's ready-first order).
 
 The log is written as the run goes (atomically, every few seconds) and a SIGTERM (what SLURM and
 torchrun send on a timeout or preemption) stops the run after its current step with the log and a
-final checkpoint written. A non-finite loss stops the run with a :class:`TrainingError`; arguments it
+final checkpoint written; so does a failure of the batch source mid-run. A non-finite loss stops the
+run with a :class:`TrainingError` (no checkpoint of the parameters that gave it is kept); arguments it
 cannot train with are a :class:`~featurecache.errors.UsageError` before anything is trained.
 """
 
@@ -281,6 +282,34 @@ def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int,
 
 #: gradient-norm clip of every step
 CLIP_NORM = 1.0
+
+
+class _SourceFailed(Exception):
+    """The batch source raised ``cause`` while fetching a batch (the model is intact)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(_first_line(cause))
+        self.cause = cause
+
+
+def _fetch(feed: _Feed, behind: torch.cuda.Event | None = None) -> _Fetched | _SourceFailed | None:
+    """``feed.next(behind)``, a failure of the source returned rather than raised: the loop raises it
+    when it needs the batch, after the step it was fetched during is done, logged and checkpointed."""
+    try:
+        return feed.next(behind=behind)
+    except Exception as exc:
+        return _SourceFailed(exc)
+
+
+def _finite_parameters(model: torch.nn.Module) -> bool:
+    """Whether every parameter of ``model`` is finite (one host synchronisation)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+def _staged_path(path: Path) -> Path:
+    """Where a checkpoint waits beside ``path`` until the next step's loss vouches for it."""
+    return path.with_name(f".{path.name}.pending")
 
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
@@ -801,8 +830,14 @@ def run_training(
     that is killed leaves its last whole log. ``status`` says how the run ended: ``running``,
     ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (a second
     Ctrl-C, or a ``KeyboardInterrupt`` raised otherwise); ``steps_requested`` is ``steps``.
-    Strict JSON: a non-finite loss is null. A non-finite loss stops the run with a
-    :class:`TrainingError` naming the step, without checkpointing the model it left.
+    Strict JSON: a non-finite loss is null. A non-finite loss at step k stops the run with a
+    :class:`TrainingError` naming the step and the last checkpoint kept: it was computed on the
+    parameters after step k - 1, so the checkpoint due after step k - 1 is not kept (each checkpoint
+    is written beside its path and moved into place once the next step's loss is finite, or the run
+    ends first), and no checkpoint is written of non-finite parameters. A failure of the batch source
+    (the client's ``LoaderError``, the service or the store unreadable) after some steps ends the run
+    with a checkpoint of the steps done (with ``checkpoint``; one rank) and a :class:`TrainingError`
+    naming it and the source's error.
 
     SIGTERM (SLURM's and torchrun's way to end a job) and SIGINT (Ctrl-C), handled when the run is
     in the main thread, stop the run after its current step: the log and, with ``checkpoint``, a
@@ -941,21 +976,102 @@ def run_training(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
         )
         runlog = _RunLog(log_file, doc, log_every_s)
-        saved_at = first_step
+        saved_at = first_step  # the steps done of the last checkpoint kept (the resumed one's: the start)
+        kept_here = 0  # checkpoints this run kept
+        # A checkpoint due after step k is written beside its path (``_staged_path``) and moved into
+        # place once step k+1's loss, computed on its parameters, is finite (or the run ends first):
+        # the loss of step k+1 is the first sign that the update of step k diverged, and a checkpoint
+        # holding such parameters fails again at once when resumed, whatever the --lr.
+        staged: tuple[int, Path] | None = None
 
-        def save(done: int, position: dict[str, Any] | None) -> None:
-            nonlocal saved_at
+        def save(done: int, position: dict[str, Any] | None, vouched: bool) -> None:
+            nonlocal staged
             assert checkpoint is not None
             path = checkpoint_path(checkpoint, done)
+            if not _finite_parameters(model):  # every rank has the same parameters: all refuse alike
+                discard()
+                raise TrainingError(
+                    f"the parameters after step {done - 1} are not finite: training diverged (a lower --lr?); "
+                    f"not checkpointed; {last_good(done)}"
+                )
             data = {"ranks": ranks.gather(position)}
+            target = path if vouched else _staged_path(path)
             if ranks.rank == 0:  # the ranks' parameters and optimizer states are equal
                 try:
-                    save_checkpoint(path, step=done, model=model, opt=opt, data=data, meta=meta)
+                    save_checkpoint(target, step=done, model=model, opt=opt, data=data, meta=meta)
                 except OSError as exc:
                     raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
                 log.info("checkpoint after step %d (%d steps done): %s", done - 1, done, path)
+            if vouched:
+                keep(done, path)
+            else:
+                staged = (done, path)
+
+        def keep(done: int, path: Path) -> None:
+            nonlocal saved_at, kept_here
             doc["checkpoints"].append({"step": done, "path": str(path)})
-            saved_at = done
+            saved_at, kept_here = done, kept_here + 1
+
+        def commit() -> None:
+            """Move the staged checkpoint into place: its parameters gave a finite loss, or the run ends."""
+            nonlocal staged
+            if staged is None:
+                return
+            (done, path), staged = staged, None
+            if ranks.rank == 0:
+                try:
+                    os.replace(_staged_path(path), path)
+                except OSError as exc:
+                    raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
+            keep(done, path)
+
+        def discard() -> None:
+            nonlocal staged
+            if staged is not None and ranks.rank == 0:
+                _staged_path(staged[1]).unlink(missing_ok=True)
+            staged = None
+
+        def last_good(step: int) -> str:
+            """Where to go on from after the parameters used by ``step`` (those after step - 1) diverged."""
+            if kept_here:
+                ck = doc["checkpoints"][-1]
+                return (
+                    f"the last checkpoint kept is {ck['path']} (after step {ck['step'] - 1}, its parameters gave a "
+                    f"finite loss): continue from it with --resume {ck['path']} and a lower --lr"
+                )
+            if resumed is not None and step > first_step:
+                return (
+                    f"no checkpoint was kept since this run resumed from {resume} (step {first_step}): continue "
+                    f"from it with a lower --lr"
+                )
+            if resumed is not None:
+                return (
+                    f"the parameters it was computed on are those of {resume}, which this run resumed from: "
+                    "resume from an earlier checkpoint, or start again with a lower --lr"
+                )
+            if checkpoint is not None:
+                return "no checkpoint was kept before it: start again with a lower --lr"
+            return "start again with a lower --lr"
+
+        def data_failure(cause: Exception) -> Exception:
+            """What to raise when the batch source fails after the steps done: the model is intact, so
+            those steps are checkpointed (with ``checkpoint``, on one rank) and the error names it."""
+            done = first_step + len(records)
+            commit()  # the run ends here: no next loss will vouch for it
+            if checkpoint is None or done == first_step:
+                return cause
+            if ranks.world > 1:  # the other ranks wait in the step's all-reduce: no collective to gather with
+                kept = f"; the last checkpoint is {doc['checkpoints'][-1]['path']}" if kept_here else ""
+                return TrainingError(
+                    f"{_first_line(cause)} (several ranks: no checkpoint of the steps done{kept})"
+                )
+            if saved_at < done:
+                save(done, position, vouched=True)
+            path = doc["checkpoints"][-1]["path"]
+            return TrainingError(
+                f"{_first_line(cause)}; the {done} steps done are checkpointed in {path}: continue with "
+                f"--resume {path} --steps {steps} once the source serves again"
+            )
 
         position: dict[str, Any] | None = None
         status = "failed"
@@ -964,8 +1080,10 @@ def run_training(
             stopped = False
             with stop:
                 t_prev = time.perf_counter()
-                pending = feed.next()
+                pending = _fetch(feed)
                 for step in range(first_step, steps):
+                    if isinstance(pending, _SourceFailed):  # raised now: after the step before it is done
+                        raise pending
                     if pending is None:
                         log.warning("the batch source ended after %d steps", step)
                         break
@@ -990,7 +1108,7 @@ def run_training(
                         end.record()
                     last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
                     if prefetch and not last:
-                        pending = feed.next(behind=end if cuda else None)  # while the GPU runs this step
+                        pending = _fetch(feed, behind=end if cuda else None)  # while the GPU runs this step
                     loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
                     tokens = int(raw["token_mask"].sum())
                     if cuda:
@@ -1016,14 +1134,14 @@ def run_training(
                     doc["steps"].append(rec)
                     log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
                              loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
-                    if not finite:  # the update made the model non-finite too: it is not checkpointed
-                        kept = (
-                            f" (the last checkpoint is the one after step {saved_at - 1})" if saved_at else ""
-                        )
+                    # the loss is computed on the parameters after step - 1: a checkpoint of them is not kept
+                    if not finite:
+                        discard()
                         raise TrainingError(
                             f"the loss is {loss_value} at step {step}: training diverged (a lower --lr?); "
-                            f"stopped without a checkpoint of this step{kept}"
+                            f"{last_good(step)}"
                         )
+                    commit()  # the staged checkpoint's parameters gave this step a finite loss
                     runlog.step()
                     if on_step is not None:
                         on_step(rec)
@@ -1031,16 +1149,17 @@ def run_training(
                     if checkpoint is not None and (
                         last or (checkpoint_every and (step + 1) % checkpoint_every == 0)
                     ):
-                        save(step + 1, position)
+                        save(step + 1, position, vouched=last)
                     stopped = float(votes.item()) > 0 if votes is not None else stop.requested
                     if stopped and not last:
                         log.warning("stopping after step %d (%d steps done) on a signal", step, step + 1)
                         break
                     if not prefetch and not last:
-                        pending = feed.next()
+                        pending = _fetch(feed)
                 done = first_step + len(records)
+                commit()  # the run ends here: no next loss will vouch for it
                 if checkpoint is not None and saved_at < done:  # the source ended early, or a signal came
-                    save(done, position)
+                    save(done, position, vouched=True)
             if ranks.world > 1:  # once per run, not a collective per step: every rank's tokens
                 per_rank = ranks.gather([r["tokens"] for r in records])
                 for i, rec in enumerate(records):
@@ -1049,6 +1168,16 @@ def run_training(
         except KeyboardInterrupt:
             status, doc["error"] = "interrupted", "KeyboardInterrupt"
             raise
+        except _SourceFailed as failed:
+            try:
+                exc = data_failure(failed.cause)
+            except BaseException as during:  # the checkpoint could not be written: say both
+                doc["error"] = f"{_first_line(failed.cause)}; then: {_first_line(during)}"
+                raise TrainingError(doc["error"]) from failed.cause
+            doc["error"] = _first_line(exc)
+            if exc is failed.cause:
+                raise exc from None
+            raise exc from failed.cause
         except BaseException as exc:
             doc["error"] = _first_line(exc)
             raise
