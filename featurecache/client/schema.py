@@ -49,7 +49,7 @@ BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
 
 #: Keys the model (featurecache.model) reads; the client must always provide these.
 MODEL_INPUT_KEYS: Final[tuple[str, ...]] = (
-    "restype", "residue_index", "asym_id", "entity_id", "sym_id", "token_mask", "token_bonds",
+    "restype", "residue_index", "token_index", "asym_id", "entity_id", "sym_id", "token_mask", "token_bonds",
     "msa", "msa_mask", "has_deletion", "deletion_value", "profile", "deletion_mean",
     "rep_coords", "rep_mask",
 )  # fmt: skip

@@ -156,8 +156,9 @@ class TableLookup(torch.autograd.Function):
 class InputEmbedder(nn.Module):
     """Batch → (s, z). Token features: restype one-hot, MSA profile, deletion mean, and the mean over
     the sampled MSA rows of the residue one-hot, has_deletion and deletion_value. Pair: outer sum of
-    two projections of those, AF3 relative position encoding (residue offset within a chain, chain
-    offset within an entity, same entity) and token bonds."""
+    two projections of those, AF3 relative position encoding (AF3 SI Algorithm 3: residue offset
+    within a chain; token offset within a residue, which tells apart the per-atom tokens of a ligand
+    or modified residue; chain offset within an entity; same entity) and token bonds."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -168,6 +169,7 @@ class InputEmbedder(nn.Module):
         self.to_pair_i = nn.Linear(n_feat, cfg.c_pair, bias=False)
         self.to_pair_j = nn.Linear(n_feat, cfg.c_pair, bias=False)
         self.rel_res = nn.Embedding(2 * cfg.relpos_max + 2, cfg.c_pair)
+        self.rel_token = nn.Embedding(2 * cfg.relpos_max + 2, cfg.c_pair)
         self.rel_chain = nn.Embedding(2 * cfg.relchain_max + 2, cfg.c_pair)
         self.same_entity = nn.Parameter(torch.zeros(cfg.c_pair))
         self.bond = nn.Parameter(torch.zeros(cfg.c_pair))
@@ -198,15 +200,19 @@ class InputEmbedder(nn.Module):
         s = self.to_single(f)
         z = self.to_pair_i(f)[:, :, None] + self.to_pair_j(f)[:, None, :]
         asym, res, ent, sym = batch["asym_id"], batch["residue_index"], batch["entity_id"], batch["sym_id"]
+        tok = batch["token_index"]
         same_chain = asym[:, :, None] == asym[:, None, :]
         same_entity = ent[:, :, None] == ent[:, None, :]
         r = cfg.relpos_max
         d_res = torch.where(same_chain, (res[:, :, None] - res[:, None, :] + r).clamp(0, 2 * r), 2 * r + 1)
+        same_res = (res[:, :, None] == res[:, None, :]) & same_chain
+        d_tok = torch.where(same_res, (tok[:, :, None] - tok[:, None, :] + r).clamp(0, 2 * r), 2 * r + 1)
         c = cfg.relchain_max
         d_chain = torch.where(same_entity, (sym[:, :, None] - sym[:, None, :] + c).clamp(0, 2 * c), 2 * c + 1)
         z = (
             z
             + TableLookup.apply(d_res, self.rel_res.weight)
+            + TableLookup.apply(d_tok, self.rel_token.weight)
             + TableLookup.apply(d_chain, self.rel_chain.weight)
         )
         z = z + same_entity[..., None].to(z.dtype) * self.same_entity

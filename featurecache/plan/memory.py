@@ -64,7 +64,7 @@ def parameter_count(cfg: ModelConfig) -> int:
     embed = (
         (nf * cs + cs)
         + 2 * nf * cp
-        + (2 * cfg.relpos_max + 2) * cp
+        + 2 * (2 * cfg.relpos_max + 2) * cp  # residue and token offsets
         + (2 * cfg.relchain_max + 2) * cp
         + 2 * cp
     )

@@ -458,7 +458,12 @@ def embedding(L: Ledger, d: Shapes) -> tuple[int, int, Callable[[int, int], None
     L.drop(zi, zj, f)
     same_chain, same_ent = L.new(E), L.new(E)
     idx = []
-    for _ in range(2):  # d_res, d_chain: (x - y + r).clamp() then where(): int64 chain
+    same_res = None
+    for i in range(3):  # d_res, d_tok, d_chain: (x - y + r).clamp() then where(): int64 chain
+        if i == 1:  # same residue (==) & same chain: one bool tensor kept to the end
+            eq = L.new(E)
+            same_res = L.new(E)
+            L.drop(eq)
         t1 = L.new(E * 8)
         t2 = L.new(E * 8)
         L.drop(t1)
@@ -466,12 +471,16 @@ def embedding(L: Ledger, d: Shapes) -> tuple[int, int, Callable[[int, int], None
         L.drop(t2)
         idx.append(L.new(E * 8))
         L.drop(t3)
-    rr = L.new(E * cp * 4)  # fp32 embedding tables promote z to fp32
-    t = L.new(E * cp * 4)
-    L.drop(rr)
-    rc = L.new(E * cp * 4)
-    z = L.new(E * cp * 4)
-    L.drop(t, rc, zb)
+    t = zb
+    for _ in range(3):  # z + rel_res[d_res] + rel_token[d_tok] + rel_chain[d_chain], left to right
+        rel = L.new(E * cp * 4)  # fp32 embedding tables promote z to fp32
+        t_new = L.new(E * cp * 4)
+        if t != zb:
+            L.drop(t)
+        L.drop(rel)
+        t = t_new
+    z = t
+    L.drop(zb)
     feats = []
     for _ in range(2):  # same_entity, token_bonds: x.float() (saved) * parameter
         fl = L.new(E * 4)
@@ -480,7 +489,7 @@ def embedding(L: Ledger, d: Shapes) -> tuple[int, int, Callable[[int, int], None
         L.drop(prod, z)
         z = z_new
         feats.append(fl)
-    L.drop(same_chain, same_ent)
+    L.drop(same_chain, same_ent, same_res)
 
     def bwd(gs: int, gz: int) -> None:
         L.phase = "input embedding backward"
