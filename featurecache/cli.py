@@ -381,8 +381,14 @@ the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown).
 
 @app.command()
 def train(
-    store: Annotated[Path | None, typer.Option("--store", help="Local store directory.")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="Lookup service URL (instead of --store).")] = None,
+    store: Annotated[
+        Path | None,
+        typer.Option("--store", help="Local store directory. Give exactly one of --store or --url."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Lookup service URL (instead of --store; give exactly one of the two)."),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
@@ -418,7 +424,12 @@ def train(
             "parser takes --log for an abbreviation of its --log-dir).",
         ),
     ] = Path("train_log.json"),
-    seed: Annotated[int, typer.Option(help="Sampler / crop seed.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of the sampler, the crops and the model's initialisation (torch.manual_seed)."
+        ),
+    ] = 0,
     workers: Annotated[int, typer.Option(help="Client workers (see --pool).")] = 4,
     pool: Annotated[
         str | None,
@@ -473,7 +484,15 @@ def train(
             "reference model). A resumed run takes the checkpoint's.",
         ),
     ] = None,
-    lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-3,
+    lr: Annotated[
+        float,
+        typer.Option(
+            "--lr",
+            help="Learning rate of the optimizer: torch's AdamW with its defaults otherwise (betas 0.9, 0.999, "
+            "eps 1e-8, weight decay 0.01 on every parameter, LayerNorms and embeddings included); the rate "
+            "is constant (no warm-up, no schedule) and the gradient norm is clipped at 1.0 every step.",
+        ),
+    ] = 1e-3,
     checkpoint: Annotated[
         Path | None,
         typer.Option(
@@ -493,24 +512,40 @@ def train(
             "--resume",
             help="Continue from a checkpoint: its model config, parameters, optimizer state and data position "
             "(the same batches follow as if the run had not stopped). --steps is the total, counting the "
-            "checkpoint's steps.",
+            "checkpoint's steps. Refused (exit 2) with another --crop, --seed, --batch-size or --max-atoms, "
+            "or on a store whose entries are not its run's (another store, or the store extended since; "
+            "the same store through its lookup service is the same): use --init-from there.",
+        ),
+    ] = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="Start a new run from a checkpoint's model weights (its model config; a fresh optimizer, "
+            "data stream and step count), e.g. when the store has grown since it was written and --resume "
+            "cannot continue its data position. Not with --resume.",
         ),
     ] = None,
     verbose: Verbose = False,
 ) -> None:
     """Reference training loop: FeatureDataset → Pairformer-style trunk → distogram loss.
 
-    Logs each step's time, data wait and loss to --log (JSON, with a summary); checkpoints with --checkpoint, \
-continues a run with --resume.
+    Logs each step's time, data wait and loss to --log (JSON, with a summary; its "fields" block says what \
+each step field means and its unit); checkpoints with --checkpoint, continues a run with --resume.
+
+    Optimizer: AdamW (torch defaults: betas 0.9/0.999, weight decay 0.01 on every parameter) at a constant \
+--lr, no warm-up or schedule, gradients clipped to norm 1.0. --seed also seeds the model's initialisation.
 
     Several GPUs: torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG. Each \
 rank trains on its share of the sample stream, the gradients are averaged, rank 0 writes LOG and the \
 checkpoints, rank r writes LOG's NAME.rank<r>.json.
 
     Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
-model config, a checkpoint that does not match; before training); 3 fatal (the store or service cannot be \
-read, a non-finite loss, a log or checkpoint that cannot be written); 130 Ctrl-C and 143 SIGTERM (stopped \
-after the current step; the log, and with --checkpoint a checkpoint, written).
+model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the \
+store or service cannot be read, also mid-run: then with --checkpoint a checkpoint of the steps done is \
+written and named; a non-finite loss; a log or checkpoint that cannot be written); 130 Ctrl-C and 143 \
+SIGTERM (stopped after the current step; the log, and with --checkpoint a checkpoint, written; a line on \
+stderr says how to continue).
     """
     _setup_logging(verbose)
     if (store is None) == (url is None):
@@ -520,7 +555,16 @@ after the current step; the log, and with --checkpoint a checkpoint, written).
         typer.secho("error: --token is for a lookup service (--url)", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
     from featurecache.model.config import ModelConfig
-    from featurecache.model.train import describe_log, describe_run, run_training
+    from featurecache.model.train import describe_log, describe_run, rank_log_path, run_training
+
+    said: list[str] = []
+
+    def on_signal(doc: dict[str, object]) -> None:
+        """A signal stopped the run: say how it went and how to continue before the signal is handed
+        on (SIGTERM then ends the process, exit status 143; SIGINT comes back as KeyboardInterrupt)."""
+        rank = doc.get("rank")
+        said.append(describe_run(doc, rank_log_path(log, rank if isinstance(rank, int) else 0)))
+        typer.secho(said[-1], fg=typer.colors.YELLOW, err=True)
 
     try:
         config = ModelConfig.from_json(model_config) if model_config is not None else None
@@ -529,12 +573,14 @@ after the current step; the log, and with --checkpoint a checkpoint, written).
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
             checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
+            init_from=init_from, before_signal=on_signal,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     except KeyboardInterrupt:  # Ctrl-C: the run stopped after its step (twice: at once)
-        typer.secho(describe_log(log) or "interrupted (Ctrl-C) before the first step", fg=typer.colors.YELLOW,
-                    err=True)  # fmt: skip
+        if not said:  # a second Ctrl-C, or one before the run began
+            typer.secho(describe_log(log) or "interrupted (Ctrl-C) before the first step",
+                        fg=typer.colors.YELLOW, err=True)  # fmt: skip
         raise typer.Exit(130) from None
     typer.echo(describe_run(doc, log if doc.get("rank", 0) == 0 else None))
 

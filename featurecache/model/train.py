@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -35,7 +36,7 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -71,6 +72,83 @@ class BatchSource:
     state: Callable[[], dict[str, Any]] | None = None
     #: the most tokens of any entry the stream can draw from (None: unknown, e.g. synthetic batches)
     largest_entry: int | None = None
+    #: the entries the stream draws from (:func:`source_identity`; None: synthetic or given batches)
+    identity: dict[str, Any] | None = None
+
+
+def source_identity(entry_ids: Sequence[str]) -> dict[str, Any]:
+    """What a checkpoint records of the entries its run drew from: how many, and a digest of their
+    ids in the sampler's order (the order the stream's positions index). The same store read locally
+    or through its lookup service has the same identity; a store extended, pruned or rebuilt from
+    other inputs has another, whatever its path."""
+    digest = hashlib.sha256("\n".join(entry_ids).encode()).hexdigest()
+    return {"entries": len(entry_ids), "entry_ids_sha256": digest}
+
+
+#: a warning when fewer than this share of a source's protein and RNA chains have an MSA of more than the query
+FEW_MSAS_SHARE = 0.5
+
+
+def _warn_few_msas(chains: Any, where: str) -> None:
+    """One warning line when the source's protein / RNA chains (``chains``: its chains table) have
+    no MSA beyond their query row, or most of them have none: such samples train on the query row
+    only, which the loss shows only late (a store built without --msa-dir, or MSAs that did not join)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from featurecache.const import MolType
+
+    if chains is None or chains.num_rows == 0 or "msa_depth" not in chains.column_names:
+        return
+    polymer = pa.array([int(MolType.PROTEIN), int(MolType.RNA)], type=chains.column("mol_type").type)
+    kinds = pc.is_in(chains.column("mol_type"), value_set=polymer)
+    depths = pc.filter(chains.column("msa_depth"), kinds)
+    n = len(depths)
+    with_msa = int(pc.sum(pc.greater(depths, 1)).as_py() or 0) if n else 0
+    if n == 0 or with_msa >= FEW_MSAS_SHARE * n:
+        return
+    if with_msa == 0:
+        log.warning("%s holds no MSAs (none of its %d protein/RNA chains has more than its query row): every sample "
+                    "trains on its query row only; was it built without --msa-dir?", where, n)  # fmt: skip
+    else:
+        log.warning("%d of the %d protein/RNA chains in %s have no MSA beyond their query row: their samples train "
+                    "on it only", n - with_msa, n, where)  # fmt: skip
+
+
+#: --init-from's words in a refusal of a resume on other entries
+_START_ANEW = "start a new run from its weights with --init-from {ck} (its model parameters; a fresh optimizer and data stream)"
+
+
+def _check_same_source(ck: str | Path, saved: dict[str, Any], identity: dict[str, Any], where: str,
+                       client_state: Any) -> None:  # fmt: skip
+    """Refuse to continue the data position of checkpoint ``ck`` (``saved``: its contents) over
+    entries other than its run's (``identity``: those of ``where``, the source as messages name it):
+    its positions index its run's entries, so other batches would follow silently."""
+    if "source_identity" not in saved:  # a checkpoint of an older featurecache
+        theirs = client_state.get("epoch_length") if isinstance(client_state, dict) else None
+        if isinstance(theirs, int) and theirs != identity["entries"]:
+            raise UsageError(
+                f"cannot resume from {ck}: {where} now has {identity['entries']} entries, its run drew from "
+                f"{theirs}; an exact resume is impossible: " + _START_ANEW.format(ck=ck)
+            )
+        log.warning("%s records no identity of its run's store (an older checkpoint): resuming on %s without "
+                    "checking that it is the same store", ck, where)  # fmt: skip
+        return
+    theirs = saved["source_identity"]
+    if not isinstance(theirs, dict):  # None: a run on synthetic batches (its data position says so too)
+        return
+    if theirs.get("entries") != identity["entries"]:
+        raise UsageError(
+            f"cannot resume from {ck}: {where} now has {identity['entries']} entries, its run drew from "
+            f"{theirs.get('entries')} (the store was extended or pruned since, or it is another one); an exact "
+            "resume is impossible: " + _START_ANEW.format(ck=ck)
+        )
+    if theirs.get("entry_ids_sha256") != identity["entry_ids_sha256"]:
+        raise UsageError(
+            f"cannot resume from {ck}: {where} holds other entries than its run's store ({saved.get('source')}; "
+            f"{identity['entries']} entries both, other ids); resume on that store, or "
+            + _START_ANEW.format(ck=ck)
+        )
 
 
 class _Synthetic:
@@ -103,6 +181,7 @@ def make_batches(
     rank: int = 0,
     token: str | None = None,
     max_atoms: int | None = None,
+    resume_from: tuple[str | Path, dict[str, Any]] | None = None,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
@@ -110,7 +189,9 @@ def make_batches(
     ``rank``: synthetic batches of rank r are seeded ``seed + r`` (the client shards its stream by
     the process group's rank itself). ``token``: the lookup service's bearer token (``url`` only;
     default: FEATURECACHE_AUTH_TOKEN). ``max_atoms``: the client's atom budget per crop (None: none,
-    crops hold ``min(N, crop_size)`` tokens; see ``FeatureDataset``)."""
+    crops hold ``min(N, crop_size)`` tokens; see ``FeatureDataset``). ``resume_from``: (the checkpoint
+    ``state`` comes from, its contents): a source whose entries are not its run's is refused
+    (:func:`_check_same_source`), naming the checkpoint."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -125,17 +206,28 @@ def make_batches(
         token=token if url is not None else None, max_atoms=max_atoms,
     )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
+    identity = source_identity(dataset.sampler.entry_ids)
     if state is not None:
-        if "client" not in state:
+        try:
+            if "client" not in state:
+                raise UsageError(
+                    f"the checkpoint's data position is not the client's (synthetic batches?): {sorted(state)}"
+                )
+            ck = resume_from[0] if resume_from is not None else "the checkpoint"
+            if resume_from is not None:
+                _check_same_source(ck, resume_from[1], identity, dataset.source.describe(), state["client"])
+            try:
+                loader.load_state_dict(state["client"])
+            except InvalidRequest as exc:  # the position does not fit this stream (seed, ranks, epoch)
+                raise UsageError(f"cannot resume from {ck} on {dataset.source.describe()}: {exc}") from exc
+        except BaseException:
             dataset.close()
-            raise UsageError(
-                f"the checkpoint's data position is not the client's (synthetic batches?): {sorted(state)}"
-            )
-        loader.load_state_dict(state["client"])
+            raise
+    _warn_few_msas(dataset.source.get().chains, dataset.source.describe())
     counts = dataset.source.get().entries.column("token_count")  # the reader the dataset opened
     largest = pc.max(counts).as_py() if len(counts) else None
     return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()},
-                       largest_entry=largest)  # fmt: skip
+                       largest_entry=largest, identity=identity)  # fmt: skip
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -510,17 +602,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None, crop_size: int,
-                   seed: int, batch_size: int) -> ModelConfig:  # fmt: skip
+                   seed: int, batch_size: int, max_atoms: int | None = None) -> ModelConfig:  # fmt: skip
     """The checkpoint's model config; a different one given explicitly is refused, and so is a
-    different crop, seed or batch size (the batches that follow would not be the ones the run would
-    have seen). A batch size is refused rather than continued: the checkpoint's step count, the
+    different crop, seed, batch size or atom budget (the batches that follow would not be the ones
+    the run would have seen; a checkpoint of an older featurecache records no atom budget: warned). A batch size is refused rather than continued: the checkpoint's step count, the
     synthetic stream's position (batches drawn) and a carried-over log all count batches of its
     size, so another size would train other batches under the same step numbers."""
-    saved = ModelConfig.from_dict(doc["model_config"])
-    if given is not None and given != saved:
-        theirs = given.to_dict()
-        diff = {k: (v, theirs[k]) for k, v in saved.to_dict().items() if theirs[k] != v}
-        raise UsageError(f"cannot resume from {path}: its model config differs (checkpoint, given): {diff}")
+    saved = _checkpoint_config(path, doc, given, "resume from")
     for key, option, value in (
         ("crop_size", "--crop", crop_size), ("seed", "--seed", seed), ("batch_size", "--batch-size", batch_size),
     ):  # fmt: skip
@@ -529,6 +617,30 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
                 f"cannot resume from {path}: its run used {option} {doc[key]}, this one {option} {value} "
                 "(the same batches follow only with the same value)"
             )
+    if "max_atoms" not in doc:
+        log.warning("%s records no --max-atoms (an older checkpoint): cannot check that its run used the same "
+                    "atom budget as this one", path)  # fmt: skip
+    elif doc["max_atoms"] != max_atoms:
+
+        def budget(value: Any) -> str:
+            return "no --max-atoms" if value is None else f"--max-atoms {value}"
+
+        raise UsageError(
+            f"cannot resume from {path}: its run used {budget(doc['max_atoms'])}, this one {budget(max_atoms)} "
+            "(the same batches follow only with the same value)"
+        )
+    return saved
+
+
+def _checkpoint_config(
+    path: str | Path, doc: dict[str, Any], given: ModelConfig | None, verb: str
+) -> ModelConfig:
+    """The model config of checkpoint ``path`` (``doc``); a different one given explicitly is refused."""
+    saved = ModelConfig.from_dict(doc["model_config"])
+    if given is not None and given != saved:
+        theirs = given.to_dict()
+        diff = {k: (v, theirs[k]) for k, v in saved.to_dict().items() if theirs[k] != v}
+        raise UsageError(f"cannot {verb} {path}: its model config differs (checkpoint, given): {diff}")
     return saved
 
 
@@ -603,6 +715,31 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any]) -> tuple[lis
         [c for c in checkpoints if isinstance(c.get("step"), int) and c["step"] <= first_step],
     )
 
+
+#: what each record of the log's ``steps`` holds, with its unit: the log's ``fields`` block (the
+#: ``summary`` block is :func:`summarize`'s)
+LOG_FIELDS: dict[str, str] = {
+    "step": "the step's number, 0-based (a resumed run continues the count)",
+    "step_time_s": "s of wall time from the end of the previous step to the end of this one (includes writing the "
+    "log and a checkpoint due after the previous step)",
+    "data_wait_s": "s of it the host was blocked on the batch source (with the prefetch: fetching the next batch)",
+    "exposed_data_wait_s": "s of data_wait_s the GPU sat idle for (CUDA events; on the CPU all of it)",
+    "compute_s": "s from issuing the step to reading its loss (with the prefetch it includes the next batch's fetch "
+    "where that outlasts the GPU's work)",
+    "gpu_s": "s the GPU spent on the step (CUDA events); null on the CPU",
+    "loss": "the distogram loss of the batch (with several ranks: their mean); null when not finite",
+    "peak_mem_bytes": "bytes: peak GPU memory allocated in the step; null on the CPU",
+    "tokens": "real (unpadded) tokens of this rank's batch",
+    "world_tokens": "real tokens of every rank's batch (several ranks: filled in when the run ends)",
+    "padded_tokens": "token length the model ran the batch at (after --pad-multiple)",
+    "msa_rows": "MSA rows the model ran the batch with",
+    "graphs": "CUDA graphs recorded so far (--cuda-graphs); else null",
+    "entry_ids": "the batch's entries",
+    "positions": "the batch's positions in the client's sample stream",
+    "reorder_depth": "per sample: how many earlier samples were still unfinished when it was handed out "
+    "(the client's ready-first order)",
+    "skipped": "samples the client skipped (failed) since the previous batch",
+}
 
 #: the log is rewritten at most this often ...
 LOG_EVERY_S = 5.0
@@ -772,6 +909,8 @@ def run_training(
     log_every_s: float = LOG_EVERY_S,
     token: str | None = None,
     max_atoms: int | None = None,
+    init_from: str | Path | None = None,
+    before_signal: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -822,7 +961,15 @@ def run_training(
     crop, seed or batch size is refused (the same batches would not follow). When ``log_path`` already holds the
     log of the run being continued (same model config, seed, crop and batch size), its steps before
     the checkpoint are carried over (``steps_from_earlier_log``), so the log covers the whole run;
-    a file there that is not that run's log is refused rather than overwritten.
+    a file there that is not that run's log is refused rather than overwritten. A resume on a source
+    whose entries are not those of the checkpoint's run (another store, or the store extended or
+    pruned since: :func:`source_identity`, recorded in the checkpoint; the same store read locally or
+    through its lookup service is the same) or with another ``max_atoms`` is refused: its data
+    position indexes that run's entries.
+
+    ``init_from``: start a new run (step 0, a fresh optimizer and data stream) from the model
+    parameters of a checkpoint, e.g. when the store has grown since it was written; its model config
+    is taken (a different ``config`` is refused). Not together with ``resume``.
 
     The log (``log_path``; ``None``: none) is written before the first step, then at most every
     ``log_every_s`` seconds as the run goes (rarer once the log is big: writing it takes at most
@@ -845,7 +992,8 @@ def run_training(
     installed before (by default: SIGTERM ends the process as killed by it, exit status 143;
     SIGINT raises ``KeyboardInterrupt`` from this function). With several ranks they all stop
     after the same step. A second signal stops at once (a second Ctrl-C: ``interrupted``, the log
-    only).
+    only). ``before_signal(doc)`` is called with the log's contents of a run a signal stopped, right
+    before the signal is handed on (the CLI prints its summary line there).
 
     Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
     rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
@@ -867,7 +1015,12 @@ def run_training(
     if fused and dev.type != "cuda":
         log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
         fused = False
+    if resume is not None and init_from is not None:
+        raise UsageError(
+            "give --resume or --init-from, not both (--init-from starts a new run from a checkpoint's weights)"
+        )
     resumed = load_checkpoint(resume) if resume is not None else None
+    initial = load_checkpoint(init_from) if init_from is not None else None
     first_step = int(resumed["step"]) if resumed is not None else 0
     if first_step >= steps:
         raise UsageError(
@@ -876,7 +1029,10 @@ def run_training(
     cfg = config or ModelConfig()
     if resumed is not None:
         assert resume is not None
-        cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size)
+        cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms)
+    elif initial is not None:
+        assert init_from is not None
+        cfg = _checkpoint_config(init_from, initial, config, "start from")
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     # the paths, before anything is trained (and before a process group is up)
@@ -907,6 +1063,9 @@ def run_training(
             )
         torch.manual_seed(seed)
         model = Trunk(cfg, fused=fused).to(dev)
+        if initial is not None:  # its weights only: the optimizer and the data stream start afresh
+            model.load_state_dict(initial["model"])
+            log.info("starting from the weights of %s (its step %d), a new run", init_from, initial["step"])
         if ranks.world > 1 and resumed is None:  # every rank starts from rank 0's parameters
             for t in model.state_dict().values():
                 dist.broadcast(t, 0)
@@ -937,7 +1096,8 @@ def run_training(
                     "%s holds no data position: the batches start from the stream's beginning", resume
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
-                               rank=ranks.rank, token=token, max_atoms=max_atoms)  # fmt: skip
+                               rank=ranks.rank, token=token, max_atoms=max_atoms,
+                               resume_from=(resume, resumed) if resumed is not None and resume is not None else None)  # fmt: skip
             if dev.type == "cpu":
                 try:
                     _check_cpu_memory(cfg, src.largest_entry, crop_size, batch_size)
@@ -964,14 +1124,17 @@ def run_training(
             "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
+            "initialized_from": str(init_from) if init_from is not None else None,
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
             "checkpoints": carried_checkpoints,
             "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
-            "error": None, "steps": list(carried),
+            "error": None, "fields": LOG_FIELDS, "steps": list(carried),
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
-                "batch_size": batch_size, "lr": lr, "fused": fused}  # fmt: skip
+                "batch_size": batch_size, "lr": lr, "fused": fused, "max_atoms": max_atoms,
+                "source_identity": src.identity,
+                "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
         feed = _Feed(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
         )
@@ -1190,6 +1353,8 @@ def run_training(
             log.debug("log %s: %d writes, %.3f s in all", log_file, runlog.writes, runlog.write_s)
     finally:
         ranks.stop()
+    if stop.received is not None and before_signal is not None:
+        before_signal(doc)  # e.g. the CLI's summary line: SIGTERM's default effect ends the process
     stop.hand_on()  # the signal's own effect (the default: the process ends, status 143), now
     return doc
 
