@@ -644,6 +644,24 @@ def _checkpoint_config(
     return saved
 
 
+def _load_weights(model: torch.nn.Module, path: str | Path, doc: dict[str, Any], verb: str) -> None:
+    """The parameters of checkpoint ``path`` (``doc``) into ``model``; a checkpoint whose parameters
+    do not fit this trunk (written by a featurecache whose trunk had other parameters) is a
+    :class:`UsageError` in one line, not torch's page of missing and unexpected keys."""
+    mine, theirs = model.state_dict(), doc["model"]
+    missing, unexpected = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+    shapes = sorted(k for k in set(mine) & set(theirs) if tuple(mine[k].shape) != tuple(theirs[k].shape))
+    if missing or unexpected or shapes:
+        said = [f"{what} {', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}"
+                for what, keys in (("missing", missing), ("unexpected", unexpected), ("other shapes", shapes))
+                if keys]  # fmt: skip
+        raise UsageError(
+            f"cannot {verb} {path}: its model parameters do not fit this featurecache's trunk ({'; '.join(said)}): "
+            "a checkpoint of a version whose trunk had other parameters"
+        )
+    model.load_state_dict(theirs)
+
+
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -1064,14 +1082,16 @@ def run_training(
         torch.manual_seed(seed)
         model = Trunk(cfg, fused=fused).to(dev)
         if initial is not None:  # its weights only: the optimizer and the data stream start afresh
-            model.load_state_dict(initial["model"])
+            assert init_from is not None
+            _load_weights(model, init_from, initial, "start from")
             log.info("starting from the weights of %s (its step %d), a new run", init_from, initial["step"])
         if ranks.world > 1 and resumed is None:  # every rank starts from rank 0's parameters
             for t in model.state_dict().values():
                 dist.broadcast(t, 0)
         opt = make_optimizer(model, lr, capturable=cuda_graphs)
         if resumed is not None:  # before any graph is recorded: the graphs read these very tensors
-            model.load_state_dict(resumed["model"])
+            assert resume is not None
+            _load_weights(model, resume, resumed, "resume from")
             opt.load_state_dict(resumed["optimizer"])
             for group in opt.param_groups:
                 group["lr"] = lr

@@ -96,10 +96,12 @@ def test_resume_may_switch_between_a_store_and_its_lookup_service(
 
     whole = run_training(stores["a"], None, steps=2, log_path=None, **SMALL)["steps"]
     with ThreadedServer(Settings(store_path=stores["a"])) as url:
-        for first, then in (((stores["a"], None), (None, url)), ((None, url), (stores["a"], None))):
+        local: dict[str, Any] = {"store": stores["a"], "url": None}
+        remote: dict[str, Any] = {"store": None, "url": url}
+        for first, then in ((local, remote), (remote, local)):
             ck = tmp_path / "ck.pt"
-            run_training(*first, steps=1, log_path=None, checkpoint=ck, **SMALL)
-            doc = run_training(*then, steps=2, log_path=None, resume=ck, **SMALL)
+            run_training(**first, steps=1, log_path=None, checkpoint=ck, **SMALL)
+            doc = run_training(**then, steps=2, log_path=None, resume=ck, **SMALL)
             (rec,) = doc["steps"]
             assert (rec["step"], rec["entry_ids"], rec["positions"], rec["loss"]) == (
                 1, whole[1]["entry_ids"], whole[1]["positions"], whole[1]["loss"],
@@ -163,3 +165,22 @@ def test_a_store_without_msas_is_warned_about(
     said = [r.getMessage() for r in caplog.records if "MSA" in r.getMessage()]
     assert len(said) == 1 and f"the store {stores['a']} holds no MSAs" in said[0], said
     assert "--msa-dir" in said[0]
+
+
+def test_a_checkpoint_of_another_trunk_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A checkpoint whose parameters are not this trunk's (one written before the trunk gained or
+    lost a parameter) is refused naming it and the keys, not with torch's traceback (exit 1)."""
+    ck = tmp_path / "ck.pt"
+    synth: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY}
+    run_training(None, None, steps=1, log_path=None, checkpoint=ck, **synth)
+    doc = torch.load(ck, weights_only=True)
+    gone = sorted(doc["model"])[0]
+    doc["model"]["extra.weight"] = doc["model"].pop(gone)
+    torch.save(doc, ck)
+    cases: list[dict[str, Any]] = [{"resume": ck}, {"init_from": ck}]
+    for kwargs in cases:
+        with pytest.raises(UsageError) as caught:
+            run_training(None, None, steps=2, log_path=None, on_step=_never, **kwargs, **synth)
+        msg = str(caught.value)
+        assert "\n" not in msg and str(ck) in msg and "do not fit" in msg, msg
+        assert f"missing {gone}" in msg and "unexpected extra.weight" in msg, msg
