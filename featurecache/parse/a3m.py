@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 PSEUDO_ROW_NAMES: frozenset[str] = frozenset(("ss_dssp", "ss_pred", "ss_conf", "sa_dssp", "Consensus"))
 COMMENT_PREFIXES = ("#", ";")
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 #: Deletes everything that is not a match column (insertions and insert gaps).
 _MATCH_ONLY = str.maketrans("", "", string.ascii_lowercase + ".")
@@ -62,17 +63,18 @@ def read_msa_text(path: str | os.PathLike[str]) -> str:
 
 
 def decompress_msa(data: bytes, path: str | os.PathLike[str]) -> bytes:
-    """An MSA file's bytes, gunzipped when they start with the gzip magic bytes.
+    """An MSA file's bytes, gunzipped when they start with the gzip magic bytes, without a leading
+    UTF-8 byte-order mark (editors on Windows write one; structure files are read past it too).
 
     Raises :class:`MSAError` ``cannot read PATH: reason`` for a damaged gzip stream.
     """
-    if data[:2] != GZIP_MAGIC:
-        return data
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        p = Path(path)
-        raise MSAError(f"cannot read {p}: {exc}", path=str(p), stage="msa") from exc
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            p = Path(path)
+            raise MSAError(f"cannot read {p}: {exc}", path=str(p), stage="msa") from exc
+    return data.removeprefix(UTF8_BOM)
 
 
 def parse_a3m(path: str | os.PathLike[str]) -> list[ParsedMSA]:
