@@ -258,11 +258,50 @@ def _probe_scheduler(scheduler: str) -> None:
                          "scheduler's address (dask scheduler prints it; usually port 8786)")  # fmt: skip
 
 
+#: ``--workers`` above this many worker processes per CPU is refused (:func:`max_workers`)
+WORKERS_PER_CPU = 4
+#: the memory one embedded worker process takes before it does any work (its imports: Dask, gemmi,
+#: RDKit, zarr, numpy; review R3 measured 192-216 MB resident), rounded up
+WORKER_START_BYTES = 256 * 2**20
+
+
+def max_workers(cpus: int, memory_bytes: int) -> int:
+    """The most embedded worker processes ``--workers`` may ask for on a machine of ``cpus`` CPUs and
+    ``memory_bytes`` of memory: :data:`WORKERS_PER_CPU` per CPU (more only take turns on the CPUs),
+    and no more than the memory holds at :data:`WORKER_START_BYTES` each (more are killed by the
+    kernel's OOM killer while they start, taking the machine with them); at least 1."""
+    return max(1, min(WORKERS_PER_CPU * cpus, memory_bytes // WORKER_START_BYTES))
+
+
+def check_workers(workers: int) -> None:
+    """Refuse (UsageError, exit 2) a ``--workers`` this machine cannot run (:func:`max_workers`),
+    before any worker process is started: ``--workers 1000`` on a 2-CPU machine started 1000
+    processes of 200 MB each and the kernel killed the build (review R3). Refused, not lowered: a
+    build runs with the worker count it was given or not at all; the line says the most allowed."""
+    from distributed.system import MEMORY_LIMIT  # the machine's memory, or its cgroup's limit
+
+    cpus = os.cpu_count() or 1
+    limit = max_workers(cpus, MEMORY_LIMIT)
+    if workers <= limit:
+        return
+    gib = MEMORY_LIMIT / 2**30
+    by_memory = MEMORY_LIMIT // WORKER_START_BYTES < WORKERS_PER_CPU * cpus
+    why = (
+        f"{gib:.1f} GiB of memory holds about {limit} worker processes of {WORKER_START_BYTES // 2**20} MiB each"
+        if by_memory
+        else f"{WORKERS_PER_CPU} per CPU, {cpus} CPU{'s' if cpus != 1 else ''}"
+    )
+    raise UsageError(f"--workers {workers} is more than this machine runs: at most {limit} ({why}); "
+                     "leave it out for one per CPU")  # fmt: skip
+
+
 def check_arguments(
     *, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, workers: int | None, part_size: int,
-    config: BuildConfig,
+    config: BuildConfig, scheduler: str | None = None,
 ) -> None:  # fmt: skip
-    """Refuse invalid arguments before anything is started or written (UsageError: exit 2)."""
+    """Refuse invalid arguments before anything is started or written (UsageError: exit 2).
+    ``workers`` is checked against this machine only for an embedded cluster (no ``scheduler``:
+    with one, it is ignored)."""
     for option, directory in (("--pdb-dir", pdb_dir), ("--msa-dir", msa_dir)):
         if directory is not None and not Path(directory).is_dir():
             # exists() follows links: a broken link, too, points at nothing there
@@ -277,6 +316,8 @@ def check_arguments(
             raise UsageError(f"--ccd: {exc}") from exc
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be >= 1 (got {workers}; leave it out for one per CPU)")
+    if workers is not None and not scheduler:
+        check_workers(workers)
     if part_size < 1:
         raise UsageError(f"--part-size must be >= 1 (got {part_size})")
     if config.msa_depth_cap < 1:
@@ -359,7 +400,7 @@ def _run_build(
     t_start = time.perf_counter()
     pdb_dir, out = Path(pdb_dir), Path(out)
     check_arguments(pdb_dir=pdb_dir, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
-                    config=config)  # fmt: skip
+                    config=config, scheduler=scheduler)  # fmt: skip
     check_structure_files(pdb_dir, out)
     check_store_dir(out)
     # workers of an external cluster run in another working directory: every path the stages
