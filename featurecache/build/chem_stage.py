@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from featurecache.store.components import (
 from featurecache.store.index import complete_parts, read_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, PART_INDEX_DIR, STRUCTURE_PART_PREFIX, part_name
 from featurecache.types import Atom, Token
+
+if TYPE_CHECKING:
+    from featurecache.build.tasks import StoreWriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -288,14 +291,18 @@ def _failed(key: str, names: list[str], elements: list[int], reason: str) -> Ref
 
 def build_component_part(
     root: str, name: str, jobs: list[Job], timeout_s: float, versions: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | StoreWriteFailed:
     """Compute the conformers of ``jobs`` and write them as component part ``name`` (``versions``:
-    the driver's, checked against this worker's before anything is computed or written)."""
-    from featurecache.build.tasks import check_versions
+    the driver's, checked against this worker's before anything is computed or written). A write
+    the OS refused: ``tasks.StoreWriteFailed``, nothing of the part committed."""
+    from featurecache.build.tasks import StoreWriteFailed, check_versions
 
     check_versions(versions)
     conformers = [_compute(j, timeout_s) for j in jobs]
-    write_component_part(Path(root), name, conformers, {j.key: j.source for j in jobs})
+    try:
+        write_component_part(Path(root), name, conformers, {j.key: j.source for j in jobs})
+    except StoreError as exc:
+        return StoreWriteFailed(str(exc))
     return [
         {"key": c.key, "strategy": c.strategy, "reason": c.reason, "seconds": c.seconds, "n_heavy": c.n_atoms}
         for c in conformers
@@ -388,11 +395,15 @@ def _collect(
     """Gather component parts as they finish; a failed part's components are retried one by one.
     A part whose embedding a SIGINT interrupted (nothing of it was written) is computed again as
     it was, up to :data:`INTERRUPTED_RETRIES` times; then the stage fails (a resume computes it)."""
+    from featurecache.build.tasks import raise_store_failure
+
     interrupted = 0
     for fut in queue:
         name = "-".join(fut.key.split("-")[2:4])
         try:
-            result.computed.extend(fut.result())
+            computed = fut.result()
+            raise_store_failure(computed)  # the store refused the part's write: the build ends (exit 3)
+            result.computed.extend(computed)
             advance(len(batches[name]))
             continue
         except (

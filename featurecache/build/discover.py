@@ -42,6 +42,26 @@ class InputFile:
     sha256: str
     size: int
     key: str
+    #: why the file is not built whatever it holds ("": it is built): its name is not valid UTF-8
+    #: (:func:`escaped_path`); the build lists it as a failure of stage ``discover``
+    name_error: str = ""
+
+
+#: the reason of the failure row of a file whose path is not valid UTF-8 (:func:`escaped_path`)
+NAME_NOT_UTF8 = "file name is not valid UTF-8"
+
+
+def escaped_path(rel: str) -> str:
+    """``rel`` (a path as ``os.fsdecode`` gives it: a byte of a name that is not valid UTF-8 is a
+    lone surrogate, which no Arrow table, JSON file or UTF-8 stream can hold) with each such byte
+    written ``\\xNN``: ``bad\\xff.cif``; a valid path unchanged. What the index records and
+    messages show for a path (review R3: one such name crashed every build of its directory)."""
+    return os.fsencode(rel).decode("utf-8", "backslashreplace")
+
+
+def name_error(rel: str) -> str:
+    """The failure reason of the input whose escaped path is ``rel`` (:func:`escaped_path`)."""
+    return f"{NAME_NOT_UTF8}: {rel} (bytes that are not UTF-8 shown as \\xNN); rename the file to use it"
 
 
 def resolved(path: Path) -> Path:
@@ -362,29 +382,32 @@ def discover(
     turned into a link, neither changes its id nor makes it a second entry.
     """
     pdb_dir = Path(pdb_dir)
-    files, rels, ids = _walk(pdb_dir, existing_ids, exclude, msa_dir)
+    files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir)
     with ThreadPoolExecutor(max_workers=4) as pool:
         digests = list(pool.map(_sha256, files))
     out = []
     for p, rel, (sha, size) in zip(files, rels, digests, strict=True):
         entry_id = ids[rel]
         out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
-                             entry_key(sha, entry_id, config_hash)))  # fmt: skip
+                             entry_key(sha, entry_id, config_hash), name_error(rel) if rel in bad else ""))  # fmt: skip
     return out
 
 
 def _walk(
     pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None
-) -> tuple[list[Path], list[str], dict[str, str]]:
-    """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted) and ids, unread."""
+) -> tuple[list[Path], list[str], dict[str, str], set[str]]:
+    """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted; :func:`escaped_path`)
+    and ids, unread; and the paths among them that are not valid UTF-8 (escaped)."""
     msa_files = MSADirFiles(msa_dir)
     aliases: dict[str, list[str]] = {}
     walked = [p for p in input_paths(pdb_dir, exclude, aliases) if not msa_stage_input(p, msa_files)]
-    rels = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
-                        set((existing_ids or {}).values()))  # fmt: skip
+    raw = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
+                       set((existing_ids or {}).values()))  # fmt: skip
+    rels = [escaped_path(r) for r in raw]
+    bad = {rel for rel, r in zip(rels, raw, strict=True) if rel != r}
     order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
     files, rels = [walked[k] for k in order], [rels[k] for k in order]
-    return files, rels, assign_ids(rels, existing_ids)
+    return files, rels, assign_ids(rels, existing_ids), bad
 
 
 def input_ids(
@@ -393,7 +416,7 @@ def input_ids(
 ) -> dict[str, str]:  # fmt: skip
     """Path (relative to ``pdb_dir``) → entry id of the inputs :func:`discover` finds, without
     reading the files (``featurecache prune --sources-gone``)."""
-    _files, rels, ids = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir)
+    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir)
     return {rel: ids[rel] for rel in rels}
 
 

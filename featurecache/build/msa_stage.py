@@ -44,16 +44,23 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from featurecache.build.discover import alias_paths, resolved, store_skip, walk_inputs
+from featurecache.build.discover import (
+    alias_paths,
+    escaped_path,
+    name_error,
+    resolved,
+    store_skip,
+    walk_inputs,
+)
 from featurecache.build.granularity import cut_by_weight
 from featurecache.build.progress import stage_bar
 from featurecache.const import FEATURIZER_VERSION, MolType
-from featurecache.errors import InputError, MSAError
+from featurecache.errors import InputError, MSAError, StoreError
 from featurecache.featurize.msa import (
     MAX_SOURCES,
     adopt_query,
@@ -70,6 +77,9 @@ from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
 from featurecache.types import ParsedMSA
+
+if TYPE_CHECKING:
+    from featurecache.build.tasks import StoreWriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -339,19 +349,28 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
 
 
 def _candidate_files(
-    msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
-) -> list[tuple[str, int, int]]:
+    msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True,
+    bad_names: set[str] | None = None,
+) -> list[tuple[str, int, int]]:  # fmt: skip
     """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir`` (a symlink to
     a file counts), sorted by path; the walk is :func:`~featurecache.build.discover.walk_inputs`:
     symlinked directories followed (paths as seen through the link), each real directory read once,
     the files of ``store`` (the store being built) not inputs wherever the walk meets it (as a store
     inside ``--pdb-dir`` is not: ``discover.input_paths``). ``aliases`` and ``warn``: as
-    ``walk_inputs`` takes them (the other paths of directories read once; its warning)."""
+    ``walk_inputs`` takes them (the other paths of directories read once; its warning).
+
+    A path that is not valid UTF-8 is listed escaped (``discover.escaped_path``: ``bad\\xff.a3m``),
+    as it is recorded; ``bad_names``, when given, gets those paths (the scan lists each as a
+    failure without reading it: :func:`_scan`)."""
     files = []
     for p in walk_inputs(msa_dir, store, aliases, warn):
         if p.is_file():
             st = p.stat()
-            files.append((p.relative_to(msa_dir).as_posix(), st.st_size, st.st_mtime_ns))
+            raw = p.relative_to(msa_dir).as_posix()
+            rel = escaped_path(raw)
+            if rel != raw and bad_names is not None:
+                bad_names.add(rel)
+            files.append((rel, st.st_size, st.st_mtime_ns))
     return sorted(files)
 
 
@@ -368,6 +387,10 @@ def lists_msa_file(
     parts = PurePosixPath(rel).parts
     if not parts or any(part.startswith(".") for part in parts):  # "." and ".." too
         return False
+    if "\\" in rel:  # maybe a name that is not UTF-8, listed escaped (\\xNN): only the walk's list has it
+        if listing is not None:
+            return rel in listing()
+        return rel in {r for r, _size, _mtime in _candidate_files(Path(msa_dir), store)}
     here = Path(msa_dir)
     linked = False
     for part in parts[:-1]:
@@ -452,8 +475,9 @@ def run_msa_stage(
     aliases: dict[str, list[str]] = {}  # directories reached by several paths (discover.walk_inputs)
     files: list[tuple[str, int, int]] = []
     if msa_dir is not None:
-        files = _candidate_files(Path(msa_dir), root, aliases)
-        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files)
+        bad_names: set[str] = set()  # paths that are not UTF-8: listed as failures, not read
+        files = _candidate_files(Path(msa_dir), root, aliases, bad_names=bad_names)
+        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names)
     uses = _join(scans, chain_rows, polymer, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
@@ -520,28 +544,35 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
 
 def _scan(
     client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool,
-    files: list[tuple[str, int, int]] | None = None,
+    files: list[tuple[str, int, int]] | None = None, bad_names: Set[str] = frozenset(),
 ) -> list[FileScan]:  # fmt: skip
     """Scan every candidate file of ``msa_dir`` (``files``: :func:`_candidate_files`, listed here
     when not given); files unchanged since a previous build's scan (same path, size and mtime) are
-    taken from the store's scan cache without being read."""
+    taken from the store's scan cache without being read. A path of ``bad_names`` (not valid
+    UTF-8, escaped) is not read: its scan is an error naming it (a failure row)."""
     from distributed import as_completed
 
     t_start = time.time_ns()
     if files is None:
-        files = _candidate_files(msa_dir, root)
+        bad: set[str] = set()
+        files = _candidate_files(msa_dir, root, bad_names=bad)
+        bad_names = bad
     if not files:
         return []
     cache = ScanCache.load(root, msa_dir)
     scans: list[FileScan] = []
     todo: list[tuple[str, int]] = []
     for rel, size, mtime in files:
+        if rel in bad_names:
+            scans.append(FileScan(rel, size, error_class="InputError", message=name_error(rel)))
+            continue
         hit = cache.get(rel, size, mtime, wanted)
         if hit is None:
             todo.append((rel, size))
         else:
             scans.append(hit)
-    log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans), len(todo))
+    log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans) - len(bad_names),
+             len(todo))  # fmt: skip
     batches = _batches(todo)
     wanted_f = client.scatter(wanted, broadcast=True) if len(batches) > 1 else wanted
     futures = [
@@ -1154,7 +1185,7 @@ def _write(
     start = next_part_number(root, MSA_PART_PREFIX)
     # the resolved --msa-dir: the scan reads it, each part records it (discover.withdraw_failures)
     msa_dir_s = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
-    from featurecache.build.tasks import worker_versions
+    from featurecache.build.tasks import raise_store_failure, worker_versions
 
     versions = worker_versions()
     futures = []
@@ -1180,6 +1211,7 @@ def _write(
     with stage_bar("MSAs", sum(size.values()), progress) as advance:
         for fut in as_completed(futures):
             res: MSAPartResult = fut.result()
+            raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
             advance(size[fut.key])
             _add_part_result(result, res, failures)
 
@@ -1203,11 +1235,12 @@ def build_msa_part(
     depth_cap: int,
     failures: list[dict[str, Any]] | None = None,
     versions: dict[str, str] | None = None,
-) -> MSAPartResult:
+) -> MSAPartResult | StoreWriteFailed:
     """Parse, merge and encode the MSAs of one part and write it (one Dask task; ``versions``:
     the driver's, checked against this worker's before anything is written). ``msa_dir``: the
-    resolved ``--msa-dir`` ("" without one), recorded in the part's manifest (``source_dir``)."""
-    from featurecache.build.tasks import check_versions
+    resolved ``--msa-dir`` ("" without one), recorded in the part's manifest (``source_dir``).
+    A write the OS refused: ``tasks.StoreWriteFailed``, nothing of the part committed."""
+    from featurecache.build.tasks import StoreWriteFailed, check_versions
 
     check_versions(versions)
     t0 = time.perf_counter()
@@ -1241,7 +1274,10 @@ def build_msa_part(
             res.n_from_files += 1
         else:
             res.n_single += 1
-    manifest = write_msa_part(Path(root), part, contents)
+    try:
+        manifest = write_msa_part(Path(root), part, contents)
+    except StoreError as exc:
+        return StoreWriteFailed(str(exc))
     res.n_msas = len(contents.items)
     res.bytes_written = int(manifest.get("bytes", 0))
     res.failures = contents.failures

@@ -38,13 +38,21 @@ from featurecache.build.tasks import (
     PartResult,
     build_structure_part,
     describe_difference,
+    raise_store_failure,
     version_differences,
     worker_versions,
 )
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
 from featurecache.parse.ccd import check_ccd
 from featurecache.parse.structure import structure_format
-from featurecache.store.index import REMOVED, WITHDRAWN, first_build_finished, rebuild_index, store_bytes
+from featurecache.store.index import (
+    REMOVED,
+    WITHDRAWN,
+    first_build_finished,
+    rebuild_index,
+    store_bytes,
+    store_writes,
+)
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -433,7 +441,8 @@ def _run_build(
                 out,
                 {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__},
             )
-            remove_leftovers(out)
+            with store_writes(out / "parts"):
+                remove_leftovers(out)
             # from the parts: repairs an index left stale or damaged by a killed build
             start_index = rebuild_index(out, finished=finished)
             stored = start_index["entries"]
@@ -471,11 +480,18 @@ def _run_build(
                     )  # fmt: skip
                     _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress, finished)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
-            finally:
+            except BaseException as stopped:
                 # the parts are the truth: the index is rebuilt whatever happened above (still
-                # flagged unfinished when this build did not finish a store that had none)
-                tables = rebuild_index(out, finished=finished)
-                mark_updated(out)
+                # flagged unfinished when this build did not finish a store that had none); when the
+                # store refuses that too (a full disk), the error that stopped the build is the one told
+                try:
+                    _publish(out, finished)
+                except StoreError as exc:
+                    if str(exc) != str(stopped):
+                        log.warning("the index was not rebuilt after the build stopped (%s); the next build "
+                                    "rebuilds it", exc)  # fmt: skip
+                raise
+            tables = _publish(out, finished)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
@@ -487,6 +503,15 @@ def _run_build(
             log.warning("%s", line)
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
+
+
+def _publish(out: Path, finished: bool) -> dict[str, Any]:
+    """Rebuild the index from the parts and stamp the store updated; returns the index tables. A
+    write the OS refuses is a StoreError naming the file (exit 3)."""
+    tables = rebuild_index(out, finished=finished)
+    with store_writes(out / "zarr.json"):
+        mark_updated(out)
+    return tables
 
 
 def _absolute(path: Path | str) -> Path:
@@ -723,6 +748,7 @@ def _run_structure_parts(
             name = part_of[fut.key]
             try:
                 res: PartResult = fut.result()
+                raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
             except (FutureCancelledError, StoreError):
                 raise
             except Exception as exc:

@@ -1,7 +1,10 @@
 """What one Dask task does: featurize the inputs of one part and write the part.
 
 Bad input never raises out of here: each input either becomes an entry or a failure row naming the
-file, the stage and the reason. Only store-level problems (unwritable output) raise.
+file, the stage and the reason. Store-level problems raise (a worker running other code), except a
+write to the store that the OS refused (no space, a file-size limit, a read-only file): the task
+returns it (:class:`StoreWriteFailed`) and the driver raises it (:func:`raise_store_failure`), so
+the build ends with its one line and exit 3, without Dask's "Compute Failed" traceback of the task.
 """
 
 from __future__ import annotations
@@ -19,6 +22,21 @@ from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreWriteFailed:
+    """What a part task returns when the OS refused its write to the store: the StoreError's
+    message (``cannot write the store at FILE: REASON``), for the driver to raise. Not the inputs'
+    fault: a full disk is not recorded as a failure of the file being written."""
+
+    message: str
+
+
+def raise_store_failure(result: object) -> None:
+    """Raise the StoreError of a part task's ``result`` when it is a :class:`StoreWriteFailed`."""
+    if isinstance(result, StoreWriteFailed):
+        raise StoreError(result.message)
 
 
 @dataclass
@@ -41,9 +59,10 @@ class PartResult:
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
     interface_cutoff: float = 5.0, versions: dict[str, str] | None = None, source_dir: str = "",
-) -> PartResult:  # fmt: skip
+) -> PartResult | StoreWriteFailed:  # fmt: skip
     """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:
-    the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest)."""
+    the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest).
+    A write the OS refused: :class:`StoreWriteFailed`, nothing of the part committed."""
     check_versions(versions)
     from featurecache.build.components import component_resolvers
     from featurecache.tokenize.af3 import residues_without_definition
@@ -53,6 +72,9 @@ def build_structure_part(
     contents = PartContents(source_dir=source_dir)
     timer = StageTimer()
     for inp in inputs:
+        if inp.name_error:  # not read: its path could not be stored with its entry
+            contents.failures.append(_failure(inp, "discover", InputError(inp.name_error)))
+            continue
         t0 = time.perf_counter()
         timer.start("read")
         try:
@@ -90,7 +112,10 @@ def build_structure_part(
             for code, n in undefined.items():
                 result.undefined_residues[code] = result.undefined_residues.get(code, 0) + n
     timer.start("write")
-    manifest = write_structure_part(Path(root), part, contents)
+    try:
+        manifest = write_structure_part(Path(root), part, contents)
+    except StoreError as exc:
+        return StoreWriteFailed(str(exc))
     timer.stop()
     result.n_entries = len(contents.entries)
     result.n_failed = len(contents.failures)

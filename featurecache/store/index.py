@@ -15,11 +15,12 @@ does not match) falls back to reading every part.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,28 @@ def write_table(path: Path, table: pa.Table, *, compression: str | None = None) 
     with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema, options=options) as writer:
         for start in range(0, table.num_rows, BATCH_ROWS):
             writer.write_table(table.slice(start, BATCH_ROWS).combine_chunks())
+
+
+def store_write_error(exc: OSError, where: Path | str) -> StoreError:
+    """The one-line StoreError (exit 3) for a write to the store that the OS refused (no space,
+    a file-size limit, a read-only or immutable file, a quota): ``cannot write the store at FILE:
+    REASON``, the file the OS names, else ``where`` (zarr's and Arrow's writes name none), and the
+    OS's reason for its errno (Arrow's own message repeats its call and the file)."""
+    path = exc.filename if isinstance(exc.filename, (str, os.PathLike)) and exc.filename else where
+    reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
+    return StoreError(f"cannot write the store at {os.fspath(path)}: {reason}")
+
+
+@contextlib.contextmanager
+def store_writes(where: Path | str) -> Iterator[None]:
+    """An OSError raised inside (a write to the store at or under ``where``) becomes
+    :func:`store_write_error`'s StoreError; a StoreError passes unchanged."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except OSError as exc:
+        raise store_write_error(exc, where) from exc
 
 
 def replace_table(path: Path, table: pa.Table, *, compression: str | None = None) -> None:
@@ -644,6 +667,8 @@ def rebuild_index(
     ``finished``: False publishes the index flagged as an unfinished first build
     (:data:`UNFINISHED_KEY`), True without the flag; None keeps the published index's state (a
     store without ``index/entries.arrow`` counts as finished). The returned tables carry no flag.
+    A write the OS refuses (no space, a file-size limit, an immutable file) is a StoreError naming
+    the file (:func:`store_write_error`).
     """
     root = Path(root)
     t0 = time.perf_counter()
@@ -673,23 +698,26 @@ def rebuild_index(
     raw, held = gathered
     tables = _derive(root, raw)
     index_dir = root / INDEX_DIR
-    index_dir.mkdir(parents=True, exist_ok=True)
+    with store_writes(index_dir):
+        index_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, list[int] | None] = {}
     # entries last: a reader that sees the new entries (or the flag cleared) sees the tables they join
     for name in sorted(tables, key=lambda n: n == "entries"):
         table = tables[name]
         f = index_dir / f"{name}.arrow"
-        if name in TABLES or table.num_rows:
-            out = _sorted(name, table)
-            if name == "entries":
-                out = _flagged(out, not finished)
-            replace_table(f, out)
-            written[name] = _stamp(f)
-        elif name in (WITHDRAWN, REMOVED):  # none now: an earlier rebuild's file would still be read
-            f.unlink(missing_ok=True)
-    if REMOVED not in tables:  # no part holds a removal any more (pruned, superseded)
-        (index_dir / f"{REMOVED}.arrow").unlink(missing_ok=True)
-    _save_part_rows(root, raw, held, names, written, manifest)
+        with store_writes(f):
+            if name in TABLES or table.num_rows:
+                out = _sorted(name, table)
+                if name == "entries":
+                    out = _flagged(out, not finished)
+                replace_table(f, out)
+                written[name] = _stamp(f)
+            elif name in (WITHDRAWN, REMOVED):  # none now: an earlier rebuild's file would still be read
+                f.unlink(missing_ok=True)
+    with store_writes(index_dir):
+        if REMOVED not in tables:  # no part holds a removal any more (pruned, superseded)
+            (index_dir / f"{REMOVED}.arrow").unlink(missing_ok=True)
+        _save_part_rows(root, raw, held, names, written, manifest)
     log.debug("index rebuilt from %s (%d parts, %.2f s)", how, len(names), time.perf_counter() - t0)
     return tables
 

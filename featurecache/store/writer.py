@@ -41,6 +41,7 @@ from featurecache.store.index import (
     TIMINGS,
     TIMINGS_SCHEMA,
     read_table,
+    store_write_error,
     table_from_rows,
     write_table,
 )
@@ -154,7 +155,9 @@ def writer_sentinel(tmp: Path) -> Path:
 def part_tmp_dir(root: Path, name: str) -> Iterator[Path]:
     """A fresh ``parts/.tmp-<name>-<random>`` dir for a part being written, created with its
     sentinel file; both removed if the writer fails (or is interrupted) before committing it, the
-    sentinel also after the commit."""
+    sentinel also after the commit. An OSError inside (the OS refused a write: no space, a
+    file-size limit, a read-only file) is raised as :func:`~featurecache.store.index.store_write_error`'s
+    one-line StoreError naming the file (zarr's writes name none: then the temp dir)."""
     tmp = root / PARTS_DIR / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
     sentinel = writer_sentinel(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -167,6 +170,12 @@ def part_tmp_dir(root: Path, name: str) -> Iterator[Path]:
         raise StoreError(f"cannot create the temp dir {tmp} for part {name}: {exc.strerror or exc}") from exc
     try:
         yield tmp
+    except StoreError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise store_write_error(exc, tmp) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
