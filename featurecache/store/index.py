@@ -316,6 +316,10 @@ def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
             "; re-running `featurecache build` on this store rebuilds the index from the parts"
             if Path(path).parent.name == INDEX_DIR else ""
         )  # fmt: skip
+        if Path(path).parent.name == PART_INDEX_DIR:  # a part's own index: its rows cannot be listed
+            part = Path(path).parent.parent
+            hint = (f"; part {part.name}'s own index is damaged: `featurecache verify {part.parent.parent} "
+                    "--repair` moves the part aside (to damaged-parts/) and the next build rebuilds its entries")  # fmt: skip
         raise StoreError(f"index file {path} is unreadable ({exc}){hint}") from exc
 
 
