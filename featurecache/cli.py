@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -247,6 +247,25 @@ file or the entry's arrays are missing or unreadable.
 @app.command()
 def verify(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Take every damaged entry and MSA (arrays that do not read back to their content hash) out of "
+            "the index, so that the next `featurecache build` from their sources rebuilds exactly those, and "
+            "`featurecache prune` then deletes the parts that hold nothing else. A part whose own index is "
+            "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt. Nothing whose source "
+            "files are gone is taken out (it could not be rebuilt) unless --drop-gone.",
+        ),
+    ] = False,
+    drop_gone: Annotated[
+        bool,
+        typer.Option(
+            "--drop-gone",
+            help="With --repair: also take out the damaged entries and MSAs whose source files are gone "
+            "(they are lost: no build can store them again).",
+        ),
+    ] = False,
     verbose: Verbose = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
@@ -255,27 +274,103 @@ def verify(
     """Recompute every entry's and MSA's content hash and check index <-> parts consistency.
 
     Each problem is one 'MISMATCH ...' line on stdout (progress, log lines and warnings go to stderr); \
-'ok: store verified' when there is none.
+'ok: store verified' when there is none. For damaged entries and MSAs it says how to repair the store: \
+`featurecache verify STORE --repair`, then `featurecache build` from the same directories.
 
-    Exit status: 0 verified; 2 usage error; 3 the store or an index file is missing or unreadable; 4 a \
-mismatch (an entry's or MSA's content hash, naming its part and arrays; a missing or unreadable part or \
-shard; an index behind its parts; chain rows or MSA keys that do not match the index).
+    Exit status: 0 verified (--repair: repaired, or nothing to repair); 2 usage error; 3 the store or an \
+index file is missing or unreadable, a build or prune is writing the store, or (--repair) the store cannot \
+be written; 4 a mismatch (an entry's or MSA's content hash, naming its part and arrays; a missing or \
+unreadable part, shard or part index; an index behind its parts; chain rows or MSA keys that do not match \
+the index); with --repair: damage left because its source files are gone.
     """
     _setup_logging(verbose)
-    from featurecache.store.verify import verify_store
+    from featurecache.errors import StoreError
+    from featurecache.store.root import lock_holder
+    from featurecache.store.verify import repair_store, verify_report
 
+    if drop_gone and not repair:
+        raise _fatal(UsageError("--drop-gone is read only with --repair"))
+    holder = lock_holder(store)
+    if holder is not None:  # its parts and index are being written: what verify sees is not the store's state
+        raise _fatal(
+            StoreError(f"a build is writing {store} ({holder} holds its lock): verify it when that ends")
+        )
     unfinished = _first_build_unfinished(store)
     try:
-        problems = verify_store(store, progress=progress)
+        if repair:
+            result = repair_store(store, drop_gone=drop_gone, progress=progress)
+            report = result.report
+        else:
+            report = verify_report(store, progress=progress)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     if unfinished:  # (exit status unchanged: the entries it lists were checked)
         _warn_unfinished(store, "verify checked only part of the store, its counts are partial")
-    for p in problems:  # the result: on stdout (`verify S > report.txt` keeps it)
+    if repair:
+        _print_repair(store, result)
+        left = result.kept or result.kept_parts or (result.report.problems and not result.written)
+        raise typer.Exit(EXIT_VERIFY_MISMATCH if left else EXIT_OK)
+    for p in report.problems:  # the result: on stdout (`verify S > report.txt` keeps it)
         typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
-    if problems:
+    for note in report.notes:
+        typer.echo(f"note: {note}", err=True)
+    if report.problems:
+        _print_repair_hint(store, report)
+        holder = lock_holder(store)
+        if holder is not None:
+            typer.echo(
+                f"note: a build started meanwhile ({holder}): verify {store} again when it ends", err=True
+            )
         raise typer.Exit(EXIT_VERIFY_MISMATCH)
     typer.echo("ok: store verified")
+
+
+def _names(ds: list[Any], limit: int = 10) -> str:
+    shown = [f"{d.id}" if d.kind == "entry" else f"MSA {d.id[:12]}… ({d.chains or 'no chain'})" for d in ds]
+    return ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
+
+
+def _print_repair_hint(store: Path, report: Any) -> None:
+    """After verify's MISMATCH lines: what repairs the store (advice: on stderr; stdout holds the result)."""
+    from featurecache.store.verify import rebuild_command
+
+    ok = [d for d in report.damaged if d.source_gone is False]
+    gone = [d for d in report.damaged if d.source_gone is not False]
+    if ok or report.bad_index_parts:
+        what = []
+        if ok:
+            what.append(f"takes the damaged {_names(ok)} out of the index")
+        if report.bad_index_parts:
+            what.append(f"moves part(s) {', '.join(report.bad_index_parts)} (own index unreadable) to "
+                        f"{store}/damaged-parts/")  # fmt: skip
+        typer.echo(f"to repair: `featurecache verify {store} --repair` {' and '.join(what)}; then "
+                   f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files and "
+                   f"`featurecache prune {store}` deletes the parts left unused", err=True)  # fmt: skip
+    if gone:
+        typer.echo(f"cannot be rebuilt: the source files of the damaged {_names(gone)} are gone (or their "
+                   f"directory is not recorded or not there); `featurecache verify {store} --repair --drop-gone` "
+                   "removes them from the store", err=True)  # fmt: skip
+
+
+def _print_repair(store: Path, result: Any) -> None:
+    from featurecache.store.verify import rebuild_command
+
+    for d in result.removed:
+        typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
+    for name, where in result.moved_parts.items():
+        typer.echo(f"moved part {name} (its own index is unreadable) to {where}")
+    for d in result.kept:
+        where = f"{d.source_dir}/{d.source_path}" if d.source_dir else d.source_path
+        typer.secho(f"MISMATCH kept {_names([d])}: its source files are gone ({where}), it cannot be rebuilt; "
+                    "--drop-gone removes it", fg=typer.colors.RED)  # fmt: skip
+    for name, why in result.kept_parts:
+        typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
+    if result.removed or result.moved_parts:
+        typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them, then "
+                   f"`featurecache prune {store}`")  # fmt: skip
+    elif not result.kept and not result.kept_parts:
+        typer.echo("ok: nothing to repair" if not result.report.problems else
+                   "nothing --repair can fix: " + "; ".join(result.report.problems[:3]))  # fmt: skip
 
 
 @app.command()

@@ -25,11 +25,12 @@ put back stores it again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import pyarrow.ipc as ipc
 from featurecache.errors import StoreError, UsageError
 from featurecache.store.index import REMOVED, REMOVED_SCHEMA, complete_parts, index_tables, rebuild_index
 from featurecache.store.layout import (
+    INDEX_DIR,
     MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
@@ -48,7 +50,7 @@ from featurecache.store.layout import (
     TMP_PREFIX,
     part_name,
 )
-from featurecache.store.root import BuildLock, check_store_dir
+from featurecache.store.root import BuildLock, check_store_dir, lock_holder
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,7 @@ def prune_store(
     for d, what in ((sources_gone, "--sources-gone"), (msa_dir, "--msa-dir")):
         if d is not None and not Path(d).is_dir():
             raise UsageError(f"{what} {d}: no such directory")
-    with BuildLock(root):
+    with _lock_unless_listing(root, dry_run):
         extra: dict[str, pa.Table] = {}
         later: list[str] = []
         gone_entries: list[dict[str, str]] = []
@@ -127,8 +129,14 @@ def prune_store(
             gone_entries, gone_msas = _sources_gone(root, Path(sources_gone), msa_dir)
             extra, later = _removal_parts(root, gone_entries, gone_msas)
             if not dry_run and later:
-                _write_removals(root, sources_gone, msa_dir, gone_entries, gone_msas, later)
-                rebuild_index(root)
+                from featurecache.build.discover import resolved
+
+                write_removals(
+                    root, later, gone_entries, gone_msas, str(resolved(Path(sources_gone))),
+                    str(resolved(Path(msa_dir))) if msa_dir is not None else "",
+                )  # fmt: skip
+                log.info("removed from the index: %d entr(ies) and %d MSA(s) whose source files are gone "
+                         "(parts %s)", len(gone_entries), len(gone_msas), ", ".join(later))  # fmt: skip
                 extra, later = {}, []
         unused = unused_parts(root, extra, later)
         result = PruneResult([p.name for p in unused], sum(_dir_bytes(p) for p in unused), dry_run)
@@ -136,22 +144,109 @@ def prune_store(
         result.msas = [r["chains"] for r in gone_msas]
         if dry_run or not unused:
             return result
-        moved = []
+        moved: list[tuple[Path, Path]] = []
+        before = _index_files(root)
         try:
             for p in unused:
                 target = root / PARTS_DIR / f"{TMP_PREFIX}pruned-{p.name}-{uuid.uuid4().hex[:8]}"
                 p.rename(target)
-                moved.append(target)
-        except OSError as exc:
-            raise StoreError(f"cannot remove part {p.name} of {root}: {exc.strerror or exc}") from exc
-        finally:
+                moved.append((p, target))
             # whatever was moved is out of every index (the next build's leftover cleanup deletes
             # it if this process dies before the rmtree below)
             rebuild_index(root)
-        for target in moved:
+        except (OSError, StoreError) as exc:
+            # an index that cannot be written: the parts go back, so the index still lists only
+            # what is there
+            for p, target in reversed(moved):
+                with contextlib.suppress(OSError):
+                    target.rename(p)
+            _restore_index(root, before)
+            if isinstance(exc, OSError):
+                raise _write_error(root, exc, "nothing removed") from exc
+            raise StoreError(f"{exc}; nothing removed") from exc
+        for _p, target in moved:
             shutil.rmtree(target, ignore_errors=True)
     log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
     return result
+
+
+@contextlib.contextmanager
+def _lock_unless_listing(root: Path, dry_run: bool) -> Iterator[None]:
+    """The build lock, for a prune that changes the store. A dry run only reads: it takes no lock
+    (a read-only store can be listed), and says when a build holds the store meanwhile."""
+    if not dry_run:
+        with BuildLock(root):
+            yield
+        return
+    holder = lock_holder(root)
+    if holder is not None:
+        log.warning("%s holds %s: this listing may change when it ends", holder, root)
+    yield
+
+
+def _write_error(root: Path, exc: OSError, what: str) -> StoreError:
+    where = exc.filename or root
+    return StoreError(f"cannot write the store at {where}: {exc.strerror or exc}; {what}")
+
+
+def _index_files(root: Path) -> dict[str, tuple[int, int]]:
+    """``STORE/index/``'s files: name → (bytes, mtime_ns); what tells whether a rebuild wrote any."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for f in (Path(root) / INDEX_DIR).iterdir():
+            with contextlib.suppress(OSError):
+                st = f.stat()
+                out[f.name] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _restore_index(root: Path, before: dict[str, tuple[int, int]]) -> None:
+    """After a failed write: bring the index back to the parts now there, unless it is as it was
+    (``before``: :func:`_index_files`); if that fails as well, say how to finish it."""
+    if _index_files(root) == before:
+        return
+    try:
+        rebuild_index(root, incremental=False)
+    except (OSError, StoreError) as exc:
+        log.error("the index of %s could not be restored (%s): run `featurecache build` on the store once it "
+                  "can be written", root, getattr(exc, "strerror", None) or exc)  # fmt: skip
+
+
+def write_removals(
+    root: Path, names: list[str], entries: list[dict[str, str]], msas: list[dict[str, str]], entry_dir: str,
+    msa_dir: str,
+) -> None:  # fmt: skip
+    """Write the parts :func:`_removal_parts` named (their :data:`REMOVED` rows; they record the
+    directories, as a build's parts do: ``entry_dir`` a ``--pdb-dir``, ``msa_dir`` a ``--msa-dir``,
+    "" none), then rebuild the index. Nothing changes when a write fails: a part already
+    written is taken out again and the StoreError says where the store could not be written."""
+    from featurecache.store.msa import MSAPartContents, write_msa_part
+    from featurecache.store.writer import PartContents, write_structure_part
+
+    written: list[Path] = []
+    before = _index_files(root)
+    try:
+        for name in names:
+            if name.startswith(STRUCTURE_PART_PREFIX):
+                write_structure_part(
+                    root, name, PartContents(source_dir=entry_dir, removed=[_row(r) for r in entries])
+                )
+            else:
+                write_msa_part(
+                    root, name, MSAPartContents(source_dir=msa_dir, removed=[_row(r) for r in msas])
+                )
+            written.append(root / PARTS_DIR / name)
+        rebuild_index(root)
+    except (OSError, StoreError) as exc:
+        for part in written:
+            doomed = part.with_name(f"{TMP_PREFIX}removing-{uuid.uuid4().hex[:8]}")
+            with contextlib.suppress(OSError):
+                part.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        _restore_index(root, before)
+        if isinstance(exc, OSError):
+            raise _write_error(root, exc, "nothing removed") from exc
+        raise StoreError(f"{exc}; nothing removed") from exc
 
 
 def _sources_gone(
@@ -252,35 +347,21 @@ def _row(r: dict[str, str]) -> dict[str, str]:
     return {k: r[k] for k in REMOVED_SCHEMA.names if k != "part"}
 
 
-def _write_removals(
-    root: Path, pdb_dir: Path, msa_dir: Path | None, entries: list[dict[str, str]], msas: list[dict[str, str]],
-    names: list[str],
-) -> None:  # fmt: skip
-    """Write the parts :func:`_removal_parts` named (they record the directories, as a build's do)."""
-    from featurecache.build.discover import resolved
-    from featurecache.store.msa import MSAPartContents, write_msa_part
-    from featurecache.store.writer import PartContents, write_structure_part
-
-    for name in names:
-        if name.startswith(STRUCTURE_PART_PREFIX):
-            src = str(resolved(pdb_dir))
-            write_structure_part(root, name, PartContents(source_dir=src, removed=[_row(r) for r in entries]))
-        else:
-            src = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
-            write_msa_part(root, name, MSAPartContents(source_dir=src, removed=[_row(r) for r in msas]))
-    log.info("removed from the index: %d entr(ies) and %d MSA(s) whose source files are gone (parts %s)",
-             len(entries), len(msas), ", ".join(names))  # fmt: skip
-
-
 def _dir_bytes(path: Path) -> int:
     return sum(os.stat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
 
 
 def _differing_tables(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> list[str]:
     """Names of the tables that differ (compared as Arrow IPC bytes: ``Table.equals`` has NaN,
-    a resolution not stated, unequal to itself)."""
+    a resolution not stated, unequal to itself; one without rows equals one that is absent)."""
     names = sorted(set(a) | set(b))
-    return [n for n in names if n not in a or n not in b or _ipc_bytes(a[n]) != _ipc_bytes(b[n])]
+    # a table without rows is the same as none (``removed`` once no removal is in effect: a part
+    # whose removals a later build superseded is unused, and without it the table is not derived)
+    return [
+        n for n in names
+        if (n in a and a[n].num_rows) or (n in b and b[n].num_rows)
+        if n not in a or n not in b or _ipc_bytes(a[n]) != _ipc_bytes(b[n])
+    ]  # fmt: skip
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:

@@ -146,6 +146,39 @@ class BuildLock:
             self._f.close()
 
 
+def lock_holder(root: Path) -> str | None:
+    """Who holds ``root``'s :class:`BuildLock` ("pid 123: featurecache build --pdb-dir ..."), or None
+    when no process does. Reads only (a read-only store works); the lock is tested with a shared
+    lock taken and dropped at once, so a build starting in that instant may be refused."""
+    path = Path(root) / LOCK_FILE
+    try:
+        f = open(path)  # noqa: SIM115 (closed below, after the lock test)
+    except OSError:
+        return None  # no lock file: no build ever held it
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = f.read().strip()
+        else:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return None
+    if not pid.isdigit():
+        return "a build or prune (its pid is not recorded yet)"
+    try:
+        argv = [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        argv = []
+    # "python .../bin/featurecache build ..." or "python -m featurecache.cli build ...": from the command
+    start = next(
+        (k for k, a in enumerate(argv) if Path(a).name in ("featurecache", "featurecache.cli")), None
+    )
+    if start is not None:
+        argv = ["featurecache", *argv[start + 1 :]]
+    cmd = " ".join(argv)
+    return f"pid {pid}: {cmd[:200]}" if cmd else f"pid {pid}"
+
+
 def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:
     """Rows read from a record array (uint8 ``[rows, itemsize]``, as ``writer.write_record_array``
     stores them) as a 1-D structured array of ``dtype``."""

@@ -11,15 +11,19 @@ workers costs ~0.5 s each).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +31,10 @@ import pyarrow as pa
 
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import (
-    REMOVED,
     complete_parts,
     differing_hashes,
-    gather_part_tables,
-    latest_per,
+    index_tables,
     read_table,
-    without_removed,
 )
 from featurecache.store.layout import (
     ENTRY_GROUPS,
@@ -60,6 +61,38 @@ BATCH_ROWS = 32
 Row = dict[str, Any]
 
 
+@dataclass
+class Damaged:
+    """An index row (an entry, or an MSA) whose arrays do not read back to its content hash."""
+
+    kind: str  # "entry" | "msa"
+    id: str  # an entry's id, an MSA's key
+    key: str  # its build key (an entry's ``key``, an MSA's ``inputs_key``): what a build skips
+    part: str
+    source_path: str  # an entry's file; an MSA's files, "; "-joined (relative to source_dir)
+    source_dir: str  # the directory its part recorded ("": none recorded)
+    source_gone: bool | None  # its files are gone (it cannot be rebuilt); None: cannot tell
+    problem: str  # the first of its problems
+    chains: str = ""  # an MSA's chains ("1psm/A, 3zee/A")
+    pdb_dir: str = ""  # the --pdb-dir its build read (an entry's source_dir; an MSA's: one of its entries')
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_report` found."""
+
+    #: every problem, one line each (empty: the store is consistent)
+    problems: list[str] = field(default_factory=list)
+    #: the entries and MSAs among them that ``featurecache verify --repair`` can take out of the
+    #: index for the next build to rebuild from their sources
+    damaged: list[Damaged] = field(default_factory=list)
+    #: parts whose own index (``_index/*.arrow``) is unreadable: their rows cannot be listed
+    bad_index_parts: dict[str, str] = field(default_factory=dict)
+    #: damage in parts that no index row uses any more (not a problem: nothing is served from them;
+    #: ``featurecache prune`` deletes them)
+    notes: list[str] = field(default_factory=list)
+
+
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
     """Every problem found, as one line each (empty list: the store is consistent).
 
@@ -67,30 +100,59 @@ def verify_store(path: Path, progress: bool = False, workers: int | None = None)
     processes checking entries and MSAs (1: all in this process); by default
     :data:`DEFAULT_WORKERS`, for a store of at least :data:`MIN_ROWS_FOR_WORKERS` entries and
     MSAs (a smaller one is checked faster here than workers start)."""
+    return verify_report(path, progress, workers).problems
+
+
+def verify_report(path: Path, progress: bool = False, workers: int | None = None) -> VerifyReport:
+    """:func:`verify_store`'s problems, and which entries / MSAs / parts they damage."""
     from featurecache.build.progress import progress_stages
 
     with progress_stages(progress) as stage:
         return _verify(path, stage, workers)
 
 
-def _verify(path: Path, stage: Callable[[str, int], Callable[[int], None]], workers: int | None) -> list[str]:
+def _verify(
+    path: Path, stage: Callable[[str, int], Callable[[int], None]], workers: int | None
+) -> VerifyReport:
     store = open_store(path)
-    problems: list[str] = []
+    report = VerifyReport()
+    problems = report.problems
     parts = {p.name: p for p in complete_parts(store.path)}
+    entries, msas = store.entries, store.msas
+    # parts an index row reads arrays from: damage elsewhere is in data nothing serves
+    live = set(entries.column("part").to_pylist()) | set(msas.column("part").to_pylist())
+    components = store.components
+    if "part" in components.column_names:
+        live |= set(components.column("part").to_pylist())
     # 1. every part is complete and its own index agrees with its arrays
     advance = stage("parts", len(parts))
     for name, part in parts.items():
         advance(1)
-        problems.extend(_check_part(name, part))
-    entries, msas = store.entries, store.msas
+        bad_index = _unreadable_part_index(part)
+        if bad_index is not None:
+            report.bad_index_parts[name] = bad_index
+            problems.append(f"part {name}: its own index {bad_index}")
+            continue
+        found = _check_part(name, part)
+        if name in live:
+            problems.extend(found)
+        else:
+            report.notes.extend(f"{p} (no entry, MSA or component the store serves is read from part {name}; "
+                                "`featurecache prune` deletes it once no index row uses it)" for p in found)  # fmt: skip
+    dirs: dict[str, str] = {}
     with _Checks(store, parts, workers, entries.num_rows + msas.num_rows) as checks:
         # 2. every index row points at an existing part and its arrays hash to the recorded content hash
         advance = stage("entries", entries.num_rows)
-        for found in checks.run("entries", entries.to_pylist()):
+        rows = entries.to_pylist()
+        for row, found in zip(rows, checks.run("entries", rows), strict=True):
             advance(1)
             problems.extend(found)
+            # (a part that is gone altogether: its keys are no longer built, the next build rebuilds them)
+            if found and row["part"] in parts and row["part"] not in report.bad_index_parts:
+                report.damaged.append(_damaged_entry(store.path, row, found[0], dirs))
         # 3. index rows and part rows agree (nothing lost, nothing invented)
-        problems.extend(_index_matches_parts(store.path, entries))
+        readable = [p for n, p in parts.items() if n not in report.bad_index_parts]
+        problems.extend(_index_matches_parts(store.path, entries, readable, set(report.bad_index_parts)))
         chains = store.chains
         ids = set(store.ids)
         orphan = {c for c in chains.column("entry_id").to_pylist()} - ids if chains.num_rows else set()
@@ -101,10 +163,14 @@ def _verify(path: Path, stage: Callable[[str, int], Callable[[int], None]], work
         from featurecache.store.msa import verify_msas
 
         advance = stage("MSAs", msas.num_rows)
+        msa_rows = {r["key"]: r for r in msas.to_pylist()} if "key" in msas.column_names else {}
 
         def each_msa(_: Callable[[Row], list[str]], rows: list[Row]) -> Iterator[list[str]]:
-            for found in checks.run("msas", rows):
+            for row, found in zip(rows, checks.run("msas", rows), strict=True):
                 advance(1)
+                full = msa_rows.get(row["key"])
+                if found and full is not None and full["part"] not in report.bad_index_parts:
+                    report.damaged.append(_damaged_msa(store.path, full, found[0], chains, entries, dirs))
                 yield found
 
         problems.extend(_guarded("MSAs", lambda s: verify_msas(s, each_msa), store))
@@ -113,7 +179,59 @@ def _verify(path: Path, stage: Callable[[str, int], Callable[[int], None]], work
         advance(1)
         problems.extend(_guarded(label, extra_check, store))
     log.info("verified %d entries in %d parts: %d problem(s)", entries.num_rows, len(parts), len(problems))
-    return problems
+    return report
+
+
+def _source_dir(root: Path, part: str, dirs: dict[str, str]) -> str:
+    if part not in dirs:
+        from featurecache.build.discover import part_source_dir  # build imports store
+
+        dirs[part] = part_source_dir(root, part)
+    return dirs[part]
+
+
+def _gone(source_dir: str, paths: list[str]) -> bool | None:
+    """Whether every one of ``paths`` (relative to ``source_dir``) is gone; None: no directory
+    recorded, or it is not there (unmounted?): cannot tell."""
+    if not source_dir or not paths or not Path(source_dir).is_dir():
+        return None
+    return not any((Path(source_dir) / p).exists() for p in paths)
+
+
+def _damaged_entry(root: Path, row: Row, problem: str, dirs: dict[str, str]) -> Damaged:
+    src = _source_dir(root, row["part"], dirs)
+    return Damaged("entry", row["id"], row["key"], row["part"], row["source_path"], src,
+                   _gone(src, [row["source_path"]]), problem, pdb_dir=src)  # fmt: skip
+
+
+def _damaged_msa(
+    root: Path, row: Row, problem: str, chains: pa.Table, entries: pa.Table, dirs: dict[str, str]
+) -> Damaged:
+    src = _source_dir(root, row["part"], dirs)
+    paths = sorted({s.split("#", 1)[0] for s in (row.get("sources") or [])})
+    users, user_ids = [], []
+    if chains.num_rows and "msa_key" in chains.column_names:
+        for c in chains.select(["entry_id", "auth_id", "label_id", "msa_key"]).to_pylist():
+            if c["msa_key"] == row["key"]:
+                users.append(f"{c['entry_id']}/{c['auth_id'] or c['label_id']}")
+                user_ids.append(c["entry_id"])
+    part_of = dict(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
+    pdb_dirs = [_source_dir(root, part_of[i], dirs) for i in user_ids[:1] if i in part_of]
+    # an MSA of no file (a single-sequence one) is rebuilt from its chain's sequence alone
+    gone = _gone(src, paths) if row.get("n_files") else False
+    return Damaged("msa", row["key"], row.get("inputs_key") or "", row["part"], "; ".join(paths), src, gone,
+                   problem, ", ".join(dict.fromkeys(users)), pdb_dirs[0] if pdb_dirs else "")  # fmt: skip
+
+
+def _unreadable_part_index(part: Path) -> str | None:
+    """Why a part's own index cannot be read (naming the file), or None when every file reads."""
+    idx = part / PART_INDEX_DIR
+    for f in sorted(idx.glob("*.arrow")) if idx.is_dir() else []:
+        try:
+            read_table(f, memory_map=False)
+        except FeatureCacheError as exc:
+            return f"file {f} is unreadable ({exc.__cause__ or exc})"
+    return None
 
 
 class _Checks:
@@ -278,18 +396,20 @@ def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any
                             {g: g for g in ENTRY_GROUPS}, "array group", "entry")  # fmt: skip
 
 
-def _index_matches_parts(root: Path, entries: pa.Table) -> list[str]:
-    """The index's entries are exactly the live entries of the parts (a killed build can leave the
-    top-level index behind its parts; a build on the store rebuilds it)."""
-    raw = gather_part_tables(root)
-    # less what prune --sources-gone removed (the index leaves it out as well)
-    live = latest_per(without_removed(raw["entries"], "id", raw.get(REMOVED), "entry"), "id")
+def _index_matches_parts(root: Path, entries: pa.Table, parts: list[Path], unlisted: set[str]) -> list[str]:
+    """The index's entries are exactly the live entries of ``parts`` (the parts whose own index
+    reads; a killed build can leave the top-level index behind its parts; a build on the store
+    rebuilds it). The index gives them as a rebuild from those parts would (less what prune
+    --sources-gone or verify --repair removed)."""
+    live = index_tables(root, parts)["entries"]
     in_parts = set(zip(live.column("id").to_pylist(), live.column("part").to_pylist(), strict=True))
     in_index = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
+    hidden = {i for i, p in in_index if p in unlisted}  # an earlier version shows through: not stale
     out = [f"entry {i} of part {p} is not in the index (stale index: run `featurecache build` on the store "
-           "to rebuild it)" for i, p in sorted(in_parts - in_index)]  # fmt: skip
+           "to rebuild it)" for i, p in sorted(in_parts - in_index) if i not in hidden]  # fmt: skip
+    # (the entries of a part whose own index is unreadable: that part's line says so)
     out += [f"index entry {i} points at part {p}, which does not hold it as its latest version"
-            for i, p in sorted(in_index - in_parts)]  # fmt: skip
+            for i, p in sorted(in_index - in_parts) if p not in unlisted]  # fmt: skip
     return out
 
 
@@ -330,3 +450,163 @@ def _component_checks(store: object) -> list[str]:
 _EXTRA_CHECKS: list[tuple[str, Callable[[Any], list[str]]]] = [
     ("components", _component_checks),
 ]
+
+
+#: where ``verify --repair`` moves a part whose own index is unreadable (nothing is deleted)
+DAMAGED_PARTS_DIR = "damaged-parts"
+
+
+@dataclass
+class RepairResult:
+    """What :func:`repair_store` did (``report``: the verify it acted on)."""
+
+    report: VerifyReport
+    #: the damaged entries and MSAs taken out of the index (the next build rebuilds them)
+    removed: list[Damaged] = field(default_factory=list)
+    #: damaged ones left as they are: their source files are gone (or cannot be found)
+    kept: list[Damaged] = field(default_factory=list)
+    #: part whose own index is unreadable → where it was moved
+    moved_parts: dict[str, Path] = field(default_factory=dict)
+    #: such parts left in place: (part, why)
+    kept_parts: list[tuple[str, str]] = field(default_factory=list)
+    #: the parts written (removal rows; an empty stand-in of each moved part)
+    written: list[str] = field(default_factory=list)
+
+
+def repair_store(
+    path: Path, *, drop_gone: bool = False, progress: bool = False, workers: int | None = None
+) -> RepairResult:
+    """``featurecache verify --repair``: verify (holding the build lock), then take every damaged
+    entry and MSA out of the index the way ``prune --sources-gone`` does (:data:`REMOVED` rows of
+    a new part; parts never change), so that the next build from their sources rebuilds exactly
+    those, and ``prune`` later deletes the parts that hold nothing else. A part whose own index is
+    unreadable is moved to ``STORE/damaged-parts/`` (an empty part of the same name stands in, so
+    the number is not reused) and the next build rebuilds its entries.
+
+    One whose source files are gone cannot be rebuilt: it is kept (and listed) unless
+    ``drop_gone``. Raises StoreError (nothing changed) when the store cannot be written."""
+    from featurecache.store.prune import _removal_parts, _restore_index, write_removals
+    from featurecache.store.root import BuildLock
+
+    root = Path(path)
+    with BuildLock(root):
+        report = verify_report(root, progress, workers)
+        result = RepairResult(report)
+        for d in report.damaged:
+            (result.removed if d.source_gone is False or drop_gone else result.kept).append(d)
+        store = open_store(root) if report.bad_index_parts else None
+        to_move: list[str] = []
+        for name, why in report.bad_index_parts.items():
+            gone = _gone_in_part(root, store, name) if store is not None else []
+            if gone and not drop_gone:
+                result.kept_parts.append((name, f"{why}; the source files of {', '.join(gone)} are gone"))
+                continue
+            to_move.append(name)
+        if to_move:
+            from featurecache.store.index import rebuild_index
+            from featurecache.store.prune import _index_files
+
+            before = _index_files(root)
+            try:
+                for name in to_move:
+                    result.moved_parts[name] = _move_part(root, name)
+                result.written += _stand_ins(root, result.moved_parts)
+                rebuild_index(root, incremental=False)
+            except (OSError, StoreError) as exc:
+                for name, where in result.moved_parts.items():
+                    stand_in = root / "parts" / name
+                    if stand_in.is_dir():
+                        shutil.rmtree(stand_in, ignore_errors=True)
+                    with contextlib.suppress(OSError):
+                        where.rename(stand_in)
+                _restore_index(root, before)
+                if isinstance(exc, StoreError):
+                    raise StoreError(f"{exc}; nothing changed") from exc
+                raise StoreError(f"cannot write the store at {exc.filename or root}: {exc.strerror or exc}; "
+                                 "nothing changed") from exc  # fmt: skip
+        entries = [_removal_row(d) for d in result.removed if d.kind == "entry"]
+        msas = [_removal_row(d) for d in result.removed if d.kind == "msa"]
+        if entries or msas:
+            _extra, names = _removal_parts(root, entries, msas)
+            write_removals(root, names, entries, msas, _common_dir(result.removed, "entry"),
+                           _common_dir(result.removed, "msa"))  # fmt: skip
+            result.written += names
+    return result
+
+
+def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = ()) -> str:
+    """The ``featurecache build`` that rebuilds ``damaged`` once repaired: the directories they
+    were built from; the ``--msa-dir`` of the store's latest MSA part when none of them is an MSA
+    (a build without it would give their chains single-sequence MSAs)."""
+    from featurecache.store.layout import MSA_PART_PREFIX
+
+    dirs: dict[str, str] = {}
+    pdb = {d.pdb_dir for d in damaged if d.pdb_dir}
+    msa = {d.source_dir for d in damaged if d.kind == "msa" and d.source_dir}
+    for name in parts:  # moved aside (own index unreadable): the directory its manifest recorded
+        src = _source_dir(root, name, dirs)
+        if src:
+            (msa if name.startswith(MSA_PART_PREFIX) else pdb).add(src)
+    if not msa:
+        for part in reversed(complete_parts(root)):
+            if part.name.startswith(MSA_PART_PREFIX) and _source_dir(root, part.name, dirs):
+                msa = {_source_dir(root, part.name, dirs)}
+                break
+    args = [f"--pdb-dir {next(iter(pdb)) if len(pdb) == 1 else 'PDB_DIR'}"]
+    if msa:
+        args.append(f"--msa-dir {next(iter(msa)) if len(msa) == 1 else 'MSA_DIR'}")
+    return f"featurecache build {' '.join(args)} --out {root}"
+
+
+def _removal_row(d: Damaged) -> dict[str, str]:
+    return {"kind": d.kind, "id": d.id, "key": d.key, "source_path": d.source_path,
+            "message": f"damaged, taken out by verify --repair for the next build to rebuild: {d.problem}",
+            "chains": d.chains}  # fmt: skip
+
+
+def _common_dir(damaged: list[Damaged], kind: str) -> str:
+    """The source directory all of them recorded ("" if they differ: the removal part records none)."""
+    dirs = {d.source_dir for d in damaged if d.kind == kind}
+    return dirs.pop() if len(dirs) == 1 else ""
+
+
+def _gone_in_part(root: Path, store: LocalStore, part: str) -> list[str]:
+    """The ids of the index's entries in ``part`` whose source files are gone (or cannot be found)."""
+    rows = [r for r in store.entries.select(["id", "source_path", "part"]).to_pylist() if r["part"] == part]
+    dirs: dict[str, str] = {}
+    src = _source_dir(root, part, dirs)
+    return [r["id"] for r in rows if _gone(src, [r["source_path"]]) is not False]
+
+
+def _move_part(root: Path, name: str) -> Path:
+    target = root / DAMAGED_PARTS_DIR / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    try:
+        target.parent.mkdir(exist_ok=True)
+        (root / "parts" / name).rename(target)
+    except OSError as exc:
+        raise StoreError(f"cannot move part {name} of {root} to {target}: {exc.strerror or exc}") from exc
+    return target
+
+
+def _stand_ins(root: Path, moved: dict[str, Path]) -> list[str]:
+    """An empty part in the place of each moved one (a build numbers its parts after the highest
+    present, and a reused number would pass for a part the chem stage already scanned)."""
+    from featurecache.store.layout import COMPONENT_PART_PREFIX, MSA_PART_PREFIX
+    from featurecache.store.msa import MSAPartContents, write_msa_part
+    from featurecache.store.writer import PartContents, write_structure_part
+
+    written = []
+    for name, where in moved.items():
+        try:
+            src = json.loads((where / PART_INDEX_DIR / PART_DONE_FILE).read_text()).get("source_dir", "")
+        except (OSError, ValueError, AttributeError):
+            src = ""
+        src = src if isinstance(src, str) else ""
+        if name.startswith(STRUCTURE_PART_PREFIX):
+            write_structure_part(root, name, PartContents(source_dir=src))
+        elif name.startswith(MSA_PART_PREFIX):
+            write_msa_part(root, name, MSAPartContents(source_dir=src))
+        elif name.startswith(COMPONENT_PART_PREFIX):
+            continue  # components are recomputed by the next build's chem stage
+        written.append(name)
+    return written
