@@ -117,7 +117,12 @@ def build(
         typer.Option("--ccd", help="components.cif[.gz] or a directory of per-component CIF files."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="LocalCluster worker processes (default: CPU count).")
+        int | None,
+        typer.Option(
+            "--workers",
+            help="LocalCluster worker processes (default: CPU count); more than this machine runs (4 per CPU, "
+            "256 MiB of memory each) is refused (exit 2). Ignored with --scheduler.",
+        ),
     ] = None,
     scheduler: Annotated[
         str | None,
