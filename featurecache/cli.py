@@ -341,13 +341,17 @@ def _print_repair_hint(store: Path, report: Any) -> None:
 
     ok = [d for d in report.damaged if d.source_gone is False]
     gone = [d for d in report.damaged if d.source_gone is not False]
-    if ok or report.bad_index_parts:
+    comp = getattr(report, "damaged_component_parts", {})
+    if ok or report.bad_index_parts or comp:
         what = []
         if ok:
             what.append(f"takes the damaged {_names(ok)} out of the index")
         if report.bad_index_parts:
             what.append(f"moves part(s) {', '.join(report.bad_index_parts)} (own index unreadable) to "
                         f"{store}/damaged-parts/")  # fmt: skip
+        if comp:
+            what.append(f"moves component part(s) {', '.join(comp)} (arrays unreadable) to {store}/damaged-parts/, "
+                        "and the build's chem stage recomputes their components")  # fmt: skip
         typer.echo(f"to repair: `featurecache verify {store} --repair` {' and '.join(what)}; then "
                    f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files and "
                    f"`featurecache prune {store}` deletes the parts left unused", err=True)  # fmt: skip
@@ -363,7 +367,12 @@ def _print_repair(store: Path, result: Any) -> None:
     for d in result.removed:
         typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
     for name, where in result.moved_parts.items():
-        typer.echo(f"moved part {name} (its own index is unreadable) to {where}")
+        why = (
+            "its arrays are unreadable"
+            if name in result.report.damaged_component_parts
+            else "its own index is unreadable"
+        )
+        typer.echo(f"moved part {name} ({why}) to {where}")
     for d in result.kept:
         where = f"{d.source_dir}/{d.source_path}" if d.source_dir else d.source_path
         typer.secho(f"MISMATCH kept {_names([d])}: its source files are gone ({where}), it cannot be rebuilt; "

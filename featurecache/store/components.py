@@ -50,9 +50,14 @@ __all__ = [
     "component_rows_in_parts",
     "join_chem_warnings",
     "load_component_table",
+    "RESCAN_ALL",
     "scanned_structure_parts",
     "write_component_part",
+    "write_rescan_part",
 ]
+
+#: a chem scan row's ``structure_part`` that voids the scans of every earlier component part
+RESCAN_ALL = "*"
 
 #: One reference-conformer atom (heavy atoms only, CCD order).
 COMPONENT_ATOM = np.dtype(
@@ -217,11 +222,33 @@ def component_rows_in_parts(root: Path) -> pa.Table:
 
 
 def scanned_structure_parts(root: Path) -> set[str]:
-    """Structure parts whose residues a chem stage has already looked at."""
+    """Structure parts whose residues a chem stage has already looked at.
+
+    A component part whose scans hold :data:`RESCAN_ALL` (``verify --repair`` writes one after
+    moving a component part aside) forgets the scans of every part before it, so the next chem
+    stage scans every structure part again and recomputes the components that are missing."""
     out: set[str] = set()
     for p in _component_parts(Path(root)):
-        out.update(_part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist())
+        scanned = _part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist()
+        if RESCAN_ALL in scanned:
+            out.clear()
+        out.update(s for s in scanned if s != RESCAN_ALL)
     return out
+
+
+def write_rescan_part(root: Path) -> str:
+    """A component part holding only a :data:`RESCAN_ALL` scan row, numbered after the highest
+    present: the next build's chem stage scans every structure part again (components already
+    stored are not recomputed). Returns its name."""
+    from featurecache.build.discover import next_part_number
+    from featurecache.store.layout import part_name
+
+    root = Path(root)
+    name = part_name(COMPONENT_PART_PREFIX, next_part_number(root, COMPONENT_PART_PREFIX))
+    write_component_part(
+        root, name, [], scans=[{"structure_part": RESCAN_ALL, "n_entries": 0, "n_residues": 0}]
+    )
+    return name
 
 
 def load_component_table(root: str | Path, index: pa.Table | None = None) -> ComponentTable:

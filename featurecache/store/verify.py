@@ -37,6 +37,7 @@ from featurecache.store.index import (
     read_table,
 )
 from featurecache.store.layout import (
+    COMPONENT_PART_PREFIX,
     ENTRY_GROUPS,
     GROUP_OFFSETS,
     PART_DONE_FILE,
@@ -88,6 +89,9 @@ class VerifyReport:
     damaged: list[Damaged] = field(default_factory=list)
     #: parts whose own index (``_index/*.arrow``) is unreadable: their rows cannot be listed
     bad_index_parts: dict[str, str] = field(default_factory=dict)
+    #: component parts whose arrays do not read (``--repair`` moves them aside; the next build's
+    #: chem stage recomputes their components)
+    damaged_component_parts: dict[str, str] = field(default_factory=dict)
     #: damage in parts that no index row uses any more (not a problem: nothing is served from them;
     #: ``featurecache prune`` deletes them)
     notes: list[str] = field(default_factory=list)
@@ -136,6 +140,8 @@ def _verify(
         found = _check_part(name, part)
         if name in live:
             problems.extend(found)
+            if found and name.startswith(COMPONENT_PART_PREFIX):
+                report.damaged_component_parts[name] = found[0]
         else:
             report.notes.extend(f"{p} (no entry, MSA or component the store serves is read from part {name}; "
                                 "`featurecache prune` deletes it once no index row uses it)" for p in found)  # fmt: skip
@@ -178,6 +184,11 @@ def _verify(
     for label, extra_check in _EXTRA_CHECKS:
         advance(1)
         problems.extend(_guarded(label, extra_check, store))
+    if any(p.startswith("components: unreadable") for p in problems):
+        report.damaged_component_parts.update(
+            (n, why) for n, why in _unreadable_component_parts(store.path, parts).items()
+            if n not in report.bad_index_parts
+        )  # fmt: skip
     log.info("verified %d entries in %d parts: %d problem(s)", entries.num_rows, len(parts), len(problems))
     return report
 
@@ -434,16 +445,48 @@ def _chains_cover_tokens(entries: pa.Table, chains: pa.Table) -> list[str]:
     return out
 
 
+def _unreadable_component_parts(root: Path, parts: dict[str, Path]) -> dict[str, str]:
+    """Component parts whose ``atoms`` or ``bonds`` array does not read back whole (why)."""
+    from featurecache.store.root import PartArrays
+
+    arrays = PartArrays(root, "component part array")
+    out: dict[str, str] = {}
+    for name in parts:
+        if not name.startswith(COMPONENT_PART_PREFIX):
+            continue
+        for array in ("atoms", "bonds"):
+            try:
+                arrays.read(name, array, (slice(None),))
+            except (FeatureCacheError, OSError, ValueError) as exc:
+                out[name] = str(exc)
+                break
+    return out
+
+
 def _component_checks(store: object) -> list[str]:
     """Every component row's part exists and its arrays read."""
-    from featurecache.store.components import load_component_table
+    from featurecache.store.components import load_component_table, scanned_structure_parts
 
+    out: list[str] = []
     try:
         load_component_table(store.path, store.components)  # type: ignore[attr-defined]
     except (FeatureCacheError, OSError, ValueError, KeyError) as exc:
         msg = str(exc)
-        return [msg if msg.startswith("components: ") else f"components: {msg}"]
-    return []
+        out.append(msg if msg.startswith("components: ") else f"components: {msg}")
+    # every build's chem stage scans the structure parts it wrote; one not scanned (its component
+    # part was moved aside by --repair) may use components the store no longer holds
+    root = Path(store.path)  # type: ignore[attr-defined]
+    try:
+        if any(p.name.startswith(COMPONENT_PART_PREFIX) for p in complete_parts(root)):
+            served = set(store.entries.column("part").to_pylist())  # type: ignore[attr-defined]
+            unscanned = sorted(served - scanned_structure_parts(root))
+            if unscanned:
+                out.append(f"components: the entries of part(s) {', '.join(unscanned)} have not been scanned "
+                           "by a build's chem stage, so components they use may be missing: run `featurecache "
+                           "build` on the store with the options it was built with (its chem stage computes them)")  # fmt: skip
+    except (FeatureCacheError, OSError, ValueError, KeyError):
+        pass  # an unreadable part index is reported by the parts check
+    return out
 
 
 #: further checks run after the MSAs: (what they check, callable(store) -> list[str])
@@ -502,6 +545,8 @@ def repair_store(
                 result.kept_parts.append((name, f"{why}; the source files of {', '.join(gone)} are gone"))
                 continue
             to_move.append(name)
+        # a component part whose arrays do not read: moved aside too (its components are recomputed)
+        to_move += [n for n in report.damaged_component_parts if n not in to_move]
         if to_move:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import _index_files
@@ -511,6 +556,13 @@ def repair_store(
                 for name in to_move:
                     result.moved_parts[name] = _move_part(root, name)
                 result.written += _stand_ins(root, result.moved_parts)
+                if any(n.startswith(COMPONENT_PART_PREFIX) for n in result.moved_parts):
+                    from featurecache.store.components import write_rescan_part
+
+                    # the remaining component parts recorded the structure parts the moved one
+                    # computed components for as scanned: this part makes the next build's chem
+                    # stage scan them all again (only missing components are computed)
+                    result.written.append(write_rescan_part(root))
                 rebuild_index(root, incremental=False)
             except (OSError, StoreError) as exc:
                 for name, where in result.moved_parts.items():
@@ -591,7 +643,7 @@ def _move_part(root: Path, name: str) -> Path:
 def _stand_ins(root: Path, moved: dict[str, Path]) -> list[str]:
     """An empty part in the place of each moved one (a build numbers its parts after the highest
     present, and a reused number would pass for a part the chem stage already scanned)."""
-    from featurecache.store.layout import COMPONENT_PART_PREFIX, MSA_PART_PREFIX
+    from featurecache.store.layout import MSA_PART_PREFIX
     from featurecache.store.msa import MSAPartContents, write_msa_part
     from featurecache.store.writer import PartContents, write_structure_part
 
@@ -607,6 +659,8 @@ def _stand_ins(root: Path, moved: dict[str, Path]) -> list[str]:
         elif name.startswith(MSA_PART_PREFIX):
             write_msa_part(root, name, MSAPartContents(source_dir=src))
         elif name.startswith(COMPONENT_PART_PREFIX):
-            continue  # components are recomputed by the next build's chem stage
+            from featurecache.store.components import write_component_part
+
+            write_component_part(root, name, [])  # the next build's chem stage recomputes its components
         written.append(name)
     return written

@@ -284,3 +284,54 @@ def test_a_prune_that_cannot_write_the_index_changes_nothing(stores: tuple[Path,
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert sorted(p.name for p in (store / "parts").iterdir()) == parts
     assert verify_store(store) == [] and sorted(featurecache.open_store(store).ids) == list(IDS)
+
+
+def _component_keys(store: Path) -> list[str]:
+    from featurecache.store.components import load_component_table
+
+    return sorted(load_component_table(store).keys)
+
+
+@pytest.fixture
+def two_builds(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """(store, reference, pdb, msa): the store built from 1psm, then again once 2q2k was added (two
+    component parts: the first holds the components 1psm uses); the reference in one build."""
+    pdb, msa = _inputs(tmp_path)
+    store, ref = tmp_path / "s", tmp_path / "ref"
+    assert _build(ref, pdb, msa).n_failed == 0
+    later = tmp_path / "later"
+    later.mkdir()
+    shutil.move(pdb / "2q2k.cif", later)
+    assert _build(store, pdb, msa).n_failed == 0
+    shutil.move(later / "2q2k.cif", pdb)
+    assert _build(store, pdb, msa).n_built == 1
+    assert _component_keys(store) == _component_keys(ref)
+    return store, ref, pdb, msa
+
+
+@pytest.mark.parametrize("damage", ["own index", "atoms shard"])
+def test_repair_of_an_older_component_part_recomputes_its_components(
+    two_builds: tuple[Path, Path, Path, Path], damage: str
+) -> None:
+    """RF2 #1 / #6: moving aside a component part that is not the newest lost its components for
+    good (the other component part recorded every structure part as scanned) and verify passed;
+    a damaged component shard refused every later build with no way out."""
+    store, ref, pdb, msa = two_builds
+    comps = sorted(p.name for p in (store / "parts").iterdir() if p.name.startswith("c-"))
+    assert len(comps) >= 2, comps
+    first = store / "parts" / comps[0]
+    if damage == "own index":
+        with (first / "_index" / "chem_scans.arrow").open("r+b") as f:
+            f.truncate(50)
+    else:
+        _truncate(_shard(first / "atoms"))
+    rep = _cli("verify", store, "--repair", "--no-progress")
+    assert rep.returncode == 0 and f"moved part {comps[0]}" in rep.stdout, rep.stdout + rep.stderr
+    # its components are gone until a build recomputes them: verify says so
+    missing = set(_component_keys(ref)) - set(_component_keys(store))
+    assert missing, "the first component part held components only 1psm uses"
+    bad = _cli("verify", store, "--no-progress")
+    assert bad.returncode == 4 and "have not been scanned" in bad.stdout, bad.stdout + bad.stderr
+    assert _build(store, pdb, msa).n_failed == 0
+    assert _component_keys(store) == _component_keys(ref)
+    assert verify_store(store) == []
