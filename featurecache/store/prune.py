@@ -258,7 +258,7 @@ def _sources_gone(
     holds no input at all while the store has rows recorded from it (an unmounted or emptied
     directory would otherwise remove them all)."""
     from featurecache.build.discover import input_ids, part_source_dir, resolved  # build imports store
-    from featurecache.build.msa_stage import _candidate_files
+    from featurecache.build.msa_stage import MSA_SUFFIXES, _candidate_files
 
     tables = index_tables(root, complete_parts(root))
     dirs: dict[str, str] = {}
@@ -303,9 +303,12 @@ def _sources_gone(
     if not rows:
         return gone_entries, gone_msas
     listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False)}
-    if not listed:
-        raise UsageError(f"--msa-dir {msa_dir}: no file under it, but {len(rows)} stored MSAs were built "
-                         "from it (not mounted? emptied?); nothing removed")  # fmt: skip
+    # as for --sources-gone: an input file, not any file (a README, lost+found/...) must be there
+    stored_files = {src.split("#", 1)[0] for m in rows for src in m["sources"]}
+    if not listed & stored_files and not any(set(Path(rel).suffixes) & set(MSA_SUFFIXES) for rel in listed):
+        raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_SUFFIXES)}, or gzipped) under it, "
+                         f"but {len(rows)} stored MSAs were built from it (not mounted? emptied?); "
+                         "nothing removed")  # fmt: skip
     chains: dict[str, list[str]] = {}
     for c in tables["chains"].select(["entry_id", "auth_id", "label_id", "sequence_hash"]).to_pylist():
         chains.setdefault(c["sequence_hash"], []).append(f"{c['entry_id']}/{c['auth_id'] or c['label_id']}")

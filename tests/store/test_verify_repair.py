@@ -335,3 +335,28 @@ def test_repair_of_an_older_component_part_recomputes_its_components(
     assert _build(store, pdb, msa).n_failed == 0
     assert _component_keys(store) == _component_keys(ref)
     assert verify_store(store) == []
+
+
+def test_an_msa_dir_holding_no_msa_file_is_refused(
+    stores: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    """RF2 #3: the --msa-dir guard counted any file, so a directory holding only a README (an
+    unmounted volume's mount point) removed every MSA built from it."""
+    store, _ref, pdb, msa = stores
+    keys = sorted(featurecache.open_store(store).msas.column("key").to_pylist())
+    chain_msas = featurecache.open_store(store).chains.column("msa_key").to_pylist()
+    assert _msa_row(store, "1psm")["n_files"] == 2  # built from the OpenFold files of --msa-dir
+    shutil.move(msa, tmp_path / "msa-away")
+    msa.mkdir()
+    (msa / "README.md").write_text("# the MSAs live on the cluster volume\n")
+    (msa / "lost+found").mkdir()
+    (msa / "lost+found" / "0001").write_bytes(b"\0" * 64)
+    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    assert r.returncode == 2 and "no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stdout + r.stderr
+    assert sorted(featurecache.open_store(store).msas.column("key").to_pylist()) == keys
+    assert featurecache.open_store(store).chains.column("msa_key").to_pylist() == chain_msas
+    # an MSA file there: the guard lets it through (2q2k's files back, 1psm's gone: one MSA removed)
+    shutil.copytree(tmp_path / "msa-away" / "2q2k_A", msa / "2q2k_A")
+    ok = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    assert ok.returncode == 0 and "removed 1 MSA" in ok.stdout, ok.stdout + ok.stderr
+    assert verify_store(store) == []
