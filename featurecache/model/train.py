@@ -115,15 +115,34 @@ def _warn_few_msas(chains: Any, where: str) -> None:
                     "on it only", n - with_msa, n, where)  # fmt: skip
 
 
+#: the verb of --init-from's errors ("cannot initialise from CKPT: ...")
+_INIT_VERB = "initialise from"
+
 #: --init-from's words in a refusal of a resume on other entries
 _START_ANEW = "start a new run from its weights with --init-from {ck} (its model parameters; a fresh optimizer and data stream)"
 
 
+def _same_source(theirs: Any, ours: str) -> bool:
+    """Whether a checkpoint's recorded source (the path or URL as its run gave it) names ``ours``."""
+    if not isinstance(theirs, str):
+        return False
+    if theirs == ours:
+        return True
+    if "://" in theirs or "://" in ours:
+        return theirs.rstrip("/") == ours.rstrip("/")
+    try:
+        return Path(theirs).resolve() == Path(ours).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
 def _check_same_source(ck: str | Path, saved: dict[str, Any], identity: dict[str, Any], where: str,
-                       client_state: Any) -> None:  # fmt: skip
+                       client_state: Any, source: str | None = None) -> None:  # fmt: skip
     """Refuse to continue the data position of checkpoint ``ck`` (``saved``: its contents) over
-    entries other than its run's (``identity``: those of ``where``, the source as messages name it):
-    its positions index its run's entries, so other batches would follow silently."""
+    entries other than its run's (``identity``: those of ``where``, the source as messages name it;
+    ``source``: its path or URL as given): its positions index its run's entries, so other batches
+    would follow silently. When the checkpoint's run drew from this very path or URL, the refusal
+    says its entries changed (there is no other store to resume on)."""
     if "source_identity" not in saved:  # a checkpoint of an older featurecache
         theirs = client_state.get("epoch_length") if isinstance(client_state, dict) else None
         if isinstance(theirs, int) and theirs != identity["entries"]:
@@ -144,6 +163,12 @@ def _check_same_source(ck: str | Path, saved: dict[str, Any], identity: dict[str
             "resume is impossible: " + _START_ANEW.format(ck=ck)
         )
     if theirs.get("entry_ids_sha256") != identity["entry_ids_sha256"]:
+        if source is not None and _same_source(saved.get("source"), source):  # rebuilt or refilled in place
+            raise UsageError(
+                f"cannot resume from {ck}: {where} is the source its run drew from, but its entries changed "
+                f"since ({identity['entries']} entries then and now, other ids: rebuilt or re-filled in place?); "
+                "an exact resume is impossible: " + _START_ANEW.format(ck=ck)
+            )
         raise UsageError(
             f"cannot resume from {ck}: {where} holds other entries than its run's store ({saved.get('source')}; "
             f"{identity['entries']} entries both, other ids); resume on that store, or "
@@ -215,7 +240,9 @@ def make_batches(
                 )
             ck = resume_from[0] if resume_from is not None else "the checkpoint"
             if resume_from is not None:
-                _check_same_source(ck, resume_from[1], identity, dataset.source.describe(), state["client"])
+                _check_same_source(
+                    ck, resume_from[1], identity, dataset.source.describe(), state["client"], source
+                )
             try:
                 loader.load_state_dict(state["client"])
             except InvalidRequest as exc:  # the position does not fit this stream (seed, ranks, epoch)
@@ -569,15 +596,16 @@ def save_checkpoint(path: str | Path, *, step: int, model: torch.nn.Module, opt:
     return path
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, verb: str = "resume from") -> dict[str, Any]:
     """A checkpoint written by :func:`save_checkpoint`, tensors on the CPU; a missing, truncated or
-    foreign file is a :class:`~featurecache.errors.UsageError` naming it and the reason in one line."""
+    foreign file is a :class:`~featurecache.errors.UsageError` naming it and the reason in one line
+    ("cannot ``verb`` PATH: ...")."""
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"cannot resume from {path}: a directory, not a checkpoint file")
+        raise UsageError(f"cannot {verb} {path}: a directory, not a checkpoint file")
     if not path.is_file():
-        raise UsageError(f"cannot resume from {path}: no such file")
-    not_ours = f"cannot resume from {path}: not a featurecache checkpoint"
+        raise UsageError(f"cannot {verb} {path}: no such file")
+    not_ours = f"cannot {verb} {path}: not a featurecache checkpoint"
     if not zipfile.is_zipfile(path):  # what torch.save writes; a torn copy lacks the zip's directory
         raise UsageError(f"{not_ours} (not a file torch.save wrote, or a truncated one)")
     try:
@@ -590,7 +618,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"{not_ours} (a PyTorch file without featurecache's format tag)")
     if doc.get("version") != CHECKPOINT_VERSION:
         raise UsageError(
-            f"cannot resume from {path}: checkpoint version {doc.get('version')}, this featurecache reads "
+            f"cannot {verb} {path}: checkpoint version {doc.get('version')}, this featurecache reads "
             f"{CHECKPOINT_VERSION}"
         )
     return doc
@@ -693,6 +721,59 @@ def _check_output_path(path: Path, option: str, example: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from exc
+
+
+def _check_init_kept(init_from: str | Path, template: str | Path, every: int | None, steps: int) -> None:
+    """Refuse a run that would overwrite the checkpoint it is initialised from (``--init-from X
+    --checkpoint X``): its step, optimizer state and data position would be lost without a word."""
+    source = Path(init_from).resolve()
+    target = str(Path(template).resolve())
+    if "{step}" not in target:
+        at: int | None = steps if Path(target) == source else None
+    else:
+        head, _, tail = target.partition("{step}")
+        match = re.fullmatch(
+            re.escape(head) + r"(\d+)" + re.escape(tail).replace(r"\{step\}", r"\1"), str(source)
+        )
+        at = int(match.group(1)) if match else None
+        if at is not None and not (at == steps or (every and 0 < at < steps and at % every == 0)):
+            at = None
+    if at is not None:
+        raise UsageError(
+            f"--checkpoint {template} would overwrite {init_from}, the checkpoint this run is initialised "
+            f"from (--init-from), after step {at - 1}: give another --checkpoint path (or --resume "
+            f"{init_from} to continue its run)"
+        )
+
+
+def _warn_pending(template: str | Path | None, resume: str | Path | None) -> None:
+    """Warn about staged checkpoints (``.NAME.pending``) beside ``template``'s paths or the resumed
+    one: a run that was killed (SIGKILL, OOM) between staging a checkpoint and moving it into place
+    leaves one; it holds later steps than the file at its path, but no next step's loss vouched for it."""
+    found: dict[Path, None] = {}
+    template = Path(template) if template is not None else None
+    if template is None:
+        pass
+    elif "{step}" in template.name:
+        pattern = _staged_path(template.with_name(template.name.replace("{step}", "*"))).name
+        found.update(dict.fromkeys(sorted(template.parent.glob(pattern))))
+    else:
+        found[_staged_path(template)] = None
+    if resume is not None:
+        found[_staged_path(Path(resume))] = None
+    for pending in found:
+        if not pending.is_file():
+            continue
+        real = pending.with_name(pending.name[1 : -len(".pending")])
+        try:
+            step: Any = torch.load(pending, map_location="cpu", weights_only=True).get("step")
+        except Exception as exc:  # a torn or foreign file: still worth naming
+            log.warning("%s is a staged checkpoint left by a run that ended before moving it to %s; it does not "
+                        "read (%s)", pending, real, _first_line(exc))  # fmt: skip
+            continue
+        log.warning("%s is a staged checkpoint of step %s left by a run that ended (killed?) before moving it to "
+                    "%s: no next step's loss checked its parameters; to continue from it, rename it to %s and "
+                    "--resume it", pending, step, real, real)  # fmt: skip
 
 
 def _launch_rank() -> int:
@@ -851,6 +932,8 @@ class _StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        #: called on a second signal before it is handed on (the loop's staged checkpoint is kept)
+        self.on_second: Callable[[], None] | None = None
 
     @property
     def requested(self) -> bool:
@@ -870,6 +953,8 @@ class _StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None:  # asked twice: stop now
+            if self.on_second is not None:
+                self.on_second()
             self._restore()
             signal.raise_signal(signum)
             return
@@ -1038,7 +1123,7 @@ def run_training(
             "give --resume or --init-from, not both (--init-from starts a new run from a checkpoint's weights)"
         )
     resumed = load_checkpoint(resume) if resume is not None else None
-    initial = load_checkpoint(init_from) if init_from is not None else None
+    initial = load_checkpoint(init_from, _INIT_VERB) if init_from is not None else None
     first_step = int(resumed["step"]) if resumed is not None else 0
     if first_step >= steps:
         raise UsageError(
@@ -1050,7 +1135,7 @@ def run_training(
         cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms)
     elif initial is not None:
         assert init_from is not None
-        cfg = _checkpoint_config(init_from, initial, config, "start from")
+        cfg = _checkpoint_config(init_from, initial, config, _INIT_VERB)
     if pad_multiple is None:
         pad_multiple = DEFAULT_PAD_MULTIPLE if dev.type == "cuda" else 1
     # the paths, before anything is trained (and before a process group is up)
@@ -1064,6 +1149,10 @@ def run_training(
         )
         for at in sorted({min(first_save, steps), steps}):
             _check_output_path(checkpoint_path(checkpoint, at), "--checkpoint", "ckpt.pt")
+    if checkpoint is not None and init_from is not None:
+        _check_init_kept(init_from, checkpoint, checkpoint_every, steps)
+    if (checkpoint is not None or resume is not None) and rank == 0:
+        _warn_pending(checkpoint, resume)
     carried: list[Any] = []
     carried_checkpoints: list[Any] = []
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
@@ -1083,7 +1172,7 @@ def run_training(
         model = Trunk(cfg, fused=fused).to(dev)
         if initial is not None:  # its weights only: the optimizer and the data stream start afresh
             assert init_from is not None
-            _load_weights(model, init_from, initial, "start from")
+            _load_weights(model, init_from, initial, _INIT_VERB)
             log.info("starting from the weights of %s (its step %d), a new run", init_from, initial["step"])
         if ranks.world > 1 and resumed is None:  # every rank starts from rank 0's parameters
             for t in model.state_dict().values():
@@ -1184,7 +1273,11 @@ def run_training(
                     save_checkpoint(target, step=done, model=model, opt=opt, data=data, meta=meta)
                 except OSError as exc:
                     raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
-                log.info("checkpoint after step %d (%d steps done): %s", done - 1, done, path)
+                if vouched:
+                    log.info("checkpoint after step %d (%d steps done): %s", done - 1, done, path)
+                else:
+                    log.info("checkpoint after step %d (%d steps done) staged as %s: moved to %s once step %d's "
+                             "loss is finite or the run ends", done - 1, done, target, path, done)  # fmt: skip
             if vouched:
                 keep(done, path)
             else:
@@ -1206,7 +1299,26 @@ def run_training(
                     os.replace(_staged_path(path), path)
                 except OSError as exc:
                     raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
+                log.info("kept the checkpoint after step %d (%d steps done): %s", done - 1, done, path)
             keep(done, path)
+
+        def commit_on_end(exc: BaseException) -> None:
+            """The run ends on ``exc`` (an interrupt, an error other than a non-finite loss): the staged
+            checkpoint's parameters were checked finite when it was written, so it is kept; a failure to
+            move it is logged, not raised over ``exc``."""
+            try:
+                commit()
+            except BaseException as during:  # a second Ctrl-C included: exc is what ends the run
+                log.error("%s; then: %s", _first_line(exc), _first_line(during))
+
+        def commit_on_second_signal() -> None:
+            """A second SIGTERM ends the process at once (no exception to catch): keep the staged one first."""
+            try:
+                commit()
+            except Exception as exc:  # in a signal handler: the signal must still be handed on
+                log.error("%s", _first_line(exc))
+
+        stop.on_second = commit_on_second_signal
 
         def discard() -> None:
             nonlocal staged
@@ -1348,8 +1460,9 @@ def run_training(
                 for i, rec in enumerate(records):
                     rec["world_tokens"] = sum(counts[i] for counts in per_rank)
             status = "stopped" if stopped and done < steps else "completed"
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             status, doc["error"] = "interrupted", "KeyboardInterrupt"
+            commit_on_end(interrupt)
             raise
         except _SourceFailed as failed:
             try:
@@ -1363,6 +1476,7 @@ def run_training(
             raise exc from failed.cause
         except BaseException as exc:
             doc["error"] = _first_line(exc)
+            commit_on_end(exc)  # a non-finite loss or non-finite parameters discarded it already
             raise
         finally:
             src.close()

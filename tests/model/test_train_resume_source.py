@@ -73,6 +73,25 @@ def test_resume_on_another_store_or_a_grown_one_is_refused(stores: dict[str, Pat
     assert [r["step"] for r in doc["steps"]] == [1]
 
 
+def test_a_store_changed_in_place_is_not_called_another_store(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """RF1 finding 3: the run's own store path, rebuilt with other entries (as many): the refusal says
+    its entries changed and offers --init-from, not "resume on that store" (the path is this one)."""
+    here = tmp_path / "store"
+    shutil.copytree(stores["a"], here)
+    ck = tmp_path / "ck.pt"
+    run_training(here, None, steps=1, log_path=None, checkpoint=ck, **SMALL)
+    shutil.rmtree(here)
+    shutil.copytree(stores["b"], here)
+    with pytest.raises(UsageError) as changed:
+        run_training(here, None, steps=2, log_path=None, resume=ck, on_step=_never, **SMALL)
+    msg = str(changed.value)
+    assert "\n" not in msg and f"cannot resume from {ck}" in msg and f"the store {here}" in msg, msg
+    assert "entries changed" in msg and f"--init-from {ck}" in msg, msg
+    assert "resume on that store" not in msg, msg
+
+
 def test_resume_with_another_max_atoms_is_refused(stores: dict[str, Path], tmp_path: Path) -> None:
     ck = tmp_path / "ck.pt"
     run_training(stores["a"], None, steps=1, log_path=None, checkpoint=ck, **SMALL)
