@@ -145,7 +145,7 @@ def prune_store(
         if dry_run or not unused:
             return result
         moved: list[tuple[Path, Path]] = []
-        before = _index_files(root)
+        saved = save_index(root)
         try:
             for p in unused:
                 target = root / PARTS_DIR / f"{TMP_PREFIX}pruned-{p.name}-{uuid.uuid4().hex[:8]}"
@@ -160,10 +160,8 @@ def prune_store(
             for p, target in reversed(moved):
                 with contextlib.suppress(OSError):
                     target.rename(p)
-            _restore_index(root, before)
-            if isinstance(exc, OSError):
-                raise _write_error(root, exc, "nothing removed") from exc
-            raise StoreError(f"{exc}; nothing removed") from exc
+            raise _failed(exc, root, restore_index(saved)) from exc
+        drop_saved_index(saved)
         for _p, target in moved:
             shutil.rmtree(target, ignore_errors=True)
     log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
@@ -200,16 +198,69 @@ def _index_files(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _restore_index(root: Path, before: dict[str, tuple[int, int]]) -> None:
-    """After a failed write: bring the index back to the parts now there, unless it is as it was
-    (``before``: :func:`_index_files`); if that fails as well, say how to finish it."""
-    if _index_files(root) == before:
-        return
+@dataclass
+class SavedIndex:
+    """``STORE/index/``'s files as they were before a change (:func:`save_index`): hard links (or
+    copies) in a directory beside it, put back by :func:`restore_index` (renames: no data is
+    written, so a full disk or a file-size limit does not stop it)."""
+
+    root: Path
+    where: Path
+    stat: dict[str, tuple[int, int]]
+
+
+def save_index(root: Path) -> SavedIndex:
+    """Keep the index's files aside before a change; StoreError (nothing changed) if it cannot."""
+    root = Path(root)
+    index = root / INDEX_DIR
+    where = root / f".index-saved-{uuid.uuid4().hex[:8]}"
     try:
-        rebuild_index(root, incremental=False)
-    except (OSError, StoreError) as exc:
-        log.error("the index of %s could not be restored (%s): run `featurecache build` on the store once it "
-                  "can be written", root, getattr(exc, "strerror", None) or exc)  # fmt: skip
+        where.mkdir()
+        for f in sorted(index.iterdir()) if index.is_dir() else []:
+            if f.is_file() and not f.name.startswith("."):
+                try:
+                    os.link(f, where / f.name)
+                except OSError:
+                    shutil.copy2(f, where / f.name)
+    except OSError as exc:
+        shutil.rmtree(where, ignore_errors=True)
+        raise _write_error(root, exc, "nothing changed") from exc
+    return SavedIndex(root, where, _index_files(root))
+
+
+def drop_saved_index(saved: SavedIndex) -> None:
+    shutil.rmtree(saved.where, ignore_errors=True)
+
+
+def restore_index(saved: SavedIndex) -> bool:
+    """After a failed write: put the index's files back exactly as they were (a file written since
+    is removed). False (and an ERROR naming where the saved files are) if that fails too."""
+    root, index = saved.root, saved.root / INDEX_DIR
+    if _index_files(root) == saved.stat:
+        drop_saved_index(saved)
+        return True
+    try:
+        names = {f.name for f in saved.where.iterdir()}
+        for f in index.iterdir():
+            if f.is_file() and not f.name.startswith(".") and f.name not in names:
+                f.unlink()
+        for name in sorted(names):
+            os.replace(saved.where / name, index / name)
+    except OSError as exc:
+        log.error("the index of %s could not be put back as it was (%s): its previous files are in %s; copy "
+                  "them into %s, or run `featurecache build` on the store once it can be written", root,
+                  exc.strerror or exc, saved.where, index)  # fmt: skip
+        return False
+    drop_saved_index(saved)
+    return True
+
+
+def _failed(exc: OSError | StoreError, root: Path, restored: bool) -> StoreError:
+    """The one line for a prune / repair whose write failed (a StoreError's text is not wrapped again)."""
+    what = "nothing removed" if restored else "the index could not be put back (see the ERROR above)"
+    if isinstance(exc, StoreError):  # (a StoreError is an OSError) already says where and why
+        return StoreError(f"{exc}; {what}")
+    return _write_error(root, exc, what)
 
 
 def write_removals(
@@ -224,7 +275,7 @@ def write_removals(
     from featurecache.store.writer import PartContents, write_structure_part
 
     written: list[Path] = []
-    before = _index_files(root)
+    saved = save_index(root)
     try:
         for name in names:
             if name.startswith(STRUCTURE_PART_PREFIX):
@@ -243,10 +294,8 @@ def write_removals(
             with contextlib.suppress(OSError):
                 part.rename(doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
-        _restore_index(root, before)
-        if isinstance(exc, OSError):
-            raise _write_error(root, exc, "nothing removed") from exc
-        raise StoreError(f"{exc}; nothing removed") from exc
+        raise _failed(exc, root, restore_index(saved)) from exc
+    drop_saved_index(saved)
 
 
 def _sources_gone(

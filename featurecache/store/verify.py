@@ -528,7 +528,7 @@ def repair_store(
 
     One whose source files are gone cannot be rebuilt: it is kept (and listed) unless
     ``drop_gone``. Raises StoreError (nothing changed) when the store cannot be written."""
-    from featurecache.store.prune import _removal_parts, _restore_index, write_removals
+    from featurecache.store.prune import _removal_parts, write_removals
     from featurecache.store.root import BuildLock
 
     root = Path(path)
@@ -549,9 +549,10 @@ def repair_store(
         to_move += [n for n in report.damaged_component_parts if n not in to_move]
         if to_move:
             from featurecache.store.index import rebuild_index
-            from featurecache.store.prune import _index_files
+            from featurecache.store.prune import drop_saved_index, restore_index, save_index
 
-            before = _index_files(root)
+            saved = save_index(root)
+            rescan: list[str] = []
             try:
                 for name in to_move:
                     result.moved_parts[name] = _move_part(root, name)
@@ -562,7 +563,8 @@ def repair_store(
                     # the remaining component parts recorded the structure parts the moved one
                     # computed components for as scanned: this part makes the next build's chem
                     # stage scan them all again (only missing components are computed)
-                    result.written.append(write_rescan_part(root))
+                    rescan.append(write_rescan_part(root))
+                    result.written += rescan
                 rebuild_index(root, incremental=False)
             except (OSError, StoreError) as exc:
                 for name, where in result.moved_parts.items():
@@ -571,11 +573,17 @@ def repair_store(
                         shutil.rmtree(stand_in, ignore_errors=True)
                     with contextlib.suppress(OSError):
                         where.rename(stand_in)
-                _restore_index(root, before)
+                for name in rescan:
+                    shutil.rmtree(root / "parts" / name, ignore_errors=True)
+                restored = restore_index(saved)
+                what = (
+                    "nothing changed" if restored else "the index could not be put back (see the ERROR above)"
+                )
                 if isinstance(exc, StoreError):
-                    raise StoreError(f"{exc}; nothing changed") from exc
+                    raise StoreError(f"{exc}; {what}") from exc
                 raise StoreError(f"cannot write the store at {exc.filename or root}: {exc.strerror or exc}; "
-                                 "nothing changed") from exc  # fmt: skip
+                                 f"{what}") from exc  # fmt: skip
+            drop_saved_index(saved)
         entries = [_removal_row(d) for d in result.removed if d.kind == "entry"]
         msas = [_removal_row(d) for d in result.removed if d.kind == "msa"]
         if entries or msas:

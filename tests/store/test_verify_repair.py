@@ -360,3 +360,50 @@ def test_an_msa_dir_holding_no_msa_file_is_refused(
     ok = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
     assert ok.returncode == 0 and "removed 1 MSA" in ok.stdout, ok.stdout + ok.stderr
     assert verify_store(store) == []
+
+
+def _index_bytes(store: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted((store / "index").iterdir()) if f.is_file()}
+
+
+def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
+    stores: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    """RF2 #2: the rollback rebuilt the index, and that rebuild failed too (a file-size limit that
+    a file larger before the removal passes no more): chains.arrow without the entry that
+    entries.arrow still listed, and "nothing removed". Now the previous files are put back as they
+    were. The limits: every size of the index's own files, so that each of them in turn is the
+    first one the limit stops (the same as RLIMIT_FSIZE of tests/build/test_store_write_errors.py)."""
+    import resource
+
+    store, _ref, pdb, _msa = stores
+    (pdb / "2q2k.cif").unlink()
+    before = _index_bytes(store)
+    limits = sorted({len(b) for b in before.values() if len(b) > 0})
+    failed = 0
+    for fsize in limits:
+        copy = tmp_path / f"t{fsize}"
+        shutil.copytree(store, copy, symlinks=True)
+
+        def limit(n: int = fsize) -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+
+        r = subprocess.run([sys.executable, "-m", "featurecache.cli", "prune", str(copy), "--sources-gone", str(pdb)],
+                           capture_output=True, text=True, preexec_fn=limit, timeout=300, check=False)  # fmt: skip
+        out = r.stdout + r.stderr
+        assert "Traceback" not in out, out
+        if r.returncode == 0:
+            assert featurecache.open_store(copy).ids == ["1psm"], (fsize, out)
+        else:
+            failed += 1
+            assert r.returncode == 3, (fsize, out)
+            errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+            assert len(errors) == 1 and errors[0].endswith("nothing removed"), (fsize, out)
+            assert errors[0].count("cannot write the store at") == 1, errors[0]  # RF2 #8: not repeated
+            assert "could not be" not in out, (fsize, out)
+            assert _index_bytes(copy) == before, fsize  # exactly as it was
+            assert featurecache.open_store(copy).ids == list(IDS)
+        assert verify_store(copy) == [], fsize
+        assert not list(copy.glob(".index-saved-*")), fsize
+        shutil.rmtree(copy)
+    assert failed, limits  # (the limits stop the prune's writes)
