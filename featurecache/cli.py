@@ -530,7 +530,9 @@ def train(
             "--log",
             "--log-file",
             help="JSON log of per-step timings and loss (under torchrun write --log-file: torchrun's own "
-            "parser takes --log for an abbreviation of its --log-dir).",
+            "parser takes --log for an abbreviation of its --log-dir). A new run (also --init-from) replaces "
+            "an existing file there (warned); a --resume carries the steps of its own run's log over and "
+            "refuses another run's.",
         ),
     ] = Path("train_log.json"),
     seed: Annotated[
@@ -609,7 +611,9 @@ def train(
             help="Write a checkpoint here (model, optimizer, the data stream's position) at the end of the run "
             "and every --checkpoint-every steps; '{step}' in the name is replaced by the steps done, otherwise "
             "each checkpoint replaces the last (written to a temporary file and renamed: a crash mid-write "
-            "keeps the previous one).",
+            "keeps the previous one). A checkpoint due mid-run waits beside its path as .NAME.pending until "
+            "the next step's loss is finite; any other end of the run (an error, a signal) moves it into "
+            "place, and one left by a killed run is named by the next --resume.",
         ),
     ] = None,
     checkpoint_every: Annotated[
@@ -632,7 +636,8 @@ def train(
             "--init-from",
             help="Start a new run from a checkpoint's model weights (its model config; a fresh optimizer, "
             "data stream and step count), e.g. when the store has grown since it was written and --resume "
-            "cannot continue its data position. Not with --resume.",
+            "cannot continue its data position. Not with --resume; a --checkpoint that would overwrite "
+            "this file is refused (exit 2).",
         ),
     ] = None,
     verbose: Verbose = False,

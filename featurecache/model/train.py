@@ -1155,6 +1155,8 @@ def run_training(
         _warn_pending(checkpoint, resume)
     carried: list[Any] = []
     carried_checkpoints: list[Any] = []
+    if resumed is None and log_file is not None and log_file.is_file() and rank == 0:
+        log.warning("%s exists: this new run's log replaces it (give another --log to keep it)", log_file)
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
         same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size, "batch_size": batch_size}
         carried, carried_checkpoints = _earlier_log(log_file, first_step, same)

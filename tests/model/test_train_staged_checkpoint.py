@@ -187,3 +187,14 @@ def test_init_from_errors_say_initialise(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as caught:
         run_training(None, None, steps=1, log_path=None, init_from=bad, **SYNTH)
     assert str(caught.value).startswith(f"cannot initialise from {bad}: not a featurecache checkpoint")
+
+
+def test_a_new_run_warns_that_it_replaces_an_existing_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RF1 finding 2: a new run (also --init-from) given an earlier run's --log replaces it: it says so."""
+    log_path = tmp_path / "log.json"
+    run_training(None, None, steps=1, log_path=log_path, **SYNTH)
+    with caplog.at_level(logging.WARNING, logger="featurecache"):
+        run_training(None, None, steps=1, log_path=log_path, **SYNTH)
+    assert any(str(log_path) in r.getMessage() and "replaces" in r.getMessage() for r in caplog.records)
