@@ -13,6 +13,7 @@ goes to stdout; log lines, progress bars, warnings and errors to stderr.
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -337,8 +338,9 @@ def _names(ds: list[Any], limit: int = 10) -> str:
 
 def _print_repair_hint(store: Path, report: Any) -> None:
     """After verify's MISMATCH lines: what repairs the store (advice: on stderr; stdout holds the result)."""
-    from featurecache.store.verify import rebuild_command
+    from featurecache.store.verify import rebuild_command, rebuild_note
 
+    q = shlex.quote(str(store))
     ok = [d for d in report.damaged if d.source_gone is False]
     gone = [d for d in report.damaged if d.source_gone is not False]
     comp = getattr(report, "damaged_component_parts", {})
@@ -352,17 +354,19 @@ def _print_repair_hint(store: Path, report: Any) -> None:
         if comp:
             what.append(f"moves component part(s) {', '.join(comp)} (arrays unreadable) to {store}/damaged-parts/, "
                         "and the build's chem stage recomputes their components")  # fmt: skip
-        typer.echo(f"to repair: `featurecache verify {store} --repair` {' and '.join(what)}; then "
-                   f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files and "
-                   f"`featurecache prune {store}` deletes the parts left unused", err=True)  # fmt: skip
+        note = rebuild_note(store)
+        typer.echo(f"to repair: `featurecache verify {q} --repair` {' and '.join(what)}; then "
+                   f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files"
+                   f"{f' ({note})' if note else ''} and `featurecache prune {q}` deletes the parts left unused",
+                   err=True)  # fmt: skip
     if gone:
         typer.echo(f"cannot be rebuilt: the source files of the damaged {_names(gone)} are gone (or their "
-                   f"directory is not recorded or not there); `featurecache verify {store} --repair --drop-gone` "
+                   f"directory is not recorded or not there); `featurecache verify {q} --repair --drop-gone` "
                    "removes them from the store", err=True)  # fmt: skip
 
 
 def _print_repair(store: Path, result: Any) -> None:
-    from featurecache.store.verify import rebuild_command
+    from featurecache.store.verify import rebuild_command, rebuild_note
 
     for d in result.removed:
         typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
@@ -380,8 +384,9 @@ def _print_repair(store: Path, result: Any) -> None:
     for name, why in result.kept_parts:
         typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
     if result.removed or result.moved_parts:
-        typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them, then "
-                   f"`featurecache prune {store}`")  # fmt: skip
+        note = rebuild_note(store)
+        typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them"
+                   f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`")  # fmt: skip
     elif not result.kept and not result.kept_parts:
         typer.echo("ok: nothing to repair" if not result.report.problems else
                    "nothing --repair can fix: " + "; ".join(result.report.problems[:3]))  # fmt: skip

@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -597,7 +598,10 @@ def repair_store(
 def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = ()) -> str:
     """The ``featurecache build`` that rebuilds ``damaged`` once repaired: the directories they
     were built from; the ``--msa-dir`` of the store's latest MSA part when none of them is an MSA
-    (a build without it would give their chains single-sequence MSAs)."""
+    (a build without it would give their chains single-sequence MSAs); the options the store
+    records in its config (``--msa-depth``, ``--conformer-timeout``: a build with other ones would
+    rebuild what is not damaged); paths quoted for a shell. A store built with ``--ccd`` does not
+    record its path: ``--ccd CCD`` stands for it (:func:`rebuild_note` says so)."""
     from featurecache.store.layout import MSA_PART_PREFIX
 
     dirs: dict[str, str] = {}
@@ -612,10 +616,53 @@ def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = (
             if part.name.startswith(MSA_PART_PREFIX) and _source_dir(root, part.name, dirs):
                 msa = {_source_dir(root, part.name, dirs)}
                 break
-    args = [f"--pdb-dir {next(iter(pdb)) if len(pdb) == 1 else 'PDB_DIR'}"]
+    args = ["--pdb-dir", shlex.quote(next(iter(pdb))) if len(pdb) == 1 else "PDB_DIR"]
     if msa:
-        args.append(f"--msa-dir {next(iter(msa)) if len(msa) == 1 else 'MSA_DIR'}")
-    return f"featurecache build {' '.join(args)} --out {root}"
+        args += ["--msa-dir", shlex.quote(next(iter(msa))) if len(msa) == 1 else "MSA_DIR"]
+    args += ["--out", shlex.quote(str(root))]
+    options, _unknown = _build_options(root)
+    return " ".join(["featurecache", "build", *args, *options])
+
+
+def rebuild_note(root: Path) -> str:
+    """What :func:`rebuild_command` cannot fill in from the store ("" when nothing)."""
+    _options, unknown = _build_options(root)
+    return "; ".join(unknown)
+
+
+def _build_options(root: Path) -> tuple[list[str], list[str]]:
+    """The build options the store's config records, as arguments (those left at their defaults
+    omitted), and what it cannot tell (a line each)."""
+    from featurecache.build.config import BuildConfig
+    from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+
+    try:
+        attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
+        config = attrs.get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        attrs, config = {}, {}
+    if not isinstance(config, dict) or "msa_depth_cap" not in config:
+        return [], [
+            "the store records no build options: run it with the options of the build that made the store"
+        ]
+    out: list[str] = []
+    unknown: list[str] = []
+    defaults = BuildConfig()
+    if config.get("msa_depth_cap", DEFAULT_MSA_DEPTH_CAP) != DEFAULT_MSA_DEPTH_CAP:
+        out += ["--msa-depth", str(config["msa_depth_cap"])]
+    timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
+    if timeout != defaults.conformer_timeout_s:
+        out += ["--conformer-timeout", f"{timeout:g}"]
+    try:
+        cfg = BuildConfig(**{k: v for k, v in config.items() if k in BuildConfig.__dataclass_fields__})
+        with_ccd = attrs.get("entry_config_hash") not in (None, cfg.entry_config_hash(""))
+    except (TypeError, ValueError):
+        with_ccd = True
+    if with_ccd:
+        out += ["--ccd", "CCD"]
+        unknown.append("CCD: the --ccd the store was built with (the store does not record its path; "
+                       "run it with the options of the build that made the store)")  # fmt: skip
+    return out, unknown
 
 
 def _removal_row(d: Damaged) -> dict[str, str]:

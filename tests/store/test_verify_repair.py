@@ -407,3 +407,45 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
         assert not list(copy.glob(".index-saved-*")), fsize
         shutil.rmtree(copy)
     assert failed, limits  # (the limits stop the prune's writes)
+
+
+def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: Path) -> None:
+    """RF2 #4, #7: the printed build command left out --msa-depth (following it rewrote the MSAs
+    that were not damaged at full depth) and did not quote paths (a store path with a space could
+    not be pasted). Here the printed commands are run as printed (shlex.split), and the result is
+    compared with a fresh build with the same options."""
+    import shlex
+
+    pdb, msa = _inputs(tmp_path)
+    store, ref = tmp_path / "my store", tmp_path / "ref"
+
+    def build(out: Path) -> None:
+        r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, "--workers", "1", "--part-size", "1",
+                 "--msa-depth", "16", "--no-progress")  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    build(store)
+    build(ref)
+    row = _msa_row(store, "1psm")
+    _truncate(_shard(store / "parts" / str(row["part"]) / str(row["array"])))
+    bad = _cli("verify", store, "--no-progress")
+    assert bad.returncode == 4, bad.stdout + bad.stderr
+    commands = bad.stderr.split("`")[1::2]  # the commands between backticks
+    assert len(commands) == 3, bad.stderr  # verify --repair, the build, prune
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "featurecache", command
+        if argv[1] == "build":
+            assert argv[argv.index("--msa-depth") + 1] == "16", command
+        r = _cli(*argv[1:])
+        assert r.returncode == 0, (command, r.stdout + r.stderr)
+    assert verify_store(store) == []
+    for entry_id in IDS:
+        _same_entry(store, ref, entry_id)
+    for entry_id in IDS:  # every MSA as in the fresh build (16 rows at most), the undamaged one too
+        got, want = featurecache.open_store(store), featurecache.open_store(ref)
+        key = str(_msa_row(ref, entry_id)["key"])
+        assert str(_msa_row(store, entry_id)["key"]) == key
+        for name in ("residues", "deletions", "species", "source"):
+            a, b = np.asarray(getattr(got.msa(key), name)), np.asarray(getattr(want.msa(key), name))
+            assert (a.dtype, a.shape) == (b.dtype, b.shape) and a.tobytes() == b.tobytes(), (entry_id, name)
