@@ -377,6 +377,10 @@ def _print_repair(store: Path, result: Any) -> None:
             else "its own index is unreadable"
         )
         typer.echo(f"moved part {name} ({why}) to {where}")
+    if result.removed_again:
+        typer.echo(
+            f"removed again: {', '.join(result.removed_again)} (a moved part had recorded their removal)"
+        )
     for d in result.kept:
         where = f"{d.source_dir}/{d.source_path}" if d.source_dir else d.source_path
         typer.secho(f"MISMATCH kept {_names([d])}: its source files are gone ({where}), it cannot be rebuilt; "

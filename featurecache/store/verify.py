@@ -515,6 +515,8 @@ class RepairResult:
     kept_parts: list[tuple[str, str]] = field(default_factory=list)
     #: the parts written (removal rows; an empty stand-in of each moved part)
     written: list[str] = field(default_factory=list)
+    #: entries / MSAs a moved part had removed (``prune --sources-gone``), removed again
+    removed_again: list[str] = field(default_factory=list)
 
 
 def repair_store(
@@ -548,6 +550,9 @@ def repair_store(
             to_move.append(name)
         # a component part whose arrays do not read: moved aside too (its components are recomputed)
         to_move += [n for n in report.damaged_component_parts if n not in to_move]
+        # what the index lists before any part moves (a moved part may have held removals)
+        listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
+                  else set()) if store is not None else (set(), set())  # fmt: skip
         if to_move:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import drop_saved_index, restore_index, save_index
@@ -585,6 +590,8 @@ def repair_store(
                 raise StoreError(f"cannot write the store at {exc.filename or root}: {exc.strerror or exc}; "
                                  f"{what}") from exc  # fmt: skip
             drop_saved_index(saved)
+        if result.moved_parts and store is not None:
+            _remove_again(root, listed, result)
         entries = [_removal_row(d) for d in result.removed if d.kind == "entry"]
         msas = [_removal_row(d) for d in result.removed if d.kind == "msa"]
         if entries or msas:
@@ -593,6 +600,33 @@ def repair_store(
                            _common_dir(result.removed, "msa"))  # fmt: skip
             result.written += names
     return result
+
+
+def _remove_again(root: Path, listed: tuple[set[str], set[str]], result: RepairResult) -> None:
+    """A moved part may have held removals (``prune --sources-gone``'s rows): the entries and MSAs
+    the index now lists that it did not list before the part was moved are removed again (a new
+    removal part), so that the repair brings back nothing a prune had removed."""
+    from featurecache.store.prune import _removal_parts, write_removals
+
+    after = open_store(root)
+    ids, keys = listed
+    moved = ", ".join(result.moved_parts)
+    why = f"removed before; the part recording its removal ({moved}) was moved aside by verify --repair"
+    entries = [{"kind": "entry", "id": r["id"], "key": r["key"], "source_path": r["source_path"], "message": why}
+               for r in after.entries.select(["id", "key", "source_path"]).to_pylist() if r["id"] not in ids]  # fmt: skip
+    msas = []
+    if "key" in after.msas.column_names:
+        for r in after.msas.select(["key", "inputs_key", "sources"]).to_pylist():
+            if r["key"] not in keys:
+                paths = sorted({src.split("#", 1)[0] for src in r["sources"] or []})
+                msas.append({"kind": "msa", "id": r["key"], "key": r["inputs_key"],
+                             "source_path": "; ".join(paths), "message": why})  # fmt: skip
+    if not entries and not msas:
+        return
+    _extra, names = _removal_parts(root, entries, msas)
+    write_removals(root, names, entries, msas, "", "")
+    result.written += names
+    result.removed_again += [e["id"] for e in entries] + [f"MSA {m['id'][:12]}…" for m in msas]
 
 
 def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = ()) -> str:

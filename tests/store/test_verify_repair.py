@@ -449,3 +449,31 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
         for name in ("residues", "deletions", "species", "source"):
             a, b = np.asarray(getattr(got.msa(key), name)), np.asarray(getattr(want.msa(key), name))
             assert (a.dtype, a.shape) == (b.dtype, b.shape) and a.tobytes() == b.tobytes(), (entry_id, name)
+
+
+def test_repair_of_a_removal_part_keeps_the_removal(tmp_path: Path) -> None:
+    """RF2 #5: a removal part (prune --sources-gone's REMOVED rows) whose own index is unreadable
+    was moved aside with an empty stand-in, and the entry it had removed was served again (its
+    part is still there: it holds another entry)."""
+    pdb, msa = _inputs(tmp_path)
+    store, ref = tmp_path / "s", tmp_path / "ref"
+    for out in (store, ref):
+        assert build_store(out, pdb, workers=1, msa_dir=msa, part_size=2).n_failed == 0
+    assert _part_of(store, "1psm") == _part_of(store, "2q2k")
+    (pdb / "2q2k.cif").unlink()
+    r = _cli("prune", store, "--sources-gone", pdb)
+    assert r.returncode == 0 and featurecache.open_store(store).ids == ["1psm"], r.stdout + r.stderr
+    removal = max(p.name for p in (store / "parts").iterdir() if p.name.startswith("s-"))
+    with (store / "parts" / removal / "_index" / "removed.arrow").open("r+b") as f:
+        f.truncate(50)
+    rep = _cli("verify", store, "--repair", "--no-progress")
+    assert rep.returncode == 0 and f"moved part {removal}" in rep.stdout, rep.stdout + rep.stderr
+    assert "removed again: 2q2k" in rep.stdout, rep.stdout
+    assert featurecache.open_store(store).ids == ["1psm"]
+    assert verify_store(store) == []
+    # the file back: the next build builds it again, as after any removal
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
+    assert _build(store, pdb, msa).n_built == 1
+    assert sorted(featurecache.open_store(store).ids) == list(IDS)
+    assert verify_store(store) == []
+    _same_entry(store, ref, "2q2k")
