@@ -39,7 +39,14 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from featurecache.errors import StoreError, UsageError
-from featurecache.store.index import REMOVED, REMOVED_SCHEMA, complete_parts, index_tables, rebuild_index
+from featurecache.store.index import (
+    REMOVED,
+    REMOVED_SCHEMA,
+    complete_parts,
+    index_tables,
+    rebuild_index,
+    store_write_error,
+)
 from featurecache.store.layout import (
     INDEX_DIR,
     MSA_PART_PREFIX,
@@ -183,8 +190,8 @@ def _lock_unless_listing(root: Path, dry_run: bool) -> Iterator[None]:
 
 
 def _write_error(root: Path, exc: OSError, what: str) -> StoreError:
-    where = exc.filename or root
-    return StoreError(f"cannot write the store at {where}: {exc.strerror or exc}; {what}")
+    """:func:`~featurecache.store.index.store_write_error`'s line, with what became of the change."""
+    return StoreError(f"{store_write_error(exc, root)}; {what}")
 
 
 def _index_files(root: Path) -> dict[str, tuple[int, int]]:
