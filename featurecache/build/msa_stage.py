@@ -601,8 +601,10 @@ def _scan(
 
 # --- scan cache ------------------------------------------------------------------------------------
 
-#: Bumped when what a scan finds in a file changes (parsers, sniffing, the FileScan fields).
-SCAN_CACHE_VERSION = "1"
+#: Bumped when what a scan finds in a file changes (parsers, sniffing, the FileScan fields), so a
+#: file an older parser failed on (or read otherwise) is read again. "2": a file that starts with a
+#: UTF-8 byte-order mark reads as without it (d5b8ae6), where "1" recorded a failure.
+SCAN_CACHE_VERSION = "2"
 SCAN_CACHE_DIR = "cache"
 SCAN_CACHE_FILE = "msa_scan.arrow"
 #: Files modified this close to the start of a scan are not cached: a second write within the

@@ -1,0 +1,71 @@
+"""A parser fix reaches the files an older parser failed on (review R3 s24 #2): the MSA scan cache
+(STORE/cache/msa_scan.arrow) keeps each file's scan, a failure too, under the scan-cache version
+(``msa_stage.SCAN_CACHE_VERSION`` / ``MSA_STAGE_VERSION`` / ``FEATURIZER_VERSION``). d5b8ae6 made an
+MSA file that starts with a UTF-8 byte-order mark readable but changed none of them, so a store
+whose cache recorded that file's failure under the older parser kept it "still failing" and its
+chain's MSA without the file, until the cache was deleted (README: "results never depend on it").
+
+The old state is built for real: the store is written by the package of the commit before the fix
+(git archive; the test skips without the git history), then extended by this code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from featurecache.build.msa_stage import SCAN_CACHE_DIR, SCAN_CACHE_FILE
+from featurecache.store.index import read_table
+from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
+
+#: the parent of d5b8ae6 (MSA files with a BOM read as without it): its parser fails on such a file
+BEFORE_BOM_FIX = "6a038f4a1a0af66baa9525dfa01c981405ffce28"
+BOM = b"\xef\xbb\xbf"
+HOUR_NS = 3600 * 10**9
+
+
+def _inputs(tmp: Path) -> tuple[Path, Path]:
+    """1psm (one protein chain) and its real openfold MSA folder, its a3m file given a BOM; files
+    last modified an hour ago (the scan caches only files not modified within the last seconds)."""
+    pdb = tmp / "pdb"
+    pdb.mkdir()
+    shutil.copy(STRUCTURES / "1psm.cif", pdb)
+    bom = tmp / "msa_bom" / "1psm_A"
+    shutil.copytree(MSAS / "openfold" / "1psm_A", bom)
+    a3m = bom / "bfd_uniclust_hits.a3m"
+    a3m.write_bytes(BOM + a3m.read_bytes())
+    past = time.time_ns() - HOUR_NS
+    for p in bom.rglob("*"):
+        os.utime(p, ns=(past, past))
+    return pdb, bom.parent
+
+
+def _msas(store: Path) -> list[dict[str, object]]:
+    t = read_table(store / "index" / "msas.arrow", memory_map=False)
+    return t.select(["depth", "n_input_rows", "n_files", "sources", "content_hash"]).to_pylist()
+
+
+def test_a_file_the_older_parser_failed_on_is_read_again(tmp_path: Path) -> None:
+    pdb, bom = _inputs(tmp_path)
+    old = featurecache_at(BEFORE_BOM_FIX, tmp_path / "old")
+    store = tmp_path / "store"
+    done = build_with_package(old, pdb, store, msa_dir=bom)
+    # the old state: the BOM file is a failure row, and the scan cache holds its failed scan
+    assert done.returncode == 1, done.stdout + done.stderr
+    failures = read_table(store / "index" / "failures.arrow", memory_map=False).to_pylist()
+    assert [(f["path"], f["error_class"]) for f in failures] == [("1psm_A/bfd_uniclust_hits.a3m", "MSAError")]
+    cache = read_table(store / SCAN_CACHE_DIR / SCAN_CACHE_FILE, memory_map=False)
+    cached = {r["rel"]: r["scan"] for r in cache.to_pylist()}
+    assert "before the first '>'" in cached["1psm_A/bfd_uniclust_hits.a3m"]
+    assert _msas(store)[0]["n_files"] == 3  # the main alignment of the a3m file is missing
+
+    summary = build_store(store, pdb, msa_dir=bom, workers=1)
+
+    assert summary.n_failed == 0, summary.failures
+    assert read_table(store / "index" / "failures.arrow", memory_map=False).num_rows == 0
+    (msa,) = _msas(store)
+    # the four alignment files merged (hmm_output.sto holds template hits), the BOM file among them:
+    # the MSA test_msa_bom.py shows equal to that of the same files without the BOM
+    assert msa["n_files"] == 4
+    assert "1psm_A/bfd_uniclust_hits.a3m" in msa["sources"], msa["sources"]
