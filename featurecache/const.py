@@ -100,4 +100,4 @@ STORE_FORMAT_VERSION = 1
 #: Bumped when array names/dtypes change (readers check it).
 SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
-FEATURIZER_VERSION = "0.5.0"
+FEATURIZER_VERSION = "0.6.0"

@@ -32,9 +32,11 @@ Rules:
   entity sequence, else its ``label_seq_id`` (gaps kept), else 1, 2, 3 … in file order;
 - a residue of a polymer subchain that the tables do not know as the chain's kind stays in the
   chain (per-atom tokens, the chain's type and ids, as AF3 keeps non-standard residues) when it
-  is in the entity sequence or, without one, lies between the chain's polymer residues; other
-  residues inside a polymer subchain (ligands of PDB-style files and rewritten assemblies: 721p's
-  MG and GNP after its last residue) become chains of their own;
+  is in the entity sequence or, without one, lies between the chain's polymer residues or is
+  bonded into the chain at its ends (caps: 7a4d's ACE before LEU 2 and NH2 after LEU 41, by a
+  covalent ``struct_conn`` row or, without one, a peptide / phosphodiester bond distance to the
+  end residue); other residues inside a polymer subchain (ligands of PDB-style files and
+  rewritten assemblies: 721p's MG and GNP after its last residue) become chains of their own;
 - ``entity_id`` / ``sym_id`` follow the sequence, not the mmCIF entity (SI Table 5; AF3's
   ``_compute_asym_entity_and_sym_id``): chains with the same token-level residue names in the
   same order are one entity (copies of a ligand too, also when one copy misses atoms), numbered
@@ -159,7 +161,8 @@ def tokenize(
     st.remove_hydrogens()
     _mse_to_met(st)
     warnings: list[str] = []
-    ctx = _Context(component_atoms, _inter_residue_links(st), warnings)
+    links, linked = _inter_residue_links(st)
+    ctx = _Context(component_atoms, links, linked, warnings)
     chains = _collect_chains(st, ctx)
     chains = [c for c in chains if c.residues]
     if not chains or not any(r.atoms for c in chains for r in c.residues):
@@ -215,6 +218,8 @@ class _Context:
     #: residue -> names of its atoms with a covalent bond to another residue (AF3's polymer-ligand
     #: and ligand-ligand bonds: struct_conn ``covale``, at most 2.4 Å where both atoms are found)
     links: dict[_ResKey, set[str]]
+    #: the pairs of residues those bonds join
+    linked: set[frozenset[_ResKey]]
     warnings: list[str]
 
 
@@ -222,10 +227,12 @@ def _res_key(auth_id: str, res: gemmi.Residue) -> _ResKey:
     return (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip(), res.name)
 
 
-def _inter_residue_links(st: gemmi.Structure) -> dict[_ResKey, set[str]]:
-    """Atoms of each residue covalently bonded to another residue (for glycans' leaving O1)."""
+def _inter_residue_links(st: gemmi.Structure) -> tuple[dict[_ResKey, set[str]], set[frozenset[_ResKey]]]:
+    """Atoms of each residue covalently bonded to another residue (for glycans' leaving O1), and
+    the pairs of residues so bonded (for caps at a polymer chain's ends)."""
     model = st[0]
     out: dict[_ResKey, set[str]] = {}
+    pairs: set[frozenset[_ResKey]] = set()
     for conn in st.connections:
         if conn.type != gemmi.ConnectionType.Covale or conn.asu == gemmi.Asu.Different:
             continue
@@ -245,7 +252,8 @@ def _inter_residue_links(st: gemmi.Structure) -> dict[_ResKey, set[str]]:
             continue
         out.setdefault(k1, set()).add(n1)
         out.setdefault(k2, set()).add(n2)
-    return out
+        pairs.add(frozenset((k1, k2)))
+    return out, pairs
 
 
 # --------------------------------------------------------------------------------------- chains
@@ -337,12 +345,22 @@ def _polymer_chain(
     if not use_full and any(known):
         # Without the entity sequence, a residue the tables do not know as this chain's kind
         # (PXA in actinomycin) stays in the chain when it lies between the chain's polymer
-        # residues (AF3 keeps a polymer chain's non-standard residues, as per-atom tokens);
-        # before the first or after the last one it is a ligand that a rewritten assembly put
-        # into the polymer's subchain (721p: MG and GNP after HIS 166).
+        # residues (AF3 keeps a polymer chain's non-standard residues, as per-atom tokens).
+        # Before the first or after the last one it stays only when it is bonded into the chain
+        # (a cap: 7a4d's ACE before LEU 2 and NH2 after LEU 41, :func:`_bonded_into_chain`),
+        # residue by residue outwards; else it is a ligand that a rewritten assembly put into the
+        # polymer's subchain (721p: MG and GNP after HIS 166).
         first = known.index(True)
         last = len(known) - 1 - known[::-1].index(True)
         known = [k or first < i < last for i, k in enumerate(known)]
+        for i in range(first - 1, -1, -1):
+            if not _bonded_into_chain(residues[i], residues[i + 1], False, mol_type, auth_id, ctx):
+                break
+            known[i] = True
+        for i in range(last + 1, len(residues)):
+            if not _bonded_into_chain(residues[i], residues[i - 1], True, mol_type, auth_id, ctx):
+                break
+            known[i] = True
     for res, in_chain in zip(residues, known, strict=True):
         if in_chain:
             polymer.append(res)
@@ -371,6 +389,56 @@ def _polymer_chain(
             ends = (k == 1, k == len(polymer))
             chain.residues.append(_polymer_residue(res.name, res, pos, mol_type, auth_id, ends, ctx))
     return chain, embedded
+
+
+#: The chain's atom a residue before its first residue (False) / after its last one (True) bonds
+#: to, as the chain's own residues do: peptide bond C–N, phosphodiester O3'–P.
+_LINK_ATOM = {
+    MolType.PROTEIN: {False: "N", True: "C"},
+    MolType.RNA: {False: "P", True: "O3'"},
+    MolType.DNA: {False: "P", True: "O3'"},
+}
+#: Å added to the sum of covalent radii for a bond read from the coordinates (as
+#: ``featurize.bonds.PERCEPTION_TOLERANCE``).
+_BOND_TOLERANCE = 0.45
+
+
+def _bonded_into_chain(
+    res: gemmi.Residue,
+    neighbour: gemmi.Residue,
+    after: bool,
+    chain_type: MolType,
+    auth_id: str,
+    ctx: _Context,
+) -> bool:
+    """Whether ``res``, next to the chain's end residue ``neighbour`` (``after``: it follows it), is
+    part of the chain: a covalent ``struct_conn`` / LINK bond joins the two (AF3's bonds:
+    ``covale``, at most 2.4 Å), or else (a file without ``struct_conn`` / LINK records for it) an
+    atom of ``res`` other than a metal lies within bonding distance (covalent radii +
+    :data:`_BOND_TOLERANCE`) of the atom through which the chain continues (``neighbour``'s N
+    before a protein chain, C after it; P before a nucleic acid chain, O3' after it), as a peptide
+    or phosphodiester bond would put it.
+
+    A metal ion coordinated by the end residue, or a ligand in contact with it (no atom within
+    bonding distance of that atom), is not bonded this way.
+    """
+    if frozenset((_res_key(auth_id, res), _res_key(auth_id, neighbour))) in ctx.linked:
+        return True
+    link_name = _LINK_ATOM.get(chain_type, {}).get(after)
+    if link_name is None:
+        return False
+    link = [a for a in neighbour if a.name == link_name]
+    if not link:
+        return False
+    anchor = link[0]
+    reach = anchor.element.covalent_r + _BOND_TOLERANCE
+    for a in res:
+        if a.element.is_metal or a.element.name.upper() in HYDROGEN_ELEMENTS:
+            continue
+        d = a.pos.dist(anchor.pos)
+        if 0.4 < d <= reach + a.element.covalent_r:
+            return True
+    return False
 
 
 def _is_polymer_residue(res: gemmi.Residue, full_seq: list[str] | None, chain_type: MolType) -> bool:

@@ -6,9 +6,11 @@ every structure file), so the inputs are real files with one ``conn_type_id`` ed
 
 * 1GBT: ``covale1`` is the trypsin SER 195 OG – GBS 704 CD acyl-enzyme bond (polymer–ligand);
 * 7a4d-assembly1: an auth-only ``_struct_conn`` loop (read by our fallback, not by gemmi) whose
-  ``covale`` rows link the ACE / NH2 caps to the end residues of chains E and F (polymer–ligand:
-  the caps lie outside the chain's residues and become ligand chains). 209d's THR–PXA rows no
-  longer serve: PXA lies inside its peptide and stays in that chain (polymer–polymer);
+  ``covale`` rows link the ACE / NH2 caps to the end residues of chains E and F. The caps are
+  residues of their peptide (label_asym_id E / F, as AF3 keeps them), so these are polymer–polymer
+  links; with chain E's ACE moved into a non-polymer subchain of its own
+  (``tests.tokenize.test_polymer_caps.ace_as_own_subchain``) its row is a polymer–ligand bond.
+  209d's THR–PXA rows do not serve either: PXA lies inside its peptide (polymer–polymer);
 * 2q2k: ``covale`` rows link DA/5IU residues inside a DNA chain (polymer–polymer: never token bonds).
 
 Expected atoms come from gemmi's own reading of the edited text (partner coordinates), not from
@@ -24,6 +26,7 @@ import pytest
 from featurecache.featurize.entry import featurize_bytes
 from featurecache.types import Structure
 from tests.conftest import STRUCTURES
+from tests.tokenize.test_polymer_caps import ace_as_own_subchain
 
 SUBTYPES = ("covale_base", "covale_phosphate", "covale_sugar")
 CUT = 2.4  # Å, AF3 Table 5
@@ -120,7 +123,7 @@ def test_subtype_bond_longer_than_the_cut_is_dropped(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", SUBTYPES)
 def test_subtype_rows_of_an_auth_only_loop_are_token_bonds(kind: str) -> None:
-    text = _edited("7a4d-assembly1.cif", kind)
+    text = ace_as_own_subchain(_edited("7a4d-assembly1.cif", kind))
     assert len(gemmi.make_structure_from_block(gemmi.cif.read_string(text).sole_block()).connections) == 0
     block = gemmi.cif.read_string(text).sole_block()
     table = block.get_mmcif_category("_struct_conn.")
@@ -130,11 +133,18 @@ def test_subtype_rows_of_an_auth_only_loop_are_token_bonds(kind: str) -> None:
         if t == kind and {"ACE", "NH2"} & {table["ptnr1_auth_comp_id"][i], table["ptnr2_auth_comp_id"][i]}
     ]
     assert len(cap_rows) == 3  # ACE1 C–LEU2 N (E, F), LEU41 C–NH2 42 N (E)
+    ligand_row = [
+        i
+        for i in cap_rows
+        if table["ptnr1_auth_comp_id"][i] == "ACE" and table["ptnr1_auth_asym_id"][i] == "E"
+    ]
+    assert len(ligand_row) == 1
     s = featurize_bytes(text.encode(), "7a4d-assembly1.cif", "7a4d")
     pairs = _gemmi_partner_pairs(text, kind)
-    for i in cap_rows:
-        assert _bonded(s, *pairs[i])
-    original = featurize_bytes((STRUCTURES / "7a4d-assembly1.cif").read_bytes(), "7a4d-assembly1.cif", "7a4d")
+    for i in cap_rows:  # E's ACE (a ligand now) is bonded to LEU 2; the caps inside a chain are not
+        assert _bonded(s, *pairs[i]) == (i in ligand_row)
+    as_covale = ace_as_own_subchain((STRUCTURES / "7a4d-assembly1.cif").read_text())
+    original = featurize_bytes(as_covale.encode(), "7a4d-assembly1.cif", "7a4d")
     assert _bond_rows(s) == _bond_rows(original)
 
 

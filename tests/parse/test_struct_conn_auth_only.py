@@ -15,13 +15,15 @@ import pytest
 from featurecache.featurize.entry import featurize_bytes
 from featurecache.parse.structure import _parse_structure
 from tests.conftest import STRUCTURES
+from tests.tokenize.test_polymer_caps import ace_as_own_subchain
 
-#: file -> residue names the file's covale rows link to a polymer residue
+#: file -> residue names the file's covale rows link to a polymer residue. In both files these are
+#: residues of the peptide itself (their label_asym_id is the peptide's): 209d's PXA between THR 1
+#: and THR 7, 7a4d's ACE / NH2 caps at its ends. AF3 keeps them in the chain (per-atom tokens), so
+#: their links are polymer–polymer, not token bonds (SI Table 5; AF3's ``clean_structure(
+#: remove_polymer_polymer_bonds=True)``). A polymer–ligand row comes from 7a4d with chain E's ACE
+#: moved into a non-polymer subchain of its own (``ace_as_own_subchain``).
 AUTH_ONLY = {"209d-assembly1.cif": {"PXA"}, "7a4d-assembly1.cif": {"ACE", "NH2"}}
-#: the files whose linked residues are ligands in our tokenization (7a4d's ACE/NH2 caps, outside the
-#: chain's polymer residues); 209d's PXA lies between THR 1 and THR 7 of its peptide, so it stays in
-#: the chain (per-atom tokens) and its links are polymer–polymer: not token bonds (SI Table 5)
-LIGAND_LINKED = ("7a4d-assembly1.cif",)
 
 
 def _rows(name: str) -> list[dict[str, str | None]]:
@@ -60,17 +62,19 @@ def test_every_row_becomes_a_connection(name: str) -> None:
     assert raw.warnings == ()
 
 
-@pytest.mark.parametrize("name", LIGAND_LINKED)
-def test_covalent_polymer_ligand_rows_become_token_bonds(name: str) -> None:
-    st = gemmi.read_structure(str(STRUCTURES / name))
+def test_a_covalent_polymer_ligand_row_becomes_a_token_bond() -> None:
+    name = "7a4d-assembly1.cif"
+    st = gemmi.read_structure(str(STRUCTURES / name))  # coordinates and auth ids as in the edit
     linked = [
         r
         for r in _rows(name)
         if r["conn_type_id"] == "covale"
-        and (r["ptnr1_auth_comp_id"] in AUTH_ONLY[name]) != (r["ptnr2_auth_comp_id"] in AUTH_ONLY[name])
+        and r["ptnr1_auth_comp_id"] == "ACE"
+        and r["ptnr1_auth_asym_id"] == "E"
     ]
-    assert linked  # 209d: THR1 N–PXA6 C0, PXA6 C0'–THR7 N; 7a4d: ACE C–LEU N (x2), LEU C–NH2 N
-    s = featurize_bytes((STRUCTURES / name).read_bytes(), name, name)
+    assert len(linked) == 1  # ACE 1 C–LEU 2 N of chain E
+    text = ace_as_own_subchain((STRUCTURES / name).read_text())
+    s = featurize_bytes(text.encode(), name, name)
     asym = s.tokens["asym_id"]
     xyz = s.atoms["coords"].astype(np.float64)
     inter = s.bonds[asym[s.bonds["token_i"]] != asym[s.bonds["token_j"]]]
@@ -85,16 +89,18 @@ def test_covalent_polymer_ligand_rows_become_token_bonds(name: str) -> None:
         assert len(hits) == 1, row
 
 
-def test_a_residue_linked_inside_its_peptide_is_in_the_chain_and_no_token_bond() -> None:
+@pytest.mark.parametrize(("name", "n_rows"), [("209d-assembly1.cif", 2), ("7a4d-assembly1.cif", 3)])
+def test_a_residue_linked_inside_its_peptide_is_in_the_chain_and_no_token_bond(
+    name: str, n_rows: int
+) -> None:
     """209d's THR1 N–PXA6 C0 and PXA6 C0'–THR7 N rows link residues of one peptide (the file's
-    label_asym_id C for all three): PXA's tokens are in that chain, and no token bond joins it
-    to the THR residues (polymer–polymer bonds are not token bonds, SI Table 5)."""
-    name = "209d-assembly1.cif"
+    label_asym_id C for all three), and so do 7a4d's ACE1 C–LEU2 N (E, F) and LEU41 C–NH2 42 N (E)
+    (label_asym_id E / F for cap and LEU alike): the linked residue's tokens are in that chain, and
+    no token bond joins it to its neighbour (polymer–polymer bonds are not token bonds, SI Table 5)."""
     st = gemmi.read_structure(str(STRUCTURES / name))
-    rows = [r for r in _rows(name) if r["conn_type_id"] == "covale" and "PXA" in
-            (r["ptnr1_auth_comp_id"], r["ptnr2_auth_comp_id"]) and "THR" in
-            (r["ptnr1_auth_comp_id"], r["ptnr2_auth_comp_id"])]  # fmt: skip
-    assert len(rows) == 2
+    rows = [r for r in _rows(name) if r["conn_type_id"] == "covale"
+            and {r["ptnr1_auth_comp_id"], r["ptnr2_auth_comp_id"]} & AUTH_ONLY[name]]  # fmt: skip
+    assert len(rows) == n_rows
     s = featurize_bytes((STRUCTURES / name).read_bytes(), name, name)
     xyz = s.atoms["coords"].astype(np.float64)
     token_of_atom = s.atoms["token_index"]
