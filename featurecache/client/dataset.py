@@ -231,7 +231,7 @@ def _client_for(source: Any, token: str | None, options: Mapping[str, Any] | Non
 
     from featurecache.client.http import LookupClient
 
-    known = set(inspect.signature(LookupClient).parameters) - {"url", "token"}
+    known = set(inspect.signature(LookupClient).parameters) - {"url", "token", "answered"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidRequest(
@@ -328,12 +328,15 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             _client_for(source, token, client_options), token=None if client_options else token
         )
         _check_retry_budget(reader, deadline_s)
-        self.source = SourceRef(source, reader)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
             filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
             failures=reader.failures if reader.entries.num_rows == 0 else None,  # only said of an empty store
         )  # fmt: skip
+        # after the sampler's tables: a lookup client that has reached its service says so in the
+        # settings its worker copies are made from, so that their first calls wait out a restart
+        # instead of failing as a first contact with a URL that never answered
+        self.source = SourceRef(source, reader)
         self.seed = seed
         self.infinite = infinite
         self.cropper = Cropper(crop_size, max_atoms, crop_weights, interface_cutoff)

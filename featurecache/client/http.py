@@ -18,6 +18,18 @@ cannot help):
 * retries exhausted → :class:`ServiceUnavailable` when the service could not be reached, did not
   answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung)
 
+The first contact is short: until a lookup service has answered the client once, a call retries
+for :data:`DEFAULT_FIRST_CONTACT_S` seconds (``first_contact_s``), not the whole budget, and a
+connection may take that long to open: a wrong host or port, or no ``featurecache serve`` running,
+fails in ~2 s with :class:`ServiceUnavailable` naming the URL, the reason (connection refused, host
+name that does not resolve, no connection within the time, another server answering there) and what
+to check. An answer that does not look like the lookup service's (no index header, not Arrow or
+JSON, or a 4xx) is checked against ``GET /v1/health`` once: another server there (a file server, a
+proxy's error page, a redirect) raises ServiceUnavailable saying so. A client that has been answered
+passes that on to its copies (:meth:`LookupClient.settings`, e.g. a loader worker's client), whose
+first calls then have the whole budget: the service is restarting, not absent. A server that
+accepts the connection but does not answer gets one ``timeout`` on first contact, without a retry.
+
 A service that accepts connections but never answers (hung, stopped) is detected by the read
 timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times. No retry starts after
 ``retry_budget_s``, so a call gives up within ``retry_budget_s`` plus one attempt (with the defaults
@@ -57,6 +69,7 @@ import logging
 import math
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -110,6 +123,12 @@ OLDER_INDEX_S = 3.0
 #: than ``featurecache serve`` takes to restart (measured 3.7 s with 1 worker, 7.2 s with 2), and,
 #: with one more attempt of ``timeout`` (20 s), shorter than FeatureDataset's 60 s sample deadline
 DEFAULT_RETRY_BUDGET_S = 30.0
+#: seconds a call retries a service that has never answered the client (a wrong URL, no service
+#: running: waiting the restart budget for it only delays the error), and the longest a first
+#: connection may take to open
+DEFAULT_FIRST_CONTACT_S = 2.0
+#: the lookup service's liveness route: asked once when a first answer does not look like the service's
+_HEALTH_PATH = "/v1/health"
 
 
 class LookupClient(FeatureReader):
@@ -125,7 +144,12 @@ class LookupClient(FeatureReader):
     extra attempts within the budget (None: as many as fit; after a timeout at most
     :data:`TIMEOUT_RETRIES`), sleeping ``backoff * 2**attempt`` (capped at ``max_backoff``, then
     ±50 % jitter; at least a 503's ``retry-after`` up to ``max_backoff``) in between;
-    ``max_connections``: size of the connection pool (match the number of threads using it).
+    ``max_connections``: size of the connection pool (match the number of threads using it);
+    ``first_contact_s``: until the service has answered this client once, calls retry for this long
+    instead of ``retry_budget_s`` (if shorter) and a connection may take at most this long to open
+    (raise it to wait for a service that is starting at the same time); ``answered``: the service
+    has answered this client (or the client it is a copy of) before: a worker's client is a copy
+    (:meth:`settings`), and its first calls have the whole ``retry_budget_s``.
     """
 
     def __init__(
@@ -140,11 +164,15 @@ class LookupClient(FeatureReader):
         backoff: float = 0.2,
         max_backoff: float = 2.0,
         max_connections: int = 32,
+        first_contact_s: float = DEFAULT_FIRST_CONTACT_S,
+        answered: bool = False,
     ) -> None:
         if retries is not None and retries < 0:
             raise InvalidRequest(f"LookupClient: retries must be >= 0 or None, got {retries}")
         if not retry_budget_s >= 0:
             raise InvalidRequest(f"LookupClient: retry_budget_s must be >= 0, got {retry_budget_s}")
+        if not first_contact_s > 0:
+            raise InvalidRequest(f"LookupClient: first_contact_s must be > 0, got {first_contact_s}")
         self.url = url.rstrip("/")
         self.shown_url = redact_url(self.url)  # for messages, logs and repr: no credentials
         self.token = (
@@ -159,6 +187,8 @@ class LookupClient(FeatureReader):
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_connections = max_connections
+        self.first_contact_s = first_contact_s
+        self._answered = bool(answered)  # the lookup service has answered: restarts get the whole budget
         self._lock = threading.Lock()
         self._tables: dict[str, pa.Table] = {}
         self._generation = 0  # bumped by refresh(): a table fetched across it is not kept
@@ -199,24 +229,31 @@ class LookupClient(FeatureReader):
         """One call with retries; returns a 2xx response (body read) or raises (see module doc).
         An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`)."""
         what = f"{method} {self.shown_url}{path}"
-        give_up_at = time.monotonic() + self.retry_budget_s  # no retry starts later
+        started = time.monotonic()
         timeouts = 0
         attempt = 0
         while True:
             attempt += 1
             last = self.retries is not None and attempt > self.retries
+            first = not self._answered
+            timeout = self._first_timeout() if first else httpx.USE_CLIENT_DEFAULT
             try:
-                response = self._client().request(method, path, **kwargs)
+                response = self._client().request(method, path, timeout=timeout, **kwargs)
             except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
                 if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
                     timeouts += 1
                     last = last or timeouts > TIMEOUT_RETRIES
-                if last or not self._sleep(attempt - 1, None, give_up_at):
+                if last or not self._sleep(attempt - 1, None, self._give_up_at(started)):
+                    spent = self._spent(attempt, started)
+                    if not self._answered:
+                        raise ServiceUnavailable(self._unreachable(method, path, exc, spent)) from exc
                     raise ServiceUnavailable(
-                        f"{what}: {type(exc).__name__}: {exc or 'no answer'} ({self._spent(attempt, give_up_at)})"
+                        f"{what}: {type(exc).__name__}: {exc or 'no answer'} ({spent})"
                     ) from exc
                 log.debug("%s: %s; retrying", what, exc)
                 continue
+            if first:
+                self._check_first_answer(method, path, response)
             self._follow_index(response)
             status = response.status_code
             if status < 400:
@@ -225,13 +262,107 @@ class LookupClient(FeatureReader):
             if status >= 500 and status not in _UNAVAILABLE_STATUS:  # this request failed on the server
                 raise ServiceError(f"{what} → {status}: {detail} (after {attempt} attempts)")
             if status in _UNAVAILABLE_STATUS:
-                if last or not self._sleep(attempt - 1, response.headers.get("retry-after"), give_up_at):
-                    raise ServiceUnavailable(
-                        f"{what} → {status}: {detail} ({self._spent(attempt, give_up_at)})"
-                    )
+                retry_after = response.headers.get("retry-after")
+                if last or not self._sleep(attempt - 1, retry_after, self._give_up_at(started)):
+                    message = f"{what} → {status}: {detail} ({self._spent(attempt, started)})"
+                    if not self._answered:
+                        message += (f"; no lookup service has answered this client at {self.shown_url} yet: is "
+                                    "`featurecache serve` running there (behind this proxy)?")  # fmt: skip
+                    raise ServiceUnavailable(message)
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 continue
             raise _client_error(what, status, detail, response)
+
+    def _first_timeout(self) -> httpx.Timeout:
+        """Timeouts of a call to a service that has never answered: a first connection that takes
+        longer than ``first_contact_s`` to open is a wrong host or a firewall, not a busy service."""
+        return httpx.Timeout(self.timeout, connect=min(self.connect_timeout, self.first_contact_s))
+
+    def _give_up_at(self, started: float) -> float:
+        """When a call begun at ``started`` starts no more retries: ``retry_budget_s`` after it, or
+        ``first_contact_s`` (if shorter) while the service has never answered the client."""
+        budget = self.retry_budget_s if self._answered else min(self.retry_budget_s, self.first_contact_s)
+        return started + budget
+
+    def _check_first_answer(self, method: str, path: str, response: httpx.Response) -> None:
+        """The first answers the client gets, until one is the lookup service's (then the client is
+        :attr:`answered`): one with the service's index header, a 2xx in Arrow or JSON, or a JSON
+        503 with ``retry-after`` (the service's answer while its store is not open) is; a 401/403 or
+        another 502/503/504 is handled as any (the latter retried within ``first_contact_s``); any
+        other is checked against ``GET /v1/health``, and raises ServiceUnavailable when that is not
+        the service's either (another server answers at the URL)."""
+        status = response.status_code
+        if response.headers.get(INDEX_HEADER) or (
+            200 <= status < 300 and _media_type(response) in _OWN_MEDIA
+        ):
+            self._answered = True
+            return
+        if status in _UNAVAILABLE_STATUS:
+            if response.headers.get("retry-after") and _media_type(response) == "application/json":
+                self._answered = True  # the service's own 503: its store is not open (being built)
+            return  # else a proxy's, or a server starting: retried within first_contact_s
+        if status in (401, 403):
+            return
+        health = self._health()
+        if health is None:
+            self._answered = True
+            return
+        if 400 <= status < 500:
+            answer = f"{status}: {_detail(response)}"
+        else:  # a redirect, a page, a 500: what it was is enough
+            answer = (
+                f"{status} {response.reason_phrase} ({_media_type(response) or 'no content type'} answer)"
+            )
+        location = response.headers.get("location")
+        if location:
+            answer += f" to {redact_url(location)}"
+        raise ServiceUnavailable(
+            f"{self.shown_url} does not answer as a featurecache lookup service: {method} {path} → {answer}; "
+            f"GET {_HEALTH_PATH} → {health}. Another server answers at this URL: check its host and port "
+            f"against those `featurecache serve` listens on"
+        )
+
+    def _health(self) -> str | None:
+        """None when ``GET /v1/health`` answers as the lookup service's does, else what it answered."""
+        try:
+            response = self._client().get(_HEALTH_PATH, timeout=self._first_timeout())
+        except httpx.TransportError as exc:
+            return f"{type(exc).__name__}: {exc or 'no answer'}"
+        if response.headers.get(INDEX_HEADER):
+            return None
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = None
+        if response.status_code == 200 and isinstance(doc, dict) and doc.get("status") == "ok":
+            return None
+        return str(response.status_code)
+
+    def _unreachable(self, method: str, path: str, exc: httpx.TransportError, spent: str) -> str:
+        """The first contact failed: the URL, the reason, what to check; then the call and the error."""
+        return (
+            f"cannot reach the lookup service at {self.shown_url}: {self._transport_reason(exc)}. Is "
+            f"`featurecache serve` running there, and is the URL right? ({method} {path}: "
+            f"{type(exc).__name__}: {exc or 'no answer'}; {spent}; it has never answered this client)"
+        )
+
+    def _transport_reason(self, exc: httpx.TransportError) -> str:
+        url = httpx.URL(self.url)
+        if isinstance(exc, httpx.ConnectTimeout):
+            return (f"no connection to {url.host} within {self._first_timeout().connect:g} s (a host that is "
+                    "down, or a firewall that drops the connection)")  # fmt: skip
+        if isinstance(exc, httpx.TimeoutException):
+            return f"it accepted the connection but sent no answer within {self.timeout:g} s"
+        if isinstance(exc, httpx.ConnectError):
+            cause = _root_cause(exc)
+            if isinstance(cause, socket.gaierror):
+                return f"the host name {url.host!r} does not resolve"
+            if isinstance(cause, ConnectionRefusedError):
+                return f"connection refused (nothing listens on {url.host} port {url.port or _default_port(url)})"
+            return f"cannot connect ({cause})"
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.LocalProtocolError):
+            return "what answers there does not speak HTTP as the lookup service does"
+        return f"{type(exc).__name__}"
 
     def _follow_index(self, response: httpx.Response) -> bool:
         """Compare the answer's index (:data:`INDEX_HEADER`) with the client's: a newer one refreshes
@@ -267,8 +398,12 @@ class LookupClient(FeatureReader):
         seen = response.headers.get(INDEX_HEADER)
         return bool(seen) and self._index is not None and seen != self._index
 
-    def _spent(self, attempts: int, give_up_at: float) -> str:
-        started = give_up_at - self.retry_budget_s
+    @property
+    def answered(self) -> bool:
+        """Whether the lookup service has answered this client (or the client it is a copy of)."""
+        return self._answered
+
+    def _spent(self, attempts: int, started: float) -> str:
         return f"after {attempts} attempts in {time.monotonic() - started:.1f} s"
 
     def _sleep(self, attempt: int, retry_after: str | None, give_up_at: float) -> bool:
@@ -669,7 +804,7 @@ class LookupClient(FeatureReader):
         """The constructor's arguments: ``LookupClient(**c.settings())`` is the same client with its
         own connections (what a loader worker process builds). Holds the token: never log it."""
         keep = ("url", "token", "timeout", "connect_timeout", "retries", "retry_budget_s", "backoff",
-                "max_backoff", "max_connections")  # fmt: skip
+                "max_backoff", "max_connections", "first_contact_s", "answered")  # fmt: skip
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -691,6 +826,29 @@ def _index_order(index_id: str) -> int | None:
         return int(head, 16) if dash else None
     except ValueError:
         return None
+
+
+#: the media types the lookup service answers in
+_OWN_MEDIA = frozenset({arrow_io.MEDIA_TYPE, "application/json"})
+
+
+def _media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was raised from (httpx → httpcore → the socket's OSError)."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
+def _default_port(url: httpx.URL) -> int:
+    return 443 if url.scheme == "https" else 80
 
 
 def _segment(value: str) -> str:
