@@ -218,8 +218,9 @@ class _Context:
     #: residue -> names of its atoms with a covalent bond to another residue (AF3's polymer-ligand
     #: and ligand-ligand bonds: struct_conn ``covale``, at most 2.4 Å where both atoms are found)
     links: dict[_ResKey, set[str]]
-    #: the pairs of residues those bonds join
-    linked: set[frozenset[_ResKey]]
+    #: (residue, its bonded atom's name, the residue at the bond's other end) for each of those
+    #: bonds, both ways round
+    linked: set[tuple[_ResKey, str, _ResKey]]
     warnings: list[str]
 
 
@@ -227,12 +228,15 @@ def _res_key(auth_id: str, res: gemmi.Residue) -> _ResKey:
     return (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip(), res.name)
 
 
-def _inter_residue_links(st: gemmi.Structure) -> tuple[dict[_ResKey, set[str]], set[frozenset[_ResKey]]]:
+def _inter_residue_links(
+    st: gemmi.Structure,
+) -> tuple[dict[_ResKey, set[str]], set[tuple[_ResKey, str, _ResKey]]]:
     """Atoms of each residue covalently bonded to another residue (for glycans' leaving O1), and
-    the pairs of residues so bonded (for caps at a polymer chain's ends)."""
+    each such bond as (residue, its atom's name, other residue), both ways round (for caps at a
+    polymer chain's ends: only a bond through the end residue's backbone atom makes one)."""
     model = st[0]
     out: dict[_ResKey, set[str]] = {}
-    pairs: set[frozenset[_ResKey]] = set()
+    pairs: set[tuple[_ResKey, str, _ResKey]] = set()
     for conn in st.connections:
         if conn.type != gemmi.ConnectionType.Covale or conn.asu == gemmi.Asu.Different:
             continue
@@ -252,7 +256,8 @@ def _inter_residue_links(st: gemmi.Structure) -> tuple[dict[_ResKey, set[str]], 
             continue
         out.setdefault(k1, set()).add(n1)
         out.setdefault(k2, set()).add(n2)
-        pairs.add(frozenset((k1, k2)))
+        pairs.add((k1, n1, k2))
+        pairs.add((k2, n2, k1))
     return out, pairs
 
 
@@ -347,9 +352,10 @@ def _polymer_chain(
         # (PXA in actinomycin) stays in the chain when it lies between the chain's polymer
         # residues (AF3 keeps a polymer chain's non-standard residues, as per-atom tokens).
         # Before the first or after the last one it stays only when it is bonded into the chain
-        # (a cap: 7a4d's ACE before LEU 2 and NH2 after LEU 41, :func:`_bonded_into_chain`),
-        # residue by residue outwards; else it is a ligand that a rewritten assembly put into the
-        # polymer's subchain (721p: MG and GNP after HIS 166).
+        # through the end residue's backbone (a cap: 7a4d's ACE before LEU 2 and NH2 after LEU 41,
+        # :func:`_bonded_into_chain`), residue by residue outwards; else it is a ligand that a
+        # rewritten assembly put into the polymer's subchain (721p: MG and GNP after HIS 166; a
+        # ligand bonded to the end residue's side chain).
         first = known.index(True)
         last = len(known) - 1 - known[::-1].index(True)
         known = [k or first < i < last for i, k in enumerate(known)]
@@ -412,21 +418,23 @@ def _bonded_into_chain(
     ctx: _Context,
 ) -> bool:
     """Whether ``res``, next to the chain's end residue ``neighbour`` (``after``: it follows it), is
-    part of the chain: a covalent ``struct_conn`` / LINK bond joins the two (AF3's bonds:
-    ``covale``, at most 2.4 Å), or else (a file without ``struct_conn`` / LINK records for it) an
-    atom of ``res`` other than a metal lies within bonding distance (covalent radii +
-    :data:`_BOND_TOLERANCE`) of the atom through which the chain continues (``neighbour``'s N
+    part of the chain: bonded to the atom through which the chain continues (``neighbour``'s N
     before a protein chain, C after it; P before a nucleic acid chain, O3' after it), as a peptide
-    or phosphodiester bond would put it.
+    or phosphodiester bond would be. Either a covalent ``struct_conn`` / LINK bond names that atom
+    (AF3's bonds: ``covale``, at most 2.4 Å), or else (a file without ``struct_conn`` / LINK
+    records for it) an atom of ``res`` other than a metal lies within bonding distance (covalent
+    radii + :data:`_BOND_TOLERANCE`) of it.
 
-    A metal ion coordinated by the end residue, or a ligand in contact with it (no atom within
-    bonding distance of that atom), is not bonded this way.
+    A metal ion coordinated by the end residue, a ligand in contact with it (no atom within
+    bonding distance of that atom), or a ligand bonded to its side chain (a glycan on ASN ND2, an
+    acyl-enzyme's ester on SER OG, an inhibitor on CYS SG: AF3 keeps it a ligand, joined by a
+    polymer–ligand bond) is not bonded this way.
     """
-    if frozenset((_res_key(auth_id, res), _res_key(auth_id, neighbour))) in ctx.linked:
-        return True
     link_name = _LINK_ATOM.get(chain_type, {}).get(after)
     if link_name is None:
         return False
+    if (_res_key(auth_id, neighbour), link_name, _res_key(auth_id, res)) in ctx.linked:
+        return True
     link = [a for a in neighbour if a.name == link_name]
     if not link:
         return False
