@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, SHARED, Bench, add_out_argument
+from benchmarks.harness import REAL, SHARED, Bench, add_out_argument, require_shared
 from featurecache.build import chem_stage, msa_stage
 from featurecache.build import run as build_run
 from featurecache.build.run import run_build
@@ -223,14 +223,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ccd", action="store_true", help="also pass ../shared/data/ccd")
     ap.add_argument("--msa", action="store_true", help="also pass ../shared/data/real/msas")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                    help="worker counts to compare, one row each (default 1 2)")  # fmt: skip
     ap.add_argument("--copies", type=int, default=1, help="build this many copies of the corpus (default 1)")
-    ap.add_argument("--repeats", type=int, default=1, help="builds per row, interleaved (rows: medians)")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="builds per row, interleaved (rows: medians; default 1)"
+    )
     ap.add_argument("--part-size", type=int, default=4, help="--part-size of the builds (default 4)")
     ap.add_argument("--ab", action="store_true", help="also run the previous MSA task cut (writes build_ab)")
     add_out_argument(ap, "build", "benchmarks/results/build.json, build_full.json with --ccd or --msa, "
                      "build_ab.json with --ab")  # fmt: skip
     args = ap.parse_args()
+    require_shared(__file__, ccd=args.ccd)
     logging.basicConfig(level=logging.WARNING)
     name = "build_ab" if args.ab else "build_full" if (args.ccd or args.msa) else "build"
     variants = ["before", "after"] if args.ab else ["current"]

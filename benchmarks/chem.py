@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, SHARED, Bench, add_out_argument, percentile, timeit
+from benchmarks.harness import REAL, SHARED, Bench, add_out_argument, percentile, require_shared, timeit
 
 DEFAULT_ENTRIES = [
     "721p-assembly1.cif", "102m.cif", "8f9h.cif", "7CFN.cif", "7DDO.pdb", "2q2k.cif", "5zyh.cif",
@@ -45,12 +45,15 @@ def main() -> None:
         default=DEFAULT_ENTRIES,
         help="structure files under shared/data/real/structures",
     )
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=20.0, help="conformer timeout per embedding attempt (s)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs of each case (default 5)")
+    ap.add_argument(
+        "--timeout", type=float, default=20.0, help="conformer timeout per embedding attempt (s, default 20)"
+    )
     add_out_argument(ap, "chem")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    require_shared(__file__, ccd=True)
     logging.basicConfig(level=logging.WARNING)
 
     import featurecache

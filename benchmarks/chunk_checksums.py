@@ -32,7 +32,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, RESULTS_DIR, Bench, store_argument
+from benchmarks.harness import REAL, RESULTS_DIR, Bench, require_shared, store_argument
 from featurecache.build.run import run_build
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, PARTS_DIR, ZSTD_LEVEL
 from featurecache.store.reader import open_store
@@ -98,6 +98,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.store is None:
+        require_shared(__file__)
     return args
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def corpus_store(path: Path | None, name: str, log: Any) -> Path:
     benchmark's logger (the build summary goes there)."""
     if path is not None:
         return path
+    require_shared(sys.argv[0], ccd=True)
     import tempfile
 
     from featurecache.build.run import run_build
@@ -75,6 +77,39 @@ def add_out_argument(ap: argparse.ArgumentParser, name: str, default: str | None
     ap.add_argument("--out", type=Path, default=None, metavar="FILE", help=f"results JSON (default {where})")
 
 
+def require_shared(prog: str, *, ccd: bool = False) -> None:
+    """Exit 2 with one line when the shared data a benchmark reads is not where ``SHARED`` points
+    (a clone outside /work without ``FEATURECACHE_SHARED``): the line names the variable and what
+    to set it to, instead of a traceback from deep inside a parser."""
+    needed = [REAL / "structures", REAL / "msas"] + ([SHARED / "data" / "ccd"] if ccd else [])
+    missing = [p for p in needed if not p.is_dir()]
+    if missing:
+        how = "set" if "FEATURECACHE_SHARED" not in os.environ else "fix"
+        sys.stderr.write(
+            f"{Path(prog).name}: no shared data at {missing[0]}: {how} FEATURECACHE_SHARED to the directory "
+            f"that holds data/real/structures, data/real/msas and data/ccd (the project's shared/ folder, "
+            f"e.g. FEATURECACHE_SHARED=/work/shared)\n"
+        )
+        raise SystemExit(2)
+
+
+#: the libraries whose versions a result records (those installed; the benchmarks exercise them in
+#: this process or in the children it starts from the same environment: a server, pool workers)
+LIBRARIES = ("featurecache", "numpy", "zarr", "numcodecs", "pyarrow", "dask", "distributed", "gemmi", "rdkit",
+             "scipy", "torch", "triton", "fastapi", "uvicorn", "httpx")  # fmt: skip
+
+
+def library_versions() -> dict[str, str]:
+    """Installed version of each of ``LIBRARIES`` (distribution metadata: nothing is imported)."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for name in LIBRARIES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(),
@@ -90,21 +125,30 @@ def machine() -> dict[str, Any]:
             info["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    info["git"] = os.environ.get("FEATURECACHE_GIT_COMMIT") or _git_commit()
+    info["versions"] = library_versions()
+    override = os.environ.get("FEATURECACHE_GIT_COMMIT")
+    head, dirty_files = _git_state()
+    info["commit"] = override or head
+    info["dirty"] = bool(dirty_files) if not override and head else None
+    if dirty_files and not override:
+        info["dirty_files"] = dirty_files
+    info["git"] = override or (f"{head[:7]}+dirty" if head and dirty_files else head[:7])
     return info
 
 
-def _git_commit() -> str:
-    """HEAD, with ``+dirty`` when tracked files differ from it (a copied tree whose .git is older
-    than its files, as on the GPU machine, reads as its stale HEAD otherwise;
-    ``FEATURECACHE_GIT_COMMIT`` overrides)."""
+def _git_state() -> tuple[str, list[str]]:
+    """HEAD's full hash and the tracked files that differ from it (a copied tree whose .git is older
+    than its files, as on the GPU machine, reads as its stale HEAD plus changes;
+    ``FEATURECACHE_GIT_COMMIT`` overrides): ("", []) outside a git checkout."""
     with contextlib.suppress(OSError):
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=False).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
-        return f"{head}+dirty" if head and dirty else head
-    return ""
+        if not head:
+            return "", []
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True, check=False).stdout  # fmt: skip
+        return head, sorted(line[3:] for line in status.splitlines() if line.strip())
+    return "", []
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: int = 1) -> dict[str, float]:
@@ -165,7 +209,8 @@ class Bench:
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "machine": machine(),
             "params": self.params,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            # ISO 8601 with its UTC offset (older results: local time without one)
+            "started": datetime.fromtimestamp(self.started, UTC).isoformat(timespec="seconds"),
             "seconds": round(time.time() - self.started, 2),
             "rows": self.rows,
         }

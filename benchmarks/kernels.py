@@ -467,13 +467,16 @@ def bench_transition(n: int, c: int, nx: int, bench: Bench) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ns", default="256,384,512,768,1024")
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--head-dim", type=int, default=32)
+    ap.add_argument(
+        "--ns", default="256,384,512,768,1024", help="comma list of N (tokens) to time (default 256,...,1024)"
+    )
+    ap.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    ap.add_argument("--head-dim", type=int, default=32, help="head dimension (default 32)")
     ap.add_argument("--sweep", action="store_true", help="tune tiles first (N = --sweep-n) and use the best")
-    ap.add_argument("--sweep-n", type=int, default=768)
+    ap.add_argument("--sweep-n", type=int, default=768, help="N of the tile sweep (default 768)")
     ap.add_argument("--skip", default="", help="comma list of: attention,transition,eager,sdpa,flex,ceilings")
-    ap.add_argument("--json", type=Path, default=RESULTS_DIR / "kernels.json")
+    ap.add_argument("--json", type=Path, default=RESULTS_DIR / "kernels.json", metavar="FILE",
+                    help="results JSON (default benchmarks/results/kernels.json)")  # fmt: skip
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/kernels.py needs a CUDA GPU")

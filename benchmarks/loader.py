@@ -15,8 +15,8 @@ does ready-first yielding cope with stragglers? One run, side by side.
     (``time.process_time``) and wall time, the median over rounds. Reported: per-sample medians,
     totals over the positions, and the ratio of totals (raw / cached); the slowest entry and its
     share of the total (one deep MSA dominates).
-(c) stragglers: 10 % of the samples (a fixed random set of positions) take 20× the median sample
-    time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes,
+(c) stragglers: 10 % of the timed samples, at least one (a fixed random set of positions after
+    the warm-up), take 20× the median sample time (an injected sleep). An ordered ``torch.utils.data.DataLoader`` (2 worker processes,
     ``prefetch_factor`` 9: 18 samples in flight) over a map-style view of the same stream versus
     ready-first (a 2-process pool, window 16: the same 18 in flight; and an 8-thread pool, 24):
     throughput with and without stragglers, relative to each one's own no-straggler run, and the
@@ -60,6 +60,7 @@ from benchmarks.harness import (  # noqa: E402
     add_out_argument,
     corpus_store,
     percentile,
+    require_shared,
     store_argument,
     store_label,
 )
@@ -78,6 +79,9 @@ POOL_WORKERS = 2
 PREFETCH = (POOL_WORKERS + WINDOW) // POOL_WORKERS
 STRAGGLER_FRACTION = 0.10
 STRAGGLER_FACTOR = 20.0
+#: part (c)'s warm-up samples (not timed); the stragglers are drawn from the timed ones
+WARMUP = 4
+MIN_SAMPLES = 10
 
 
 # --------------------------------------------------------------------- the uncached baseline
@@ -380,8 +384,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--store", type=store_argument, default=None, help="existing store (default: build the real corpus)"
     )
-    ap.add_argument("--samples", type=int, default=300, help="samples per cached / straggler run")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported")
+    ap.add_argument(
+        "--samples",
+        type=int,
+        default=300,
+        help="samples per cached / straggler run (default 300; at least 10)",
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported (default 3)"
+    )
     ap.add_argument("--raw-repeats", type=int, default=None,
                     help="rounds of (b) for the raw MSA variants (default 1, 3 with --full; the others: 3)")  # fmt: skip
     ap.add_argument(
@@ -392,6 +403,10 @@ def main(argv: list[str] | None = None) -> None:
     for opt in ("samples", "repeats", "raw_repeats"):
         if getattr(args, opt) is not None and getattr(args, opt) < 1:
             ap.error(f"--{opt.replace('_', '-')} must be at least 1")
+    if args.samples < MIN_SAMPLES:
+        ap.error(f"--samples must be at least {MIN_SAMPLES} (part c times samples {WARMUP} onwards and makes "
+                 f"{STRAGGLER_FRACTION:.0%} of them stragglers, at least one)")  # fmt: skip
+    require_shared(__file__, ccd=True)  # part (b) computes the samples from the real files
     raw_repeats = args.raw_repeats or (3 if args.full else 1)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -476,8 +491,7 @@ def main(argv: list[str] | None = None) -> None:
         ds.close()
 
     # ---- (c) stragglers; configurations interleaved, R rounds
-    rng = np.random.default_rng(1234)
-    slow = set(np.flatnonzero(rng.random(n) < STRAGGLER_FRACTION).tolist())
+    slow = straggler_positions(n)
     delay = (STRAGGLER_FACTOR - 1.0) * median_sample_s
     log.info("stragglers: %d of %d positions sleep %.3f s (20x the median %.1f ms)", len(slow), n, delay,
              1e3 * median_sample_s)  # fmt: skip
@@ -501,17 +515,17 @@ def main(argv: list[str] | None = None) -> None:
                 if label.startswith("ordered"):
                     ds = _dataset(store, workers=1, sample_hook=hook)
                     stream = ordered_loader(ds, n, workers=POOL_WORKERS, prefetch=PREFETCH)
-                    res[(label, straggle)].append(consume(stream, n - 4, warmup=4))
+                    res[(label, straggle)].append(consume(stream, n - WARMUP, warmup=WARMUP))
                     del stream
                 else:
                     ds = _dataset(store, sample_hook=hook, **kw)
                     it = iter(ds)
-                    res[(label, straggle)].append(consume(it, n - 4, warmup=4))
+                    res[(label, straggle)].append(consume(it, n - WARMUP, warmup=WARMUP))
                     it.close()
                     ds.close()
     for label, _ in configs:
         base, hit = _median_run(res[(label, False)]), _median_run(res[(label, True)])
-        bench.add(part="c", source=label, in_flight=in_flight[label], samples=n - 4, stragglers=len(slow),
+        bench.add(part="c", source=label, in_flight=in_flight[label], samples=n - WARMUP, stragglers=len(slow),
                   delay_s=round(delay, 3),
                   samples_per_s=round(base["samples_per_s"], 1),
                   straggled_samples_per_s=round(hit["samples_per_s"], 1),
@@ -521,6 +535,17 @@ def main(argv: list[str] | None = None) -> None:
                   p95_wait_s=round(hit["p95_wait_s"], 4),
                   worst_wait_no_straggler_s=round(base["worst_wait_s"], 3))  # fmt: skip
     bench.finish(args.out)
+
+
+def straggler_positions(n: int, seed: int = 1234) -> set[int]:
+    """Part (c)'s slow positions: ``STRAGGLER_FRACTION`` of the timed positions ``WARMUP .. n - 1``
+    (rounded, at least one), a fixed random choice. A fraction drawn position by position could
+    choose none at a small ``--samples`` and still report a "with stragglers" comparison."""
+    timed = np.arange(WARMUP, n)
+    if timed.size == 0:
+        raise ValueError(f"{n} samples leave none to time after the {WARMUP} warm-up samples")
+    k = max(1, round(STRAGGLER_FRACTION * timed.size))
+    return set(np.random.default_rng(seed).choice(timed, size=k, replace=False).tolist())
 
 
 def _cost_summary(

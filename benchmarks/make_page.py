@@ -72,15 +72,28 @@ def table(rows: list[Row], max_rows: int = 60) -> str:
 def machine_line(m: dict[str, Any]) -> str:
     parts = [m["gpu"]] if m.get("gpu") else ["no GPU"]
     if m.get("cpus"):
-        parts.append(f"{m['cpus']} CPUs ({m.get('processor', '?')})")
-    for k in ("torch", "triton", "python"):
-        if m.get(k):
+        parts.append(f"{m['cpus']} CPUs" + (f" ({m['processor']})" if m.get("processor") else ""))
+    versions: dict[str, Any] = m["versions"] if isinstance(m.get("versions"), dict) else {}
+    for k in ("torch", "triton", "python"):  # older results record only these
+        if m.get(k) and k not in versions:
             parts.append(f"{k} {m[k]}")
+    if versions:
+        parts.append(", ".join(f"{k} {v}" for k, v in versions.items()))
     if m.get("platform"):
         parts.append(str(m["platform"]))
-    if m.get("git"):
-        parts.append(f"commit {m['git']}")
-    return " · ".join(parts)
+    parts.append(commit_text(m))
+    return " · ".join(p for p in parts if p)
+
+
+def commit_text(m: dict[str, Any]) -> str:
+    """The run's commit as recorded: the full hash and whether the tree differed from it (newer
+    results), else the older short ``git`` field; "commit not recorded" when there is none."""
+    if m.get("commit"):
+        dirty = m.get("dirty")
+        state = " (tree differed from it: dirty)" if dirty is True else " (clean)" if dirty is False else ""
+        return f"commit {m['commit']}{state}"
+    git = str(m.get("git") or "").strip()
+    return f"commit {git}" if git and git != "?" else "commit not recorded"
 
 
 def describe(name: str) -> str:
@@ -168,14 +181,19 @@ def ratios_loader(rows: list[Row]) -> list[Ratio]:
     ordered = next((r for r in rows if str(r.get("source", "")).startswith("ordered DataLoader")), None)
     if ordered is not None:
         for r in rows:
-            if str(r.get("source", "")).startswith("ready-first"):
+            if not str(r.get("source", "")).startswith("ready-first"):
+                continue
+            if 0 in (r.get("stragglers"), ordered.get("stragglers")):  # recorded as none
+                out.append((f"{r['source']} vs {ordered['source']} (samples/s with stragglers)", "–",
+                            "no stragglers at this size (stragglers = 0): no comparison"))  # fmt: skip
+            else:
                 out.append((f"{r['source']} vs {ordered['source']} (samples/s with stragglers)",
                             _x(_num(r.get("straggled_samples_per_s")), _num(ordered.get("straggled_samples_per_s"))),
                             f"p95 wait {fmt(r.get('p95_wait_s'))} s vs {fmt(ordered.get('p95_wait_s'))} s"
                             + (f"; in flight {r['in_flight']} vs {ordered['in_flight']}"
                                if "in_flight" in r and "in_flight" in ordered else "")))  # fmt: skip
-                out.append((f"{r['source']} vs {ordered['source']} (samples/s, no stragglers)",
-                            _x(_num(r.get("samples_per_s")), _num(ordered.get("samples_per_s"))), ""))  # fmt: skip
+            out.append((f"{r['source']} vs {ordered['source']} (samples/s, no stragglers)",
+                        _x(_num(r.get("samples_per_s")), _num(ordered.get("samples_per_s"))), ""))  # fmt: skip
     return out
 
 
@@ -331,8 +349,11 @@ def _run_number(file: str) -> int:
 
 
 def _commit(doc: dict[str, Any]) -> str:
-    """The run's commit, short (``+dirty`` kept; a hand-written note after it dropped)."""
-    text = str((doc.get("machine") or {}).get("git") or "?").split(" ")[0]
+    """The run's commit, short (``+dirty`` kept; a hand-written note after it dropped); "not
+    recorded" when the result has none."""
+    text = str((doc.get("machine") or {}).get("git") or "").split(" ")[0]
+    if not text or text == "?":
+        return "not recorded"
     head, _, dirty = text.partition("+")
     return head[:9] + (f"+{dirty}" if dirty else "")
 
@@ -348,12 +369,13 @@ def section(name: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
     cmd = doc.get("command") or f"python benchmarks/{name}.py"
     parts.append(f"- **command:** `{cmd}`")
     parts.append(f"- **machine:** {machine_line(doc.get('machine') or {})}")
-    when = doc.get("started") or "no start time"
-    parts.append(f"- **run:** `{file}`, started {when} ({fmt(doc.get('seconds'))} s) — the latest of {len(runs)}"
-                 if len(runs) > 1 else f"- **run:** `{file}`, started {when} ({fmt(doc.get('seconds'))} s)")  # fmt: skip
+    when = f"started {doc['started']}" if doc.get("started") else "start time not recorded"
+    if _num(doc.get("seconds")) is not None:
+        when += f" ({fmt(doc['seconds'])} s)"
+    parts.append(f"- **run:** `{file}`, {when}" + (f" — the latest of {len(runs)}" if len(runs) > 1 else ""))
     if len(runs) > 1:
         parts.append("- **earlier runs** (not tabulated): " + ", ".join(
-            f"`{f}` ({d.get('started') or '?'}, commit {_commit(d)})" for f, d in runs[1:]))  # fmt: skip
+            f"`{f}` ({d.get('started') or 'start time not recorded'}, commit {_commit(d)})" for f, d in runs[1:]))  # fmt: skip
     params = {k: v for k, v in (doc.get("params") or {}).items() if k not in ("model_config",)}
     if params:
         parts.append("- **parameters:** " + ", ".join(f"{k}={fmt(v)}" for k, v in params.items()))
@@ -399,7 +421,7 @@ def render(results: Path) -> str:
         for name in ordered(docs):
             m = docs[name].get("machine") or {}
             where = m.get("gpu") or f"{m.get('cpus', '?')} CPUs, no GPU"
-            lines.append(f"| [{name}](#{name}) | {fmt(where)} | {fmt(docs[name].get('started'))} | "
+            lines.append(f"| [{name}](#{name}) | {fmt(where)} | {fmt(docs[name].get('started') or 'not recorded')} | "
                          f"`{groups[name][0][0]}` | {fmt(_commit(docs[name]))} | {len(groups[name])} |")  # fmt: skip
         lines.append("")
     missing = [s for s in scripts() if s not in docs]

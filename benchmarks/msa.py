@@ -5,7 +5,8 @@ A 384-token crop of one chain needs ``rows × 384`` residues + deletions. Cases:
 * ``synthetic 16384 x 410``: real rows of two deep MSAs placed side by side (721p chain A, 166
   columns + 7pzb, 244 columns; rows recycled to 16,384) — no MSA in the corpus has ≥ 4,096 rows
   and ≥ 384 columns; the rows (and their insertions) are real, only their pairing is not.
-* ``721p A`` (15,953 rows × 166) and ``1k1a`` (3 files merged) from the corpus, as they are.
+* ``721p A`` (15,306 distinct rows of the file's 15,953 × 166 columns) and ``1k1a`` (3 files
+  merged) from the corpus, as they are.
 
 Reads: the first 4,096 rows × a contiguous 384-column window; 4,096 random rows × the same
 window; 4,096 random rows × 384 scattered columns (a spatial crop); 1,024 random rows (the
@@ -42,7 +43,7 @@ from zarr.codecs import ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, RESULTS_DIR, Bench, timeit
+from benchmarks.harness import REAL, RESULTS_DIR, Bench, require_shared, timeit
 from featurecache.const import MolType
 from featurecache.featurize.msa import build_msa
 from featurecache.parse.a3m import parse_a3m
@@ -259,6 +260,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.rows < 1 or args.cols < 1:
         ap.error("--rows and --cols must be at least 1")
+    require_shared(__file__)
     return args
 
 

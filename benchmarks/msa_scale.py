@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, RESULTS_DIR, Bench
+from benchmarks.harness import REAL, RESULTS_DIR, Bench, require_shared
 
 MSAS = REAL / "msas"
 DEEP = MSAS / "alphafold3-pytorch" / "721p-assembly1A_protein.a3m.gz"
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     if args._child:
         _child(*args._child)
         return
+    require_shared(__file__)
     logging.basicConfig(level=logging.WARNING)
     bench = Bench("msa_scale", rows=args.rows, a3m=str(args.a3m or ""), copies=args.copies)
     tmp = Path(tempfile.mkdtemp(prefix="fc-bench-msa-scale-"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench, add_out_argument
+from benchmarks.harness import REAL, Bench, add_out_argument, require_shared
 from featurecache.build.msa_stage import AlignmentScan, FileScan, _degap, _hashes, scan_msa_files
 from featurecache.errors import InputError, MSAError
 from featurecache.parse.a3m import parse_a3m
@@ -92,6 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    require_shared(__file__)
     rels = sorted(p.relative_to(MSAS).as_posix() for p in MSAS.rglob("*") if p.is_file())
     new = scan_msa_files(str(MSAS), rels, set())
     assert new == full_parse_scan(str(MSAS), rels, set()), "the scans differ"

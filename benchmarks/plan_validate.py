@@ -99,9 +99,13 @@ def measure(cfg: ModelConfig, crop: int, msa_rows: int, fused: bool, steps: int)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--crops", type=int, nargs="+", default=[256, 384, 512, 640, 768])
-    ap.add_argument("--modes", nargs="+", default=["fused", "reference"], choices=["fused", "reference"])
-    ap.add_argument("--msa-rows", type=int, default=256)
+    ap.add_argument("--crops", type=int, nargs="+", default=[256, 384, 512, 640, 768],
+                    help="crops (tokens) to measure and predict (default 256 384 512 640 768)")  # fmt: skip
+    ap.add_argument("--modes", nargs="+", default=["fused", "reference"], choices=["fused", "reference"],
+                    help="kernels: the fused Triton ones and/or the torch references (default both)")  # fmt: skip
+    ap.add_argument(
+        "--msa-rows", type=int, default=256, help="MSA rows of the synthetic batches (default 256)"
+    )
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration (the first is excluded)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -91,9 +91,11 @@ def main() -> None:
         default=None,
         help="An existing store (default: build the real corpus).",
     )
-    ap.add_argument("--requests", type=int, default=600, help="Entry requests per pass.")
-    ap.add_argument("--server-workers", type=int, default=2, help="uvicorn worker processes of the server.")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--requests", type=int, default=600, help="Entry requests per pass (default 600).")
+    ap.add_argument(
+        "--server-workers", type=int, default=2, help="uvicorn worker processes of the server (default 2)."
+    )
+    ap.add_argument("--seed", type=int, default=0, help="Seed of the requested ids (default 0).")
     add_out_argument(ap, "serve")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -26,7 +26,7 @@ from zarr.codecs import ZstdCodec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, RESULTS_DIR, Bench
+from benchmarks.harness import REAL, RESULTS_DIR, Bench, require_shared
 from featurecache.build.run import run_build
 from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS, GROUP_OFFSETS, ZSTD_LEVEL
 from featurecache.store.reader import open_store
@@ -77,6 +77,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.reads < 1 or args.workers < 1:
         ap.error("--reads and --workers must be at least 1")
+    if args.store is None:
+        require_shared(__file__)
     return args
 
 

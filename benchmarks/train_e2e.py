@@ -84,15 +84,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", type=store_argument, default=None,
                     help="an existing store (default: --url, or synthetic batches without either)")  # fmt: skip
-    ap.add_argument("--url", default=None)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--crop", type=int, default=384)
-    ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--search-crops", default="256,384,512,640,768,896,1024")
-    ap.add_argument("--search-steps", type=int, default=3)
-    ap.add_argument("--model-config", type=Path, default=None)
+    ap.add_argument("--url", default=None, help="a lookup service to train from instead of --store")
+    ap.add_argument("--steps", type=int, default=50, help="training steps per variant (default 50)")
+    ap.add_argument(
+        "--crop", type=int, default=384, help="crop size in tokens of the training runs (default 384)"
+    )
+    ap.add_argument("--batch-size", type=int, default=1, help="samples per step (default 1)")
+    ap.add_argument("--workers", type=int, default=4, help="client workers feeding the runs (default 4)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the sampler, crops and model (default 0)")
+    ap.add_argument("--search-crops", default="256,384,512,640,768,896,1024",
+                    help="comma list of crops whose peak memory is measured (default 256,...,1024)")  # fmt: skip
+    ap.add_argument(
+        "--search-steps", type=int, default=3, help="steps per crop of the memory search (default 3)"
+    )
+    ap.add_argument("--model-config", type=Path, default=None, metavar="FILE",
+                    help="model config JSON (default: ModelConfig())")  # fmt: skip
     ap.add_argument("--skip-train", action="store_true", help="only the crop search")
     ap.add_argument(
         "--pad-multiple", type=int, default=None, help="token-axis padding (default: run_training's)"
@@ -107,7 +113,9 @@ def main() -> None:
     ap.add_argument("--compare-prefetch", action="store_true",
                     help="also train the fused model without the next batch's prefetch (eager, and with CUDA "
                     "graphs under --compare-graphs), same run")  # fmt: skip
-    ap.add_argument("--out", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR, metavar="DIR",
+                    help="folder for train_e2e.json, train_e2e_memory.json and the training logs "
+                    "(default benchmarks/results)")  # fmt: skip
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/train_e2e.py needs a CUDA GPU")
