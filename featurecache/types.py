@@ -35,7 +35,9 @@ Atom = np.dtype(
 Token = np.dtype(
     [
         ("restype", np.uint8),  # AF3 32-class vocabulary (const.RESTYPES)
-        ("residue_index", np.int32),  # label_seq_id for polymers (1-based), residue counter else
+        # 1-based number in the input chain (tokenize/af3.py): a polymer residue's entity-sequence
+        # position, else its label_seq_id (gaps kept), else 1, 2, 3 … in file order; ligands 1, 2, 3 …
+        ("residue_index", np.int32),
         ("asym_id", np.int32),  # chain (label_asym) number within the entry, 0-based
         ("entity_id", np.int32),  # entity number within the entry, 0-based
         ("sym_id", np.int32),  # copy number among chains of the same entity, 0-based

@@ -6,9 +6,13 @@ STORE/
   parts/zarr.json                group
   parts/s-NNNNNN/                structure part: arrays ``atoms``, ``tokens``, ``bonds``,
                                  ``interfaces`` — flat tables over all entries of the part, stored
-                                 as uint8 ``[rows, itemsize]`` records of the dtypes in types.py
-                                 (one shard per array, inner chunks of CHUNK_ROWS rows, zstd
-                                 with a checksum: chunk_compressors)
+                                 as uint8 ``[rows, itemsize]`` records of the dtypes in types.py,
+                                 whose ``descr`` each array's attribute ``record_dtype`` holds as
+                                 text (``np.dtype(ast.literal_eval(...))``; README "Reading a store
+                                 without featurecache") (one shard per array, inner chunks of
+                                 CHUNK_ROWS rows, zstd with a checksum: chunk_compressors; arrays
+                                 whose zstd codec has no ``"checksum": true`` were written before
+                                 it and read the same)
   parts/s-NNNNNN/_index/*.arrow  the part's own rows of entries/chains/interfaces/failures
   parts/m-NNNNNN/, c-NNNNNN/     MSA and component parts (see store/msa.py, store/components.py);
                                  their group attribute FILL_ONLY_SHARDS lists the shard files

@@ -14,7 +14,8 @@ Layout of ``parts/m-NNNNNN/`` (a zarr v3 group; one writer, renamed into place l
   _index/failures.arrow  MSA files that could not be read (stage ``msa``)
   _verify/msa_hashes.arrow  one row per MSA (MSA_HASHES_SCHEMA): the sha256 of each of its arrays,
                     read only by ``verify`` when an MSA's content hash differs (parts written
-                    before session 22 have none)
+                    by an older featurecache have no ``_verify/``: verify still finds a damaged MSA
+                    by its content hash, but cannot say which of its arrays changed)
 
 ``index/msas.arrow`` is the concatenation of every part's rows (latest part wins per key, so a
 rebuilt MSA supersedes the old one). ``join_msa_columns`` adds ``msa_key``/``msa_depth`` to the
@@ -98,7 +99,7 @@ MSA_ARRAYS: dict[str, np.dtype] = {
 #: ``<MSA part>/_verify/msa_hashes.arrow``: each MSA's per-array hashes (:func:`msa_hashes`: one
 #: sha256 column per array of :data:`MSA_ARRAYS`), read only by ``verify`` when an MSA's content hash differs, to
 #: say which arrays changed (as ``writer.GROUP_HASHES`` for entries). Outside ``_index/``, whose
-#: every table the index rebuild reads. Parts written before it existed (session 22) have none.
+#: every table the index rebuild reads. Parts written by an older featurecache have none.
 MSA_HASHES = "_verify/msa_hashes.arrow"
 MSA_HASHES_SCHEMA = pa.schema(
     [("key", pa.string()), *((a, pa.string()) for a in MSA_ARRAYS), ("part", pa.string())]

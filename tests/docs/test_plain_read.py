@@ -1,0 +1,99 @@
+"""README "Reading a store without featurecache": its example, taken from the README as written,
+runs with numpy + zarr + pyarrow alone on a store built here and reads what featurecache's own
+reader reads (entry arrays, an MSA with its deletions, a reference conformer), so the section
+cannot drift from the store's layout. And the README and types.py agree on residue_index."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+HEADING = "### Reading a store without featurecache"
+
+
+def readme_example() -> str:
+    text = README.read_text()
+    assert HEADING in text, f"README.md has no {HEADING!r} section"
+    section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, f"expected one python block in the section, found {len(blocks)}"
+    return blocks[0]
+
+
+def test_the_readme_example_reads_what_the_reader_reads(sample_store: Path, tmp_path: Path) -> None:
+    from featurecache import open_store
+    from featurecache.const import RESTYPE_INDEX
+
+    code = readme_example()
+    assert 'STORE, ENTRY = "stores/sample", "102m"' in code  # the quick start's store, as the README says
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "sample").symlink_to(sample_store)
+    dump = tmp_path / "read.npz"
+    # run the example exactly as printed, in a fresh interpreter that cannot import featurecache
+    # (its directory is not on the path, and the example names no featurecache module), then save
+    # what it read for the comparison below
+    script = (code + "\nimport numpy as _np\n_np.savez(" + repr(str(dump)) + ", atoms=atoms, tokens=tokens, "
+              "bonds=bonds, interfaces=interfaces, residues=residues, deletions=deletions, rows=rows, cols=cols, "
+              "hem_atoms=hem_atoms, msa_key=_np.array(chain['msa_key']))\n")  # fmt: skip
+    blocker = tmp_path / "nofc"
+    blocker.mkdir()
+    (blocker / "featurecache.py").write_text(
+        "raise ImportError('the README example must not need featurecache')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(blocker)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("102m "), proc.stdout
+    got = np.load(dump)
+
+    store = open_store(sample_store)
+    entry = store.entry("102m")
+    for group in ("atoms", "tokens", "bonds", "interfaces"):
+        fields = getattr(entry, group)
+        assert fields, group
+        assert len(got[group]) == int(entry.meta[f"{group[:-1]}_count"])
+        for name, want in fields.items():
+            np.testing.assert_array_equal(got[group][name], want, err_msg=f"{group}.{name}")
+    assert len(got["atoms"]) > 1000 and len(got["interfaces"]) > 0  # 102m: myoglobin + HEM + SO4
+
+    key = str(got["msa_key"])
+    protein = next(c for c in entry.chains if c["msa_key"])
+    assert key == protein["msa_key"]
+    block = store.msa(key)
+    np.testing.assert_array_equal(got["residues"], block.residues)
+    np.testing.assert_array_equal(got["deletions"], block.deletions)
+    assert got["deletions"].any()  # the CSR part of the example is exercised
+    np.testing.assert_array_equal(got["rows"]["species"], block.species)
+    np.testing.assert_array_equal(got["rows"]["source"], block.source)
+    np.testing.assert_array_equal(got["cols"]["profile"], block.profile)
+    np.testing.assert_array_equal(got["cols"]["deletion_mean"], block.deletion_mean)
+    # row 0 is the query: the chain's own sequence in RESTYPES classes (independent of the store)
+    three = {"M": "MET", "V": "VAL", "L": "LEU", "S": "SER", "E": "GLU", "G": "GLY", "W": "TRP", "Q": "GLN"}
+    want_query = [RESTYPE_INDEX[three[c]] for c in "MVLSEGEWQL"]
+    assert protein["sequence"].startswith("MVLSEGEWQL")
+    assert got["residues"][0, :10].tolist() == want_query
+
+    hem = store.component_table().component("HEM")
+    np.testing.assert_array_equal(got["hem_atoms"]["ref_pos"], hem["ref_pos"])
+    np.testing.assert_array_equal(got["hem_atoms"]["mask"], hem["mask"])
+    np.testing.assert_array_equal(got["hem_atoms"]["element"], hem["element"])
+    assert len(got["hem_atoms"]) == 43  # heme's heavy atoms (C34 H32 Fe N4 O4)
+
+
+def test_readme_and_types_agree_on_residue_index() -> None:
+    """residue_index is the entity-sequence position, else label_seq_id, else a counter
+    (tokenize/af3.py); types.py said "label_seq_id for polymers"."""
+    types_src = (REPO / "featurecache" / "types.py").read_text()
+    comment = types_src.split('("residue_index"', 1)[0].rsplit('("restype"', 1)[1]
+    assert "entity-sequence" in comment and "label_seq_id" in comment, comment
+    section = README.read_text().split(HEADING, 1)[1]
+    assert "position in its entity sequence" in section and "label_seq_id" in section
