@@ -497,6 +497,12 @@ the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown).
         raise _fatal(exc) from exc
 
 
+def _at_least_one(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"{value} is not at least 1")
+    return value
+
+
 @app.command()
 def train(
     store: Annotated[
@@ -522,7 +528,7 @@ def train(
         int | None,
         typer.Option(
             "--max-atoms",
-            min=1,
+            callback=_at_least_one,  # not min=1: its "[x>=1]" widened the table and cut option names
             help="Atom budget of a crop. Default: none, each crop holds min(tokens, --crop) tokens (AF3 "
             "crops by tokens). With a budget, a crop holds fewer tokens when their atoms would exceed it.",
         ),
