@@ -93,7 +93,11 @@ def commit_text(m: dict[str, Any]) -> str:
         state = " (tree differed from it: dirty)" if dirty is True else " (clean)" if dirty is False else ""
         return f"commit {m['commit']}{state}"
     git = str(m.get("git") or "").strip()
-    return f"commit {git}" if git and git != "?" else "commit not recorded"
+    if not git or git == "?":
+        return "commit not recorded"
+    head = git.split(" ")[0]
+    # "+dirty", "+msa-cut", "+6a038f4": run on a tree that was not that commit
+    return f"commit {git}" + (" (run on a tree that differed from that commit)" if "+" in head else "")
 
 
 def describe(name: str) -> str:

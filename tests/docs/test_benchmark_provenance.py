@@ -75,6 +75,9 @@ def test_the_page_says_not_recorded_for_an_old_result(tmp_path: Path) -> None:
     assert "no start time" not in page and "( s)" not in page and "(?)" not in page, page
     assert "start time not recorded" in page
     assert "commit not recorded" in page
+    # a result run on a tree that was not its commit says so
+    line = make_page.machine_line({"cpus": 2, "git": "6fffa3b+msa-cut"})
+    assert line.endswith("commit 6fffa3b+msa-cut (run on a tree that differed from that commit)"), line
     # and a new result shows its versions and its commit's state
     doc = json.loads(Bench("new").finish(tmp_path / "new.json").read_text())
     line = make_page.machine_line(doc["machine"])
