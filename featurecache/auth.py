@@ -4,7 +4,10 @@
 
 One rule for both sides: surrounding whitespace is not the token's (HTTP strips it from a header
 value, RFC 7230 §3.2.4, so a token ending in a space or a second newline could never match), and a
-token with whitespace or a control character inside is refused (no header can carry it).
+token with whitespace or a control character inside is refused (no header can carry it), as is a
+token with a non-ASCII character (a header value is bytes: httpx sends str headers as ASCII and
+refuses anything else, curl sends the terminal's UTF-8, a server may read latin-1, so one token
+would be three different byte strings).
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN_FILE"
 
 def clean_token(token: str, source: str) -> str:
     """``token`` less surrounding whitespace ("" when nothing else is left). FeatureCacheError naming
-    ``source`` (never the token) when whitespace or a control character is left inside it."""
+    ``source`` (never the token) when whitespace, a control character or a non-ASCII character is
+    left inside it."""
     token = token.strip()
     for i, ch in enumerate(token):
         if ch.isspace() or unicodedata.category(ch) == "Cc":
             raise FeatureCacheError(
                 f"{source}: the token holds whitespace or a control character ({ch!r} at position {i}), "
                 "which no HTTP header can carry: give the token without it"
+            )
+        if not ch.isascii():  # the character itself is not shown: it is part of a secret
+            raise FeatureCacheError(
+                f"{source}: the token holds a non-ASCII character (at position {i}), which HTTP clients "
+                "cannot send in a header as the same bytes: use a token of ASCII characters only "
+                "(e.g. `openssl rand -hex 32`)"
             )
     return token
 

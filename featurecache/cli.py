@@ -474,8 +474,9 @@ def serve(
     """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs.
 
     Exit status: 0 stopped by Ctrl-C; 2 usage error (--port, --workers, a --token that is empty or holds \
-whitespace or a control character); 3 the store cannot be opened, a token variable or file is unusable, or \
-the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown).
+whitespace, a control character or a non-ASCII character); 3 the store cannot be opened, a token variable or \
+file is unusable, or the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown; with any \
+--workers).
     """
     from featurecache.auth import clean_token
     from services.lookup.server import run_server

@@ -22,8 +22,8 @@ from featurecache.errors import FeatureCacheError
 def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     """What ``featurecache serve`` checks before it listens: at most one of ``FEATURECACHE_AUTH_TOKEN``
     (or ``--token``) and ``FEATURECACHE_AUTH_TOKEN_FILE`` is set (non-empty), and the file, when
-    given, holds a token; neither token has whitespace or a control character inside (surrounding
-    whitespace is dropped: ``featurecache.auth.clean_token``). Raises FeatureCacheError (the CLI
+    given, holds a token; neither token has whitespace, a control character or a non-ASCII character
+    inside (surrounding whitespace is dropped: ``featurecache.auth.clean_token``). Raises FeatureCacheError (the CLI
     exits 3: the environment) naming the variable, the file or both; ``featurecache serve`` refuses a
     bad ``--token`` value itself before this, as a usage error (exit 2)."""
     env = os.environ if environ is None else environ
