@@ -8,6 +8,7 @@ import logging
 import logging.config
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -89,14 +90,53 @@ def run_server(
                 f"metrics ({exc}); in a read-only container give it one: --tmpfs /tmp"
             ) from exc
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+    options: dict[str, Any] = dict(
+        factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
+        log_config=log_config, access_log=False, timeout_graceful_shutdown=10,
+    )  # fmt: skip
+    stopped_by: int | None = None
     try:
-        uvicorn.run(
-            APP_FACTORY, factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol,
-            log_level="info", log_config=log_config, access_log=False, timeout_graceful_shutdown=10,
-        )  # fmt: skip
+        if workers == 1:
+            uvicorn.run(APP_FACTORY, **options)  # re-raises a SIGTERM itself once stopped (exit 143)
+        else:
+            stopped_by = _run_workers(uvicorn.Config(APP_FACTORY, **options))
     finally:
         if multiproc_dir is not None:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
+    if stopped_by == signal.SIGTERM:
+        # as uvicorn does with one worker: hand the signal on once everything is stopped and cleaned
+        # up, so that `serve --workers N` ends as SIGTERM's (status 143) whatever N is
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+
+def _run_workers(config: Any) -> int | None:
+    """What ``uvicorn.run`` does for ``workers > 1`` (bind the socket, run the multiprocess
+    supervisor until a signal stops it), returning the signal that stopped it (SIGINT, SIGTERM) or
+    None: uvicorn's supervisor returns normally after a SIGTERM, which would make the exit status 0
+    with several workers but 143 with one (review R2 s24 #4)."""
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        stopped_by: int | None = None
+
+        def handle_int(self) -> None:
+            self.stopped_by = signal.SIGINT
+            super().handle_int()
+
+        def handle_term(self) -> None:
+            self.stopped_by = signal.SIGTERM
+            super().handle_term()
+
+    sock = config.bind_socket()  # a port in use: uvicorn logs it and exits 3, as with one worker
+    supervisor = Supervisor(config, sockets=[sock])
+    try:
+        supervisor.run()
+    except KeyboardInterrupt:  # pragma: no cover - uvicorn.run swallows it the same way
+        pass
+    finally:
+        sock.close()
+    return supervisor.stopped_by
 
 
 def service_log_config() -> dict[str, Any]:
