@@ -28,6 +28,8 @@ numpy without copies). When the service has a token, every route but `/v1/health
 rebuilt or extended under the service answers 503 with `retry-after` until it can be read again;
 the new index is served without a restart. Data damaged in a store that is not changing (a shard
 that fails its checksum, a missing file) answers 500 naming the entry or MSA as unreadable.
+Every GET route answers HEAD too (the GET's status and headers, no body); `/v1/health` and
+`/v1/ready` answer OPTIONS (204 with `allow`), for probes that send those.
 """
 
 

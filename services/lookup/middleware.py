@@ -3,6 +3,11 @@ and the ``x-featurecache-index`` header (:data:`services.lookup.state.INDEX_HEAD
 but a 401: the id of the index that answered (the reader the route read, else the one open now; no
 header while none is open), so that a client whose tables are of another index refreshes them.
 
+HEAD is answered on every route that answers GET, as GET would answer it less the body (probes such
+as ``curl -I`` and uptime monitors use it; FastAPI routes would answer 405), and OPTIONS on the
+probe paths (``/v1/health``, ``/v1/ready``: HAProxy's ``option httpchk`` sends it) with 204 and the
+methods they take.
+
 Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses pass through untouched and the bytes
 actually sent are counted.
 """
@@ -23,6 +28,9 @@ from services.lookup.state import INDEX_HEADER
 _INDEX_HEADER = INDEX_HEADER.encode()
 
 HEALTH_PATH = "/v1/health"
+READY_PATH = "/v1/ready"
+PROBE_PATHS = frozenset({HEALTH_PATH, READY_PATH})  # OPTIONS answered (204) before any route
+PROBE_ALLOW = "GET, HEAD, OPTIONS"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -47,13 +55,18 @@ class ServiceMiddleware:
             return
         start = time.perf_counter()
         state: dict[str, Any] = {"status": 500, "bytes": 0}
+        head = scope["method"] == "HEAD"
+        # the routes see a GET; `inner` is the scope they fill in (the route, request.state)
+        inner = {**scope, "method": "GET"} if head else scope
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
                 if message["status"] != 401:
-                    message = self._with_index_header(scope, message)
+                    message = self._with_index_header(inner, message)
             elif message["type"] == "http.response.body":
+                if head:  # the headers of a GET (content-length included), not its body
+                    message = {**message, "body": b""}
                 state["bytes"] += len(message.get("body", b""))
             await send(message)
 
@@ -66,6 +79,14 @@ class ServiceMiddleware:
                     counting_send, 401, refusal, {"www-authenticate": 'Bearer realm="featurecache"'}
                 )
                 return
+            if scope["method"] == "OPTIONS" and scope["path"] in PROBE_PATHS:
+                route = scope["path"]
+                await counting_send({
+                    "type": "http.response.start", "status": 204,
+                    "headers": [(b"allow", PROBE_ALLOW.encode())],
+                })  # fmt: skip
+                await counting_send({"type": "http.response.body", "body": b""})
+                return
             if scope["method"] in BODY_METHODS:
                 body, too_large = await _read_body(receive, self.max_body_bytes, _content_length(scope))
                 if too_large:
@@ -76,9 +97,9 @@ class ServiceMiddleware:
                     })  # fmt: skip
                     return
                 receive = _replay(body, receive)
-            await self.app(scope, receive, counting_send)
+            await self.app(inner, receive, counting_send)
         finally:
-            r = scope.get("route")
+            r = inner.get("route")
             if r is not None and hasattr(r, "path"):
                 route = r.path
             metrics.observe(
