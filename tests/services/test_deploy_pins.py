@@ -1,0 +1,113 @@
+"""The lookup image is reproducible (review R2 s24 #7): its base image is one Python release on one
+Debian suite (not a moving tag such as ``python:3.11-slim``), and its Python dependencies are
+installed under a constraints file that pins every distribution the image gets, at versions that
+satisfy pyproject.toml. (Here rather than in tests/deploy: the files the session's brief gave.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+LOCK = DEPLOY / "requirements-serve.lock"
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!-]*)$")
+
+
+def _lock() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for n, line in enumerate(LOCK.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = PIN.match(line)
+        assert m, f"{LOCK.name}:{n}: not 'name==version': {line!r}"
+        name = canonicalize_name(m.group(1))
+        assert name not in pins, f"{LOCK.name}:{n}: {name} pinned twice"
+        pins[name] = m.group(2)
+    return pins
+
+
+def _base_image_default(dockerfile: Path) -> str:
+    m = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile.read_text(), re.M)
+    assert m, dockerfile
+    return m.group(1)
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.worker"])
+def test_the_base_image_is_a_pinned_release(name: str) -> None:
+    image = _base_image_default(DEPLOY / name)
+    # python:<major.minor.patch>-<variant>-<debian suite>[@sha256:...]: before, python:3.11-slim
+    m = re.fullmatch(r"python:(\d+)\.(\d+)\.(\d+)-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", image)
+    assert m, f"{name}: BASE_IMAGE={image} is a moving tag (want python:X.Y.Z-slim-<suite>)"
+    assert image == _base_image_default(DEPLOY / "Dockerfile"), "both images on the same base"
+    # the suite the podman base image (the one the container test builds on) uses too
+    env_sh = (DEPLOY / "podman" / "env.sh").read_text()
+    assert f'FC_DEBIAN_SUITE="${{FC_DEBIAN_SUITE:-{m.group(4)}}}"' in env_sh
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    from packaging.specifiers import SpecifierSet
+
+    assert SpecifierSet(requires).contains(".".join(m.group(1, 2, 3))), (image, requires)
+
+
+def test_the_lock_pins_every_requirement_of_the_serve_image_within_pyproject() -> None:
+    pins = _lock()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["serve"]]
+    assert len(wanted) >= 10  # the base dependencies and the serve extra, read from pyproject
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} (pyproject) is not pinned in {LOCK.name}"
+        assert req.specifier.contains(Version(pins[name]), prereleases=True), (str(req), pins[name])
+    # uvicorn[standard]: its extra's distributions, which carry the fast HTTP parser and loop
+    for name in ("httptools", "uvloop", "websockets", "watchfiles", "python-dotenv", "pyyaml"):
+        assert name in pins, f"uvicorn[standard] needs {name}; not pinned"
+    # what FastAPI and pydantic stand on (the stack of the served bytes)
+    for name in ("starlette", "pydantic", "pydantic-core", "anyio", "numcodecs"):
+        assert name in pins, name
+
+
+def test_the_lock_is_what_its_script_writes_from_the_tested_venv() -> None:
+    """The lock is generated, never hand-edited: run here, the script writes it byte for byte. Only
+    where this venv holds the lock's versions (a venv upgraded since, e.g. CI's fresh install of the
+    newest releases, has other versions: then the lock is left for a person to regenerate)."""
+    pins = _lock()
+    differ = {}
+    for name, version in pins.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed != version:
+            differ[name] = (version, installed)
+    if differ:
+        pytest.skip(f"this venv is not the one the lock was written from: {sorted(differ.items())[:5]}")
+    run = subprocess.run(
+        [sys.executable, str(DEPLOY / "lock_requirements.py"), "serve"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == LOCK.read_text()
+
+
+def test_the_image_installs_under_the_lock() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    deps_stage = text.split("\nFROM ")[1]
+    assert (
+        "COPY pyproject.toml deploy/pyproject_requirements.py deploy/requirements-serve.lock ./" in deps_stage
+    )
+    install = next(line for line in deps_stage.split("RUN ") if "pip install --requirement" in line)
+    assert "--constraint requirements-serve.lock" in install, install
+    # nothing installed beside the requirements escapes the lock (setuptools is pinned in it)
+    extra = re.findall(r'"([A-Za-z][\w.-]*)[^"]*"', install)
+    assert all(canonicalize_name(e) in _lock() for e in extra), extra
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "!deploy/requirements-serve.lock" in ignore  # in the build context
