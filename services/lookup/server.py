@@ -66,7 +66,7 @@ def run_server(
     import uvicorn
 
     from featurecache import open_store
-    from services.lookup.settings import check_token_source
+    from services.lookup.settings import check_settings, check_token_source
 
     log_config = service_log_config()
     logging.config.dictConfig(log_config)
@@ -74,6 +74,7 @@ def run_server(
         os.environ["FEATURECACHE_AUTH_TOKEN"] = token
     check_token_source()
     path = Path(store).resolve()
+    check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
         n = len(open_store(path).ids)
     except OSError as exc:

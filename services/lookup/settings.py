@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token
@@ -36,6 +36,26 @@ def check_token_source(environ: Mapping[str, str] | None = None) -> None:
             f"both --token/{TOKEN_ENV} and {TOKEN_FILE_ENV}={path} are set: give the token one way"
         )
     read_token_file(path)
+
+
+def check_settings(store_path: Path) -> None:
+    """What ``featurecache serve`` checks before it starts its workers: every ``FEATURECACHE_*``
+    setting is valid (a worker that cannot make its Settings never serves: one worker stopped with a
+    pydantic traceback, several were restarted by uvicorn again and again). Raises FeatureCacheError
+    (the CLI exits 3: the environment) naming each invalid variable, its value (never a token's)
+    and the rule, on one line."""
+    try:
+        Settings(store_path=store_path)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"])
+            if not field:  # a rule over several settings: its message names them
+                problems.append(error["msg"])
+                continue
+            shown = "" if "token" in field or "input" not in error else f"={error['input']}"
+            problems.append(f"FEATURECACHE_{field.upper()}{shown}: {error['msg']}")
+        raise FeatureCacheError(f"invalid setting: {'; '.join(problems)}") from None
 
 
 class Settings(BaseSettings):
