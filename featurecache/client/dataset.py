@@ -106,6 +106,7 @@ from featurecache.client.loader import (
 )
 from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
 from featurecache.errors import InvalidRequest, LoaderError
+from featurecache.store.versions import FeaturizerChanged, source_versions, version_notes
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,10 @@ K_SKIPS_ONLY: Final = "skips_only"
 #: error classes that say the source itself cannot serve — the lookup service is down, hung or
 #: refuses the token — rather than that one entry is bad (classes travel by name from pool workers)
 SOURCE_FAILURES: Final = frozenset({"ServiceUnavailable", "AuthenticationError"})
+#: a lookup client made with ``on_featurizer_change="raise"`` failed a sample because its service
+#: moved to a store of other featurizer versions: the iterator raises it at once
+#: (:class:`~featurecache.store.versions.FeaturizerChanged`)
+SOURCE_CHANGED: Final = "FeaturizerChanged"
 
 
 #: smallest span of positions (bytes) the shared mirror of the trainer's state covers past its
@@ -337,6 +342,14 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         # settings its worker copies are made from, so that their first calls wait out a restart
         # instead of failing as a first contact with a URL that never answered
         self.source = SourceRef(source, reader)
+        #: the featurizer versions of the source's entries and MSAs (``store.versions.store_versions``;
+        #: None: a reader that cannot say); one warning when they are mixed or not this featurecache's
+        self.featurizer_versions = versions = source_versions(reader)
+        remote = hasattr(reader, "shown_url")  # compared with the service's featurecache
+        where = str(reader.shown_url if remote else getattr(reader, "path", self.source.describe()))
+        for line in version_notes(versions, where, this_code=(versions or {}).get("this_code"),
+                                  code="the service's featurecache" if remote else "this featurecache"):  # fmt: skip
+            log.warning("%s", line)
         self.seed = seed
         self.infinite = infinite
         self.cropper = Cropper(crop_size, max_atoms, crop_weights, interface_cutoff)
@@ -498,6 +511,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                     self.stats.record_skip(rec)
                     self._mark(consumed, out.seq)
                 in_a_row += 1
+                if rec.error_class == SOURCE_CHANGED:
+                    raise FeaturizerChanged(rec.message)
                 if rec.error_class in SOURCE_FAILURES:
                     source_failures += 1
                     if self.max_source_failures is not None and source_failures >= self.max_source_failures:

@@ -94,6 +94,7 @@ from featurecache.store.base import ENTRY_META_SKIP, FeatureReader
 from featurecache.store.layout import ENTRY_GROUPS
 from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
 from featurecache.store.reader import parse_array_selection
+from featurecache.store.versions import FeaturizerChanged, version_set, versions_of
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,13 @@ class LookupClient(FeatureReader):
     (raise it to wait for a service that is starting at the same time); ``answered``: the service
     has answered this client (or the client it is a copy of) before: a worker's client is a copy
     (:meth:`settings`), and its first calls have the whole ``retry_budget_s``.
+
+    Featurizer versions: the client learns those of the store it first reads (``/v1/info``'s
+    ``featurizer_versions``, once; ``expect_featurizer`` / ``expect_index``: already learned, by the
+    client this one is a copy of). When the service moves to an index whose versions differ (its
+    store rebuilt or extended by another featurecache), the client logs one WARNING naming the URL
+    and both versions; ``on_featurizer_change="raise"`` (``featurecache train``) then raises
+    :class:`~featurecache.store.versions.FeaturizerChanged` from that call and every later one.
     """
 
     def __init__(
@@ -166,7 +174,14 @@ class LookupClient(FeatureReader):
         max_connections: int = 32,
         first_contact_s: float = DEFAULT_FIRST_CONTACT_S,
         answered: bool = False,
+        on_featurizer_change: str = "warn",
+        expect_featurizer: Sequence[str] | None = None,
+        expect_index: str | None = None,
     ) -> None:
+        if on_featurizer_change not in ("warn", "raise"):
+            raise InvalidRequest(
+                f"LookupClient: on_featurizer_change must be 'warn' or 'raise', got {on_featurizer_change!r}"
+            )
         if retries is not None and retries < 0:
             raise InvalidRequest(f"LookupClient: retries must be >= 0 or None, got {retries}")
         if not retry_budget_s >= 0:
@@ -200,6 +215,14 @@ class LookupClient(FeatureReader):
         self._index: str | None = None  # the service's id of the index the tables are of (INDEX_HEADER)
         self._left: set[str] = set()  # ids of the indexes the client refreshed away from
         self._older_since: float | None = None  # first answer from an older index since one from its own
+        self.on_featurizer_change = on_featurizer_change
+        #: the featurizer versions of the data the client started on, and the index they were learned at
+        self.expect_featurizer = tuple(expect_featurizer) if expect_featurizer is not None else None
+        self.expect_index = expect_index
+        self._versions_doc: dict[str, Any] | None = None  # store_versions of the index the client holds
+        self._unchecked: str | None = None  # an index whose featurizer versions are still to be checked
+        self._checking = False
+        self._featurizer_changed: str | None = None  # the message, once the versions changed ("raise")
         self._http = self._new_http()
         self._pid = os.getpid()
 
@@ -228,6 +251,8 @@ class LookupClient(FeatureReader):
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call with retries; returns a 2xx response (body read) or raises (see module doc).
         An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`)."""
+        if self._featurizer_changed is not None:
+            raise FeaturizerChanged(self._featurizer_changed)
         what = f"{method} {self.shown_url}{path}"
         started = time.monotonic()
         timeouts = 0
@@ -255,6 +280,8 @@ class LookupClient(FeatureReader):
             if first:
                 self._check_first_answer(method, path, response)
             self._follow_index(response)
+            if self._unchecked is not None:
+                self._check_featurizer()
             status = response.status_code
             if status < 400:
                 return response
@@ -376,6 +403,8 @@ class LookupClient(FeatureReader):
             if current is None or seen == current:
                 self._index = seen
                 self._older_since = None
+                if current is None and seen != self.expect_index:  # a first answer (or after refresh())
+                    self._unchecked = seen  # checked by request(), once the lock is released
                 return False
             age, current_age = _index_order(seen), _index_order(current)
             if seen in self._left or (age is not None and current_age is not None and age < current_age):
@@ -387,10 +416,68 @@ class LookupClient(FeatureReader):
             self._left.add(current)
             self._index = seen
             self._older_since = None
+            self._versions_doc = None
+            self._unchecked = seen
         log.info("%s: the service answers from another index now (%s, was %s: the store was rebuilt or "
                  "extended); refreshing the index tables", self.shown_url, seen, current)  # fmt: skip
         self._refresh_tables()
         return False
+
+    def _check_featurizer(self) -> None:
+        """Compare the featurizer versions of the index :meth:`_follow_index` took (``_unchecked``)
+        with those the client's data were of (``expect_featurizer``; the first ones seen become
+        it): one WARNING when they differ, and with ``on_featurizer_change="raise"``
+        :class:`FeaturizerChanged` from now on. One ``GET /v1/info`` without retries, outside the
+        call being answered; when it fails (or answers from yet another index) the next answer
+        tries again."""
+        with self._lock:
+            index = self._unchecked
+            if index is None or self._checking:
+                return
+            self._checking = True
+        try:
+            response = self._client().get("/v1/info")
+            doc = versions_of(response.json()) if response.status_code == 200 else None
+            at = response.headers.get(INDEX_HEADER)
+        except (httpx.HTTPError, ValueError):
+            doc = at = None
+        finally:
+            with self._lock:
+                self._checking = False
+        if at != index:  # no answer, or one of another index: the next answer brings it
+            return
+        with self._lock:
+            self._unchecked = None
+            if doc is None:  # the service tells no versions: nothing to compare
+                return
+            now = version_set(doc)
+            self._versions_doc = doc
+            before, self.expect_featurizer, self.expect_index = self.expect_featurizer, now, index
+        if before is None or before == now:
+            return
+        message = (
+            f"{self.shown_url}: the service now answers from a store of featurizer {', '.join(now)} (index "
+            f"{index}); this client's data so far were of featurizer {', '.join(before)}: the store was rebuilt "
+            "or extended by another featurecache, and its features differ from those before"
+        )
+        log.warning("%s", message)
+        if self.on_featurizer_change == "raise":
+            self._featurizer_changed = message
+            raise FeaturizerChanged(message)
+
+    def featurizer_versions(self) -> dict[str, Any] | None:
+        """The featurizer versions of the entries and MSAs of the store the service serves
+        (:func:`featurecache.store.versions.store_versions`, from ``/v1/info``; a service older than
+        this client: its root version), fetched once per index; None when it says neither."""
+        doc = self._versions_doc
+        if doc is None:
+            doc = versions_of(self.info())
+            with self._lock:
+                if self._unchecked is None:  # of the index the client holds (else checked next call)
+                    self._versions_doc = doc
+                    if self.expect_featurizer is None and doc is not None:
+                        self.expect_featurizer, self.expect_index = version_set(doc), self._index
+        return doc
 
     def _older_answer(self, response: httpx.Response) -> bool:
         """Whether ``response`` (already seen by :meth:`_follow_index`) came from another index than
@@ -804,7 +891,8 @@ class LookupClient(FeatureReader):
         """The constructor's arguments: ``LookupClient(**c.settings())`` is the same client with its
         own connections (what a loader worker process builds). Holds the token: never log it."""
         keep = ("url", "token", "timeout", "connect_timeout", "retries", "retry_budget_s", "backoff",
-                "max_backoff", "max_connections", "first_contact_s", "answered")  # fmt: skip
+                "max_backoff", "max_connections", "first_contact_s", "answered", "on_featurizer_change",
+                "expect_featurizer", "expect_index")  # fmt: skip
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from featurecache.errors import FeatureCacheError, InvalidRequest, TrainingError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
+from featurecache.store.versions import FeaturizerChanged
 from featurecache.strict_json import finite
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,9 @@ class BatchSource:
     largest_entry: int | None = None
     #: the entries the stream draws from (:func:`source_identity`; None: synthetic or given batches)
     identity: dict[str, Any] | None = None
+    #: the featurizer versions of the source's entries and MSAs (``store.versions.store_versions``;
+    #: None: synthetic or given batches, or a source that cannot say)
+    featurizer_versions: dict[str, Any] | None = None
 
 
 def source_identity(entry_ids: Sequence[str]) -> dict[str, Any]:
@@ -226,9 +230,12 @@ def make_batches(
     from featurecache.client import FeatureDataset, FeatureLoader
 
     source = str(store) if store is not None else str(url)
+    # a lookup client raises FeaturizerChanged when its service moves to an index of other
+    # featurizer versions (the store rebuilt under the run): the run stops on the data-failure path
+    options = {"on_featurizer_change": "raise"} if store is None else None
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
-        token=token if url is not None else None, max_atoms=max_atoms,
+        token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
     )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
     identity = source_identity(dataset.sampler.entry_ids)
@@ -253,8 +260,9 @@ def make_batches(
     _warn_few_msas(dataset.source.get().chains, dataset.source.describe())
     counts = dataset.source.get().entries.column("token_count")  # the reader the dataset opened
     largest = pc.max(counts).as_py() if len(counts) else None
+    versions = getattr(dataset, "featurizer_versions", None)  # FeatureDataset warns when mixed or old
     return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()},
-                       largest_entry=largest, identity=identity)  # fmt: skip
+                       largest_entry=largest, identity=identity, featurizer_versions=versions)  # fmt: skip
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -1239,12 +1247,13 @@ def run_training(
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
             "checkpoints": carried_checkpoints,
             "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
+            "featurizer_versions": src.featurizer_versions,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
             "error": None, "fields": LOG_FIELDS, "steps": list(carried),
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
                 "batch_size": batch_size, "lr": lr, "fused": fused, "max_atoms": max_atoms,
-                "source_identity": src.identity,
+                "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
                 "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
         feed = _Feed(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
@@ -1365,6 +1374,12 @@ def run_training(
             if saved_at < done:
                 save(done, position, vouched=True)
             path = doc["checkpoints"][-1]["path"]
+            if isinstance(cause, FeaturizerChanged):  # other features from now on: not a resume on them
+                return TrainingError(
+                    f"{_first_line(cause)}; the {done} steps done are checkpointed in {path}: "
+                    + _START_ANEW.format(ck=path)
+                    + f", or --resume {path} --steps {steps} once a store of the run's featurizer is served"
+                )
             return TrainingError(
                 f"{_first_line(cause)}; the {done} steps done are checkpointed in {path}: continue with "
                 f"--resume {path} --steps {steps} once the source serves again"

@@ -66,6 +66,7 @@ def run_server(
     import uvicorn
 
     from featurecache import open_store
+    from featurecache.store.versions import store_versions, version_notes
     from services.lookup.settings import check_settings, check_token_source
 
     log_config = service_log_config()
@@ -76,10 +77,14 @@ def run_server(
     path = Path(store).resolve()
     check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
-        n = len(open_store(path).ids)
+        opened = open_store(path)
+        n = len(opened.ids)
     except OSError as exc:
         raise StoreError(f"cannot serve {path}: {exc}") from exc
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
+    for line in version_notes(store_versions(opened), str(path)):  # data of another featurizer, or mixed
+        log.warning("%s", line)
+    opened.close()
     os.environ["FEATURECACHE_STORE_PATH"] = str(path)
     multiproc_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -1,0 +1,230 @@
+"""Which featurizer versions built a store's entries and MSAs (review R3 s24 #3, #5, #6).
+
+Every part records the ``FEATURIZER_VERSION`` of the build that wrote it (``_index/part.json``)
+and ``index/msas.arrow`` holds it per MSA. The root's ``featurizer_version`` is only the latest
+build's: a newer featurecache that extends a store (another ``--pdb-dir``) keeps the entries of the
+older one until they are rebuilt or pruned (``prune --sources-gone``), so a store may hold several
+versions and only the parts tell. :func:`store_versions` counts them (``info``'s
+:data:`VERSIONS_KEY`, also ``/v1/info``); :func:`version_notes` is the one line that ``info``,
+``verify``, ``serve``, ``FeatureDataset`` and ``train`` print when the data are not all of this
+featurecache's version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from featurecache.const import FEATURIZER_VERSION
+from featurecache.errors import LoaderError
+from featurecache.store.layout import PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
+
+if TYPE_CHECKING:
+    from featurecache.store.reader import LocalStore
+
+__all__ = [
+    "UNKNOWN", "VERSIONS_KEY", "FeaturizerChanged", "extension_notes", "source_versions", "store_versions",
+    "version_notes", "version_set", "versions_of",
+]  # fmt: skip
+
+#: the info document's key (``info --json``, ``/v1/info``)
+VERSIONS_KEY = "featurizer_versions"
+#: the version of a part whose ``part.json`` does not read or records none
+UNKNOWN = "unknown"
+
+#: part.json path -> ((inode, mtime_ns, size), (featurizer version, source dir)); a committed part
+#: is never written again, and one written again under its name is a new file
+_cache: dict[str, tuple[tuple[int, int, int], tuple[str, str | None]]] = {}
+_cache_lock = threading.Lock()
+
+
+def part_record(root: Path, part: str) -> tuple[str, str | None]:
+    """``(featurizer version, source dir)`` that part ``part`` of the store at ``root`` records
+    (:data:`UNKNOWN`, None when its ``part.json`` does not read)."""
+    path = os.path.join(root, PARTS_DIR, part, PART_INDEX_DIR, PART_DONE_FILE)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return UNKNOWN, None
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _cache.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    record: tuple[str, str | None] = (UNKNOWN, None)
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(Path(path).read_text())
+        if isinstance(doc, dict):
+            version = doc.get("featurizer_version")
+            source = doc.get("source_dir")
+            record = (str(version) if version else UNKNOWN, source if isinstance(source, str) else None)
+    with _cache_lock:
+        _cache[path] = (stamp, record)
+    return record
+
+
+def store_versions(store: LocalStore) -> dict[str, Any]:
+    """The featurizer versions of the entries and MSAs the store's index lists:
+    ``{"this_code": FEATURIZER_VERSION, "entries": {version: n}, "msas": {version: n},
+    "entry_source_dirs": {version: [dir, ...]}}`` (an entry's version is its part's; an MSA's is
+    its row's). Reads one small ``part.json`` per structure part the index names (kept while the
+    file is unchanged); no array."""
+    entries, msas = store.entries, store.msas
+    by_part: Counter[str] = Counter()
+    if entries.num_rows and "part" in entries.column_names:
+        by_part.update(entries.column("part").to_pylist())
+    n_entries: Counter[str] = Counter()
+    dirs: dict[str, set[str]] = {}
+    for part, n in by_part.items():
+        version, source = part_record(store.path, part)
+        n_entries[version] += n
+        if source is not None:
+            dirs.setdefault(version, set()).add(source)
+    n_msas: Counter[str] = Counter()
+    if msas.num_rows and "featurizer_version" in msas.column_names:
+        n_msas.update(v or UNKNOWN for v in msas.column("featurizer_version").to_pylist())
+    return {
+        "this_code": FEATURIZER_VERSION,
+        "entries": dict(sorted(n_entries.items())),
+        "msas": dict(sorted(n_msas.items())),
+        "entry_source_dirs": {v: sorted(d) for v, d in sorted(dirs.items())},
+    }
+
+
+class FeaturizerChanged(LoaderError):
+    """A lookup client's service moved to an index whose featurizer versions differ from those the
+    client started on (its store rebuilt or extended by another featurecache): raised by a client
+    made with ``on_featurizer_change="raise"`` (``featurecache train``), and by ``FeatureDataset``'s
+    iterator when a sample fails so."""
+
+
+def source_versions(reader: Any) -> dict[str, Any] | None:
+    """:func:`store_versions` of a reader: a ``LocalStore`` counts them itself; a lookup client asks
+    its service (``/v1/info``; :func:`versions_of`); None for a reader that can say neither."""
+    from featurecache.store.reader import LocalStore
+
+    if isinstance(reader, LocalStore):
+        return store_versions(reader)
+    cached = getattr(reader, "featurizer_versions", None)
+    if callable(cached):
+        doc = cached()
+        return doc if isinstance(doc, dict) else None
+    info = getattr(reader, "info", None)
+    if not callable(info):
+        return None
+    try:
+        return versions_of(info())
+    except Exception:  # an info this code does not know: no versions rather than no training
+        return None
+
+
+def versions_of(info: dict[str, Any]) -> dict[str, Any] | None:
+    """The :func:`store_versions` document in an info document (``LocalStore.info()``, ``/v1/info``),
+    or one made of its root ``featurizer_version`` (a service older than this code: every entry
+    counted under it); None when it has neither."""
+    doc = info.get(VERSIONS_KEY)
+    if isinstance(doc, dict) and isinstance(doc.get("entries"), dict):
+        return doc
+    root = (info.get("versions") or {}).get("featurizer_version")
+    if not root:
+        return None
+    counts = info.get("counts") or {}
+    return {"this_code": None, "entries": {str(root): counts.get("entries", 0)},
+            "msas": {str(root): counts.get("msas", 0)} if counts.get("msas") else {},
+            "entry_source_dirs": {}}  # fmt: skip
+
+
+def version_set(doc: dict[str, Any] | None) -> tuple[str, ...]:
+    """The versions a :func:`store_versions` document names (entries and MSAs), sorted."""
+    if not doc:
+        return ()
+    return tuple(sorted(set(doc.get("entries") or {}) | set(doc.get("msas") or {})))
+
+
+def _counted(doc: dict[str, Any], version: str) -> str:
+    n_e, n_m = (doc.get("entries") or {}).get(version, 0), (doc.get("msas") or {}).get(version, 0)
+    parts = [f"{n_e} entr{'y' if n_e == 1 else 'ies'}"] if n_e else []
+    if n_m:
+        parts.append(f"{n_m} MSA{'' if n_m == 1 else 's'}")
+    return " and ".join(parts)
+
+
+def version_notes(
+    doc: dict[str, Any] | None,
+    where: str,
+    *,
+    this_code: str | None = FEATURIZER_VERSION,
+    code: str = "this featurecache",
+) -> list[str]:
+    """One line when the store ``doc`` describes (:func:`store_versions`; ``where``: the store or
+    URL as messages name it) holds data of a featurizer version other than ``this_code`` (None: do
+    not compare: say only when the versions are mixed; ``code``: whose version it is, e.g. "the
+    service's featurecache"), or of several: what each version holds, and the build that rebuilds
+    the others. Empty when all is one version (``this_code``'s)."""
+    versions = version_set(doc)
+    if not versions or doc is None:
+        return []
+    if len(versions) == 1 and (this_code is None or versions[0] == this_code):
+        return []
+    newest = this_code if this_code is not None else max(versions, key=_version_key)
+    held = "; ".join(f"{_counted(doc, v)} of {v}" for v in sorted(versions, key=_version_key))
+    if len(versions) > 1:
+        head = f"{where} mixes featurizer versions, whose features differ: {held}"
+    else:
+        head = f"{where} holds {held.replace(' of ', ' of featurizer ')}"
+    if this_code is not None:
+        head += f"; {code} builds featurizer {this_code}"
+    others = [v for v in sorted(versions, key=_version_key) if v != newest]
+    dirs = sorted({d for v in others for d in (doc.get("entry_source_dirs") or {}).get(v, [])})
+    what = f"rebuild those of {', '.join(others)}"
+    if dirs:
+        out = where if "://" not in where else "STORE"
+        builds = " and ".join(
+            f"`featurecache build --pdb-dir {shlex.quote(d)} --out {shlex.quote(out)}`" for d in dirs
+        )
+        fix = f": {what} with {builds} (with the --msa-dir, --ccd and options of their build)"
+    else:
+        fix = f": {what} with `featurecache build` from the same inputs"
+    return [head + fix]
+
+
+def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
+    """A build's one line when the store ``root`` it extends holds entries of another featurizer
+    version than this code's that the build does not rebuild: those of parts written from another
+    ``--pdb-dir`` than ``pdb_dir`` (``stored``: the entries index the build starts from). The
+    entries of its own ``--pdb-dir`` it rebuilds (the version is in their keys)."""
+    from featurecache.build.discover import resolved
+
+    if not stored.num_rows or "part" not in stored.column_names:
+        return []
+    here = str(resolved(Path(pdb_dir)))
+    counts: Counter[tuple[str, str]] = Counter()
+    for part, n in Counter(stored.column("part").to_pylist()).items():
+        version, source = part_record(root, part)
+        if version != FEATURIZER_VERSION and source != here:
+            counts[(version, source or "")] += n
+    if not counts:
+        return []
+    held = "; ".join(
+        f"{n} entr{'y' if n == 1 else 'ies'} of featurizer {v} from {d or 'a --pdb-dir it did not record'}"
+        for (v, d), n in sorted(counts.items())
+    )
+    dirs = sorted({d for _, d in counts if d})
+    builds = " and ".join(
+        f"`featurecache build --pdb-dir {shlex.quote(d)} --out {shlex.quote(str(root))}`" for d in dirs
+    )
+    return [
+        f"adding featurizer {FEATURIZER_VERSION} entries to {root}, which holds {held}: the store will mix "
+        f"featurizer versions, whose features differ; rebuild them with {builds or '`featurecache build` from their inputs'}"
+        " (with the --msa-dir, --ccd and options of their build)"
+    ]
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    """Sort key of a version string: numeric fields as numbers ("0.10.0" after "0.9.0")."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split("."))
