@@ -80,11 +80,12 @@ def build_structure_part(
         try:
             data = Path(inp.path).read_bytes()
         except OSError as exc:
-            contents.failures.append(_failure(inp, "read", exc))
+            contents.failures.append(_failure(inp, "read", exc, message=read_failure(inp, exc)))
             continue
         result.bytes_read += len(data)
         sha = hashlib.sha256(data).hexdigest()
-        key = inp.key if sha == inp.sha256 else entry_key(sha, inp.entry_id, config_hash)
+        changed = sha != inp.sha256
+        key = inp.key if not changed else entry_key(sha, inp.entry_id, config_hash)
         try:
             if not inp.fmt:
                 raise UnsupportedFormatError(
@@ -98,7 +99,9 @@ def build_structure_part(
             stage = exc.stage if isinstance(exc, InputError) and exc.stage else timer.stage
             if not isinstance(exc, InputError):
                 log.debug("unexpected error featurizing %s", inp.rel, exc_info=True)
-            contents.failures.append(_failure(inp, stage, exc, key))
+            note = changed_note(inp, len(data)) if changed and inp.sha256 else ""
+            reason = (str(exc) or type(exc).__name__)[: MESSAGE_CHARS - len(note)] + note
+            contents.failures.append(_failure(inp, stage, exc, key, message=reason))
             timer.stop()
             continue
         contents.entries.append(
@@ -196,9 +199,40 @@ def check_versions(expected: dict[str, str] | None) -> None:
                      "on every worker)")  # fmt: skip
 
 
-def _failure(inp: InputFile, stage: str, exc: BaseException, key: str | None = None) -> dict[str, Any]:
-    message = str(exc) or type(exc).__name__
+#: a failure row's message is cut to this many characters
+MESSAGE_CHARS = 2000
+
+
+def read_failure(inp: InputFile, exc: OSError) -> str:
+    """The failure message of an input the part task cannot read: the file (its path under
+    ``--pdb-dir``) and why, in words, not the OSError's text (which names the resolved path). A file
+    the build read when it listed ``--pdb-dir`` (its digest is known) and cannot read now was
+    removed, replaced or changed during the build: the message says so."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    text = f"cannot read {inp.rel}: {reason}"
+    if not inp.sha256:  # not readable when the build listed --pdb-dir either
+        return text
+    if isinstance(exc, FileNotFoundError):
+        return (f"cannot read {inp.rel}: the file is gone: it was there when the build listed --pdb-dir "
+                "(removed or renamed during the build)")  # fmt: skip
+    return f"{text}: it was read when the build listed --pdb-dir (replaced or changed during the build)"
+
+
+def changed_note(inp: InputFile, n_read: int) -> str:
+    """What a failure message adds for an input whose bytes differ from those the build hashed when
+    it listed ``--pdb-dir``: it changed during the build (a copy or download still being written?),
+    so the failure is of the bytes read then, not of the file as it ends up."""
+    return (f" (the file changed during the build: {n_read} bytes read, {inp.size} when the build listed "
+            "--pdb-dir; still being written? the next build reads it again if it changed since)")  # fmt: skip
+
+
+def _failure(
+    inp: InputFile, stage: str, exc: BaseException, key: str | None = None, *, message: str | None = None
+) -> dict[str, Any]:
+    """A failure row naming the input's file (``path``, relative to ``--pdb-dir``), the ``stage``
+    and the reason (``message``; default: the exception's text)."""
+    message = message or str(exc) or type(exc).__name__
     return {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": stage, "error_class": type(exc).__name__,
-        "message": message[:2000], "key": key or inp.key,
+        "message": message[:MESSAGE_CHARS], "key": key or inp.key,
     }  # fmt: skip
