@@ -53,6 +53,7 @@ from featurecache.store.index import (
     store_bytes,
     store_writes,
 )
+from featurecache.store.info import BUILD_INPUTS_KEY
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.writer import PartContents, write_structure_part
@@ -106,8 +107,21 @@ class BuildSummary:
     msas_gone: list[str] = field(default_factory=list)
 
 
-def _fingerprint(path: Path | None) -> str:
-    """Content hash of the CCD input (file, or every file of a directory)."""
+def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
+    """What a build records of its inputs in the store's root attributes (:data:`BUILD_INPUTS_KEY`),
+    beside its options (``config``): ``pdb_dir``, ``msa_dir`` (None without one) and ``ccd``
+    (``{"path", "fingerprint"}``, None without ``--ccd``), paths absolute as given (symlinks kept).
+    ``featurecache info`` shows them; the rebuild command ``verify`` prints passes the recorded
+    ``--ccd`` when that path still holds a CCD of the same fingerprint (:func:`ccd_fingerprint`)."""
+    return {
+        "pdb_dir": str(pdb_dir),
+        "msa_dir": str(msa_dir) if msa_dir is not None else None,
+        "ccd": {"path": str(ccd), "fingerprint": ccd_fp} if ccd is not None else None,
+    }
+
+
+def ccd_fingerprint(path: Path | None) -> str:
+    """Content hash of the CCD input (file, or every file of a directory); "" for None."""
     if path is None:
         return ""
     h = hashlib.sha256()
@@ -116,6 +130,9 @@ def _fingerprint(path: Path | None) -> str:
         h.update(f.name.encode())
         h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()[:16]
+
+
+_fingerprint = ccd_fingerprint  # its earlier name
 
 
 def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
@@ -207,6 +224,69 @@ def _check_scheduler_address(scheduler: str) -> None:
                          "expected e.g. tcp://host:8786") from exc  # fmt: skip
 
 
+#: how long :func:`_check_reachable` waits for a TCP connection to the scheduler's address
+SCHEDULER_REACH_S = 1.5
+#: the pause between two of its attempts
+SCHEDULER_REACH_RETRY_S = 0.25
+
+
+def _check_reachable(scheduler: str) -> None:
+    """StoreError (exit 3) within ``SCHEDULER_REACH_S`` for a ``tcp://`` address that no connection
+    can be opened to: a host name that does not resolve, a port nothing listens on (refused), a
+    network or host that is not reachable. distributed's connect retried those for its whole
+    timeout (15 s) and then said "Timed out trying to connect ... after 15 s", also for a refused
+    port. Plain connections (each closed at once) are tried again for ``SCHEDULER_REACH_S`` (a
+    scheduler that is just starting); the first that opens ends the check, and so does one that
+    only times out (a slow or filtering network: left to distributed's connect and its retries, as
+    before). Other schemes (``tls://``, ``inproc://``, ``ucx://``) are left to distributed too."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(scheduler)
+    if scheme != "tcp":
+        return
+    host, port = parse_host_port(location)
+    deadline = time.monotonic() + SCHEDULER_REACH_S
+    while True:
+        try:
+            failures = _connect_once(host, port, max(0.1, deadline - time.monotonic()))
+        except (socket.gaierror, UnicodeError) as exc:
+            reason = f"the host name {host} does not resolve ({exc.strerror if isinstance(exc, socket.gaierror) else exc})"
+            error: BaseException = exc
+        else:
+            if not failures:
+                return
+            error = failures[-1]
+            if all(isinstance(e, ConnectionRefusedError) for e in failures):
+                reason = f"connection refused: nothing listens on port {port} of {host} (is the scheduler running there?)"
+            else:
+                reason = "; ".join(sorted({e.strerror or str(e) for e in failures}))
+        if time.monotonic() + SCHEDULER_REACH_RETRY_S >= deadline:
+            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {reason}") from error
+        time.sleep(SCHEDULER_REACH_RETRY_S)
+
+
+def _connect_once(host: str, port: int, timeout_s: float) -> list[OSError]:
+    """Open (and close) one TCP connection to ``host:port``, trying each address the name resolves
+    to: [] once one opens or one times out, else why each failed. Raises ``socket.gaierror`` for a
+    name that does not resolve."""
+    import socket
+
+    failures: list[OSError] = []
+    for family, kind, proto, _name, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(timeout_s)
+                sock.connect(sockaddr)
+            return []
+        except TimeoutError:
+            return []
+        except OSError as exc:
+            failures.append(exc)
+    return failures
+
+
 def _probe_scheduler(scheduler: str) -> None:
     """Ask ``scheduler`` who it is, within ``SCHEDULER_ANSWER_S`` in all, before ``Client()`` is
     made: distributed's connect waits without a bound for the other side's handshake, so an
@@ -227,6 +307,7 @@ def _probe_scheduler(scheduler: str) -> None:
     from distributed.security import Security
 
     _check_scheduler_address(scheduler)
+    _check_reachable(scheduler)
 
     async def ask() -> Any:
         comm = await connect(
@@ -416,7 +497,7 @@ def _run_build(
     pdb_dir, out = _absolute(pdb_dir), _absolute(out)
     msa_dir = _absolute(msa_dir) if msa_dir is not None else None
     ccd = _absolute(ccd) if ccd is not None else None
-    ccd_fp = _fingerprint(Path(ccd) if ccd else None)
+    ccd_fp = ccd_fingerprint(Path(ccd) if ccd else None)
     entry_config = config.entry_config_hash(ccd_fp)
     summary = BuildSummary(store=str(out))
     # the workers are compared with the package as it is now (a long test session or a notebook
@@ -439,8 +520,9 @@ def _run_build(
             finished = first_build_finished(out)
             init_store(
                 out,
-                {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__},
-            )
+                {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__,
+                 BUILD_INPUTS_KEY: build_inputs(pdb_dir, msa_dir, ccd, ccd_fp)},
+            )  # fmt: skip
             with store_writes(out / "parts"):
                 remove_leftovers(out)
             # from the parts: repairs an index left stale or damaged by a killed build

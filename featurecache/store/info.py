@@ -132,6 +132,40 @@ def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
     return {v: int(c) for v, c in zip(values, n, strict=True)}
 
 
+#: the store's root attribute in which each build records what it read: ``pdb_dir``, ``msa_dir``
+#: (None: no ``--msa-dir``) and ``ccd`` (``{"path", "fingerprint"}``; None: no ``--ccd``), paths
+#: absolute as given (``featurecache.build.run.build_inputs`` writes it; the latest build's stays)
+BUILD_INPUTS_KEY = "build_inputs"
+
+
+def recorded_build_inputs(attributes: dict[str, Any]) -> dict[str, Any]:
+    """The store's record of what its latest build read (:data:`BUILD_INPUTS_KEY`), as ``info``
+    shows it: ``{"recorded", "pdb_dir", "msa_dir", "ccd"}``; ``recorded`` False (the rest None)
+    for a store built before builds recorded it."""
+    rec = attributes.get(BUILD_INPUTS_KEY)
+    if not isinstance(rec, dict):
+        return {"recorded": False, "pdb_dir": None, "msa_dir": None, "ccd": None}
+    ccd = rec.get("ccd")
+    if not (isinstance(ccd, dict) and isinstance(ccd.get("path"), str)):
+        ccd = None
+    return {
+        "recorded": True,
+        "pdb_dir": rec.get("pdb_dir") if isinstance(rec.get("pdb_dir"), str) else None,
+        "msa_dir": rec.get("msa_dir") if isinstance(rec.get("msa_dir"), str) else None,
+        "ccd": {"path": ccd["path"], "fingerprint": str(ccd.get("fingerprint") or "")} if ccd else None,
+    }
+
+
+def removed_counts(store: LocalStore) -> dict[str, int]:
+    """The removals in effect (``index/removed.arrow``: entries and MSAs that ``prune --sources-gone``
+    or ``verify --repair`` took out of the index, not built again since), by kind."""
+    from featurecache.store.index import REMOVED
+
+    table = store.table(REMOVED)  # none: an empty table
+    kinds = _value_counts(table, "kind") if "kind" in table.column_names else {}
+    return {"entries": kinds.get("entry", 0), "msas": kinds.get("msa", 0)}
+
+
 def store_info(store: LocalStore) -> dict[str, Any]:
     """Counts, versions, parts per kind, bytes (:func:`store_bytes`) and failures per stage/class."""
     return info_document(store, store_bytes(store.path))
@@ -174,6 +208,8 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
         "bytes": dict(sizes[0]) if sizes is not None else None,
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
+        "removed": removed_counts(store),
+        "build_inputs": recorded_build_inputs(store.attributes),
     }
     if sizes is None:
         doc["sizes_pending"] = True
@@ -263,6 +299,15 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     t.add_row("size", f"{info['bytes']['total'] / 1e6:.2f} MB (index {info['bytes']['index'] / 1e3:.0f} kB)")
     for stage, n in sorted(info["failures_by_stage"].items()):
         t.add_row(f"failed at {stage}", str(n))
+    removed = info["removed"]
+    if removed["entries"] or removed["msas"]:
+        t.add_row("removed", f"{_plural(removed['entries'], 'entry', 'entries')}, "
+                             f"{_plural(removed['msas'], 'MSA', 'MSAs')} (prune --sources-gone, verify --repair; "
+                             "a build of their files stores them again)")  # fmt: skip
+    else:
+        t.add_row("removed", "none")
+    for label, value in _build_input_rows(info["build_inputs"]):
+        t.add_row(label, printable(value, limit=10_000))
     console.print(t)
     if rows:
         f = Table(title="failures")
@@ -280,3 +325,29 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
             )
         console.print(f)
     return lag
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+#: what ``info`` shows for a store built before builds recorded their inputs
+NOT_RECORDED = "not recorded (the store's latest build was made by a featurecache that did not record it)"
+
+
+def _build_input_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
+    """``info``'s lines for :func:`recorded_build_inputs`: the latest build's --pdb-dir, --msa-dir
+    and --ccd ("none" for an option it was run without)."""
+    if not rec["recorded"]:
+        return [("build inputs", NOT_RECORDED)]
+    ccd = rec["ccd"]
+    if ccd is None:
+        ccd_text = "none (built without --ccd)"
+    else:
+        there = "" if Path(ccd["path"]).exists() else " (no longer there)"
+        ccd_text = f"{ccd['path']} (fingerprint {ccd['fingerprint']}){there}"
+    return [
+        ("build --pdb-dir", rec["pdb_dir"] or "none"),
+        ("build --msa-dir", rec["msa_dir"] or "none"),
+        ("build --ccd", ccd_text),
+    ]

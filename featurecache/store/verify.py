@@ -634,8 +634,10 @@ def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = (
     were built from; the ``--msa-dir`` of the store's latest MSA part when none of them is an MSA
     (a build without it would give their chains single-sequence MSAs); the options the store
     records in its config (``--msa-depth``, ``--conformer-timeout``: a build with other ones would
-    rebuild what is not damaged); paths quoted for a shell. A store built with ``--ccd`` does not
-    record its path: ``--ccd CCD`` stands for it (:func:`rebuild_note` says so)."""
+    rebuild what is not damaged); paths quoted for a shell. ``--ccd``: the path the store's latest
+    build recorded (``info.BUILD_INPUTS_KEY``) when it still holds a CCD of the recorded fingerprint;
+    else, or for a store that recorded none, ``--ccd CCD`` stands for it (:func:`rebuild_note`
+    says why, naming the recorded path)."""
     from featurecache.store.layout import MSA_PART_PREFIX
 
     dirs: dict[str, str] = {}
@@ -669,6 +671,7 @@ def _build_options(root: Path) -> tuple[list[str], list[str]]:
     omitted), and what it cannot tell (a line each)."""
     from featurecache.build.config import BuildConfig
     from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+    from featurecache.store.info import recorded_build_inputs
 
     try:
         attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
@@ -687,6 +690,18 @@ def _build_options(root: Path) -> tuple[list[str], list[str]]:
     timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
     if timeout != defaults.conformer_timeout_s:
         out += ["--conformer-timeout", f"{timeout:g}"]
+    recorded = recorded_build_inputs(attrs if isinstance(attrs, dict) else {})
+    if recorded["recorded"]:
+        ccd = recorded["ccd"]
+        if ccd is not None:
+            why = _recorded_ccd_differs(ccd["path"], ccd["fingerprint"])
+            if why is None:
+                out += ["--ccd", shlex.quote(ccd["path"])]
+            else:
+                out += ["--ccd", "CCD"]
+                unknown.append(f"CCD: the --ccd the store was built with; it recorded {ccd['path']}, which {why}: "
+                               "give the CCD of that build (another one rebuilds every entry)")  # fmt: skip
+        return out, unknown
     try:
         cfg = BuildConfig(**{k: v for k, v in config.items() if k in BuildConfig.__dataclass_fields__})
         with_ccd = attrs.get("entry_config_hash") not in (None, cfg.entry_config_hash(""))
@@ -697,6 +712,23 @@ def _build_options(root: Path) -> tuple[list[str], list[str]]:
         unknown.append("CCD: the --ccd the store was built with (the store does not record its path; "
                        "run it with the options of the build that made the store)")  # fmt: skip
     return out, unknown
+
+
+def _recorded_ccd_differs(path: str, fingerprint: str) -> str | None:
+    """Why the CCD a store recorded (``path``, ``fingerprint``) cannot be passed to its rebuild as
+    it is ("is gone", "has changed since: ..."), or None when the path still holds the same CCD."""
+    from featurecache.build.run import ccd_fingerprint
+
+    where = Path(path)
+    if not where.exists():
+        return "is gone"
+    try:
+        now = ccd_fingerprint(where)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if now != fingerprint:
+        return f"has changed since (fingerprint {now}, the build's {fingerprint})"
+    return None
 
 
 def _removal_row(d: Damaged) -> dict[str, str]:
