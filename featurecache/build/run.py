@@ -56,6 +56,7 @@ from featurecache.store.index import (
 from featurecache.store.info import BUILD_INPUTS_KEY
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
+from featurecache.store.versions import extension_notes
 from featurecache.store.writer import PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
@@ -542,6 +543,8 @@ def _run_build(
             pending = _pending(inputs, done, stored, start_index["failures"], withdrawn_paths)
             summary.n_inputs = len(inputs)
             summary.entries_gone = _entries_gone(out, pdb_dir, inputs, stored)
+            for note in extension_notes(out, stored, pdb_dir):  # entries of another featurizer kept
+                log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
             summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
             summary.input_bytes = sum(i.size for i in inputs)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR
+from featurecache.store.versions import VERSIONS_KEY, store_versions, version_notes
 
 if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
@@ -210,6 +211,7 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
         "failures_by_error": dict(by_class),
         "removed": removed_counts(store),
         "build_inputs": recorded_build_inputs(store.attributes),
+        VERSIONS_KEY: store_versions(store),
     }
     if sizes is None:
         doc["sizes_pending"] = True
@@ -269,7 +271,8 @@ def index_lag(store: LocalStore) -> list[str]:
 
 def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> list[str]:
     """Print the store's summary; ``failures``: every failure row (else the first 100). Returns
-    :func:`index_lag`'s lines, for the caller to show as warnings (on stderr)."""
+    :func:`index_lag`'s lines and the featurizer versions' (``versions.version_notes``: data of
+    another version than this code's, or of several), for the caller to show as warnings (on stderr)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -278,7 +281,7 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
 
     store = open_store(path)
     info = store.info()
-    lag = index_lag(store)
+    lag = index_lag(store) + version_notes(info[VERSIONS_KEY], str(store.path))
     rows = store.failures.to_pylist()
     if as_json:
         if failures:
@@ -308,6 +311,11 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
         t.add_row("removed", "none")
     for label, value in _build_input_rows(info["build_inputs"]):
         t.add_row(label, printable(value, limit=10_000))
+    # what the parts record (the root's featurizer_version above is the latest build's)
+    for kind in ("entries", "msas"):
+        counts = info[VERSIONS_KEY][kind]
+        shown = ", ".join(f"{n} of {v}" for v, n in counts.items()) or "none"
+        t.add_row(f"featurizer of {'MSAs' if kind == 'msas' else kind}", shown)
     console.print(t)
     if rows:
         f = Table(title="failures")
