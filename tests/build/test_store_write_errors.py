@@ -7,7 +7,11 @@ valid and the same build run again once the cause is gone completes.
 
 The limit is set in the build's process (``RLIMIT_FSIZE``, inherited by its Dask workers); Python
 ignores SIGXFSZ, so a write past it raises EFBIG instead of killing the writer. Real CLI builds on
-real corpus files, one worker; the thresholds come from a reference build's own file sizes.
+real corpus files, one worker; the thresholds come from a reference build's own file sizes. The
+builds that fail run on an embedded LocalCluster of their own (the limit must reach its workers;
+their logs are the CLI's stderr, checked for tracebacks); the builds that only make a store or
+complete it again (exit 0 asserted) run on the session's 1-worker cluster (tests/clusters.py),
+which saves a cluster start and shutdown each.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from featurecache.store.index import read_table
+from tests.clusters import scheduler_args
 from tests.conftest import MSAS, STRUCTURES, build_store
 
 
@@ -37,16 +42,20 @@ def _inputs(tmp: Path) -> tuple[Path, Path]:
 
 
 def _build(
-    pdb: Path, msa: Path | None, out: Path, fsize: int | None = None
+    pdb: Path, msa: Path | None, out: Path, fsize: int | None = None, shared: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """``featurecache build`` (1 worker) in a process of its own, its files limited to ``fsize`` bytes."""
+    """``featurecache build`` (1 worker) in a process of its own, its files limited to ``fsize`` bytes;
+    ``shared``: on the session's 1-worker cluster (``--scheduler``) instead of an embedded one (which
+    the limit would not reach)."""
+    assert not (shared and fsize is not None), "the limit must reach the build's workers"
 
     def limit() -> None:
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
+    cluster = scheduler_args(1) if shared else ["--workers", "1"]
     args = ["build", "--pdb-dir", str(pdb), *(["--msa-dir", str(msa)] if msa else []), "--out", str(out),
-            "--workers", "1", "--no-progress"]  # fmt: skip
+            *cluster, "--no-progress"]  # fmt: skip
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           preexec_fn=limit, timeout=300)  # fmt: skip
 
@@ -81,7 +90,7 @@ def _no_failures(store: Path) -> None:
 
 
 def _rerun_completes(pdb: Path, msa: Path | None, store: Path, ref: Path) -> None:
-    again = _build(pdb, msa, store)
+    again = _build(pdb, msa, store, shared=True)
     assert again.returncode == 0, again.stderr
     verify = subprocess.run([sys.executable, "-m", "featurecache.cli", "verify", str(store)], capture_output=True,
                             text=True, timeout=300)  # fmt: skip
@@ -133,7 +142,7 @@ def test_an_index_the_build_cannot_write_ends_it_in_one_line(tmp_path: Path) -> 
     pdb.mkdir()
     shutil.copy(STRUCTURES / "5wkd.pdb", pdb)
     store = tmp_path / "store"
-    assert _build(pdb, None, store).returncode == 0
+    assert _build(pdb, None, store, shared=True).returncode == 0
     shutil.copy(STRUCTURES / "3zee.cif", pdb)
     ref = tmp_path / "ref"
     build_store(ref, pdb, workers=1)
