@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.clusters import scheduler_args
 from tests.conftest import REPO, SAMPLES, STRUCTURES
 
 
@@ -66,7 +67,8 @@ def test_redirected_output_keeps_each_failed_path_on_one_line(tmp_path: Path) ->
     shutil.copy(STRUCTURES / "1bna-errors.cif", deep)  # fails to parse (SOURCES.tsv: a malformed loop)
     rel = str((deep / "1bna-errors.cif").relative_to(pdb))
     assert len(rel) == 100
-    args = ["build", "--pdb-dir", str(pdb), "--out", str(tmp_path / "s"), "--workers", "1", "--no-progress"]
+    # on the session's 1-worker cluster: only stdout is checked here, which the driver alone writes
+    args = ["build", "--pdb-dir", str(pdb), "--out", str(tmp_path / "s"), *scheduler_args(1), "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     summary = tmp_path / "summary.txt"
     with summary.open("w") as out:
