@@ -94,7 +94,7 @@ from featurecache.store.base import ENTRY_META_SKIP, FeatureReader
 from featurecache.store.layout import ENTRY_GROUPS
 from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
 from featurecache.store.reader import parse_array_selection
-from featurecache.store.versions import FeaturizerChanged, version_set, versions_of
+from featurecache.store.versions import VERSIONS_KEY, FeaturizerChanged, version_set, versions_of
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,12 @@ DEFAULT_RETRY_BUDGET_S = 30.0
 DEFAULT_FIRST_CONTACT_S = 2.0
 #: the lookup service's liveness route: asked once when a first answer does not look like the service's
 _HEALTH_PATH = "/v1/health"
+#: the service's light route: its version, auth, limits and tables (never ``/v1/info``, which also
+#: carries the store's sizes), and with :data:`_SERVICE_QUERY` the featurizer versions of its index
+SERVICE_PATH = "/v1/service"
+#: what the client asks ``/v1/service`` for; a service older than this client ignores the query and
+#: answers without the versions (then unknown)
+_SERVICE_QUERY = {VERSIONS_KEY: "true"}
 
 
 class LookupClient(FeatureReader):
@@ -152,9 +158,11 @@ class LookupClient(FeatureReader):
     has answered this client (or the client it is a copy of) before: a worker's client is a copy
     (:meth:`settings`), and its first calls have the whole ``retry_budget_s``.
 
-    Featurizer versions: the client learns those of the store it first reads (``/v1/info``'s
-    ``featurizer_versions``, once; ``expect_featurizer`` / ``expect_index``: already learned, by the
-    client this one is a copy of). When the service moves to an index whose versions differ (its
+    Featurizer versions: the client learns those of the store it first reads (``/v1/service``'s
+    ``featurizer_versions``, once per index, in the same call that brings the limits; never
+    ``/v1/info``; a service that does not tell them: unknown, not compared, said at DEBUG;
+    ``expect_featurizer`` / ``expect_index``: already learned, by the client this one is a copy
+    of). When the service moves to an index whose versions differ (its
     store rebuilt or extended by another featurecache), the client logs one WARNING naming the URL
     and both versions; ``on_featurizer_change="raise"`` (``featurecache train``) then raises
     :class:`~featurecache.store.versions.FeaturizerChanged` from that call and every later one.
@@ -220,6 +228,7 @@ class LookupClient(FeatureReader):
         self.expect_featurizer = tuple(expect_featurizer) if expect_featurizer is not None else None
         self.expect_index = expect_index
         self._versions_doc: dict[str, Any] | None = None  # store_versions of the index the client holds
+        self._versions_asked = False  # the service was asked them for that index (None: it told none)
         self._unchecked: str | None = None  # an index whose featurizer versions are still to be checked
         self._checking = False
         self._featurizer_changed: str | None = None  # the message, once the versions changed ("raise")
@@ -280,8 +289,9 @@ class LookupClient(FeatureReader):
             if first:
                 self._check_first_answer(method, path, response)
             self._follow_index(response)
-            if self._unchecked is not None:
-                self._check_featurizer()
+            if self._unchecked is not None:  # /v1/service's own answer brings the versions: no 2nd call
+                own = path == SERVICE_PATH and kwargs.get("params") == _SERVICE_QUERY
+                self._check_featurizer(response if own else None)
             status = response.status_code
             if status < 400:
                 return response
@@ -417,41 +427,46 @@ class LookupClient(FeatureReader):
             self._index = seen
             self._older_since = None
             self._versions_doc = None
+            self._versions_asked = False
             self._unchecked = seen
         log.info("%s: the service answers from another index now (%s, was %s: the store was rebuilt or "
                  "extended); refreshing the index tables", self.shown_url, seen, current)  # fmt: skip
         self._refresh_tables()
         return False
 
-    def _check_featurizer(self) -> None:
+    def _check_featurizer(self, answer: httpx.Response | None = None) -> None:
         """Compare the featurizer versions of the index :meth:`_follow_index` took (``_unchecked``)
         with those the client's data were of (``expect_featurizer``; the first ones seen become
         it): one WARNING when they differ, and with ``on_featurizer_change="raise"``
-        :class:`FeaturizerChanged` from now on. One ``GET /v1/info`` without retries, outside the
-        call being answered; when it fails (or answers from yet another index) the next answer
-        tries again."""
+        :class:`FeaturizerChanged` from now on. The versions come from ``GET /v1/service`` (``answer``:
+        that call's own answer, else one such call without retries, outside the call being
+        answered); never from ``/v1/info``, which sums the store's sizes. When it fails (or answers
+        from yet another index) the next answer tries again; a service that tells none (older than
+        this client): the versions are unknown and not compared."""
         with self._lock:
             index = self._unchecked
             if index is None or self._checking:
                 return
             self._checking = True
         try:
-            response = self._client().get("/v1/info")
-            doc = versions_of(response.json()) if response.status_code == 200 else None
-            at = response.headers.get(INDEX_HEADER)
+            response = (
+                answer if answer is not None else self._client().get(SERVICE_PATH, params=_SERVICE_QUERY)
+            )
+            status, at = response.status_code, response.headers.get(INDEX_HEADER)
+            body = response.json() if status == 200 else None
         except (httpx.HTTPError, ValueError):
-            doc = at = None
+            status, body, at = 0, None, None
         finally:
             with self._lock:
                 self._checking = False
-        if at != index:  # no answer, or one of another index: the next answer brings it
+        if at != index or status not in (200, 404):  # no answer, or one of another index: the next one
             return
+        doc = self._take_service(body, at)  # 404: a service without /v1/service: no versions either
         with self._lock:
             self._unchecked = None
             if doc is None:  # the service tells no versions: nothing to compare
                 return
             now = version_set(doc)
-            self._versions_doc = doc
             before, self.expect_featurizer, self.expect_index = self.expect_featurizer, now, index
         if before is None or before == now:
             return
@@ -465,18 +480,40 @@ class LookupClient(FeatureReader):
             self._featurizer_changed = message
             raise FeaturizerChanged(message)
 
+    def _take_service(self, body: Any, at: str | None) -> dict[str, Any] | None:
+        """Keep ``GET /v1/service``'s answer ``body`` (from index ``at``; None: not a 200): its service
+        part as :attr:`service_info` (when not known yet), its ``featurizer_versions`` as those of
+        the index the client holds (when ``at`` is that index). Returns the versions; None when the
+        answer tells none (a service older than this client; said at DEBUG)."""
+        service = dict(body) if isinstance(body, dict) else None
+        doc = versions_of({VERSIONS_KEY: service.pop(VERSIONS_KEY, None)}) if service is not None else None
+        with self._lock:
+            if service is not None and self._service is None:
+                self._service = service
+            if at is None or at == self._index:
+                self._versions_doc = doc
+                self._versions_asked = True
+        if doc is None:
+            log.debug("%s: the service tells no featurizer versions of its store on %s (older than this client): "
+                      "they are unknown, and a change of them cannot be noticed", self.shown_url, SERVICE_PATH)  # fmt: skip
+        return doc
+
     def featurizer_versions(self) -> dict[str, Any] | None:
         """The featurizer versions of the entries and MSAs of the store the service serves
-        (:func:`featurecache.store.versions.store_versions`, from ``/v1/info``; a service older than
-        this client: its root version), fetched once per index; None when it says neither."""
-        doc = self._versions_doc
-        if doc is None:
-            doc = versions_of(self.info())
-            with self._lock:
-                if self._unchecked is None:  # of the index the client holds (else checked next call)
-                    self._versions_doc = doc
-                    if self.expect_featurizer is None and doc is not None:
-                        self.expect_featurizer, self.expect_index = version_set(doc), self._index
+        (:func:`featurecache.store.versions.store_versions`, from ``GET /v1/service``, asked once
+        per index, in the call that also brings :attr:`service_info`); None when the service tells
+        none (older than this client: unknown; ``/v1/info`` is not asked)."""
+        if not self._versions_asked:
+            try:
+                response = self.request("GET", SERVICE_PATH, params=_SERVICE_QUERY)
+            except NotFound:  # a service without /v1/service
+                self._take_service(None, None)
+            else:
+                self._take_service(response.json(), response.headers.get(INDEX_HEADER))
+        with self._lock:
+            doc = self._versions_doc
+            if self._unchecked is None and self.expect_featurizer is None and doc is not None:
+                self.expect_featurizer, self.expect_index = version_set(doc), self._index
         return doc
 
     def _older_answer(self, response: httpx.Response) -> bool:
@@ -677,19 +714,19 @@ class LookupClient(FeatureReader):
 
     @property
     def service_info(self) -> dict[str, Any]:
-        """Version, limits, auth and tables of the service (``GET /v1/service``, fetched once).
+        """Version, limits, auth and tables of the service (``GET /v1/service``, fetched once; the
+        same call brings the featurizer versions, :meth:`featurizer_versions`).
 
         Not ``GET /v1/info``: that one also carries the store's sizes (counted in the background
         when the server opens the store), which the limits do not need. A service without ``/v1/service`` (older
         than this client) is asked ``/v1/info``."""
         if self._service is None:
             try:
-                service = dict(self.request("GET", "/v1/service").json())
+                response = self.request("GET", SERVICE_PATH, params=_SERVICE_QUERY)
             except NotFound:
                 self.info()
             else:
-                with self._lock:
-                    self._service = service
+                self._take_service(response.json(), response.headers.get(INDEX_HEADER))
         return self._service or {}
 
     def _limit(self, name: str, default: int) -> int:

@@ -105,7 +105,8 @@ class FeaturizerChanged(LoaderError):
 
 def source_versions(reader: Any) -> dict[str, Any] | None:
     """:func:`store_versions` of a reader: a ``LocalStore`` counts them itself; a lookup client asks
-    its service (``/v1/info``; :func:`versions_of`); None for a reader that can say neither."""
+    its service (``LookupClient.featurizer_versions``: ``/v1/service``, never ``/v1/info``); a reader
+    with only an ``info()``, from that (:func:`versions_of`); None for a reader that can say neither."""
     from featurecache.store.reader import LocalStore
 
     if isinstance(reader, LocalStore):

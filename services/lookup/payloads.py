@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -16,6 +17,7 @@ from featurecache.store import arrow_io
 from featurecache.store.info import info_document
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
 from featurecache.store.reader import LocalStore
+from featurecache.store.versions import store_versions
 from services.lookup.sizes import SizeCount, size_count
 
 
@@ -92,6 +94,28 @@ def available_tables(reader: LocalStore) -> tuple[str, ...]:
         else []
     )
     return tuple(dict.fromkeys([*TABLES, *extra]))
+
+
+# maxsize 2, as available_tables: the reader served (one per index generation) and the previous one
+@functools.lru_cache(maxsize=2)
+def _featurizer_versions(reader: LocalStore) -> dict[str, Any]:
+    doc = store_versions(reader)
+    doc.pop("entry_source_dirs", None)  # the server's paths are not the client's business
+    return doc
+
+
+_versions_lock = threading.Lock()
+
+
+def featurizer_versions(reader: LocalStore) -> dict[str, Any]:
+    """The featurizer versions of the entries and MSAs of ``reader``'s index
+    (:func:`featurecache.store.versions.store_versions` less ``entry_source_dirs``, the server's
+    directories the entries were built from; one ``part.json`` per part), counted once
+    per reader, i.e. once per index generation (a changed store is a new reader): what
+    ``/v1/service?featurizer_versions=true`` sends, so a client's check costs a request nothing
+    more than a cache lookup. Concurrent first requests wait for one count. Returns a copy."""
+    with _versions_lock:
+        return copy.deepcopy(_featurizer_versions(reader))
 
 
 # maxsize 4: the document without and with the sizes, of the reader served and of the previous one

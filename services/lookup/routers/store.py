@@ -12,9 +12,10 @@ from featurecache.errors import InvalidRequest, NotFound
 from featurecache.store import arrow_io
 from featurecache.store.layout import TABLES
 from featurecache.store.reader import LocalStore
+from featurecache.store.versions import VERSIONS_KEY
 from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute
-from services.lookup.payloads import available_tables, store_info, table_stream
+from services.lookup.payloads import available_tables, featurizer_versions, store_info, table_stream
 from services.lookup.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["store"], route_class=StoreRoute)
@@ -59,8 +60,23 @@ def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
     summary="The service's version, auth, limits and the store's tables (the `service` part of "
     "/v1/info without the store's counts and sizes: what a client asks before its first read)",
 )
-def service(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
-    return _service(reader, settings)
+def service(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    versions: Annotated[
+        bool,
+        Query(
+            alias=VERSIONS_KEY,
+            description="Also `featurizer_versions`: the featurizer versions of the entries and MSAs of the "
+            "index that answers (as in /v1/info; counted once per index, not per request). What a "
+            "lookup client asks, to notice a store rebuilt by another featurecache.",
+        ),
+    ] = False,
+) -> dict[str, Any]:
+    doc = _service(reader, settings)
+    if versions:
+        doc[VERSIONS_KEY] = featurizer_versions(reader)
+    return doc
 
 
 @router.get(
