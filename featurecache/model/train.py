@@ -180,6 +180,37 @@ def _check_same_source(ck: str | Path, saved: dict[str, Any], identity: dict[str
         )
 
 
+def _check_same_featurizer(
+    ck: str | Path, saved: dict[str, Any], now: dict[str, Any] | None, where: str
+) -> None:
+    """Refuse to continue checkpoint ``ck``'s run (``saved``: its contents) on data of other
+    featurizer versions than its run's (``now``: those of ``where``,
+    :func:`featurecache.store.versions.store_versions`): a store rebuilt in place by another
+    featurecache keeps its entry ids (:func:`_check_same_source` passes) while its features differ,
+    so the run would go on over other inputs than it started on. A checkpoint that records no
+    versions (an older featurecache's, or a source that could not say) or a source that cannot say
+    them now (an older lookup service) is not compared."""
+    from featurecache.store.versions import version_set
+
+    theirs = saved.get("featurizer_versions")
+    if not isinstance(theirs, dict):
+        log.debug("%s records no featurizer versions of its run's data (an older checkpoint, or a source that "
+                  "could not say): not compared with those of %s", ck, where)  # fmt: skip
+        return
+    if not isinstance(now, dict):
+        log.debug("the featurizer versions of %s are unknown (an older lookup service): not compared with "
+                  "those %s records", where, ck)  # fmt: skip
+        return
+    before, after = version_set(theirs), version_set(now)
+    if not before or not after or before == after:
+        return
+    raise UsageError(
+        f"cannot resume from {ck}: {where} holds data of featurizer {', '.join(after)}, its run trained on "
+        f"featurizer {', '.join(before)} (the store was rebuilt or extended by another featurecache since; its "
+        "features differ); an exact resume is impossible: " + _START_ANEW.format(ck=ck)
+    )
+
+
 class _Synthetic:
     """Synthetic batches that count how many were drawn: their position for a checkpoint."""
 
@@ -249,6 +280,12 @@ def make_batches(
             if resume_from is not None:
                 _check_same_source(
                     ck, resume_from[1], identity, dataset.source.describe(), state["client"], source
+                )
+                _check_same_featurizer(
+                    ck,
+                    resume_from[1],
+                    getattr(dataset, "featurizer_versions", None),
+                    dataset.source.describe(),
                 )
             try:
                 loader.load_state_dict(state["client"])
