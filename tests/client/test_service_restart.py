@@ -73,10 +73,28 @@ def server(store: Path) -> Iterator[Server]:
         s.stop()
 
 
-def test_a_call_made_while_the_service_restarts_waits_for_it(client_store: Path, client_reader: Any) -> None:
+@pytest.fixture(scope="module")
+def running(client_store: Path) -> Iterator[Server]:
+    """One server for the module's tests (each start takes seconds): a test that restarts it joins
+    the restart, so the next test finds it serving again (:func:`serving`)."""
+    with server(client_store) as s:
+        yield s
+
+
+@contextmanager
+def serving(running: Server) -> Iterator[Server]:
+    """The module's server, answering when the test starts, as a fresh one would (started again
+    if an earlier test left it stopped)."""
+    if running.proc is None or running.proc.poll() is not None:
+        running.start()
+    wait_ready(running.url, timeout=60)
+    yield running
+
+
+def test_a_call_made_while_the_service_restarts_waits_for_it(client_reader: Any, running: Server) -> None:
     entry_id = client_reader.ids[0]
     want = client_reader.entry(entry_id, ["tokens", "atoms/coords"])
-    with server(client_store) as s:
+    with serving(running) as s:
         client = LookupClient(s.url, token="")  # default retry settings
         assert client.ids == client_reader.ids  # connected: tables fetched
         restarted = s.restart_later()
@@ -91,12 +109,12 @@ def test_a_call_made_while_the_service_restarts_waits_for_it(client_store: Path,
     np.testing.assert_array_equal(got.atoms["coords"], want.atoms["coords"])
 
 
-def test_training_over_a_restarting_service_skips_no_sample(client_store: Path) -> None:
+def test_training_over_a_restarting_service_skips_no_sample(client_store: Path, running: Server) -> None:
     kw: dict[str, Any] = dict(crop_size=64, seed=1, workers=2, window=4, samples_per_epoch=12)
     local = FeatureDataset(client_store, **kw)
     want = {int(s["position"]): s for s in local}
     local.close()
-    with server(client_store) as s:
+    with serving(running) as s:
         ds = FeatureDataset(s.url, token="", **kw)  # the default client, as the reviewer ran it
         it = iter(ds)
         got = {}
@@ -132,8 +150,8 @@ def test_the_retry_budget_bounds_the_retries() -> None:
         LookupClient(url, retries=2, backoff=0.01).info()
 
 
-def test_dataset_passes_client_options_to_its_client(client_store: Path) -> None:
-    with server(client_store) as s:
+def test_dataset_passes_client_options_to_its_client(client_store: Path, running: Server) -> None:
+    with serving(running) as s:
         ds = FeatureDataset(s.url, token="t0k", client_options={"retry_budget_s": 12.5, "timeout": 7.0})
         settings = ds.source.spec.settings  # what each worker process builds its client from
         assert (settings["retry_budget_s"], settings["timeout"], settings["token"]) == (12.5, 7.0, "t0k")
