@@ -103,7 +103,7 @@ def run_server(
     stopped_by: int | None = None
     try:
         if workers == 1:
-            uvicorn.run(APP_FACTORY, **options)  # re-raises a SIGTERM itself once stopped (exit 143)
+            stopped_by = _run_one(uvicorn.Config(APP_FACTORY, **options))
         else:
             stopped_by = _run_workers(uvicorn.Config(APP_FACTORY, **options))
     finally:
@@ -114,6 +114,37 @@ def run_server(
         # up, so that `serve --workers N` ends as SIGTERM's (status 143) whatever N is
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
+        # still here: serve is PID 1 of a container without an init (the image's exec-form
+        # ENTRYPOINT), where the kernel drops a default-action signal sent to a PID namespace's init,
+        # even one the process sends itself; `docker stop` then saw exit 0 (review RF1 s24 #1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+
+def _run_one(config: Any) -> int | None:
+    """What ``uvicorn.run`` does for one worker (load the app, run the server until a signal stops
+    it, exit 3 if it never started), returning the first signal that stopped it (SIGINT, SIGTERM) or
+    None. uvicorn hands a SIGTERM on itself once stopped (exit 143), which the kernel drops when serve
+    is PID 1 of a container: the caller then ends the process with 143 itself."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
+    class Server(uvicorn.Server):
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.stopped_by is None:
+                self.stopped_by = sig
+            super().handle_exit(sig, frame)
+
+    config.load_app()  # an app that cannot be imported: uvicorn logs it and exits 1, as uvicorn.run
+    server = Server(config=config)
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run does
+        server.run()  # re-raises a SIGTERM itself once stopped (exit 143), unless serve is PID 1
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)  # a port in use, the app's start-up failed
+    return server.stopped_by
 
 
 def _run_workers(config: Any) -> int | None:

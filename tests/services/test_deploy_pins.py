@@ -111,3 +111,35 @@ def test_the_image_installs_under_the_lock() -> None:
     assert all(canonicalize_name(e) in _lock() for e in extra), extra
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     assert "!deploy/requirements-serve.lock" in ignore  # in the build context
+
+
+def _compose_default(value: str) -> str:
+    """``${VAR:-default}`` (what Compose substitutes when VAR is unset) → default."""
+    m = re.fullmatch(r"\$\{(\w+):-([^}]*)\}", value)
+    assert m, f"not ${{VAR:-default}}: {value!r}"
+    return m.group(2)
+
+
+def test_compose_builds_the_pinned_base_and_runs_an_init() -> None:
+    """Review RF1 s24 #4: compose.yaml passed BASE_IMAGE=python:3.11-slim as a build arg, which
+    overrides the Dockerfiles' pinned default, so `docker compose build` used the moving tag. And
+    RF1 #1: every service runs under an init (reaps zombies, hands docker stop's SIGTERM on)."""
+    import yaml
+
+    checked = 0
+    for compose in sorted(DEPLOY.glob("compose*.y*ml")):
+        services = (yaml.safe_load(compose.read_text()) or {}).get("services") or {}
+        for name, service in services.items():
+            build = service.get("build")
+            if build is None:
+                continue
+            dockerfile = REPO / build["dockerfile"]
+            pinned = _base_image_default(dockerfile)
+            given = (build.get("args") or {}).get("BASE_IMAGE")
+            if given is not None:  # an arg overrides the Dockerfile's default: the same pin when unset
+                assert _compose_default(given) == pinned, (
+                    f"{compose.name} {name}: BASE_IMAGE={given}, {pinned}"
+                )
+            assert service.get("init") is True, f"{compose.name} {name}: no init: true"
+            checked += 1
+    assert checked >= 4, checked  # scheduler, worker, build (worker image) and lookup
