@@ -39,7 +39,26 @@ failure summaries come from the store's index. `parts` (parts per kind) and `byt
 background when it opens (or reopens) the store and which takes seconds to a minute on a large
 store: until it is done they are `null` and `"sizes_pending": true` is in the answer; ask again
 later for them (`sizes_pending` is absent once they are known). `service` is `GET /v1/service`.
+`build_inputs` says what the store's latest build read without the server's paths (`featurecache
+info` on the server shows them): `pdb_dir` and `msa_dir` whether that build was given the option,
+`ccd` the CCD's `fingerprint` (`null`: built without --ccd), `recorded` false for a store built
+before builds recorded it.
 """
+
+
+def _inputs_without_paths(inputs: Any) -> Any:
+    """The store's ``build_inputs`` record (:func:`featurecache.store.info.recorded_build_inputs`)
+    less the server's absolute paths: whether --pdb-dir / --msa-dir were given, the CCD's fingerprint
+    (review RF1 s24 #3: /v1/info gave every client the directories the store was built from)."""
+    if not isinstance(inputs, dict):
+        return inputs
+    ccd = inputs.get("ccd")
+    return {
+        "recorded": bool(inputs.get("recorded")),
+        "pdb_dir": inputs.get("pdb_dir") is not None,
+        "msa_dir": inputs.get("msa_dir") is not None,
+        "ccd": {"fingerprint": ccd.get("fingerprint")} if isinstance(ccd, dict) else None,
+    }
 
 
 @router.get(
@@ -51,6 +70,10 @@ def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
     """The store's info (:func:`services.lookup.payloads.store_info`), never waiting for its sizes."""
     doc = store_info(reader)
     doc.pop("path", None)  # the server's filesystem is not the client's business (logged at open)
+    if "build_inputs" in doc:  # nor the paths the store was built from
+        doc["build_inputs"] = _inputs_without_paths(doc["build_inputs"])
+    if isinstance(doc.get(VERSIONS_KEY), dict):  # nor the --pdb-dir of each version (counts stay)
+        doc[VERSIONS_KEY].pop("entry_source_dirs", None)
     doc["service"] = _service(reader, settings)
     return doc
 
