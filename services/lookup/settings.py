@@ -42,8 +42,8 @@ def check_settings(store_path: Path) -> None:
     """What ``featurecache serve`` checks before it starts its workers: every ``FEATURECACHE_*``
     setting is valid (a worker that cannot make its Settings never serves: one worker stopped with a
     pydantic traceback, several were restarted by uvicorn again and again). Raises FeatureCacheError
-    (the CLI exits 3: the environment) naming each invalid variable, its value (never a token's)
-    and the rule, on one line."""
+    (the CLI exits 3: the environment) naming each invalid variable, its value (never a token's;
+    as repr when it holds a newline or another unprintable character) and the rule, on one line."""
     try:
         Settings(store_path=store_path)
     except ValidationError as exc:
@@ -53,9 +53,16 @@ def check_settings(store_path: Path) -> None:
             if not field:  # a rule over several settings: its message names them
                 problems.append(error["msg"])
                 continue
-            shown = "" if "token" in field or "input" not in error else f"={error['input']}"
+            shown = "" if "token" in field or "input" not in error else f"={_one_line(error['input'])}"
             problems.append(f"FEATURECACHE_{field.upper()}{shown}: {error['msg']}")
         raise FeatureCacheError(f"invalid setting: {'; '.join(problems)}") from None
+
+
+def _one_line(value: object) -> str:
+    """``value`` as typed when every character of it prints, else its repr (review RF1 s24 #5: a
+    newline in a value split the one line of the invalid-setting error)."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
 
 
 class Settings(BaseSettings):

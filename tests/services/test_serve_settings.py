@@ -45,3 +45,18 @@ def test_a_token_variable_is_named_but_never_shown(sample_store: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 3, (run.returncode, run.stderr[-3000:])
     assert "FEATURECACHE_MAX_MSA_ROWS=-1" in run.stderr and "s3cret" not in run.stderr, run.stderr
+
+
+def test_a_value_with_a_newline_stays_on_the_one_line(sample_store: Path) -> None:
+    """Review RF1 s24 #5: the value was printed raw, so ``5\\nx`` split the error over two lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEATURECACHE_")}
+    env.update(FEATURECACHE_MAX_MSA_ROWS="5\nx", FEATURECACHE_MAX_BATCH_ENTRIES="0")
+    run = subprocess.run(
+        [sys.executable, "-m", "featurecache.cli", "serve", str(sample_store), "--port", str(free_port())],
+        env=env, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert run.returncode == 3, (run.returncode, run.stderr[-3000:])
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: invalid setting: "), run.stderr[-3000:]
+    assert "FEATURECACHE_MAX_MSA_ROWS='5\\nx': " in lines[0], lines[0]  # escaped, as Python writes it
+    assert "FEATURECACHE_MAX_BATCH_ENTRIES=0: " in lines[0], lines[0]  # a printable value as typed
