@@ -504,6 +504,16 @@ def _at_least_one(value: int | None) -> int | None:
     return value
 
 
+#: train --service-wait's default: seconds a run waits for a lookup service that has not answered yet
+SERVICE_WAIT_S = 5.0
+
+
+def _positive_seconds(value: float) -> float:
+    if not value > 0:
+        raise typer.BadParameter(f"{value} is not a number of seconds > 0")
+    return value
+
+
 @app.command()
 def train(
     store: Annotated[
@@ -518,11 +528,22 @@ def train(
         str | None,
         typer.Option(
             "--token",
+            # the variables' names are in the docstring: FEATURECACHE_AUTH_TOKEN_FILE is wider than
+            # this column at 80 columns and was cut to FEATURECACHE_AUTH_TOKEN_F… (review RF1 s24 #6)
             help="Bearer token of the lookup service (--url). Given here it is visible to other local users "
-            "in the process list; prefer FEATURECACHE_AUTH_TOKEN or FEATURECACHE_AUTH_TOKEN_FILE (a file "
-            "holding it).",
+            "in the process list; prefer the token variables named above.",
         ),
     ] = None,
+    service_wait: Annotated[
+        float,
+        typer.Option(
+            "--service-wait",
+            metavar="SECONDS",
+            callback=_positive_seconds,
+            help="How long to wait for a lookup service (--url) that has not answered yet, e.g. one "
+            "starting at the same time; then exit 3.",
+        ),
+    ] = SERVICE_WAIT_S,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     crop: Annotated[int, typer.Option(help="Token crop size.")] = 384,
     max_atoms: Annotated[
@@ -670,6 +691,8 @@ each step field means and its unit); checkpoints with --checkpoint, continues a 
 rank trains on its share of the sample stream, the gradients are averaged, rank 0 writes LOG and the \
 checkpoints, rank r writes LOG's NAME.rank<r>.json.
 
+    Lookup service (--url): its token is --token, else FEATURECACHE_AUTH_TOKEN, else FEATURECACHE_AUTH_TOKEN_FILE (a file holding it). A service that has not answered yet is waited for --service-wait seconds (a wrong URL fails then); once it has answered, a restart of it is waited for.
+
     Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
 model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the \
 store or service cannot be read, also mid-run: then with --checkpoint a checkpoint of the steps done is \
@@ -703,7 +726,7 @@ stderr says how to continue).
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
             checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
-            init_from=init_from, before_signal=on_signal,
+            init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

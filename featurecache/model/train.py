@@ -242,6 +242,7 @@ def make_batches(
     token: str | None = None,
     max_atoms: int | None = None,
     resume_from: tuple[str | Path, dict[str, Any]] | None = None,
+    service_wait: float | None = None,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
@@ -251,7 +252,9 @@ def make_batches(
     default: FEATURECACHE_AUTH_TOKEN). ``max_atoms``: the client's atom budget per crop (None: none,
     crops hold ``min(N, crop_size)`` tokens; see ``FeatureDataset``). ``resume_from``: (the checkpoint
     ``state`` comes from, its contents): a source whose entries are not its run's is refused
-    (:func:`_check_same_source`), naming the checkpoint."""
+    (:func:`_check_same_source`), naming the checkpoint. ``service_wait``: seconds the lookup client
+    waits for a service that has not answered it yet (its ``first_contact_s``; None: the client's
+    default), e.g. one starting at the same time (``url`` only)."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -263,7 +266,15 @@ def make_batches(
     source = str(store) if store is not None else str(url)
     # a lookup client raises FeaturizerChanged when its service moves to an index of other
     # featurizer versions (the store rebuilt under the run): the run stops on the data-failure path
-    options = {"on_featurizer_change": "raise"} if store is None else None
+    options: dict[str, Any] | None = None
+    if store is None:
+        options = {"on_featurizer_change": "raise"}
+        if service_wait is not None:  # a longer wait than the restart budget raises that budget too
+            from featurecache.client.http import DEFAULT_RETRY_BUDGET_S
+
+            options.update(
+                first_contact_s=service_wait, retry_budget_s=max(DEFAULT_RETRY_BUDGET_S, service_wait)
+            )
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
         token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
@@ -1059,6 +1070,7 @@ def run_training(
     max_atoms: int | None = None,
     init_from: str | Path | None = None,
     before_signal: Callable[[dict[str, Any]], None] | None = None,
+    service_wait: float | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -1141,7 +1153,9 @@ def run_training(
     SIGINT raises ``KeyboardInterrupt`` from this function). With several ranks they all stop
     after the same step. A second signal stops at once (a second Ctrl-C: ``interrupted``, the log
     only). ``before_signal(doc)`` is called with the log's contents of a run a signal stopped, right
-    before the signal is handed on (the CLI prints its summary line there).
+    before the signal is handed on (the CLI prints its summary line there). ``service_wait``
+    (``url`` only): seconds to wait for a lookup service that has not answered yet (train
+    --service-wait; None: the client's default, :data:`~featurecache.client.http.DEFAULT_FIRST_CONTACT_S`).
 
     Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
     rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
@@ -1252,7 +1266,7 @@ def run_training(
                     "%s holds no data position: the batches start from the stream's beginning", resume
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
-                               rank=ranks.rank, token=token, max_atoms=max_atoms,
+                               rank=ranks.rank, token=token, max_atoms=max_atoms, service_wait=service_wait,
                                resume_from=(resume, resumed) if resumed is not None and resume is not None else None)  # fmt: skip
             if dev.type == "cpu":
                 try:

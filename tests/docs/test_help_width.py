@@ -6,6 +6,7 @@ column and rich narrowed the name column (review R1 #7)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -32,6 +33,13 @@ def test_help_at_80_columns_shows_every_option_name(name: str) -> None:
     shown = proc.stdout.replace(",", " ").split()
     missing = [n for n in names if n not in shown]
     assert missing == [], proc.stdout
+    # every environment variable the help names is shown in full (review RF1 s24 #6: train's --token
+    # help read FEATURECACHE_AUTH_TOKEN_F…, the variable's name wider than the help column)
+    told = " ".join([command.help or "", *(getattr(p, "help", None) or "" for p in command.params)])
+    variables = set(re.findall(r"FEATURECACHE_[A-Z0-9_]+", told))
+    assert name != "train" or "FEATURECACHE_AUTH_TOKEN_FILE" in variables
+    printed = set(re.findall(r"FEATURECACHE_[A-Z0-9_]+", proc.stdout))
+    assert variables <= printed, (sorted(variables - printed), proc.stdout)
 
 
 def test_max_atoms_below_one_is_still_a_usage_error(tmp_path: object) -> None:
