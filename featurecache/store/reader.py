@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,13 @@ import pyarrow as pa
 from featurecache.const import STORE_FORMAT_VERSION
 from featurecache.errors import NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
-from featurecache.store.index import complete_parts, is_unfinished, read_table
+from featurecache.store.index import (
+    complete_parts,
+    index_generation,
+    is_unfinished,
+    read_table,
+    unpublished_parts,
+)
 from featurecache.store.layout import COMPONENT_PART_PREFIX, ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
 from featurecache.store.root import PartArrays, decode_records
 from featurecache.types import Entry, MSABlock
@@ -71,6 +78,7 @@ def _check_index_files(root: Path) -> None:
         missing.remove("components.arrow")
         if not missing:
             return
+    _check_not_being_built(root, missing)
     if not any((index_dir / f"{name}.arrow").is_file() for name in TABLES):
         if not n_parts:
             raise StoreError(f"{root} has no index and no parts yet: its first build has not written anything "
@@ -82,6 +90,73 @@ def _check_index_files(root: Path) -> None:
                      + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
                      + f"; the store has {n_parts} part(s): re-running `featurecache build` on this store "
                      "rebuilds the index from the parts")  # fmt: skip
+
+
+def _check_not_being_built(root: Path, missing: list[str]) -> None:
+    """StoreError saying a build is running on ``root`` (its lock is held) and has not written
+    ``missing`` yet: not the advice to run a build (a first build's chem stage puts its component
+    part in place before the index that lists it is written)."""
+    from featurecache.store.root import lock_holder
+
+    holder = lock_holder(root)
+    if holder is None:
+        return
+    raise StoreError(f"{root}: a build is running on this store ({holder}) and has not written its index "
+                     f"yet ({', '.join(missing)} missing): try again once it has")  # fmt: skip
+
+
+#: how long an open reads the index files again while they are of different generations (a build
+#: renaming its new index into place: a few ms), before it says so
+INDEX_READ_RETRY_S = 5.0
+
+
+def _mixed_generations(tables: dict[str, pa.Table]) -> str | None:
+    """None when the index tables read are of one generation (``store.index.GENERATION_KEY``), or
+    all without one (an index written before generations); else which file is of which."""
+    core = {name: index_generation(tables[name]) for name in TABLES if name in tables}
+    if all(g is None for g in core.values()):
+        return None
+    gens = dict(core)
+    # other tables: a file without a generation is one an older build left (read as before)
+    gens.update({n: g for n, t in tables.items() if n not in core and (g := index_generation(t)) is not None})
+    if len(set(gens.values())) == 1:
+        return None
+    return "; ".join(f"{name}.arrow: {g or 'none'}" for name, g in sorted(gens.items()))
+
+
+def read_index_tables(root: Path) -> dict[str, pa.Table]:
+    """Every ``index/*.arrow`` of ``root`` (the TABLES that exist, and the others), all of one
+    generation: read again while a build's rebuild renames its files into place (for up to
+    :data:`INDEX_READ_RETRY_S`), then a StoreError naming the files' generations."""
+    index_dir = root / INDEX_DIR
+    deadline = time.monotonic() + INDEX_READ_RETRY_S
+    pause, reads = 0.001, 0
+    while True:
+        reads += 1
+        tables: dict[str, pa.Table] = {}
+        vanished = False
+        for name in TABLES:
+            f = index_dir / f"{name}.arrow"
+            if name != "components" or f.is_file():  # (components: see _check_index_files)
+                tables[name] = read_table(f)
+        for extra in sorted(index_dir.glob("*.arrow")) if index_dir.is_dir() else []:
+            if extra.stem not in tables and not extra.name.startswith("."):
+                try:
+                    tables[extra.stem] = read_table(extra)
+                except StoreError:
+                    if extra.exists():
+                        raise
+                    vanished = True  # a rebuild removed it meanwhile (none of its kind now)
+        mixed = "a file went while it was read" if vanished else _mixed_generations(tables)
+        if mixed is None:
+            return tables
+        if time.monotonic() > deadline:
+            raise StoreError(f"{index_dir}: its files are of different index builds ({mixed}), read {reads} "
+                             f"times over {INDEX_READ_RETRY_S:g} s: a rebuild was stopped while it put them in "
+                             "place, or one is slow to; re-running `featurecache build` on this store rebuilds "
+                             "the index from the parts")  # fmt: skip
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 class LocalStore(FeatureReader):
@@ -112,19 +187,18 @@ class LocalStore(FeatureReader):
             raise StoreVersionError(
                 f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}"
             )
-        self._tables: dict[str, pa.Table] = {}
         _check_index_files(self.path)
-        for name in TABLES:
-            f = self.path / INDEX_DIR / f"{name}.arrow"
-            if name != "components" or f.is_file():  # (components: see _check_index_files)
-                self._tables[name] = read_table(f)
-        for extra in (self.path / INDEX_DIR).glob("*.arrow") if (self.path / INDEX_DIR).is_dir() else []:
-            if extra.stem not in self._tables and not extra.name.startswith("."):
-                self._tables[extra.stem] = read_table(extra)
+        # one generation: a build's rebuild renames its files in one by one
+        self._tables: dict[str, pa.Table] = read_index_tables(self.path)
         entries = self.entries
         #: False while the store's first build has not finished (its index lists only the parts
         #: written so far: ``store.index.UNFINISHED_KEY``); the lookup service does not serve it
         self.finished = not is_unfinished(entries)
+        #: the index's generation (``store.index.GENERATION_KEY``; None: written before them)
+        self.generation = index_generation(entries)
+        #: structure parts written but held back from the index: the build that wrote them has not
+        #: run its MSA and chem stages after them yet (``store.index.UNPUBLISHED_KEY``)
+        self.unpublished_parts = unpublished_parts(entries)
         self._ids: list[str] = entries.column("id").to_pylist() if entries.num_rows else []
         self._row = {eid: i for i, eid in enumerate(self._ids)}
         self._parts = entries.column("part").to_pylist() if entries.num_rows else []
