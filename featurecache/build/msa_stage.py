@@ -44,7 +44,7 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -427,16 +427,23 @@ def _read_index(root: Path, name: str) -> Any:
 
 
 def run_msa_stage(
-    client: Any, root: Path, msa_dir: Path | None, depth_cap: int, progress: bool = False
-) -> MSAStageResult:
-    """Scan ``msa_dir``, join alignments to the store's chains and write the MSA parts."""
+    client: Any, root: Path, msa_dir: Path | None, depth_cap: int, progress: bool = False,
+    index: Mapping[str, Any] | None = None,
+) -> MSAStageResult:  # fmt: skip
+    """Scan ``msa_dir``, join alignments to the store's chains and write the MSA parts.
+    ``index``: the index tables to join to (the build's, over every part: the published index files
+    hold back the structure parts the build has not finished yet); default: the index files."""
     t0 = time.perf_counter()
     root = Path(root)
     result = MSAStageResult()
-    chains = _read_index(root, "chains")
-    entries = _read_index(root, "entries")
-    existing = _read_index(root, "msas")
-    old_failures = _read_index(root, "failures")
+
+    def table(name: str) -> Any:
+        return index.get(name) if index is not None else _read_index(root, name)
+
+    chains = table("chains")
+    entries = table("entries")
+    existing = table("msas")
+    old_failures = table("failures")
     polymer: dict[str, tuple[str, int]] = {}  # hash -> (sequence, mol type)
     chain_rows: list[dict[str, Any]] = []
     if chains is not None and chains.num_rows:

@@ -50,6 +50,7 @@ from featurecache.store.index import (
     WITHDRAWN,
     first_build_finished,
     rebuild_index,
+    sorted_index_table,
     store_bytes,
     store_writes,
 )
@@ -576,7 +577,8 @@ def _run_build(
                         log.warning("the index was not rebuilt after the build stopped (%s); the next build "
                                     "rebuilds it", exc)  # fmt: skip
                 raise
-            tables = _publish(out, finished)
+            # every stage ran after the parts this build wrote: their entries are published now
+            tables = _publish(out, finished, publish=True)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
@@ -590,10 +592,12 @@ def _run_build(
     return summary
 
 
-def _publish(out: Path, finished: bool) -> dict[str, Any]:
+def _publish(out: Path, finished: bool, publish: bool = False) -> dict[str, Any]:
     """Rebuild the index from the parts and stamp the store updated; returns the index tables. A
-    write the OS refuses is a StoreError naming the file (exit 3)."""
-    tables = rebuild_index(out, finished=finished)
+    write the OS refuses is a StoreError naming the file (exit 3). ``publish``: the structure parts
+    this build wrote are published (its MSA and chem stages have run after them); else they stay
+    held back from the index (:func:`rebuild_index`), for the next build to finish and publish."""
+    tables = rebuild_index(out, finished=finished, publish=publish)
     with store_writes(out / "zarr.json"):
         mark_updated(out)
     return tables
@@ -969,12 +973,15 @@ def _run_extra_stages(
     summary: BuildSummary, progress: bool, finished: bool = True,
 ) -> None:  # fmt: skip
     """Stages that run after the structure parts, over the whole store (MSAs, components); the
-    MSA stage reads the index (``finished``: as :func:`rebuild_index` takes it)."""
-    rebuild_index(out, finished=finished)
+    MSA stage reads the index (``finished``: as :func:`rebuild_index` takes it): over every part,
+    the structure parts of this build included, which the published index holds back until both
+    stages have run (a reader never sees their entries without their MSAs and conformers)."""
+    tables = rebuild_index(out, finished=finished)
     # MSA stage (issue #3) and component/conformer stage (issue #4) hook in here.
     from featurecache.build.msa_stage import run_msa_stage
 
-    msa = run_msa_stage(client, out, msa_dir, config.msa_depth_cap, progress)
+    index = {name: sorted_index_table(name, t) for name, t in tables.items()}
+    msa = run_msa_stage(client, out, msa_dir, config.msa_depth_cap, progress, index=index)
     summary.stages["msa"] = msa.summary()
     summary.stage_seconds["msa"] = msa.seconds
     summary.bytes_written += msa.bytes_written

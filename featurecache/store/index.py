@@ -11,11 +11,23 @@ the index from the kept rows plus theirs (the same code as a rebuild from scratc
 byte-identical), and skips everything when no part was added and the index files are the ones it
 wrote. Anything unexpected (a part gone, a table whose columns differ, a manifest or kept file that
 does not match) falls back to reading every part.
+
+One generation per read: every file a rebuild writes carries the same :data:`GENERATION_KEY` in
+its schema metadata, the files are all written to temp names first and then renamed into place in
+one quick loop (``entries.arrow`` last), and the reader (``store.reader``) reads again when the
+files it read are not of one generation. An index written before carries no generation and is
+read as before.
+
+Published parts: an extension build's new structure parts are held back from the published index
+(:data:`UNPUBLISHED_KEY`) until its MSA and chem stages have run after them (``build.run``), so
+no reader sees an entry without its MSAs and reference conformers; ``STORE/index/.published.json``
+records the structure parts that are published (a store without it: every part).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -34,6 +46,7 @@ from featurecache.store.layout import (
     MSA_PART_PREFIX,
     PART_INDEX_DIR,
     PARTS_DIR,
+    STRUCTURE_PART_PREFIX,
     TABLES,
     TMP_PREFIX,
 )
@@ -261,6 +274,91 @@ def _flagged(entries: pa.Table, unfinished: bool) -> pa.Table:
     if unfinished:
         meta[UNFINISHED_KEY] = UNFINISHED_VALUE
     return entries.replace_schema_metadata(meta or None)
+
+
+#: Schema metadata of every ``STORE/index/*.arrow`` one rebuild writes: the same id in each (a hash
+#: of what the published index holds: :func:`_generation`; the same index gives the same bytes). A
+#: reader whose files carry different ids (or some none) read during a rebuild's renames, and reads
+#: again (``store.reader``). Files without it: an index written before generations, read as it is.
+GENERATION_KEY = b"featurecache.index_generation"
+#: Schema metadata of ``STORE/index/entries.arrow``: the JSON list of the structure parts held back
+#: from the published index (written by a build whose MSA and chem stages have not run after them
+#: yet: a running build, or one that was stopped; the next build publishes them). Absent: none.
+UNPUBLISHED_KEY = b"featurecache.unpublished_parts"
+#: ``STORE/index/.published.json``: ``{"version": 1, "structure_parts": [...]}``, the structure
+#: parts whose entries the published index may list; any other structure part is held back. A store
+#: without the file (written before it, or whose first build has not finished) holds none back.
+PUBLISHED_FILE = ".published.json"
+_PUBLISHED_VERSION = 1
+
+
+def index_generation(table: pa.Table | pa.Schema) -> str | None:
+    """The :data:`GENERATION_KEY` of an index file's table (or schema); None for a file without."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    value = (schema.metadata or {}).get(GENERATION_KEY)
+    return value.decode() if value is not None else None
+
+
+def unpublished_parts(entries: pa.Table | pa.Schema) -> list[str]:
+    """The structure parts ``entries`` (``index/entries.arrow``) says are held back (:data:`UNPUBLISHED_KEY`)."""
+    schema = entries if isinstance(entries, pa.Schema) else entries.schema
+    value = (schema.metadata or {}).get(UNPUBLISHED_KEY)
+    if not value:
+        return []
+    try:
+        names = json.loads(value)
+    except ValueError:
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def published_record(root: Path) -> set[str] | None:
+    """The structure parts :data:`PUBLISHED_FILE` lists, or None when the store has no (readable) record."""
+    try:
+        doc = json.loads((Path(root) / INDEX_DIR / PUBLISHED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != _PUBLISHED_VERSION:
+        return None
+    names = doc.get("structure_parts")
+    return {str(n) for n in names} if isinstance(names, list) else None
+
+
+def _record_published(root: Path, names: Iterable[str]) -> None:
+    f = Path(root) / INDEX_DIR / PUBLISHED_FILE
+    tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+    with store_writes(f):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"version": _PUBLISHED_VERSION, "structure_parts": sorted(names)}))
+        os.replace(tmp, f)
+
+
+def _without_parts(raw: Mapping[str, pa.Table], held: Sequence[str]) -> dict[str, pa.Table]:
+    """The parts' concatenated rows without those of the parts ``held``."""
+    value_set = pa.array(list(held), type=pa.string())
+    out: dict[str, pa.Table] = {}
+    for name, t in raw.items():
+        if t.num_rows and "part" in t.column_names:
+            t = t.filter(pc.invert(pc.fill_null(pc.is_in(t.column("part"), value_set=value_set), False)))
+        out[name] = t
+    return out
+
+
+def _generation(tables: Mapping[str, pa.Table], entries: pa.Table) -> str:
+    """What a published index is, as one id: per table, its row count and the parts its rows come
+    from (parts never change once in place), and the entries' (id, part, content hash) rows
+    (``entries``: as written). Two rebuilds that give the same files give the same id (a part that
+    no row comes from, such as one prune removes, changes nothing); the order of rows in memory
+    does not matter."""
+    h = hashlib.sha256()
+    for name in sorted(tables):
+        t = tables[name]
+        parts = pc.unique(t.column("part")).to_pylist() if t.num_rows and "part" in t.column_names else []
+        h.update(f"{name}\x00{t.num_rows}\x00{','.join(sorted(str(p) for p in parts))}\n".encode())
+    for column in ("id", "part", "content_hash"):
+        if column in entries.column_names:
+            h.update(b"\x01" + "\x00".join(str(v) for v in entries.column(column).to_pylist()).encode())
+    return h.hexdigest()[:20]
 
 
 def first_build_finished(root: Path) -> bool:
@@ -661,10 +759,19 @@ def _add_parts(
 
 
 def rebuild_index(
-    root: Path, *, incremental: bool = True, finished: bool | None = None
+    root: Path, *, incremental: bool = True, finished: bool | None = None, publish: bool = False
 ) -> dict[str, pa.Table]:
-    """Bring ``STORE/index/*.arrow`` up to date with the parts; returns the index tables (every
-    name of TABLES, and the other tables that have rows). ``entries.arrow`` is written last.
+    """Bring ``STORE/index/*.arrow`` up to date with the parts; returns the index tables over every
+    part (every name of TABLES, and the other tables that have rows): what a build works from.
+    The files are written to temp names, then renamed into place (``entries.arrow`` last), each
+    stamped with one :data:`GENERATION_KEY`.
+
+    ``publish``: every structure part is published from now on (a build whose MSA and chem stages
+    have run after its parts); else the structure parts that :data:`PUBLISHED_FILE` does not list
+    are held back: the files are the index without their rows, and ``entries.arrow`` names them
+    (:data:`UNPUBLISHED_KEY`). A finished store without the record publishes every part it has (and
+    records them); a store whose first build has not finished holds none back (its index is
+    flagged unfinished as a whole).
 
     ``incremental``: read only parts added since the last rebuild (see the module docstring); the
     files written are byte-identical to a rebuild from every part (``incremental=False``).
@@ -680,13 +787,15 @@ def rebuild_index(
         finished = not (root / INDEX_DIR / "entries.arrow").is_file() or first_build_finished(root)
     parts = complete_parts(root)
     names = [p.name for p in parts]
+    record = _published_now(root, names, finished, publish)
     manifest = _load_manifest(root) if incremental else None
     gathered: tuple[dict[str, pa.Table], set[str]] | None = None
     how = "every part"
     if manifest is not None and set(manifest.get("parts", [])) <= set(names):
         covered = set(manifest["parts"])
         new_parts = [p for p in parts if p.name not in covered]
-        if not new_parts and _index_unchanged(root, manifest):
+        # (parts held back at the last rebuild: the files are not the whole index, write them again)
+        if not new_parts and not manifest.get("held_back") and _index_unchanged(root, manifest):
             tables = _read_index(root, manifest)
             if tables is not None and is_unfinished(tables.get("entries", pa.table({}))) == (not finished):
                 tables["entries"] = _flagged(tables["entries"], False)
@@ -699,31 +808,107 @@ def rebuild_index(
             how = f"{len(new_parts)} new part(s)"
     if gathered is None:
         gathered = _gather(parts)
-    raw, held = gathered
+    raw, in_parts = gathered  # (the table names some part holds)
+    held = _held_back(raw["entries"], record)
     tables = _derive(root, raw)
+    # the published index: without the rows of the parts held back (the same code, on fewer rows)
+    published = _derive(root, _without_parts(raw, held)) if held else tables
     index_dir = root / INDEX_DIR
     with store_writes(index_dir):
         index_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, list[int] | None] = {}
-    # entries last: a reader that sees the new entries (or the flag cleared) sees the tables they join
-    for name in sorted(tables, key=lambda n: n == "entries"):
-        table = tables[name]
-        f = index_dir / f"{name}.arrow"
-        with store_writes(f):
+    written = _write_index(index_dir, published, held, finished)
+    with store_writes(index_dir):
+        _save_part_rows(root, raw, in_parts, names, written, manifest, held)
+    log.debug("index rebuilt from %s (%d parts, %d held back, %.2f s)", how, len(names), len(held),
+              time.perf_counter() - t0)  # fmt: skip
+    return tables
+
+
+def _published_now(root: Path, names: Sequence[str], finished: bool, publish: bool) -> set[str] | None:
+    """The structure parts published from this rebuild on (:data:`PUBLISHED_FILE`, brought up to
+    date: every one with ``publish``, or when a finished store has no record yet; names of parts
+    that are gone dropped, so that a part written again under a gone part's name is not taken as
+    published); None: none is held back (no record, or a first build that has not finished)."""
+    if not finished:
+        return None
+    structure = {n for n in names if n.startswith(STRUCTURE_PART_PREFIX)}
+    record = published_record(root)
+    now = structure if publish or record is None else record & structure
+    if now != record:
+        _record_published(root, now)
+    return now
+
+
+def _held_back(entries: pa.Table, published: set[str] | None) -> list[str]:
+    """The structure parts that hold entry rows (``entries``: the parts' own rows) and are not
+    ``published`` (parts with only failure, withdrawal or removal rows are never held back)."""
+    if published is None or not entries.num_rows or "part" not in entries.column_names:
+        return []
+    with_entries = pc.unique(entries.column("part")).to_pylist()
+    return sorted(p for p in with_entries if p and p.startswith(STRUCTURE_PART_PREFIX) and p not in published)
+
+
+def _write_index(
+    index_dir: Path, tables: Mapping[str, pa.Table], held: Sequence[str], finished: bool
+) -> dict[str, list[int] | None]:
+    """Write ``tables`` as ``index_dir``'s files of one generation: each to a temp file first, then
+    every rename in one loop, ``entries.arrow`` last; then the files of an earlier generation that
+    this one has no table for go. Returns each written file's stamp."""
+    entries = _sorted("entries", tables["entries"])
+    generation = _generation(tables, entries).encode()
+    staged: list[tuple[Path, Path]] = []
+    gone: list[Path] = []
+    try:
+        for name in sorted(tables, key=lambda n: n == "entries"):
+            table = tables[name]
+            f = index_dir / f"{name}.arrow"
             if name in TABLES or table.num_rows:
-                out = _sorted(name, table)
+                out = entries if name == "entries" else _sorted(name, table)
+                meta = dict(out.schema.metadata or {})
+                meta[GENERATION_KEY] = generation
+                if name == "entries":
+                    meta.pop(UNPUBLISHED_KEY, None)
+                    if held:
+                        meta[UNPUBLISHED_KEY] = json.dumps(list(held)).encode()
+                out = out.replace_schema_metadata(meta)
                 if name == "entries":
                     out = _flagged(out, not finished)
-                replace_table(f, out)
-                written[name] = _stamp(f)
+                tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+                staged.append((tmp, f))
+                with store_writes(f):
+                    write_table(tmp, out)
             elif name in (WITHDRAWN, REMOVED):  # none now: an earlier rebuild's file would still be read
-                f.unlink(missing_ok=True)
-    with store_writes(index_dir):
+                gone.append(f)
         if REMOVED not in tables:  # no part holds a removal any more (pruned, superseded)
-            (index_dir / f"{REMOVED}.arrow").unlink(missing_ok=True)
-        _save_part_rows(root, raw, held, names, written, manifest)
-    log.debug("index rebuilt from %s (%d parts, %.2f s)", how, len(names), time.perf_counter() - t0)
-    return tables
+            gone.append(index_dir / f"{REMOVED}.arrow")
+        # a reader that sees the new entries (or the flag cleared) sees the tables they join; one
+        # that reads while this loop runs finds two generations and reads again
+        for tmp, f in staged:
+            with store_writes(f):
+                os.replace(tmp, f)
+    finally:
+        for tmp, _f in staged:
+            tmp.unlink(missing_ok=True)  # a write that failed leaves no temp file behind
+    written = {f.stem: _stamp(f) for _tmp, f in staged}
+    for f in index_dir.glob("*.arrow"):
+        # an earlier generation's table that this one does not have (components' timings once no
+        # component is listed): it would still be read, as of another generation
+        if f.stem in written or f.name.startswith("."):
+            continue
+        if _generation_of_file(f) not in (None, generation.decode()):
+            gone.append(f)
+    for f in gone:
+        with store_writes(f):
+            f.unlink(missing_ok=True)
+    return written
+
+
+def _generation_of_file(f: Path) -> str | None:
+    try:
+        with pa.memory_map(str(f), "r") as source:
+            return index_generation(ipc.open_file(source).schema)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+        return None
 
 
 def _read_index(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Table] | None:
@@ -735,7 +920,7 @@ def _read_index(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Table] 
 
 def _save_part_rows(
     root: Path, raw: Mapping[str, pa.Table], held: set[str], names: list[str],
-    written: Mapping[str, list[int] | None], old: Mapping[str, Any] | None,
+    written: Mapping[str, list[int] | None], old: Mapping[str, Any] | None, held_back: Sequence[str] = (),
 ) -> None:  # fmt: skip
     """Keep the concatenated part rows and the manifest (written last: it vouches for the rest)."""
     rows_dir = root / INDEX_DIR / PART_ROWS_DIR
@@ -752,7 +937,7 @@ def _save_part_rows(
     part_bytes = {n: old_bytes[n] if n in old_bytes else _dir_bytes(parts_dir / n) for n in names}
     manifest = {
         "version": _MANIFEST_VERSION, "parts": names, "held": sorted(held), "index": written,
-        "part_rows": part_rows, "part_bytes": part_bytes,
+        "part_rows": part_rows, "part_bytes": part_bytes, "held_back": list(held_back),
     }  # fmt: skip
     tmp = manifest_file.with_name(f".{manifest_file.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(manifest, sort_keys=True))
@@ -765,6 +950,11 @@ def store_bytes(root: Path) -> int:
     root = Path(root)
     manifest = _load_manifest(root) or {}
     return _dir_bytes(root, manifest.get("part_bytes", {}), root / PARTS_DIR)
+
+
+def sorted_index_table(name: str, table: pa.Table) -> pa.Table:
+    """``table`` (one of :func:`rebuild_index`'s) in the row order its index file has."""
+    return _sorted(name, table)
 
 
 def _sorted(name: str, table: pa.Table) -> pa.Table:

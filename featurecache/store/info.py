@@ -250,9 +250,17 @@ def index_lag(store: LocalStore) -> list[str]:
         named = set(pc.unique(store.entries.column("part")).to_pylist()) if store.entries.num_rows else set()
         last = max(named, default="")
         covered = {name for name in structure if name <= last or name in named}
+    held = set(store.unpublished_parts)
+    if held:
+        n_held = sum(_part_entries(parts_dir / name) for name in held)
+        out.append(f"{store.path}: {n_held} entr{'y' if n_held == 1 else 'ies'} in {len(held)} structure "
+                   f"part{'' if len(held) == 1 else 's'} ({', '.join(sorted(held))}) written but not yet published: "
+                   f"the build that wrote {'it' if len(held) == 1 else 'them'} has not run its MSA and chem stages "
+                   "after it (a build is running, or was stopped; run `featurecache build` on the store to finish "
+                   f"{'it' if len(held) == 1 else 'them'})")  # fmt: skip
     n_entries, n_parts = 0, 0
     for name in structure:
-        if name in covered:
+        if name in covered or name in held:
             continue
         try:
             done = (parts_dir / name / PART_INDEX_DIR / PART_DONE_FILE).read_text()
@@ -267,6 +275,16 @@ def index_lag(store: LocalStore) -> list[str]:
                    "(stale index: a build is running, or was stopped; run `featurecache build` on the store to "
                    "rebuild it)")  # fmt: skip
     return out
+
+
+def _part_entries(part: Path) -> int:
+    """A part's entry count from its ``part.json`` (0 when it does not read)."""
+    from featurecache.store.layout import PART_DONE_FILE, PART_INDEX_DIR
+
+    try:
+        return int(json.loads((part / PART_INDEX_DIR / PART_DONE_FILE).read_text()).get("n_entries", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
 
 
 def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> list[str]:

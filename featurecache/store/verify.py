@@ -161,8 +161,13 @@ def _verify(
             if found and row["part"] in parts and row["part"] not in report.bad_index_parts:
                 report.damaged.append(_damaged_entry(store.path, row, found[0], dirs))
         # 3. index rows and part rows agree (nothing lost, nothing invented)
-        readable = [p for n, p in parts.items() if n not in report.bad_index_parts]
+        # (the structure parts a build holds back until its MSA and chem stages have run: not stale)
+        held = set(store.unpublished_parts)
+        readable = [p for n, p in parts.items() if n not in report.bad_index_parts and n not in held]
         problems.extend(_index_matches_parts(store.path, entries, readable, set(report.bad_index_parts)))
+        problems.extend(f"part {n}: written but not yet published (the build that wrote it has not run its MSA and "
+                        "chem stages after it: a build is running, or was stopped; run `featurecache build` on "
+                        "the store to finish it)" for n in sorted(held) if n in parts)  # fmt: skip
         chains = store.chains
         ids = set(store.ids)
         orphan = {c for c in chains.column("entry_id").to_pylist()} - ids if chains.num_rows else set()
