@@ -35,7 +35,8 @@ __all__ = [
 
 #: the info document's key (``info --json``, ``/v1/info``)
 VERSIONS_KEY = "featurizer_versions"
-#: the version of a part whose ``part.json`` does not read or records none
+#: the version of a part whose ``part.json`` does not read or records none (:func:`store_versions`
+#: counts its entries apart, as ``entries_unreadable``)
 UNKNOWN = "unknown"
 
 #: part.json path -> ((inode, mtime_ns, size), (featurizer version, source dir)); a committed part
@@ -71,27 +72,49 @@ def part_record(root: Path, part: str) -> tuple[str, str | None]:
 def store_versions(store: LocalStore) -> dict[str, Any]:
     """The featurizer versions of the entries and MSAs the store's index lists:
     ``{"this_code": FEATURIZER_VERSION, "entries": {version: n}, "msas": {version: n},
-    "entry_source_dirs": {version: [dir, ...]}}`` (an entry's version is its part's; an MSA's is
-    its row's). Reads one small ``part.json`` per structure part the index names (kept while the
-    file is unchanged); no array."""
+    "msas_single_sequence": n, "entries_unreadable": n, "entry_source_dirs": {version: [dir, ...]}}``
+    (an entry's version is its part's; an MSA's is its row's). Reads one small ``part.json`` per
+    structure part the index names (kept while the file is unchanged); no array.
+
+    ``msas`` counts the MSAs built from files. A single-sequence MSA (``n_files`` 0: the query row,
+    no deletions, its one-hot profile) holds nothing the featurizer version decides, and the MSA stage
+    never rebuilds one (``msa_stage._plan``), so its label stays that of the build that first wrote
+    it: counted apart, in ``msas_single_sequence``, not as a version (review RF2 s24 #2).
+    ``entries_unreadable``: entries whose part's ``part.json`` does not read or records no version
+    (damage, ``featurecache verify``'s business), not a version (review RF2 s24 #4)."""
     entries, msas = store.entries, store.msas
     by_part: Counter[str] = Counter()
     if entries.num_rows and "part" in entries.column_names:
         by_part.update(entries.column("part").to_pylist())
     n_entries: Counter[str] = Counter()
+    unreadable = 0
     dirs: dict[str, set[str]] = {}
     for part, n in by_part.items():
         version, source = part_record(store.path, part)
+        if version == UNKNOWN:
+            unreadable += n
+            continue
         n_entries[version] += n
         if source is not None:
             dirs.setdefault(version, set()).add(source)
     n_msas: Counter[str] = Counter()
+    single = 0
     if msas.num_rows and "featurizer_version" in msas.column_names:
-        n_msas.update(v or UNKNOWN for v in msas.column("featurizer_version").to_pylist())
+        labels = msas.column("featurizer_version").to_pylist()
+        n_files = (
+            msas.column("n_files").to_pylist() if "n_files" in msas.column_names else [None] * len(labels)
+        )
+        for v, files in zip(labels, n_files, strict=True):
+            if files == 0:
+                single += 1
+            else:
+                n_msas[v or UNKNOWN] += 1
     return {
         "this_code": FEATURIZER_VERSION,
         "entries": dict(sorted(n_entries.items())),
         "msas": dict(sorted(n_msas.items())),
+        "msas_single_sequence": single,
+        "entries_unreadable": unreadable,
         "entry_source_dirs": {v: sorted(d) for v, d in sorted(dirs.items())},
     }
 
@@ -167,11 +190,12 @@ def version_notes(
     not compare: say only when the versions are mixed; ``code``: whose version it is, e.g. "the
     service's featurecache"), or of several: what each version holds, and the build that rebuilds
     the others. Empty when all is one version (``this_code``'s)."""
+    unreadable = _unreadable_note(doc, where)
     versions = version_set(doc)
     if not versions or doc is None:
-        return []
+        return unreadable
     if len(versions) == 1 and (this_code is None or versions[0] == this_code):
-        return []
+        return unreadable
     newest = this_code if this_code is not None else max(versions, key=_version_key)
     held = "; ".join(f"{_counted(doc, v)} of {v}" for v in sorted(versions, key=_version_key))
     if len(versions) > 1:
@@ -191,7 +215,19 @@ def version_notes(
         fix = f": {what} with {builds} (with the --msa-dir, --ccd and options of their build)"
     else:
         fix = f": {what} with `featurecache build` from the same inputs"
-    return [head + fix]
+    return [head + fix, *unreadable]
+
+
+def _unreadable_note(doc: dict[str, Any] | None, where: str) -> list[str]:
+    """The line for the entries whose part record does not read (``entries_unreadable``): damage
+    that ``verify`` reports and ``verify --repair`` mends, not a featurizer version."""
+    n = (doc or {}).get("entries_unreadable") or 0
+    if not n:
+        return []
+    return [
+        f"{where}: {n} entr{'y' if n == 1 else 'ies'} whose part record cannot be read (featurizer version "
+        "unknown): see `featurecache verify`"
+    ]
 
 
 def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
@@ -207,7 +243,8 @@ def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
     counts: Counter[tuple[str, str]] = Counter()
     for part, n in Counter(stored.column("part").to_pylist()).items():
         version, source = part_record(root, part)
-        if version != FEATURIZER_VERSION and source != here:
+        # a part whose record does not read is damage (verify's), not another version
+        if version not in (FEATURIZER_VERSION, UNKNOWN) and source != here:
             counts[(version, source or "")] += n
     if not counts:
         return []
