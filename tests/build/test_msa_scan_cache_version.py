@@ -15,6 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from featurecache.build.msa_stage import SCAN_CACHE_DIR, SCAN_CACHE_FILE
 from featurecache.store.index import read_table
 from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
@@ -67,5 +69,43 @@ def test_a_file_the_older_parser_failed_on_is_read_again(tmp_path: Path) -> None
     (msa,) = _msas(store)
     # the four alignment files merged (hmm_output.sto holds template hits), the BOM file among them:
     # the MSA test_msa_bom.py shows equal to that of the same files without the BOM
+    assert msa["n_files"] == 4
+    assert "1psm_A/bfd_uniclust_hits.a3m" in msa["sources"], msa["sources"]
+
+
+def test_the_scan_cache_version_alone_invalidates_an_older_parsers_scans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bump itself (review RF2 s24 #5): since featurizer 0.6.0 the older package's cache differs
+    from this code's in the featurizer part of its version too, so the test above passes with
+    ``SCAN_CACHE_VERSION`` back at "1". Here the older parser's scans (the BOM file's failure among
+    them) are written again by this code's own ScanCache under the scan-cache version "1" of the
+    parser before d5b8ae6: the cache differs from this code's in that version only."""
+    from featurecache.build import msa_stage
+    from featurecache.const import FEATURIZER_VERSION
+
+    pdb, bom = _inputs(tmp_path)
+    store = tmp_path / "store"
+    done = build_with_package(featurecache_at(BEFORE_BOM_FIX, tmp_path / "old"), pdb, store, msa_dir=bom)
+    assert done.returncode == 1, done.stdout + done.stderr
+    older = read_table(store / SCAN_CACHE_DIR / SCAN_CACHE_FILE, memory_map=False)
+    d = str(bom.resolve())
+    cache = msa_stage.ScanCache(store, d, older)  # the older parser's rows, as this code reads them
+    files = [(str(p.relative_to(bom)), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(bom.rglob("*"))
+             if p.is_file()]  # fmt: skip
+    scans = [s for rel, size, mtime in files if (s := cache.get(rel, size, mtime, set())) is not None]
+    failed = [s.rel for s in scans if s.error_class]
+    assert failed == ["1psm_A/bfd_uniclust_hits.a3m"], [(s.rel, s.error_class) for s in scans]
+    monkeypatch.setattr(msa_stage, "SCAN_CACHE_VERSION", "1")  # the version before the bump
+    cache.save(files, scans, set(), time.time_ns())
+    monkeypatch.undo()
+    meta = read_table(store / SCAN_CACHE_DIR / SCAN_CACHE_FILE, memory_map=False).schema.metadata
+    # the premise: the same stage and featurizer versions as this code's; only the scan version is older
+    assert meta[b"version"].decode() == f"1/{msa_stage.MSA_STAGE_VERSION}/{FEATURIZER_VERSION}"
+
+    summary = build_store(store, pdb, msa_dir=bom, workers=1)
+
+    assert summary.n_failed == 0, summary.failures
+    (msa,) = _msas(store)
     assert msa["n_files"] == 4
     assert "1psm_A/bfd_uniclust_hits.a3m" in msa["sources"], msa["sources"]
