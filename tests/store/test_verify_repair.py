@@ -25,6 +25,7 @@ import pytest
 
 import featurecache
 from featurecache.store.verify import verify_store
+from tests.clusters import scheduler_args
 from tests.conftest import SAMPLES, build_store
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
@@ -425,7 +426,9 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
     store, ref = tmp_path / "my store", tmp_path / "ref"
 
     def build(out: Path) -> None:
-        r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, "--workers", "1", "--part-size", "1",
+        # the store and the reference: on the session's 1-worker cluster (tests/clusters.py), which
+        # saves a cluster start each; the printed commands below run as printed
+        r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1), "--part-size", "1",
                  "--msa-depth", "16", "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
 
