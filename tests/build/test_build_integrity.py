@@ -30,7 +30,7 @@ from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
-from tests.clusters import shared_scheduler
+from tests.clusters import scheduler_args, shared_scheduler
 from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, interrupt_inputs
 
 
@@ -117,7 +117,9 @@ def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
     (d / "gone.cif").symlink_to(tmp_path / "missing.cif")  # a broken link is an input that fails to read
     out = tmp_path / "s"
     args = ("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
-    first = _cli(*args)
+    # the first build on the session's 1-worker cluster (only its exit status and the store are
+    # checked); the second, whose stderr is checked for tracebacks, on an embedded one as a user's
+    first = _cli("build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress")
     assert first.returncode == 1, first.stderr
     store = featurecache.open_store(out)
     failed = dict(zip(store.failures.column("path").to_pylist(), store.failures.column("stage").to_pylist(),
