@@ -124,12 +124,18 @@ def _mixed_generations(tables: dict[str, pa.Table]) -> str | None:
     return "; ".join(f"{name}.arrow: {g or 'none'}" for name, g in sorted(gens.items()))
 
 
-def read_index_tables(root: Path) -> dict[str, pa.Table]:
+class MixedIndexError(StoreError):
+    """The index files are of different generations (``store.index.GENERATION_KEY``) after the
+    reads again: a rebuild stopped while it renamed them into place, or one slow to. The lookup
+    service keeps serving the index it had (``services.lookup.state``)."""
+
+
+def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[str, pa.Table]:
     """Every ``index/*.arrow`` of ``root`` (the TABLES that exist, and the others), all of one
     generation: read again while a build's rebuild renames its files into place (for up to
-    :data:`INDEX_READ_RETRY_S`), then a StoreError naming the files' generations."""
+    ``retry_s`` seconds), then a :class:`MixedIndexError` naming the files' generations."""
     index_dir = root / INDEX_DIR
-    deadline = time.monotonic() + INDEX_READ_RETRY_S
+    deadline = time.monotonic() + retry_s
     pause, reads = 0.001, 0
     while True:
         reads += 1
@@ -151,8 +157,8 @@ def read_index_tables(root: Path) -> dict[str, pa.Table]:
         if mixed is None:
             return tables
         if time.monotonic() > deadline:
-            raise StoreError(f"{index_dir}: its files are of different index builds ({mixed}), read {reads} "
-                             f"times over {INDEX_READ_RETRY_S:g} s: a rebuild was stopped while it put them in "
+            raise MixedIndexError(f"{index_dir}: its files are of different index builds ({mixed}), read {reads} "
+                             f"times over {retry_s:g} s: a rebuild was stopped while it put them in "
                              "place, or one is slow to; re-running `featurecache build` on this store rebuilds "
                              "the index from the parts")  # fmt: skip
         time.sleep(pause)
@@ -162,7 +168,9 @@ def read_index_tables(root: Path) -> dict[str, pa.Table]:
 class LocalStore(FeatureReader):
     """A store opened read-only. The index is memory-mapped; ``id → row`` is a dict built once."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, index_retry_s: float = INDEX_READ_RETRY_S) -> None:
+        """``index_retry_s``: how long the open reads the index files again while they are of
+        different generations (:func:`read_index_tables`)."""
         if isinstance(path, str) and _URL.match(path):
             raise StoreError(
                 f"{path} is a URL, not a store directory: open a lookup service with "
@@ -189,7 +197,7 @@ class LocalStore(FeatureReader):
             )
         _check_index_files(self.path)
         # one generation: a build's rebuild renames its files in one by one
-        self._tables: dict[str, pa.Table] = read_index_tables(self.path)
+        self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s)
         entries = self.entries
         #: False while the store's first build has not finished (its index lists only the parts
         #: written so far: ``store.index.UNFINISHED_KEY``); the lookup service does not serve it

@@ -29,6 +29,12 @@ A store is served only once it has a finished build's index: while its first bui
 (``featurecache.store.index.UNFINISHED_KEY``) and every request, ``/v1/ready`` included, answers
 503 with ``retry-after``, as for a store with no index or a missing index file (``LocalStore``
 refuses those), until the build ends.
+
+An index whose files are of different generations (``featurecache.store.index.GENERATION_KEY``: a
+rebuild killed while it renamed them into place, or one slow to) is not served: it is read again
+for :data:`INDEX_RETRY_S` (a rename takes milliseconds), then the reader open before keeps being
+served (one WARNING) and the store is opened again once its index files change, or every
+``retry_seconds``. Without a reader open before, requests answer 503 as for a store not built.
 """
 
 from __future__ import annotations
@@ -38,12 +44,12 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.layout import INDEX_DIR, TABLES
-from featurecache.store.reader import LocalStore
+from featurecache.store.reader import LocalStore, MixedIndexError
 from services.lookup.sizes import size_count
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,10 @@ FileStamp = tuple[int, int, int] | None
 
 #: the response header naming the index that answered (:func:`index_id`)
 INDEX_HEADER = "x-featurecache-index"
+
+#: seconds an open reads the index files again while they are of different generations (the
+#: reader's own default, 5 s, held the holder's lock, and so every request, that long at each retry)
+INDEX_RETRY_S = 0.5
 
 
 class StoreUnavailable(StoreError):
@@ -94,6 +104,9 @@ class _Opened:
     index: tuple[FileStamp, ...]  # index dir + each index table, stamped before opening
     error: str | None
     index_id: str | None = None  # :func:`index_id` of the index read (None when no reader)
+    #: the index on disk (``root`` / ``index``) is of mixed generations; ``reader`` is the one open
+    #: before, kept: why it was not replaced
+    torn: str | None = None
 
 
 class StoreHolder:
@@ -179,7 +192,9 @@ class StoreHolder:
         if now >= self._next_check or root != opened.root:  # another thread may have just refreshed
             index = self._index_stamps()
             changed = root != opened.root or index != opened.index
-            retry = opened.reader is None and now - self._last_attempt >= self.retry_seconds
+            retry = (opened.reader is None or opened.torn is not None) and (
+                now - self._last_attempt >= self.retry_seconds
+            )
             if changed or retry:
                 self._open_locked(root, index)
             self._next_check = now + self.check_seconds
@@ -191,8 +206,6 @@ class StoreHolder:
     def _open_locked(self, root: FileStamp, index: tuple[FileStamp, ...]) -> None:
         """Open the store as stamped by ``root`` / ``index`` (stamps taken *before* opening, so a
         change while opening shows at the next check) and swap it in."""
-        from featurecache import open_store
-
         self._last_attempt = time.monotonic()
         previous = self._opened.reader
         t0 = time.perf_counter()
@@ -200,7 +213,12 @@ class StoreHolder:
         error: str | None = None
         unfinished = False
         try:
-            reader = open_store(self.path)
+            reader = LocalStore(self.path, index_retry_s=INDEX_RETRY_S)
+        except MixedIndexError as exc:
+            if previous is not None:  # keep serving the consistent index it had
+                self._keep_locked(root, index, str(exc))
+                return
+            error = f"{type(exc).__name__}: {exc}"
         except (FeatureCacheError, OSError, ValueError) as exc:
             # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
             error = f"{type(exc).__name__}: {exc}"
@@ -230,6 +248,19 @@ class StoreHolder:
         if previous is not None:
             # requests still holding it finish on it (close only drops cached array handles)
             previous.close()
+
+    def _keep_locked(self, root: FileStamp, index: tuple[FileStamp, ...], why: str) -> None:
+        """The index on disk (stamped ``root`` / ``index``) is of mixed generations: keep the reader
+        open now, recorded with these stamps, so that the next change of the files (or
+        ``retry_seconds``) opens the store again, and requests meanwhile do not."""
+        opened = self._opened
+        if opened.torn is None:
+            log.warning("store %s: its index files are of different builds; still serving the index open "
+                        "before (%s, %d entries) until they agree: %s", self.path, opened.index_id,
+                        len(opened.reader) if opened.reader is not None else 0, why)  # fmt: skip
+        else:
+            log.debug("store %s: index files still of different builds: %s", self.path, why)
+        self._opened = replace(opened, root=root, index=index, torn=why)
 
     def _unavailable(self, opened: _Opened) -> StoreUnavailable:
         return StoreUnavailable(f"the store is not open: {self.redact(opened.error or 'unknown error')}")
