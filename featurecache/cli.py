@@ -508,9 +508,15 @@ def _at_least_one(value: int | None) -> int | None:
 SERVICE_WAIT_S = 5.0
 
 
-def _positive_seconds(value: float) -> float:
-    if not value > 0:
-        raise typer.BadParameter(f"{value} is not a number of seconds > 0")
+#: the longest --service-wait: an hour (inf or 1e6 waited for good for a wrong URL; review RF3 s24 #3)
+SERVICE_WAIT_MAX_S = 3600.0
+
+
+def _service_wait_seconds(value: float) -> float:
+    """--service-wait: finite, > 0 and at most :data:`SERVICE_WAIT_MAX_S` (a usage error naming the
+    option otherwise; typer names it)."""
+    if not 0 < value <= SERVICE_WAIT_MAX_S:  # (nan and inf fail too)
+        raise typer.BadParameter(f"{value} is not a number of seconds > 0 and <= {SERVICE_WAIT_MAX_S:g}")
     return value
 
 
@@ -539,9 +545,9 @@ def train(
         typer.Option(
             "--service-wait",
             metavar="SECONDS",
-            callback=_positive_seconds,
+            callback=_service_wait_seconds,
             help="How long to wait for a lookup service (--url) that has not answered yet, e.g. one "
-            "starting at the same time; then exit 3.",
+            f"starting at the same time; then exit 3. At most {SERVICE_WAIT_MAX_S:g}.",
         ),
     ] = SERVICE_WAIT_S,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,

@@ -267,17 +267,22 @@ def make_batches(
     # a lookup client raises FeaturizerChanged when its service moves to an index of other
     # featurizer versions (the store rebuilt under the run): the run stops on the data-failure path
     options: dict[str, Any] | None = None
+    deadline_s = 60.0  # FeatureDataset's default, unless the client's budget needs more
     if store is None:
         options = {"on_featurizer_change": "raise"}
         if service_wait is not None:  # a longer wait than the restart budget raises that budget too
             from featurecache.client.http import DEFAULT_RETRY_BUDGET_S
 
-            options.update(
-                first_contact_s=service_wait, retry_budget_s=max(DEFAULT_RETRY_BUDGET_S, service_wait)
-            )
+            budget = max(DEFAULT_RETRY_BUDGET_S, service_wait)
+            options.update(first_contact_s=service_wait, retry_budget_s=budget)
+            # and the sample deadline (FeatureDataset's 60 s) past the budget, one more call (the
+            # client's timeout, 20 s) and 10 s (review RF3 s24 #3): a sample retried through a long
+            # restart is not abandoned at 60 s, nor warned about in settings train does not have
+            deadline_s = max(deadline_s, budget + 30.0)
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
         token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
+        deadline_s=deadline_s,
     )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
     identity = source_identity(dataset.sampler.entry_ids)
