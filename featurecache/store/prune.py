@@ -8,6 +8,13 @@ index table: a part holding one live entry, MSA, component, failure, warning or 
 stays whole. Before anything is removed, the index that the remaining parts give is computed and
 must equal the current one, table by table, so a prune never changes what the store serves.
 
+Parts held back from the published index (an extension build's new structure parts, until its MSA
+and chem stages have run: ``index.rebuild_index``; a killed build leaves them so) are never removed,
+and "used" means used by either index: the published one, which leaves their rows out and so still
+lists the older versions of the entries they replace, and the one over every part, which the next
+build works from (it lists their entries, and the MSAs and components written for them since). Both
+must be unchanged without the parts removed.
+
 The highest-numbered part of each kind (``s-``, ``m-``, ``c-``) is always kept: a build numbers
 its new parts after the highest one present, and a reused name would pass for a part that the
 chem stage already scanned (``chem_scans``), or that the index already took in.
@@ -42,8 +49,12 @@ from featurecache.errors import StoreError, UsageError
 from featurecache.store.index import (
     REMOVED,
     REMOVED_SCHEMA,
+    _gather,
+    _held_back,
     complete_parts,
+    first_build_finished,
     index_tables,
+    published_record,
     rebuild_index,
     store_write_error,
 )
@@ -78,19 +89,22 @@ class PruneResult:
 def unused_parts(
     root: Path, extra: dict[str, pa.Table] | None = None, later: Sequence[str] = ()
 ) -> list[Path]:
-    """Complete parts none of whose rows is in any index table (sorted by name). A directory
-    without its ``part.json`` is never listed (``verify`` reports it as incomplete). ``extra`` and
-    ``later``: the own rows and names of parts a dry run did not write.
+    """Complete parts none of whose rows is in any index table (sorted by name): neither in the
+    published index nor in the one over every part, and not held back from the published index
+    (module docstring). A directory without its ``part.json`` is never listed (``verify`` reports it
+    as incomplete). ``extra`` and ``later``: the own rows and names of parts a dry run did not write.
 
-    Raises StoreError when the index without them would differ from the index with them (a table
-    derived from rows that are not themselves listed): nothing is then safe to remove."""
+    Raises StoreError when either index without them would differ from the index with them (a
+    table derived from rows that are not themselves listed): nothing is then safe to remove."""
     root = Path(root)
     parts = complete_parts(root)
-    tables = index_tables(root, parts, extra)
-    used: set[str] = set()
-    for table in tables.values():
-        if table.num_rows and "part" in table.column_names:
-            used.update(pc.unique(table.column("part")).to_pylist())
+    held = _held_back_parts(root, parts)
+    indexes = _indexes(root, parts, held, extra)
+    used: set[str] = set(held)
+    for tables in indexes.values():
+        for table in tables.values():
+            if table.num_rows and "part" in table.column_names:
+                used.update(pc.unique(table.column("part")).to_pylist())
     last: dict[str, str] = {}  # the highest number of each kind: never removed
     for name in [p.name for p in parts] + list(later):
         last[name[:2]] = max(last.get(name[:2], name), name)
@@ -99,14 +113,43 @@ def unused_parts(
         if p.name not in used and p.name not in last.values() and (p / PART_INDEX_DIR / PART_DONE_FILE).is_file()
     ]  # fmt: skip
     if unused:
-        without = index_tables(root, [p for p in parts if p not in unused], extra)
-        changed = _differing_tables(tables, without)
+        without = _indexes(root, [p for p in parts if p not in unused], held, extra)
+        changed = [
+            f"{name}{'' if which == 'published' else ' (over every part, held-back ones included)'}"
+            for which, tables in indexes.items()
+            for name in _differing_tables(tables, without[which])
+        ]
         if changed:
             raise StoreError(
                 f"{root}: the {len(unused)} part(s) without index rows still decide table(s) "
                 f"{', '.join(changed)} of the index; nothing removed"
             )
     return unused
+
+
+def _held_back_parts(root: Path, parts: Sequence[Path]) -> set[str]:
+    """The names of the structure parts among ``parts`` that ``rebuild_index(root)`` holds back
+    from the published index: those with entry rows that ``index/.published.json`` does not list,
+    once the store has a finished build (the rule and the record are the index module's)."""
+    root = Path(root)
+    # rebuild_index's finished=None: a store without index/entries.arrow counts as finished
+    finished = not (root / INDEX_DIR / "entries.arrow").is_file() or first_build_finished(root)
+    record = published_record(root) if finished else None
+    if record is None:
+        return set()
+    unlisted = [p for p in parts if p.name.startswith(STRUCTURE_PART_PREFIX) and p.name not in record]
+    return set(_held_back(_gather(unlisted)[0]["entries"], record)) if unlisted else set()
+
+
+def _indexes(
+    root: Path, parts: Sequence[Path], held: set[str], extra: dict[str, pa.Table] | None
+) -> dict[str, dict[str, pa.Table]]:
+    """The index tables ``parts`` give: "published" (without the ``held`` parts' rows: what the
+    store serves) and, when some are held, "every part" (what a build works from)."""
+    published = index_tables(root, [p for p in parts if p.name not in held], extra)
+    if not held:
+        return {"published": published}
+    return {"published": published, "every part": index_tables(root, parts, extra)}
 
 
 def prune_store(
