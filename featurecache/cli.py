@@ -354,7 +354,7 @@ def _print_repair_hint(store: Path, report: Any) -> None:
         if comp:
             what.append(f"moves component part(s) {', '.join(comp)} (arrays unreadable) to {store}/damaged-parts/, "
                         "and the build's chem stage recomputes their components")  # fmt: skip
-        note = rebuild_note(store)
+        note = rebuild_note(store, ok, report.bad_index_parts)
         typer.echo(f"to repair: `featurecache verify {q} --repair` {' and '.join(what)}; then "
                    f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files"
                    f"{f' ({note})' if note else ''} and `featurecache prune {q}` deletes the parts left unused",
@@ -388,7 +388,7 @@ def _print_repair(store: Path, result: Any) -> None:
     for name, why in result.kept_parts:
         typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
     if result.removed or result.moved_parts:
-        note = rebuild_note(store)
+        note = rebuild_note(store, result.removed, result.moved_parts)
         typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them"
                    f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`")  # fmt: skip
     elif not result.kept and not result.kept_parts:

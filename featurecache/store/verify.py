@@ -664,19 +664,104 @@ def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = (
     if msa:
         args += ["--msa-dir", shlex.quote(next(iter(msa))) if len(msa) == 1 else "MSA_DIR"]
     args += ["--out", shlex.quote(str(root))]
-    options, _unknown = _build_options(root)
+    options, _unknown = _build_options(root, _rebuilt_msa_dirs(root, damaged, parts))
     return " ".join(["featurecache", "build", *args, *options])
 
 
-def rebuild_note(root: Path) -> str:
-    """What :func:`rebuild_command` cannot fill in from the store ("" when nothing)."""
-    _options, unknown = _build_options(root)
+def rebuild_note(root: Path, damaged: list[Damaged] | None = None, parts: Iterable[str] = ()) -> str:
+    """What :func:`rebuild_command` (of the same ``damaged`` and ``parts``) cannot fill in from the
+    store, or chose against what the store records ("" when nothing). ``damaged`` None: the
+    ``--msa-depth`` check looks at every MSA of the store built from files."""
+    msa_dirs = None if damaged is None else _rebuilt_msa_dirs(root, damaged, parts)
+    _options, unknown = _build_options(root, msa_dirs)
     return "; ".join(unknown)
 
 
-def _build_options(root: Path) -> tuple[list[str], list[str]]:
+def _rebuilt_msa_dirs(root: Path, damaged: list[Damaged], parts: Iterable[str]) -> set[str] | None:
+    """The ``--msa-dir`` :func:`rebuild_command` prints for them (an empty set: none; None: it
+    cannot name one, ``MSA_DIR``): the MSAs built from that directory's files are the ones its
+    build rebuilds at the ``--msa-depth`` it is given, whichever entries are damaged."""
+    from featurecache.store.layout import MSA_PART_PREFIX
+
+    dirs: dict[str, str] = {}
+    msa = {d.source_dir for d in damaged if d.kind == "msa" and d.source_dir}
+    for name in parts:
+        if name.startswith(MSA_PART_PREFIX) and _source_dir(root, name, dirs):
+            msa.add(_source_dir(root, name, dirs))
+    if not msa:
+        for part in reversed(complete_parts(root)):
+            if part.name.startswith(MSA_PART_PREFIX) and _source_dir(root, part.name, dirs):
+                return {_source_dir(root, part.name, dirs)}
+    return msa if len(msa) <= 1 else None
+
+
+def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list[str], list[str]]:
+    """``--msa-depth`` for a rebuild that reads ``msa_dirs`` (None: any directory), and a note when
+    the recorded ``cap`` is not the one that built the MSAs it rebuilds. The root config records the
+    LATEST build's cap (an extension from another --pdb-dir with another --msa-depth overwrites it),
+    and the store keeps no cap per MSA (it is hashed into the MSA's inputs key); but msas.arrow keeps
+    each MSA's stored ``depth`` and its ``n_distinct`` rows before the cap, and a cap c rebuilds an
+    MSA of unchanged files to the same rows exactly when min(n_distinct, c) == depth. When the
+    recorded cap would change one (cut an undamaged 836-row MSA to 100 rows, review R3 s24 #4), the
+    option keeps them all: the default cap when it does (the option left out), else their single
+    cut depth; with no such value, ``--msa-depth DEPTH`` and a note. Each case is named in a note."""
+    from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+    from featurecache.store.layout import MSA_PART_PREFIX
+    from featurecache.store.msa import latest_msas
+
+    recorded = [] if cap == DEFAULT_MSA_DEPTH_CAP else ["--msa-depth", str(cap)]
+    if msa_dirs == set():  # no --msa-dir: the build rebuilds no MSA from files
+        return recorded, []
+    # the MSA parts' own rows, not the index's: the index drops an MSA no listed chain uses, and
+    # after ``verify --repair`` took a damaged entry out, its chains' MSAs are listed by no chain
+    # (the build rebuilds them at the cap it is given unless they are still stored)
+    columns = ["key", "part", "depth", "n_distinct", "n_files"]
+    own = []
+    for part in complete_parts(Path(root)):
+        f = part / PART_INDEX_DIR / "msas.arrow"
+        if part.name.startswith(MSA_PART_PREFIX) and f.is_file():
+            with contextlib.suppress(StoreError, KeyError):
+                t = read_table(f, memory_map=False)
+                if t.num_rows:
+                    own.append(t.append_column("part", pa.array([part.name] * t.num_rows)) if "part" not in
+                               t.column_names else t)  # fmt: skip
+    try:
+        rows = latest_msas(pa.concat_tables([t.select(columns) for t in own])).to_pylist() if own else []
+    except (KeyError, pa.ArrowInvalid):
+        return recorded, []
+    dirs: dict[str, str] = {}
+    rows = [r for r in rows if r["n_files"] and r["depth"] is not None and r["n_distinct"] is not None
+            and (msa_dirs is None or _source_dir(root, r["part"], dirs) in msa_dirs | {""})]  # fmt: skip
+
+    def changed(c: int) -> list[dict[str, Any]]:
+        return [r for r in rows if min(r["n_distinct"], c) != r["depth"]]
+
+    bad = changed(cap)
+    if not bad:
+        return recorded, []
+    deepest = max(r["depth"] for r in bad)
+    where = f" from {next(iter(msa_dirs))}" if msa_dirs else ""
+    why = (f"the store records --msa-depth {cap}, its latest build's, which would rebuild {len(bad)} stored "
+           f"MSA(s){where} to other rows than they hold (up to {deepest} rows)")  # fmt: skip
+    cut = sorted({r["depth"] for r in rows if r["n_distinct"] > r["depth"]})
+    for c in [DEFAULT_MSA_DEPTH_CAP, *cut[-1:]]:
+        if not changed(c):
+            if c == DEFAULT_MSA_DEPTH_CAP:
+                return [], [f"--msa-depth left at the default {c}: {why}; {c} keeps them ({deepest} rows is a "
+                            "lower bound on the cap they were built with)"]  # fmt: skip
+            return ["--msa-depth", str(c)], [
+                f"--msa-depth {c}: {why}; {c} keeps them (they were cut to {c} rows)"
+            ]
+    return ["--msa-depth", "DEPTH"], [
+        f"DEPTH: {why}, and no one cap keeps them all (cut depths {', '.join(map(str, cut)) or 'none'}): give the "
+        f"--msa-depth of the build that made them, at least {deepest}"
+    ]
+
+
+def _build_options(root: Path, msa_dirs: set[str] | None = None) -> tuple[list[str], list[str]]:
     """The build options the store's config records, as arguments (those left at their defaults
-    omitted), and what it cannot tell (a line each)."""
+    omitted), and what it cannot tell (a line each). ``--msa-depth``: :func:`_depth_option` for a
+    rebuild reading ``msa_dirs``."""
     from featurecache.build.config import BuildConfig
     from featurecache.const import DEFAULT_MSA_DEPTH_CAP
     from featurecache.store.info import recorded_build_inputs
@@ -693,8 +778,9 @@ def _build_options(root: Path) -> tuple[list[str], list[str]]:
     out: list[str] = []
     unknown: list[str] = []
     defaults = BuildConfig()
-    if config.get("msa_depth_cap", DEFAULT_MSA_DEPTH_CAP) != DEFAULT_MSA_DEPTH_CAP:
-        out += ["--msa-depth", str(config["msa_depth_cap"])]
+    depth, depth_notes = _depth_option(root, config.get("msa_depth_cap", DEFAULT_MSA_DEPTH_CAP), msa_dirs)
+    out += depth
+    unknown += depth_notes
     timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
     if timeout != defaults.conformer_timeout_s:
         out += ["--conformer-timeout", f"{timeout:g}"]
