@@ -459,6 +459,11 @@ class LookupClient(FeatureReader):
         finally:
             with self._lock:
                 self._checking = False
+        if answer is None and at is not None and at != index:
+            # Its own call, answered from another index (another worker of the service): followed as
+            # every answer is, so a newer index seen here is taken now, not after more answers of the
+            # older one (a request of its own would otherwise leave the client's index behind).
+            self._follow_index(response)
         if at != index or status not in (200, 404):  # no answer, or one of another index: the next one
             return
         doc = self._take_service(body, at)  # 404: a service without /v1/service: no versions either
