@@ -6,6 +6,7 @@ disk, and from consistency rules of the layout (token atom ranges tile the atom 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,20 @@ def test_info(reader: FeatureReader, reference: LocalStore) -> None:
     # the service does not reveal where its store lives; everything else is the same document
     assert local.pop("path") == str(reference.path) and ("path" in got) == isinstance(reader, LocalStore)
     got.pop("path", None)
+    if not isinstance(reader, LocalStore):
+        # nor the paths its store was built from: build_inputs says whether each option was given
+        # and the CCD's fingerprint; the featurizer versions' counts come without each one's --pdb-dir
+        inputs, served = local.pop("build_inputs"), got.pop("build_inputs")
+        assert inputs["recorded"] and inputs["pdb_dir"] and inputs["ccd"]["path"]  # the sample build's
+        assert served == {
+            "recorded": True,
+            "pdb_dir": True,
+            "msa_dir": inputs["msa_dir"] is not None,
+            "ccd": {"fingerprint": inputs["ccd"]["fingerprint"]},
+        }
+        assert "entry_source_dirs" not in got["featurizer_versions"]
+        local["featurizer_versions"].pop("entry_source_dirs", None)
+        assert str(reference.path) not in json.dumps(got) and inputs["pdb_dir"] not in json.dumps(got)
     assert same(got, local)
     assert got["counts"]["entries"] == len(list(SAMPLES.iterdir()))
     assert got["counts"]["atoms"] == sum(reference.entries.column("atom_count").to_pylist())
