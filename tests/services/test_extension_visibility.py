@@ -16,10 +16,7 @@ The reference is the same three inputs built uninterrupted.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,41 +28,9 @@ import pytest
 from featurecache import open_store
 from featurecache.store.verify import verify_store
 from tests.conftest import MSAS, REPO, STRUCTURES, build_store
+from tests.killed_builds import kill_after_the_pre_msa_rebuild
 
 NEW = "102m"
-
-
-def _structure_parts(store: Path) -> set[str]:
-    return {p.name for p in (store / "parts").iterdir() if p.name.startswith("s-") and p.is_dir()}
-
-
-def _indexed_parts(store: Path) -> set[str]:
-    """The parts the last index rebuild took in (its kept part rows' manifest, written after the
-    index files)."""
-    try:
-        return set(json.loads((store / "index" / ".part-rows" / "manifest.json").read_text())["parts"])
-    except (OSError, ValueError, KeyError):
-        return set()
-
-
-def _kill_after_the_pre_msa_rebuild(store: Path, pdb: Path, ccd: Path) -> None:
-    """Run the extension as a CLI build and SIGKILL it once an index rebuild has taken in its new
-    structure part (the one before its MSA stage), before the build ends."""
-    before = _structure_parts(store)
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--msa-dir", str(MSAS),
-           "--ccd", str(ccd), "--out", str(store), "--workers", "1", "--no-progress"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while not (_indexed_parts(store) & (_structure_parts(store) - before)):
-            assert proc.poll() is None, f"the build ended first (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "no index rebuild took in the new part within 300 s"
-            time.sleep(0.01)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    assert proc.returncode == -signal.SIGKILL  # killed, not ended: the stages had not all run
 
 
 def _chain_msas(store: object, entry_id: str) -> list[tuple[str, int, bytes]]:
@@ -138,7 +103,7 @@ def test_a_killed_extension_serves_no_entry_without_its_msas_and_the_next_build_
     expected_served = [(k, d) for k, d, _ in expected_msas]
     with ThreadedServer(Settings(store_path=store)) as url:
         assert _served_msas(url) is None
-        _kill_after_the_pre_msa_rebuild(store, pdb, ccd_dir)
+        kill_after_the_pre_msa_rebuild(store, pdb, MSAS, ccd_dir)
 
         # what a reader sees now: the new entry is not listed, or listed as an uninterrupted build has it
         killed = open_store(store)

@@ -12,13 +12,7 @@ cluster) SIGKILLed once its index rebuild before the MSA stage has taken in the 
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,44 +21,12 @@ import pytest
 from featurecache import open_store
 from featurecache.store.index import complete_parts
 from featurecache.store.prune import prune_store, unused_parts
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store
+from tests.killed_builds import kill_after_the_pre_msa_rebuild
 
 MSAS, CCD = SAMPLES / "msas", SAMPLES / "ccd"
 #: 1A8O.pdb's ATOM 90 (ASP A 152 N) x, and the x the changed file gives it
 OLD_X, NEW_X = "21.554", "21.555"
-
-
-def _structure_parts(store: Path) -> set[str]:
-    return {p.name for p in (store / "parts").iterdir() if p.name.startswith("s-") and p.is_dir()}
-
-
-def _indexed_parts(store: Path) -> set[str]:
-    """The parts the last index rebuild took in (its kept part rows' manifest, written after the
-    index files): as tests/services/test_extension_visibility.py reads it."""
-    try:
-        return set(json.loads((store / "index" / ".part-rows" / "manifest.json").read_text())["parts"])
-    except (OSError, ValueError, KeyError):
-        return set()
-
-
-def _kill_after_the_pre_msa_rebuild(store: Path, pdb: Path) -> None:
-    """Run the extension as a CLI build and SIGKILL it (its embedded cluster too) once an index
-    rebuild has taken in its new structure part, before the build ends."""
-    before = _structure_parts(store)
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--msa-dir", str(MSAS),
-           "--ccd", str(CCD), "--out", str(store), "--workers", "1", "--no-progress"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while not (_indexed_parts(store) & (_structure_parts(store) - before)):
-            assert proc.poll() is None, f"the build ended first (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "no index rebuild took in the new part within 300 s"
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    assert proc.returncode == -signal.SIGKILL  # killed, not ended: the stages had not all run
 
 
 def _atom_x(store: Path, entry_id: str) -> np.ndarray:
@@ -105,7 +67,7 @@ def test_prune_after_a_killed_extension_keeps_serving_the_old_version_and_the_ne
     line = "ATOM     90  N   ASP A 152      21.554  34.953"
     assert text.count(line) == 1
     (pdb / "1A8O.pdb").write_text(text.replace(line, line.replace(OLD_X, NEW_X)))
-    _kill_after_the_pre_msa_rebuild(store, pdb)
+    kill_after_the_pre_msa_rebuild(store, pdb, MSAS, CCD)
     killed = open_store(store)
     held = killed.unpublished_parts
     assert len(held) == 1 and held[0] not in part_of.values()  # the new 1A8O's part, held back
