@@ -55,15 +55,25 @@ species is gap there (``msa_mask`` False). AF-Multimer instead pairs a species' 
 rank in similarity to the query and skips a species with over 600 rows in some MSA; AF3 does
 neither. (AF3's ``_align_species`` documents stored order; its code groups rows by species with
 numpy's default, unstable ``argsort``, so its order within a species is in practice
-implementation-defined. Here it is stored order, deterministically.) The paired block comes first, the unpaired rows below it. The number of rows ``n``
-is drawn uniformly from ``1 … min(D, max_msa_rows)`` where ``D`` is the depth of that stacked
-MSA (the deepest chain MSA when nothing is paired); row 0 is the query, then up to ``n - 1``
-paired rows drawn uniformly, then unpaired rows to fill ``n``, drawn as AF3 draws them: AF3
-merges the chains' unpaired MSAs by padding each to the deepest one's depth ``U`` and setting them
-side by side (``merging_features.merge_msa_features``), so its merged row ``j`` is every chain's
-``j``-th unpaired row (stored order, paired rows left out), and it picks whole merged rows. Here
-one set of merged indices ``j`` is drawn uniformly without replacement from ``0 … U - 1`` for all
-chains, and a chain whose unpaired rows end before ``j`` is gap there: :func:`msa_row_plan`.
+implementation-defined. Here it is stored order, deterministically.)
+
+Which rows a sample holds (:func:`msa_row_plan`). The rows form one *stacked* MSA: the query,
+the paired block (``P`` rows), then the merged unpaired block (``U`` rows), as AF3 builds it:
+AF3 merges the chains' unpaired MSAs by padding each to the deepest one's depth ``U`` and setting
+them side by side (``merging_features.merge_msa_features``), so its merged row ``j`` is every
+chain's ``j``-th unpaired row (stored order, paired rows left out), a whole row spanning all
+chains, as a paired row is. ``D = 1 + P + U`` (the deepest chain MSA when nothing is paired). The
+number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)`` (Protenix's
+``sample_msa``: ``k`` uniform in ``[1, n]``; AF3's released network truncates its shuffled MSA to
+a fixed ``num_msa`` instead); row 0 is the query and the other ``n - 1`` rows are a uniform random
+subset, without replacement, of the stacked MSA's ``D - 1`` non-query rows, kept in stacked order
+(paired rows first). That is AF3's draw (``featurization.shuffle_msa`` samples uniformly over all
+rows of the stacked MSA, then ``truncate_msa_batch``; Protenix likewise takes a uniform subset of
+all rows): neither block is preferred, so a sample's share of paired rows is, on average, the
+stacked MSA's (``P / (D - 1)``). (Before session 25 the paired block filled the budget first, so a
+heteromer with many paired rows got few or no unpaired rows.) AF3's MSA module gives rows no
+position, so stacked order instead of AF3's shuffled order changes nothing there.
+A chain whose unpaired rows end before a drawn merged row ``j`` is gap there.
 Unpaired row ``r`` of two different chains is in general from two organisms; copies of one
 sequence (a homomer, or within a heteromer) carry the same MSA row in every row of the sample,
 paired and unpaired. Nothing is paired in a monomer or a homomer (one protein sequence), nor for RNA / DNA chains
@@ -534,16 +544,18 @@ def msa_row_plan(
     pair, ``species``: MSA key → species id of each of its rows (:func:`species_pairs` pairs the
     different MSAs, ``P`` paired rows; chains of one sequence share their MSA's paired rows; none
     given: nothing is paired; ``pairs``: ``species_pairs`` of them in sorted key order, when the
-    caller has it already). The sample has ``n`` rows, ``n`` uniform in
-    ``1 … min(D, max_msa_rows)`` with ``D = 1 + P + U`` (``U``: the most unpaired rows of a
-    chain, its rows other than the query and its paired rows; without pairing ``D`` is the deepest
-    MSA): row 0 is the query, then ``p = min(P, n - 1)`` paired rows drawn uniformly (kept in
-    pairing order), then ``k = min(U, n - 1 - p)`` rows of the merged unpaired block (AF3's
-    ``merge_msa_features``: each chain's unpaired rows, in stored order, padded to ``U`` rows and
-    set side by side): ONE set of ``k`` indices ``j`` drawn uniformly without replacement from
-    ``0 … U - 1`` (kept in order) for all chains, chain c taking ``pool_c[j]``, its ``j``-th
-    unpaired row, where ``j < U_c`` and -1 (a gap) beyond. Chains of one MSA therefore get the
-    same row in every sample row. Without pairing these are the draws of an unpaired MSA.
+    caller has it already). The stacked MSA is the query, the ``P`` paired rows (pairing order),
+    then the merged unpaired block of ``U`` rows (AF3's ``merge_msa_features``: each chain's
+    unpaired rows, its rows other than the query and its paired rows, in stored order, padded to
+    ``U``, the most any chain has, and set side by side), ``D = 1 + P + U`` rows (without pairing:
+    the deepest MSA). The sample has ``n`` rows, ``n`` uniform in ``1 … min(D, max_msa_rows)``:
+    row 0 is the query, then ONE set of ``n - 1`` indices ``s`` drawn uniformly without
+    replacement from the stacked MSA's non-query rows ``0 … D - 2`` (kept in order), for all
+    chains: ``s < P`` is paired row ``s``, ``s >= P`` merged unpaired row ``j = s - P``, chain c
+    taking ``pool_c[j]``, its ``j``-th unpaired row, where ``j < U_c`` and -1 (a gap) beyond.
+    Paired and unpaired rows are thus drawn alike (AF3 shuffles the whole stacked MSA and
+    truncates it; module docstring), and chains of one MSA get the same row in every sample row.
+    Without pairing these are the draws of an unpaired MSA.
     """
     chains = sorted(depths)
     paired = dict(paired or {})
@@ -562,17 +574,22 @@ def msa_row_plan(
             pool = pool[~np.isin(pool, pairs[:, column[c]])]
         pools[c] = pool
     n_unpaired = max([p.size for p in pools.values()], default=0)  # U: the merged unpaired block
-    depth = 1 + n_paired + n_unpaired
+    depth = 1 + n_paired + n_unpaired  # D: the stacked MSA [query; paired; merged unpaired]
     n_rows = int(rng.integers(1, min(depth, max_msa_rows), endpoint=True)) if depth > 1 else 1
-    n_take = min(n_paired, n_rows - 1)
-    chosen = np.sort(rng.choice(n_paired, size=n_take, replace=False)) if n_take else np.zeros(0, np.int64)
-    k = min(n_unpaired, n_rows - 1 - n_take)
-    merged = np.sort(rng.choice(n_unpaired, size=k, replace=False)) if k > 0 else np.zeros(0, np.int64)
+    # one uniform draw over the stacked MSA's non-query rows, 0 … D - 2 (kept in stacked order):
+    # below P a paired row, from P on merged unpaired row j = s - P; no block is preferred
+    stacked = (
+        np.sort(rng.choice(depth - 1, size=n_rows - 1, replace=False))
+        if n_rows > 1
+        else np.zeros(0, np.int64)
+    )
+    chosen = stacked[stacked < n_paired]
+    merged = stacked[stacked >= n_paired] - n_paired
     plan: dict[int, np.ndarray] = {}
     for c in chains:
-        rows_paired = pairs[chosen, column[c]] if c in column else np.full(n_take, -1, np.int64)
+        rows_paired = pairs[chosen, column[c]] if c in column else np.full(chosen.size, -1, np.int64)
         inside = merged < pools[c].size  # merged row j holds chain c's j-th unpaired row, a gap past U_c
-        others = np.full(k, -1, np.int64)
+        others = np.full(merged.size, -1, np.int64)
         others[inside] = pools[c][merged[inside]]
         plan[c] = np.concatenate([[0], rows_paired, others]).astype(np.int64)
     return plan

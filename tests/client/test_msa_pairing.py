@@ -133,15 +133,22 @@ def test_no_species_in_common_pairs_nothing() -> None:
 
 
 def test_row_plan_pairs_first_then_unpaired(real_species: list[np.ndarray]) -> None:
+    # the paired rows drawn come first (stacked order), the unpaired ones below; how many of each
+    # is a uniform draw over the stacked MSA (tests/client/test_e4_msa_rows.py), read here from
+    # which of chain 0's rows are paired rows of the reference
     a, b = real_species[:2]
-    n_pairs = len(_reference_pairs([a, b]))
+    paired_rows_a = {rows[0] for rows in _reference_pairs([a, b])}
     depths = {0: a.size, 1: b.size, 2: a.size, 3: 40}  # chain 2: a copy of chain 0; chain 3: not paired
+    n_paired_seen = 0
     for seed in range(20):
         plan = msa_row_plan(
             depths, np.random.default_rng(seed), 1024, {0: "A", 1: "B", 2: "A"}, {"A": a, "B": b}
         )
         n = max(rows.size for rows in plan.values())
-        p = min(n - 1, n_pairs)
+        is_paired = [int(r) in paired_rows_a for r in plan[0][1:]]
+        p = sum(is_paired)
+        assert is_paired == [True] * p + [False] * (len(is_paired) - p)  # the paired block first
+        n_paired_seen += p
         for rows in plan.values():
             assert rows[0] == 0 and rows.size <= n
             real = rows[rows >= 0]
@@ -152,6 +159,7 @@ def test_row_plan_pairs_first_then_unpaired(real_species: list[np.ndarray]) -> N
         assert np.all(plan[3][1 : 1 + p] == -1)  # an unpaired chain is gap in the paired block
         paired_a = set(plan[0][1 : 1 + p].tolist())
         assert not paired_a & set(plan[2][1 + p :].tolist())  # no paired row again among the unpaired
+    assert n_paired_seen > 0
 
 
 def test_row_plan_without_pairing_draws_as_an_unpaired_msa() -> None:
@@ -197,13 +205,29 @@ def test_a_heteromer_sample_pairs_rows_of_one_species(client_reader: Any) -> Non
     count = [Counter(s[1:][s[1:] != 0].tolist()) for s in sp.values()]
     n_pairs = sum(min(count[0][s], count[1][s]) for s in set(count[0]) & set(count[1]))
     assert n_pairs > 100
+    ref_pairs = set(_reference_pairs([sp[key_a], sp[key_b]]))
 
     checked = 0
     for seed in range(6):
         s = assemble_sample(entry, keep, np.random.default_rng(seed), chains=chains, msa_fetch=client_reader.msa,
                             msa_shape=msas.get, augment_ref=False)  # fmt: skip
         m = s["msa"].shape[0]
-        p = min(m - 1, n_pairs)
+        # the sample rows that are paired rows: chain A's and chain B's rows are a pair of the
+        # reference (from the stored species ids); they lead (the paired block first), and how many
+        # there are is a uniform draw over the stacked MSA (tests/client/test_e4_msa_rows.py)
+        cand = []
+        for ch, key in ((prot[0], key_a), (prot[1], key_b)):
+            pos = np.flatnonzero(tok["asym_id"] == ch["asym_id"])
+            stored, _ = _stored_rows(client_reader, key, tok["residue_index"][pos].astype(np.int64) - 1)
+            cand.append(
+                [set(np.flatnonzero(np.all(stored == s["msa"][r, pos], axis=1)).tolist()) for r in range(m)]
+            )
+        is_paired = [any((x, y) in ref_pairs for x in cand[0][r] for y in cand[1][r]) for r in range(1, m)]
+        p = is_paired.index(False) if False in is_paired else m - 1  # the leading paired rows
+        # no paired row below them (a row identical to a paired one on these columns can seem one)
+        assert not any(
+            is_paired[i] and len(cand[0][i + 1]) == len(cand[1][i + 1]) == 1 for i in range(p, m - 1)
+        ), seed
         species_rows = []
         for ch, key in ((prot[0], key_a), (prot[1], key_b)):
             pos = np.flatnonzero(tok["asym_id"] == ch["asym_id"])
