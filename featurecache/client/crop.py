@@ -6,12 +6,26 @@ kept tokens and respects two budgets: ``max_tokens`` (AF3's crop size, 384 by de
 ``max_atoms`` (atoms of the kept tokens, ``None`` = no atom budget, the default: see
 :data:`DEFAULT_MAX_ATOMS`).
 
-Molecules are not cut (whole-ligand snapping): tokens of one *snap group* are kept or dropped
-together. A group is a standard residue's single token, every per-atom token of one non-standard
-residue (modified residue, ligand residue), and, for ligands, every per-atom token of residues
-joined by covalent ligand–ligand bonds (a glycan is one group). See :func:`snap_groups`.
+Per-token crops (the default) or whole groups. AF3 crops tokens one by one (supplement §2.7): a
+ligand or modified residue is one token per atom, ranked and taken like any residue, so a crop can
+hold part of a molecule. That is the default (``Cropper(whole_groups=False)``,
+``FeatureDataset(crop_whole_groups=False)``): the croppers see every token as its own group
+(:meth:`CropInput.per_token`), a spatial crop without an atom budget is exactly the
+``max_tokens`` nearest tokens (centre distance + ``1e-3 × index``) and a contiguous crop is
+AF-Multimer Algorithm 1 over tokens.
+``whole_groups=True`` snaps instead (whole-ligand snapping, featurecache's rule before session 25):
+tokens of one *snap group* are kept or dropped together. A group is a standard residue's single
+token, every per-atom token of one non-standard residue (modified residue, ligand residue), and,
+for ligands, every per-atom token of residues joined by covalent ligand–ligand bonds (a glycan is
+one group). See :func:`snap_groups`. Snapping changes which tokens a crop holds, not (much) how
+many: a spatial crop ranks a group by its nearest token and takes it whole, so a group straddling
+AF3's cut is kept whole more often than dropped, ligands are over-represented against AF3's crop
+and polymer tokens nearer the reference make room for them (review R1 s25 #3: e.g. 25.0 vs 20.6
+ligand tokens per 128-token spatial crop of 721p); a contiguous crop takes a ligand chain whole or
+not at all. The crop functions below follow ``inp.group`` as given: :meth:`CropInput.from_arrays`
+gives snap groups, :meth:`CropInput.per_token` one group per token.
 
-Oversized groups. A group that *alone* exceeds a budget (more tokens than ``max_tokens``, or more
+Oversized groups (whole-group mode). A group that *alone* exceeds a budget (more tokens than ``max_tokens``, or more
 atoms than ``max_atoms``) cannot be kept whole by any crop; keeping none of it would leave a
 ligand-only entry with an empty crop and a spatial crop centred on it without its reference token.
 Such a group is therefore cropped token by token, as AF3 crops every atomized token: the spatial
@@ -48,7 +62,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,6 +76,9 @@ CROP_METHODS: tuple[str, ...] = ("contiguous", "spatial", "spatial_interface")
 #: AF3 weighted-PDB crop mix (supplement Table 4): contiguous 0.2, spatial 0.4, spatial interface 0.4.
 DEFAULT_CROP_WEIGHTS: tuple[float, float, float] = (0.2, 0.4, 0.4)
 DEFAULT_CROP_SIZE = 384
+#: Crop token by token (False, AF3's rule: the default since session 25) or keep each ligand,
+#: glycan and modified residue whole (True, the rule before): module docstring.
+DEFAULT_CROP_WHOLE_GROUPS = False
 #: The default atom budget: none. AF3 crops by tokens alone (supplement §2.7), so a crop holds
 #: ``min(N, crop_size)`` tokens whatever its atoms. A budget is only worth having for what the
 #: atom-level arrays cost, and that is little: the trunk reads no atom-level array (they stay on
@@ -105,6 +122,11 @@ class CropInput:
     @property
     def n_tokens(self) -> int:
         return int(self.asym_id.shape[0])
+
+    def per_token(self) -> CropInput:
+        """This input with every token its own group: the croppers then crop token by token, as
+        AF3 does (module docstring, "Per-token crops")."""
+        return replace(self, group=np.arange(self.n_tokens, dtype=np.int64))
 
     @classmethod
     def from_arrays(
@@ -688,6 +710,9 @@ class Cropper:
 
     ``weights`` (contiguous, spatial, spatial-interface) default to AF3's 0.2 / 0.4 / 0.4.
     ``reference_chains`` (from the sampler: a sampled chain or interface) centre spatial crops.
+    ``whole_groups``: False (the default, AF3's rule) crops token by token
+    (:meth:`CropInput.per_token`); True keeps or drops each snap group (ligand, glycan, modified
+    residue) whole (module docstring).
     """
 
     def __init__(
@@ -696,6 +721,7 @@ class Cropper:
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
         interface_cutoff: float = INTERFACE_CUTOFF,
+        whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
     ) -> None:
         _check_budgets(max_tokens, max_atoms)
         w = np.asarray(weights, dtype=np.float64)
@@ -707,6 +733,7 @@ class Cropper:
         self.max_atoms = max_atoms
         self.weights = w / w.sum()
         self.interface_cutoff = interface_cutoff
+        self.whole_groups = bool(whole_groups)
 
     def __call__(
         self, inp: CropInput, rng: np.random.Generator, reference_chains: Sequence[int] | None = None
@@ -716,6 +743,8 @@ class Cropper:
         method = CROP_METHODS[int(rng.choice(3, p=self.weights))]
         if fits_whole(inp, self.max_tokens, self.max_atoms):
             return CropResult(np.arange(inp.n_tokens, dtype=np.int64), "none")
+        if not self.whole_groups:
+            inp = inp.per_token()
         if method == "contiguous":
             return crop_contiguous(inp, rng, self.max_tokens, self.max_atoms)
         if method == "spatial":

@@ -92,6 +92,7 @@ from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS, collate
 from featurecache.client.crop import (
     DEFAULT_CROP_SIZE,
     DEFAULT_CROP_WEIGHTS,
+    DEFAULT_CROP_WHOLE_GROUPS,
     DEFAULT_MAX_ATOMS,
     INTERFACE_CUTOFF,
     Cropper,
@@ -272,7 +273,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     Cropping: ``crop_size`` tokens, ``max_atoms`` (atoms of a crop; None, the default, = no atom
     budget: a crop holds ``min(N, crop_size)`` tokens; with a budget a crop holds fewer tokens
     when their atoms would exceed it, see :data:`~featurecache.client.crop.DEFAULT_MAX_ATOMS`),
-    ``crop_weights`` (contiguous, spatial, spatial-interface). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``, ``pair_msa`` (pair
+    ``crop_weights`` (contiguous, spatial, spatial-interface), ``crop_whole_groups`` (False, the
+    default: crop token by token as AF3 does; True: keep or drop each ligand, glycan and modified
+    residue whole, see :mod:`featurecache.client.crop`). Assembly: ``max_msa_rows``, ``augment_ref``, ``use_msa``, ``pair_msa`` (pair
     the rows of protein chains of different sequences by species, AF3 SI 2.3; False: every chain's
     rows unpaired). Execution:
     ``pool`` (``"thread"`` | ``"process"``), ``workers`` (samples computed at once), ``window``
@@ -302,6 +305,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
         interface_cutoff: float = INTERFACE_CUTOFF,
+        crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
         sampler: Sampler | None = None,
         weighting: str = "uniform",
         cluster_table: pa.Table | None = None,
@@ -352,7 +356,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             log.warning("%s", line)
         self.seed = seed
         self.infinite = infinite
-        self.cropper = Cropper(crop_size, max_atoms, crop_weights, interface_cutoff)
+        self.cropper = Cropper(
+            crop_size, max_atoms, crop_weights, interface_cutoff, whole_groups=crop_whole_groups
+        )
         self.job = SampleJob(self.source, self.cropper, seed=seed, max_msa_rows=max_msa_rows,
                              augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook,
                              pair_msa=pair_msa)  # fmt: skip
