@@ -457,9 +457,13 @@ def _part_tables(part: Path) -> dict[str, pa.Table]:
     return out
 
 
-def _gather(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
-    """Per table name, the concatenation of ``parts``' own rows (in the order given); and the names
-    some part actually holds (the others are empty tables of their schema)."""
+def gather_part_rows(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
+    """The parts' own rows, before anything is derived from them: per table name, the concatenation
+    of each of ``parts``' ``_index/<table>.arrow`` (in the order given, the ``part`` column set to
+    the part's directory name; every name of :data:`SCHEMAS` is there, an empty table of its schema
+    when no part holds it); and the table names some part actually holds. What
+    :func:`rebuild_index` and :func:`index_tables` derive the index from; StoreError naming the
+    file when a part's own index file is unreadable."""
     found: dict[str, list[pa.Table]] = {}
     for part in parts:
         for name, t in _part_tables(part).items():
@@ -473,7 +477,7 @@ def index_tables(
 ) -> dict[str, pa.Table]:
     """The index tables a rebuild from ``parts`` alone gives (sorted as written; nothing is written);
     ``extra``: own rows of parts not written yet (a dry run's), per table, after those of ``parts``."""
-    raw = _gather(parts)[0]
+    raw = gather_part_rows(parts)[0]
     for name, t in (extra or {}).items():
         raw[name] = _concat([raw[name], t], name) if name in raw and raw[name].num_rows else t
     return {name: _sorted(name, t) for name, t in _derive(Path(root), raw).items()}
@@ -481,7 +485,7 @@ def index_tables(
 
 def gather_part_tables(root: Path) -> dict[str, pa.Table]:
     """Concatenate every complete part's ``_index/<table>.arrow`` per table name."""
-    return _gather(complete_parts(Path(root)))[0]
+    return gather_part_rows(complete_parts(Path(root)))[0]
 
 
 def latest_per(table: pa.Table, column: str) -> pa.Table:
@@ -737,7 +741,7 @@ def _add_parts(
 ) -> tuple[dict[str, pa.Table], set[str]] | None:
     """The concatenation over old and new parts in part-name order, from the kept one plus the new
     parts' rows; None when it cannot be the same as a full gather (a table's columns differ)."""
-    new_tables, new_held = _gather(new_parts)
+    new_tables, new_held = gather_part_rows(new_parts)
     out: dict[str, pa.Table] = {}
     for name in sorted(set(kept) | set(new_tables)):
         if name not in new_held:
@@ -807,9 +811,9 @@ def rebuild_index(
             gathered = _add_parts(kept, set(manifest.get("held", [])), new_parts, interleaved)
             how = f"{len(new_parts)} new part(s)"
     if gathered is None:
-        gathered = _gather(parts)
+        gathered = gather_part_rows(parts)
     raw, in_parts = gathered  # (the table names some part holds)
-    held = _held_back(raw["entries"], record)
+    held = held_back(raw["entries"], record)
     tables = _derive(root, raw)
     # the published index: without the rows of the parts held back (the same code, on fewer rows)
     published = _derive(root, _without_parts(raw, held)) if held else tables
@@ -839,9 +843,11 @@ def _published_now(root: Path, names: Sequence[str], finished: bool, publish: bo
     return now
 
 
-def _held_back(entries: pa.Table, published: set[str] | None) -> list[str]:
-    """The structure parts that hold entry rows (``entries``: the parts' own rows) and are not
-    ``published`` (parts with only failure, withdrawal or removal rows are never held back)."""
+def held_back(entries: pa.Table, published: set[str] | None) -> list[str]:
+    """The structure parts held back from the published index (sorted): those that hold entry rows
+    in ``entries`` (the parts' own rows, as :func:`gather_part_rows` gives them) and are not in
+    ``published`` (:func:`published_record`, as :func:`rebuild_index` brings it up to date; None:
+    none is held back). Parts with only failure, withdrawal or removal rows are never held back."""
     if published is None or not entries.num_rows or "part" not in entries.column_names:
         return []
     with_entries = pc.unique(entries.column("part")).to_pylist()

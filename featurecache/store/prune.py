@@ -27,7 +27,10 @@ exist; an MSA from files that a build from ``DIR`` recorded, none of which is li
 or exists. Parts never change, so the removal is written as :data:`~featurecache.store.index.REMOVED`
 rows of one new part per kind; the index then leaves those entries (their chains, interfaces, ...)
 and MSAs out, and the parts that hold nothing else are deleted as above. A later build of a file
-put back stores it again.
+put back stores it again. Entries are looked up in the index over every part, held-back ones
+included: a held entry whose file is gone is removed (the published version of its id with it, and
+the next build does not publish it), the held part itself is kept as above; a held entry whose file
+is there is left alone, and the next build publishes it.
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ from featurecache.errors import StoreError, UsageError
 from featurecache.store.index import (
     REMOVED,
     REMOVED_SCHEMA,
-    _gather,
-    _held_back,
     complete_parts,
     first_build_finished,
+    gather_part_rows,
+    held_back,
     index_tables,
     published_record,
     rebuild_index,
@@ -138,7 +141,7 @@ def _held_back_parts(root: Path, parts: Sequence[Path]) -> set[str]:
     if record is None:
         return set()
     unlisted = [p for p in parts if p.name.startswith(STRUCTURE_PART_PREFIX) and p.name not in record]
-    return set(_held_back(_gather(unlisted)[0]["entries"], record)) if unlisted else set()
+    return set(held_back(gather_part_rows(unlisted)[0]["entries"], record)) if unlisted else set()
 
 
 def _indexes(
