@@ -167,6 +167,17 @@ def removed_counts(store: LocalStore) -> dict[str, int]:
     return {"entries": kinds.get("entry", 0), "msas": kinds.get("msa", 0)}
 
 
+def held_parts(store: LocalStore) -> dict[str, Any]:
+    """The structure parts held back from the published index (``index/entries.arrow`` names them:
+    an extension build writes them but publishes them only once its MSA and chem stages have run
+    after them; a build that was stopped leaves them so, and the next ``featurecache build``
+    publishes them), as ``info`` shows them: ``{"parts": [names, sorted], "entries": N}``, N their
+    entries as each part's ``part.json`` counts them (none of them is in ``counts``)."""
+    names = sorted(store.unpublished_parts)
+    parts_dir = store.path / PARTS_DIR
+    return {"parts": names, "entries": sum(_part_entries(parts_dir / n) for n in names)}
+
+
 def store_info(store: LocalStore) -> dict[str, Any]:
     """Counts, versions, parts per kind, bytes (:func:`store_bytes`) and failures per stage/class."""
     return info_document(store, store_bytes(store.path))
@@ -210,6 +221,7 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
         "removed": removed_counts(store),
+        "held_parts": held_parts(store),
         "build_inputs": recorded_build_inputs(store.attributes),
         VERSIONS_KEY: store_versions(store),
     }
@@ -250,9 +262,10 @@ def index_lag(store: LocalStore) -> list[str]:
         named = set(pc.unique(store.entries.column("part")).to_pylist()) if store.entries.num_rows else set()
         last = max(named, default="")
         covered = {name for name in structure if name <= last or name in named}
-    held = set(store.unpublished_parts)
+    shown = held_parts(store)
+    held = set(shown["parts"])
     if held:
-        n_held = sum(_part_entries(parts_dir / name) for name in held)
+        n_held = shown["entries"]
         out.append(f"{store.path}: {n_held} entr{'y' if n_held == 1 else 'ies'} in {len(held)} structure "
                    f"part{'' if len(held) == 1 else 's'} ({', '.join(sorted(held))}) written but not yet published: "
                    f"the build that wrote {'it' if len(held) == 1 else 'them'} has not run its MSA and chem stages "

@@ -1,0 +1,66 @@
+"""``featurecache info --json`` says which structure parts are held back from the published index,
+and how many entries they hold (``held_parts``). Before, only the text warning on stderr said so:
+a program reading the JSON could not tell a killed extension's store from a finished one.
+
+Real builds with the sample MSAs and CCD: 1A8O and 7DDO in a part each; then 1psm and 2q2k added
+by a CLI build (its own embedded cluster, one structure part of up to 16 entries) SIGKILLed once
+its index rebuild before the MSA stage has taken in its new part (tests/killed_builds.py); then
+the same build run to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, SAMPLES, build_store
+from tests.killed_builds import kill_after_the_pre_msa_rebuild, structure_parts
+
+MSAS, CCD = SAMPLES / "msas", SAMPLES / "ccd"
+#: the keys `info --json` had before held_parts (each kept as it was)
+KEYS = {"path", "versions", "config_hash", "updated", "counts", "parts", "bytes", "failures_by_stage",
+        "failures_by_error", "removed", "build_inputs", "featurizer_versions"}  # fmt: skip
+
+
+def _info(store: Path) -> tuple[dict[str, Any], str]:
+    r = subprocess.run([sys.executable, "-m", "featurecache.cli", "info", str(store), "--json"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+@pytest.mark.timeout(900)
+def test_info_json_names_the_held_parts_of_a_killed_extension_and_none_once_finished(tmp_path: Path) -> None:
+    pdb, store = tmp_path / "pdb", tmp_path / "store"
+    pdb.mkdir()
+    for name in ("1A8O.pdb", "7DDO.pdb"):
+        shutil.copy(SAMPLES / "structures" / name, pdb / name)
+    build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
+    doc, _ = _info(store)
+    assert set(doc) == KEYS | {"held_parts"}
+    assert doc["held_parts"] == {"parts": [], "entries": 0}
+    before = structure_parts(store)
+
+    for name in ("1psm.cif", "2q2k.cif"):
+        shutil.copy(SAMPLES / "structures" / name, pdb / name)
+    kill_after_the_pre_msa_rebuild(store, pdb, MSAS, CCD)
+    new = sorted(structure_parts(store) - before)
+    assert len(new) == 1  # the two new inputs in one part (the CLI's --part-size is 16)
+    doc, warned = _info(store)
+    assert set(doc) == KEYS | {"held_parts"}
+    # the two added inputs are held back: not counted among the published entries
+    assert doc["held_parts"] == {"parts": new, "entries": 2}
+    assert doc["counts"]["entries"] == 2
+    assert new[0] in warned and "not yet published" in warned  # the text warning, as before
+
+    summary = build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
+    assert summary.n_built == 0  # published from the held part, nothing built again
+    doc, warned = _info(store)
+    assert doc["held_parts"] == {"parts": [], "entries": 0}
+    assert doc["counts"]["entries"] == 4 and "not yet published" not in warned
