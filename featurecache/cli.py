@@ -291,7 +291,7 @@ the index); with --repair: damage left because its source files are gone.
     """
     _setup_logging(verbose)
     from featurecache.errors import StoreError
-    from featurecache.store.root import lock_holder
+    from featurecache.store.root import holder_command, lock_holder
     from featurecache.store.verify import repair_store, verify_report
 
     if drop_gone and not repair:
@@ -299,7 +299,9 @@ the index); with --repair: damage left because its source files are gone.
     holder = lock_holder(store)
     if holder is not None:  # its parts and index are being written: what verify sees is not the store's state
         raise _fatal(
-            StoreError(f"a build is writing {store} ({holder} holds its lock): verify it when that ends")
+            StoreError(
+                f"a {holder_command(holder)} is writing {store} ({holder} holds its lock): verify it when that ends"
+            )
         )
     unfinished = _first_build_unfinished(store)
     try:
@@ -325,7 +327,8 @@ the index); with --repair: damage left because its source files are gone.
         holder = lock_holder(store)
         if holder is not None:
             typer.echo(
-                f"note: a build started meanwhile ({holder}): verify {store} again when it ends", err=True
+                f"note: a {holder_command(holder)} started meanwhile ({holder}): verify {store} again when it ends",
+                err=True,
             )
         raise typer.Exit(EXIT_VERIFY_MISMATCH)
     typer.echo("ok: store verified")

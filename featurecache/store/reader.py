@@ -96,12 +96,12 @@ def _check_not_being_built(root: Path, missing: list[str]) -> None:
     """StoreError saying a build is running on ``root`` (its lock is held) and has not written
     ``missing`` yet: not the advice to run a build (a first build's chem stage puts its component
     part in place before the index that lists it is written)."""
-    from featurecache.store.root import lock_holder
+    from featurecache.store.root import holder_command, lock_holder
 
     holder = lock_holder(root)
     if holder is None:
         return
-    raise StoreError(f"{root}: a build is running on this store ({holder}) and has not written its index "
+    raise StoreError(f"{root}: a {holder_command(holder)} is running on this store ({holder}) and has not written its index "
                      f"yet ({', '.join(missing)} missing): try again once it has")  # fmt: skip
 
 

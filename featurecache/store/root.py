@@ -128,14 +128,21 @@ class BuildLock:
     def __enter__(self) -> BuildLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "w")
+            # not truncated before the lock is ours: the file holds the holder's pid, which
+            # lock_holder reads (a refused attempt must not erase it)
+            self._f = open(self.path, "a+")
         except OSError as exc:
             raise StoreError(f"cannot write the store at {self.path.parent}: {exc.strerror or exc}") from exc
         try:
             fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             self._f.close()
-            raise StoreError(f"another build is writing {self.path.parent} (lock {self.path})") from exc
+            holder = lock_holder(self.path.parent) or "a process that has ended since"
+            raise StoreError(
+                f"another {holder_command(holder)} is writing {self.path.parent} ({holder}; lock {self.path}): "
+                "try again when it ends"
+            ) from exc
+        self._f.truncate(0)
         self._f.write(str(os.getpid()))
         self._f.flush()
         return self
@@ -164,7 +171,7 @@ def lock_holder(root: Path) -> str | None:
             fcntl.flock(f, fcntl.LOCK_UN)
             return None
     if not pid.isdigit():
-        return "a build or prune (its pid is not recorded yet)"
+        return "a featurecache command that has not recorded its pid yet"
     try:
         argv = [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:
@@ -175,8 +182,24 @@ def lock_holder(root: Path) -> str | None:
     )
     if start is not None:
         argv = ["featurecache", *argv[start + 1 :]]
-    cmd = " ".join(argv)
+    cmd = " ".join(" ".join(argv).split())  # one line (a `python -c` program holds newlines)
     return f"pid {pid}: {cmd[:200]}" if cmd else f"pid {pid}"
+
+
+#: :func:`holder_command`'s word for each featurecache command that takes the :class:`BuildLock`
+_LOCKING_COMMANDS = {"build": "build", "prune": "prune", "verify": "verify --repair"}
+
+
+def holder_command(holder: str) -> str:
+    """What the :class:`BuildLock`'s holder (:func:`lock_holder`'s words: "pid 123: featurecache
+    prune /s") is doing, for a message that says so: "build", "prune" or "verify --repair", from
+    its command line; "build" when the command is not one of those (a program that calls the
+    library's build, prune or repair: the words in parentheses beside it name the command)."""
+    _pid, _, cmd = holder.partition(": ")
+    words = cmd.split()
+    if len(words) > 1 and words[0] == "featurecache":
+        return _LOCKING_COMMANDS.get(words[1], "build")
+    return "build"
 
 
 def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:

@@ -1,0 +1,97 @@
+"""The store's lock held by a ``featurecache prune``: what a command refused meanwhile says names
+the prune that holds it (its pid and command line), not "another build". Before, every refusal by
+the lock said "another build is writing STORE (lock ...)" whatever held it; and the refused
+command's own open of the lock file emptied it, so the holder's pid was lost to every later look
+(``lock_holder``: "its pid is not recorded yet").
+
+A real store (1A8O and 7DDO, a part each) and a real CLI ``featurecache prune`` in a second process,
+stopped (SIGSTOP) while it holds the lock and let go (SIGCONT) at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from featurecache.errors import StoreError
+from featurecache.store.root import BuildLock, lock_holder
+from tests.conftest import REPO, SAMPLES, build_store
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+
+
+@contextmanager
+def _prune_holding_the_lock(store: Path) -> Iterator[int]:
+    """A real ``featurecache prune STORE`` in another process, stopped while it holds the lock
+    (tried again should one end before it is caught holding it); yields its pid."""
+    for _attempt in range(20):
+        proc = subprocess.Popen([sys.executable, "-m", "featurecache.cli", "prune", str(store)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        caught = False
+        while proc.poll() is None:
+            holder = lock_holder(store)
+            if holder is not None and holder.startswith(f"pid {proc.pid}: "):
+                os.kill(proc.pid, signal.SIGSTOP)
+                # still holding it once stopped (it may have let go just before the signal)
+                caught = (lock_holder(store) or "").startswith(f"pid {proc.pid}: ")
+                if not caught:
+                    os.kill(proc.pid, signal.SIGCONT)
+                break
+        if not caught:
+            proc.communicate(timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            continue
+        try:
+            yield proc.pid
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+            _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err  # the prune itself went on and ended well
+        return
+    pytest.fail("no prune was caught holding the lock in 20 tries")
+
+
+@pytest.mark.timeout(600)
+def test_a_refusal_names_the_prune_that_holds_the_lock(tmp_path: Path) -> None:
+    pdb, store = tmp_path / "pdb", tmp_path / "store"
+    pdb.mkdir()
+    for name in ("1A8O.pdb", "7DDO.pdb"):
+        shutil.copy(SAMPLES / "structures" / name, pdb / name)
+    build_store(store, pdb, workers=1, part_size=1)
+    with _prune_holding_the_lock(store) as pid:
+        held_by = f"pid {pid}: featurecache prune {store}"
+        assert lock_holder(store) == held_by
+
+        again = _cli("prune", str(store))
+        assert again.returncode == 3, again.stdout + again.stderr
+        assert f"another prune is writing {store} ({held_by}; lock " in again.stderr, again.stderr
+        assert "another build" not in again.stderr
+
+        build = _cli("build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress")
+        assert build.returncode == 3, build.stdout + build.stderr
+        assert f"another prune is writing {store} ({held_by}; lock " in build.stderr, build.stderr
+
+        repair = _cli("verify", str(store), "--repair")
+        assert repair.returncode == 3, repair.stdout + repair.stderr
+        assert f"a prune is writing {store} ({held_by} holds its lock)" in repair.stderr, repair.stderr
+
+        with pytest.raises(StoreError) as refused, BuildLock(store):
+            pass
+        assert f"another prune is writing {store} ({held_by}; lock " in str(refused.value)
+
+        # none of the refused attempts erased the holder's record
+        assert lock_holder(store) == held_by
+    assert lock_holder(store) is None
+    with BuildLock(store):
+        assert lock_holder(store) is not None and lock_holder(store).startswith(f"pid {os.getpid()}")
