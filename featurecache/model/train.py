@@ -14,9 +14,10 @@ remaining samples arrive in the new run's ready-first order).
 
 The log is written as the run goes (atomically, every few seconds) and a SIGTERM (what SLURM and
 torchrun send on a timeout or preemption) stops the run after its current step with the log and a
-final checkpoint written; so does a failure of the batch source mid-run. A non-finite loss stops the
-run with a :class:`TrainingError` (no checkpoint of the parameters that gave it is kept); arguments it
-cannot train with are a :class:`~featurecache.errors.UsageError` before anything is trained.
+final checkpoint written; so does a failure of the batch source mid-run. A non-finite loss, or a
+non-finite gradient norm (logged per step, before clipping), stops the run with a :class:`TrainingError`
+(no checkpoint of the parameters that gave it is kept); arguments it cannot train with are a
+:class:`~featurecache.errors.UsageError` before anything is trained.
 """
 
 from __future__ import annotations
@@ -494,28 +495,37 @@ def _staged_path(path: Path) -> Path:
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
             batch: dict[str, torch.Tensor], world: int = 1,
-            stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+            stop_votes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
     batch, into gradients that are None or are overwritten (not accumulated) by the backward.
     With ``world`` > 1 ranks the gradients and the returned loss are the ranks' means (and
-    ``stop_votes`` the ranks' sum: :func:`_average_gradients`)."""
+    ``stop_votes`` the ranks' sum: :func:`_average_gradients`). Returns (loss, the gradients' total
+    L2 norm before clipping), both on the device, not synchronised: no host synchronisation, so the
+    step can be recorded in a CUDA graph (a non-finite norm is the loop's to act on, after the step)."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
         loss = loss_fn(batch)
     loss.backward()
     if world > 1:
         loss = _average_gradients(model, loss, world, stop_votes)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     opt.step()
-    return loss
+    return loss, grad_norm
+
+
+def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
+                batch: dict[str, torch.Tensor], world: int = 1,
+                stop_votes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One eager training step: (loss, gradient norm before clipping), as :func:`_update`."""
+    opt.zero_grad(set_to_none=True)
+    return _update(model, opt, loss_fn, batch, world, stop_votes)
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
                batch: dict[str, torch.Tensor], world: int = 1,
                stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """One eager training step; returns the loss (not synchronised; the ranks' mean with ``world`` > 1)."""
-    opt.zero_grad(set_to_none=True)
-    return _update(model, opt, loss_fn, batch, world, stop_votes)
+    return _train_step(model, opt, loss_fn, batch, world, stop_votes)[0]
 
 
 @functools.cache
@@ -541,7 +551,9 @@ class GraphedSteps:
 
     ``peak_bytes(batch)``: the peak allocated memory of the recording, which is what the replays
     use (they do not allocate). Between replays ``p.grad`` holds the gradients of whichever graph
-    was recorded last, not of the step just replayed: read gradients inside the loss, not after."""
+    was recorded last, not of the step just replayed: read gradients inside the loss, not after.
+    :meth:`step` also returns the replayed step's gradient norm before clipping (a tensor the graph
+    writes, like the loss: read on the host after the replay, never inside it)."""
 
     def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
                  warmup: int = 2) -> None:  # fmt: skip
@@ -551,7 +563,7 @@ class GraphedSteps:
             raise FeatureCacheError("CUDA-graph steps need an Adam/AdamW optimizer with capturable=True")
         self.model, self.opt, self.loss_fn, self.warmup = model, opt, loss_fn, warmup
         self._graphs: dict[
-            tuple[Any, ...], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]
+            tuple[Any, ...], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]
         ] = {}
         self._peaks: dict[tuple[Any, ...], int] = {}
         self._pool: Any = None
@@ -567,14 +579,19 @@ class GraphedSteps:
         return self._peaks.get(self._key(batch))
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.step(batch)[0]
+
+    def step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the step of ``batch``'s shape (recording it first if new): (loss, gradient norm
+        before clipping), the graph's own output tensors, overwritten by the next replay of that shape."""
         key = self._key(batch)
         if key not in self._graphs:
             self._record(key, batch)
-        graph, static, loss = self._graphs[key]
+        graph, static, loss, grad_norm = self._graphs[key]
         for k, v in batch.items():
             static[k].copy_(v, non_blocking=True)
         graph.replay()
-        return loss
+        return loss, grad_norm
 
     def _state_tensors(self) -> list[torch.Tensor]:
         out = [p.data for p in self.model.parameters()] + list(self.model.buffers())
@@ -605,7 +622,7 @@ class GraphedSteps:
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self._pool):
-                loss = _update(self.model, self.opt, self.loss_fn, static)
+                loss, grad_norm = _update(self.model, self.opt, self.loss_fn, static)
             torch.cuda.synchronize()
         except RuntimeError as exc:  # e.g. a host synchronisation inside the step
             shapes = ", ".join(f"{k} {list(shape)}" for k, shape, _ in key)
@@ -617,7 +634,7 @@ class GraphedSteps:
             ) from exc
         self._peaks[key] = torch.cuda.max_memory_allocated()
         self._pool = graph.pool()
-        self._graphs[key] = (graph, static, loss)
+        self._graphs[key] = (graph, static, loss, grad_norm)
 
 
 def rank_log_path(path: str | Path, rank: int) -> Path:
@@ -784,18 +801,38 @@ def _check_output_path(path: Path, option: str, example: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from exc
 
 
+def _same_directory(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one directory, by (st_dev, st_ino): also through a path that
+    :meth:`Path.resolve` leaves apart (a bind mount of it elsewhere). Unreadable: compared as paths."""
+    try:
+        sa, sb = a.stat(), b.stat()
+    except OSError:
+        return a == b
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def _check_init_kept(init_from: str | Path, template: str | Path, every: int | None, steps: int) -> None:
     """Refuse a run that would overwrite the checkpoint it is initialised from (``--init-from X
-    --checkpoint X``): its step, optimizer state and data position would be lost without a word."""
+    --checkpoint X``): its step, optimizer state and data position would be lost without a word.
+
+    A checkpoint is written by renaming a new file over its path (:func:`save_checkpoint`), which
+    replaces that directory entry: what is lost is the file at the same name in the same directory,
+    reached through any path (symlinks resolved; the directory compared by device and inode, so a
+    bind mount of it is caught). A hard link to the file under another name is not lost (the rename
+    unlinks the checkpoint's name only; the link keeps the old contents), so it is not refused."""
     source = Path(init_from).resolve()
-    target = str(Path(template).resolve())
-    if "{step}" not in target:
-        at: int | None = steps if Path(target) == source else None
+    target = Path(template).resolve()
+    if "{step}" in str(target.parent):  # a directory per step: compared as paths
+        here, there = str(source), str(target)
+    elif _same_directory(source.parent, target.parent):
+        here, there = source.name, target.name
     else:
-        head, _, tail = target.partition("{step}")
-        match = re.fullmatch(
-            re.escape(head) + r"(\d+)" + re.escape(tail).replace(r"\{step\}", r"\1"), str(source)
-        )
+        return
+    if "{step}" not in there:
+        at: int | None = steps if here == there else None
+    else:
+        head, _, tail = there.partition("{step}")
+        match = re.fullmatch(re.escape(head) + r"(\d+)" + re.escape(tail).replace(r"\{step\}", r"\1"), here)
         at = int(match.group(1)) if match else None
         if at is not None and not (at == steps or (every and 0 < at < steps and at % every == 0)):
             at = None
@@ -888,6 +925,8 @@ LOG_FIELDS: dict[str, str] = {
     "where that outlasts the GPU's work)",
     "gpu_s": "s the GPU spent on the step (CUDA events); null on the CPU",
     "loss": "the distogram loss of the batch (with several ranks: their mean); null when not finite",
+    "grad_norm": "the total L2 norm of the step's gradients (with several ranks: of their mean) before they are "
+    "clipped to clip_grad_norm; null when not finite (the run then stops)",
     "peak_mem_bytes": "bytes: peak GPU memory allocated in the step; null on the CPU",
     "tokens": "real (unpadded) tokens of this rank's batch",
     "world_tokens": "real tokens of every rank's batch (several ranks: filled in when the run ends)",
@@ -1146,7 +1185,11 @@ def run_training(
     :class:`TrainingError` naming the step and the last checkpoint kept: it was computed on the
     parameters after step k - 1, so the checkpoint due after step k - 1 is not kept (each checkpoint
     is written beside its path and moved into place once the next step's loss is finite, or the run
-    ends first), and no checkpoint is written of non-finite parameters. A failure of the batch source
+    ends first), and no checkpoint is written of non-finite parameters. Each step logs the total
+    gradient norm before clipping to ``CLIP_NORM`` (``grad_norm``; the CUDA-graph and compiled steps
+    too: the norm is a device tensor read after the step, with the loss); a non-finite one with a
+    finite loss stops the run the same way (the step's update already applied it; the checkpoint
+    due after step k - 1, whose parameters gave that gradient, is not kept). A failure of the batch source
     (the client's ``LoaderError``, the service or the store unreadable) after some steps ends the run
     with a checkpoint of the steps done (with ``checkpoint``; one rank) and a :class:`TrainingError`
     naming it and the source's error.
@@ -1296,7 +1339,7 @@ def run_training(
         doc: dict[str, Any] = {
             "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "max_atoms": max_atoms,
             "batch_size": batch_size,
-            "seed": seed, "lr": lr, "pad_multiple": pad_multiple, "compiled": compile,
+            "seed": seed, "lr": lr, "clip_grad_norm": CLIP_NORM, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
             "initialized_from": str(init_from) if init_from is not None else None,
@@ -1467,10 +1510,10 @@ def run_training(
                             torch.cuda.Event(enable_timing=True),
                         )
                         start.record()
-                    loss = (
-                        graphed(batch)
+                    loss, grad_norm = (
+                        graphed.step(batch)
                         if graphed is not None
-                        else train_step(model, opt, loss_fn, batch, ranks.world, votes)
+                        else _train_step(model, opt, loss_fn, batch, ranks.world, votes)
                     )
                     if cuda:
                         end.record()
@@ -1478,6 +1521,7 @@ def run_training(
                     if prefetch and not last:
                         pending = _fetch(feed, behind=end if cuda else None)  # while the GPU runs this step
                     loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
+                    norm_value = float(grad_norm.item())  # computed before the loss was read: no wait
                     tokens = int(raw["token_mask"].sum())
                     if cuda:
                         torch.cuda.synchronize(dev)
@@ -1487,10 +1531,12 @@ def run_training(
                     if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
                         peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
                     finite = math.isfinite(loss_value)
+                    finite_norm = math.isfinite(norm_value)
                     rec = {
                         "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
                         "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
-                        "loss": loss_value if finite else None, "peak_mem_bytes": peak,
+                        "loss": loss_value if finite else None, "grad_norm": norm_value if finite_norm else None,
+                        "peak_mem_bytes": peak,
                         "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
                         "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                         "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
@@ -1500,8 +1546,9 @@ def run_training(
                     }  # fmt: skip
                     records.append(rec)
                     doc["steps"].append(rec)
-                    log.info("step %d  loss %.4f  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d", step,
-                             loss_value, rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
+                    log.info("step %d  loss %.4f  grad norm %.4g%s  step %.3fs  data wait %.3fs (exposed %.3fs)  "
+                             "tokens %d", step, loss_value, norm_value, " (clipped)" if norm_value > CLIP_NORM else "",
+                             rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
                     # the loss is computed on the parameters after step - 1: a checkpoint of them is not kept
                     if not finite:
                         discard()
@@ -1509,7 +1556,19 @@ def run_training(
                             f"the loss is {loss_value} at step {step}: training diverged (a lower --lr?); "
                             f"{last_good(step)}"
                         )
-                    commit()  # the staged checkpoint's parameters gave this step a finite loss
+                    # a finite loss with a non-finite gradient: the same policy. This step's update
+                    # applied it (the check is after the step: a host synchronisation inside it would
+                    # stall the prefetch and cannot be recorded in a CUDA graph), so its parameters
+                    # are never checkpointed; nor are those after step - 1 that gave the gradient
+                    if not finite_norm:
+                        discard()
+                        log.warning("step %d: the gradient norm is %s (the loss %.4g is finite): stopping",
+                                    step, norm_value, loss_value)  # fmt: skip
+                        raise TrainingError(
+                            f"the gradient norm is {norm_value} at step {step} (its loss, {loss_value:.4g}, is "
+                            f"finite): training diverged (a lower --lr?); {last_good(step)}"
+                        )
+                    commit()  # the staged checkpoint's parameters gave this step a finite loss and gradient
                     runlog.step()
                     if on_step is not None:
                         on_step(rec)
