@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,64 @@ from featurecache.errors import FeatureCacheError, StoreError
 
 log = logging.getLogger(__name__)
 
-APP_FACTORY = "services.lookup.main:create_app"
+#: what uvicorn runs in each worker: :func:`worker_app` (``services.lookup.main.create_app``, whose
+#: failure at start-up it reports)
+APP_FACTORY = "services.lookup.server:worker_app"
+
+#: the directory (made by ``run_server`` for several workers) where a worker that cannot start
+#: writes why, in a file named by its pid, for ``serve`` to name the reason when it stops
+WORKER_FAILURES_ENV = "_FEATURECACHE_WORKER_FAILURES"
+
+#: why this process's app could not start (set by :func:`worker_app`), None while it could
+_startup_failure: str | None = None
+
+
+def worker_app() -> Any:
+    """The app of one server process: ``create_app()`` (settings from the environment), whose
+    lifespan opens the store. When either fails (an import that fails in the worker, e.g. a
+    ``PROMETHEUS_MULTIPROC_DIR`` that does not exist; a token file gone; an exception opening the
+    store) the reason is logged on one line and recorded (:data:`WORKER_FAILURES_ENV`), and a failed
+    import or factory exits with uvicorn's start-up failure status (3), as a failed lifespan does:
+    uvicorn's supervisor restarted a worker that exited 1 for good, and stops on 3, after which
+    ``run_server`` fails naming the reason instead of ending 0 (s24 closing note)."""
+    from uvicorn.config import STARTUP_FAILURE
+
+    try:
+        from services.lookup.main import create_app
+
+        app = create_app()
+    except Exception as exc:
+        _record_startup_failure(exc)
+        sys.exit(STARTUP_FAILURE)
+    opening = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[Any]:
+        started = False
+        try:
+            async with opening(application) as state:
+                started = True
+                yield state
+        except Exception as exc:
+            if not started:
+                _record_startup_failure(exc)
+            raise
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def _record_startup_failure(exc: BaseException) -> None:
+    global _startup_failure
+    reason = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
+    _startup_failure = reason
+    log.error("server process [%d] cannot start: %s", os.getpid(), reason)
+    log.debug("start-up failure", exc_info=exc)
+    failures = os.environ.get(WORKER_FAILURES_ENV)
+    if failures:
+        with contextlib.suppress(OSError):
+            Path(failures, str(os.getpid())).write_text(reason, encoding="utf-8")
+
 
 try:  # uvicorn's fast parser when installed (uvicorn[standard]), else its pure-Python one
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HTTPProtocol
@@ -96,6 +153,11 @@ def run_server(
                 f"metrics ({exc}); in a read-only container give it one: --tmpfs /tmp"
             ) from exc
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+    failures_dir = None
+    if workers > 1:  # where a worker that cannot start says why (without it: "its error is logged")
+        with contextlib.suppress(OSError):
+            failures_dir = tempfile.mkdtemp(prefix="featurecache-workers-")
+            os.environ[WORKER_FAILURES_ENV] = failures_dir
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
         log_config=log_config, access_log=False, timeout_graceful_shutdown=10,
@@ -105,10 +167,11 @@ def run_server(
         if workers == 1:
             stopped_by = _run_one(uvicorn.Config(APP_FACTORY, **options))
         else:
-            stopped_by = _run_workers(uvicorn.Config(APP_FACTORY, **options))
+            stopped_by = _run_workers(uvicorn.Config(APP_FACTORY, **options), failures_dir)
     finally:
-        if multiproc_dir is not None:
-            shutil.rmtree(multiproc_dir, ignore_errors=True)
+        for made in (multiproc_dir, failures_dir):
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
     if stopped_by == signal.SIGTERM:
         # as uvicorn does with one worker: hand the signal on once everything is stopped and cleaned
         # up, so that `serve --workers N` ends as SIGTERM's (status 143) whatever N is
@@ -140,22 +203,50 @@ def _run_one(config: Any) -> int | None:
 
     config.load_app()  # an app that cannot be imported: uvicorn logs it and exits 1, as uvicorn.run
     server = Server(config=config)
-    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run does
-        server.run()  # re-raises a SIGTERM itself once stopped (exit 143), unless serve is PID 1
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run does
+            server.run()  # re-raises a SIGTERM itself once stopped (exit 143), unless serve is PID 1
+    except SystemExit:
+        if _startup_failure is not None:  # worker_app's: the app or its lifespan failed (exit 3)
+            raise FeatureCacheError(f"the server could not start: {_startup_failure}") from None
+        raise
     if not server.started:
         sys.exit(STARTUP_FAILURE)  # a port in use, the app's start-up failed
     return server.stopped_by
 
 
-def _run_workers(config: Any) -> int | None:
+def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
     """What ``uvicorn.run`` does for ``workers > 1`` (bind the socket, run the multiprocess
     supervisor until a signal stops it), returning the signal that stopped it (SIGINT, SIGTERM) or
     None: uvicorn's supervisor returns normally after a SIGTERM, which would make the exit status 0
-    with several workers but 143 with one (review R2 s24 #4)."""
+    with several workers but 143 with one (review R2 s24 #4).
+
+    A worker that cannot start (exit status 3: :func:`worker_app`, uvicorn's own failed lifespan),
+    at first or when it replaces one that died, stops every worker, as uvicorn's supervisor does,
+    and raises FeatureCacheError naming the reason the worker wrote under ``failures_dir``; uvicorn
+    returned normally there, and serve ended 0 without having served (s24 closing note)."""
+    from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
     class Supervisor(Multiprocess):
         stopped_by: int | None = None
+        failed: int | None = None  # pid of the worker that could not start
+
+        def keep_subprocess_alive(self) -> None:
+            # a worker that ended with the start-up failure status stops serve: looked for before
+            # uvicorn's own look (which restarted such a worker before uvicorn 0.3x; now it stops
+            # without telling its caller) and after it (the worker may end during its health check)
+            if not self._startup_failed():
+                super().keep_subprocess_alive()
+                self._startup_failed()
+
+        def _startup_failed(self) -> bool:
+            for process in self.processes:
+                if process.process.exitcode == STARTUP_FAILURE:
+                    self.failed = process.pid
+                    self.should_exit.set()
+                    return True
+            return False
 
         def handle_int(self) -> None:
             self.stopped_by = signal.SIGINT
@@ -173,6 +264,15 @@ def _run_workers(config: Any) -> int | None:
         pass
     finally:
         sock.close()
+    if supervisor.failed is not None and supervisor.stopped_by is None:
+        reason = None
+        if failures_dir is not None:
+            with contextlib.suppress(OSError):
+                reason = Path(failures_dir, str(supervisor.failed)).read_text(encoding="utf-8").strip()
+        raise FeatureCacheError(
+            f"serve stopped: worker process [{supervisor.failed}] could not start: "
+            + (reason or f"exit status {STARTUP_FAILURE} (its error is logged above)")
+        )
     return supervisor.stopped_by
 
 
