@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from featurecache.errors import FeatureCacheError, InvalidRequest, NotFound, StoreError
+from services.lookup.middleware import allowed_methods
 from services.lookup.params import LimitExceeded
 from services.lookup.state import StoreHolder, StoreUnavailable
 
@@ -36,6 +38,15 @@ def _holder(request: Request) -> StoreHolder:
 
 
 def install(app: FastAPI) -> None:
+    @app.exception_handler(405)
+    async def method_not_allowed(request: Request, exc: HTTPException) -> Response:
+        """FastAPI's answer, with an ``allow`` that lists every method the path answers: the
+        router's names only the methods of the one route it matched, without the HEAD (and OPTIONS
+        on the probe paths) that the middleware answers (s24 closing note)."""
+        response = await http_exception_handler(request, exc)
+        response.headers["allow"] = allowed_methods(request.app.router.routes, request.scope)
+        return response
+
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": _holder(request).redact(str(exc))}, status_code=404)

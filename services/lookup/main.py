@@ -29,7 +29,10 @@ rebuilt or extended under the service answers 503 with `retry-after` until it ca
 the new index is served without a restart. Data damaged in a store that is not changing (a shard
 that fails its checksum, a missing file) answers 500 naming the entry or MSA as unreadable.
 Every GET route answers HEAD too (the GET's status and headers, no body); `/v1/health` and
-`/v1/ready` answer OPTIONS (204 with `allow`), for probes that send those.
+`/v1/ready` answer OPTIONS (204 with `allow`), for probes that send those. HEAD on
+`/v1/entries/{entry_id}` answers from the index without reading the entry's arrays (its
+`content-length` is the GET's all the same): a shard damaged in a store that is not changing shows
+only on GET (500), not on HEAD. A 405 lists in `allow` every method the path answers.
 """
 
 

@@ -6,7 +6,9 @@ header while none is open), so that a client whose tables are of another index r
 HEAD is answered on every route that answers GET, as GET would answer it less the body (probes such
 as ``curl -I`` and uptime monitors use it; FastAPI routes would answer 405), and OPTIONS on the
 probe paths (``/v1/health``, ``/v1/ready``: HAProxy's ``option httpchk`` sends it) with 204 and the
-methods they take.
+methods they take. The route of a HEAD sees a GET whose scope holds :data:`HEAD_KEY` (a route that
+can answer the headers without computing the body looks at it: :func:`is_head`); a 405's ``allow``
+lists what the path really answers, these two included (:func:`allowed_methods`).
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses pass through untouched and the bytes
 actually sent are counted.
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.lookup import metrics
@@ -32,6 +35,33 @@ READY_PATH = "/v1/ready"
 PROBE_PATHS = frozenset({HEALTH_PATH, READY_PATH})  # OPTIONS answered (204) before any route
 PROBE_ALLOW = "GET, HEAD, OPTIONS"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: set in the scope a HEAD request's route sees (as a GET): True
+HEAD_KEY = "featurecache.head"
+#: the order of the methods in an ``allow`` header
+METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def is_head(scope: Scope) -> bool:
+    """Whether the GET a route is answering is a HEAD request (its body will be dropped)."""
+    return bool(scope.get(HEAD_KEY))
+
+
+def allowed_methods(routes: list[BaseRoute], scope: Scope) -> str:
+    """The ``allow`` header of a 405 on ``scope``'s path: every method some route answers there (the
+    route the router picked names only its own: ``/v1/msas/K:slice`` is also ``/v1/msas/{key}``'s
+    GET), HEAD wherever GET is (this middleware answers it), OPTIONS on the probe paths."""
+    allowed = set()
+    for method in METHOD_ORDER:
+        # a copy without the framework's per-request state, which matching writes into
+        probe = {k: v for k, v in scope.items() if k not in ("fastapi", "route", "endpoint", "path_params")}
+        probe["method"] = method
+        if any(route.matches(probe)[0] == Match.FULL for route in routes):
+            allowed.add(method)
+    if "GET" in allowed:
+        allowed.add("HEAD")
+    if scope["path"] in PROBE_PATHS:
+        allowed.add("OPTIONS")
+    return ", ".join(m for m in METHOD_ORDER if m in allowed)
 
 
 class ServiceMiddleware:
@@ -57,7 +87,7 @@ class ServiceMiddleware:
         state: dict[str, Any] = {"status": 500, "bytes": 0}
         head = scope["method"] == "HEAD"
         # the routes see a GET; `inner` is the scope they fill in (the route, request.state)
-        inner = {**scope, "method": "GET"} if head else scope
+        inner = {**scope, "method": "GET", HEAD_KEY: True} if head else scope
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -18,6 +18,7 @@ from featurecache.store.info import info_document
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
 from featurecache.store.reader import LocalStore
 from featurecache.store.versions import store_versions
+from featurecache.types import Entry
 from services.lookup.sizes import SizeCount, size_count
 
 
@@ -72,6 +73,35 @@ def entries_stream(
 
 def entry_bytes(reader: LocalStore, entry_id: str, arrays: Sequence[str] | None) -> bytes:
     return b"".join(entries_stream(reader, [entry_id], arrays))
+
+
+def entry_bytes_length(reader: LocalStore, entry_id: str, arrays: Sequence[str] | None) -> int:
+    """``len(entry_bytes(reader, entry_id, arrays))`` without reading any array (HEAD's
+    content-length): the index gives the entry's row and chains (the record's attrs, exactly as
+    the reader gives them to ``entry_bytes``) and each group's row count, hence each array's
+    shape; Arrow IPC sizes its uncompressed buffers by shape and dtype alone, not by the values, so
+    zero-filled arrays of those shapes (``np.zeros``: pages never touched) serialize to the same
+    length, which is counted without a copy (``pa.MockOutputStream``). Raises NotFound as
+    :func:`estimate_entry_bytes` does. Damage in the arrays' shards shows only when they are read."""
+    row = reader.row_of(entry_id)
+    sel = selected_fields(arrays)
+    fields: dict[str, dict[str, np.ndarray]] = {g: {} for g in ENTRY_GROUPS}
+    for g, names in sel.items():
+        n = int(reader.entries.column(GROUP_OFFSETS[g][1])[row].as_py())
+        for f in names:
+            sub: np.dtype = ENTRY_GROUPS[g].fields[f][0]  # type: ignore[index]
+            fields[g][f] = np.zeros((n, *sub.shape), sub.base)
+    record = arrow_io.entry_record(
+        Entry(
+            id=entry_id, atoms=fields["atoms"], tokens=fields["tokens"], bonds=fields["bonds"],
+            interfaces=fields["interfaces"], meta=reader.entry_meta(entry_id), chains=reader.entry_chains(entry_id),
+        )
+    )  # fmt: skip
+    schema = arrow_io.schema_for(entry_dtypes(arrays))
+    sink = pa.MockOutputStream()
+    with ipc.new_stream(sink, schema) as writer:  # schema message, the record batch, end-of-stream
+        writer.write_batch(arrow_io.record_batch(record, schema))
+    return int(sink.size())
 
 
 def msa_bytes(block: Any) -> bytes:
