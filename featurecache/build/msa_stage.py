@@ -90,8 +90,10 @@ __all__ = [
 POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
 #: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
 #: bump rebuilds every stored MSA). "2": profile and deletion_mean over the main MSA only (the
-#: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES).
-MSA_STAGE_VERSION = "2"
+#: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES). "3": a row's species is its
+#: pairing-source copy's (0 without one) when the sequence has a pairing alignment, and isoform
+#: accessions (``UniRef100_Q5M7Y0-3_7955/``) give their taxon (featurize.msa, "Species of a stored row").
+MSA_STAGE_VERSION = "3"
 SCAN_BATCH_BYTES = 32 << 20  # files per scan task: at most about this many bytes
 MAX_MSAS_PER_PART = 256
 PART_INPUT_BYTES = 256 << 20  # input bytes per write task, at most (a file counts once per sequence using it)

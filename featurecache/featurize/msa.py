@@ -17,6 +17,31 @@ Conventions (as AlphaFold 2/3):
   query and the rows of every alignment but the pairing-only ones (:data:`PAIRING_SOURCES`, UniProt
   and Protenix's ``pairing.a3m``), as AF3 computes them from the unpaired MSA alone (SI Table 5;
   its UniProt search feeds only the paired ``*_all_seq`` features). Pairing rows are still stored.
+* ``species`` (for pairing chains by species, :func:`species_id`) of a stored row is read from its
+  pairing-source copy (:data:`PAIRING_SOURCES`), not from the copy that is kept: see
+  "Species of a stored row" below.
+
+Species of a stored row. AF3 pairs the rows of its UniProt MSA by the species in their own headers
+and does not deduplicate that MSA against the others (``pipeline.py``:
+``Msa.from_multiple_msas([uniprot_msa], deduplicate=False)`` for the paired MSA; uniref90, small
+BFD and MGnify, deduplicated, for the unpaired one); AF-Multimer likewise pairs only its
+``uniprot_hits``. Here one row is stored per distinct sequence, at the place of its first copy in
+merge order, so:
+
+* when any of the sequence's alignments is a pairing source, a row's species is that of its first
+  pairing-source copy (merge order: ``uniprot`` files, then ``pairing`` files, each by path, then
+  row order) whose header gives one; a row with no such copy gets 0 and is never paired, even if a
+  non-pairing header names a taxon (UniRef90 ``TaxID=`` is the cluster's common taxon, e.g.
+  Catarrhini, and BFD / MGnify / ``non_pairing.a3m`` rows are not AF3's pairing rows). Two pairing
+  copies of one row from different species (identical sequences in two organisms) keep the first
+  one's species: AF3 would hold both rows, one per species; a store holds the row once, so the
+  second organism's copy is not paired;
+* when none is (a layout without a pairing file, e.g. one merged a3m whose headers carry UniProt
+  ids, or AF2's monomer layout without ``uniprot_hits``), nothing tells the pairing rows apart,
+  and every row keeps the species of its first copy, as before; AF3 would pair nothing there.
+
+The result depends only on the alignments and their order (merge order, fixed by
+:func:`source_order_key`), not on the worker count.
 
 :func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time and keeps only the first
 ``depth_cap`` distinct rows (plus a 16-byte digest per distinct row and the profile counts), so its
@@ -107,10 +132,11 @@ def source_order_key(path: str) -> tuple[int, str]:
 
 _OX = re.compile(r"\bOX=(\d+)")
 _TAXID = re.compile(r"\bTaxID=(\d+)")
-# Protenix / AF3 pairing headers: UniRef100_<accession>_<taxid>/
+# Protenix / AF3 pairing headers: UniRef100_<accession>_<taxid>/, the accession of an isoform too
+# (UniRef100_Q5M7Y0-3_7955/)
 _ACC_TAXID = re.compile(
     r"^(?:UniRef\d+_)?(?:UPI[0-9A-F]{10}|[OPQ][0-9][A-Z0-9]{3}[0-9]|[A-NR-Z][0-9](?:[A-Z][A-Z0-9]{2}[0-9]){1,2})"
-    r"_(\d+)/"
+    r"(?:-\d+)?_(\d+)/"
 )
 # UniProt entry names: sp|P12345|NAME_HUMAN, tr|A0A024VQI0|A0A024VQI0_PLAFA, RepID=Q9NIG6_PLAFA
 _MNEMONIC = re.compile(r"^(?:sp|tr)\|[^|]+\|[A-Z0-9]+_([A-Z0-9]{1,5})\b|\bRepID=[A-Z0-9]+_([A-Z0-9]{1,5})\b")
@@ -237,6 +263,8 @@ def build_msa(
     hits identical to the query removed, truncated to ``depth_cap`` rows. ``profile`` and
     ``deletion_mean`` cover the distinct rows of the query and of the alignments whose
     :func:`source_label` (read from ``label``, a path) is not in :data:`PAIRING_SOURCES`.
+    ``species``: from the pairing-source copies of each row when any alignment is a pairing
+    source, else from each row's first copy (module docstring).
     """
     sequence = sequence.upper()
     length = len(sequence)
@@ -246,7 +274,9 @@ def build_msa(
         raise MSAError(f"depth cap must be at least 1, got {depth_cap}")
     if len(alignments) >= MAX_SOURCES:
         raise MSAError(f"{len(alignments)} alignments for one sequence; at most {MAX_SOURCES - 1}")
-    acc = _Accumulator(length, mol_type, depth_cap)
+    # species from pairing-source copies only, when there is one (module docstring)
+    pairing_given = any(msa.depth > 0 and source_label(label) in PAIRING_SOURCES for label, msa in alignments)
+    acc = _Accumulator(length, mol_type, depth_cap, pairing_only_species=pairing_given)
     q_chars, q_del = encode_rows([sequence], length)
     acc.add(q_chars, q_del, (), 0, in_profile=True)
     labels = [QUERY_SOURCE]
@@ -268,7 +298,7 @@ def build_msa(
                 chars, dels = encode_rows(msa.rows[start:stop], length, first_row=start)
             except MSAError as exc:
                 raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
-            acc.add(chars, dels, msa.headers[start:stop], k, in_profile=main)
+            acc.add(chars, dels, msa.headers[start:stop], k, in_profile=main, pairing=not main)
         labels.append(label)
         n_input += msa.depth
     return acc.finish(sequence, tuple(labels), n_input)
@@ -281,12 +311,21 @@ class _Accumulator:
     the distinct rows of the main MSA (rows added ``in_profile``), the class counts per column and
     the deletion sums that the profile and the deletion mean are made of. A row is distinct once in
     the stored rows (first occurrence in merge order, whatever its source) and once in the main MSA
-    (a pairing row that a later main-MSA alignment holds too counts there). Memory: ``depth_cap``
-    rows + one 16-byte digest per distinct row, whatever the number of input rows.
+    (a pairing row that a later main-MSA alignment holds too counts there).
+
+    Species: with ``pairing_only_species``, a kept row's species is that of its first copy added
+    with ``pairing`` whose header gives one (0 if none does), whichever copy was kept; without it,
+    that of the kept (first) copy. Memory: ``depth_cap`` rows (+ their position by digest) + one
+    16-byte digest per distinct row, whatever the number of input rows.
     """
 
-    def __init__(self, length: int, mol_type: int, depth_cap: int) -> None:
+    def __init__(
+        self, length: int, mol_type: int, depth_cap: int, pairing_only_species: bool = False
+    ) -> None:
         self.length, self.mol_type, self.cap = length, int(mol_type), depth_cap
+        self.pairing_only_species = pairing_only_species
+        self.kept_at: dict[bytes, int] = {}  # digest -> stored row (kept rows only; pairing_only_species)
+        self.pair_species: dict[int, int] = {}  # stored row -> species of its first pairing copy having one
         self.seen: dict[bytes, bool] = {}  # digest -> counted in the profile (seen in the main MSA)
         self.n_profile = 0
         self.counts = np.zeros(length * NUM_RESTYPES, np.int64)
@@ -298,22 +337,40 @@ class _Accumulator:
         self.n_kept = 0
 
     def add(
-        self, chars: np.ndarray, dels: np.ndarray, headers: Sequence[str], source: int, in_profile: bool
+        self,
+        chars: np.ndarray,
+        dels: np.ndarray,
+        headers: Sequence[str],
+        source: int,
+        in_profile: bool,
+        pairing: bool = False,
     ) -> None:
         """Add encoded rows ``chars`` uint8 [n, L], ``dels`` int16 [n, L] (``headers``: n, or empty
         for the query, whose species is 0) coming from alignment ``source``; ``in_profile``: the
-        alignment is part of the main MSA (not a pairing-only one)."""
+        alignment is part of the main MSA (not a pairing-only one); ``pairing``: it is a pairing
+        source (its rows' species are the ones kept under ``pairing_only_species``)."""
         n, length = chars.shape
         if n == 0:
             return
         flat = np.ascontiguousarray(chars).tobytes()
         new = np.zeros(n, bool)
         counted = np.zeros(n, bool)
+        n_new = 0
         for i in range(n):
             d = hashlib.blake2b(flat[i * length : (i + 1) * length], digest_size=16).digest()
             in_main = self.seen.get(d)
             if in_main is None:
                 new[i] = True
+                if self.pairing_only_species and self.n_kept + n_new < self.cap:
+                    self.kept_at[d] = self.n_kept + n_new
+                n_new += 1
+            if pairing and headers and self.pairing_only_species:
+                at = self.kept_at.get(d)
+                # row 0 is the query (species 0): a pairing hit identical to it is not stored
+                if at is not None and at > 0 and at not in self.pair_species:
+                    sp = species_id(headers[i])
+                    if sp != 0:
+                        self.pair_species[at] = sp
             if in_profile and not in_main:
                 counted[i] = True
             if in_main is None or counted[i]:
@@ -331,7 +388,7 @@ class _Accumulator:
         if take.size:
             self.residues.append(residues[: take.size])
             self.deletions.append(dels[take])
-            if headers:
+            if headers and not self.pairing_only_species:
                 self.species.append(np.fromiter((species_id(headers[i]) for i in take), np.int32, take.size))
             else:
                 self.species.append(np.zeros(take.size, np.int32))
@@ -342,12 +399,16 @@ class _Accumulator:
         n = len(self.seen)
         m = self.n_profile  # >= 1: the query is always in the main MSA
         counts = self.counts.reshape(self.length, NUM_RESTYPES)
+        species = np.concatenate(self.species)
+        if self.pair_species:
+            at = np.fromiter(self.pair_species.keys(), np.int64, len(self.pair_species))
+            species[at] = np.fromiter(self.pair_species.values(), np.int32, len(self.pair_species))
         return EncodedMSA(
             sequence=sequence,
             mol_type=self.mol_type,
             residues=np.ascontiguousarray(np.concatenate(self.residues)),
             deletions=np.ascontiguousarray(np.concatenate(self.deletions)),
-            species=np.concatenate(self.species),
+            species=species,
             source=np.concatenate(self.source),
             profile=(counts / m).astype(np.float32),
             deletion_mean=(self.del_sum.astype(np.float64) / m).astype(np.float32),
