@@ -505,6 +505,7 @@ def _run_build(
     # the workers are compared with the package as it is now (a long test session or a notebook
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
     featurecache.source_digest(refresh=True)
+    BuildLock.check_free(out)  # refused by another command's lock: before a cluster starts
     client, cluster = _make_client(workers, scheduler)
     if cluster is not None:  # an external cluster's workers are not ours to silence
         on_interrupt.append(lambda: _quiet_workers_soon(client))

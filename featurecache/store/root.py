@@ -138,10 +138,7 @@ class BuildLock:
         except BlockingIOError as exc:
             self._f.close()
             holder = lock_holder(self.path.parent) or "a process that has ended since"
-            raise StoreError(
-                f"another {holder_command(holder)} is writing {self.path.parent} ({holder}; lock {self.path}): "
-                "try again when it ends"
-            ) from exc
+            raise _locked(self.path, holder) from exc
         self._f.truncate(0)
         self._f.write(str(os.getpid()))
         self._f.flush()
@@ -151,6 +148,23 @@ class BuildLock:
         if self._f is not None:
             fcntl.flock(self._f, fcntl.LOCK_UN)
             self._f.close()
+
+    @staticmethod
+    def check_free(root: Path) -> None:
+        """Raise the refusal :meth:`__enter__` would raise when another process holds ``root``'s
+        lock now; reads only (creates nothing). A build calls it before it starts a cluster, so
+        a refused build costs no cluster start; the lock itself is taken later, and may still be
+        refused there."""
+        holder = lock_holder(root)
+        if holder is not None:
+            raise _locked(Path(root) / LOCK_FILE, holder)
+
+
+def _locked(path: Path, holder: str) -> StoreError:
+    """The refusal of a lock held by ``holder`` (:func:`lock_holder`'s words)."""
+    return StoreError(
+        f"another {holder_command(holder)} is writing {path.parent} ({holder}; lock {path}): try again when it ends"
+    )
 
 
 def lock_holder(root: Path) -> str | None:

@@ -23,6 +23,7 @@ import pytest
 
 from featurecache.errors import StoreError
 from featurecache.store.root import BuildLock, lock_holder
+from services.lookup.server import free_port
 from tests.conftest import REPO, SAMPLES, build_store
 
 
@@ -81,6 +82,13 @@ def test_a_refusal_names_the_prune_that_holds_the_lock(tmp_path: Path) -> None:
         build = _cli("build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress")
         assert build.returncode == 3, build.stdout + build.stderr
         assert f"another prune is writing {store} ({held_by}; lock " in build.stderr, build.stderr
+        # refused before it starts or reaches a cluster: given a scheduler address where nothing
+        # listens, the build still says the lock's refusal (it did not try the scheduler first)
+        nowhere = _cli("build", "--pdb-dir", str(pdb), "--out", str(store), "--scheduler",
+                       f"tcp://127.0.0.1:{free_port()}", "--no-progress")  # fmt: skip
+        assert nowhere.returncode == 3, nowhere.stdout + nowhere.stderr
+        assert f"another prune is writing {store} ({held_by}; lock " in nowhere.stderr, nowhere.stderr
+        assert "scheduler" not in nowhere.stderr, nowhere.stderr
 
         repair = _cli("verify", str(store), "--repair")
         assert repair.returncode == 3, repair.stdout + repair.stderr
