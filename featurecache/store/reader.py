@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -25,7 +24,7 @@ from featurecache.store.index import (
     unpublished_parts,
 )
 from featurecache.store.layout import COMPONENT_PART_PREFIX, ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
-from featurecache.store.root import PartArrays, decode_records
+from featurecache.store.root import PartArrays, decode_records, group_attributes
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -184,10 +183,7 @@ class LocalStore(FeatureReader):
             if not self.path.is_dir():
                 raise StoreError(f"{self.path} is a file, not a featurecache store (a store is a directory)")
             raise StoreError(f"{self.path} is not a featurecache store (no zarr.json)")
-        try:
-            self.attributes: dict[str, Any] = json.loads(root_meta.read_text()).get("attributes", {})
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{root_meta}: unreadable ({exc})") from exc
+        self.attributes: dict[str, Any] = group_attributes(root_meta)
         fmt = self.attributes.get("format_version")
         if fmt is None:
             raise StoreError(f"{self.path} is a zarr group but not a featurecache store (no format_version)")

@@ -30,15 +30,30 @@ log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
 
 
+def group_attributes(meta: Path) -> dict[str, Any]:
+    """The ``attributes`` of the zarr group whose metadata file is ``meta`` (``{}`` when it has
+    none). A file that is unreadable, not JSON, or JSON but not a group's metadata object (``null``,
+    a list, ``"attributes": 3``) is a StoreError naming the file."""
+    try:
+        doc = json.loads(Path(meta).read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{meta}: unreadable ({exc})") from exc
+    attrs = doc.get("attributes", {}) if isinstance(doc, dict) else None
+    if not isinstance(attrs, dict):
+        what = (
+            type(doc).__name__ if not isinstance(doc, dict) else f"attributes of type {type(attrs).__name__}"
+        )
+        raise StoreError(f"{meta}: damaged (a zarr group's metadata is a JSON object with an attributes object; "
+                         f"this holds {what})")  # fmt: skip
+    return attrs
+
+
 def check_store_dir(root: Path) -> None:
     """Refuse ``root`` unless it is absent, empty, or a store of this format (nothing is written)."""
     root = Path(root)
     meta = root / "zarr.json"
     if meta.is_file():
-        try:
-            existing = json.loads(meta.read_text()).get("attributes", {})
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{meta}: unreadable ({exc})") from exc
+        existing = group_attributes(meta)
         if existing.get("format_version") is None:
             raise StoreError(
                 f"{root} is a zarr group but not a featurecache store (refusing to write into it)"
