@@ -1256,7 +1256,7 @@ def build_msa_part(
     check_versions(versions)
     t0 = time.perf_counter()
     res = MSAPartResult(part)
-    contents = MSAPartContents(failures=list(failures or []), source_dir=msa_dir)
+    contents = MSAPartContents(failures=list(failures or []), source_dir=msa_dir, msa_stage=MSA_STAGE_VERSION)
     cache: dict[str, list[Any] | None] = {}
     failed: set[str] = set()
     last_use = {use.rel: k for k, item in enumerate(items) for use in item.uses}

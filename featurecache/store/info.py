@@ -15,7 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR
-from featurecache.store.versions import VERSIONS_KEY, store_versions, version_notes
+from featurecache.store.versions import (
+    MSA_STAGES_KEY,
+    VERSIONS_KEY,
+    msa_stage_notes,
+    msa_stages,
+    store_versions,
+    version_notes,
+)
 
 if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
@@ -224,6 +231,7 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
         "held_parts": held_parts(store),
         "build_inputs": recorded_build_inputs(store.attributes),
         VERSIONS_KEY: store_versions(store),
+        MSA_STAGES_KEY: msa_stages(store),
     }
     if sizes is None:
         doc["sizes_pending"] = True
@@ -302,8 +310,9 @@ def _part_entries(part: Path) -> int:
 
 def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> list[str]:
     """Print the store's summary; ``failures``: every failure row (else the first 100). Returns
-    :func:`index_lag`'s lines and the featurizer versions' (``versions.version_notes``: data of
-    another version than this code's, or of several), for the caller to show as warnings (on stderr)."""
+    :func:`index_lag`'s lines, the featurizer versions' (``versions.version_notes``: data of
+    another version than this code's, or of several) and the MSA stages' (``versions.msa_stage_notes``:
+    MSAs merged by an older stage), for the caller to show as warnings (on stderr)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -313,6 +322,7 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     store = open_store(path)
     info = store.info()
     lag = index_lag(store) + version_notes(info[VERSIONS_KEY], str(store.path))
+    lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
     rows = store.failures.to_pylist()
     if as_json:
         if failures:
@@ -347,6 +357,9 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
         counts = info[VERSIONS_KEY][kind]
         shown = ", ".join(f"{n} of {v}" for v, n in counts.items()) or "none"
         t.add_row(f"featurizer of {'MSAs' if kind == 'msas' else kind}", shown)
+    # the MSA stage that merged each MSA built from files (single-sequence ones are never rebuilt)
+    stages = info[MSA_STAGES_KEY]["msas"]
+    t.add_row("MSA stage of MSAs", ", ".join(f"{n} of {_stage_text(v)}" for v, n in stages.items()) or "none")
     console.print(t)
     if rows:
         f = Table(title="failures")
@@ -364,6 +377,10 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
             )
         console.print(f)
     return lag
+
+
+def _stage_text(stage: str) -> str:
+    return f"stage {stage}" if stage.isdigit() else f"a stage {stage}"  # "before 3": not recorded
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -10,7 +10,7 @@ Layout of ``parts/m-NNNNNN/`` (a zarr v3 group; one writer, renamed into place l
                     counts in row-major order (CSR: row i of MSA k owns cells
                     ``[rows.del_start[i], rows.del_start[i+1])``); most cells have no deletion
   _index/msas.arrow one row per MSA (MSAS_SCHEMA): key, part, array, row/col/deletion offsets,
-                    depth, length, sources
+                    depth, length, sources, the featurizer version and MSA stage that built it
   _index/failures.arrow  MSA files that could not be read (stage ``msa``)
   _verify/msa_hashes.arrow  one row per MSA (MSA_HASHES_SCHEMA): the sha256 of each of its arrays,
                     read only by ``verify`` when an MSA's content hash differs (parts written
@@ -86,6 +86,10 @@ MSAS_SCHEMA = pa.schema(
         ("content_hash", pa.string()),  # msa_content_hash of the stored arrays (verify recomputes it)
         ("featurizer_version", pa.string()),
         ("part", pa.string()),
+        # build.msa_stage.MSA_STAGE_VERSION of the build that wrote the MSA (store.versions.msa_stages);
+        # last, so that parts written before it (null here after the index rebuild's permissive
+        # concatenation: "before 3", the first stage that records itself) keep the same column order
+        ("msa_stage", pa.string()),
     ]
 )
 
@@ -129,6 +133,10 @@ class MSAPartContents:
     #: :data:`~featurecache.store.index.REMOVED` rows (kind "msa", without "part") of ``featurecache
     #: prune --sources-gone``
     removed: list[dict[str, Any]] = field(default_factory=list)
+    #: the ``MSA_STAGE_VERSION`` of the build stage that merged ``items`` (``build.msa_stage``; the
+    #: store does not import the build), recorded in each MSA's index row (``msa_stage``) and in the
+    #: manifest; "": not said (a part of failures or removals only, a benchmark), null in the rows
+    msa_stage: str = ""
 
 
 def residues_array_name(k: int) -> str:
@@ -203,6 +211,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
                     "content_hash": content_hash,
                     "featurizer_version": FEATURIZER_VERSION,
                     "part": name,
+                    "msa_stage": contents.msa_stage or None,
                 }
             )
             row_off += m.depth
@@ -229,6 +238,8 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         }  # fmt: skip
         if contents.source_dir:
             manifest[SOURCE_DIR] = contents.source_dir
+        if contents.msa_stage:
+            manifest["msa_stage"] = contents.msa_stage
         commit_part(tmp, root / PARTS_DIR / name, manifest)
         return manifest
 

@@ -49,7 +49,7 @@ from featurecache.store.layout import (
 )
 from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import array_metadata, array_names, fill_only_shards, shard_files
-from featurecache.store.versions import store_versions, version_notes
+from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
 from featurecache.store.writer import GROUP_HASHES
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,8 @@ def _verify(
     problems = report.problems
     # entries / MSAs of another featurizer than this code's, or of several: a note (not a problem)
     report.notes.extend(version_notes(store_versions(store), str(store.path)))
+    # MSAs merged by an older MSA stage (the next build with their --msa-dir rewrites them): a note too
+    report.notes.extend(msa_stage_notes(store))
     parts = {p.name: p for p in complete_parts(store.path)}
     entries, msas = store.entries, store.msas
     # parts an index row reads arrays from: damage elsewhere is in data nothing serves

@@ -8,6 +8,13 @@ versions and only the parts tell. :func:`store_versions` counts them (``info``'s
 :data:`VERSIONS_KEY`, also ``/v1/info``); :func:`version_notes` is the one line that ``info``,
 ``verify``, ``serve``, ``FeatureDataset`` and ``train`` print when the data are not all of this
 featurecache's version.
+
+The MSA stage (``build.msa_stage.MSA_STAGE_VERSION``: the merge rules, e.g. which copy of a row
+gives its species) is part of every MSA's inputs key, so the next build with the MSAs' ``--msa-dir``
+rewrites those of another stage; each MSA's index row records it (``msa_stage``; rows written
+before stage 3, the first that records itself, have none). :func:`msa_stages` counts them
+(``info``'s :data:`MSA_STAGES_KEY`) and :func:`msa_stage_notes` is ``info``'s and ``verify``'s
+line when some were built by another stage than this featurecache's.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
 
 __all__ = [
-    "UNKNOWN", "VERSIONS_KEY", "FeaturizerChanged", "extension_notes", "source_versions", "store_versions",
-    "version_notes", "version_set", "versions_of",
+    "MSA_STAGES_KEY", "UNKNOWN", "UNRECORDED_STAGE", "VERSIONS_KEY", "FeaturizerChanged", "extension_notes",
+    "msa_stage_notes", "msa_stages", "source_versions", "store_versions", "version_notes", "version_set",
+    "versions_of",
 ]  # fmt: skip
 
 #: the info document's key (``info --json``, ``/v1/info``)
@@ -38,6 +46,12 @@ VERSIONS_KEY = "featurizer_versions"
 #: the version of a part whose ``part.json`` does not read or records none (:func:`store_versions`
 #: counts its entries apart, as ``entries_unreadable``)
 UNKNOWN = "unknown"
+#: the info document's key of :func:`msa_stages` (``info --json``, ``/v1/info``)
+MSA_STAGES_KEY = "msa_stages"
+#: the stage of an MSA whose index row records none: written before stage 3, the first MSA stage
+#: that records itself (``store.msa.MSAS_SCHEMA``'s ``msa_stage``)
+FIRST_RECORDED_STAGE = "3"
+UNRECORDED_STAGE = f"before {FIRST_RECORDED_STAGE}"
 
 #: part.json path -> ((inode, mtime_ns, size), (featurizer version, source dir)); a committed part
 #: is never written again, and one written again under its name is a new file
@@ -117,6 +131,87 @@ def store_versions(store: LocalStore) -> dict[str, Any]:
         "entries_unreadable": unreadable,
         "entry_source_dirs": {v: sorted(d) for v, d in sorted(dirs.items())},
     }
+
+
+def msa_stages(store: LocalStore) -> dict[str, Any]:
+    """The MSA stages that built the MSAs the store's index lists: ``{"this_code":
+    MSA_STAGE_VERSION, "msas": {stage: n}, "msas_single_sequence": n}``; an MSA whose row records no
+    stage counts under :data:`UNRECORDED_STAGE`. As in :func:`store_versions`, ``msas`` counts the
+    MSAs built from files: a single-sequence MSA (``n_files`` 0) is never rebuilt
+    (``msa_stage._plan``), its stage says nothing of its rows, and it is counted apart. Reads the
+    index only."""
+    from featurecache.build.msa_stage import MSA_STAGE_VERSION
+
+    msas = store.msas
+    n_msas: Counter[str] = Counter()
+    single = 0
+    if msas.num_rows:
+        names = msas.column_names
+        stages = msas.column("msa_stage").to_pylist() if "msa_stage" in names else [None] * msas.num_rows
+        n_files = msas.column("n_files").to_pylist() if "n_files" in names else [None] * msas.num_rows
+        for stage, files in zip(stages, n_files, strict=True):
+            if files == 0:
+                single += 1
+            else:
+                n_msas[stage or UNRECORDED_STAGE] += 1
+    return {
+        "this_code": MSA_STAGE_VERSION,
+        "msas": dict(sorted(n_msas.items(), key=lambda kv: _stage_key(kv[0]))),
+        "msas_single_sequence": single,
+    }
+
+
+def msa_stage_notes(store: LocalStore, doc: dict[str, Any] | None = None) -> list[str]:
+    """One line when some of the store's MSAs built from files (``doc``: its :func:`msa_stages`,
+    counted when None) were built by another MSA stage than this featurecache's: how many, and that
+    the next build with their ``--msa-dir`` (those their parts record, named) rewrites them. Empty
+    when every one is of this code's stage."""
+    doc = msa_stages(store) if doc is None else doc
+    this = str(doc.get("this_code"))
+    counts: dict[str, int] = doc.get("msas") or {}
+    older = {v: n for v, n in counts.items() if v != this and _stage_key(v) < _stage_key(this)}
+    other = {v: n for v, n in counts.items() if v != this and v not in older}  # a newer featurecache's
+    where = str(store.path)
+    out: list[str] = []
+    for which, held in (("an older", older), ("another", other)):
+        if not held:
+            continue
+        n = sum(held.values())
+        stages = ", ".join(f"{k} of {_stage_label(v)}" for v, k in held.items())
+        dirs = _msa_dirs(store, set(held))
+        there = f" ({', '.join(shlex.quote(d) for d in dirs)})" if dirs else ""
+        build = "`featurecache build`" if which == "an older" else "`featurecache build` of this featurecache"
+        out.append(
+            f"{where}: {n} MSA{' was' if n == 1 else 's were'} built by {which} MSA stage ({stages}; this "
+            f"featurecache's is {this}): the next {build} with their --msa-dir{there} rewrites them"
+        )
+    return out
+
+
+def _msa_dirs(store: LocalStore, stages: set[str]) -> list[str]:
+    """The ``--msa-dir``s the MSA parts of the index's file-built MSAs of ``stages`` record."""
+    msas = store.msas
+    names = msas.column_names
+    if not msas.num_rows or "part" not in names:
+        return []
+    parts = msas.column("part").to_pylist()
+    st = msas.column("msa_stage").to_pylist() if "msa_stage" in names else [None] * len(parts)
+    files = msas.column("n_files").to_pylist() if "n_files" in names else [None] * len(parts)
+    wanted = {
+        p for p, s, f in zip(parts, st, files, strict=True) if f != 0 and (s or UNRECORDED_STAGE) in stages
+    }
+    return sorted({d for p in wanted if (d := part_record(store.path, p)[1])})
+
+
+def _stage_key(stage: str) -> tuple[int, str]:
+    """Order of MSA stages: :data:`UNRECORDED_STAGE` before every recorded one, numbers as numbers."""
+    if stage == UNRECORDED_STAGE:
+        return (int(FIRST_RECORDED_STAGE) - 1, "")
+    return (int(stage), "") if stage.isdigit() else (1 << 30, stage)
+
+
+def _stage_label(stage: str) -> str:
+    return f"stage {stage}" if stage != UNRECORDED_STAGE else f"a stage {stage}"
 
 
 class FeaturizerChanged(LoaderError):

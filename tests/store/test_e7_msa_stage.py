@@ -1,0 +1,192 @@
+"""A store whose MSAs were merged by an older MSA stage says so (s25, E7): ``info`` (text and
+``--json``: a new ``msa_stages`` key, every other key as before) and ``verify`` (a note, exit 0).
+Before, the stage was only hashed into each MSA's inputs key: ``info`` and ``verify`` on a store
+built before ``MSA_STAGE_VERSION`` 3 (c27ed06: a stored row's species is its pairing copy's) said
+nothing, though the next build rewrites every such MSA.
+
+The older store is real: built by the package of c27ed06's parent (MSA stage 2; git archive, skips
+without the history) from 102m (its Protenix MSA) and 1psm (no MSA file: a single-sequence MSA),
+then built again by this code with the same inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from featurecache.build.msa_stage import MSA_STAGE_VERSION
+from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
+
+#: c27ed06^: the last commit of MSA stage 2 (its MSAs record no stage)
+STAGE2_COMMIT = "dcfe0bbb5fb3a270275658190613ed330347efa7"
+
+
+@dataclass
+class Stage:
+    pdb: Path
+    msa: Path
+    package: Path
+    old: Path  # built by STAGE2_COMMIT's package
+    rebuilt: Path  # a copy of old built again by this code from the same inputs
+    rebuild_summary: object
+
+
+@pytest.fixture(scope="module")
+def stage_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
+    assert MSA_STAGE_VERSION == "3"  # the premise: 3 is the first stage that records itself
+    tmp = tmp_path_factory.mktemp("e7_stage")
+    pdb, msa = tmp / "pdb", tmp / "msa"
+    pdb.mkdir()
+    for name in ("102m.cif", "1psm.cif"):
+        shutil.copy(STRUCTURES / name, pdb)
+    shutil.copytree(MSAS / "Protenix" / "mmcif_msa" / "3", msa / "3")  # 102m's MSA only
+    package = featurecache_at(STAGE2_COMMIT, tmp / "pkg")
+    old = tmp / "old"
+    done = build_with_package(package, pdb, old, msa_dir=msa)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rebuilt = tmp / "rebuilt"
+    shutil.copytree(old, rebuilt)
+    summary = build_store(rebuilt, pdb, workers=1, msa_dir=msa)
+    yield Stage(pdb.resolve(), msa.resolve(), package, old, rebuilt, summary)
+
+
+def _msas(store: Path) -> pa.Table:
+    with pa.memory_map(str(store / "index" / "msas.arrow")) as f:
+        return ipc.open_file(f).read_all()
+
+
+def _cli(*args: str, package: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}
+    if package is not None:
+        env["PYTHONPATH"] = str(package)
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          timeout=180, env=env, cwd=package)  # fmt: skip
+
+
+def _counts(store: Path) -> tuple[int, int]:
+    """(MSAs from files, single-sequence MSAs) of the store's index, read with pyarrow alone."""
+    files = _msas(store).column("n_files").to_pylist()
+    return sum(1 for n in files if n > 0), sum(1 for n in files if n == 0)
+
+
+def test_the_old_store_records_no_stage(stage_stores: Stage) -> None:
+    """The premise, read without featurecache's help: stage 2 wrote no stage anywhere, and the
+    store holds one MSA from a file (102m) and single-sequence ones (1psm)."""
+    assert "msa_stage" not in _msas(stage_stores.old).column_names
+    for p in (stage_stores.old / "parts").glob("m-*/_index/part.json"):
+        assert "msa_stage" not in json.loads(p.read_text())
+    n_files, n_single = _counts(stage_stores.old)
+    assert n_files == 1 and n_single >= 1, (n_files, n_single)
+
+
+def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage) -> None:
+    from featurecache import open_store
+    from featurecache.store.verify import verify_report
+
+    old = stage_stores.old
+    _, n_single = _counts(old)
+    doc = open_store(old).info()
+    assert doc["msa_stages"] == {"this_code": "3", "msas": {"before 3": 1}, "msas_single_sequence": n_single}
+
+    text = _cli("info", str(old))
+    assert text.returncode == 0, text.stderr
+    assert "MSA stage of MSAs │ 1 of a stage before 3" in " ".join(text.stdout.split()), text.stdout
+    warned = [line for line in text.stderr.splitlines() if "MSA stage" in line]
+    assert warned == [
+        f"warning: {old}: 1 MSA was built by an older MSA stage (1 of a stage before 3; this featurecache's "
+        f"is 3): the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
+    ], text.stderr
+
+    report = verify_report(old)
+    assert report.problems == []
+    assert [n for n in report.notes if "MSA stage" in n] == [warned[0].removeprefix("warning: ")], (
+        report.notes
+    )
+    done = _cli("verify", str(old), "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"note: {warned[0].removeprefix('warning: ')}" in done.stderr.splitlines(), done.stderr
+
+
+def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> None:
+    """``info --json`` of this code = that of the stage-2 package on the same store plus
+    ``msa_stages``: no existing key changed."""
+    mine = _cli("info", "--json", str(stage_stores.old))
+    theirs = _cli("info", "--json", str(stage_stores.old), package=stage_stores.package)
+    assert mine.returncode == 0 and theirs.returncode == 0, mine.stderr + theirs.stderr
+    got, before = json.loads(mine.stdout), json.loads(theirs.stdout)
+    assert "msa_stages" not in before
+    stages = got.pop("msa_stages")
+    assert stages["msas"] == {"before 3": 1}
+    assert got == before
+
+
+def test_the_next_build_rewrites_them_and_the_warning_goes(stage_stores: Stage) -> None:
+    from featurecache import open_store
+    from featurecache.store.verify import verify_report
+
+    rebuilt = stage_stores.rebuilt
+    # the MSA from files is written again, into a new part that records stage 3 (row and part.json)
+    new_parts = sorted(
+        {p.name for p in (rebuilt / "parts").glob("m-*")}
+        - {p.name for p in (stage_stores.old / "parts").glob("m-*")}
+    )
+    assert len(new_parts) == 1, new_parts
+    own = ipc.open_file(str(rebuilt / "parts" / new_parts[0] / "_index" / "msas.arrow")).read_all()
+    assert own.column("msa_stage").to_pylist() == ["3"] and own.column("n_files").to_pylist()[0] > 0
+    assert (
+        json.loads((rebuilt / "parts" / new_parts[0] / "_index" / "part.json").read_text())["msa_stage"]
+        == "3"
+    )
+
+    # single-sequence MSAs are never rebuilt: still the old part's rows, no stage recorded, counted apart
+    index = _msas(rebuilt)
+    single = [
+        s
+        for s, n in zip(
+            index.column("msa_stage").to_pylist(), index.column("n_files").to_pylist(), strict=True
+        )
+        if n == 0
+    ]
+    assert single and all(s is None for s in single), single
+    doc = open_store(rebuilt).info()
+    assert doc["msa_stages"] == {"this_code": "3", "msas": {"3": 1}, "msas_single_sequence": len(single)}
+
+    text = _cli("info", str(rebuilt))
+    assert text.returncode == 0, text.stderr
+    assert "MSA stage of MSAs │ 1 of stage 3" in " ".join(text.stdout.split()), text.stdout
+    assert "MSA stage" not in text.stderr, text.stderr
+    assert not [n for n in verify_report(rebuilt).notes if "MSA stage" in n]
+
+
+def test_a_newer_stage_is_named_too(stage_stores: Stage, tmp_path: Path) -> None:
+    """An MSA merged by a later featurecache's stage (here: the rebuilt part's rows relabelled "4"
+    and the index rebuilt from the parts) is another stage: this code's next build rewrites it."""
+    from featurecache import open_store
+    from featurecache.store.index import rebuild_index, write_table
+    from featurecache.store.versions import msa_stage_notes
+
+    store = tmp_path / "store"
+    shutil.copytree(stage_stores.rebuilt, store)
+    for f in (store / "parts").glob("m-*/_index/msas.arrow"):
+        t = ipc.open_file(str(f)).read_all()
+        if "msa_stage" in t.column_names and t.num_rows:
+            i = t.column_names.index("msa_stage")
+            t = t.set_column(i, "msa_stage", pa.array(["4"] * t.num_rows, pa.string()))
+            f.unlink()
+            write_table(f, t)
+    rebuild_index(store, incremental=False)
+    opened = open_store(store)
+    assert opened.info()["msa_stages"]["msas"] == {"4": 1}
+    assert msa_stage_notes(opened) == [
+        f"{store}: 1 MSA was built by another MSA stage (1 of stage 4; this featurecache's is 3): the next "
+        f"`featurecache build` of this featurecache with their --msa-dir ({stage_stores.msa}) rewrites them"
+    ]
