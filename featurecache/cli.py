@@ -564,6 +564,53 @@ def train(
             "crops by tokens). With a budget, a crop holds fewer tokens when their atoms would exceed it.",
         ),
     ] = None,
+    weighting: Annotated[
+        str,
+        typer.Option(
+            "--weighting",
+            help="How samples are drawn. 'af3' (default): AF3's weighted-PDB sampling (SI 2.5.1) of chains and "
+            "interfaces, weight 0.5 per chain and 1 per interface times the molecule-type factors (3 protein or "
+            "nucleic acid, 1 ligand) over the size of its sequence cluster; each crop is centred on the drawn "
+            "chain or interface. 'uniform': every entry once per epoch, no reference chain (FeatureDataset's "
+            "default; train's before this option). The default is AF3's because train is the script to copy "
+            "for AF3-style training.",
+        ),
+    ] = "af3",
+    crop_weights: Annotated[
+        str,
+        typer.Option(
+            "--crop-weights",
+            metavar="C,S,I",
+            help="How often each crop is used: contiguous, spatial and spatial-interface, 3 non-negative "
+            "numbers with a positive sum (normalized). Default 0.2,0.4,0.4: AF3's weighted-PDB mix "
+            "(SI Table 4); e.g. 0,1,0 for spatial crops only.",
+        ),
+    ] = "0.2,0.4,0.4",
+    max_msa_rows: Annotated[
+        int,
+        typer.Option(
+            "--max-msa-rows",
+            help="MSA rows of a sample at most, the query included: each sample takes a random number of "
+            "rows from 1 to min(MSA depth, this). Default 1024 (the client's); AF3 trains with up to "
+            "16,384 (memory and time grow with the rows).",
+        ),
+    ] = 1024,
+    pair_msa: Annotated[
+        bool,
+        typer.Option(
+            "--pair-msa/--no-pair-msa",
+            help="Pair the MSA rows of protein chains of different sequences by species, as AF3 does "
+            "(SI 2.3; default), or leave every chain's rows unpaired.",
+        ),
+    ] = True,
+    crop_whole_groups: Annotated[
+        bool,
+        typer.Option(
+            "--crop-whole-groups",
+            help="Keep each ligand, glycan and modified residue whole in a crop (in or out whole). Default: "
+            "crop token by token, as AF3 does (SI 2.7).",
+        ),
+    ] = False,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",
     batch_size: Annotated[int, typer.Option(help="Samples per step.")] = 1,
     fused: Annotated[
@@ -671,7 +718,8 @@ def train(
             "--resume",
             help="Continue from a checkpoint: its model config, parameters, optimizer state and data position "
             "(the same batches follow as if the run had not stopped). --steps is the total, counting the "
-            "checkpoint's steps. Refused (exit 2) with another --crop, --seed, --batch-size or --max-atoms, "
+            "checkpoint's steps. Refused (exit 2) with another --crop, --seed, --batch-size, --max-atoms or "
+            "data setting (--weighting, --crop-weights, --max-msa-rows, --pair-msa, --crop-whole-groups), "
             "or on a store whose entries are not its run's (another store, or the store extended since; "
             "the same store through its lookup service is the same): use --init-from there.",
         ),
@@ -717,7 +765,13 @@ stderr says how to continue).
         typer.secho("error: --token is for a lookup service (--url)", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
     from featurecache.model.config import ModelConfig
-    from featurecache.model.train import describe_log, describe_run, rank_log_path, run_training
+    from featurecache.model.train import (
+        describe_log,
+        describe_run,
+        parse_crop_weights,
+        rank_log_path,
+        run_training,
+    )
 
     said: list[str] = []
 
@@ -730,12 +784,15 @@ stderr says how to continue).
 
     try:
         config = ModelConfig.from_json(model_config) if model_config is not None else None
+        weights = parse_crop_weights(crop_weights)
         doc = run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
             cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
             checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
             init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
+            weighting=weighting, crop_weights=weights, max_msa_rows=max_msa_rows, pair_msa=pair_msa,
+            crop_whole_groups=crop_whole_groups,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

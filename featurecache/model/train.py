@@ -45,6 +45,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS
+from featurecache.client.crop import DEFAULT_CROP_WEIGHTS, DEFAULT_CROP_WHOLE_GROUPS
+from featurecache.client.sampler import WEIGHTINGS
 from featurecache.client.schema import MODEL_INPUT_KEYS
 from featurecache.errors import FeatureCacheError, InvalidRequest, TrainingError, UsageError
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
@@ -61,6 +64,51 @@ WARMUP_STEPS = 1
 DEFAULT_PAD_MULTIPLE = 128
 #: the client's worker pools (``pool=``)
 POOLS = ("process", "thread")
+#: train's sampler weighting: AF3's weighted-PDB sampling of chains and interfaces (each sample
+#: centred on the drawn chain or interface), which the script users copy is expected to do; the
+#: client's ``FeatureDataset`` keeps ``"uniform"`` (every entry once per epoch, no reference chain).
+#: Train sampled uniformly before session 25 (it had no option): a checkpoint that records no
+#: weighting is of such a run (:func:`_check_data_settings`).
+TRAIN_WEIGHTING = "af3"
+
+#: the client's data settings a run records (log header and checkpoint) and a resume must repeat:
+#: (key, train option, the value an older checkpoint that records none was trained with; ``...``:
+#: unknown). Before session 25 train passed none of them to ``FeatureDataset``: it sampled
+#: uniformly and took the client's crop weights, MSA depth and pairing, whose defaults have not
+#: changed; its crops followed the client's default of the time (whole groups until commit
+#: 5a0b339 of session 25, per token since), so that one is unknown.
+_DATA_SETTINGS: tuple[tuple[str, str, Any], ...] = (
+    ("weighting", "--weighting", "uniform"),
+    ("crop_weights", "--crop-weights", list(DEFAULT_CROP_WEIGHTS)),
+    ("max_msa_rows", "--max-msa-rows", DEFAULT_MAX_MSA_ROWS),
+    ("pair_msa", "--pair-msa", True),
+    ("crop_whole_groups", "--crop-whole-groups", ...),
+)
+
+
+def parse_crop_weights(text: str) -> tuple[float, float, float]:
+    """``--crop-weights``'s value ``"C,S,I"`` as three numbers; anything else is a
+    :class:`UsageError` naming the option (checked further by :func:`_check_data_options`)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise UsageError(
+            f"--crop-weights {text!r}: must be 3 comma-separated numbers (contiguous,spatial,spatial-interface), "
+            "e.g. 0.2,0.4,0.4"
+        )
+    return values[0], values[1], values[2]
+
+
+def _option_value(option: str, value: Any) -> str:
+    """How ``value`` of train option ``option`` is written on the command line."""
+    if isinstance(value, bool):
+        return option if value else "--no-" + option.removeprefix("--")
+    if isinstance(value, list | tuple):
+        return f"{option} {','.join(f'{float(v):g}' for v in value)}"
+    return f"{option} {value}"
 
 
 @dataclasses.dataclass
@@ -244,6 +292,7 @@ def make_batches(
     max_atoms: int | None = None,
     resume_from: tuple[str | Path, dict[str, Any]] | None = None,
     service_wait: float | None = None,
+    data_options: dict[str, Any] | None = None,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
@@ -255,7 +304,9 @@ def make_batches(
     ``state`` comes from, its contents): a source whose entries are not its run's is refused
     (:func:`_check_same_source`), naming the checkpoint. ``service_wait``: seconds the lookup client
     waits for a service that has not answered it yet (its ``first_contact_s``; None: the client's
-    default), e.g. one starting at the same time (``url`` only)."""
+    default), e.g. one starting at the same time (``url`` only). ``data_options``: more keyword
+    arguments of ``FeatureDataset`` (train's: ``weighting``, ``crop_weights``, ``max_msa_rows``,
+    ``pair_msa``, ``crop_whole_groups``; None: the client's defaults)."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -283,7 +334,7 @@ def make_batches(
     dataset = FeatureDataset(
         source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
         token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
-        deadline_s=deadline_s,
+        deadline_s=deadline_s, **(data_options or {}),
     )  # fmt: skip
     loader = FeatureLoader(dataset, batch_size=batch_size)
     identity = source_identity(dataset.sampler.entry_ids)
@@ -738,6 +789,30 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
     return saved
 
 
+def _check_data_settings(path: str | Path, doc: dict[str, Any], data: dict[str, Any]) -> None:
+    """Refuse to resume checkpoint ``path`` (``doc``) with other client data settings (``data``:
+    :func:`_check_data_options`'s) than its run's, in one line naming the option and both values:
+    the data position indexes that run's stream of samples, crops and MSA rows. A checkpoint of an
+    older featurecache records none: it is compared with the values its run used
+    (:data:`_DATA_SETTINGS`; ``--crop-whole-groups``, unknown there, is warned about)."""
+    for key, option, older in _DATA_SETTINGS:
+        value = data[key]
+        if key in doc:
+            theirs, note = doc[key], ""
+        elif older is ...:
+            log.warning("%s records no %s (an older checkpoint): cannot check that its run cropped as this one "
+                        "(%s)", path, option, _option_value(option, value))  # fmt: skip
+            continue
+        else:
+            theirs, note = older, " (an older checkpoint, which records none: train had no such option then)"
+        if theirs != value:
+            raise UsageError(
+                f"cannot resume from {path}: its run used {_option_value(option, theirs)}{note}, this one "
+                f"{_option_value(option, value)} (the same batches follow only with the same value: give "
+                f"{_option_value(option, theirs)}, or --init-from for a new run)"
+            )
+
+
 def _checkpoint_config(
     path: str | Path, doc: dict[str, Any], given: ModelConfig | None, verb: str
 ) -> ModelConfig:
@@ -885,11 +960,13 @@ def _launch_rank() -> int:
 _SAME_RUN = ("model_config", "seed", "crop_size", "batch_size")
 
 
-def _earlier_log(path: Path, first_step: int, same: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
+                 same_if_recorded: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:  # fmt: skip
     """(step records, checkpoints) of the log at ``path`` before step ``first_step``: what a run
     resumed at ``first_step`` with the same ``--log`` keeps. A file that is not a training log, or
-    the log of another run (``same``: the fields that must match), is refused: the resumed run
-    would overwrite it."""
+    the log of another run (``same``: the fields that must match; ``same_if_recorded``: those that
+    must match where the log records them, e.g. the data settings an older log lacks), is
+    refused: the resumed run would overwrite it."""
     advice = "resuming would overwrite it; give another --log or move it away"
     try:
         earlier = json.loads(path.read_text())
@@ -899,7 +976,8 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any]) -> tuple[lis
         ) from exc
     if not isinstance(earlier, dict) or not isinstance(earlier.get("steps"), list):
         raise UsageError(f"--log {path} exists and is not a training log (no list of steps): {advice}")
-    for key, value in same.items():
+    recorded = {k: v for k, v in (same_if_recorded or {}).items() if k in earlier}
+    for key, value in {**same, **recorded}.items():
         if earlier.get(key) != value:
             raise UsageError(
                 f"--log {path} is the log of another run (its {key} {earlier.get(key)!r}, this run's {value!r}): "
@@ -1115,6 +1193,11 @@ def run_training(
     init_from: str | Path | None = None,
     before_signal: Callable[[dict[str, Any]], None] | None = None,
     service_wait: float | None = None,
+    weighting: str = TRAIN_WEIGHTING,
+    crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
+    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
+    pair_msa: bool = True,
+    crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -1149,6 +1232,14 @@ def run_training(
     ``max_atoms``: the client's atom budget per crop (None, the default: no budget, each crop holds
     ``min(N, crop_size)`` tokens; with one, a crop holds fewer tokens when their atoms exceed it).
 
+    The client's data settings (``FeatureDataset``'s arguments of the same names; recorded in the
+    log header and the checkpoints): ``weighting`` (``"af3"``, the default here, :data:`TRAIN_WEIGHTING`:
+    AF3's weighted-PDB sampling of chains and interfaces; ``"uniform"``: every entry once per
+    epoch, ``FeatureDataset``'s default and train's before session 25), ``crop_weights``
+    (contiguous, spatial, spatial-interface; AF3's 0.2 / 0.4 / 0.4 by default; normalized),
+    ``max_msa_rows`` (1024), ``pair_msa`` (True: AF3's species pairing) and ``crop_whole_groups``
+    (False: per token, as AF3). A ``resume`` with another value of any of them is refused.
+
     ``pool``: the client's workers, ``"process"`` (default on CUDA) or ``"thread"`` (default on
     the CPU). Worker threads hold the GIL when the training thread wakes from the loss's
     synchronisation, which then waits up to the interpreter's 5 ms switch interval to run again:
@@ -1168,8 +1259,8 @@ def run_training(
     a file there that is not that run's log is refused rather than overwritten. A resume on a source
     whose entries are not those of the checkpoint's run (another store, or the store extended or
     pruned since: :func:`source_identity`, recorded in the checkpoint; the same store read locally or
-    through its lookup service is the same) or with another ``max_atoms`` is refused: its data
-    position indexes that run's entries.
+    through its lookup service is the same) or with another ``max_atoms`` or data setting is
+    refused: its data position indexes that run's entries.
 
     ``init_from``: start a new run (step 0, a fresh optimizer and data stream) from the model
     parameters of a checkpoint, e.g. when the store has grown since it was written; its model config
@@ -1222,6 +1313,8 @@ def run_training(
         store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
         checkpoint_every, log_every_s, seed, workers,
     )  # fmt: skip
+    data_settings = _check_data_options(weighting, crop_weights, max_msa_rows, pair_msa, crop_whole_groups)
+    client = batches is None and (store is not None or url is not None)  # (synthetic batches have none)
     if fused and dev.type != "cuda":
         log.info("fused Triton kernels need CUDA: running the torch references on %s", dev)
         fused = False
@@ -1240,6 +1333,8 @@ def run_training(
     if resumed is not None:
         assert resume is not None
         cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms)
+        if client:
+            _check_data_settings(resume, resumed, data_settings)
     elif initial is not None:
         assert init_from is not None
         cfg = _checkpoint_config(init_from, initial, config, _INIT_VERB)
@@ -1266,7 +1361,9 @@ def run_training(
         log.warning("%s exists: this new run's log replaces it (give another --log to keep it)", log_file)
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
         same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size, "batch_size": batch_size}
-        carried, carried_checkpoints = _earlier_log(log_file, first_step, same)
+        carried, carried_checkpoints = _earlier_log(
+            log_file, first_step, same, data_settings if client else None
+        )
     ranks = _Ranks(dev)  # after the checks: a refused run starts no process group
     dev = ranks.device(dev)
     stop = _StopSignals()
@@ -1315,6 +1412,7 @@ def run_training(
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
                                rank=ranks.rank, token=token, max_atoms=max_atoms, service_wait=service_wait,
+                               data_options=data_settings,
                                resume_from=(resume, resumed) if resumed is not None and resume is not None else None)  # fmt: skip
             if dev.type == "cpu":
                 try:
@@ -1330,7 +1428,6 @@ def run_training(
         if carried:
             log.info("%s: keeping the %d steps before step %d of the run this one continues", log_file,
                      len(carried), first_step)  # fmt: skip
-        client = batches is None and (store is not None or url is not None)
         cuda = dev.type == "cuda"
         log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
                  crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
@@ -1338,7 +1435,7 @@ def run_training(
         records: list[dict[str, Any]] = []  # this run's steps (the log's "steps" also holds the carried ones)
         doc: dict[str, Any] = {
             "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "max_atoms": max_atoms,
-            "batch_size": batch_size,
+            **(data_settings if client else dict.fromkeys(data_settings)), "batch_size": batch_size,
             "seed": seed, "lr": lr, "clip_grad_norm": CLIP_NORM, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
@@ -1352,6 +1449,7 @@ def run_training(
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
                 "batch_size": batch_size, "lr": lr, "fused": fused, "max_atoms": max_atoms,
+                **(data_settings if client else {}),
                 "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
                 "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
         feed = _Feed(
@@ -1711,6 +1809,30 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
     if cuda_graphs and dev.type != "cuda":
         raise UsageError("CUDA graphs need --device cuda")
     return dev
+
+
+def _check_data_options(weighting: str, crop_weights: Sequence[float], max_msa_rows: int, pair_msa: bool,
+                        crop_whole_groups: bool) -> dict[str, Any]:  # fmt: skip
+    """The client's data settings of a run as it records them (log header, checkpoint) and passes
+    them to ``FeatureDataset``: the crop weights normalized to sum 1, as the client uses them. A
+    value it cannot train with is a :class:`UsageError` naming the option (exit status 2)."""
+    if weighting not in WEIGHTINGS:
+        raise UsageError(f"--weighting {weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+    try:
+        w = [float(v) for v in crop_weights]
+    except (TypeError, ValueError):
+        w = []
+    if len(w) != 3 or not all(math.isfinite(v) and v >= 0 for v in w) or not sum(w) > 0:
+        given = ",".join(f"{v:g}" for v in w) if w else repr(crop_weights)
+        raise UsageError(
+            f"--crop-weights {given}: must be 3 non-negative numbers (contiguous, spatial, spatial-interface) "
+            "with a positive sum, e.g. 0.2,0.4,0.4"
+        )
+    if isinstance(max_msa_rows, bool) or not isinstance(max_msa_rows, int) or max_msa_rows < 1:
+        raise UsageError(f"--max-msa-rows must be ≥ 1 (the query row counts); got {max_msa_rows}")
+    total = sum(w)
+    return {"weighting": weighting, "crop_weights": [v / total for v in w], "max_msa_rows": max_msa_rows,
+            "pair_msa": bool(pair_msa), "crop_whole_groups": bool(crop_whole_groups)}  # fmt: skip
 
 
 def _int_list(value: Any) -> list[int] | None:

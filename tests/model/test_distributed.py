@@ -18,6 +18,7 @@ from featurecache.client.assemble import collate
 from featurecache.errors import InvalidRequest
 from featurecache.model.train import (
     CLIP_NORM,
+    TRAIN_WEIGHTING,
     _prepare,
     load_checkpoint,
     make_optimizer,
@@ -81,7 +82,10 @@ def _replay(store: Path, positions: list[list[list[int]]]) -> tuple[Trunk, list[
     torch.manual_seed(SEED)
     model = Trunk(TINY, fused=False)
     opt = make_optimizer(model, LR)
-    dataset = FeatureDataset(store, crop_size=CROP, seed=SEED, workers=1, infinite=True)
+    # train's sampling (its --weighting default, af3, is not FeatureDataset's)
+    dataset = FeatureDataset(
+        store, crop_size=CROP, seed=SEED, workers=1, infinite=True, weighting=TRAIN_WEIGHTING
+    )
     params = list(model.parameters())
     means = []
     for step in range(STEPS):
