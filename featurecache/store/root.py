@@ -133,8 +133,18 @@ def remove_leftovers(root: Path) -> int:
     return n
 
 
+#: how long a refused lock attempt keeps trying before it reports the holder: a holder that is
+#: only a lock check (``lock_holder``'s shared lock, taken and dropped at once) or a command that
+#: took the lock and has not written its record yet is gone or recorded well within it
+LOCK_RETRY_S = 1.0
+
+
 class BuildLock:
-    """An exclusive advisory lock: one build per store at a time (two writers of a part lose data)."""
+    """An exclusive advisory lock: one build per store at a time (two writers of a part lose data).
+    The holder writes a record into the lock file once the lock is its own: its pid, its host and
+    its command line (``pid\nhost\ncommand``), which :func:`lock_holder` reads for the message of
+    a refused command; a holder in another host or container is named by its own record, not by
+    whatever process has that pid here."""
 
     def __init__(self, root: Path) -> None:
         self.path = Path(root) / LOCK_FILE
@@ -143,20 +153,31 @@ class BuildLock:
     def __enter__(self) -> BuildLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # not truncated before the lock is ours: the file holds the holder's pid, which
+            # not truncated before the lock is ours: the file holds the holder's record, which
             # lock_holder reads (a refused attempt must not erase it)
             self._f = open(self.path, "a+")
         except OSError as exc:
             raise StoreError(f"cannot write the store at {self.path.parent}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._f.close()
-            holder = lock_holder(self.path.parent) or "a process that has ended since"
-            raise _locked(self.path, holder) from exc
-        self._f.truncate(0)
-        self._f.write(str(os.getpid()))
-        self._f.flush()
+        deadline = time.monotonic() + LOCK_RETRY_S
+        while True:
+            try:
+                fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                self._f.close()
+                holder = lock_holder(self.path.parent) or "a process that has ended since"
+                raise _locked(self.path, holder) from exc
+        # the record only names the holder in others' refusals: a store where it cannot be written
+        # (a full disk, a file-size limit) still has the lock, and the command meets that
+        # store's error at its own first write, with its own message
+        # (written to the descriptor, unbuffered: nothing is left to fail again at close)
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._f.fileno(), 0)
+            record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n"
+            os.pwrite(self._f.fileno(), record.encode(), 0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -182,10 +203,34 @@ def _locked(path: Path, holder: str) -> StoreError:
     )
 
 
+def _host() -> str:
+    import socket
+
+    return socket.gethostname() or "?"
+
+
+def _command_line(pid: int | str) -> str:
+    """Process ``pid``'s command line as one line ("featurecache build --pdb-dir ..." for the
+    console script or ``python -m featurecache.cli``), "" when /proc cannot tell."""
+    try:
+        argv = [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return ""
+    # "python .../bin/featurecache build ..." or "python -m featurecache.cli build ...": from the command
+    start = next(
+        (k for k, a in enumerate(argv) if Path(a).name in ("featurecache", "featurecache.cli")), None
+    )
+    if start is not None:
+        argv = ["featurecache", *argv[start + 1 :]]
+    return " ".join(" ".join(argv).split())[:200]  # one line (a `python -c` program holds newlines)
+
+
 def lock_holder(root: Path) -> str | None:
-    """Who holds ``root``'s :class:`BuildLock` ("pid 123: featurecache build --pdb-dir ..."), or None
-    when no process does. Reads only (a read-only store works); the lock is tested with a shared
-    lock taken and dropped at once, so a build starting in that instant may be refused."""
+    """Who holds ``root``'s :class:`BuildLock` ("pid 123: featurecache build --pdb-dir ...", or
+    "pid 123 on host H: ..." for a holder on another host or in a container), or None when no
+    process does. Reads only (a read-only store works); the lock is tested with a shared lock taken
+    and dropped at once (a build starting in that instant retries: ``LOCK_RETRY_S``). The command is
+    the holder's own record; a holder of a version that recorded only its pid is looked up in /proc."""
     path = Path(root) / LOCK_FILE
     try:
         f = open(path)  # noqa: SIM115 (closed below, after the lock test)
@@ -195,24 +240,25 @@ def lock_holder(root: Path) -> str | None:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = f.read().strip()
+            record = f.read()
+            # a holder that has just taken the lock writes its record next
+            for _ in range(10):
+                if record.endswith("\n") or record.strip().isdigit():
+                    break
+                time.sleep(0.02)
+                f.seek(0)
+                record = f.read()
         else:
             fcntl.flock(f, fcntl.LOCK_UN)
             return None
+    pid, host, cmd = [*record.split("\n"), "", "", ""][:3]
+    pid = pid.strip()
     if not pid.isdigit():
         return "a featurecache command that has not recorded its pid yet"
-    try:
-        argv = [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-    except OSError:
-        argv = []
-    # "python .../bin/featurecache build ..." or "python -m featurecache.cli build ...": from the command
-    start = next(
-        (k for k, a in enumerate(argv) if Path(a).name in ("featurecache", "featurecache.cli")), None
-    )
-    if start is not None:
-        argv = ["featurecache", *argv[start + 1 :]]
-    cmd = " ".join(" ".join(argv).split())  # one line (a `python -c` program holds newlines)
-    return f"pid {pid}: {cmd[:200]}" if cmd else f"pid {pid}"
+    if not host:  # a record of pid alone (an older featurecache): its command from /proc here
+        cmd = _command_line(pid)
+    where = f" on {host}" if host and host != _host() else ""
+    return f"pid {pid}{where}: {cmd}" if cmd else f"pid {pid}{where}"
 
 
 #: :func:`holder_command`'s word for each featurecache command that takes the :class:`BuildLock`
