@@ -7,10 +7,11 @@ supervisor again and again, a traceback a second, and serve neither served nor e
 Real ``featurecache serve`` processes over a real store (a copy of the sample store), with causes
 that happen: a ``PROMETHEUS_MULTIPROC_DIR`` that does not exist (each worker's metrics live there;
 the parent never opens it), and, once serving, a worker that dies (SIGKILL here, the OOM killer in
-life) and whose replacement finds the store's root ``zarr.json`` damaged, or the token file removed."""
+life) and whose replacement finds the token file removed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -30,10 +31,18 @@ def _serve(store: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str
     port = free_port()
     cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--workers", "2"]
     cmd += ["--port", str(port)]
+    # its own session: a serve that does not end is stopped with its workers (they hold the pipes)
     proc = subprocess.Popen(
-        cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL serve and every process of its session (its workers, its resource tracker)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int | None, str]:
@@ -42,8 +51,8 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int | None, str]:
         _, err = proc.communicate(timeout=TIMEOUT_S)
         return proc.returncode, err
     except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
+        _kill(proc)
+        _, err = proc.communicate(timeout=60)
         return None, err
 
 
@@ -81,7 +90,11 @@ def test_a_missing_prometheus_multiproc_dir(store: Path, tmp_path: Path) -> None
     assert "Traceback" not in err, err[-3000:]
 
 
-@pytest.mark.parametrize("cause", ["damaged zarr.json", "token file removed"])
+# A root zarr.json damaged meanwhile was a third cause here: the replacement worker's open raised a
+# bare AttributeError. Since f2b13e9 the reader names the damage in a StoreError, which a worker
+# answers with 503 like any store it cannot open yet (tests/store/test_damaged_root_metadata.py:
+# `serve` on such a store exits 3 naming the file), so it is no longer a start-up failure.
+@pytest.mark.parametrize("cause", ["token file removed"])
 def test_a_replacement_worker_that_cannot_start(store: Path, tmp_path: Path, cause: str) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token\n")
@@ -90,13 +103,10 @@ def test_a_replacement_worker_that_cannot_start(store: Path, tmp_path: Path, cau
         wait_ready(url, timeout=60, token="s3cret-token")
         workers = _workers(proc.pid)
         assert len(workers) == 2, workers
-        if cause == "damaged zarr.json":
-            (store / "zarr.json").write_text("null\n")  # valid JSON, not a store's metadata
-        else:
-            token_file.unlink()
+        token_file.unlink()
         os.kill(workers[0], signal.SIGKILL)
     except BaseException:
-        proc.kill()
+        _kill(proc)
         raise
     status, err = _finish(proc)
     assert status is not None, f"serve still running after {TIMEOUT_S} s:\n{err[-3000:]}"
@@ -104,10 +114,7 @@ def test_a_replacement_worker_that_cannot_start(store: Path, tmp_path: Path, cau
     line = _last_line(err)
     assert line.startswith("error: serve stopped: worker process ["), err[-3000:]
     assert "could not start" in line, line
-    if cause == "damaged zarr.json":
-        assert "AttributeError" in line, line
-    else:
-        assert str(token_file) in line, line
+    assert str(token_file) in line, line
     # the other worker, which was serving, was stopped with it
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{w}").exists() for w in workers[1:]) and time.monotonic() < deadline:
