@@ -178,11 +178,27 @@ def held_parts(store: LocalStore) -> dict[str, Any]:
     """The structure parts held back from the published index (``index/entries.arrow`` names them:
     an extension build writes them but publishes them only once its MSA and chem stages have run
     after them; a build that was stopped leaves them so, and the next ``featurecache build``
-    publishes them), as ``info`` shows them: ``{"parts": [names, sorted], "entries": N}``, N their
-    entries as each part's ``part.json`` counts them (none of them is in ``counts``)."""
+    publishes them), as ``info`` shows them: ``{"parts": [names, sorted], "entries": N, "new": n,
+    "updated": u}``. N counts the distinct entry ids the held parts hold (two held versions of one
+    entry, from two stopped builds, count once: the next build publishes the latest); ``new``: those
+    not in the published index (publishing adds them to ``counts``), ``updated``: those it already
+    serves in an older version. A held part whose own index rows do not read: N from the parts'
+    ``part.json`` counts, ``new`` and ``updated`` None (``verify`` names the part)."""
+    from featurecache.errors import StoreError
+    from featurecache.store.index import gather_part_rows
+
     names = sorted(store.unpublished_parts)
     parts_dir = store.path / PARTS_DIR
-    return {"parts": names, "entries": sum(_part_entries(parts_dir / n) for n in names)}
+    if not names:
+        return {"parts": [], "entries": 0, "new": 0, "updated": 0}
+    try:
+        rows = gather_part_rows([parts_dir / n for n in names])[0]["entries"]
+    except StoreError:
+        return {"parts": names, "entries": sum(_part_entries(parts_dir / n) for n in names), "new": None,
+                "updated": None}  # fmt: skip
+    ids = set(rows.column("id").to_pylist()) if rows.num_rows else set()
+    published = set(store.ids)
+    return {"parts": names, "entries": len(ids), "new": len(ids - published), "updated": len(ids & published)}
 
 
 def store_info(store: LocalStore) -> dict[str, Any]:
@@ -274,7 +290,10 @@ def index_lag(store: LocalStore) -> list[str]:
     held = set(shown["parts"])
     if held:
         n_held = shown["entries"]
-        out.append(f"{store.path}: {n_held} entr{'y' if n_held == 1 else 'ies'} in {len(held)} structure "
+        held_text = f"{n_held} entr{'y' if n_held == 1 else 'ies'}"
+        if shown["new"] is not None and shown["updated"]:
+            held_text += f" ({shown['new']} new, {shown['updated']} a newer version of a served one)"
+        out.append(f"{store.path}: {held_text} in {len(held)} structure "
                    f"part{'' if len(held) == 1 else 's'} ({', '.join(sorted(held))}) written but not yet published: "
                    f"the build that wrote {'it' if len(held) == 1 else 'them'} has not run its MSA and chem stages "
                    "after it (a build is running, or was stopped; run `featurecache build` on the store to finish "

@@ -44,7 +44,7 @@ def test_info_json_names_the_held_parts_of_a_killed_extension_and_none_once_fini
     build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
     doc, _ = _info(store)
     assert set(doc) == KEYS | {"held_parts", "msa_stages"}
-    assert doc["held_parts"] == {"parts": [], "entries": 0}
+    assert doc["held_parts"] == {"parts": [], "entries": 0, "new": 0, "updated": 0}
     before = structure_parts(store)
 
     for name in ("1psm.cif", "2q2k.cif"):
@@ -55,12 +55,61 @@ def test_info_json_names_the_held_parts_of_a_killed_extension_and_none_once_fini
     doc, warned = _info(store)
     assert set(doc) == KEYS | {"held_parts", "msa_stages"}
     # the two added inputs are held back: not counted among the published entries
-    assert doc["held_parts"] == {"parts": new, "entries": 2}
+    assert doc["held_parts"] == {"parts": new, "entries": 2, "new": 2, "updated": 0}
     assert doc["counts"]["entries"] == 2
     assert new[0] in warned and "not yet published" in warned  # the text warning, as before
 
     summary = build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
     assert summary.n_built == 0  # published from the held part, nothing built again
     doc, warned = _info(store)
-    assert doc["held_parts"] == {"parts": [], "entries": 0}
+    assert doc["held_parts"] == {"parts": [], "entries": 0, "new": 0, "updated": 0}
     assert doc["counts"]["entries"] == 4 and "not yet published" not in warned
+
+
+def _nudge_first_atom(path: Path) -> None:
+    """Move the first ATOM record's x by 0.001 Å (PDB columns 31-38): a new version of the entry."""
+    text = path.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("ATOM"))
+    path.write_text(text.replace(line, line[:30] + "%8.3f" % (float(line[30:38]) + 0.001) + line[38:], 1))
+
+
+@pytest.mark.timeout(1200)
+def test_held_entries_are_counted_once_and_split_into_new_and_updated(tmp_path: Path) -> None:
+    """Review RF2 s25 #2: three stopped extensions (1psm added; 1psm changed; the published 1A8O
+    changed) held three parts, and held_parts.entries summed their rows: 3, where publishing adds
+    one entry (1psm; 1A8O is served already, and 1psm's first held version is superseded)."""
+    pdb, store = tmp_path / "pdb", tmp_path / "store"
+    pdb.mkdir()
+    for name in ("1A8O.pdb", "7DDO.pdb"):
+        shutil.copy(SAMPLES / "structures" / name, pdb / name)
+    build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
+
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb / "1psm.cif")
+    kill_after_the_pre_msa_rebuild(store, pdb, MSAS, CCD)
+    cif = pdb / "1psm.cif"
+    lines = cif.read_text().splitlines(keepends=True)
+    k = next(i for i, ln in enumerate(lines) if ln.startswith("ATOM"))
+    fields = lines[k].split()
+    x = fields[10]
+    lines[k] = lines[k].replace(f" {x} ", f" {float(x) + 0.001:.3f} ", 1)
+    assert lines[k] != cif.read_text().splitlines(keepends=True)[k]
+    cif.write_text("".join(lines))
+    kill_after_the_pre_msa_rebuild(store, pdb, MSAS, CCD)
+    _nudge_first_atom(pdb / "1A8O.pdb")
+    kill_after_the_pre_msa_rebuild(store, pdb, MSAS, CCD)
+
+    doc, warned = _info(store)
+    assert len(doc["held_parts"]["parts"]) == 3, doc["held_parts"]
+    assert doc["counts"]["entries"] == 2  # 1A8O and 7DDO, as first built
+    # 1psm (twice held, once counted: new) and 1A8O (served: updated)
+    assert {k: doc["held_parts"][k] for k in ("entries", "new", "updated")} == {
+        "entries": 2,
+        "new": 1,
+        "updated": 1,
+    }
+    assert "2 entries (1 new, 1 a newer version of a served one)" in warned, warned
+
+    build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
+    after, _ = _info(store)
+    assert after["held_parts"] == {"parts": [], "entries": 0, "new": 0, "updated": 0}
+    assert after["counts"]["entries"] == doc["counts"]["entries"] + doc["held_parts"]["new"] == 3
