@@ -478,8 +478,9 @@ def serve(
 
     Exit status: 0 stopped by Ctrl-C; 2 usage error (--port, --workers, a --token that is empty or holds \
 whitespace, a control character or a non-ASCII character); 3 the store cannot be opened, a token variable or \
-file is unusable, a FEATURECACHE_* setting is invalid (a limit out of its range, a value that is not a number), or \
-the port cannot be bound; 143 stopped by SIGTERM (after a graceful shutdown; with any --workers).
+file is unusable, a FEATURECACHE_* setting is invalid (a limit out of its range, a value that is not a number), \
+the port cannot be bound, a worker process could not start (with --workers N: its reason in the line); \
+143 stopped by SIGTERM (after a graceful shutdown; with any --workers).
     """
     from featurecache.auth import clean_token
     from services.lookup.server import run_server
