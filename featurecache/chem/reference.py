@@ -314,7 +314,13 @@ def reference_features(
     entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
     component_table: ComponentTable,
 ) -> dict[str, np.ndarray]:
-    """AF3 per-atom reference features of one entry (or any atom subset with its tokens).
+    """AF3 per-atom reference features of one entry, or of a subset of its atoms made of whole
+    residues (every atom of each ``ref_space_uid`` it holds), with the entry's tokens.
+
+    A residue's component is decided from all of its atoms (:func:`resolve`: a perceived key
+    ``code#hash`` hashes them), so a subset that cuts a residue can get another conformer for the
+    atoms it kept, or none: a crop looks up the whole residues it touched and takes its atoms'
+    rows (``client.assemble.assemble_sample``).
 
     ``entry_atoms`` / ``entry_tokens``: mappings of field → array (``types.Entry.atoms``/``tokens``)
     or structured arrays of ``types.Atom``/``types.Token``; atoms need ``name``, ``element``,

@@ -208,6 +208,26 @@ def representative_atoms(
     return np.where(standard, first, out)
 
 
+def whole_residue_atoms(uid: np.ndarray, aidx: np.ndarray) -> np.ndarray | None:
+    """Sorted entry atom indices (int64) of every residue (``ref_space_uid``) with an atom in
+    ``aidx``, or None when the crop cut none of them (``aidx`` holds every atom of each).
+
+    ``uid`` int [n_atoms] the entry's ``ref_space_uid``; ``aidx`` int64 [A] the kept atoms
+    (distinct). The tokenizer numbers residues in atom order, so ``uid`` is sorted and two binary
+    searches find a residue's atoms; an entry whose ``uid`` is not sorted takes a full ``isin``.
+    """
+    uid = np.asarray(uid)
+    kept = np.unique(uid[aidx])
+    if uid.size < 2 or bool(np.all(uid[1:] >= uid[:-1])):
+        lo, hi = np.searchsorted(uid, kept, "left"), np.searchsorted(uid, kept, "right")
+        count = hi - lo
+        if int(count.sum()) == aidx.size:
+            return None
+        return np.repeat(lo, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    whole = np.flatnonzero(np.isin(uid, kept))
+    return None if whole.size == aidx.size else whole
+
+
 def token_bond_pairs(bonds: Mapping[str, np.ndarray], keep: np.ndarray, n_tokens: int) -> np.ndarray:
     """Crop-local (i < j) token pairs joined by a bond whose both tokens were kept, int32 [K, 2]."""
     if not len(bonds.get("token_i", ())):
@@ -621,9 +641,13 @@ def assemble_sample(
 
     ``chains``: chain rows with ``msa_key`` (default ``entry.chains``); ``pair_msa``: pair the
     protein chains' MSA rows by species (:func:`msa_features`). ``ref_features``: the
-    reference conformer of the kept atoms (``ref_pos``, ``ref_mask``, and ``ref_element`` /
+    reference conformer of the atoms it is given (``ref_pos``, ``ref_mask``, and ``ref_element`` /
     ``ref_charge`` where it returns them); atoms it has no reference for, and all atoms when it
-    is None, keep the entry's element and charge (module docstring, "Reference features").
+    is None, keep the entry's element and charge (module docstring, "Reference features"). It is
+    given whole residues: where the crop cut a residue (a per-atom ligand or modified residue),
+    every atom of that residue (:func:`whole_residue_atoms`), and the kept atoms take their rows,
+    so they get the conformer they get when the residue is kept whole, as AF3 computes reference
+    features per residue before cropping.
 
     Draws from ``rng`` in a fixed order (MSA rows, then reference augmentation) so that a sample is
     a function of the entry, the crop and the generator's seed.
@@ -672,11 +696,21 @@ def assemble_sample(
     ref_element = np.asarray(sub_atoms["element"])
     ref_charge = np.asarray(sub_atoms["charge"])
     if ref_features is not None and aidx.size:
-        ref = ref_features(sub_atoms, tok)
-        ref_pos = np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3)
-        ref_mask = np.asarray(ref["ref_mask"], dtype=bool)
-        ref_element = np.asarray(ref.get("ref_element", ref_element))
-        ref_charge = np.asarray(ref.get("ref_charge", ref_charge))
+        # decided per whole residue, then cropped (AF3): a residue the crop cut is looked up over
+        # all its atoms, so its kept atoms get the conformer they get when it is kept whole
+        whole = whole_residue_atoms(np.asarray(atoms["ref_space_uid"]), aidx)
+        rows: slice | np.ndarray = slice(None)
+        if whole is None:
+            ref = ref_features(sub_atoms, tok)
+        else:
+            ref = ref_features({k: np.asarray(v)[whole] for k, v in atoms.items()}, tok)
+            rows = np.searchsorted(whole, aidx)
+        ref_pos = np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3)[rows]
+        ref_mask = np.asarray(ref["ref_mask"], dtype=bool)[rows]
+        if "ref_element" in ref:
+            ref_element = np.asarray(ref["ref_element"])[rows]
+        if "ref_charge" in ref:
+            ref_charge = np.asarray(ref["ref_charge"])[rows]
     else:
         ref_pos = np.zeros((aidx.size, 3), dtype=np.float32)
         ref_mask = np.zeros(aidx.size, dtype=bool)
