@@ -11,7 +11,9 @@ Conventions (as AlphaFold 2/3):
 * ``deletions[i, j]`` = number of insertions (lower case letters) in row ``i`` between match
   columns ``j-1`` and ``j``; insertions after the last column are dropped;
 * duplicates are rows whose match columns are identical (insertions ignored), the first one in
-  merge order is kept; the query is always row 0 and removes every hit identical to it;
+  merge order is kept; the query is always row 0 and removes every hit identical to it; except
+  that a pairing-source copy naming another species than its row's is a row of its own, once per
+  (sequence, species) (see "Species of a stored row");
 * ``profile`` (fraction of each class per column, gaps included) and ``deletion_mean`` (mean raw
   count per column) are taken over the distinct rows of the main MSA, before the depth cap: the
   query and the rows of every alignment but the pairing-only ones (:data:`PAIRING_SOURCES`, UniProt
@@ -32,10 +34,17 @@ merge order, so:
   pairing-source copy (merge order: ``uniprot`` files, then ``pairing`` files, each by path, then
   row order) whose header gives one; a row with no such copy gets 0 and is never paired, even if a
   non-pairing header names a taxon (UniRef90 ``TaxID=`` is the cluster's common taxon, e.g.
-  Catarrhini, and BFD / MGnify / ``non_pairing.a3m`` rows are not AF3's pairing rows). Two pairing
-  copies of one row from different species (identical sequences in two organisms) keep the first
-  one's species: AF3 would hold both rows, one per species; a store holds the row once, so the
-  second organism's copy is not paired;
+  Catarrhini, and BFD / MGnify / ``non_pairing.a3m`` rows are not AF3's pairing rows). A further
+  pairing copy of the sequence naming another species (an identical aligned sequence in another
+  organism, common in jackhmmer ``uniprot_hits``: OpenFold 4zey_A has 774 species among its
+  UniProt hits, 438 of them on a row of their own) is stored as a row of its own, with its own
+  deletions and source, at its place in merge order, once per (sequence, species): AF3 keeps every
+  copy in the MSA it pairs (``deduplicate=False``) and pairs the i-th row of each species per
+  chain, so each organism's copy is a pairing candidate; copies of one species beyond the first
+  are still dropped (AF3 would pair them too, as further rows of that species; the store keeps one
+  row per sequence and species). A pairing hit identical to the query naming a species is such a
+  row too (the query itself, row 0, has species 0; AF3 keeps that hit as well). Rows of non-pairing
+  sources stay deduplicated as before;
 * when none is (a layout without a pairing file, e.g. one merged a3m whose headers carry UniProt
   ids, or AF2's monomer layout without ``uniprot_hits``), nothing tells the pairing rows apart,
   and every row keeps the species of its first copy, as before; AF3 would pair nothing there.
@@ -44,8 +53,10 @@ The result depends only on the alignments and their order (merge order, fixed by
 :func:`source_order_key`), not on the worker count.
 
 :func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time and keeps only the first
-``depth_cap`` distinct rows (plus a 16-byte digest per distinct row and the profile counts), so its
-memory does not grow with the number of input rows beyond the digests.
+``depth_cap`` rows (plus a 16-byte digest per distinct row and per further pairing row and the
+profile counts), so its memory does not grow with the number of input rows beyond the digests.
+``n_distinct`` counts the rows before the cap (distinct rows and further pairing rows), so that a
+cap ``c`` stores ``min(n_distinct, c)`` rows.
 """
 
 from __future__ import annotations
@@ -260,7 +271,8 @@ def build_msa(
 
     Every alignment must be rooted at ``sequence`` (its row 0 is the query, gap-free). Row 0 of
     the result is the query itself; the other rows follow the alignments' order, duplicates and
-    hits identical to the query removed, truncated to ``depth_cap`` rows. ``profile`` and
+    hits identical to the query removed (but one row per further species of a pairing-source copy,
+    module docstring), truncated to ``depth_cap`` rows. ``profile`` and
     ``deletion_mean`` cover the distinct rows of the query and of the alignments whose
     :func:`source_label` (read from ``label``, a path) is not in :data:`PAIRING_SOURCES`.
     ``species``: from the pairing-source copies of each row when any alignment is a pairing
@@ -298,25 +310,34 @@ def build_msa(
                 chars, dels = encode_rows(msa.rows[start:stop], length, first_row=start)
             except MSAError as exc:
                 raise MSAError(f"{label}: {exc}", path=msa.path or label, stage="msa") from exc
-            acc.add(chars, dels, msa.headers[start:stop], k, in_profile=main, pairing=not main)
+            headers = msa.headers[start:stop]
+            if start == 0 and headers:  # row 0 is the alignment's query, not a hit of some species
+                headers = ("", *headers[1:])
+            acc.add(chars, dels, headers, k, in_profile=main, pairing=not main)
         labels.append(label)
         n_input += msa.depth
     return acc.finish(sequence, tuple(labels), n_input)
 
 
 class _Accumulator:
-    """Distinct rows of one MSA, fed in chunks in merge order.
+    """Rows of one MSA, fed in chunks in merge order.
 
-    Keeps the first ``depth_cap`` distinct rows (residues, deletions, species, source) and, over
-    the distinct rows of the main MSA (rows added ``in_profile``), the class counts per column and
-    the deletion sums that the profile and the deletion mean are made of. A row is distinct once in
-    the stored rows (first occurrence in merge order, whatever its source) and once in the main MSA
-    (a pairing row that a later main-MSA alignment holds too counts there).
+    The rows (before the cap) are the distinct rows by match columns, each at the place of its
+    first copy (whatever its source), plus, with ``pairing_only_species``, one more row for each
+    further (sequence, species) of a pairing copy (module docstring, "Species of a stored row"); the
+    first ``depth_cap`` of them are kept (residues, deletions, species, source). Over the distinct
+    rows of the main MSA (rows added ``in_profile``) it sums the class counts per column and the
+    deletions that the profile and the deletion mean are made of: a row is distinct once in the
+    main MSA (a pairing row that a later main-MSA alignment holds too counts there), and a pairing
+    row of a further species never counts there.
 
-    Species: with ``pairing_only_species``, a kept row's species is that of its first copy added
-    with ``pairing`` whose header gives one (0 if none does), whichever copy was kept; without it,
-    that of the kept (first) copy. Memory: ``depth_cap`` rows (+ their position by digest) + one
-    16-byte digest per distinct row, whatever the number of input rows.
+    Species: with ``pairing_only_species``, a distinct row's species is that of its first copy added
+    with ``pairing`` whose header gives one (0 if none does), whichever copy was kept, and a later
+    pairing copy naming another species is a row of its own (its own deletions and source), once
+    per (sequence, species); the query keeps 0, a pairing hit identical to it naming a species is
+    such a row. Without it, that of the kept (first) copy. Memory: ``depth_cap`` rows (+ their
+    position by digest) + one 16-byte digest per distinct row and one per further (sequence,
+    species), whatever the number of input rows.
     """
 
     def __init__(
@@ -326,6 +347,8 @@ class _Accumulator:
         self.pairing_only_species = pairing_only_species
         self.kept_at: dict[bytes, int] = {}  # digest -> stored row (kept rows only; pairing_only_species)
         self.pair_species: dict[int, int] = {}  # stored row -> species of its first pairing copy having one
+        self.first_species: dict[bytes, int] = {}  # digest -> species its distinct row took (query: 0)
+        self.further: set[tuple[bytes, int]] = set()  # (digest, species) of the further pairing rows
         self.seen: dict[bytes, bool] = {}  # digest -> counted in the profile (seen in the main MSA)
         self.n_profile = 0
         self.counts = np.zeros(length * NUM_RESTYPES, np.int64)
@@ -335,6 +358,7 @@ class _Accumulator:
         self.species: list[np.ndarray] = []
         self.source: list[np.ndarray] = []
         self.n_kept = 0
+        self.n_rows = 0  # rows before the cap (distinct rows + further pairing rows)
 
     def add(
         self,
@@ -353,9 +377,11 @@ class _Accumulator:
         if n == 0:
             return
         flat = np.ascontiguousarray(chars).tobytes()
-        new = np.zeros(n, bool)
+        new = np.zeros(n, bool)  # a row before the cap: a new distinct row or a further pairing row
+        own = np.zeros(n, np.int32)  # species of a further pairing row
         counted = np.zeros(n, bool)
         n_new = 0
+        by_pairing = pairing and bool(headers) and self.pairing_only_species
         for i in range(n):
             d = hashlib.blake2b(flat[i * length : (i + 1) * length], digest_size=16).digest()
             in_main = self.seen.get(d)
@@ -363,14 +389,23 @@ class _Accumulator:
                 new[i] = True
                 if self.pairing_only_species and self.n_kept + n_new < self.cap:
                     self.kept_at[d] = self.n_kept + n_new
+                if source == 0:
+                    self.first_species[d] = 0  # the query is never paired
                 n_new += 1
-            if pairing and headers and self.pairing_only_species:
-                at = self.kept_at.get(d)
-                # row 0 is the query (species 0): a pairing hit identical to it is not stored
-                if at is not None and at > 0 and at not in self.pair_species:
-                    sp = species_id(headers[i])
-                    if sp != 0:
-                        self.pair_species[at] = sp
+            if by_pairing:
+                sp = species_id(headers[i])
+                if sp != 0:
+                    first = self.first_species.get(d)
+                    if first is None:  # its distinct row takes its first pairing species
+                        self.first_species[d] = sp
+                        at = self.kept_at.get(d)
+                        if at is not None:
+                            self.pair_species[at] = sp
+                    elif first != sp and (d, sp) not in self.further:  # another organism's copy
+                        self.further.add((d, sp))
+                        new[i] = True
+                        own[i] = sp
+                        n_new += 1
             if in_profile and not in_main:
                 counted[i] = True
             if in_main is None or counted[i]:
@@ -381,22 +416,22 @@ class _Accumulator:
             self.del_sum += dels[cnt].sum(axis=0, dtype=np.int64)
             self.n_profile += int(cnt.size)
         idx = np.flatnonzero(new)
+        self.n_rows += int(idx.size)
         if idx.size == 0:
             return
-        residues = to_restypes(chars[idx], self.mol_type)
         take = idx[: max(0, self.cap - self.n_kept)]
         if take.size:
-            self.residues.append(residues[: take.size])
+            self.residues.append(to_restypes(chars[take], self.mol_type))
             self.deletions.append(dels[take])
             if headers and not self.pairing_only_species:
                 self.species.append(np.fromiter((species_id(headers[i]) for i in take), np.int32, take.size))
             else:
-                self.species.append(np.zeros(take.size, np.int32))
+                self.species.append(own[take])
             self.source.append(np.full(take.size, source, np.uint8))
             self.n_kept += int(take.size)
 
     def finish(self, sequence: str, labels: tuple[str, ...], n_input: int) -> EncodedMSA:
-        n = len(self.seen)
+        n = self.n_rows
         m = self.n_profile  # >= 1: the query is always in the main MSA
         counts = self.counts.reshape(self.length, NUM_RESTYPES)
         species = np.concatenate(self.species)

@@ -92,14 +92,43 @@ def _match_strings(rel: str) -> list[str]:
     return [re.sub(r"[a-z.]", "", r) for r in _a3m_rows(_text(path))]
 
 
+def _headers(rel: str) -> list[str]:
+    """Header of every row of a file, in :func:`_match_strings`' order."""
+    path = MSAS / rel
+    if ".sto" in path.name:
+        aln = AlignIO.read(io.StringIO(_text(path)), "stockholm")
+        return [f"{r.id} {r.description}" for r in aln]
+    heads = [line[1:] for line in _text(path).splitlines() if line.startswith(">")]
+    return [h for h in heads if not (h.split()[0] if h.split() else "").startswith("ss_")]
+
+
+def _species(header: str) -> str:
+    """A header's species, read here ('' for none): ``OX=`` or ``<acc>_<taxid>/`` taxon, else a
+    UniProt entry name's mnemonic."""
+    m = re.search(r"\bOX=(\d+)", header) or re.match(r"(?:UniRef100_)?[A-Z0-9]+(?:-\d+)?_(\d+)/", header)
+    if m:
+        return "taxon " + m.group(1) if int(m.group(1)) else ""
+    m = re.match(r"(?:sp|tr)\|[^|]+\|[A-Z0-9]+_([A-Z0-9]{1,5})\b", header)
+    return "mnemonic " + m.group(1) if m else ""
+
+
 def _expected_depth(sequence: str, files: list[str]) -> int:
     distinct = {sequence}
+    organisms: dict[str, set[str]] = {}  # sequence -> species of its pairing-file copies
     for rel in files:
         rows = _match_strings(rel)
         # the file's query (and copies of it) stand for the chain's sequence, which may differ from
         # it at unknown residues (209d chain C: "TXPGV…" for "TVPGV…")
         distinct.update(r for r in rows[1:] if r != rows[0])
-    return min(DEPTH_CAP, len(distinct))
+        name = Path(rel).name.removesuffix(".gz")
+        if name.startswith("uniprot_hits") or name.startswith("pairing."):
+            for h, r in zip(_headers(rel)[1:], rows[1:], strict=True):
+                if _species(h):
+                    organisms.setdefault(sequence if r == rows[0] else r, set()).add(_species(h))
+    # one row per sequence and species of the pairing files (E11): a sequence's first species is
+    # its row's, each further one a row of its own; the query's row has none
+    further = sum(len(sp) - (r != sequence) for r, sp in organisms.items())
+    return min(DEPTH_CAP, len(distinct) + further)
 
 
 def _letters(residues: np.ndarray) -> list[str]:

@@ -108,6 +108,15 @@ def _pairing_taxa(files: list[Path]) -> dict[tuple[int, ...], int]:
     return out
 
 
+def _first_rows(out: fmsa.EncodedMSA) -> dict[tuple[int, ...], int]:
+    """Match string → species of its first stored row (the query left out). Later rows of one
+    string are pairing copies of other organisms (E11, test_e11_msa_pairing_rows.py)."""
+    stored: dict[tuple[int, ...], int] = {}
+    for i in range(1, out.depth):
+        stored.setdefault(tuple(int(x) for x in out.residues[i]), int(out.species[i]))
+    return stored
+
+
 def test_a_pairing_row_also_in_non_pairing_keeps_its_taxon() -> None:
     """Protenix 102m: pairing.a3m rows with a taxon whose sequence non_pairing.a3m holds too (read
     first, header without a taxon) are stored with the pairing header's taxon; before, with 0."""
@@ -118,7 +127,7 @@ def test_a_pairing_row_also_in_non_pairing_keeps_its_taxon() -> None:
     assert len(both) >= 10  # R1 counted 21 such rows (e.g. UniRef100_L9L0J9_246437/)
 
     out = _build([pairing, non_pairing])
-    stored = {tuple(int(x) for x in out.residues[i]): int(out.species[i]) for i in range(1, out.depth)}
+    stored = _first_rows(out)
     assert set(both) <= set(stored)
     # the kept copy is the non_pairing one (merge order), its species the pairing copy's
     sources = [Path(s).name for s in out.sources]
@@ -142,7 +151,7 @@ def test_openfold_rows_take_the_uniprot_copys_species_and_only_it() -> None:
     taxa = _pairing_taxa(files)
     in_uniprot = {_key(m) for _, m in _rows(files[3])[1:]}
     out = _build(files)
-    stored = {tuple(int(x) for x in out.residues[i]): int(out.species[i]) for i in range(1, out.depth)}
+    stored = _first_rows(out)
     with_taxon = [k for k in stored if k in taxa]
     elsewhere = {_key(m) for f in files[:3] for _, m in _rows(f)[1:]}
     # the case of the review: a UniProt hit whose sequence a non-pairing file held first
@@ -191,12 +200,16 @@ def test_two_pairing_copies_keep_the_first_in_merge_order_that_names_a_species()
         ordered = sorted(order, key=source_order_key)
         by_label = dict(zip(labels, (main, uniprot, pairing), strict=True))
         out = build_msa(Q, MolType.PROTEIN, [(la, by_label[la]) for la in ordered])
-        assert out.depth == 3
+        assert out.depth == 5
         # query 0 (a pairing hit identical to it does not give it a species); AC-EFG: the uniprot
         # copy with OX=9598 (not the UniRef90 cluster taxon read first, not the later pairing.a3m
         # 9606); GGGGGG: only pairing.a3m names one, an isoform accession's taxon
-        assert out.species.tolist() == [0, 9598, 7955]
-        assert out.source.tolist() == [0, 1, 1]  # the rows stay where their first copy put them
+        assert out.species.tolist()[:3] == [0, 9598, 7955]
+        assert out.source.tolist()[:3] == [0, 1, 1]  # the rows stay where their first copy put them
+        # since E11 (review RF3 s25 #1) a pairing copy of another species is a row of its own: the
+        # query's sequence of species 7 (uniprot), AC-EFG of 9606 (pairing.a3m)
+        assert out.species.tolist()[3:] == [7, 9606]
+        assert out.source.tolist()[3:] == [2, 3]
 
 
 def test_without_a_pairing_alignment_rows_keep_their_first_copys_species() -> None:
