@@ -52,11 +52,25 @@ merge order, so:
 The result depends only on the alignments and their order (merge order, fixed by
 :func:`source_order_key`), not on the worker count.
 
-:func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time and keeps only the first
-``depth_cap`` rows (plus a 16-byte digest per distinct row and per further pairing row and the
-profile counts), so its memory does not grow with the number of input rows beyond the digests.
-``n_distinct`` counts the rows before the cap (distinct rows and further pairing rows), so that a
-cap ``c`` stores ``min(n_distinct, c)`` rows.
+Depth cap. ``depth_cap`` (``--msa-depth``) bounds the stored rows; ``n_distinct`` counts the rows
+before it (distinct rows and further pairing rows), and a cap ``c`` stores ``min(n_distinct, c)``
+rows. AF3 keeps its paired MSA apart from the unpaired one (up to 8,191 paired rows, placed first,
+and the stacked MSA up to 16,384 rows), so a deep unpaired search never crowds out the pairing
+rows. A store holds one merged MSA in which the pairing files come last in merge order, so a cap
+taking the first ``c`` rows cut the pairing rows first (Protenix 7pzb at cap 1000: 17 rows with a
+species of 6,001; review RF3 s25 #2). So, when the sequence has a pairing file, the rows with a
+species (its pairing rows) get at least half the cap, ``max(c // 2, c - N)`` for ``N`` rows without
+one, AF3's share at its defaults (8,191 of 16,384), and the rows without a species the rest; each
+kind keeps its first rows in merge order, and the kept rows stay in merge order (the query is
+always row 0). A kind that needs less leaves the rest to the other, so a cap the MSA does not
+reach keeps every row and a cap is still one number of rows; the client's sample draws over all
+stored rows either way. Without a pairing file the cap keeps the first ``c`` rows, as before.
+(:func:`capped_rows`.)
+
+:func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time, first to find the rows, their
+species and the profile (keeping a 16-byte digest per distinct row and per further pairing row and
+three numbers per row), then once more only for the rows the cap keeps, so its memory does not grow
+with the number of input rows beyond those.
 """
 
 from __future__ import annotations
@@ -64,6 +78,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from array import array
 from collections.abc import Sequence
 from pathlib import PurePath
 
@@ -292,6 +307,7 @@ def build_msa(
     q_chars, q_del = encode_rows([sequence], length)
     acc.add(q_chars, q_del, (), 0, in_profile=True)
     labels = [QUERY_SOURCE]
+    rows_of: dict[int, Sequence[str]] = {0: (sequence,)}
     n_input = 0
     for k, (label, msa) in enumerate(alignments, start=1):
         if msa.depth == 0:
@@ -313,10 +329,28 @@ def build_msa(
             headers = msa.headers[start:stop]
             if start == 0 and headers:  # row 0 is the alignment's query, not a hit of some species
                 headers = ("", *headers[1:])
-            acc.add(chars, dels, headers, k, in_profile=main, pairing=not main)
+            acc.add(chars, dels, headers, k, in_profile=main, pairing=not main, first_row=start)
         labels.append(label)
+        rows_of[k] = msa.rows
         n_input += msa.depth
-    return acc.finish(sequence, tuple(labels), n_input)
+    return acc.finish(sequence, tuple(labels), n_input, rows_of)
+
+
+def capped_rows(species: np.ndarray, pairing_rows: bool, depth_cap: int) -> np.ndarray:
+    """Which of an MSA's rows before the cap (``species`` int [n], row 0 the query) the cap keeps,
+    int64 ascending: all when ``n <= depth_cap``; else, with ``pairing_rows`` (a pairing source
+    gave the species), the first ``p`` rows with a species and the first ``depth_cap - p`` without,
+    ``p = min(P, max(depth_cap // 2, depth_cap - N))`` for ``P`` rows with a species and ``N``
+    without (module docstring, "Depth cap"); without, the first ``depth_cap`` rows."""
+    n = species.size
+    if n <= depth_cap:
+        return np.arange(n, dtype=np.int64)
+    if not pairing_rows:
+        return np.arange(depth_cap, dtype=np.int64)
+    paired = np.flatnonzero(species != 0)
+    other = np.flatnonzero(species == 0)
+    p = min(paired.size, max(depth_cap // 2, depth_cap - other.size))
+    return np.sort(np.concatenate([paired[:p], other[: depth_cap - p]])).astype(np.int64)
 
 
 class _Accumulator:
@@ -324,8 +358,9 @@ class _Accumulator:
 
     The rows (before the cap) are the distinct rows by match columns, each at the place of its
     first copy (whatever its source), plus, with ``pairing_only_species``, one more row for each
-    further (sequence, species) of a pairing copy (module docstring, "Species of a stored row"); the
-    first ``depth_cap`` of them are kept (residues, deletions, species, source). Over the distinct
+    further (sequence, species) of a pairing copy (module docstring, "Species of a stored row").
+    For each it records where its copy is (alignment, row) and its species; :meth:`finish` keeps
+    those :func:`capped_rows` selects and encodes them again from the alignments. Over the distinct
     rows of the main MSA (rows added ``in_profile``) it sums the class counts per column and the
     deletions that the profile and the deletion mean are made of: a row is distinct once in the
     main MSA (a pairing row that a later main-MSA alignment holds too counts there), and a pairing
@@ -335,9 +370,9 @@ class _Accumulator:
     with ``pairing`` whose header gives one (0 if none does), whichever copy was kept, and a later
     pairing copy naming another species is a row of its own (its own deletions and source), once
     per (sequence, species); the query keeps 0, a pairing hit identical to it naming a species is
-    such a row. Without it, that of the kept (first) copy. Memory: ``depth_cap`` rows (+ their
-    position by digest) + one 16-byte digest per distinct row and one per further (sequence,
-    species), whatever the number of input rows.
+    such a row. Without it, that of the kept (first) copy. Memory: a 16-byte digest and its row per
+    distinct row, one per further (sequence, species), and three numbers per row before the cap,
+    whatever the number of input rows; encoded rows only for the ``depth_cap`` kept ones.
     """
 
     def __init__(
@@ -345,20 +380,17 @@ class _Accumulator:
     ) -> None:
         self.length, self.mol_type, self.cap = length, int(mol_type), depth_cap
         self.pairing_only_species = pairing_only_species
-        self.kept_at: dict[bytes, int] = {}  # digest -> stored row (kept rows only; pairing_only_species)
-        self.pair_species: dict[int, int] = {}  # stored row -> species of its first pairing copy having one
+        self.row_of: dict[bytes, int] = {}  # digest -> its distinct row (with pairing_only_species)
         self.first_species: dict[bytes, int] = {}  # digest -> species its distinct row took (query: 0)
         self.further: set[tuple[bytes, int]] = set()  # (digest, species) of the further pairing rows
         self.seen: dict[bytes, bool] = {}  # digest -> counted in the profile (seen in the main MSA)
         self.n_profile = 0
         self.counts = np.zeros(length * NUM_RESTYPES, np.int64)
         self.del_sum = np.zeros(length, np.int64)
-        self.residues: list[np.ndarray] = []
-        self.deletions: list[np.ndarray] = []
-        self.species: list[np.ndarray] = []
-        self.source: list[np.ndarray] = []
-        self.n_kept = 0
-        self.n_rows = 0  # rows before the cap (distinct rows + further pairing rows)
+        # every row before the cap: its alignment, its row there, its species
+        self.src = array("B")
+        self.at = array("q")
+        self.sp = array("i")
 
     def add(
         self,
@@ -368,44 +400,44 @@ class _Accumulator:
         source: int,
         in_profile: bool,
         pairing: bool = False,
+        first_row: int = 0,
     ) -> None:
         """Add encoded rows ``chars`` uint8 [n, L], ``dels`` int16 [n, L] (``headers``: n, or empty
-        for the query, whose species is 0) coming from alignment ``source``; ``in_profile``: the
-        alignment is part of the main MSA (not a pairing-only one); ``pairing``: it is a pairing
-        source (its rows' species are the ones kept under ``pairing_only_species``)."""
+        for the query, whose species is 0), rows ``first_row …`` of alignment ``source``;
+        ``in_profile``: the alignment is part of the main MSA (not a pairing-only one); ``pairing``:
+        it is a pairing source (its rows' species are the ones kept under ``pairing_only_species``)."""
         n, length = chars.shape
         if n == 0:
             return
         flat = np.ascontiguousarray(chars).tobytes()
-        new = np.zeros(n, bool)  # a row before the cap: a new distinct row or a further pairing row
-        own = np.zeros(n, np.int32)  # species of a further pairing row
         counted = np.zeros(n, bool)
-        n_new = 0
         by_pairing = pairing and bool(headers) and self.pairing_only_species
         for i in range(n):
             d = hashlib.blake2b(flat[i * length : (i + 1) * length], digest_size=16).digest()
             in_main = self.seen.get(d)
-            if in_main is None:
-                new[i] = True
-                if self.pairing_only_species and self.n_kept + n_new < self.cap:
-                    self.kept_at[d] = self.n_kept + n_new
-                if source == 0:
-                    self.first_species[d] = 0  # the query is never paired
-                n_new += 1
+            if in_main is None:  # a new distinct row
+                if self.pairing_only_species:
+                    self.row_of[d] = len(self.sp)
+                    if source == 0:
+                        self.first_species[d] = 0  # the query is never paired
+                    sp_new = 0
+                else:
+                    sp_new = species_id(headers[i]) if headers else 0
+                self.src.append(source)
+                self.at.append(first_row + i)
+                self.sp.append(sp_new)
             if by_pairing:
                 sp = species_id(headers[i])
                 if sp != 0:
                     first = self.first_species.get(d)
                     if first is None:  # its distinct row takes its first pairing species
                         self.first_species[d] = sp
-                        at = self.kept_at.get(d)
-                        if at is not None:
-                            self.pair_species[at] = sp
+                        self.sp[self.row_of[d]] = sp
                     elif first != sp and (d, sp) not in self.further:  # another organism's copy
                         self.further.add((d, sp))
-                        new[i] = True
-                        own[i] = sp
-                        n_new += 1
+                        self.src.append(source)
+                        self.at.append(first_row + i)
+                        self.sp.append(sp)
             if in_profile and not in_main:
                 counted[i] = True
             if in_main is None or counted[i]:
@@ -415,36 +447,36 @@ class _Accumulator:
             self.counts += _class_counts(to_restypes(chars[cnt], self.mol_type))
             self.del_sum += dels[cnt].sum(axis=0, dtype=np.int64)
             self.n_profile += int(cnt.size)
-        idx = np.flatnonzero(new)
-        self.n_rows += int(idx.size)
-        if idx.size == 0:
-            return
-        take = idx[: max(0, self.cap - self.n_kept)]
-        if take.size:
-            self.residues.append(to_restypes(chars[take], self.mol_type))
-            self.deletions.append(dels[take])
-            if headers and not self.pairing_only_species:
-                self.species.append(np.fromiter((species_id(headers[i]) for i in take), np.int32, take.size))
-            else:
-                self.species.append(own[take])
-            self.source.append(np.full(take.size, source, np.uint8))
-            self.n_kept += int(take.size)
 
-    def finish(self, sequence: str, labels: tuple[str, ...], n_input: int) -> EncodedMSA:
-        n = self.n_rows
+    def finish(
+        self, sequence: str, labels: tuple[str, ...], n_input: int, rows_of: dict[int, Sequence[str]]
+    ) -> EncodedMSA:
+        """The MSA of the rows :func:`capped_rows` keeps, encoded again from ``rows_of`` (alignment
+        → its rows, 0 the query)."""
+        n = len(self.sp)
         m = self.n_profile  # >= 1: the query is always in the main MSA
         counts = self.counts.reshape(self.length, NUM_RESTYPES)
-        species = np.concatenate(self.species)
-        if self.pair_species:
-            at = np.fromiter(self.pair_species.keys(), np.int64, len(self.pair_species))
-            species[at] = np.fromiter(self.pair_species.values(), np.int32, len(self.pair_species))
+        species_all = np.frombuffer(self.sp, np.int32) if n else np.zeros(0, np.int32)
+        keep = capped_rows(species_all, self.pairing_only_species, self.cap)
+        src = np.frombuffer(self.src, np.uint8)[keep]
+        at = np.frombuffer(self.at, np.int64)[keep]
+        residues = np.empty((keep.size, self.length), np.uint8)
+        deletions = np.empty((keep.size, self.length), np.int16)
+        for k in np.unique(src).tolist():
+            pos = np.flatnonzero(src == k)
+            rows = rows_of[k]
+            for start in range(0, pos.size, ENCODE_CHUNK_ROWS):
+                chunk = pos[start : start + ENCODE_CHUNK_ROWS]
+                chars, dels = encode_rows([rows[i] for i in at[chunk].tolist()], self.length)
+                residues[chunk] = to_restypes(chars, self.mol_type)
+                deletions[chunk] = dels
         return EncodedMSA(
             sequence=sequence,
             mol_type=self.mol_type,
-            residues=np.ascontiguousarray(np.concatenate(self.residues)),
-            deletions=np.ascontiguousarray(np.concatenate(self.deletions)),
-            species=species,
-            source=np.concatenate(self.source),
+            residues=residues,
+            deletions=deletions,
+            species=species_all[keep].copy(),
+            source=src.copy(),
             profile=(counts / m).astype(np.float32),
             deletion_mean=(self.del_sum.astype(np.float64) / m).astype(np.float32),
             sources=labels,

@@ -174,21 +174,67 @@ def test_rows_sources_and_species_follow_the_rule(chain_dir: Path) -> None:
         assert len(want) - len(first) > 400  # RF3: 469 copies lost on 4zey
 
 
+def kept_rows(species: np.ndarray, cap: int) -> list[int]:
+    """Rows a cap keeps of an MSA whose species come from its pairing files, walked here: the rows
+    with a species get at least half the cap (AF3 keeps up to 8,191 paired rows beside 16,384),
+    more where the rows without one leave room; those without one get the rest; each in order."""
+    n_paired = int((species != 0).sum())
+    n_other = species.size - n_paired
+    if species.size <= cap:
+        return list(range(species.size))
+    paired_budget = min(n_paired, max(cap // 2, cap - n_other))
+    out, n_p, n_o = [], 0, 0
+    for i, s in enumerate(species.tolist()):
+        if s != 0 and n_p < paired_budget:
+            out.append(i)
+            n_p += 1
+        elif s == 0 and n_o < cap - paired_budget:
+            out.append(i)
+            n_o += 1
+    return out
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
-def test_rows_do_not_depend_on_chunks_and_the_cap_keeps_a_prefix(
+def test_rows_do_not_depend_on_chunks_and_the_cap_keeps_pairing_rows(
     chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = _files(OPENFOLD)
     whole = _build(files)
     monkeypatch.setattr(fmsa, "ENCODE_CHUNK_ROWS", chunk)
-    for cap in (whole.depth, whole.depth - 1, 600, 1):
+    n_paired = int((whole.species != 0).sum())
+    assert 300 < n_paired and whole.depth - n_paired > 300  # 4zey: 1041 and 530
+    for cap in (whole.depth, whole.depth - 1, 1200, 600, 2, 1):
         got = _build(files, cap)
-        assert got.depth == min(cap, whole.depth) and got.n_distinct == whole.n_distinct
-        np.testing.assert_array_equal(got.species, whole.species[:cap])
-        np.testing.assert_array_equal(got.residues, whole.residues[:cap])
-        np.testing.assert_array_equal(got.deletions, whole.deletions[:cap])
-        np.testing.assert_array_equal(got.source, whole.source[:cap])
+        keep = kept_rows(whole.species, cap)
+        assert got.depth == min(cap, whole.depth) == len(keep) and got.n_distinct == whole.n_distinct
+        np.testing.assert_array_equal(got.species, whole.species[keep])
+        np.testing.assert_array_equal(got.residues, whole.residues[keep])
+        np.testing.assert_array_equal(got.deletions, whole.deletions[keep])
+        np.testing.assert_array_equal(got.source, whole.source[keep])
         np.testing.assert_array_equal(got.profile, whole.profile)
+        assert got.residues[0].tolist() == whole.residues[0].tolist()  # the query stays row 0
+        if cap == 600:  # half the cap is the pairing rows'
+            assert int((got.species != 0).sum()) == 300
+
+
+def test_a_deep_unpaired_msa_leaves_the_pairing_rows_their_share() -> None:
+    """Protenix 7pzb: 6,001 pairing.a3m rows with a species after about 6,400 non_pairing rows. At
+    --msa-depth 1000 the merged MSA kept 17 rows with a species (RF3 s25 #2); now half the cap."""
+    files = _files(MSAS / "Protenix" / "7pzb" / "msa" / "1")
+    pairing = [p for p in files if _is_pairing(p)]
+    with_species = {(m, _species(h)) for h, m in _rows(pairing[0])[1:] if _species(h)}
+    assert len(with_species) > 5000
+    got = _build(files, 1000)
+    assert got.depth == 1000
+    assert int((got.species != 0).sum()) == 500
+    whole = _build(files)
+    keep = kept_rows(whole.species, 1000)
+    np.testing.assert_array_equal(got.species, whole.species[keep])
+    np.testing.assert_array_equal(got.residues, whole.residues[keep])
+    # a cap the unpaired rows do not fill leaves the rest to the pairing rows
+    n_other = int((whole.species == 0).sum())
+    got = _build(files, n_other + 100)
+    assert int((got.species != 0).sum()) == max(100, (n_other + 100) // 2)
 
 
 Q = "ACDEFG"
