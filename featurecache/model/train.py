@@ -886,37 +886,90 @@ def _same_directory(a: Path, b: Path) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _check_init_kept(init_from: str | Path, template: str | Path, every: int | None, steps: int) -> None:
+def _written_names(name: str) -> tuple[str, ...]:
+    """The names a checkpoint due at ``name`` is written under, in its directory: the name, its
+    temporary file (:func:`save_checkpoint`), the staged file (:func:`_staged_path`) and the staged
+    file's temporary file."""
+    staged = _staged_path(Path(name)).name
+    return name, f".{name}.tmp", staged, f".{staged}.tmp"
+
+
+def _step_pattern(template: str) -> re.Pattern[str]:
+    """``template`` as a pattern matching its ``{step}`` (every occurrence the same number)."""
+    head, _, tail = template.partition("{step}")
+    return re.compile(re.escape(head) + r"(\d+)" + re.escape(tail).replace(r"\{step\}", r"\1"))
+
+
+def _steps_naming(template: Path, source: Path, steps: int) -> set[int]:
+    """The step counts at which ``template`` (with ``{step}``) might name ``source``'s directory
+    entry: read off ``source``'s name, or, when only the directories carry ``{step}``, off the
+    entries of the directory above the first such one (a symlink below it included) and off
+    ``source``'s directory path (``steps`` too when ``..`` takes the ``{step}`` back out of it).
+    Candidates only: :func:`_check_init_kept` checks each."""
+    found: set[int] = set()
+    if "{step}" in template.name:
+        for name in _written_names(template.name):
+            if match := _step_pattern(name).fullmatch(source.name):
+                found.add(int(match.group(1)))
+        return found
+    parts = template.parent.parts
+    first = next(i for i, part in enumerate(parts) if "{step}" in part)
+    above = Path(os.path.realpath(Path(*parts[:first]) if first else Path(".")))
+    try:
+        entries = [entry.name for entry in os.scandir(above)]
+    except OSError:
+        entries = []
+    pattern = _step_pattern(parts[first])
+    found.update(int(m.group(1)) for m in map(pattern.fullmatch, entries) if m)
+    lexical = os.path.normpath(above.joinpath(*parts[first:]))
+    if "{step}" not in lexical:  # run_{step}/..: one directory, unless run_N is a symlink (scanned above)
+        found.add(steps)
+    elif match := _step_pattern(lexical).fullmatch(str(source.parent)):
+        found.add(int(match.group(1)))
+    return found
+
+
+def _check_init_kept(init_from: str | Path, template: str | Path, every: int | None, steps: int,
+                     first_step: int = 0) -> None:  # fmt: skip
     """Refuse a run that would overwrite the checkpoint it is initialised from (``--init-from X
     --checkpoint X``): its step, optimizer state and data position would be lost without a word.
 
-    A checkpoint is written by renaming a new file over its path (:func:`save_checkpoint`), which
-    replaces that directory entry: what is lost is the file at the same name in the same directory,
-    reached through any path (symlinks resolved; the directory compared by device and inode, so a
-    bind mount of it is caught). A hard link to the file under another name is not lost (the rename
-    unlinks the checkpoint's name only; the link keeps the old contents), so it is not refused."""
+    A run may write a checkpoint after any number of steps done from ``first_step + 1`` to
+    ``steps``, not only every ``every`` steps and at the end: a run stopped early (SIGTERM, Ctrl-C,
+    the batch source ending or failing) checkpoints the steps done. Each is written through a
+    temporary file and a staged one beside it (:func:`_written_names`), renamed over its path; the
+    rename replaces that directory entry, so what is lost is the file at one of those names in the
+    same directory, reached through any path (the directories resolved and compared by device and
+    inode, so a symlinked or bind-mounted directory is caught). The name itself is not followed: a
+    ``--checkpoint`` that is a symlink to X has the link replaced, X kept; and a hard link to X under
+    another name keeps the old contents: neither is refused. Only rank 0 writes checkpoints, under
+    the same names whatever the number of ranks; every rank checks, so all refuse alike."""
     source = Path(init_from).resolve()
-    target = Path(template).resolve()
-    if "{step}" in str(target.parent):  # a directory per step: compared as paths
-        here, there = str(source), str(target)
-    elif _same_directory(source.parent, target.parent):
-        here, there = source.name, target.name
+    template = Path(template)
+    if "{step}" in str(template):
+        candidates = {at for at in _steps_naming(template, source, steps) if first_step < at <= steps}
     else:
-        return
-    if "{step}" not in there:
-        at: int | None = steps if here == there else None
-    else:
-        head, _, tail = there.partition("{step}")
-        match = re.fullmatch(re.escape(head) + r"(\d+)" + re.escape(tail).replace(r"\{step\}", r"\1"), here)
-        at = int(match.group(1)) if match else None
-        if at is not None and not (at == steps or (every and 0 < at < steps and at % every == 0)):
-            at = None
-    if at is not None:
-        raise UsageError(
-            f"--checkpoint {template} would overwrite {init_from}, the checkpoint this run is initialised "
-            f"from (--init-from), after step {at - 1}: give another --checkpoint path (or --resume "
-            f"{init_from} to continue its run)"
-        )
+        candidates = {steps} if first_step < steps else set()
+    for at in sorted(candidates):
+        path = checkpoint_path(template, at)
+        for written in _written_names(path.name):
+            if written != source.name or not _same_directory(path.parent.resolve(), source.parent):
+                continue
+            due = at == steps or bool(every and at % every == 0)
+            when = f"after step {at - 1}" if due else (
+                f"if it stops after step {at - 1} ({at} steps done: a signal or the end of the batch source stops "
+                "a run early, and it checkpoints the steps done)"
+            )  # fmt: skip
+            through = (
+                ""
+                if written == path.name
+                else f" (the file {written} a checkpoint {path.name} is written through)"
+            )
+            raise UsageError(
+                f"--checkpoint {template} would overwrite {init_from}{through}, the checkpoint this run is "
+                f"initialised from (--init-from), {when}: give another --checkpoint path (or --resume "
+                f"{init_from} to continue its run)"
+            )
 
 
 def _warn_pending(template: str | Path | None, resume: str | Path | None) -> None:
@@ -1345,14 +1398,14 @@ def run_training(
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
     if log_file is not None:
         _check_output_path(log_file, "--log", "train_log.json")
+    if checkpoint is not None and init_from is not None:  # before the probes below write beside it
+        _check_init_kept(init_from, checkpoint, checkpoint_every, steps, first_step)
     if checkpoint is not None and rank == 0:
         first_save = (
             first_step + checkpoint_every - first_step % checkpoint_every if checkpoint_every else steps
         )
         for at in sorted({min(first_save, steps), steps}):
             _check_output_path(checkpoint_path(checkpoint, at), "--checkpoint", "ckpt.pt")
-    if checkpoint is not None and init_from is not None:
-        _check_init_kept(init_from, checkpoint, checkpoint_every, steps)
     if (checkpoint is not None or resume is not None) and rank == 0:
         _warn_pending(checkpoint, resume)
     carried: list[Any] = []
