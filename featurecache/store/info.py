@@ -399,7 +399,7 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
 
 
 def _stage_text(stage: str) -> str:
-    return f"stage {stage}" if stage.isdigit() else f"a stage {stage}"  # "before 3": not recorded
+    return f"stage {stage}" if stage.isdigit() else f"a stage {stage}"  # "3 or older": not recorded
 
 
 def _plural(n: int, one: str, many: str) -> str:

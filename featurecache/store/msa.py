@@ -88,7 +88,7 @@ MSAS_SCHEMA = pa.schema(
         ("part", pa.string()),
         # build.msa_stage.MSA_STAGE_VERSION of the build that wrote the MSA (store.versions.msa_stages);
         # last, so that parts written before it (null here after the index rebuild's permissive
-        # concatenation: "before 3", the first stage that records itself) keep the same column order
+        # concatenation: "3 or older": stage 3 is the first that records itself) keep the same column order
         ("msa_stage", pa.string()),
     ]
 )

@@ -48,10 +48,11 @@ VERSIONS_KEY = "featurizer_versions"
 UNKNOWN = "unknown"
 #: the info document's key of :func:`msa_stages` (``info --json``, ``/v1/info``)
 MSA_STAGES_KEY = "msa_stages"
-#: the stage of an MSA whose index row records none: written before stage 3, the first MSA stage
-#: that records itself (``store.msa.MSAS_SCHEMA``'s ``msa_stage``)
+#: the stage of an MSA whose index row records none: stage 3 or an older one. Stage 3 is the first
+#: MSA stage that records itself (``store.msa.MSAS_SCHEMA``'s ``msa_stage``), but only from the
+#: commit that added the record (6ee8ed5): stage-3 MSAs written before it record nothing either
 FIRST_RECORDED_STAGE = "3"
-UNRECORDED_STAGE = f"before {FIRST_RECORDED_STAGE}"
+UNRECORDED_STAGE = f"{FIRST_RECORDED_STAGE} or older"
 
 #: part.json path -> ((inode, mtime_ns, size), (featurizer version, source dir)); a committed part
 #: is never written again, and one written again under its name is a new file

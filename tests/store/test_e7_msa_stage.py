@@ -97,14 +97,18 @@ def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage)
     old = stage_stores.old
     _, n_single = _counts(old)
     doc = open_store(old).info()
-    assert doc["msa_stages"] == {"this_code": "5", "msas": {"before 3": 1}, "msas_single_sequence": n_single}
+    assert doc["msa_stages"] == {
+        "this_code": "5",
+        "msas": {"3 or older": 1},
+        "msas_single_sequence": n_single,
+    }
 
     text = _cli("info", str(old))
     assert text.returncode == 0, text.stderr
-    assert "MSA stage of MSAs │ 1 of a stage before 3" in " ".join(text.stdout.split()), text.stdout
+    assert "MSA stage of MSAs │ 1 of a stage 3 or older" in " ".join(text.stdout.split()), text.stdout
     warned = [line for line in text.stderr.splitlines() if "MSA stage" in line]
     assert warned == [
-        f"warning: {old}: 1 MSA was built by an older MSA stage (1 of a stage before 3; this featurecache's "
+        f"warning: {old}: 1 MSA was built by an older MSA stage (1 of a stage 3 or older; this featurecache's "
         f"is 5): the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
     ], text.stderr
 
@@ -127,7 +131,10 @@ def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> No
     got, before = json.loads(mine.stdout), json.loads(theirs.stdout)
     assert "msa_stages" not in before
     stages = got.pop("msa_stages")
-    assert stages["msas"] == {"before 3": 1}
+    assert stages["msas"] == {"3 or older": 1}
+    # held_parts: no part is held; 3f92635 added its new/updated counts (0 here)
+    assert got["held_parts"] == {**before["held_parts"], "new": 0, "updated": 0}
+    got["held_parts"] = before["held_parts"]
     assert got == before
 
 
