@@ -18,7 +18,7 @@ import torch
 
 from featurecache.client.schema import MODEL_INPUT_KEYS
 from featurecache.errors import TrainingError
-from featurecache.model.train import CLIP_NORM, load_checkpoint, make_batches, run_training
+from featurecache.model.train import CLIP_NORM, TRAIN_WEIGHTING, load_checkpoint, make_batches, run_training
 from featurecache.model.trunk import Trunk
 from tests.model.test_trunk import TINY
 
@@ -39,7 +39,9 @@ def test_the_logged_gradient_norm_is_the_models_before_clipping(
     # the same parameters and the same batch, outside the loop
     model = Trunk(TINY, fused=False)
     model.load_state_dict(load_checkpoint(start)["model"])
-    src = make_batches(sample_store, None, crop_size=16, batch_size=1, seed=0, workers=1)
+    # train samples with its own weighting (TRAIN_WEIGHTING, af3 since 1892e34), not the client's default
+    src = make_batches(sample_store, None, crop_size=16, batch_size=1, seed=0, workers=1,
+                       data_options={"weighting": TRAIN_WEIGHTING})  # fmt: skip
     try:
         raw = next(src.batches)
     finally:
