@@ -62,7 +62,25 @@ the paired block (``P`` rows), then the merged unpaired block (``U`` rows), as A
 AF3 merges the chains' unpaired MSAs by padding each to the deepest one's depth ``U`` and setting
 them side by side (``merging_features.merge_msa_features``), so its merged row ``j`` is every
 chain's ``j``-th unpaired row (stored order, paired rows left out), a whole row spanning all
-chains, as a paired row is. ``D = 1 + P + U`` (the deepest chain MSA when nothing is paired). The
+chains, as a paired row is. A chain's unpaired rows never include a *pairing-only* row: a row
+whose ``source`` (``rows.source``, a number into the ``sources`` of the MSA index) is a
+pairing-source file (``featurize.msa.source_label`` in ``PAIRING_SOURCES``: a UniProt search,
+Protenix ``pairing.a3m``). AF3 searches UniProt for pairing alone: its unpaired MSA is UniRef90 +
+small BFD + MGnify, deduplicated (``alphafold3/data/pipeline.py``:
+``Msa.from_multiple_msas([uniref90, small_bfd, mgnify], deduplicate=True)``), its UniProt MSA
+(``from_multiple_msas([uniprot], deduplicate=False)``) is only paired, and a monomer or homomer,
+which is not paired, does not use it at all. A stored MSA keeps a pairing-source copy once per
+(sequence, species) for pairing (``featurize.msa``), so drawing unpaired rows from every stored row
+drew exact duplicates (OpenFold 4zey_A: 458 of its 1,570 non-query rows). A stored row's
+``source`` is its first copy's in merge order, which puts ``uniprot`` after the UniRef90, BFD,
+MGnify and env files and ``pairing`` after ``non_pairing``: a row that one of those files also
+holds keeps its source and stays unpaired-eligible, and pairing still draws on every row with a
+species id. (A file merged after ``uniprot``, ``non_pairing.a3m`` or one labelled ``other``, loses
+to it the rows both hold: they count as pairing-only here.) An MSA without a
+pairing-source file, and a reader whose ``msas`` table does not list the MSA's ``sources``, keep
+every row eligible; where the pairing-only rows are all an MSA has, its chain's unpaired rows are
+the query's alone (AF3 likewise). ``pair_msa=False`` leaves them out all the same.
+``D = 1 + P + U`` (the deepest chain's eligible rows when nothing is paired). The
 number of rows ``n`` is drawn uniformly from ``1 … min(D, max_msa_rows)`` (Protenix's
 ``sample_msa``: ``k`` uniform in ``[1, n]``; AF3's released network truncates its shuffled MSA to
 a fixed ``num_msa`` instead); row 0 is the query and the other ``n - 1`` rows are a uniform random
@@ -91,8 +109,12 @@ unpaired alike): the gap in every row, the query included, with ``msa_mask`` Tru
 
 Deviation from AF3: AF3 pairs the rows of a separate UniProt search and takes the unpaired rows
 from the other databases; a store holds one merged MSA per sequence (Protenix's ``pairing.a3m``
-rows included), so pairing draws on every row with a species id, and the unpaired block holds the
-rest. AF3 also caps the paired block at 8,191 rows; here ``max_msa_rows`` caps the whole MSA.
+rows included), so pairing draws on every row with a species id (a UniRef90 row whose species
+its UniProt copy gave too), and the unpaired block holds the rest but the pairing-only rows
+(above). AF3 also removes from its unpaired MSA the sequences of its paired rows
+(``deduplicate_unpaired_sequences``); here a paired row is left out of its chain's unpaired rows,
+a row of the same residues from another file is not. AF3 also caps the paired block at 8,191
+rows; here ``max_msa_rows`` caps the whole MSA.
 AF3 pairs chain by chain, so two copies of one sequence count as two MSAs: a species found only
 in those copies is paired there too (each copy the same row), and copies count again in the
 "shared by more" order and the product; here pairing is over the distinct MSAs of the crop.
@@ -355,7 +377,10 @@ def msa_features(
         blocks[int(c)] = (key, pos, int(d))
     paired, species = _paired_species(blocks, chains, fetch) if pair_msa else ({}, {})
     pairs = _memo_pairs(fetch, species) if len(species) >= 2 else None
-    plan = msa_row_plan({c: b[2] for c, b in blocks.items()}, rng, max_msa_rows, paired, species, pairs)
+    unpaired = _unpaired_rows(blocks, fetch)
+    plan = msa_row_plan(
+        {c: b[2] for c, b in blocks.items()}, rng, max_msa_rows, paired, species, pairs, unpaired
+    )
     n_rows = max([rows.size for rows in plan.values()], default=1)
 
     msa = np.full((n_rows, n), GAP, dtype=np.uint8)
@@ -413,9 +438,11 @@ def _paired_species(
     return keys, {key: _msa_species(fetch, key, depth[key]) for key in depth}
 
 
-#: reader → {MSA key → species ids of its rows}, the most recent :data:`_SPECIES_CACHE_SIZE` keys
-#: per reader (reading every row record of an MSA costs ~5 ms a sample otherwise)
-_species_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+#: reader → {MSA key → (species ids, sources) of its rows}, the most recent
+#: :data:`_SPECIES_CACHE_SIZE` keys per reader (reading every row record of an MSA costs ~5 ms a
+#: sample otherwise)
+_species_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, tuple[np.ndarray, np.ndarray]]]
+_species_cache = weakref.WeakKeyDictionary()
 _species_lock = threading.Lock()
 _SPECIES_CACHE_SIZE = 256
 
@@ -431,23 +458,104 @@ os.register_at_fork(after_in_child=_reset_species_lock)
 def _msa_species(fetch: MSAFetch, key: str, depth: int) -> np.ndarray:
     """Species id of every row of the stored MSA ``key`` (int32 [depth]), cached per reader (read
     again when the MSA's depth is no longer the cached one's: a store rebuilt under a service)."""
+    return _msa_row_records(fetch, key, depth)[0]
+
+
+def _msa_row_records(fetch: MSAFetch, key: str, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """(species id, source) of every row of the stored MSA ``key`` (int32 / uint8 [depth]): one
+    read of its row records, cached per reader (:func:`_msa_species`)."""
     owner = getattr(fetch, "__self__", None)
     try:
         with _species_lock:
             cache = _species_cache.setdefault(owner, OrderedDict()) if owner is not None else None
-            if cache is not None and key in cache and cache[key].size == depth:
+            if cache is not None and key in cache and cache[key][0].size == depth:
                 cache.move_to_end(key)
                 return cache[key]
     except TypeError:  # a reader that cannot be weakly referenced: no cache
         cache = None
-    species = np.asarray(fetch(key, None, np.zeros(0, np.int64)).species)
+    block = fetch(key, None, np.zeros(0, np.int64))
+    records = (np.asarray(block.species), np.asarray(block.source))
     if cache is not None:
-        species.flags.writeable = False  # shared by samples, and the identity the pairs memo checks
+        for a in records:
+            a.flags.writeable = False  # shared by samples, and the identity the pairs memo checks
         with _species_lock:
-            cache[key] = species
+            cache[key] = records
             while len(cache) > _SPECIES_CACHE_SIZE:
                 cache.popitem(last=False)
-    return species
+    return records
+
+
+#: reader → (its ``msas`` table, {MSA key → row of the table}, {MSA key → the source numbers of its
+#: pairing-only alignments}): read from the table the reader has now (a refreshed service client's
+#: new table is looked up afresh)
+_pairing_sources: weakref.WeakKeyDictionary[Any, tuple[Any, dict[str, int], dict[str, np.ndarray]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pairing_only_sources(fetch: MSAFetch | None, key: str) -> np.ndarray | None:
+    """The ``rows.source`` numbers (1 …) of the stored MSA ``key``'s pairing-only alignments
+    (``featurize.msa.source_label`` of the file in :data:`~featurecache.featurize.msa.PAIRING_SOURCES`:
+    UniProt, Protenix ``pairing.a3m``), from the reader's ``msas`` index table (its ``sources``
+    list, the build's own labels; a lookup service serves the same table); None when the reader
+    has no such table or it does not list ``key`` (every row then stays unpaired-eligible)."""
+    from featurecache.featurize.msa import PAIRING_SOURCES, source_label
+
+    owner = getattr(fetch, "__self__", None)
+    if owner is None:
+        return None
+    try:
+        table = owner.msas
+    except (AttributeError, NotFound):
+        return None
+    if table is None or "key" not in table.column_names or "sources" not in table.column_names:
+        return None
+    try:
+        with _species_lock:
+            held = _pairing_sources.get(owner)
+            if held is None or held[0] is not table:
+                held = (table, {str(k): i for i, k in enumerate(table.column("key").to_pylist())}, {})
+                _pairing_sources[owner] = held
+    except TypeError:  # a reader that cannot be weakly referenced: looked up afresh, not kept
+        held = (table, {str(k): i for i, k in enumerate(table.column("key").to_pylist())}, {})
+    found = held[2].get(key)
+    if found is not None:
+        return found
+    row = held[1].get(key)
+    if row is None:
+        return None
+    sources = table.column("sources")[row].as_py() or []  # source i (1 …) of rows.source
+    found = np.asarray(
+        [i for i, path in enumerate(sources, 1) if source_label(path) in PAIRING_SOURCES], np.int64
+    )
+    found.flags.writeable = False
+    with _species_lock:
+        held[2][key] = found
+    return found
+
+
+def _unpaired_rows(
+    blocks: Mapping[int, tuple[str, np.ndarray, int]], fetch: MSAFetch | None
+) -> dict[int, np.ndarray]:
+    """Chain → bool [depth]: the rows of its MSA that the unpaired block may hold (row 0, the
+    query, included), for each chain whose MSA merges a pairing-only alignment: the rows whose
+    ``source`` is not one (module docstring: AF3's unpaired MSA leaves UniProt out). A chain whose
+    MSA has none, or whose reader does not say, is left out (every row stays eligible, unread)."""
+    out: dict[int, np.ndarray] = {}
+    for c, (key, _, depth) in blocks.items():
+        pairing = _pairing_only_sources(fetch, key)
+        if pairing is None or not pairing.size:
+            continue
+        source = _msa_row_records(fetch, key, depth)[1]  # type: ignore[arg-type]
+        if source.size != depth:  # the index and the rows of two snapshots: leave the rows be
+            log.debug(
+                "MSA %s: %d row records for depth %d; every row unpaired-eligible", key, source.size, depth
+            )
+            continue
+        keep = ~np.isin(source, pairing)
+        keep[:1] = True  # the query (source 0) is never a pairing row
+        out[c] = keep
+    return out
 
 
 #: reader → {sorted MSA keys → (their species arrays, :func:`species_pairs` of them)}, the most recent
@@ -556,6 +664,7 @@ def msa_row_plan(
     paired: Mapping[int, str] | None = None,
     species: Mapping[str, np.ndarray] | None = None,
     pairs: np.ndarray | None = None,
+    unpaired: Mapping[int, np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
     """Which stored row of each chain's MSA fills each row of the sample: chain → int64 [n_c]
     (row r of the sample takes row ``plan[c][r]`` of chain c's MSA; -1, and rows past n_c, are gaps).
@@ -564,10 +673,12 @@ def msa_row_plan(
     pair, ``species``: MSA key → species id of each of its rows (:func:`species_pairs` pairs the
     different MSAs, ``P`` paired rows; chains of one sequence share their MSA's paired rows; none
     given: nothing is paired; ``pairs``: ``species_pairs`` of them in sorted key order, when the
-    caller has it already). The stacked MSA is the query, the ``P`` paired rows (pairing order),
-    then the merged unpaired block of ``U`` rows (AF3's ``merge_msa_features``: each chain's
-    unpaired rows, its rows other than the query and its paired rows, in stored order, padded to
-    ``U``, the most any chain has, and set side by side), ``D = 1 + P + U`` rows (without pairing:
+    caller has it already). ``unpaired``: chain → bool [depth], the stored rows its unpaired rows
+    may be (False: a pairing-only row, module docstring); a chain not in it: every row. The stacked
+    MSA is the query, the ``P`` paired rows (pairing order), then the merged unpaired block of
+    ``U`` rows (AF3's ``merge_msa_features``: each chain's unpaired rows, its rows other than the
+    query, its paired rows and the rows ``unpaired`` excludes, in stored order, padded to ``U``,
+    the most any chain has, and set side by side), ``D = 1 + P + U`` rows (without pairing:
     the deepest MSA). The sample has ``n`` rows, ``n`` uniform in ``1 … min(D, max_msa_rows)``:
     row 0 is the query, then ONE set of ``n - 1`` indices ``s`` drawn uniformly without
     replacement from the stacked MSA's non-query rows ``0 … D - 2`` (kept in order), for all
@@ -590,6 +701,8 @@ def msa_row_plan(
     pools: dict[int, np.ndarray] = {}
     for c in chains:
         pool = np.arange(1, depths[c], dtype=np.int64)
+        if unpaired is not None and c in unpaired:
+            pool = pool[np.asarray(unpaired[c], dtype=bool)[1:]]
         if c in column and n_paired:
             pool = pool[~np.isin(pool, pairs[:, column[c]])]
         pools[c] = pool

@@ -85,16 +85,35 @@ def test_unpaired_rows_take_their_share_of_the_stacked_msa(hety_store: Path) -> 
     key_of = {int(c["asym_id"]): c["msa_key"] for c in chains}
     assert sorted(key_of) == [0, 1] and key_of[0] and key_of[1] and key_of[0] != key_of[1]
     full = {a: reader.msa(key_of[a], None, None) for a in (0, 1)}
-    # stored rows are distinct per MSA: a sample row over a whole chain names its stored row
-    lut = [{full[a].residues[i].tobytes(): i for i in range(full[a].depth)} for a in (0, 1)]
-    assert all(len(lut[a]) == full[a].depth for a in (0, 1))
+    # the rows of the pairing-only file (Protenix pairing.a3m): paired, never unpaired (AF3 keeps
+    # its UniProt MSA for pairing alone; E13); a row of another source may also be paired
+    sources = {m["key"]: m["sources"] for m in reader.msas.to_pylist()}
+    pairing_only = [
+        np.isin(full[a].source, [i for i, p in enumerate(sources[key_of[a]], 1)
+                                 if Path(p).name.removesuffix(".gz") == "pairing.a3m"])
+        for a in (0, 1)
+    ]  # fmt: skip
+    assert all(p.any() for p in pairing_only)
+    # since 3c6dcf7 a pairing-only row repeats another row's residues once per further species:
+    # a sample row over a whole chain names the stored rows it can be
+    lut: list[dict[bytes, set[int]]] = [{}, {}]
+    for a in (0, 1):
+        for i in range(full[a].depth):
+            lut[a].setdefault(full[a].residues[i].tobytes(), set()).add(i)
+        # the rows an unpaired row can be are distinct: each names its stored row
+        assert len({full[a].residues[i].tobytes() for i in np.flatnonzero(~pairing_only[a])}) == int(
+            (~pairing_only[a]).sum()
+        )
 
     # the stacked MSA, counted here: P paired rows (AF3's rule, written out in test_msa_pairing),
-    # U merged unpaired rows (the most unpaired rows of a chain)
+    # U merged unpaired rows (the most unpaired rows of a chain: not the query, not paired, not
+    # from the pairing-only file)
     pairs = _reference_pairs([np.asarray(full[0].species), np.asarray(full[1].species)])
+    pair_set = set(pairs)
     paired_rows = [{p[a] for p in pairs} for a in (0, 1)]
+    pool = [set(np.flatnonzero(~pairing_only[a]).tolist()) - paired_rows[a] - {0} for a in (0, 1)]
     n_paired = len(pairs)
-    n_unpaired = max(full[a].depth - 1 - len(paired_rows[a]) for a in (0, 1))
+    n_unpaired = max(len(pool[a]) for a in (0, 1))
     depth = 1 + n_paired + n_unpaired
     q = n_unpaired / (depth - 1)  # share of unpaired rows among the stacked MSA's non-query rows
     assert n_paired > 300 and 0.8 < q < 0.97  # a heteromer with many paired rows (R1: 548 of 7966)
@@ -108,15 +127,19 @@ def test_unpaired_rows_take_their_share_of_the_stacked_msa(hety_store: Path) -> 
         msa, mask = s["msa"], s["msa_mask"]
         u = 0
         for r in range(1, msa.shape[0]):
-            kind = set()
+            can: list[set[int]] = []
             for a in (0, 1):
                 cols = np.flatnonzero(s["asym_id"] == a)
                 if not mask[r, cols].any():
-                    continue  # a gap row of this chain (past its unpaired rows)
-                row = lut[a][msa[r, cols].tobytes()]
-                kind.add(row in paired_rows[a])
-            assert len(kind) == 1, (position, r)  # a paired row is paired in both chains
-            u += int(not kind.pop())
+                    can.append({-1})  # a gap row of this chain (past its unpaired rows)
+                    continue
+                can.append(lut[a][msa[r, cols].tobytes()])
+            if any((x, y) in pair_set for x in can[0] for y in can[1]):
+                continue  # a paired row: a pair of rows in both chains
+            # else an unpaired row in every chain that has it (a paired row is paired in both)
+            for a in (0, 1):
+                assert can[a] == {-1} or can[a] & pool[a], (position, r, a)
+            u += 1
         unpaired += u
         total += msa.shape[0] - 1
         without_unpaired += int(msa.shape[0] > 1 and u == 0)

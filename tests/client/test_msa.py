@@ -71,19 +71,26 @@ def test_row_count_is_drawn_uniformly_and_capped(client_reader: Any) -> None:
     e = client_reader.entry("102m")
     tok = e.tokens
     keep = np.arange(len(tok["restype"]))
-    depth = _chain(client_reader, "102m", 0)["msa_depth"]
+    ch = _chain(client_reader, "102m", 0)
+    # the rows a monomer draws from: the query and the rows not from the pairing-only file
+    # (Protenix pairing.a3m: AF3 keeps its UniProt MSA for pairing alone; E13); 97 + 1 of 838
+    (sources,) = [m["sources"] for m in client_reader.msas.to_pylist() if m["key"] == ch["msa_key"]]
+    pairing = [i for i, p in enumerate(sources, 1) if Path(p).name.removesuffix(".gz") == "pairing.a3m"]
+    row_source = client_reader.msa(ch["msa_key"], None, np.zeros(0, np.int64)).source
+    depth = int((~np.isin(row_source, pairing)).sum())
+    cap = 64
     counts = []
     for seed in range(60):
         out = msa_features(
-            tok, keep, e.chains, client_reader.msa, np.random.default_rng(seed), max_msa_rows=200
+            tok, keep, e.chains, client_reader.msa, np.random.default_rng(seed), max_msa_rows=cap
         )
         counts.append(out["msa"].shape[0])
         lig = tok["mol_type"][keep] == MolType.LIGAND
         assert (out["msa"][:, lig] == GAP).all() and out["msa_mask"][:, lig].all()  # AF3: all-gap MSA
         assert out["msa_mask"][:, ~lig].all()  # one chain with an MSA: all its rows are real
-    assert max(counts) <= 200 and min(counts) >= 1 and depth > 200
-    assert len(set(counts)) > 30  # uniform over 1..200, not a constant
-    assert np.mean(counts) == pytest.approx(100.5, abs=25)
+    assert max(counts) <= cap and min(counts) >= 1 and depth > cap and pairing
+    assert len(set(counts)) > 30  # uniform over 1..64, not a constant
+    assert np.mean(counts) == pytest.approx(32.5, abs=8)  # 3.3 sd of the mean (cap 200: 25 of 100.5)
 
 
 def test_batch_msa_features_from_the_dataset(client_store: Path) -> None:
