@@ -607,9 +607,10 @@ def train(
     crop_whole_groups: Annotated[
         bool,
         typer.Option(
-            "--crop-whole-groups",
-            help="Keep each ligand, glycan and modified residue whole in a crop (in or out whole). Default: "
-            "crop token by token, as AF3 does (SI 2.7).",
+            "--crop-whole-groups/--no-crop-whole-groups",
+            help="Keep each ligand, glycan and modified residue whole in a crop (in or out whole), or crop "
+            "token by token, as AF3 does (SI 2.7; default). A checkpoint of a featurecache before this "
+            "option cropped whole groups: resume it with --crop-whole-groups.",
         ),
     ] = False,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cuda",

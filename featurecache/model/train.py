@@ -72,18 +72,35 @@ POOLS = ("process", "thread")
 TRAIN_WEIGHTING = "af3"
 
 #: the client's data settings a run records (log header and checkpoint) and a resume must repeat:
-#: (key, train option, the value an older checkpoint that records none was trained with; ``...``:
-#: unknown). Before session 25 train passed none of them to ``FeatureDataset``: it sampled
-#: uniformly and took the client's crop weights, MSA depth and pairing, whose defaults have not
-#: changed; its crops followed the client's default of the time (whole groups until commit
-#: 5a0b339 of session 25, per token since), so that one is unknown.
+#: (key, train option, the value an older checkpoint that records none was trained with). Before
+#: session 25 train passed none of them to ``FeatureDataset``: it sampled uniformly and took the
+#: client's crop weights, MSA depth and pairing, whose defaults have not changed; its crops followed
+#: the client's default of the time, whole groups (per token only from commit 5a0b339 of session 25
+#: to 1892e34, which records the setting: minutes of that session), so whole groups it is.
 _DATA_SETTINGS: tuple[tuple[str, str, Any], ...] = (
     ("weighting", "--weighting", "uniform"),
     ("crop_weights", "--crop-weights", list(DEFAULT_CROP_WEIGHTS)),
     ("max_msa_rows", "--max-msa-rows", DEFAULT_MAX_MSA_ROWS),
     ("pair_msa", "--pair-msa", True),
-    ("crop_whole_groups", "--crop-whole-groups", ...),
+    ("crop_whole_groups", "--crop-whole-groups", True),
 )
+#: relative tolerance of the normalized crop weights a resume compares: 1,1,5 and 0.1,0.1,0.5 give
+#: the same mix but normalize to floats an ulp apart (the Cropper draws with ``p = w / w.sum()``)
+CROP_WEIGHTS_REL_TOL = 1e-9
+
+
+def _same_data_setting(key: str, a: Any, b: Any) -> bool:
+    """Whether two recorded values of data setting ``key`` are the same setting: crop weights
+    within :data:`CROP_WEIGHTS_REL_TOL` of each other, the others equal."""
+    if key != "crop_weights" or a is None or b is None:
+        return bool(a == b)
+    try:
+        x, y = [float(v) for v in a], [float(v) for v in b]
+    except (TypeError, ValueError):
+        return False
+    return len(x) == len(y) and all(
+        math.isclose(u, v, rel_tol=CROP_WEIGHTS_REL_TOL) for u, v in zip(x, y, strict=True)
+    )
 
 
 def parse_crop_weights(text: str) -> tuple[float, float, float]:
@@ -106,8 +123,8 @@ def _option_value(option: str, value: Any) -> str:
     """How ``value`` of train option ``option`` is written on the command line."""
     if isinstance(value, bool):
         return option if value else "--no-" + option.removeprefix("--")
-    if isinstance(value, list | tuple):
-        return f"{option} {','.join(f'{float(v):g}' for v in value)}"
+    if isinstance(value, list | tuple):  # repr: the shortest text that reads back as the same float
+        return f"{option} {','.join(repr(float(v)) for v in value)}"
     return f"{option} {value}"
 
 
@@ -789,28 +806,39 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
     return saved
 
 
-def _check_data_settings(path: str | Path, doc: dict[str, Any], data: dict[str, Any]) -> None:
+def _check_data_settings(path: str | Path, doc: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     """Refuse to resume checkpoint ``path`` (``doc``) with other client data settings (``data``:
-    :func:`_check_data_options`'s) than its run's, in one line naming the option and both values:
-    the data position indexes that run's stream of samples, crops and MSA rows. A checkpoint of an
-    older featurecache records none: it is compared with the values its run used
-    (:data:`_DATA_SETTINGS`; ``--crop-whole-groups``, unknown there, is warned about)."""
-    for key, option, older in _DATA_SETTINGS:
-        value = data[key]
-        if key in doc:
-            theirs, note = doc[key], ""
-        elif older is ...:
-            log.warning("%s records no %s (an older checkpoint): cannot check that its run cropped as this one "
-                        "(%s)", path, option, _option_value(option, value))  # fmt: skip
-            continue
-        else:
-            theirs, note = older, " (an older checkpoint, which records none: train had no such option then)"
-        if theirs != value:
-            raise UsageError(
-                f"cannot resume from {path}: its run used {_option_value(option, theirs)}{note}, this one "
-                f"{_option_value(option, value)} (the same batches follow only with the same value: give "
-                f"{_option_value(option, theirs)}, or --init-from for a new run)"
-            )
+    :func:`_check_data_options`'s) than its run's, in one line naming every option that differs
+    with both values and the options that resume it: the data position indexes that run's stream
+    of samples, crops and MSA rows. A checkpoint of an older featurecache records none: it is
+    compared with the values its run used (:data:`_DATA_SETTINGS`). Crop weights are the same
+    within :data:`CROP_WEIGHTS_REL_TOL`. Returns the settings the resumed run uses: ``data`` with
+    the checkpoint's crop weights (the floats its run drew with, which the resumed run's log and
+    checkpoints then record)."""
+    differ = [
+        (option, doc.get(key, older), data[key])
+        for key, option, older in _DATA_SETTINGS
+        if not _same_data_setting(key, doc.get(key, older), data[key])
+    ]
+    if differ:
+        records_none = not any(key in doc for key, _, _ in _DATA_SETTINGS)
+        note = (
+            f" (an older checkpoint, which records none: train had no such option{'s' if len(differ) > 1 else ''} "
+            "then)"
+            if records_none
+            else ""
+        )
+        theirs = " and ".join(_option_value(option, t) for option, t, _ in differ)
+        ours = " and ".join(_option_value(option, v) for option, _, v in differ)
+        give = " ".join(_option_value(option, t) for option, t, _ in differ)
+        value = "values" if len(differ) > 1 else "value"
+        raise UsageError(
+            f"cannot resume from {path}: its run used {theirs}{note}, this one {ours} (the same batches follow "
+            f"only with the same {value}: give {give}, or --init-from for a new run)"
+        )
+    if "crop_weights" not in doc:
+        return data
+    return {**data, "crop_weights": [float(v) for v in doc["crop_weights"]]}
 
 
 def _checkpoint_config(
@@ -1031,7 +1059,7 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
         raise UsageError(f"--log {path} exists and is not a training log (no list of steps): {advice}")
     recorded = {k: v for k, v in (same_if_recorded or {}).items() if k in earlier}
     for key, value in {**same, **recorded}.items():
-        if earlier.get(key) != value:
+        if not _same_data_setting(key, earlier.get(key), value):
             raise UsageError(
                 f"--log {path} is the log of another run (its {key} {earlier.get(key)!r}, this run's {value!r}): "
                 f"{advice}"
@@ -1387,7 +1415,7 @@ def run_training(
         assert resume is not None
         cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms)
         if client:
-            _check_data_settings(resume, resumed, data_settings)
+            data_settings = _check_data_settings(resume, resumed, data_settings)
     elif initial is not None:
         assert init_from is not None
         cfg = _checkpoint_config(init_from, initial, config, _INIT_VERB)
@@ -1875,11 +1903,12 @@ def _check_data_options(weighting: str, crop_weights: Sequence[float], max_msa_r
         w = [float(v) for v in crop_weights]
     except (TypeError, ValueError):
         w = []
-    if len(w) != 3 or not all(math.isfinite(v) and v >= 0 for v in w) or not sum(w) > 0:
-        given = ",".join(f"{v:g}" for v in w) if w else repr(crop_weights)
+    # a finite sum too: 1e308,1e308,1e308 sums to inf, which would normalize to 0,0,0
+    if len(w) != 3 or not all(math.isfinite(v) and v >= 0 for v in w) or not 0 < sum(w) < math.inf:
+        given = ",".join(repr(v) for v in w) if w else repr(crop_weights)
         raise UsageError(
-            f"--crop-weights {given}: must be 3 non-negative numbers (contiguous, spatial, spatial-interface) "
-            "with a positive sum, e.g. 0.2,0.4,0.4"
+            f"--crop-weights {given}: must be 3 finite non-negative numbers (contiguous, spatial, "
+            "spatial-interface) with a positive, finite sum, e.g. 0.2,0.4,0.4"
         )
     if isinstance(max_msa_rows, bool) or not isinstance(max_msa_rows, int) or max_msa_rows < 1:
         raise UsageError(f"--max-msa-rows must be ≥ 1 (the query row counts); got {max_msa_rows}")

@@ -250,11 +250,12 @@ def test_an_older_checkpoint_was_trained_uniformly(
     sample_store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A checkpoint of an older featurecache records no data settings: its train sampled uniformly
-    (it had no --weighting) with the client's defaults. Resuming it with the new default is
-    refused; with --weighting uniform it continues (the crop rule, which the client's default of
-    the time decided, is warned about)."""
+    (it had no --weighting) with the client's defaults, whole-group crops then (review RF4 s25 #1).
+    Resuming it with the new defaults is refused, naming both; with --weighting uniform alone too
+    (per-token crops); with --weighting uniform --crop-whole-groups it continues, unwarned."""
     ck = tmp_path / "old.pt"
-    run_training(sample_store, None, steps=1, log_path=None, checkpoint=ck, weighting="uniform", **SMALL)
+    run_training(sample_store, None, steps=1, log_path=None, checkpoint=ck, weighting="uniform",
+                 crop_whole_groups=True, **SMALL)  # fmt: skip
     doc = torch.load(ck, weights_only=True)
     for key in DATA_KEYS:
         del doc[key]
@@ -262,11 +263,20 @@ def test_an_older_checkpoint_was_trained_uniformly(
     with pytest.raises(UsageError) as err:
         run_training(sample_store, None, steps=2, log_path=None, resume=ck, on_step=_never, **SMALL)
     msg = str(err.value)
-    assert "\n" not in msg and "its run used --weighting uniform (an older checkpoint" in msg, msg
+    assert "\n" not in msg, msg
+    assert "its run used --weighting uniform and --crop-whole-groups (an older checkpoint" in msg, msg
+    assert "give --weighting uniform --crop-whole-groups," in msg, msg
+    with pytest.raises(UsageError) as err:
+        run_training(sample_store, None, steps=2, log_path=None, resume=ck, on_step=_never, weighting="uniform",
+                     **SMALL)  # fmt: skip
+    msg = str(err.value)
+    assert "its run used --crop-whole-groups (an older checkpoint" in msg, msg
+    assert "this one --no-crop-whole-groups" in msg and "give --crop-whole-groups," in msg, msg
     with caplog.at_level(logging.WARNING, logger="featurecache.model.train"):
         again = run_training(
-            sample_store, None, steps=2, log_path=None, resume=ck, weighting="uniform", **SMALL
-        )
+            sample_store, None, steps=2, log_path=None, resume=ck, weighting="uniform", crop_whole_groups=True,
+            **SMALL,
+        )  # fmt: skip
     assert [r["step"] for r in again["steps"]] == [1]
     said = [r.getMessage() for r in caplog.records]
-    assert any(f"{ck} records no --crop-whole-groups" in m for m in said), said
+    assert not any(f"{ck} records no" in m for m in said), said
