@@ -63,9 +63,13 @@ AF3 merges the chains' unpaired MSAs by padding each to the deepest one's depth 
 them side by side (``merging_features.merge_msa_features``), so its merged row ``j`` is every
 chain's ``j``-th unpaired row (stored order, paired rows left out), a whole row spanning all
 chains, as a paired row is. A chain's unpaired rows never include a *pairing-only* row: a row
-whose ``source`` (``rows.source``, a number into the ``sources`` of the MSA index) is a
-pairing-source file (``featurize.msa.source_label`` in ``PAIRING_SOURCES``: a UniProt search,
-Protenix ``pairing.a3m``). AF3 searches UniProt for pairing alone: its unpaired MSA is UniRef90 +
+whose ``source`` (``rows.source``, a number into the ``sources`` of the MSA index) is a UniProt
+search (``featurize.msa.source_label`` ``uniprot``, :data:`UNPAIRED_EXCLUDED_SOURCES`). Protenix's
+``pairing.a3m`` rows stay eligible: Protenix's own data configuration uses its pairing file as
+unpaired MSA too (``prot_non_pairing_dbs: ["pairing-non_pairing"]``, "both pairing and
+non_pairing are used as non_pairing, with pairing used first"; a store's further per-species
+copies of a ``pairing.a3m`` row are then drawn as duplicates, a few rows in the Protenix MSAs
+here). AF3 searches UniProt for pairing alone: its unpaired MSA is UniRef90 +
 small BFD + MGnify, deduplicated (``alphafold3/data/pipeline.py``:
 ``Msa.from_multiple_msas([uniref90, small_bfd, mgnify], deduplicate=True)``), its UniProt MSA
 (``from_multiple_msas([uniprot], deduplicate=False)``) is only paired, and a monomer or homomer,
@@ -493,13 +497,18 @@ _pairing_sources: weakref.WeakKeyDictionary[Any, tuple[Any, dict[str, int], dict
 )
 
 
+#: database labels (``featurize.msa.source_label``) whose rows a sample's unpaired rows leave out:
+#: AF3's UniProt search serves pairing alone. Not Protenix's ``pairing`` (module docstring).
+UNPAIRED_EXCLUDED_SOURCES: frozenset[str] = frozenset({"uniprot"})
+
+
 def _pairing_only_sources(fetch: MSAFetch | None, key: str) -> np.ndarray | None:
     """The ``rows.source`` numbers (1 …) of the stored MSA ``key``'s pairing-only alignments
-    (``featurize.msa.source_label`` of the file in :data:`~featurecache.featurize.msa.PAIRING_SOURCES`:
-    UniProt, Protenix ``pairing.a3m``), from the reader's ``msas`` index table (its ``sources``
+    (``featurize.msa.source_label`` of the file in :data:`UNPAIRED_EXCLUDED_SOURCES`: a UniProt
+    search), from the reader's ``msas`` index table (its ``sources``
     list, the build's own labels; a lookup service serves the same table); None when the reader
     has no such table or it does not list ``key`` (every row then stays unpaired-eligible)."""
-    from featurecache.featurize.msa import PAIRING_SOURCES, source_label
+    from featurecache.featurize.msa import source_label
 
     owner = getattr(fetch, "__self__", None)
     if owner is None:
@@ -526,7 +535,7 @@ def _pairing_only_sources(fetch: MSAFetch | None, key: str) -> np.ndarray | None
         return None
     sources = table.column("sources")[row].as_py() or []  # source i (1 …) of rows.source
     found = np.asarray(
-        [i for i, path in enumerate(sources, 1) if source_label(path) in PAIRING_SOURCES], np.int64
+        [i for i, path in enumerate(sources, 1) if source_label(path) in UNPAIRED_EXCLUDED_SOURCES], np.int64
     )
     found.flags.writeable = False
     with _species_lock:

@@ -1,4 +1,4 @@
-"""The unpaired MSA rows a sample draws from leave out the pairing-only rows (as AF3).
+"""The unpaired MSA rows a sample draws from leave out the UniProt rows (as AF3), not Protenix's pairing.a3m rows (as Protenix).
 
 AF3 searches UniProt for pairing alone: its unpaired MSA is UniRef90 + small BFD + MGnify,
 deduplicated (``alphafold3/data/pipeline.py``: ``Msa.from_multiple_msas([uniref90, small_bfd,
@@ -35,8 +35,18 @@ OPENFOLD_4ZEY = MSAS / "openfold" / "4zey_A"
 N_SAMPLES = 40
 
 
+#: the pairing files whose rows a sample's unpaired rows leave out: AF3's UniProt search (OpenFold
+#: uniprot_hits). Protenix's pairing.a3m is not one: Protenix's data configuration uses it as
+#: unpaired MSA too ("pairing-non_pairing": both used as non_pairing, pairing first).
+UNIPROT_FILES = tuple(name for name in PAIRING_FILES if name.startswith("uniprot"))
+
+
 def _pairing_file(path: str) -> bool:
-    return Path(path.split("#", 1)[0]).name.removesuffix(".gz") in PAIRING_FILES
+    return Path(path.split("#", 1)[0]).name.removesuffix(".gz") in UNIPROT_FILES
+
+
+def _protenix_pairing_file(path: str) -> bool:
+    return Path(path.split("#", 1)[0]).name.removesuffix(".gz") == "pairing.a3m"
 
 
 @pytest.fixture(scope="module")
@@ -128,16 +138,20 @@ class _Recording:
         return self.reader.msa(key, rows, cols)
 
 
-def test_a_heteromer_pairs_as_before_and_draws_no_pairing_only_unpaired_row(hety_store: Path) -> None:  # noqa: F811
+def test_a_heteromer_pairs_as_before_and_draws_protenix_pairing_rows_unpaired(hety_store: Path) -> None:  # noqa: F811
     reader = open_store(hety_store)
     entry = reader.entry(reader.ids[0])
     msas = {r["key"]: r for r in reader.msas.to_pylist()}
     key_of = {int(c["asym_id"]): c["msa_key"] for c in reader.chains.to_pylist()}
     keys = [key_of[0], key_of[1]]
     full = {k: reader.msa(k, None, np.zeros(0, np.int64)) for k in keys}
-    pairing_src = {k: [i for i, p in enumerate(msas[k]["sources"], 1) if _pairing_file(p)] for k in keys}
+    pairing_src = {
+        k: [i for i, p in enumerate(msas[k]["sources"], 1) if _protenix_pairing_file(p)] for k in keys
+    }
     assert all(pairing_src.values())  # Protenix pairing.a3m in both
-    pairing_only = {k: np.isin(full[k].source, pairing_src[k]) for k in keys}
+    assert not any(_pairing_file(p) for k in keys for p in msas[k]["sources"])  # no UniProt search here
+    from_pairing_a3m = {k: np.isin(full[k].source, pairing_src[k]) for k in keys}
+    pairing_only = {k: np.zeros(len(full[k].source), bool) for k in keys}  # nothing excluded
     pairs = _reference_pairs([np.asarray(full[k].species) for k in keys])  # AF3's rule, written out there
     pair_set = set(pairs)
     paired_rows = [{p[a] for p in pairs} for a in (0, 1)]
@@ -149,7 +163,7 @@ def test_a_heteromer_pairs_as_before_and_draws_no_pairing_only_unpaired_row(hety
     keep = np.arange(len(entry.tokens["restype"]), dtype=np.int64)
     shape = {k: (int(m["depth"]), int(m["length"])) for k, m in msas.items()}
     rec = _Recording(reader)
-    seen_unpaired = seen_paired = 0
+    seen_unpaired = seen_paired = seen_pairing_a3m = 0
     for seed in range(30):
         s = assemble_sample(entry, keep, np.random.default_rng(seed), msa_fetch=rec.msa, msa_shape=shape.get,
                             augment_ref=False)  # fmt: skip
@@ -178,7 +192,10 @@ def test_a_heteromer_pairs_as_before_and_draws_no_pairing_only_unpaired_row(hety
                 assert x not in paired_rows[a], (seed, r, a)
                 assert not pairing_only[k][x], (seed, r, a, x)  # unpaired: never a pairing-only row
                 seen_unpaired += 1
+                seen_pairing_a3m += int(from_pairing_a3m[k][x])
     assert seen_paired > 100 and seen_unpaired > 1000
+    # Protenix's pairing.a3m rows are drawn as unpaired rows too (f52245a left them all out)
+    assert seen_pairing_a3m > 100, seen_pairing_a3m
 
 
 def _whole_entry(reader: Any) -> tuple[Any, np.ndarray, dict[str, tuple[int, int]]]:
