@@ -63,8 +63,10 @@ species (its pairing rows) get at least half the cap, ``max(c // 2, c - N)`` for
 one, AF3's share at its defaults (8,191 of 16,384), and the rows without a species the rest; each
 kind keeps its first rows in merge order, and the kept rows stay in merge order (the query is
 always row 0). A kind that needs less leaves the rest to the other, so a cap the MSA does not
-reach keeps every row and a cap is still one number of rows; the client's sample draws over all
-stored rows either way. Without a pairing file the cap keeps the first ``c`` rows, as before.
+reach keeps every row and a cap is still one number of rows. A sample's unpaired rows leave out
+the UniProt rows (``client.assemble.UNPAIRED_EXCLUDED_SOURCES``), so under a binding cap a monomer
+draws from fewer than ``c`` rows (OpenFold 4zey_A at cap 1000: 820). Without a pairing file the cap
+keeps the first ``c`` rows, as before.
 (:func:`capped_rows`.)
 
 :func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time, first to find the rows, their
