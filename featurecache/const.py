@@ -101,3 +101,16 @@ STORE_FORMAT_VERSION = 1
 SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
 FEATURIZER_VERSION = "0.6.0"
+
+#: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
+#: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
+#: bump rebuilds every stored MSA). "2": profile and deletion_mean over the main MSA only (the
+#: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES). "3": a row's species is its
+#: pairing-source copy's (0 without one) when the sequence has a pairing alignment, and isoform
+#: accessions (``UniRef100_Q5M7Y0-3_7955/``) give their taxon (featurize.msa, "Species of a stored row").
+#: "4": a pairing-source copy naming another species than its row's is a row of its own, once per
+#: (sequence, species) (featurize.msa, review RF3 s25 #1); also the first stage that every build
+#: records (6ee8ed5 came after "3"), so an MSA that records no stage is truly older. "5": the depth
+#: cap keeps at least half its rows for the pairing rows (featurize.msa, "Depth cap"; review RF3 s25
+#: #2) instead of the first rows in merge order, where the pairing files come last.
+MSA_STAGE_VERSION = "5"

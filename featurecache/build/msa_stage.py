@@ -59,7 +59,7 @@ from featurecache.build.discover import (
 )
 from featurecache.build.granularity import cut_by_weight
 from featurecache.build.progress import stage_bar
-from featurecache.const import FEATURIZER_VERSION, MolType
+from featurecache.const import FEATURIZER_VERSION, MSA_STAGE_VERSION, MolType
 from featurecache.errors import InputError, MSAError, StoreError
 from featurecache.featurize.msa import (
     MAX_SOURCES,
@@ -88,17 +88,6 @@ __all__ = [
 ]  # fmt: skip
 
 POLYMER_TYPES = (MolType.PROTEIN, MolType.RNA, MolType.DNA)
-#: Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
-#: bump rebuilds every stored MSA). "2": profile and deletion_mean over the main MSA only (the
-#: pairing-only alignments left out, featurize.msa.PAIRING_SOURCES). "3": a row's species is its
-#: pairing-source copy's (0 without one) when the sequence has a pairing alignment, and isoform
-#: accessions (``UniRef100_Q5M7Y0-3_7955/``) give their taxon (featurize.msa, "Species of a stored row").
-#: "4": a pairing-source copy naming another species than its row's is a row of its own, once per
-#: (sequence, species) (featurize.msa, review RF3 s25 #1); also the first stage that every build
-#: records (6ee8ed5 came after "3"), so an MSA that records no stage is truly older. "5": the depth
-#: cap keeps at least half its rows for the pairing rows (featurize.msa, "Depth cap"; review RF3 s25
-#: #2) instead of the first rows in merge order, where the pairing files come last.
-MSA_STAGE_VERSION = "5"
 SCAN_BATCH_BYTES = 32 << 20  # files per scan task: at most about this many bytes
 MAX_MSAS_PER_PART = 256
 PART_INPUT_BYTES = 256 << 20  # input bytes per write task, at most (a file counts once per sequence using it)

@@ -141,7 +141,7 @@ def msa_stages(store: LocalStore) -> dict[str, Any]:
     MSAs built from files: a single-sequence MSA (``n_files`` 0) is never rebuilt
     (``msa_stage._plan``), its stage says nothing of its rows, and it is counted apart. Reads the
     index only."""
-    from featurecache.build.msa_stage import MSA_STAGE_VERSION
+    from featurecache.const import MSA_STAGE_VERSION
 
     msas = store.msas
     n_msas: Counter[str] = Counter()

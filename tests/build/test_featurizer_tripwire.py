@@ -23,7 +23,7 @@ whole comparison into "regenerate", and the regeneration then passed a feature c
 bump).
 
 When this test fails with "features changed": bump ``FEATURIZER_VERSION`` (const.py; for MSA
-arrays only, ``MSA_STAGE_VERSION`` in build/msa_stage.py will do) and regenerate the file with::
+arrays only, ``MSA_STAGE_VERSION`` in const.py will do) and regenerate the file with::
 
     .venv/bin/python -m tests.build.test_featurizer_tripwire
 """
