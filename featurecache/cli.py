@@ -607,7 +607,7 @@ def train(
     crop_whole_groups: Annotated[
         bool,
         typer.Option(
-            "--crop-whole-groups/--no-crop-whole-groups",
+            "--crop-whole-groups/--crop-per-token",
             help="Keep each ligand, glycan and modified residue whole in a crop (in or out whole), or crop "
             "token by token, as AF3 does (SI 2.7; default). A checkpoint of a featurecache before this "
             "option cropped whole groups: resume it with --crop-whole-groups.",

@@ -119,10 +119,14 @@ def parse_crop_weights(text: str) -> tuple[float, float, float]:
     return values[0], values[1], values[2]
 
 
+#: the "off" spelling of a train flag whose negative is not ``--no-<name>`` (cli.py)
+_NEGATIVE_FLAGS = {"--crop-whole-groups": "--crop-per-token"}
+
+
 def _option_value(option: str, value: Any) -> str:
     """How ``value`` of train option ``option`` is written on the command line."""
     if isinstance(value, bool):
-        return option if value else "--no-" + option.removeprefix("--")
+        return option if value else _NEGATIVE_FLAGS.get(option, "--no-" + option.removeprefix("--"))
     if isinstance(value, list | tuple):  # repr: the shortest text that reads back as the same float
         return f"{option} {','.join(repr(float(v)) for v in value)}"
     return f"{option} {value}"

@@ -5,7 +5,7 @@ CLI (``--device cpu``) on the repo's sample store:
    resume that would crop per token is refused, and the advice it prints resumes it exactly;
 2. crop weights that give the same mix (1,1,5 and 0.1,0.1,0.5) resume, the printed values read
    back as the same floats, and the log carry-over compares them the same way;
-3. ``--no-crop-whole-groups`` exists (the refusal advises it);
+3. ``--crop-per-token`` exists (the refusal advises it);
 4. crop weights whose sum overflows exit 2 in one line naming the option."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_an_older_checkpoint_resumes_with_whole_group_crops_only(
     # what the README said (--weighting uniform) would crop per token: refused
     line = _error(_train(sample_store, cfg, "--steps", "4", "--weighting", "uniform", "--resume", ck,
                          "--log", log))  # fmt: skip
-    assert str(ck) in line and "--no-crop-whole-groups" in line, line
+    assert str(ck) in line and "--crop-per-token" in line, line
     assert "its run used --crop-whole-groups (an older checkpoint" in line, line
     assert _advice(line) == ["--crop-whole-groups"], line
 
@@ -176,19 +176,19 @@ def test_the_log_carry_over_compares_crop_weights_as_the_same_mix(
     assert json.loads(other.read_text()) == doc  # not overwritten
 
 
-# ------------------------------------------------------------------- 3. --no-crop-whole-groups
+# ------------------------------------------------------------------- 3. --crop-per-token
 def test_no_crop_whole_groups_is_an_option_and_its_advice_resumes(
     sample_store: Path, cfg: Path, tmp_path: Path
 ) -> None:
     """A per-token run resumed with --crop-whole-groups is refused, advising
-    --no-crop-whole-groups, which train accepts (and which resumes it)."""
+    --crop-per-token, which train accepts (and which resumes it)."""
     ck, log = tmp_path / "ck.pt", tmp_path / "log.json"
-    _ok(_train(sample_store, cfg, "--steps", "1", "--no-crop-whole-groups", "--checkpoint", ck, "--log", log))
+    _ok(_train(sample_store, cfg, "--steps", "1", "--crop-per-token", "--checkpoint", ck, "--log", log))
     assert json.loads(log.read_text())["crop_whole_groups"] is False
     line = _error(
         _train(sample_store, cfg, "--steps", "2", "--crop-whole-groups", "--resume", ck, "--log", log)
     )
-    assert _advice(line) == ["--no-crop-whole-groups"], line
+    assert _advice(line) == ["--crop-per-token"], line
     _ok(_train(sample_store, cfg, "--steps", "2", *_advice(line), "--resume", ck, "--log", log))
     assert [r["step"] for r in json.loads(log.read_text())["steps"]] == [0, 1]
 

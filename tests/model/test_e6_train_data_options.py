@@ -180,7 +180,7 @@ def other_run(sample_store: Path, tmp_path_factory: pytest.TempPathFactory) -> t
         ({"crop_weights": (0.2, 0.4, 0.4)}, "--crop-weights 0.25,0.25,0.5", "--crop-weights 0.2,0.4,0.4"),
         ({"max_msa_rows": 1024}, "--max-msa-rows 7", "--max-msa-rows 1024"),
         ({"pair_msa": True}, "--no-pair-msa", "--pair-msa"),
-        ({"crop_whole_groups": False}, "--crop-whole-groups", "--no-crop-whole-groups"),
+        ({"crop_whole_groups": False}, "--crop-whole-groups", "--crop-per-token"),
     ],
     ids=DATA_KEYS,
 )
@@ -271,7 +271,7 @@ def test_an_older_checkpoint_was_trained_uniformly(
                      **SMALL)  # fmt: skip
     msg = str(err.value)
     assert "its run used --crop-whole-groups (an older checkpoint" in msg, msg
-    assert "this one --no-crop-whole-groups" in msg and "give --crop-whole-groups," in msg, msg
+    assert "this one --crop-per-token" in msg and "give --crop-whole-groups," in msg, msg
     with caplog.at_level(logging.WARNING, logger="featurecache.model.train"):
         again = run_training(
             sample_store, None, steps=2, log_path=None, resume=ck, weighting="uniform", crop_whole_groups=True,
