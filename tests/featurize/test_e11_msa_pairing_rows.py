@@ -15,15 +15,12 @@ file's own walk over the files in merge order.
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
-from Bio import AlignIO
 
 from featurecache.client.assemble import MAX_PAIRED_PER_SPECIES, species_pairs
 from featurecache.const import GAP, RESTYPE_INDEX, UNK_PROTEIN, MolType
@@ -33,6 +30,7 @@ from featurecache.parse.a3m import parse_a3m
 from featurecache.parse.sto import parse_sto
 from featurecache.types import ParsedMSA
 from tests.conftest import MSAS
+from tests.featurize.msa_file_rows import _rows
 
 OPENFOLD = MSAS / "openfold" / "4zey_A"  # uniref90, bfd, mgnify, uniprot_hits.sto (OX=)
 PROTENIX_1K1A = MSAS / "Protenix" / "mmcif_msa" / "1"  # pairing.a3m (UniRef100_<acc>_<taxid>/) + non_pairing
@@ -43,30 +41,6 @@ _AA = dict(zip("ARNDCQEGHILKMFPSTWYV", (
     "ALA", "ARG", "ASN", "ASP", "CYS", "GLN", "GLU", "GLY", "HIS", "ILE",
     "LEU", "LYS", "MET", "PHE", "PRO", "SER", "THR", "TRP", "TYR", "VAL",
 ), strict=True))  # fmt: skip
-
-
-def _text(path: Path) -> str:
-    raw = path.read_bytes()
-    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
-
-
-def _rows(path: Path) -> list[tuple[str, str]]:
-    """(header, match-column string) of every row of the file, the query first."""
-    if ".sto" in path.name:
-        aln = AlignIO.read(io.StringIO(_text(path)), "stockholm")
-        query = str(aln[0].seq)
-        return [
-            (f"{rec.id} {rec.description}", "".join(c.upper() for q, c in zip(query, str(rec.seq), strict=True)
-                                                    if q not in "-."))
-            for rec in aln
-        ]  # fmt: skip
-    out: list[tuple[str, str]] = []
-    for line in _text(path).splitlines():
-        if line.startswith(">"):
-            out.append((line[1:], ""))
-        elif out and not line.startswith("#"):
-            out[-1] = (out[-1][0], out[-1][1] + re.sub(r"[a-z.]", "", line.strip()))
-    return out
 
 
 def _species(header: str) -> str:

@@ -15,14 +15,11 @@ not from featurecache's parsers or species rules.
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from Bio import AlignIO
 
 from featurecache.const import GAP, RESTYPE_INDEX, UNK_PROTEIN, MolType
 from featurecache.featurize import msa as fmsa
@@ -31,6 +28,7 @@ from featurecache.parse.a3m import parse_a3m
 from featurecache.parse.sto import parse_sto
 from featurecache.types import ParsedMSA
 from tests.conftest import MSAS
+from tests.featurize.msa_file_rows import _rows
 from tests.featurize.test_e11_msa_pairing_rows import kept_rows
 
 PROTENIX = (
@@ -47,32 +45,8 @@ _AA = dict(zip("ARNDCQEGHILKMFPSTWYV", (
 ), strict=True))  # fmt: skip
 
 
-def _text(path: Path) -> str:
-    raw = path.read_bytes()
-    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
-
-
 def _file(path: Path) -> Path:
     return path if path.exists() else path.with_name(path.name + ".gz")
-
-
-def _rows(path: Path) -> list[tuple[str, str]]:
-    """(header, match-column string) of every row of the file, the query first."""
-    if ".sto" in path.name:
-        aln = AlignIO.read(io.StringIO(_text(path)), "stockholm")
-        query = str(aln[0].seq)
-        return [
-            (f"{rec.id} {rec.description}", "".join(c.upper() for q, c in zip(query, str(rec.seq), strict=True)
-                                                    if q not in "-."))
-            for rec in aln
-        ]  # fmt: skip
-    out: list[tuple[str, str]] = []
-    for line in _text(path).splitlines():
-        if line.startswith(">"):
-            out.append((line[1:], ""))
-        elif out and not line.startswith("#"):
-            out[-1] = (out[-1][0], out[-1][1] + re.sub(r"[a-z.]", "", line.strip()))
-    return out
 
 
 def _taxon(header: str) -> int:
