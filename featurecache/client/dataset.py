@@ -107,7 +107,8 @@ from featurecache.client.loader import (
 )
 from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
 from featurecache.errors import InvalidRequest, LoaderError
-from featurecache.store.versions import FeaturizerChanged, source_versions, version_notes
+from featurecache.store.reader import LocalStore
+from featurecache.store.versions import FeaturizerChanged, msa_stage_notes, source_versions, version_notes
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +355,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         for line in version_notes(versions, where, this_code=(versions or {}).get("this_code"),
                                   code="the service's featurecache" if remote else "this featurecache"):  # fmt: skip
             log.warning("%s", line)
+        if isinstance(reader, LocalStore):  # MSAs merged by an older MSA stage (as info and verify say)
+            for line in msa_stage_notes(reader):
+                log.warning("%s", line)
         self.seed = seed
         self.infinite = infinite
         self.cropper = Cropper(

@@ -123,7 +123,7 @@ def run_server(
     import uvicorn
 
     from featurecache import open_store
-    from featurecache.store.versions import store_versions, version_notes
+    from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
     from services.lookup.settings import check_settings, check_token_source
 
     log_config = service_log_config()
@@ -140,6 +140,8 @@ def run_server(
         raise StoreError(f"cannot serve {path}: {exc}") from exc
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
     for line in version_notes(store_versions(opened), str(path)):  # data of another featurizer, or mixed
+        log.warning("%s", line)
+    for line in msa_stage_notes(opened):  # MSAs merged by an older MSA stage (as info and verify say)
         log.warning("%s", line)
     opened.close()
     os.environ["FEATURECACHE_STORE_PATH"] = str(path)

@@ -199,3 +199,40 @@ def test_a_newer_stage_is_named_too(stage_stores: Stage, tmp_path: Path) -> None
         f"{store}: 1 MSA was built by another MSA stage (1 of stage 6; this featurecache's is 5): the next "
         f"`featurecache build` of this featurecache with their --msa-dir ({stage_stores.msa}) rewrites them"
     ]
+
+
+def test_the_training_client_and_serve_say_it_too(
+    stage_stores: Stage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """s26: ``info`` and ``verify`` said that MSAs were merged by an older stage, but a training run
+    (``FeatureDataset`` over the store) and ``featurecache serve`` did not, though they serve those
+    MSAs' rows. Now both warn with the line ``info`` prints; on the rebuilt store, neither does."""
+    import logging
+
+    from featurecache.client import FeatureDataset
+    from services.lookup.server import free_port, wait_ready
+
+    old, rebuilt = stage_stores.old, stage_stores.rebuilt
+    line = (
+        f"{old}: 1 MSA was built by an older MSA stage (1 of a stage 3 or older; this featurecache's is 5): "
+        f"the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
+    )
+    for store, want in ((old, [line]), (rebuilt, [])):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="featurecache.client.dataset"):
+            FeatureDataset(store, crop_size=32, seed=0)
+        got = [r.getMessage() for r in caplog.records if "MSA stage" in r.getMessage()]
+        assert got == want, (store, got)
+
+        port = free_port()
+        cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", timeout=60)
+        finally:
+            proc.terminate()
+            out = proc.communicate(timeout=30)[0]
+        said = [ln for ln in out.splitlines() if "MSA stage" in ln]
+        assert len(said) == len(want) and all(ln.endswith(w) for ln, w in zip(said, want, strict=True)), out[
+            -3000:
+        ]
