@@ -434,7 +434,8 @@ whose source files are gone from those directories: the service and clients no l
 their parts are deleted once nothing else in them is used. A build that finds the file again stores it again.
 
     Exit status: 0 pruned (or listed, --dry-run); 2 usage error (--msa-dir without --sources-gone, a \
-directory that does not exist or holds no input file while entries were built from it); 3 the store is \
+directory that does not exist or holds no structure file (--msa-dir: no MSA file) while entries were built \
+from it); 3 the store is \
 missing, unreadable or unwritable, or a build holds it.
     """
     _setup_logging(verbose)

@@ -42,7 +42,7 @@ import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -361,6 +361,7 @@ def _sources_gone(
     directory would otherwise remove them all)."""
     from featurecache.build.discover import input_ids, part_source_dir, resolved  # build imports store
     from featurecache.build.msa_stage import MSA_SUFFIXES, _candidate_files
+    from featurecache.parse.structure import structure_format
 
     tables = index_tables(root, complete_parts(root))
     dirs: dict[str, str] = {}
@@ -383,9 +384,19 @@ def _sources_gone(
             zip(entries.column("id").to_pylist(), entries.column("source_path").to_pylist(), strict=True)
         )
         inputs = input_ids(pdb_dir, stored, exclude=root, msa_dir=msa_dir)
-        if not inputs:
-            raise UsageError(f"--sources-gone {pdb_dir}: no input file under it, but {len(mine)} stored "
-                             "entries were built from it (not mounted? emptied?); nothing removed")  # fmt: skip
+        # a structure file as the build counts one (``build.run.check_structure_files``), not any
+        # file: a README.txt in an unmounted mount point, or only ``1orc.pdb1``, removed every entry
+        if not any(structure_format(PurePosixPath(rel).name) for rel in inputs):
+            from featurecache.build.run import STRUCTURE_FILE_KINDS  # only here: it imports the build
+
+            others = sorted(inputs)
+            held = "no file (hidden files are skipped)" if not others else (
+                f"{len(others)} other file{'s' if len(others) != 1 else ''} ({', '.join(others[:3])}"
+                f"{', …' if len(others) > 3 else ''})"
+            )  # fmt: skip
+            raise UsageError(f"--sources-gone {pdb_dir}: no structure file under it (looked for "
+                             f"{STRUCTURE_FILE_KINDS}, found {held}), but {len(mine)} stored entries were "
+                             "built from it (not mounted? emptied?); nothing removed")  # fmt: skip
         ids = set(inputs.values())
         for e in mine:
             where = pdb_dir / e["source_path"]
@@ -407,7 +418,11 @@ def _sources_gone(
     listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False)}
     # as for --sources-gone: an input file, not any file (a README, lost+found/...) must be there
     stored_files = {src.split("#", 1)[0] for m in rows for src in m["sources"]}
-    if not listed & stored_files and not any(set(Path(rel).suffixes) & set(MSA_SUFFIXES) for rel in listed):
+    # a name whose last suffix (``.gz`` aside, any case) is an MSA format's: not ``notes.a3m.txt``
+    # (any suffix counted), and ``1PSM_A.A3M`` too (the MSA stage reads names in any case)
+    if not listed & stored_files and not any(
+        PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(MSA_SUFFIXES) for rel in listed
+    ):
         raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_SUFFIXES)}, or gzipped) under it, "
                          f"but {len(rows)} stored MSAs were built from it (not mounted? emptied?); "
                          "nothing removed")  # fmt: skip

@@ -159,7 +159,7 @@ def test_an_entry_whose_file_is_still_there_is_never_removed(tmp_path: Path) -> 
     # an emptied (or unmounted) directory is not taken for every file gone
     for f in list(pdb.glob("*.cif")):
         f.rename(tmp_path / f.name)
-    with pytest.raises(UsageError, match="no input file under it"):
+    with pytest.raises(UsageError, match="no structure file under it"):
         prune_store(store, sources_gone=pdb)
     assert sorted(featurecache.open_store(store).ids) == ["102m", "1psm", "2q2k"]
     # 1psm moved into a subdirectory: a build stores it as a new entry (1psm.cif: the stored 1psm
