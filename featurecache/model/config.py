@@ -110,7 +110,7 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise UsageError(f"unknown model config keys: {unknown}")
+            raise UsageError(f"model config: unknown keys {unknown}")
         return cls(**data)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -122,17 +122,28 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> ModelConfig:
-        """Read a config from a JSON file (or JSON text starting with ``{``)."""
+        """Read a config from a JSON file (or JSON text starting with ``{``). Every refusal is one
+        UsageError line naming the option and the file: ``--model-config PATH: not valid JSON (…)``,
+        ``--model-config PATH: unknown keys ['bogus']``, ``--model-config PATH: eps must be > 0; …``."""
         text = str(path_or_text)
+        where = "--model-config (JSON text)"
         if not text.lstrip().startswith("{"):
+            where = f"--model-config {path_or_text}"
             try:
                 text = Path(path_or_text).read_text()
-            except OSError as exc:
-                raise UsageError(f"cannot read model config {path_or_text}: {exc}") from exc
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{where}: cannot read it: {exc}") from exc
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"model config is not valid JSON: {exc}") from exc
+            where_in = f"line {exc.lineno} column {exc.colno}"
+            raise UsageError(f"{where}: not valid JSON ({exc.msg} at {where_in})") from exc
         if not isinstance(data, dict):
-            raise UsageError("model config JSON must be an object")
-        return cls.from_dict(data)
+            kinds = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+            got = kinds.get(type(data), "a number")
+            raise UsageError(f'{where}: must be a JSON object ({{"c_token": 128, …}}), not {got}')
+        try:
+            return cls.from_dict(data)
+        except UsageError as exc:
+            # a field's refusal ("model config: eps must be > 0; …"): the file named too
+            raise UsageError(f"{where}: {str(exc).removeprefix('model config: ')}") from exc
