@@ -643,8 +643,9 @@ def train(
         typer.Option(
             "--pool",
             help="Client workers as 'process' (default on cuda) or 'thread' (default on cpu). Worker threads "
-            "compete with the training thread for the GIL: 128-token CUDA-graph steps took 7.7 ms with "
-            "threads vs 4.4 ms with processes on an H200 (GPU work 4.0 ms).",
+            "compete with the training thread for the GIL: 128-token CUDA-graph steps took 7.5 ms (8.7 in "
+            "a second round) with threads vs 4.45 ms with processes on an H200 (GPU work 4.0 ms; "
+            "benchmarks/results/feed_ab_run71.json).",
         ),
     ] = None,
     pad_multiple: Annotated[
