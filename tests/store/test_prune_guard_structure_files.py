@@ -172,3 +172,26 @@ def test_an_msa_file_named_in_upper_case_counts_as_one(
     r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, "--dry-run")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"would remove 2 MSAs whose files are gone from {msa}" in r.stdout, r.stdout + r.stderr
+
+
+def test_prune_prints_the_summary_lines_the_readme_describes(
+    built: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Review R1 (s26) #4: the README said prune's result was one line; with --sources-gone and
+    --msa-dir it is three, on stdout: the entries, the MSAs, the parts (in that order)."""
+    store, pdb, msa = built
+    (pdb / "2q2k.cif").rename(tmp_path / "2q2k.cif")  # 2q2k's structure gone
+    shutil.move(msa / "1psm_A", tmp_path / "1psm_A")  # 1psm's MSA files gone (1psm stays)
+    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3, r.stdout
+    assert lines[0].startswith(f"removed 1 entry whose files are gone from {pdb}: 2q2k"), r.stdout
+    assert lines[1].startswith(f"removed 1 MSA whose files are gone from {msa} (used by 1psm/A)"), r.stdout
+    assert lines[2].startswith("removed ") and " part(s), " in lines[2], r.stdout
+    plain = _cli("prune", store)
+    assert plain.returncode == 0 and len(plain.stdout.strip().splitlines()) == 1, plain.stdout
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert "`prune`'s summary lines (the parts; with `--sources-gone`, first the entries, and with " \
+        "`--msa-dir` the MSAs)" in readme  # fmt: skip
+    assert "`prune`'s and `report`'s one line" not in readme
