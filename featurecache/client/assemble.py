@@ -401,19 +401,31 @@ def msa_features(
     mask[:, ligand] = True
     profile[ligand] = 0.0
     profile[ligand, GAP] = 1.0
+    # one read per distinct MSA: copies of one sequence (a homomer's chains) share the key, so
+    # the union of their rows and columns is fetched once and scattered to each copy
+    by_key: dict[str, list[int]] = {}
     for c in sorted(blocks):
-        key, pos, _ = blocks[c]
-        plan_rows = plan[c]
-        at = np.flatnonzero(plan_rows >= 0)  # sample rows this chain fills (gap elsewhere)
-        cols_tok = resi[pos] - 1
-        ucols, inv = np.unique(cols_tok, return_inverse=True)
-        blk = fetch(key, plan_rows[at], ucols)  # type: ignore[misc]
-        where = np.ix_(at, pos)
-        msa[where] = blk.residues[:, inv]
-        dels[where] = blk.deletions[:, inv]
-        mask[where] = True
-        profile[pos] = blk.profile[inv]
-        deletion_mean[pos] = blk.deletion_mean[inv]
+        by_key.setdefault(blocks[c][0], []).append(c)
+    for key, copies in by_key.items():
+        ats = [np.flatnonzero(plan[c] >= 0) for c in copies]  # sample rows each copy fills (gap elsewhere)
+        # the rows in plan order, each once (one copy, or copies given the same rows: its plan rows)
+        wanted = np.concatenate([plan[c][at] for c, at in zip(copies, ats, strict=True)])
+        _, first = np.unique(wanted, return_index=True)
+        rows = wanted[np.sort(first)]
+        by_row = np.argsort(rows, kind="stable")
+        ucols = np.unique(np.concatenate([resi[blocks[c][1]] - 1 for c in copies]))
+        blk = fetch(key, rows, ucols)  # type: ignore[misc]
+        for c, at in zip(copies, ats, strict=True):
+            pos = blocks[c][1]
+            # this copy's rows / columns in the block
+            r_in = by_row[np.searchsorted(rows[by_row], plan[c][at])]
+            c_in = np.searchsorted(ucols, resi[pos] - 1)
+            where = np.ix_(at, pos)
+            msa[where] = blk.residues[np.ix_(r_in, c_in)]
+            dels[where] = blk.deletions[np.ix_(r_in, c_in)]
+            mask[where] = True
+            profile[pos] = blk.profile[c_in]
+            deletion_mean[pos] = blk.deletion_mean[c_in]
     return {
         "msa": msa,
         "msa_mask": mask,
