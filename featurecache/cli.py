@@ -904,12 +904,11 @@ printed first).
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     if unfinished:
-        marked = " (index/plan.arrow records it: fitting_ids and `report` warn)" if write_index else ""
+        marked = " (index/plan.arrow records this: fitting_ids and `report` warn)" if write_index else ""
         _warn_unfinished(
             store,
-            f"the plan covers only what was written so far, its counts are partial and, as entries, MSAs or "
-            f"conformers written later are missing from it, its memory predictions may be low{marked}: "
-            "plan again once the build has finished",
+            "the plan's counts are partial and its memory predictions may be low, because entries, MSAs or "
+            f"conformers written later are missing from it{marked}. Plan again once the build has finished",
         )
 
 

@@ -1990,7 +1990,8 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     n = len(doc.get("steps") or [])
     requested = doc.get("steps_requested")
     status = doc.get("status")
-    parts = [unfinished(doc, n) or f"trained {n} steps"]  # the report's words for a run that did not complete
+    # the report's words for a run that did not complete
+    parts = [unfinished(doc, n) or f"trained {n} step{'' if n == 1 else 's'}"]
     s = doc.get("summary") or {}
     if s.get("median_step_time_s") is not None:
         rate = s.get("median_tokens_per_s")

@@ -311,7 +311,8 @@ def index_lag(store: LocalStore) -> list[str]:
             n_entries, n_parts = n_entries + n, n_parts + 1
     if n_entries:
         out.append(f"{store.path}: {n_entries} entr{'y' if n_entries == 1 else 'ies'} in {n_parts} structure "
-                   f"part{'' if n_parts == 1 else 's'} written after the index was last rebuilt are not in it "
+                   f"part{'' if n_parts == 1 else 's'} written after the index was last rebuilt "
+                   f"{'is' if n_entries == 1 else 'are'} not in it "
                    "(stale index: a build is running, or was stopped; run `featurecache build` on the store to "
                    "rebuild it)")  # fmt: skip
     return out

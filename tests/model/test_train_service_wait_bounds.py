@@ -46,6 +46,6 @@ def test_a_long_service_wait_trains_without_a_deadline_warning(sample_store: Pat
                  "--log", str(tmp_path / "log.json")]  # fmt: skip
         done = subprocess.run(train, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("trained 1 steps"), done.stdout
+    assert done.stdout.startswith("trained 1 step;"), done.stdout
     said = " ".join(done.stderr.split())
     assert "deadline_s" not in said and "retry_budget_s" not in said, done.stderr[-3000:]

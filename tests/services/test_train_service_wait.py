@@ -65,7 +65,7 @@ def test_train_waits_for_a_service_that_starts_later(sample_store: Path, tmp_pat
                 proc.communicate()
     err = "".join(lines)
     assert trainer.returncode == 0, err[-3000:]
-    assert out.startswith("trained 1 steps"), out
+    assert out.startswith("trained 1 step;"), out
     assert log.is_file()
 
 
