@@ -532,11 +532,32 @@ def _scatter_deletions(
     out[pr[wanted], pcol[wanted]] = counts[wanted]
 
 
+#: :func:`read_all_deletions`: the deletion cells outside a row range (estimated) that reading
+#: all of an MSA's cells with its residues may decode to save the second round trip: three inner
+#: chunks (measured on the real corpus store: a round trip into zarr's event loop costs ~1 ms of
+#: CPU, each further 4096-cell chunk decoded with the first trip ~0.35 ms; benchmarks/sample_cost.py
+#: ``--deletions`` times msa() with this rule, always one trip and always two)
+READ_ALL_DELETIONS_EXTRA = 3 * MSA_RECORD_CHUNK
+
+
+def read_all_deletions(span: int, depth: int, cells: int) -> bool:
+    """Whether ``MSAReader.msa`` reads all ``cells`` deletion cells of an MSA of ``depth`` rows in
+    the same round trip as its residues and row / column records, for a row range of ``span``
+    rows; otherwise it reads the range's cells alone once the row records have said where they
+    lie: a second round trip. Yes when the cells outside the range, estimated as the MSA's average
+    per row, are at most :data:`READ_ALL_DELETIONS_EXTRA`. The client draws rows uniformly over the
+    whole MSA and always takes the query (row 0), so n rows leave ~1/n of the depth below the
+    range; the MSAs of the real corpus hold at most 29k cells (15k rows)."""
+    return cells * (depth - span) <= READ_ALL_DELETIONS_EXTRA * depth
+
+
 class MSAReader:
     """Random access to the MSAs of a store: ``msa(key, rows, cols)`` reads only that block.
 
-    Reads the residue chunks covering the selected rows × columns, the rows' and columns' records,
-    and the deletion cells of the selected row range; nothing else of the MSA.
+    Reads the residue chunks covering the selected rows × columns (their inner chunks are
+    full-depth column strips: every row of those columns is decoded), the rows' and columns'
+    records, and the deletion cells of the selected row range, or of the whole MSA when the range
+    spans most of it (:func:`read_all_deletions`).
     """
 
     def __init__(self, root: str | Path, msas: pa.Table) -> None:
@@ -588,22 +609,32 @@ class MSAReader:
         col_start = int(self._nums["col_start"][i])
         # one record past the row range gives the end of its deletion cells
         stop = min(r1 + 1, depth)
-        # residues, row records and column records in one round trip to zarr's event loop
+        all_start = int(self._nums["del_start"][i])
+        all_count = int(self._nums["del_count"][i])
+        fold = all_count > 0 and read_all_deletions(r1 - r0, depth, all_count)
+        # residues, row records and column records in one round trip to zarr's event loop, and
+        # with them every deletion cell of the MSA when the row range spans most of it (the cells
+        # of the range are known only once its row records are read: a second round trip)
         # (damaged data: a StoreError naming the part and array, not zarr's own ValueError)
+        reads = [
+            (part, self._array[i], (slice(r0, r1), slice(c0, c1))),
+            (part, "rows", (slice(row_start + r0, row_start + stop),)),
+            (part, "cols", (slice(col_start + c0, col_start + c1),)),
+        ]
+        if fold:
+            reads.append((part, "deletions", (slice(all_start, all_start + all_count),)))
         try:
-            res, row_raw, col_raw = self._part_arrays.read_many(
-                (part, self._array[i], (slice(r0, r1), slice(c0, c1))),
-                (part, "rows", (slice(row_start + r0, row_start + stop),)),
-                (part, "cols", (slice(col_start + c0, col_start + c1),)),
-            )
+            res, row_raw, col_raw, *del_raw = self._part_arrays.read_many(*reads)
         except StoreError as exc:
             raise StoreError(f"MSA {key}: unreadable ({exc})") from exc
         row_rec = decode_records(row_raw, MSA_ROW)
         col_rec = decode_records(col_raw, MSA_COL)
+        all_cells = decode_records(del_raw[0], MSA_DELETION) if fold else None
         # zarr clips a selection to the array: an array shorter than the index says reads short
         for array, got, want in (
             (self._array[i], res.shape, (r1 - r0, c1 - c0)), ("rows", row_rec.shape, (stop - r0,)),
             ("cols", col_rec.shape, (c1 - c0,)),
+            *((("deletions", all_cells.shape, (all_count,)),) if all_cells is not None else ()),
         ):  # fmt: skip
             if got != want:
                 raise StoreError(
@@ -619,7 +650,10 @@ class MSAReader:
         rr, cc = r - r0, c - c0
         deletions = np.zeros((r.size, c.size), dtype=np.int16)
         if del_end > del_begin:
-            cells = self._part_arrays.records(part, "deletions", MSA_DELETION, del_begin, del_end)
+            if all_cells is not None and all_start <= del_begin and del_end <= all_start + all_count:
+                cells = all_cells[del_begin - all_start : del_end - all_start].copy()
+            else:  # the range's cells alone (or row records that disagree with the index: as read)
+                cells = self._part_arrays.records(part, "deletions", MSA_DELETION, del_begin, del_end)
             cells["col"] -= c0
             starts = row_rec["del_start"][: r1 - r0] - del_begin
             counts = np.diff(np.append(starts, del_end - del_begin))
