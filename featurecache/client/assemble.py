@@ -100,8 +100,15 @@ Unpaired row ``r`` of two different chains is in general from two organisms; cop
 sequence (a homomer, or within a heteromer) carry the same MSA row in every row of the sample,
 paired and unpaired. Nothing is paired in a monomer or a homomer (one protein sequence), nor for RNA / DNA chains
 (as in AF3), nor rows without a species id (ColabFold / MMseqs2 headers carry none). A chain with
-fewer rows is gap with ``msa_mask`` False where it has none. Only the selected rows and the cropped columns are read
-from the store, plus, for a heteromer, the species ids of each protein MSA's rows. A chain
+fewer rows is gap with ``msa_mask`` False where it has none. Each distinct MSA of the crop is read once
+per sample (copies of one sequence share it): the union of its copies' rows and cropped columns.
+The store keeps an MSA's residues in column strips of 64 columns over its full depth
+(``store.msa.MSA_CHUNK``), so such a read decodes every row of the strips holding the cropped
+columns, whichever rows were drawn (rows are drawn over the whole depth: a row range would save
+little); only the selected rows and columns are kept. Also read: the column records of the
+cropped columns, the row records of the selected rows' range and its deletion cells (all of the
+MSA's when the range spans nearly all of it: ``store.msa.read_all_deletions``), and for a
+heteromer the species ids of each protein MSA's rows (cached per reader). A chain
 without a stored MSA (no MSA given, or depth 1) gets the single-sequence MSA: its tokens'
 ``restype`` as the query, the one-hot of it as the profile, and no further rows.
 
