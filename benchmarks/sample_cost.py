@@ -1,0 +1,272 @@
+"""What does one training sample cost at train's settings, and what did the per-step MSA reads
+cost before session 26? CPU time per sample, side by side in one process.
+
+Settings are ``featurecache train``'s: ``FeatureDataset(crop_size=384, weighting="af3",
+max_msa_rows=1024, pair_msa=True)`` (default crop weights, per-token crops), seed 0. Under af3
+weighting the large multi-chain entries dominate the stream (on the real corpus 1ffk is a third
+of the samples), so this is not the uniform-weighting ``sample_ms`` of benchmarks/loader.py.
+
+(a) ``--samples`` stream positions (after 5 warm-up samples) drawn one at a time in this process,
+    ``--repeats`` rounds; CPU time (``time.process_time``: every thread of this process, zarr's
+    event-loop thread included) and wall time per sample. Reported: median, mean, p90 per side,
+    and the medians of the entries that cost most.
+    With ``--baseline REV`` the same positions are drawn a second time by REV's per-step MSA path,
+    interleaved position by position (the order of the sides alternates): REV's
+    ``featurecache/client/assemble.py:msa_features`` and ``featurecache/store/msa.py:MSAReader.msa``
+    (from ``git archive REV``, loaded as modules of their own and swapped in around each of its
+    samples; every other part of the sample is this tree's code). Meant for a REV whose other code
+    is this tree's (the parent of a change to those two functions); the ratio is baseline / this tree.
+(b) ``--http``: the same over ``featurecache serve`` on 127.0.0.1 (a child process; with
+    ``--baseline``, a second server runs REV's whole package from a ``git archive`` copy). Wall time
+    per sample (the server's CPU is another process's).
+(c) ``--deletions``: ``MSAReader.msa`` on client-like draws (the query and a uniform subset of
+    1 … min(depth, 1024) rows, a random window of up to 384 columns) over every MSA of the store
+    with deletion cells: CPU per call under ``read_all_deletions``'s rule, always reading all the
+    MSA's cells in the first round trip, and always in a second one, interleaved.
+
+Usage: ``.venv/bin/python benchmarks/sample_cost.py [--store DIR] [--samples N] [--repeats R]
+[--baseline REV] [--http] [--deletions]``. Without ``--store`` the real corpus is built once into a
+temp dir (benchmarks/harness.py ``corpus_store``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.harness import Bench, add_out_argument, corpus_store, percentile, store_argument, store_label  # noqa: E402
+from featurecache.client import FeatureDataset  # noqa: E402
+
+log = logging.getLogger("benchmarks.sample_cost")
+
+TRAIN = {"crop_size": 384, "weighting": "af3", "max_msa_rows": 1024, "pair_msa": True}
+WARMUP = 5
+
+
+def _archive(rev: str, dest: Path, *paths: str) -> Path:
+    blob = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, *paths], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Baseline:
+    """REV's ``msa_features`` and ``MSAReader.msa``, swapped in by ``with baseline.active():``."""
+
+    def __init__(self, rev: str, tmp: Path) -> None:
+        import featurecache.client.assemble as assemble
+        import featurecache.store.msa as msa
+
+        src = _archive(rev, tmp / "files", "featurecache/client/assemble.py", "featurecache/store/msa.py")
+        old_assemble = _load(src / "featurecache/client/assemble.py", "_baseline_assemble")
+        old_msa = _load(src / "featurecache/store/msa.py", "_baseline_msa")
+        self._assemble, self._msa = assemble, msa
+        self._new = (assemble.msa_features, msa.MSAReader.msa)
+        self._old = (old_assemble.msa_features, old_msa.MSAReader.msa)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        self._assemble.msa_features, self._msa.MSAReader.msa = self._old  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            self._assemble.msa_features, self._msa.MSAReader.msa = self._new  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _server(store: Path, package: Path | None) -> Iterator[str]:
+    """``featurecache serve STORE`` on 127.0.0.1 run by ``package`` (a source tree; None: this one)."""
+    from services.lookup.server import free_port, wait_ready
+
+    port = free_port()
+    cwd = package or REPO
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "featurecache.cli",
+        "serve",
+        str(store),
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, timeout=60)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _draw(ds: FeatureDataset, p: int, around: Callable[[], Any] | None) -> tuple[float, float, str]:
+    ctx = around() if around is not None else contextlib.nullcontext()
+    with ctx:
+        c, t = time.process_time(), time.perf_counter()
+        s = ds.sample(p)
+        return (time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3, str(s["entry_id"])
+
+
+def compare(
+    bench: Bench, part: str, sources: dict[str, tuple[Any, Callable[[], Any] | None]], n: int, repeats: int
+) -> None:
+    """Draw positions ``WARMUP`` … ``WARMUP + n`` from each side, interleaved, ``repeats`` rounds."""
+    sets = {label: FeatureDataset(src, infinite=True, seed=0, **TRAIN) for label, (src, _) in sources.items()}  # type: ignore[arg-type]
+    around = {label: a for label, (_, a) in sources.items()}
+    for label, ds in sets.items():
+        for p in range(WARMUP):
+            _draw(ds, p, around[label])
+    got: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    labels = list(sets)
+    for rnd in range(repeats):
+        for p in range(WARMUP, WARMUP + n):
+            order = labels if (p + rnd) % 2 == 0 else labels[::-1]
+            for label in order:
+                got[label].append(_draw(sets[label], p, around[label]))
+    for ds in sets.values():
+        ds.close()
+    by_entry: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for label, rows in got.items():
+        cpu, wall = [r[0] for r in rows], [r[1] for r in rows]
+        bench.add(part=part, side=label, entry="(all)", samples=len(rows),
+                  cpu_median_ms=round(statistics.median(cpu), 2), cpu_mean_ms=round(statistics.fmean(cpu), 2),
+                  cpu_p90_ms=round(percentile(cpu, 90), 2), wall_median_ms=round(statistics.median(wall), 2),
+                  wall_mean_ms=round(statistics.fmean(wall), 2))  # fmt: skip
+        for c, w, e in rows:
+            by_entry[e][label + " cpu"].append(c)
+            by_entry[e][label + " wall"].append(w)
+    base = labels[0]
+    share = {e: len(v[base + " cpu"]) / len(got[base]) for e, v in by_entry.items()}
+    costly = sorted(by_entry, key=lambda e: -statistics.median(by_entry[e][base + " cpu"]) * share[e])[:6]
+    for e in costly:
+        row: dict[str, Any] = {"part": part, "side": "per entry", "entry": e, "samples": len(by_entry[e][base + " cpu"]),
+                               "stream_share": round(share[e], 3)}  # fmt: skip
+        for label in labels:
+            row[f"{label} cpu_median_ms"] = round(statistics.median(by_entry[e][label + " cpu"]), 2)
+            row[f"{label} wall_median_ms"] = round(statistics.median(by_entry[e][label + " wall"]), 2)
+        bench.add(**row)
+
+
+def deletions(bench: Bench, store: Path, rounds: int) -> None:
+    import featurecache
+    import featurecache.store.msa as msa_mod
+
+    opened = featurecache.open_store(store)
+    table = opened.msas
+    opened.close()
+    reader = msa_mod.MSAReader(store, table)
+    rows = [r for r in table.to_pylist() if r["del_count"] > 0 and r["depth"] > 1]
+    rng = np.random.default_rng(0)
+    modes = {"rule": msa_mod.READ_ALL_DELETIONS_EXTRA, "one trip": 1 << 62, "two trips": -1}
+    cpu: dict[str, list[float]] = defaultdict(list)
+    folded = 0
+    for r in rows:
+        reader.msa(r["key"], [0], [0])  # arrays opened
+    for rnd in range(rounds):
+        for r in rows:
+            depth, length = r["depth"], r["length"]
+            k = int(rng.integers(1, min(depth, 1024) + 1))
+            sel = np.r_[0, np.sort(rng.choice(np.arange(1, depth), k - 1, replace=False))]
+            c0 = int(rng.integers(0, max(1, length - 384) + 1))
+            cols = np.arange(c0, min(length, c0 + 384))
+            fold = msa_mod.read_all_deletions(int(sel.max()) + 1, depth, r["del_count"])
+            folded += int(fold)
+            order = list(modes) if rnd % 2 == 0 else list(modes)[::-1]
+            for mode in order:
+                msa_mod.READ_ALL_DELETIONS_EXTRA = modes[mode]
+                c = time.process_time()
+                reader.msa(r["key"], sel, cols)
+                cpu[mode].append((time.process_time() - c) * 1e3)
+                if fold and mode != "rule":  # the calls the rule reads in one trip, both ways
+                    cpu[f"{mode} (calls the rule folds)"].append(cpu[mode][-1])
+    msa_mod.READ_ALL_DELETIONS_EXTRA = modes["rule"]
+    reader.close()
+    for mode, v in cpu.items():
+        bench.add(part="deletions", side=mode, entry=f"{len(rows)} MSAs", samples=len(v),
+                  cpu_median_ms=round(statistics.median(v), 3), cpu_mean_ms=round(statistics.fmean(v), 3),
+                  cpu_p90_ms=round(percentile(v, 90), 3),
+                  folded_share=round(folded / len(cpu["rule"]), 3) if mode == "rule" else None)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--store", type=store_argument, default=None, help="store (default: the real corpus, built)"
+    )
+    ap.add_argument("--samples", type=int, default=300, help="stream positions per round (default 300)")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds (default 2)")
+    ap.add_argument("--baseline", default=None, metavar="REV", help="also draw with REV's per-step MSA path")
+    ap.add_argument("--http", action="store_true", help="also over featurecache serve on 127.0.0.1")
+    ap.add_argument(
+        "--http-samples", type=int, default=150, help="positions per round over HTTP (default 150)"
+    )
+    ap.add_argument("--deletions", action="store_true", help="also time MSAReader.msa's two deletion paths")
+    add_out_argument(ap, "sample_cost")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    store = corpus_store(args.store, "sample-cost-corpus", log)
+    bench = Bench("sample_cost", store=store_label(args.store), samples=args.samples, repeats=args.repeats,
+                  baseline=args.baseline, settings=TRAIN, warmup=WARMUP)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Baseline(args.baseline, Path(tmp)) if args.baseline else None
+        sides: dict[str, tuple[Any, Callable[[], Any] | None]] = {"this tree": (store, None)}
+        if base is not None:
+            sides[f"baseline {args.baseline}"] = (store, base.active)
+        compare(bench, "local", sides, args.samples, args.repeats)
+        if args.http:
+            package = _archive(args.baseline, Path(tmp) / "pkg", "featurecache", "services") if base else None
+            with contextlib.ExitStack() as stack:
+                url = stack.enter_context(_server(store, None))
+                web: dict[str, tuple[Any, Callable[[], Any] | None]] = {"this tree": (url, None)}
+                if base is not None:
+                    web[f"baseline {args.baseline}"] = (
+                        stack.enter_context(_server(store, package)),
+                        base.active,
+                    )
+                compare(bench, "http", web, args.http_samples, args.repeats)
+        if args.deletions:
+            deletions(bench, store, rounds=max(6, args.repeats * 3))
+    bench.finish(args.out)
+
+
+if __name__ == "__main__":
+    main()
