@@ -653,7 +653,16 @@ class MSAReader:
             if all_cells is not None and all_start <= del_begin and del_end <= all_start + all_count:
                 cells = all_cells[del_begin - all_start : del_end - all_start].copy()
             else:  # the range's cells alone (or row records that disagree with the index: as read)
-                cells = self._part_arrays.records(part, "deletions", MSA_DELETION, del_begin, del_end)
+                try:
+                    cells = self._part_arrays.records(part, "deletions", MSA_DELETION, del_begin, del_end)
+                except StoreError as exc:
+                    raise StoreError(f"MSA {key}: unreadable ({exc})") from exc
+                if cells.shape != (del_end - del_begin,):  # a deletions array cut short reads short
+                    raise StoreError(
+                        f"MSA {key}: unreadable (part {part}: array deletions is smaller than the index's "
+                        f"{depth} x {length} MSA needs: read {cells.shape} where {(del_end - del_begin,)} "
+                        "was expected)"
+                    )
             cells["col"] -= c0
             starts = row_rec["del_start"][: r1 - r0] - del_begin
             counts = np.diff(np.append(starts, del_end - del_begin))

@@ -114,3 +114,44 @@ def test_a_sample_draw_reads_an_msa_in_one_round_trip(corpus_store: Path) -> Non
             assert blk.deletions.shape == (128, min(r["length"], 100))
     finally:
         reader.close()
+
+
+def test_a_deletions_array_cut_short_is_one_store_error_on_either_path(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """Review RF1 s26 #2: with the part's deletions array shorter than the index says, a narrow row
+    range (the second round trip) raised an IndexError or returned all-zero deletions; only the
+    folded read checked the length. Both paths now raise one StoreError naming the MSA, the part
+    and the array."""
+    import json
+    import shutil
+
+    from featurecache.errors import StoreError
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    msas = featurecache.open_store(store).msas.to_pylist()
+    # the MSA whose deletion cells end its part's deletions array, the one with the most cells
+    last = {}
+    for m in msas:
+        if m["del_count"] > 0 and m["del_start"] + m["del_count"] >= last.get(m["part"], {"end": -1})["end"]:
+            last[m["part"]] = {**m, "end": m["del_start"] + m["del_count"]}
+    m = max(last.values(), key=lambda x: x["del_count"])
+    assert m["depth"] >= 20 and m["del_count"] >= 20, m  # the premise: a deep MSA with deletions
+    meta_path = store / "parts" / m["part"] / "deletions" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["shape"][0] == m["end"], (meta["shape"], m["end"])
+    meta["shape"][0] = m["del_start"] + m["del_count"] // 2  # the MSA's later half of cells is cut
+    meta_path.write_text(json.dumps(meta))
+
+    reader = MSAReader(store, featurecache.open_store(store).msas)
+    depth, key = int(m["depth"]), m["key"]
+    narrow = np.arange(depth - 10, depth)  # the last rows: their cells are the cut ones
+    assert not msa_mod.read_all_deletions(narrow.size, depth, int(m["del_count"]))
+    wide = np.arange(depth)
+    assert msa_mod.read_all_deletions(wide.size, depth, int(m["del_count"]))
+    for rows in (narrow, wide):
+        with pytest.raises(StoreError) as err:
+            reader.msa(key, rows, np.arange(int(m["length"])))
+        text = str(err.value)
+        assert text.startswith(f"MSA {key}: unreadable (part {m['part']}: array deletions is smaller"), text
