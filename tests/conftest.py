@@ -32,14 +32,18 @@ def _compile_sources() -> None:
     PYTHONDONTWRITEBYTECODE is set (this machine and CI set it) each of them compiled featurecache
     from source again: ~0.9 s of a one-structure build's 4.7 s. Installed libraries are compiled by
     pip. Done by the xdist controller (or a plain session), not by each worker; pyc files are
-    written atomically and only where stale, and .gitignore ignores them."""
+    written atomically and only where stale, and .gitignore ignores them. Hash-checked (review RF1
+    s26 #4): a timestamp pyc of a file edited within the same second at the same size would be
+    run instead of the edit."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     import compileall
+    import py_compile
 
     for sub in ("featurecache", "services", "benchmarks", "tests"):
         if (REPO / sub).is_dir():
-            compileall.compile_dir(REPO / sub, quiet=2, workers=1)
+            compileall.compile_dir(REPO / sub, quiet=2, workers=1,
+                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)  # fmt: skip
 
 
 _compile_sources()
