@@ -351,6 +351,21 @@ def write_removals(
     drop_saved_index(saved)
 
 
+#: how many files of an ``--msa-dir`` whose names show no MSA file the guard of
+#: :func:`_sources_gone` sniffs (the first, by path) before it calls the directory not the inputs
+_SNIFF_AT_MOST = 64
+
+
+def _msa_by_content(path: Path) -> bool:
+    """Whether the MSA stage would read ``path`` as an MSA by its content (gzip-aware first KB)."""
+    from featurecache.parse.hits import sniff_file
+
+    try:
+        return sniff_file(path, n_bytes=4096) not in ("unknown", "empty")
+    except (OSError, ValueError):
+        return False
+
+
 def _sources_gone(
     root: Path, pdb_dir: Path, msa_dir: Path | None
 ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -395,8 +410,9 @@ def _sources_gone(
                 f"{', …' if len(others) > 3 else ''})"
             )  # fmt: skip
             raise UsageError(f"--sources-gone {pdb_dir}: no structure file under it (looked for "
-                             f"{STRUCTURE_FILE_KINDS}, found {held}), but {len(mine)} stored entries were "
-                             "built from it (not mounted? emptied?); nothing removed")  # fmt: skip
+                             f"{STRUCTURE_FILE_KINDS}, found {held}), but {len(mine)} stored "
+                             f"{'entries were' if len(mine) != 1 else 'entry was'} built from it (not mounted? "
+                             "emptied?); nothing removed")  # fmt: skip
         ids = set(inputs.values())
         for e in mine:
             where = pdb_dir / e["source_path"]
@@ -419,13 +435,21 @@ def _sources_gone(
     # as for --sources-gone: an input file, not any file (a README, lost+found/...) must be there
     stored_files = {src.split("#", 1)[0] for m in rows for src in m["sources"]}
     # a name whose last suffix (``.gz`` aside, any case) is an MSA format's: not ``notes.a3m.txt``
-    # (any suffix counted), and ``1PSM_A.A3M`` too (the MSA stage reads names in any case)
-    if not listed & stored_files and not any(
-        PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(MSA_SUFFIXES) for rel in listed
+    # (any suffix counted), and ``1PSM_A.A3M`` too (the MSA stage reads names in any case); or,
+    # as the MSA stage judges a file (content decides: ``parse.hits.sniff_msa_format``), a file
+    # whose first bytes are an MSA's (``bfd.a3m.txt`` regenerated as ``bfd_v2.a3m.txt``, review
+    # RF1 s26 #1), looked at only when no name says so (a README is not one)
+    if (
+        not listed & stored_files
+        and not any(
+            PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(MSA_SUFFIXES) for rel in listed
+        )
+        and not any(_msa_by_content(Path(msa_dir) / rel) for rel in sorted(listed)[:_SNIFF_AT_MOST])
     ):
-        raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_SUFFIXES)}, or gzipped) under it, "
-                         f"but {len(rows)} stored MSAs were built from it (not mounted? emptied?); "
-                         "nothing removed")  # fmt: skip
+        n = len(rows)
+        raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_SUFFIXES)}, or gzipped; or one an "
+                         f"MSA's content shows) under it, but {n} stored MSA{'s were' if n != 1 else ' was'} "
+                         "built from it (not mounted? emptied?); nothing removed")  # fmt: skip
     chains: dict[str, list[str]] = {}
     for c in tables["chains"].select(["entry_id", "auth_id", "label_id", "sequence_hash"]).to_pylist():
         chains.setdefault(c["sequence_hash"], []).append(f"{c['entry_id']}/{c['auth_id'] or c['label_id']}")

@@ -146,12 +146,14 @@ def _msa_keys(store: Path) -> list[str]:
 def test_an_msa_dir_holding_only_a_name_with_an_msa_suffix_inside_is_refused(
     built: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    """``notes.a3m.txt`` is not an MSA file (``.txt``): the --msa-dir guard refuses, nothing removed."""
+    """``notes.a3m.txt`` is not an MSA file (``.txt``, and its text is not an MSA's): the --msa-dir
+    guard refuses, nothing removed. (A file whose content is an MSA's counts whatever its name, as
+    the MSA stage reads it: :func:`test_an_msa_file_known_by_its_content_counts_as_one`.)"""
     store, pdb, msa = built
     keys = _msa_keys(store)
     _empty(msa, tmp_path / "msa-away")
     (msa / "notes.a3m.txt").write_text("the MSAs live on the cluster volume\n")
-    (msa / "hits.sto.bak").write_text("# STOCKHOLM 1.0\n//\n")
+    (msa / "hits.sto.bak").write_text("backup of the hit lists, moved to the cluster volume\n")
     before = _snapshot(store)
     for dry in ([], ["--dry-run"]):
         r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
@@ -195,3 +197,38 @@ def test_prune_prints_the_summary_lines_the_readme_describes(
     assert "`prune`'s summary lines (the parts; with `--sources-gone`, first the entries, and with " \
         "`--msa-dir` the MSAs)" in readme  # fmt: skip
     assert "`prune`'s and `report`'s one line" not in readme
+
+
+def test_an_msa_file_known_by_its_content_counts_as_one(
+    built: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Review RF1 s26 #1: the MSA stage reads a file by its content (``bfd.a3m.txt`` is an a3m), so
+    a store can be built from one; regenerated as ``bfd_v2.a3m.txt`` (no MSA suffix, not a stored
+    file), the guard refused the prune saying there was no MSA file. It now looks at the content as
+    the MSA stage does: the prune runs and removes the MSAs whose files are gone."""
+    store, pdb, msa = built
+    _empty(msa, tmp_path / "msa-away")
+    (msa / "1psm_A").mkdir()
+    shutil.copy(tmp_path / "msa-away" / "1psm_A" / "bfd_uniclust_hits.a3m", msa / "1psm_A" / "bfd_v2.a3m.txt")
+    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"would remove 2 MSAs whose files are gone from {msa}" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_refusals_count_one_stored_entry_or_msa_in_the_singular(tmp_path: Path) -> None:
+    """Review RF1 s26 #3: '1 stored entries were' / '1 stored MSAs were'."""
+    pdb, msa = tmp_path / "pdb", tmp_path / "msa"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    (msa / "1psm_A").mkdir(parents=True)
+    shutil.copy(OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m", msa / "1psm_A")
+    store = tmp_path / "s"
+    assert build_store(store, pdb, workers=1, msa_dir=msa).n_failed == 0
+    _empty(msa, tmp_path / "msa-away")
+    (msa / "README.txt").write_text("on the cluster volume\n")
+    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, "--dry-run")
+    assert r.returncode == 2 and "but 1 stored MSA was built from it" in r.stderr, r.stderr
+    _empty(pdb, tmp_path / "pdb-away")
+    (pdb / "README.txt").write_text("on the cluster volume\n")
+    r = _cli("prune", store, "--sources-gone", pdb, "--dry-run")
+    assert r.returncode == 2 and "but 1 stored entry was built from it" in r.stderr, r.stderr
