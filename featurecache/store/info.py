@@ -257,10 +257,11 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
 SHOWN_FAILURES = 100
 
 
-def index_lag(store: LocalStore) -> list[str]:
+def index_lag(store: LocalStore, held_doc: dict[str, Any] | None = None) -> list[str]:
     """What the store's index does not yet say, one line each (empty: it is up to date with the
     parts as of its last rebuild's record): its first build has not finished, and the entries of
-    structure parts committed after the index was last rebuilt.
+    structure parts committed after the index was last rebuilt. ``held_doc``: the store's
+    :func:`held_parts` when the caller has it already (the info document's), read when None.
 
     Cheap on a big store: the parts the index covers are those its rebuild recorded
     (``index/.part-rows/manifest.json``); only the parts it does not list are looked at, each by its
@@ -286,7 +287,7 @@ def index_lag(store: LocalStore) -> list[str]:
         named = set(pc.unique(store.entries.column("part")).to_pylist()) if store.entries.num_rows else set()
         last = max(named, default="")
         covered = {name for name in structure if name <= last or name in named}
-    shown = held_parts(store)
+    shown = held_parts(store) if held_doc is None else held_doc
     held = set(shown["parts"])
     if held:
         n_held = shown["entries"]
@@ -341,7 +342,7 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
 
     store = open_store(path)
     info = store.info()
-    lag = index_lag(store) + version_notes(info[VERSIONS_KEY], str(store.path))
+    lag = index_lag(store, info["held_parts"]) + version_notes(info[VERSIONS_KEY], str(store.path))
     lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
     rows = store.failures.to_pylist()
     if as_json:
