@@ -551,6 +551,16 @@ def read_all_deletions(span: int, depth: int, cells: int) -> bool:
     return cells * (depth - span) <= READ_ALL_DELETIONS_EXTRA * depth
 
 
+def _read_short(
+    key: str, part: str, array: str, depth: int, length: int, got: tuple[int, ...], want: tuple[int, ...]
+) -> StoreError:
+    """The error of a read that zarr clipped: ``array`` of ``part`` is shorter than the index says."""
+    return StoreError(
+        f"MSA {key}: unreadable (part {part}: array {array} is smaller than the index's "
+        f"{depth} x {length} MSA needs: read {got} where {want} was expected)"
+    )
+
+
 class MSAReader:
     """Random access to the MSAs of a store: ``msa(key, rows, cols)`` reads only that block.
 
@@ -637,10 +647,7 @@ class MSAReader:
             *((("deletions", all_cells.shape, (all_count,)),) if all_cells is not None else ()),
         ):  # fmt: skip
             if got != want:
-                raise StoreError(
-                    f"MSA {key}: unreadable (part {part}: array {array} is smaller than the index's "
-                    f"{depth} x {length} MSA needs: read {got} where {want} was expected)"
-                )
+                raise _read_short(key, part, array, depth, length, got, want)
         del_end = (
             int(row_rec["del_start"][r1 - r0])
             if r1 < depth
@@ -658,10 +665,8 @@ class MSAReader:
                 except StoreError as exc:
                     raise StoreError(f"MSA {key}: unreadable ({exc})") from exc
                 if cells.shape != (del_end - del_begin,):  # a deletions array cut short reads short
-                    raise StoreError(
-                        f"MSA {key}: unreadable (part {part}: array deletions is smaller than the index's "
-                        f"{depth} x {length} MSA needs: read {cells.shape} where {(del_end - del_begin,)} "
-                        "was expected)"
+                    raise _read_short(
+                        key, part, "deletions", depth, length, cells.shape, (del_end - del_begin,)
                     )
             cells["col"] -= c0
             starts = row_rec["del_start"][: r1 - r0] - del_begin
