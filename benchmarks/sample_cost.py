@@ -36,7 +36,6 @@ import contextlib
 import importlib.util
 import io
 import logging
-import os
 import statistics
 import subprocess
 import sys
@@ -104,37 +103,12 @@ class Baseline:
             self._assemble.msa_features, self._msa.MSAReader.msa = self._new  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def _server(store: Path, package: Path | None) -> Iterator[str]:
+def _server(store: Path, package: Path | None) -> contextlib.AbstractContextManager[str]:
     """``featurecache serve STORE`` on 127.0.0.1 run by ``package`` (a source tree; None: this one)."""
-    from services.lookup.server import free_port, wait_ready
+    from services.lookup.server import background_server
 
-    port = free_port()
     cwd = package or REPO
-    env = {**os.environ, "PYTHONPATH": str(cwd)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "featurecache.cli",
-        "serve",
-        str(store),
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, timeout=60)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return background_server(store, env={"PYTHONPATH": str(cwd)}, cwd=cwd)
 
 
 def _draw(ds: FeatureDataset, p: int, around: Callable[[], Any] | None) -> tuple[float, float, str]:

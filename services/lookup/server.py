@@ -324,9 +324,11 @@ def background_server(
     token: str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
+    cwd: Path | str | None = None,
 ) -> Iterator[str]:
     """``featurecache serve STORE`` in a child process on 127.0.0.1 and a free port; yields its URL
-    once ``/v1/ready`` answers, stops it (SIGTERM, then SIGKILL) on exit."""
+    once ``/v1/ready`` answers, stops it (SIGTERM, then SIGKILL) on exit. ``cwd``: the directory
+    it runs in (``python -m`` imports featurecache from there first: another source tree's)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -342,7 +344,9 @@ def background_server(
     if token is not None:
         cmd += ["--token", token]
     child_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, env=child_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         try:
