@@ -112,8 +112,8 @@ DELETION_MAX = np.iinfo(np.int16).max
 ENCODE_CHUNK_ROWS = 4096
 
 #: Database labels whose alignments serve species pairing only (AF3's UniProt search, Protenix's
-#: ``pairing.a3m``): their rows are stored, but they are not part of the main MSA that ``profile``
-#: and ``deletion_mean`` describe.
+#: ``pairing.a3m``, ColabFold's ``pair.a3m``): their rows are stored, but they are not part of the
+#: main MSA that ``profile`` and ``deletion_mean`` describe.
 PAIRING_SOURCES: frozenset[str] = frozenset({"uniprot", "pairing"})
 
 #: Merge order of the files found for one sequence, by the database their name points to (AF2's
@@ -138,7 +138,9 @@ _SOURCE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("env", re.compile(r"env|metaeuk|colabfold_envdb")),
     ("uniprot", re.compile(r"uniprot")),
     ("non_pairing", re.compile(r"non_?pair|unpaired")),
-    ("pairing", re.compile(r"pairing|paired")),
+    # Protenix's pairing.a3m; ColabFold's pair.a3m (its paired search, ``<job>_pair*/pair.a3m``):
+    # ``pair`` as a word of the name, not inside one (``repair``); unpaired / non_pair* are above
+    ("pairing", re.compile(r"pairing|paired|(?<![a-z])pair(?![a-z])")),
 )
 
 
