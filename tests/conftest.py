@@ -24,6 +24,10 @@ if "TRITON_INTERPRET" not in os.environ:
             os.environ["TRITON_INTERPRET"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
+# The suite runs ~100 builds on embedded clusters (CLI runs inherit this): without a dashboard each
+# scheduler skips bokeh's import and HTTP server (featurecache build --no-dashboard, README "Build").
+# tests/build/test_dashboard_option.py turns it on where it checks it.
+os.environ.setdefault("FEATURECACHE_DASHBOARD", "0")
 
 
 def _compile_sources() -> None:

@@ -137,7 +137,14 @@ def ccd_fingerprint(path: Path | None) -> str:
 _fingerprint = ccd_fingerprint  # its earlier name
 
 
-def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+def has_dashboard() -> bool:
+    """Whether Dask's dashboard can be served here: its pages need bokeh (an optional dependency)."""
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = True) -> tuple[Any, Any]:
     from distributed import Client, LocalCluster
 
     # distributed configures its own loggers at import; keep the build output to our progress + summary
@@ -162,12 +169,6 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         except OSError as exc:
             raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
     n = workers or os.cpu_count() or 1
-    try:
-        import bokeh  # noqa: F401
-
-        dashboard: str | None = "127.0.0.1:0"
-    except ImportError:
-        dashboard = None
     from featurecache.build.worker_plugin import IgnoreInterrupt
     from featurecache.signals import sigint_blocked
 
@@ -178,8 +179,11 @@ def _make_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         # each; here it is delivered when the block ends (the cluster is then closed below)
         with sigint_blocked():
             cluster = LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=dashboard,
-                silence_logs=logging.WARNING, memory_limit="auto",
+                n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.WARNING,
+                memory_limit="auto",
+                # the scheduler's HTTP server (health, metrics; the dashboard's pages when it is on) on
+                # a free local port: without an address it takes :8787, whoever else uses that port
+                dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard and has_dashboard()},
             )  # fmt: skip
         client = Client(cluster)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
@@ -450,6 +454,7 @@ def run_build(
     part_size: int = 16,
     config: BuildConfig | None = None,
     progress: bool = True,
+    dashboard: bool = True,
 ) -> BuildSummary:
     """Build (or extend) the store ``out``; see the module doc. A Ctrl-C raises KeyboardInterrupt
     (a SIGTERM its subclass :class:`BuildTerminated`) once the cluster is closed and the index
@@ -463,6 +468,7 @@ def run_build(
         return _run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
             part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
+            dashboard=dashboard,
         )  # fmt: skip
 
 
@@ -486,6 +492,7 @@ def _run_build(
     config: BuildConfig | None,
     progress: bool,
     on_interrupt: list[Callable[[], None]],
+    dashboard: bool = True,
 ) -> BuildSummary:
     config = config or BuildConfig()
     t_start = time.perf_counter()
@@ -506,7 +513,7 @@ def _run_build(
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
     featurecache.source_digest(refresh=True)
     BuildLock.check_free(out)  # refused by another command's lock: before a cluster starts
-    client, cluster = _make_client(workers, scheduler)
+    client, cluster = _make_client(workers, scheduler, dashboard)
     if cluster is not None:  # an external cluster's workers are not ours to silence
         on_interrupt.append(lambda: _quiet_workers_soon(client))
     try:
@@ -554,8 +561,10 @@ def _run_build(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
             )
             summary.workers = len(client.scheduler_info().get("workers", {}))
+            # the embedded cluster's own dashboard only (its HTTP server runs without one, and an
+            # external cluster's link is its operator's business)
             summary.dashboard = (
-                client.dashboard_link if cluster is not None and cluster.dashboard_link else None
+                client.dashboard_link if cluster is not None and dashboard and has_dashboard() else None
             )
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
