@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -170,17 +170,44 @@ def interrupt_inputs(dest: Path) -> Path:
     return dest
 
 
+def session_store(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """The session store ``name``, built by ``build(out)`` once per test run: under pytest-xdist the
+    first worker to ask builds it into a directory every worker of the run shares (the run's
+    basetemp), under an exclusive lock, and the others wait for it and read it (each built its own
+    before: the corpus twice, ~12 s of a 2-core run). Session stores are read-only by convention:
+    a test that changes a store copies it first. A build that raises leaves no mark, so the next
+    worker to ask builds it again (and fails the same way, in its own tests)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        out = factory.mktemp("stores") / name
+        build(out)
+        return out
+    import fcntl
+    import shutil
+
+    root = factory.getbasetemp().parent / "session-stores"  # the run's, shared by its workers
+    root.mkdir(exist_ok=True)
+    out, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            if out.exists():  # a failed attempt's remains
+                shutil.rmtree(out)
+            build(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def corpus_store(tmp_path_factory: pytest.TempPathFactory, structures_dir: Path, ccd_dir: Path) -> Path:
-    """The whole real structure corpus with its MSAs and the CCD, built once per test session."""
-    out = tmp_path_factory.mktemp("stores") / "corpus"
-    build_store(out, structures_dir, msa_dir=MSAS, ccd=ccd_dir)
-    return out
+    """The whole real structure corpus with its MSAs and the CCD, built once per test run."""
+    return session_store(tmp_path_factory, "corpus",
+                         lambda out: build_store(out, structures_dir, msa_dir=MSAS, ccd=ccd_dir))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
 def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The small sample committed in the repo (samples/), with its MSAs and CCD files."""
-    out = tmp_path_factory.mktemp("stores") / "sample"
-    build_store(out, SAMPLES / "structures", msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
-    return out
+    return session_store(
+        tmp_path_factory, "sample",
+        lambda out: build_store(out, SAMPLES / "structures", msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd"),
+    )  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from featurecache.client.sampler import SampleKey
-from tests.conftest import CCD, MSAS, STRUCTURES, build_store
+from tests.conftest import CCD, MSAS, STRUCTURES, build_store, session_store
 
 
 class FailAt:
@@ -45,19 +45,22 @@ def _real_store(
     msa_rels: tuple[str, ...] = (),
 ) -> Path:
     """A real store (real build: Dask LocalCluster, the CCD, the MSAs ``msa_rels`` of the real msas
-    dir) of the real structure ``files``; every file must build."""
-    root = tmp_path_factory.mktemp(name)
-    inputs = root / "structures"
-    inputs.mkdir()
-    for f in files:
-        shutil.copy(STRUCTURES / f, inputs / f)
-    msas = root / "msas" if msa_rels else None
-    for rel in msa_rels:
-        shutil.copytree(MSAS / rel, root / "msas" / rel)
-    out = root / "store"
-    summary = build_store(out, inputs, workers=1, msa_dir=msas, ccd=CCD, part_size=4)
-    assert summary.n_built == len(files), summary.failures
-    return out
+    dir) of the real structure ``files``; every file must build. Built once per test run
+    (tests/conftest.py ``session_store``)."""
+
+    def build(out: Path) -> None:
+        root = tmp_path_factory.mktemp(name)
+        inputs = root / "structures"
+        inputs.mkdir()
+        for f in files:
+            shutil.copy(STRUCTURES / f, inputs / f)
+        msas = root / "msas" if msa_rels else None
+        for rel in msa_rels:
+            shutil.copytree(MSAS / rel, root / "msas" / rel)
+        summary = build_store(out, inputs, workers=1, msa_dir=msas, ccd=CCD, part_size=4)
+        assert summary.n_built == len(files), summary.failures
+
+    return session_store(tmp_path_factory, name, build)
 
 
 @pytest.fixture(scope="session")
