@@ -352,18 +352,39 @@ def write_removals(
 
 
 #: how many files of an ``--msa-dir`` whose names show no MSA file the guard of
-#: :func:`_sources_gone` sniffs (the first, by path) before it calls the directory not the inputs
+#: :func:`_sources_gone` reads (FASTA-named ones first, then the others, by path) before it calls
+#: the directory not the inputs
 _SNIFF_AT_MOST = 64
+#: names of an MSA format (last suffix, ``.gz`` aside, any case) that count as an MSA file by name
+#: alone; the MSA stage's other suffixes (``.fasta``, ``.fa``, ``.aln``) name sequence files as
+#: often as alignments (a ``queries.fasta`` beside the MSAs), so such a file counts by its content
+_MSA_ONLY_SUFFIXES = (".a3m", ".sto", ".stockholm", ".hhr", ".m8")
 
 
-def _msa_by_content(path: Path) -> bool:
-    """Whether the MSA stage would read ``path`` as an MSA by its content (gzip-aware first KB)."""
+def _msa_by_content(msa_dir: Path, rel: str, wanted: set[str]) -> str:
+    """The empty string when the MSA stage would use the file ``rel`` of ``msa_dir``: its scan
+    (``build.msa_stage._scan_one``, the build's own) reads template hits from it, or an alignment
+    whose query is the sequence of a chain of the store (``wanted``: their sequence hashes; the
+    build joins an alignment to the chains of its query). Else why not, for the guard's refusal: a
+    FASTA file of unaligned sequences of different lengths (a ``queries.fasta``) fails the scan as
+    the build's does; a single sequence is an alignment of one row, an MSA for the chain of that
+    sequence (the build stores it so), and counts when some chain of the store has it."""
+    from featurecache.build.msa_stage import _scan_one  # build imports store
     from featurecache.parse.hits import sniff_file
 
-    try:
-        return sniff_file(path, n_bytes=4096) not in ("unknown", "empty")
-    except (OSError, ValueError):
-        return False
+    try:  # its first KB first: a file that is no MSA format's (a tarball) is not read whole
+        if sniff_file(Path(msa_dir) / rel) in ("unknown", "empty"):
+            return "no MSA format"
+        scan = _scan_one(Path(msa_dir), rel, wanted)
+    except (OSError, ValueError) as exc:
+        return f"cannot read: {exc}"
+    if scan.error_class:
+        return f"not an alignment: {scan.message[:200]}"
+    if scan.n_template_hits or any(a.matches for a in scan.alignments):
+        return ""
+    if scan.alignments:
+        return "no alignment of a stored chain's sequence"
+    return "no alignment"
 
 
 def _sources_gone(
@@ -437,19 +458,33 @@ def _sources_gone(
     # a name whose last suffix (``.gz`` aside, any case) is an MSA format's: not ``notes.a3m.txt``
     # (any suffix counted), and ``1PSM_A.A3M`` too (the MSA stage reads names in any case); or,
     # as the MSA stage judges a file (content decides: ``parse.hits.sniff_msa_format``), a file
-    # whose first bytes are an MSA's (``bfd.a3m.txt`` regenerated as ``bfd_v2.a3m.txt``, review
-    # RF1 s26 #1), looked at only when no name says so (a README is not one)
-    if (
-        not listed & stored_files
-        and not any(
-            PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(MSA_SUFFIXES) for rel in listed
-        )
-        and not any(_msa_by_content(Path(msa_dir) / rel) for rel in sorted(listed)[:_SNIFF_AT_MOST])
+    # whose content it would use (``bfd.a3m.txt`` regenerated as ``bfd_v2.a3m.txt``, review
+    # RF1 s26 #1), looked at only when no name says so (a README is not one); a ``.fasta`` name
+    # alone does not say so (a stray ``queries.fasta`` disarmed the guard: review s27 E2 #1)
+    if not listed & stored_files and not any(
+        PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(_MSA_ONLY_SUFFIXES) for rel in listed
     ):
-        n = len(rows)
-        raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_SUFFIXES)}, or gzipped; or one an "
-                         f"MSA's content shows) under it, but {n} stored MSA{'s were' if n != 1 else ' was'} "
-                         "built from it (not mounted? emptied?); nothing removed")  # fmt: skip
+        wanted = {str(h) for h in tables["chains"].column("sequence_hash").to_pylist()}
+        fasta_named = tuple(sfx for sfx in MSA_SUFFIXES if sfx not in _MSA_ONLY_SUFFIXES)
+
+        def fasta(rel: str) -> bool:
+            return PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(fasta_named)
+
+        looked = sorted(listed, key=lambda rel: (not fasta(rel), rel))[:_SNIFF_AT_MOST]
+        why_not: dict[str, str] = {}
+        for rel in looked:
+            why_not[rel] = _msa_by_content(Path(msa_dir), rel, wanted)
+            if not why_not[rel]:
+                break
+        else:
+            n = len(rows)
+            named = [f"{rel}: {why}" for rel, why in why_not.items() if fasta(rel)]
+            found = f"; found {'; '.join(named[:3])}{'; …' if len(named) > 3 else ''}" if named else ""
+            raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(_MSA_ONLY_SUFFIXES)}, or gzipped; or "
+                             f"one whose content the MSA stage reads as an alignment of a stored chain's "
+                             f"sequence or as template hits{found}) under it, but {n} stored "
+                             f"MSA{'s were' if n != 1 else ' was'} built from it (not mounted? emptied?); "
+                             "nothing removed")  # fmt: skip
     chains: dict[str, list[str]] = {}
     for c in tables["chains"].select(["entry_id", "auth_id", "label_id", "sequence_hash"]).to_pylist():
         chains.setdefault(c["sequence_hash"], []).append(f"{c['entry_id']}/{c['auth_id'] or c['label_id']}")
