@@ -226,7 +226,7 @@ def _lock_unless_listing(root: Path, dry_run: bool) -> Iterator[None]:
     """The build lock, for a prune that changes the store. A dry run only reads: it takes no lock
     (a read-only store can be listed), and says when a build holds the store meanwhile."""
     if not dry_run:
-        with BuildLock(root):
+        with BuildLock(root, "prune"):
             yield
         return
     holder = lock_holder(root)

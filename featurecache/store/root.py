@@ -141,13 +141,18 @@ LOCK_RETRY_S = 1.0
 
 class BuildLock:
     """An exclusive advisory lock: one build per store at a time (two writers of a part lose data).
-    The holder writes a record into the lock file once the lock is its own: its pid, its host and
-    its command line (``pid\nhost\ncommand``), which :func:`lock_holder` reads for the message of
-    a refused command; a holder in another host or container is named by its own record, not by
-    whatever process has that pid here."""
+    The holder writes a record into the lock file once the lock is its own: its pid, its host, its
+    command line and what it is doing (``pid\nhost\ncommand\nwhat``: ``what``, one of
+    :data:`LOCK_PURPOSES`, "build" unless the caller says), which :func:`lock_holder` reads for
+    the message of a refused command; a holder in another host or container is named by its own
+    record, not by whatever process has that pid here. ``what`` names a holder whose command line
+    does not say (a program that calls the library's prune names it "prune", not "build")."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, what: str = "build") -> None:
+        if what not in LOCK_PURPOSES:
+            raise ValueError(f"BuildLock what={what!r}: one of {', '.join(LOCK_PURPOSES)}")
         self.path = Path(root) / LOCK_FILE
+        self.what = what
         self._f: IO[str] | None = None
 
     def __enter__(self) -> BuildLock:
@@ -176,7 +181,7 @@ class BuildLock:
         # (written to the descriptor, unbuffered: nothing is left to fail again at close)
         with contextlib.suppress(OSError):
             os.ftruncate(self._f.fileno(), 0)
-            record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n"
+            record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n{self.what}\n"
             os.pwrite(self._f.fileno(), record.encode(), 0)
         return self
 
@@ -225,7 +230,7 @@ def _command_line(pid: int | str) -> str:
     return " ".join(" ".join(argv).split())[:200]  # one line (a `python -c` program holds newlines)
 
 
-def lock_holder(root: Path) -> str | None:
+def lock_holder(root: Path) -> LockHolder | None:
     """Who holds ``root``'s :class:`BuildLock` ("pid 123: featurecache build --pdb-dir ...", or
     "pid 123 on host H: ..." for a holder on another host or in a container), or None when no
     process does. Reads only (a read-only store works); the lock is tested with a shared lock taken
@@ -241,7 +246,7 @@ def lock_holder(root: Path) -> str | None:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             record = f.read()
-            # a holder that has just taken the lock writes its record next
+            # a holder that has just taken the lock writes its record next (in one write)
             for _ in range(10):
                 if record.endswith("\n") or record.strip().isdigit():
                     break
@@ -251,30 +256,49 @@ def lock_holder(root: Path) -> str | None:
         else:
             fcntl.flock(f, fcntl.LOCK_UN)
             return None
-    pid, host, cmd = [*record.split("\n"), "", "", ""][:3]
+    pid, host, cmd, what = [*record.split("\n"), "", "", "", ""][:4]
     pid = pid.strip()
     if not pid.isdigit():
-        return "a featurecache command that has not recorded its pid yet"
+        return LockHolder("a featurecache command that has not recorded its pid yet")
     if not host:  # a record of pid alone (an older featurecache): its command from /proc here
         cmd = _command_line(pid)
     where = f" on {host}" if host and host != _host() else ""
-    return f"pid {pid}{where}: {cmd}" if cmd else f"pid {pid}{where}"
+    return LockHolder(f"pid {pid}{where}: {cmd}" if cmd else f"pid {pid}{where}", what.strip())
 
 
-#: :func:`holder_command`'s word for each featurecache command that takes the :class:`BuildLock`
+#: what a :class:`BuildLock`'s holder can be doing (its record's last line)
+LOCK_PURPOSES = ("build", "prune", "verify --repair")
+#: :func:`holder_command`'s word for each featurecache command that takes the :class:`BuildLock`,
+#: for a record without its purpose (written by an older featurecache)
 _LOCKING_COMMANDS = {"build": "build", "prune": "prune", "verify": "verify --repair"}
+
+
+class LockHolder(str):
+    """:func:`lock_holder`'s words ("pid 123: featurecache prune /s"), with ``what`` the holder
+    recorded it is doing (:data:`LOCK_PURPOSES`; "" in a record of an older featurecache)."""
+
+    what: str
+
+    def __new__(cls, words: str, what: str = "") -> LockHolder:
+        self = super().__new__(cls, words)
+        self.what = what
+        return self
 
 
 def holder_command(holder: str) -> str:
     """What the :class:`BuildLock`'s holder (:func:`lock_holder`'s words: "pid 123: featurecache
-    prune /s") is doing, for a message that says so: "build", "prune" or "verify --repair", from
-    its command line; "build" when the command is not one of those (a program that calls the
-    library's build, prune or repair: the words in parentheses beside it name the command)."""
+    prune /s") is doing, for a message that says so: "build", "prune" or "verify --repair", as its
+    record says (:class:`LockHolder`), or for a record without that (an older featurecache) from
+    its command line; "process" when neither tells (a program that called the library, a holder
+    that has ended or not recorded itself yet: the words in parentheses beside it name it)."""
+    what = getattr(holder, "what", "")
+    if what in LOCK_PURPOSES:
+        return what
     _pid, _, cmd = holder.partition(": ")
     words = cmd.split()
     if len(words) > 1 and words[0] == "featurecache":
-        return _LOCKING_COMMANDS.get(words[1], "build")
-    return "build"
+        return _LOCKING_COMMANDS.get(words[1], "process")
+    return "process"
 
 
 def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:

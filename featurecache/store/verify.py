@@ -545,7 +545,7 @@ def repair_store(
     from featurecache.store.root import BuildLock
 
     root = Path(path)
-    with BuildLock(root):
+    with BuildLock(root, "verify --repair"):
         report = verify_report(root, progress, workers)
         result = RepairResult(report)
         for d in report.damaged:
