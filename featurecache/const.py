@@ -100,7 +100,10 @@ STORE_FORMAT_VERSION = 1
 #: Bumped when array names/dtypes change (readers check it).
 SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
-FEATURIZER_VERSION = "0.6.0"
+#: "0.7.0": tokens carry their centre atom's coordinates (``types.Token.centre_coords``), which the
+#: client's crop reads instead of every atom record; parts of older versions lack the field and
+#: are read as before (``store.root.record_dtype``).
+FEATURIZER_VERSION = "0.7.0"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a

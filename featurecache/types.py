@@ -48,6 +48,10 @@ Token = np.dtype(
         ("centre_atom", np.int32),  # entry-local atom index of Cα / C1′ / the atom
         ("atom_start", np.int32),
         ("atom_count", np.int32),
+        # the centre atom's coords (Å; 0 where it is not present), so that a crop needs no atom
+        # record (client/job.py); last, so a part written before it (featurizer < 0.7.0) holds
+        # each record's other fields at the same offsets (store/root.py:record_dtype)
+        ("centre_coords", np.float32, (3,)),
     ]
 )
 

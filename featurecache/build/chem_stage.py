@@ -57,6 +57,7 @@ from featurecache.store.components import (
 )
 from featurecache.store.index import complete_parts, read_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, PART_INDEX_DIR, STRUCTURE_PART_PREFIX, part_name
+from featurecache.store.root import record_dtype
 from featurecache.types import Atom, Token
 
 if TYPE_CHECKING:
@@ -161,8 +162,13 @@ def _read_records(part: Path, group: str, dtype: np.dtype) -> np.ndarray:
     import zarr
 
     try:
-        raw = zarr.open_array(str(part / group), mode="r")[...]
-        return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+        arr = zarr.open_array(str(part / group), mode="r")
+        # a part of an older featurizer may lack fields added since (store.root.record_dtype)
+        width = int(arr.shape[1]) if len(arr.shape) == 2 else -1
+        dtype = record_dtype(
+            arr.attrs.get("record_dtype"), width, dtype, f"structure part {part.name}: {group}"
+        )
+        return np.ascontiguousarray(arr[...]).view(dtype).reshape(-1)
     except Exception as exc:  # zarr/numcodecs raise OSError, ValueError, KeyError, RuntimeError, ...
         raise StoreError(
             f"structure part {part.name}: its array {group} ({part / group}) is missing or unreadable: "

@@ -261,6 +261,51 @@ def whole_residue_atoms(uid: np.ndarray, aidx: np.ndarray) -> np.ndarray | None:
     return None if whole.size == aidx.size else whole
 
 
+def crop_atom_ranges(tokens: Mapping[str, np.ndarray], keep: np.ndarray) -> np.ndarray:
+    """The entry-local atom rows :func:`assemble_sample` reads of an entry cropped to ``keep``
+    (sorted int64 kept tokens), as ``[start, stop)`` ranges int64 ``[R, 2]``, one per kept token
+    or residue: the kept tokens' atoms (their centre and representative atoms are among them), and
+    every atom of each per-atom residue the crop kept some tokens of (:func:`whole_residue_atoms`).
+
+    From the token records alone: a per-atom residue is a run of non-standard tokens of one chain,
+    residue number and residue name whose atoms follow one another (``tokenize.af3`` lays each
+    residue's atoms out together); two residues that share all three are taken together (more
+    rows, never fewer); :func:`residues_within` checks the rule on the rows read."""
+    keep = np.asarray(keep, dtype=np.int64)
+    if not keep.size:
+        return np.zeros((0, 2), dtype=np.int64)
+    std = np.asarray(tokens["is_standard"], dtype=bool)
+    asym = np.asarray(tokens["asym_id"])
+    resi = np.asarray(tokens["residue_index"])
+    name = np.asarray(tokens["res_name"]).reshape(std.size, -1)
+    same = ~std[1:] & ~std[:-1] & (asym[1:] == asym[:-1]) & (resi[1:] == resi[:-1])
+    same &= np.all(name[1:] == name[:-1], axis=1)
+    run = np.concatenate([[0], np.cumsum(~same)])  # ascending run id of each token
+    runs = np.unique(run[keep])
+    lo = np.searchsorted(run, runs, "left")
+    hi = np.searchsorted(run, runs, "right") - 1
+    start = np.asarray(tokens["atom_start"], dtype=np.int64)
+    count = np.asarray(tokens["atom_count"], dtype=np.int64)
+    return np.stack([start[lo], start[hi] + count[hi]], axis=1)
+
+
+def residues_within(uid: np.ndarray, rows: np.ndarray, ranges: np.ndarray, n_atoms: int) -> bool:
+    """Whether the atom ``ranges`` (entry-local ``[start, stop)``, :func:`crop_atom_ranges`) hold
+    whole residues: no range starts or stops inside a residue (``ref_space_uid``), judged from the
+    atoms ``rows`` read (sorted entry-local row numbers; ``uid`` their ``ref_space_uid``), which
+    must hold the row before and the row after each range (where the entry has one). False means
+    the ranges' rule (:func:`crop_atom_ranges`) missed atoms of a residue the crop cut."""
+    uid = np.asarray(uid)
+    a, b = ranges[:, 0], ranges[:, 1]
+    inner = a > 0
+    at = np.searchsorted(rows, a[inner])
+    if np.any(uid[at] == uid[at - 1]):
+        return False
+    inner = b < n_atoms
+    at = np.searchsorted(rows, b[inner])
+    return not np.any(uid[at] == uid[at - 1])
+
+
 def token_bond_pairs(bonds: Mapping[str, np.ndarray], keep: np.ndarray, n_tokens: int) -> np.ndarray:
     """Crop-local (i < j) token pairs joined by a bond whose both tokens were kept, int32 [K, 2]."""
     if not len(bonds.get("token_i", ())):

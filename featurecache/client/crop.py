@@ -132,17 +132,24 @@ class CropInput:
     def from_arrays(
         cls,
         tokens: dict[str, np.ndarray],
-        atoms: dict[str, np.ndarray],
+        atoms: dict[str, np.ndarray] | None,
         bonds: dict[str, np.ndarray] | None = None,
         interfaces: dict[str, np.ndarray] | None = None,
     ) -> CropInput:
         """Build from an entry's column dicts (``types.Entry.tokens`` / ``.atoms`` / …).
 
-        Needs tokens ``asym_id, residue_index, mol_type, is_standard, is_resolved, centre_atom,
-        atom_count`` and atoms ``coords``; bonds ``token_i, token_j`` and interfaces
-        ``chain_i, chain_j`` are optional.
+        Needs tokens ``asym_id, residue_index, mol_type, is_standard, is_resolved, atom_count``
+        and the centre atoms' coordinates: tokens ``centre_coords`` (stores of featurizer 0.7.0
+        on), else tokens ``centre_atom`` and atoms ``coords`` (``atoms`` may be None when the
+        tokens have ``centre_coords``: a crop then needs no atom); bonds ``token_i, token_j`` and
+        interfaces ``chain_i, chain_j`` are optional.
         """
-        centre = np.asarray(atoms["coords"])[np.asarray(tokens["centre_atom"], dtype=np.int64)]
+        if "centre_coords" in tokens:
+            centre = np.asarray(tokens["centre_coords"]).reshape(-1, 3)
+        elif atoms is None:
+            raise ValueError("CropInput.from_arrays: tokens without centre_coords need the atoms' coords")
+        else:
+            centre = np.asarray(atoms["coords"])[np.asarray(tokens["centre_atom"], dtype=np.int64)]
         if interfaces is not None and len(interfaces.get("chain_i", ())):
             pairs = np.stack([np.asarray(interfaces["chain_i"]), np.asarray(interfaces["chain_j"])], axis=1)
         else:

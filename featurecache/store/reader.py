@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.const import STORE_FORMAT_VERSION
-from featurecache.errors import NotFound, StoreError, StoreVersionError
+from featurecache.errors import InvalidRequest, NotFound, StoreError, StoreVersionError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import (
     complete_parts,
@@ -23,7 +23,14 @@ from featurecache.store.index import (
     read_table,
     unpublished_parts,
 )
-from featurecache.store.layout import COMPONENT_PART_PREFIX, ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES
+from featurecache.store.layout import (
+    CHUNK_ROWS,
+    COMPONENT_PART_PREFIX,
+    ENTRY_GROUPS,
+    GROUP_OFFSETS,
+    INDEX_DIR,
+    TABLES,
+)
 from featurecache.store.root import PartArrays, decode_records, group_attributes
 from featurecache.types import Entry, MSABlock
 
@@ -308,13 +315,77 @@ class LocalStore(FeatureReader):
             wanted.append(group)
         try:
             raw = self._part_arrays.read_many(*reads) if reads else []
+            dtypes = [self._part_arrays.record_dtype(part, g, ENTRY_GROUPS[g]) for g in wanted]
         except StoreError as exc:
             raise StoreError(f"entry {entry_id}: unreadable ({exc})") from exc
-        for group, got in zip(wanted, raw, strict=True):
-            out[group] = decode_records(got, ENTRY_GROUPS[group])
+        for group, got, dtype in zip(wanted, raw, dtypes, strict=True):
+            out[group] = decode_records(got, dtype)
         return out
 
+    def stored_fields(self, entry_id: str, group: str) -> tuple[str, ...]:
+        """The fields of ``group`` that the part holding ``entry_id`` stores: every field of the
+        group's dtype (types.py), less those added after the featurecache that wrote the part
+        (``tokens/centre_coords``: featurizer 0.7.0). Reads the array's metadata only."""
+        part = self._parts[self.row_of(entry_id)]
+        try:
+            dtype = self._part_arrays.record_dtype(part, group, ENTRY_GROUPS[group])
+        except StoreError as exc:
+            raise StoreError(f"entry {entry_id}: unreadable ({exc})") from exc
+        return tuple(dtype.names or ())
+
+    def read_rows(
+        self, entry_id: str, group: str, ranges: Sequence[tuple[int, int]] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Some rows of one entry's ``group``: those of the entry-local ``[start, stop)`` ``ranges``,
+        fetched in one call into zarr's event loop. Returns ``(rows, records)``: the entry-local row
+        numbers read (int64, ascending, distinct) and their records (the part's record dtype, as
+        :meth:`read_groups`). ``rows`` holds every row of the ranges and maybe more: ranges that
+        share an inner chunk (``layout.CHUNK_ROWS`` rows of the part's array, which zarr decodes
+        whole) are read as one, with the rows between them. What the client's per-step path reads
+        of a large entry's atoms once it has cropped its tokens (``client.job``)."""
+        row = self.row_of(entry_id)
+        part = self._parts[row]
+        starts, counts = self._offsets[group]
+        assert starts is not None and counts is not None
+        base, count = int(starts[row]), int(counts[row])
+        spans = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        spans = spans[spans[:, 1] > spans[:, 0]]
+        if spans.size and (spans.min() < 0 or spans.max() > count):
+            raise InvalidRequest(f"entry {entry_id}: rows {spans.min()}..{spans.max()} of {group} asked for; "
+                                 f"it has {count}")  # fmt: skip
+        dtype = ENTRY_GROUPS[group]
+        if not spans.size:
+            try:
+                dtype = self._part_arrays.record_dtype(part, group, dtype) if count else dtype
+            except StoreError as exc:
+                raise StoreError(f"entry {entry_id}: unreadable ({exc})") from exc
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=dtype)
+        # ranges that meet, or share an inner chunk of the part's array (zarr decodes a chunk whole,
+        # once per read that touches it), are read as one
+        lo, hi = spans[:, 0], spans[:, 1]
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])
+        new = np.ones(lo.size, dtype=bool)
+        new[1:] = (lo[1:] + base) // CHUNK_ROWS > (hi[:-1] - 1 + base) // CHUNK_ROWS
+        first = np.flatnonzero(new)
+        lo = lo[first]
+        hi = np.maximum.reduceat(hi, first)
+        reads = [(part, group, (slice(base + int(a), base + int(b)),)) for a, b in zip(lo, hi, strict=True)]
+        try:
+            raw = self._part_arrays.read_many(*reads)
+            dtype = self._part_arrays.record_dtype(part, group, dtype)
+        except StoreError as exc:
+            raise StoreError(f"entry {entry_id}: unreadable ({exc})") from exc
+        rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi, strict=True)])
+        records = decode_records(np.concatenate(raw) if len(raw) > 1 else raw[0], dtype)
+        return rows, records
+
     def entry(self, entry_id: str, arrays: Sequence[str] | str | None = None) -> Entry:
+        """One entry's arrays (``arrays``: a selection as :func:`parse_array_selection` takes it).
+
+        A field that the entry's part does not store (written before the field was added) is
+        derived from those it does, exactly as the featurizer now stores it: ``tokens/centre_coords``
+        (featurizer < 0.7.0) is the centre atom's coordinates, which this reads the atoms for."""
         sel = parse_array_selection(arrays)
         out: dict[str, dict[str, np.ndarray]] = {g: {} for g in ENTRY_GROUPS}
         records = self.read_groups(entry_id, list(sel))
@@ -323,11 +394,26 @@ class LocalStore(FeatureReader):
             names = ENTRY_GROUPS[group].names or ()
             for f in names:
                 if fields is None or f in fields:
-                    out[group][f] = np.ascontiguousarray(rec[f])
+                    if f in (rec.dtype.names or ()):
+                        out[group][f] = np.ascontiguousarray(rec[f])
+                    else:
+                        out[group][f] = self._derived(entry_id, group, f, records)
         return Entry(
             id=entry_id, atoms=out["atoms"], tokens=out["tokens"], bonds=out["bonds"],
             interfaces=out["interfaces"], meta=self.entry_meta(entry_id), chains=self.entry_chains(entry_id),
         )  # fmt: skip
+
+    def _derived(self, entry_id: str, group: str, field: str, records: dict[str, np.ndarray]) -> np.ndarray:
+        """``group/field`` of an entry whose part predates the field (:meth:`entry`)."""
+        if (group, field) != ("tokens", "centre_coords"):
+            raise StoreError(f"entry {entry_id}: its part {self._parts[self.row_of(entry_id)]} has no {group}/{field} "
+                             "and this featurecache cannot derive it")  # fmt: skip
+        tokens = records["tokens"]
+        atoms = records.get("atoms")
+        if atoms is None:
+            atoms = self.read_groups(entry_id, ["atoms"])["atoms"]
+        centre = np.asarray(tokens["centre_atom"], dtype=np.int64)
+        return np.ascontiguousarray(atoms["coords"][centre], dtype=np.float32).reshape(-1, 3)
 
     # ------------------------------------------------------------------ MSAs
     def msa(

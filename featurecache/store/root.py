@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import fcntl
@@ -303,8 +304,33 @@ def holder_command(holder: str) -> str:
 
 def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:
     """Rows read from a record array (uint8 ``[rows, itemsize]``, as ``writer.write_record_array``
-    stores them) as a 1-D structured array of ``dtype``."""
+    stores them) as a 1-D structured array of ``dtype`` (the array's own: :func:`record_dtype`)."""
     return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+
+
+def record_dtype(stored: Any, width: int, current: np.dtype, where: str) -> np.dtype:
+    """The dtype of the records of a record array ``width`` bytes wide whose ``record_dtype``
+    attribute is ``stored`` (the ``descr`` as text, ``writer.write_record_array``), for a reader
+    of ``current`` (types.py): ``current`` when the widths match; else the array's own dtype when it
+    holds some of ``current``'s fields, each of the same type (a part written before a field was
+    added: ``types.Token.centre_coords`` since featurizer 0.7.0), which then decodes its records
+    without the fields it lacks. Anything else is a StoreError naming ``where``."""
+    if width == current.itemsize:
+        return current
+    try:
+        dtype = np.dtype(ast.literal_eval(stored)) if isinstance(stored, str) else None
+    except (ValueError, TypeError, SyntaxError, MemoryError):
+        dtype = None
+    if dtype is None or dtype.names is None or dtype.itemsize != width:
+        raise StoreError(f"{where}: records of {width} bytes, not {current.itemsize} as this featurecache writes "
+                         f"them, and no record_dtype attribute that describes them ({stored!r})")  # fmt: skip
+    fields: dict[str, Any] = dict(current.fields or {})
+    mine: dict[str, Any] = dict(dtype.fields or {})
+    odd = [n for n in dtype.names if n not in fields or fields[n][0] != mine[n][0]]
+    if odd:
+        raise StoreError(f"{where}: its records' field(s) {', '.join(odd)} are not this featurecache's "
+                         f"({current.descr}); written by another featurecache?")  # fmt: skip
+    return dtype
 
 
 class PartArrays:
@@ -383,6 +409,15 @@ class PartArrays:
                 f"{self._what} {part}/{name}{also} cannot be read ({where}): {type(exc).__name__}: {exc}"
             ) from exc
         return [np.asarray(x) for x in got]
+
+    def record_dtype(self, part: str, name: str, current: np.dtype) -> np.dtype:
+        """The dtype of the records of the record array ``name`` of ``part`` (:func:`record_dtype`):
+        ``current`` unless the part was written with fewer fields."""
+        arr = self.get(part, name)
+        width = int(arr.shape[1]) if len(arr.shape) == 2 else -1
+        if width == current.itemsize:
+            return current
+        return record_dtype(arr.attrs.get("record_dtype"), width, current, f"{self._what} {part}/{name}")
 
     def records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` of the record array ``name`` of ``part``."""

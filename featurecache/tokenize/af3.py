@@ -820,6 +820,7 @@ def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
     if ti:
         for key, values in t_cols.items():
             tokens[key] = np.asarray(values, dtype=np.uint8) if key == "res_name" else values
+        tokens["centre_coords"] = atoms["coords"][tokens["centre_atom"]]
     if len(a_token) != ai:  # pragma: no cover - internal consistency
         raise TokenizeError(
             f"internal count mismatch: {len(a_token)} atom tokens for {ai} atoms", stage="tokenize"

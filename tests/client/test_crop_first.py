@@ -1,0 +1,307 @@
+"""The per-step path crops before it reads the atoms (DESIGN.md "Crop before decoding anything
+large"; ``client.job.SampleJob._crop_first``), and its samples are those of the whole-entry read.
+
+The oracle is that equality, byte for byte, over every array of the sample: the whole-entry path
+(``crop_first_atoms=None``: the path every sample took before) against the crop-first path forced on
+every entry (``crop_first_atoms=0``), on real multi-chain entries with ligands, glycans, per-atom
+modified residues and unresolved centre atoms, with small crops (so the crop cuts the entries, and
+per-atom residues, and the atom rows read are a strict subset), each crop method alone and snap
+groups kept whole. A store of featurizer 0.6.0 (built by that commit's package: tokens without
+``centre_coords``) is read through the whole-entry fallback and gives the samples that package
+gives; its entries read back with the ``centre_coords`` a 0.7.0 build stores.
+
+Real parts: real builds (this code's, and 0.6.0's package from ``git archive`` in a process of its
+own), real zarr stores, a process pool for the worker-count check."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from featurecache import open_store
+from featurecache.client import FeatureDataset
+from featurecache.client.assemble import atom_indices, crop_atom_ranges, whole_residue_atoms
+from featurecache.client.crop import CropInput
+from featurecache.errors import InvalidRequest
+from featurecache.store.layout import CHUNK_ROWS
+from tests.conftest import CCD, STRUCTURES, build_store, featurecache_at
+
+#: the last commit of featurizer 0.6.0 (tokens without centre_coords)
+OLD_COMMIT = "859fe88265ef2028c25a767ffadbbc59a7d3eadd"
+
+#: real entries: many chains (7pzb: 8, 7DDO: 7), DNA with a per-atom modified nucleotide (2q2k:
+#: 5IU; unresolved centre atoms), NAG glycans and ZN (7DDO), GNP/MG ligands (721p), a peptide of
+#: modified residues bound to DNA (209d), polymer caps (7a4d); 7pzb and 7DDO span chunk boundaries
+FILES = ("7pzb.pdb", "7DDO.pdb", "2q2k.cif", "721p-assembly1.cif", "209d-assembly1.cif", "7a4d-assembly1.cif")
+#: the 0.6.0 store's inputs (fewer: its package builds them in a process of its own)
+OLD_FILES = ("7pzb.pdb", "2q2k.cif", "721p-assembly1.cif")
+
+CONFIGS: tuple[dict[str, Any], ...] = (
+    {"crop_size": 48, "crop_weights": (1, 0, 0)},
+    {"crop_size": 48, "crop_weights": (0, 1, 0)},
+    {"crop_size": 48, "crop_weights": (0, 0, 1)},
+    {"crop_size": 128},
+    {"crop_size": 96, "crop_whole_groups": True},
+    {"crop_size": 200, "max_atoms": 900},
+)
+
+
+def _inputs(root: Path, files: tuple[str, ...]) -> Path:
+    root.mkdir(parents=True)
+    for f in files:
+        shutil.copy(STRUCTURES / f, root / f)
+    return root
+
+
+def _store(tmp_path_factory: pytest.TempPathFactory, name: str, ccd: Path | None) -> Path:
+    root = tmp_path_factory.mktemp(name)
+    out = root / "store"
+    summary = build_store(out, _inputs(root / "in", FILES), workers=1, ccd=ccd, part_size=2)
+    assert summary.n_built == len(FILES), summary.failures
+    return out
+
+
+@pytest.fixture(scope="module")
+def cf_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FILES built with the CCD: per-atom residues laid out from their definitions."""
+    return _store(tmp_path_factory, "crop_first", CCD)
+
+
+@pytest.fixture(scope="module")
+def no_ccd_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FILES built without the CCD: per-atom residues are the file's atoms, and residues whose
+    atoms are not a stored component's take a perceived conformer keyed on all their atoms
+    (``chem.reference.resolve``), so a crop that cut one and looked up only its kept atoms would
+    get another reference for them (or none)."""
+    return _store(tmp_path_factory, "crop_first_no_ccd", None)
+
+
+def _same(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
+    assert a.keys() == b.keys(), (what, sorted(a.keys() ^ b.keys()))
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray) and x.dtype == y.dtype and x.shape == y.shape, (what, k)
+            assert x.tobytes() == y.tobytes(), (what, k)
+        else:
+            assert x == y, (what, k, x, y)
+
+
+def _dataset(store: Path, crop_first_atoms: int | None, **kw: Any) -> FeatureDataset:
+    ds = FeatureDataset(store, seed=11, weighting="uniform", samples_per_epoch=400, **kw)
+    ds.job.crop_first_atoms = crop_first_atoms
+    return ds
+
+
+def test_tokens_carry_their_centre_atoms_coordinates(cf_store: Path) -> None:
+    store = open_store(cf_store)
+    unresolved = 0
+    for eid in store.ids:
+        assert "centre_coords" in store.stored_fields(eid, "tokens")
+        tokens, atoms = store.read_group(eid, "tokens"), store.read_group(eid, "atoms")
+        want = atoms["coords"][tokens["centre_atom"]]
+        assert tokens["centre_coords"].dtype == np.float32 and tokens["centre_coords"].shape == (
+            len(tokens),
+            3,
+        )
+        assert tokens["centre_coords"].tobytes() == want.tobytes(), eid
+        missing = ~atoms["is_present"][tokens["centre_atom"]]
+        assert not tokens["centre_coords"][missing].any(), eid  # 0 where the centre atom is absent
+        unresolved += int(missing.sum())
+    assert unresolved > 0  # the premise: some centre atoms are unresolved
+
+
+def test_read_rows_gives_the_rows_of_the_whole_group(cf_store: Path) -> None:
+    store = open_store(cf_store)
+    rng = np.random.default_rng(0)
+    partial = 0
+    for eid in store.ids:
+        whole = store.read_group(eid, "atoms")
+        n = len(whole)
+        for _ in range(6):
+            k = int(rng.integers(1, 5))
+            starts = rng.integers(0, n, size=k)
+            ranges = np.stack([starts, np.minimum(starts + rng.integers(1, 300, size=k), n)], axis=1)
+            rows, rec = store.read_rows(eid, "atoms", ranges)
+            assert rows.dtype == np.int64 and np.all(np.diff(rows) > 0) and rows[0] >= 0 and rows[-1] < n
+            wanted = np.unique(np.concatenate([np.arange(a, b) for a, b in ranges]))
+            assert np.isin(wanted, rows).all()
+            assert rec.tobytes() == whole[rows].tobytes(), eid
+            partial += int(len(rows) < n)
+    assert partial > 0  # the premise: some reads skip chunks (entries over CHUNK_ROWS atoms)
+    eid = store.ids[0]
+    rows, rec = store.read_rows(eid, "atoms", np.zeros((0, 2), dtype=np.int64))
+    assert rows.size == 0 and rec.size == 0
+    n = len(store.read_group(eid, "atoms"))
+    with pytest.raises(InvalidRequest, match=f"entry {eid}: rows"):
+        store.read_rows(eid, "atoms", [(0, n + 1)])
+
+
+@pytest.mark.parametrize("which", ["cf_store", "no_ccd_store"])
+def test_crop_first_samples_are_the_whole_entry_samples(which: str, request: pytest.FixtureRequest) -> None:
+    """Every array of every sample, byte for byte, over 6 crop settings × 60 positions."""
+    cf_store = request.getfixturevalue(which)
+    reader = open_store(cf_store)
+    sizes = {eid: len(reader.read_group(eid, "atoms")) for eid in reader.ids}
+    assert max(sizes.values()) > CHUNK_ROWS  # the premise: entries over one chunk
+    partial = cut_residues = methods = 0
+    seen_methods: set[str] = set()
+    for cfg in CONFIGS:
+        first, whole = _dataset(cf_store, 0, **cfg), _dataset(cf_store, None, **cfg)
+        for p in range(60):
+            a, b = first.sample(p), whole.sample(p)
+            _same(a, b, f"{cfg} position {p} ({a['entry_id']})")
+            seen_methods.add(str(a["crop_method"]))
+            # what the crop-first path read (the premise that it reads less, and cuts residues)
+            key = first.sampler.key(p)
+            got = first.job._crop_first(reader, key, first.job.rng(key))
+            if got is None:
+                assert a["crop_method"] == "none", (cfg, p)
+                continue
+            entry, crop = got
+            partial += int(len(entry.atoms["coords"]) < sizes[key.entry_id])
+            aidx, _ = atom_indices(entry.tokens, crop.indices)
+            cut_residues += int(whole_residue_atoms(entry.atoms["ref_space_uid"], aidx) is not None)
+            methods += 1
+        first.close()
+        whole.close()
+    assert {"contiguous", "spatial", "spatial_interface"} <= seen_methods
+    assert methods > 200 and partial > 50 and cut_residues > 5, (methods, partial, cut_residues)
+
+
+def test_crop_atom_ranges_take_every_atom_of_a_cut_residue(cf_store: Path) -> None:
+    """The ranges' rule against the entry's own ``ref_space_uid`` (whole_residue_atoms)."""
+    store = open_store(cf_store)
+    checked = 0
+    for eid in store.ids:
+        e = store.entry(eid)
+        for k in np.flatnonzero(~e.tokens["is_standard"]):
+            keep = np.array([k], dtype=np.int64)
+            aidx, _ = atom_indices(e.tokens, keep)
+            whole = whole_residue_atoms(e.atoms["ref_space_uid"], aidx)
+            want = aidx if whole is None else whole
+            ranges = crop_atom_ranges(e.tokens, keep)
+            got = np.concatenate([np.arange(a, b) for a, b in ranges])
+            assert np.isin(want, got).all(), (eid, k)
+            checked += int(whole is not None)
+    assert checked > 100  # per-atom residues of several atoms: ligands, glycans, modified residues
+
+
+def test_crop_first_across_worker_processes(cf_store: Path) -> None:
+    """The crop-first path in a process pool gives the samples of the whole-entry path here."""
+    whole = _dataset(cf_store, None, crop_size=64)
+    ds = FeatureDataset(cf_store, seed=11, weighting="uniform", samples_per_epoch=24, crop_size=64,
+                        pool="process", workers=2)  # fmt: skip
+    ds.job.crop_first_atoms = 0
+    n = 0
+    for s in ds:
+        _same({k: v for k, v in s.items() if k not in ("position", "reorder_depth", "skipped")},
+              {k: v for k, v in whole.sample(s["position"]).items() if k not in ("position", "reorder_depth", "skipped")},
+              f"position {s['position']}")  # fmt: skip
+        n += 1
+    ds.close()
+    whole.close()
+    assert n == 24
+
+
+# ------------------------------------------------------------------------------ a 0.6.0 store
+_OLD_SAMPLES = """
+import pickle, sys
+from featurecache.client import FeatureDataset
+from featurecache.const import FEATURIZER_VERSION
+assert FEATURIZER_VERSION == "0.6.0", FEATURIZER_VERSION
+out = []
+for cfg in pickle.loads(bytes.fromhex(sys.argv[2])):
+    ds = FeatureDataset(sys.argv[1], seed=11, weighting="uniform", samples_per_epoch=400, **cfg)
+    out.append([ds.sample(p) for p in range(int(sys.argv[3]))])
+    ds.close()
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def old_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a store built by OLD_COMMIT's package from OLD_FILES with the CCD, that package's tree)."""
+    root = tmp_path_factory.mktemp("crop_first_old")
+    pkg = featurecache_at(OLD_COMMIT, root / "pkg")
+    out = root / "store"
+    args = ["build", "--pdb-dir", str(_inputs(root / "in", OLD_FILES)), "--ccd", str(CCD), "--out", str(out),
+            "--workers", "1", "--no-progress", "--part-size", "2"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=pkg, env={**os.environ, "PYTHONPATH": str(pkg)}, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out, pkg
+
+
+def test_a_0_6_0_store_reads_as_before(old_store: tuple[Path, Path], cf_store: Path) -> None:
+    store_dir, pkg = old_store
+    old, new = open_store(store_dir), open_store(cf_store)
+    for eid in old.ids:
+        # the premise: its tokens have no centre_coords; the reader derives them as a build stores them
+        assert "centre_coords" not in old.stored_fields(eid, "tokens"), eid
+        got, want = old.entry(eid), new.entry(eid)
+        for group in ("atoms", "tokens", "bonds", "interfaces"):
+            a, b = getattr(got, group), getattr(want, group)
+            assert a.keys() == b.keys(), (eid, group)
+            for f in a:
+                assert a[f].dtype == b[f].dtype and a[f].tobytes() == b[f].tobytes(), (eid, group, f)
+        assert old.entry(eid, ["tokens/centre_coords"]).tokens["centre_coords"].tobytes() == (
+            want.tokens["centre_coords"].tobytes()
+        )
+
+    n = 40
+    cfgs = [dict(c) for c in CONFIGS]
+    done = subprocess.run([sys.executable, "-c", _OLD_SAMPLES, str(store_dir), pickle.dumps(cfgs).hex(), str(n)],
+                          capture_output=True, cwd=pkg, env={**os.environ, "PYTHONPATH": str(pkg)},
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    before = pickle.loads(done.stdout)
+    for cfg, theirs in zip(cfgs, before, strict=True):
+        here = _dataset(store_dir, 0, **cfg)  # crop first asked for: the 0.6.0 parts fall back
+        on_new = _dataset(cf_store, 0, **cfg)
+        for p in range(n):
+            s = here.sample(p)
+            _same(s, theirs[p], f"0.6.0 store, {cfg} position {p}")
+            key = here.sampler.key(p)
+            assert here.job._crop_first(old, key, here.job.rng(key)) is None  # the fallback
+            # the same key on this code's store of the same inputs, crop first: the same sample
+            _same({k: v for k, v in on_new.job(key).items()},
+                  {k: v for k, v in s.items() if k not in ("position", "reorder_depth", "skipped")},
+                  f"0.7.0 store, {cfg} position {p}")  # fmt: skip
+        here.close()
+        on_new.close()
+
+
+def test_verify_and_the_chem_scan_read_a_0_6_0_store(old_store: tuple[Path, Path], tmp_path: Path) -> None:
+    from featurecache.build.chem_stage import scan_structure_part
+
+    store = tmp_path / "store"
+    shutil.copytree(old_store[0], store)
+    done = subprocess.run([sys.executable, "-m", "featurecache.cli", "verify", str(store)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: store verified" in done.stdout, done.stdout
+    parts = sorted((store / "parts").glob("s-*"))
+    assert parts
+    for part in parts:
+        res = scan_structure_part(str(part))
+        assert res.error is None and res.n_entries > 0 and res.n_residues > 0, part
+
+
+def test_crop_input_without_atoms_needs_centre_coords() -> None:
+    tokens = {"asym_id": np.zeros(2, np.int32), "is_resolved": np.ones(2, bool), "centre_atom": np.arange(2),
+              "atom_count": np.ones(2, np.int32), "residue_index": np.arange(2), "mol_type": np.zeros(2, np.uint8),
+              "is_standard": np.ones(2, bool)}  # fmt: skip
+    with pytest.raises(ValueError, match="need the atoms' coords"):
+        CropInput.from_arrays(tokens, None)
+    coords = np.arange(6, dtype=np.float32).reshape(2, 3)
+    inp = CropInput.from_arrays({**tokens, "centre_coords": coords}, None)
+    assert inp.centre.tobytes() == coords.tobytes()
