@@ -19,6 +19,12 @@ of the samples), so this is not the uniform-weighting ``sample_ms`` of benchmark
 (b) ``--http``: the same over ``featurecache serve`` on 127.0.0.1 (a child process; with
     ``--baseline``, a second server runs REV's whole package from a ``git archive`` copy). Wall time
     per sample (the server's CPU is another process's).
+(d) ``--crop-first``: the same positions drawn by this tree twice, interleaved, crop first
+    (``SampleJob.crop_first_atoms=0``: every entry that the crop cuts has its tokens read, cropped,
+    then only the atom rows its sample needs) and whole (``None``: the entry read whole before the
+    crop, as before 0.7.0), with the default (``CROP_FIRST_MIN_ATOMS``) as a third side; the
+    samples are checked equal, byte for byte. Needs a store of featurizer 0.7.0 or later (tokens
+    with ``centre_coords``; older parts are read whole either way).
 (c) ``--deletions``: ``MSAReader.msa`` on client-like draws (the query and a uniform subset of
     1 … min(depth, 1024) rows, a random window of up to 384 columns) over every MSA of the store
     with deletion cells: CPU per call under ``read_all_deletions``'s rule, always reading all the
@@ -111,30 +117,69 @@ def _server(store: Path, package: Path | None) -> contextlib.AbstractContextMana
     return background_server(store, env={"PYTHONPATH": str(cwd)}, cwd=cwd)
 
 
-def _draw(ds: FeatureDataset, p: int, around: Callable[[], Any] | None) -> tuple[float, float, str]:
+def _draw(
+    ds: FeatureDataset, p: int, around: Callable[[], Any] | None
+) -> tuple[float, float, str, dict[str, Any]]:
     ctx = around() if around is not None else contextlib.nullcontext()
     with ctx:
         c, t = time.process_time(), time.perf_counter()
         s = ds.sample(p)
-        return (time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3, str(s["entry_id"])
+        return (time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3, str(s["entry_id"]), s
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Every array of two samples byte for byte (dtype and shape too), every other value equal."""
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, np.ndarray):
+            if (
+                not isinstance(y, np.ndarray)
+                or x.dtype != y.dtype
+                or x.shape != y.shape
+                or x.tobytes() != y.tobytes()
+            ):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def compare(
-    bench: Bench, part: str, sources: dict[str, tuple[Any, Callable[[], Any] | None]], n: int, repeats: int
+    bench: Bench,
+    part: str,
+    sources: dict[str, tuple[Any, Callable[[], Any] | None]],
+    n: int,
+    repeats: int,
+    crop_first: dict[str, int | None] | None = None,
 ) -> None:
-    """Draw positions ``WARMUP`` … ``WARMUP + n`` from each side, interleaved, ``repeats`` rounds."""
+    """Draw positions ``WARMUP`` … ``WARMUP + n`` from each side, interleaved, ``repeats`` rounds.
+    ``crop_first``: side → its ``SampleJob.crop_first_atoms``, and the sides' samples must be equal."""
     sets = {label: FeatureDataset(src, infinite=True, seed=0, **TRAIN) for label, (src, _) in sources.items()}  # type: ignore[arg-type]
+    for label, atoms in (crop_first or {}).items():
+        sets[label].job.crop_first_atoms = atoms
     around = {label: a for label, (_, a) in sources.items()}
     for label, ds in sets.items():
         for p in range(WARMUP):
             _draw(ds, p, around[label])
     got: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     labels = list(sets)
+    differ = 0
     for rnd in range(repeats):
         for p in range(WARMUP, WARMUP + n):
             order = labels if (p + rnd) % 2 == 0 else labels[::-1]
+            drawn = {}
             for label in order:
-                got[label].append(_draw(sets[label], p, around[label]))
+                *row, drawn[label] = _draw(sets[label], p, around[label])
+                got[label].append(tuple(row))  # type: ignore[arg-type]
+            if crop_first:
+                first = drawn[labels[0]]
+                differ += sum(not _same(first, s) for s in drawn.values())
+    if crop_first:
+        bench.params["samples_differ"] = differ
+        if differ:
+            raise SystemExit(f"{differ} samples differ between {labels}: the crop-first path is broken")
     for ds in sets.values():
         ds.close()
     by_entry: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -213,13 +258,29 @@ def main() -> None:
         "--http-samples", type=int, default=150, help="positions per round over HTTP (default 150)"
     )
     ap.add_argument("--deletions", action="store_true", help="also time MSAReader.msa's two deletion paths")
-    add_out_argument(ap, "sample_cost")
+    ap.add_argument(
+        "--crop-first", action="store_true", help="only compare crop-first and whole-entry reads (this tree)"
+    )
+    add_out_argument(
+        ap, "sample_cost", "benchmarks/results/sample_cost.json (--crop-first: sample_cost_crop_first.json)"
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     store = corpus_store(args.store, "sample-cost-corpus", log)
     bench = Bench("sample_cost", store=store_label(args.store), samples=args.samples, repeats=args.repeats,
                   baseline=args.baseline, settings=TRAIN, warmup=WARMUP)  # fmt: skip
+    if args.crop_first:
+        from featurecache.client.job import CROP_FIRST_MIN_ATOMS
+
+        bench = Bench("sample_cost_crop_first", store=store_label(args.store), samples=args.samples,
+                      repeats=args.repeats, settings=TRAIN, warmup=WARMUP,
+                      crop_first_min_atoms=CROP_FIRST_MIN_ATOMS)  # fmt: skip
+        sides = {"crop first": (store, None), "whole entry": (store, None), "default": (store, None)}
+        atoms = {"crop first": 0, "whole entry": None, "default": CROP_FIRST_MIN_ATOMS}
+        compare(bench, "crop-first", sides, args.samples, args.repeats, crop_first=atoms)  # type: ignore[arg-type]
+        bench.finish(args.out)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = Baseline(args.baseline, Path(tmp)) if args.baseline else None
         sides: dict[str, tuple[Any, Callable[[], Any] | None]] = {"this tree": (store, None)}
