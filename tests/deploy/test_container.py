@@ -151,7 +151,7 @@ def test_image_metadata_and_no_build_tools(image: str) -> None:
     assert "services.lookup.healthcheck" in " ".join(
         meta.get("Healthcheck", config.get("Healthcheck", {})).get("Test", [])
     )
-    assert config["Entrypoint"] == ["featurecache", "serve"]
+    assert config["Entrypoint"] == ["/usr/bin/tini", "--", "featurecache", "serve"]  # tini as PID 1
     probe = "for t in gcc cc c++ g++ make ld pip pip3; do command -v $t && exit 1; done; python3 -m pip --version && exit 1; exit 0"
     out = _run(["podman", "run", "--rm", "--entrypoint", "sh", image, "-c", probe], timeout=60)
     assert out.returncode == 0, f"build tools in the final image: {out.stdout}"
