@@ -33,10 +33,10 @@ ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/
 
 #: The per-step path crops a local store's entry before it reads its atoms (:meth:`SampleJob._crop_first`)
 #: when the entry has more atoms than this: 8 inner chunks of its atom records (``layout.CHUNK_ROWS``).
-#: Cropping first costs a second round trip into zarr's loop (~1 ms of CPU) and saves the decoding
-#: of the chunks the crop does not touch (~0.65 ms each); a spatial crop of 384 tokens touches ~14 of
-#: 1ffk's 23, and 5 of 5kc1's 6, where it cost ~1 ms more than the whole read
-#: (benchmarks/sample_cost.py --crop-first has the numbers).
+#: Cropping first costs a second round trip into zarr's loop and saves the chunks the crop does not
+#: touch (zarr's cost is per chunk read: ~0.4-0.65 ms each here); a crop of 384 tokens touches ~14 of
+#: 1ffk's 23 chunks (a sample: 24.7 ms of CPU instead of 30.1) but 5 of 5kc1's 6 (22.9 -> 25.9 ms;
+#: 6wg6 14.4 -> 16.8, 7CFN 12.5 -> 13.2): benchmarks/sample_cost.py --crop-first, at train's settings.
 CROP_FIRST_MIN_ATOMS: Final[int] = 8 * 4096
 
 SampleHook = Callable[[SampleKey], None]
