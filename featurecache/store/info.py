@@ -381,6 +381,8 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     # the MSA stage that merged each MSA built from files (single-sequence ones are never rebuilt)
     stages = info[MSA_STAGES_KEY]["msas"]
     t.add_row("MSA stage of MSAs", ", ".join(f"{n} of {_stage_text(v)}" for v, n in stages.items()) or "none")
+    # ...counted apart from the two rows above, so that the MSA rows add up to the msas count
+    t.add_row("single-sequence MSAs", str(info[MSA_STAGES_KEY]["msas_single_sequence"]))
     console.print(t)
     if rows:
         f = Table(title="failures")
