@@ -11,7 +11,9 @@ import contextlib
 import hashlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Set
@@ -464,12 +466,26 @@ def run_build(
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news."""
     from featurecache.signals import quiet_on_sigint
 
+    _note_ignored_signals()
     with quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
         return _run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
             part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
             dashboard=dashboard,
         )  # fmt: skip
+
+
+def _note_ignored_signals() -> None:
+    """One line per stop signal this process ignores, worded as ``train``'s: a process started with
+    SIGINT ignored (``cmd &`` in a script: the shell sets it so) inherits that across exec, and
+    Ctrl-C (or ``kill -INT``) sent to the build then does nothing; --help promises 130 for it. The
+    build leaves an ignored signal alone (:func:`featurecache.signals.quiet_on_sigint`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            log.info("%s is ignored by this process (as it was started, e.g. in the background): it "
+                     "does not stop the build", signal.Signals(sig).name)  # fmt: skip
 
 
 class BuildTerminated(KeyboardInterrupt):
