@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from featurecache.errors import FeatureCacheError, NotFound, UsageError
+from featurecache.errors import FeatureCacheError, NotFound, StoreError, UsageError
 
 EXIT_OK = 0
 EXIT_INPUT_FAILURES = 1
@@ -93,6 +93,65 @@ def _fatal(exc: BaseException) -> typer.Exit:
     return typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FATAL)
 
 
+def _store_unreadable(store: Path, serving: bool) -> str | None:
+    """Why the user this process runs as cannot read the store directory ``store`` (it, its
+    ``zarr.json`` or its ``index/``), naming that uid, the owner and the fix; None when it can, or
+    when ``store`` is not there or not a directory (each command's own error says so). Replaces
+    click's ``readable`` check, whose "path '/store' is not readable" was a usage error (exit 2)
+    naming neither the uid nor the fix (review R1 s27 #5: the lookup image runs as uid 10001)."""
+    import pwd
+    import stat
+
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = "no user name"
+    who = f"uid {uid} ({user}), the user this {'server' if serving else 'command'} runs as"
+    try:
+        st = store.stat()
+    except PermissionError:
+        return (f"cannot read {store}: a directory on its path is not searchable by {who}; make it "
+                "searchable by that uid (chmod a+x on each directory above the store)")  # fmt: skip
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    targets = [(store, os.R_OK | os.X_OK)]
+    if os.access(store, os.R_OK | os.X_OK):  # what a command reads first, before any part
+        targets = [(store / "zarr.json", os.R_OK), (store / "index", os.R_OK | os.X_OK)]
+    for path, mode in targets:
+        try:
+            owner = path.stat()
+        except OSError:
+            continue  # not there: the command's own error
+        if not os.access(path, mode):
+            other = owner.st_uid
+            run_as = (f"run the server as uid {other} (a container: run it with --user {other})" if serving
+                      else f"run the command as uid {other}")  # fmt: skip
+            return (f"cannot read {path}: {who}, may not read it (owner uid {other}, mode "
+                    f"{stat.S_IMODE(owner.st_mode):04o}); make the store readable by uid {uid} (e.g. chmod -R "
+                    f"a+rX {store}), or {run_as}")  # fmt: skip
+    return None
+
+
+def _readable_store(ctx: typer.Context, store: Path | None) -> Path | None:
+    """Callback of every store argument (and build's --out, train's --store): a store the process
+    may not read stops the command with exit 3, as each command's --help says for an unreadable store,
+    and one line naming the uid and the fix (:func:`_store_unreadable`)."""
+    if store is not None and not ctx.resilient_parsing:
+        problem = _store_unreadable(store, serving=ctx.info_name == "serve")
+        if problem is not None:
+            raise _fatal(StoreError(problem))
+    return store
+
+
+def _store_argument(help_text: str) -> Any:
+    """A command's STORE argument: its readability checked by :func:`_readable_store` (exit 3)
+    rather than by click (``readable=True``: exit 2)."""
+    return typer.Argument(help=help_text, readable=False, callback=_readable_store)
+
+
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
 
 
@@ -105,7 +164,13 @@ def build(
         ),
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Store directory (created; an existing store is extended).")
+        Path,
+        typer.Option(
+            "--out",
+            help="Store directory (created; an existing store is extended).",
+            readable=False,
+            callback=_readable_store,
+        ),
     ],
     msa_dir: Annotated[
         Path | None,
@@ -218,7 +283,7 @@ def _warn_unfinished(store: Path, covers: str) -> None:
 
 @app.command()
 def info(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     failures: Annotated[
         bool,
@@ -244,7 +309,7 @@ def info(
 
 @app.command()
 def show(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     entry_id: Annotated[
         str,
         typer.Argument(
@@ -269,7 +334,7 @@ file or the entry's arrays are missing or unreadable.
 
 @app.command()
 def verify(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     repair: Annotated[
         bool,
         typer.Option(
@@ -418,7 +483,7 @@ def _print_repair(store: Path, result: Any) -> None:
 
 @app.command()
 def prune(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="List what would be removed (parts, entries, MSAs), remove nothing."),
@@ -478,7 +543,7 @@ missing, unreadable or unwritable, or a build holds it.
 
 @app.command()
 def serve(
-    store: Annotated[Path, typer.Argument(help="Store directory (opened read-only).")],
+    store: Annotated[Path, _store_argument("Store directory (opened read-only).")],
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1,
@@ -546,7 +611,12 @@ def _service_wait_seconds(value: float) -> float:
 def train(
     store: Annotated[
         Path | None,
-        typer.Option("--store", help="Local store directory. Give exactly one of --store or --url."),
+        typer.Option(
+            "--store",
+            help="Local store directory. Give exactly one of --store or --url.",
+            readable=False,
+            callback=_readable_store,
+        ),
     ] = None,
     url: Annotated[
         str | None,
@@ -827,7 +897,7 @@ stderr says how to continue).
 
 @app.command()
 def report(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory for index.html, PNGs, CSV/JSON.")],
     train_log: Annotated[
         Path | None,
@@ -869,7 +939,7 @@ def _warn_partial_plan(store: Path) -> None:
 
 @app.command()
 def plan(
-    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    store: Annotated[Path, _store_argument("Store directory.")],
     model_config: Annotated[
         Path | None, typer.Option("--model-config", help="Model config JSON (default: the reference model).")
     ] = None,
