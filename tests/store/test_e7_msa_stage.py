@@ -135,6 +135,11 @@ def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> No
     # held_parts: no part is held; 3f92635 added its new/updated counts (0 here)
     assert got["held_parts"] == {**before["held_parts"], "new": 0, "updated": 0}
     got["held_parts"] = before["held_parts"]
+    # this_code: each package's own FEATURIZER_VERSION (0.7.0 here since the crop-first bump)
+    from featurecache.const import FEATURIZER_VERSION
+
+    assert got["featurizer_versions"]["this_code"] == FEATURIZER_VERSION
+    got["featurizer_versions"]["this_code"] = before["featurizer_versions"]["this_code"]
     assert got == before
 
 
