@@ -1,0 +1,210 @@
+"""A build on a real external Dask cluster (``dask scheduler`` + ``dask worker`` processes on
+127.0.0.1, as tests/build/test_cluster.py starts them) whose workers go away or stop answering
+(review R1 s27 #1 and #2):
+
+- every worker gone mid-build: the build warns, naming the scheduler and ``dask worker ADDRESS``,
+  says when a worker is back and finishes (before: silent, without limit);
+- a worker stopped (SIGSTOP) at start: exit 3 naming it, in the answer time (before: no output at
+  all until Dask's worker-ttl, 5 minutes, dropped it);
+- a worker killed during the start-up version check: not called a version mismatch (before:
+  "install the same featurecache on every worker"); left out when another answered, else the
+  build is refused saying the worker went away.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import featurecache
+from tests.build.test_cluster import (
+    _start_scheduler,
+    _start_worker,
+    _stop,
+    _structure_parts,
+    _wait_for_workers,
+)
+from tests.conftest import REPO, SAMPLES, interrupt_inputs
+
+VENV_BIN = Path(sys.executable).parent
+INSTALL_ADVICE = "install the same featurecache on every worker"
+
+
+def _build(args: list[str], cwd: Path, stderr: IO[str] | int, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(VENV_BIN / "featurecache"), "build", *args, "--no-progress"],
+        cwd=cwd, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="400", **env),
+        stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+    )  # fmt: skip
+
+
+def _worker_pids(address: str) -> dict[str, int]:
+    """Worker address -> pid of its worker process (the nanny's child)."""
+    from distributed import Client
+
+    with Client(address, timeout="20s") as c:
+        return dict(c.run(os.getpid))
+
+
+def _wait_for_text(path: Path, text: str, timeout_s: float, proc: subprocess.Popen[str]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if text in path.read_text() or proc.poll() is not None:
+            return text in path.read_text()
+        time.sleep(0.2)
+    return False
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_no_worker_mid_build_is_warned_and_the_build_resumes(tmp_path: Path) -> None:
+    inputs = interrupt_inputs(tmp_path / "in")
+    n_inputs = sum(1 for p in inputs.iterdir() if p.is_file())
+    address, sched = _start_scheduler(tmp_path)
+    procs = [sched]
+    err_path = tmp_path / "build.err"
+    out = tmp_path / "store"
+    try:
+        procs.append(_start_worker(address, tmp_path / "w1"))
+        _wait_for_workers(address, 1)
+        with err_path.open("w") as err:
+            build = _build(["--pdb-dir", str(inputs), "--out", str(out), "--scheduler", address,
+                            "--part-size", "1"], tmp_path, err, FEATURECACHE_NO_WORKER_WARN_S="2")  # fmt: skip
+        try:
+            for _ in range(2400):  # until the first structure part is in place
+                if _structure_parts(out / "parts") or build.poll() is not None:
+                    break
+                time.sleep(0.05)
+            assert build.poll() is None, "the build ended before its worker could be stopped"
+            _stop(procs[1:])  # the only worker: the scheduler has none now
+            warned = _wait_for_text(err_path, "has had no worker", 60, build)
+            assert build.poll() is None, err_path.read_text()[-3000:]
+            procs.append(_start_worker(address, tmp_path / "w2"))  # the build goes on with it
+            build.wait(timeout=300)
+        finally:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+    finally:
+        _stop(procs)
+    stderr = _one_line(err_path.read_text())
+    assert warned, stderr[-3000:]
+    warning = f"the Dask scheduler at {address} has had no worker for"
+    assert warning in stderr
+    assert f"the build waits for one (start one with: dask worker {address})" in stderr
+    back = f"the Dask scheduler at {address} has 1 worker again; the build goes on"
+    assert back in stderr and stderr.index(back) > stderr.index(warning), stderr[-3000:]
+    assert build.returncode in (0, 1), stderr[-3000:]
+    store = featurecache.open_store(out)
+    assert len(store.entries) + len(store.failures) == n_inputs
+
+
+def test_a_stopped_worker_at_start_is_named_exit_3(tmp_path: Path) -> None:
+    address, sched = _start_scheduler(tmp_path)
+    procs = [sched]
+    stopped: int | None = None
+    out = tmp_path / "store"
+    try:
+        procs.append(_start_worker(address, tmp_path / "w1"))
+        procs.append(_start_worker(address, tmp_path / "w2"))
+        _wait_for_workers(address, 2)
+        pids = _worker_pids(address)
+        frozen = sorted(pids)[1]
+        stopped = pids[frozen]
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.monotonic()
+        res = subprocess.run(
+            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out),
+             "--scheduler", address, "--no-progress"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="400", FEATURECACHE_WORKER_ANSWER_S="3"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        waited = time.monotonic() - t0
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        _stop(procs)
+    stderr = _one_line(res.stderr)
+    assert res.returncode == 3, stderr[-3000:]
+    assert f"refusing to build: worker {frozen} of the Dask scheduler at {address} did not answer" in stderr
+    assert INSTALL_ADVICE not in stderr and "Traceback" not in stderr
+    others = [a for a in pids if a != frozen]
+    assert not any(a in stderr for a in others), stderr  # only the stopped one is named
+    assert not _structure_parts(out / "parts")
+    assert waited < 100  # not Dask's worker-ttl (300 s): the subprocess's own limit would have fired first
+
+
+def _connected_clients(address: str) -> int:
+    from distributed import Client
+
+    with Client(address, timeout="20s") as c:
+        return int(c.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.clients))) - 1  # not this one
+
+
+def _kill_during_version_check(
+    tmp_path: Path, n_workers: int
+) -> tuple[subprocess.CompletedProcess[str], str, Path]:
+    """``n_workers`` workers; the last one stopped, a build started, and once the build's client
+    is connected (the check asks the stopped worker, which cannot answer) the stopped worker is
+    SIGKILLed: its connection closes (its nanny starts a new process). Returns the build's
+    result, the killed worker's address and the store path."""
+    address, sched = _start_scheduler(tmp_path)
+    procs = [sched]
+    out = tmp_path / "store"
+    try:
+        for i in range(n_workers):
+            procs.append(_start_worker(address, tmp_path / f"w{i}"))
+        _wait_for_workers(address, n_workers)
+        pids = _worker_pids(address)
+        victim = sorted(pids)[-1]
+        os.kill(pids[victim], signal.SIGSTOP)
+        try:
+            build = _build(["--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--scheduler", address],
+                           tmp_path, subprocess.PIPE, FEATURECACHE_WORKER_ANSWER_S="120")  # fmt: skip
+            for _ in range(600):
+                if _connected_clients(address) >= 1 or build.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert build.poll() is None
+            time.sleep(3)  # the check has listed the workers and waits for the stopped one
+            assert build.poll() is None
+            os.kill(pids[victim], signal.SIGKILL)
+            _, stderr = build.communicate(timeout=240)
+        finally:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+            if build.stderr is not None:
+                build.stderr.close()
+    finally:
+        _stop(procs)
+    return subprocess.CompletedProcess(build.args, build.returncode, "", stderr), victim, out
+
+
+def test_a_worker_killed_during_the_version_check_is_left_out(tmp_path: Path) -> None:
+    res, victim, out = _kill_during_version_check(tmp_path, 2)
+    stderr = _one_line(res.stderr)
+    assert res.returncode == 0, stderr[-3000:]
+    assert INSTALL_ADVICE not in stderr and "refusing" not in stderr
+    assert f"worker {victim} (" in stderr and "went away during the featurecache version check" in stderr
+    assert "the build goes on with the 1 that answered" in stderr
+    n_inputs = len([p for p in (SAMPLES / "structures").iterdir() if p.is_file()])
+    assert len(featurecache.open_store(out).entries) == n_inputs
+
+
+def test_the_only_worker_killed_during_the_version_check_is_not_a_version_mismatch(tmp_path: Path) -> None:
+    res, victim, out = _kill_during_version_check(tmp_path, 1)
+    stderr = _one_line(res.stderr)
+    assert res.returncode == 3, stderr[-3000:]
+    assert INSTALL_ADVICE not in stderr and "Traceback" not in stderr
+    assert f"worker {victim} (" in stderr
+    assert "went away during the featurecache version check, and no worker answered it" in stderr
+    assert "run the build again" in stderr
+    assert not _structure_parts(out / "parts")
