@@ -302,10 +302,10 @@ class SampleJob:
         finds cut a residue."""
         read_rows = getattr(reader, "read_rows", None)
         stored = getattr(reader, "stored_fields", None)
-        if read_rows is None or stored is None:
+        count = getattr(reader, "row_count", None)
+        if read_rows is None or stored is None or count is None:
             return None
-        meta = reader.entry_meta(key.entry_id)
-        n_atoms, n_tokens = int(meta["atom_count"]), int(meta["token_count"])
+        n_atoms, n_tokens = count(key.entry_id, "atoms"), count(key.entry_id, "tokens")
         budget = self.cropper.max_atoms
         if n_atoms <= (self.crop_first_atoms or 0) or (
             n_tokens <= self.cropper.max_tokens and (budget is None or n_atoms <= budget)
@@ -333,7 +333,7 @@ class SampleJob:
         atoms = {name.partition("/")[2]: np.ascontiguousarray(atom_rec[name.partition("/")[2]])
                  for name in ENTRY_ARRAYS if name.startswith("atoms/")}  # fmt: skip
         entry = Entry(id=key.entry_id, atoms=atoms, tokens=tokens, bonds=bonds, interfaces=interfaces,
-                      meta=meta, chains=reader.entry_chains(key.entry_id))  # fmt: skip
+                      meta=reader.entry_meta(key.entry_id), chains=reader.entry_chains(key.entry_id))  # fmt: skip
         return entry, crop
 
 

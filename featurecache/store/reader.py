@@ -322,6 +322,12 @@ class LocalStore(FeatureReader):
             out[group] = decode_records(got, dtype)
         return out
 
+    def row_count(self, entry_id: str, group: str) -> int:
+        """How many rows of ``group`` (atoms, tokens, …) the entry has, from the index (no read)."""
+        row = self.row_of(entry_id)
+        counts = self._offsets[group][1]
+        return 0 if counts is None else int(counts[row])
+
     def stored_fields(self, entry_id: str, group: str) -> tuple[str, ...]:
         """The fields of ``group`` that the part holding ``entry_id`` stores: every field of the
         group's dtype (types.py), less those added after the featurecache that wrote the part

@@ -126,6 +126,9 @@ def test_read_rows_gives_the_rows_of_the_whole_group(cf_store: Path) -> None:
     for eid in store.ids:
         whole = store.read_group(eid, "atoms")
         n = len(whole)
+        assert store.row_count(eid, "atoms") == n and store.row_count(eid, "tokens") == len(
+            store.read_group(eid, "tokens")
+        )
         for _ in range(6):
             k = int(rng.integers(1, 5))
             starts = rng.integers(0, n, size=k)
@@ -175,6 +178,27 @@ def test_crop_first_samples_are_the_whole_entry_samples(which: str, request: pyt
         whole.close()
     assert {"contiguous", "spatial", "spatial_interface"} <= seen_methods
     assert methods > 200 and partial > 50 and cut_residues > 5, (methods, partial, cut_residues)
+
+
+def test_only_entries_over_crop_first_atoms_are_cropped_first(cf_store: Path) -> None:
+    """``crop_first_atoms``: entries of at most that many atoms, and entries the crop keeps whole,
+    are read whole (the second round trip would cost more than it saves)."""
+    reader = open_store(cf_store)
+    ds = _dataset(cf_store, 5000, crop_size=64)
+    sizes = {eid: reader.row_count(eid, "atoms") for eid in reader.ids}
+    assert min(sizes.values()) <= 5000 < max(sizes.values())  # the premise: both kinds
+    kinds = set()
+    for p in range(40):
+        key = ds.sampler.key(p)
+        got = ds.job._crop_first(reader, key, ds.job.rng(key))
+        assert (got is not None) == (sizes[key.entry_id] > 5000), key.entry_id
+        kinds.add(got is not None)
+    assert kinds == {True, False}
+    big = _dataset(cf_store, 0, crop_size=100_000)  # every entry fits: read whole
+    key = big.sampler.key(0)
+    assert big.job._crop_first(reader, key, big.job.rng(key)) is None
+    ds.close()
+    big.close()
 
 
 def test_crop_atom_ranges_take_every_atom_of_a_cut_residue(cf_store: Path) -> None:
