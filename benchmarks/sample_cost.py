@@ -171,8 +171,8 @@ def compare(
             order = labels if (p + rnd) % 2 == 0 else labels[::-1]
             drawn = {}
             for label in order:
-                *row, drawn[label] = _draw(sets[label], p, around[label])
-                got[label].append(tuple(row))  # type: ignore[arg-type]
+                c_ms, w_ms, entry, drawn[label] = _draw(sets[label], p, around[label])
+                got[label].append((c_ms, w_ms, entry))
             if crop_first:
                 first = drawn[labels[0]]
                 differ += sum(not _same(first, s) for s in drawn.values())
@@ -276,9 +276,11 @@ def main() -> None:
         bench = Bench("sample_cost_crop_first", store=store_label(args.store), samples=args.samples,
                       repeats=args.repeats, settings=TRAIN, warmup=WARMUP,
                       crop_first_min_atoms=CROP_FIRST_MIN_ATOMS)  # fmt: skip
-        sides = {"crop first": (store, None), "whole entry": (store, None), "default": (store, None)}
-        atoms = {"crop first": 0, "whole entry": None, "default": CROP_FIRST_MIN_ATOMS}
-        compare(bench, "crop-first", sides, args.samples, args.repeats, crop_first=atoms)  # type: ignore[arg-type]
+        three: dict[str, tuple[Any, Callable[[], Any] | None]] = {
+            "crop first": (store, None), "whole entry": (store, None), "default": (store, None),
+        }  # fmt: skip
+        atoms: dict[str, int | None] = {"crop first": 0, "whole entry": None, "default": CROP_FIRST_MIN_ATOMS}
+        compare(bench, "crop-first", three, args.samples, args.repeats, crop_first=atoms)
         bench.finish(args.out)
         return
     with tempfile.TemporaryDirectory() as tmp:
