@@ -290,12 +290,14 @@ class LocalStore(FeatureReader):
             raise NotFound(f"no entry {entry_id!r} in store {self.path}") from None
 
     def read_group(self, entry_id: str, group: str) -> np.ndarray:
-        """One entry's rows of ``group`` as a structured array (dtype from types.py)."""
+        """One entry's rows of ``group`` as a structured array (dtype from types.py; a part written
+        before a field was added has its records without it: :meth:`stored_fields`)."""
         return self.read_groups(entry_id, [group])[group]
 
     def read_groups(self, entry_id: str, groups: Sequence[str]) -> dict[str, np.ndarray]:
         """Several groups of one entry, fetched concurrently in one call into zarr's event loop
-        (each synchronous zarr read pays its own hand-off to the loop).
+        (each synchronous zarr read pays its own hand-off to the loop), each as its part stores it
+        (:meth:`read_group`; :meth:`entry` derives what an older part lacks).
 
         Raises StoreError ``entry ID: unreadable (…)`` naming the part and array when the data
         cannot be read (a shard that fails its checksum, a missing shard file)."""
