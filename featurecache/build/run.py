@@ -527,6 +527,8 @@ def _run_build(
                     config=config, scheduler=scheduler)  # fmt: skip
     check_structure_files(pdb_dir, out)
     check_store_dir(out)
+    for name, default in ((WORKER_ANSWER_ENV, WORKER_ANSWER_S), (NO_WORKER_WARN_ENV, NO_WORKER_WARN_S)):
+        _seconds_setting(name, default)  # a bad value is a usage error before anything starts
     # workers of an external cluster run in another working directory: every path the stages
     # send them (part paths under out, input, MSA and CCD paths) must be absolute
     pdb_dir, out = _absolute(pdb_dir), _absolute(out)
