@@ -12,20 +12,16 @@ lock file's flock with an older featurecache's record); the refused command is t
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from featurecache.store.root import lock_holder
 from tests.conftest import REPO, SAMPLES, build_store
+from tests.locks import caught_holding
 
 LIBRARY_CALLS = {
     "prune": "import sys; from featurecache.store.prune import prune_store; prune_store(sys.argv[1])",
@@ -48,40 +44,11 @@ def store(tmp_path: Path) -> Path:
     return store
 
 
-@contextmanager
-def _caught_holding(argv: list[str], store: Path) -> Iterator[int]:
-    """``argv`` (a program that takes the store's lock and lets it go) in another process, stopped
-    while it holds the lock (tried again should one end before it is caught); yields its pid."""
-    for _attempt in range(20):
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        caught = False
-        while proc.poll() is None:
-            holder = lock_holder(store)
-            if holder is not None and holder.startswith(f"pid {proc.pid}: "):
-                os.kill(proc.pid, signal.SIGSTOP)
-                caught = (lock_holder(store) or "").startswith(f"pid {proc.pid}: ")
-                if not caught:
-                    os.kill(proc.pid, signal.SIGCONT)
-                break
-        if not caught:
-            proc.communicate(timeout=120)
-            assert proc.returncode == 0, proc.stderr
-            continue
-        try:
-            yield proc.pid
-        finally:
-            os.kill(proc.pid, signal.SIGCONT)
-            _out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        return
-    pytest.fail(f"{argv} was not caught holding the lock in 20 tries")
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("what", sorted(LIBRARY_CALLS))
 def test_a_program_calling_the_library_is_named_by_what_it_does(store: Path, what: str) -> None:
     program = [sys.executable, "-c", LIBRARY_CALLS[what], str(store)]
-    with _caught_holding(program, store) as pid:
+    with caught_holding(program, store) as pid:
         refused = _cli("prune", store)
         assert refused.returncode == 3, refused.stdout + refused.stderr
         assert f"another {what} is writing {store} (pid {pid}: " in refused.stderr, refused.stderr

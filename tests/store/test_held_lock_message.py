@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from featurecache.errors import StoreError
 from featurecache.store.root import BuildLock, lock_holder
 from services.lookup.server import free_port
 from tests.conftest import REPO, SAMPLES, build_store
+from tests.locks import caught_holding
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,35 +31,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300, check=False)  # fmt: skip
 
 
-@contextmanager
-def _prune_holding_the_lock(store: Path) -> Iterator[int]:
+def _prune_holding_the_lock(store: Path) -> AbstractContextManager[int]:
     """A real ``featurecache prune STORE`` in another process, stopped while it holds the lock
-    (tried again should one end before it is caught holding it); yields its pid."""
-    for _attempt in range(20):
-        proc = subprocess.Popen([sys.executable, "-m", "featurecache.cli", "prune", str(store)], cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        caught = False
-        while proc.poll() is None:
-            holder = lock_holder(store)
-            if holder is not None and holder.startswith(f"pid {proc.pid}: "):
-                os.kill(proc.pid, signal.SIGSTOP)
-                # still holding it once stopped (it may have let go just before the signal)
-                caught = (lock_holder(store) or "").startswith(f"pid {proc.pid}: ")
-                if not caught:
-                    os.kill(proc.pid, signal.SIGCONT)
-                break
-        if not caught:
-            proc.communicate(timeout=120)
-            assert proc.returncode == 0, proc.stderr
-            continue
-        try:
-            yield proc.pid
-        finally:
-            os.kill(proc.pid, signal.SIGCONT)
-            _out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err  # the prune itself went on and ended well
-        return
-    pytest.fail("no prune was caught holding the lock in 20 tries")
+    (tests/locks.py); yields its pid. The prune itself goes on and ends well once let go."""
+    return caught_holding([sys.executable, "-m", "featurecache.cli", "prune", str(store)], store)
 
 
 @pytest.mark.timeout(600)
