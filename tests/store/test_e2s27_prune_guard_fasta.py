@@ -6,8 +6,9 @@ directory was removed. A FASTA-named file now counts as the MSA stage would use 
 own scan (``build.msa_stage._scan_one``) must read an alignment of a stored chain's sequence
 from it. Sequences of different lengths are no alignment (the build's scan fails on them too, and
 stores nothing from the file); a complex written as one ColabFold query ``A:B`` is no chain's
-sequence; a real query-only MSA in a ``.fasta`` of one stored chain still counts, and the build
-stores it as that chain's MSA.
+sequence; a real query-only MSA in a ``.fasta`` of one stored chain does not count either (no row
+beyond the query: it could as well be a stray query, review RF2 s27 #1); named ``.a3m`` it counts,
+and the build stores it as that chain's MSA.
 
 Real builds (1 worker) of the real 1psm and 2q2k structures with their real OpenFold MSA
 directories copied from the shared corpus; the real CLI in a subprocess."""
@@ -102,23 +103,32 @@ def test_a_stray_queries_fasta_does_not_disarm_the_guard(
     assert _msa_keys(store) == keys
 
 
-def test_a_real_single_sequence_msa_in_a_fasta_counts_as_the_build_stores_it(
+def test_a_real_single_sequence_msa_in_a_fasta_is_refused_and_counts_named_a3m(
     built: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    """A query-only MSA (the real 1psm query record) named ``.fasta``: the guard lets the prune
-    through (the stored MSAs' own files are gone: both are removed), and the next build stores it
-    as 1psm's MSA, from that file."""
+    """A query-only MSA (the real 1psm query record) named ``.fasta``: the guard refuses (a file
+    with no row beyond a stored chain's query is no sign that the directory holds the MSAs) and
+    says how to go on; named ``.a3m`` (a name of an MSA format) it lets the prune through (the
+    stored MSAs' own files are gone: both are removed), and the next build stores it as 1psm's
+    MSA, from that file."""
     store, pdb, msa = built
     psm_file = OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m"
     _unmount(msa, tmp_path / "msa-away")
     (msa / "1psm_A.fasta").write_text("\n".join(psm_file.read_text().splitlines()[:2]) + "\n")
+    before = _snapshot(store)
+    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "1psm_A.fasta: only the query of a stored chain, no row beyond it" in r.stderr, r.stderr
+    assert "run the prune without --msa-dir" in r.stderr and "an .a3m name" in r.stderr, r.stderr
+    assert r.stdout == "" and _snapshot(store) == before
+    (msa / "1psm_A.fasta").rename(msa / "1psm_A.a3m")
     r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"removed 2 MSAs whose files are gone from {msa}" in r.stdout, r.stdout + r.stderr
     assert build_store(store, pdb, workers=1, msa_dir=msa, part_size=1).n_failed == 0
     msas = featurecache.open_store(store).msas.to_pylist()
-    from_fasta = [m for m in msas if any(s.split("#", 1)[0] == "1psm_A.fasta" for s in m["sources"])]
-    assert len(from_fasta) == 1 and from_fasta[0]["n_files"] == 1, msas
+    from_file = [m for m in msas if any(s.split("#", 1)[0] == "1psm_A.a3m" for s in m["sources"])]
+    assert len(from_file) == 1 and from_file[0]["n_files"] == 1, msas
 
 
 def test_a_queries_fasta_gives_the_build_no_msa(built: tuple[Path, Path, Path], tmp_path: Path) -> None:
