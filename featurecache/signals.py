@@ -33,6 +33,21 @@ from types import FrameType
 NOISY_AFTER_INTERRUPT = ("distributed", "tornado", "asyncio", "bokeh")
 
 
+def ignored_signal_note(sig: int, stops: str) -> str:
+    """The one line ``build`` and ``train`` log for a stop signal ``sig`` this process ignores
+    (started so, e.g. ``cmd &`` in a script: the shell ignores SIGINT for its background children,
+    and the ignore survives exec). Says what does stop ``stops`` (``"the build"``, ``"the run"``):
+    the other stop signal, unless it is ignored too. A supervisor that turns the signal it gets into
+    the other (deploy/compose.yaml's build service sends SIGTERM for a SIGINT) is then not
+    contradicted (review RF2 s27 #4)."""
+    name = signal.Signals(sig).name
+    other = signal.SIGTERM if sig == signal.SIGINT else signal.SIGINT
+    line = f"{name} is ignored by this process (as it was started, e.g. in the background): it does not stop {stops}"
+    if signal.getsignal(other) is not signal.SIG_IGN:
+        line += f"; {'SIGTERM' if other == signal.SIGTERM else 'SIGINT (Ctrl-C)'} does"
+    return line
+
+
 @contextlib.contextmanager
 def sigint_blocked(start_resource_tracker: bool = True) -> Iterator[None]:
     """SIGINT held back in the calling thread meanwhile (delivered when the block ends). Threads

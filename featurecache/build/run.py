@@ -72,8 +72,10 @@ WAIT_FOR_WORKERS_S = 60.0
 #: how long connecting to an external scheduler may take (TCP connect retries), and its answer in all
 SCHEDULER_CONNECT_S = 15.0
 SCHEDULER_ANSWER_S = 20.0
-#: how long each worker has to answer the start-up calls (the version check): a worker that has not
-#: answered by then (stopped, swapping) is named and the build refused; the variable overrides it
+#: how long the build waits for a worker's answer to the start-up calls (the version check) before
+#: it warns, naming the worker (busy with another client's task, stopped, swapping); again after
+#: twice as long, and so on, at most every NO_WORKER_WARN_MAX_S; it keeps waiting (a busy worker
+#: answers once its task ends); the variable overrides it
 WORKER_ANSWER_S = 30.0
 WORKER_ANSWER_ENV = "FEATURECACHE_WORKER_ANSWER_S"
 #: how long a build on an external scheduler waits for results with no worker connected before it
@@ -490,12 +492,13 @@ def _note_ignored_signals() -> None:
     SIGINT ignored (``cmd &`` in a script: the shell sets it so) inherits that across exec, and
     Ctrl-C (or ``kill -INT``) sent to the build then does nothing; --help promises 130 for it. The
     build leaves an ignored signal alone (:func:`featurecache.signals.quiet_on_sigint`)."""
+    from featurecache.signals import ignored_signal_note
+
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGTERM, signal.SIGINT):
         if signal.getsignal(sig) is signal.SIG_IGN:
-            log.info("%s is ignored by this process (as it was started, e.g. in the background): it "
-                     "does not stop the build", signal.Signals(sig).name)  # fmt: skip
+            log.info("%s", ignored_signal_note(sig, "the build"))
 
 
 class BuildTerminated(KeyboardInterrupt):
@@ -762,30 +765,39 @@ def _seconds_setting(name: str, default: float) -> float:
     return value
 
 
-class _NoAnswer:
-    """What :func:`_ask_workers` returns for a worker that did not answer in time."""
-
-
-NO_ANSWER = _NoAnswer()
-
-
-def _ask_workers(client: Any, function: Callable[[], Any]) -> dict[str, Any]:
+def _ask_workers(
+    client: Any, function: Callable[[], Any], what: str, scheduler: str | None
+) -> dict[str, Any]:
     """``function`` run on every worker the scheduler lists (``client.run``), each worker asked
-    apart and given ``WORKER_ANSWER_S`` to answer: ``{address: its result, the exception it
-    raised or met (a CommClosedError / OSError: it went away), or NO_ANSWER}``. ``client.run``
-    over all of them waited, without a limit, for a worker that was stopped (SIGSTOP, a host
-    swapping) until the scheduler dropped it (``worker-ttl``: 5 minutes), printing nothing
-    (review R1 s27 #1), and it could not say which worker kept it waiting."""
-    timeout_s = _seconds_setting(WORKER_ANSWER_ENV, WORKER_ANSWER_S)
+    apart: ``{address: its result, or the exception it raised or met (a CommClosedError / OSError:
+    it went away)}``. ``client.run`` over all of them waited silently, without a limit, for a
+    worker that was stopped (SIGSTOP, a host swapping) until the scheduler dropped it
+    (``worker-ttl``: 5 minutes), and could not say which worker kept it waiting (review R1 s27
+    #1). Now a worker that has not answered ``what`` after ``WORKER_ANSWER_S`` is named in a
+    warning, again after twice as long and so on, and the build keeps waiting: a worker of a
+    shared cluster busy with another client's task (which holds its GIL: it cannot answer until
+    the task ends) answers then, and refusing it failed builds that used to succeed (review RF2
+    s27 #2); Ctrl-C stops the wait, nothing written."""
+    first_s = _seconds_setting(WORKER_ANSWER_ENV, WORKER_ANSWER_S)
     addresses = sorted(client.scheduler_info().get("workers", {}))
+    where = _cluster_name(scheduler)
 
     async def one(address: str) -> Any:
+        task = asyncio.ensure_future(client._run(function, workers=[address], on_error="return"))
+        waited, interval = 0.0, first_s
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                break
+            waited += interval
+            log.warning("worker %s of %s has not answered %s for %.0f s (busy with another client's task, "
+                        "stopped or swapping?); still waiting for it (Ctrl-C stops the build; nothing is "
+                        "written yet)", address, where, what, waited)  # fmt: skip
+            interval = min(interval * 2, NO_WORKER_WARN_MAX_S)
+        if waited:
+            log.warning("worker %s of %s answered %s after %.0f s", address, where, what, waited)
         try:
-            answers = await asyncio.wait_for(
-                client._run(function, workers=[address], on_error="return"), timeout_s
-            )
-        except TimeoutError:
-            return NO_ANSWER
+            answers = task.result()
         except OSError as exc:  # the scheduler could not pass it on
             return exc
         return answers.get(address, ConnectionError("no answer from the worker"))
@@ -798,24 +810,6 @@ def _ask_workers(client: Any, function: Callable[[], Any]) -> dict[str, Any]:
 
 def _cluster_name(scheduler: str | None) -> str:
     return f"the Dask scheduler at {scheduler}" if scheduler else "the embedded Dask cluster"
-
-
-def _refuse_silent(answers: dict[str, Any], scheduler: str | None, what: str) -> None:
-    """StoreError (exit 3) naming the workers that did not answer ``what`` in time. A stopped
-    worker is not skipped: the scheduler would send it parts, which would wait there, silently,
-    until the scheduler drops it (``worker-ttl``; never where that is off)."""
-    silent = [a for a, answer in answers.items() if answer is NO_ANSWER]
-    if not silent:
-        return
-    n = len(silent)
-    waited = _seconds_setting(WORKER_ANSWER_ENV, WORKER_ANSWER_S)
-    raise StoreError(
-        f"refusing to build: worker{'s' if n > 1 else ''} {', '.join(silent)} of {_cluster_name(scheduler)} "
-        f"did not answer {what} in {waited:.0f} s (stopped, swapping or hung?); the build would send "
-        f"{'them' if n > 1 else 'it'} parts that wait there; end or restart "
-        f"{'those workers' if n > 1 else 'that worker'} (or wait until the scheduler drops "
-        f"{'them' if n > 1 else 'it'}), then run the build again; nothing was written"
-    )
 
 
 def _went_away(answer: Any) -> bool:
@@ -831,20 +825,18 @@ def _check_worker_versions(client: Any, scheduler: str | None = None) -> None:
     featurizer's arrays. Code counts, not only versions: a worker whose featurecache source
     differs (:func:`featurecache.source_digest`) is refused too, naming both package directories.
     A worker that cannot answer (no featurecache, an older one without :func:`worker_versions`) is
-    refused too, and so is one that does not answer in time (:func:`_refuse_silent`).
+    refused too; one slow to answer is waited for, with warnings naming it (:func:`_ask_workers`).
 
     A worker that went away meanwhile (:func:`_went_away`; review R1 s27 #2: it was refused with the
     install advice) is left out when another answered with the driver's code: a worker that joins
     later (its nanny's new process) is checked by each task it runs (``versions=``); when none
     answered, the build is refused with that reason and no install advice."""
     mine = worker_versions()
-    answers = _ask_workers(client, worker_versions)
+    answers = _ask_workers(client, worker_versions, "the featurecache version check", scheduler)
     bad: list[str] = []
     gone: list[str] = []
     good = 0
     for address, answer in sorted(answers.items()):
-        if answer is NO_ANSWER:
-            continue
         if _went_away(answer):
             gone.append(f"{address} ({type(answer).__name__}: {answer})"[:300])
         elif isinstance(answer, BaseException):
@@ -859,7 +851,6 @@ def _check_worker_versions(client: Any, scheduler: str | None = None) -> None:
         shown = {k: v for k, v in mine.items() if k != PACKAGE_PATH}
         raise StoreError(f"refusing to build: {'; '.join(bad)}; the driver runs {_describe(shown)} "
                          "(install the same featurecache on every worker)")  # fmt: skip
-    _refuse_silent(answers, scheduler, "the featurecache version check")
     if not gone:
         return
     which = f"worker{'s' if len(gone) > 1 else ''} {'; '.join(gone)}"
@@ -875,13 +866,13 @@ def _forget_parsed_ccd(client: Any, scheduler: str | None = None) -> None:
     """Parsed CCD definitions are cached per path in each process; a CCD edited in place since
     the last build this driver or a long-lived worker served must be read again (its new
     fingerprint already rebuilds every entry: those entries must not get the old definitions).
-    Each worker is given ``WORKER_ANSWER_S`` (:func:`_ask_workers`); one that went away keeps no
-    cache (its replacement starts empty)."""
+    A worker slow to answer is waited for, with warnings naming it (:func:`_ask_workers`); one that
+    went away keeps no cache (its replacement starts empty)."""
     from featurecache.chem.library import clear_component_caches
 
     clear_component_caches()
-    answers = _ask_workers(client, clear_component_caches)
-    _refuse_silent(answers, scheduler, "the call that clears its cached CCD definitions")
+    answers = _ask_workers(client, clear_component_caches, "the call that clears its cached CCD definitions",
+                           scheduler)  # fmt: skip
     for answer in answers.values():
         if isinstance(answer, BaseException) and not _went_away(answer):
             raise answer

@@ -1203,12 +1203,13 @@ class _StopSignals:
         return self.received is not None
 
     def __enter__(self) -> _StopSignals:
+        from featurecache.signals import ignored_signal_note
+
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 previous = signal.getsignal(sig)
                 if previous is signal.SIG_IGN:
-                    log.info("%s is ignored by this process (as it was started, e.g. in the background): it "
-                             "does not stop the run", signal.Signals(sig).name)  # fmt: skip
+                    log.info("%s", ignored_signal_note(sig, "the run"))
                     continue
                 self._previous[sig] = signal.SIG_DFL if previous is None else previous
                 signal.signal(sig, self._handle)

@@ -16,7 +16,10 @@ import featurecache
 from tests.conftest import REPO, SAMPLES
 
 VENV_BIN = Path(sys.executable).parent
-NOTE = "SIGINT is ignored by this process (as it was started, e.g. in the background): it does not stop the build"
+NOTE = (
+    "SIGINT is ignored by this process (as it was started, e.g. in the background): it does not stop the build; "
+    "SIGTERM does"
+)
 
 
 def _ignore_sigint() -> None:
@@ -76,3 +79,26 @@ def test_build_with_sigint_default_has_no_note(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "is ignored by this process" not in res.stderr
+
+
+def test_the_note_names_the_other_signal_only_while_that_one_stops_the_process() -> None:
+    """Review RF2 s27 #4: deploy/compose.yaml's build service turns a SIGINT into a SIGTERM for the
+    build (its shell's background child ignores SIGINT), so the note says what does stop it."""
+    from featurecache.signals import ignored_signal_note
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert ignored_signal_note(signal.SIGINT, "the build").endswith(
+            "it does not stop the build; SIGTERM does"
+        )
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        assert ignored_signal_note(signal.SIGINT, "the build").endswith("it does not stop the build")
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        assert ignored_signal_note(signal.SIGTERM, "the run").endswith(
+            "it does not stop the run; SIGINT (Ctrl-C) does"
+        )
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)

@@ -221,7 +221,8 @@ def test_an_ignored_sigint_stays_ignored_and_the_log_says_so(
     assert doc["status"] == "completed" and len(doc["steps"]) == 3 and doc["stop_signal"] is None
     said = [r.getMessage() for r in caplog.records if "SIGINT is ignored" in r.getMessage()]
     assert said == [
-        "SIGINT is ignored by this process (as it was started, e.g. in the background): it does not stop the run"
+        "SIGINT is ignored by this process (as it was started, e.g. in the background): it does not stop the run; "
+        "SIGTERM does"
     ]
 
 
