@@ -95,43 +95,28 @@ def _fatal(exc: BaseException) -> typer.Exit:
 
 def _store_unreadable(store: Path, serving: bool) -> str | None:
     """Why the user this process runs as cannot read the store directory ``store`` (it, its
-    ``zarr.json`` or its ``index/``), naming that uid, the owner and the fix; None when it can, or
-    when ``store`` is not there or not a directory (each command's own error says so). Replaces
-    click's ``readable`` check, whose "path '/store' is not readable" was a usage error (exit 2)
-    naming neither the uid nor the fix (review R1 s27 #5: the lookup image runs as uid 10001)."""
-    import pwd
+    ``zarr.json`` or its ``index/``, or a directory above it it may not search, named), naming that
+    uid, the owner and the fix (:func:`featurecache.store.index.access_problem`, which a part or
+    index file found unreadable later gets too); None when it can, or when ``store`` is not there
+    or not a directory (each command's own error says so). Replaces click's ``readable`` check,
+    whose "path '/store' is not readable" was a usage error (exit 2) naming neither the uid nor
+    the fix (review R1 s27 #5: the lookup image runs as uid 10001)."""
     import stat
 
-    uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = "no user name"
-    who = f"uid {uid} ({user}), the user this {'server' if serving else 'command'} runs as"
+    from featurecache.store.index import access_problem
+
     try:
         st = store.stat()
-    except PermissionError:
-        return (f"cannot read {store}: a directory on its path is not searchable by {who}; make it "
-                "searchable by that uid (chmod a+x on each directory above the store)")  # fmt: skip
+    except PermissionError as exc:
+        return access_problem(store, store, serving=serving) or f"cannot read {store}: {exc.strerror}"
     except OSError:
         return None
     if not stat.S_ISDIR(st.st_mode):
         return None
-    targets = [(store, os.R_OK | os.X_OK)]
-    if os.access(store, os.R_OK | os.X_OK):  # what a command reads first, before any part
-        targets = [(store / "zarr.json", os.R_OK), (store / "index", os.R_OK | os.X_OK)]
-    for path, mode in targets:
-        try:
-            owner = path.stat()
-        except OSError:
-            continue  # not there: the command's own error
-        if not os.access(path, mode):
-            other = owner.st_uid
-            run_as = (f"run the server as uid {other} (a container: run it with --user {other})" if serving
-                      else f"run the command as uid {other}")  # fmt: skip
-            return (f"cannot read {path}: {who}, may not read it (owner uid {other}, mode "
-                    f"{stat.S_IMODE(owner.st_mode):04o}); make the store readable by uid {uid} (e.g. chmod -R "
-                    f"a+rX {store}), or {run_as}")  # fmt: skip
+    for path in (store / "zarr.json", store / "index"):  # what a command reads first, before any part
+        problem = access_problem(path, store, serving=serving)
+        if problem is not None:
+            return problem
     return None
 
 

@@ -401,6 +401,72 @@ def differing_hashes(
     return f"{unit}{'s' if many else ''} {', '.join(differ)} differ{'' if many else 's'}"
 
 
+def access_problem(path: Path, store: Path, *, serving: bool = False) -> str | None:
+    """Why the user this process runs as may not read ``path``, the store directory ``store`` or a
+    file or directory under it, as one line naming what it may not read (a directory above the store
+    it may not search, the store, or the first directory or file from the store down to ``path``),
+    the uid and user, the owner and mode, and the fix; None when it may read them all, or when one
+    is not there (the caller's own error says so). ``serving``: the process is the lookup server
+    (its fix: a container's ``--user``). What a PermissionError in a store becomes, on every
+    command (exit 3): the CLI's check of the store argument, a part or index file read later."""
+    import pwd
+    import stat
+
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = "no user name"
+    who = f"uid {uid} ({user}), the user this {'server' if serving else 'command'} runs as"
+    store, path = Path(store), Path(path)
+
+    def run_as(other: int) -> str:
+        return (f"run the server as uid {other} (a container: run it with --user {other})" if serving
+                else f"run the command as uid {other}")  # fmt: skip
+
+    real = Path(os.path.realpath(store))  # a symlinked store: the directories above its target
+    for d in reversed(real.parents):  # from "/" down: the first one it may not search
+        try:
+            st = d.stat()
+        except OSError:
+            return None  # not there (the one above is searchable): the store is not there
+        if not os.access(d, os.X_OK):
+            return (f"cannot read {store}: the directory {d} on its path is not searchable by {who} (owner "
+                    f"uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); make it searchable by that uid "
+                    f"(e.g. chmod a+x {d}), or {run_as(st.st_uid)}")  # fmt: skip
+    try:
+        rel = path.relative_to(store).parts
+    except ValueError:
+        rel = ()
+    for p in [store, *(store.joinpath(*rel[: i + 1]) for i in range(len(rel)))]:
+        try:
+            st = p.stat()
+        except OSError:
+            return None
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not os.access(p, os.R_OK | os.X_OK if is_dir else os.R_OK):
+            return (f"cannot read {p}: {who}, may not read it (owner uid {st.st_uid}, mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}); make the store readable by uid {uid} (e.g. chmod -R "
+                    f"a+rX {store}), or {run_as(st.st_uid)}")  # fmt: skip
+    return None
+
+
+def _permission_error(path: Path, store: Path, exc: PermissionError) -> StoreError:
+    """A StoreError for a PermissionError reading ``path`` of ``store`` (:func:`access_problem`'s
+    line; the error's own text when that finds nothing, e.g. a file the uid may read but not open)."""
+    return StoreError(access_problem(path, store) or f"cannot read {path}: {exc.strerror or exc}")
+
+
+def store_of(path: Path) -> Path:
+    """The store directory of a file or directory ``path`` in it: of ``index/<table>.arrow``, of
+    ``parts/<part>`` and of what lies in a part (the part's own index files, its arrays)."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.parent.name == PARTS_DIR:
+            return p.parent.parent
+    return path.parent.parent if path.parent.name == INDEX_DIR else path.parent
+
+
 def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
     """An Arrow IPC file; StoreError naming the file when it is missing, truncated or not Arrow."""
     try:
@@ -409,6 +475,8 @@ def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
                 return ipc.open_file(source).read_all()
         with pa.OSFile(str(path), "rb") as source:
             return ipc.open_file(source).read_all()
+    except PermissionError as exc:  # not damage: the fix is the file's mode (review RF2 s27 #5)
+        raise _permission_error(Path(path), store_of(Path(path)), exc) from exc
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         hint = (
             "; re-running `featurecache build` on this store rebuilds the index from the parts"
@@ -443,9 +511,15 @@ def _part_tables(part: Path) -> dict[str, pa.Table]:
     """One part's own ``_index/<table>.arrow`` files, with the ``part`` column set to its name."""
     out: dict[str, pa.Table] = {}
     idx = part / PART_INDEX_DIR
-    if not idx.is_dir():
+    try:  # a part the uid may not read (workers under umask 077): exit 3 naming it (review RF2 s27 #3)
+        # (os.scandir raises for an _index/ it may not list, where Path.glob finds no file)
+        with os.scandir(idx) as it:
+            files = sorted(Path(e.path) for e in it if e.name.endswith(".arrow"))
+    except (FileNotFoundError, NotADirectoryError):
         return out
-    for f in sorted(idx.glob("*.arrow")):
+    except PermissionError as exc:
+        raise _permission_error(idx, store_of(part), exc) from exc
+    for f in files:
         t = read_table(f, memory_map=False)
         # the directory name is the truth (a part may have been committed under another number)
         parts = pa.array([part.name] * t.num_rows, type=pa.string())

@@ -74,7 +74,14 @@ def _check_index_files(root: Path) -> None:
     everything. Says whether the store has parts and how the index comes back (a build on the
     store rebuilds it from them)."""
     index_dir = root / INDEX_DIR
-    missing = [f"{name}.arrow" for name in TABLES if not (index_dir / f"{name}.arrow").is_file()]
+    try:
+        missing = [f"{name}.arrow" for name in TABLES if not (index_dir / f"{name}.arrow").is_file()]
+    except PermissionError as exc:  # an index/ the uid may not search: not missing (review RF2 s27 #5)
+        from featurecache.store.index import access_problem
+
+        raise StoreError(
+            access_problem(index_dir, root) or f"cannot read {index_dir}: {exc.strerror}"
+        ) from exc
     if not missing:
         return
     parts = complete_parts(root)

@@ -32,10 +32,12 @@ import pyarrow as pa
 
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import (
+    access_problem,
     complete_parts,
     differing_hashes,
     index_tables,
     read_table,
+    store_of,
 )
 from featurecache.store.layout import (
     COMPONENT_PART_PREFIX,
@@ -246,12 +248,23 @@ def _damaged_msa(
 
 
 def _unreadable_part_index(part: Path) -> str | None:
-    """Why a part's own index cannot be read (naming the file), or None when every file reads."""
+    """Why a part's own index cannot be read (naming the file), or None when every file reads. A
+    part, index directory or file the uid may not read is no damage (``--repair`` would move the
+    part aside): a StoreError naming it, the uid and the fix (exit 3; review RF2 s27 #3)."""
     idx = part / PART_INDEX_DIR
-    for f in sorted(idx.glob("*.arrow")) if idx.is_dir() else []:
+    try:
+        with os.scandir(idx) as it:  # (Path.glob finds no file in an _index/ it may not list)
+            files = sorted(Path(e.path) for e in it if e.name.endswith(".arrow"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as exc:
+        raise StoreError(access_problem(idx, store_of(part)) or f"cannot read {idx}: {exc.strerror}") from exc
+    for f in files:
         try:
             read_table(f, memory_map=False)
         except FeatureCacheError as exc:
+            if isinstance(exc.__cause__, PermissionError):
+                raise
             return f"file {f} is unreadable ({exc.__cause__ or exc})"
     return None
 
