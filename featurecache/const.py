@@ -95,8 +95,15 @@ def decode_res_name(codes: Sequence[int]) -> str:
 from collections.abc import Sequence  # noqa: E402  (used in string annotations above)
 
 # --- Versions -----------------------------------------------------------------------------------
-#: Bumped when the on-disk layout changes incompatibly.
-STORE_FORMAT_VERSION = 1
+#: Bumped when the on-disk layout changes incompatibly: a featurecache refuses a store of a newer
+#: format than its own at once (``store.root.check_format``: "written by a newer featurecache"), so an
+#: older one never reads parts it cannot decode as damage. "2": featurizer 0.7.0's token records
+#: (``types.Token.centre_coords``, 12 bytes wider), which featurecache before 0.7.0 cannot decode
+#: (review RF1 s27 #1). This code reads format-1 stores too (their parts are all of featurizer 0.6.0
+#: or older); a build into one raises its root to 2 before it writes a part (``store.root.init_store``).
+STORE_FORMAT_VERSION = 2
+#: the store formats this code reads (and prune / verify --repair write, leaving the format as it is)
+READABLE_STORE_FORMATS = (1, 2)
 #: Bumped when array names/dtypes change (readers check it).
 SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.

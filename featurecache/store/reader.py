@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from featurecache.const import STORE_FORMAT_VERSION
-from featurecache.errors import InvalidRequest, NotFound, StoreError, StoreVersionError
+from featurecache.errors import InvalidRequest, NotFound, StoreError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import (
     complete_parts,
@@ -31,7 +30,7 @@ from featurecache.store.layout import (
     INDEX_DIR,
     TABLES,
 )
-from featurecache.store.root import PartArrays, decode_records, group_attributes
+from featurecache.store.root import PartArrays, check_format, decode_records, group_attributes
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
@@ -201,10 +200,7 @@ class LocalStore(FeatureReader):
         fmt = self.attributes.get("format_version")
         if fmt is None:
             raise StoreError(f"{self.path} is a zarr group but not a featurecache store (no format_version)")
-        if fmt != STORE_FORMAT_VERSION:
-            raise StoreVersionError(
-                f"{self.path}: store format {fmt}, this code reads {STORE_FORMAT_VERSION}"
-            )
+        check_format(fmt, self.path)  # a newer format: "written by a newer featurecache: upgrade"
         _check_index_files(self.path)
         # one generation: a build's rebuild renames its files in one by one
         self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s)

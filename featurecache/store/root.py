@@ -23,7 +23,12 @@ from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 
-from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
+from featurecache.const import (
+    FEATURIZER_VERSION,
+    READABLE_STORE_FORMATS,
+    SCHEMA_VERSION,
+    STORE_FORMAT_VERSION,
+)
 from featurecache.errors import StoreError, StoreVersionError
 from featurecache.store.layout import FILL_ONLY_SHARDS, INDEX_DIR, PARTS_DIR, TMP_PREFIX
 
@@ -49,8 +54,24 @@ def group_attributes(meta: Path) -> dict[str, Any]:
     return attrs
 
 
+def check_format(fmt: Any, where: object) -> None:
+    """Refuse a store whose root records ``format_version`` ``fmt`` unless this code reads that
+    format (:data:`~featurecache.const.READABLE_STORE_FORMATS`): a newer one is a store "written by
+    a newer featurecache" (upgrade), anything else a format this code does not know. Both are a
+    :class:`StoreVersionError` naming ``where`` (the store)."""
+    if type(fmt) is int and fmt in READABLE_STORE_FORMATS:
+        return
+    reads = ", ".join(map(str, READABLE_STORE_FORMATS))
+    if type(fmt) is int and fmt > STORE_FORMAT_VERSION:
+        raise StoreVersionError(f"{where}: store format {fmt}, written by a newer featurecache: upgrade featurecache "
+                                f"to read it (this featurecache reads store formats {reads})")  # fmt: skip
+    raise StoreVersionError(f"{where}: store format {fmt!r}, which this featurecache does not know "
+                            f"(it reads store formats {reads})")  # fmt: skip
+
+
 def check_store_dir(root: Path) -> None:
-    """Refuse ``root`` unless it is absent, empty, or a store of this format (nothing is written)."""
+    """Refuse ``root`` unless it is absent, empty, or a store of a format this code reads and
+    writes (:func:`check_format`; nothing is written)."""
     root = Path(root)
     meta = root / "zarr.json"
     if meta.is_file():
@@ -59,17 +80,19 @@ def check_store_dir(root: Path) -> None:
             raise StoreError(
                 f"{root} is a zarr group but not a featurecache store (refusing to write into it)"
             )
-        if existing.get("format_version") != STORE_FORMAT_VERSION:
-            raise StoreVersionError(
-                f"{root} has store format {existing.get('format_version')}; this featurecache writes {STORE_FORMAT_VERSION}"
-            )
+        check_format(existing.get("format_version"), root)
     elif root.exists() and (not root.is_dir() or any(p.name != LOCK_FILE for p in root.iterdir())):
         raise StoreError(f"{root} exists and is not a featurecache store (refusing to write into it)")
 
 
 def init_store(root: Path, attributes: dict[str, Any]) -> None:
     """Create the store (or check an existing one), writable, and record ``attributes`` (call it
-    holding the :class:`BuildLock`, so a refused build changes nothing). Raises StoreError if it cannot."""
+    holding the :class:`BuildLock`, so a refused build changes nothing). Raises StoreError if it cannot.
+
+    The root's ``format_version`` becomes this code's :data:`STORE_FORMAT_VERSION` (a format-1
+    store a build extends is raised to 2) before the build writes any part: zarr replaces
+    ``zarr.json`` in one rename, and it is synced to disk here, so no part of featurizer 0.7.0 ever
+    lies under a root that an older featurecache would read (review RF1 s27 #1)."""
     root = Path(root)
     check_store_dir(root)
     try:
@@ -83,11 +106,22 @@ def init_store(root: Path, attributes: dict[str, Any]) -> None:
         }  # fmt: skip
         group = zarr.open_group(str(root), mode="a")
         group.attrs.update(attrs)
+        _sync_file(root / "zarr.json")
+        _sync_file(root)
         if not (root / PARTS_DIR / "zarr.json").is_file():
             zarr.open_group(str(root / PARTS_DIR), mode="a")
         (root / INDEX_DIR).mkdir(exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot write the store at {root}: {exc.strerror or exc}") from exc
+
+
+def _sync_file(path: Path) -> None:
+    """fsync ``path`` (a file, or a directory: its entries), so that what was written is on disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _now() -> str:
@@ -327,6 +361,14 @@ def record_dtype(stored: Any, width: int, current: np.dtype, where: str) -> np.d
     fields: dict[str, Any] = dict(current.fields or {})
     mine: dict[str, Any] = dict(dtype.fields or {})
     odd = [n for n in dtype.names if n not in fields or fields[n][0] != mine[n][0]]
+    if (
+        odd
+        and all(n not in fields for n in odd)
+        and all(n in mine and mine[n][0] == t[0] for n, t in fields.items())
+    ):
+        # this code's fields and more: a newer featurecache added fields (review RF1 s27 #2)
+        raise StoreVersionError(f"{where}: its records hold field(s) {', '.join(odd)} that this featurecache does "
+                                "not know: written by a newer featurecache; upgrade featurecache to read it")  # fmt: skip
     if odd:
         raise StoreError(f"{where}: its records' field(s) {', '.join(odd)} are not this featurecache's "
                          f"({current.descr}); written by another featurecache?")  # fmt: skip

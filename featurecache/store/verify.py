@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from featurecache.const import FEATURIZER_VERSION
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import (
     access_problem,
@@ -51,7 +52,7 @@ from featurecache.store.layout import (
 )
 from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import array_metadata, array_names, fill_only_shards, shard_files
-from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
+from featurecache.store.versions import msa_stage_notes, part_record, store_versions, version_notes
 from featurecache.store.writer import GROUP_HASHES
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,10 @@ class VerifyReport:
     #: damage in parts that no index row uses any more (not a problem: nothing is served from them;
     #: ``featurecache prune`` deletes them)
     notes: list[str] = field(default_factory=list)
+    #: entries that did not check out in parts a newer featurecache wrote (their ``part.json``
+    #: records a newer featurizer): not verified, not damage (``--repair`` leaves them), one line
+    #: each, also among ``notes`` (review RF1 s27 #2)
+    newer: list[str] = field(default_factory=list)
 
 
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
@@ -160,6 +165,10 @@ def _verify(
         rows = entries.to_pylist()
         for row, found in zip(rows, checks.run("entries", rows), strict=True):
             advance(1)
+            if found and found[0].startswith(_NEWER):  # a newer featurecache's part: not damage
+                report.newer.append(found[0].removeprefix(_NEWER))
+                report.notes.append(report.newer[-1])
+                continue
             problems.extend(found)
             # (a part that is gone altogether: its keys are no longer built, the next build rebuilds them)
             if found and row["part"] in parts and row["part"] not in report.bad_index_parts:
@@ -404,7 +413,39 @@ def _missing_shards(name: str, part: Path) -> list[str]:
     return problems
 
 
+#: the start of :func:`_check_entry`'s one line for an entry of a part a newer featurecache wrote
+_NEWER = "newer featurizer: "
+
+
 def _check_entry(store: LocalStore, parts: dict[str, Path], row: dict[str, Any]) -> list[str]:
+    """The problems of one index row (:func:`_entry_problems`). An entry whose part records a newer
+    featurizer than this code's (``part.json``) is not checked by this code's rules: one line
+    starting :data:`_NEWER` instead (a newer featurecache's records, with fields this one does not
+    know, are refused by the reader: not damage, and ``--repair`` must not remove it)."""
+    found = _entry_problems(store, parts, row)
+    if found and row["part"] in parts:
+        version = _newer_featurizer(store.path, row["part"])
+        if version is not None:
+            return [f"{_NEWER}entry {row['id']} (part {row['part']}): written by a newer featurecache "
+                    f"(featurizer {version}, from the part's part.json; this featurecache is of featurizer "
+                    f"{FEATURIZER_VERSION}): not verified; upgrade featurecache to verify it ({found[0]})"]  # fmt: skip
+    return found
+
+
+def _newer_featurizer(root: Path, part: str) -> str | None:
+    """The featurizer version that ``part``'s ``part.json`` records when it is newer than this
+    code's (None: not newer, or not a version of dot-separated numbers, or no record)."""
+    version, _ = part_record(root, part)
+
+    def key(v: str) -> tuple[int, ...] | None:
+        fields = v.split(".")
+        return tuple(int(f) for f in fields) if all(f.isdigit() for f in fields) else None
+
+    mine, theirs = key(FEATURIZER_VERSION), key(version)
+    return version if mine is not None and theirs is not None and theirs > mine else None
+
+
+def _entry_problems(store: LocalStore, parts: dict[str, Path], row: dict[str, Any]) -> list[str]:
     """The problems of one index row: its part is gone, it does not read, or its hash differs."""
     if row["part"] not in parts:
         return [f"entry {row['id']}: part {row['part']} is missing"]
