@@ -151,3 +151,30 @@ def test_open_store_with_an_index_dir_it_may_not_search_names_it(top: Path) -> N
     out = " ".join(res.stdout.split())
     assert f"StoreError: cannot read {store / 'index'}: uid {RUN_UID} " in out, out
     assert f"chmod -R a+rX {store}" in out, out
+
+
+@pytest.mark.parametrize("repair", [False, True], ids=["verify", "verify-repair"])
+def test_unreadable_array_files_in_a_readable_part_are_not_damage(top: Path, repair: bool) -> None:
+    """The part and its ``_index/`` readable, its arrays' shard files not (E4 s27's left-alone
+    case): ``verify`` said "MISMATCH … unreadable (… PermissionError …)", exit 4, and advised
+    ``--repair``, which took the entries out of the index. Now the same one line as for a part."""
+    store = top / "store"
+    part = _first_part(store)
+    shards = [f for f in part.rglob("*") if f.is_file() and "_index" not in f.parts and f.name != "zarr.json"]
+    assert shards, part
+    for f in shards:
+        f.chmod(CLOSED_FILE)
+    if repair:  # the uid may write the store (its lock, its index): only the part's arrays are closed
+        for p in [store, *store.rglob("*")]:
+            if p.is_dir() and p != part:
+                p.chmod(0o777)
+            elif p.is_file() and p not in shards:
+                p.chmod(0o666)
+    index_before = {f.name: f.read_bytes() for f in (store / "index").glob("*.arrow")}
+    err = _one_line(_cli("verify", str(store), *(["--repair"] if repair else [])))
+    assert "MISMATCH" not in err and "--repair" not in err, err
+    assert f"error: cannot read {part}/" in err and f"uid {RUN_UID} " in err, err
+    assert f"chmod -R a+rX {store}" in err, err
+    assert {
+        f.name: f.read_bytes() for f in (store / "index").glob("*.arrow")
+    } == index_before  # nothing removed

@@ -452,6 +452,11 @@ def _entry_problems(store: LocalStore, parts: dict[str, Path], row: dict[str, An
     try:
         e = store.entry(row["id"])
     except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
+        denied = _permission_denied(exc)
+        if denied is not None:  # not damage: this uid may not read it (--repair must not remove it)
+            where = Path(denied.filename) if denied.filename else parts[row["part"]]
+            raise StoreError(access_problem(where, store.path)
+                             or f"cannot read {where}: {denied.strerror}") from exc  # fmt: skip
         # the reader says "entry ID: unreadable (…)" itself, naming the part and the array
         msg = str(exc)
         return [msg if msg.startswith(f"entry {row['id']}: ") else f"entry {row['id']}: unreadable ({msg})"]
@@ -466,6 +471,18 @@ def _entry_problems(store: LocalStore, parts: dict[str, Path], row: dict[str, An
             f"(part {row['part']}: {_differing_groups(parts[row['part']], row['id'], groups)})"
         ]
     return []
+
+
+def _permission_denied(exc: BaseException) -> PermissionError | None:
+    """The PermissionError that ``exc`` is or was raised from (its cause / context chain), if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, PermissionError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any]]) -> str:
