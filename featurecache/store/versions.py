@@ -300,17 +300,27 @@ def version_notes(
         head = f"{where} holds {held.replace(' of ', ' of featurizer ')}"
     if this_code is not None:
         head += f"; {code} builds featurizer {this_code}"
-    others = [v for v in sorted(versions, key=_version_key) if v != newest]
-    dirs = sorted({d for v in others for d in (doc.get("entry_source_dirs") or {}).get(v, [])})
-    what = f"rebuild those of {', '.join(others)}"
-    if dirs:
-        out = where if "://" not in where else "STORE"
-        builds = " and ".join(
-            f"`featurecache build --pdb-dir {shlex.quote(d)} --out {shlex.quote(out)}`" for d in dirs
-        )
-        fix = f": {what} with {builds} (with the --msa-dir, --ccd and options of their build)"
-    else:
-        fix = f": {what} with `featurecache build` from the same inputs"
+    # a newer featurecache's data: rebuilding them with this one would take them back to its
+    # featurizer (review RF1 s27 #2): the advice is to upgrade
+    newer = [v for v in versions if this_code is not None and _version_key(v) > _version_key(this_code)]
+    others = [v for v in sorted(versions, key=_version_key) if v != newest and v not in newer]
+    fix = ""
+    if others:
+        dirs = sorted({d for v in others for d in (doc.get("entry_source_dirs") or {}).get(v, [])})
+        what = f"rebuild those of {', '.join(others)}"
+        if dirs:
+            out = where if "://" not in where else "STORE"
+            builds = " and ".join(
+                f"`featurecache build --pdb-dir {shlex.quote(d)} --out {shlex.quote(out)}`" for d in dirs
+            )
+            fix = f": {what} with {builds} (with the --msa-dir, --ccd and options of their build)"
+        else:
+            fix = f": {what} with `featurecache build` from the same inputs"
+    if newer:
+        fix += (f"{'; ' if fix else ': '}those of {', '.join(sorted(newer, key=_version_key))} were built by a "
+                f"newer featurecache: upgrade {'featurecache' if code == 'this featurecache' else code} to read and "
+                f"verify them (its build would rebuild them "
+                f"as featurizer {this_code})")  # fmt: skip
     return [head + fix, *unreadable]
 
 
