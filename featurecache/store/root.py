@@ -403,6 +403,8 @@ class PartArrays:
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._data_files: dict[tuple[str, str], list[Path]] = {}
         self._fill_only: dict[str, frozenset[str] | None] = {}
+        #: (part, name, reader's dtype) -> the records' dtype, parsed once per array (as it is opened once)
+        self._dtypes: dict[tuple[str, str, np.dtype], np.dtype] = {}
         self._lock = threading.Lock()
 
     def get(self, part: str, name: str) -> zarr.Array:
@@ -454,12 +456,23 @@ class PartArrays:
 
     def record_dtype(self, part: str, name: str, current: np.dtype) -> np.dtype:
         """The dtype of the records of the record array ``name`` of ``part`` (:func:`record_dtype`):
-        ``current`` unless the part was written with fewer fields."""
-        arr = self.get(part, name)
-        width = int(arr.shape[1]) if len(arr.shape) == 2 else -1
-        if width == current.itemsize:
-            return current
-        return record_dtype(arr.attrs.get("record_dtype"), width, current, f"{self._what} {part}/{name}")
+        ``current`` unless the part was written with fewer fields. Parsed once per array (an older
+        part's ``record_dtype`` text cost ~0.1 ms a read, on every sample; review RF1 s27 #5)."""
+        key = (part, name, current)
+        dtype = self._dtypes.get(key)
+        if dtype is None:
+            arr = self.get(part, name)
+            width = int(arr.shape[1]) if len(arr.shape) == 2 else -1
+            dtype = (
+                current
+                if width == current.itemsize
+                else record_dtype(
+                    arr.attrs.get("record_dtype"), width, current, f"{self._what} {part}/{name}"
+                )
+            )
+            with self._lock:
+                dtype = self._dtypes.setdefault(key, dtype)
+        return dtype
 
     def records(self, part: str, name: str, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` of the record array ``name`` of ``part``."""
