@@ -139,6 +139,16 @@ def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | N
                      part_size=part_size, progress=False)  # fmt: skip
 
 
+def store_snapshot(store: Path) -> dict[str, bytes]:
+    """Every file of the store but the lock (the pid of its last holder), by path: what a refused
+    or dry-run command must leave byte for byte as it was."""
+    return {
+        str(f.relative_to(store)): f.read_bytes()
+        for f in sorted(store.rglob("*"))
+        if f.is_file() and f.name != ".build.lock"
+    }
+
+
 @pytest.fixture
 def no_shared_clusters() -> None:
     """The shared build clusters (tests/clusters.py) closed for a test that counts this process's

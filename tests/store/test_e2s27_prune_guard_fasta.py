@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store
+from tests.conftest import MSAS, STRUCTURES, build_store, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
@@ -32,15 +32,6 @@ OPENFOLD = MSAS / "openfold"
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
-
-
-def _snapshot(store: Path) -> dict[str, bytes]:
-    """Every file of the store but the lock (the pid of its last holder), by path."""
-    return {
-        str(f.relative_to(store)): f.read_bytes()
-        for f in sorted(store.rglob("*"))
-        if f.is_file() and f.name != ".build.lock"
-    }
 
 
 def _query(a3m: Path) -> str:
@@ -93,13 +84,13 @@ def test_a_stray_queries_fasta_does_not_disarm_the_guard(
         (msa / "queries.fasta").write_text(f">1psm_A\n{psm}\n>2q2k_A\n{q2k}\n")
     else:  # ColabFold's complex notation: one query, the chains joined by ':'
         (msa / "queries.fasta").write_text(f">complex\n{psm}:{q2k}\n")
-    before = _snapshot(store)
+    before = store_snapshot(store)
     for dry in (["--dry-run"], []):
         r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stderr
         assert "queries.fasta: " in r.stderr, r.stderr  # the file looked at, and why it is none
-        assert r.stdout == "" and _snapshot(store) == before, dry
+        assert r.stdout == "" and store_snapshot(store) == before, dry
     assert _msa_keys(store) == keys
 
 
@@ -115,12 +106,12 @@ def test_a_real_single_sequence_msa_in_a_fasta_is_refused_and_counts_named_a3m(
     psm_file = OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m"
     _unmount(msa, tmp_path / "msa-away")
     (msa / "1psm_A.fasta").write_text("\n".join(psm_file.read_text().splitlines()[:2]) + "\n")
-    before = _snapshot(store)
+    before = store_snapshot(store)
     r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "1psm_A.fasta: only the query of a stored chain, no row beyond it" in r.stderr, r.stderr
     assert "run the prune without --msa-dir" in r.stderr and "an .a3m name" in r.stderr, r.stderr
-    assert r.stdout == "" and _snapshot(store) == before
+    assert r.stdout == "" and store_snapshot(store) == before
     (msa / "1psm_A.fasta").rename(msa / "1psm_A.a3m")
     r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
     assert r.returncode == 0, r.stdout + r.stderr

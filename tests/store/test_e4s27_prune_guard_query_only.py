@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store
+from tests.conftest import MSAS, STRUCTURES, build_store, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
@@ -31,15 +31,6 @@ PSM_HITS = OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m"
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
-
-
-def _snapshot(store: Path) -> dict[str, bytes]:
-    """Every file of the store but the lock (the pid of its last holder), by path."""
-    return {
-        str(f.relative_to(store)): f.read_bytes()
-        for f in sorted(store.rglob("*"))
-        if f.is_file() and f.name != ".build.lock"
-    }
 
 
 def _records(a3m: Path) -> list[tuple[str, str]]:
@@ -73,13 +64,13 @@ def built(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def _refused(store: Path, pdb: Path, msa: Path, name: str) -> str:
     """The prune (dry run and real) is refused, exit 2, the store unchanged; its stderr."""
-    before = _snapshot(store)
+    before = store_snapshot(store)
     for dry in (["--dry-run"], []):
         r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stderr
         assert f"{name}: only the query of a stored chain, no row beyond it" in r.stderr, r.stderr
-        assert r.stdout == "" and _snapshot(store) == before, dry
+        assert r.stdout == "" and store_snapshot(store) == before, dry
     return r.stderr
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import SAMPLES, STRUCTURES, build_store
+from tests.conftest import SAMPLES, STRUCTURES, build_store, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ["1psm", "2q2k"]
@@ -31,15 +31,6 @@ IDS = ["1psm", "2q2k"]
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
-
-
-def _snapshot(store: Path) -> dict[str, bytes]:
-    """Every file of the store but the lock (the pid of its last holder), by path."""
-    return {
-        str(f.relative_to(store)): f.read_bytes()
-        for f in sorted(store.rglob("*"))
-        if f.is_file() and f.name != ".build.lock"
-    }
 
 
 @pytest.fixture
@@ -92,7 +83,7 @@ def test_a_pdb_dir_holding_no_structure_file_is_refused(
             shutil.copy(what, pdb / rel)
         else:
             (pdb / rel).write_text(what)
-    before = _snapshot(store)
+    before = store_snapshot(store)
     for dry in ([], ["--dry-run"]):
         r = _cli("prune", store, "--sources-gone", pdb, *dry)
         out = r.stdout + r.stderr
@@ -103,7 +94,7 @@ def test_a_pdb_dir_holding_no_structure_file_is_refused(
         assert f"--sources-gone {pdb}: no structure file under it" in lines[0], (dry, out)
         assert named in lines[0] and "2 stored entries" in lines[0], (dry, out)
         assert "not mounted?" in lines[0] and "nothing removed" in lines[0], (dry, out)
-        assert _snapshot(store) == before, dry
+        assert store_snapshot(store) == before, dry
     assert featurecache.open_store(store).ids == IDS
     # the volume back: nothing is gone, nothing is removed
     for p in (tmp_path / "aside").iterdir():
@@ -154,12 +145,12 @@ def test_an_msa_dir_holding_only_a_name_with_an_msa_suffix_inside_is_refused(
     _empty(msa, tmp_path / "msa-away")
     (msa / "notes.a3m.txt").write_text("the MSAs live on the cluster volume\n")
     (msa / "hits.sto.bak").write_text("backup of the hit lists, moved to the cluster volume\n")
-    before = _snapshot(store)
+    before = store_snapshot(store)
     for dry in ([], ["--dry-run"]):
         r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stdout + r.stderr
-        assert r.stdout == "" and _snapshot(store) == before, dry
+        assert r.stdout == "" and store_snapshot(store) == before, dry
     assert _msa_keys(store) == keys
 
 

@@ -24,7 +24,7 @@ from featurecache.store.prune import prune_store
 from featurecache.store.verify import verify_store
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
-from tests.conftest import SAMPLES, STRUCTURES, build_store
+from tests.conftest import SAMPLES, STRUCTURES, build_store, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 
@@ -32,15 +32,6 @@ OPENFOLD = SAMPLES / "msas" / "openfold"
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           timeout=300, check=False)  # fmt: skip
-
-
-def _snapshot(store: Path) -> dict[str, bytes]:
-    """Every file of the store but the lock, by path: what a dry run must leave as it was."""
-    return {
-        str(f.relative_to(store)): f.read_bytes()
-        for f in sorted(store.rglob("*"))
-        if f.is_file() and f.name != ".build.lock"  # the pid of the last lock holder
-    }
 
 
 def _msa_key(store: Path, entry_id: str, auth_id: str) -> str:
@@ -74,7 +65,7 @@ def test_sources_gone_removes_what_is_gone_and_only_that(tmp_path: Path) -> None
     # 2q2k's structure file and all of 1psm's MSA files removed (tests/build/test_sources_gone.py)
     (pdb / "2q2k.cif").unlink()
     shutil.rmtree(msa / "1psm_A")
-    before = _snapshot(store)
+    before = store_snapshot(store)
     dry = _cli("prune", str(store), "--sources-gone", str(pdb), "--msa-dir", str(msa), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"would remove 1 entry whose files are gone from {pdb}: 2q2k\n" in dry.stdout
@@ -82,7 +73,7 @@ def test_sources_gone_removes_what_is_gone_and_only_that(tmp_path: Path) -> None
     # 2q2k's part holds nothing else: it would go (it is not the highest structure part once the
     # removal is recorded in a part of its own)
     assert parts["2q2k"] in dry.stdout.splitlines()[-1], dry.stdout
-    assert _snapshot(store) == before  # a dry run changes nothing
+    assert store_snapshot(store) == before  # a dry run changes nothing
 
     with ThreadedServer(Settings(store_path=store)) as url, httpx.Client(base_url=url) as http:
         client = LookupClient(url)
