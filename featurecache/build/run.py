@@ -197,7 +197,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = T
                 memory_limit="auto",
                 # the scheduler's HTTP server (health, metrics; the dashboard's pages when it is on) on
                 # a free local port: without an address it takes :8787, whoever else uses that port
-                dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard and has_dashboard()},
+                dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
             )  # fmt: skip
         client = Client(cluster)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
@@ -544,6 +544,7 @@ def _run_build(
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
     featurecache.source_digest(refresh=True)
     BuildLock.check_free(out)  # refused by another command's lock: before a cluster starts
+    dashboard = dashboard and has_dashboard()  # its pages need bokeh
     client, cluster = _make_client(workers, scheduler, dashboard)
     if cluster is not None:  # an external cluster's workers are not ours to silence
         on_interrupt.append(lambda: _quiet_workers_soon(client))
@@ -594,9 +595,7 @@ def _run_build(
             summary.workers = len(client.scheduler_info().get("workers", {}))
             # the embedded cluster's own dashboard only (its HTTP server runs without one, and an
             # external cluster's link is its operator's business)
-            summary.dashboard = (
-                client.dashboard_link if cluster is not None and dashboard and has_dashboard() else None
-            )
+            summary.dashboard = client.dashboard_link if cluster is not None and dashboard else None
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
             try:
