@@ -158,7 +158,10 @@ def has_dashboard() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
-def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = True) -> tuple[Any, Any]:
+def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = False) -> tuple[Any, Any]:
+    """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
+    processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
+    be importable: :func:`has_dashboard`)."""
     from distributed import Client, LocalCluster
 
     # distributed configures its own loggers at import; keep the build output to our progress + summary
