@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -404,12 +405,40 @@ def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_
     return batch
 
 
+class EagerAdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` whose methods run without importing ``torch._dynamo``.
+
+    torch wraps ``Optimizer.add_param_group``, ``zero_grad``, ``state_dict`` and
+    ``load_state_dict`` in ``torch._disable_dynamo`` and ``Adam.step`` in
+    ``_use_grad_for_differentiable``; both import ``torch._dynamo`` on their first call (with
+    sympy: ~1.2 s of CPU, about a third of a one-step ``featurecache train`` on CPU) only so that
+    ``torch.compile`` does not trace into them. Training never compiles the optimizer (``--compile``
+    compiles the loss alone), so here those methods are torch's own functions without the wrappers
+    (``inspect.unwrap``), and ``step`` sets grad mode as the wrapper does: the same update, bit for
+    bit, and the same ``state_dict`` (tests/model/test_eager_adamw.py). Do not ``torch.compile`` a
+    function that calls these methods."""
+
+    add_param_group = inspect.unwrap(torch.optim.AdamW.add_param_group)
+    zero_grad = inspect.unwrap(torch.optim.AdamW.zero_grad)
+    state_dict = inspect.unwrap(torch.optim.AdamW.state_dict)
+    load_state_dict = inspect.unwrap(torch.optim.AdamW.load_state_dict)
+    _unwrapped_step = inspect.unwrap(torch.optim.AdamW.step)
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        enabled = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(self.defaults["differentiable"])
+            return EagerAdamW._unwrapped_step(self, closure)  # type: ignore[no-any-return]
+        finally:
+            torch.set_grad_enabled(enabled)
+
+
 def make_optimizer(model: torch.nn.Module, lr: float, capturable: bool = False) -> torch.optim.Optimizer:
-    """AdamW; on CUDA its fused implementation (one kernel for every parameter instead of a
-    foreach kernel per step of the update: 1.1 ms of a 24 ms step at crop 384, run 47).
-    ``capturable``: safe to record in a CUDA graph (:class:`GraphedSteps`)."""
+    """AdamW (:class:`EagerAdamW`); on CUDA its fused implementation (one kernel for every
+    parameter instead of a foreach kernel per step of the update: 1.1 ms of a 24 ms step at crop
+    384, run 47). ``capturable``: safe to record in a CUDA graph (:class:`GraphedSteps`)."""
     cuda = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=cuda, capturable=capturable and cuda)
+    return EagerAdamW(model.parameters(), lr=lr, fused=cuda, capturable=capturable and cuda)
 
 
 #: (the client's batch, the model's inputs prepared from it on the training device, the source's
