@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from featurecache.build.run import BuildSummary, sources_gone_line
+# featurecache.build.run imports the featurizers (scipy, gemmi); `featurecache info` uses printable alone
+if TYPE_CHECKING:
+    from featurecache.build.run import BuildSummary
 
 
 def _mb(n: int) -> str:
@@ -47,6 +51,8 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
             "still failing",
             f"[red]{s.n_failed_earlier}[/red] (recorded by an earlier run; featurecache info)",
         )
+    from featurecache.build.run import sources_gone_line
+
     gone = sources_gone_line(s)
     if gone is not None:
         t.add_row("sources gone", f"[yellow]{escape(gone)}[/yellow]")

@@ -1,0 +1,35 @@
+"""What a store-reading command imports before it answers: not the build's featurizers (scipy,
+gemmi, RDKit), nor Dask, torch or the service. ``featurecache info`` imported the whole build
+(featurecache.build.summary imported featurecache.build.run for a type): ~0.3 s of CPU of each of
+its ~1 s runs (the suite runs it some 35 times, and users run it on every check of a store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: packages none of these commands needs
+HEAVY = ("scipy", "gemmi", "rdkit", "distributed", "dask", "torch", "fastapi", "uvicorn")
+
+_RUN = """
+import runpy, sys
+sys.argv = ["featurecache", *sys.argv[1:]]
+try:
+    runpy.run_module("featurecache.cli", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print("exit", code, "imported", *sorted({m.split(".")[0] for m in sys.modules} & set(%r)))
+""" % (HEAVY,)  # noqa: UP031
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_a_store_reading_command_imports_no_build_model_or_service(sample_store: Path, command: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _RUN, command, str(sample_store)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    last = done.stdout.strip().splitlines()[-1]
+    assert last == "exit 0 imported", (last, done.stderr[-2000:])
