@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from featurecache.types import Interface
 
@@ -12,6 +11,8 @@ INTERFACE_CUTOFF = 5.0  # Å
 
 def chain_interfaces(atoms: np.ndarray, tokens: np.ndarray, cutoff: float = INTERFACE_CUTOFF) -> np.ndarray:
     """Interface[n] for every chain pair (chain_i < chain_j) in contact, sorted by pair."""
+    from scipy.spatial import cKDTree  # here: a build's driver imports this module, only its workers call it
+
     chain_of_atom = tokens["asym_id"][atoms["token_index"]]
     present = atoms["is_present"]
     coords = atoms["coords"].astype(np.float64)
