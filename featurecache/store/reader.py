@@ -65,6 +65,20 @@ def parse_array_selection(arrays: Sequence[str] | str | None) -> dict[str, set[s
     return sel
 
 
+def merge_ranges(spans: np.ndarray) -> np.ndarray:
+    """``[start, stop)`` row ranges int64 ``[R, 2]`` (any order, overlapping or not; each start <= stop)
+    as the ascending, disjoint, not touching ranges of the same rows (empty ranges dropped)."""
+    spans = spans[spans[:, 1] > spans[:, 0]]
+    if not spans.size:
+        return np.zeros((0, 2), dtype=np.int64)
+    spans = spans[np.argsort(spans[:, 0], kind="stable")]
+    hi = np.maximum.accumulate(spans[:, 1])
+    new = np.ones(len(spans), dtype=bool)
+    new[1:] = spans[1:, 0] > hi[:-1]  # a range that starts past every stop before it
+    first = np.flatnonzero(new)
+    return np.stack([spans[first, 0], np.maximum.reduceat(hi, first)], axis=1)
+
+
 def _check_index_files(root: Path) -> None:
     """StoreError naming what is missing unless every ``index/<table>.arrow`` of TABLES exists
     (a rebuild writes them all, empty or not; ``components.arrow`` once the store has a component

@@ -22,6 +22,11 @@ LATENCY = Histogram(
 BYTES_OUT = Counter(f"{PREFIX}_response_bytes_total", "Response body bytes sent.", ["route"])
 ERRORS = Counter(f"{PREFIX}_errors_total", "Responses with status >= 400.", ["route", "status"])
 ENTRIES = Counter(f"{PREFIX}_entries_served_total", "Entries sent (single and batch).")
+ENTRY_ROWS = Counter(
+    f"{PREFIX}_entry_rows_served_total",
+    "Rows of entries' groups sent by POST /v1/entries/{id}:rows.",
+    ["group"],
+)
 MSA_CELLS = Counter(f"{PREFIX}_msa_cells_served_total", "MSA cells (rows x columns) sent.")
 
 

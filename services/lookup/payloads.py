@@ -13,10 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from featurecache.errors import InvalidRequest
 from featurecache.store import arrow_io
 from featurecache.store.info import info_document
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
-from featurecache.store.reader import LocalStore
+from featurecache.store.reader import LocalStore, merge_ranges
 from featurecache.store.versions import store_versions
 from featurecache.types import Entry
 from services.lookup.sizes import SizeCount, size_count
@@ -102,6 +103,91 @@ def entry_bytes_length(reader: LocalStore, entry_id: str, arrays: Sequence[str] 
     with ipc.new_stream(sink, schema) as writer:  # schema message, the record batch, end-of-stream
         writer.write_batch(arrow_io.record_batch(record, schema))
     return int(sink.size())
+
+
+# ------------------------------------------------------------------------------ rows of an entry
+#: what ``/v1/service`` advertises (``capabilities``) for ``POST /v1/entries/{entry_id}:rows``: a
+#: client tells a service that reads some rows of an entry from one older than the route by it
+ENTRY_ROWS = "entry_rows"
+#: the wire name of the entry-local row numbers in a rows answer (the fields are ``group/field``)
+ROWS_ARRAY = "rows"
+
+
+def merge_row_ranges(ranges: Sequence[Sequence[int]], count: int, what: str) -> np.ndarray:
+    """Entry-local half-open ``[start, stop)`` ``ranges`` of a group of ``count`` rows, checked and
+    merged: int64 ``[R, 2]``, ascending, disjoint and not touching (ranges may come in any order and
+    overlap; an empty one, start == stop, adds nothing). InvalidRequest naming the first range with
+    start > stop or outside ``0..count``."""
+    spans = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    bad = np.flatnonzero((spans[:, 0] > spans[:, 1]) | (spans[:, 0] < 0) | (spans[:, 1] > count))
+    if bad.size:
+        a, b = (int(v) for v in spans[bad[0]])
+        why = "start > stop" if a > b else f"outside 0..{count}"
+        raise InvalidRequest(f"{what}: range {bad[0]} [{a}, {b}) is {why}")
+    return merge_ranges(spans)
+
+
+def entry_rows(
+    reader: LocalStore,
+    settings: Any,
+    entry_id: str,
+    group: str,
+    ranges: Sequence[Sequence[int]],
+    fields: Sequence[str] | None,
+) -> tuple[arrow_io.Record, dict[str, np.dtype]]:
+    """Some rows of one entry's ``group``, for ``POST /v1/entries/{entry_id}:rows``: exactly the rows
+    of ``ranges`` (:func:`merge_row_ranges`; ``LocalStore.read_rows`` reads whole inner chunks, the
+    rows between ranges that share one are not sent) and ``fields`` of them (None: every field the
+    entry's part stores; never one derived from others). Checks the group, the fields and the
+    ranges (InvalidRequest), then ``max_response_bytes`` against the rows asked for (before
+    anything is read). Returns the record (attrs: ``id``, ``group``, ``count`` the group's rows in
+    the entry, ``part`` and ``stored_fields``, group → the fields the part stores; arrays: ``rows``
+    int64 [n] ascending, ``group/field`` per field) and the stream's dtypes."""
+    from services.lookup.params import check_limit
+
+    dtype = ENTRY_GROUPS.get(group)
+    if dtype is None:
+        raise InvalidRequest(f"unknown group {group!r}: groups are {sorted(ENTRY_GROUPS)}")
+    count = reader.row_count(entry_id, group)  # NotFound for an unknown id
+    stored = {g: reader.stored_fields(entry_id, g) for g in ENTRY_GROUPS}  # array metadata only
+    names = list(dtype.names or ())
+    if fields is None:
+        wanted = list(stored[group])
+    else:
+        unknown = [f for f in fields if f not in names]
+        if unknown:
+            raise InvalidRequest(f"{group} has no field(s) {unknown}: its fields are {names}")
+        absent = [f for f in fields if f not in stored[group]]
+        if absent:
+            raise InvalidRequest(f"entry {entry_id}: its part stores no {', '.join(f'{group}/{f}' for f in absent)} "
+                                 "(written by a featurizer older than the field)")  # fmt: skip
+        wanted = [f for f in names if f in fields]
+    spans = merge_row_ranges(ranges, count, f"entry {entry_id} {group} rows")
+    n = int((spans[:, 1] - spans[:, 0]).sum())
+    size = n * (8 + sum(_field_bytes(dtype, f) for f in wanted))
+    check_limit("max_response_bytes", settings.max_response_bytes, size,
+                f"rows of entry {entry_id} ({n} {group} rows, {size} array bytes)")  # fmt: skip
+    rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans]) if n else np.zeros(0, np.int64)
+    arrays: dict[str, np.ndarray] = {ROWS_ARRAY: rows}
+    if n:
+        got, records = reader.read_rows(entry_id, group, spans)
+        take = None if got.size == n else np.searchsorted(got, rows)  # drop the rows between ranges
+        for f in wanted:
+            column = records[f]
+            arrays[f"{group}/{f}"] = np.ascontiguousarray(column if take is None else column[take])
+    else:
+        for f in wanted:
+            sub: np.dtype = dtype.fields[f][0]  # type: ignore[index]
+            arrays[f"{group}/{f}"] = np.zeros((0, *sub.shape), sub.base)
+    part = str(reader.entries.column("part")[reader.row_of(entry_id)].as_py())
+    attrs = {"id": entry_id, "group": group, "count": count, "part": part,
+             "stored_fields": {g: list(f) for g, f in stored.items()}}  # fmt: skip
+    dtypes = {ROWS_ARRAY: np.dtype(np.int64), **{f"{group}/{f}": field_base_dtype(dtype, f) for f in wanted}}
+    return arrow_io.Record(attrs, arrays), dtypes
+
+
+def entry_rows_bytes(record: arrow_io.Record, dtypes: dict[str, np.dtype]) -> bytes:
+    return arrow_io.encode([record], dtypes)
 
 
 def msa_bytes(block: Any) -> bytes:

@@ -41,6 +41,6 @@ def test_service_route_is_the_service_part_of_info(lookup_url: str) -> None:
     service = httpx.get(f"{lookup_url}/v1/service").json()
     info = httpx.get(f"{lookup_url}/v1/info").json()
     assert service == info["service"]
-    assert set(service) == {"version", "auth", "limits", "tables"}
+    assert set(service) == {"version", "auth", "limits", "tables", "capabilities"}
     # info stays whole: counts and sizes of the store
     assert info["counts"]["entries"] > 0 and info["bytes"]["total"] >= info["bytes"]["parts"] > 0

@@ -1,4 +1,5 @@
-"""Entries: the filtered listing (JSON), one entry and batches of entries (Arrow IPC)."""
+"""Entries: the filtered listing (JSON), one entry, batches of entries and some rows of one entry's
+group (Arrow IPC)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from services.lookup.handlers import StoreRoute, guard_stream
 from services.lookup.listing import list_entries, make_query
 from services.lookup.middleware import is_head
 from services.lookup.params import check_limit, check_name, parse_arrays
-from services.lookup.payloads import entries_stream, entry_bytes, entry_bytes_length, estimate_entry_bytes
+from services.lookup.payloads import (
+    entries_stream,
+    entry_bytes,
+    entry_bytes_length,
+    entry_rows,
+    entry_rows_bytes,
+    estimate_entry_bytes,
+)
 
 router = APIRouter(prefix="/v1", tags=["entries"], route_class=StoreRoute)
 
@@ -125,3 +133,64 @@ def batch(
         itertools.chain(head, guard_stream(request, stream)), media_type=arrow_io.MEDIA_TYPE,
         headers={"x-featurecache-entries": str(len(body.ids))},
     )  # fmt: skip
+
+
+#: ranges' bound in a request body (JSON numbers past int64 would overflow numpy; no group is this long)
+_MAX_ROW = 2**62
+RowNumber = Annotated[int, Field(ge=0, le=_MAX_ROW, strict=True)]
+
+
+class RowsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group: str = Field(description="The group the rows are of: `atoms`, `tokens`, `bonds` or `interfaces`.")
+    ranges: list[tuple[RowNumber, RowNumber]] = Field(
+        description="Entry-local row ranges as pairs `[start, stop]`, half-open (rows start … stop - 1; "
+        "0 ≤ start ≤ stop ≤ the group's rows in the entry), in any order, overlapping or not; `[]` for "
+        "none (the answer then carries no rows, only its schema: the fields the entry's part stores)."
+    )
+    fields: list[str] | None = Field(
+        None,
+        description="Only these fields of the group (each one the entry's part stores); leave out for "
+        "every field the part stores.",
+    )
+
+
+ROWS_DESCRIPTION = """\
+What a training client reads of a large entry once it has cropped its tokens (crop first): the
+atom rows its sample needs, not the entry's every atom. The answer is an Arrow IPC stream of one
+row: `rows` (int64, the entry-local row numbers sent: every row of the ranges, ascending, each
+once) and one array per field named `group/field`, as the entry's part stores them (a field
+written only by a newer featurizer than the part's, e.g. `tokens/centre_coords` before 0.7.0, is
+absent, never derived from other arrays: `GET /v1/entries/{entry_id}` derives it). `attrs` holds
+`id`, `group`, `count` (the group's rows in the entry), `part` and `stored_fields` (group → the
+fields the entry's part stores). `max_response_bytes` is checked against the rows asked for (8
+bytes a row for its number, plus its fields) before anything is read. A service that has this
+route says so in `GET /v1/service` (`capabilities` holds `entry_rows`). GET and HEAD on this path
+are `GET /v1/entries/{entry_id}` for the id `ID:rows`, as for `/v1/msas/{key}:slice`.
+"""
+
+
+@router.post(
+    "/entries/{entry_id}:rows",
+    summary="Some rows of one entry's group (its atoms, say) as Arrow IPC",
+    description=ROWS_DESCRIPTION,
+    response_class=Response,
+    responses={
+        200: {"content": {arrow_io.MEDIA_TYPE: {}}, "description": "Arrow IPC stream, one row: the rows read."},
+        404: {"description": "No such entry."},
+        413: {"description": "Over max_response_bytes, or a body over max_body_bytes (named in `detail`)."},
+        422: {"description": "Unknown group or field, a field the part does not store, a range out of bounds "
+              "or with start > stop, a malformed body."},
+    },
+)  # fmt: skip
+def rows(
+    reader: ReaderDep,
+    settings: SettingsDep,
+    entry_id: Annotated[str, Path(description="Entry id (see GET /v1/entries).")],
+    body: RowsRequest,
+) -> Response:
+    check_name(entry_id, "entry id")
+    record, dtypes = entry_rows(reader, settings, entry_id, body.group, body.ranges, body.fields)
+    metrics.ENTRY_ROWS.labels(body.group).inc(len(record.arrays["rows"]))
+    return Response(entry_rows_bytes(record, dtypes), media_type=arrow_io.MEDIA_TYPE)

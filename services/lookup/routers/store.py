@@ -15,7 +15,13 @@ from featurecache.store.reader import LocalStore
 from featurecache.store.versions import VERSIONS_KEY
 from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute
-from services.lookup.payloads import available_tables, featurizer_versions, store_info, table_stream
+from services.lookup.payloads import (
+    ENTRY_ROWS,
+    available_tables,
+    featurizer_versions,
+    store_info,
+    table_stream,
+)
 from services.lookup.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["store"], route_class=StoreRoute)
@@ -29,6 +35,8 @@ def _service(reader: LocalStore, settings: Settings) -> dict[str, Any]:
         "auth": settings.auth_token is not None,
         "limits": settings.limits(),
         "tables": list(available_tables(reader)),
+        # what a client cannot tell from the version alone: the routes it may use that an older service lacks
+        "capabilities": [ENTRY_ROWS],
     }
 
 
@@ -80,7 +88,7 @@ def info(reader: ReaderDep, settings: SettingsDep) -> dict[str, Any]:
 
 @router.get(
     "/service",
-    summary="The service's version, auth, limits and the store's tables (the `service` part of "
+    summary="The service's version, auth, limits, capabilities and the store's tables (the `service` part of "
     "/v1/info without the store's counts and sizes: what a client asks before its first read)",
 )
 def service(
