@@ -91,9 +91,9 @@ from featurecache.errors import (
 )
 from featurecache.store import arrow_io
 from featurecache.store.base import ENTRY_META_SKIP, FeatureReader
-from featurecache.store.layout import ENTRY_GROUPS
+from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS
 from featurecache.store.msa import _selection as _local_selection  # one rule for both readers
-from featurecache.store.reader import parse_array_selection
+from featurecache.store.reader import merge_ranges, parse_array_selection
 from featurecache.store.versions import VERSIONS_KEY, FeaturizerChanged, version_set, versions_of
 from featurecache.types import Entry, MSABlock
 
@@ -136,6 +136,9 @@ SERVICE_PATH = "/v1/service"
 #: what the client asks ``/v1/service`` for; a service older than this client ignores the query and
 #: answers without the versions (then unknown)
 _SERVICE_QUERY = {VERSIONS_KEY: "true"}
+#: what ``/v1/service``'s ``capabilities`` holds when the service answers ``POST /v1/entries/{id}:rows``
+#: (``services.lookup.payloads.ENTRY_ROWS``); a service older than that route does not list it
+ROWS_CAPABILITY = "entry_rows"
 
 
 class LookupClient(FeatureReader):
@@ -219,6 +222,7 @@ class LookupClient(FeatureReader):
         self._service: dict[str, Any] | None = None
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
+        self._part_fields: dict[str, dict[str, tuple[str, ...]]] = {}  # part → group → fields it stores
         self._missed_at = -math.inf  # when row_of last refreshed and still missed its id
         self._index: str | None = None  # the service's id of the index the tables are of (INDEX_HEADER)
         self._left: set[str] = set()  # ids of the indexes the client refreshed away from
@@ -549,7 +553,9 @@ class LookupClient(FeatureReader):
         return True
 
     def _arrow(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
-        response = self.request(method, path, **kwargs)
+        return self._decoded(self.request(method, path, **kwargs), method, path)
+
+    def _decoded(self, response: httpx.Response, method: str, path: str) -> list[arrow_io.Record]:
         try:
             return arrow_io.decode(response.content)
         except (pa.ArrowException, ValueError, KeyError) as exc:
@@ -635,13 +641,18 @@ class LookupClient(FeatureReader):
             self._row = (entries, rows)
         return rows
 
-    def entry_meta(self, entry_id: str) -> dict[str, Any]:
-        """The entry's index row, without the storage columns (row and row's table from one snapshot)."""
+    def _index_row(self, entry_id: str) -> tuple[pa.Table, int]:
+        """The entries table and the entry's row in it, of one snapshot (NotFound as :meth:`row_of`)."""
         self.row_of(entry_id)  # NotFound, or a refresh when the snapshot lacks the id
         entries = self.entries
         row = self._rows_of(entries).get(entry_id)
         if row is None:  # refreshed in between by another thread, to an index without it
             raise NotFound(f"no entry {entry_id!r} at {self.shown_url}")
+        return entries, row
+
+    def entry_meta(self, entry_id: str) -> dict[str, Any]:
+        """The entry's index row, without the storage columns (row and row's table from one snapshot)."""
+        entries, row = self._index_row(entry_id)
         return {k: v for k, v in entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP}
 
     @property
@@ -706,6 +717,7 @@ class LookupClient(FeatureReader):
             self._service = None
             self._msa_shape = None
             self._component_table = None
+            self._part_fields = {}
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:
@@ -754,6 +766,136 @@ class LookupClient(FeatureReader):
         for name, column in fields.items():
             out[name] = column
         return out
+
+    # ------------------------------------------------------------------ rows of an entry (crop first)
+    def row_reads(self) -> bool:
+        """Whether the service reads some rows of an entry's group (``POST /v1/entries/{id}:rows``;
+        its ``/v1/service`` lists :data:`ROWS_CAPABILITY` in ``capabilities``): :meth:`stored_fields`,
+        :meth:`read_groups` and :meth:`read_rows` need it. The training client's crop-first path
+        (``client.job.SampleJob._crop_first``) reads the whole entry from a service older than the
+        route. From :attr:`service_info`, asked once per snapshot (not per sample)."""
+        try:
+            capabilities = self.service_info.get("capabilities") or ()
+        except ServiceUnavailable:
+            raise  # the read it is asked for would fail the same way
+        except (ServiceError, InvalidRequest, NotFound):
+            return False
+        return ROWS_CAPABILITY in capabilities
+
+    def row_count(self, entry_id: str, group: str) -> int:
+        """How many rows of ``group`` the entry has, from the entries table the client holds (no request)."""
+        if group not in GROUP_OFFSETS:
+            raise NotFound(f"unknown group {group!r}; groups are {sorted(ENTRY_GROUPS)}")
+        entries, row = self._index_row(entry_id)
+        return int(entries.column(GROUP_OFFSETS[group][1])[row].as_py())
+
+    def stored_fields(self, entry_id: str, group: str) -> tuple[str, ...]:
+        """The fields of ``group`` that the part holding ``entry_id`` stores, as
+        ``LocalStore.stored_fields`` (a part written before a field was added lacks it:
+        ``tokens/centre_coords`` before featurizer 0.7.0). Learned per part from the service's rows
+        answers (one request for rows of none the first time a part is asked), kept until
+        :meth:`refresh`. ServiceError from a service older than row reads (:meth:`row_reads`)."""
+        if group not in ENTRY_GROUPS:
+            raise NotFound(f"unknown group {group!r}; groups are {sorted(ENTRY_GROUPS)}")
+        entries, row = self._index_row(entry_id)
+        part = str(entries.column("part")[row].as_py())
+        known = self._part_fields.get(part)
+        if known is None:
+            self._rows_request(entry_id, group, np.zeros((0, 2), dtype=np.int64), None)
+            known = self._part_fields.get(part)
+        fields = None if known is None else known.get(group)
+        if fields is None:  # refreshed meanwhile (another index), or an answer that does not say
+            raise ServiceError(f"{self.shown_url}: the rows answer for entry {entry_id} did not say which fields "
+                               f"of {group} its part {part} stores")  # fmt: skip
+        return fields
+
+    def read_groups(self, entry_id: str, groups: Sequence[str]) -> dict[str, np.ndarray]:
+        """Several groups of one entry in one request, each a structured array of the fields its
+        part stores, as ``LocalStore.read_groups``: a field the part lacks is not derived (the
+        service would read the entry's atoms to derive ``tokens/centre_coords``), and
+        :meth:`entry` gives it derived. Needs :meth:`row_reads` (:meth:`stored_fields`)."""
+        stored = {g: self.stored_fields(entry_id, g) for g in dict.fromkeys(groups)}
+        arrays: list[str] = []
+        for g, fields in stored.items():
+            arrays += [g] if fields == ENTRY_GROUPS[g].names else [f"{g}/{f}" for f in fields]
+        path = f"/v1/entries/{_segment(entry_id)}"
+        records = self._arrow_of_snapshot("GET", path, params=_arrays_params(arrays))
+        if len(records) != 1:
+            raise ServiceError(f"GET {path}: expected 1 entry, got {len(records)}")
+        got = arrow_io.record_entry(records[0])
+        return {g: _structured(g, fields, getattr(got, g)) for g, fields in stored.items()}
+
+    def read_rows(
+        self,
+        entry_id: str,
+        group: str,
+        ranges: Sequence[tuple[int, int]] | np.ndarray,
+        fields: Sequence[str] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Some rows of one entry's ``group`` (``POST /v1/entries/{id}:rows``), as
+        ``LocalStore.read_rows``: ``(rows, records)``, the entry-local row numbers (int64, ascending,
+        distinct: exactly the rows of the ``[start, stop)`` ``ranges``) and their records (the
+        fields the part stores, or ``fields`` of them). Ranges may overlap and come in any order;
+        they are merged before they are sent. InvalidRequest for a range past the group's rows.
+        Needs :meth:`row_reads`."""
+        if group not in GROUP_OFFSETS:
+            raise NotFound(f"unknown group {group!r}; groups are {sorted(ENTRY_GROUPS)}")
+        spans = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        spans = spans[spans[:, 1] > spans[:, 0]]  # as locally: an empty or reversed range reads nothing
+        count = self.row_count(entry_id, group)
+        if spans.size and (spans.min() < 0 or spans.max() > count):
+            raise InvalidRequest(f"entry {entry_id}: rows {spans.min()}..{spans.max()} of {group} asked for; "
+                                 f"it has {count}")  # fmt: skip
+        # the crop's ranges (one a kept token or residue, a row either side) overlap: fewer, shorter requests
+        return self._rows_request(entry_id, group, merge_ranges(spans), fields)
+
+    def _rows_request(
+        self, entry_id: str, group: str, spans: np.ndarray, fields: Sequence[str] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One ``POST /v1/entries/{id}:rows`` of merged ``spans``; keeps what the answer says its part
+        stores (:meth:`stored_fields`)."""
+        if not self.row_reads():
+            raise ServiceError(f"{self.shown_url}: the lookup service there is older than row reads (its /v1/service "
+                               f"lists no {ROWS_CAPABILITY!r} capability): read the whole entry, entry()")  # fmt: skip
+        path = f"/v1/entries/{_segment(entry_id)}:rows"
+        body: dict[str, Any] = {"group": group, "ranges": spans.tolist()}
+        if fields is not None:
+            body["fields"] = list(fields)
+        generation = self._generation
+        records = self._arrow_of_snapshot("POST", path, json=body)
+        if len(records) != 1:
+            raise ServiceError(f"POST {path}: expected 1 record, got {len(records)}")
+        rec = records[0]
+        stored = rec.attrs.get("stored_fields")
+        part = rec.attrs.get("part")
+        if isinstance(stored, dict) and isinstance(part, str):
+            with self._lock:
+                if self._generation == generation:  # not across a refresh: the part may be another's now
+                    self._part_fields[part] = {g: tuple(f) for g, f in stored.items() if g in ENTRY_GROUPS}
+        prefix = f"{group}/"
+        columns = {name[len(prefix) :]: a for name, a in rec.arrays.items() if name.startswith(prefix)}
+        names = [f for f in ENTRY_GROUPS[group].names or () if f in columns]
+        return rec.arrays["rows"], _structured(group, names, columns)
+
+    def _arrow_of_snapshot(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
+        """:meth:`_arrow`, from the index the client's tables are of: an answer from an older one (a
+        worker of ``--workers N`` still on the index before a rebuild) is asked again after a
+        backoff, within ``retry_budget_s``, as :meth:`table` does, so that what one sample reads in
+        several requests (its tokens, then its atom rows) is of one index; an answer from a newer
+        one refreshes the client (its :attr:`generation` changes: the sample is drawn again)."""
+        give_up_at = time.monotonic() + self.retry_budget_s
+        older = 0
+        while True:
+            response = self.request(method, path, **kwargs)
+            if not self._older_answer(response):
+                break
+            older += 1
+            if not self._sleep(older - 1, None, give_up_at):
+                raise ServiceUnavailable(f"{method} {self.shown_url}{path}: answered from an index older than "
+                                         f"the client's for {self.retry_budget_s:g} s")  # fmt: skip
+            log.debug("%s: %s %s came from an older index than the client's; asking again",
+                      self.shown_url, method, path)  # fmt: skip
+        return self._decoded(response, method, path)
 
     def entry(self, entry_id: str, arrays: Sequence[str] | None = None) -> Entry:
         params = _arrays_params(arrays)
@@ -1016,6 +1158,18 @@ def _client_error(what: str, status: int, detail: str, response: httpx.Response)
         exc.limit = doc.get("limit") if isinstance(doc, dict) else None  # type: ignore[attr-defined]
         return exc
     return ServiceError(message)
+
+
+def _structured(group: str, fields: Sequence[str], columns: Any) -> np.ndarray:
+    """Columns of ``group`` (``fields`` of them, in the group's order) as one structured array of
+    those fields (types.py's dtypes, packed: a part's records without the fields it lacks)."""
+    full = ENTRY_GROUPS[group]
+    dtype = np.dtype([(f, full.fields[f][0]) for f in fields])  # type: ignore[index]
+    n = len(columns[fields[0]]) if fields else 0
+    out = np.empty(n, dtype=dtype)
+    for f in fields:
+        out[f] = columns[f]
+    return out
 
 
 def _arrays_params(arrays: Sequence[str] | None) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/coords", "atoms/is_present",
     "atoms/element", "atoms/charge", "atoms/name", "atoms/token_index", "atoms/ref_space_uid")  # fmt: skip
 
-#: The per-step path crops a local store's entry before it reads its atoms (:meth:`SampleJob._crop_first`)
+#: The per-step path crops an entry before it reads its atoms (:meth:`SampleJob._crop_first`)
 #: when the entry has more atoms than this: 8 inner chunks of its atom records (``layout.CHUNK_ROWS``).
 #: Cropping first costs a second round trip into zarr's loop and saves the chunks the crop does not
 #: touch (zarr's cost is per chunk read: ~0.4-0.65 ms each here); a crop of 384 tokens touches ~14 of
@@ -211,9 +211,10 @@ class SampleJob:
         pair_msa: bool = True,
         crop_first_atoms: int | None = CROP_FIRST_MIN_ATOMS,
     ) -> None:
-        """``crop_first_atoms``: a local store's entries of more atoms than this are read crop first
-        (:meth:`_crop_first`), the others whole; None reads every entry whole. The samples are the
-        same either way (tests/client/test_crop_first.py)."""
+        """``crop_first_atoms``: entries of more atoms than this are read crop first
+        (:meth:`_crop_first`), from a local store or a lookup service, the others whole; None reads
+        every entry whole. The samples are the same either way (tests/client/test_crop_first.py, over
+        a lookup service too)."""
         self.source = source
         self.cropper = cropper
         self.seed = seed
@@ -295,11 +296,15 @@ class SampleJob:
         whose atoms are those rows (its kept tokens' ``atom_start`` / ``centre_atom`` re-based onto
         them): :func:`assemble_sample` makes of it the sample it makes of the whole entry.
 
+        Over a lookup service (:class:`~featurecache.client.http.LookupClient`) that is two requests
+        (the tokens, bonds and interfaces; the atom rows), where the whole entry is one.
+
         None (the caller reads the whole entry, drawing from a fresh generator) for a reader
-        without row reads (a lookup service), an entry of at most ``crop_first_atoms`` atoms or
-        one that fits the crop whole (its atoms are all needed), a part without
-        ``tokens/centre_coords`` (featurizer < 0.7.0), or ranges that :func:`residues_within`
-        finds cut a residue."""
+        without row reads (one without these methods, or a lookup service older than
+        ``POST /v1/entries/{id}:rows``: its ``row_reads()`` is False), an entry of at most
+        ``crop_first_atoms`` atoms or one that fits the crop whole (its atoms are all needed), a
+        part without ``tokens/centre_coords`` (featurizer < 0.7.0: known before any array is
+        read), or ranges that :func:`residues_within` finds cut a residue."""
         read_rows = getattr(reader, "read_rows", None)
         stored = getattr(reader, "stored_fields", None)
         count = getattr(reader, "row_count", None)
@@ -310,6 +315,9 @@ class SampleJob:
         if n_atoms <= (self.crop_first_atoms or 0) or (
             n_tokens <= self.cropper.max_tokens and (budget is None or n_atoms <= budget)
         ):
+            return None
+        row_reads = getattr(reader, "row_reads", None)  # a lookup service: whether it has the route
+        if row_reads is not None and not row_reads():
             return None
         if "centre_coords" not in stored(key.entry_id, "tokens"):
             return None

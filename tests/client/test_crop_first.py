@@ -10,16 +10,25 @@ groups kept whole. A store of featurizer 0.6.0 (built by that commit's package: 
 ``centre_coords``) is read through the whole-entry fallback and gives the samples that package
 gives; its entries read back with the ``centre_coords`` a 0.7.0 build stores.
 
+Over the lookup service (``featurecache serve`` on 127.0.0.1; ``LookupClient``'s row reads, ``POST
+/v1/entries/{id}:rows``) the same keys give the same samples, byte for byte, as the whole entry
+over HTTP and crop first locally, in two requests a sample (tokens, bonds and interfaces; the atom
+rows), counted by the service's own metrics; a service older than the route (its package from ``git
+archive``) and the 0.6.0 store are read whole, one request a sample as before.
+
 Real parts: real builds (this code's, and 0.6.0's package from ``git archive`` in a process of its
-own), real zarr stores, a process pool for the worker-count check."""
+own), real zarr stores, a process pool for the worker-count check, real uvicorn servers."""
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import shutil
 import subprocess
 import sys
+import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +39,12 @@ from featurecache import open_store
 from featurecache.client import FeatureDataset
 from featurecache.client.assemble import atom_indices, crop_atom_ranges, whole_residue_atoms
 from featurecache.client.crop import CropInput
+from featurecache.client.http import LookupClient
 from featurecache.errors import InvalidRequest
-from featurecache.store.layout import CHUNK_ROWS
-from tests.conftest import CCD, STRUCTURES, build_store, featurecache_at
+from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS
+from services.lookup.server import background_server
+from tests.conftest import CCD, REPO, STRUCTURES, build_store, featurecache_at
+from tests.services.lookup_helpers import metric_samples, metric_sum
 
 #: the last commit of featurizer 0.6.0 (tokens without centre_coords)
 OLD_COMMIT = "859fe88265ef2028c25a767ffadbbc59a7d3eadd"
@@ -329,3 +341,172 @@ def test_crop_input_without_atoms_needs_centre_coords() -> None:
     coords = np.arange(6, dtype=np.float32).reshape(2, 3)
     inp = CropInput.from_arrays({**tokens, "centre_coords": coords}, None)
     assert inp.centre.tobytes() == coords.tobytes()
+
+
+# ------------------------------------------------------------------------------ over the lookup service
+#: the last commit whose lookup service has no ``POST /v1/entries/{id}:rows`` (nor its capability)
+BEFORE_ROWS_ROUTE = "a3d7cf29d4dbde73179bd0bd0b992662e476a847"
+REQUESTS = "featurecache_lookup_requests_total"
+ROWS_ROUTE = "/v1/entries/{entry_id}:rows"
+ENTRY_ROUTE = "/v1/entries/{entry_id}"
+SERVED_ROWS = "featurecache_lookup_entry_rows_served_total"
+
+
+def _metrics(url: str) -> dict[str, float]:
+    got = metric_samples(LookupClient(url).request("GET", "/metrics").text)
+    return {
+        "rows": metric_sum(got, REQUESTS, route=ROWS_ROUTE, method="POST"),
+        "entry": metric_sum(got, REQUESTS, route=ENTRY_ROUTE, method="GET"),
+        "service": metric_sum(got, REQUESTS, route="/v1/service", method="GET"),
+        "errors": sum(v for (n, lab), v in got.items() if n == REQUESTS and int(dict(lab)["status"]) >= 400),
+        "atom_rows": metric_sum(got, SERVED_ROWS, group="atoms"),
+    }
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
+
+
+@pytest.fixture(scope="module")
+def cf_url(cf_store: Path) -> Iterator[str]:
+    """``featurecache serve`` (2 workers) over the crop-first store."""
+    with background_server(cf_store, workers=2) as url:
+        yield url
+
+
+def test_lookup_client_reads_rows_as_the_store_does(cf_url: str, cf_store: Path) -> None:
+    """row_count, stored_fields, read_groups and read_rows of LookupClient against LocalStore's."""
+    local, client = open_store(cf_store), LookupClient(cf_url)
+    assert client.row_reads()
+    rng = np.random.default_rng(3)
+    for eid in local.ids:
+        for g in ENTRY_GROUPS:
+            assert client.row_count(eid, g) == local.row_count(eid, g), (eid, g)
+            assert client.stored_fields(eid, g) == local.stored_fields(eid, g), (eid, g)
+        got, want = (
+            client.read_groups(eid, ["tokens", "bonds", "interfaces"]),
+            local.read_groups(eid, ["tokens", "bonds", "interfaces"]),
+        )
+        assert got.keys() == want.keys()
+        for g in want:
+            assert got[g].dtype == want[g].dtype and got[g].tobytes() == want[g].tobytes(), (eid, g)
+        whole = local.read_group(eid, "atoms")
+        n = len(whole)
+        for _ in range(4):
+            starts = rng.integers(0, n, size=int(rng.integers(1, 6)))
+            ranges = np.stack(
+                [starts, np.minimum(starts + rng.integers(0, 500, size=starts.size), n)], axis=1
+            )
+            rows, rec = client.read_rows(eid, "atoms", ranges[::-1])  # any order
+            want_rows = np.unique(np.concatenate([np.arange(a, b) for a, b in ranges]))
+            assert rows.tobytes() == want_rows.tobytes(), eid  # exactly the rows asked for
+            assert rec.dtype == whole.dtype and rec.tobytes() == whole[want_rows].tobytes(), eid
+        rows, rec = client.read_rows(eid, "atoms", np.zeros((0, 2), dtype=np.int64))
+        assert rows.size == 0 and rec.size == 0 and rec.dtype == whole.dtype
+        with pytest.raises(
+            InvalidRequest, match=f"entry {eid}: rows 0..{n + 1} of atoms asked for; it has {n}"
+        ):
+            client.read_rows(eid, "atoms", [(0, n + 1)])
+    client.close()
+
+
+def test_http_crop_first_samples_are_the_whole_entry_samples(cf_url: str, cf_store: Path) -> None:
+    """Every array of every sample, byte for byte: crop first over HTTP, the whole entry over HTTP,
+    crop first locally; over HTTP one GET a sample (the tokens, or the whole entry) and one POST
+    :rows a sample cropped first (plus one, of no rows, the first time a part is asked what it
+    stores), counted by the service."""
+    local = open_store(cf_store)
+    parts = dict(
+        zip(local.entries.column("id").to_pylist(), local.entries.column("part").to_pylist(), strict=True)
+    )
+    n = 30
+    cropped_total = 0
+    for cfg in CONFIGS:
+        first, whole, here = (
+            _dataset(cf_url, 0, **cfg),
+            _dataset(cf_url, None, **cfg),
+            _dataset(cf_store, 0, **cfg),
+        )
+        before = _metrics(cf_url)
+        a = [first.sample(p) for p in range(n)]
+        used = _delta(_metrics(cf_url), before)
+        cropped = []  # the entries the local crop-first path cropped (the same decisions)
+        for p in range(n):
+            key = here.sampler.key(p)
+            if here.job._crop_first(local, key, here.job.rng(key)) is not None:
+                cropped.append(key.entry_id)
+        assert used["entry"] == n, (cfg, used)  # one GET a sample, whichever way it was read
+        assert used["rows"] == len(cropped) + len({parts[e] for e in cropped}), (cfg, used, cropped)
+        assert used["errors"] == 0, (cfg, used)
+        atoms = sum(local.row_count(e, "atoms") for e in cropped)
+        assert 0 < used["atom_rows"] < atoms, (cfg, used, atoms)  # the premise: fewer atom rows travel
+        cropped_total += len(cropped)
+        for p in range(n):
+            _same(a[p], whole.sample(p), f"HTTP crop first vs whole, {cfg} position {p}")
+            _same(a[p], here.sample(p), f"HTTP vs local crop first, {cfg} position {p}")
+        for ds in (first, whole, here):
+            ds.close()
+    assert cropped_total > 60, cropped_total
+
+
+def _service_package(commit: str, dest: Path) -> Path:
+    """``featurecache`` and ``services`` of ``commit`` under ``dest`` (a lookup service of then)."""
+    try:
+        blob = subprocess.run(["git", "-C", str(REPO), "archive", commit, "featurecache", "services"],
+                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"needs the git history ({commit}): {exc}")
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def test_a_service_older_than_row_reads_is_read_whole(cf_store: Path, tmp_path: Path) -> None:
+    """A service without the route (BEFORE_ROWS_ROUTE's package): the client tells it from
+    /v1/service (asked once, not per sample), reads each entry whole (one GET a sample, no POST it
+    would refuse) and draws the samples of crop first here."""
+    pkg = _service_package(BEFORE_ROWS_ROUTE, tmp_path / "pkg")
+    with background_server(cf_store, workers=1, cwd=pkg, env={"PYTHONPATH": str(pkg)}) as url:
+        assert "capabilities" not in LookupClient(url).service_info  # the premise: the service of then
+        for cfg in CONFIGS[:3]:
+            old, here = _dataset(url, 0, **cfg), _dataset(cf_store, 0, **cfg)
+            before = _metrics(url)
+            got = [old.sample(p) for p in range(20)]
+            used = _delta(_metrics(url), before)
+            assert used["entry"] == 20 and used["rows"] == 0 and used["errors"] == 0, used
+            assert used["service"] <= 1, used  # the capabilities are asked once a client
+            reader = old.job.source.get()
+            assert reader.row_reads() is False
+            for p in range(20):
+                _same(got[p], here.sample(p), f"old service, {cfg} position {p}")
+            old.close()
+            here.close()
+
+
+def test_a_0_6_0_store_over_the_service_is_read_whole(old_store: tuple[Path, Path]) -> None:
+    """A store of 0.6.0 parts (tokens without centre_coords): the client learns so from one rows
+    request of no rows per part, never asks the service for tokens it would derive from the atoms,
+    and reads each entry whole in one GET, as before; the samples are crop first's locally (which
+    test_a_0_6_0_store_reads_as_before checks against that package's)."""
+    store_dir, _ = old_store
+    local = open_store(store_dir)
+    with background_server(store_dir, workers=1) as url:
+        client = LookupClient(url)
+        for eid in local.ids:
+            assert "centre_coords" not in client.stored_fields(eid, "tokens"), eid
+            got, want = client.read_groups(eid, ["tokens"]), local.read_groups(eid, ["tokens"])
+            assert got["tokens"].dtype == want["tokens"].dtype
+            assert got["tokens"].tobytes() == want["tokens"].tobytes()
+        for cfg in (CONFIGS[0], CONFIGS[3]):
+            ds, here = _dataset(url, 0, **cfg), _dataset(store_dir, 0, **cfg)
+            before = _metrics(url)
+            got = [ds.sample(p) for p in range(20)]
+            used = _delta(_metrics(url), before)
+            asked = {ds.sampler.key(p).entry_id for p in range(20)}
+            parts = {local.entries.column("part")[local.row_of(e)].as_py() for e in asked}
+            assert used["entry"] == 20 and used["errors"] == 0, used
+            assert used["rows"] <= len(parts) and used["atom_rows"] == 0, used  # what the parts store
+            for p in range(20):
+                _same(got[p], here.sample(p), f"0.6.0 store over HTTP, {cfg} position {p}")
+            ds.close()
+            here.close()
