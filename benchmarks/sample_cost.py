@@ -25,13 +25,17 @@ of the samples), so this is not the uniform-weighting ``sample_ms`` of benchmark
     crop, as before 0.7.0), with the default (``CROP_FIRST_MIN_ATOMS``) as a third side; the
     samples are checked equal, byte for byte. Needs a store of featurizer 0.7.0 or later (tokens
     with ``centre_coords``; older parts are read whole either way).
+    With ``--http`` too, the same three sides over ``featurecache serve`` (this tree, 1 worker), one
+    server a side (``POST /v1/entries/{id}:rows`` for the atom rows), ``--http-samples`` positions:
+    wall time per sample in this process and the CPU its server spent on it (``server_cpu``: the
+    server process's threads' run time, ``/proc/PID/task/*/schedstat``, before and after each sample).
 (c) ``--deletions``: ``MSAReader.msa`` on client-like draws (the query and a uniform subset of
     1 … min(depth, 1024) rows, a random window of up to 384 columns) over every MSA of the store
     with deletion cells: CPU per call under ``read_all_deletions``'s rule, always reading all the
     MSA's cells in the first round trip, and always in a second one, interleaved.
 
 Usage: ``.venv/bin/python benchmarks/sample_cost.py [--store DIR] [--samples N] [--repeats R]
-[--baseline REV] [--http] [--deletions]``. Without ``--store`` the real corpus is built once into a
+[--baseline REV] [--http] [--deletions] [--crop-first]``. Without ``--store`` the real corpus is built once into a
 temp dir (benchmarks/harness.py ``corpus_store``).
 """
 
@@ -117,14 +121,45 @@ def _server(store: Path, package: Path | None) -> contextlib.AbstractContextMana
     return background_server(store, env={"PYTHONPATH": str(cwd)}, cwd=cwd)
 
 
+def _server_pid(url: str) -> int:
+    """The process of the ``featurecache serve`` (1 worker: it answers itself) listening at ``url``."""
+    port = url.rsplit(":", 1)[1]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in args and b"--port" in args and args[args.index(b"--port") + 1] == port.encode():
+            return int(proc.name)
+    raise SystemExit(f"no featurecache serve process listens on port {port}")
+
+
+def _run_ms(pid: int | None) -> float:
+    """Milliseconds process ``pid``'s threads have run (their ``schedstat``; 0 for None)."""
+    if pid is None:
+        return 0.0
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total / 1e6
+
+
 def _draw(
-    ds: FeatureDataset, p: int, around: Callable[[], Any] | None
-) -> tuple[float, float, str, dict[str, Any]]:
+    ds: FeatureDataset, p: int, around: Callable[[], Any] | None, server: int | None = None
+) -> tuple[float, float, str, dict[str, Any], float]:
+    """(CPU ms, wall ms, entry, sample, ms the server process ``server`` ran meanwhile)."""
     ctx = around() if around is not None else contextlib.nullcontext()
     with ctx:
+        r = _run_ms(server)
         c, t = time.process_time(), time.perf_counter()
         s = ds.sample(p)
-        return (time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3, str(s["entry_id"]), s
+        c, t = (time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3
+        return c, t, str(s["entry_id"]), s, _run_ms(server) - r
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -153,9 +188,12 @@ def compare(
     n: int,
     repeats: int,
     crop_first: dict[str, int | None] | None = None,
+    servers: dict[str, int] | None = None,
 ) -> None:
     """Draw positions ``WARMUP`` … ``WARMUP + n`` from each side, interleaved, ``repeats`` rounds.
-    ``crop_first``: side → its ``SampleJob.crop_first_atoms``, and the sides' samples must be equal."""
+    ``crop_first``: side → its ``SampleJob.crop_first_atoms``, and the sides' samples must be equal;
+    ``servers``: side → the pid of the lookup service only it draws from (its CPU per sample)."""
+    servers = servers or {}
     sets = {label: FeatureDataset(src, infinite=True, seed=0, **TRAIN) for label, (src, _) in sources.items()}  # type: ignore[arg-type]
     for label, atoms in (crop_first or {}).items():
         sets[label].job.crop_first_atoms = atoms
@@ -163,7 +201,7 @@ def compare(
     for label, ds in sets.items():
         for p in range(WARMUP):
             _draw(ds, p, around[label])
-    got: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    got: dict[str, list[tuple[float, float, str, float]]] = defaultdict(list)
     labels = list(sets)
     differ = 0
     for rnd in range(repeats):
@@ -171,8 +209,10 @@ def compare(
             order = labels if (p + rnd) % 2 == 0 else labels[::-1]
             drawn = {}
             for label in order:
-                c_ms, w_ms, entry, drawn[label] = _draw(sets[label], p, around[label])
-                got[label].append((c_ms, w_ms, entry))
+                c_ms, w_ms, entry, drawn[label], s_ms = _draw(
+                    sets[label], p, around[label], servers.get(label)
+                )
+                got[label].append((c_ms, w_ms, entry, s_ms))
             if crop_first:
                 first = drawn[labels[0]]
                 differ += sum(not _same(first, s) for s in drawn.values())
@@ -185,13 +225,19 @@ def compare(
     by_entry: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for label, rows in got.items():
         cpu, wall = [r[0] for r in rows], [r[1] for r in rows]
+        extra: dict[str, Any] = {}
+        if label in servers:
+            server = [r[3] for r in rows]
+            extra = {"server_cpu_median_ms": round(statistics.median(server), 2),
+                     "server_cpu_mean_ms": round(statistics.fmean(server), 2)}  # fmt: skip
         bench.add(part=part, side=label, entry="(all)", samples=len(rows),
                   cpu_median_ms=round(statistics.median(cpu), 2), cpu_mean_ms=round(statistics.fmean(cpu), 2),
                   cpu_p90_ms=round(percentile(cpu, 90), 2), wall_median_ms=round(statistics.median(wall), 2),
-                  wall_mean_ms=round(statistics.fmean(wall), 2))  # fmt: skip
-        for c, w, e in rows:
+                  wall_mean_ms=round(statistics.fmean(wall), 2), **extra)  # fmt: skip
+        for c, w, e, s_ms in rows:
             by_entry[e][label + " cpu"].append(c)
             by_entry[e][label + " wall"].append(w)
+            by_entry[e][label + " server"].append(s_ms)
     base = labels[0]
     share = {e: len(v[base + " cpu"]) / len(got[base]) for e, v in by_entry.items()}
     costly = sorted(by_entry, key=lambda e: -statistics.median(by_entry[e][base + " cpu"]) * share[e])[:6]
@@ -201,6 +247,11 @@ def compare(
         for label in labels:
             row[f"{label} cpu_median_ms"] = round(statistics.median(by_entry[e][label + " cpu"]), 2)
             row[f"{label} wall_median_ms"] = round(statistics.median(by_entry[e][label + " wall"]), 2)
+            row[f"{label} wall_mean_ms"] = round(statistics.fmean(by_entry[e][label + " wall"]), 2)
+            if label in servers:
+                row[f"{label} server_cpu_median_ms"] = round(
+                    statistics.median(by_entry[e][label + " server"]), 2
+                )
         bench.add(**row)
 
 
@@ -253,7 +304,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=300, help="stream positions per round (default 300)")
     ap.add_argument("--repeats", type=int, default=2, help="rounds (default 2)")
     ap.add_argument("--baseline", default=None, metavar="REV", help="also draw with REV's per-step MSA path")
-    ap.add_argument("--http", action="store_true", help="also over featurecache serve on 127.0.0.1")
+    ap.add_argument(
+        "--http",
+        action="store_true",
+        help="also over featurecache serve on 127.0.0.1 (with --crop-first: those sides)",
+    )
     ap.add_argument(
         "--http-samples", type=int, default=150, help="positions per round over HTTP (default 150)"
     )
@@ -281,6 +336,16 @@ def main() -> None:
         }  # fmt: skip
         atoms: dict[str, int | None] = {"crop first": 0, "whole entry": None, "default": CROP_FIRST_MIN_ATOMS}
         compare(bench, "crop-first", three, args.samples, args.repeats, crop_first=atoms)
+        if args.http:  # the same three sides over HTTP, one server each (its CPU is that side's)
+            bench.params["http_samples"] = args.http_samples
+            with contextlib.ExitStack() as stack:
+                urls = {label: stack.enter_context(_server(store, None)) for label in atoms}
+                web3: dict[str, tuple[Any, Callable[[], Any] | None]] = {
+                    k: (u, None) for k, u in urls.items()
+                }
+                pids = {label: _server_pid(u) for label, u in urls.items()}
+                compare(bench, "crop-first http", web3, args.http_samples, args.repeats, crop_first=atoms,
+                        servers=pids)  # fmt: skip
         bench.finish(args.out)
         return
     with tempfile.TemporaryDirectory() as tmp:
