@@ -2,7 +2,8 @@
 # One H200 session: end-to-end training on a real store (fused vs torch references, largest crop,
 # peak memory per crop) and the memory planner's validation. Run from the repo root on the device:
 #   PYTHONPATH=. bash benchmarks/gpu_e2e.sh OUTDIR STORE
-# zarr/numcodecs are not in the device image: carry their wheels in .whl (see benchmarks/README).
+# zarr/numcodecs are not in the device image: carry their wheels (python 3.12) in .whl, made here with
+#   pip download -d .whl --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 zarr==3.1.6
 set -uo pipefail
 OUT=${1:?out dir}; STORE=${2:?store dir}
 mkdir -p "$OUT"

@@ -3,8 +3,10 @@
 # 127.0.0.1 (the client's workers fetch each sample over HTTP), side by side: step time and the
 # fraction of it spent waiting for data. Run from the repo root on the device:
 #   PYTHONPATH=. bash benchmarks/gpu_e2e_http.sh OUTDIR STORE [SERVE_WORKERS]
-# The device image has neither zarr nor the service's packages: carry their wheels in .whl and
-# .whl_http (py3.12; see benchmarks/README).
+# The device image has neither zarr nor the service's packages: carry their wheels (python 3.12) in
+# .whl (as benchmarks/gpu_e2e.sh says) and .whl_http, made here with
+#   pip download -d .whl_http --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     fastapi==0.165.0 uvicorn==0.54.0 httpx==0.28.1 pydantic-settings prometheus-client
 set -uo pipefail
 OUT=${1:?out dir}; STORE=${2:?store dir}; SERVE_WORKERS=${3:-4}
 PORT=18765
