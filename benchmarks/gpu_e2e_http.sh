@@ -28,6 +28,9 @@ for _ in $(seq 120); do
 done
 for src in store url; do
   if [ "$src" = store ]; then arg=(--store "$STORE"); else arg=(--url "http://127.0.0.1:$PORT"); fi
+  # each variant's step log stays on the device (the device returns a few files only): the summary
+  # JSON of each source comes back
   python3 benchmarks/train_e2e.py "${arg[@]}" --steps 120 --crop 384 --compare-graphs --search-crops 256 \
-    --out "$OUT/$src" 2>&1 | tee "$OUT/train_e2e_$src.log" | grep -v "^{" | tail -20
+    --out "/tmp/gpu_e2e_http/$src" 2>&1 | tee "$OUT/train_e2e_$src.log" | grep -v "^{" | tail -20
+  cp "/tmp/gpu_e2e_http/$src/train_e2e.json" "$OUT/train_e2e_$src.json"
 done
