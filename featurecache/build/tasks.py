@@ -64,6 +64,11 @@ def build_structure_part(
     the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest).
     A write the OS refused: :class:`StoreWriteFailed`, nothing of the part committed."""
     check_versions(versions)
+    # scipy, the featurizer's (featurize.interfaces imports it lazily, so that a build's driver never
+    # loads it): here, before any entry's timer starts, so that a worker's first part does not count
+    # the import in its first entry's featurize time (index/timings.arrow)
+    import scipy.spatial  # noqa: F401
+
     from featurecache.build.components import component_resolvers
     from featurecache.tokenize.af3 import residues_without_definition
 

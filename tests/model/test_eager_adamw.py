@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from featurecache.model.train import EagerAdamW, make_optimizer
@@ -65,16 +66,19 @@ def _same_state(a: dict, b: dict) -> None:  # type: ignore[type-arg]
             assert torch.equal(value, b["state"][k][name]), (k, name)
 
 
-def test_the_updates_and_state_are_torchs_adamw_bit_for_bit() -> None:
+@pytest.mark.parametrize("impl", [{"foreach": False}, {"foreach": True}, {"fused": True}],
+                         ids=["single-tensor", "foreach", "fused"])  # fmt: skip
+def test_the_updates_and_state_are_torchs_adamw_bit_for_bit(impl: dict[str, bool]) -> None:
     """Six steps with weight decay, a state_dict round trip into a new optimizer, three more: the
-    parameters, the losses and the state equal torch.optim.AdamW's exactly."""
+    parameters, the losses and the state equal torch.optim.AdamW's exactly. Each of AdamW's three
+    implementations (RF2 of session 28: the GPU trains with the fused one, ``make_optimizer``)."""
     runs = []
     for cls in (torch.optim.AdamW, EagerAdamW):
         model = _model()
-        opt = cls(model.parameters(), lr=3e-2, weight_decay=0.1)
+        opt = cls(model.parameters(), lr=3e-2, weight_decay=0.1, **impl)
         losses = _steps(model, opt, seed=1, n=6)
         state = opt.state_dict()
-        again = cls(model.parameters(), lr=3e-2, weight_decay=0.1)
+        again = cls(model.parameters(), lr=3e-2, weight_decay=0.1, **impl)
         again.load_state_dict(state)
         losses += _steps(model, again, seed=2, n=3)
         runs.append((losses, [p.detach().clone() for p in model.parameters()], state, again.state_dict()))
