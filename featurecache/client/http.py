@@ -223,6 +223,7 @@ class LookupClient(FeatureReader):
         self._msa_shape: dict[str, tuple[int, int]] | None = None
         self._component_table: Any = None
         self._part_fields: dict[str, dict[str, tuple[str, ...]]] = {}  # part → group → fields it stores
+        self._rows_gone = False  # POST …:rows answered 404/405 from a service without it (this snapshot)
         self._missed_at = -math.inf  # when row_of last refreshed and still missed its id
         self._index: str | None = None  # the service's id of the index the tables are of (INDEX_HEADER)
         self._left: set[str] = set()  # ids of the indexes the client refreshed away from
@@ -718,6 +719,7 @@ class LookupClient(FeatureReader):
             self._msa_shape = None
             self._component_table = None
             self._part_fields = {}
+            self._rows_gone = False
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict[str, Any]:
@@ -773,7 +775,11 @@ class LookupClient(FeatureReader):
         its ``/v1/service`` lists :data:`ROWS_CAPABILITY` in ``capabilities``): :meth:`stored_fields`,
         :meth:`read_groups` and :meth:`read_rows` need it. The training client's crop-first path
         (``client.job.SampleJob._crop_first``) reads the whole entry from a service older than the
-        route. From :attr:`service_info`, asked once per snapshot (not per sample)."""
+        route. From :attr:`service_info`, asked once per snapshot (not per sample); False too once
+        the service has answered ``POST …:rows`` with 404 or 405 and no longer lists the capability
+        (rolled back to an older version on the same store: :meth:`_rows_route_gone`)."""
+        if self._rows_gone:
+            return False
         try:
             capabilities = self.service_info.get("capabilities") or ()
         except ServiceUnavailable:
@@ -794,17 +800,21 @@ class LookupClient(FeatureReader):
         ``LocalStore.stored_fields`` (a part written before a field was added lacks it:
         ``tokens/centre_coords`` before featurizer 0.7.0). Learned per part from the service's rows
         answers (one request for rows of none the first time a part is asked), kept until
-        :meth:`refresh`. ServiceError from a service older than row reads (:meth:`row_reads`)."""
+        :meth:`refresh`. ServiceError from a service older than row reads (:meth:`row_reads`).
+
+        An answer from a newer index (the store rebuilt or extended: the request refreshed the
+        client) is used for this call but not kept (its part may be another's in the index the
+        client held), and the :attr:`generation` it bumped has the training client draw the sample
+        again."""
         if group not in ENTRY_GROUPS:
             raise NotFound(f"unknown group {group!r}; groups are {sorted(ENTRY_GROUPS)}")
         entries, row = self._index_row(entry_id)
         part = str(entries.column("part")[row].as_py())
         known = self._part_fields.get(part)
         if known is None:
-            self._rows_request(entry_id, group, np.zeros((0, 2), dtype=np.int64), None)
-            known = self._part_fields.get(part)
+            known = self._rows_answer(entry_id, group, np.zeros((0, 2), dtype=np.int64), None)[2]
         fields = None if known is None else known.get(group)
-        if fields is None:  # refreshed meanwhile (another index), or an answer that does not say
+        if fields is None:  # an answer that does not say
             raise ServiceError(f"{self.shown_url}: the rows answer for entry {entry_id} did not say which fields "
                                f"of {group} its part {part} stores")  # fmt: skip
         return fields
@@ -847,13 +857,16 @@ class LookupClient(FeatureReader):
             raise InvalidRequest(f"entry {entry_id}: rows {spans.min()}..{spans.max()} of {group} asked for; "
                                  f"it has {count}")  # fmt: skip
         # the crop's ranges (one a kept token or residue, a row either side) overlap: fewer, shorter requests
-        return self._rows_request(entry_id, group, merge_ranges(spans), fields)
+        rows, records, _ = self._rows_answer(entry_id, group, merge_ranges(spans), fields)
+        return rows, records
 
-    def _rows_request(
+    def _rows_answer(
         self, entry_id: str, group: str, spans: np.ndarray, fields: Sequence[str] | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One ``POST /v1/entries/{id}:rows`` of merged ``spans``; keeps what the answer says its part
-        stores (:meth:`stored_fields`)."""
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[str, ...]] | None]:
+        """One ``POST /v1/entries/{id}:rows`` of merged ``spans``: the rows, their records, and what
+        the answer says the entry's part stores (group → fields; None when it does not say), which
+        is kept for :meth:`stored_fields` unless the request crossed a refresh. A 404 or 405 from a
+        service that no longer has the route raises ServiceError saying so (:meth:`_rows_route_gone`)."""
         if not self.row_reads():
             raise ServiceError(f"{self.shown_url}: the lookup service there is older than row reads (its /v1/service "
                                f"lists no {ROWS_CAPABILITY!r} capability): read the whole entry, entry()")  # fmt: skip
@@ -862,20 +875,54 @@ class LookupClient(FeatureReader):
         if fields is not None:
             body["fields"] = list(fields)
         generation = self._generation
-        records = self._arrow_of_snapshot("POST", path, json=body)
+        try:
+            records = self._arrow_of_snapshot("POST", path, json=body)
+        except (NotFound, ServiceError) as exc:
+            status = getattr(exc, "status", None)
+            if status not in (404, 405) or not self._rows_route_gone(status):
+                raise
+            raise ServiceError(f"POST {self.shown_url}{path} → {status}: the lookup service there no longer "
+                               "answers row reads (an older version?): read the whole entry, entry()") from exc  # fmt: skip
         if len(records) != 1:
             raise ServiceError(f"POST {path}: expected 1 record, got {len(records)}")
         rec = records[0]
         stored = rec.attrs.get("stored_fields")
         part = rec.attrs.get("part")
+        known = None
         if isinstance(stored, dict) and isinstance(part, str):
+            known = {g: tuple(f) for g, f in stored.items() if g in ENTRY_GROUPS}
             with self._lock:
                 if self._generation == generation:  # not across a refresh: the part may be another's now
-                    self._part_fields[part] = {g: tuple(f) for g, f in stored.items() if g in ENTRY_GROUPS}
+                    self._part_fields[part] = known
         prefix = f"{group}/"
         columns = {name[len(prefix) :]: a for name, a in rec.arrays.items() if name.startswith(prefix)}
         names = [f for f in ENTRY_GROUPS[group].names or () if f in columns]
-        return rec.arrays["rows"], _structured(group, names, columns)
+        return rec.arrays["rows"], _structured(group, names, columns), known
+
+    def _rows_route_gone(self, status: int) -> bool:
+        """After a 404 or 405 from ``POST …:rows``: whether the service no longer has the route
+        (rolled back to a version older than it, on the same store: its index, hence the client's
+        snapshot and :attr:`service_info`, did not change). ``/v1/service`` is asked again: when it
+        no longer lists :data:`ROWS_CAPABILITY`, or the answer was a 405 (the route itself
+        refused), :meth:`row_reads` is False for the rest of the snapshot and one WARNING says so,
+        naming the service and what the training client does instead. A 404 from a service that
+        still lists the route is an entry it does not know (False: the caller raises it)."""
+        with self._lock:
+            self._service = None
+        try:
+            listed = ROWS_CAPABILITY in (self.service_info.get("capabilities") or ())
+        except ServiceError:  # no answer: the 405 alone says the route is gone; a 404 is raised as it is
+            listed = True
+        if listed and status != 405:
+            return False
+        with self._lock:
+            told, self._rows_gone = self._rows_gone, True
+        if not told:
+            log.warning("%s: the lookup service no longer answers POST /v1/entries/{id}:rows (%d; its /v1/service "
+                        "%s: an older version of the service?); large entries are read whole from now on, one "
+                        "GET of every atom a sample, as before the route", self.shown_url, status,
+                        "still lists entry_rows" if listed else "lists no entry_rows now")  # fmt: skip
+        return True
 
     def _arrow_of_snapshot(self, method: str, path: str, **kwargs: Any) -> list[arrow_io.Record]:
         """:meth:`_arrow`, from the index the client's tables are of: an answer from an older one (a
@@ -1144,20 +1191,22 @@ def _detail(response: httpx.Response) -> str:
 
 def _client_error(what: str, status: int, detail: str, response: httpx.Response) -> Exception:
     message = f"{what} → {status}: {detail}"
+    exc: Exception
     if status == 404:
-        return NotFound(f"{detail} ({what})")
-    if status in (401, 403):
-        return AuthenticationError(message)
-    if status in (400, 413, 422):
+        exc = NotFound(f"{detail} ({what})")
+    elif status in (401, 403):
+        exc = AuthenticationError(message)
+    elif status in (400, 413, 422):
         exc = InvalidRequest(message)
         try:
             doc = response.json()
         except ValueError:
             doc = {}
-        exc.status = status  # type: ignore[attr-defined]
         exc.limit = doc.get("limit") if isinstance(doc, dict) else None  # type: ignore[attr-defined]
-        return exc
-    return ServiceError(message)
+    else:
+        exc = ServiceError(message)
+    exc.status = status  # type: ignore[attr-defined,union-attr]
+    return exc
 
 
 def _structured(group: str, fields: Sequence[str], columns: Any) -> np.ndarray:

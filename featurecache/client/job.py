@@ -22,7 +22,7 @@ from featurecache.auth import redact_url
 from featurecache.client.assemble import assemble_sample, crop_atom_ranges, residues_within
 from featurecache.client.crop import CropInput, Cropper, CropResult
 from featurecache.client.sampler import SampleKey
-from featurecache.errors import InvalidRequest, NotFound
+from featurecache.errors import InvalidRequest, NotFound, ServiceError
 from featurecache.types import Entry
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 #: Arrays the per-step path reads from an entry (everything but occupancy / B-factor).
 ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/coords", "atoms/is_present",
     "atoms/element", "atoms/charge", "atoms/name", "atoms/token_index", "atoms/ref_space_uid")  # fmt: skip
+#: The atom fields of :data:`ENTRY_ARRAYS`: all the crop-first path reads of an atom row (7 of the 9
+#: fields; over the lookup service 27 of 35 bytes a row, so its rows never cost more than needed)
+ATOM_FIELDS: Final[tuple[str, ...]] = tuple(
+    n.partition("/")[2] for n in ENTRY_ARRAYS if n.startswith("atoms/")
+)
 
 #: The per-step path crops an entry before it reads its atoms (:meth:`SampleJob._crop_first`)
 #: when the entry has more atoms than this: 8 inner chunks of its atom records (``layout.CHUNK_ROWS``).
@@ -224,6 +229,7 @@ class SampleJob:
         self.pair_msa = pair_msa
         self.crop_first_atoms = crop_first_atoms
         self.hook = hook
+        self._told_too_large = False  # a 413 from the rows read was logged at INFO (then at DEBUG)
 
     def rng(self, key: SampleKey) -> np.random.Generator:
         return np.random.default_rng([self.seed, key.epoch, key.index])
@@ -304,7 +310,12 @@ class SampleJob:
         ``POST /v1/entries/{id}:rows``: its ``row_reads()`` is False), an entry of at most
         ``crop_first_atoms`` atoms or one that fits the crop whole (its atoms are all needed), a
         part without ``tokens/centre_coords`` (featurizer < 0.7.0: known before any array is
-        read), or ranges that :func:`residues_within` finds cut a residue."""
+        read), ranges that :func:`residues_within` finds cut a residue, atom rows over the
+        service's ``max_response_bytes`` or ``max_body_bytes`` (413: the whole entry, whose atoms
+        cost fewer bytes a row, may fit), or a service that stopped answering row reads during the
+        run (rolled back to an older version: the client then reads every entry whole).
+
+        The atom rows are read with :data:`ATOM_FIELDS` only (``fields=``)."""
         read_rows = getattr(reader, "read_rows", None)
         stored = getattr(reader, "stored_fields", None)
         count = getattr(reader, "row_count", None)
@@ -319,17 +330,35 @@ class SampleJob:
         row_reads = getattr(reader, "row_reads", None)  # a lookup service: whether it has the route
         if row_reads is not None and not row_reads():
             return None
-        if "centre_coords" not in stored(key.entry_id, "tokens"):
-            return None
-        rec = reader.read_groups(key.entry_id, ["tokens", "bonds", "interfaces"])
-        tokens = _columns(rec["tokens"])
-        bonds, interfaces = _columns(rec["bonds"]), _columns(rec["interfaces"])
-        crop = self.cropper(CropInput.from_arrays(tokens, None, bonds, interfaces), rng, key.chains or None)
-        keep = crop.indices
-        ranges = crop_atom_ranges(tokens, keep)
-        # one row either side: residues_within checks that no range cuts a residue
-        guarded = np.stack([np.maximum(ranges[:, 0] - 1, 0), np.minimum(ranges[:, 1] + 1, n_atoms)], axis=1)
-        rows, atom_rec = read_rows(key.entry_id, "atoms", guarded)
+        try:
+            if "centre_coords" not in stored(key.entry_id, "tokens"):
+                return None
+            rec = reader.read_groups(key.entry_id, ["tokens", "bonds", "interfaces"])
+            tokens = _columns(rec["tokens"])
+            bonds, interfaces = _columns(rec["bonds"]), _columns(rec["interfaces"])
+            crop = self.cropper(
+                CropInput.from_arrays(tokens, None, bonds, interfaces), rng, key.chains or None
+            )
+            keep = crop.indices
+            ranges = crop_atom_ranges(tokens, keep)
+            # one row either side: residues_within checks that no range cuts a residue
+            guarded = np.stack(
+                [np.maximum(ranges[:, 0] - 1, 0), np.minimum(ranges[:, 1] + 1, n_atoms)], axis=1
+            )
+            try:
+                rows, atom_rec = read_rows(key.entry_id, "atoms", guarded, fields=ATOM_FIELDS)
+            except InvalidRequest as exc:
+                if getattr(exc, "status", None) != 413:
+                    raise
+                log.log(logging.DEBUG if self._told_too_large else logging.INFO,
+                        "entry %s: its crop's atom rows are over a limit of %s (%s); reading the whole entry",
+                        key.entry_id, self.source.describe(), exc)  # fmt: skip
+                self._told_too_large = True
+                return None
+        except ServiceError:
+            if row_reads is None or row_reads():
+                raise
+            return None  # the service stopped answering row reads (the client said so): the whole entry
         if not residues_within(atom_rec["ref_space_uid"], rows, ranges, n_atoms):
             log.warning(
                 "entry %s: its crop's atom ranges cut a residue; reading the whole entry", key.entry_id

@@ -359,15 +359,44 @@ class LocalStore(FeatureReader):
         return tuple(dtype.names or ())
 
     def read_rows(
-        self, entry_id: str, group: str, ranges: Sequence[tuple[int, int]] | np.ndarray
+        self,
+        entry_id: str,
+        group: str,
+        ranges: Sequence[tuple[int, int]] | np.ndarray,
+        fields: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Some rows of one entry's ``group``: those of the entry-local ``[start, stop)`` ``ranges``,
         fetched in one call into zarr's event loop. Returns ``(rows, records)``: the entry-local row
         numbers read (int64, ascending, distinct) and their records (the part's record dtype, as
-        :meth:`read_groups`). ``rows`` holds every row of the ranges and maybe more: ranges that
+        :meth:`read_groups`; ``fields``: only those fields, in the group's order, packed, as the
+        lookup client's ``read_rows`` gives them; InvalidRequest for a field the group lacks or
+        the part does not store). ``rows`` holds every row of the ranges and maybe more: ranges that
         share an inner chunk (``layout.CHUNK_ROWS`` rows of the part's array, which zarr decodes
         whole) are read as one, with the rows between them. What the client's per-step path reads
         of a large entry's atoms once it has cropped its tokens (``client.job``)."""
+        names: tuple[str, ...] = ()
+        if fields is not None and group in ENTRY_GROUPS:  # checked before the read, as the service does
+            names = ENTRY_GROUPS[group].names or ()
+            unknown = [f for f in fields if f not in names]
+            if unknown:
+                raise InvalidRequest(f"{group} has no field(s) {unknown}: its fields are {list(names)}")
+        rows, records = self._read_rows(entry_id, group, ranges)
+        if fields is None:
+            return rows, records
+        absent = [f for f in fields if f not in (records.dtype.names or ())]
+        if absent:
+            raise InvalidRequest(f"entry {entry_id}: its part stores no {', '.join(f'{group}/{f}' for f in absent)} "
+                                 "(written by a featurizer older than the field)")  # fmt: skip
+        wanted = [f for f in names if f in fields]
+        out = np.empty(len(records), dtype=np.dtype([(f, records.dtype.fields[f][0]) for f in wanted]))  # type: ignore[index]
+        for f in wanted:
+            out[f] = records[f]
+        return rows, out
+
+    def _read_rows(
+        self, entry_id: str, group: str, ranges: Sequence[tuple[int, int]] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`read_rows` of every field the part stores."""
         row = self.row_of(entry_id)
         part = self._parts[row]
         starts, counts = self._offsets[group]

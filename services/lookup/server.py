@@ -325,11 +325,13 @@ def background_server(
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
     cwd: Path | str | None = None,
+    port: int | None = None,
 ) -> Iterator[str]:
-    """``featurecache serve STORE`` in a child process on 127.0.0.1 and a free port; yields its URL
-    once ``/v1/ready`` answers, stops it (SIGTERM, then SIGKILL) on exit. ``cwd``: the directory
-    it runs in (``python -m`` imports featurecache from there first: another source tree's)."""
-    port = free_port()
+    """``featurecache serve STORE`` in a child process on 127.0.0.1 and a free port (``port``: that
+    one, e.g. another server's after it stopped); yields its URL once ``/v1/ready`` answers, stops
+    it (SIGTERM, then SIGKILL) on exit. ``cwd``: the directory it runs in (``python -m`` imports
+    featurecache from there first: another source tree's)."""
+    port = free_port() if port is None else port
     cmd = [
         sys.executable,
         "-m",
