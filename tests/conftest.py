@@ -91,15 +91,16 @@ def ccd_dir(shared_dir: Path) -> Path:
     return CCD
 
 
-def featurecache_at(commit: str, dest: Path) -> Path:
-    """The featurecache package of ``commit``, extracted under ``dest`` (for tests that write a
+def featurecache_at(commit: str, dest: Path, paths: tuple[str, ...] = ("featurecache",)) -> Path:
+    """The featurecache package of ``commit`` (and whatever else of its tree ``paths`` names, e.g.
+    ``services`` for a lookup service of then), extracted under ``dest`` (for tests that write a
     store with an older version's code); skips the test when the git history is not there."""
     import io
     import subprocess
     import tarfile
 
     try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", commit, "featurecache"],
+        blob = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths],
                               capture_output=True, check=True, timeout=120).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"needs the git history ({commit}): {exc}")

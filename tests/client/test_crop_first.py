@@ -21,13 +21,11 @@ own), real zarr stores, a process pool for the worker-count check, real uvicorn 
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,7 @@ from featurecache.client.http import LookupClient
 from featurecache.errors import InvalidRequest
 from featurecache.store.layout import CHUNK_ROWS, ENTRY_GROUPS
 from services.lookup.server import background_server
-from tests.conftest import CCD, REPO, STRUCTURES, build_store, featurecache_at
+from tests.conftest import CCD, STRUCTURES, build_store, featurecache_at
 from tests.services.lookup_helpers import metric_samples, metric_sum
 
 #: the last commit of featurizer 0.6.0 (tokens without centre_coords)
@@ -451,14 +449,7 @@ def test_http_crop_first_samples_are_the_whole_entry_samples(cf_url: str, cf_sto
 
 def _service_package(commit: str, dest: Path) -> Path:
     """``featurecache`` and ``services`` of ``commit`` under ``dest`` (a lookup service of then)."""
-    try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", commit, "featurecache", "services"],
-                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs the git history ({commit}): {exc}")
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
+    return featurecache_at(commit, dest, ("featurecache", "services"))
 
 
 def test_a_service_older_than_row_reads_is_read_whole(cf_store: Path, tmp_path: Path) -> None:

@@ -11,14 +11,12 @@ a client called is read from the service's own request counters (``/metrics``)."
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +26,7 @@ import httpx
 import pytest
 
 from featurecache.store.layout import INDEX_DIR, PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
-from tests.conftest import REPO
+from tests.conftest import featurecache_at
 from tests.services.lookup_helpers import metric_samples, metric_sum
 from tests.store.conftest import OLD_COMMIT, OLD_VERSION, Stores
 
@@ -127,15 +125,7 @@ def _old_service(store: Path, tmp: Path) -> Iterator[str]:
     archive): a service older than ``/v1/service``'s featurizer versions."""
     from services.lookup.server import free_port, wait_ready
 
-    pkg = tmp / "old_pkg"
-    pkg.mkdir()
-    try:
-        blob = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "featurecache", "services"],
-                              capture_output=True, check=True, timeout=120).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs the git history ({OLD_COMMIT}): {exc}")
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        tar.extractall(pkg, filter="data")
+    pkg = featurecache_at(OLD_COMMIT, tmp / "old_pkg", ("featurecache", "services"))
     port = free_port()
     with (tmp / "old_serve.log").open("w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(port)],
