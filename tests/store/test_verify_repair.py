@@ -373,15 +373,30 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
     """RF2 #2: the rollback rebuilt the index, and that rebuild failed too (a file-size limit that
     a file larger before the removal passes no more): chains.arrow without the entry that
     entries.arrow still listed, and "nothing removed". Now the previous files are put back as they
-    were. The limits: every size of the index's own files, so that each of them in turn is the
-    first one the limit stops (the same as RLIMIT_FSIZE of tests/build/test_store_write_errors.py)."""
+    were. The limits (RLIMIT_FSIZE, as in tests/build/test_store_write_errors.py): the sizes of the
+    index's own files above the largest file of the part the prune writes first (the record of the
+    removal; measured by the same prune without a limit), so that each stops one of the index's
+    writes, and the smallest size, which stops the part's own write. Every size of the index's files
+    (until session 28) ran 7 limits that all stopped the part's first file."""
     import resource
 
     store, _ref, pdb, _msa = stores
     (pdb / "2q2k.cif").unlink()
     before = _index_bytes(store)
-    limits = sorted({len(b) for b in before.values() if len(b) > 0})
+    sizes = sorted({len(b) for b in before.values() if len(b) > 0})
+    free = tmp_path / "free"
+    shutil.copytree(store, free, symlinks=True)
+    parts_before = {f for f in (free / "parts").rglob("*") if f.is_file()}
+    done = _cli("prune", free, "--sources-gone", pdb)
+    assert done.returncode == 0, done.stderr
+    part_max = max(
+        f.stat().st_size for f in (free / "parts").rglob("*") if f.is_file() and f not in parts_before
+    )
+    shutil.rmtree(free)
+    limits = [sizes[0], *(n for n in sizes if n > part_max)]
+    assert sizes[0] <= part_max and len(limits) > 1, (sizes, part_max)  # both kinds of write are stopped
     failed = 0
+    stopped = set()
     for fsize in limits:
         copy = tmp_path / f"t{fsize}"
         shutil.copytree(store, copy, symlinks=True)
@@ -401,6 +416,7 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
             errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
             assert len(errors) == 1 and errors[0].endswith("nothing removed"), (fsize, out)
             assert errors[0].count("cannot write the store at") == 1, errors[0]  # RF2 #8: not repeated
+            stopped.add("part" if "/parts/" in errors[0] else "index" if "/index" in errors[0] else errors[0])
             assert "could not be" not in out, (fsize, out)
             assert _index_bytes(copy) == before, fsize  # exactly as it was
             assert featurecache.open_store(copy).ids == list(IDS)
@@ -413,6 +429,7 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
         assert not list(copy.glob(".index-saved-*")), fsize
         shutil.rmtree(copy)
     assert failed, limits  # (the limits stop the prune's writes)
+    assert stopped == {"part", "index"}, (stopped, limits)
 
 
 def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: Path) -> None:
