@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,7 +47,22 @@ ATOM_FIELDS: Final[tuple[str, ...]] = tuple(
 #: 6wg6 14.4 -> 16.8, 7CFN 12.5 -> 13.2): benchmarks/sample_cost.py --crop-first, at train's settings.
 CROP_FIRST_MIN_ATOMS: Final[int] = 8 * 4096
 
+#: Bytes of what :meth:`SampleJob._crop_first` reads before the crop (an entry's tokens, bonds and
+#: interfaces, its meta and chains rows, the crop input made of them) that a process keeps, by
+#: reader snapshot and entry id, least recently used first out (:class:`TokenCache`): a sample of an
+#: entry read before then reads only its atom rows (over a lookup service one request, not two).
+TOKEN_CACHE_BYTES: Final[int] = 64 << 20
+#: what a chain row or the meta row (a dict of some 15-25 fields) counts for in
+#: :attr:`TokenCache.nbytes`: an estimate of Python objects' size, meant to err high
+_ROW_BYTES: Final[int] = 2048
+_NO_SNAPSHOT: Final[object] = object()
+
 SampleHook = Callable[[SampleKey], None]
+
+
+class SnapshotChanged(ValueError):
+    """The reader's snapshot changed while a sample read an entry in two reads (:meth:`SampleJob.__call__`
+    draws the sample again)."""
 
 
 # --------------------------------------------------------------------------------------- sources
@@ -124,6 +142,7 @@ class SourceRef:
         self._pid = os.getpid() if reader is not None else -1
         self._msa_shapes: tuple[Any, dict[str, tuple[int, int]]] | None = None  # (generation, shapes)
         self._components: tuple[Any, Any] | None = None  # (generation, table or False)
+        self._tokens = TokenCache()  # of this process's reader: never pickled (__getstate__)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec}
@@ -147,7 +166,13 @@ class SourceRef:
             self._pid = os.getpid()
             self._msa_shapes = None
             self._components = None
+            self._tokens = TokenCache()  # another reader (a new process's): its snapshots are its own
         return self._reader
+
+    def token_cache(self, reader: Any) -> TokenCache | None:
+        """The :class:`TokenCache` of ``reader`` when it is the reader this process opened (None for
+        another: its snapshots are not the ones the cache's keys name)."""
+        return self._tokens if reader is self._reader and self._pid == os.getpid() else None
 
     def generation(self) -> Any:
         """The reader's snapshot (its ``generation``; None for a reader without one: one snapshot)."""
@@ -199,6 +224,92 @@ def _component_table(reader: Any) -> Any:
     return None
 
 
+# ------------------------------------------------------------------------------------ token cache
+@dataclass(frozen=True)
+class BeforeCrop:
+    """What :meth:`SampleJob._crop_first` reads of an entry before it crops it, and the crop input
+    made of it. Its arrays are read-only (a cached one is shared by every sample of the entry)."""
+
+    tokens: dict[str, np.ndarray]
+    bonds: dict[str, np.ndarray]
+    interfaces: dict[str, np.ndarray]
+    meta: dict[str, Any]
+    chains: list[dict[str, Any]]
+    crop_input: CropInput
+
+    @classmethod
+    def of(
+        cls, groups: Mapping[str, np.ndarray], meta: dict[str, Any], chains: list[dict[str, Any]]
+    ) -> BeforeCrop:
+        tokens, bonds, interfaces = (_columns(groups[g]) for g in ("tokens", "bonds", "interfaces"))
+        crop_input = CropInput.from_arrays(tokens, None, bonds, interfaces)
+        for a in [*tokens.values(), *bonds.values(), *interfaces.values(), *_arrays_of(crop_input)]:
+            a.flags.writeable = False
+        return cls(tokens, bonds, interfaces, meta, chains, crop_input)
+
+    @property
+    def nbytes(self) -> int:
+        """Its arrays' bytes (the crop input's views of the tokens counted again: it errs high) and
+        :data:`_ROW_BYTES` for the meta row and each chain row."""
+        arrays = [
+            *self.tokens.values(),
+            *self.bonds.values(),
+            *self.interfaces.values(),
+            *_arrays_of(self.crop_input),
+        ]
+        return sum(a.nbytes for a in arrays) + _ROW_BYTES * (1 + len(self.chains))
+
+
+class TokenCache:
+    """Per process, per reader (:meth:`SourceRef.token_cache`): :class:`BeforeCrop` by (reader
+    snapshot, entry id), least recently used first out, at most ``max_bytes`` in all (an entry of
+    more is not kept). The snapshot is the reader's ``generation`` (a lookup client's changes when
+    it finds the store rebuilt or extended under the service; a local store is one snapshot while
+    it is open), so an entry of a new index is read again, never served from an old one's; what
+    was kept of an older snapshot is dropped when a newer one is asked for (a reader's snapshots
+    only move on)."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[Any, str], tuple[BeforeCrop, int]] = OrderedDict()
+        self._lock = threading.Lock()  # a thread pool's workers share the job
+        #: bytes held (:attr:`BeforeCrop.nbytes` of each)
+        self.nbytes = 0
+        self._generation: Any = _NO_SNAPSHOT  # the snapshot of what is held
+
+    def _at(self, generation: Any) -> None:
+        """(Under the lock) hold the entries of ``generation`` only."""
+        if generation != self._generation:
+            self._items.clear()
+            self.nbytes = 0
+            self._generation = generation
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, generation: Any, entry_id: str) -> BeforeCrop | None:
+        with self._lock:
+            self._at(generation)
+            got = self._items.get((generation, entry_id))
+            if got is None:
+                return None
+            self._items.move_to_end((generation, entry_id))
+            return got[0]
+
+    def put(self, generation: Any, entry_id: str, value: BeforeCrop, max_bytes: int) -> None:
+        size = value.nbytes
+        if size > max_bytes:
+            return
+        with self._lock:
+            self._at(generation)
+            old = self._items.pop((generation, entry_id), None)
+            if old is not None:
+                self.nbytes -= old[1]
+            while self._items and self.nbytes + size > max_bytes:
+                self.nbytes -= self._items.popitem(last=False)[1][1]
+            self._items[(generation, entry_id)] = (value, size)
+            self.nbytes += size
+
+
 # ------------------------------------------------------------------------------------ one sample
 class SampleJob:
     """fetch → crop → assemble for one :class:`SampleKey` (picklable; runs on any pool worker)."""
@@ -215,11 +326,14 @@ class SampleJob:
         hook: SampleHook | None,
         pair_msa: bool = True,
         crop_first_atoms: int | None = CROP_FIRST_MIN_ATOMS,
+        token_cache_bytes: int = TOKEN_CACHE_BYTES,
     ) -> None:
         """``crop_first_atoms``: entries of more atoms than this are read crop first
         (:meth:`_crop_first`), from a local store or a lookup service, the others whole; None reads
         every entry whole. The samples are the same either way (tests/client/test_crop_first.py, over
-        a lookup service too)."""
+        a lookup service too). ``token_cache_bytes``: the bound of the process's
+        :class:`TokenCache` of what the crop-first path reads before the crop (0: none kept); the
+        samples are the same with it or without (tests/client/test_token_cache.py)."""
         self.source = source
         self.cropper = cropper
         self.seed = seed
@@ -228,6 +342,7 @@ class SampleJob:
         self.use_msa = use_msa
         self.pair_msa = pair_msa
         self.crop_first_atoms = crop_first_atoms
+        self.token_cache_bytes = token_cache_bytes
         self.hook = hook
         self._told_too_large = False  # a 413 from the rows read was logged at INFO (then at DEBUG)
 
@@ -303,7 +418,9 @@ class SampleJob:
         them): :func:`assemble_sample` makes of it the sample it makes of the whole entry.
 
         Over a lookup service (:class:`~featurecache.client.http.LookupClient`) that is two requests
-        (the tokens, bonds and interfaces; the atom rows), where the whole entry is one.
+        (the tokens, bonds and interfaces; the atom rows), where the whole entry is one; what is read
+        before the crop is kept for the process's later samples of the entry (:class:`TokenCache`,
+        by the reader's snapshot: ``token_cache_bytes``), which then read the atom rows alone.
 
         None (the caller reads the whole entry, drawing from a fresh generator) for a reader
         without row reads (one without these methods, or a lookup service older than
@@ -314,6 +431,8 @@ class SampleJob:
         service's ``max_response_bytes`` or ``max_body_bytes`` (413: the whole entry, whose atoms
         cost fewer bytes a row, may fit), or a service that stopped answering row reads during the
         run (rolled back to an older version: the client then reads every entry whole).
+        :class:`SnapshotChanged` when the source's reader answered from a new index during the reads
+        (:meth:`__call__` draws the sample again, from the new one).
 
         The atom rows are read with :data:`ATOM_FIELDS` only (``fields=``)."""
         read_rows = getattr(reader, "read_rows", None)
@@ -321,6 +440,7 @@ class SampleJob:
         count = getattr(reader, "row_count", None)
         if read_rows is None or stored is None or count is None:
             return None
+        generation = self.source.generation()  # the snapshot the counts, tokens and rows must be of
         n_atoms, n_tokens = count(key.entry_id, "atoms"), count(key.entry_id, "tokens")
         budget = self.cropper.max_atoms
         if n_atoms <= (self.crop_first_atoms or 0) or (
@@ -330,15 +450,18 @@ class SampleJob:
         row_reads = getattr(reader, "row_reads", None)  # a lookup service: whether it has the route
         if row_reads is not None and not row_reads():
             return None
+        cache = self.source.token_cache(reader) if self.token_cache_bytes > 0 else None
+        before = cache.get(generation, key.entry_id) if cache is not None else None
         try:
-            if "centre_coords" not in stored(key.entry_id, "tokens"):
-                return None
-            rec = reader.read_groups(key.entry_id, ["tokens", "bonds", "interfaces"])
-            tokens = _columns(rec["tokens"])
-            bonds, interfaces = _columns(rec["bonds"]), _columns(rec["interfaces"])
-            crop = self.cropper(
-                CropInput.from_arrays(tokens, None, bonds, interfaces), rng, key.chains or None
-            )
+            if before is None:
+                if "centre_coords" not in stored(key.entry_id, "tokens"):
+                    return None
+                before = BeforeCrop.of(reader.read_groups(key.entry_id, ["tokens", "bonds", "interfaces"]),
+                                       reader.entry_meta(key.entry_id), reader.entry_chains(key.entry_id))  # fmt: skip
+                if cache is not None and self.source.generation() == generation:  # not across a refresh
+                    cache.put(generation, key.entry_id, before, self.token_cache_bytes)
+            tokens, bonds, interfaces = before.tokens, before.bonds, before.interfaces
+            crop = self.cropper(before.crop_input, rng, key.chains or None)
             keep = crop.indices
             ranges = crop_atom_ranges(tokens, keep)
             # one row either side: residues_within checks that no range cuts a residue
@@ -359,6 +482,11 @@ class SampleJob:
             if row_reads is None or row_reads():
                 raise
             return None  # the service stopped answering row reads (the client said so): the whole entry
+        if self.source.token_cache(reader) is not None and self.source.generation() != generation:
+            # the atom rows came from a newer index than the tokens (a cached entry's included): the
+            # sample is drawn again (__call__), not read whole nor checked against rows of another entry
+            raise SnapshotChanged(f"{self.source.describe()} answered from a new index (the store was rebuilt "
+                                  f"or extended) while entry {key.entry_id} was read")  # fmt: skip
         if not residues_within(atom_rec["ref_space_uid"], rows, ranges, n_atoms):
             log.warning(
                 "entry %s: its crop's atom ranges cut a residue; reading the whole entry", key.entry_id
@@ -369,9 +497,13 @@ class SampleJob:
             tokens[f] = np.searchsorted(rows, tokens[f]).astype(np.int32)
         atoms = {name.partition("/")[2]: np.ascontiguousarray(atom_rec[name.partition("/")[2]])
                  for name in ENTRY_ARRAYS if name.startswith("atoms/")}  # fmt: skip
-        entry = Entry(id=key.entry_id, atoms=atoms, tokens=tokens, bonds=bonds, interfaces=interfaces,
-                      meta=reader.entry_meta(key.entry_id), chains=reader.entry_chains(key.entry_id))  # fmt: skip
+        entry = Entry(id=key.entry_id, atoms=atoms, tokens=tokens, bonds=dict(bonds), interfaces=dict(interfaces),
+                      meta=dict(before.meta), chains=[dict(c) for c in before.chains])  # fmt: skip
         return entry, crop
+
+
+def _arrays_of(crop_input: CropInput) -> list[np.ndarray]:
+    return [getattr(crop_input, f.name) for f in fields(crop_input)]
 
 
 def _columns(records: np.ndarray) -> dict[str, np.ndarray]:
