@@ -51,6 +51,7 @@ CROP_FIRST_MIN_ATOMS: Final[int] = 8 * 4096
 #: interfaces, its meta and chains rows, the crop input made of them) that a process keeps, by
 #: reader snapshot and entry id, least recently used first out (:class:`TokenCache`): a sample of an
 #: entry read before then reads only its atom rows (over a lookup service one request, not two).
+#: 1ffk, the corpus's largest (94,675 atoms, 6,832 tokens, 36 chains), counts for 0.64 MB: ~100 fit.
 TOKEN_CACHE_BYTES: Final[int] = 64 << 20
 #: what a chain row or the meta row (a dict of some 15-25 fields) counts for in
 #: :attr:`TokenCache.nbytes`: an estimate of Python objects' size, meant to err high
