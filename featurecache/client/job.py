@@ -262,8 +262,8 @@ class BeforeCrop:
 
 
 class TokenCache:
-    """Per process, per reader (:meth:`SourceRef.token_cache`): :class:`BeforeCrop` by (reader
-    snapshot, entry id), least recently used first out, at most ``max_bytes`` in all (an entry of
+    """Per process, per reader (:meth:`SourceRef.token_cache`): :class:`BeforeCrop` of one reader
+    snapshot by entry id, least recently used first out, at most ``max_bytes`` in all (an entry of
     more is not kept). The snapshot is the reader's ``generation`` (a lookup client's changes when
     it finds the store rebuilt or extended under the service; a local store is one snapshot while
     it is open), so an entry of a new index is read again, never served from an old one's; what
@@ -271,7 +271,7 @@ class TokenCache:
     only move on)."""
 
     def __init__(self) -> None:
-        self._items: OrderedDict[tuple[Any, str], tuple[BeforeCrop, int]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[BeforeCrop, int]] = OrderedDict()  # of self._generation
         self._lock = threading.Lock()  # a thread pool's workers share the job
         #: bytes held (:attr:`BeforeCrop.nbytes` of each)
         self.nbytes = 0
@@ -290,10 +290,10 @@ class TokenCache:
     def get(self, generation: Any, entry_id: str) -> BeforeCrop | None:
         with self._lock:
             self._at(generation)
-            got = self._items.get((generation, entry_id))
+            got = self._items.get(entry_id)
             if got is None:
                 return None
-            self._items.move_to_end((generation, entry_id))
+            self._items.move_to_end(entry_id)
             return got[0]
 
     def put(self, generation: Any, entry_id: str, value: BeforeCrop, max_bytes: int) -> None:
@@ -302,12 +302,12 @@ class TokenCache:
             return
         with self._lock:
             self._at(generation)
-            old = self._items.pop((generation, entry_id), None)
+            old = self._items.pop(entry_id, None)
             if old is not None:
                 self.nbytes -= old[1]
             while self._items and self.nbytes + size > max_bytes:
                 self.nbytes -= self._items.popitem(last=False)[1][1]
-            self._items[(generation, entry_id)] = (value, size)
+            self._items[entry_id] = (value, size)
             self.nbytes += size
 
 
@@ -496,8 +496,7 @@ class SampleJob:
         tokens = dict(tokens)
         for f in ("atom_start", "centre_atom"):  # onto the rows read (exact for the kept tokens)
             tokens[f] = np.searchsorted(rows, tokens[f]).astype(np.int32)
-        atoms = {name.partition("/")[2]: np.ascontiguousarray(atom_rec[name.partition("/")[2]])
-                 for name in ENTRY_ARRAYS if name.startswith("atoms/")}  # fmt: skip
+        atoms = {f: np.ascontiguousarray(atom_rec[f]) for f in ATOM_FIELDS}
         entry = Entry(id=key.entry_id, atoms=atoms, tokens=tokens, bonds=dict(bonds), interfaces=dict(interfaces),
                       meta=dict(before.meta), chains=[dict(c) for c in before.chains])  # fmt: skip
         return entry, crop

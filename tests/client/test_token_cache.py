@@ -142,7 +142,7 @@ def test_the_bound_holds(client_store: Path) -> None:
     for p in range(N):
         _same(small.sample(p), plain.sample(p), f"position {p}")
         assert cache.nbytes <= bound, (p, cache.nbytes, bound)
-        assert cache.nbytes == sum(sizes[eid] for _, eid in cache._items), p
+        assert cache.nbytes == sum(sizes[eid] for eid in cache._items), p
         held_most = max(held_most, len(cache))
     assert held_most >= 2, held_most  # any two entries fit
     assert sum(reader.group_reads.values()) > len(reader.group_reads), (
