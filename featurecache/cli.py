@@ -227,6 +227,7 @@ parts kept).
         summary = run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
             scheduler=scheduler, part_size=part_size, config=config, progress=progress, dashboard=dashboard,
+            fork_server=True,  # this process runs one build: its workers are forked, not spawned
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
