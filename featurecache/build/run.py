@@ -158,54 +158,6 @@ def has_dashboard() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
-#: what the embedded cluster's fork server imports once, before it forks each worker
-#: (:func:`_start_fork_server`): the modules every worker's tasks import (a spawned worker imported
-#: them itself: ~1.1 s of CPU each), and ``featurecache.cli``, which a worker runs again as its main
-#: module (``__mp_main__``), as a spawned one does
-FORK_SERVER_PRELOAD = (
-    "distributed", "featurecache.cli", "featurecache.build.worker_plugin", "featurecache.build.tasks",
-    "featurecache.build.chem_stage", "featurecache.build.msa_stage", "scipy.spatial",
-)  # fmt: skip
-
-
-def _start_fork_server() -> bool:
-    """Make this process's embedded clusters start their workers from multiprocessing's fork
-    server, started here with :data:`FORK_SERVER_PRELOAD` imported, instead of spawning each worker
-    as a new interpreter that imports them again. Called with SIGINT blocked
-    (:func:`featurecache.signals.sigint_blocked`): the server keeps that mask, and the workers it
-    forks start with it, as spawned ones did (``worker_plugin``). It returns at once: the server
-    imports while the caller goes on, and a worker's start waits for it. For a process that runs one build
-    (the CLI): the server and Dask's start method (``distributed.worker.multiprocessing-method``)
-    stay for the rest of the process, and a server started earlier (another build, or the
-    process's own use of forkserver) is used as it is. False, and workers are spawned as before,
-    where the platform has no fork server, Dask is configured for another start method than its
-    default ``spawn``, or the server does not start."""
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    import dask
-    import distributed  # noqa: F401  (its configuration's defaults: the start method, the pre-spawn environment)
-
-    if (dask.config.get("distributed.worker.multiprocessing-method") != "spawn"
-            or "forkserver" not in multiprocessing.get_all_start_methods()):  # fmt: skip
-        return False
-    # what a Nanny sets before it spawns a worker (one BLAS thread, malloc trimming, Python's hash
-    # seed), set now: the libraries read it when they load, in the server, once for every worker
-    env = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
-    env = {key: os.environ.get(key, str(value)) for key, value in env.items() if value is not None}
-    if env.get("PYTHONHASHSEED") in (None, "0"):
-        env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
-    os.environ.update(env)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORK_SERVER_PRELOAD))
-    try:
-        forkserver.ensure_running()
-    except OSError as exc:  # e.g. no writable temporary directory for its socket
-        log.debug("the workers are spawned: multiprocessing's fork server did not start (%s)", exc)
-        return False
-    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
-    return True
-
-
 def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = False) -> tuple[Any, Any]:
     """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
     processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
@@ -530,17 +482,20 @@ def run_build(
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news.
     ``fork_server`` (what ``featurecache build`` passes): the embedded cluster's workers are forked
     by a fork server that imports the build's modules once, not spawned each with its own imports
-    (:func:`_start_fork_server`: it stays for the rest of the process, for a process that runs
-    one build; a notebook that edits the package between builds keeps the default)."""
+    (:mod:`featurecache.build.fork_server`; the server ends with the build)."""
+    from featurecache.build import fork_server as server
     from featurecache.signals import quiet_on_sigint
 
     _note_ignored_signals()
     with quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
-        return _run_build(
-            pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
-            part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
-            dashboard=dashboard, fork_server=fork_server,
-        )  # fmt: skip
+        try:
+            return _run_build(
+                pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
+                part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
+                dashboard=dashboard, fork_server=fork_server,
+            )  # fmt: skip
+        finally:
+            server.stop()  # after the cluster's close (a no-op when this build started none)
 
 
 def _note_ignored_signals() -> None:
@@ -591,10 +546,11 @@ def _run_build(
         _seconds_setting(name, default)  # a bad value is a usage error before anything starts
     if fork_server and scheduler is None:
         # now: the server's imports run while this process reads the inputs and the store
+        from featurecache.build import fork_server as server
         from featurecache.signals import sigint_blocked
 
         with sigint_blocked():
-            _start_fork_server()
+            server.start()
     # workers of an external cluster run in another working directory: every path the stages
     # send them (part paths under out, input, MSA and CCD paths) must be absolute
     pdb_dir, out = _absolute(pdb_dir), _absolute(out)

@@ -1,6 +1,6 @@
 """``featurecache build`` forks its embedded cluster's workers from multiprocessing's fork server,
-which imports the build's modules once (``run._start_fork_server``), instead of spawning each worker
-as a new interpreter that imports them again (~1.1 s of CPU a worker).
+which imports the build's modules once (:mod:`featurecache.build.fork_server`), instead of spawning
+each worker as a new interpreter that imports them again (~1.1 s of CPU a worker).
 
 What the workers must keep from the spawned ones: SIGINT blocked from their first instruction
 (``worker_plugin``: a Ctrl-C while they start killed them with a traceback), in the thread that
@@ -68,6 +68,7 @@ def test_the_cli_builds_on_workers_forked_by_its_fork_server(tmp_path: Path) -> 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stderr
+    assert "Warning" not in stderr and "Traceback" not in stderr, stderr  # the workers say nothing
     assert featurecache.open_store(out).ids == ["102m"]
     assert len(servers) == 1, f"fork servers seen under the build: {servers}"
     assert not spawned, f"spawned worker interpreters under the build: {spawned}"
@@ -87,17 +88,19 @@ def state():
     return {"ppid": os.getppid(), "pid": os.getpid(),
             "sigint_blocked": signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []),
             "preloaded": sorted(m for m in ("rdkit", "gemmi", "zarr", "featurecache.build.tasks") if m in s.modules),
-            "hash": hash("featurecache")}
+            "hash": hash("featurecache"), "digest_at_start": __import__("featurecache")._digest}
 
 def task_thread_sigint_blocked():
     return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 if __name__ == "__main__":
-    from featurecache.build.run import _make_client, _shutdown, _start_fork_server
+    import featurecache
+    from featurecache.build import fork_server
+    from featurecache.build.run import _make_client, _shutdown
     from featurecache.signals import sigint_blocked
     with sigint_blocked():
-        started = _start_fork_server()
-    result = {"started": started, "driver": os.getpid()}
+        started = fork_server.start()
+    result = {"started": started, "driver": os.getpid(), "digest": featurecache.source_digest()}
     if started:
         import psutil
         result["servers"] = [p.pid for p in psutil.Process().children()
@@ -109,6 +112,7 @@ if __name__ == "__main__":
                                                     for w in client.scheduler_info()["workers"]]
         finally:
             _shutdown(client, cluster)
+            fork_server.stop()
     print(json.dumps(result))
 """
 
@@ -141,6 +145,8 @@ def test_forked_workers_start_as_spawned_ones_did(tmp_path: Path) -> None:
         assert w["sigint_blocked"] is True, w
         assert w["preloaded"] == ["featurecache.build.tasks", "gemmi", "rdkit", "zarr"], w
         assert w["hash"] == int(fresh.stdout), (w, fresh.stdout)
+        # the server took the digest of the code it loaded: the worker inherited it, not computed it
+        assert w["digest_at_start"] == result["digest"], (w, result)
     assert result["task_thread_sigint_blocked"] == [True, True]
 
 
@@ -148,4 +154,76 @@ def test_a_start_method_configured_for_dask_is_kept(tmp_path: Path) -> None:
     """Dask configured for a start method other than its default ``spawn`` (here ``fork``, through
     its environment variable): no fork server is started and the configuration stands."""
     result = _probe(tmp_path, {"DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork"})
-    assert result == {"started": False, "driver": result["driver"]}
+    assert result == {"started": False, "driver": result["driver"], "digest": result["digest"]}
+
+
+API_BUILDS = r"""
+import json, os, sys
+from pathlib import Path
+import dask
+from featurecache.build.run import run_build
+
+if __name__ == "__main__":
+    pdb, out, tasks_py, label = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+    methods = []
+    for i, fork in enumerate((False, True, True, True, True)):
+        if i == 3:  # the environment changed between two builds of this process
+            os.environ["PROBE_USER_VARIABLE"] = "set before build 3"
+        if i == 4:  # the package edited
+            tasks_py.write_text(tasks_py.read_text() + "\nMARKER_EDITED = True\n")
+        label.write_text(str(i))
+        run_build(pdb_dir=pdb, out=out / str(i), workers=1, fork_server=fork, progress=False, dashboard=False)
+        methods.append(dask.config.get("distributed.worker.multiprocessing-method"))
+    print(json.dumps({"driver": os.getpid(), "methods": methods}))
+"""
+
+WORKER_PRELOAD = r"""
+import json, os
+import featurecache, featurecache.build.tasks as tasks
+with open(os.environ["PROBE_OUT"], "a") as f:
+    f.write(json.dumps({"build": open(os.environ["PROBE_LABEL"]).read(), "ppid": os.getppid(),
+                        "edited": hasattr(tasks, "MARKER_EDITED"), "digest": featurecache.source_digest(),
+                        "variable": os.environ.get("PROBE_USER_VARIABLE")}) + "\n")
+"""
+
+
+def test_run_build_spawns_by_default_and_reuses_its_fork_server_only_for_the_same_code_and_environment(
+    tmp_path: Path,
+) -> None:
+    """Five ``run_build`` calls in one Python process, on a copy of the package: the default spawns
+    its worker (a child of this process); ``fork_server=True`` forks it from a server, which the
+    next such build reuses while nothing changed; after a change of the environment, and after an
+    edit of the package, the build spawns its worker, which sees the new variable and runs the
+    edited code (the server's would have run the code and environment it loaded, the edited code
+    under the old digest). Dask's start method is back to ``spawn`` after every build."""
+    package = tmp_path / "pkg"
+    shutil.copytree(REPO / "featurecache", package / "featurecache",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (tmp_path / "preload").mkdir()
+    (tmp_path / "preload" / "probe_worker.py").write_text(WORKER_PRELOAD)
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)
+    script = tmp_path / "builds.py"
+    script.write_text(API_BUILDS)
+    probe, label = tmp_path / "workers.jsonl", tmp_path / "label.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package), str(tmp_path / "preload")]),
+           "DASK_DISTRIBUTED__WORKER__PRELOAD": '["probe_worker"]', "PROBE_OUT": str(probe),
+           "PROBE_LABEL": str(label), "FEATURECACHE_DASHBOARD": "0"}  # fmt: skip
+    r = subprocess.run([sys.executable, str(script), str(pdb), str(tmp_path / "stores"),
+                        str(package / "featurecache" / "build" / "tasks.py"), str(label)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    workers = {int(w["build"]): w for w in map(json.loads, probe.read_text().splitlines())}
+    assert sorted(workers) == [0, 1, 2, 3, 4], workers
+    driver = result["driver"]
+    assert [w["ppid"] == driver for _, w in sorted(workers.items())] == [True, False, False, True, True], (
+        workers
+    )
+    assert workers[1]["ppid"] == workers[2]["ppid"]  # the same server
+    variable = "set before build 3"
+    assert [w["variable"] for _, w in sorted(workers.items())] == [None, None, None, variable, variable]
+    assert [w["edited"] for _, w in sorted(workers.items())] == [False, False, False, False, True]
+    assert workers[4]["digest"] != workers[1]["digest"] == workers[2]["digest"] == workers[3]["digest"]
+    assert result["methods"] == ["spawn"] * 5
