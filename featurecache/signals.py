@@ -131,6 +131,9 @@ def quiet_on_sigint(
     def on_term(signum: int, frame: FrameType | None) -> None:
         quiet()
         assert sigterm is not None
+        if _SIGTERM_HELD:  # sigterm_held(): raised when its block ends
+            _SIGTERM_HELD[-1].append(sigterm)
+            return
         raise sigterm
 
     if take_int:
@@ -145,6 +148,35 @@ def quiet_on_sigint(
         if take_term:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         restore_loggers(quieted)
+
+
+#: one list per open :func:`sigterm_held` block: the exceptions SIGTERM raised meanwhile
+_SIGTERM_HELD: list[list[type[BaseException]]] = []
+
+
+@contextlib.contextmanager
+def sigterm_held() -> Iterator[None]:
+    """Meanwhile, a SIGTERM that :func:`quiet_on_sigint` turns into an exception still silences the
+    loggers and calls the hooks at once, but the exception is raised only when the block ends (as
+    SIGINT is delivered when a :func:`sigint_blocked` block ends): for a step that must not be left
+    half done, such as starting a cluster, whose half-started workers nobody could close (Dask's
+    exit handler then fails on them with a traceback). Main thread only; the handler itself, and
+    so the signal mask of threads and processes started meanwhile, is unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[type[BaseException]] = []
+    _SIGTERM_HELD.append(held)
+    try:
+        yield
+    except BaseException as exc:
+        if held:  # the step failed after the signal (its workers killed by it too): the signal is the news
+            raise held[0] from exc
+        raise
+    finally:
+        _SIGTERM_HELD.remove(held)
+    if held:
+        raise held[0]
 
 
 _TAKER: list[threading.Thread] = []

@@ -187,14 +187,16 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
             raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
     n = workers or os.cpu_count() or 1
     from featurecache.build.worker_plugin import IgnoreInterrupt
-    from featurecache.signals import sigint_blocked
+    from featurecache.signals import sigint_blocked, sigterm_held
 
     cluster = None
     try:
         # the workers start with SIGINT blocked, until the plugin ignores it (worker_plugin's
         # module doc): a Ctrl-C while they import killed them with a KeyboardInterrupt traceback
-        # each; here it is delivered when the block ends (the cluster is then closed below)
-        with sigint_blocked():
+        # each; here it is delivered when the block ends (the cluster is then closed below), and
+        # a SIGTERM raises then too: raised inside LocalCluster(), it left a cluster half started
+        # that no one closed but Dask's exit handler, which failed on it with a traceback
+        with sigint_blocked(), sigterm_held():
             cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.WARNING,
                 memory_limit="auto",

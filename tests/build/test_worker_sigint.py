@@ -86,3 +86,41 @@ def test_ctrl_c_while_the_workers_start(tmp_path: Path) -> None:
     assert r.returncode == 130, r.stderr
     assert "interrupted: every finished part" in r.stderr, r.stderr
     assert "KeyboardInterrupt" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _sigterm_the_build(marker: Path) -> str:
+    """A worker preload that finds the build's process (the CLI, up its parents: a worker forked by
+    the fork server is the server's child) and sends it SIGTERM, while the embedded cluster starts;
+    the first worker to start only (``marker``)."""
+    return f"""import contextlib, psutil
+try:
+    os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))
+except FileExistsError:
+    pass
+else:
+    for p in psutil.Process().parents():
+        with contextlib.suppress(psutil.Error):
+            if "featurecache.cli" in " ".join(p.cmdline()):
+                os.kill(p.pid, signal.SIGTERM)
+                break"""
+
+
+def test_sigterm_to_the_build_while_its_workers_start(tmp_path: Path) -> None:
+    """SIGTERM to the build's process alone (``kill PID``, ``timeout``) while its cluster starts:
+    exit 143 with the one line, nothing else on stderr, nothing of the build left (before: the
+    SIGTERM's exception left a half-started cluster that Dask's exit handler failed to close,
+    with a traceback; with the fork server, workers it forked after the build had gone printed a
+    FileNotFoundError traceback each)."""
+    r, _ = _build(tmp_path, _sigterm_the_build(tmp_path / "sent"), workers=2)
+    assert r.returncode == 143, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("interrupted: every finished part"), r.stderr
+    assert "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
+def test_sigterm_to_the_process_group_while_the_workers_start(tmp_path: Path) -> None:
+    """SIGTERM to the whole group while the workers start (the worker that sends it, the fork
+    server and the build all get it): exit 143 with the one line and no traceback."""
+    r, _ = _build(tmp_path, "os.killpg(0, signal.SIGTERM)", workers=2)
+    assert r.returncode == 143, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("interrupted: every finished part"), r.stderr
+    assert "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
