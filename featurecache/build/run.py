@@ -484,7 +484,8 @@ def run_build(
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news.
     ``fork_server`` (what ``featurecache build`` passes): the embedded cluster's workers are forked
     by a fork server that imports the build's modules once, not spawned each with its own imports
-    (:mod:`featurecache.build.fork_server`; the server ends with the build)."""
+    (:mod:`featurecache.build.fork_server`: the server lives as long as this process, and a later
+    build reuses it only while the package's files and the environment are as they were)."""
     from featurecache.build import fork_server as server
     from featurecache.signals import quiet_on_sigint
 
@@ -497,7 +498,7 @@ def run_build(
                 dashboard=dashboard, fork_server=fork_server,
             )  # fmt: skip
         finally:
-            server.stop()  # after the cluster's close (a no-op when this build started none)
+            server.stop()  # Dask's start method as it was (a no-op when this build changed nothing)
 
 
 def _note_ignored_signals() -> None:
