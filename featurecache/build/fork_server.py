@@ -8,8 +8,8 @@ Nanny's workers are then forked from it, each with those modules already loaded
 (``benchmarks/worker_start.py``: a one-structure build with 4 workers 7.9 → 4.3 s of CPU).
 
 What the workers keep from the spawned ones: SIGINT blocked from their first instruction
-(:func:`start` runs under :func:`featurecache.signals.sigint_blocked`, and the server and its
-children keep that mask: ``worker_plugin``), and Dask's pre-spawn environment
+(:func:`start` starts the server under :func:`featurecache.signals.sigint_blocked`, and the
+server and its children keep that mask: ``worker_plugin``), and Dask's pre-spawn environment
 (``distributed.nanny.pre-spawn-environ``: one BLAS thread, malloc trimming, Python's hash seed),
 which the libraries read when they load, in the server.
 
@@ -36,30 +36,28 @@ METHOD_KEY = "distributed.worker.multiprocessing-method"
 PRELOAD = ("featurecache.build.fork_preload",)
 #: (package digest, environment) when this process's server started; None: no server of ours
 _started: tuple[str, dict[str, str]] | None = None
-#: the start method :func:`start` replaced, until :func:`stop` puts it back
-_replaced: str | None = None
+#: whether :func:`start` set Dask's start method to ``forkserver`` (it replaces only ``spawn``),
+#: until :func:`stop` puts ``spawn`` back
+_switched = False
 
 
 def start() -> bool:
     """Make this build's embedded cluster fork its workers from this process's fork server,
     started now if it is not running; returns at once (the server imports while the build reads
-    its inputs; a worker's start waits for it). Call it with SIGINT blocked, and :func:`stop` when
-    the build ends. False, and the workers are spawned as before, where the platform has no fork
-    server, Dask is configured for another method than its default ``spawn`` (the user's choice
-    stands), the server does not start (e.g. a temporary directory whose path is too long for its
-    socket), or this process's server started with other package files or another environment."""
-    global _replaced, _started
+    its inputs; a worker's start waits for it). Call :func:`stop` when the build ends. False, and
+    the workers are spawned as before, where the platform has no fork server, Dask is configured
+    for another method than its default ``spawn`` (the user's choice stands), the server does not
+    start (e.g. a temporary directory whose path is too long for its socket), or this process's
+    server started with other package files or another environment."""
+    global _switched, _started
     import dask
     import distributed  # noqa: F401  (its configuration's defaults: the start method, the pre-spawn environment)
 
     import featurecache
+    from featurecache.signals import sigint_blocked
 
     method = dask.config.get(METHOD_KEY)
-    if (
-        _replaced is not None
-        or method != "spawn"
-        or "forkserver" not in multiprocessing.get_all_start_methods()
-    ):
+    if _switched or method != "spawn" or "forkserver" not in multiprocessing.get_all_start_methods():
         return False
     # what a Nanny sets before it spawns a worker, set now: the libraries read it when they load
     env = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
@@ -71,7 +69,8 @@ def start() -> bool:
     if _started is None:
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
         try:
-            forkserver.ensure_running()
+            with sigint_blocked():  # the server's mask, and so its workers'
+                forkserver.ensure_running()
         except OSError as exc:
             log.info("the build's workers are spawned: multiprocessing's fork server did not start (%s)", exc)
             return False
@@ -81,7 +80,7 @@ def start() -> bool:
                  "this process's fork server loaded them")  # fmt: skip
         return False
     dask.config.set({METHOD_KEY: "forkserver"})
-    _replaced = method
+    _switched = True
     return True
 
 
@@ -89,10 +88,10 @@ def stop() -> None:
     """Put Dask's start method back as :func:`start` found it (no-op when it changed nothing): a
     later build of this process that does not ask for the fork server spawns its workers. The
     server itself stays (module doc)."""
-    global _replaced
-    if _replaced is None:
+    global _switched
+    if not _switched:
         return
     import dask
 
-    dask.config.set({METHOD_KEY: _replaced})
-    _replaced = None
+    dask.config.set({METHOD_KEY: "spawn"})
+    _switched = False

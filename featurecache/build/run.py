@@ -550,10 +550,8 @@ def _run_build(
     if fork_server and scheduler is None:
         # now: the server's imports run while this process reads the inputs and the store
         from featurecache.build import fork_server as server
-        from featurecache.signals import sigint_blocked
 
-        with sigint_blocked():
-            server.start()
+        server.start()
     # workers of an external cluster run in another working directory: every path the stages
     # send them (part paths under out, input, MSA and CCD paths) must be absolute
     pdb_dir, out = _absolute(pdb_dir), _absolute(out)
