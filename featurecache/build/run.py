@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import logging
 import os
@@ -158,6 +159,40 @@ def has_dashboard() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
+#: Dask settings of an embedded cluster that differ from Dask's defaults: its periodic diagnostics run
+#: less often. Each is an event-loop callback in every worker (the profiler samples the task thread
+#: every 10 ms) or in the scheduler (the tick checks the loop's responsiveness every 20 ms); idle,
+#: they cost 4-5 % of a core per worker and per scheduler, and a corpus build on 2 workers took
+#: ~10 % more CPU and wall time with them (``benchmarks/cluster_overhead.py``). Dask's own test
+#: clusters turn the profiler off too. Without the profiler the dashboard's Profile page is empty;
+#: ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True`` (any setting the user made: a ``DASK_*``
+#: variable, a Dask config file, ``dask.config.set``) is kept (:func:`embedded_dask_config`).
+EMBEDDED_DASK_CONFIG: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,  # Dask: True (sampled every 10 ms)
+    "distributed.admin.tick.interval": "1s",  # Dask: 20ms (it warns of a loop blocked over tick.limit, 3s)
+    "distributed.admin.system-monitor.interval": "2s",  # Dask: 500ms (the dashboard's CPU/memory plots)
+}
+
+
+def embedded_dask_config() -> dict[str, Any]:
+    """:data:`EMBEDDED_DASK_CONFIG` less every key the user set: one a ``DASK_*`` variable or a
+    Dask config file names, or whose value differs from Dask's default (``dask.config.set``)."""
+    import dask.config
+    import distributed  # noqa: F401 (its import adds its defaults to Dask's)
+
+    user = dask.config.collect()  # config files and DASK_* variables, without Dask's defaults
+    shipped = dask.config.merge(*dask.config.defaults)
+    missing = object()
+    kept = {}
+    for key, value in EMBEDDED_DASK_CONFIG.items():
+        if dask.config.get(key, missing, config=user) is not missing:
+            continue
+        if dask.config.get(key, missing) != dask.config.get(key, missing, config=shipped):
+            continue
+        kept[key] = value
+    return kept
+
+
 def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = False) -> tuple[Any, Any]:
     """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
     processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
@@ -196,13 +231,19 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
         # each; here it is delivered when the block ends (the cluster is then closed below), and
         # a SIGTERM raises then too: raised inside LocalCluster(), it left a cluster half started
         # that no one closed but Dask's exit handler, which failed on it with a traceback
-        with sigint_blocked(), sigterm_held():
+        import dask.config
+
+        # the scheduler and each nanny read the settings when they are made
+        with sigint_blocked(), sigterm_held(), dask.config.set(embedded_dask_config()):
             cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.WARNING,
                 memory_limit="auto",
                 # the scheduler's HTTP server (health, metrics; the dashboard's pages when it is on) on
                 # a free local port: without an address it takes :8787, whoever else uses that port
                 dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
+                # each nanny's own copy of these settings, passed to every worker process it starts
+                # (its default holds the global ones by reference: a restarted worker got Dask's)
+                config=copy.deepcopy(dask.config.config),
             )  # fmt: skip
         client = Client(cluster)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")

@@ -29,7 +29,8 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("name", ["store_layout", "msa", "msa_scan", "loader", "build", "chem", "serve", "worker_start"])
+@pytest.mark.parametrize("name", ["store_layout", "msa", "msa_scan", "loader", "build", "chem", "serve", "worker_start",
+                                  "cluster_overhead"])  # fmt: skip
 def test_help_explains_the_benchmark_and_runs_nothing(name: str, tmp_path: Path) -> None:
     script = BENCHMARKS / f"{name}.py"
     doc = ast.get_docstring(ast.parse(script.read_text()))
