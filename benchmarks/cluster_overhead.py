@@ -121,6 +121,9 @@ def main() -> None:
         bench.add(variant=variant, idle_cpu_per_s=per_s, idle_cores_pct=100 * per_s,
                   build_cpu_s=statistics.median(c for c, _ in runs), build_wall_s=statistics.median(w for _, w in runs),
                   build_runs=[{"cpu_s": round(c, 3), "wall_s": round(w, 3)} for c, w in runs])  # fmt: skip
+        bench.params.setdefault("idle_runs_cpu_s", {})[variant] = {  # each run's tree CPU, by seconds idle
+            str(seconds): [round(c, 3) for c in idle[variant, seconds]] for seconds in (0.0, args.idle_s)
+        }
     fc, dk = bench.rows
     bench.add(variant="dask / featurecache", idle_cpu_per_s=dk["idle_cpu_per_s"] / max(fc["idle_cpu_per_s"], 1e-9),
               build_cpu_s=dk["build_cpu_s"] / fc["build_cpu_s"], build_wall_s=dk["build_wall_s"] / fc["build_wall_s"])  # fmt: skip

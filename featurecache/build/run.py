@@ -160,13 +160,15 @@ def has_dashboard() -> bool:
 
 
 #: Dask settings of an embedded cluster that differ from Dask's defaults: its periodic diagnostics run
-#: less often. Each is an event-loop callback in every worker (the profiler samples the task thread
-#: every 10 ms) or in the scheduler (the tick checks the loop's responsiveness every 20 ms); idle,
-#: they cost 4-5 % of a core per worker and per scheduler, and a corpus build on 2 workers took
-#: ~10 % more CPU and wall time with them (``benchmarks/cluster_overhead.py``). Dask's own test
-#: clusters turn the profiler off too. Without the profiler the dashboard's Profile page is empty;
-#: ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True`` (any setting the user made: a ``DASK_*``
-#: variable, a Dask config file, ``dask.config.set``) is kept (:func:`embedded_dask_config`).
+#: less often. Each is an event-loop callback: the profiler samples each worker's task thread every
+#: 10 ms; the tick (loop responsiveness) and the system monitor run in every server (scheduler,
+#: nannies, workers). An idle 2-worker cluster cost 14.7 % of a core with Dask's defaults and 3.7 %
+#: with these (``benchmarks/cluster_overhead.py``). Dask's own test clusters turn the profiler off
+#: too; on Python 3.11 Dask's dashboard shows no profile anyway (a CPython 3.11 deadlock,
+#: dask/distributed#8616), on later Pythons its Profile page stays empty. A setting the user made is
+#: kept (:func:`embedded_dask_config`): a ``DASK_*`` variable (``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True``
+#: turns the profiler back on), a Dask config file, or a ``dask.config.set`` to a value other than
+#: Dask's default (one equal to it cannot be told from no setting).
 EMBEDDED_DASK_CONFIG: dict[str, Any] = {
     "distributed.worker.profile.enabled": False,  # Dask: True (sampled every 10 ms)
     "distributed.admin.tick.interval": "1s",  # Dask: 20ms (it warns of a loop blocked over tick.limit, 3s)
@@ -176,7 +178,10 @@ EMBEDDED_DASK_CONFIG: dict[str, Any] = {
 
 def embedded_dask_config() -> dict[str, Any]:
     """:data:`EMBEDDED_DASK_CONFIG` less every key the user set: one a ``DASK_*`` variable or a
-    Dask config file names, or whose value differs from Dask's default (``dask.config.set``)."""
+    Dask config file names, or whose value differs from Dask's default (``dask.config.set``; a set
+    to Dask's default value is not seen). Where Dask passes its whole config on to a process
+    (``DASK_INTERNAL_INHERIT_CONFIG``, e.g. under an SSHCluster) every key counts as set: nothing
+    is changed."""
     import dask.config
     import distributed  # noqa: F401 (its import adds its defaults to Dask's)
 
@@ -241,9 +246,11 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
                 # the scheduler's HTTP server (health, metrics; the dashboard's pages when it is on) on
                 # a free local port: without an address it takes :8787, whoever else uses that port
                 dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
-                # each nanny's own copy of these settings, passed to every worker process it starts
-                # (its default holds the global ones by reference: a restarted worker got Dask's)
-                config=copy.deepcopy(dask.config.config),
+                # the nannies' copy of the distributed settings, passed to every worker process they
+                # start (by default a nanny holds the global ones by reference, which the block
+                # restores on leaving: a restarted worker got Dask's). Only Nanny takes ``config``
+                # (processes=True); only this section: the rest may hold objects that do not copy
+                config={"distributed": copy.deepcopy(dask.config.get("distributed"))},
             )  # fmt: skip
         client = Client(cluster)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
