@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import REAL, REPO, SHARED, Bench, add_out_argument
-from benchmarks.worker_start import _become_subreaper
+from benchmarks.worker_start import _become_subreaper, reap_orphans
 
 #: Dask's defaults of the settings featurecache changes, as the variables that ask for them
 DASK_DEFAULTS = {
@@ -64,11 +64,7 @@ def _tree_cpu(cmd: list[str], variant: str) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    while True:  # the re-parented ones, once they end
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
+    reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{cmd[:4]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -49,6 +49,16 @@ def _become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
+def reap_orphans() -> None:
+    """Wait for every process re-parented here (:func:`_become_subreaper`) to end, so that
+    ``RUSAGE_CHILDREN`` counts their CPU time."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+
+
 def _one_build(pdb_dir: Path, workers: int, fork_server: bool) -> tuple[float, float]:
     """(CPU seconds of the build's process tree, wall seconds of the build's process)."""
     with tempfile.TemporaryDirectory(prefix="worker-start-") as tmp:
@@ -57,11 +67,7 @@ def _one_build(pdb_dir: Path, workers: int, fork_server: bool) -> tuple[float, f
         proc = subprocess.run([sys.executable, "-c", BUILD, str(pdb_dir), str(Path(tmp) / "store"), str(workers),
                                "1" if fork_server else "0"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
         wall = time.perf_counter() - t0
-        while True:  # the re-parented ones, once they end
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
+        reap_orphans()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"the build failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
