@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, REPO, SHARED, Bench, add_out_argument
-from benchmarks.worker_start import _become_subreaper, reap_orphans
+from benchmarks.harness import REAL, SHARED, Bench, add_out_argument
+from benchmarks.worker_start import _become_subreaper, run_tree
 
 #: Dask's defaults of the settings featurecache changes, as the variables that ask for them
 DASK_DEFAULTS = {
@@ -54,21 +51,16 @@ if __name__ == "__main__":
 """
 
 
-def _tree_cpu(cmd: list[str], variant: str) -> tuple[float, float, int]:
-    """(CPU seconds of the command's process tree, its wall seconds, its exit status)."""
+def _tree_cpu(cmd: list[str], variant: str) -> tuple[float, float]:
+    """(CPU seconds of the command's process tree, its wall seconds) with ``variant``'s settings."""
     env = {k: v for k, v in os.environ.items() if k not in DASK_DEFAULTS}
     env["FEATURECACHE_DASHBOARD"] = "0"
     if variant == "dask":
         env.update(DASK_DEFAULTS)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    reap_orphans()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu, wall, proc = run_tree(cmd, env)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{cmd[:4]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, proc.returncode
+    return cpu, wall
 
 
 def main() -> None:
@@ -99,14 +91,12 @@ def main() -> None:
         for rep in range(args.repeat):
             for variant in VARIANTS if rep % 2 == 0 else VARIANTS[::-1]:
                 for seconds in (0.0, args.idle_s):
-                    cpu, _, _ = _tree_cpu(
-                        [sys.executable, "-c", IDLE, str(args.workers), str(seconds)], variant
-                    )
+                    cpu, _ = _tree_cpu([sys.executable, "-c", IDLE, str(args.workers), str(seconds)], variant)
                     idle.setdefault((variant, seconds), []).append(cpu)
                 store = Path(tmp) / f"{variant}-{rep}"
                 cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(args.pdb_dir), "--ccd",
                        str(args.ccd), "--out", str(store), "--workers", str(args.workers), "--no-progress"]  # fmt: skip
-                cpu, wall, _ = _tree_cpu(cmd, variant)
+                cpu, wall = _tree_cpu(cmd, variant)
                 builds[variant].append((cpu, wall))
                 print(f"rep {rep} {variant}: build cpu {cpu:.2f} s wall {wall:.2f} s", flush=True)
     for variant in VARIANTS:

@@ -49,29 +49,31 @@ def _become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def reap_orphans() -> None:
-    """Wait for every process re-parented here (:func:`_become_subreaper`) to end, so that
-    ``RUSAGE_CHILDREN`` counts their CPU time."""
-    while True:
+def run_tree(
+    cmd: list[str], env: dict[str, str] | None = None
+) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Run ``cmd`` in the repo and wait for it and for every process it left re-parented here
+    (:func:`_become_subreaper`): (CPU seconds of the whole tree, wall seconds of ``cmd``, its result)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    while True:  # the re-parented ones, once they end
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, proc
 
 
 def _one_build(pdb_dir: Path, workers: int, fork_server: bool) -> tuple[float, float]:
     """(CPU seconds of the build's process tree, wall seconds of the build's process)."""
     with tempfile.TemporaryDirectory(prefix="worker-start-") as tmp:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", BUILD, str(pdb_dir), str(Path(tmp) / "store"), str(workers),
-                               "1" if fork_server else "0"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
-        wall = time.perf_counter() - t0
-        reap_orphans()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu, wall, proc = run_tree([sys.executable, "-c", BUILD, str(pdb_dir), str(Path(tmp) / "store"), str(workers),
+                                    "1" if fork_server else "0"])  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"the build failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall
 
 

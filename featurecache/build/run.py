@@ -202,6 +202,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
     """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
     processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
     be importable: :func:`has_dashboard`)."""
+    import dask.config
     from distributed import Client, LocalCluster
 
     # distributed configures its own loggers at import; keep the build output to our progress + summary
@@ -236,8 +237,6 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
         # each; here it is delivered when the block ends (the cluster is then closed below), and
         # a SIGTERM raises then too: raised inside LocalCluster(), it left a cluster half started
         # that no one closed but Dask's exit handler, which failed on it with a traceback
-        import dask.config
-
         # the scheduler and each nanny read the settings when they are made
         with sigint_blocked(), sigterm_held(), dask.config.set(embedded_dask_config()):
             cluster = LocalCluster(
