@@ -46,10 +46,10 @@ def new_fn(x, lnw, lnb, w1, w2):  # type: ignore[no-untyped-def]
     return tr.transition(x, lnw, lnb, w1, w2, 1e-5)
 
 
-def main() -> None:
-    rows: list[dict[str, Any]] = []
-    c = 128
-    t, xs, flops, yr, gr = transition_problem(768, c)
+def sweep_tiles(rows: list[dict[str, Any]], c: int = 128) -> tr.TransitionConfig:
+    """Time each FWD and BWD tile config of the two kernels at N = 768 (one rep; errors vs the fp32
+    reference) and return the fastest correct pair."""
+    t, xs, _, yr, gr = transition_problem(768, c)
     base = tr.default_config(c, BF16, torch.device("cuda"))
     best_f: tuple[float, Any] = (float("inf"), base.fwd)
     for cfg in FWD:
@@ -81,7 +81,14 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     free()
-    best = tr.TransitionConfig(best_f[1], best_b[1])
+    return tr.TransitionConfig(best_f[1], best_b[1])
+
+
+def main() -> None:
+    rows: list[dict[str, Any]] = []
+    c = 128
+    best = sweep_tiles(rows, c)
+    t, xs, flops, yr, gr = transition_problem(768, c)
     tr.set_default_config(c, BF16, best)
     print("best", best, flush=True)
     compiled = torch.compile(transition_eager)
