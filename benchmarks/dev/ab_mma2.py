@@ -55,7 +55,7 @@ def child(out: str, winners_path: str | None) -> None:
         tbest = ab33.sweep_tiles(rows)
     else:
         with open(winners_path) as f:
-            w = json.load(f)
+            w = json.load(f)["winners"]
         kc, tc = pba.KernelConfig, tr.TileConfig
         tuned = pba.AttentionConfig(
             **{k: kc(**w["attention"][k]) for k in ("fwd", "dq", "dkv", "dbias")},
