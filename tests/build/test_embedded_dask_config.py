@@ -1,8 +1,9 @@
 """An embedded build cluster runs Dask's periodic diagnostics less often than Dask's defaults
 (featurecache.build.run.EMBEDDED_DASK_CONFIG): no worker profiler (a 10 ms callback in every
 worker), the scheduler's tick every 1 s instead of 20 ms, its system monitor every 2 s instead of
-500 ms; also in a worker its nanny restarts. A setting the user made (a DASK_* variable,
-dask.config.set) is kept. Real LocalClusters, made as a build makes them (run._make_client)."""
+500 ms; also in a worker its nanny restarts. A setting the user made (a DASK_* variable, a Dask
+config file, dask.config.set) is kept. Real LocalClusters, made as a build makes them
+(run._make_client)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,23 @@ def test_a_users_dask_settings_are_kept(monkeypatch: pytest.MonkeyPatch) -> None
         ]
     finally:
         _shutdown(client, cluster)
+
+
+def test_a_setting_in_a_dask_config_file_is_kept(tmp_path: Any) -> None:
+    """A user's Dask config file (here in the directory DASK_CONFIG names, which Dask reads at
+    import like ~/.config/dask) keeps its tick, even set to Dask's own default (20 ms), which only
+    the file shows was chosen; the keys the file leaves alone are featurecache's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mine.yaml").write_text("distributed:\n  admin:\n    tick:\n      interval: 20ms\n")
+    code = "import json; from featurecache.build.run import embedded_dask_config as e; print(json.dumps(e()))"
+    env = {**os.environ, "DASK_CONFIG": str(tmp_path)}
+    env = {k: v for k, v in env.items() if not k.startswith("DASK_") or k == "DASK_CONFIG"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "distributed.worker.profile.enabled": False,
+        "distributed.admin.system-monitor.interval": "2s",
+    }
