@@ -67,11 +67,18 @@ def parse_arrays(values: Sequence[str] | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
-def parse_index_spec(spec: str | None, what: str) -> slice | list[int] | None:
+MAX_INDEX = 1 << 62  # past any axis a store can hold, and inside int64
+
+
+def parse_index_spec(
+    spec: str | None, what: str, maximum: int | None = None, limit: str = ""
+) -> slice | list[int] | None:
     """Row/column selection of an MSA slice from a query string.
 
     Absent → None (all); ``""`` → nothing; ``"a:b"`` (either end optional) → ``slice(a, b)``;
-    ``"0,5,9:12"`` → ``[0, 5, 9, 10, 11]`` (closed ranges only inside a list).
+    ``"0,5,9:12"`` → ``[0, 5, 9, 10, 11]`` (closed ranges only inside a list). A list that would
+    hold more than ``maximum`` indices is refused (413, naming ``limit``) before it is built, so a
+    short spec such as ``0:16000000`` costs nothing.
     """
     if spec is None:
         return None
@@ -83,29 +90,37 @@ def parse_index_spec(spec: str | None, what: str) -> slice | list[int] | None:
             a, _, b = spec.partition(":")
             if ":" in b:
                 raise ValueError("steps are not supported")
-            start = int(a) if a.strip() else None
-            stop = int(b) if b.strip() else None
-            if (start is not None and start < 0) or (stop is not None and stop < 0):
-                raise ValueError("negative indices are not supported")
+            start = _index(a) if a.strip() else None
+            stop = _index(b) if b.strip() else None
             return slice(start, stop)
-        out: list[int] = []
+        bounds: list[tuple[int, int]] = []
+        count = 0
         for item in spec.split(","):
             a, sep, b = item.partition(":")
-            if sep:
-                lo, hi = int(a), int(b)
-                if lo < 0 or hi < lo:
-                    raise ValueError(f"bad range {item!r}")
-                out.extend(range(lo, hi))
-            else:
-                i = int(item)
-                if i < 0:
-                    raise ValueError("negative indices are not supported")
-                out.append(i)
-            if len(out) > 1 << 24:
+            lo = _index(a)
+            hi = _index(b) if sep else lo + 1
+            if hi < lo:
+                raise ValueError(f"bad range {item!r}")
+            bounds.append((lo, hi))
+            count += hi - lo
+            if maximum is not None and count > maximum:
+                raise LimitExceeded(limit, maximum, count, f"{what} selection")
+            if count > 1 << 24:
                 raise ValueError("too many indices")
-        return out
+        return [i for lo, hi in bounds for i in range(lo, hi)]
+    except LimitExceeded:
+        raise
     except ValueError as exc:
         raise InvalidRequest(f"malformed {what} selection {spec[:80]!r}: {exc}") from None
+
+
+def _index(text: str) -> int:
+    i = int(text)
+    if i < 0:
+        raise ValueError("negative indices are not supported")
+    if i >= MAX_INDEX:
+        raise ValueError(f"index {text.strip()[:30]} is too large")
+    return i
 
 
 def resolve_indices(sel: slice | Sequence[int] | None, size: int, what: str) -> np.ndarray:
@@ -118,6 +133,8 @@ def resolve_indices(sel: slice | Sequence[int] | None, size: int, what: str) -> 
         if start > size or stop > size or start > stop:
             raise InvalidRequest(f"{what} {start}:{stop} is outside 0:{size}")
         return np.arange(start, stop, dtype=np.int64)
+    if not isinstance(sel, np.ndarray) and any(i >= size for i in sel):  # also past int64 (a JSON list)
+        raise InvalidRequest(f"{what} index {next(i for i in sel if i >= size)} is outside 0:{size}")
     idx = np.asarray(list(sel) if not isinstance(sel, np.ndarray) else sel, dtype=np.int64).reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= size):
         bad = int(idx[(idx < 0) | (idx >= size)][0])

@@ -43,7 +43,11 @@ def msa(
     cols: Annotated[str | None, Query(description="Columns: " + SPEC_HELP)] = None,
 ) -> Response:
     check_name(key, "MSA key")
-    block = msa_slice(reader, settings, key, parse_index_spec(rows, "rows"), parse_index_spec(cols, "cols"))
+    block = msa_slice(
+        reader, settings, key,
+        parse_index_spec(rows, "rows", settings.max_msa_rows, "max_msa_rows"),
+        parse_index_spec(cols, "cols", settings.max_msa_cols, "max_msa_cols"),
+    )  # fmt: skip
     metrics.MSA_CELLS.inc(block.residues.size)
     return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
 
@@ -68,8 +72,11 @@ def msa_post(
     request: SliceRequest,
 ) -> Response:
     check_name(key, "MSA key")
-    rows = parse_index_spec(request.rows, "rows") if isinstance(request.rows, str) else request.rows
-    cols = parse_index_spec(request.cols, "cols") if isinstance(request.cols, str) else request.cols
+    rows, cols = request.rows, request.cols
+    if isinstance(rows, str):
+        rows = parse_index_spec(rows, "rows", settings.max_msa_rows, "max_msa_rows")
+    if isinstance(cols, str):
+        cols = parse_index_spec(cols, "cols", settings.max_msa_cols, "max_msa_cols")
     block = msa_slice(reader, settings, key, rows, cols)
     metrics.MSA_CELLS.inc(block.residues.size)
     return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
