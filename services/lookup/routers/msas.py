@@ -72,11 +72,16 @@ def msa_post(
     request: SliceRequest,
 ) -> Response:
     check_name(key, "MSA key")
-    rows, cols = request.rows, request.cols
-    if isinstance(rows, str):
-        rows = parse_index_spec(rows, "rows", settings.max_msa_rows, "max_msa_rows")
-    if isinstance(cols, str):
-        cols = parse_index_spec(cols, "cols", settings.max_msa_cols, "max_msa_cols")
+    rows = (
+        parse_index_spec(request.rows, "rows", settings.max_msa_rows, "max_msa_rows")
+        if isinstance(request.rows, str)
+        else request.rows
+    )
+    cols = (
+        parse_index_spec(request.cols, "cols", settings.max_msa_cols, "max_msa_cols")
+        if isinstance(request.cols, str)
+        else request.cols
+    )
     block = msa_slice(reader, settings, key, rows, cols)
     metrics.MSA_CELLS.inc(block.residues.size)
     return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
