@@ -99,6 +99,11 @@ from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
+
+class _CutShort(Exception):
+    """An answer whose status the service sent and whose body it cut short (``retry_cut=False``)."""
+
+
 #: times a table fetched while :meth:`LookupClient.refresh` ran is fetched again before it is
 #: returned uncached (a refresh in a loop must not hold a fetch up forever)
 _TABLE_REFETCHES = 3
@@ -262,9 +267,11 @@ class LookupClient(FeatureReader):
                     self._pid = os.getpid()
         return self._http
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, *, retry_cut: bool = True, **kwargs: Any) -> httpx.Response:
         """One call with retries; returns a 2xx response (body read) or raises (see module doc).
-        An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`)."""
+        An answer from an index newer than the client's refreshes the client (:meth:`_follow_index`).
+        ``retry_cut=False``: an answer the service began and then cut short (its status sent, its
+        body incomplete) raises :class:`_CutShort` at once instead of being retried."""
         if self._featurizer_changed is not None:
             raise FeaturizerChanged(self._featurizer_changed)
         what = f"{method} {self.shown_url}{path}"
@@ -279,6 +286,8 @@ class LookupClient(FeatureReader):
             try:
                 response = self._client().request(method, path, timeout=timeout, **kwargs)
             except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
+                if not retry_cut and self._answered and isinstance(exc, httpx.RemoteProtocolError):
+                    raise _CutShort(f"{what}: {exc}") from exc
                 if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
                     timeouts += 1
                     last = last or timeouts > TIMEOUT_RETRIES
@@ -952,7 +961,9 @@ class LookupClient(FeatureReader):
         return arrow_io.record_entry(records[0])
 
     def entries_batch(self, entry_ids: Sequence[str], arrays: Sequence[str] | None = None) -> list[Entry]:
-        """Entries in request order, in as few requests as the service's limits allow."""
+        """Entries in request order, in as few requests as the service's limits allow. A batch
+        the service cuts short after its status (it could not read an entry past the first, or it
+        went away) is read again one entry at a time: a damaged entry raises ServiceError naming it."""
         ids = list(entry_ids)
         if not ids:
             return []
@@ -965,8 +976,18 @@ class LookupClient(FeatureReader):
 
     def _batch(self, ids: list[str], arrays: Sequence[str] | None) -> list[Entry]:
         body: dict[str, Any] = {"ids": ids, "arrays": list(arrays) if arrays is not None else None}
+        path = "/v1/entries:batch"
         try:
-            records = self._arrow("POST", "/v1/entries:batch", json=body)
+            records = self._decoded(self.request("POST", path, json=body, retry_cut=False), "POST", path)
+        except _CutShort as exc:
+            # The service streams a batch: it reads the first entry before its status goes out (one
+            # it cannot read is a 500 naming it), the others as it sends them, and cuts the answer
+            # short when one of those fails: a damaged entry, or the service going away. One GET per
+            # entry tells which: each reads its entry before answering, so a damaged one raises
+            # ServiceError naming it (not 30 s of retries of the whole batch, then "unavailable"),
+            # and a service that went away is retried as any call is.
+            log.warning("%s; reading its %d entries one by one", exc, len(ids))
+            return [self.entry(i, arrays) for i in ids]
         except InvalidRequest as exc:
             if getattr(exc, "limit", None) == "max_response_bytes" and len(ids) > 1:
                 half = len(ids) // 2  # too many bytes at once: halve until each part fits

@@ -8,8 +8,10 @@ real copies of the sample store.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import httpx
@@ -18,6 +20,7 @@ import pytest
 from featurecache import open_store
 from featurecache.client.http import LookupClient
 from featurecache.errors import ServiceError, ServiceUnavailable
+from featurecache.store.layout import CHUNK_ROWS, GROUP_OFFSETS
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
 from tests.store.test_damaged_parts import _copy
@@ -119,3 +122,43 @@ def test_failure_on_a_store_changed_under_its_reader_is_a_503(tmp_path: Path, sa
         _assert_damaged(
             http.get(f"/v1/entries/{entry_id}", params={"arrays": "atoms"}), f"entry {entry_id}", tmp_path
         )
+
+
+def _damage_last_inner_chunk(shard: Path) -> int:
+    """Flip one byte inside the last inner chunk of a sharded array's shard file (its zstd checksum
+    then fails; the other inner chunks still decode). Returns the chunk's number. The shard index
+    sits at the end: (offset, length) little-endian uint64 pairs, then its crc32c."""
+    meta = json.loads((shard.parents[2] / "zarr.json").read_text())
+    sharding = meta["codecs"][0]["configuration"]
+    n = meta["chunk_grid"]["configuration"]["chunk_shape"][0] // sharding["chunk_shape"][0]
+    data = bytearray(shard.read_bytes())
+    pairs = struct.unpack(f"<{2 * n}Q", data[-(16 * n + 4) : -4])
+    last = max(i for i in range(n) if pairs[2 * i] != 2**64 - 1)  # unwritten chunks are all ones
+    offset, length = pairs[2 * last], pairs[2 * last + 1]
+    data[offset + length // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return last
+
+
+def test_a_damaged_entry_later_in_a_batch_raises_naming_it(tmp_path: Path, sample_store: Path) -> None:
+    """The batch's status goes out after its first entry is read; a damaged entry after it cuts
+    the stream. The client then reads the entries one by one and raises ServiceError naming the
+    damaged one, at once (it retried the whole batch for its retry budget, then raised
+    ServiceUnavailable: "the service is down", naming no entry)."""
+    store = _copy(sample_store, tmp_path)
+    reader = open_store(store)
+    start, count = (reader.entries.column(c).to_pylist() for c in GROUP_OFFSETS["atoms"])
+    parts = reader.entries.column("part").to_pylist()
+    part = parts[start.index(max(start))]
+    last = _damage_last_inner_chunk(store / "parts" / part / "atoms" / "c" / "0" / "0")
+    first_row = last * CHUNK_ROWS  # the inner chunks of the sample's part are CHUNK_ROWS rows
+    on_part = [i for i, p in enumerate(parts) if p == part]
+    ids = reader.entries.column("id").to_pylist()
+    good = next(ids[i] for i in on_part if start[i] + count[i] <= first_row)
+    bad = next(ids[i] for i in on_part if start[i] + count[i] > first_row)
+    with ThreadedServer(Settings(store_path=store)) as url:
+        client = LookupClient(url, retry_budget_s=60, backoff=0.01)
+        assert client.entries_batch([good], arrays=["atoms"])[0].id == good
+        with pytest.raises(ServiceError, match=rf"entry {bad}: unreadable") as info:
+            client.entries_batch([good, bad], arrays=["atoms"])
+        assert not isinstance(info.value, ServiceUnavailable)
