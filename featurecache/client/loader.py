@@ -13,7 +13,8 @@ increasing) on a pool of threads or processes and yields an outcome per item:
 
 At most ``workers + window`` items are dispatched and not yet yielded, so memory stays bounded.
 The deadline is measured from the moment a worker starts the item (items wait in the main
-thread, never in a worker queue).
+thread, never in a worker queue; a process worker takes items only once it is up, so the seconds a
+spawned interpreter spends importing are not charged to its first item).
 
 Process pools need ``fn`` and the items to be picklable; they cannot be started inside a
 ``torch.utils.data.DataLoader`` worker (daemonic processes have no children) — use threads there.
@@ -43,6 +44,8 @@ from featurecache.signals import ignore_pending_sigint, sigint_blocked
 log = logging.getLogger(__name__)
 
 POOLS: Final[tuple[str, ...]] = ("thread", "process")
+_UP: Final = "up"  # a process worker's first message: it can take tasks
+_FAILED_STARTS: Final = 3  # process workers in a row that exit before they are up: the pool gives up
 SKIP_ERROR: Final = "error"
 SKIP_DEADLINE: Final = "deadline"
 _STALE_WAIT_S: Final = 2.0
@@ -203,6 +206,10 @@ def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
     # worker was started with SIGINT blocked (_ProcessPool._spawn), through the seconds a spawned
     # interpreter takes to import ``fn``'s modules: ignoring it discards one that came meanwhile.
     ignore_pending_sigint()
+    try:
+        conn.send(_UP)  # started: the interpreter is up and ``fn`` unpickled (its modules imported)
+    except (EOFError, OSError):
+        return
     while True:
         try:
             task = conn.recv()
@@ -222,13 +229,19 @@ def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
 
 
 class _ProcessPool(_Pool):
-    """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue."""
+    """One pipe per worker process, so killing a hung worker cannot corrupt a shared queue.
+
+    A worker takes tasks only once it has said it is up (:data:`_UP`): a spawned interpreter spends
+    seconds importing ``fn``'s modules, which must not count against its first task's deadline
+    (that clock starts when the task is handed over). Until then it is ``_starting``, not idle."""
 
     def __init__(self, fn: Callable[[Any], Any], size: int, context: str) -> None:
         super().__init__()
         self._fn = fn
         self._ctx: Any = mp.get_context(context)
         self._workers: dict[int, tuple[Any, Connection]] = {}
+        self._starting: set[int] = set()
+        self._failed_starts = 0  # workers in a row that exited before they were up
         try:
             for _ in range(size):
                 self._spawn()
@@ -250,18 +263,24 @@ class _ProcessPool(_Pool):
             proc.start()
             child.close()
             self._workers[wid] = (proc, parent)
-            self._busy[wid] = None
+            self._starting.add(wid)
 
     def submit(self, tid: int, item: Any) -> None:
         self._workers[self._claim_idle(tid)][1].send((tid, item))
 
     def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
+        """Also takes the messages of starting workers (which then become idle): a call may return
+        no task's message, having seen a worker come up."""
         conns: dict[Any, int] = {self._workers[w][1]: w for w, t in self._busy.items() if t is not None}
+        conns.update({self._workers[w][1]: w for w in self._starting})
         if not conns:
             return []
         out: list[tuple[int, bool, Any]] = []
         for conn in wait(list(conns), timeout=timeout):
             wid = conns[conn]
+            if wid in self._starting:
+                self._started(wid)
+                continue
             tid = int(self._busy[wid] or 0)
             try:
                 msg: tuple[int, bool, Any] = self._workers[wid][1].recv()
@@ -274,9 +293,31 @@ class _ProcessPool(_Pool):
             out.append(msg)
         return out
 
+    def _started(self, wid: int) -> None:
+        """A starting worker's first message: it is up (idle now), or it exited while starting."""
+        proc, conn = self._workers[wid]
+        try:
+            conn.recv()
+        except (EOFError, OSError):
+            proc.join(timeout=5)
+            self._failed_starts += 1
+            if self._failed_starts >= _FAILED_STARTS:
+                raise RuntimeError(
+                    f"{self._failed_starts} loader worker processes in a row exited while starting (the "
+                    f"last with exit code {proc.exitcode}), before they could run a sample: see their "
+                    "error above (e.g. a module the dataset's code needs cannot be imported in a "
+                    f"{self._ctx.get_start_method()!r} process)"
+                ) from None
+            self._replace(wid)
+            return
+        self._failed_starts = 0
+        self._starting.discard(wid)
+        self._busy[wid] = None
+
     def _replace(self, wid: int) -> None:
         proc, conn = self._workers.pop(wid)
-        del self._busy[wid]
+        self._busy.pop(wid, None)
+        self._starting.discard(wid)
         proc.kill()
         proc.join(timeout=5)
         conn.close()
@@ -300,6 +341,7 @@ class _ProcessPool(_Pool):
             conn.close()
         self._workers.clear()
         self._busy.clear()
+        self._starting.clear()
 
 
 # --------------------------------------------------------------------------------- ready-first
@@ -397,6 +439,8 @@ class ReadyFirst:
                     if exhausted and not ready:
                         return
                     if not ready:
+                        if pool.idle() == 0:  # every process worker is still starting: wait for one
+                            pool.get(None)
                         continue
                 timeout = self._timeout(running)
                 for tid, ok, payload in pool.get(timeout):

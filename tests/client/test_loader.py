@@ -159,6 +159,56 @@ def test_a_waiting_task_is_not_charged_deadline_time() -> None:
     assert all(o.elapsed_s < 1.8 for o in outs)
 
 
+class _SlowToStart:
+    """A job whose unpickling takes 3 s: in a spawned worker, its start-up (as heavy imports are)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        time.sleep(3.0)
+
+    def __call__(self, item: int) -> int:
+        return item
+
+
+class _FailsToStart:
+    """A job that cannot be unpickled in a worker (a module it needs is missing there)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise ImportError("No module named 'only_in_the_parent'")
+
+    def __call__(self, item: int) -> int:
+        return item
+
+
+def test_a_process_workers_start_up_is_not_charged_to_its_items_deadline() -> None:
+    # Each worker takes 3 s to come up and each item runs in microseconds, under a 1.5 s deadline:
+    # none is abandoned if the clock starts when a worker starts the item. Started at hand-over, it
+    # abandoned every item, killing each worker before it was up and starting another (as cold).
+    rf = ReadyFirst(_SlowToStart(), pool="process", workers=2, window=4, deadline_s=1.5)
+    try:
+        outs = list(rf.run((i, i) for i in range(6)))
+    finally:
+        rf.close()
+    assert [(o.seq, type(o).__name__) for o in sorted(outs, key=lambda o: o.seq)] == [
+        (i, "Done") for i in range(6)
+    ]
+    assert [o.value for o in sorted(outs, key=lambda o: o.seq)] == list(range(6))
+
+
+def test_process_workers_that_cannot_start_stop_the_run_with_an_error() -> None:
+    rf = ReadyFirst(_FailsToStart(), pool="process", workers=1, window=2, deadline_s=30.0)
+    try:
+        with pytest.raises(RuntimeError, match=r"3 loader worker processes in a row exited while starting"):
+            list(rf.run((i, i) for i in range(4)))
+    finally:
+        rf.close()
+
+
 def test_a_stopped_process_run_does_not_leak_results_into_the_next() -> None:
     rf = ReadyFirst(_job, pool="process", workers=2, window=6)
     try:
