@@ -190,7 +190,8 @@ def build(
         float,
         typer.Option(
             "--conformer-timeout",
-            help="Seconds allowed per component for RDKit embedding before the next fallback.",
+            help="Seconds allowed per component for RDKit embedding before the next fallback (> 0, at most "
+            "4294967295, RDKit's limit).",
         ),
     ] = 20.0,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,

@@ -483,9 +483,14 @@ def check_arguments(
         raise UsageError(f"--part-size must be >= 1 (got {part_size})")
     if config.msa_depth_cap < 1:
         raise UsageError(f"--msa-depth must be >= 1 (got {config.msa_depth_cap}; row 0 is the query)")
-    if not config.conformer_timeout_s > 0:
-        raise UsageError(f"--conformer-timeout must be > 0 seconds (got {config.conformer_timeout_s})")
+    if not 0 < config.conformer_timeout_s <= MAX_CONFORMER_TIMEOUT_S:  # also refuses nan and inf
+        raise UsageError(f"--conformer-timeout must be > 0 and <= {MAX_CONFORMER_TIMEOUT_S} seconds "
+                         f"(RDKit's limit; got {config.conformer_timeout_s})")  # fmt: skip
 
+
+#: RDKit's embedding timeout is an unsigned 32-bit count of seconds: past it every embedding
+#: raised OverflowError, and each component was stored as failed, for good
+MAX_CONFORMER_TIMEOUT_S = 2**32 - 1
 
 #: what ``--pdb-dir`` must hold at least one of (names as :func:`structure_format` reads them)
 STRUCTURE_FILE_KINDS = "mmCIF (.cif, .mmcif), PDB (.pdb, .ent) or BinaryCIF (.bcif), each optionally .gz"
