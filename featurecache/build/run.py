@@ -98,6 +98,7 @@ class BuildSummary:
     n_msa_failed_earlier: int = 0  # of those, MSA files (unchanged since their listed failure)
     n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
     n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
+    n_kept: int = 0  # inputs whose id was in the store that failed in this run: the stored entry stays
     failed_by_stage: dict[str, int] = field(default_factory=dict)
     n_atoms: int = 0
     n_tokens: int = 0
@@ -659,7 +660,7 @@ def _run_build(
             for note in extension_notes(out, stored, pdb_dir):  # entries of another featurizer kept
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
-            summary.n_replaced, summary.n_rebuilt = _count_replaced(pending, stored)
+            summary.n_replaced, summary.n_rebuilt, _ = _count_replaced(pending, stored, set())
             summary.input_bytes = sum(i.size for i in inputs)
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
@@ -676,6 +677,10 @@ def _run_build(
                         client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
                         finished,
                     )  # fmt: skip
+                    failed = {f["path"] for f in summary.failures}
+                    summary.n_replaced, summary.n_rebuilt, summary.n_kept = _count_replaced(
+                        pending, stored, failed
+                    )
                     _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress, finished)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
@@ -983,17 +988,20 @@ def _pending(
     return [i for i in inputs if not current(i)]
 
 
-def _count_replaced(pending: list[InputFile], stored: Any) -> tuple[int, int]:
-    """(replaced, rebuilt): pending inputs whose entry id the store holds, with other bytes
-    (replaced) or the same bytes (rebuilt: the CCD, the featurizer or the config changed)."""
+def _count_replaced(pending: list[InputFile], stored: Any, failed: set[str]) -> tuple[int, int, int]:
+    """(replaced, rebuilt, kept): pending inputs whose entry id the store holds, built with other
+    bytes (replaced) or the same bytes (rebuilt: the CCD, the featurizer or the config changed), or
+    failed (``failed``: their paths; the entry the store holds stays as it was)."""
     if not stored.num_rows:
-        return 0, 0
+        return 0, 0, 0
     sha_of = dict(
         zip(stored.column("id").to_pylist(), stored.column("source_sha256").to_pylist(), strict=True)
     )
     again = [i for i in pending if i.entry_id in sha_of]
-    rebuilt = sum(1 for i in again if i.sha256 == sha_of[i.entry_id])
-    return len(again) - rebuilt, rebuilt
+    kept = sum(1 for i in again if i.rel in failed)
+    built = [i for i in again if i.rel not in failed]
+    rebuilt = sum(1 for i in built if i.sha256 == sha_of[i.entry_id])
+    return len(built) - rebuilt, rebuilt, kept
 
 
 def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummary) -> int:

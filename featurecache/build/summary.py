@@ -46,6 +46,8 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
     for failed_stage, n in sorted(s.failed_by_stage.items()):
         t.add_row(f"  failed at {failed_stage}", str(n))
+    if s.n_kept:
+        t.add_row("  entry kept", f"{s.n_kept} (its input failed: the entry built before is still served)")
     if s.n_failed_earlier:
         t.add_row(
             "still failing",

@@ -21,11 +21,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from rich.console import Console
 
 import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.build.discover import assign_ids
 from featurecache.build.run import run_build
+from featurecache.build.summary import render_summary
 from featurecache.errors import StoreError
 from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
@@ -491,3 +493,23 @@ def test_an_input_put_back_to_its_earlier_version_is_served_again(tmp_path: Path
     # a fourth build with nothing changed builds nothing
     assert build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd").n_skipped == 1
     assert verify_store(out) == []
+
+
+def test_an_input_whose_new_content_fails_is_not_counted_as_replaced(tmp_path: Path) -> None:
+    """2q2k.cif cut to its first 3000 bytes after a build: this run fails it and the store keeps
+    serving the entry built before. The summary said "entries built 0 / replaced 1" (it counted the
+    inputs it was about to build, not the entries it built); now "entry kept 1"."""
+    inputs, out = tmp_path / "in", tmp_path / "s"
+    inputs.mkdir()
+    for name in ("102m.cif", "2q2k.cif"):
+        shutil.copy(SAMPLES / "structures" / name, inputs / name)
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd")
+    before = featurecache.open_store(out).entry_meta("2q2k")["source_sha256"]
+    (inputs / "2q2k.cif").write_bytes((SAMPLES / "structures" / "2q2k.cif").read_bytes()[:3000])
+    summary = build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd")
+    assert (summary.n_built, summary.n_failed, summary.n_replaced, summary.n_kept) == (0, 1, 0, 1)
+    assert featurecache.open_store(out).entry_meta("2q2k")["source_sha256"] == before
+    console = Console(record=True, width=200)
+    render_summary(summary, console)
+    text = console.export_text()
+    assert "replaced" not in text and "entry kept" in text and "still served" in text, text
