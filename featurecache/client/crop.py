@@ -61,6 +61,7 @@ AF-Multimer by adding ``1e-3 × token index`` Å. An entry that fits both budget
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -732,14 +733,22 @@ class Cropper:
     ) -> None:
         _check_budgets(max_tokens, max_atoms)
         w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (3,) or (w < 0).any() or w.sum() <= 0:
+        if w.shape != (3,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise InvalidRequest(
-                f"crop weights must be 3 non-negative numbers with a positive sum, got {weights}"
+                f"crop weights must be 3 finite non-negative numbers with a positive sum, got {weights}"
+            )
+        try:
+            cutoff = float(interface_cutoff)
+        except (TypeError, ValueError):
+            cutoff = math.nan
+        if not 0 < cutoff < math.inf:  # nan, negative: every spatial-interface crop became spatial
+            raise InvalidRequest(
+                f"interface_cutoff must be a finite distance > 0 (Å), got {interface_cutoff!r}"
             )
         self.max_tokens = max_tokens
         self.max_atoms = max_atoms
         self.weights = w / w.sum()
-        self.interface_cutoff = interface_cutoff
+        self.interface_cutoff = cutoff
         self.whole_groups = bool(whole_groups)
 
     def __call__(

@@ -218,6 +218,23 @@ def test_cropper_draws_methods_with_the_given_weights(real: dict) -> None:
     assert {only(inp, np.random.default_rng(s)).method for s in range(20)} == {"contiguous"}
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"weights": (1, float("nan"), 1)},  # every sample failed: "Probabilities contain NaN"
+        {"weights": (1, float("inf"), 1)},
+        {"weights": (1, 1)},
+        {"weights": (0, 0, 0)},
+        {"interface_cutoff": -5.0},  # spatial-interface crops silently became spatial
+        {"interface_cutoff": float("nan")},
+        {"interface_cutoff": float("inf")},
+    ],
+)
+def test_cropper_refuses_settings_no_crop_can_follow(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"crop weights|interface_cutoff"):
+        Cropper(64, None, **kwargs)
+
+
 def test_entry_that_fits_is_kept_whole(real: dict) -> None:
     e, inp, _ = real["1A8O"]
     res = Cropper(384, None)(inp, np.random.default_rng(0))

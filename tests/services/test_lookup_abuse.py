@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 from lookup_helpers import metric_samples, metric_sum, opened_files, raw_request
 from pydantic import SecretStr
@@ -174,11 +175,22 @@ def test_malformed_requests_are_422(guarded: tuple[str, Path, Path], reference: 
         for params in ({"arrays": "atoms/velocity"}, {"arrays": "nonsense"}, {"arrays": ","}):
             r = http.get(f"/v1/entries/{entry_id}", params=params)
             assert r.status_code == 422 and "detail" in r.json(), params
-        listing_params: list[dict[str, Any]] = [{"released_after": "yesterday"}, {"released_before": "2020-13-01"}, {"mol_type": "plasma"},
-                       {"limit": 0}, {"offset": -1}, {"max_resolution": "high"}, {"min_tokens": -5}]  # fmt: skip
+        listing_params: list[dict[str, Any]] = [
+            {"released_after": "yesterday"},
+            {"released_before": "2020-13-01"},
+            {"mol_type": "plasma"},
+            {"limit": 0},
+            {"offset": -1},
+            {"max_resolution": "high"},
+            {"min_tokens": -5},
+            {"max_resolution": "nan"},
+        ]  # fmt: skip (nan: 200 with no entries before)
         for params in listing_params:
             r = http.get("/v1/entries", params=params)
             assert r.status_code == 422, (params, r.status_code, r.text[:200])
+        # a column asked for twice is sent once (it came twice, two fields of one name)
+        r = http.get("/v1/tables/entries", params=[("columns", "id"), ("columns", "id,id")])
+        assert r.status_code == 200 and pa.ipc.open_stream(r.content).read_all().column_names == ["id"]
         if reference.msas.num_rows:
             key = reference.msas.column("key")[0].as_py()
             depth = reference.msas.column("depth")[0].as_py()

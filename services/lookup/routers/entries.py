@@ -45,7 +45,8 @@ def listing(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, description="Rows per page (at most max_page_size).")] = 100,
     max_resolution: Annotated[
-        float | None, Query(description="Resolution ≤ this (Å); drops entries without one.")
+        float | None,
+        Query(description="Resolution ≤ this (Å); drops entries without one.", allow_inf_nan=False),
     ] = None,
     released_after: Annotated[str | None, Query(description="Release date ≥ this (YYYY-MM-DD).")] = None,
     released_before: Annotated[str | None, Query(description="Release date ≤ this (YYYY-MM-DD).")] = None,

@@ -129,7 +129,7 @@ def table(
     if name not in tables:
         raise NotFound(f"no table {name!r}; tables are {list(tables)}")
     t = reader.table(name)
-    cols = [c.strip() for v in columns or [] for c in v.split(",") if c.strip()]
+    cols = list(dict.fromkeys(c.strip() for v in columns or [] for c in v.split(",") if c.strip()))
     unknown = [c for c in cols if c not in t.column_names]
     if unknown:
         raise InvalidRequest(f"table {name} has no column(s) {unknown}; columns are {t.column_names}")
