@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -1105,6 +1106,21 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
     )
 
 
+def _missing_steps(carried: list[dict[str, Any]], first_step: int) -> list[int]:
+    """The steps before ``first_step`` that the carried-over records of an earlier log lack."""
+    have = {r["step"] for r in carried}
+    return [i for i in range(first_step) if i not in have]
+
+
+def _ranges(steps: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    out: list[str] = []
+    for _, run in itertools.groupby(enumerate(steps), key=lambda p: p[1] - p[0]):
+        r = [s for _, s in run]
+        out.append(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]))
+    return ", ".join(out)
+
+
 #: what each record of the log's ``steps`` holds, with its unit: the log's ``fields`` block (the
 #: ``summary`` block is :func:`summarize`'s)
 LOG_FIELDS: dict[str, str] = {
@@ -1191,6 +1207,14 @@ class _RunLog:
     def step(self) -> None:
         """After a step: write when due; a failed write is a warning (the run goes on)."""
         if self.path is None or time.monotonic() < self._due:
+            return
+        self.now()
+
+    def now(self) -> None:
+        """Write at once, e.g. when a checkpoint was kept: a run killed later (SIGKILL, the OOM killer,
+        a preemption) then leaves a log that holds every step of its last checkpoint, which a run
+        resumed from it with the same ``--log`` carries over. A failed write is a warning."""
+        if self.path is None:
             return
         try:
             self.write()
@@ -1543,6 +1567,11 @@ def run_training(
         if carried:
             log.info("%s: keeping the %d steps before step %d of the run this one continues", log_file,
                      len(carried), first_step)  # fmt: skip
+        gap = _missing_steps(carried, first_step) if log_file is not None and log_file.exists() else []
+        if gap:
+            log.warning("%s holds no record of steps %s of the run this one continues (the run that wrote it "
+                        "ended between two writes of its log); the log goes on from step %d", log_file,
+                        _ranges(gap), first_step)  # fmt: skip
         cuda = dev.type == "cuda"
         log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
                  crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
@@ -1610,6 +1639,7 @@ def run_training(
             nonlocal saved_at, kept_here
             doc["checkpoints"].append({"step": done, "path": str(path)})
             saved_at, kept_here = done, kept_here + 1
+            runlog.now()  # the log never lags behind a checkpoint (it did by up to log_every_s of steps)
 
         def commit() -> None:
             """Move the staged checkpoint into place: its parameters gave a finite loss, or the run ends."""
@@ -2017,11 +2047,18 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     (a run that did not complete) how to continue it."""
     from featurecache.report.timeline import unfinished
 
-    n = len(doc.get("steps") or [])
+    records = doc.get("steps") or []
+    last_step = records[-1].get("step") if records and isinstance(records[-1], dict) else None
+    # the steps the run has done: a resumed run's log may lack some (an earlier log written before
+    # them), so the last record's number counts them, not the number of records
+    n = last_step + 1 if isinstance(last_step, int) else len(records)
     requested = doc.get("steps_requested")
     status = doc.get("status")
     # the report's words for a run that did not complete
     parts = [unfinished(doc, n) or f"trained {n} step{'' if n == 1 else 's'}"]
+    start = doc.get("start_step")
+    if isinstance(start, int) and 0 < start <= n:
+        parts[0] += f" ({n - start} in this run, resumed at step {start})"
     s = doc.get("summary") or {}
     if s.get("median_step_time_s") is not None:
         rate = s.get("median_tokens_per_s")
@@ -2037,8 +2074,12 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
         parts.append(f"log {log_path}")
     checkpoints = doc.get("checkpoints") or []
     if checkpoints and isinstance(checkpoints[-1], dict):
-        ck = checkpoints[-1].get("path")
-        parts.append(f"checkpoint {ck}")
+        ck, ck_steps = checkpoints[-1].get("path"), checkpoints[-1].get("step")
+        behind = n - ck_steps if isinstance(ck_steps, int) and ck_steps < n else 0
+        parts.append(
+            f"checkpoint {ck}"
+            + (f" (of {ck_steps} steps: the {behind} after them are in none)" if behind else "")
+        )
         if status != "completed" and isinstance(requested, int):
             parts.append(f"continue with --resume {ck} --steps {requested}")
     return "; ".join(parts)

@@ -275,7 +275,9 @@ def test_train_cli_on_ctrl_c_stops_after_the_step_and_says_how_to_continue(
     resumed_out, resumed_err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, resumed_err[-3000:]
     summary = resumed_out.strip().splitlines()[-1]
-    assert summary.startswith(f"trained {done + 1} steps;"), resumed_out[-3000:]
+    assert summary.startswith(f"trained {done + 1} steps (1 in this run, resumed at step {done});"), (
+        resumed_out[-3000:]
+    )
     assert f"log {log}" in summary and f"checkpoint {ck}" in summary and "--resume" not in summary
 
 
