@@ -23,6 +23,13 @@ from featurecache.model.kernels.swiglu import swiglu
 from featurecache.model.kernels.transition import supported as transition_supported
 from featurecache.model.kernels.transition import transition
 
+#: the dtypes the Triton kernels take; another (fp64) runs the pure-torch reference
+KERNEL_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _kernel_dtypes(x: torch.Tensor, dt: torch.dtype) -> bool:
+    return x.dtype in KERNEL_FLOATS and dt in KERNEL_FLOATS
+
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype GEMMs run in: autocast's when it is on for x's device, else x's."""
@@ -56,8 +63,9 @@ class PairBiasAttention(nn.Module):
 
 class LayerNormLinear(nn.Module):
     """``Linear(LayerNorm(x))`` (+ SwiGLU over the output halves): ``[..., C] -> [..., O]`` or ``O/2``.
-    Fused: one kernel for C ≤ 512 (``layernorm_linear.MAX_CHANNELS``, a whole row in registers);
-    above that the pure-torch reference runs (same parameters, same results up to rounding)."""
+    Fused: one kernel for C ≤ 512 (``layernorm_linear.MAX_CHANNELS``, a whole row in registers) in
+    fp32/fp16/bf16; above that, or in another dtype (fp64), the pure-torch reference runs (same
+    parameters, same results up to rounding)."""
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = False, swiglu: bool = False,
@@ -75,7 +83,7 @@ class LayerNormLinear(nn.Module):
         dt = compute_dtype(x)
         w = self.weight.to(dt)
         b = None if self.bias is None else self.bias.to(dt)
-        if self.fused and x.shape[-1] <= LNL_MAX_CHANNELS:
+        if self.fused and x.shape[-1] <= LNL_MAX_CHANNELS and _kernel_dtypes(x, dt):
             return layernorm_linear(x, self.ln_weight, self.ln_bias, w, b, self.eps, self.swiglu)
         with torch.autocast(x.device.type, enabled=False):
             return layernorm_linear_ref(x, self.ln_weight, self.ln_bias, w, b, self.eps, self.swiglu)
@@ -96,8 +104,8 @@ class Transition(nn.Module):
     """AF3 transition ``LN → Linear(c, 2·n·c) → SwiGLU → Linear(n·c, c)`` (no biases).
     ``[..., c] -> [..., c]`` in the compute dtype. Fused: the whole block is two kernels (forward,
     backward; :mod:`~featurecache.model.kernels.transition`) for c ≤ 256, else LN, the first GEMM and
-    SwiGLU are one fused kernel followed by a library Linear (c ≤ 512; above, :class:`LayerNormLinear`'s
-    reference path and a library Linear)."""
+    SwiGLU are one fused kernel followed by a library Linear (c ≤ 512; above, or in fp64,
+    :class:`LayerNormLinear`'s reference path and a library Linear)."""
 
     def __init__(self, c: int, n: int = 4, eps: float = 1e-5, fused: bool = True) -> None:
         super().__init__()
@@ -106,8 +114,8 @@ class Transition(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ln = self.ln_linear
-        if ln.fused and transition_supported(x, ln.weight, self.out.weight):
-            dt = compute_dtype(x)
+        dt = compute_dtype(x)
+        if ln.fused and transition_supported(x, ln.weight, self.out.weight) and _kernel_dtypes(x, dt):
             return transition(x, ln.ln_weight, ln.ln_bias, ln.weight.to(dt), self.out.weight.to(dt), ln.eps)
         h = self.ln_linear(x)
         return F.linear(h, self.out.weight.to(h.dtype))

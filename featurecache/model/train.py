@@ -929,6 +929,10 @@ def _check_output_path(path: Path, option: str, example: str) -> None:
     created, a file creatable beside it (the temporary file it is written through)."""
     if path.is_dir():
         raise UsageError(f"{option} {path} is a directory; give a file path (e.g. {path / example})")
+    # a file where a directory of the path must be: mkdir says "File exists" (not the reason)
+    blocking = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"{option} {path}: cannot write there ({blocking} is a file, not a directory)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe = path.with_name(f".{path.name}.tmp")

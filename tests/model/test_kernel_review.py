@@ -330,6 +330,26 @@ def test_modules_above_the_fused_channel_limit_fall_back_to_the_reference() -> N
     assert rel_err(t_mod(xt), want) < TOL[F32]
 
 
+def test_modules_in_float64_run_the_reference() -> None:
+    """LayerNormLinear and Transition (fused=True) on fp64 inputs and parameters run the reference
+    path, in fp64, and match a float64 oracle (before: KernelShapeError "x and weight must be
+    fp32/fp16/bf16" at the first forward; a review found it)."""
+    torch.manual_seed(74)
+    c = 16
+    m = modules.LayerNormLinear(c, 8, swiglu=True).to(DEV).double()
+    x = _randn(3, c, seed=75).double()
+    want = naive_layernorm_linear(*(t.detach().cpu().double() for t in (x, m.ln_weight, m.ln_bias, m.weight)),
+                                  None, 1e-5, True)  # fmt: skip
+    y = m(x)
+    assert y.dtype == torch.float64 and rel_err(y, want) < 1e-6  # LN statistics in fp32
+    t_mod = modules.Transition(c, n=2).to(DEV).double()
+    ln = t_mod.ln_linear
+    y = t_mod(x)
+    args = (t.detach().cpu().double() for t in (x, ln.ln_weight, ln.ln_bias, ln.weight))
+    want = naive_layernorm_linear(*args, None, 1e-5, True) @ t_mod.out.weight.detach().cpu().double().T
+    assert y.dtype == torch.float64 and rel_err(y, want) < 1e-6  # LN statistics in fp32
+
+
 # ---------------------------------------------------------------------------------------------
 # 8. empty inputs
 # ---------------------------------------------------------------------------------------------

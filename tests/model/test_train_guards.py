@@ -411,8 +411,20 @@ def test_log_and_checkpoint_paths_are_checked_before_training(tmp_path: Path) ->
         run_training(None, None, steps=4, log_path=None, checkpoint=tmp_path / "ck_{step}.pt", checkpoint_every=2,
                      on_step=_never, **SYNTH)  # fmt: skip
     (tmp_path / "afile").write_text("")
-    with pytest.raises(UsageError, match=r"--log .*afile"):
+    with pytest.raises(
+        UsageError, match=r"--log .*afile/log.json: cannot write there \(.*afile is a file, not"
+    ):
         run_training(None, None, steps=2, log_path=tmp_path / "afile" / "log.json", on_step=_never, **SYNTH)
+    with pytest.raises(UsageError, match=r"--checkpoint .*: cannot write there \(.*afile is a file, not"):
+        run_training(
+            None,
+            None,
+            steps=2,
+            log_path=None,
+            checkpoint=tmp_path / "afile" / "x" / "ck.pt",
+            on_step=_never,
+            **SYNTH,
+        )  # fmt: skip (it said "File exists", not the reason)
 
     # missing parent directories are created, as for checkpoints
     log, ck = tmp_path / "new" / "sub" / "log.json", tmp_path / "other" / "dir" / "ck.pt"

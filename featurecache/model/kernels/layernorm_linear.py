@@ -626,8 +626,9 @@ def layernorm_linear(
 ) -> torch.Tensor:
     """Fused ``Linear(LayerNorm(x))`` (+ SwiGLU epilogue); differentiable in every tensor.
 
-    x: ``[..., C]`` (C ≤ 512, any float dtype: it is normalised in fp32 and cast to the weight's
-    dtype for the GEMM); ln_weight, ln_bias: ``[C]``; weight: ``[O, C]``; bias: ``[O]`` or None.
+    x: ``[..., C]`` (C ≤ 512; fp32, fp16 or bf16, as the weight: it is normalised in fp32 and cast
+    to the weight's dtype for the GEMM; fp64 is refused: :func:`layernorm_linear_ref` takes it);
+    ln_weight, ln_bias: ``[C]``; weight: ``[O, C]``; bias: ``[O]`` or None.
     Returns ``[..., O]``, or ``[..., O/2]`` = ``silu(u[:O/2]) * u[O/2:]``, in the weight's dtype.
     """
     if torch.compiler.is_compiling():

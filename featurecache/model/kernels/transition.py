@@ -417,9 +417,9 @@ def transition(
 ) -> torch.Tensor:
     """``Linear(W2)(SwiGLU(Linear(W1)(LayerNorm(x))))`` without biases; differentiable in every tensor.
 
-    x: ``[..., C]`` (C ≤ 256, any float dtype: normalised in fp32, cast to the weights' dtype for the
-    GEMMs); ln_weight, ln_bias: ``[C]``; w1: ``[2·H, C]`` (the a half first, as ``swiglu`` splits);
-    w2: ``[C, H]``. Returns ``[..., C]`` in the weights' dtype.
+    x: ``[..., C]`` (C ≤ 256; fp32, fp16 or bf16, as the weights: normalised in fp32, cast to the
+    weights' dtype for the GEMMs; fp64 is refused); ln_weight, ln_bias: ``[C]``; w1: ``[2·H, C]``
+    (the a half first, as ``swiglu`` splits); w2: ``[C, H]``. Returns ``[..., C]`` in the weights' dtype.
     """
     if torch.compiler.is_compiling():
         return torch.ops.featurecache.transition(x, ln_weight, ln_bias, w1, w2, float(eps))
