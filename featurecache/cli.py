@@ -329,8 +329,10 @@ def verify(
             help="Take every damaged entry and MSA (arrays that do not read back to their content hash) out of "
             "the index, so that the next `featurecache build` from their sources rebuilds exactly those, and "
             "`featurecache prune` then deletes the parts that hold nothing else. A part whose own index is "
-            "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt. Nothing whose source "
-            "files are gone is taken out (it could not be rebuilt) unless --drop-gone.",
+            "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt. An entry or MSA whose part "
+            "is gone (deleted) is damaged too (its source directory: the one `info` shows the latest build read). "
+            "Nothing whose source files are gone is taken out (it could not be rebuilt) unless --drop-gone; while "
+            "such a one of a deleted part is kept, the repair changes nothing (rewriting the index would drop it).",
         ),
     ] = False,
     drop_gone: Annotated[
@@ -437,14 +439,21 @@ def _print_repair_hint(store: Path, report: Any) -> None:
                    f"{f' ({note})' if note else ''} and `featurecache prune {q}` deletes the parts left unused",
                    err=True)  # fmt: skip
     if gone:
+        lost = sorted({d.part for d in gone if d.part_gone})
+        blocked = (f"; while the index lists them, `--repair` without --drop-gone changes nothing (their part(s) "
+                   f"{', '.join(lost)} are missing, and a repair rewrites the index from the parts, which would "
+                   "drop them)" if lost and (ok or report.bad_index_parts or comp) else "")  # fmt: skip
         typer.echo(f"cannot be rebuilt: the source files of the damaged {_names(gone)} are gone (or their "
                    f"directory is not recorded or not there); `featurecache verify {q} --repair --drop-gone` "
-                   "removes them from the store", err=True)  # fmt: skip
+                   f"removes them from the store{blocked}", err=True)  # fmt: skip
 
 
 def _print_repair(store: Path, result: Any) -> None:
     from featurecache.store.verify import rebuild_command, rebuild_note
 
+    if not result.written:  # the store is as verify found it: every problem, as plain verify prints it
+        for p in result.report.problems:
+            typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
     for d in result.removed:
         typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
     for name, where in result.moved_parts.items():
@@ -460,17 +469,27 @@ def _print_repair(store: Path, result: Any) -> None:
         )
     for d in result.kept:
         where = f"{d.source_dir}/{d.source_path}" if d.source_dir else d.source_path
-        typer.secho(f"MISMATCH kept {_names([d])}: its source files are gone ({where}), it cannot be rebuilt; "
-                    "--drop-gone removes it", fg=typer.colors.RED)  # fmt: skip
+        missing = f"part {d.part} is missing and " if d.part_gone else ""
+        typer.secho(f"MISMATCH kept {_names([d])}: {missing}its source files are gone ({where}), it cannot be "
+                    "rebuilt; --drop-gone removes it", fg=typer.colors.RED)  # fmt: skip
     for name, why in result.kept_parts:
         typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
-    if result.removed or result.moved_parts:
+    if result.blocked:
+        would = (
+            [f"take the damaged {_names(result.would_remove)} out of the index"]
+            if result.would_remove
+            else []
+        )
+        would += [f"move part(s) {', '.join(result.would_move)} aside"] if result.would_move else []
+        typer.echo(f"{result.blocked} (without them, --repair would {' and '.join(would)})")
+    elif result.removed or result.moved_parts:
         note = rebuild_note(store, result.removed, result.moved_parts)
         typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them"
                    f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`")  # fmt: skip
     elif not result.kept and not result.kept_parts:
-        typer.echo("ok: nothing to repair" if not result.report.problems else
-                   "nothing --repair can fix: " + "; ".join(result.report.problems[:3]))  # fmt: skip
+        n = len(result.report.problems)
+        typer.echo("ok: nothing to repair" if not n else
+                   f"nothing --repair can fix: the {n} MISMATCH line{'s' if n != 1 else ''} above")  # fmt: skip
 
 
 @app.command()
@@ -510,7 +529,8 @@ their parts are deleted once nothing else in them is used. A build that finds th
     Exit status: 0 pruned (or listed, --dry-run); 2 usage error (--msa-dir without --sources-gone, a \
 directory that does not exist or holds no structure file (--msa-dir: no MSA file) while entries were built \
 from it); 3 the store is \
-missing, unreadable or unwritable, or a build holds it.
+missing, unreadable or unwritable, its index lists entries (or other rows) of a part that is gone (a prune \
+would drop them; `featurecache verify STORE --repair` deals with them), or a build holds it.
     """
     _setup_logging(verbose)
     from featurecache.store.prune import prune_store

@@ -9,8 +9,11 @@ own rows (before anything is derived from it) is kept in ``STORE/index/.part-row
 with a manifest of the parts it covers. A rebuild then reads only the parts added since, re-derives
 the index from the kept rows plus theirs (the same code as a rebuild from scratch, so the files are
 byte-identical), and skips everything when no part was added and the index files are the ones it
-wrote. Anything unexpected (a part gone, a table whose columns differ, a manifest or kept file that
-does not match) falls back to reading every part.
+wrote. A part counts as taken in by its name *and* its ``part.json``'s stamp (inode, size, mtime):
+a part deleted and another written under its name (a removal part of ``verify --repair`` numbered
+after the highest part left) is a new part, not the one whose rows were kept. Anything unexpected
+(a part gone, a table whose columns differ, a manifest or kept file that does not match) falls
+back to reading every part.
 
 One generation per read: every file a rebuild writes carries the same :data:`GENERATION_KEY` in
 its schema metadata, the files are all written to temp names first and then renamed into place in
@@ -44,6 +47,7 @@ from featurecache.errors import StoreError
 from featurecache.store.layout import (
     INDEX_DIR,
     MSA_PART_PREFIX,
+    PART_DONE_FILE,
     PART_INDEX_DIR,
     PARTS_DIR,
     STRUCTURE_PART_PREFIX,
@@ -749,7 +753,8 @@ PART_ROWS_MANIFEST = "manifest.json"
 #: rows of benchmarks/dev/index_part_rows.py, 90.6 -> 11.5 MB at 57k entries) for ~0.07 CPU s more
 #: per incremental rebuild there (0.44 -> 0.51 s median)
 PART_ROWS_COMPRESSION: str | None = "zstd"
-_MANIFEST_VERSION = 1
+#: 2: the manifest records each part's ``part.json`` stamp (``part_stamps``)
+_MANIFEST_VERSION = 2
 
 
 def _stamp(path: Path) -> list[int] | None:
@@ -802,6 +807,22 @@ def _load_part_rows(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Tab
         except StoreError:
             return None
     return out
+
+
+def _part_stamps(root: Path, names: Sequence[str]) -> dict[str, list[int] | None]:
+    """Each part's ``part.json`` :func:`_stamp`: what tells the part the index took in from another
+    written under its name since (one ``stat`` per part)."""
+    parts_dir = root / PARTS_DIR
+    return {n: _stamp(parts_dir / n / PART_INDEX_DIR / PART_DONE_FILE) for n in names}
+
+
+def _still_there(manifest: Mapping[str, Any], stamps: Mapping[str, list[int] | None]) -> bool:
+    """Every part the kept rows cover is still there, the same part (name and ``part.json`` stamp):
+    a part removed and another written under its name is not covered (its kept rows are not its)."""
+    recorded = manifest.get("part_stamps")
+    if not isinstance(recorded, dict):
+        return False
+    return all(n in stamps and recorded.get(n) == stamps[n] for n in manifest.get("parts", []))
 
 
 def _index_unchanged(root: Path, manifest: Mapping[str, Any]) -> bool:
@@ -869,7 +890,8 @@ def rebuild_index(
     manifest = _load_manifest(root) if incremental else None
     gathered: tuple[dict[str, pa.Table], set[str]] | None = None
     how = "every part"
-    if manifest is not None and set(manifest.get("parts", [])) <= set(names):
+    stamps = _part_stamps(root, names)
+    if manifest is not None and _still_there(manifest, stamps):
         covered = set(manifest["parts"])
         new_parts = [p for p in parts if p.name not in covered]
         # (parts held back at the last rebuild: the files are not the whole index, write them again)
@@ -896,7 +918,7 @@ def rebuild_index(
         index_dir.mkdir(parents=True, exist_ok=True)
     written = _write_index(index_dir, published, held, finished)
     with store_writes(index_dir):
-        _save_part_rows(root, raw, in_parts, names, written, manifest, held)
+        _save_part_rows(root, raw, in_parts, stamps, written, manifest, held)
     log.debug("index rebuilt from %s (%d parts, %d held back, %.2f s)", how, len(names), len(held),
               time.perf_counter() - t0)  # fmt: skip
     return tables
@@ -999,10 +1021,11 @@ def _read_index(root: Path, manifest: Mapping[str, Any]) -> dict[str, pa.Table] 
 
 
 def _save_part_rows(
-    root: Path, raw: Mapping[str, pa.Table], held: set[str], names: list[str],
+    root: Path, raw: Mapping[str, pa.Table], held: set[str], stamps: Mapping[str, list[int] | None],
     written: Mapping[str, list[int] | None], old: Mapping[str, Any] | None, held_back: Sequence[str] = (),
 ) -> None:  # fmt: skip
-    """Keep the concatenated part rows and the manifest (written last: it vouches for the rest)."""
+    """Keep the concatenated part rows and the manifest (written last: it vouches for the rest);
+    ``stamps``: the parts they cover, by name, with their ``part.json`` stamps."""
     rows_dir = root / INDEX_DIR / PART_ROWS_DIR
     rows_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = rows_dir / PART_ROWS_MANIFEST
@@ -1013,11 +1036,17 @@ def _save_part_rows(
         replace_table(f, table, compression=PART_ROWS_COMPRESSION)
         part_rows[name] = _stamp(f)
     old_bytes = (old or {}).get("part_bytes", {})
+    old_stamps = (old or {}).get("part_stamps", {})
     parts_dir = root / PARTS_DIR
-    part_bytes = {n: old_bytes[n] if n in old_bytes else _dir_bytes(parts_dir / n) for n in names}
+    # (a size is known for the same part only: not for another written under a gone part's name)
+    part_bytes = {
+        n: old_bytes[n] if n in old_bytes and old_stamps.get(n) == stamp else _dir_bytes(parts_dir / n)
+        for n, stamp in stamps.items()
+    }
     manifest = {
-        "version": _MANIFEST_VERSION, "parts": names, "held": sorted(held), "index": written,
+        "version": _MANIFEST_VERSION, "parts": list(stamps), "held": sorted(held), "index": written,
         "part_rows": part_rows, "part_bytes": part_bytes, "held_back": list(held_back),
+        "part_stamps": dict(stamps),
     }  # fmt: skip
     tmp = manifest_file.with_name(f".{manifest_file.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(manifest, sort_keys=True))

@@ -15,6 +15,11 @@ lists the older versions of the entries they replace, and the one over every par
 build works from (it lists their entries, and the MSAs and components written for them since). Both
 must be unchanged without the parts removed.
 
+A part that is gone altogether (its directory deleted) while the index still lists its rows stops
+a prune that would write (nothing removed, also with ``--dry-run``): the index is rewritten from
+the parts, which would drop its entries, MSAs and other rows with no word, also those whose files
+are still there. ``verify --repair`` says what becomes of them, and a build rebuilds them.
+
 The highest-numbered part of each kind (``s-``, ``m-``, ``c-``) is always kept: a build numbers
 its new parts after the highest one present, and a reused name would pass for a part that the
 chem stage already scanned (``chem_scans``), or that the index already took in.
@@ -59,6 +64,7 @@ from featurecache.store.index import (
     held_back,
     index_tables,
     published_record,
+    read_table,
     rebuild_index,
     store_write_error,
 )
@@ -179,9 +185,12 @@ def prune_store(
         later: list[str] = []
         gone_entries: list[dict[str, str]] = []
         gone_msas: list[dict[str, str]] = []
+        missing = _listed_of_missing_parts(root)
         if sources_gone is not None:
             gone_entries, gone_msas = _sources_gone(root, Path(sources_gone), msa_dir)
             extra, later = _removal_parts(root, gone_entries, gone_msas)
+            if later and missing:
+                raise _missing_parts_error(root, missing)
             if not dry_run and later:
                 from featurecache.build.discover import resolved
 
@@ -193,6 +202,8 @@ def prune_store(
                          "(parts %s)", len(gone_entries), len(gone_msas), ", ".join(later))  # fmt: skip
                 extra, later = {}, []
         unused = unused_parts(root, extra, later)
+        if unused and missing:
+            raise _missing_parts_error(root, missing)
         result = PruneResult([p.name for p in unused], sum(_dir_bytes(p) for p in unused), dry_run)
         result.entries = [r["id"] for r in gone_entries]
         result.msas = [r["chains"] for r in gone_msas]
@@ -220,6 +231,48 @@ def prune_store(
             shutil.rmtree(target, ignore_errors=True)
     log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
     return result
+
+
+def _listed_of_missing_parts(root: Path) -> dict[str, dict[str, list[str]]]:
+    """The rows the index lists (``STORE/index/*.arrow``) of parts that are gone altogether: part →
+    table → the rows' ids (an entry's id, an MSA's key, ...; "" for a table without one)."""
+    root = Path(root)
+    there = {p.name for p in complete_parts(root)}
+    out: dict[str, dict[str, list[str]]] = {}
+    for f in sorted((root / INDEX_DIR).glob("*.arrow")):
+        table = read_table(f, memory_map=False)
+        if not table.num_rows or "part" not in table.column_names:
+            continue
+        parts = table.column("part").to_pylist()
+        if set(parts) <= there:
+            continue
+        col = next((c for c in ("id", "key", "entry_id") if c in table.column_names), None)
+        ids = table.column(col).to_pylist() if col is not None else [""] * len(parts)
+        for part, i in zip(parts, ids, strict=True):
+            if part and part not in there:
+                out.setdefault(part, {}).setdefault(f.stem, []).append(str(i or ""))
+    return out
+
+
+def _missing_parts_error(root: Path, missing: dict[str, dict[str, list[str]]]) -> StoreError:
+    """The refusal of a prune whose index rewrite would drop the rows of ``missing`` parts."""
+    import shlex
+
+    entries = [i for tables in missing.values() for i in tables.get("entries", [])]
+    n_msas = sum(len(tables.get("msas", [])) for tables in missing.values())
+    what = [f"entr{'y' if len(entries) == 1 else 'ies'} {', '.join(entries[:10])}"
+            f"{f' and {len(entries) - 10} more' if len(entries) > 10 else ''}"] if entries else []  # fmt: skip
+    what += [f"{n_msas} MSA{'' if n_msas == 1 else 's'}"] if n_msas else []
+    if not what:
+        n = sum(len(ids) for tables in missing.values() for ids in tables.values())
+        what = [
+            f"{n} row{'' if n == 1 else 's'} ({', '.join(sorted({t for ts in missing.values() for t in ts}))})"
+        ]
+    q = shlex.quote(str(root))
+    return StoreError(f"{root}: the index lists {' and '.join(what)} of part(s) {', '.join(sorted(missing))}, "
+                      "which are missing; a prune rewrites the index from the parts, which would drop them from "
+                      f"what the store serves; nothing removed: see `featurecache verify {q}` (`--repair` takes "
+                      "them out for a build to rebuild them) or put the part(s) back")  # fmt: skip
 
 
 @contextlib.contextmanager

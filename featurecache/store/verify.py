@@ -81,6 +81,10 @@ class Damaged:
     problem: str  # the first of its problems
     chains: str = ""  # an MSA's chains ("1psm/A, 3zee/A")
     pdb_dir: str = ""  # the --pdb-dir its build read (an entry's source_dir; an MSA's: one of its entries')
+    #: its part is gone altogether (``source_dir``: the store's latest build's directory, as its
+    #: part no longer records one); any rewrite of the index drops its rows, so it cannot be kept
+    #: through a repair that writes (:func:`repair_store`)
+    part_gone: bool = False
 
 
 @dataclass
@@ -170,9 +174,11 @@ def _verify(
                 report.notes.append(report.newer[-1])
                 continue
             problems.extend(found)
-            # (a part that is gone altogether: its keys are no longer built, the next build rebuilds them)
-            if found and row["part"] in parts and row["part"] not in report.bad_index_parts:
-                report.damaged.append(_damaged_entry(store.path, row, found[0], dirs))
+            # (a part that is gone altogether: damaged too, the repair must say what becomes of it)
+            if found and row["part"] not in report.bad_index_parts:
+                report.damaged.append(
+                    _damaged_entry(store.path, row, found[0], dirs, row["part"] not in parts)
+                )
         # 3. index rows and part rows agree (nothing lost, nothing invented)
         # (the structure parts a build holds back until its MSA and chem stages have run: not stale)
         held = set(store.unpublished_parts)
@@ -198,7 +204,8 @@ def _verify(
                 advance(1)
                 full = msa_rows.get(row["key"])
                 if found and full is not None and full["part"] not in report.bad_index_parts:
-                    report.damaged.append(_damaged_msa(store.path, full, found[0], chains, entries, dirs))
+                    report.damaged.append(_damaged_msa(store.path, full, found[0], chains, entries, dirs,
+                                                       full["part"] not in parts))  # fmt: skip
                 yield found
 
         problems.extend(_guarded("MSAs", lambda s: verify_msas(s, each_msa), store))
@@ -223,6 +230,20 @@ def _source_dir(root: Path, part: str, dirs: dict[str, str]) -> str:
     return dirs[part]
 
 
+def _recorded_dir(root: Path, which: str) -> str:
+    """The ``which`` ("pdb_dir", "msa_dir") the store's latest build recorded (``info`` shows it),
+    "" when none: where the rows of a part that is gone altogether (its ``part.json`` with it)
+    were built from, as far as the store can tell."""
+    from featurecache.store.info import recorded_build_inputs
+
+    try:
+        attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError):
+        return ""
+    value = recorded_build_inputs(attrs if isinstance(attrs, dict) else {})[which]
+    return value if isinstance(value, str) else ""
+
+
 def _gone(source_dir: str, paths: list[str]) -> bool | None:
     """Whether every one of ``paths`` (relative to ``source_dir``) is gone; None: no directory
     recorded, or it is not there (unmounted?): cannot tell."""
@@ -231,16 +252,20 @@ def _gone(source_dir: str, paths: list[str]) -> bool | None:
     return not any((Path(source_dir) / p).exists() for p in paths)
 
 
-def _damaged_entry(root: Path, row: Row, problem: str, dirs: dict[str, str]) -> Damaged:
-    src = _source_dir(root, row["part"], dirs)
+def _damaged_entry(
+    root: Path, row: Row, problem: str, dirs: dict[str, str], part_gone: bool = False
+) -> Damaged:
+    src = _recorded_dir(root, "pdb_dir") if part_gone else _source_dir(root, row["part"], dirs)
     return Damaged("entry", row["id"], row["key"], row["part"], row["source_path"], src,
-                   _gone(src, [row["source_path"]]), problem, pdb_dir=src)  # fmt: skip
+                   _gone(src, [row["source_path"]]), problem, pdb_dir=src, part_gone=part_gone)  # fmt: skip
 
 
 def _damaged_msa(
-    root: Path, row: Row, problem: str, chains: pa.Table, entries: pa.Table, dirs: dict[str, str]
-) -> Damaged:
-    src = _source_dir(root, row["part"], dirs)
+    root: Path, row: Row, problem: str, chains: pa.Table, entries: pa.Table, dirs: dict[str, str],
+    part_gone: bool = False,
+) -> Damaged:  # fmt: skip
+    # a part that is gone took its record of the --msa-dir with it: the latest build's, as for entries
+    src = _recorded_dir(root, "msa_dir") if part_gone else _source_dir(root, row["part"], dirs)
     paths = sorted({s.split("#", 1)[0] for s in (row.get("sources") or [])})
     users, user_ids = [], []
     if chains.num_rows and "msa_key" in chains.column_names:
@@ -253,7 +278,7 @@ def _damaged_msa(
     # an MSA of no file (a single-sequence one) is rebuilt from its chain's sequence alone
     gone = _gone(src, paths) if row.get("n_files") else False
     return Damaged("msa", row["key"], row.get("inputs_key") or "", row["part"], "; ".join(paths), src, gone,
-                   problem, ", ".join(dict.fromkeys(users)), pdb_dirs[0] if pdb_dirs else "")  # fmt: skip
+                   problem, ", ".join(dict.fromkeys(users)), pdb_dirs[0] if pdb_dirs else "", part_gone)  # fmt: skip
 
 
 def _unreadable_part_index(part: Path) -> str | None:
@@ -601,6 +626,12 @@ class RepairResult:
     written: list[str] = field(default_factory=list)
     #: entries / MSAs a moved part had removed (``prune --sources-gone``), removed again
     removed_again: list[str] = field(default_factory=list)
+    #: why nothing was changed although some damage could be repaired ("": not so): kept ones of a
+    #: part that is gone (any rewrite of the index drops them); ``removed`` and ``moved_parts`` are
+    #: then empty, ``would_remove`` and ``would_move`` say what a repair would have done
+    blocked: str = ""
+    would_remove: list[Damaged] = field(default_factory=list)
+    would_move: list[str] = field(default_factory=list)
 
 
 def repair_store(
@@ -614,7 +645,12 @@ def repair_store(
     the number is not reused) and the next build rebuilds its entries.
 
     One whose source files are gone cannot be rebuilt: it is kept (and listed) unless
-    ``drop_gone``. Raises StoreError (nothing changed) when the store cannot be written."""
+    ``drop_gone``. An entry or MSA whose part is gone altogether is damaged too: taken out when
+    its files are under the directory the store's latest build recorded (its part's record is gone
+    with it); kept otherwise. The index is rewritten from the parts, which drops the rows of a part
+    that is gone, so while such a one is kept the repair changes nothing (``blocked`` says why):
+    it never takes out silently what it says it keeps. Raises StoreError (nothing changed) when the
+    store cannot be written."""
     from featurecache.store.prune import _removal_parts, write_removals
     from featurecache.store.root import BuildLock
 
@@ -634,6 +670,12 @@ def repair_store(
             to_move.append(name)
         # a component part whose arrays do not read: moved aside too (its components are recomputed)
         to_move += [n for n in report.damaged_component_parts if n not in to_move]
+        lost = [d for d in result.kept if d.part_gone]
+        if lost and (result.removed or to_move):
+            # any write rebuilds the index from the parts: the kept rows of a gone part would go too
+            result.blocked = _blocked(root, lost)
+            result.would_remove, result.removed = result.removed, []
+            result.would_move, to_move = to_move, []
         # what the index lists before any part moves (a moved part may have held removals)
         listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
                   else set()) if store is not None else (set(), set())  # fmt: skip
@@ -684,6 +726,16 @@ def repair_store(
                            _common_dir(result.removed, "msa"))  # fmt: skip
             result.written += names
     return result
+
+
+def _blocked(root: Path, lost: list[Damaged]) -> str:
+    """Why a repair changed nothing: the kept ``lost`` (of parts that are gone) would have gone too."""
+    parts = ", ".join(sorted({d.part for d in lost}))
+    names = ", ".join(d.id if d.kind == "entry" else f"MSA {d.id[:12]}…" for d in lost)
+    return (f"nothing changed: the index lists {names} of part(s) {parts}, which are missing, and their source "
+            "files are gone; a repair rewrites the index from the parts, which would drop them as well: put the "
+            f"part(s) back, or take them out too with `featurecache verify {shlex.quote(str(root))} --repair "
+            "--drop-gone`")  # fmt: skip
 
 
 def _remove_again(root: Path, listed: tuple[set[str], set[str]], result: RepairResult) -> None:
