@@ -603,8 +603,18 @@ def existing_entry_ids(entries: pa.Table) -> dict[str, str]:
 
 
 def next_part_number(root: Path, prefix: str) -> int:
-    numbers = [int(p.name[len(prefix):]) for p in complete_parts(root) if p.name.startswith(prefix)
-               and p.name[len(prefix):].isdigit()]  # fmt: skip
+    """The number of the next part of ``prefix``: after every complete part's, and after every part
+    the store has recorded, on disk or not (the index's last rebuild, the chem stage's scans). A part
+    deleted by hand keeps its number: a part written under its name was taken for it, by the index
+    (its kept rows) and by the chem stage (which scans a structure part once, by name: the new part's
+    components were never computed)."""
+    from featurecache.store.components import every_scanned_part_name
+    from featurecache.store.index import recorded_part_names
+
+    names = {p.name for p in complete_parts(root)} | recorded_part_names(root)
+    if prefix == STRUCTURE_PART_PREFIX:
+        names |= every_scanned_part_name(root)
+    numbers = [int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()]
     return max(numbers, default=-1) + 1
 
 

@@ -236,6 +236,17 @@ def scanned_structure_parts(root: Path) -> set[str]:
     return out
 
 
+def every_scanned_part_name(root: Path) -> set[str]:
+    """Every structure part name a chem stage has recorded as scanned, also those a ``RESCAN_ALL``
+    row made it forget and those no longer on disk (what :func:`scanned_structure_parts` knows by
+    name: a new part must never take one of these names)."""
+    out: set[str] = set()
+    for p in _component_parts(Path(root)):
+        out.update(_part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist())
+    out.discard(RESCAN_ALL)
+    return out
+
+
 def write_rescan_part(root: Path) -> str:
     """A component part holding only a :data:`RESCAN_ALL` scan row, numbered after the highest
     present: the next build's chem stage scans every structure part again (components already

@@ -783,6 +783,17 @@ def _dir_bytes(path: Path, known: Mapping[str, int] | None = None, known_in: Pat
     return total
 
 
+def recorded_part_names(root: Path) -> set[str]:
+    """The parts the index's last rebuild took in (its kept rows' manifest, of any version), whether
+    or not they are still on disk; empty when there is no readable manifest."""
+    try:
+        m = json.loads((root / INDEX_DIR / PART_ROWS_DIR / PART_ROWS_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return set()
+    parts = m.get("parts") if isinstance(m, dict) else None
+    return {n for n in parts if isinstance(n, str)} if isinstance(parts, list) else set()
+
+
 def _load_manifest(root: Path) -> dict[str, Any] | None:
     f = root / INDEX_DIR / PART_ROWS_DIR / PART_ROWS_MANIFEST
     try:

@@ -513,3 +513,27 @@ def test_an_input_whose_new_content_fails_is_not_counted_as_replaced(tmp_path: P
     render_summary(summary, console)
     text = console.export_text()
     assert "replaced" not in text and "entry kept" in text and "still served" in text, text
+
+
+def test_a_part_deleted_by_hand_keeps_its_number_so_the_new_parts_components_are_computed(
+    tmp_path: Path,
+) -> None:
+    """1psm's part (the highest) deleted by hand, then a build with 2q2k's bytes added: its part was
+    written under the deleted one's name, which the chem stage had recorded as scanned, so its
+    ligand EPE never got a component (its atoms silently without a reference conformer)."""
+    inputs, out = tmp_path / "in", tmp_path / "s"
+    inputs.mkdir()
+    for name in ("102m.cif", "1psm.cif"):
+        shutil.copy(SAMPLES / "structures" / name, inputs / name)
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1)
+    parts = sorted(p.name for p in (out / "parts").iterdir() if p.name.startswith("s-"))
+    assert parts == ["s-000000", "s-000001"]
+    shutil.rmtree(out / "parts" / parts[-1])
+    # 2q2k's bytes as 1abc.cif: built before 1psm (inputs go in path order), into the first new part
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "1abc.cif")
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1)
+    new = sorted(p.name for p in (out / "parts").iterdir() if p.name.startswith("s-"))
+    assert "s-000001" not in new, new
+    keys = {r["key"] for r in featurecache.open_store(out).components.to_pylist()}
+    assert "EPE" in keys, sorted(keys)
+    assert verify_store(out) == []
