@@ -242,6 +242,7 @@ class _ProcessPool(_Pool):
         self._workers: dict[int, tuple[Any, Connection]] = {}
         self._starting: set[int] = set()
         self._failed_starts = 0  # workers in a row that exited before they were up
+        self._failed: list[tuple[int, bool, Any]] = []  # tasks whose worker was found dead at submit
         try:
             for _ in range(size):
                 self._spawn()
@@ -266,16 +267,26 @@ class _ProcessPool(_Pool):
             self._starting.add(wid)
 
     def submit(self, tid: int, item: Any) -> None:
-        self._workers[self._claim_idle(tid)][1].send((tid, item))
+        wid = self._claim_idle(tid)
+        try:
+            self._workers[wid][1].send((tid, item))
+        except OSError as exc:
+            # the worker died while idle (the OOM killer, a kill): the task fails as if it had died
+            # running it (the next get() says so) and a fresh worker replaces it
+            self._replace(wid)
+            self._failed.append((tid, False, ("WorkerDied", f"worker process exited while idle: {exc!r}")))
 
     def get(self, timeout: float | None) -> list[tuple[int, bool, Any]]:
         """Also takes the messages of starting workers (which then become idle): a call may return
         no task's message, having seen a worker come up."""
+        out: list[tuple[int, bool, Any]] = self._failed
+        self._failed = []
+        if out:
+            timeout = 0
         conns: dict[Any, int] = {self._workers[w][1]: w for w, t in self._busy.items() if t is not None}
         conns.update({self._workers[w][1]: w for w in self._starting})
         if not conns:
-            return []
-        out: list[tuple[int, bool, Any]] = []
+            return out
         for conn in wait(list(conns), timeout=timeout):
             wid = conns[conn]
             if wid in self._starting:

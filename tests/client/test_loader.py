@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -207,6 +208,25 @@ def test_process_workers_that_cannot_start_stop_the_run_with_an_error() -> None:
             list(rf.run((i, i) for i in range(4)))
     finally:
         rf.close()
+
+
+def test_a_process_worker_killed_while_idle_fails_one_sample_not_the_run() -> None:
+    """The OOM killer (or a kill) takes a worker between samples: the next sample handed to it fails
+    as WorkerDied and a fresh worker takes the rest (the hand-over raised BrokenPipeError, out of the
+    whole iteration)."""
+    rf = ReadyFirst(_job, pool="process", workers=1, window=2)
+    try:
+        assert [type(o).__name__ for o in rf.run([(0, ("ok", 0.0))])] == ["Done"]
+        pool = rf._pool
+        assert pool is not None
+        ((proc, _conn),) = pool._workers.values()  # type: ignore[attr-defined]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=10)
+        outs = list(rf.run([(i, ("ok", 0.0)) for i in range(3)]))
+    finally:
+        rf.close()
+    got = [(o.seq, type(o).__name__, getattr(o, "error_class", None)) for o in outs]
+    assert got == [(0, "Skipped", "WorkerDied"), (1, "Done", None), (2, "Done", None)], got
 
 
 def test_a_stopped_process_run_does_not_leak_results_into_the_next() -> None:
