@@ -14,7 +14,9 @@ increasing) on a pool of threads or processes and yields an outcome per item:
 At most ``workers + window`` items are dispatched and not yet yielded, so memory stays bounded.
 The deadline is measured from the moment a worker starts the item (items wait in the main
 thread, never in a worker queue; a process worker takes items only once it is up, so the seconds a
-spawned interpreter spends importing are not charged to its first item).
+spawned interpreter spends importing are not charged to its first item). A process worker not up
+within :data:`START_TIMEOUT_S` is killed and replaced (logged); when :data:`_FAILED_STARTS` in a row
+exit or hang before they are up, the run raises :class:`WorkersCannotStart`.
 
 Process pools need ``fn`` and the items to be picklable; they cannot be started inside a
 ``torch.utils.data.DataLoader`` worker (daemonic processes have no children) — use threads there.
@@ -46,6 +48,15 @@ log = logging.getLogger(__name__)
 POOLS: Final[tuple[str, ...]] = ("thread", "process")
 _UP: Final = "up"  # a process worker's first message: it can take tasks
 _FAILED_STARTS: Final = 3  # process workers in a row that exit before they are up: the pool gives up
+#: seconds a process worker may take to come up (a spawned interpreter importing torch, the client
+#: and the dataset's modules on a loaded machine: seconds; an import stuck on a dead mount: never)
+START_TIMEOUT_S: Final = 120.0
+
+
+class WorkersCannotStart(RuntimeError):
+    """Process workers keep exiting (or hanging) before they are up: no sample can be run."""
+
+
 SKIP_ERROR: Final = "error"
 SKIP_DEADLINE: Final = "deadline"
 _STALE_WAIT_S: Final = 2.0
@@ -240,7 +251,7 @@ class _ProcessPool(_Pool):
         self._fn = fn
         self._ctx: Any = mp.get_context(context)
         self._workers: dict[int, tuple[Any, Connection]] = {}
-        self._starting: set[int] = set()
+        self._starting: dict[int, float] = {}  # wid -> when it was started (monotonic)
         self._failed_starts = 0  # workers in a row that exited before they were up
         self._failed: list[tuple[int, bool, Any]] = []  # tasks whose worker was found dead at submit
         try:
@@ -264,7 +275,7 @@ class _ProcessPool(_Pool):
             proc.start()
             child.close()
             self._workers[wid] = (proc, parent)
-            self._starting.add(wid)
+            self._starting[wid] = time.monotonic()
 
     def submit(self, tid: int, item: Any) -> None:
         wid = self._claim_idle(tid)
@@ -287,6 +298,9 @@ class _ProcessPool(_Pool):
         conns.update({self._workers[w][1]: w for w in self._starting})
         if not conns:
             return out
+        if self._starting:  # wake up in time to give up on a worker that never comes up
+            left = min(self._starting.values()) + START_TIMEOUT_S - time.monotonic()
+            timeout = max(0.0, left) if timeout is None else max(0.0, min(timeout, left))
         for conn in wait(list(conns), timeout=timeout):
             wid = conns[conn]
             if wid in self._starting:
@@ -302,6 +316,9 @@ class _ProcessPool(_Pool):
                 continue
             self._busy[wid] = None
             out.append(msg)
+        now = time.monotonic()
+        for wid in [w for w, t in self._starting.items() if now - t > START_TIMEOUT_S]:
+            self._failed_start(wid, f"it was not up after {START_TIMEOUT_S:g} s (killed)")
         return out
 
     def _started(self, wid: int) -> None:
@@ -311,24 +328,29 @@ class _ProcessPool(_Pool):
             conn.recv()
         except (EOFError, OSError):
             proc.join(timeout=5)
-            self._failed_starts += 1
-            if self._failed_starts >= _FAILED_STARTS:
-                raise RuntimeError(
-                    f"{self._failed_starts} loader worker processes in a row exited while starting (the "
-                    f"last with exit code {proc.exitcode}), before they could run a sample: see their "
-                    "error above (e.g. a module the dataset's code needs cannot be imported in a "
-                    f"{self._ctx.get_start_method()!r} process)"
-                ) from None
-            self._replace(wid)
+            self._failed_start(wid, f"it exited with code {proc.exitcode}")
             return
         self._failed_starts = 0
-        self._starting.discard(wid)
+        del self._starting[wid]
         self._busy[wid] = None
+
+    def _failed_start(self, wid: int, why: str) -> None:
+        """A worker that exited, or hung, before it was up: replaced, unless it is the
+        :data:`_FAILED_STARTS`-th in a row (then :class:`WorkersCannotStart`)."""
+        self._failed_starts += 1
+        if self._failed_starts >= _FAILED_STARTS:
+            raise WorkersCannotStart(
+                f"{self._failed_starts} loader worker processes in a row failed to start (the last: {why}), "
+                "before they could run a sample: see their error above (e.g. a module the dataset's code "
+                f"needs cannot be imported in a {self._ctx.get_start_method()!r} process, or an import hangs)"
+            )
+        log.warning("a loader worker process failed to start (%s); starting another", why)
+        self._replace(wid)
 
     def _replace(self, wid: int) -> None:
         proc, conn = self._workers.pop(wid)
         self._busy.pop(wid, None)
-        self._starting.discard(wid)
+        self._starting.pop(wid, None)
         proc.kill()
         proc.join(timeout=5)
         conn.close()
@@ -477,6 +499,10 @@ class ReadyFirst:
                             msg = f"no result after {self.deadline_s:g} s; abandoned"
                             log.warning("sample %d: %s", tid, msg)
                             yield Skipped(tid, item, SKIP_DEADLINE, "DeadlineExceeded", msg, now - start)
+        except WorkersCannotStart:
+            running.clear()
+            self.close()  # a later run starts a fresh pool
+            raise
         finally:
             # Whatever is still on a worker belongs to this run; its results must not leak into the next.
             self._stale.update(running)

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from featurecache.client.loader import ConsumedPositions, Done, LoaderStats, ReadyFirst, Skipped, SkipRecord
+from featurecache.client import loader
+from featurecache.client.loader import (
+    ConsumedPositions,
+    Done,
+    LoaderStats,
+    ReadyFirst,
+    Skipped,
+    SkipRecord,
+    WorkersCannotStart,
+)
 
 RELEASE = threading.Event()
 
@@ -204,8 +213,37 @@ def test_a_process_workers_start_up_is_not_charged_to_its_items_deadline() -> No
 def test_process_workers_that_cannot_start_stop_the_run_with_an_error() -> None:
     rf = ReadyFirst(_FailsToStart(), pool="process", workers=1, window=2, deadline_s=30.0)
     try:
-        with pytest.raises(RuntimeError, match=r"3 loader worker processes in a row exited while starting"):
+        with pytest.raises(WorkersCannotStart, match=r"3 loader worker processes in a row failed to start \(the "
+                           r"last: it exited with code 1\)"):  # fmt: skip
             list(rf.run((i, i) for i in range(4)))
+        assert rf._pool is None  # closed: a later run starts a fresh pool, not the dead one's leftovers
+    finally:
+        rf.close()
+
+
+class _HangsStarting:
+    """A job whose unpickling never ends in time (an import stuck on a dead mount, a lock)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        time.sleep(600)
+
+    def __call__(self, item: int) -> int:
+        return item
+
+
+def test_process_workers_that_hang_while_starting_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker not up within START_TIMEOUT_S is killed and counts as a failed start. The run waited
+    for it without a bound (a worker that is not up has no sample, so no deadline ran)."""
+    monkeypatch.setattr(loader, "START_TIMEOUT_S", 1.0)
+    rf = ReadyFirst(_HangsStarting(), pool="process", workers=1, window=2, deadline_s=30.0)
+    try:
+        with pytest.raises(
+            WorkersCannotStart, match=r"in a row failed to start \(the last: it was not up after 1 s"
+        ):
+            list(rf.run((i, i) for i in range(2)))
     finally:
         rf.close()
 
