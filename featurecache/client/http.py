@@ -284,10 +284,8 @@ class LookupClient(FeatureReader):
             first = not self._answered
             timeout = self._first_timeout() if first else httpx.USE_CLIENT_DEFAULT
             try:
-                response = self._client().request(method, path, timeout=timeout, **kwargs)
+                response = self._send(method, path, timeout, retry_cut, **kwargs)
             except httpx.TransportError as exc:  # connect/read/write errors, timeouts, protocol errors
-                if not retry_cut and self._answered and isinstance(exc, httpx.RemoteProtocolError):
-                    raise _CutShort(f"{what}: {exc}") from exc
                 if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
                     timeouts += 1
                     last = last or timeouts > TIMEOUT_RETRIES
@@ -323,6 +321,22 @@ class LookupClient(FeatureReader):
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 continue
             raise _client_error(what, status, detail, response)
+
+    def _send(self, method: str, path: str, timeout: Any, retry_cut: bool, **kwargs: Any) -> httpx.Response:
+        """One attempt, body read. ``retry_cut=False``: the status and headers are received first, so
+        that a body cut short after them (:class:`_CutShort`) is told from a connection lost before
+        any answer (a restart, a keep-alive connection the server closed: retried as usual)."""
+        client = self._client()
+        if retry_cut:
+            return client.request(method, path, timeout=timeout, **kwargs)
+        response = client.send(client.build_request(method, path, timeout=timeout, **kwargs), stream=True)
+        try:
+            response.read()
+        except httpx.RemoteProtocolError as exc:
+            raise _CutShort(f"{method} {self.shown_url}{path} → {response.status_code}, then: {exc}") from exc
+        finally:
+            response.close()
+        return response
 
     def _first_timeout(self) -> httpx.Timeout:
         """Timeouts of a call to a service that has never answered: a first connection that takes

@@ -162,3 +162,34 @@ def test_a_damaged_entry_later_in_a_batch_raises_naming_it(tmp_path: Path, sampl
         with pytest.raises(ServiceError, match=rf"entry {bad}: unreadable") as info:
             client.entries_batch([good, bad], arrays=["atoms"])
         assert not isinstance(info.value, ServiceUnavailable)
+
+
+def test_a_batch_lost_before_any_answer_is_retried_not_read_one_by_one() -> None:
+    """A connection closed before any status (a restart, a keep-alive connection the server closed)
+    is retried as the batch within the retry budget, then ServiceUnavailable; it is not a cut-short
+    answer (which reads the entries one by one: 64 GETs for this batch, before the fix)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(50)
+    seen: list[bytes] = []
+
+    def close_each() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            seen.append(conn.recv(65536).split(b"\r\n")[0])
+            conn.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    try:
+        client = LookupClient(f"http://127.0.0.1:{srv.getsockname()[1]}", answered=True, retry_budget_s=1.0)
+        with pytest.raises(ServiceUnavailable, match="entries:batch: RemoteProtocolError"):
+            client._batch([f"e{i}" for i in range(64)], None)  # one batch (no limits asked for first)
+    finally:
+        srv.close()
+    assert seen and all(line.startswith(b"POST /v1/entries:batch") for line in seen), seen
