@@ -2076,8 +2076,13 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
         parts.append(f"loss {first:.3f} -> {last:.3f}")
     if log_path is not None:
         parts.append(f"log {log_path}")
-    checkpoints = doc.get("checkpoints") or []
-    if checkpoints and isinstance(checkpoints[-1], dict):
+    checkpoints = [c for c in doc.get("checkpoints") or [] if isinstance(c, dict)]
+    resumed = doc.get("resumed_from")
+    if isinstance(resumed, str) and isinstance(start, int) and start > 0:
+        listed = checkpoints[-1].get("step") if checkpoints else None
+        if not isinstance(listed, int) or listed < start:  # the earlier log lost the one resumed from
+            checkpoints.append({"step": start, "path": resumed})
+    if checkpoints:
         ck, ck_steps = checkpoints[-1].get("path"), checkpoints[-1].get("step")
         behind = n - ck_steps if isinstance(ck_steps, int) and ck_steps < n else 0
         parts.append(

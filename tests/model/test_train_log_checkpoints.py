@@ -60,9 +60,10 @@ def test_a_resumed_run_names_the_steps_its_earlier_log_lacks_and_counts_the_whol
     assert any("holds no record of steps 2-3" in r.getMessage() for r in caplog.records), caplog.text
     assert [r["step"] for r in final["steps"]] == [0, 1, 4, 5]
     line = describe_run(final, log)
-    # it said "trained 4 steps" (the records) and named ck_2.pt as if it held the run's steps
+    # it said "trained 4 steps" (the records) and named ck_2.pt as if it held the run's steps; the
+    # newest checkpoint is the one it resumed from, which the earlier log had not recorded
     assert line.startswith("trained 6 steps (2 in this run, resumed at step 4);"), line
-    assert f"checkpoint {tmp_path / 'ck_2.pt'} (of 2 steps: the 4 after them are in none)" in line, line
+    assert f"checkpoint {resume} (of 4 steps: the 2 after them are in none)" in line, line
 
 
 def test_describe_run_of_a_run_that_checkpointed_its_last_step() -> None:
