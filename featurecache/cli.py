@@ -423,6 +423,9 @@ def _print_repair_hint(store: Path, report: Any) -> None:
     ok = [d for d in report.damaged if d.source_gone is False]
     gone = [d for d in report.damaged if d.source_gone is not False]
     comp = getattr(report, "damaged_component_parts", {})
+    # entries of a part that is gone whose files are gone too: any repair rewrites the index from the
+    # parts, which would drop them, so --repair changes nothing without --drop-gone
+    lost = sorted({d.part for d in gone if d.part_gone})
     if ok or report.bad_index_parts or comp:
         what = []
         if ok:
@@ -434,12 +437,14 @@ def _print_repair_hint(store: Path, report: Any) -> None:
             what.append(f"moves component part(s) {', '.join(comp)} (arrays unreadable) to {store}/damaged-parts/, "
                         "and the build's chem stage recomputes their components")  # fmt: skip
         note = rebuild_note(store, ok, report.bad_index_parts)
-        typer.echo(f"to repair: `featurecache verify {q} --repair` {' and '.join(what)}; then "
+        repair = (
+            "--repair --drop-gone` (without --drop-gone it changes nothing: below) " if lost else "--repair` "
+        )
+        typer.echo(f"to repair: `featurecache verify {q} {repair}{' and '.join(what)}; then "
                    f"`{rebuild_command(store, ok, report.bad_index_parts)}` rebuilds them from their source files"
                    f"{f' ({note})' if note else ''} and `featurecache prune {q}` deletes the parts left unused",
                    err=True)  # fmt: skip
     if gone:
-        lost = sorted({d.part for d in gone if d.part_gone})
         blocked = (f"; while the index lists them, `--repair` without --drop-gone changes nothing (their part(s) "
                    f"{', '.join(lost)} are missing, and a repair rewrites the index from the parts, which would "
                    "drop them)" if lost and (ok or report.bad_index_parts or comp) else "")  # fmt: skip

@@ -248,8 +248,8 @@ def every_scanned_part_name(root: Path) -> set[str]:
 
 
 def write_rescan_part(root: Path) -> str:
-    """A component part holding only a :data:`RESCAN_ALL` scan row, numbered after the highest
-    present: the next build's chem stage scans every structure part again (components already
+    """A component part holding only a :data:`RESCAN_ALL` scan row, numbered by
+    :func:`~featurecache.build.discover.next_part_number`: the next build's chem stage scans every structure part again (components already
     stored are not recomputed). Returns its name."""
     from featurecache.build.discover import next_part_number
     from featurecache.store.layout import part_name

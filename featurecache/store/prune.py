@@ -21,8 +21,9 @@ the parts, which would drop its entries, MSAs and other rows with no word, also 
 are still there. ``verify --repair`` says what becomes of them, and a build rebuilds them.
 
 The highest-numbered part of each kind (``s-``, ``m-``, ``c-``) is always kept: a build numbers
-its new parts after the highest one present, and a reused name would pass for a part that the
-chem stage already scanned (``chem_scans``), or that the index already took in.
+its new parts after the highest one present or recorded
+(:func:`~featurecache.build.discover.next_part_number`), and a reused name would pass for a part
+that the chem stage already scanned (``chem_scans``), or that the index already took in.
 
 ``--sources-gone PDB_DIR [--msa-dir DIR]`` (opt-in) first removes from the index the stored entries
 and MSAs whose source files are gone, those a build from the same directories reports as "sources
@@ -629,7 +630,7 @@ def _removal_parts(
     root: Path, entries: list[dict[str, str]], msas: list[dict[str, str]]
 ) -> tuple[dict[str, pa.Table], list[str]]:
     """The :data:`REMOVED` rows of the parts that record these removals (an ``s-`` part for the
-    entries, an ``m-`` part for the MSAs, numbered after the highest present) and their names."""
+    entries, an ``m-`` part for the MSAs, numbered by :func:`next_part_number`) and their names."""
     from featurecache.build.discover import next_part_number
 
     rows: list[dict[str, str]] = []
