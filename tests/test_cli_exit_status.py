@@ -138,3 +138,22 @@ def test_serve_still_exits_3_for_a_token_variable(sample_store: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 3, (run.returncode, run.stderr[-2000:])
     assert "FEATURECACHE_AUTH_TOKEN" in run.stderr, run.stderr[-2000:]
+
+
+def test_an_interrupted_build_exits_even_when_an_exit_handler_hangs() -> None:
+    """After an interrupted build's last line, a process whose exit waits on a non-daemon thread
+    (here one that never ends) exits within EXIT_GRACE_S with the build's status, naming the thread.
+    A full test run once saw such a build still alive 120 s after its line."""
+    import textwrap
+
+    code = textwrap.dedent("""
+        import threading
+        from featurecache.cli import _exit_within
+        threading.Thread(target=threading.Event().wait, name="stuck-joiner").start()  # never ends
+        _exit_within(0.5, 130)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "still running 0.5 s after the last line (non-daemon threads: ['stuck-joiner']" in r.stderr, (
+        r.stderr
+    )
