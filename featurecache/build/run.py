@@ -660,7 +660,6 @@ def _run_build(
             for note in extension_notes(out, stored, pdb_dir):  # entries of another featurizer kept
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
-            summary.n_replaced, summary.n_rebuilt, _ = _count_replaced(pending, stored, set())
             summary.input_bytes = sum(i.size for i in inputs)
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
@@ -677,6 +676,7 @@ def _run_build(
                         client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
                         finished,
                     )  # fmt: skip
+                    # (counted once the inputs are built: one that failed replaced nothing)
                     failed = {f["path"] for f in summary.failures}
                     summary.n_replaced, summary.n_rebuilt, summary.n_kept = _count_replaced(
                         pending, stored, failed

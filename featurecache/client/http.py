@@ -990,9 +990,8 @@ class LookupClient(FeatureReader):
 
     def _batch(self, ids: list[str], arrays: Sequence[str] | None) -> list[Entry]:
         body: dict[str, Any] = {"ids": ids, "arrays": list(arrays) if arrays is not None else None}
-        path = "/v1/entries:batch"
         try:
-            records = self._decoded(self.request("POST", path, json=body, retry_cut=False), "POST", path)
+            records = self._arrow("POST", "/v1/entries:batch", json=body, retry_cut=False)
         except _CutShort as exc:
             # The service streams a batch: it reads the first entry before its status goes out (one
             # it cannot read is a 500 naming it), the others as it sends them, and cuts the answer

@@ -1507,6 +1507,14 @@ def run_training(
         carried, carried_checkpoints = _earlier_log(
             log_file, first_step, same, data_settings if client else None
         )
+    if (
+        resume is not None
+        and first_step > 0
+        and not any(c["step"] >= first_step for c in carried_checkpoints)
+    ):
+        # the checkpoint this run starts from is one of the run's (an earlier log killed before it
+        # recorded it, or none: the log's last line names it, not an older one)
+        carried_checkpoints.append({"step": first_step, "path": str(resume)})
     ranks = _Ranks(dev)  # after the checks: a refused run starts no process group
     dev = ranks.device(dev)
     stop = _StopSignals()
@@ -2077,11 +2085,6 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     if log_path is not None:
         parts.append(f"log {log_path}")
     checkpoints = [c for c in doc.get("checkpoints") or [] if isinstance(c, dict)]
-    resumed = doc.get("resumed_from")
-    if isinstance(resumed, str) and isinstance(start, int) and start > 0:
-        listed = checkpoints[-1].get("step") if checkpoints else None
-        if not isinstance(listed, int) or listed < start:  # the earlier log lost the one resumed from
-            checkpoints.append({"step": start, "path": resumed})
     if checkpoints:
         ck, ck_steps = checkpoints[-1].get("path"), checkpoints[-1].get("step")
         behind = n - ck_steps if isinstance(ck_steps, int) and ck_steps < n else 0

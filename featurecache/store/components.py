@@ -19,7 +19,7 @@ later (its CCD definition changed) has rows in two parts; the later part wins
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,29 +228,30 @@ def scanned_structure_parts(root: Path) -> set[str]:
     moving a component part aside) forgets the scans of every part before it, so the next chem
     stage scans every structure part again and recomputes the components that are missing."""
     out: set[str] = set()
-    for p in _component_parts(Path(root)):
-        scanned = _part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist()
+    for scanned in _scans_by_part(root):
         if RESCAN_ALL in scanned:
             out.clear()
         out.update(s for s in scanned if s != RESCAN_ALL)
     return out
 
 
+def _scans_by_part(root: Path) -> Iterator[list[str]]:
+    """Each complete component part's ``chem_scans`` structure part names, in part order."""
+    for p in _component_parts(Path(root)):
+        yield _part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist()
+
+
 def every_scanned_part_name(root: Path) -> set[str]:
     """Every structure part name a chem stage has recorded as scanned, also those a ``RESCAN_ALL``
     row made it forget and those no longer on disk (what :func:`scanned_structure_parts` knows by
     name: a new part must never take one of these names)."""
-    out: set[str] = set()
-    for p in _component_parts(Path(root)):
-        out.update(_part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist())
-    out.discard(RESCAN_ALL)
-    return out
+    return {s for scanned in _scans_by_part(root) for s in scanned if s != RESCAN_ALL}
 
 
 def write_rescan_part(root: Path) -> str:
     """A component part holding only a :data:`RESCAN_ALL` scan row, numbered by
-    :func:`~featurecache.build.discover.next_part_number`: the next build's chem stage scans every structure part again (components already
-    stored are not recomputed). Returns its name."""
+    :func:`~featurecache.build.discover.next_part_number`: the next build's chem stage scans every
+    structure part again (components already stored are not recomputed). Returns its name."""
     from featurecache.build.discover import next_part_number
     from featurecache.store.layout import part_name
 

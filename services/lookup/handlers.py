@@ -107,7 +107,8 @@ class StoreRoute(APIRoute):
 
 def guard_stream(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:
     """The rest of a streamed answer whose status is already sent: a store failing now cuts the
-    connection (the client sees an incomplete body and retries); the holder looks again first."""
+    connection (the client sees an incomplete body: ``LookupClient`` then reads a batch's entries one
+    by one, and a damaged one answers 500 naming it); the holder looks again first."""
     try:
         yield from pieces
     except Exception:

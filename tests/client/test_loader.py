@@ -169,27 +169,25 @@ def test_a_waiting_task_is_not_charged_deadline_time() -> None:
     assert all(o.elapsed_s < 1.8 for o in outs)
 
 
-class _SlowToStart:
-    """A job whose unpickling takes 3 s: in a spawned worker, its start-up (as heavy imports are)."""
+class _StartUp:
+    """An identity job whose unpickling, in a spawned worker (its start-up), does ``how``: "slow"
+    sleeps 3 s (as heavy imports do), "fails" raises (a module it needs is missing there), "hangs"
+    does not end in time (an import stuck on a dead mount, a lock)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
 
     def __getstate__(self) -> dict[str, Any]:
-        return {}
+        return {"how": self.how}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        time.sleep(3.0)
-
-    def __call__(self, item: int) -> int:
-        return item
-
-
-class _FailsToStart:
-    """A job that cannot be unpickled in a worker (a module it needs is missing there)."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        raise ImportError("No module named 'only_in_the_parent'")
+        self.how = state["how"]
+        if self.how == "slow":
+            time.sleep(3.0)
+        elif self.how == "fails":
+            raise ImportError("No module named 'only_in_the_parent'")
+        elif self.how == "hangs":
+            time.sleep(600)
 
     def __call__(self, item: int) -> int:
         return item
@@ -199,7 +197,7 @@ def test_a_process_workers_start_up_is_not_charged_to_its_items_deadline() -> No
     # Each worker takes 3 s to come up and each item runs in microseconds, under a 1.5 s deadline:
     # none is abandoned if the clock starts when a worker starts the item. Started at hand-over, it
     # abandoned every item, killing each worker before it was up and starting another (as cold).
-    rf = ReadyFirst(_SlowToStart(), pool="process", workers=2, window=4, deadline_s=1.5)
+    rf = ReadyFirst(_StartUp("slow"), pool="process", workers=2, window=4, deadline_s=1.5)
     try:
         outs = list(rf.run((i, i) for i in range(6)))
     finally:
@@ -211,7 +209,7 @@ def test_a_process_workers_start_up_is_not_charged_to_its_items_deadline() -> No
 
 
 def test_process_workers_that_cannot_start_stop_the_run_with_an_error() -> None:
-    rf = ReadyFirst(_FailsToStart(), pool="process", workers=1, window=2, deadline_s=30.0)
+    rf = ReadyFirst(_StartUp("fails"), pool="process", workers=1, window=2, deadline_s=30.0)
     try:
         with pytest.raises(WorkersCannotStart, match=r"3 loader worker processes in a row failed to start \(the "
                            r"last: it exited with code 1\)"):  # fmt: skip
@@ -221,24 +219,11 @@ def test_process_workers_that_cannot_start_stop_the_run_with_an_error() -> None:
         rf.close()
 
 
-class _HangsStarting:
-    """A job whose unpickling never ends in time (an import stuck on a dead mount, a lock)."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        time.sleep(600)
-
-    def __call__(self, item: int) -> int:
-        return item
-
-
 def test_process_workers_that_hang_while_starting_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker not up within START_TIMEOUT_S is killed and counts as a failed start. The run waited
     for it without a bound (a worker that is not up has no sample, so no deadline ran)."""
     monkeypatch.setattr(loader, "START_TIMEOUT_S", 1.0)
-    rf = ReadyFirst(_HangsStarting(), pool="process", workers=1, window=2, deadline_s=30.0)
+    rf = ReadyFirst(_StartUp("hangs"), pool="process", workers=1, window=2, deadline_s=30.0)
     try:
         with pytest.raises(
             WorkersCannotStart, match=r"in a row failed to start \(the last: it was not up after 1 s"

@@ -16,7 +16,7 @@ from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute, guard_stream
 from services.lookup.listing import list_entries, make_query
 from services.lookup.middleware import is_head
-from services.lookup.params import check_limit, check_name, parse_arrays
+from services.lookup.params import MAX_INDEX, check_limit, check_name, parse_arrays
 from services.lookup.payloads import (
     entries_stream,
     entry_bytes,
@@ -136,9 +136,7 @@ def batch(
     )  # fmt: skip
 
 
-#: ranges' bound in a request body (JSON numbers past int64 would overflow numpy; no group is this long)
-_MAX_ROW = 2**62
-RowNumber = Annotated[int, Field(ge=0, le=_MAX_ROW, strict=True)]
+RowNumber = Annotated[int, Field(ge=0, le=MAX_INDEX, strict=True)]  # (no group is this long)
 
 
 class RowsRequest(BaseModel):

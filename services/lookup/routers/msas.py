@@ -13,7 +13,7 @@ from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
 from services.lookup.handlers import StoreRoute
-from services.lookup.params import check_name, parse_index_spec
+from services.lookup.params import MAX_INDEX, check_name, parse_index_spec
 from services.lookup.payloads import msa_bytes, msa_slice
 
 router = APIRouter(prefix="/v1", tags=["msas"], route_class=StoreRoute)
@@ -44,23 +44,28 @@ def msa(
 ) -> Response:
     check_name(key, "MSA key")
     block = msa_slice(
-        reader, settings, key,
-        parse_index_spec(rows, "rows", settings.max_msa_rows, "max_msa_rows"),
-        parse_index_spec(cols, "cols", settings.max_msa_cols, "max_msa_cols"),
-    )  # fmt: skip
+        reader, settings, key, _selection(rows, "rows", settings), _selection(cols, "cols", settings)
+    )
     metrics.MSA_CELLS.inc(block.residues.size)
     return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
+
+
+def _selection(sel: list[int] | str | None, axis: str, settings: Any) -> slice | list[int] | None:
+    """A spec string parsed, refused past ``max_msa_rows`` / ``max_msa_cols`` before its list is built."""
+    if not isinstance(sel, str):
+        return sel
+    limit = f"max_msa_{axis}"
+    return parse_index_spec(sel, axis, getattr(settings, limit), limit)
+
+
+Index = Annotated[int, Field(ge=0, le=MAX_INDEX)]
 
 
 class SliceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rows: list[Annotated[int, Field(ge=0)]] | str | None = Field(
-        None, description="Row indices, or a spec string."
-    )
-    cols: list[Annotated[int, Field(ge=0)]] | str | None = Field(
-        None, description="Column indices, or a spec string."
-    )
+    rows: list[Index] | str | None = Field(None, description="Row indices, or a spec string.")
+    cols: list[Index] | str | None = Field(None, description="Column indices, or a spec string.")
 
 
 @router.post("/msas/{key}:slice", summary="The same slice, selection in a JSON body (long index lists)",
@@ -72,16 +77,7 @@ def msa_post(
     request: SliceRequest,
 ) -> Response:
     check_name(key, "MSA key")
-    rows = (
-        parse_index_spec(request.rows, "rows", settings.max_msa_rows, "max_msa_rows")
-        if isinstance(request.rows, str)
-        else request.rows
-    )
-    cols = (
-        parse_index_spec(request.cols, "cols", settings.max_msa_cols, "max_msa_cols")
-        if isinstance(request.cols, str)
-        else request.cols
-    )
+    rows, cols = _selection(request.rows, "rows", settings), _selection(request.cols, "cols", settings)
     block = msa_slice(reader, settings, key, rows, cols)
     metrics.MSA_CELLS.inc(block.residues.size)
     return Response(msa_bytes(block), media_type=arrow_io.MEDIA_TYPE)
