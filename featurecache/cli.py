@@ -212,7 +212,8 @@ def build(
     Re-running over the same inputs recomputes nothing; new files are added; a killed build resumes where it \
 stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
 
-    Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one); \
+    Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one), \
+or stored entries were lost with a part deleted by hand (no input gives them; recorded as removed); \
 2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
 unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-C and 143 SIGTERM (finished \
 parts kept).
@@ -243,7 +244,8 @@ parts kept).
     from featurecache.build.summary import render_summary
 
     render_summary(summary)
-    raise typer.Exit(EXIT_INPUT_FAILURES if summary.n_failed or summary.n_failed_earlier else EXIT_OK)
+    failed_or_lost = summary.n_failed or summary.n_failed_earlier or summary.entries_lost
+    raise typer.Exit(EXIT_INPUT_FAILURES if failed_or_lost else EXIT_OK)
 
 
 #: seconds an interrupted build's process may take to exit after its last line
@@ -366,7 +368,9 @@ def verify(
             "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt. An entry or MSA whose part "
             "is gone (deleted) is damaged too (its source directory: the one `info` shows the latest build read). "
             "Nothing whose source files are gone is taken out (it could not be rebuilt) unless --drop-gone; while "
-            "such a one of a deleted part is kept, the repair changes nothing (rewriting the index would drop it).",
+            "such a one of a deleted part is kept, the repair changes nothing (rewriting the index would drop it). "
+            "The other rows of deleted parts a repair's rewrite drops (failures, components: recomputed by the next "
+            "build) are named; the store is then verified again and what is left is printed.",
         ),
     ] = False,
     drop_gone: Annotated[
@@ -392,7 +396,8 @@ def verify(
 index file is missing or unreadable, a build or prune is writing the store, or (--repair) the store cannot \
 be written; 4 a mismatch (an entry's or MSA's content hash, naming its part and arrays; a missing or \
 unreadable part, shard or part index; an index behind its parts; chain rows or MSA keys that do not match \
-the index); with --repair: damage left because its source files are gone.
+the index); with --repair: damage left because its source files are gone, or problems it could not fix (its \
+MISMATCH lines, printed also after a repair that wrote).
     """
     _setup_logging(verbose)
     from featurecache.errors import StoreError
@@ -421,7 +426,9 @@ the index); with --repair: damage left because its source files are gone.
         _warn_unfinished(store, "verify checked only part of the store, its counts are partial")
     if repair:
         _print_repair(store, result)
-        left = result.kept or result.kept_parts or (result.report.problems and not result.written)
+        left = (
+            result.kept or result.kept_parts or result.left or (result.report.problems and not result.written)
+        )
         raise typer.Exit(EXIT_VERIFY_MISMATCH if left else EXIT_OK)
     for p in report.problems:  # the result: on stdout (`verify S > report.txt` keeps it)
         typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
@@ -467,9 +474,14 @@ def _print_repair_hint(store: Path, report: Any) -> None:
         if report.bad_index_parts:
             what.append(f"moves part(s) {', '.join(report.bad_index_parts)} (own index unreadable) to "
                         f"{store}/damaged-parts/")  # fmt: skip
-        if comp:
-            what.append(f"moves component part(s) {', '.join(comp)} (arrays unreadable) to {store}/damaged-parts/, "
-                        "and the build's chem stage recomputes their components")  # fmt: skip
+        gone_comp = [n for n in comp if not (store / "parts" / n).is_dir()]
+        if set(comp) - set(gone_comp):
+            what.append(f"moves component part(s) {', '.join(n for n in comp if n not in gone_comp)} (arrays "
+                        f"unreadable) to {store}/damaged-parts/, and the build's chem stage recomputes their "
+                        "components")  # fmt: skip
+        if gone_comp:
+            what.append(f"drops the rows of the missing component part(s) {', '.join(gone_comp)}, and the build's "
+                        "chem stage recomputes their components")  # fmt: skip
         note = rebuild_note(store, ok, report.bad_index_parts)
         repair = (
             "--repair --drop-gone` (without --drop-gone it changes nothing: below) " if lost else "--repair` "
@@ -506,6 +518,8 @@ def _print_repair(store: Path, result: Any) -> None:
         typer.echo(
             f"removed again: {', '.join(result.removed_again)} (a moved part had recorded their removal)"
         )
+    for line in _dropped_lines(result):
+        typer.echo(line)
     for d in result.kept:
         where = f"{d.source_dir}/{d.source_path}" if d.source_dir else d.source_path
         missing = f"part {d.part} is missing and " if d.part_gone else ""
@@ -513,6 +527,11 @@ def _print_repair(store: Path, result: Any) -> None:
                     "rebuilt; --drop-gone removes it", fg=typer.colors.RED)  # fmt: skip
     for name, why in result.kept_parts:
         typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
+    # verified again after the write: what the repair could not fix, as plain verify prints it
+    for p in result.left:
+        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
+    for p in result.pending:
+        typer.echo(f"until the build below: {p}")
     if result.blocked:
         would = (
             [f"take the damaged {_names(result.would_remove)} out of the index"]
@@ -520,15 +539,55 @@ def _print_repair(store: Path, result: Any) -> None:
             else []
         )
         would += [f"move part(s) {', '.join(result.would_move)} aside"] if result.would_move else []
+        would += (
+            [f"drop the rows of the missing component part(s) {', '.join(result.would_drop)}"]
+            if result.would_drop
+            else []
+        )
         typer.echo(f"{result.blocked} (without them, --repair would {' and '.join(would)})")
-    elif result.removed or result.moved_parts:
+    elif result.removed or result.moved_parts or result.dropped_component_parts:
         note = rebuild_note(store, result.removed, result.moved_parts)
+        n = len(result.left)
+        unfixed = (f"; --repair could not fix the {n} MISMATCH line{'s' if n != 1 else ''} above" if n
+                   else "")  # fmt: skip
         typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them"
-                   f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`")  # fmt: skip
+                   f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`{unfixed}")  # fmt: skip
     elif not result.kept and not result.kept_parts:
         n = len(result.report.problems)
         typer.echo("ok: nothing to repair" if not n else
                    f"nothing --repair can fix: the {n} MISMATCH line{'s' if n != 1 else ''} above")  # fmt: skip
+
+
+#: a row of an index table, in words
+_DROPPED_ROW = {"failures": "failure", "components": "component", "withdrawn": "withdrawn failure",
+                "removed": "removal"}  # fmt: skip
+#: what becomes of the rows of a part that is gone, by index table, once a repair dropped them
+_DROPPED_NEXT = {
+    "failures": "the next build tries each file again",
+    "withdrawn": "the next build from their directory withdraws their paths' earlier failures again",
+    "removed": "what they removed is listed again where its part is still there: `featurecache prune "
+    "--sources-gone` removes it again",
+}
+
+
+def _dropped_lines(result: Any) -> list[str]:
+    """A line per part that is gone and index table whose rows ``verify --repair``'s rewrite of the
+    index dropped (the damaged entries and MSAs aside: ``removed from the index`` names them)."""
+    lines = []
+    for table, parts in result.dropped.items():
+        for part, ids in parts.items():
+            shown = ", ".join(i for i in ids[:10] if i) + (
+                f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            )
+            label = _DROPPED_ROW.get(table, f"{table} row")
+            rows = f"{len(ids)} {label}{'s' if len(ids) != 1 else ''}" + (f" ({shown})" if shown else "")
+            if table == "components":
+                then = (f"the next build's chem stage recomputes those its entries use (part {result.rescan} has it "
+                        "scan every structure part again)")  # fmt: skip
+            else:
+                then = _DROPPED_NEXT.get(table, "lost from the index")
+            lines.append(f"dropped from the index with part {part}, which is missing: {rows}; {then}")
+    return lines
 
 
 @app.command()

@@ -123,6 +123,9 @@ class BuildSummary:
     n_msas_gone: int = 0
     #: the chains of each of those MSAs ("1psm/A", or "7a4d/A, 7a4d/B" for one sequence of two chains)
     msas_gone: list[str] = field(default_factory=list)
+    #: entries the index listed whose part is gone (deleted) and that no input gives, by that part:
+    #: the rebuild of the index drops them, so the build records them as removed (:func:`_record_lost`)
+    entries_lost: dict[str, list[str]] = field(default_factory=dict)
 
 
 def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
@@ -640,12 +643,18 @@ def _run_build(
             )  # fmt: skip
             with store_writes(out / "parts"):
                 remove_leftovers(out)
+            # the entries the index lists of parts deleted by hand: the rebuild below drops them
+            listed = _listed_of_gone_parts(out)
             # from the parts: repairs an index left stale or damaged by a killed build
             start_index = rebuild_index(out, finished=finished)
             stored = start_index["entries"]
             existing = existing_entry_ids(stored)
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
             inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir)
+            summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
+            if summary.entries_lost:  # the index with their removal
+                start_index = rebuild_index(out, finished=finished)
+                stored = start_index["entries"]
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
             just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
             done = done_keys(out, start_index.get(WITHDRAWN)) - {r["key"] for r in just_withdrawn}
@@ -1198,6 +1207,63 @@ def _entries_gone(out: Path, pdb_dir: Path, inputs: list[InputFile], stored: Any
         if dirs[e["part"]] == here:
             gone.append(e["id"])
     return sorted(gone)
+
+
+def _listed_of_gone_parts(out: Path) -> list[dict[str, str]]:
+    """The entries (id, key, source_path, part) that the published index (``index/entries.arrow``)
+    lists in parts that are gone: deleted by hand, as a rebuild of the index from the parts finds.
+    Empty when there is no index, or it does not read (the rebuild repairs it; nothing is known)."""
+    from featurecache.store.index import complete_parts, read_table
+
+    f = out / "index" / "entries.arrow"
+    if not f.is_file():
+        return []
+    try:
+        table = read_table(f, memory_map=False)
+    except FeatureCacheError:
+        return []
+    if not table.num_rows or not {"id", "key", "source_path", "part"} <= set(table.column_names):
+        return []
+    there = {p.name for p in complete_parts(out)}
+    rows = table.select(["id", "key", "source_path", "part"]).to_pylist()
+    return [r for r in rows if r["part"] not in there]
+
+
+def _record_lost(
+    out: Path, pdb_dir: Path, listed: list[dict[str, str]], inputs: list[InputFile], stored: Any
+) -> dict[str, list[str]]:
+    """Of ``listed`` (:func:`_listed_of_gone_parts`), the entries that this build does not rebuild
+    (no input has the entry's id or its source path) and that no other part holds (``stored``, the
+    index rebuilt from the parts): the rebuild of the index dropped them. Each becomes a
+    :data:`REMOVED` row of a new structure part, as ``prune --sources-gone`` and ``verify --repair``
+    record theirs (``info`` counts them; a build that finds the file again stores it again), and a
+    warning per part names them. Returns their ids by part."""
+    from featurecache.store.prune import _removal_parts, write_removals
+
+    known = {i.entry_id for i in inputs} | (
+        set(stored.column("id").to_pylist()) if stored.num_rows else set()
+    )
+    paths = {i.rel for i in inputs}
+    lost = [r for r in listed if r["id"] not in known and r["source_path"] not in paths]
+    if not lost:
+        return {}
+    rows = [{"kind": "entry", "id": r["id"], "key": r["key"], "source_path": r["source_path"],
+             "message": f"its part {r['part']} is missing (deleted) and no file under --pdb-dir {pdb_dir} gives it "
+                        f"(its file was {r['source_path']}), so a build could not store it again: taken out of the "
+                        "index by featurecache build"} for r in lost]  # fmt: skip
+    _extra, names = _removal_parts(out, rows, [])
+    write_removals(out, names, rows, [], "", "")
+    by_part: dict[str, list[str]] = {}
+    for r in lost:
+        by_part.setdefault(r["part"], []).append(r["id"])
+    for part, entry_ids in sorted(by_part.items()):
+        log.warning("part %s is missing (deleted): its entr%s %s %s in no file under --pdb-dir %s, so this build "
+                    "cannot store %s again: taken out of the index, recorded as removed in part %s (`featurecache "
+                    "info` counts the removed entries; a build that finds a file again stores its entry again)", part,
+                    "y" if len(entry_ids) == 1 else "ies", ", ".join(sorted(entry_ids)),
+                    "is" if len(entry_ids) == 1 else "are", pdb_dir, "it" if len(entry_ids) == 1 else "them",
+                    names[0])  # fmt: skip
+    return by_part
 
 
 #: entry ids named in the sources-gone warning, at most

@@ -58,6 +58,11 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     gone = sources_gone_line(s)
     if gone is not None:
         t.add_row("sources gone", f"[yellow]{escape(gone)}[/yellow]")
+    if s.entries_lost:
+        n = sum(len(ids) for ids in s.entries_lost.values())
+        parts = ", ".join(sorted(s.entries_lost))
+        t.add_row("lost with deleted parts", f"[red]{n}[/red] (of part(s) {parts}, which are missing; no input gives "
+                  "them: recorded as removed, see the warning)")  # fmt: skip
     t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
     t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
     if s.stage_seconds:

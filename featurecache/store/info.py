@@ -166,7 +166,8 @@ def recorded_build_inputs(attributes: dict[str, Any]) -> dict[str, Any]:
 
 def removed_counts(store: LocalStore) -> dict[str, int]:
     """The removals in effect (``index/removed.arrow``: entries and MSAs that ``prune --sources-gone``
-    or ``verify --repair`` took out of the index, not built again since), by kind."""
+    or ``verify --repair`` took out of the index, or a build whose index listed them in a part deleted
+    by hand; not built again since), by kind."""
     from featurecache.store.index import REMOVED
 
     table = store.table(REMOVED)  # none: an empty table
@@ -367,8 +368,8 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     removed = info["removed"]
     if removed["entries"] or removed["msas"]:
         t.add_row("removed", f"{_plural(removed['entries'], 'entry', 'entries')}, "
-                             f"{_plural(removed['msas'], 'MSA', 'MSAs')} (prune --sources-gone, verify --repair; "
-                             "a build of their files stores them again)")  # fmt: skip
+                             f"{_plural(removed['msas'], 'MSA', 'MSAs')} (prune --sources-gone, verify --repair, a "
+                             "build that found their part deleted; a build of their files stores them again)")  # fmt: skip
     else:
         t.add_row("removed", "none")
     for label, value in _build_input_rows(info["build_inputs"]):

@@ -236,7 +236,8 @@ def prune_store(
 
 def _listed_of_missing_parts(root: Path) -> dict[str, dict[str, list[str]]]:
     """The rows the index lists (``STORE/index/*.arrow``) of parts that are gone altogether: part →
-    table → the rows' ids (an entry's id, an MSA's key, ...; "" for a table without one)."""
+    table → the rows' ids (an entry's id, a failure's path, an MSA's or a component's key, ...; ""
+    for a table without one)."""
     root = Path(root)
     there = {p.name for p in complete_parts(root)}
     out: dict[str, dict[str, list[str]]] = {}
@@ -247,7 +248,7 @@ def _listed_of_missing_parts(root: Path) -> dict[str, dict[str, list[str]]]:
         parts = table.column("part").to_pylist()
         if set(parts) <= there:
             continue
-        col = next((c for c in ("id", "key", "entry_id") if c in table.column_names), None)
+        col = next((c for c in ("id", "path", "key", "entry_id") if c in table.column_names), None)
         ids = table.column(col).to_pylist() if col is not None else [""] * len(parts)
         for part, i in zip(parts, ids, strict=True):
             if part and part not in there:

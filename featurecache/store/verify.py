@@ -99,7 +99,8 @@ class VerifyReport:
     #: parts whose own index (``_index/*.arrow``) is unreadable: their rows cannot be listed
     bad_index_parts: dict[str, str] = field(default_factory=dict)
     #: component parts whose arrays do not read (``--repair`` moves them aside; the next build's
-    #: chem stage recomputes their components)
+    #: chem stage recomputes their components), or that are gone while the index lists their rows
+    #: (``--repair`` drops the rows; the same)
     damaged_component_parts: dict[str, str] = field(default_factory=dict)
     #: damage in parts that no index row uses any more (not a problem: nothing is served from them;
     #: ``featurecache prune`` deletes them)
@@ -120,17 +121,24 @@ def verify_store(path: Path, progress: bool = False, workers: int | None = None)
     return verify_report(path, progress, workers).problems
 
 
-def verify_report(path: Path, progress: bool = False, workers: int | None = None) -> VerifyReport:
-    """:func:`verify_store`'s problems, and which entries / MSAs / parts they damage."""
+def verify_report(
+    path: Path, progress: bool = False, workers: int | None = None, sound: set[tuple[Any, ...]] | None = None
+) -> VerifyReport:
+    """:func:`verify_store`'s problems, and which entries / MSAs / parts they damage.
+
+    ``sound``: the entries and MSAs (:func:`_identity`) found sound before: not read again; those
+    found sound now are added (``verify --repair`` verifies the store again after it wrote, and an
+    index row it left alone has the arrays it had)."""
     from featurecache.build.progress import progress_stages
 
     with progress_stages(progress) as stage:
-        return _verify(path, stage, workers)
+        return _verify(path, stage, workers, sound)
 
 
 def _verify(
-    path: Path, stage: Callable[[str, int], Callable[[int], None]], workers: int | None
-) -> VerifyReport:
+    path: Path, stage: Callable[[str, int], Callable[[int], None]], workers: int | None,
+    sound: set[tuple[Any, ...]] | None = None,
+) -> VerifyReport:  # fmt: skip
     store = open_store(path)
     report = VerifyReport()
     problems = report.problems
@@ -163,10 +171,17 @@ def _verify(
             report.notes.extend(f"{p} (no entry, MSA or component the store serves is read from part {name}; "
                                 "`featurecache prune` deletes it once no index row uses it)" for p in found)  # fmt: skip
     dirs: dict[str, str] = {}
-    with _Checks(store, parts, workers, entries.num_rows + msas.num_rows) as checks:
+    rows = entries.to_pylist()
+    n_rows = entries.num_rows + msas.num_rows
+    if sound:
+        msa_ids = (
+            msas.select(_MSA_IDENTITY).to_pylist() if set(_MSA_IDENTITY) <= set(msas.column_names) else []
+        )
+        n_rows = sum(_identity("entries", r) not in sound for r in rows)
+        n_rows += sum(_identity("msas", r) not in sound for r in msa_ids)
+    with _Checks(store, parts, workers, n_rows, sound) as checks:
         # 2. every index row points at an existing part and its arrays hash to the recorded content hash
         advance = stage("entries", entries.num_rows)
-        rows = entries.to_pylist()
         for row, found in zip(rows, checks.run("entries", rows), strict=True):
             advance(1)
             if found and found[0].startswith(_NEWER):  # a newer featurecache's part: not damage
@@ -217,6 +232,13 @@ def _verify(
         report.damaged_component_parts.update(
             (n, why) for n, why in _unreadable_component_parts(store.path, parts).items()
             if n not in report.bad_index_parts
+        )  # fmt: skip
+    # a component part that is gone (deleted) while the index lists its rows: any rewrite of the
+    # index drops them, and only a rescan has the next build's chem stage compute them again
+    if "part" in components.column_names:
+        report.damaged_component_parts.update(
+            (n, f"part {n} is missing") for n in sorted(set(components.column("part").to_pylist()) - set(parts))
+            if n and n.startswith(COMPONENT_PART_PREFIX)
         )  # fmt: skip
     log.info("verified %d entries in %d parts: %d problem(s)", entries.num_rows, len(parts), len(problems))
     return report
@@ -303,14 +325,31 @@ def _unreadable_part_index(part: Path) -> str | None:
     return None
 
 
+#: the columns of an MSA index row that :func:`_identity` takes (what ``msa._check_msa`` checks)
+_MSA_IDENTITY = ["key", "part", "content_hash", "depth", "length", "array"]
+
+
+def _identity(kind: str, row: Row) -> tuple[Any, ...]:
+    """What an index row of ``kind`` ("entries", "msas") is checked against: the same tuple, the
+    same arrays (parts never change once written)."""
+    if kind == "entries":
+        return ("entry", row["id"], row["part"], row["content_hash"])
+    return ("msa", *(row.get(c) for c in _MSA_IDENTITY))
+
+
 class _Checks:
     """Runs the per-row checks (``"entries"``: :func:`_check_entry`, ``"msas"``:
     ``msa._check_msa``) here or on a pool of worker processes, yielding each row's problems in
-    row order."""
+    row order. ``sound``: rows (:func:`_identity`) not checked again (no problem); the rows found
+    sound are added."""
 
-    def __init__(self, store: LocalStore, parts: dict[str, Path], workers: int | None, n_rows: int) -> None:
+    def __init__(
+        self, store: LocalStore, parts: dict[str, Path], workers: int | None, n_rows: int,
+        sound: set[tuple[Any, ...]] | None = None,
+    ) -> None:  # fmt: skip
         if workers is None:
             workers = DEFAULT_WORKERS if n_rows >= MIN_ROWS_FOR_WORKERS else 1
+        self._sound = sound
         self._store, self._parts, self._workers = store, parts, max(1, workers)
         self._pool: ProcessPoolExecutor | None = None
         if self._workers > 1 and n_rows:
@@ -330,6 +369,23 @@ class _Checks:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
     def run(self, kind: str, rows: list[Row]) -> Iterator[list[str]]:
+        if self._sound is None:
+            yield from self._run(kind, rows)
+            return
+        sound = self._sound
+        ids = [_identity(kind, r) for r in rows]
+        known = [i in sound for i in ids]  # (decided first: a row found sound below is added)
+        found = self._run(kind, [r for r, k in zip(rows, known, strict=True) if not k])
+        for i, k in zip(ids, known, strict=True):
+            if k:
+                yield []
+                continue
+            problems = next(found)
+            if not problems:
+                sound.add(i)
+            yield problems
+
+    def _run(self, kind: str, rows: list[Row]) -> Iterator[list[str]]:
         if self._pool is None:
             yield from _check_rows(self._store, self._parts, kind, rows)
             return
@@ -626,12 +682,27 @@ class RepairResult:
     written: list[str] = field(default_factory=list)
     #: entries / MSAs a moved part had removed (``prune --sources-gone``), removed again
     removed_again: list[str] = field(default_factory=list)
+    #: the rows of parts that are gone (deleted) which the index listed and the repair's rewrite of
+    #: the index dropped, other than the damaged entries' and MSAs' (``removed``, with theirs):
+    #: index table ("failures", "components", ...) → part → the rows' ids (a path, a key, ...)
+    dropped: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: the component parts among them: a written rescan part has the next build's chem stage
+    #: recompute their components (``rescan``: its name)
+    dropped_component_parts: list[str] = field(default_factory=list)
+    rescan: str = ""
+    #: after a repair that wrote, what verify finds in the store: ``left``, the problems it found
+    #: before too (the repair could not fix them); ``pending``, new ones, the state the repair
+    #: leaves for the build it prints (a rescan part's "not scanned")
+    left: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
     #: why nothing was changed although some damage could be repaired ("": not so): kept ones of a
     #: part that is gone (any rewrite of the index drops them); ``removed`` and ``moved_parts`` are
-    #: then empty, ``would_remove`` and ``would_move`` say what a repair would have done
+    #: then empty, ``would_remove``, ``would_move`` and ``would_drop`` (component parts that are
+    #: gone) say what a repair would have done
     blocked: str = ""
     would_remove: list[Damaged] = field(default_factory=list)
     would_move: list[str] = field(default_factory=list)
+    would_drop: list[str] = field(default_factory=list)
 
 
 def repair_store(
@@ -649,14 +720,19 @@ def repair_store(
     its files are under the directory the store's latest build recorded (its part's record is gone
     with it); kept otherwise. The index is rewritten from the parts, which drops the rows of a part
     that is gone, so while such a one is kept the repair changes nothing (``blocked`` says why):
-    it never takes out silently what it says it keeps. Raises StoreError (nothing changed) when the
-    store cannot be written."""
-    from featurecache.store.prune import _removal_parts, write_removals
+    it never takes out silently what it says it keeps. The other rows of parts that are gone
+    (failures, components, ...) go with any write too: ``dropped`` names them, and a component
+    part that is gone is repaired as a damaged one is (the next build's chem stage recomputes its
+    components). After a write the store is verified again (``left``, ``pending``; the entries and
+    MSAs found sound are not read again). Raises StoreError (nothing changed) when the store cannot
+    be written."""
+    from featurecache.store.prune import _listed_of_missing_parts, _removal_parts, write_removals
     from featurecache.store.root import BuildLock
 
     root = Path(path)
     with BuildLock(root, "verify --repair"):
-        report = verify_report(root, progress, workers)
+        sound: set[tuple[Any, ...]] = set()
+        report = verify_report(root, progress, workers, sound)
         result = RepairResult(report)
         for d in report.damaged:
             (result.removed if d.source_gone is False or drop_gone else result.kept).append(d)
@@ -668,18 +744,25 @@ def repair_store(
                 result.kept_parts.append((name, f"{why}; the source files of {', '.join(gone)} are gone"))
                 continue
             to_move.append(name)
-        # a component part whose arrays do not read: moved aside too (its components are recomputed)
-        to_move += [n for n in report.damaged_component_parts if n not in to_move]
+        # a component part whose arrays do not read: moved aside too (its components are recomputed);
+        # one that is gone: its rows dropped, as the move drops a moved one's
+        gone_components = [n for n in report.damaged_component_parts if not (root / "parts" / n).is_dir()]
+        to_move += [
+            n for n in report.damaged_component_parts if n not in to_move and n not in gone_components
+        ]
         lost = [d for d in result.kept if d.part_gone]
-        if lost and (result.removed or to_move):
+        if lost and (result.removed or to_move or gone_components):
             # any write rebuilds the index from the parts: the kept rows of a gone part would go too
             result.blocked = _blocked(root, lost)
             result.would_remove, result.removed = result.removed, []
             result.would_move, to_move = to_move, []
+            result.would_drop, gone_components = gone_components, []
+        # the rows of parts that are gone: any write below drops them (said after it)
+        missing = _listed_of_missing_parts(root) if not result.blocked else {}
         # what the index lists before any part moves (a moved part may have held removals)
         listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
                   else set()) if store is not None else (set(), set())  # fmt: skip
-        if to_move:
+        if to_move or gone_components:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import drop_saved_index, restore_index, save_index
 
@@ -689,7 +772,7 @@ def repair_store(
                 for name in to_move:
                     result.moved_parts[name] = _move_part(root, name)
                 result.written += _stand_ins(root, result.moved_parts)
-                if any(n.startswith(COMPONENT_PART_PREFIX) for n in result.moved_parts):
+                if gone_components or any(n.startswith(COMPONENT_PART_PREFIX) for n in result.moved_parts):
                     from featurecache.store.components import write_rescan_part
 
                     # the remaining component parts recorded the structure parts the moved one
@@ -697,6 +780,7 @@ def repair_store(
                     # stage scan them all again (only missing components are computed)
                     rescan.append(write_rescan_part(root))
                     result.written += rescan
+                    result.rescan = rescan[0]
                 rebuild_index(root, incremental=False)
             except (OSError, StoreError) as exc:
                 for name, where in result.moved_parts.items():
@@ -725,7 +809,28 @@ def repair_store(
             write_removals(root, names, entries, msas, _common_dir(result.removed, "entry"),
                            _common_dir(result.removed, "msa"))  # fmt: skip
             result.written += names
+        if result.written:
+            result.dropped_component_parts = gone_components
+            result.dropped = {t: rows for t, rows in _by_table(missing).items() if t not in _WITH_THEIR_ROWS}
+            after = verify_report(root, progress, workers, sound)
+            before = set(report.problems)
+            result.left = [p for p in after.problems if p in before]
+            result.pending = [p for p in after.problems if p not in before]
     return result
+
+
+#: index tables whose rows go with an entry's, an MSA's or a component's (named as those are), or
+#: are a run record: not named among a repair's ``dropped`` rows
+_WITH_THEIR_ROWS = {"entries", "msas", "chains", "interfaces", "warnings", "timings", "component_timings"}
+
+
+def _by_table(missing: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+    """``prune._listed_of_missing_parts``' part → table → ids, as table → part → ids."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for part, tables in sorted(missing.items()):
+        for table, ids in sorted(tables.items()):
+            out.setdefault(table, {})[part] = ids
+    return out
 
 
 def _blocked(root: Path, lost: list[Damaged]) -> str:

@@ -11,6 +11,11 @@ Review findings, each failing before:
 - D4: the MSAs of a deleted MSA part were "kept: source files gone" (its ``part.json``, the record
   of the ``--msa-dir``, went with it), and the printed build had no ``--msa-dir``.
 - D7: a repair with nothing to fix printed three problems in one line, no ``MISMATCH`` line.
+- A plain build after a part was deleted dropped from the index, with no word and exit 0, the
+  entries of that part whose files are gone too (it rebuilds the index from the parts).
+- A repair that wrote dropped a deleted part's component and failure rows with no word (the
+  components never came back: the next build's chem stage had scanned every part already), and
+  printed none of the problems it could not fix (exit 0).
 
 Real builds (1 worker, one input per structure part) of the sample 102m, 1psm and 2q2k, the last two
 with their OpenFold MSAs; real CLI runs."""
@@ -36,7 +41,7 @@ IDS = ["102m", "1psm", "2q2k"]
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    extra = ["--no-progress"] if args[0] == "verify" else []
+    extra = ["--no-progress"] if args[0] in ("verify", "build") else []
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args), *extra], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
 
@@ -184,3 +189,78 @@ def test_repair_with_nothing_it_can_fix_prints_every_mismatch(built: tuple[Path,
     # before: one line "nothing --repair can fix: a; b; c", no MISMATCH line
     assert [ln for ln in r.stdout.splitlines() if ln.startswith("MISMATCH")] == mismatches, r.stdout
     assert f"nothing --repair can fix: the {len(mismatches)} MISMATCH lines above" in r.stdout
+
+
+def test_a_build_records_the_entries_of_a_deleted_part_whose_files_are_gone(
+    built: tuple[Path, Path, Path],
+) -> None:
+    store, pdb, msa = built
+    shutil.rmtree(store / "parts" / "s-000000")  # 102m's part; its file goes too
+    shutil.rmtree(store / "parts" / "s-000001")  # 1psm's part; its file is still there
+    shutil.move(pdb / "102m.cif", store.parent / "102m.cif")
+    build = ["build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", store, "--workers", "1", "--part-size", "1",
+             "--no-dashboard"]  # fmt: skip
+    r = _cli(*build)
+    assert r.returncode == 1, r.stdout + r.stderr  # before: 0, and 102m gone from the index with no word
+    warned = " ".join(r.stderr.split())  # (the log lines are wrapped)
+    assert "part s-000000 is missing (deleted): its entry 102m is in no file under --pdb-dir" in warned, (
+        warned
+    )
+    assert "lost with deleted parts" in r.stdout, r.stdout
+    s = featurecache.open_store(store)
+    assert s.ids == ["1psm", "2q2k"]  # 1psm rebuilt from its file
+    (removal,) = s.table("removed").to_pylist()
+    assert (removal["kind"], removal["id"], removal["source_path"]) == ("entry", "102m", "102m.cif")
+    assert "its part s-000000 is missing (deleted)" in removal["message"], removal
+    info = _cli("info", store)
+    assert info.returncode == 0 and re.search(r"removed\s+│ 1 entry, 0 MSAs", info.stdout), info.stdout
+    assert verify_store(store) == []
+    # recorded once: the next build has nothing to say
+    again = build_store(store, pdb, workers=1, msa_dir=msa, part_size=1)
+    assert (again.n_built, again.n_failed, again.entries_lost) == (0, 0, {})
+    # the file back: stored again, the removal superseded
+    shutil.move(store.parent / "102m.cif", pdb / "102m.cif")
+    back = build_store(store, pdb, workers=1, msa_dir=msa, part_size=1)
+    assert (back.n_built, back.n_failed, back.entries_lost) == (1, 0, {})
+    s = featurecache.open_store(store)
+    assert s.ids == IDS and s.table("removed").num_rows == 0
+    assert verify_store(store) == []
+
+
+def test_repair_says_what_it_dropped_with_deleted_parts_and_what_it_could_not_fix(
+    built: tuple[Path, Path, Path],
+) -> None:
+    store, pdb, msa = built
+    (pdb / "bad.cif").write_text("data_bad\n_cell.length_a 1\n")  # a failure row, in a part of its own
+    assert build_store(store, pdb, workers=1, msa_dir=msa, part_size=1).n_failed == 1
+    s = featurecache.open_store(store)
+    (failed,) = s.failures.select(["path", "part"]).to_pylist()
+    components = dict(zip(s.components.column("key").to_pylist(), s.components.column("part").to_pylist(),
+                          strict=True))  # fmt: skip
+    dna = components["DA"]  # a component part holding 2q2k's DNA residues
+    shutil.rmtree(store / "parts" / "s-000000")  # 102m's part (its file is there: taken out, rebuilt)
+    shutil.rmtree(store / "parts" / failed["part"])
+    shutil.rmtree(store / "parts" / dna)
+    # damage --repair cannot fix
+    manifest = store / "parts" / "m-000000" / "_index" / "part.json"
+    kept = manifest.read_bytes()
+    manifest.unlink()
+    r = _cli("verify", store, "--repair")
+    assert r.returncode == 4, r.stdout + r.stderr  # before: 0, saying only that 102m was removed
+    assert "removed from the index: 102m (part s-000000)" in r.stdout, r.stdout
+    gone = sorted(k for k, part in components.items() if part == dna)
+    assert (f"dropped from the index with part {failed['part']}, which is missing: 1 failure (bad.cif); the next "
+            "build tries each file again") in r.stdout, r.stdout  # fmt: skip
+    assert (f"dropped from the index with part {dna}, which is missing: {len(gone)} components ({', '.join(gone)}); "
+            "the next build's chem stage recomputes those its entries use") in r.stdout, r.stdout  # fmt: skip
+    assert "MISMATCH part m-000000: no part.json (incomplete part)" in r.stdout, r.stdout
+    assert "--repair could not fix the 1 MISMATCH line above" in r.stdout, r.stdout
+    # until the build: verify says that components may be missing (before: "ok: store verified")
+    assert "have not been scanned" in _cli("verify", store).stdout
+    manifest.write_bytes(kept)
+    assert build_store(store, pdb, workers=1, msa_dir=msa, part_size=1).n_failed == 1
+    s = featurecache.open_store(store)
+    # before: 2q2k's DNA components (DA, DC, DG, 5IU) were never computed again
+    assert sorted(s.components.column("key").to_pylist()) == sorted(components)
+    assert s.failures.column("path").to_pylist() == ["bad.cif"] and s.ids == IDS
+    assert verify_store(store) == []
