@@ -126,6 +126,9 @@ class BuildSummary:
     #: entries the index listed whose part is gone (deleted) and that no input gives, by that part:
     #: the rebuild of the index drops them, so the build records them as removed (:func:`_record_lost`)
     entries_lost: dict[str, list[str]] = field(default_factory=dict)
+    #: structure files stored as read whose bytes changed after the build listed them
+    #: (:func:`changed_inputs_line`)
+    changed_inputs: list[str] = field(default_factory=list)
 
 
 def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
@@ -711,7 +714,9 @@ def _run_build(
         _shutdown(client, cluster)
     summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
-    for line in (undefined_residues_line(summary, ccd), sources_gone_line(summary, detail=True)):
+    lines = (undefined_residues_line(summary, ccd), sources_gone_line(summary, detail=True),
+             changed_inputs_line(summary))  # fmt: skip
+    for line in lines:
         if line is not None:
             log.warning("%s", line)
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
@@ -1168,6 +1173,20 @@ def _accumulate(summary: BuildSummary, res: PartResult) -> None:
     summary.n_undefined_entries += res.n_undefined_entries
     for code, n in res.undefined_residues.items():
         summary.undefined_residues[code] = summary.undefined_residues.get(code, 0) + n
+    summary.changed_inputs.extend(res.changed)
+
+
+def changed_inputs_line(summary: BuildSummary) -> str | None:
+    """The build's warning about structure files whose bytes changed between the listing of
+    --pdb-dir and their read (a copy or download still being written reads as a shorter file that
+    may still parse): they are stored as read; None when there are none."""
+    if not summary.changed_inputs:
+        return None
+    files = sorted(summary.changed_inputs)
+    shown = "; ".join(files[:8]) + (f"; and {len(files) - 8} more" if len(files) > 8 else "")
+    return (f"{len(files)} structure files changed during the build and were stored as read: {shown}; "
+            "if any was still being written, run the build again when it is complete (it reads a "
+            "changed file again)")  # fmt: skip
 
 
 def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | None:

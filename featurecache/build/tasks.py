@@ -54,6 +54,9 @@ class PartResult:
     #: (tokenize.af3.residues_without_definition), and the entries that have any
     undefined_residues: dict[str, int] = field(default_factory=dict)
     n_undefined_entries: int = 0
+    #: stored entries whose file's bytes differ from the bytes the build listed: relative path and
+    #: sizes; stored as read, so the build names each (``run.changed_inputs_line``)
+    changed: list[str] = field(default_factory=list)
 
 
 def build_structure_part(
@@ -112,6 +115,8 @@ def build_structure_part(
         contents.entries.append(
             EntryRecord(structure, key, inp.rel, sha, len(data), inp.fmt, time.perf_counter() - t0)
         )
+        if changed and inp.sha256:  # a copy still being written may parse as a shorter structure
+            result.changed.append(f"{inp.rel} ({len(data)} bytes read, {inp.size} listed)")
         result.n_atoms += len(structure.atoms)
         result.n_tokens += len(structure.tokens)
         undefined = residues_without_definition(structure.tokens, component_atoms)

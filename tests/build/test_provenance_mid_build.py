@@ -14,6 +14,7 @@ from pathlib import Path
 
 import featurecache
 from featurecache.build.discover import discover
+from featurecache.build.run import BuildSummary, _accumulate, changed_inputs_line
 from featurecache.build.tasks import build_structure_part, worker_versions
 from featurecache.store.index import rebuild_index
 from featurecache.store.root import init_store
@@ -86,3 +87,32 @@ def test_an_unchanged_unreadable_input_says_why_without_blaming_the_build(tmp_pa
     (row,) = res.failures
     assert (row["path"], row["stage"]) == ("gone.cif", "read")
     assert row["message"] == "cannot read gone.cif: No such file or directory", row["message"]
+
+
+def test_an_input_that_still_parses_after_it_changed_is_named(tmp_path: Path) -> None:
+    """A file cut at a line boundary while the build ran (a copy still being written) can parse as
+    a shorter structure. It is stored as read, but the part task reports it with both sizes and the
+    build's warning names it, so a partial structure is never stored without a word (review R1 of
+    session 32, case f02_change: 102m listed at 198,212 bytes, read at 100,000, no note)."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("1A8O.pdb", "102m.cif"):
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    out = tmp_path / "store"
+    init_store(out, {"config_hash": "t", "entry_config_hash": "t", "config": {}})
+    inputs = discover(pdb, "t", {})
+    full = (pdb / "1A8O.pdb").read_bytes()
+    lines = full.splitlines(keepends=True)
+    cut = b"".join(lines[: len(lines) // 2])  # whole ATOM lines: a valid, shorter PDB file
+    (pdb / "1A8O.pdb").write_bytes(cut)
+
+    res = build_structure_part(str(out), "s-000000", inputs, "t", versions=worker_versions())
+    assert res.n_entries == 2 and res.n_failed == 0, res
+    assert res.changed == [f"1A8O.pdb ({len(cut)} bytes read, {len(full)} listed)"]
+
+    summary = BuildSummary(str(out))
+    _accumulate(summary, res)
+    line = changed_inputs_line(summary)
+    assert line is not None and line.startswith("1 structure files changed during the build"), line
+    assert f"1A8O.pdb ({len(cut)} bytes read, {len(full)} listed)" in line
+    assert changed_inputs_line(BuildSummary(str(out))) is None
