@@ -3,6 +3,9 @@
 Rules:
 - first model only; hydrogens and waters dropped; per residue the altloc with the highest mean
   occupancy (ties: the first); microheterogeneity (two residues at one position): the first;
+- a PDB chain with a blank chain ID is named with the first ID no chain or SEQRES of the file
+  uses (a warning says which), so that its polymer is one (gemmi makes no entity for a nameless
+  chain); an mmCIF residue without ``label_asym_id`` fails (no entity says what it is);
 - selenomethionine (MSE) is methionine (MET), as AF3 converts it (supplement §2.1): the residue is
   renamed, its SE atom becomes SD with element S, everything else about its atoms is kept;
 - arginine NH1/NH2 naming is made unambiguous (supplement §2.1): when both are present and NH1 is
@@ -154,13 +157,17 @@ def tokenize(
         raise EmptyStructureError("structure has no models", stage="tokenize")
     if len(st) > 1:
         del st[1:]
+    warnings: list[str] = []
+    if fmt == "pdb":
+        _name_blank_chains(st, warnings)
+    else:
+        _require_label_asym_ids(st)
     if fmt == "pdb" or not st.entities:
         st.setup_entities()
     if fmt == "pdb":
         st.assign_label_seq_id(False)
     st.remove_hydrogens()
     _mse_to_met(st)
-    warnings: list[str] = []
     links, linked = _inter_residue_links(st)
     ctx = _Context(component_atoms, links, linked, warnings)
     chains = _collect_chains(st, ctx)
@@ -169,6 +176,63 @@ def tokenize(
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
     return _assemble(chains, warnings)
+
+
+#: names a PDB chain with a blank ID may take, in this order (the first one free)
+_CHAIN_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _name_blank_chains(st: gemmi.Structure, warnings: list[str]) -> None:
+    """Give the chains of a PDB file whose chain ID is blank (MD, Rosetta, PyMOL exports) the first
+    name of :data:`_CHAIN_NAMES` that neither a chain of the file nor its SEQRES uses, in place.
+
+    gemmi makes no entity for a subchain of a chain without a name (``setup_entities``), so its
+    protein would be tokenized as one ligand of per-atom tokens. Named, it is tokenized as the
+    same file with that chain ID would be: every part of the blank chain takes the one name (the
+    file's HETATM records after other chains' are a part of their own, as for any chain ID), and
+    so do its subchains (gemmi names them after the chain: ``xp`` → ``Axp``), the SEQRES entity of
+    the blank chain and the LINK / SSBOND partners. A SEQRES naming another chain is not taken
+    for it (a file may hold SEQRES of chains it has no atoms of): that ID stays unused.
+    """
+    model = st[0]
+    blank = [ch for ch in model if not ch.name.strip()]
+    if not blank:
+        return
+    taken = {ch.name for ch in model} | {ent.name for ent in st.entities if len(ent.full_sequence)}
+    name = next((n for n in _CHAIN_NAMES if n not in taken), None)
+    if name is None:
+        raise TokenizeError(f"a chain has a blank chain ID and all of {_CHAIN_NAMES} are taken: give it a "
+                            "chain ID (column 22 of its ATOM / HETATM records)", stage="tokenize")  # fmt: skip
+    old = {res.subchain for ch in blank for res in ch}
+    for ch in blank:
+        ch.name = name
+        for res in ch:
+            res.subchain = name + res.subchain
+    for ent in st.entities:
+        ent.subchains = [name + sub if sub in old else sub for sub in ent.subchains]
+    for conn in st.connections:
+        for partner in (conn.partner1, conn.partner2):
+            if not partner.chain_name.strip():
+                partner.chain_name = name
+    n_residues = sum(len(ch) for ch in blank)
+    warnings.append(f"{n_residues} residues have a blank chain ID: named chain {name}, the first ID that no "
+                    "chain or SEQRES of the file uses")  # fmt: skip
+
+
+def _require_label_asym_ids(st: gemmi.Structure) -> None:
+    """Refuse an mmCIF / BinaryCIF whose atoms lack ``label_asym_id`` (``.`` or ``?``): nothing
+    then says which entity a residue belongs to, and gemmi puts all of a chain's residues,
+    protein, ligands and waters, into one subchain of no entity (a ligand of per-atom tokens)."""
+    for ch in st[0]:
+        unlabelled = [res for res in ch if not res.subchain]
+        if unlabelled:
+            res = unlabelled[0]
+            raise TokenizeError(
+                f"{len(unlabelled)} residues of chain {ch.name or '(blank)'} have no label_asym_id "
+                f"('.' or '?'; the first: {res.name} {res.seqid}): the file does not say which entity "
+                "they belong to; write their label_asym_id (as in _struct_asym)",
+                stage="tokenize",
+            )
 
 
 def _mse_to_met(st: gemmi.Structure) -> int:
