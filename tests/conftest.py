@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from featurecache.build.config import BuildConfig
 
 # Triton reads TRITON_INTERPRET when a kernel module is imported. Test modules anywhere in the
 # suite may import the model at collection (tests/client/test_crop_budget.py imports
@@ -123,21 +127,23 @@ def build_with_package(package: Path, pdb_dir: Path, out: Path, *, msa_dir: Path
 
 
 def build_store(out: Path, pdb_dir: Path, *, workers: int = 2, msa_dir: Path | None = None,
-                ccd: Path | None = None, part_size: int = 8, own_cluster: bool = False):  # type: ignore[no-untyped-def]  # fmt: skip
+                ccd: Path | None = None, part_size: int = 8, own_cluster: bool = False,
+                config: BuildConfig | None = None):  # type: ignore[no-untyped-def]  # fmt: skip
     """Run a real build without a progress bar; returns the summary. It runs on the session's
     LocalCluster of ``workers`` workers (tests/clusters.py: set up as an embedded build's, checked
     before each reuse), through the product's ``scheduler=`` path; ``own_cluster``: on an embedded
     LocalCluster of its own, started and shut down by the build (a test about the cluster itself:
-    its start, its shutdown, fresh worker processes, workers killed or signalled)."""
+    its start, its shutdown, fresh worker processes, workers killed or signalled). ``config``: the
+    build's settings (``--msa-depth``, ``--conformer-timeout``), the defaults when None."""
     from featurecache.build.run import run_build
 
     if own_cluster:
         return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
-                         part_size=part_size, progress=False)  # fmt: skip
+                         part_size=part_size, config=config, progress=False)  # fmt: skip
     from tests.clusters import shared_scheduler
 
     return run_build(pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, scheduler=shared_scheduler(workers),
-                     part_size=part_size, progress=False)  # fmt: skip
+                     part_size=part_size, config=config, progress=False)  # fmt: skip
 
 
 def store_snapshot(store: Path) -> dict[str, bytes]:

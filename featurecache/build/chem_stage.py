@@ -2,15 +2,20 @@
 
 Runs after the structure parts are written:
 
-1. **scan** (one Dask task per structure part not scanned before): the residues of every entry,
-   grouped by ``ref_space_uid``, as signatures ``(code, sorted (atom name, element))``. Standard
-   residues whose atoms all belong to their packaged definition are only counted.
+1. **scan** (one Dask task per structure part not scanned before, and per part whose entries use
+   a component computed again, step 2): the residues of every entry, grouped by ``ref_space_uid``,
+   as signatures ``(code, sorted (atom name, element))``. Standard residues whose atoms all belong
+   to their packaged definition are only counted, per entry.
 2. **plan** (driver): definitions for all codes seen, in one pass over the CCD (file or directory,
    then the packaged standard residues). A defined code's key is the code; an undefined one's is
    ``code#hash`` of its signature (:func:`~featurecache.chem.conformer.perceived_key`), perceived
    from the occurrence with the smallest entry id whose atoms are all resolved. Keys already in the
    store with the same definition hash are skipped — a component is computed once, not per entry
-   and not per build.
+   and not per build — unless they failed for want of time (:func:`retry_under`): an embedding
+   timed out under a smaller ``--conformer-timeout`` than this build's. Those are computed again,
+   and the structure parts whose chem warnings name their code are scanned again, so their
+   warnings (step 4) describe the new result and a perceived key has its occurrence. A failure
+   more time cannot change (a definition RDKit cannot embed or sanitise, a crashed task) stays.
 3. **conformers** (Dask tasks, one component part each): :mod:`featurecache.chem.conformer`. The
    jobs, sorted by key, are cut into parts of :func:`components_per_part` — a function of their
    number only, so the parts are the same whatever the worker count. A part whose task fails is
@@ -18,7 +23,8 @@ Runs after the structure parts are written:
    whose embedding a SIGINT interrupted (:class:`~featurecache.errors.EmbeddingInterrupted`) is
    computed again whole, never stored as a fallback or a failure.
 4. **check** (driver): atoms that will get ``ref_mask = False`` (name not in the definition,
-   component failed) become ``chem_warnings`` rows per entry; the entries themselves stay built.
+   component failed, a standard residue's included) become ``chem_warnings`` rows per entry; the
+   entries themselves stay built.
 
 The scan and check results go into one more component part (no components, only index files),
 which also records the structure parts scanned, so the next build scans only new parts.
@@ -43,6 +49,8 @@ from featurecache.chem.conformer import (
     conformer_for_component,
     conformer_for_perceived,
     perceived_key,
+    rdkit_timeout_s,
+    timed_out_bound_s,
 )
 from featurecache.chem.library import get_library
 from featurecache.chem.standard import standard_components, standard_heavy_atoms
@@ -50,6 +58,7 @@ from featurecache.const import decode_atom_name, decode_res_name
 from featurecache.errors import EmbeddingInterrupted, StoreError
 from featurecache.parse.ccd import ComponentDef
 from featurecache.store.components import (
+    chem_warnings_in_parts,
     component_rows_in_parts,
     load_component_table,
     scanned_structure_parts,
@@ -69,6 +78,7 @@ __all__ = [
     "ChemStageResult",
     "components_per_part",
     "parse_strategy_counts",
+    "retry_under",
     "run_chem_stage",
     "scan_part_task",
     "scan_structure_part",
@@ -105,6 +115,9 @@ class ScanResult:
     n_entries: int = 0
     n_residues: int = 0
     standard_counts: Counter[str] = field(default_factory=Counter)
+    #: standard code -> {(entry_id, source path): [residues, atoms]}: what a failed component of the
+    #: code leaves without a reference position (step 4)
+    standard_entries: dict[str, dict[tuple[str, str], list[int]]] = field(default_factory=dict)
     #: signature -> {(entry_id, source path): residues of the entry with this signature}
     entries: dict[Signature, Counter[tuple[str, str]]] = field(default_factory=dict)
     first: dict[Signature, Occurrence] = field(default_factory=dict)
@@ -119,6 +132,7 @@ class ChemStageResult:
     scanned_parts: int = 0
     n_codes: int = 0
     computed: list[dict[str, Any]] = field(default_factory=list)  # component rows of this run
+    retried: list[str] = field(default_factory=list)  # failed keys computed again (retry_under)
     store_strategies: Counter[str] = field(default_factory=Counter)  # latest row per key, whole store
     n_components: int = 0
     n_warnings: int = 0
@@ -130,6 +144,8 @@ class ChemStageResult:
     def summary(self) -> dict[str, Any]:
         """Build-summary rows; strategy counts read ``"etkdg 40, random_coords 0, …"``."""
         run = Counter(r["strategy"] for r in self.computed)
+        again = set(self.retried)
+        retried_ok = sum(1 for r in self.computed if r["key"] in again and r["strategy"] != "failed")
 
         def counts(c: Counter[str]) -> str:
             return ", ".join(f"{s} {c.get(s, 0)}" for s in STRATEGIES)
@@ -138,6 +154,7 @@ class ChemStageResult:
             "components (store / this run)": f"{self.n_components} / {len(self.computed)}",
             "strategies (store)": counts(self.store_strategies),
             "strategies (this run)": counts(run),
+            "failed components retried": f"{len(self.retried)} ({retried_ok} with a conformer now)",
             "structure parts scanned": self.scanned_parts,
         }
         secs = [r["seconds"] for r in self.computed]
@@ -216,6 +233,9 @@ def scan_structure_part(part_dir: str) -> ScanResult:
             std = std_names.get(code)
             if std is not None and std.issuperset(names):
                 res.standard_counts[code] += 1
+                counts = res.standard_entries.setdefault(code, {}).setdefault((entry_id, path), [0, 0])
+                counts[0] += 1
+                counts[1] += len(group)
                 continue
             elements = [int(z) for z in atoms["element"][group]]
             sig: Signature = (code, tuple(sorted(zip(names, elements, strict=True))))
@@ -324,12 +344,19 @@ def heavy_names(d: ComponentDef) -> set[str]:
 
 def _merge(
     results: list[ScanResult],
-) -> tuple[Counter[str], dict[Signature, list[tuple[str, str, str, int]]], dict[Signature, Occurrence]]:
-    std: Counter[str] = Counter()
+) -> tuple[
+    dict[str, list[tuple[str, str, str, int, int]]],
+    dict[Signature, list[tuple[str, str, str, int]]],
+    dict[Signature, Occurrence],
+]:
+    """The scans as one: standard code -> [(entry id, path, part, residues, atoms)], signature ->
+    [(entry id, path, part, residues)], and each signature's first occurrence."""
+    std: dict[str, list[tuple[str, str, str, int, int]]] = {}
     entries: dict[Signature, list[tuple[str, str, str, int]]] = {}
     first: dict[Signature, Occurrence] = {}
     for r in results:
-        std.update(r.standard_counts)
+        for code, per_entry in r.standard_entries.items():
+            std.setdefault(code, []).extend((e, p, r.part, n, a) for (e, p), (n, a) in per_entry.items())
         for sig, lst in r.entries.items():
             entries.setdefault(sig, []).extend((e, p, r.part, n) for (e, p), n in lst.items())
         for sig, occ in r.first.items():
@@ -466,35 +493,67 @@ def _collect(
             advance(1)
 
 
+def retry_under(row: dict[str, Any], timeout_s: float) -> bool:
+    """Whether the stored component ``row`` (the latest of its key) is computed again by a build
+    with ``--conformer-timeout`` ``timeout_s``: it failed, an embedding attempt of it timed out, and
+    RDKit would give an attempt more seconds now (:func:`~featurecache.chem.conformer.rdkit_timeout_s`:
+    a failure under 0.5 is not retried under 0.9, both are 1 s). A row written before components
+    recorded ``timed_out_s`` has its timeout bounded from the times its ``reason`` gives
+    (:func:`~featurecache.chem.conformer.timed_out_bound_s`): retried only when ``timeout_s`` is
+    surely more, so a build with the same settings never recomputes it."""
+    if row.get("strategy") != "failed":
+        return False
+    before = row.get("timed_out_s")
+    if before is None:
+        before = timed_out_bound_s(str(row.get("reason") or ""))
+    return before is not None and rdkit_timeout_s(timeout_s) > rdkit_timeout_s(before)
+
+
+def _parts_using(root: Path, keys: set[str]) -> set[str]:
+    """Structure parts whose chem warnings name the code of one of ``keys``: the parts whose entries
+    use a component that failed (every atom of it is a warning), scanned again when it is retried."""
+    if not keys:
+        return set()
+    codes = {k.split("#", 1)[0] for k in keys}
+    cw = chem_warnings_in_parts(root).select(["key", "entry_part"]).to_pydict()
+    return {s for k, s in zip(cw["key"], cw["entry_part"], strict=True) if k and k.split("#", 1)[0] in codes}
+
+
 def run_chem_stage(
     client: Any, root: Path, ccd: Path | str | None, timeout_s: float, progress: bool = False
 ) -> ChemStageResult:
-    """Scan new structure parts, compute missing components, record warnings. See module doc."""
+    """Scan new structure parts, compute missing components and those that failed for want of
+    time, record warnings. See module doc."""
     t0 = time.perf_counter()
     root = Path(root)
     result = ChemStageResult()
+    existing = component_rows_in_parts(root).to_pylist()
+    latest = {r["key"]: r for r in existing}  # later parts win
+    have = {key: r["source_sha256"] for key, r in latest.items()}
+    retry = {key for key, r in latest.items() if retry_under(r, timeout_s)}
     done = scanned_structure_parts(root)
+    again = _parts_using(root, retry)
     s_parts = [
-        p for p in complete_parts(root) if p.name.startswith(STRUCTURE_PART_PREFIX) and p.name not in done
+        p
+        for p in complete_parts(root)
+        if p.name.startswith(STRUCTURE_PART_PREFIX) and (p.name not in done or p.name in again)
     ]
     result.scanned_parts = len(s_parts)
     scans: list[ScanResult] = (
         client.gather(client.map(scan_part_task, [str(p) for p in s_parts], pure=False)) if s_parts else []
     )
     _raise_damaged(scans)
-    std_counts, sig_entries, first = _merge(scans)
-    codes = sorted(set(std_counts) | {code for code, _ in sig_entries})
+    std_entries, sig_entries, first = _merge(scans)
+    codes = sorted(set(std_entries) | {code for code, _ in sig_entries})
     result.n_codes = len(codes)
     library = get_library(ccd)
     defs = library.load(codes)
-    existing = component_rows_in_parts(root).select(["key", "source_sha256"]).to_pydict()
-    have = dict(zip(existing["key"], existing["source_sha256"], strict=True))  # later parts win
 
     jobs: list[Job] = []
     for code in codes:
         if code in defs:
             d = defs[code]
-            if have.get(code) != d.sha256:
+            if have.get(code) != d.sha256 or code in retry:
                 jobs.append(Job(code, library.source(code), definition=d))
     job_keys = {j.key for j in jobs}  # a set: one scan over jobs per signature was quadratic
     # A residue whose atoms the definition does not all name (or whose code has none) gets a
@@ -507,7 +566,7 @@ def run_chem_stage(
             continue
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
-        if key not in have and key not in job_keys:
+        if (key not in have or key in retry) and key not in job_keys:
             job_keys.add(key)
             occ = first[sig]
             why = (
@@ -515,11 +574,15 @@ def run_chem_stage(
             )
             jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ, why=why))
     jobs.sort(key=lambda j: j.key)
+    result.retried = [j.key for j in jobs if j.key in retry]
     log.info(
-        "chem: %d structure parts scanned, %d codes, %d components to compute",
+        "chem: %d structure parts scanned, %d codes, %d components to compute (%d of them failed before, "
+        "timed out under a --conformer-timeout below %s)",
         len(s_parts),
         len(codes),
         len(jobs),
+        len(result.retried),
+        f"{timeout_s:g}",
     )
     _run_jobs(client, root, jobs, timeout_s, result, progress)
 
@@ -562,12 +625,21 @@ def run_chem_stage(
                              "message": f"{len(bad)} atom(s) of {sig[0]} (x{n_res}) get ref_mask=False ({' '.join(bad[:12])}): {why}",
                              "entry_part": s_part})  # fmt: skip
             masked_entries.add(entry_id)
-    # standard residues were only counted in the scan: their atoms all belong to the definition
-    for code, n in std_counts.items():
-        if code in table and table.component(code)["strategy"] == "failed":
-            log.warning(
-                "chem: standard residue %s has no reference conformer (%d residues affected)", code, n
-            )
+    # standard residues were only counted in the scan: their atoms all belong to the definition, so
+    # only a component that failed (or is not stored) leaves them without a reference position
+    for code, where_std in sorted(std_entries.items()):
+        if code in table and table.component(code)["strategy"] != "failed":
+            continue
+        why = (
+            f"component {code} has no reference conformer ({comp_reason(code)})"
+            if code in table
+            else f"no reference conformer stored for {code}"
+        )
+        for entry_id, path, s_part, n_res, n_atoms in sorted(where_std):
+            warnings.append({"entry_id": entry_id, "path": path, "stage": "chem", "key": code, "n_atoms": n_atoms,
+                             "message": f"{n_atoms} atom(s) of standard residue {code} (x{n_res}) get ref_mask=False: "
+                                        f"{why}", "entry_part": s_part})  # fmt: skip
+            masked_entries.add(entry_id)
     result.n_warnings = len(warnings)
     result.n_entries_with_masked_atoms = len(masked_entries)
     result.n_atoms_masked = sum(w["n_atoms"] for w in warnings)

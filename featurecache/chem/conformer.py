@@ -18,7 +18,11 @@ included: an entry's residue that lost them simply does not look them up). Strat
     nothing worked: every atom has ``mask = False``, positions 0, and ``reason`` says why.
 
 Each embedding attempt is bounded by ``timeout_s`` through RDKit's ``EmbedParameters.timeout``
-(checked inside the embedding loop), so a component costs at most about ``2 × timeout_s``.
+(checked inside the embedding loop), so a component costs at most about ``2 × timeout_s``. RDKit
+counts whole seconds, at least one (:func:`rdkit_timeout_s`): a ``timeout_s`` of 0.001 gives an
+attempt 1 s, as 1 does. An attempt that ran out of it is noted in ``reason`` and the conformer
+records the ``timeout_s`` it ran under (``timed_out_s``): the one kind of failure a larger
+timeout can change (``build.chem_stage`` computes such a component again).
 Positions are centred on the heavy-atom centroid and stored float32. The result depends only on
 the definition (or the perceived graph), the code and the RDKit version — never on an entry's
 coordinates.
@@ -36,6 +40,8 @@ embedding thread (nothing is printed: the logger does not propagate), and the em
 from __future__ import annotations
 
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -105,10 +111,18 @@ __all__ = [
     "conformer_for_perceived",
     "mol_from_component",
     "perceived_key",
+    "rdkit_timeout_s",
+    "timed_out_bound_s",
 ]
 
 STRATEGIES: tuple[str, ...] = ("etkdg", "random_coords", "ccd_ideal", "ccd_model", "perceived", "failed")
 DEFAULT_TIMEOUT_S = 20.0
+#: the note of an embedding attempt that ran out of its timeout, as ``reason`` records it (the
+#: format of every featurecache so far: :func:`timed_out_bound_s` reads it back from old rows)
+TIMED_OUT_NOTE = "timed out after {:.1f}s"
+_TIMED_OUT_RE = re.compile(r"timed out after (\d+(?:\.\d+)?)s")
+#: an attempt is taken as timed out when it ran this share of RDKit's timeout or longer
+TIMED_OUT_SHARE = 0.95
 BOND_TYPES = {
     1: Chem.BondType.SINGLE,
     2: Chem.BondType.DOUBLE,
@@ -124,6 +138,7 @@ class ReferenceConformer:
     ``positions`` float32 ``[n, 3]`` (Å, centred; 0 where ``mask`` is False), ``mask`` bool ``[n]``,
     ``elements`` uint8 ``[n]`` (atomic number), ``charges`` int8 ``[n]``, ``bonds`` int32
     ``[m, 3]`` = (i, j, order) among these atoms, order 1/2/3 or 4 = aromatic (types.Bond).
+    ``timed_out_s``: the ``timeout_s`` under which an embedding attempt timed out, None when none did.
     """
 
     key: str
@@ -138,6 +153,7 @@ class ReferenceConformer:
     reason: str
     source_sha: str
     seconds: float
+    timed_out_s: float | None = None
 
     @property
     def n_atoms(self) -> int:
@@ -218,17 +234,35 @@ def _heavy_bonds(mol: Chem.Mol, heavy: np.ndarray) -> np.ndarray:
     return np.array(rows, dtype=np.int32).reshape(-1, 3)
 
 
+def rdkit_timeout_s(timeout_s: float) -> int:
+    """The seconds RDKit gives an embedding attempt for ``timeout_s`` (``EmbedParameters.timeout``
+    is whole seconds, 0 meaning none): ``timeout_s`` rounded up, at least 1."""
+    return max(1, math.ceil(timeout_s))
+
+
+def timed_out_bound_s(reason: str) -> float | None:
+    """For a component row that records no ``timed_out_s`` (written before the column), an upper
+    bound of the ``timeout_s`` it ran under, read from the attempts ``reason`` notes as timed out
+    (:data:`TIMED_OUT_NOTE`); None when none did. An attempt was noted so when it ran
+    :data:`TIMED_OUT_SHARE` of the timeout or longer (of ``timeout_s`` itself before RDKit's
+    rounding was taken into account), its time rounded to 0.1 s: the timeout was below
+    (time + 0.05) / share."""
+    times = [float(t) for t in _TIMED_OUT_RE.findall(reason)]
+    return (min(times) + 0.05) / TIMED_OUT_SHARE if times else None
+
+
 def _embed(
     mol: Chem.Mol, seed: int, timeout_s: float, random_coords: bool, key: str = ""
-) -> tuple[np.ndarray | None, str]:
-    """Embed a copy of ``mol``; returns (positions float64 [n_all, 3] or None, failure note).
-    Raises :class:`EmbeddingInterrupted` when a SIGINT cut RDKit's work short (module doc)."""
+) -> tuple[np.ndarray | None, str, bool]:
+    """Embed a copy of ``mol``; returns (positions float64 [n_all, 3] or None, failure note,
+    whether the attempt ran out of its timeout). Raises :class:`EmbeddingInterrupted` when a
+    SIGINT cut RDKit's work short (module doc)."""
     work = Chem.Mol(mol)
     params: Any = rdDistGeom.ETKDGv3()
     params.randomSeed = seed
     params.numThreads = 1
     params.useRandomCoords = random_coords
-    params.timeout = max(1, int(np.ceil(timeout_s)))
+    params.timeout = rdkit_timeout_s(timeout_s)
     t0 = time.perf_counter()
     thread = threading.get_ident()
     _INTERRUPTS.take(thread)
@@ -256,12 +290,13 @@ def _embed(
             "not stored"
         )
     if failure:
-        return None, failure
+        return None, failure, False
     if cid < 0:
-        if elapsed >= timeout_s * 0.95:
-            return None, f"timed out after {elapsed:.1f}s"
-        return None, f"embedding failed after {elapsed:.2f}s"
-    return work.GetConformer(cid).GetPositions(), ""
+        # against the seconds RDKit had: a fast failure under timeout_s 0.001 is no timeout
+        if elapsed >= params.timeout * TIMED_OUT_SHARE:
+            return None, TIMED_OUT_NOTE.format(elapsed), True
+        return None, f"embedding failed after {elapsed:.2f}s", False
+    return work.GetConformer(cid).GetPositions(), "", False
 
 
 def _centre(xyz: np.ndarray) -> np.ndarray:
@@ -290,9 +325,11 @@ def _conformer_from_mol(
     seed = component_seed(code)
     positions: np.ndarray | None = None
     strategy = "failed"
+    timed_out = False
     attempts: list[tuple[str, bool]] = [("etkdg", False), ("random_coords", True)]
     for name, random_coords in attempts:
-        xyz, why = _embed(mol, seed, timeout_s, random_coords, key=key)
+        xyz, why, out_of_time = _embed(mol, seed, timeout_s, random_coords, key=key)
+        timed_out |= out_of_time
         if xyz is not None:
             positions, strategy = xyz[heavy_idx], success_strategy or name
             if name != "etkdg":
@@ -325,6 +362,7 @@ def _conformer_from_mol(
         reason="; ".join(x for x in notes if x),
         source_sha=source_sha,
         seconds=time.perf_counter() - t0,
+        timed_out_s=float(timeout_s) if timed_out else None,
     )
 
 

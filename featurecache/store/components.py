@@ -5,15 +5,18 @@ parts/c-NNNNNN/                  one zarr group written by one task, renamed int
   atoms                          COMPONENT_ATOM records, uint8 [n_atoms, itemsize] (writer.write_record_array)
   bonds                          COMPONENT_BOND records (component-local atom indices)
   _index/components.arrow        one row per component (COMPONENTS_SCHEMA): key, code, offsets,
-                                 strategy, reason, source, source sha256, seconds
+                                 strategy, reason, source, source sha256, seconds, timed_out_s
   _index/chem_warnings.arrow     entries whose atoms get ref_mask = False, and why (CHEM_WARNINGS_SCHEMA)
   _index/chem_scans.arrow        structure parts whose residues this build stage has looked at
   _index/failures.arrow          chem-stage failures (a conformer task that crashed), stage "chem"
 ```
 
 ``STORE/index/components.arrow`` is the concatenation over parts (rebuild_index). A key recomputed
-later (its CCD definition changed) has rows in two parts; the later part wins
-(:class:`~featurecache.chem.reference.ComponentTable` keeps the last row).
+later (its CCD definition changed, or it failed for want of time and a build gave it more) has
+rows in two parts; the later part wins (:class:`~featurecache.chem.reference.ComponentTable`
+keeps the last row). Likewise a structure part's chem warnings are those of the latest component
+part that scanned it (:func:`join_chem_warnings`): the chem stage scans a part again when a
+component its entries use is recomputed.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "COMPONENTS_SCHEMA",
     "COMPONENT_ATOM",
     "COMPONENT_BOND",
+    "chem_warnings_in_parts",
     "component_rows_in_parts",
     "join_chem_warnings",
     "load_component_table",
@@ -88,6 +92,9 @@ COMPONENTS_SCHEMA = pa.schema(
         ("n_heavy", pa.int32()),
         ("n_masked", pa.int32()),
         ("seconds", pa.float64()),  # conformer wall time, this component
+        # the --conformer-timeout an embedding attempt of it ran out of; null when none did, and in
+        # the rows of parts written before this column (their reason still says "timed out after")
+        ("timed_out_s", pa.float64()),
         ("part", pa.string()),
     ]
 )
@@ -172,7 +179,8 @@ def write_component_part(
             row: dict[str, Any] = {"key": c.key, "code": c.code, "atom_start": a, "atom_count": c.n_atoms}
             row.update(bond_start=b, bond_count=len(c.bonds), strategy=c.strategy, reason=c.reason)
             row.update(source=sources.get(c.key, ""), source_sha256=c.source_sha, n_heavy=c.n_atoms)
-            row.update(n_masked=int((~c.mask).sum()), seconds=float(c.seconds), part=name)
+            row.update(n_masked=int((~c.mask).sum()), seconds=float(c.seconds), timed_out_s=c.timed_out_s)
+            row.update(part=name)
             rows.append(row)
             a += c.n_atoms
             b += len(c.bonds)
@@ -216,9 +224,26 @@ def _part_table(part: Path, table: str, schema: pa.Schema) -> pa.Table:
 
 def component_rows_in_parts(root: Path) -> pa.Table:
     """Every component row of every complete component part (part order), read from the parts
-    themselves — the build uses this, since the top-level index may lag behind during a build."""
+    themselves — the build uses this, since the top-level index may lag behind during a build.
+    Every column of :data:`COMPONENTS_SCHEMA` is there: null where a part written before it lacks it."""
     tables = [_part_table(p, "components", COMPONENTS_SCHEMA) for p in _component_parts(Path(root))]
-    return pa.concat_tables(tables) if tables else COMPONENTS_SCHEMA.empty_table()
+    rows = (
+        pa.concat_tables(tables, promote_options="permissive") if tables else COMPONENTS_SCHEMA.empty_table()
+    )
+    for f in COMPONENTS_SCHEMA:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
+    return rows
+
+
+def chem_warnings_in_parts(root: Path) -> pa.Table:
+    """Every chem warning row of every complete component part (part order), from the parts."""
+    tables = [_part_table(p, "chem_warnings", CHEM_WARNINGS_SCHEMA) for p in _component_parts(Path(root))]
+    return (
+        pa.concat_tables(tables, promote_options="permissive")
+        if tables
+        else CHEM_WARNINGS_SCHEMA.empty_table()
+    )
 
 
 def scanned_structure_parts(root: Path) -> set[str]:
@@ -310,15 +335,28 @@ def join_chem_warnings(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Index rebuild hook: keep the chem warnings of live entry versions, and add them to ``warnings``.
 
     A chem warning names the structure part it checked (``entry_part``); once an entry is rebuilt
-    into a newer part, warnings about its old version are dropped.
+    into a newer part, warnings about its old version are dropped. A structure part scanned again
+    (a component its entries use was computed again, or ``verify --repair`` asked for a rescan) has
+    the warnings of the latest component part whose ``chem_scans`` list it: the earlier ones
+    described components since replaced.
     """
     cw = tables.get("chem_warnings")
     entries = tables.get("entries")
     if cw is None or cw.num_rows == 0 or entries is None:
         return tables
     live = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
-    pairs = zip(cw.column("entry_id").to_pylist(), cw.column("entry_part").to_pylist(), strict=True)
-    cw = cw.filter(pa.array([p in live for p in pairs], type=pa.bool_()))
+    latest_scan: dict[str, str] = {}
+    scans = tables.get("chem_scans")
+    if scans is not None and scans.num_rows and {"structure_part", "part"} <= set(scans.column_names):
+        for s_part, c_part in zip(scans.column("structure_part").to_pylist(), scans.column("part").to_pylist(),
+                                  strict=True):  # fmt: skip
+            if s_part is not None and c_part is not None and c_part > latest_scan.get(s_part, ""):
+                latest_scan[s_part] = c_part
+    rows = zip(cw.column("entry_id").to_pylist(), cw.column("entry_part").to_pylist(),
+               cw.column("part").to_pylist(), strict=True)  # fmt: skip
+    cw = cw.filter(
+        pa.array([(e, s) in live and latest_scan.get(s, c) == c for e, s, c in rows], type=pa.bool_())
+    )
     cw = cw.take(pc.sort_indices(cw, sort_keys=[("entry_id", "ascending"), ("key", "ascending")]))
     tables["chem_warnings"] = cw
     rows = cw.select(["entry_id", "path", "stage", "message", "part"])

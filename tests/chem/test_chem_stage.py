@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+from collections import Counter
 from pathlib import Path
 
 import gemmi
@@ -11,8 +13,11 @@ import pytest
 
 import featurecache
 from featurecache.build.chem_stage import parse_strategy_counts
+from featurecache.build.config import BuildConfig
 from featurecache.chem.conformer import STRATEGIES
 from featurecache.const import MolType, decode_atom_name, decode_res_name
+from featurecache.store.components import component_rows_in_parts
+from featurecache.store.index import read_table, write_table
 from featurecache.store.reader import LocalStore
 from tests.chem import ccdtext
 from tests.conftest import CCD, STRUCTURES, build_store
@@ -251,3 +256,170 @@ def test_component_parts_do_not_depend_on_the_worker_count(tmp_path: Path) -> No
     assert rows_one == _component_part_rows(two)  # the same components in the same parts, same rows
     # and the decoded reference conformers are equal byte for byte
     assert _component_bytes(one) == _component_bytes(two)
+
+
+# --- components that failed: retried when more time can change them, and counted -------------------
+
+#: cardiolipin (CCD CDL, 100 heavy atoms): RDKit's embeddings of it run out of 1 s (the least RDKit
+#: gives), and random-coordinate embedding succeeds within a few seconds
+CARDIOLIPIN = (
+    "CCCCCCCCCCCCCCCCCC(=O)OCC(COP(=O)(O)OCC(O)COP(=O)(O)OCC(COC(=O)CCCCCCCCCCCCCCCCC)OC(=O)CCCCCCCCCCCCCCCCC)"
+    "OC(=O)CCCCCCCCCCCCCCCCC"
+)
+_ATOM_COLUMNS = (
+    "comp_id", "atom_id", "alt_atom_id", "type_symbol", "charge", "pdbx_align", "pdbx_aromatic_flag",
+    "pdbx_leaving_atom_flag", "pdbx_stereo_config", "model_Cartn_x", "model_Cartn_y", "model_Cartn_z",
+    "pdbx_model_Cartn_x_ideal", "pdbx_model_Cartn_y_ideal", "pdbx_model_Cartn_z_ideal", "pdbx_component_atom_id",
+    "pdbx_component_comp_id", "pdbx_ordinal",
+)  # fmt: skip
+_BOND_COLUMNS = (
+    "comp_id", "atom_id_1", "atom_id_2", "value_order", "pdbx_aromatic_flag", "pdbx_stereo_config", "pdbx_ordinal",
+)  # fmt: skip
+
+
+def _cardiolipin_inputs(root: Path) -> tuple[Path, Path]:
+    """``(pdb_dir, ccd_dir)``: 1A8O.pdb with a CDL ligand appended (its atoms on a grid, 30 Å off:
+    its coordinates never reach a conformer), and a CCD directory whose CDL definition has no
+    ideal or model coordinates (as CCD entries flagged ``pdbx_ideal_coordinates_missing_flag Y``),
+    so a CDL whose embeddings time out has nothing to fall back to: it fails."""
+    from rdkit import Chem
+
+    mol = Chem.AddHs(Chem.MolFromSmiles(CARDIOLIPIN))
+    Chem.Kekulize(mol, clearAromaticFlags=True)
+    seen: Counter[str] = Counter()
+    names = []
+    for a in mol.GetAtoms():
+        seen[a.GetSymbol()] += 1
+        names.append(f"{a.GetSymbol()}{seen[a.GetSymbol()]}")
+    order = {Chem.BondType.SINGLE: "SING", Chem.BondType.DOUBLE: "DOUB"}
+    atoms = [f"CDL {n} {n} {a.GetSymbol().upper()} 0 1 N N N ? ? ? ? ? ? {n} CDL {k + 1}"
+             for k, (n, a) in enumerate(zip(names, mol.GetAtoms(), strict=True))]  # fmt: skip
+    bonds = [f"CDL {names[b.GetBeginAtomIdx()]} {names[b.GetEndAtomIdx()]} {order[b.GetBondType()]} N N {k + 1}"
+             for k, b in enumerate(mol.GetBonds())]  # fmt: skip
+    ccd_dir = root / "ccd"
+    ccd_dir.mkdir(parents=True)
+    (ccd_dir / "CDL.cif").write_text("\n".join([
+        "data_CDL", "_chem_comp.id CDL", "_chem_comp.name CARDIOLIPIN", "_chem_comp.type NON-POLYMER", "#",
+        "loop_", *(f"_chem_comp_atom.{c}" for c in _ATOM_COLUMNS), *atoms, "#",
+        "loop_", *(f"_chem_comp_bond.{c}" for c in _BOND_COLUMNS), *bonds, "#", "",
+    ]))  # fmt: skip
+    heavy = [(n, a.GetSymbol()) for n, a in zip(names, mol.GetAtoms(), strict=True) if a.GetAtomicNum() != 1]
+    hetatm = [f"HETATM{9000 + k:5d} {n:<4s} CDL R   1    {30 + 1.5 * (k % 10):8.3f}{30 + 1.5 * (k // 10):8.3f}"
+              f"{30.0:8.3f}  1.00 20.00          {el:>2s}" for k, (n, el) in enumerate(heavy)]  # fmt: skip
+    lines = (STRUCTURES / "1A8O.pdb").read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if line.startswith(("CONECT", "MASTER", "END")))
+    pdb_dir = root / "in"
+    pdb_dir.mkdir()
+    (pdb_dir / "1A8O.pdb").write_text("\n".join([*lines[:cut], *hetatm, "TER", *lines[cut:], ""]))
+    return pdb_dir, ccd_dir
+
+
+def _latest_row(store_path: Path, key: str) -> dict[str, object]:
+    return [r for r in component_rows_in_parts(store_path).to_pylist() if r["key"] == key][-1]
+
+
+def _as_written_before_timed_out_s(store_path: Path) -> None:
+    """The component parts' rows as a featurecache before ``timed_out_s`` wrote them (and the
+    index's kept part rows dropped, so the next build reads the parts again)."""
+    for f in (store_path / "parts").glob("c-*/_index/components.arrow"):
+        t = read_table(f, memory_map=False)
+        write_table(f, t.drop_columns([c for c in t.column_names if c == "timed_out_s"]))
+    shutil.rmtree(store_path / "index" / ".part-rows")
+
+
+def test_a_component_that_timed_out_is_computed_again_under_a_larger_timeout(tmp_path: Path) -> None:
+    pdb_dir, ccd_dir = _cardiolipin_inputs(tmp_path)
+    short, long = BuildConfig(conformer_timeout_s=1.0), BuildConfig(conformer_timeout_s=120.0)
+    store = tmp_path / "s"
+    first = build_store(store, pdb_dir, ccd=ccd_dir, workers=1, config=short).stages["chem"]
+    cdl = _latest_row(store, "CDL")
+    assert cdl["strategy"] == "failed" and "timed out after" in str(cdl["reason"]), cdl
+    assert first["atoms without ref_pos"] == "100 in 1 entries"
+    assert _warned_atoms(featurecache.open_store(store), "1A8O") == 100
+    # the same settings again: nothing to retry, nothing computed
+    again = build_store(store, pdb_dir, ccd=ccd_dir, workers=1, config=short).stages["chem"]
+    assert again["components (store / this run)"].endswith(" / 0")
+    # a store whose rows were written before they recorded timed_out_s: their reason bounds it
+    old = tmp_path / "old"
+    shutil.copytree(store, old, symlinks=True)
+    _as_written_before_timed_out_s(old)
+    for path in (store, old):
+        stage = build_store(path, pdb_dir, ccd=ccd_dir, workers=1, config=long).stages["chem"]
+        # the entry, not rebuilt, takes the new conformer: every atom has a reference position,
+        # and the warnings about the failed CDL are gone (index, summary and info)
+        s = featurecache.open_store(path)
+        ref = s.reference_features(s.entry("1A8O"))
+        assert ref["ref_mask"].all(), path
+        assert _warned_atoms(s, "1A8O") == 0 and s.warnings.num_rows == 0, path
+        row = _latest_row(path, "CDL")
+        assert row["strategy"] in ("etkdg", "random_coords") and row["timed_out_s"] is None, row
+        assert [r["strategy"] for r in s.components.to_pylist() if r["key"] == "CDL"] == [row["strategy"]]
+        assert stage["failed components retried"] == "1 (1 with a conformer now)", path
+        assert stage["components (store / this run)"].endswith(" / 1"), path  # CDL alone
+        assert stage["structure parts scanned"] == 1 and stage["atoms without ref_pos"] == "0 in 0 entries", (
+            path
+        )
+    # the failure recorded the timeout it ran under; the same-settings build retried nothing
+    assert (
+        next(r["timed_out_s"] for r in component_rows_in_parts(store).to_pylist() if r["key"] == "CDL") == 1.0
+    )
+    assert again["failed components retried"] == "0 (0 with a conformer now)"
+    # the conformer a retry stores is a fresh build's, byte for byte, whatever the worker count
+    fresh = tmp_path / "fresh"
+    build_store(fresh, pdb_dir, ccd=ccd_dir, workers=2, config=long)
+    want = _component_bytes(fresh)["CDL"]
+    assert _component_bytes(store)["CDL"] == want and _component_bytes(old)["CDL"] == want
+
+
+def _broken_definition(code: str, dst: Path) -> None:
+    """The real CCD file of ``code`` with its coordinates removed and bonds added between its heavy
+    atoms (N with six bonds): a definition RDKit can neither sanitise nor embed, whatever the time."""
+    doc = gemmi.cif.read(str(CCD / f"{code}.cif"))
+    block = doc.sole_block()
+    xyz = [f"model_Cartn_{x}" for x in "xyz"] + [f"pdbx_model_Cartn_{x}_ideal" for x in "xyz"]
+    table = block.find("_chem_comp_atom.", [*xyz, "type_symbol", "atom_id"])
+    assert len(table) > 1
+    heavy = []
+    for row in table:
+        for i in range(6):
+            row[i] = "?"
+        if row[6] not in ("H", "D"):
+            heavy.append(row[7])
+    loop = block.find_loop("_chem_comp_bond.atom_id_1").get_loop()
+    have = {
+        frozenset((r[1], r[2])) for r in block.find("_chem_comp_bond.", ["comp_id", "atom_id_1", "atom_id_2"])
+    }
+    for i, a in enumerate(heavy):
+        for b in heavy[i + 1 :]:
+            if frozenset((a, b)) not in have:
+                loop.add_row([code, a, b, "SING", "N", "N", str(100 + loop.length())])
+    doc.write_file(str(dst / f"{code}.cif"))
+
+
+def test_a_failed_standard_residue_is_counted_as_a_chem_warning(tmp_path: Path) -> None:
+    ccd_dir = tmp_path / "ccd"
+    ccd_dir.mkdir()
+    for f in CCD.glob("*.cif"):
+        if f.name != "GLY.cif":
+            (ccd_dir / f.name).symlink_to(f)
+    _broken_definition("GLY", ccd_dir)
+    inputs = _link(tmp_path / "in", ["102m.cif"])
+    store = tmp_path / "s"
+    stage = build_store(store, inputs, ccd=ccd_dir, workers=1).stages["chem"]
+    s = featurecache.open_store(store)
+    assert s.component_table().component("GLY")["strategy"] == "failed"
+    e = s.entry("102m")
+    ref = s.reference_features(e)
+    codes = [decode_res_name(r) for r in e.tokens["res_name"][e.atoms["token_index"]]]
+    n_gly = sum(1 for c in codes if c == "GLY")
+    assert n_gly and int((~ref["ref_mask"]).sum()) == n_gly  # only GLY's atoms lack a reference
+    # counted as other failed components are: chem warnings (info's warnings) and the summary
+    assert _warned_atoms(s, "102m") == n_gly
+    assert stage["atoms without ref_pos"] == f"{n_gly} in 1 entries"
+    chem = [r for r in s.warnings.to_pylist() if r["stage"] == "chem"]
+    assert chem and all(r["entry_id"] == "102m" and "GLY" in r["message"] for r in chem)
+    # a definition RDKit cannot use is not retried under a larger timeout: computed once per store
+    more = build_store(store, inputs, ccd=ccd_dir, workers=1, config=BuildConfig(conformer_timeout_s=120.0))
+    assert more.stages["chem"]["failed components retried"] == "0 (0 with a conformer now)"
+    assert more.stages["chem"]["components (store / this run)"].endswith(" / 0")
+    assert _warned_atoms(featurecache.open_store(store), "102m") == n_gly
