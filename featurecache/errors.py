@@ -32,6 +32,17 @@ class ParseError(InputError):
     """The file is of a known format but its contents cannot be parsed."""
 
 
+class CCDError(ParseError):
+    """The ``--ccd`` cannot be read (a ``components.cif.gz`` cut short), or one component's
+    definition in it does not parse. ``path`` is the CCD file read: the ``components.cif[.gz]``, or
+    the component's own file of a CCD directory; ``component`` is the code whose definition is
+    broken, None when the whole file cannot be read. The stage is always ``ccd``."""
+
+    def __init__(self, message: str, *, path: str | None = None, component: str | None = None) -> None:
+        super().__init__(message, path=path, stage="ccd")
+        self.component = component
+
+
 class EmptyStructureError(InputError):
     """The file parsed but holds no usable coordinates (header-only, waters only, ...)."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from featurecache.errors import ParseError
+from featurecache.errors import CCDError, ParseError
 from featurecache.parse.ccd import CCD, _parse_component, parse_component_file, read_components
 
 # tests/parse is not a package: load the shared independent CCD text scanner by path.
@@ -21,6 +21,7 @@ assert _spec is not None and _spec.loader is not None
 ccdtext = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ccdtext)
 
+CCD_DIR: Path = ccdtext.CCD_DIR
 CODES = ("HEM", "GNP", "MG", "NAG", "ALA", "DA", "CLR", "PLM", "ZN")
 
 
@@ -98,3 +99,65 @@ def test_parse_component_file_gz(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress((ccdtext.CCD_DIR / "NAG.cif").read_bytes()))
     assert parse_component_file(gz).atom_names == CCD(ccdtext.CCD_DIR)["NAG"].atom_names
     assert CCD(tmp_path)["NAG"].code == "NAG"
+
+
+def broken_hem_ccds(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    """Copies of the real CCD whose HEM definition is broken, by kind: ``(--ccd path, the file
+    that holds HEM)``. A directory with HEM.cif missing three values of its CHA atom row, cut in
+    half, empty, or HEM.cif.gz cut short; a components.cif with the same bad row."""
+    text = (CCD_DIR / "HEM.cif").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("HEM  CHA   CHA "))
+    bad_row = text.replace(row, " ".join(row.split()[:-3]))
+    out: dict[str, tuple[Path, Path]] = {}
+    for kind, name, data in (
+        ("dir: bad row", "HEM.cif", bad_row.encode()),
+        ("dir: cut", "HEM.cif", text[: len(text) // 2].encode()),
+        ("dir: empty", "HEM.cif", b""),
+        ("dir: gz cut short", "HEM.cif.gz", gzip.compress(text.encode())[:-100]),
+    ):
+        d = tmp_path / kind.replace(": ", "_").replace(" ", "_")
+        shutil.copytree(CCD_DIR, d)
+        (d / "HEM.cif").unlink()
+        (d / name).write_bytes(data)
+        out[kind] = (d, d / name)
+    one = tmp_path / "components.cif"
+    with one.open("w") as fh:
+        for f in sorted(CCD_DIR.glob("*.cif")):
+            body = bad_row if f.name == "HEM.cif" else f.read_text()
+            fh.write(body if body.endswith("\n") else body + "\n")
+    out["file: bad row"] = (one, one)
+    return out
+
+
+BROKEN_KINDS = ("dir: bad row", "dir: cut", "dir: empty", "dir: gz cut short", "file: bad row")
+
+
+@pytest.mark.parametrize("kind", BROKEN_KINDS)
+def test_broken_definition_is_an_error_naming_file_and_code(tmp_path: Path, kind: str) -> None:
+    """R1 M3: a broken HEM was skipped with a log line (components.cif: HEM then built from the
+    file's atoms, perceived bonds, exit 0), or failed with gemmi's "string:29:0" naming no file
+    (directory), or raised gzip's bare EOFError (HEM.cif.gz cut short). Each is now one
+    CCDError naming the CCD file and HEM; the other codes still load."""
+    ccd_path, file = broken_hem_ccds(tmp_path)[kind]
+    assert kind in BROKEN_KINDS
+    ccd = CCD(ccd_path)
+    for _ in range(2):  # the second time from what the first one learned
+        with pytest.raises(CCDError) as info:
+            ccd.load(["SO4", "HEM"])
+        exc = info.value
+        assert (exc.path, exc.component, exc.stage) == (str(file), "HEM", "ccd")
+        assert str(exc).startswith(f"CCD {file}: the definition of HEM")
+        assert str(exc).endswith("; fix or replace it") and "string:" not in str(exc)
+    assert set(ccd.load(["SO4", "ZN"])) == {"SO4", "ZN"}
+
+
+def test_definition_without_atoms_is_no_definition(tmp_path: Path) -> None:
+    """UNL / UNX (an unknown ligand or atom) define no atoms: the CCD does not define them (the
+    residue keeps the file's atoms), which is not a broken definition."""
+    unl = "data_UNL\n_chem_comp.id UNL\n_chem_comp.name 'Unknown ligand'\n_chem_comp.type NON-POLYMER\n"
+    (tmp_path / "UNL.cif").write_text(unl)
+    shutil.copy(CCD_DIR / "SO4.cif", tmp_path / "SO4.cif")
+    one = tmp_path / "components.cif"
+    one.write_text(unl + (CCD_DIR / "SO4.cif").read_text())
+    for path in (tmp_path, one):
+        assert set(CCD(path).load(["UNL", "SO4"])) == {"SO4"}

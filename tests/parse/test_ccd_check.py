@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from featurecache.errors import InputError
+from featurecache.errors import CCDError, InputError
+from featurecache.parse.ccd import CCD as CCDReader
 from featurecache.parse.ccd import check_ccd, read_components
 from tests.conftest import CCD, STRUCTURES
 
@@ -87,13 +88,37 @@ def test_not_a_ccd_is_an_input_error_naming_the_path(tmp_path: Path, kind: str) 
 
 
 def test_stops_after_the_first_definitions(tmp_path: Path) -> None:
-    """A components.cif.gz whose stream is cut short: reading it whole fails, the check does not
-    get that far (the 400 MB real file costs the check its first blocks only)."""
+    """Parsing stops at the first definitions it needs (the 400 MB real file costs the check its
+    first blocks, and one decompression without parsing: ``_check_gzip_whole``)."""
+    codes = sorted(p.name[:-4] for p in CCD.glob("*.cif"))
+    big = _gzip(_components_file(tmp_path / "components.cif", codes), tmp_path / "components.cif.gz")
+    assert check_ccd(big, enough=2) == 2
+
+
+def test_gzip_cut_short_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """A components.cif.gz cut short (an interrupted download, R1 H1): its first blocks are valid,
+    so the check passed it, and the build's chem stage then met gzip's EOFError, which click took
+    for an abort ("Aborted.", exit 1, no summary) and the workers filed under the structures. Now
+    the check refuses it naming the file and why, and reading it raises the same CCDError."""
     codes = sorted(p.name[:-4] for p in CCD.glob("*.cif"))
     big = _gzip(_components_file(tmp_path / "components.cif", codes), tmp_path / "full.cif.gz")
     data = big.read_bytes()
-    cut = tmp_path / "components.cif.gz"
-    cut.write_bytes(data[: len(data) - 64])
-    with pytest.raises(EOFError):
-        read_components(cut)
-    assert check_ccd(cut, enough=2) == 2
+    for size in (len(data) - 64, int(len(data) * 0.6)):
+        cut = tmp_path / "components.cif.gz"
+        cut.write_bytes(data[:size])
+        with pytest.raises(CCDError) as info:
+            check_ccd(cut, enough=2)
+        assert str(info.value) == (
+            f"cannot read the CCD {cut}: its gzip stream ends early: the file is cut short (an interrupted download?)"
+        )
+        assert (
+            isinstance(info.value, InputError) and info.value.path == str(cut) and info.value.stage == "ccd"
+        )
+        with pytest.raises(CCDError, match="cut short"):
+            read_components(cut)
+        ccd = CCDReader(cut)
+        with pytest.raises(CCDError, match="cut short"):
+            ccd.load(["HEM"])
+        cut.unlink()  # asked again, it says so again without reading the 400 MB a second time
+        with pytest.raises(CCDError, match="cut short"):
+            ccd.load(["SO4"])
