@@ -48,7 +48,7 @@ def featurize_bytes(
     """
     timer = timer or StageTimer()
     timer.start("parse")
-    raw = _parse_structure(data, name)
+    raw = _parse_structure(data, name, component_atoms=component_atoms)
     st = raw.structure
     n_models = len(st)
     warnings = list(raw.warnings)

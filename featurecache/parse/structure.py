@@ -12,12 +12,20 @@ import gzip
 import logging
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gemmi
+import numpy as np
 
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
+from featurecache.parse.elements import resolve_unknown_elements
+from featurecache.types import Atom, Token
+
+if TYPE_CHECKING:
+    from featurecache.tokenize.af3 import ComponentAtoms
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +62,8 @@ def read_bytes(path: Path) -> bytes:
     return Path(path).read_bytes()
 
 
-def read_structure(path: Path) -> RawStructure:
-    return _parse_structure(read_bytes(path), Path(path).name)
+def read_structure(path: Path, *, component_atoms: ComponentAtoms | None = None) -> RawStructure:
+    return _parse_structure(read_bytes(path), Path(path).name, component_atoms=component_atoms)
 
 
 def _decompress(data: bytes, name: str) -> bytes:
@@ -67,10 +75,18 @@ def _decompress(data: bytes, name: str) -> bytes:
     return data
 
 
-def _parse_structure(data: bytes, name: str) -> RawStructure:
+#: UTF-8 byte-order mark (Windows editors write one); gemmi's CIF reader does not skip it.
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _parse_structure(
+    data: bytes, name: str, *, component_atoms: ComponentAtoms | None = None
+) -> RawStructure:
     """Parse structure bytes (possibly gzipped). ``name`` guides format detection and names the file
-    in error messages."""
-    raw = _decompress(data, name)
+    in error messages. ``component_atoms`` (the CCD, as the tokenizer reads it) gives the elements
+    of atoms the file states none for (:func:`~featurecache.parse.elements.resolve_unknown_elements`);
+    standard residues need none."""
+    raw = _decompress(data, name).removeprefix(_UTF8_BOM)
     if not raw.strip():
         raise EmptyStructureError("empty file", stage="parse")
     fmt = structure_format(name)
@@ -82,7 +98,9 @@ def _parse_structure(data: bytes, name: str) -> RawStructure:
         structure = _parse_mmcif(raw, name)
     else:
         structure = _parse_pdb(raw, name)
-    _check_finite(structure.structure, name)
+    resolved = resolve_unknown_elements(structure.structure, name, component_atoms)
+    if resolved:
+        return replace(structure, warnings=(*structure.warnings, resolved))
     return structure
 
 
@@ -120,8 +138,16 @@ def _is_binary(raw: bytes) -> bool:
     return n_control * 100 > len(sample)
 
 
-def _check_finite(st: gemmi.Structure, name: str) -> None:
-    """Reject NaN/inf coordinates here, naming the atom, rather than deep in featurization."""
+#: (x, y, z) as the file wrote an atom's coordinates, or None where that cannot be found
+_WrittenCoordinates = Callable[[gemmi.Atom], "tuple[str, str, str] | None"]
+
+
+def _check_finite(st: gemmi.Structure, name: str, written: _WrittenCoordinates | None = None) -> None:
+    """Reject NaN/inf coordinates here, naming the atom, rather than deep in featurization.
+
+    gemmi reads an mmCIF coordinate that is ``?``, ``.`` or not a number as NaN; ``written`` gives
+    the fields as the file has them, so that the message says which it was.
+    """
     for model in st:
         # One C++ pass: a NaN or inf coordinate anywhere makes the (mass × occupancy)-weighted
         # centre non-finite (0 × inf is NaN too); only then look for the atom in Python.
@@ -134,12 +160,48 @@ def _check_finite(st: gemmi.Structure, name: str) -> None:
                     p = atom.pos
                     if not (math.isfinite(p.x) and math.isfinite(p.y) and math.isfinite(p.z)):
                         altloc = f" altloc {atom.altloc}" if atom.altloc != "\0" else ""
+                        fields = written(atom) if written is not None else None
                         raise ParseError(
-                            f"{name}: non-finite coordinates ({p.x}, {p.y}, {p.z}) for atom {atom.name}"
+                            f"{name}: {_bad_coordinates(p, fields)} for atom {atom.name}"
                             f"{altloc} of residue {res.name} {res.seqid} in chain {chain.name}"
                             f" (model {model.num})",
                             stage="parse",
                         )
+
+
+def _bad_coordinates(pos: gemmi.Position, fields: tuple[str, str, str] | None) -> str:
+    """What is wrong with a non-finite position: from the fields as written where known."""
+    if fields is not None:
+        shown = ", ".join(repr(f) for f in fields)
+        if any(f in ("?", ".") for f in fields):
+            return f"missing coordinates ({shown}: '?' or '.' in the file)"
+        if not all(_is_number(f) for f in fields):
+            return f"non-numeric coordinates ({shown} in the file)"
+    return f"non-finite coordinates ({pos.x}, {pos.y}, {pos.z})"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _mmcif_coordinates(block: gemmi.cif.Block) -> _WrittenCoordinates:
+    """:data:`_WrittenCoordinates` of an mmCIF block: the ``_atom_site`` row whose ``id`` is the
+    atom's serial number (read only when a coordinate is bad)."""
+
+    def written(atom: gemmi.Atom) -> tuple[str, str, str] | None:
+        table = block.find("_atom_site.", ["id", "Cartn_x", "Cartn_y", "Cartn_z"])
+        serial = str(atom.serial)
+        for row in table:
+            if row[0] == serial:
+                x, y, z = (row[k] if row[k] in ("?", ".") else gemmi.cif.as_string(row[k]) for k in (1, 2, 3))
+                return (x, y, z)
+        return None
+
+    return written
 
 
 def _looks_like_pdb(head: bytes) -> bool:
@@ -183,7 +245,10 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
                     "structure-factor (reflection) mmCIF: no _atom_site coordinates", stage="parse"
                 )
             raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
+        _check_atom_site_columns(block, name)
         st = gemmi.make_structure_from_block(block)
+        _check_name_widths(block, st, name)
+        _check_finite(st, name, _mmcif_coordinates(block))
         _retype_connections(block, st)
         warnings = _add_unlabelled_connections(block, st)
         release_date = _mmcif_release_date(block)
@@ -195,6 +260,98 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
     except (RuntimeError, ValueError, IndexError) as exc:
         raise ParseError(_gemmi_error(f"cannot read the {fmt} data block", exc, name), stage="parse") from exc
     return RawStructure(st, fmt, release_date, resolution, tuple(warnings))
+
+
+#: ``_atom_site`` columns without which gemmi 0.7.5 reads no atom at all (an empty structure, which
+#: the tokenizer would report as "no models").
+_REQUIRED_ATOM_SITE = ("id", "label_asym_id", "Cartn_x", "Cartn_y", "Cartn_z")
+#: ... and pairs of which it needs one (it takes the auth_* column where both are there).
+_EITHER_ATOM_SITE = (
+    ("auth_atom_id", "label_atom_id"),
+    ("auth_comp_id", "label_comp_id"),
+    ("auth_seq_id", "label_seq_id"),
+)
+#: Columns gemmi needs too whose absence has one reading, filled in: no alternative locations; no
+#: element stated (then :func:`~featurecache.parse.elements.resolve_unknown_elements` decides).
+_FILLED_ATOM_SITE = {"label_alt_id": ".", "type_symbol": "?"}
+
+
+def _check_atom_site_columns(block: gemmi.cif.Block, name: str) -> None:
+    """Fill the :data:`_FILLED_ATOM_SITE` columns ``_atom_site`` lacks; refuse it, naming them, when
+    it lacks others gemmi needs.
+
+    A file with only auth_* columns (no ``label_asym_id``) is refused rather than read with its
+    chains as subchains: the label subchains say which residues are one polymer and which are
+    ligands, and entities and tokens follow them.
+    """
+    table = block.find_mmcif_category("_atom_site.")
+    tags = [t.lower() for t in table.tags]
+    present = {t.removeprefix("_atom_site.") for t in tags}
+    missing = [c for c in _REQUIRED_ATOM_SITE if c.lower() not in present]
+    missing += [" or ".join(p) for p in _EITHER_ATOM_SITE if not any(c.lower() in present for c in p)]
+    if missing:
+        why = (
+            "; label_asym_id gives the subchains (which residues are one polymer chain, which are "
+            "ligands) that entities and tokens follow, and auth_asym_id does not"
+            if "label_asym_id" in missing
+            else ""
+        )
+        raise ParseError(
+            f"{name}: _atom_site has no {', '.join(missing)} column: no atom can be read without it{why}",
+            stage="parse",
+        )
+    for column, value in _FILLED_ATOM_SITE.items():
+        if column.lower() in present:
+            continue
+        loop = block.find_loop(table.tags[0]).get_loop()
+        if loop is not None:
+            loop.add_columns([f"_atom_site.{column}"], value)
+        else:  # a one-atom file written as tag-value pairs
+            block.set_pair(f"_atom_site.{column}", value)
+
+
+#: The store's widths (``types.Atom.name``, ``types.Token.res_name``): CCD atom names and codes fit.
+ATOM_NAME_WIDTH = Atom["name"].shape[0]
+RES_NAME_WIDTH = Token["res_name"].shape[0]
+#: Names listed in a refusal; the rest counted.
+_MAX_NAMED = 5
+
+
+def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -> None:
+    """Refuse residue or atom names longer than the store holds, naming them: cut to fit they would
+    be other names (``SULFATE1`` → ``SULFA``), and two atoms of a residue could end with one.
+
+    A PDB file cannot hold such names (fixed columns). An mmCIF's are screened first: the model's
+    residue names (gemmi's list) and the distinct values of the atom-name column gemmi reads
+    (3 ms for 1ffk's 64,281 atoms); the first model is walked only when one is too long.
+    """
+    if len(st) == 0:
+        return
+    tags = {t.lower() for t in block.find_mmcif_category("_atom_site.").tags}
+    atom_tag = "_atom_site.auth_atom_id" if "_atom_site.auth_atom_id" in tags else "_atom_site.label_atom_id"
+    if all(len(n) <= RES_NAME_WIDTH for n in st[0].get_all_residue_names()) and all(
+        len(gemmi.cif.as_string(v)) <= ATOM_NAME_WIDTH for v in set(block.find_values(atom_tag))
+    ):
+        return
+    problems: list[str] = []
+    for chain in st[0]:
+        for res in chain:
+            where = f"residue {res.name} {res.seqid} in chain {chain.name}"
+            if len(res.name) > RES_NAME_WIDTH:
+                problems.append(where)
+            if long_atoms := sorted({a.name for a in res if len(a.name) > ATOM_NAME_WIDTH}):
+                problems.append(
+                    f"atom{'s' if len(long_atoms) > 1 else ''} {', '.join(long_atoms)} of {where}"
+                )
+    if not problems:
+        return
+    more = f" and {len(problems) - _MAX_NAMED} more" if len(problems) > _MAX_NAMED else ""
+    raise ParseError(
+        f"{name}: names longer than the store holds (residue names {RES_NAME_WIDTH} characters, atom "
+        f"names {ATOM_NAME_WIDTH}, as CCD codes and atom names are): {'; '.join(problems[:_MAX_NAMED])}{more}."
+        " Cut to fit they would be other names, and atoms of one residue could share one: rename them",
+        stage="parse",
+    )
 
 
 # ------------------------------------------------------------------------------------- struct_conn
@@ -470,10 +627,69 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         except (RuntimeError, ValueError) as exc2:
             raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
+    _check_pdb_coordinates(raw, name)
+    _check_finite(st, name)
     resolution = _resolution(st)
     if math.isnan(resolution):
         resolution = _pdb_resolution(text)
     return RawStructure(st, "pdb", _pdb_release_date(text), resolution)
+
+
+#: Last column (0-based) of each coordinate field of an ATOM/HETATM line: x 31-38, y 39-46, z 47-54.
+_PDB_FIELD_ENDS = (37, 45, 53)
+_DIGITS = frozenset(b"0123456789")
+
+
+def _check_pdb_coordinates(raw: bytes, name: str) -> None:
+    """Refuse a PDB file with an ATOM/HETATM coordinate field that holds no digit, naming the line:
+    gemmi reads ``********`` (a writer's overflow), blanks or ``?`` as 0.0, a wrong position marked
+    present. ``nan`` / ``inf`` read as numbers and are left to :func:`_check_finite`.
+
+    A right-aligned number ends in a digit: numpy looks at the last byte of each field of every
+    atom line (1.8 ms for 1ffk's 64,281 atoms, where gemmi takes 14 ms), and only the lines it flags
+    are looked at in Python.
+    """
+    buf = np.frombuffer(raw, np.uint8)
+    # line starts with a whole coordinate section after them (gemmi refuses shorter atom lines)
+    last = _PDB_FIELD_ENDS[-1]
+    starts = np.flatnonzero(buf[: max(buf.size - last, 0)] == ord("\n")) + 1
+    if buf.size > last:
+        starts = np.concatenate((np.zeros(1, np.int64), starts))
+    atoms = starts[_starts_with(buf, starts, b"ATOM") | _starts_with(buf, starts, b"HETATM")]
+    flagged = np.zeros(atoms.size, np.bool_)
+    for end in _PDB_FIELD_ENDS:
+        c = buf[atoms + end]
+        flagged |= (c < ord("0")) | (c > ord("9"))
+    for start in atoms[flagged].tolist():
+        end = raw.find(b"\n", start)
+        line = raw[start : end if end >= 0 else None].rstrip(b"\r")
+        fields = [line[k - 7 : k + 1] for k in _PDB_FIELD_ENDS]
+        if all(_DIGITS.intersection(f) or _is_number(f.decode("latin-1")) for f in fields):
+            continue  # a number gemmi reads (left-aligned), or nan / inf
+        if any(f.strip() and not f.strip().strip(b"*") for f in fields):
+            why = (
+                "a number too wide for its 8 columns, which the writer printed as '********'; "
+                "write the structure as mmCIF, which has no column limits"
+            )
+        else:
+            why = "not a number (gemmi would read it as 0.0)"
+        text = line.decode("latin-1")
+        line_no = raw.count(b"\n", 0, start) + 1
+        shown = ", ".join(repr(f.decode("latin-1")) for f in fields)
+        raise ParseError(
+            f"{name} line {line_no}: coordinates ({shown}; columns 31-54) of atom "
+            f"{text[12:16].strip()} of residue {text[17:20].strip()} {text[22:27].strip()} in chain "
+            f"{text[21:22]}: {why}",
+            stage="parse",
+        )
+
+
+def _starts_with(buf: np.ndarray, starts: np.ndarray, word: bytes) -> np.ndarray:
+    """Which of the offsets ``starts`` (int64[n]) of ``buf`` (uint8) begin ``word``: bool[n]."""
+    hit = buf[starts] == word[0]
+    for k in range(1, len(word)):
+        hit[hit] = buf[starts[hit] + k] == word[k]
+    return hit
 
 
 def _blank_charge_columns(text: str) -> str:
