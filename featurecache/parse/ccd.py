@@ -6,8 +6,9 @@ Reads wwPDB CCD definitions with gemmi's CIF reader from either
 * a directory of per-component files ``<CODE>.cif`` (or ``<CODE>.cif.gz``).
 
 A whole ``components.cif`` is ~400 MB of text, so :class:`CCD` never parses it whole: it streams the
-file once and keeps only the blocks of the codes asked for (:meth:`CCD.load`), or, for a
-directory, opens one file per code on demand. Every definition is a frozen
+file once and parses only the blocks of the codes asked for (:meth:`CCD.load`); when a second pass
+is needed (other codes asked for later), that pass keeps every block's text zlib-compressed, so
+there is no third; for a directory, it opens one file per code on demand. Every definition is a frozen
 :class:`ComponentDef`; :func:`_parse_component` is the pure parser behind all of them (tests feed
 it strings).
 
@@ -307,30 +308,47 @@ def read_components(
     return found
 
 
-def _scan_components(p: Path, wanted: set[str] | None) -> tuple[dict[str, ComponentDef], dict[str, CCDError]]:
+def _scan_components(
+    p: Path, wanted: set[str] | None, blocks: dict[str, bytes] | None = None
+) -> tuple[dict[str, ComponentDef], dict[str, CCDError]]:
     """The definitions of ``wanted`` (every block: None) in the CCD file ``p``, and a
     :class:`CCDError` per wanted code whose block does not parse. Blocks without atoms are in
     neither (the CCD does not define those codes). Raises :class:`CCDError` when ``p`` cannot be
-    read to its end."""
+    read to its end. ``blocks``: filled with every block's text, zlib-compressed, by code (a later
+    block of a code replaces an earlier one), so later codes need no further pass (:class:`CCD`)."""
     opener = gzip.open if p.suffix == ".gz" else open
     out: dict[str, ComponentDef] = {}
     broken: dict[str, CCDError] = {}
     try:
         with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            for code, text in _iter_blocks(fh, wanted):
-                try:
-                    out[code] = _parse_component(text)
-                except _NoAtoms:
-                    continue
-                except ParseError as exc:
-                    broken[code] = _broken(p, code, str(exc), block=True)
-                else:
-                    broken.pop(code, None)  # a later block of the code wins, as in ``out``
+            for code, text in _iter_blocks(fh, wanted if blocks is None else None):
+                if blocks is not None:
+                    blocks[code] = zlib.compress(text.encode(), 1)
+                    if wanted is not None and code not in wanted:
+                        continue
+                _parse_into(out, broken, p, code, text)
     except _READ_ERRORS as exc:
+        if blocks is not None:
+            blocks.clear()
         raise _unreadable(p, exc) from exc
     for code in broken:
         out.pop(code, None)  # a later, broken block of the code replaced a sound one
     return out, broken
+
+
+def _parse_into(
+    out: dict[str, ComponentDef], broken: dict[str, CCDError], p: Path, code: str, text: str
+) -> None:
+    """Parse one block of the CCD file ``p`` into ``out`` (or ``broken``); a block without atoms
+    into neither."""
+    try:
+        out[code] = _parse_component(text)
+    except _NoAtoms:
+        return
+    except ParseError as exc:
+        broken[code] = _broken(p, code, str(exc), block=True)
+    else:
+        broken.pop(code, None)  # a later block of the code wins, as in ``out``
 
 
 #: How far :func:`check_ccd` looks before it calls a CCD empty: text of one file, files of a directory.
@@ -455,6 +473,12 @@ class CCD:
         #: code -> why its definition cannot be used; the whole file's error once it did not read
         self._broken: dict[str, CCDError] = {}
         self._unreadable: CCDError | None = None
+        #: a ``components.cif``'s blocks by code, zlib-compressed, from its second pass: a build's
+        #: worker asks for a few new codes per structure, and each pass over a 75 MB
+        #: ``components.cif.gz`` costs 3-4 s (a pass per new code made a PDB-sized build take
+        #: hours per worker); ~1/3 of the text in memory (130 MB for 400 MB of text)
+        self._blocks: dict[str, bytes] | None = None
+        self._passes = 0
 
     @property
     def is_dir(self) -> bool:
@@ -489,12 +513,25 @@ class CCD:
                         assert f is not None
                         self._cache[c] = None
                         self._broken[c] = _broken(f, c, str(exc).removeprefix(f"CCD {f}: "), block=False)
-            else:
+            elif self._blocks is None:
+                # the first pass keeps only what it was asked for (a chem stage asks once for every
+                # code it needs); a second pass keeps every block, so there is no third
+                blocks: dict[str, bytes] | None = {} if self._passes else None
+                self._passes += 1
                 try:
-                    found, broken = _scan_components(self.path, set(missing))
+                    found, broken = _scan_components(self.path, set(missing), blocks)
                 except CCDError as exc:
                     self._unreadable = exc
                     raise _again(exc) from None
+                self._blocks = blocks
+                self._broken.update(broken)
+                for c in missing:
+                    self._cache[c] = found.get(c)
+            else:
+                found, broken = {}, {}
+                for c in missing:
+                    if (text := self._blocks.get(c)) is not None:
+                        _parse_into(found, broken, self.path, c, zlib.decompress(text).decode())
                 self._broken.update(broken)
                 for c in missing:
                     self._cache[c] = found.get(c)

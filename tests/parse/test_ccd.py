@@ -161,3 +161,33 @@ def test_definition_without_atoms_is_no_definition(tmp_path: Path) -> None:
     one.write_text(unl + (CCD_DIR / "SO4.cif").read_text())
     for path in (tmp_path, one):
         assert set(CCD(path).load(["UNL", "SO4"])) == {"SO4"}
+
+
+@pytest.mark.parametrize("suffix", [".cif", ".cif.gz"])
+def test_components_file_is_read_at_most_twice(tmp_path: Path, suffix: str) -> None:
+    """A build's worker asks a ``components.cif`` for the new codes of each structure, one or two
+    at a time. Each pass over a real 75 MB ``components.cif.gz`` costs 3-4 s, so a pass per new
+    code made a PDB-sized build take hours per worker. The second pass keeps every block (zlib,
+    in memory): once it ran, the file is never read again (it is moved away here), and the
+    definitions, a broken one's error and an absent code are what one pass over the file gives."""
+    ccd_path, _ = broken_hem_ccds(tmp_path)["file: bad row"]
+    if suffix == ".cif.gz":
+        gz = tmp_path / "components.cif.gz"
+        gz.write_bytes(gzip.compress(ccd_path.read_bytes()))
+        ccd_path = gz
+    codes = sorted(f.name.removesuffix(".cif") for f in CCD_DIR.glob("*.cif") if f.name != "HEM.cif")
+    want = read_components(ccd_path)  # one pass, every block
+    assert "HEM" not in want and set(want) == set(codes)
+    ccd = CCD(ccd_path)
+    assert set(ccd.load(["SO4"])) == {"SO4"}  # first pass: only what was asked for
+    assert set(ccd.load(["MG"])) == {"MG"}  # second pass: keeps every block
+    moved = ccd_path.rename(tmp_path / "moved")
+    for code in codes:
+        got = ccd.get(code)
+        assert got is not None and got.sha256 == want[code].sha256, code
+        assert got.atom_names == want[code].atom_names and got.bonds == want[code].bonds, code
+    assert ccd.get("NOPE") is None
+    with pytest.raises(CCDError) as info:
+        ccd.load(["HEM"])
+    assert (info.value.path, info.value.component) == (str(ccd_path), "HEM")
+    assert moved.exists()
