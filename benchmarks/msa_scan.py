@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.harness import REAL, Bench, add_out_argument, require_shared
 from featurecache.build.msa_stage import AlignmentScan, FileScan, _degap, _hashes, scan_msa_files
 from featurecache.errors import InputError, MSAError
-from featurecache.parse.a3m import parse_a3m
+from featurecache.parse.a3m import parse_a3m, readable_queries
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
 from featurecache.parse.sto import parse_sto
 
@@ -69,6 +69,10 @@ def full_parse_scan(msa_dir: str, rels: list[str], wanted: set[str]) -> list[Fil
         except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
             scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
             scan.alignments = []
+            # what still reads of a failed a3m file: its queries (its failure names their chains)
+            if scan.fmt == "a3m":
+                queries = readable_queries(data, path)
+                scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
         out.append(scan)
     return out
 

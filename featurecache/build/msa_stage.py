@@ -26,7 +26,11 @@ Unreadable MSA files become failure rows (stage ``msa``) naming the entry their 
 and so do empty files (no text: 0 bytes, a truncated download) that the layout names for an entry
 (an empty file named for none is only logged). Such a file is left out: a chain it was meant for
 gets its MSA from its other files, keeps the MSA an earlier build stored, or, with neither, gets
-the single-sequence MSA (``entries.msa_coverage`` says so); the failure's message says which. A
+the single-sequence MSA (``entries.msa_coverage`` says so); the failure's message says which. The
+chains it was meant for: those its layout names, and those whose sequence is a query the file
+still gives (an a3m file's queries read up to the damage: :func:`~featurecache.parse.a3m.readable_queries`),
+so a file of any layout (Protenix ``<n>/non_pairing.a3m``) names them; the row's ``entry_id`` is
+the layout's entry, else the first such chain's. A
 stored MSA whose files are all gone from ``--msa-dir`` stays (counted: ``sources_gone``). Each MSA part
 records the resolved ``--msa-dir`` (manifest ``source_dir``): a later build from that directory
 withdraws the listed failure of a file no longer in it (``discover.withdraw_failures``).
@@ -70,7 +74,7 @@ from featurecache.featurize.msa import (
     source_order_key,
 )
 from featurecache.featurize.seqhash import sequence_hash
-from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, scan_a3m
+from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, readable_queries, scan_a3m
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file, sniff_msa_format
 from featurecache.parse.sto import parse_sto
 from featurecache.store.index import read_table, replace_table
@@ -125,6 +129,8 @@ class FileScan:
     sha256: str = ""
     fmt: str = ""
     n_alignments: int = 0  # alignments in the file (template-hit ones excluded)
+    #: a file that failed (``error_class``): the queries that read of it, never joined (its failure
+    #: row names their chains: :func:`_scan_failures`)
     alignments: list[AlignmentScan] = field(default_factory=list)
     n_template_hits: int = 0
     error_class: str = ""
@@ -192,6 +198,9 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
     except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
         scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
         scan.alignments = []
+        if scan.fmt == "a3m":  # the chains it was meant for, where its queries read
+            queries = readable_queries(data, path)
+            scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
     return scan
 
 
@@ -502,13 +511,15 @@ def run_msa_stage(
         known_failures = set(zip(old_failures.column("path").to_pylist(),
                                  old_failures.column("key").to_pylist(), strict=True))  # fmt: skip
     chains_by_entry: dict[str, list[dict[str, Any]]] = {}
+    chains_by_hash: dict[str, list[dict[str, Any]]] = {}
     for row in chain_rows:
         chains_by_entry.setdefault(row["entry_id"], []).append(row)
+        chains_by_hash.setdefault(row["sequence_hash"], []).append(row)
 
-    def left_out(rel: str, hints: list[tuple[str, str]]) -> str:
-        return _left_out(rel, hints, chains_by_entry, uses, stored)
+    def left_out(rel: str, rows: list[dict[str, Any]]) -> str:
+        return _left_out(rel, rows, uses, stored)
 
-    scan_failures = _scan_failures(scans, entry_ids, left_out, aliases)
+    scan_failures = _scan_failures(scans, entry_ids, chains_by_entry, chains_by_hash, left_out, aliases)
     new_failures = [f for f in scan_failures if (f["path"], f["key"]) not in known_failures]
     # listed by an earlier build for the same bytes: not written again, but they still fail
     result.counts["failed_earlier"] = len(scan_failures) - len(new_failures)
@@ -606,8 +617,12 @@ def _scan(
 
 #: Bumped when what a scan finds in a file changes (parsers, sniffing, the FileScan fields), so a
 #: file an older parser failed on (or read otherwise) is read again. "2": a file that starts with a
-#: UTF-8 byte-order mark reads as without it (d5b8ae6), where "1" recorded a failure.
-SCAN_CACHE_VERSION = "2"
+#: UTF-8 byte-order mark reads as without it (d5b8ae6), where "1" recorded a failure. "3": an a3m
+#: file of headers without a sequence fails (it was an alignment of an empty query), a tab in a
+#: sequence line is dropped as a space is (it was a match column), a NUL inside a line fails, the
+#: failure messages name the row's header, line and cause, and a failed a3m file keeps the queries
+#: that read of it (its failure names their chains).
+SCAN_CACHE_VERSION = "3"
 SCAN_CACHE_DIR = "cache"
 SCAN_CACHE_FILE = "msa_scan.arrow"
 #: Files modified this close to the start of a scan are not cached: a second write within the
@@ -1027,13 +1042,18 @@ def _plan(
 def _scan_failures(
     scans: Iterable[FileScan],
     entry_ids: dict[str, str],
-    left_out: Callable[[str, list[tuple[str, str]]], str],
+    chains_by_entry: dict[str, list[dict[str, Any]]],
+    chains_by_hash: dict[str, list[dict[str, Any]]],
+    left_out: Callable[[str, list[dict[str, Any]]], str],
     aliases: dict[str, list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Failure rows of the scanned files that cannot be used: unreadable ones, and empty ones (no
     text) that the layout names for an entry of the store (an empty file named for none is logged
-    only). ``left_out(rel, hints)``: what the file's leaving out means for the chains it was meant
-    for (:func:`_left_out`)."""
+    only). The chains a file was meant for: those its layout names, and those whose sequence is a
+    query that still read of it (``FileScan.alignments`` of a failed file; by sequence hash: every
+    chain of that sequence shares its MSA); ``entry_id``: the layout's entry, else the first such
+    chain's. ``left_out(rel, chain rows)``: what the file's leaving out means for them
+    (:func:`_left_out`)."""
     out = []
     unnamed_empty: list[str] = []
     for s in scans:
@@ -1041,21 +1061,30 @@ def _scan_failures(
         if not s.error_class and not empty:
             continue
         hints = _hints(s.rel, entry_ids, aliases)
-        entry = hints[0][0] if hints else ""
+        rows = _named_chains(hints, chains_by_entry)
+        by_query = [r for a in s.alignments for h, _mt in a.matches for r in chains_by_hash.get(h, [])]
+        rows += [r for r in by_query if r not in rows]
+        entry = hints[0][0] if hints else (rows[0]["entry_id"] if rows else "")
         if empty:
             if not entry:
                 unnamed_empty.append(s.rel)
                 continue
             reason = "empty file (0 bytes)" if s.size == 0 else f"empty file ({s.size} bytes, no text)"
             message = (
-                f"{reason}: a truncated download or a search that wrote nothing?; {left_out(s.rel, hints)}"
+                f"{reason}: a truncated download or a search that wrote nothing?; {left_out(s.rel, rows)}"
             )
             log.warning("MSA file %s: %s", s.rel, message)
             error_class = "MSAError"
         else:
-            message = (
-                f"{s.message}; {left_out(s.rel, hints)}" if entry else f"{s.message}; the file is left out"
-            )
+            if entry:
+                message = f"{s.message}; {left_out(s.rel, rows)}"
+            elif s.alignments:
+                lengths = ", ".join(str(len(a.query)) for a in s.alignments[:3])
+                queries = "its queries" if len(s.alignments) > 1 else "its query"
+                message = (f"{s.message}; the file is left out (no polymer chain of the store has {queries}, "
+                           f"{lengths} residues)")  # fmt: skip
+            else:
+                message = f"{s.message}; the file is left out"
             error_class = s.error_class
         out.append(
             {
@@ -1080,18 +1109,11 @@ def _scan_failures(
 SHOWN_CHAINS = 8
 
 
-def _left_out(
-    rel: str,
-    hints: list[tuple[str, str]],
-    chains_by_entry: dict[str, list[dict[str, Any]]],
-    uses: dict[str, list[MSAUse]],
-    stored: dict[str, tuple[str, int]],
-) -> str:
-    """What leaving file ``rel`` out means for the chains its layout ``hints`` name: each gets its
-    MSA from its other files (this build joined some), keeps the MSA an earlier build stored from
-    files (:func:`_plan` never replaces it by the single sequence), or gets the single-sequence MSA."""
-    outcome: dict[tuple[str, str], list[str]] = {}
-    seen: set[str] = set()
+def _named_chains(
+    hints: list[tuple[str, str]], chains_by_entry: dict[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The chain rows a file's layout ``hints`` name (chain ``""``: every polymer chain of the entry)."""
+    named: list[dict[str, Any]] = []
     for entry, chain in hints:
         rows = chains_by_entry.get(entry, [])
         if chain:
@@ -1100,22 +1122,43 @@ def _left_out(
             # which it was for: the author id, the one alignment layouts use, decides
             by_auth = [r for r in rows if r["auth_id"] == chain]
             rows = by_auth or [r for r in rows if r["label_id"] == chain]
-        for row in rows:
-            name = f"{entry}/{row['auth_id'] or row['label_id']}"
-            if name in seen:
-                continue
-            seen.add(name)
-            h = row["sequence_hash"]
-            n = len({u.rel for u in uses.get(h, []) if u.rel != rel})
-            if n:
-                what = (f"an MSA from {n} other file{'s' if n != 1 else ''}",
-                        f"MSAs from {n} other file{'s' if n != 1 else ''}")  # fmt: skip
-            elif h in stored and stored[h][1] > 0:
-                what = ("the MSA an earlier build stored from files (kept)",
-                        "the MSAs an earlier build stored from files (kept)")  # fmt: skip
-            else:
-                what = ("a single-sequence MSA", "single-sequence MSAs")
-            outcome.setdefault(what, []).append(name)
+        named += [r for r in rows if r not in named]
+    return named
+
+
+#: other files named in a failure message, at most
+SHOWN_FILES = 3
+
+
+def _left_out(
+    rel: str,
+    rows: list[dict[str, Any]],
+    uses: dict[str, list[MSAUse]],
+    stored: dict[str, tuple[str, int]],
+) -> str:
+    """What leaving file ``rel`` out means for the chains it was meant for (``rows``): each gets its
+    MSA from its other files (this build joined some; named), keeps the MSA an earlier build stored
+    from files (:func:`_plan` never replaces it by the single sequence), or gets the single-sequence MSA."""
+    outcome: dict[tuple[str, str], list[str]] = {}
+    seen: set[str] = set()
+    for row in rows:
+        name = f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+        if name in seen:
+            continue
+        seen.add(name)
+        h = row["sequence_hash"]
+        others = sorted({u.rel for u in uses.get(h, []) if u.rel != rel})
+        n = len(others)
+        if n:
+            shown = ", ".join(others[:SHOWN_FILES]) + (", …" if n > SHOWN_FILES else "")
+            what = (f"an MSA from {n} other file{'s' if n != 1 else ''} ({shown})",
+                    f"MSAs from {n} other file{'s' if n != 1 else ''} ({shown})")  # fmt: skip
+        elif h in stored and stored[h][1] > 0:
+            what = ("the MSA an earlier build stored from files (kept)",
+                    "the MSAs an earlier build stored from files (kept)")  # fmt: skip
+        else:
+            what = ("a single-sequence MSA", "single-sequence MSAs")
+        outcome.setdefault(what, []).append(name)
     if not outcome:
         return "the file is left out (its path names no polymer chain of the store)"
     parts = []

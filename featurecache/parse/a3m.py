@@ -7,14 +7,23 @@ included — without building the rows (the build's MSA scan).
 
 What the format allows and what we do with it:
 
-* ``>header`` lines start a row; sequence lines may wrap over several lines.
+* ``>header`` lines start a row; sequence lines may wrap over several lines; blanks (spaces,
+  tabs) inside a sequence line are dropped.
 * Upper case letters and ``-`` are match columns (one per query residue), lower case letters are
   insertions relative to the query, ``.`` is an insert-state gap (a2m style; carries nothing).
+  A row whose match columns are not the query's is an :class:`MSAError` that names the row (its
+  number, the query being row 0, its header and the header's line) and why: a character outside
+  that alphabet (its line and column), ``.`` written for a gap in a match column, a query in
+  lower case (insertions only), a row with no sequence line.
+* A record with a header and no sequence line at all in the whole block (``>query`` alone: a
+  truncated download) is an :class:`MSAError` ("no sequence"), not an alignment of nothing.
 * HH-suite pseudo rows (``ss_dssp``, ``ss_pred``, ``ss_conf``, ``sa_dssp``, ``Consensus``) are
   dropped; lines starting with ``#`` or ``;`` are comments (HH-suite ``#A3M#``, ColabFold's
   ``#len\tcard`` pairing line).
 * Raw ColabFold-server output holds several queries separated by NUL bytes: each block is its own
-  MSA (``block`` 0, 1, …); they are never merged. Headers there are tab-separated fields.
+  MSA (``block`` 0, 1, …); they are never merged. Headers there are tab-separated fields. The NUL
+  comes between records, at the start of a line; one inside a line (a damaged file: bytes zeroed,
+  a download padded with zeros) is an :class:`MSAError` naming its line and column.
 * A query with gaps in match columns, or with lower case letters, is re-rooted (:func:`reroot`) so
   that the columns are exactly the query's residues.
 * An empty file (or one with only comments) yields no MSA.
@@ -25,6 +34,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import string
 import zlib
 from pathlib import Path
@@ -44,6 +54,16 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 #: Deletes everything that is not a match column (insertions and insert gaps).
 _MATCH_ONLY = str.maketrans("", "", string.ascii_lowercase + ".")
+#: Blanks inside a sequence line: dropped (spaces and tabs alike).
+_BLANKS = str.maketrans("", "", " \t")
+#: What an a3m row may hold: residue letters (upper case: match columns; lower case: insertions),
+#: ``-`` (a gap in a match column) and ``.`` (an insert-state gap).
+A3M_CHARACTERS = frozenset(string.ascii_letters + "-.")
+#: The line breaks of ``str.splitlines`` (how the parser cuts lines, and numbers them in messages).
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+#: A NUL after a character that does not end a line (or another NUL): a NUL inside a line.
+_NUL_IN_LINE = re.compile(f"[^{_LINE_BREAKS}\x00]\x00")
+_NUL_IN_LINE_BYTES = re.compile(b"[^\n\r\x0b\x0c\x1c\x1d\x1e\x00]\x00")  # a superset: then the text decides
 _DASH = ord("-")
 _DOT = ord(".")
 
@@ -102,15 +122,41 @@ def scan_a3m(data: bytes, path: str | os.PathLike[str]) -> list[tuple[int, str]]
 
 def _parse_a3m(text: str) -> list[ParsedMSA]:
     """Parse a3m text into one :class:`ParsedMSA` per NUL-separated query block."""
+    _check_nuls(text)
     out: list[ParsedMSA] = []
-    for block_text in text.split("\x00"):
-        msa = _parse_a3m_block(block_text, len(out))
+    blocks = text.split("\x00")
+    line = 1
+    for k, block_text in enumerate(blocks):
+        msa = _parse_a3m_block(block_text, len(out), line)
         if msa is not None:
             out.append(msa)
+        if k + 1 < len(blocks):
+            line += _n_lines(block_text)
     return out
 
 
-def _parse_a3m_block(text: str, block: int) -> ParsedMSA | None:
+def _check_nuls(text: str) -> None:
+    """Raise :class:`MSAError` for a NUL inside a line (ColabFold puts one between records only)."""
+    found = _NUL_IN_LINE.search(text) if "\x00" in text else None
+    if found is None:
+        return
+    at = found.start() + 1
+    before = text[:at].splitlines()  # the NUL's own line is the last: the character before it ends no line
+    line, column = len(before), len(before[-1]) + 1
+    raise MSAError(
+        f"a NUL byte inside line {line} (column {column}): a damaged file (bytes zeroed, a download padded "
+        "with zeros?); a NUL may only separate the alignments of several queries (ColabFold), between records"
+    )
+
+
+def _n_lines(text: str | bytes) -> int:
+    """Lines of one NUL-separated block that is not the last: it ends with a line break (or is
+    empty), so the next block starts on the line after its last (as ``str.splitlines`` counts)."""
+    return len((text.decode("ascii") if isinstance(text, bytes) else text).splitlines())
+
+
+def _parse_a3m_block(text: str, block: int, first_line: int = 1) -> ParsedMSA | None:
+    """One NUL-separated block of a3m text; ``first_line``: the file's line it starts on (messages)."""
     headers: list[str] = []
     chunks: list[list[str]] = []
     for raw in text.splitlines():
@@ -131,10 +177,14 @@ def _parse_a3m_block(text: str, block: int) -> ParsedMSA | None:
         if name in PSEUDO_ROW_NAMES:
             continue
         kept.append(header)
-        rows.append("".join(parts).replace(" ", "").rstrip("*"))
+        rows.append("".join(parts).translate(_BLANKS).rstrip("*"))
     if not rows:
         return None
-    _check_rows(rows)
+    if not any(rows):
+        raise MSAError(_no_sequence(kept, block))
+    bad = _first_bad_row(rows)
+    if bad is not None:
+        raise MSAError(_bad_row(text, first_line, block, kept, rows, bad))
     msa = ParsedMSA(tuple(kept), tuple(rows), "a3m", block=block)
     if not _query_is_clean(rows[0]):
         msa = reroot(msa, 0)
@@ -145,9 +195,9 @@ def _parse_a3m_block(text: str, block: int) -> ParsedMSA | None:
 
 #: Deleted before counting match columns: insertions, insert gaps, blanks (line breaks are counted
 #: apart, header lines are never counted).
-_NOT_MATCH = string.ascii_lowercase.encode() + b". "
+_NOT_MATCH = string.ascii_lowercase.encode() + b". \t"
 #: Deleted to read the query's residues from its record.
-_NOT_RESIDUE = b"-. \n"
+_NOT_RESIDUE = b"-. \t\n"
 #: With any of these bytes a block may not be what a split at ``\n>`` says (other line breaks,
 #: other whitespace ``str.strip`` removes, a ``*`` terminator): the parser reads it.
 _ODD_BYTES = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f", b"*")
@@ -158,7 +208,7 @@ _PSEUDO_ROW_BYTES = frozenset(n.encode() for n in PSEUDO_ROW_NAMES)
 _PSEUDO_FIRST_BYTES = np.array(
     sorted({n[0] for n in _PSEUDO_ROW_BYTES} | {ord(" "), ord("\t")}), dtype=np.uint8
 )
-_GT, _LF, _TAB = ord(">"), ord("\n"), ord("\t")
+_GT, _LF = ord(">"), ord("\n")
 
 
 class _Unsure:
@@ -166,6 +216,42 @@ class _Unsure:
 
 
 _UNSURE = _Unsure()
+
+
+def readable_queries(data: bytes, path: str | os.PathLike[str]) -> list[str]:
+    """The queries of an a3m file that does not parse (a row cut short, a bad character), as far as
+    they read: of each NUL-separated block, the first record that is no pseudo row, as
+    ``ParsedMSA.query_sequence`` gives it (letters upper-cased, gaps dropped), where that record
+    holds only :data:`A3M_CHARACTERS` and blanks. What the build names the chains a failed file was
+    meant for by; ``[]`` when none reads (a damaged gzip stream, sequence before any header)."""
+    try:
+        text = decompress_msa(data, path).decode("utf-8", errors="replace")
+    except MSAError:
+        return []
+    out: list[str] = []
+    for block in text.split("\x00"):
+        parts: list[str] | None = None  # the query record's sequence lines, once its header is read
+        headed = False
+        for raw in block.splitlines():
+            line = raw.strip()
+            if not line or line.startswith(COMMENT_PREFIXES):
+                continue
+            if line.startswith(">"):
+                if parts is not None:
+                    break
+                headed = True
+                header = line[1:].strip()
+                if (header.split(maxsplit=1)[0] if header else "") not in PSEUDO_ROW_NAMES:
+                    parts = []
+            elif parts is not None:
+                parts.append(line)
+            elif not headed:
+                break  # sequence before the first header: no query reads
+        row = "".join(parts or []).translate(_BLANKS).rstrip("*")
+        query = row.replace("-", "").replace(".", "").upper()
+        if query and A3M_CHARACTERS.issuperset(row):
+            out.append(query)
+    return out
 
 
 def _a3m_queries(raw: bytes) -> list[tuple[int, str]]:
@@ -176,19 +262,25 @@ def _a3m_queries(raw: bytes) -> list[tuple[int, str]]:
     (so a ragged row is found wherever it is) without building rows; the blocks it does not answer
     and non-ASCII blocks are parsed by :func:`_parse_a3m_block` itself.
     """
+    if b"\x00" in raw and _NUL_IN_LINE_BYTES.search(raw):
+        _check_nuls(raw.decode("utf-8", errors="replace"))
     blocks: list[bytes] | list[str]
     blocks = raw.split(b"\x00") if raw.isascii() else raw.decode("utf-8", errors="replace").split("\x00")
     out: list[tuple[int, str]] = []
-    for block in blocks:
+    line = 1  # the file's line the block starts on (the parser's messages name lines)
+    for k in range(len(blocks)):
+        block: bytes | str = blocks[k]
         if isinstance(block, str) and block.isascii():
             block = block.encode("ascii")
         query = _block_query(block) if isinstance(block, bytes) else _UNSURE
         if isinstance(query, _Unsure):
             text = block.decode("ascii") if isinstance(block, bytes) else block
-            msa = _parse_a3m_block(text, len(out))
+            msa = _parse_a3m_block(text, len(out), line)
             query = None if msa is None else msa.query_sequence
         if query is not None:
             out.append((len(out), query))
+        if k + 1 < len(blocks):
+            line += _n_lines(block)
     return out
 
 
@@ -198,11 +290,12 @@ def _block_query(block: bytes) -> str | _Unsure | None:
 
     The block is cut into records at each ``>`` (header line, then sequence lines). Answered only
     when that is the parser's reading — no byte of :data:`_ODD_BYTES`, no sequence before the first
-    header, no comment line, indented header or ``>`` inside a line after it, no tab in a sequence
-    line — so that a row is its record's sequence lines joined. A row's match columns are then its
-    sequence bytes less insertions, ``.``, blanks and line breaks (what :func:`n_match` counts on
-    the joined row), counted for every row at once on the whole block with numpy. A block where a
-    row's count differs from the query's is left to the parser (its error names the row).
+    header, no comment line, indented header or ``>`` inside a line after it — so that a row is its
+    record's sequence lines joined. A row's match columns are then its sequence bytes less
+    insertions, ``.``, blanks and line breaks (what :func:`n_match` counts on the joined row, its
+    blanks dropped), counted for every row at once on the whole block with numpy. A block where a
+    row's count differs from the query's, or where the query has none (no sequence, or lower case
+    only), is left to the parser (its error names the row, or it re-roots the query).
     """
     if any(b in block for b in _ODD_BYTES):
         return _UNSURE
@@ -242,12 +335,9 @@ def _block_query(block: bytes) -> str | _Unsure | None:
     n_match = np.where(has_rows, stops - header_end - n_breaks, 0)
     if len(np.unique(n_match[kept])) > 1:
         return _UNSURE  # a ragged row: the parser's error names it
-    if b"\t" in body:
-        tabs = np.flatnonzero(counted == _TAB)
-        record = np.searchsorted(starts, tabs, side="right") - 1
-        if (tabs > header_end[record]).any():
-            return _UNSURE  # a tab in a sequence line counts as a match column there
     k = int(np.argmax(kept))
+    if n_match[k] == 0:
+        return _UNSURE  # no sequence (an error), or a lower case query (re-rooted): the parser's
     row = body[heads[k] + 1 : ends[k]].partition(b"\n")[2]
     return row.translate(None, _NOT_RESIDUE).upper().decode("ascii")
 
@@ -263,14 +353,108 @@ def n_match(row: str) -> int:
     return len(row.translate(_MATCH_ONLY))
 
 
-def _check_rows(rows: list[str]) -> None:
+def _first_bad_row(rows: list[str]) -> int | None:
+    """The first row (0: the query) that is not ASCII or whose match columns are not the query's;
+    0 also for a query with no sequence line (its hits then hold insertions only)."""
+    if not rows[0]:
+        return 0
     length = n_match(rows[0])
     for i, row in enumerate(rows):
-        if not row.isascii():
-            raise MSAError(f"row {i} has non-ASCII characters")
-        n = n_match(row)
-        if n != length:
-            raise MSAError(f"row {i} has {n} match columns, the query has {length}")
+        if not row.isascii() or n_match(row) != length:
+            return i
+    return None
+
+
+def _no_sequence(headers: list[str], block: int) -> str:
+    """Why a block whose records have headers and no sequence line at all is no alignment."""
+    shown = ", ".join(f"'>{_name(h)}'" for h in headers[:3]) + (", …" if len(headers) > 3 else "")
+    where = f"block {block} of the file" if block else "the file"
+    n = len(headers)
+    return (f"no sequence: {where} holds {n} header line{'s' if n != 1 else ''} ({shown}) and no sequence "
+            "line (a truncated download, or a search cut short?)")  # fmt: skip
+
+
+def _bad_row(text: str, first_line: int, block: int, headers: list[str], rows: list[str], i: int) -> str:
+    """Why row ``i`` of a block (``text``, starting on the file's line ``first_line``) does not fit
+    the query: the row by number (the query is row 0), header and line, then the cause: a character
+    outside :data:`A3M_CHARACTERS` in the row or in the query (its line and column), a query with no
+    match column (lower case only, or no sequence line), a row with no sequence line, ``.`` where a
+    match column needs ``-``."""
+    length, row = n_match(rows[0]), rows[i]
+    n = n_match(row)
+    records = _record_lines(text, first_line)
+    of_block = f" of block {block}" if block else ""
+    query = f"the query (row 0{of_block}, header line {records[0][0]} '>{_name(headers[0])}')"
+    name = query if i == 0 else (
+        f"row {i}{of_block} (the query is row 0; header line {records[i][0]} '>{_name(headers[i])}')")  # fmt: skip
+    counts = f"has {n} match columns, the query has {length}"
+    for k in dict.fromkeys((i, 0)):  # the row's own characters first, then the query's
+        odd = [j for j, c in enumerate(rows[k]) if c not in A3M_CHARACTERS]
+        if not odd:
+            continue
+        line, column = _position(records[k][1], odd[0])
+        kinds = "".join(dict.fromkeys(rows[k][j] for j in odd))
+        what = (f"{rows[k][odd[0]]!r} at line {line}, column {column} is not an a3m character (a residue letter, "
+                f"'-' or '.')" + (f"; {len(odd)} such characters: {kinds[:20]!r}" if len(odd) > 1 else ""))  # fmt: skip
+        if i == 0:
+            return f"{query}: {what}"
+        counted = f" {counts}" if n != length else ""  # else a non-ASCII character: the counts agree
+        return f"{name}{counted}: {what if k == i else f'in {query}, {what}'}"
+    if not rows[0]:
+        return f"{query} has no sequence line" + (f", while row {i} has {n} match columns" if i else "")
+    if length == 0:
+        return (f"{query} is all lower case: lower case letters are insertions, so it has no match column, "
+                f"while row {i} has {n}; a3m writes the query's residues in upper case")  # fmt: skip
+    if not row:
+        return f"{name} has no sequence line (0 match columns, the query has {length}): a file cut short?"
+    dots = row.count(".")
+    if dots and n < length:
+        return (f"{name} {counts}: its {dots} '.' are insert-state gaps (a2m), not match columns; a gap in a "
+                "match column is '-'")  # fmt: skip
+    last = i == len(rows) - 1 and n < length
+    return (f"{name} {counts} (match columns: upper case letters and '-'; lower case letters and '.' are "
+            f"insertions): {'the last row, cut short: a truncated file?' if last else 'a ragged row'}")  # fmt: skip
+
+
+def _name(header: str) -> str:
+    """A row's name in a message: its header's first word (an accession; ColabFold headers go on in
+    tab-separated numbers)."""
+    return header.split(maxsplit=1)[0][:40] if header.strip() else ""
+
+
+def _record_lines(text: str, first_line: int) -> list[tuple[int, list[tuple[int, str]]]]:
+    """Each kept record of a block as the parser reads it: the file's line of its header, and its
+    sequence lines (file line, text as written). Only for a message: the parser keeps no lines."""
+    records: list[tuple[int, list[tuple[int, str]]]] = []
+    current: list[tuple[int, str]] | None = None
+    for k, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        if not line or line.startswith(COMMENT_PREFIXES):
+            continue
+        if line.startswith(">"):
+            header = line[1:].strip()
+            name = header.split(maxsplit=1)[0] if header else ""
+            current = None if name in PSEUDO_ROW_NAMES else []
+            if current is not None:
+                records.append((first_line + k, current))
+        elif current is not None:
+            current.append((first_line + k, raw))
+    return records
+
+
+def _position(lines: list[tuple[int, str]], index: int) -> tuple[int, int]:
+    """The file's line and column (from 1) of character ``index`` of the row these sequence lines
+    make (blanks dropped, as the parser joins them)."""
+    k = 0
+    for number, raw in lines:
+        lead = len(raw) - len(raw.lstrip())
+        for col, c in enumerate(raw.strip()):
+            if c in " \t":
+                continue
+            if k == index:
+                return number, lead + col + 1
+            k += 1
+    return lines[-1][0] if lines else 0, 0
 
 
 def _query_is_clean(row: str) -> bool:

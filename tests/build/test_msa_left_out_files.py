@@ -174,3 +174,77 @@ def test_the_cli_exits_1_and_names_the_empty_file(tmp_path: Path) -> None:
                           cwd=REPO, env={**os.environ, "COLUMNS": "250"}, timeout=300)  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "1psm_A/uniref90_hits.sto: empty file (0 bytes)" in proc.stderr
+
+
+# --- review R1 s32: a header-only file (M5), a broken file outside an entry-named path (M6) -------
+
+PROTENIX_3 = (
+    SAMPLES / "msas" / "Protenix" / "mmcif_msa" / "3"
+)  # 102m's Protenix MSA: {pairing,non_pairing}.a3m
+
+
+def test_a_header_only_file_fails_as_an_empty_one_does(tmp_path: Path) -> None:
+    """A truncated download that kept only the query's header line. Before: an "MSA near miss"
+    warning ("one sequence contains the other (0 vs 47 residues)"), no failure row, exit status 0;
+    a 0-byte file at that path was a failure row already (the test above)."""
+    pdb = _pdb(tmp_path)
+    msa = tmp_path / "msa"
+    shutil.copytree(OPENFOLD / "1psm_A", msa / "1psm_A")
+    (msa / "2q2k_A").mkdir()
+    header = (OPENFOLD / "2q2k_A" / "bfd_uniclust_hits.a3m").read_text().splitlines()[0]
+    cut = "2q2k_A/bfd_uniclust_hits.a3m"  # 2q2k's only file, cut after its first line
+    (msa / cut).write_text(header + "\n")
+
+    summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    assert summary.n_failed == 1 and summary.failed_by_stage == {"msa": 1}  # exit status 1
+    store = featurecache.open_store(tmp_path / "s")
+    (fail,) = store.failures.to_pylist()
+    assert (fail["path"], fail["entry_id"], fail["stage"]) == (cut, "2q2k", "msa")
+    assert fail["message"].startswith(
+        f"no sequence: the file holds 1 header line ('{header}') and no sequence line"
+    )
+    assert fail["message"].endswith("the file is left out: chain 2q2k/A gets a single-sequence MSA")
+    assert _chain(store, "2q2k")["msa_files"] == 0
+    assert _chain(store, "1psm")["msa_files"] == 4
+
+
+def test_a_broken_file_of_no_entry_named_path_names_the_chains_of_its_query(tmp_path: Path) -> None:
+    """Protenix's ``<n>/non_pairing.a3m`` names no entry; cut short, it was a failure row with an
+    empty ``entry_id`` and "the file is left out", while 102m's MSA silently lost its rows (838 ->
+    763 here). Its query row still reads: the row names 102m, the chain and what it gets."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("102m.cif", "1psm.cif"):
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    msa = tmp_path / "msa"
+    shutil.copytree(PROTENIX_3, msa / "3")
+    shutil.copytree(OPENFOLD / "1psm_A", msa / "1psm_A")
+    good = build_store(tmp_path / "good", pdb, workers=1, msa_dir=msa)
+    assert good.n_failed == 0
+    full = _chain(featurecache.open_store(tmp_path / "good"), "102m")
+    raw = (msa / "3" / "non_pairing.a3m").read_bytes()
+    (msa / "3" / "non_pairing.a3m").write_bytes(raw[: len(raw) // 2 + 7])  # cut inside a row
+
+    summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    assert summary.n_failed == 1 and summary.failed_by_stage == {"msa": 1}
+    store = featurecache.open_store(tmp_path / "s")
+    (fail,) = store.failures.to_pylist()
+    assert (fail["path"], fail["entry_id"], fail["stage"]) == ("3/non_pairing.a3m", "102m", "msa")
+    assert "the last row, cut short: a truncated file?" in fail["message"]
+    assert fail["message"].endswith(
+        "the file is left out: chain 102m/A gets an MSA from 1 other file (3/pairing.a3m)"
+    )
+    chain = _chain(store, "102m")
+    assert chain["msa_files"] == 1 and chain["msa_depth"] < full["msa_depth"]
+
+    # a query of no chain of the store: the row says so, with no entry
+    (msa / "3" / "non_pairing.a3m").write_bytes(
+        raw.replace(b"MVLSEGEWQLV", b"MKKSEGEWQLV", 1)[: len(raw) // 2 + 7]
+    )
+    again = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    assert again.n_failed == 1
+    (fail,) = [f for f in featurecache.open_store(tmp_path / "s").failures.to_pylist()]
+    assert fail["entry_id"] == ""
+    assert fail["message"].endswith(
+        "the file is left out (no polymer chain of the store has its query, 154 residues)"
+    )

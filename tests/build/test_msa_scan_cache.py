@@ -216,6 +216,12 @@ def test_scan_finds_what_parsing_every_file_finds(tmp_path: Path) -> None:
     failed = {sc.rel: sc.message for sc in scans if sc.error_class}
     assert set(failed) == set(broken) - {"latin1_header.a3m", "crlf.a3m", "stars.a3m", "comment_inside.a3m"}
     assert failed["ragged_last_row.a3m"].startswith("row ")
+    # a failed a3m file keeps the queries that read of it: its failure names their chains
+    (ragged,) = [sc for sc in scans if sc.rel == "ragged_last_row.a3m"]
+    assert [a.query for a in ragged.alignments] == [
+        a.query for a in _parsed_scan(MSAS, "openfold/1psm_A/bfd_uniclust_hits.a3m", wanted).alignments
+    ]
+    assert ragged.alignments[0].matches and ragged.n_alignments == 0
     assert failed["truncated.a3m.gz"].startswith(f"cannot read {tmp_path / 'truncated.a3m.gz'}: ")
 
 

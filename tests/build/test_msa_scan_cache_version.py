@@ -109,3 +109,43 @@ def test_the_scan_cache_version_alone_invalidates_an_older_parsers_scans(
     (msa,) = _msas(store)
     assert msa["n_files"] == 4
     assert "1psm_A/bfd_uniclust_hits.a3m" in msa["sources"], msa["sources"]
+
+
+#: the commit before a header-only a3m file failed (review R1 s32 M5): its scan read one as an
+#: alignment of an empty query (a near miss, exit 0), under scan-cache version "2"
+BEFORE_NO_SEQUENCE_FIX = "5b399af29cf3fa38c1c5715c72ee81f76cf7833f"
+
+
+def test_a_header_only_file_an_older_scan_read_as_an_alignment_fails_now(tmp_path: Path) -> None:
+    """The bump to "3": the older scan of a header-only a3m file (an alignment whose query is empty)
+    is in the cache under the same stage and featurizer versions; without the bump the next build
+    took it from there and the file never failed."""
+    from featurecache.build import msa_stage
+    from featurecache.const import FEATURIZER_VERSION
+
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(STRUCTURES / "1psm.cif", pdb)
+    msa = tmp_path / "msa" / "1psm_A"
+    shutil.copytree(MSAS / "openfold" / "1psm_A", msa)
+    cut = msa / "bfd_uniclust_hits.a3m"
+    cut.write_text(cut.read_text().splitlines()[0] + "\n")  # the header line alone
+    past = time.time_ns() - HOUR_NS
+    for p in msa.rglob("*"):
+        os.utime(p, ns=(past, past))
+    store = tmp_path / "store"
+    done = build_with_package(featurecache_at(BEFORE_NO_SEQUENCE_FIX, tmp_path / "old"), pdb, store,
+                              msa_dir=msa.parent)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cache = read_table(store / SCAN_CACHE_DIR / SCAN_CACHE_FILE, memory_map=False)
+    assert (
+        cache.schema.metadata[b"version"].decode() == f"2/{msa_stage.MSA_STAGE_VERSION}/{FEATURIZER_VERSION}"
+    )
+    cached = {r["rel"]: r["scan"] for r in cache.to_pylist()}
+    assert '"alignments": [[0, 0, "", []]]' in cached["1psm_A/bfd_uniclust_hits.a3m"]
+
+    summary = build_store(store, pdb, msa_dir=msa.parent, workers=1)
+
+    assert summary.n_failed == 1, summary.failures
+    (fail,) = summary.failures
+    assert fail["path"] == "1psm_A/bfd_uniclust_hits.a3m" and fail["message"].startswith("no sequence: ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,14 @@ EDGE_CASES = {
     "form feed and vertical tab": b">q\x0cACD\x0b>h\nAC\n",
     "tab inside a sequence line": b">q\nAC\tD\n>h\nAC-D\n",
     "trailing tab on a sequence line": b">q\nACD\t\n>h\nA-D\n",
+    "a tab in one row, a space in another": b">q\nA\tCD\n>h\nA- D\n>h2\nAC\tD\n",
+    "query header only": b">q\n",
+    "query header only, insertions only below": b">q\n>h\nacd\n",
+    "headers only, second block": b">q\nAC\n\x00>q2\n>h\n",
+    "NUL inside a line": b">q\nAC\x00D\n>h\nACD\n",
+    "NUL after a line break": b">q\nACD\n\x00\x00>q2\nMK\n",
+    "dots in match columns": b">q\nACDE\n>h\nA..E\n",
+    "bad character": b">q\nACDE\n>h\nA1DE\n",
     "leading blanks on a sequence line": b">q\n  ACD\n>h\n A-D \n",
     "comment inside a row": b">q\nAC\n#c\nD\n>h\nACD\n",
     "indented header": b">q\nACD\n  >h\nACD\n",
@@ -299,3 +308,113 @@ def test_scan_a3m_errors_name_the_file(tmp_path: Path) -> None:
         assert str(scanned.value) == str(parsed.value)
         assert (scanned.value.path, scanned.value.stage) == (str(bad), "msa")
     assert str(scanned.value).startswith(f"cannot read {tmp_path / 'broken.a3m.gz'}: ")
+
+
+# --- what a broken file's error says (review R1 s32: M5, L1, L2) --------------------------------
+
+#: a real a3m: the query, then hits of 38 match columns (OpenFold 1psm_A, BFD/Uniclust)
+REAL_1PSM = MSAS / "openfold" / "1psm_A" / "bfd_uniclust_hits.a3m"
+
+
+def _damaged(tmp_path: Path, edit: Callable[[list[str]], None]) -> Path:
+    """A copy of :data:`REAL_1PSM` whose lines ``edit`` changed (line k of the file is ``lines[k - 1]``)."""
+    lines = REAL_1PSM.read_text().splitlines()
+    edit(lines)
+    out = tmp_path / "bfd_uniclust_hits.a3m"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _error(path: Path) -> str:
+    """The parser's error for ``path``, checked to be the build's scan error too."""
+    with pytest.raises(MSAError) as parsed:
+        parse_a3m(path)
+    with pytest.raises(MSAError) as scanned:
+        scan_a3m(path.read_bytes(), path)
+    assert str(scanned.value) == str(parsed.value)
+    return str(parsed.value)
+
+
+@pytest.mark.parametrize("text", [">query\n", ">query\n>hit1\n>hit2\n", "#A3M#\n>query desc\n\n"])
+def test_a_file_of_headers_without_a_sequence_is_an_error_saying_so(tmp_path: Path, text: str) -> None:
+    """A truncated download that kept only the header line. Before: an alignment whose query was
+    empty, which the build joined to no chain (a near miss "one sequence contains the other (0 vs
+    47 residues)", exit 0)."""
+    path = tmp_path / "bfd_uniclust_hits.a3m"
+    path.write_text(text)
+    message = _error(path)
+    assert message.startswith("no sequence: the file holds ")
+    assert "'>query'" in message and "no sequence line" in message
+
+
+def test_a_row_with_characters_outside_the_alphabet_is_named_by_header_line_and_column(
+    tmp_path: Path,
+) -> None:
+    # line 6 is row 2's only sequence line; its columns 11..18 become '123*.?@#' (7 characters no a3m
+    # row may hold, and an insert gap): before, "row 2 has 37 match columns, the query has 38"
+    def edit(lines: list[str]) -> None:
+        lines[5] = lines[5][:10] + "123*.?@#" + lines[5][18:]
+
+    path = _damaged(tmp_path, edit)
+    header = REAL_1PSM.read_text().splitlines()[4][1:].split()[0]
+    message = _error(path)
+    assert message.startswith(f"row 2 (the query is row 0; header line 5 '>{header}') has ")
+    assert "'1' at line 6, column 11 is not an a3m character" in message
+    assert "7 such characters: '123*?@#'" in message
+
+
+def test_a2m_dots_in_match_columns_are_named(tmp_path: Path) -> None:
+    def edit(lines: list[str]) -> None:  # row 1 (line 4): five residues of match columns become '.'
+        lines[3] = lines[3][:10] + "....." + lines[3][15:]
+
+    message = _error(_damaged(tmp_path, edit))
+    assert message.startswith("row 1 (the query is row 0; header line 3 ")
+    assert "has 33 match columns, the query has 38: its 5 '.' are insert-state gaps (a2m)" in message
+    assert "a gap in a match column is '-'" in message
+
+
+def test_a_nul_inside_a_line_is_named_by_line_and_column(tmp_path: Path) -> None:
+    """Before: the NUL cut the alignment in two blocks, and the error was the first block's last
+    row, "row 1 has 20 match columns, the query has 38"."""
+    raw = REAL_1PSM.read_bytes()
+    at = raw.index(b"\n", raw.index(b"\n", raw.index(b"\n") + 1) + 1) + 21  # line 4, column 21
+    path = tmp_path / "bfd_uniclust_hits.a3m"
+    path.write_bytes(raw[:at] + b"\x00" * 50 + raw[at:])
+    assert _error(path).startswith("a NUL byte inside line 4 (column 21): a damaged file")
+
+
+def test_a_cut_last_row_says_so(tmp_path: Path) -> None:
+    raw = REAL_1PSM.read_bytes()
+    path = tmp_path / "bfd_uniclust_hits.a3m"
+    path.write_bytes(raw[: raw.rindex(b"\n", 0, len(raw) - 1) + 20])  # the last row: 19 characters
+    n_rows = raw.count(b"\n>") + 1
+    message = _error(path)
+    assert message.startswith(f"row {n_rows - 1} (the query is row 0; header line {2 * n_rows - 1} ")
+    assert message.endswith("the last row, cut short: a truncated file?")
+
+
+def test_a_tab_inside_a_sequence_line_is_dropped_as_a_space_is(tmp_path: Path) -> None:
+    """Before: a space was dropped, a tab counted as a match column ("row 1 has 39 match columns")."""
+    lines = REAL_1PSM.read_text().splitlines()
+    spaced, tabbed = lines.copy(), lines.copy()
+    for k in range(1, len(lines), 2):  # every sequence line
+        spaced[k] = lines[k][:20] + " " + lines[k][20:]
+        tabbed[k] = lines[k][:20] + "\t" + lines[k][20:]
+    (tmp_path / "spaced.a3m").write_text("\n".join(spaced) + "\n")
+    (tmp_path / "tabbed.a3m").write_text("\n".join(tabbed) + "\n")
+    (plain,) = parse_a3m(REAL_1PSM)
+    for name in ("spaced.a3m", "tabbed.a3m"):
+        (msa,) = parse_a3m(tmp_path / name)
+        assert (msa.rows, msa.headers) == (plain.rows, plain.headers)
+        assert scan_a3m((tmp_path / name).read_bytes(), name) == [(0, plain.query_sequence)]
+
+
+def test_a_lower_case_query_is_named(tmp_path: Path) -> None:
+    """Before: "row 1 has 38 match columns, the query has 0"."""
+
+    def edit(lines: list[str]) -> None:
+        lines[1] = lines[1].lower()
+
+    message = _error(_damaged(tmp_path, edit))
+    assert message.startswith("the query (row 0, header line 1 '>query') is all lower case: ")
+    assert "so it has no match column, while row 1 has 38" in message
