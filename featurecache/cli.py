@@ -464,10 +464,11 @@ def _print_repair_hint(store: Path, report: Any) -> None:
     ok = [d for d in report.damaged if d.source_gone is False]
     gone = [d for d in report.damaged if d.source_gone is not False]
     comp = getattr(report, "damaged_component_parts", {})
+    no_component = getattr(report, "no_component", {})
     # entries of a part that is gone whose files are gone too: any repair rewrites the index from the
     # parts, which would drop them, so --repair changes nothing without --drop-gone
     lost = sorted({d.part for d in gone if d.part_gone})
-    if ok or report.bad_index_parts or comp:
+    if ok or report.bad_index_parts or comp or no_component:
         what = []
         if ok:
             what.append(f"takes the damaged {_names(ok)} out of the index")
@@ -482,6 +483,9 @@ def _print_repair_hint(store: Path, report: Any) -> None:
         if gone_comp:
             what.append(f"drops the rows of the missing component part(s) {', '.join(gone_comp)}, and the build's "
                         "chem stage recomputes their components")  # fmt: skip
+        if no_component and not comp:
+            what.append(f"has the build's chem stage scan every structure part again, which computes the "
+                        f"components of {', '.join(sorted(no_component))}")  # fmt: skip
         note = rebuild_note(store, ok, report.bad_index_parts)
         repair = (
             "--repair --drop-gone` (without --drop-gone it changes nothing: below) " if lost else "--repair` "
@@ -493,7 +497,7 @@ def _print_repair_hint(store: Path, report: Any) -> None:
     if gone:
         blocked = (f"; while the index lists them, `--repair` without --drop-gone changes nothing (their part(s) "
                    f"{', '.join(lost)} are missing, and a repair rewrites the index from the parts, which would "
-                   "drop them)" if lost and (ok or report.bad_index_parts or comp) else "")  # fmt: skip
+                   "drop them)" if lost and (ok or report.bad_index_parts or comp or no_component) else "")  # fmt: skip
         typer.echo(f"cannot be rebuilt: the source files of the damaged {_names(gone)} are gone (or their "
                    f"directory is not recorded or not there); `featurecache verify {q} --repair --drop-gone` "
                    f"removes them from the store{blocked}", err=True)  # fmt: skip
@@ -545,7 +549,7 @@ def _print_repair(store: Path, result: Any) -> None:
             else []
         )
         typer.echo(f"{result.blocked} (without them, --repair would {' and '.join(would)})")
-    elif result.removed or result.moved_parts or result.dropped_component_parts:
+    elif result.removed or result.moved_parts or result.dropped_component_parts or result.rescan:
         note = rebuild_note(store, result.removed, result.moved_parts)
         n = len(result.left)
         unfixed = (f"; --repair could not fix the {n} MISMATCH line{'s' if n != 1 else ''} above" if n

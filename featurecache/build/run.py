@@ -646,6 +646,9 @@ def _run_build(
             )  # fmt: skip
             with store_writes(out / "parts"):
                 remove_leftovers(out)
+                # the components the index lists of parts deleted by hand: the rebuild below drops
+                # them; a rescan part has this build's chem stage compute them again
+                _rescan_for_gone_components(out)
             # the entries the index lists of parts deleted by hand: the rebuild below drops them
             listed = _listed_of_gone_parts(out)
             # from the parts: repairs an index left stale or damaged by a killed build
@@ -1226,6 +1229,27 @@ def _entries_gone(out: Path, pdb_dir: Path, inputs: list[InputFile], stored: Any
         if dirs[e["part"]] == here:
             gone.append(e["id"])
     return sorted(gone)
+
+
+def _rescan_for_gone_components(out: Path) -> str | None:
+    """When the published index lists components of a component part that is gone (deleted by
+    hand), write a rescan part (:func:`~featurecache.store.components.write_rescan_part`, as
+    ``verify --repair`` does for such a part), so that this build's chem stage scans every
+    structure part again and computes the components that are missing; a warning per part names
+    them. Written before the index is rebuilt from the parts (which drops their rows): a build
+    stopped before its chem stage leaves the rescan to the next one. Returns the part's name."""
+    from featurecache.store.components import components_of_missing_parts, write_rescan_part
+
+    gone = components_of_missing_parts(out)
+    if not gone:
+        return None
+    name = write_rescan_part(out)
+    for part, keys in gone.items():
+        log.warning("component part %s is missing (deleted): its %d component%s (%s) %s computed again by this "
+                    "build's chem stage, which scans every structure part again (rescan part %s)", part,
+                    len(keys), "" if len(keys) == 1 else "s", ", ".join(keys), "is" if len(keys) == 1 else "are",
+                    name)  # fmt: skip
+    return name
 
 
 def _listed_of_gone_parts(out: Path) -> list[dict[str, str]]:

@@ -33,7 +33,7 @@ import zarr
 
 from featurecache.chem.reference import ComponentTable
 from featurecache.const import SCHEMA_VERSION, encode_atom_name
-from featurecache.errors import StoreError
+from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import complete_parts, read_table, write_table
 from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
 from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
@@ -52,6 +52,7 @@ __all__ = [
     "COMPONENT_BOND",
     "chem_warnings_in_parts",
     "component_rows_in_parts",
+    "components_of_missing_parts",
     "join_chem_warnings",
     "load_component_table",
     "RESCAN_ALL",
@@ -286,6 +287,29 @@ def write_rescan_part(root: Path) -> str:
         root, name, [], scans=[{"structure_part": RESCAN_ALL, "n_entries": 0, "n_residues": 0}]
     )
     return name
+
+
+def components_of_missing_parts(root: Path) -> dict[str, list[str]]:
+    """The component keys that the published index (``index/components.arrow``) lists in component
+    parts that are gone (deleted by hand), by part: a rebuild of the index from the parts drops
+    them, and the chem stage, which has scanned every structure part, would not compute them again.
+    Empty when there is no index or it does not read (nothing is known)."""
+    root = Path(root)
+    f = root / INDEX_DIR / "components.arrow"
+    if not f.is_file():
+        return {}
+    try:
+        table = read_table(f, memory_map=False)
+    except FeatureCacheError:
+        return {}
+    if not table.num_rows or not {"key", "part"} <= set(table.column_names):
+        return {}
+    there = {p.name for p in complete_parts(root)}
+    gone: dict[str, list[str]] = {}
+    for key, part in zip(table.column("key").to_pylist(), table.column("part").to_pylist(), strict=True):
+        if part and part.startswith(COMPONENT_PART_PREFIX) and part not in there:
+            gone.setdefault(part, []).append(key)
+    return {part: sorted(keys) for part, keys in sorted(gone.items())}
 
 
 def load_component_table(root: str | Path, index: pa.Table | None = None) -> ComponentTable:

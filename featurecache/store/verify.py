@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from featurecache.const import FEATURIZER_VERSION
+from featurecache.const import FEATURIZER_VERSION, decode_res_name
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import (
     access_problem,
@@ -109,6 +110,11 @@ class VerifyReport:
     #: records a newer featurizer): not verified, not damage (``--repair`` leaves them), one line
     #: each, also among ``notes`` (review RF1 s27 #2)
     newer: list[str] = field(default_factory=list)
+    #: residue codes of entries for which the index lists no component (a component part deleted
+    #: and its rows dropped by a rewrite of the index): code -> the entries using it. Their atoms
+    #: have no reference conformer; ``--repair`` writes a rescan part, so the next build's chem
+    #: stage computes them
+    no_component: dict[str, list[str]] = field(default_factory=dict)
 
 
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
@@ -188,6 +194,10 @@ def _verify(
                 report.newer.append(found[0].removeprefix(_NEWER))
                 report.notes.append(report.newer[-1])
                 continue
+            if found and found[0].startswith(_NO_COMPONENT):  # the entry is sound: a component is missing
+                for code in found[0].removeprefix(_NO_COMPONENT).split():
+                    report.no_component.setdefault(code, []).append(row["id"])
+                continue
             problems.extend(found)
             # (a part that is gone altogether: damaged too, the repair must say what becomes of it)
             if found and row["part"] not in report.bad_index_parts:
@@ -208,6 +218,8 @@ def _verify(
         for c in sorted(orphan):
             problems.append(f"chains index has rows for {c}, which is not an entry")
         problems.extend(_chains_cover_tokens(entries, chains))
+        if report.no_component:
+            problems.append(_no_component_problem(report.no_component))
         # 4. every MSA reads back to its content hash, then the extra checks (components)
         from featurecache.store.msa import verify_msas
 
@@ -405,8 +417,18 @@ class _Checks:
 def _check_rows(store: LocalStore, parts: dict[str, Path], kind: str, rows: list[Row]) -> Iterator[list[str]]:
     from featurecache.store.msa import _check_msa
 
+    codes = _component_codes(store) if kind == "entries" else None
     for row in rows:
-        yield _check_entry(store, parts, row) if kind == "entries" else _check_msa(store, row)
+        yield _check_entry(store, parts, row, codes) if kind == "entries" else _check_msa(store, row)
+
+
+def _component_codes(store: LocalStore) -> set[str] | None:
+    """The residue codes the index lists a component of (a CCD code, or the code of a perceived
+    ``code#hash``); None when it lists none (a store whose builds had no chem stage: not checked)."""
+    components = store.components
+    if not components.num_rows or "code" not in components.column_names:
+        return None
+    return set(components.column("code").to_pylist())
 
 
 #: a worker process's store and parts, opened once by :func:`_init_worker`
@@ -496,14 +518,23 @@ def _missing_shards(name: str, part: Path) -> list[str]:
 
 #: the start of :func:`_check_entry`'s one line for an entry of a part a newer featurecache wrote
 _NEWER = "newer featurizer: "
+#: the start of :func:`_check_entry`'s one line for a sound entry with residue codes the index lists
+#: no component of (then the codes, space-separated): not damage of the entry
+_NO_COMPONENT = "no component: "
+#: the start of the problem line that gathers those (:func:`_no_component_problem`)
+NO_COMPONENT_PROBLEM = "components: the index lists no component of residue code(s)"
 
 
-def _check_entry(store: LocalStore, parts: dict[str, Path], row: dict[str, Any]) -> list[str]:
+def _check_entry(
+    store: LocalStore, parts: dict[str, Path], row: dict[str, Any], codes: set[str] | None = None
+) -> list[str]:
     """The problems of one index row (:func:`_entry_problems`). An entry whose part records a newer
     featurizer than this code's (``part.json``) is not checked by this code's rules: one line
     starting :data:`_NEWER` instead (a newer featurecache's records, with fields this one does not
-    know, are refused by the reader: not damage, and ``--repair`` must not remove it)."""
-    found = _entry_problems(store, parts, row)
+    know, are refused by the reader: not damage, and ``--repair`` must not remove it). A sound
+    entry with a residue code outside ``codes`` (the codes of the index's components): one line
+    starting :data:`_NO_COMPONENT`."""
+    found = _entry_problems(store, parts, row, codes)
     if found and row["part"] in parts:
         version = _newer_featurizer(store.path, row["part"])
         if version is not None:
@@ -526,8 +557,11 @@ def _newer_featurizer(root: Path, part: str) -> str | None:
     return version if mine is not None and theirs is not None and theirs > mine else None
 
 
-def _entry_problems(store: LocalStore, parts: dict[str, Path], row: dict[str, Any]) -> list[str]:
-    """The problems of one index row: its part is gone, it does not read, or its hash differs."""
+def _entry_problems(
+    store: LocalStore, parts: dict[str, Path], row: dict[str, Any], codes: set[str] | None = None
+) -> list[str]:
+    """The problems of one index row: its part is gone, it does not read, or its hash differs;
+    else, with ``codes``, the residue codes of its tokens that are not among them."""
     if row["part"] not in parts:
         return [f"entry {row['id']}: part {row['part']} is missing"]
     try:
@@ -551,7 +585,22 @@ def _entry_problems(store: LocalStore, parts: dict[str, Path], row: dict[str, An
             f"entry {row['id']}: content hash {got[:16]}… != index {row['content_hash'][:16]}… "
             f"(part {row['part']}: {_differing_groups(parts[row['part']], row['id'], groups)})"
         ]
+    if codes is not None and len(e.tokens["res_name"]):
+        # every residue a chem stage scanned has a component row of its code (a failed one too)
+        used = {decode_res_name(u) for u in np.unique(e.tokens["res_name"], axis=0)}
+        if not used <= codes:
+            return [f"{_NO_COMPONENT}{' '.join(sorted(used - codes))}"]
     return []
+
+
+def _no_component_problem(no_component: dict[str, list[str]]) -> str:
+    """One line for :attr:`VerifyReport.no_component`: the codes, and the entries using them."""
+    ids = sorted({i for entry_ids in no_component.values() for i in entry_ids})
+    shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    return (f"{NO_COMPONENT_PROBLEM} {', '.join(sorted(no_component))}, used by {len(ids)} "
+            f"entr{'y' if len(ids) == 1 else 'ies'} ({shown}): their atoms have no reference conformer "
+            "(ref_mask False) until a build's chem stage computes them, which it does after `featurecache verify "
+            "--repair` has it scan every structure part again")  # fmt: skip
 
 
 def _permission_denied(exc: BaseException) -> PermissionError | None:
@@ -750,19 +799,23 @@ def repair_store(
         to_move += [
             n for n in report.damaged_component_parts if n not in to_move and n not in gone_components
         ]
+        # residue codes the index lists no component of (their part's rows dropped already): the
+        # chem stage, which has scanned every structure part, computes them only after a rescan
+        rescan_all = bool(report.no_component)
         lost = [d for d in result.kept if d.part_gone]
-        if lost and (result.removed or to_move or gone_components):
+        if lost and (result.removed or to_move or gone_components or rescan_all):
             # any write rebuilds the index from the parts: the kept rows of a gone part would go too
             result.blocked = _blocked(root, lost)
             result.would_remove, result.removed = result.removed, []
             result.would_move, to_move = to_move, []
             result.would_drop, gone_components = gone_components, []
+            rescan_all = False
         # the rows of parts that are gone: any write below drops them (said after it)
         missing = _listed_of_missing_parts(root) if not result.blocked else {}
         # what the index lists before any part moves (a moved part may have held removals)
         listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
                   else set()) if store is not None else (set(), set())  # fmt: skip
-        if to_move or gone_components:
+        if to_move or gone_components or rescan_all:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import drop_saved_index, restore_index, save_index
 
@@ -772,7 +825,11 @@ def repair_store(
                 for name in to_move:
                     result.moved_parts[name] = _move_part(root, name)
                 result.written += _stand_ins(root, result.moved_parts)
-                if gone_components or any(n.startswith(COMPONENT_PART_PREFIX) for n in result.moved_parts):
+                if (
+                    gone_components
+                    or rescan_all
+                    or any(n.startswith(COMPONENT_PART_PREFIX) for n in result.moved_parts)
+                ):
                     from featurecache.store.components import write_rescan_part
 
                     # the remaining component parts recorded the structure parts the moved one
@@ -814,8 +871,10 @@ def repair_store(
             result.dropped = {t: rows for t, rows in _by_table(missing).items() if t not in _WITH_THEIR_ROWS}
             after = verify_report(root, progress, workers, sound)
             before = set(report.problems)
-            result.left = [p for p in after.problems if p in before]
-            result.pending = [p for p in after.problems if p not in before]
+            # (codes without a component, once a rescan part is written: the build computes them)
+            fixed = (NO_COMPONENT_PROBLEM,) if result.rescan else ()
+            result.left = [p for p in after.problems if p in before and not p.startswith(fixed)]
+            result.pending = [p for p in after.problems if p not in result.left]
     return result
 
 

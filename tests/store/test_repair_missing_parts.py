@@ -16,6 +16,9 @@ Review findings, each failing before:
 - A repair that wrote dropped a deleted part's component and failure rows with no word (the
   components never came back: the next build's chem stage had scanned every part already), and
   printed none of the problems it could not fix (exit 0).
+- A plain build after a component part was deleted dropped its components from the index with no
+  word (exit 0) and never computed them again; verify then said ok, although 2q2k's DNA (DA, DC,
+  DG, 5IU) had no reference conformer.
 
 Real builds (1 worker, one input per structure part) of the sample 102m, 1psm and 2q2k, the last two
 with their OpenFold MSAs; real CLI runs."""
@@ -264,3 +267,70 @@ def test_repair_says_what_it_dropped_with_deleted_parts_and_what_it_could_not_fi
     assert sorted(s.components.column("key").to_pylist()) == sorted(components)
     assert s.failures.column("path").to_pylist() == ["bad.cif"] and s.ids == IDS
     assert verify_store(store) == []
+
+
+def _conformers(store: Path) -> dict[str, tuple[object, ...]]:
+    """Every stored component's conformer: key -> (strategy, atom names, and each array's bytes)."""
+    table = featurecache.open_store(store).component_table()
+    out: dict[str, tuple[object, ...]] = {}
+    for key in table.keys:
+        c = table.component(key)
+        out[key] = (c["strategy"], tuple(c["atom_names"]),
+                    *(c[f].tobytes() for f in ("ref_pos", "mask", "element", "charge")))  # fmt: skip
+    return out
+
+
+def test_a_build_computes_again_the_components_of_a_deleted_component_part(
+    built: tuple[Path, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    store, pdb, msa = built
+    before = _conformers(store)
+    dna = dict(_component_rows(store))["DA"]  # the component part holding 2q2k's DNA residues
+    gone = sorted(k for k, part in _component_rows(store) if part == dna)
+    assert {"DA", "DC", "DG"} <= set(gone)
+    shutil.rmtree(store / "parts" / dna)
+    assert any(p.startswith("components: unreadable") for p in verify_store(store))
+    with caplog.at_level("WARNING", logger="featurecache.build.run"):
+        summary = build_store(store, pdb, workers=1, msa_dir=msa, part_size=1)
+    assert (summary.n_built, summary.n_failed) == (0, 0)
+    # before: those components never came back, verify said ok, 2q2k's DNA atoms had no reference
+    assert sorted(_conformers(store)) == sorted(before)
+    assert _conformers(store) == before  # byte for byte what the first build computed
+    s = featurecache.open_store(store)
+    assert s.reference_features(s.entry("2q2k"))["ref_mask"].all()
+    warned = " ".join(caplog.text.split())
+    assert (
+        f"component part {dna} is missing (deleted): its {len(gone)} components ({', '.join(gone)})" in warned
+    )
+    assert verify_store(store) == []
+    again = build_store(store, pdb, workers=1, msa_dir=msa, part_size=1)  # nothing more to do
+    assert again.stages["chem"]["components (store / this run)"] == f"{len(before)} / 0"
+
+
+def test_verify_names_residue_codes_the_index_has_no_component_of(built: tuple[Path, Path, Path]) -> None:
+    """The state a build before the fix left (the deleted part's rows dropped by the index rebuild,
+    every structure part scanned): verify finds it, --repair has the next build compute them."""
+    store, pdb, msa = built
+    before = _conformers(store)
+    dna = dict(_component_rows(store))["DA"]  # the component part holding 2q2k's DNA residues
+    gone = sorted(k for k, part in _component_rows(store) if part == dna)
+    shutil.rmtree(store / "parts" / dna)
+    rebuild_index(store)
+    r = _cli("verify", store)
+    assert r.returncode == 4, r.stdout + r.stderr  # before: 0, "ok: store verified"
+    line = f"MISMATCH components: the index lists no component of residue code(s) {', '.join(gone)}, used by"
+    (mismatch,) = [x for x in r.stdout.splitlines() if x.startswith(line)] or [r.stdout]
+    assert "2q2k" in mismatch, r.stdout
+    repair = _cli("verify", store, "--repair")
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "until the build below: components: the index lists no component" in repair.stdout, repair.stdout
+    assert build_store(store, pdb, workers=1, msa_dir=msa, part_size=1).n_failed == 0
+    assert _conformers(store) == before
+    assert verify_store(store) == []
+
+
+def _component_rows(store: Path) -> list[tuple[str, str]]:
+    s = featurecache.open_store(store)
+    return list(
+        zip(s.components.column("key").to_pylist(), s.components.column("part").to_pylist(), strict=True)
+    )
