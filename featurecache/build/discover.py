@@ -8,12 +8,12 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
+from featurecache.build.digest_cache import DigestCache, digest_files
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.parse.hits import MSA_NAME_SUFFIXES
 from featurecache.parse.structure import entry_stem, structure_format
@@ -71,20 +71,6 @@ def resolved(path: Path) -> Path:
         return path.resolve()
     except (RuntimeError, OSError):
         return path.absolute()
-
-
-def _sha256(path: Path) -> tuple[str, int]:
-    """Digest and size; ("", 0) for a file that cannot be read (its build task records why)."""
-    h = hashlib.sha256()
-    n = 0
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-                n += len(chunk)
-    except OSError:
-        return "", 0
-    return h.hexdigest(), n
 
 
 def entry_key(sha256: str, entry_id: str, config_hash: str) -> str:
@@ -365,10 +351,13 @@ def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
 
 def discover(
     pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
-    msa_dir: Path | None = None,
+    msa_dir: Path | None = None, cache_root: Path | None = None,
 ) -> list[InputFile]:  # fmt: skip
     """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path, with a unique
-    entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries).
+    entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries)
+    and the SHA-256 of its bytes: read, unless ``cache_root`` (the store) keeps the digest of a file
+    whose stat has not changed since (:mod:`~featurecache.build.digest_cache`); without it every
+    file is read.
 
     Files whose names are not structure formats are kept too: the build records them as failures,
     so every file is accounted for; except MSA-stage files (``.a3m``, ``.sto``, ``.hhr``, ``.m8``,
@@ -383,8 +372,8 @@ def discover(
     """
     pdb_dir = Path(pdb_dir)
     files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        digests = list(pool.map(_sha256, files))
+    cache = DigestCache.load(cache_root, pdb_dir) if cache_root is not None else None
+    digests = digest_files(files, rels, cache)
     out = []
     for p, rel, (sha, size) in zip(files, rels, digests, strict=True):
         entry_id = ids[rel]

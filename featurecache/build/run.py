@@ -24,6 +24,7 @@ from typing import Any
 
 import featurecache
 from featurecache.build.config import BuildConfig
+from featurecache.build.digest_cache import forget_digests
 from featurecache.build.discover import (
     InputFile,
     discover,
@@ -129,6 +130,9 @@ class BuildSummary:
     #: structure files stored as read whose bytes changed after the build listed them
     #: (:func:`changed_inputs_line`)
     changed_inputs: list[str] = field(default_factory=list)
+    #: structure files whose bytes were not those of the digest the build listed them with: their
+    #: kept digests are dropped after the structure stage (``digest_cache.forget_digests``)
+    digest_changed: list[str] = field(default_factory=list)
 
 
 def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
@@ -656,7 +660,7 @@ def _run_build(
             stored = start_index["entries"]
             existing = existing_entry_ids(stored)
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
-            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir)
+            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir, cache_root=out)
             summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)
@@ -691,6 +695,7 @@ def _run_build(
                         client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
                         finished,
                     )  # fmt: skip
+                    forget_digests(out, pdb_dir, summary.digest_changed)
                     # (counted once the inputs are built: one that failed replaced nothing)
                     failed = {f["path"] for f in summary.failures}
                     summary.n_replaced, summary.n_rebuilt, summary.n_kept = _count_replaced(
@@ -1177,6 +1182,7 @@ def _accumulate(summary: BuildSummary, res: PartResult) -> None:
     for code, n in res.undefined_residues.items():
         summary.undefined_residues[code] = summary.undefined_residues.get(code, 0) + n
     summary.changed_inputs.extend(res.changed)
+    summary.digest_changed.extend(res.digest_changed)
 
 
 def changed_inputs_line(summary: BuildSummary) -> str | None:

@@ -57,6 +57,9 @@ class PartResult:
     #: stored entries whose file's bytes differ from the bytes the build listed: relative path and
     #: sizes; stored as read, so the build names each (``run.changed_inputs_line``)
     changed: list[str] = field(default_factory=list)
+    #: the relative paths of inputs whose bytes read differ from the digest they were listed with
+    #: (stored or failed): the driver drops their kept digests (``digest_cache.forget_digests``)
+    digest_changed: list[str] = field(default_factory=list)
 
 
 def build_structure_part(
@@ -94,6 +97,8 @@ def build_structure_part(
         sha = hashlib.sha256(data).hexdigest()
         changed = sha != inp.sha256
         key = inp.key if not changed else entry_key(sha, inp.entry_id, config_hash)
+        if changed and inp.sha256:
+            result.digest_changed.append(inp.rel)
         try:
             if not inp.fmt:
                 raise UnsupportedFormatError(
