@@ -7,11 +7,16 @@ Runs after the structure parts are written:
    as signatures ``(code, sorted (atom name, element))``. Standard residues whose atoms all belong
    to their packaged definition are only counted, per entry.
 2. **plan** (driver): definitions for all codes seen, in one pass over the CCD (file or directory,
-   then the packaged standard residues). A defined code's key is the code; an undefined one's is
-   ``code#hash`` of its signature (:func:`~featurecache.chem.conformer.perceived_key`), perceived
-   from the occurrence with the smallest entry id whose atoms are all resolved. Keys already in the
-   store with the same definition hash are skipped — a component is computed once, not per entry
-   and not per build — unless they failed for want of time (:func:`retry_under`): an embedding
+   then the packaged standard residues). A code whose CCD definition does not parse
+   (:func:`load_definitions`) does not stop the build: a standard residue gets its packaged
+   definition, which its entries were tokenized with (a warning and its component's ``reason``
+   name the CCD file); any other code is stored as a ``failed`` component whose reason names the
+   file, never perceived from the residue's atoms, and the entries using it get chem warnings. A
+   defined code's key is the code; an undefined one's is ``code#hash`` of its signature
+   (:func:`~featurecache.chem.conformer.perceived_key`), perceived from the occurrence with the
+   smallest entry id whose atoms are all resolved. Keys already in the store with the same
+   definition hash are skipped — a component is computed once, not per entry and not per build —
+   unless they failed for want of time (:func:`retry_under`): an embedding
    timed out under a smaller ``--conformer-timeout`` than this build's. Those are computed again,
    and the structure parts whose chem warnings name their code are scanned again, so their
    warnings (step 4) describe the new result and a perceived key has its occurrence. A failure
@@ -32,6 +37,7 @@ which also records the structure parts scanned, so the next build scans only new
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -52,10 +58,10 @@ from featurecache.chem.conformer import (
     rdkit_timeout_s,
     timed_out_bound_s,
 )
-from featurecache.chem.library import get_library
-from featurecache.chem.standard import standard_components, standard_heavy_atoms
+from featurecache.chem.library import ComponentLibrary, get_library
+from featurecache.chem.standard import standard_component, standard_components, standard_heavy_atoms
 from featurecache.const import decode_atom_name, decode_res_name
-from featurecache.errors import EmbeddingInterrupted, StoreError
+from featurecache.errors import CCDError, EmbeddingInterrupted, StoreError
 from featurecache.parse.ccd import ComponentDef
 from featurecache.store.components import (
     chem_warnings_in_parts,
@@ -77,6 +83,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ChemStageResult",
     "components_per_part",
+    "load_definitions",
     "parse_strategy_counts",
     "retry_under",
     "run_chem_stage",
@@ -140,6 +147,8 @@ class ChemStageResult:
     n_atoms_masked: int = 0
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
+    #: code -> the CCD file whose definition of it does not parse (:func:`load_definitions`)
+    broken_definitions: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """Build-summary rows; strategy counts read ``"etkdg 40, random_coords 0, …"``."""
@@ -161,6 +170,11 @@ class ChemStageResult:
         if secs:
             out["conformer seconds (sum / max)"] = f"{sum(secs):.2f} / {max(secs):.2f}"
         out["atoms without ref_pos"] = f"{self.n_atoms_masked} in {self.n_entries_with_masked_atoms} entries"
+        if self.broken_definitions:
+            out["broken CCD definitions"] = ", ".join(
+                f"{code} ({path}: {'packaged definition used' if standard_component(code) else 'failed'})"
+                for code, path in self.broken_definitions.items()
+            )
         out["stage seconds"] = round(self.seconds, 2)
         return out
 
@@ -282,11 +296,19 @@ class Job:
     definition: ComponentDef | None = None
     occurrence: Occurrence | None = None
     why: str = "no CCD definition"
+    #: why the CCD's own definition was not used (:func:`load_definitions`), first in ``reason``;
+    #: without ``definition`` or ``occurrence`` the component is stored as failed for it
+    broken: str = ""
 
 
 def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
     if job.definition is not None:
-        return conformer_for_component(job.definition, timeout_s=timeout_s)
+        conf = conformer_for_component(job.definition, timeout_s=timeout_s)
+        if job.broken:
+            conf = dataclasses.replace(conf, reason="; ".join(x for x in (job.broken, conf.reason) if x))
+        return conf
+    if job.occurrence is None and job.broken:
+        return _failed(job.key, [], [], job.broken)
     occ = job.occurrence
     assert occ is not None
     if not occ.all_present:
@@ -547,11 +569,13 @@ def run_chem_stage(
     codes = sorted(set(std_entries) | {code for code, _ in sig_entries})
     result.n_codes = len(codes)
     library = get_library(ccd)
-    defs = library.load(codes)
+    defs, broken = load_definitions(library, codes)
 
     jobs: list[Job] = []
     for code in codes:
-        if code in defs:
+        if code in broken:
+            jobs.extend(_broken_job(code, broken[code], defs, have, retry))
+        elif code in defs:
             d = defs[code]
             if have.get(code) != d.sha256 or code in retry:
                 jobs.append(Job(code, library.source(code), definition=d))
@@ -564,6 +588,8 @@ def run_chem_stage(
         defined = defs.get(code)
         if defined is not None and heavy_names(defined).issuperset(n for n, _ in sig[1]):
             continue
+        if defined is None and code in broken:
+            continue  # a broken definition is not "no definition": not perceived (parse.ccd)
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
         if (key not in have or key in retry) and key not in job_keys:
@@ -655,5 +681,45 @@ def run_chem_stage(
     latest = dict(zip(rows["key"], rows["strategy"], strict=True))
     result.store_strategies = Counter(latest.values())
     result.n_components = len(latest)
+    result.broken_definitions = {code: str(exc.path) for code, exc in broken.items()}
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def load_definitions(
+    library: ComponentLibrary, codes: list[str]
+) -> tuple[dict[str, ComponentDef], dict[str, CCDError]]:
+    """The definitions of ``codes``, and apart from them the codes whose CCD definition does not
+    parse, each with its :class:`~featurecache.errors.CCDError` (naming the CCD file and the code).
+    ``library.load`` raises at the first broken code it meets; it is asked again without that code,
+    from its cache, until none is left. A CCD that cannot be read at all (``component`` None) raises."""
+    wanted = list(codes)
+    broken: dict[str, CCDError] = {}
+    while True:
+        try:
+            return library.load(wanted), dict(sorted(broken.items()))
+        except CCDError as exc:
+            if exc.component is None or exc.component not in wanted:
+                raise
+            broken[exc.component] = exc
+            wanted.remove(exc.component)
+
+
+def _broken_job(
+    code: str, exc: CCDError, defs: dict[str, ComponentDef], have: dict[str, str], retry: set[str]
+) -> list[Job]:
+    """What a code whose CCD definition is broken gets (the build goes on; a warning names the
+    file). A standard residue: its packaged definition (added to ``defs``), with which its entries
+    were tokenized, so the CCD's broken file does not make it worse than a build without ``--ccd``.
+    Any other code: a ``failed`` component (its entries' atoms get ``ref_mask = False`` and chem
+    warnings) unless the store has one for it already (from a sound definition: kept)."""
+    std = standard_component(code)
+    if std is not None:
+        defs[code] = std
+        note = f"{exc}; the packaged standard definition of {code} is used instead"
+        log.warning("%s", note)
+        if have.get(code) == std.sha256 and code not in retry:
+            return []
+        return [Job(code, "packaged", definition=std, broken=note[:500])]
+    log.warning("%s; its component fails: the atoms of %s get no reference conformer", exc, code)
+    return [] if code in have else [Job(code, "ccd", broken=str(exc)[:500])]

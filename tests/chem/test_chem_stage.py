@@ -21,6 +21,7 @@ from featurecache.store.index import read_table, write_table
 from featurecache.store.reader import LocalStore
 from tests.chem import ccdtext
 from tests.conftest import CCD, STRUCTURES, build_store
+from tests.parse.test_ccd import broken_ccds, broken_hem_ccds
 
 LIGAND_ENTRIES = {
     "721p-assembly1": {"GNP", "MG"},
@@ -423,3 +424,76 @@ def test_a_failed_standard_residue_is_counted_as_a_chem_warning(tmp_path: Path) 
     assert more.stages["chem"]["failed components retried"] == "0 (0 with a conformer now)"
     assert more.stages["chem"]["components (store / this run)"].endswith(" / 0")
     assert _warned_atoms(featurecache.open_store(store), "102m") == n_gly
+
+
+@pytest.mark.parametrize("kind", ["dir: bad row", "dir: empty", "file: bad row"])
+def test_a_broken_standard_definition_gets_the_packaged_one_and_the_build_goes_on(
+    tmp_path: Path, kind: str
+) -> None:
+    """A --ccd whose ALA does not parse stopped the whole build in its chem stage, after the
+    structure parts were written (one CCDError line, exit 3), though no entry failed: entries are
+    tokenized with the packaged standard residues. Now ALA gets its packaged definition, as in a
+    build without --ccd (the CCD's broken file does not make ALA worse), the summary, a warning and
+    ALA's component reason name the file, and the build completes with exit 0 (no input failed)."""
+    ccd, file = broken_ccds(tmp_path, "ALA")[kind]
+    inputs = _link(tmp_path / "in", ["102m.cif"])
+    store = tmp_path / "s"
+    summary = build_store(store, inputs, ccd=ccd, workers=1)
+    assert summary.n_built == 1
+    assert not (summary.n_failed or summary.n_failed_earlier or summary.entries_lost)  # the CLI's exit 0
+    stage = summary.stages["chem"]
+    assert stage["broken CCD definitions"] == f"ALA ({file}: packaged definition used)"
+    assert stage["atoms without ref_pos"] == "0 in 0 entries"
+    row = _latest_row(store, "ALA")
+    assert (row["source"], row["strategy"]) == ("packaged", "etkdg")
+    assert str(row["reason"]).startswith(f"CCD {file}: the definition of ALA")  # (block data_ALA)
+    assert str(row["reason"]).endswith(
+        "fix or replace it; the packaged standard definition of ALA is used instead"
+    )
+    s = featurecache.open_store(store)
+    assert s.ids == ["102m"]
+    e = s.entry("102m")
+    codes = [decode_res_name(r) for r in e.tokens["res_name"][e.atoms["token_index"]]]
+    is_ala = np.asarray([c == "ALA" for c in codes])
+    assert is_ala.sum() > 0 and s.reference_features(e)["ref_mask"][is_ala].all()
+    assert not [r for r in s.warnings.to_pylist() if r["stage"] == "chem" and "ALA" in r["message"]]
+    # the conformer a build without --ccd stores
+    plain = tmp_path / "plain"
+    build_store(plain, inputs, workers=1)
+    assert _component_bytes(store)["ALA"] == _component_bytes(plain)["ALA"]
+    # the same components, the same parts, byte for byte, on two workers
+    two = tmp_path / "w2"
+    build_store(two, inputs, ccd=ccd, workers=2)
+    assert _component_part_files(two) == _component_part_files(store)
+    assert _component_part_rows(two) == _component_part_rows(store)
+    # computed once per store (the next build scans no new part: it meets no code)
+    again = build_store(store, inputs, ccd=ccd, workers=1).stages["chem"]
+    assert again["components (store / this run)"].endswith(" / 0")
+    assert _latest_row(store, "ALA") == row
+
+
+def test_a_broken_definition_met_only_by_the_chem_stage_fails_its_component(tmp_path: Path) -> None:
+    """A non-standard code whose definition does not parse fails the entries using it at stage
+    ``ccd``; the chem stage meets it only in entries stored before (here: kept when their rebuild
+    failed, and scanned again as their component part was deleted). That stopped the build; now
+    the code is a failed component whose reason names the CCD file (never perceived from the
+    residue's atoms), the entries get chem warnings, and the build goes on."""
+    ccd, file = broken_hem_ccds(tmp_path)["dir: bad row"]
+    inputs = _link(tmp_path / "in", ["102m.cif"])
+    store = tmp_path / "s"
+    build_store(store, inputs, ccd=CCD, workers=1)
+    for part in (store / "parts").glob("c-*"):
+        shutil.rmtree(part)
+    summary = build_store(store, inputs, ccd=ccd, workers=1)
+    assert summary.n_failed == 1  # 102m again, at stage ccd (exit 1); the stored 102m is kept
+    assert [(f["path"], f["stage"]) for f in summary.failures] == [("102m.cif", "ccd")]
+    stage = summary.stages["chem"]
+    assert stage["broken CCD definitions"] == f"HEM ({file}: failed)"
+    row = _latest_row(store, "HEM")
+    assert row["strategy"] == "failed"
+    assert str(row["reason"]).startswith(f"CCD {file}: the definition of HEM cannot be used: ")
+    s = featurecache.open_store(store)
+    assert s.ids == ["102m"] and not [k for k in s.component_table().keys if k.startswith("HEM#")]
+    chem = [r for r in s.warnings.to_pylist() if r["stage"] == "chem"]
+    assert [r["entry_id"] for r in chem] == ["102m"] and f"CCD {file}" in chem[0]["message"]
+    assert stage["atoms without ref_pos"] == f"{_warned_atoms(s, '102m')} in 1 entries"

@@ -102,28 +102,36 @@ def test_parse_component_file_gz(tmp_path: Path) -> None:
 
 
 def broken_hem_ccds(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
-    """Copies of the real CCD whose HEM definition is broken, by kind: ``(--ccd path, the file
-    that holds HEM)``. A directory with HEM.cif missing three values of its CHA atom row, cut in
-    half, empty, or HEM.cif.gz cut short; a components.cif with the same bad row."""
-    text = (CCD_DIR / "HEM.cif").read_text()
-    row = next(line for line in text.splitlines() if line.startswith("HEM  CHA   CHA "))
+    """:func:`broken_ccds` of HEM (its first atom row: CHA)."""
+    return broken_ccds(tmp_path, "HEM")
+
+
+def broken_ccds(tmp_path: Path, code: str) -> dict[str, tuple[Path, Path]]:
+    """Copies of the real CCD whose definition of ``code`` is broken, by kind: ``(--ccd path, the
+    file that holds it)``. A directory with ``code``.cif missing three values of its first atom
+    row, cut in half, empty, or ``code``.cif.gz cut short; a components.cif with the same bad row."""
+    text = (CCD_DIR / f"{code}.cif").read_text()
+    lines = text.splitlines()
+    header = max(i for i, line in enumerate(lines) if line.startswith("_chem_comp_atom."))
+    row = lines[header + 1]
+    assert row.startswith(f"{code} ")
     bad_row = text.replace(row, " ".join(row.split()[:-3]))
     out: dict[str, tuple[Path, Path]] = {}
     for kind, name, data in (
-        ("dir: bad row", "HEM.cif", bad_row.encode()),
-        ("dir: cut", "HEM.cif", text[: len(text) // 2].encode()),
-        ("dir: empty", "HEM.cif", b""),
-        ("dir: gz cut short", "HEM.cif.gz", gzip.compress(text.encode())[:-100]),
+        ("dir: bad row", f"{code}.cif", bad_row.encode()),
+        ("dir: cut", f"{code}.cif", text[: len(text) // 2].encode()),
+        ("dir: empty", f"{code}.cif", b""),
+        ("dir: gz cut short", f"{code}.cif.gz", gzip.compress(text.encode())[:-100]),
     ):
         d = tmp_path / kind.replace(": ", "_").replace(" ", "_")
         shutil.copytree(CCD_DIR, d)
-        (d / "HEM.cif").unlink()
+        (d / f"{code}.cif").unlink()
         (d / name).write_bytes(data)
         out[kind] = (d, d / name)
     one = tmp_path / "components.cif"
     with one.open("w") as fh:
         for f in sorted(CCD_DIR.glob("*.cif")):
-            body = bad_row if f.name == "HEM.cif" else f.read_text()
+            body = bad_row if f.name == f"{code}.cif" else f.read_text()
             fh.write(body if body.endswith("\n") else body + "\n")
     out["file: bad row"] = (one, one)
     return out
