@@ -577,8 +577,9 @@ def _pairing_only_sources(fetch: MSAFetch | None, key: str) -> np.ndarray | None
     owner = getattr(fetch, "__self__", None)
     if owner is None:
         return None
+    lookup = getattr(owner, "lookup_columns", None)  # a lookup client: the columns asked for, not the table
     try:
-        table = owner.msas
+        table = lookup("msas") if callable(lookup) else owner.msas
     except (AttributeError, NotFound):
         return None
     if table is None or "key" not in table.column_names or "sources" not in table.column_names:

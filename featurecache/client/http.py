@@ -72,7 +72,8 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -141,6 +142,19 @@ SERVICE_PATH = "/v1/service"
 #: what the client asks ``/v1/service`` for; a service older than this client ignores the query and
 #: answers without the versions (then unknown)
 _SERVICE_QUERY = {VERSIONS_KEY: "true"}
+#: the columns of an index table that the client's own lookups read (``row_of``, ``ids``,
+#: ``row_count``, ``stored_fields``; an MSA's shape, :meth:`LookupClient.msa_shapes`, and its sources,
+#: ``client.assemble._pairing_only_sources``): all a training
+#: client's loader worker reads of the index, asked for alone (``?columns=``) unless the client holds
+#: the whole table. At 200k entries the ``entries`` table is ~75 MB, these columns of it ~11 MB
+LOOKUP_COLUMNS: dict[str, tuple[str, ...]] = {
+    "entries": ("id", "part", *(count for _, count in GROUP_OFFSETS.values())),
+    "msas": ("key", "depth", "length", "sources"),  # sources: client.assemble's pairing-only rows
+}
+#: entries whose index row and chains rows (the attrs of an answer about the entry) a client that
+#: does not hold the whole ``entries`` / ``chains`` tables keeps, for :meth:`LookupClient.entry_meta`
+#: and :meth:`LookupClient.entry_chains` (the crop-first path asks both after its read of the entry)
+_ATTRS_KEPT = 64
 #: what ``/v1/service``'s ``capabilities`` holds when the service answers ``POST /v1/entries/{id}:rows``
 #: (``services.lookup.payloads.ENTRY_ROWS``); a service older than that route does not list it
 ROWS_CAPABILITY = "entry_rows"
@@ -164,7 +178,10 @@ class LookupClient(FeatureReader):
     instead of ``retry_budget_s`` (if shorter) and a connection may take at most this long to open
     (raise it to wait for a service that is starting at the same time); ``answered``: the service
     has answered this client (or the client it is a copy of) before: a worker's client is a copy
-    (:meth:`settings`), and its first calls have the whole ``retry_budget_s``.
+    (:meth:`settings`), and its first calls have the whole ``retry_budget_s``. ``snapshot``: (index
+    id, :data:`LOOKUP_COLUMNS` tables of that index) that the client this one is a copy of holds
+    (:meth:`lookup_snapshot`): the copy starts on them instead of fetching them (a newer index in
+    an answer refreshes it, as any client).
 
     Featurizer versions: the client learns those of the store it first reads (``/v1/service``'s
     ``featurizer_versions``, once per index, in the same call that brings the limits; never
@@ -193,6 +210,7 @@ class LookupClient(FeatureReader):
         on_featurizer_change: str = "warn",
         expect_featurizer: Sequence[str] | None = None,
         expect_index: str | None = None,
+        snapshot: tuple[str, Mapping[str, pa.Table]] | None = None,
     ) -> None:
         if on_featurizer_change not in ("warn", "raise"):
             raise InvalidRequest(
@@ -242,6 +260,14 @@ class LookupClient(FeatureReader):
         self._unchecked: str | None = None  # an index whose featurizer versions are still to be checked
         self._checking = False
         self._featurizer_changed: str | None = None  # the message, once the versions changed ("raise")
+        #: entry id → its index row and chains rows, of the snapshot the client holds (:meth:`_entry_attrs`)
+        self._attrs: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
+        if snapshot is not None:  # the client this one is a copy of held these (lookup_snapshot())
+            index, tables = snapshot
+            self._index = index
+            self._tables = {_lookup_key(name): t for name, t in tables.items()}
+            if index != expect_index:
+                self._unchecked = index  # its featurizer versions: checked with the first answer
         self._http = self._new_http()
         self._pid = os.getpid()
 
@@ -596,15 +622,66 @@ class LookupClient(FeatureReader):
         (its answer may predate the refresh) is not kept: it is fetched again; so is one answered
         from an index older than the client's (a worker still on the index before a rebuild), after
         a backoff, within ``retry_budget_s``."""
+        return self._cached_table(name, name, None)
+
+    def lookup_columns(self, name: str) -> pa.Table:
+        """What the client's own lookups read of index table ``name``: the whole table when the
+        client holds it, else only its :data:`LOOKUP_COLUMNS` (fetched once per snapshot, as
+        :meth:`table`; a table without them, e.g. an empty ``msas`` of no columns: the whole one)."""
+        with self._lock:
+            whole = self._tables.get(name)
+        if whole is not None:
+            return whole
+        try:
+            return self._cached_table(_lookup_key(name), name, LOOKUP_COLUMNS[name])
+        except InvalidRequest:
+            return self.table(name)
+
+    def lookup_snapshot(self, fetch: bool = True) -> tuple[str, dict[str, pa.Table]] | None:
+        """(index id, table name → its :data:`LOOKUP_COLUMNS` columns) of the snapshot the client
+        holds, for a copy of the client to start on (``LookupClient(..., snapshot=...)``: a training
+        client's loader worker processes), so that each copy does not fetch them again. ``fetch``:
+        fetch those not held yet (else leave them out). None when the service names no index (older
+        than this client), the client has not read the index yet (nothing is fetched then) or it
+        refreshed meanwhile: the copy then fetches its own. A fetch that fails leaves its table out
+        (the copy meets the error itself, where it would have before)."""
+        with self._lock:
+            generation = self._generation
+            if self._index is None:
+                return None
+        held: dict[str, pa.Table] = {}
+        for name in LOOKUP_COLUMNS:
+            with self._lock:
+                t = self._tables.get(name, self._tables.get(_lookup_key(name)))
+            if t is None and fetch:
+                with contextlib.suppress(NotFound, InvalidRequest, ServiceError, ServiceUnavailable):
+                    t = self.lookup_columns(name)
+            if t is not None:
+                held[name] = t
+        with self._lock:
+            kept = set(map(id, self._tables.values()))
+            if (
+                self._index is None
+                or self._generation != generation
+                or not all(id(t) in kept for t in held.values())
+            ):
+                return None
+            index = self._index
+        columns = {n: [c for c in LOOKUP_COLUMNS[n] if c in t.column_names] for n, t in held.items()}
+        return index, {n: t.select(columns[n]) for n, t in held.items()}
+
+    def _cached_table(self, key: str, name: str, columns: Sequence[str] | None) -> pa.Table:
+        """Index table ``name`` (``columns`` of it; None: all), kept under ``key`` (:meth:`table`)."""
+        params = {"columns": ",".join(columns)} if columns is not None else None
         give_up_at = time.monotonic() + self.retry_budget_s
         refetches = older_answers = 0
         while True:
             with self._lock:
-                t = self._tables.get(name)
+                t = self._tables.get(key)
                 generation = self._generation
             if t is not None:
                 return t
-            response = self.request("GET", f"/v1/tables/{_segment(name)}")
+            response = self.request("GET", f"/v1/tables/{_segment(name)}", params=params)
             t = arrow_io.read_table(response.content)
             if self._older_answer(response):
                 older_answers += 1
@@ -615,7 +692,7 @@ class LookupClient(FeatureReader):
                 continue
             with self._lock:
                 if self._generation == generation:
-                    return self._tables.setdefault(name, t)  # another thread's fetch, if it came first
+                    return self._tables.setdefault(key, t)  # another thread's fetch, if it came first
             refetches += 1
             if refetches > _TABLE_REFETCHES:
                 return t
@@ -652,10 +729,11 @@ class LookupClient(FeatureReader):
         return self.table("components")
 
     def _rows(self) -> dict[str, int]:
-        return self._rows_of(self.entries)
+        return self._rows_of(self.lookup_columns("entries"))
 
     def _rows_of(self, entries: pa.Table) -> dict[str, int]:
-        """id -> row in ``entries`` (built once per table object, so never of another snapshot)."""
+        """id -> row in ``entries`` (or its lookup columns; built once per table object, so never
+        of another snapshot)."""
         cached = self._row
         if cached is not None and cached[0] is entries:
             return cached[1]
@@ -666,18 +744,70 @@ class LookupClient(FeatureReader):
         return rows
 
     def _index_row(self, entry_id: str) -> tuple[pa.Table, int]:
-        """The entries table and the entry's row in it, of one snapshot (NotFound as :meth:`row_of`)."""
+        """The entries table (or its :data:`LOOKUP_COLUMNS`) and the entry's row in it, of one
+        snapshot (NotFound as :meth:`row_of`)."""
         self.row_of(entry_id)  # NotFound, or a refresh when the snapshot lacks the id
-        entries = self.entries
+        entries = self.lookup_columns("entries")
         row = self._rows_of(entries).get(entry_id)
         if row is None:  # refreshed in between by another thread, to an index without it
             raise NotFound(f"no entry {entry_id!r} at {self.shown_url}")
         return entries, row
 
     def entry_meta(self, entry_id: str) -> dict[str, Any]:
-        """The entry's index row, without the storage columns (row and row's table from one snapshot)."""
+        """The entry's index row, without the storage columns (row and row's table from one snapshot).
+        A client that does not hold the whole ``entries`` table (a loader worker's) takes it from
+        the service's answer about the entry (:meth:`_entry_attrs`), as :meth:`entry` gives it."""
+        with self._lock:
+            whole = self._tables.get("entries")
+        if whole is None:
+            return dict(self._entry_attrs(entry_id)[0])
         entries, row = self._index_row(entry_id)
         return {k: v for k, v in entries.slice(row, 1).to_pylist()[0].items() if k not in ENTRY_META_SKIP}
+
+    def entry_chains(self, entry_id: str) -> list[dict[str, Any]]:
+        """The entry's chains rows (``[]`` for an id the index lacks), from the ``chains`` table when
+        the client holds it, else from the service's answer about the entry (:meth:`_entry_attrs`)."""
+        with self._lock:
+            whole = self._tables.get("chains")
+        if whole is not None:
+            return super().entry_chains(entry_id)
+        try:
+            return [dict(c) for c in self._entry_attrs(entry_id)[1]]
+        except NotFound:
+            return []
+
+    def _entry_attrs(self, entry_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(index row, chains rows) of one entry, as the service's entry answers carry them (its
+        reader's ``entry_meta`` and ``entry_chains``), of the client's snapshot: kept from the
+        last :meth:`read_groups` of it, else one ``GET /v1/entries/{id}?arrays=`` (no arrays), from
+        the client's index (:meth:`_arrow_of_snapshot`). At most :data:`_ATTRS_KEPT` are kept."""
+        generation = self._generation
+        self.row_of(entry_id)  # NotFound, or a refresh when the snapshot lacks the id
+        with self._lock:
+            got = self._attrs.get(entry_id)
+            if got is not None:
+                self._attrs.move_to_end(entry_id)
+                return got
+        path = f"/v1/entries/{_segment(entry_id)}"
+        records = self._arrow_of_snapshot("GET", path, params=_arrays_params([]))
+        if len(records) != 1:
+            raise ServiceError(f"GET {path}: expected 1 entry, got {len(records)}")
+        attrs = records[0].attrs
+        got = (attrs["meta"], attrs["chains"])
+        self._keep_attrs(generation, entry_id, got)
+        return got
+
+    def _keep_attrs(
+        self, generation: int, entry_id: str, attrs: tuple[dict[str, Any], list[dict[str, Any]]]
+    ) -> None:
+        """Keep an entry's (meta, chains) asked for in ``generation`` (not across a refresh)."""
+        with self._lock:
+            if self._generation != generation:
+                return
+            self._attrs[entry_id] = attrs
+            self._attrs.move_to_end(entry_id)
+            while len(self._attrs) > _ATTRS_KEPT:
+                self._attrs.popitem(last=False)
 
     @property
     def ids(self) -> list[str]:
@@ -737,6 +867,7 @@ class LookupClient(FeatureReader):
         with self._lock:
             self._generation += 1
             self._tables = {}
+            self._attrs = OrderedDict()
             self._row = None
             self._service = None
             self._msa_shape = None
@@ -852,10 +983,12 @@ class LookupClient(FeatureReader):
         for g, fields in stored.items():
             arrays += [g] if fields == ENTRY_GROUPS[g].names else [f"{g}/{f}" for f in fields]
         path = f"/v1/entries/{_segment(entry_id)}"
+        generation = self._generation
         records = self._arrow_of_snapshot("GET", path, params=_arrays_params(arrays))
         if len(records) != 1:
             raise ServiceError(f"GET {path}: expected 1 entry, got {len(records)}")
         got = arrow_io.record_entry(records[0])
+        self._keep_attrs(generation, entry_id, (got.meta, got.chains))  # for entry_meta / entry_chains
         return {g: _structured(g, fields, getattr(got, g)) for g, fields in stored.items()}
 
     def read_rows(
@@ -1119,11 +1252,16 @@ class LookupClient(FeatureReader):
             records = self._arrow("POST", path + ":slice", json=params)
         return arrow_io.record_msa(records[0])
 
+    def msa_shapes(self) -> dict[str, tuple[int, int]]:
+        """MSA key → (depth, length) of every MSA of the client's snapshot (the ``msas`` index's
+        key, depth and length columns, :data:`LOOKUP_COLUMNS`: not the whole table)."""
+        return dict(self._msa_shapes())
+
     def _msa_shapes(self) -> dict[str, tuple[int, int]]:
-        """MSA key → (depth, length), from the ``msas`` table (fetched once)."""
+        """MSA key → (depth, length), from the ``msas`` table's lookup columns (fetched once)."""
         if self._msa_shape is None:
             try:
-                t = self.msas
+                t = self.lookup_columns("msas")
             except NotFound:  # a service without an MSA index: no shapes, requests go as given
                 t = pa.table({})
             shapes: dict[str, tuple[int, int]] = {}
@@ -1161,7 +1299,7 @@ class LookupClient(FeatureReader):
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.settings()
+        return {**self.settings(), "snapshot": self.lookup_snapshot(fetch=False)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -1171,6 +1309,11 @@ class LookupClient(FeatureReader):
 
 
 # ------------------------------------------------------------------------------------ helpers
+def _lookup_key(name: str) -> str:
+    """Where a client keeps the :data:`LOOKUP_COLUMNS` of table ``name`` (beside the whole tables)."""
+    return f"{name}?columns"
+
+
 def _index_order(index_id: str) -> int | None:
     """The age of an index id (``services.lookup.state.index_id``: its newest table's ``mtime_ns``,
     hex, before the ``-``); None for an id of another form (then only the ids left tell old from new)."""

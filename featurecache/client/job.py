@@ -70,18 +70,27 @@ class SnapshotChanged(ValueError):
 class ServiceSpec:
     """A lookup-service source as it travels to other processes: the client's class and constructor
     settings (URL, token, timeouts, retries …), so that a worker's client is the trainer's. The
-    token is carried but never shown (``repr`` and ``str`` name the URL only)."""
+    token is carried but never shown (``repr`` and ``str`` name the URL only). ``snapshot``: what
+    the trainer's client held of the index when the spec was made (``LookupClient.lookup_snapshot``:
+    the index id and the few columns a worker's lookups read, as Arrow tables: shared with a forked
+    worker, pickled to a spawned one), so that each worker's client starts on it instead of
+    fetching the index tables again."""
 
-    def __init__(self, factory: Callable[..., Any], settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self, factory: Callable[..., Any], settings: Mapping[str, Any], snapshot: Any = None
+    ) -> None:
         self.factory = factory
         self.settings = dict(settings)
+        self.snapshot = snapshot
 
     @property
     def url(self) -> str:
         return str(self.settings["url"])
 
     def open(self) -> Any:
-        return self.factory(**self.settings)
+        if self.snapshot is None:
+            return self.factory(**self.settings)
+        return self.factory(**self.settings, snapshot=self.snapshot)
 
     def __repr__(self) -> str:
         auth = ", token=…" if self.settings.get("token") else ""
@@ -121,7 +130,9 @@ def _source_spec(source: Any) -> Any:
         return str(source)
     settings = getattr(source, "settings", None)
     if callable(settings) and isinstance(getattr(source, "url", None), str):
-        return ServiceSpec(type(source), settings())  # a LookupClient: rebuilt with its own token
+        # a LookupClient: rebuilt with its own token, on the index columns this one holds
+        snapshot = getattr(source, "lookup_snapshot", None)
+        return ServiceSpec(type(source), settings(), snapshot() if callable(snapshot) else None)
     path = getattr(source, "path", None)
     if isinstance(path, str | Path) and (Path(path) / "zarr.json").is_file():
         return str(path)
@@ -198,6 +209,12 @@ class SourceRef:
 
 
 def _msa_shapes(reader: Any) -> dict[str, tuple[int, int]]:
+    own = getattr(reader, "msa_shapes", None)
+    if callable(own):  # a lookup client: three columns of the msas index, not the whole table
+        try:
+            return dict(own())
+        except NotFound:
+            return {}
     try:
         t: pa.Table = reader.msas
     except (AttributeError, NotFound):  # a reader without MSAs
