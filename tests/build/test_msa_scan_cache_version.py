@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,20 +28,21 @@ BOM = b"\xef\xbb\xbf"
 HOUR_NS = 3600 * 10**9
 
 
-def _inputs(tmp: Path) -> tuple[Path, Path]:
-    """1psm (one protein chain) and its real openfold MSA folder, its a3m file given a BOM; files
-    last modified an hour ago (the scan caches only files not modified within the last seconds)."""
+def _inputs(tmp: Path, damage: Callable[[bytes], bytes] = lambda b: BOM + b) -> tuple[Path, Path]:
+    """1psm (one protein chain) and its real openfold MSA folder, its a3m file changed by
+    ``damage`` (default: given a BOM); files last modified an hour ago (the scan caches only files
+    not modified within the last seconds)."""
     pdb = tmp / "pdb"
     pdb.mkdir()
     shutil.copy(STRUCTURES / "1psm.cif", pdb)
-    bom = tmp / "msa_bom" / "1psm_A"
-    shutil.copytree(MSAS / "openfold" / "1psm_A", bom)
-    a3m = bom / "bfd_uniclust_hits.a3m"
-    a3m.write_bytes(BOM + a3m.read_bytes())
+    msa = tmp / "msa" / "1psm_A"
+    shutil.copytree(MSAS / "openfold" / "1psm_A", msa)
+    a3m = msa / "bfd_uniclust_hits.a3m"
+    a3m.write_bytes(damage(a3m.read_bytes()))
     past = time.time_ns() - HOUR_NS
-    for p in bom.rglob("*"):
+    for p in msa.rglob("*"):
         os.utime(p, ns=(past, past))
-    return pdb, bom.parent
+    return pdb, msa.parent
 
 
 def _msas(store: Path) -> list[dict[str, object]]:
@@ -123,16 +125,8 @@ def test_a_header_only_file_an_older_scan_read_as_an_alignment_fails_now(tmp_pat
     from featurecache.build import msa_stage
     from featurecache.const import FEATURIZER_VERSION
 
-    pdb = tmp_path / "pdb"
-    pdb.mkdir()
-    shutil.copy(STRUCTURES / "1psm.cif", pdb)
-    msa = tmp_path / "msa" / "1psm_A"
-    shutil.copytree(MSAS / "openfold" / "1psm_A", msa)
-    cut = msa / "bfd_uniclust_hits.a3m"
-    cut.write_text(cut.read_text().splitlines()[0] + "\n")  # the header line alone
-    past = time.time_ns() - HOUR_NS
-    for p in msa.rglob("*"):
-        os.utime(p, ns=(past, past))
+    pdb, msas = _inputs(tmp_path, lambda b: b.splitlines()[0] + b"\n")  # the header line alone
+    msa = msas / "1psm_A"
     store = tmp_path / "store"
     done = build_with_package(featurecache_at(BEFORE_NO_SEQUENCE_FIX, tmp_path / "old"), pdb, store,
                               msa_dir=msa.parent)  # fmt: skip
