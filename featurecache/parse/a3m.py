@@ -152,6 +152,9 @@ def _check_nuls(text: str) -> None:
 def _n_lines(text: str | bytes) -> int:
     """Lines of one NUL-separated block that is not the last: it ends with a line break (or is
     empty), so the next block starts on the line after its last (as ``str.splitlines`` counts)."""
+    if isinstance(text, bytes) and not any(b in text for b in _ODD_BYTES):
+        # the scan's fast path: "\n" is the only line break (memchr, no decode and split)
+        return text.count(b"\n") + (1 if text and not text.endswith(b"\n") else 0)
     return len((text.decode("ascii") if isinstance(text, bytes) else text).splitlines())
 
 

@@ -47,12 +47,16 @@ def resolve_unknown_elements(
     resolved: list[str] = []
     #: (residue, why) -> the atoms of that residue whose element cannot be known for that reason
     unknown: dict[tuple[str, str], list[str]] = {}
+    #: residue name -> its definition's atom name -> element (None: no definition), looked up once
+    defined: dict[str, dict[str, str] | None] = {}
     for chain in st[0]:
         for res in chain:
             for atom in res:
                 if atom.element.atomic_number != 0:
                     continue
-                symbol, why = _element_of(res, atom.name, component_atoms)
+                if res.name not in defined:
+                    defined[res.name] = _definition(res.name, component_atoms)
+                symbol, why = _element_of(res, atom.name, defined[res.name], component_atoms is not None)
                 if symbol is None:
                     where = f"{res.name} {res.seqid} in chain {chain.name}"
                     unknown.setdefault((where, why), []).append(atom.name)
@@ -78,18 +82,23 @@ def resolve_unknown_elements(
     )
 
 
+def _definition(code: str, component_atoms: ComponentAtoms | None) -> dict[str, str] | None:
+    """Atom name -> element of residue ``code``'s definition (packaged standard, else --ccd)."""
+    standard = standard_component(code)
+    if standard is not None:
+        return dict(zip(standard.atom_names, standard.elements, strict=True))
+    if component_atoms is not None and (defined := component_atoms(code)) is not None:
+        return {atom: element for atom, element, _charge in defined.atoms}
+    return None
+
+
 def _element_of(
-    res: gemmi.Residue, atom_name: str, component_atoms: ComponentAtoms | None
+    res: gemmi.Residue, atom_name: str, names: dict[str, str] | None, have_ccd: bool
 ) -> tuple[str | None, str]:
-    """(element symbol, "") of one atom of ``res``, or (None, why it cannot be known)."""
+    """(element symbol, "") of one atom of ``res``, or (None, why it cannot be known); ``names``:
+    its definition's atom names and elements (:func:`_definition`)."""
     if res.is_water():  # no definition needed (and waters are dropped): O, H or D
         return (atom_name[0], "") if atom_name[:1] in ("O", "H", "D") else (None, "not an atom of water")
-    names: dict[str, str] | None = None
-    standard = standard_component(res.name)
-    if standard is not None:
-        names = dict(zip(standard.atom_names, standard.elements, strict=True))
-    elif component_atoms is not None and (defined := component_atoms(res.name)) is not None:
-        names = {atom: element for atom, element, _charge in defined.atoms}
     if names is not None:
         symbol = names.get(atom_name)
         if symbol is not None and gemmi.Element(symbol).atomic_number > 0:
@@ -101,9 +110,7 @@ def _element_of(
     if atom_name == res.name and gemmi.Element(atom_name).atomic_number > 0:
         return atom_name, ""  # a single-atom ion, named as its element
     if names is None:
-        return None, f"no definition of {res.name}" + (
-            "" if component_atoms is not None else " without --ccd"
-        )
+        return None, f"no definition of {res.name}" + ("" if have_ccd else " without --ccd")
     return None, f"not in {res.name}'s definition"
 
 

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 import gemmi
 import numpy as np
 
+from featurecache.const import ATOM_NAME_CHARS, RES_NAME_CHARS
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
+from featurecache.parse.a3m import UTF8_BOM
 from featurecache.parse.elements import resolve_unknown_elements
-from featurecache.types import Atom, Token
 
 if TYPE_CHECKING:
     from featurecache.tokenize.af3 import ComponentAtoms
@@ -76,7 +77,6 @@ def _decompress(data: bytes, name: str) -> bytes:
 
 
 #: UTF-8 byte-order mark (Windows editors write one); gemmi's CIF reader does not skip it.
-_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def _parse_structure(
@@ -86,7 +86,7 @@ def _parse_structure(
     in error messages. ``component_atoms`` (the CCD, as the tokenizer reads it) gives the elements
     of atoms the file states none for (:func:`~featurecache.parse.elements.resolve_unknown_elements`);
     standard residues need none."""
-    raw = _decompress(data, name).removeprefix(_UTF8_BOM)
+    raw = _decompress(data, name).removeprefix(UTF8_BOM)
     if not raw.strip():
         raise EmptyStructureError("empty file", stage="parse")
     fmt = structure_format(name)
@@ -311,8 +311,6 @@ def _check_atom_site_columns(block: gemmi.cif.Block, name: str) -> None:
 
 
 #: The store's widths (``types.Atom.name``, ``types.Token.res_name``): CCD atom names and codes fit.
-ATOM_NAME_WIDTH = Atom["name"].shape[0]
-RES_NAME_WIDTH = Token["res_name"].shape[0]
 #: Names listed in a refusal; the rest counted.
 _MAX_NAMED = 5
 
@@ -329,17 +327,17 @@ def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -
         return
     tags = {t.lower() for t in block.find_mmcif_category("_atom_site.").tags}
     atom_tag = "_atom_site.auth_atom_id" if "_atom_site.auth_atom_id" in tags else "_atom_site.label_atom_id"
-    if all(len(n) <= RES_NAME_WIDTH for n in st[0].get_all_residue_names()) and all(
-        len(gemmi.cif.as_string(v)) <= ATOM_NAME_WIDTH for v in set(block.find_values(atom_tag))
+    if all(len(n) <= RES_NAME_CHARS for n in st[0].get_all_residue_names()) and all(
+        len(gemmi.cif.as_string(v)) <= ATOM_NAME_CHARS for v in set(block.find_values(atom_tag))
     ):
         return
     problems: list[str] = []
     for chain in st[0]:
         for res in chain:
             where = f"residue {res.name} {res.seqid} in chain {chain.name}"
-            if len(res.name) > RES_NAME_WIDTH:
+            if len(res.name) > RES_NAME_CHARS:
                 problems.append(where)
-            if long_atoms := sorted({a.name for a in res if len(a.name) > ATOM_NAME_WIDTH}):
+            if long_atoms := sorted({a.name for a in res if len(a.name) > ATOM_NAME_CHARS}):
                 problems.append(
                     f"atom{'s' if len(long_atoms) > 1 else ''} {', '.join(long_atoms)} of {where}"
                 )
@@ -347,8 +345,8 @@ def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -
         return
     more = f" and {len(problems) - _MAX_NAMED} more" if len(problems) > _MAX_NAMED else ""
     raise ParseError(
-        f"{name}: names longer than the store holds (residue names {RES_NAME_WIDTH} characters, atom "
-        f"names {ATOM_NAME_WIDTH}, as CCD codes and atom names are): {'; '.join(problems[:_MAX_NAMED])}{more}."
+        f"{name}: names longer than the store holds (residue names {RES_NAME_CHARS} characters, atom "
+        f"names {ATOM_NAME_CHARS}, as CCD codes and atom names are): {'; '.join(problems[:_MAX_NAMED])}{more}."
         " Cut to fit they would be other names, and atoms of one residue could share one: rename them",
         stage="parse",
     )
