@@ -241,7 +241,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
     from featurecache.build.worker_plugin import IgnoreInterrupt
     from featurecache.signals import sigint_blocked, sigterm_held
 
-    cluster = None
+    cluster = client = None
     try:
         # the workers start with SIGINT blocked, until the plugin ignores it (worker_plugin's
         # module doc): a Ctrl-C while they import killed them with a KeyboardInterrupt traceback
@@ -266,7 +266,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
     except BaseException:
         if cluster is not None:
-            _shutdown(None, cluster)
+            _shutdown(client, cluster)  # a client made before the failure is closed with it
         raise
     return client, cluster
 
@@ -650,11 +650,13 @@ def _run_build(
             )  # fmt: skip
             with store_writes(out / "parts"):
                 remove_leftovers(out)
+                deleted = _parts_may_be_gone(out)
                 # the components the index lists of parts deleted by hand: the rebuild below drops
                 # them; a rescan part has this build's chem stage compute them again
-                _rescan_for_gone_components(out)
+                if deleted:
+                    _rescan_for_gone_components(out)
             # the entries the index lists of parts deleted by hand: the rebuild below drops them
-            listed = _listed_of_gone_parts(out)
+            listed = _listed_of_gone_parts(out) if deleted else []
             # from the parts: repairs an index left stale or damaged by a killed build
             start_index = rebuild_index(out, finished=finished)
             stored = start_index["entries"]
@@ -1237,25 +1239,34 @@ def _entries_gone(out: Path, pdb_dir: Path, inputs: list[InputFile], stored: Any
     return sorted(gone)
 
 
-def _rescan_for_gone_components(out: Path) -> str | None:
+def _parts_may_be_gone(out: Path) -> bool:
+    """Whether a part the index's last rebuild took in is gone (deleted by hand), or that cannot be
+    told (no readable manifest of its parts): only then are the published index tables read for
+    what they list of such parts (:func:`_rescan_for_gone_components`, :func:`_listed_of_gone_parts`)."""
+    from featurecache.store.index import complete_parts, recorded_part_names
+
+    recorded = recorded_part_names(out)
+    return not recorded or bool(recorded - {p.name for p in complete_parts(out)})
+
+
+def _rescan_for_gone_components(out: Path) -> None:
     """When the published index lists components of a component part that is gone (deleted by
     hand), write a rescan part (:func:`~featurecache.store.components.write_rescan_part`, as
     ``verify --repair`` does for such a part), so that this build's chem stage scans every
     structure part again and computes the components that are missing; a warning per part names
     them. Written before the index is rebuilt from the parts (which drops their rows): a build
-    stopped before its chem stage leaves the rescan to the next one. Returns the part's name."""
+    stopped before its chem stage leaves the rescan to the next one."""
     from featurecache.store.components import components_of_missing_parts, write_rescan_part
 
     gone = components_of_missing_parts(out)
     if not gone:
-        return None
+        return
     name = write_rescan_part(out)
     for part, keys in gone.items():
         log.warning("component part %s is missing (deleted): its %d component%s (%s) %s computed again by this "
                     "build's chem stage, which scans every structure part again (rescan part %s)", part,
                     len(keys), "" if len(keys) == 1 else "s", ", ".join(keys), "is" if len(keys) == 1 else "are",
                     name)  # fmt: skip
-    return name
 
 
 def _listed_of_gone_parts(out: Path) -> list[dict[str, str]]:
@@ -1289,6 +1300,8 @@ def _record_lost(
     warning per part names them. Returns their ids by part."""
     from featurecache.store.prune import _removal_parts, write_removals
 
+    if not listed:
+        return {}
     known = {i.entry_id for i in inputs} | (
         set(stored.column("id").to_pylist()) if stored.num_rows else set()
     )

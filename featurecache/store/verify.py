@@ -364,6 +364,9 @@ class _Checks:
         self._sound = sound
         self._store, self._parts, self._workers = store, parts, max(1, workers)
         self._pool: ProcessPoolExecutor | None = None
+        #: the in-process checks' component codes (:func:`_component_codes`), read once
+        self._codes: set[str] | None = None
+        self._codes_read = False
         if self._workers > 1 and n_rows:
             # spawn: zarr's event loop thread does not survive a fork
             self._pool = ProcessPoolExecutor(
@@ -399,7 +402,9 @@ class _Checks:
 
     def _run(self, kind: str, rows: list[Row]) -> Iterator[list[str]]:
         if self._pool is None:
-            yield from _check_rows(self._store, self._parts, kind, rows)
+            if kind == "entries" and not self._codes_read:
+                self._codes, self._codes_read = _component_codes(self._store), True
+            yield from _check_rows(self._store, self._parts, kind, rows, self._codes)
             return
         pending: deque[Future[list[list[str]]]] = deque()
         batches = (rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS))
@@ -414,10 +419,12 @@ class _Checks:
             raise StoreError(f"verify: a worker process checking {kind} died ({exc})") from exc
 
 
-def _check_rows(store: LocalStore, parts: dict[str, Path], kind: str, rows: list[Row]) -> Iterator[list[str]]:
+def _check_rows(
+    store: LocalStore, parts: dict[str, Path], kind: str, rows: list[Row], codes: set[str] | None
+) -> Iterator[list[str]]:
+    """``codes``: :func:`_component_codes` of ``store``, read once per process, not per batch."""
     from featurecache.store.msa import _check_msa
 
-    codes = _component_codes(store) if kind == "entries" else None
     for row in rows:
         yield _check_entry(store, parts, row, codes) if kind == "entries" else _check_msa(store, row)
 
@@ -431,8 +438,8 @@ def _component_codes(store: LocalStore) -> set[str] | None:
     return set(components.column("code").to_pylist())
 
 
-#: a worker process's store and parts, opened once by :func:`_init_worker`
-_worker: tuple[LocalStore, dict[str, Path]] | None = None
+#: a worker process's store, parts and component codes, read once by :func:`_init_worker`
+_worker: tuple[LocalStore, dict[str, Path], set[str] | None] | None = None
 
 
 def _init_worker(path: str) -> None:
@@ -440,12 +447,13 @@ def _init_worker(path: str) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the pool, workers print nothing
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     store = open_store(path)
-    _worker = (store, {p.name: p for p in complete_parts(store.path)})
+    _worker = (store, {p.name: p for p in complete_parts(store.path)}, _component_codes(store))
 
 
 def _check_batch(kind: str, rows: list[Row]) -> list[list[str]]:
     assert _worker is not None, "verify worker used before _init_worker"
-    return list(_check_rows(*_worker, kind, rows))
+    store, parts, codes = _worker
+    return list(_check_rows(store, parts, kind, rows, codes if kind == "entries" else None))
 
 
 def _guarded(label: str, check: Callable[[LocalStore], list[str]], store: LocalStore) -> list[str]:
