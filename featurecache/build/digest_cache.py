@@ -31,7 +31,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,8 +180,7 @@ def hash_file(path: Path) -> tuple[str, int, FileStat | None]:
 
 
 def digest_files(
-    files: Sequence[Path], rels: Sequence[str], cache: DigestCache | None,
-    hasher: Callable[[Path], tuple[str, int, FileStat | None]] = hash_file,
+    files: Sequence[Path], rels: Sequence[str], cache: DigestCache | None
 ) -> list[tuple[str, int]]:  # fmt: skip
     """(sha256, size) of each of ``files`` (``rels``: their paths relative to ``--pdb-dir``, the
     cache's keys); ("", 0) for one that cannot be read. With a ``cache``, a file whose stat is the
@@ -204,7 +203,7 @@ def digest_files(
         if sha is None:
             todo.append(k)
     with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
-        read = list(pool.map(hasher, [files[k] for k in todo]))
+        read = list(pool.map(hash_file, [files[k] for k in todo]))
     for k, (sha, n, fst) in zip(todo, read, strict=True):
         out[k] = (sha, n)
         settled = fst is not None and max(fst.mtime_ns, fst.ctime_ns) < t_start - RACY_NS
