@@ -121,9 +121,8 @@ class ScanResult:
     part: str
     n_entries: int = 0
     n_residues: int = 0
-    standard_counts: Counter[str] = field(default_factory=Counter)
-    #: standard code -> {(entry_id, source path): [residues, atoms]}: what a failed component of the
-    #: code leaves without a reference position (step 4)
+    #: standard code -> {(entry_id, source path): [residues, atoms]}: the residues of the code the
+    #: scan met, and what a failed component of the code leaves without a reference position (step 4)
     standard_entries: dict[str, dict[tuple[str, str], list[int]]] = field(default_factory=dict)
     #: signature -> {(entry_id, source path): residues of the entry with this signature}
     entries: dict[Signature, Counter[tuple[str, str]]] = field(default_factory=dict)
@@ -246,7 +245,6 @@ def scan_structure_part(part_dir: str) -> ScanResult:
             names = [decode_atom_name(x) for x in atoms["name"][group]]
             std = std_names.get(code)
             if std is not None and std.issuperset(names):
-                res.standard_counts[code] += 1
                 counts = res.standard_entries.setdefault(code, {}).setdefault((entry_id, path), [0, 0])
                 counts[0] += 1
                 counts[1] += len(group)

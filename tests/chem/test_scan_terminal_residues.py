@@ -53,5 +53,11 @@ def test_terminal_standard_residues_are_counted_as_standard(tmp_path: Path) -> N
     # 102m's protein ends in GLY 154 (OXT in the file); 1LCD's protein ends in ARG 51 (OXT in the
     # file), its DNA strands start with DA 1 and DC 1 (OP3 not in the file)
     assert want["GLY"] and want["ARG"] and want["DA"] and want["DC"]
-    assert scan.standard_counts == want
+    residues = Counter(
+        {
+            code: sum(n for n, _atoms in per_entry.values())
+            for code, per_entry in scan.standard_entries.items()
+        }
+    )
+    assert residues == want
     assert not [sig for sig in scan.entries if sig[0] in standard]
