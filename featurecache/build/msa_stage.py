@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from featurecache.build.digest_cache import DIGEST_CACHE_DIR, RACY_NS
 from featurecache.build.discover import (
     alias_paths,
     escaped_path,
@@ -623,11 +624,11 @@ def _scan(
 #: failure messages name the row's header, line and cause, and a failed a3m file keeps the queries
 #: that read of it (its failure names their chains).
 SCAN_CACHE_VERSION = "3"
-SCAN_CACHE_DIR = "cache"
+#: the store's directory of caches, shared with the structure digests; files modified within
+#: ``RACY_NS`` of the start of a scan are not cached (a second write within the file system's
+#: timestamp granularity could leave size and mtime unchanged)
+SCAN_CACHE_DIR = DIGEST_CACHE_DIR
 SCAN_CACHE_FILE = "msa_scan.arrow"
-#: Files modified this close to the start of a scan are not cached: a second write within the
-#: file system's timestamp granularity could leave size and mtime unchanged.
-RACY_NS = 2_000_000_000
 
 
 class ScanCache:
