@@ -7,6 +7,7 @@ import copy
 import logging
 import logging.config
 import os
+import random
 import shutil
 import signal
 import socket
@@ -310,10 +311,44 @@ def wait_ready(url: str, timeout: float = 60.0, token: str | None = None, path: 
     raise TimeoutError(f"{url}{path} not ready after {timeout:.0f} s: {last}")
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports it hands out itself (port 0 binds, outgoing connections)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port on ``host`` that nothing is bound to now, outside the kernel's ephemeral range.
+
+    A port the kernel picked (bind to port 0) is free only until this returns: the kernel may hand
+    it to the next process that binds port 0 or connects out, e.g. a Dask scheduler or worker of a
+    build running beside the caller, before the caller's server binds it. That server then could not
+    start, and the readiness probes went to the Dask process (CI of dd1f49b: a build's stderr showed
+    distributed's traceback for a "GET /v1/" handshake). Ports below (or above) the ephemeral range
+    are never handed out that way, so only a process that names the port itself can take it between.
+    """
+    low, high = _ephemeral_range()
+    ranges = [(r0, r1) for r0, r1 in ((max(1024, low - 12000), low), (high + 1, 65536)) if r1 - r0 >= 500]
+    rng = random.SystemRandom()
+    for _ in range(200 if ranges else 0):
+        r0, r1 = rng.choice(ranges)
+        port = rng.randrange(r0, r1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room outside: the kernel's pick
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+#: what uvicorn logs once its socket is bound (one worker: Server.startup; several: bind_socket)
+_LISTENING = "Uvicorn running on"
 
 
 @contextmanager
@@ -330,44 +365,67 @@ def background_server(
     """``featurecache serve STORE`` in a child process on 127.0.0.1 and a free port (``port``: that
     one, e.g. another server's after it stopped); yields its URL once ``/v1/ready`` answers, stops
     it (SIGTERM, then SIGKILL) on exit. ``cwd``: the directory it runs in (``python -m`` imports
-    featurecache from there first: another source tree's)."""
-    port = free_port() if port is None else port
-    cmd = [
-        sys.executable,
-        "-m",
-        "featurecache.cli",
-        "serve",
-        str(store),
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-    ]
-    if token is not None:
-        cmd += ["--token", token]
-    child_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        cmd, env=child_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    featurecache from there first: another source tree's).
+
+    The URL is probed only once the child says it has bound the port, so a port that another
+    process took first is never sent requests meant for the server: the child's "address already
+    in use" is raised (RuntimeError with its output), after up to two more free ports when the port
+    was not given."""
+    attempts = 3 if port is None else 1
+    for attempt in range(attempts):
+        chosen = free_port() if port is None else port
+        cmd = [sys.executable, "-m", "featurecache.cli", "serve", str(store), "--port", str(chosen)]
+        cmd += ["--workers", str(workers)] + (["--token", token] if token is not None else [])
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **(env or {})}, cwd=cwd, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        lines: list[str] = []
+        listening = threading.Event()
+
+        def read(
+            out: Any = proc.stdout, lines: list[str] = lines, listening: threading.Event = listening
+        ) -> None:
+            for line in out:  # until the child closes it: also keeps its pipe from filling up
+                lines.append(line)
+                if _LISTENING in line:
+                    listening.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        url = f"http://127.0.0.1:{chosen}"
         try:
-            wait_ready(url, timeout=timeout, token=token)
-        except TimeoutError as exc:
-            proc.terminate()
-            out = proc.communicate(timeout=10)[0]
-            raise TimeoutError(f"{exc}\nserver output:\n{out[-4000:]}") from None
-        yield url
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
+            deadline = time.monotonic() + timeout
+            while not listening.wait(0.05) and proc.poll() is None and time.monotonic() < deadline:
+                pass
+            if not listening.is_set():
+                if proc.poll() is None:
+                    raise TimeoutError(f"{url}: the server did not bind its port within {timeout:.0f} s")
+                reader.join(timeout=5)
+                output = "".join(lines)
+                if "address already in use" in output and attempt + 1 < attempts:
+                    continue  # another process took the port first: try another one
+                raise RuntimeError(
+                    f"featurecache serve on port {chosen} ended with status {proc.returncode} before "
+                    f"it listened; its output:\n{output[-4000:]}"
+                )
             try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+                wait_ready(url, timeout=max(1.0, deadline - time.monotonic()), token=token)
+            except TimeoutError as exc:
+                raise TimeoutError(f"{exc}\nserver output:\n{''.join(lines)[-4000:]}") from None
+            yield url
+            return
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            reader.join(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 class ThreadedServer:
