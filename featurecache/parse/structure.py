@@ -221,7 +221,20 @@ def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
         block = doc.sole_block() if len(doc) == 1 else doc[0]
     except (RuntimeError, ValueError, IndexError) as exc:
         raise ParseError(_gemmi_error("mmCIF syntax error", exc, name), stage="parse") from exc
-    return _structure_from_block(block, "mmcif", name)
+    structure = _structure_from_block(block, "mmcif", name)
+    if len(doc) > 1:
+        return replace(structure, warnings=(*structure.warnings, _other_blocks(doc, name)))
+    return structure
+
+
+def _other_blocks(doc: gemmi.cif.Document, name: str) -> str:
+    """The warning for an mmCIF file of several data blocks: the first is read, the others not
+    (files concatenated; restraint dictionaries a refinement program appended)."""
+    others = [f"data_{doc[k].name}" for k in range(1, len(doc))]
+    more = len(others) - _MAX_NAMED
+    shown = ", ".join(others[:_MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return (f"{name}: {len(doc)} data blocks: read the first, data_{doc[0].name}; {len(others)} other "
+            f"block{'s' if len(others) > 1 else ''} ignored ({shown})")  # fmt: skip
 
 
 def _gemmi_error(what: str, exc: BaseException, name: str) -> str:

@@ -2,7 +2,8 @@
 
 Rules:
 - first model only; hydrogens and waters dropped; per residue the altloc with the highest mean
-  occupancy (ties: the first); microheterogeneity (two residues at one position): the first;
+  occupancy (ties: the first); microheterogeneity (two residues at one position): the first; two
+  atoms of one name in a residue: the first (a warning names the other when it is elsewhere);
 - a PDB chain with a blank chain ID is named with the first ID no chain or SEQRES of the file
   uses (a warning says which), so that its polymer is one (gemmi makes no entity for a nameless
   chain); an mmCIF residue without ``label_asym_id`` fails (no entity says what it is);
@@ -99,6 +100,10 @@ ComponentAtoms = Callable[[str], "ComponentAtomSet | None"]
 #: Å; AF3 drops struct_conn bonds longer than this (``clean_structure(remove_bad_bonds=True)``).
 _MAX_LINK_LENGTH = 2.4
 
+#: Atoms dropped for a name their residue already has, named one warning each up to this many; the
+#: rest counted in one more.
+MAX_DUPLICATE_ATOM_WARNINGS = 10
+
 _ONE_TOKEN = frozenset((*PROTEIN_RESIDUES, "UNK", *RNA_RESIDUES, *DNA_RESIDUES))
 _PROTEIN_SET = frozenset((*PROTEIN_RESIDUES, "UNK"))
 
@@ -172,6 +177,7 @@ def tokenize(
     ctx = _Context(component_atoms, links, linked, warnings)
     chains = _collect_chains(st, ctx)
     chains = [c for c in chains if c.residues]
+    warnings.extend(_duplicate_atom_warnings(ctx.duplicate_atoms))
     if not chains or not any(r.atoms for c in chains for r in c.residues):
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
@@ -286,6 +292,8 @@ class _Context:
     #: bonds, both ways round
     linked: set[tuple[_ResKey, str, _ResKey]]
     warnings: list[str]
+    #: atoms dropped for a name their residue already has (:func:`_select_atoms`)
+    duplicate_atoms: list[str] = field(default_factory=list)
 
 
 def _res_key(auth_id: str, res: gemmi.Residue) -> _ResKey:
@@ -524,20 +532,51 @@ def _is_polymer_residue(res: gemmi.Residue, full_seq: list[str] | None, chain_ty
 
 
 # ------------------------------------------------------------------------------------- residues
-def _select_atoms(res: gemmi.Residue) -> list[gemmi.Atom]:
-    """Heavy atoms of one conformer: the altloc with the highest mean occupancy (ties: first seen)."""
+def _select_atoms(res: gemmi.Residue, auth_id: str, ctx: _Context) -> list[gemmi.Atom]:
+    """Heavy atoms of one conformer: the altloc with the highest mean occupancy (ties: first seen).
+
+    Of two atoms with one name (in that conformer) the first in the file is kept. One at the same
+    position is a repeated line; one elsewhere is another atom that a misnamed line made
+    unreachable (``CB`` written ``CA``), named in ``ctx.duplicate_atoms``.
+    """
     occ: dict[str, list[float]] = {}
     for a in res:
         if a.altloc != "\0":
             occ.setdefault(a.altloc, []).append(a.occ)
     best = max(occ, key=lambda k: sum(occ[k]) / len(occ[k])) if occ else None  # max keeps the first on ties
     out: list[gemmi.Atom] = []
-    seen: set[str] = set()
+    kept: dict[str, gemmi.Atom] = {}
     for a in res:
-        if a.altloc not in ("\0", best) or a.name in seen or a.element.name.upper() in HYDROGEN_ELEMENTS:
+        if a.altloc not in ("\0", best) or a.element.name.upper() in HYDROGEN_ELEMENTS:
             continue
-        seen.add(a.name)
-        out.append(a)
+        first = kept.get(a.name)
+        if first is None:
+            kept[a.name] = a
+            out.append(a)
+        elif (first.pos.x, first.pos.y, first.pos.z) != (a.pos.x, a.pos.y, a.pos.z):
+            ctx.duplicate_atoms.append(_duplicate_atom(res, auth_id, first, a))
+    return out
+
+
+def _duplicate_atom(res: gemmi.Residue, auth_id: str, first: gemmi.Atom, dropped: gemmi.Atom) -> str:
+    """The warning for ``dropped``, an atom of ``res`` named as ``first`` is, at another position."""
+    altloc = f" (altloc {dropped.altloc})" if dropped.altloc != "\0" else ""
+    return (f"chain {auth_id} residue {res.name} {res.seqid.num}{res.seqid.icode.strip()}: two atoms named "
+            f"{dropped.name}{altloc} at different positions, {_xyz(first)} and {_xyz(dropped)}; the first "
+            "in the file is kept, the other is dropped")  # fmt: skip
+
+
+def _xyz(atom: gemmi.Atom) -> str:
+    return f"({atom.pos.x:.3f}, {atom.pos.y:.3f}, {atom.pos.z:.3f})"
+
+
+def _duplicate_atom_warnings(duplicates: list[str]) -> list[str]:
+    """:func:`_select_atoms`' warnings, up to :data:`MAX_DUPLICATE_ATOM_WARNINGS`; the rest counted
+    (a file whose models were written without MODEL records repeats every atom)."""
+    out = duplicates[:MAX_DUPLICATE_ATOM_WARNINGS]
+    if len(duplicates) > MAX_DUPLICATE_ATOM_WARNINGS:
+        out.append(f"{len(duplicates) - MAX_DUPLICATE_ATOM_WARNINGS} more atoms dropped for a name their residue "
+                   "already has at another position (the first in the file is kept)")  # fmt: skip
     return out
 
 
@@ -579,7 +618,7 @@ def _polymer_residue(
     auth = (
         (auth_id, int(present.seqid.num or 0), present.seqid.icode.strip()) if present is not None else None
     )
-    selected = _select_atoms(present) if present is not None else []
+    selected = _select_atoms(present, auth_id, ctx) if present is not None else []
     if name in _ONE_TOKEN:
         mol_type = _residue_kind(name) or chain_type
         by_name = {a.name: a for a in selected}
@@ -716,7 +755,7 @@ def _parent_type(name: str, chain_type: MolType) -> tuple[int, str]:
 
 
 def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context) -> _Residue:
-    selected = _select_atoms(res)
+    selected = _select_atoms(res, auth_id, ctx)
     auth = (auth_id, int(res.seqid.num or 0), res.seqid.icode.strip())
     defined = ctx.component_atoms(res.name) if ctx.component_atoms is not None else None
     atoms: list[_AtomRec] | None = None
