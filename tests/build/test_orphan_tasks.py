@@ -44,7 +44,8 @@ def arrays(group, names):
 with part_tmp_dir(root, name) as tmp:
     group = zarr.open_group(str(tmp), mode="w", attributes={"kind": "structures", "part": name})
     arrays(group, ["atoms"])
-    ready.write_text(str(tmp))
+    ready.with_name(ready.name + '.tmp').write_text(str(tmp))
+    ready.with_name(ready.name + '.tmp').replace(ready)  # whole, or not there: never read half-written
     deadline = time.time() + 300
     while not go.exists() and time.time() < deadline:
         time.sleep(0.05)

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 
 import featurecache
+from services.lookup.server import free_port
 from tests.conftest import REPO, SAMPLES
 
 
 def _closed_port() -> int:
-    """A port of 127.0.0.1 that nothing listens on (bound, then closed: a connection is refused)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A port of 127.0.0.1 that nothing listens on (a connection is refused): ``free_port``'s, outside
+    the kernel's ephemeral range, so no Dask process of a build in the other test worker (which binds
+    port 0) can be handed it before this test's build connects to it (review R3 s33)."""
+    port = free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # really refused
         assert probe.connect_ex(("127.0.0.1", port)) != 0
     return port
