@@ -257,7 +257,7 @@ def _af3_units(
     ch_row = first_row[ch_code]
     ch_asym = _int64(ch.column("asym_id"))
     ch_type = _int64(ch.column("mol_type"))
-    ch_cluster, cluster_names = _chain_clusters(ch, ch_row, ch_asym, ids, cluster_table)
+    ch_cluster, n_clusters = _chain_clusters(ch, ch_row, ch_asym, ids, cluster_table)
 
     sampled = first_row[i_code] >= 0
     itf, i_row = itf.filter(pa.array(sampled)), first_row[i_code[sampled]]
@@ -275,7 +275,7 @@ def _af3_units(
     c_units = np.stack([ch_asym, np.full(ch_asym.size, -1, dtype=np.int64)], axis=1)
 
     # interface units
-    i_size = _cluster_sizes(_pair_clusters(ch_cluster[ra], ch_cluster[rb], cluster_names))
+    i_size = _cluster_sizes(_pair_clusters(ch_cluster[ra], ch_cluster[rb], n_clusters))
     i_w = AF3_BETA_INTERFACE / i_size * (_type_weight(ch_type[ra]) + _type_weight(ch_type[rb]))
     i_units = np.stack([i_a[kept], i_b[kept]], axis=1)
     return (
@@ -299,32 +299,25 @@ def _cluster_sizes(codes: np.ndarray) -> np.ndarray:
     return np.bincount(dense)[dense].astype(np.float64)
 
 
-def _pair_clusters(a: np.ndarray, b: np.ndarray, names: pa.Array) -> np.ndarray:
+def _pair_clusters(a: np.ndarray, b: np.ndarray, n_clusters: int) -> np.ndarray:
     """int64 ``[n]`` cluster code of each interface from its chains' cluster codes ``a``, ``b``
-    (int64 ``[n]``): the unordered pair. ``names[code]`` is a cluster's name; the sampler has always
-    keyed a pair by ``"|".join(sorted(names))``, which conflates two different pairs when a name
-    holds a ``|`` (a cluster table's id): then that key is made as before, so weights stay as they
-    were."""
-    if not pc.any(pc.match_substring(names, "|")).as_py():
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        return lo * max(len(names), 1) + hi
-    na, nb = names.take(a), names.take(b)
-    a_first = pc.less_equal(na, nb)  # UTF-8 byte order is code point order, as sorted() compares
-    key = pc.binary_join_element_wise(pc.if_else(a_first, na, nb), pc.if_else(a_first, nb, na), "|")
-    return np.asarray(key.dictionary_encode().indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    (int64 ``[n]``, each below ``n_clusters``): the unordered pair. (Before f805882 the pair was
+    keyed by ``"|".join(sorted(names))``, which made two different pairs one cluster when a cluster
+    table's id held a ``|``, e.g. ``a|b`` with ``c`` and ``a`` with ``b|c``.)"""
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    return lo * max(n_clusters, 1) + hi
 
 
 def _chain_clusters(
     ch: pa.Table, ch_row: np.ndarray, ch_asym: np.ndarray, ids: pa.Array, cluster_table: pa.Table | None
-) -> tuple[np.ndarray, pa.Array]:
-    """int64 ``[n_chains]`` cluster code of every chain, and the clusters' names by code
-    (``seq:<sequence hash>``, ``table:<cluster id>``; a table's id and a hash that read the same are
+) -> tuple[np.ndarray, int]:
+    """int64 ``[n_chains]`` cluster code of every chain, and how many codes there are (the chains'
+    sequence hashes, then a cluster table's ids: a table's id and a hash that read the same are
     different clusters). ``ch_row``: int64 ``[n_chains]`` the chain's entry (first row of its id
     in ``ids``)."""
     seq_codes, seq_text = _text_codes(_texts(ch.column("sequence_hash")))
-    seq_names = pc.binary_join_element_wise("seq:", seq_text, "")
     if cluster_table is None:
-        return seq_codes, seq_names
+        return seq_codes, len(seq_text)
     cols = set(cluster_table.column_names)
     if "cluster_id" not in cols or "entry_id" not in cols or not ({"asym_id", "label_id"} & cols):
         raise InvalidRequest("cluster_table needs columns entry_id, cluster_id and asym_id or label_id")
@@ -341,13 +334,13 @@ def _chain_clusters(
     hit = _last_match(table_keys, chain_keys)  # a chain listed twice in the table: its last row
     found = hit >= 0
     out = seq_codes.copy()
-    out[found] = len(seq_names) + t_codes[hit[found]]
+    out[found] = len(seq_text) + t_codes[hit[found]]
     n_hit = int(found.sum())
     if n_hit < out.size:
         log.info(
             "cluster table covers %d of %d chains; the rest cluster by identical sequence", n_hit, out.size
         )
-    return out, pa.concat_arrays([seq_names, pc.binary_join_element_wise("table:", t_text, "")])
+    return out, len(seq_text) + len(t_text)
 
 
 def _texts(col: pa.ChunkedArray | pa.Array) -> pa.Array:

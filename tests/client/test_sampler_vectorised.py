@@ -271,12 +271,19 @@ def test_table_cluster_and_sequence_hash_that_read_the_same_are_two_clusters() -
     assert weights[0] == 0.5 / 1 * 3.0 and weights[1] == 0.5 / 2 * 3.0
 
 
-def test_cluster_ids_holding_a_bar() -> None:
-    """Cluster names with "|" take the text-keyed path (names are joined there as before)."""
-    table = pa.table(
-        {"entry_id": ["e1", "e1", "e2"], "asym_id": [0, 1, 1], "cluster_id": ["a|b", "a|b", "b"]}
-    )
-    assert_same(["e1", "e2"], CHAINS, INTERFACES, table)
+def test_cluster_ids_holding_a_bar_are_still_two_pairs() -> None:
+    """An interface's cluster is the unordered pair of its chains' clusters. Up to f805882 the pair
+    was keyed by "|".join of the clusters' names, so ("table:p|table:q", "table:r") and
+    ("table:p", "table:q|table:r") were one interface cluster: e1's A-B and e2's A-B here."""
+    table = pa.table({
+        "entry_id": ["e1", "e1", "e2", "e2"], "asym_id": [0, 1, 0, 1],
+        "cluster_id": ["p|table:q", "r", "p", "q|table:r"],
+    })  # fmt: skip
+    entry, units, weights = assert_same(["e1", "e2"], CHAINS, INTERFACES, table)
+    got = {(int(e), int(u[0]), int(u[1])): float(w) for e, u, w in zip(entry, units, weights, strict=True)}
+    protein_pair = ALPHA[0] + ALPHA[0]
+    assert got[(0, 0, 1)] == AF3_BETA_INTERFACE / 1 * protein_pair  # e1's A-B alone in its cluster
+    assert got[(1, 0, 1)] == got[(1, 1, 0)] == AF3_BETA_INTERFACE / 2 * protein_pair  # e2's two
 
 
 def test_an_entry_or_cluster_row_listed_twice_is_its_last_row() -> None:
