@@ -231,10 +231,8 @@ def _other_blocks(doc: gemmi.cif.Document, name: str) -> str:
     """The warning for an mmCIF file of several data blocks: the first is read, the others not
     (files concatenated; restraint dictionaries a refinement program appended)."""
     others = [f"data_{doc[k].name}" for k in range(1, len(doc))]
-    more = len(others) - _MAX_NAMED
-    shown = ", ".join(others[:_MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
     return (f"{name}: {len(doc)} data blocks: read the first, data_{doc[0].name}; {len(others)} other "
-            f"block{'s' if len(others) > 1 else ''} ignored ({shown})")  # fmt: skip
+            f"block{'s' if len(others) > 1 else ''} ignored ({_named(others, ', ')})")  # fmt: skip
 
 
 def _gemmi_error(what: str, exc: BaseException, name: str) -> str:
@@ -324,8 +322,14 @@ def _check_atom_site_columns(block: gemmi.cif.Block, name: str) -> None:
 
 
 #: The store's widths (``types.Atom.name``, ``types.Token.res_name``): CCD atom names and codes fit.
-#: Names listed in a refusal; the rest counted.
+#: Names listed in a refusal or a warning; the rest counted.
 _MAX_NAMED = 5
+
+
+def _named(items: list[str], sep: str) -> str:
+    """The first :data:`_MAX_NAMED` of ``items`` joined by ``sep``, and how many more there are."""
+    more = f" and {len(items) - _MAX_NAMED} more" if len(items) > _MAX_NAMED else ""
+    return sep.join(items[:_MAX_NAMED]) + more
 
 
 def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -> None:
@@ -356,10 +360,9 @@ def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -
                 )
     if not problems:
         return
-    more = f" and {len(problems) - _MAX_NAMED} more" if len(problems) > _MAX_NAMED else ""
     raise ParseError(
         f"{name}: names longer than the store holds (residue names {RES_NAME_CHARS} characters, atom "
-        f"names {ATOM_NAME_CHARS}, as CCD codes and atom names are): {'; '.join(problems[:_MAX_NAMED])}{more}."
+        f"names {ATOM_NAME_CHARS}, as CCD codes and atom names are): {_named(problems, '; ')}."
         " Cut to fit they would be other names, and atoms of one residue could share one: rename them",
         stage="parse",
     )
