@@ -315,14 +315,14 @@ def _chain_clusters(
     sequence hashes, then a cluster table's ids: a table's id and a hash that read the same are
     different clusters). ``ch_row``: int64 ``[n_chains]`` the chain's entry (first row of its id
     in ``ids``)."""
-    seq_codes, seq_text = _text_codes(_texts(ch.column("sequence_hash")))
+    seq_codes, n_seq = _text_codes(_texts(ch.column("sequence_hash")))
     if cluster_table is None:
-        return seq_codes, len(seq_text)
+        return seq_codes, n_seq
     cols = set(cluster_table.column_names)
     if "cluster_id" not in cols or "entry_id" not in cols or not ({"asym_id", "label_id"} & cols):
         raise InvalidRequest("cluster_table needs columns entry_id, cluster_id and asym_id or label_id")
     t_row = _first_row(_texts(cluster_table.column("entry_id")), ids)  # -1: an entry not sampled
-    t_codes, t_text = _text_codes(_texts(cluster_table.column("cluster_id")))
+    t_codes, n_table = _text_codes(_texts(cluster_table.column("cluster_id")))
     if "asym_id" in cols:
         t_val, c_val = _int64(cluster_table.column("asym_id")), ch_asym
     else:  # labels: codes shared by both tables
@@ -334,18 +334,18 @@ def _chain_clusters(
     hit = _last_match(table_keys, chain_keys)  # a chain listed twice in the table: its last row
     found = hit >= 0
     out = seq_codes.copy()
-    out[found] = len(seq_text) + t_codes[hit[found]]
+    out[found] = n_seq + t_codes[hit[found]]
     n_hit = int(found.sum())
     if n_hit < out.size:
         log.info(
             "cluster table covers %d of %d chains; the rest cluster by identical sequence", n_hit, out.size
         )
-    return out, len(seq_text) + len(t_text)
+    return out, n_seq + n_table
 
 
 def _texts(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """``str(value)`` of every value as one string array (None as ``"None"``), the text the
-    sampler's cluster names and keys were made of."""
+    """``str(value)`` of every value as one string array (None as ``"None"``): the text the
+    sampler's per-row keys were made of before f805882, so equal values stay equal as they were."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
@@ -357,10 +357,10 @@ def _texts(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.fill_null(text.cast(pa.string()), "None")
 
 
-def _text_codes(text: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """int64 ``[n]`` codes of ``text`` (equal iff the texts are equal) and the distinct texts by code."""
+def _text_codes(text: pa.Array) -> tuple[np.ndarray, int]:
+    """int64 ``[n]`` codes of ``text`` (equal iff the texts are equal, from 0) and how many there are."""
     enc = text.dictionary_encode()
-    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), enc.dictionary
+    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), len(enc.dictionary)
 
 
 def _int64(col: pa.ChunkedArray) -> np.ndarray:
