@@ -296,3 +296,38 @@ def test_views_with_unaligned_strides_are_copied_before_launch() -> None:
         dense = run_kernel(q.contiguous(), k.contiguous(), v.contiguous(), bias, None, do, cfg)
         for x, y in zip(views, dense, strict=True):
             assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("use_op", [False, True])
+def test_a_bias_without_grad_skips_the_bias_gradient_pass(
+    use_op: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A constant bias (requires_grad False) gets no gradient and the backward does not run the
+    bias-gradient pass (one of four exponential passes); dq, dk, dv are bitwise those of a
+    backward that also differentiates the bias. Both the eager Function and the registered op
+    (torch.compile's path)."""
+    q, k, v, bias, _ = make_inputs(1, 3, 2, 19, 16, F32, masked=False, seed=23)
+    key_mask = torch.arange(19, device=q.device)[None] < 16
+    calls: list[int] = []
+    launch = pba.launch_dbias
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(pba, "launch_dbias", counted)
+    grads = {}
+    for bias_grad in (True, False):
+        calls.clear()
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        b = bias.clone().requires_grad_(bias_grad)
+        if use_op:
+            out, _ = torch.ops.featurecache.pair_bias_attention(*xs, b, None, 0.25, key_mask, None)
+        else:
+            out = pba.PairBiasAttentionFunction.apply(*xs, b, None, 0.25, key_mask, None)
+        out.sum().backward()
+        assert len(calls) == int(bias_grad)
+        assert (b.grad is not None) == bias_grad
+        grads[bias_grad] = [x.grad for x in xs]
+    for a, c in zip(grads[True], grads[False], strict=True):
+        assert a is not None and c is not None and torch.equal(a, c)

@@ -1042,22 +1042,31 @@ def pair_bias_attention_backward(
     """Launch the three backward kernels. Returns dq, dk, dv (like q, k, v) and dbias (bias's
     dtype; 0 at masked keys). A row mask needs nothing here: its rows have lse = +inf."""
     a = prepare_backward(do, q, k, v, bias, mask, out, lse, scale, key_mask)
-    return _run_backward(a, config)
+    dq, dk, dv, dbias = _run_backward(a, config)
+    assert dbias is not None
+    return dq, dk, dv, dbias
 
 
 def _run_backward(
-    a: BackwardInputs, config: AttentionConfig | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    a: BackwardInputs, config: AttentionConfig | None, bias_grad: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """dq (+δ), then the bias gradient, then dk/dv: dk and dv are allocated only after the bias
-    gradient's fp32 partials are freed, so the two never coexist (lower peak memory)."""
+    gradient's fp32 partials are freed, so the two never coexist (lower peak memory).
+
+    ``bias_grad=False`` skips the bias-gradient pass (one of the four exponential passes, about a
+    fifth of the fwd+bwd time) and returns None for it: a bias that is a constant, not a parameter's
+    function, needs none."""
     if a.q.numel() == 0:  # empty q, k, v: zero-size gradients, a zero bias gradient (S = 0 keeps a bias)
         if a.dk is None or a.dv is None:
             a.dk, a.dv = _empty_like_layout(a.k), _empty_like_layout(a.v)
-        return a.dq, a.dk, a.dv, torch.zeros(a.bias.shape, dtype=a.bias.dtype, device=a.bias.device)
+        zero = torch.zeros(a.bias.shape, dtype=a.bias.dtype, device=a.bias.device) if bias_grad else None
+        return a.dq, a.dk, a.dv, zero
     config = config or default_config(a.q.shape[-1], a.q.dtype, a.q.device)
     launch_dq(a, config.dq)
-    target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
-    dbias = launch_dbias(a, config.dbias, target)
+    dbias = None
+    if bias_grad:
+        target = max(config.dbias_target_programs, 2 * _num_sms(a.q.device))
+        dbias = launch_dbias(a, config.dbias, target)
     launch_dkv(a, config.dkv, config.dkv_bias_copy)
     assert a.dk is not None and a.dv is not None
     return a.dq, a.dk, a.dv, dbias
@@ -1100,7 +1109,7 @@ def _attention_fake(q, k, v, bias, mask, scale, key_mask, row_mask):  # type: ig
     mutates_args=(),
     schema=(
         "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor bias, Tensor? mask, Tensor out, Tensor lse, "
-        "float scale, Tensor? key_mask) -> (Tensor, Tensor, Tensor, Tensor)"
+        "float scale, Tensor? key_mask, bool bias_grad=True) -> (Tensor, Tensor, Tensor, Tensor)"
     ),
 )
 def _attention_backward_op(
@@ -1114,15 +1123,20 @@ def _attention_backward_op(
     lse: torch.Tensor,
     scale: float,
     key_mask: torch.Tensor | None,
+    bias_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return pair_bias_attention_backward(dout, q, k, v, bias, mask, out, lse, scale, None, key_mask)
+    """dq, dk, dv and the bias gradient; with ``bias_grad=False`` the last is a 0-element tensor
+    (an op must return a tensor) and its pass is skipped."""
+    a = prepare_backward(dout, q, k, v, bias, mask, out, lse, scale, key_mask)
+    dq, dk, dv, dbias = _run_backward(a, None, bias_grad)
+    return dq, dk, dv, bias.new_empty((0,)) if dbias is None else dbias
 
 
 @_attention_backward_op.register_fake
-def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale, key_mask):  # type: ignore[no-untyped-def]
+def _attention_backward_fake(dout, q, k, v, bias, mask, out, lse, scale, key_mask, bias_grad=True):  # type: ignore[no-untyped-def]
     # the layouts prepare_backward / launch_dkv / launch_dbias allocate
     dq, dk, dv = (_empty_like_layout(_aligned(t)) for t in (q, k, v))
-    return dq, dk, dv, bias.new_empty(bias.shape)
+    return dq, dk, dv, bias.new_empty(bias.shape if bias_grad else (0,))
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
@@ -1134,10 +1148,11 @@ def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
 
 def _backward(ctx, dout, dlse):  # type: ignore[no-untyped-def]
     q, k, v, bias, mask, out, lse, key_mask = ctx.saved_tensors
+    bias_grad = ctx.needs_input_grad[3]
     dq, dk, dv, dbias = torch.ops.featurecache.pair_bias_attention_backward(
-        dout, q, k, v, bias, mask, out, lse, ctx.scale, key_mask
+        dout, q, k, v, bias, mask, out, lse, ctx.scale, key_mask, bias_grad
     )
-    return dq, dk, dv, dbias, None, None, None, None
+    return dq, dk, dv, dbias if bias_grad else None, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -1172,7 +1187,7 @@ class PairBiasAttentionFunction(torch.autograd.Function):
         # inputs were checked by the forward; dout has out's shape (autograd guarantees it)
         one = all(ctx.needs_input_grad[:3])
         a = _prepare_backward(dout, q, k, v, bias, mask, out, lse, ctx.scale, key_mask, one_buffer=one)
-        dq, dk, dv, dbias = _run_backward(a, None)
+        dq, dk, dv, dbias = _run_backward(a, None, bias_grad=ctx.needs_input_grad[3])
         return dq, dk, dv, dbias, None, None, None, None
 
 
@@ -1187,7 +1202,8 @@ def pair_bias_attention(
     key_mask: torch.Tensor | None = None,
     row_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Fused ``softmax(q·kᵀ·scale + bias + mask)·v``; differentiable in q, k, v and bias.
+    """Fused ``softmax(q·kᵀ·scale + bias + mask)·v``; differentiable in q, k, v and bias. A bias
+    that does not require grad costs no bias-gradient pass in the backward.
 
     q, k, v: ``[B, S, H, N, D]`` (fp32/fp16/bf16, D ∈ {16, 32, 64}; any strides with a
     contiguous last axis); bias: ``[B, H, N, N]``; mask: bool ``[B, S, N]`` key mask or None;

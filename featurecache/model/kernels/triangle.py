@@ -147,6 +147,7 @@ def core_backward(
         one_buffer=False, gate=g, grads=(dq, dk, dv, dg),
     )  # fmt: skip
     _, _, _, dbias = _run_backward(a, None)
+    assert dbias is not None
     dp[..., 4 * hd : 4 * hd + h].copy_(dbias.permute(0, 2, 3, 1))
     if p.shape[-1] > 4 * hd + h:
         dp[..., 4 * hd + h :].zero_()
