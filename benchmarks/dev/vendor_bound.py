@@ -15,7 +15,12 @@ side by side in one process, kernels that do strictly less work at the same q, k
 If the kernels that skip the bias are not under 2.8 ms either, the goal sits below what the
 vendors' kernels reach on this GPU for the same q, k, v — a statement about the goal, measured.
 
-    python benchmarks/dev/vendor_bound.py [--ns 384,768,1024] [--json PATH]
+``--transition N`` adds the same question for the transition (rows = N², c = 128, n = 4; goal
+≤ 1.9 ms fwd+bwd): the fused block against its six matrix products alone in cuBLAS (bf16 in and
+out, operands preallocated: no LayerNorm, SwiGLU or their gradients), i.e. what a library pays
+for the GEMMs of an unfused transition before any elementwise work.
+
+    python benchmarks/dev/vendor_bound.py [--ns 384,768,1024] [--transition 768] [--json PATH]
 """
 
 from __future__ import annotations
@@ -33,7 +38,19 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.harness import Bench
-from benchmarks.kernels import BF16, Flex, attention_inputs, free, method_fused, ms, peak_mib, rel
+from benchmarks.kernels import (
+    BF16,
+    Flex,
+    attention_inputs,
+    free,
+    method_fused,
+    ms,
+    peak_mib,
+    rel,
+    transition_fused,
+    transition_inputs,
+    transition_run,
+)
 
 
 def _sdpa(backend: Any, with_bias: bool) -> Callable[..., torch.Tensor]:
@@ -70,9 +87,45 @@ def fwd_bwd(method: Callable[..., torch.Tensor], t: dict[str, Any], bias_grad: b
     return run
 
 
+def transition_bound(n: int, bench: Bench, c: int = 128, nx: int = 4) -> None:
+    """The fused transition vs its six GEMMs alone (cuBLAS, bf16 out): forward x·W1ᵀ and h·W2ᵀ,
+    backward dy·W2 (dh), dU·W1 (dLN), dUᵀ·LN(x) (dW1) and dyᵀ·h (dW2)."""
+    rows, hid = n * n, nx * c
+    t = transition_inputs(rows, c, nx)
+    flops = 18 * rows * nx * c * c
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x, dy, w1, w2 = t["x"], t["dy"], t["w1"], t["w2"]
+    h = torch.randn(rows, hid, device="cuda", generator=g, dtype=BF16)
+    du = torch.randn(rows, 2 * hid, device="cuda", generator=g, dtype=BF16)
+    gemms: dict[str, Callable[[], Any]] = {
+        "x·W1ᵀ [rows,128]→[rows,1024]": lambda: x @ w1.t(),
+        "h·W2ᵀ [rows,512]→[rows,128]": lambda: h @ w2.t(),
+        "dy·W2 [rows,128]→[rows,512]": lambda: dy @ w2,
+        "dU·W1 [rows,1024]→[rows,128]": lambda: du @ w1,
+        "dUᵀ·LN(x) → dW1 [1024,128]": lambda: du.t() @ x,
+        "dyᵀ·h → dW2 [128,512]": lambda: dy.t() @ h,
+    }
+    total = 0.0
+    for name, fn in gemms.items():
+        t_ms = ms(fn)
+        total += t_ms
+        bench.add(n=n, method=f"cuBLAS {name}", ms=t_ms)
+        print(name, t_ms, flush=True)
+    bench.add(
+        n=n, method="transition: six cuBLAS GEMMs alone (sum)", ms=total, tflops=flops / (total * 1e-3) / 1e12
+    )
+    run = transition_run(transition_fused, t)
+    run()
+    fused = [ms(run), ms(run)]
+    bench.add(n=n, method="transition: fused fwd+bwd", ms=fused[0], ms_repeat=fused[1], peak_mib=peak_mib(run),
+              tflops=flops / (min(fused) * 1e-3) / 1e12)  # fmt: skip
+    print("fused transition", fused, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ns", default="384,768,1024")
+    ap.add_argument("--transition", type=int, default=0, help="also the transition at this N (0: skip)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     from torch.nn.attention import SDPBackend
@@ -117,6 +170,8 @@ def main() -> None:
             bench.add(**row)
             print(row, flush=True)
         del t
+    if args.transition:
+        transition_bound(args.transition, bench)
     bench.finish(args.json)
 
 
