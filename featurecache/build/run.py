@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.build.digest_cache import forget_digests
@@ -52,6 +55,7 @@ from featurecache.parse.structure import structure_format
 from featurecache.store.index import (
     REMOVED,
     WITHDRAWN,
+    complete_parts,
     first_build_finished,
     rebuild_index,
     sorted_index_table,
@@ -133,6 +137,16 @@ class BuildSummary:
     #: structure files whose bytes were not those of the digest the build listed them with: their
     #: kept digests are dropped after the structure stage (``digest_cache.forget_digests``)
     digest_changed: list[str] = field(default_factory=list)
+    #: the warnings this run's parts recorded (rows of index/warnings.arrow: a kept duplicate atom,
+    #: a second data block ignored, atoms without a reference conformer …), by stage; the entries
+    #: they name; and up to :data:`SHOWN_WARNINGS` of those rows (:func:`_new_warnings`)
+    warnings_by_stage: dict[str, int] = field(default_factory=dict)
+    n_warning_entries: int = 0
+    warning_examples: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def n_warnings(self) -> int:
+        return sum(self.warnings_by_stage.values())
 
 
 def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
@@ -650,6 +664,9 @@ def _run_build(
             )  # fmt: skip
             with store_writes(out / "parts"):
                 remove_leftovers(out)
+                # what this build writes is the parts not here now (one build at a time: BuildLock);
+                # the summary counts the warnings of those only, not those an earlier run recorded
+                parts_before = {p.name for p in complete_parts(out)}
                 deleted = _parts_may_be_gone(out)
                 # the components the index lists of parts deleted by hand: the rebuild below drops
                 # them; a rescan part has this build's chem stage compute them again
@@ -718,6 +735,7 @@ def _run_build(
                 raise
             # every stage ran after the parts this build wrote: their entries are published now
             tables = _publish(out, finished, publish=True)
+            _new_warnings(summary, tables.get("warnings"), parts_before)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
@@ -1326,6 +1344,38 @@ def _record_lost(
                     "is" if len(entry_ids) == 1 else "are", pdb_dir, "it" if len(entry_ids) == 1 else "them",
                     names[0])  # fmt: skip
     return by_part
+
+
+#: warnings the build summary names (every one is a row of index/warnings.arrow)
+SHOWN_WARNINGS = 5
+
+
+def _new_warnings(summary: BuildSummary, warnings: pa.Table | None, parts_before: Set[str]) -> None:
+    """Count the rows of ``warnings`` (the rebuilt index's) that parts written after
+    ``parts_before`` hold, by stage and entry, and keep a few for the summary: each stage's first,
+    then each entry's first, then the next ones, in (entry, stage, message) order."""
+    if warnings is None or not warnings.num_rows:
+        return
+    before = pa.array(sorted(parts_before), type=pa.string())
+    new = warnings.filter(pc.invert(pc.is_in(warnings.column("part"), value_set=before)))
+    if not new.num_rows:
+        return
+    new = new.take(pc.sort_indices(new, [("entry_id", "ascending"), ("stage", "ascending"),
+                                         ("message", "ascending")]))  # fmt: skip
+    stages, entries = new.column("stage").to_pylist(), new.column("entry_id").to_pylist()
+    summary.warnings_by_stage = dict(sorted(Counter(stages).items()))
+    summary.n_warning_entries = len(set(entries))
+    picked: list[int] = []
+    for key in (stages, entries, range(len(stages))):  # (the last: every row is its own key)
+        named = {key[i] for i in picked}
+        for i, k in enumerate(key):
+            if len(picked) == SHOWN_WARNINGS:
+                break
+            if k not in named and i not in picked:
+                picked.append(i)
+                named.add(k)
+    rows = new.take(pa.array(sorted(picked), type=pa.int64())).select(["entry_id", "stage", "message"])
+    summary.warning_examples = rows.to_pylist()
 
 
 #: entry ids named in the sources-gone warning, at most

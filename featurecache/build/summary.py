@@ -53,6 +53,8 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
             "still failing",
             f"[red]{s.n_failed_earlier}[/red] (recorded by an earlier run; featurecache info)",
         )
+    if s.n_warnings:
+        t.add_row("warnings (this run)", f"[yellow]{warnings_line(s)}[/yellow]")
     from featurecache.build.run import sources_gone_line
 
     gone = sources_gone_line(s)
@@ -89,10 +91,31 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
         if len(rows) > SHOWN_FAILURES:
             f.add_row("…", "", "", f"{len(rows) - SHOWN_FAILURES} more: featurecache info STORE --failures")
         console.print(f)
+    if s.warning_examples:
+        w = Table(title=f"warnings (this run): {len(s.warning_examples)} of {s.n_warnings}")
+        for col in ("entry", "stage", "message"):
+            w.add_column(col, overflow="fold")
+        for row in s.warning_examples:
+            w.add_row(escape(row["entry_id"]), escape(row["stage"]), printable(row["message"], WARNING_CHARS))
+        console.print(w)
 
 
 SHOWN_FAILURES = 50
 MESSAGE_CHARS = 300
+#: a warning example's message is cut here: the summary names a few, the index file has them whole
+WARNING_CHARS = 200
+
+
+def warnings_line(s: BuildSummary) -> str:
+    """The summary's count of this run's warnings: ``3 in 2 entries (chem 1, tokenize 2); not failures
+    (the entries are built); every warning of the store: STORE/index/warnings.arrow``."""
+    from featurecache.store.layout import INDEX_DIR
+
+    n, e = s.n_warnings, s.n_warning_entries
+    stages = ", ".join(f"{stage} {k}" for stage, k in s.warnings_by_stage.items())
+    where = escape(f"{s.store}/{INDEX_DIR}/warnings.arrow")
+    return (f"{n} in {e} entr{'y' if e == 1 else 'ies'} ({escape(stages)}); not failures (the entries are "
+            f"built); every warning of the store: {where}")  # fmt: skip
 
 
 def printable(message: str, limit: int = MESSAGE_CHARS) -> str:
