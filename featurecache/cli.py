@@ -314,6 +314,14 @@ def info(
             "--failures", help="List every failure (path, stage, error, message), not only the first 100."
         ),
     ] = False,
+    warnings: Annotated[
+        bool,
+        typer.Option(
+            "--warnings",
+            help="List every warning (entry, stage, message, file): problems that did not stop an entry's build, "
+            "such as a dropped duplicate atom or an ignored data block. Without it only their count by stage.",
+        ),
+    ] = False,
 ) -> None:
     """Counts, sizes, versions and a failures summary of a store.
 
@@ -323,7 +331,7 @@ def info(
     from featurecache.store.info import print_info
 
     try:
-        lag = print_info(store, as_json=json_out, failures=failures)
+        lag = print_info(store, as_json=json_out, failures=failures, warnings=warnings)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     for line in lag:  # the index is behind its parts: the counts above are not the store's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -108,14 +109,12 @@ WARNING_CHARS = 200
 
 def warnings_line(s: BuildSummary) -> str:
     """The summary's count of this run's warnings: ``3 in 2 entries (chem 1, tokenize 2); not failures
-    (the entries are built); every warning of the store: STORE/index/warnings.arrow``."""
-    from featurecache.store.layout import INDEX_DIR
-
+    (the entries are built); all of the store's: featurecache info STORE --warnings``."""
     n, e = s.n_warnings, s.n_warning_entries
     stages = ", ".join(f"{stage} {k}" for stage, k in s.warnings_by_stage.items())
-    where = escape(f"{s.store}/{INDEX_DIR}/warnings.arrow")
+    where = escape(f"featurecache info {shlex.quote(str(s.store))} --warnings")
     return (f"{n} in {e} entr{'y' if e == 1 else 'ies'} ({escape(stages)}); not failures (the entries are "
-            f"built); every warning of the store: {where}")  # fmt: skip
+            f"built); all of the store's: {where}")  # fmt: skip
 
 
 def printable(message: str, limit: int = MESSAGE_CHARS) -> str:

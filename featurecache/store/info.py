@@ -330,8 +330,11 @@ def _part_entries(part: Path) -> int:
         return 0
 
 
-def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> list[str]:
-    """Print the store's summary; ``failures``: every failure row (else the first 100). Returns
+def print_info(
+    path: Path, *, as_json: bool = False, failures: bool = False, warnings: bool = False
+) -> list[str]:
+    """Print the store's summary; ``failures``: every failure row (else the first 100); ``warnings``:
+    every warning row (entry, stage, message, file; else only their count and by stage). Returns
     :func:`index_lag`'s lines, the featurizer versions' (``versions.version_notes``: data of
     another version than this code's, or of several) and the MSA stages' (``versions.msa_stage_notes``:
     MSAs merged by an older stage), for the caller to show as warnings (on stderr)."""
@@ -346,10 +349,13 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     lag = index_lag(store, info["held_parts"]) + version_notes(info[VERSIONS_KEY], str(store.path))
     lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
     rows = store.failures.to_pylist()
+    warning_rows = store.warnings.sort_by([("entry_id", "ascending")]).to_pylist() if warnings else []
     if as_json:
         if failures:
             info["failures"] = [{k: r[k] for k in ("path", "entry_id", "stage", "error_class", "message")}
                                 for r in rows]  # fmt: skip
+        if warnings:
+            info["warnings"] = [{k: r[k] for k in WARNING_COLUMNS} for r in warning_rows]
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
         return lag
     console = Console()
@@ -365,6 +371,12 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
     t.add_row("size", f"{info['bytes']['total'] / 1e6:.2f} MB (index {info['bytes']['index'] / 1e3:.0f} kB)")
     for stage, n in sorted(info["failures_by_stage"].items()):
         t.add_row(f"failed at {stage}", str(n))
+    if info["counts"]["warnings"]:
+        by_stage = ", ".join(f"{k} {n}" for k, n in sorted(_value_counts(store.warnings, "stage").items()))
+        t.add_row(
+            "warnings by stage",
+            f"{by_stage}{'' if warnings else ' (featurecache info STORE --warnings lists them)'}",
+        )
     removed = info["removed"]
     if removed["entries"] or removed["msas"]:
         t.add_row("removed", f"{_plural(removed['entries'], 'entry', 'entries')}, "
@@ -400,7 +412,20 @@ def print_info(path: Path, *, as_json: bool = False, failures: bool = False) -> 
                 f"{len(rows) - len(shown)} more: featurecache info STORE --failures (or --json --failures)",
             )
         console.print(f)
+    if warning_rows:
+        w = Table(title="warnings (the entries are built)")
+        for col in ("entry_id", "stage", "message", "path"):
+            w.add_column(col, overflow="fold")
+        for row in warning_rows:
+            w.add_row(
+                row["entry_id"], row["stage"], printable(row["message"], limit=10_000), printable(row["path"])
+            )
+        console.print(w)
     return lag
+
+
+#: the columns ``info --warnings`` gives for each warning (``--json``: the keys)
+WARNING_COLUMNS = ("entry_id", "stage", "message", "path")
 
 
 def _stage_text(stage: str) -> str:

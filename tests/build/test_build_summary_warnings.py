@@ -7,6 +7,7 @@ ignored second data block printed nothing about it. Warnings are not failures: t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,19 +54,46 @@ def test_the_summary_names_this_runs_warnings_once(tmp_path: Path) -> None:
     assert rows.get("entries built") == "2" and rows.get("failed") == "0", stdout
     line = rows.get("warnings (this run)", "")
     assert line.startswith("2 in 2 entries (tokenize 2)"), stdout
-    assert f"{store}/index/warnings.arrow" in line, line
+    assert f"all of the store's: featurecache info {store} --warnings" in line, line
     assert "warnings (this run): 2 of 2" in stdout, stdout
     (dropped,) = [r for r in stdout.splitlines() if r.startswith("│ disordered ")]
     assert "two atoms named CZ" in dropped and "the other is dropped" in dropped, dropped
     (ignored,) = [r for r in stdout.splitlines() if r.startswith("│ two_blocks ")]
     assert "2 data blocks: read the first" in ignored, ignored
     assert "warnings (this run)" not in stderr, stderr  # the result is on stdout (README)
+    _info_lists_the_warnings(store)
 
     status, stdout, stderr = _build(pdb, store)
     assert status == 0, stderr[-3000:]
     rows = _summary_rows(stdout)
     assert rows.get("skipped (up to date)") == "2" and rows.get("entries built") == "0", stdout
     assert "warnings" not in stdout, stdout  # the store still has both (featurecache info counts them)
+
+
+def _info(*args: str) -> str:
+    env = {**os.environ, "COLUMNS": "400"}  # one line per table row
+    proc = subprocess.run([sys.executable, "-m", "featurecache.cli", "info", *args], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _info_lists_the_warnings(store: Path) -> None:
+    """``featurecache info STORE`` counts the warnings by stage and says how to list them;
+    ``--warnings`` lists each (entry, stage, whole message, file), also as JSON."""
+    rows = _summary_rows(_info(str(store)))
+    assert rows.get("warnings") == "2"
+    assert rows.get("warnings by stage", "").endswith("(featurecache info STORE --warnings lists them)"), rows
+    listed = _info(str(store), "--warnings")
+    assert "warnings (the entries are built)" in listed, listed
+    (dropped,) = [r for r in listed.splitlines() if r.startswith("│ disordered ")]
+    assert "two atoms named CZ" in dropped and dropped.rstrip(" │").endswith("disordered.pdb"), dropped
+    (ignored,) = [r for r in listed.splitlines() if r.startswith("│ two_blocks ")]
+    assert "1 other block ignored (data_5Y2E)" in ignored, ignored
+    doc = json.loads(_info(str(store), "--json", "--warnings"))
+    assert sorted(w["entry_id"] for w in doc["warnings"]) == ["disordered", "two_blocks"]
+    assert all(set(w) == {"entry_id", "stage", "message", "path"} for w in doc["warnings"])
+    assert "warnings" not in json.loads(_info(str(store), "--json"))  # listed only when asked
 
 
 def test_a_few_warnings_are_named_each_stage_first_and_messages_cut() -> None:
