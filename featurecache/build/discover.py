@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,8 +44,10 @@ class InputFile:
     sha256: str
     size: int
     key: str
-    #: why the file is not built whatever it holds ("": it is built): its name is not valid UTF-8
-    #: (:func:`escaped_path`); the build lists it as a failure of stage ``discover``
+    #: why the file is not read, whatever it holds ("": it is read): its name is not valid UTF-8
+    #: (:func:`name_error`), it is a broken symbolic link (:func:`broken_link_error`) or not a
+    #: regular file (:func:`not_regular_error`: a FIFO, which opening would block on); the build
+    #: lists it as a failure of stage ``discover``
     name_error: str = ""
 
 
@@ -62,6 +66,39 @@ def escaped_path(rel: str) -> str:
 def name_error(rel: str) -> str:
     """The failure reason of the input whose escaped path is ``rel`` (:func:`escaped_path`)."""
     return f"{NAME_NOT_UTF8}: {rel} (bytes that are not UTF-8 shown as \\xNN); rename the file to use it"
+
+
+#: What a file that is not a regular file is, by ``stat.S_IFMT`` of its mode, and why it is not opened.
+_FILE_KINDS = {
+    stat.S_IFIFO: ("a named pipe (FIFO)", "opening a pipe waits for a writer: the build would hang"),
+    stat.S_IFSOCK: ("a socket", "a socket cannot be opened as a file"),
+    stat.S_IFCHR: ("a character device", "a device may never end"),
+    stat.S_IFBLK: ("a block device", "a device is no structure file"),
+}
+
+
+def not_regular_error(rel: str, mode: int) -> str:
+    """The failure reason of the input ``rel`` whose mode (``os.stat``, through a symlink) is not a
+    regular file's; it is not opened (:data:`_FILE_KINDS`)."""
+    kind, why = _FILE_KINDS.get(
+        stat.S_IFMT(mode), (f"of file type {stat.S_IFMT(mode):#o}", "not a file to read")
+    )
+    return f"not a regular file: {rel} is {kind}; not opened ({why}): write the structure to a regular file"
+
+
+def broken_link_error(rel: str, path: Path, exc: OSError) -> str:
+    """The failure reason of the input ``rel`` (at ``path``), a symbolic link whose target
+    cannot be reached (``exc``: what ``os.stat`` through it raised): the target as the link has it,
+    and where that path does not say, the path it comes to (through relative targets and links to
+    links)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    reason = exc.strerror or str(exc)
+    end = os.path.realpath(path)
+    where = f" (that is {end})" if end != target else ""
+    return f"broken symbolic link: {rel} -> {target}{where}: {reason}; not read"
 
 
 def resolved(path: Path) -> Path:
@@ -155,10 +192,10 @@ def store_skip(top: Path, exclude: Path | None) -> Path | None:
 def walk_inputs(
     root: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
 ) -> Iterator[Path]:
-    """Every entry under ``root`` that is not a directory (files, symlinks to files, broken symlinks),
-    as seen from ``root``: no hidden name on the way, symlinked directories followed, each real
-    directory read once, the store ``exclude`` left out wherever the walk meets it (by resolved path:
-    through a link too; :func:`store_skip`).
+    """Every entry under ``root`` that is not a directory (files, symlinks to files, broken symlinks,
+    FIFOs, sockets, devices), as seen from ``root``: no hidden name on the way, symlinked
+    directories followed, each real directory read once, the store ``exclude`` left out wherever
+    the walk meets it (by resolved path: through a link too; :func:`store_skip`).
 
     Order (deterministic): the directories reachable without a symlinked directory first (names
     sorted, depth first), so every file keeps its plain path; then each symlinked directory in the
@@ -289,13 +326,26 @@ def alias_paths(rel: str, aliases: dict[str, list[str]]) -> list[str]:
 def input_paths(
     pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None
 ) -> Iterator[Path]:
-    """The files a build reads under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
-    directories followed, each real directory once): every non-hidden file, and every broken
-    symlink or symlink loop (kept: reading it fails, and the failure names it); ``exclude`` (the
-    store itself, when the walk meets it) is skipped; ``aliases``: as :func:`walk_inputs` fills it."""
-    for p in walk_inputs(Path(pdb_dir), exclude, aliases):
-        if p.is_file() or (p.is_symlink() and not p.exists()):
-            yield p
+    """The files a build lists under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
+    directories followed, each real directory once): every non-hidden file, every broken symlink
+    or symlink loop, and every FIFO, socket or device (kept, so that each is accounted for: the
+    build lists it as a failure naming it, :func:`unread_reason`); ``exclude`` (the store itself,
+    when the walk meets it) is skipped; ``aliases``: as :func:`walk_inputs` fills it."""
+    yield from walk_inputs(Path(pdb_dir), exclude, aliases)
+
+
+def unread_reason(path: Path, rel: str) -> str:
+    """Why the input at ``path`` (``rel``: its escaped path) is not read ("": it is read): a broken
+    symbolic link (:func:`broken_link_error`) or not a regular file (:func:`not_regular_error`).
+    A symlink loop is read (that fails, and the failure names it); so is a file ``os.stat`` cannot
+    reach for another reason."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR) and path.is_symlink():
+            return broken_link_error(rel, path, exc)
+        return ""
+    return "" if stat.S_ISREG(mode) else not_regular_error(rel, mode)
 
 
 class MSADirFiles:
@@ -363,7 +413,8 @@ def discover(
     so every file is accounted for; except MSA-stage files (``.a3m``, ``.sto``, ``.hhr``, ``.m8``,
     optionally ``.gz``) under ``msa_dir`` (the same directory as ``pdb_dir``, or one inside it):
     they are the MSA stage's inputs, which accounts for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
-    skipped.
+    skipped. A broken symbolic link, a FIFO or a device is kept unread (no digest; a FIFO is never
+    opened: that would block): its ``name_error`` says why (:func:`unread_reason`).
 
     A file the walk reads through one path of a directory reachable by several (symlinked
     directories, :func:`walk_inputs`) takes the path a stored entry records for it where there is
@@ -372,13 +423,19 @@ def discover(
     """
     pdb_dir = Path(pdb_dir)
     files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir)
+    # a FIFO is never opened (that would wait for a writer): only regular files have a digest
+    reasons = [unread_reason(p, rel) for p, rel in zip(files, rels, strict=True)]
+    todo = [k for k, reason in enumerate(reasons) if not reason]
     cache = DigestCache.load(cache_root, pdb_dir) if cache_root is not None else None
-    digests = digest_files(files, rels, cache)
+    read = digest_files([files[k] for k in todo], [rels[k] for k in todo], cache)
+    digests: list[tuple[str, int]] = [("", 0)] * len(files)
+    for k, digest in zip(todo, read, strict=True):
+        digests[k] = digest
     out = []
-    for p, rel, (sha, size) in zip(files, rels, digests, strict=True):
+    for p, rel, (sha, size), reason in zip(files, rels, digests, reasons, strict=True):
         entry_id = ids[rel]
         out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
-                             entry_key(sha, entry_id, config_hash), name_error(rel) if rel in bad else ""))  # fmt: skip
+                             entry_key(sha, entry_id, config_hash), name_error(rel) if rel in bad else reason))  # fmt: skip
     return out
 
 

@@ -94,34 +94,57 @@ def parse_sto(path: str | os.PathLike[str], data: bytes | None = None) -> list[S
     """Parse a Stockholm file (``.gz`` ok) into its alignments (``[]`` for an empty file).
 
     ``data``: the file's bytes when the caller has read them already (the file is not read again).
+    A damaged file raises :class:`MSAError` naming the line, the row and the alignment where it
+    stops making sense; :func:`readable_alignments` gives what reads of it up to there.
     """
-    if data is None:
-        text = read_msa_text(path)
-    else:
-        text = decompress_msa(data, path).decode("utf-8", errors="replace")
+    text = _sto_text(path, data)
     try:
         alns = _parse_sto(text)
     except MSAError as exc:
         raise MSAError(str(exc), path=str(path), stage="msa") from exc
-    return [
-        StockholmAlignment(
-            a.names, a.aligned, a.descriptions, a.file_annotations, a.column_annotations, str(path), a.block
-        )
-        for a in alns
-    ]
+    return [_with_path(a, path) for a in alns]
 
 
-def _parse_sto(text: str) -> list[StockholmAlignment]:
-    """Parse Stockholm text into alignments, one per ``//``-terminated record."""
+def readable_alignments(data: bytes, path: str | os.PathLike[str]) -> list[StockholmAlignment]:
+    """The alignments of a Stockholm file that does not parse (:func:`parse_sto` raises), as far
+    as they read: rows of different widths are kept as read (a row whose line was cut is as cut,
+    a row split over blocks has the pieces read), and a line that is not ``<name> <aligned
+    sequence>`` ends the file. What can name the chains a failed file was meant for (their
+    sequences are rows of it); ``[]`` when nothing reads (a damaged gzip stream)."""
+    try:
+        text = _sto_text(path, data)
+    except MSAError:
+        return []
+    return [_with_path(a, path) for a in _parse_sto(text, upto_damage=True)]
+
+
+def _sto_text(path: str | os.PathLike[str], data: bytes | None) -> str:
+    if data is None:
+        return read_msa_text(path)
+    return decompress_msa(data, path).decode("utf-8", errors="replace")
+
+
+def _with_path(a: StockholmAlignment, path: str | os.PathLike[str]) -> StockholmAlignment:
+    return StockholmAlignment(
+        a.names, a.aligned, a.descriptions, a.file_annotations, a.column_annotations, str(path), a.block
+    )
+
+
+def _parse_sto(text: str, upto_damage: bool = False) -> list[StockholmAlignment]:
+    """Parse Stockholm text into alignments, one per ``//``-terminated record. A damaged record
+    raises :class:`MSAError` naming its line; ``upto_damage``: it ends the list instead, with the
+    rows read before the damage (:func:`readable_alignments`)."""
     out: list[StockholmAlignment] = []
     state = _Record()
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    lineno = 0
+    for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if not line.strip():
             continue
         if line.startswith("//"):
             if state.seen:
-                out.append(state.finish(len(out)))
+                out.append(state.finish(len(out), lineno, upto_damage))
             state = _Record()
             continue
         if line.startswith("#"):
@@ -130,24 +153,45 @@ def _parse_sto(text: str) -> list[StockholmAlignment]:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise MSAError(f"line {lineno}: expected '<name> <aligned sequence>', got {line[:60]!r}")
+            if upto_damage:
+                break
+            last = max(k for k, text_line in enumerate(lines, 1) if text_line.strip())
+            raise MSAError(_bad_line(lineno, line, parts, len(out), last))
         state.seen = True
-        state.add(parts[0], parts[1])
-    if state.seen and state.seqs:
-        out.append(state.finish(len(out)))  # tolerate a missing final "//"
+        state.add(parts[0], parts[1], lineno)
+    if state.seqs:  # no "//" closes the last alignment (tolerated), or the damaged one's rows
+        out.append(state.finish(len(out), lineno, upto_damage, terminated=False))
     return out
+
+
+def _of_alignment(block: int) -> str:
+    """Which alignment of the file a message is about: only said past the first."""
+    return f" (alignment {block + 1} of the file)" if block else ""
+
+
+def _bad_line(lineno: int, line: str, parts: list[str], block: int, last: int) -> str:
+    """Why a line of an alignment is neither an annotation nor ``<name> <aligned sequence>``."""
+    if len(parts) == 1:
+        why = "a name or a sequence alone"
+    else:
+        why = f"{len(parts)} fields (a name with a space in it, or lines run together?)"
+    cut = "; the file's last line: a file cut short?" if lineno == last else ""
+    return (f"line {lineno}{_of_alignment(block)}: expected '<name> <aligned sequence>', got {why}: "
+            f"{line[:60]!r}{cut}")  # fmt: skip
 
 
 class _Record:
     def __init__(self) -> None:
         self.seen = False
         self.seqs: dict[str, list[str]] = {}
+        self.last_line: dict[str, int] = {}  # name -> the line its last piece was on
         self.desc: dict[str, str] = {}
         self.gf: dict[str, list[str]] = {}
         self.gc: dict[str, list[str]] = {}
 
-    def add(self, name: str, piece: str) -> None:
+    def add(self, name: str, piece: str, lineno: int) -> None:
         self.seqs.setdefault(name, []).append(piece)
+        self.last_line[name] = lineno
 
     def annotation(self, line: str) -> None:
         fields = line.split(maxsplit=3)
@@ -160,14 +204,15 @@ class _Record:
             self.gc.setdefault(fields[1], []).append(fields[2])
         # "#=GR" (per-residue, e.g. posterior probabilities) and "# STOCKHOLM 1.0" carry nothing we use
 
-    def finish(self, block: int) -> StockholmAlignment:
+    def finish(
+        self, block: int, end: int, unchecked: bool = False, terminated: bool = True
+    ) -> StockholmAlignment:
+        """The alignment read; ``end``: the line of its ``//`` (or the file's last line, when
+        ``terminated`` is false: no ``//`` closes it). ``unchecked``: rows of other widths are kept."""
         names = tuple(self.seqs)
         aligned = tuple("".join(p) for p in self.seqs.values())
-        if aligned:
-            width = len(aligned[0])
-            for name, row in zip(names, aligned, strict=True):
-                if len(row) != width:
-                    raise MSAError(f"sequence {name!r} has {len(row)} columns, the first has {width}")
+        if aligned and not unchecked:
+            self._check_widths(names, aligned, block, end, terminated)
         return StockholmAlignment(
             names=names,
             aligned=aligned,
@@ -175,4 +220,23 @@ class _Record:
             file_annotations={k: " ".join(v) for k, v in self.gf.items()},
             column_annotations={k: "".join(v) for k, v in self.gc.items()},
             block=block,
+        )
+
+    def _check_widths(
+        self, names: tuple[str, ...], aligned: tuple[str, ...], block: int, end: int, terminated: bool
+    ) -> None:
+        """Raise :class:`MSAError` for rows that are not as wide as the first, naming the first
+        such row, its last line, both widths and how many rows differ."""
+        width = len(aligned[0])
+        ragged = [k for k, row in enumerate(aligned) if len(row) != width]
+        if not ragged:
+            return
+        k = ragged[0]
+        name, lineno = names[k], self.last_line[names[k]]
+        why = f"; {len(ragged)} rows differ" if len(ragged) > 1 else ""
+        if not terminated and all(len(aligned[j]) < width for j in ragged):
+            why += f"; no '//' closes the alignment (the file ends at line {end}): a file cut short?"
+        raise MSAError(
+            f"line {lineno}{_of_alignment(block)}: sequence {name!r} has {len(aligned[k])} columns, the first "
+            f"({names[0]!r}, line {self.last_line[names[0]]}) has {width}{why}"
         )

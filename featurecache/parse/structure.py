@@ -88,8 +88,10 @@ def _parse_structure(
     standard residues need none."""
     raw = _decompress(data, name).removeprefix(UTF8_BOM)
     if not raw.strip():
-        raise EmptyStructureError("empty file", stage="parse")
+        raise EmptyStructureError(_empty(data, raw, name), stage="parse")
     fmt = structure_format(name)
+    if (refusal := _not_structure(raw, name, fmt)) is not None:
+        raise UnsupportedFormatError(refusal, stage="parse")
     if fmt == "bcif":
         structure = _parse_bcif(raw, name)
     elif _is_binary(raw):
@@ -102,6 +104,54 @@ def _parse_structure(
     if resolved:
         return replace(structure, warnings=(*structure.warnings, resolved))
     return structure
+
+
+def _empty(data: bytes, raw: bytes, name: str) -> str:
+    """Why a file with no text (``raw``: its bytes decompressed) is refused, with its size."""
+    if not data:
+        return f"{name}: empty file (0 bytes)"
+    if data[:2] == b"\x1f\x8b":
+        holds = f"{len(raw)} bytes of white space" if raw else "nothing"
+        return f"{name}: empty file (a gzip stream of {len(data)} bytes that decompresses to {holds})"
+    return f"{name}: empty file ({len(data)} bytes of white space, no text)"
+
+
+#: Text that plainly is no structure: (pattern on its first bytes, stripped and lower-cased; what
+#: it is; what that means). A web server's error or sign-in page saved under the structure's name
+#: is the common case (a download that did not check its status); gemmi's reason for it ("expected
+#: block header (data_)"; under a PDB name "no ATOM/HETATM records") says nothing of that.
+_OTHER_CONTENT = (
+    (re.compile(rb"(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>]|head[\s>]|body[\s>])", re.S), "an HTML page",
+     "a web page saved in place of the file (a download that got an error or sign-in page?)"),
+    (re.compile(rb"<\?xml[^>]*>\s*(<!--.*?-->\s*)*<pdbx:datablock", re.S),
+     "PDBML (PDBx/mmCIF written as XML)", "the build reads mmCIF, PDB and BinaryCIF: convert it to mmCIF"),
+    (re.compile(rb"<\?xml"), "an XML document", ""),
+    (re.compile(rb"version https://git-lfs\.github\.com/spec/"), "a Git LFS pointer",
+     "the file's content was never fetched (git lfs pull)"),
+    (re.compile(rb"[{\[]\s*[\"{\[\]}]"), "JSON text", ""),
+)  # fmt: skip
+#: Bytes of the head :func:`_not_structure` reads.
+_HEAD_BYTES = 4096
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.S | re.I)
+
+
+def _not_structure(raw: bytes, name: str, fmt: str | None) -> str | None:
+    """The refusal of a file that plainly holds no structure (:data:`_OTHER_CONTENT`), naming the
+    file, what it holds (an HTML page's title too) and how it starts; None for anything else."""
+    head = raw[:_HEAD_BYTES].lstrip()
+    if head[:1].lower() not in (b"<", b"{", b"[", b"v"):
+        return None  # every pattern starts with one of these; no structure file does
+    lower = head.lower()
+    found = next((row for row in _OTHER_CONTENT if row[0].match(lower)), None)
+    if found is None:
+        return None
+    _pattern, what, meaning = found
+    kind = {"mmcif": "an mmCIF", "pdb": "a PDB", "bcif": "a BinaryCIF"}.get(fmt or "", "a structure")
+    first_line = _text(head.split(b"\n", 1)[0]).strip()
+    seen = [f"it starts {first_line[:60]!r}"]
+    if (title := _TITLE.search(head)) is not None and (words := " ".join(_text(title.group(1)).split())):
+        seen.append(f"title {words[:80]!r}")
+    return f"{name}: {what}, not {kind} file ({', '.join(seen)})" + (f": {meaning}" if meaning else "")
 
 
 def _parse_binary(raw: bytes, name: str, fmt: str | None) -> RawStructure:
@@ -223,15 +273,17 @@ def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
         raise ParseError(_gemmi_error("mmCIF syntax error", exc, name), stage="parse") from exc
     structure = _structure_from_block(block, "mmcif", name)
     if len(doc) > 1:
-        return replace(structure, warnings=(*structure.warnings, _other_blocks(doc, name)))
+        warning = _other_blocks([doc[k].name for k in range(len(doc))], name)
+        return replace(structure, warnings=(*structure.warnings, warning))
     return structure
 
 
-def _other_blocks(doc: gemmi.cif.Document, name: str) -> str:
-    """The warning for an mmCIF file of several data blocks: the first is read, the others not
-    (files concatenated; restraint dictionaries a refinement program appended)."""
-    others = [f"data_{doc[k].name}" for k in range(1, len(doc))]
-    return (f"{name}: {len(doc)} data blocks: read the first, data_{doc[0].name}; {len(others)} other "
+def _other_blocks(blocks: list[str], name: str) -> str:
+    """The warning for a file of several data blocks (their names, ``blocks``; mmCIF or BinaryCIF):
+    the first is read, the others not (files concatenated; restraint dictionaries a refinement
+    program appended)."""
+    others = [f"data_{b}" for b in blocks[1:]]
+    return (f"{name}: {len(blocks)} data blocks: read the first, data_{blocks[0]}; {len(others)} other "
             f"block{'s' if len(others) > 1 else ''} ignored ({_named(others, ', ')})")  # fmt: skip
 
 
@@ -737,10 +789,11 @@ def _parse_bcif(raw: bytes, name: str) -> RawStructure:
             stage="parse",
         )
     data_block = blocks[0]
+    header = str(data_block.get("header") or "bcif")
     # bytearray buffers: Biopython's decoders write into the arrays they make from them
     _writable_buffers(data_block)
     cif_doc = gemmi.cif.Document()
-    block = cif_doc.add_new_block(str(data_block.get("header") or "bcif"))
+    block = cif_doc.add_new_block(header)
     try:
         for category in data_block["categories"]:
             cat_name = category["name"]
@@ -761,7 +814,11 @@ def _parse_bcif(raw: bytes, name: str) -> RawStructure:
             f"{name}: not a valid BinaryCIF file (cannot decode a column: {type(exc).__name__}: {exc})",
             stage="parse",
         ) from exc
-    return _structure_from_block(block, "bcif", name)
+    structure = _structure_from_block(block, "bcif", name)
+    if len(blocks) > 1:
+        names = [header, *(str(b.get("header") or "?") if isinstance(b, dict) else "?" for b in blocks[1:])]
+        return replace(structure, warnings=(*structure.warnings, _other_blocks(names, name)))
+    return structure
 
 
 def _writable_buffers(node: object) -> None:

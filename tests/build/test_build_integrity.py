@@ -116,7 +116,7 @@ def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
     d.mkdir()
     shutil.copy(STRUCTURES / "1psm.cif", d)
     (d / "garbage.cif").write_text("this is not an mmCIF file\n")
-    (d / "gone.cif").symlink_to(tmp_path / "missing.cif")  # a broken link is an input that fails to read
+    (d / "gone.cif").symlink_to(tmp_path / "missing.cif")  # a broken link: an input listed as failed, unread
     out = tmp_path / "s"
     args = ("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
     # the first build on the session's 1-worker cluster (only its exit status and the store are
@@ -126,7 +126,7 @@ def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
     store = featurecache.open_store(out)
     failed = dict(zip(store.failures.column("path").to_pylist(), store.failures.column("stage").to_pylist(),
                       strict=True))  # fmt: skip
-    assert failed.keys() == {"garbage.cif", "gone.cif"} and failed["gone.cif"] == "read"
+    assert failed.keys() == {"garbage.cif", "gone.cif"} and failed["gone.cif"] == "discover"
     second = _cli(*args)  # nothing to rebuild, but two inputs still fail: not a clean exit
     assert second.returncode == 1, second.stderr
     # the summary table (the build's result) is on stdout

@@ -85,8 +85,11 @@ def test_an_unchanged_unreadable_input_says_why_without_blaming_the_build(tmp_pa
     res = build_structure_part(str(out), "s-000000", inputs, "t", versions=worker_versions())
     assert res.n_failed == 1
     (row,) = res.failures
-    assert (row["path"], row["stage"]) == ("gone.cif", "read")
-    assert row["message"] == "cannot read gone.cif: No such file or directory", row["message"]
+    # listed unread when the build listed --pdb-dir, naming where the link points (review R1, low)
+    assert (row["path"], row["stage"]) == ("gone.cif", "discover")
+    assert row["message"] == (
+        f"broken symbolic link: gone.cif -> {tmp_path}/missing.cif: No such file or directory; not read"
+    ), row["message"]
 
 
 def test_an_input_that_still_parses_after_it_changed_is_named(tmp_path: Path) -> None:
