@@ -94,6 +94,13 @@ def test_show_of_an_unknown_entry_is_a_usage_error(sample_store: Path, tmp_path:
         f"error: no entry 'nope' in store {sample_store}"
     ], run.stderr[-2000:]
 
+    # a PDB code for an assembly's id, an id in another case: the error names the id meant
+    for typed, meant in (("721p", "721p-assembly1"), ("1a8o", "1A8O"), ("2q2j", "2q2k")):
+        run = _cli("show", str(sample_store), typed)
+        assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+            f"error: no entry {typed!r} in store {sample_store}; did you mean {meant}?"
+        ], run.stderr[-2000:]
+
     broken = tmp_path / "store"
     shutil.copytree(sample_store, broken)
     (broken / "index" / "chains.arrow").unlink()

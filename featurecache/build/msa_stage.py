@@ -77,7 +77,7 @@ from featurecache.featurize.msa import (
 from featurecache.featurize.seqhash import sequence_hash
 from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, readable_queries, scan_a3m
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file, sniff_msa_format
-from featurecache.parse.sto import parse_sto
+from featurecache.parse.sto import parse_sto, readable_alignments
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
@@ -202,6 +202,13 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
         if scan.fmt == "a3m":  # the chains it was meant for, where its queries read
             queries = readable_queries(data, path)
             scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
+        elif scan.fmt == "sto":  # the chains it was meant for: those whose sequence is a row that reads
+            scan.alignments = [
+                AlignmentScan(aln.block, i, seq, hashes)
+                for aln in readable_alignments(data, path)
+                for i, row in enumerate(aln.aligned)
+                if (hashes := _hashes(seq := _degap(row), wanted))
+            ]
     return scan
 
 
@@ -622,8 +629,10 @@ def _scan(
 #: file of headers without a sequence fails (it was an alignment of an empty query), a tab in a
 #: sequence line is dropped as a space is (it was a match column), a NUL inside a line fails, the
 #: failure messages name the row's header, line and cause, and a failed a3m file keeps the queries
-#: that read of it (its failure names their chains).
-SCAN_CACHE_VERSION = "3"
+#: that read of it (its failure names their chains). "4": a Stockholm failure names its line, row and
+#: alignment (e942da6), and a failed Stockholm file keeps the rows that read of it that are a chain's
+#: sequence (its failure names those chains, also where its directory follows no layout).
+SCAN_CACHE_VERSION = "4"
 #: the store's directory of caches, shared with the structure digests; files modified within
 #: ``RACY_NS`` of the start of a scan are not cached (a second write within the file system's
 #: timestamp granularity could leave size and mtime unchanged)

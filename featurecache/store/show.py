@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import time
 from pathlib import Path
 
@@ -9,13 +10,38 @@ from rich.console import Console
 from rich.table import Table
 
 from featurecache.const import MOL_TYPE_NAMES
+from featurecache.errors import NotFound
 from featurecache.store.reader import open_store
+
+#: ids a "did you mean" names at most
+SUGGESTED_IDS = 3
+
+
+def similar_ids(entry_id: str, ids: list[str]) -> list[str]:
+    """Ids a user may have meant by ``entry_id``: the same id in another case, ids that begin with it
+    (a PDB code typed for ``721p-assembly1``), else close spellings; at most :data:`SUGGESTED_IDS`."""
+    folded = entry_id.casefold()
+    same = sorted(i for i in ids if i.casefold() == folded)
+    longer = sorted(i for i in ids if i.casefold().startswith(folded) and i not in same)
+    found = same + longer
+    if not found:
+        by_fold = {i.casefold(): i for i in ids}
+        found = [
+            by_fold[m] for m in difflib.get_close_matches(folded, list(by_fold), n=SUGGESTED_IDS, cutoff=0.75)
+        ]
+    return found[:SUGGESTED_IDS]
 
 
 def print_entry(path: Path, entry_id: str) -> None:
     store = open_store(path)
     t0 = time.perf_counter()
-    entry = store.entry(entry_id)
+    try:
+        entry = store.entry(entry_id)
+    except NotFound as exc:
+        hints = similar_ids(entry_id, store.ids)
+        if not hints:
+            raise
+        raise NotFound(f"{exc}; did you mean {' or '.join(hints)}?") from None
     ms = (time.perf_counter() - t0) * 1e3
     console = Console()
     meta = Table(title=f"{entry_id}  (read in {ms:.1f} ms)", show_header=False)

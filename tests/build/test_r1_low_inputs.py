@@ -109,6 +109,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[LocalStore, Any, Pa
     (pdb / "two_blocks.bcif").write_bytes(_two_block_bcif())
     cut, expected = _cut_sto((MSAS / "openfold/4zey_A/mgnify_hits.sto").read_text())
     (msa / "4zey_A" / "mgnify_hits.sto").write_text(cut)
+    (msa / "loose").mkdir()  # a directory that names no chain: the rows that read name it
+    (msa / "loose" / "hits.sto").write_text(cut)
     summary = build_store(tmp / "store", pdb, msa_dir=msa, workers=1)
     return featurecache.open_store(tmp / "store"), summary, tmp, expected
 
@@ -123,9 +125,9 @@ def test_good_inputs_are_built_and_every_bad_one_is_a_failure(built: Any) -> Non
     assert sorted(store.ids) == ["4zey", "5e5z", "two_blocks"]
     assert {f["path"] for f in store.failures.to_pylist()} == {
         "html.cif", "html.pdb", "lfs.cif.gz", "empty.cif", "fifo.cif", "dangling.cif", "moved.cif",
-        "4zey_A/mgnify_hits.sto",
+        "4zey_A/mgnify_hits.sto", "loose/hits.sto",
     }  # fmt: skip
-    assert summary.n_failed == 8  # what makes the build's exit status 1
+    assert summary.n_failed == 9  # what makes the build's exit status 1
 
 
 def test_a_web_page_saved_as_a_structure_is_named_as_such(built: Any) -> None:
@@ -177,6 +179,9 @@ def test_a_stockholm_file_cut_short_names_the_line_and_the_chain(built: Any) -> 
         f"{e['first_line']}) has {e['width']}; no '//' closes the alignment (the file ends at line {e['line']}): "
         "a file cut short?; the file is left out: chain 4zey/A gets a single-sequence MSA"
     )
+    loose = _failure(store, "loose/hits.sto")
+    assert (loose["stage"], loose["entry_id"]) == ("msa", "4zey"), loose
+    assert loose["message"].endswith("the file is left out: chain 4zey/A gets a single-sequence MSA"), loose
 
 
 def test_binarycif_of_two_data_blocks_is_built_from_the_first_with_a_warning(built: Any) -> None:
