@@ -122,7 +122,8 @@ class Structure:
     interfaces: np.ndarray  # Interface[n_interfaces]
     chains: tuple[Chain, ...]
     meta: EntryMeta
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())  # the tokenizer's (kept atoms, named chains, …)
+    parse_warnings: tuple[str, ...] = field(default=())  # the parser's (other data blocks, connections, …)
 
 
 @dataclass(frozen=True)

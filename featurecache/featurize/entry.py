@@ -51,12 +51,11 @@ def featurize_bytes(
     raw = _parse_structure(data, name, component_atoms=component_atoms)
     st = raw.structure
     n_models = len(st)
-    warnings = list(raw.warnings)
+    parse_warnings = list(raw.warnings)
     if "_featurecache.warning" in st.info:
-        warnings.append(st.info["_featurecache.warning"])
+        parse_warnings.append(st.info["_featurecache.warning"])
     timer.start("tokenize")
     tk = tokenize(st, fmt=raw.fmt, component_atoms=component_atoms)
-    warnings.extend(tk.warnings)
     timer.start("featurize")
     bonds = token_bonds(st, tk, component_bonds)
     interfaces = chain_interfaces(tk.atoms, tk.tokens, interface_cutoff)
@@ -72,4 +71,5 @@ def featurize_bytes(
         n_models=n_models,
     )
     timer.stop()
-    return Structure(entry_id, tk.atoms, tk.tokens, bonds, interfaces, tk.chains, meta, tuple(warnings))
+    return Structure(entry_id, tk.atoms, tk.tokens, bonds, interfaces, tk.chains, meta, tk.warnings,
+                     tuple(parse_warnings))  # fmt: skip

@@ -265,7 +265,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         group = zarr.open_group(str(tmp), mode="w", attributes={"kind": "structures", "part": name,
                                                                  "schema_version": SCHEMA_VERSION})  # fmt: skip
         offsets = {g: 0 for g in ENTRY_GROUPS}
-        entry_rows, chain_rows, iface_rows, warn_rows, code_rows = [], [], [], [], []
+        entry_rows, chain_rows, iface_rows, code_rows = [], [], [], []
+        warn_rows: list[dict[str, Any]] = []
         timing_rows: list[dict[str, Any]] = []
         hash_rows: list[dict[str, Any]] = []
         blocks: dict[str, list[np.ndarray]] = {g: [] for g in ENTRY_GROUPS}
@@ -297,7 +298,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
                 n_resolved_tokens=int(s.tokens["is_resolved"].sum()),
                 n_present_atoms=int(s.atoms["is_present"].sum()),
                 resolution=s.meta.resolution, release_date=s.meta.release_date, method=s.meta.method,
-                structure_id=s.meta.structure_id, n_models=s.meta.n_models, n_warnings=len(s.warnings),
+                structure_id=s.meta.structure_id, n_models=s.meta.n_models, n_warnings=len(s.warnings) + len(s.parse_warnings),
             )  # fmt: skip
             entry_rows.append(row)
             timing_rows.append({"entry_id": s.entry_id, "seconds": rec.seconds, "part": name})
@@ -324,9 +325,9 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
                 iface_rows.append({"entry_id": s.entry_id, "chain_i": int(it["chain_i"]), "chain_j": int(it["chain_j"]),
                                    "n_contacts": int(it["n_contacts"]), "min_distance": float(it["min_distance"]),
                                    "part": name})  # fmt: skip
-            for w in s.warnings:
-                warn_rows.append({"entry_id": s.entry_id, "path": rec.source_path, "stage": "tokenize",
-                                  "message": w, "part": name})  # fmt: skip
+            for stage, messages in (("parse", s.parse_warnings), ("tokenize", s.warnings)):
+                warn_rows.extend({"entry_id": s.entry_id, "path": rec.source_path, "stage": stage,
+                                  "message": w, "part": name} for w in messages)  # fmt: skip
         for g, dt in ENTRY_GROUPS.items():
             write_record_array(group, g, np.concatenate(blocks[g]) if blocks[g] else np.zeros(0, dtype=dt))
         idx = tmp / PART_INDEX_DIR

@@ -53,7 +53,7 @@ def test_the_summary_names_this_runs_warnings_once(tmp_path: Path) -> None:
     rows = _summary_rows(stdout)
     assert rows.get("entries built") == "2" and rows.get("failed") == "0", stdout
     line = rows.get("warnings (this run)", "")
-    assert line.startswith("2 in 2 entries (tokenize 2)"), stdout
+    assert line.startswith("2 in 2 entries (parse 1, tokenize 1)"), stdout
     assert f"all of the store's: featurecache info {store} --warnings" in line, line
     assert "warnings (this run): 2 of 2" in stdout, stdout
     (dropped,) = [r for r in stdout.splitlines() if r.startswith("│ disordered ")]

@@ -187,7 +187,7 @@ def test_a_stockholm_file_cut_short_names_the_line_and_the_chain(built: Any) -> 
 def test_binarycif_of_two_data_blocks_is_built_from_the_first_with_a_warning(built: Any) -> None:
     store = built[0]
     rows = [w for w in store.warnings.to_pylist() if w["entry_id"] == "two_blocks"]
-    assert [(w["path"], w["message"]) for w in rows] == [
-        ("two_blocks.bcif",
+    assert [(w["path"], w["stage"], w["message"]) for w in rows] == [
+        ("two_blocks.bcif", "parse",
          "two_blocks.bcif: 2 data blocks: read the first, data_6WG6; 1 other block ignored (data_restraints)"),
     ]  # fmt: skip
