@@ -524,8 +524,12 @@ STRUCTURE_FILE_KINDS = "mmCIF (.cif, .mmcif), PDB (.pdb, .ent) or BinaryCIF (.bc
 def check_structure_files(pdb_dir: Path, out: Path) -> None:
     """Refuse a ``--pdb-dir`` without a single structure file among the files the build would read
     (non-hidden, recursive, the store itself skipped): UsageError (exit 2), before a Dask cluster
-    starts or a store is created. Stops at the first structure file."""
+    starts or a store is created. Stops at the first structure file. ``--out`` naming the
+    ``--pdb-dir`` itself is refused as that (its files would all be skipped as the store's)."""
     pdb_dir = Path(pdb_dir)
+    if resolved(Path(out)) == resolved(pdb_dir):
+        raise UsageError(f"--out {out} is the --pdb-dir: a store is a directory of its own; give a new or "
+                         f"existing store's directory, e.g. --out {Path(out).resolve().parent / 'store'}")  # fmt: skip
     others: list[str] = []
     for p in input_paths(pdb_dir, out):  # what the build would read
         if structure_format(p.name):

@@ -33,3 +33,27 @@ def test_an_input_directory_that_is_not_there_is_named_for_what_it_is(
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert line == f"error: {option} {path}: {says}", line
     assert r.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize("spelling", ["same", "trailing slash", "via a link"])
+def test_out_naming_the_pdb_dir_is_refused_as_that(tmp_path: Path, spelling: str) -> None:
+    """``--out`` at the ``--pdb-dir`` itself (review R4 M2): before, its structure files were all
+    skipped as the store's and the build said the directory held no structure file. Now one line
+    says what is wrong; nothing is written."""
+    pdb = tmp_path / "structures"
+    pdb.mkdir()
+    names = sorted(p.name for p in (SAMPLES / "structures").iterdir())
+    for name in names:
+        (pdb / name).write_bytes((SAMPLES / "structures" / name).read_bytes())
+    out = {"same": str(pdb), "trailing slash": f"{pdb}/", "via a link": str(tmp_path / "link")}[spelling]
+    if spelling == "via a link":
+        (tmp_path / "link").symlink_to(pdb)
+    args = ["build", "--pdb-dir", str(pdb), "--out", out, "--no-progress"]
+    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith(f"error: --out {Path(out)} is the --pdb-dir: a store is a directory of its own"), (
+        line
+    )
+    assert sorted(p.name for p in pdb.iterdir()) == names  # nothing written into it
