@@ -139,7 +139,13 @@ def run_server(
         n = len(opened.ids)
     except OSError as exc:
         raise StoreError(f"cannot serve {path}: {exc}") from exc
+    _check_bind(host, port)  # before "serving …": a port in use is one error line, not a log then uvicorn's
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
+    if not _is_loopback(host) and not (os.environ.get("FEATURECACHE_AUTH_TOKEN")
+                                       or os.environ.get("FEATURECACHE_AUTH_TOKEN_FILE")):  # fmt: skip
+        log.warning("serving on %s without a token: anyone who can reach this machine on port %d reads the "
+                    "store; set FEATURECACHE_AUTH_TOKEN (or FEATURECACHE_AUTH_TOKEN_FILE, or --token) to require "
+                    "one, or serve on 127.0.0.1", host, port)  # fmt: skip
     for line in version_notes(store_versions(opened), str(path)):  # data of another featurizer, or mixed
         log.warning("%s", line)
     for line in msa_stage_notes(opened):  # MSAs merged by an older MSA stage (as info and verify say)
@@ -186,6 +192,43 @@ def run_server(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (only this machine can connect there)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: resolved by uvicorn, not judged here
+        return False
+
+
+def _check_bind(host: str, port: int) -> None:
+    """Bind ``host:port`` once as uvicorn will (``SO_REUSEADDR``) and let it go: a port another
+    process listens on, or an address this machine does not have, is a FeatureCacheError naming it
+    (serve exits 3) before anything is logged as serving. A port taken in the moment between this
+    check and uvicorn's bind still fails there, with uvicorn's message."""
+    import errno
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]  # fmt: skip
+    except socket.gaierror as exc:
+        raise FeatureCacheError(f"cannot serve on {host}:{port}: {exc.strerror} (--host)") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            why = {errno.EADDRINUSE: "address already in use: another process listens there (stop it, or give "
+                                     "another --port)",
+                   errno.EADDRNOTAVAIL: "this machine has no such address (--host)",
+                   errno.EACCES: "permission denied (a port below 1024 needs privileges: give --port 1024 or "
+                                 "above)"}.get(exc.errno or 0, exc.strerror or str(exc))  # fmt: skip
+            raise FeatureCacheError(f"cannot serve on http://{host}:{port}: {why}") from None
 
 
 def _run_one(config: Any) -> int | None:
