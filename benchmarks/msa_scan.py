@@ -25,7 +25,7 @@ from featurecache.build.msa_stage import AlignmentScan, FileScan, _degap, _hashe
 from featurecache.errors import InputError, MSAError
 from featurecache.parse.a3m import parse_a3m, readable_queries
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
-from featurecache.parse.sto import parse_sto
+from featurecache.parse.sto import parse_sto, readable_alignments
 
 MSAS = REAL / "msas"
 
@@ -69,10 +69,24 @@ def full_parse_scan(msa_dir: str, rels: list[str], wanted: set[str]) -> list[Fil
         except (MSAError, InputError, UnicodeDecodeError, ValueError) as exc:
             scan.error_class, scan.message = type(exc).__name__, str(exc)[:2000]
             scan.alignments = []
-            # what still reads of a failed a3m file: its queries (its failure names their chains)
+            # what still reads of a failed a3m file: its queries (its failure names their chains); of
+            # a failed Stockholm file, its rows that are a wanted chain's sequence
             if scan.fmt == "a3m":
                 queries = readable_queries(data, path)
                 scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
+            elif scan.fmt == "sto":
+                for aln in readable_alignments(data, path):
+                    if aln.is_template_hits:
+                        continue
+                    first: dict[str, tuple[int, int]] = {}
+                    for i, row in enumerate(aln.aligned):
+                        for h, mt in _hashes(_degap(row), wanted):
+                            first.setdefault(h, (i, mt))
+                    rows: dict[int, list[tuple[str, int]]] = {}
+                    for h, (i, mt) in first.items():
+                        rows.setdefault(i, []).append((h, mt))
+                    scan.alignments += [AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(rows[i]))
+                                        for i in sorted(rows)]  # fmt: skip
         out.append(scan)
     return out
 

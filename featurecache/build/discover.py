@@ -77,13 +77,13 @@ _FILE_KINDS = {
 }
 
 
-def not_regular_error(rel: str, mode: int) -> str:
+def not_regular_error(rel: str, mode: int, what: str = "structure") -> str:
     """The failure reason of the input ``rel`` whose mode (``os.stat``, through a symlink) is not a
-    regular file's; it is not opened (:data:`_FILE_KINDS`)."""
+    regular file's; it is not opened (:data:`_FILE_KINDS`). ``what`` the file was to hold."""
     kind, why = _FILE_KINDS.get(
         stat.S_IFMT(mode), (f"of file type {stat.S_IFMT(mode):#o}", "not a file to read")
     )
-    return f"not a regular file: {rel} is {kind}; not opened ({why}): write the structure to a regular file"
+    return f"not a regular file: {rel} is {kind}; not opened ({why}): write the {what} to a regular file"
 
 
 def broken_link_error(rel: str, path: Path, exc: OSError) -> str:

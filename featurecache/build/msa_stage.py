@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 import zlib
 from collections import Counter
@@ -56,8 +57,10 @@ from typing import TYPE_CHECKING, Any
 from featurecache.build.digest_cache import DIGEST_CACHE_DIR, RACY_NS
 from featurecache.build.discover import (
     alias_paths,
+    broken_link_error,
     escaped_path,
     name_error,
+    not_regular_error,
     resolved,
     store_skip,
     walk_inputs,
@@ -77,7 +80,7 @@ from featurecache.featurize.msa import (
 from featurecache.featurize.seqhash import sequence_hash
 from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, readable_queries, scan_a3m
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file, sniff_msa_format
-from featurecache.parse.sto import parse_sto, readable_alignments
+from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_alignments
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
@@ -178,20 +181,7 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
                     scan.n_template_hits += len(aln.names)
                     continue
                 scan.n_alignments += 1
-                found: dict[str, tuple[int, str, int]] = {}
-                for i, row in enumerate(aln.aligned):
-                    seq = _degap(row)
-                    for h, mt in _hashes(seq, wanted):
-                        found.setdefault(h, (i, seq, mt))
-                by_row: dict[int, list[tuple[str, int]]] = {}
-                for h, (i, _seq, mt) in found.items():
-                    by_row.setdefault(i, []).append((h, mt))
-                for i in sorted(by_row):
-                    scan.alignments.append(
-                        AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i]))
-                    )
-                if not by_row and aln.names:
-                    scan.alignments.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
+                scan.alignments += sto_alignment_scans(aln, wanted)
         elif scan.fmt == "hhr":
             scan.n_template_hits = len(parse_hhr(path))
         elif scan.fmt == "m8":
@@ -203,13 +193,26 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
             queries = readable_queries(data, path)
             scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
         elif scan.fmt == "sto":  # the chains it was meant for: those whose sequence is a row that reads
-            scan.alignments = [
-                AlignmentScan(aln.block, i, seq, hashes)
-                for aln in readable_alignments(data, path)
-                for i, row in enumerate(aln.aligned)
-                if (hashes := _hashes(seq := _degap(row), wanted))
-            ]
+            scan.alignments = [a for aln in readable_alignments(data, path) if not aln.is_template_hits
+                               for a in sto_alignment_scans(aln, wanted) if a.matches]  # fmt: skip
     return scan
+
+
+def sto_alignment_scans(aln: StockholmAlignment, wanted: set[str]) -> list[AlignmentScan]:
+    """A Stockholm alignment's scan records: for each wanted sequence hash, the first row whose
+    sequence it is (any row can be the query), one record per such row in row order; an
+    alignment where no row is wanted gets one record of its first row, matching nothing."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, row in enumerate(aln.aligned):
+        for h, mt in _hashes(_degap(row), wanted):
+            found.setdefault(h, (i, mt))
+    by_row: dict[int, list[tuple[str, int]]] = {}
+    for h, (i, mt) in found.items():
+        by_row.setdefault(i, []).append((h, mt))
+    out = [AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i])) for i in sorted(by_row)]
+    if not by_row and aln.names:
+        out.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
+    return out
 
 
 #: Bytes of (decompressed) text a file's format is guessed from, as :func:`sniff_file` reads them.
@@ -376,15 +379,30 @@ def _candidate_files(
     as it is recorded; ``bad_names``, when given, gets those paths (the scan lists each as a
     failure without reading it: :func:`_scan`)."""
     files = []
+    unread: list[str] = []  # a FIFO, socket or device, a broken link: never opened (a FIFO would block)
     for p in walk_inputs(msa_dir, store, aliases, warn):
-        if p.is_file():
+        raw = p.relative_to(msa_dir).as_posix()
+        rel = escaped_path(raw)
+        try:
             st = p.stat()
-            raw = p.relative_to(msa_dir).as_posix()
-            rel = escaped_path(raw)
-            if rel != raw and bad_names is not None:
-                bad_names.add(rel)
-            files.append((rel, st.st_size, st.st_mtime_ns))
+        except OSError as exc:
+            unread.append(broken_link_error(rel, p, exc) if p.is_symlink() else f"cannot read {rel}: {exc}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            unread.append(not_regular_error(rel, st.st_mode, "alignment"))
+            continue
+        if rel != raw and bad_names is not None:
+            bad_names.add(rel)
+        files.append((rel, st.st_size, st.st_mtime_ns))
+    if unread and warn:
+        log.warning("--msa-dir %s: %d entr%s not read: %s", msa_dir, len(unread), "y" if len(unread) == 1 else "ies",
+                    "; ".join(unread[:MAX_UNREAD_NAMED]) + (f"; and {len(unread) - MAX_UNREAD_NAMED} more"
+                                                            if len(unread) > MAX_UNREAD_NAMED else ""))  # fmt: skip
     return sorted(files)
+
+
+#: entries of --msa-dir that are not read, named in the warning at most
+MAX_UNREAD_NAMED = 5
 
 
 def lists_msa_file(

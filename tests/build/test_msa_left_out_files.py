@@ -248,3 +248,30 @@ def test_a_broken_file_of_no_entry_named_path_names_the_chains_of_its_query(tmp_
     assert fail["message"].endswith(
         "the file is left out (no polymer chain of the store has its query, 154 residues)"
     )
+
+
+def test_a_fifo_and_a_broken_link_under_msa_dir_are_named_not_opened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A named pipe and a broken symbolic link among the MSA files (E1 s34: skipped without a word;
+    a FIFO opened would block the build): one warning names both and why they are not read, and
+    the good files of their folder still make 1psm's MSA."""
+    pdb = _pdb(tmp_path)
+    msa = tmp_path / "msa"
+    (msa / "1psm_A").mkdir(parents=True)
+    shutil.copy(OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m", msa / "1psm_A")
+    os.mkfifo(msa / "1psm_A" / "uniref90_hits.a3m")
+    (msa / "1psm_A" / "mgnify_hits.a3m").symlink_to(tmp_path / "gone" / "mgnify_hits.a3m")
+
+    with caplog.at_level(logging.WARNING, logger="featurecache.build.msa_stage"):
+        summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    warned = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert f"--msa-dir {msa}: 2 entries not read: " in warned[0]
+    assert "not a regular file: 1psm_A/uniref90_hits.a3m is a named pipe (FIFO); not opened" in warned[0]
+    assert (
+        f"broken symbolic link: 1psm_A/mgnify_hits.a3m -> {tmp_path / 'gone' / 'mgnify_hits.a3m'}"
+        in warned[0]
+    )
+    assert summary.n_failed == 0
+    assert _chain(featurecache.open_store(tmp_path / "s"), "1psm")["msa_depth"] > 1
