@@ -104,6 +104,9 @@ class BuildSummary:
     n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
     n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
     n_kept: int = 0  # inputs whose id was in the store that failed in this run: the stored entry stays
+    #: the --pdb-dir the store's previous build read, when it is not this build's (replaced entries
+    #: then come from another directory, not from a file rewritten in place)
+    previous_pdb_dir: str | None = None
     failed_by_stage: dict[str, int] = field(default_factory=dict)
     n_atoms: int = 0
     n_tokens: int = 0
@@ -147,6 +150,19 @@ class BuildSummary:
     @property
     def n_warnings(self) -> int:
         return sum(self.warnings_by_stage.values())
+
+
+def _previous_pdb_dir(out: Path) -> str | None:
+    """The ``--pdb-dir`` the store's latest build recorded (:func:`build_inputs`), or None: no
+    store yet, or one built before builds recorded it."""
+    from featurecache.store.info import recorded_build_inputs
+    from featurecache.store.root import group_attributes
+
+    meta = Path(out) / "zarr.json"
+    if not meta.is_file():
+        return None
+    pdb_dir: str | None = recorded_build_inputs(group_attributes(meta))["pdb_dir"]
+    return pdb_dir
 
 
 def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: str) -> dict[str, Any]:
@@ -661,6 +677,9 @@ def _run_build(
             # ends, so the lookup service keeps answering 503 instead of serving a part of it as
             # the whole; a finished store's extension publishes as it goes, as it always did
             finished = first_build_finished(out)
+            previous = _previous_pdb_dir(out)
+            if previous is not None and previous != str(pdb_dir):
+                summary.previous_pdb_dir = previous
             init_store(
                 out,
                 {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__,

@@ -40,7 +40,7 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     t.add_row("input files", str(s.n_inputs))
     t.add_row("entries built", str(s.n_built))
     if s.n_replaced:
-        t.add_row("  replaced", f"{s.n_replaced} (an input with the same path and new content)")
+        t.add_row("  replaced", replaced_line(s))
     if s.n_rebuilt:
         t.add_row("  rebuilt", f"{s.n_rebuilt} (same file, new CCD/featurizer/config)")
     t.add_row("skipped (up to date)", str(s.n_skipped))
@@ -105,6 +105,16 @@ SHOWN_FAILURES = 50
 MESSAGE_CHARS = 300
 #: a warning example's message is cut here: the summary names a few, the index file has them whole
 WARNING_CHARS = 200
+
+
+def replaced_line(s: BuildSummary) -> str:
+    """The summary's count of stored entries this build replaced: ``2 (an input with the same
+    path and new content)``; when the store's previous build read another --pdb-dir, it says the
+    path is the same under a different directory, and names that directory."""
+    if s.previous_pdb_dir is None:
+        return f"{s.n_replaced} (an input with the same path and new content)"
+    return (f"{s.n_replaced} (an input with the same path under this --pdb-dir, new content; the store's "
+            f"previous build read {escape(s.previous_pdb_dir)}: these entries now come from this --pdb-dir)")  # fmt: skip
 
 
 def warnings_line(s: BuildSummary) -> str:

@@ -150,6 +150,28 @@ def test_summary_tells_replaced_from_rebuilt(steps: Steps) -> None:
     render_summary(added, console)
     text = console.export_text()
     assert "replaced" in text and "new content" in text and "new CCD" not in text
+    assert added.previous_pdb_dir is None and "previous build read" not in text  # the same --pdb-dir
+
+
+def test_an_entry_replaced_from_another_pdb_dir_names_the_directory_it_came_from(
+    steps: Steps, tmp_path: Path
+) -> None:
+    """Review R4 LOW 6: a file of the same relative path in another --pdb-dir replaced a stored
+    entry and the summary said "an input with the same path", as if the file had been rewritten in
+    place. It now names the directory the store's previous build read."""
+    store = shutil.copytree(steps.store, tmp_path / "s")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "102m.cif").write_bytes((steps.inputs / "102m.cif").read_bytes() + b"#\n")
+    summary = build_store(store, other, workers=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
+    assert (summary.n_replaced, summary.n_built) == (1, 1)
+    assert summary.previous_pdb_dir == str(steps.inputs)
+    console = Console(record=True, width=400)
+    render_summary(summary, console)
+    (row,) = [line for line in console.export_text().splitlines() if "  replaced " in line]
+    assert (
+        f"the store's previous build read {steps.inputs}: these entries now come from this --pdb-dir" in row
+    )
 
 
 def test_store_size_is_every_file_under_the_store(steps: Steps) -> None:
