@@ -843,10 +843,28 @@ def train(
     seed: Annotated[
         int,
         typer.Option(
-            help="Seed of the sampler, the crops and the model's initialisation (torch.manual_seed)."
+            help="Seed of the sampler, the crops and the model's initialisation (torch.manual_seed). The same "
+            "seed repeats a run only with --in-order or --workers 1: otherwise the samples arrive ready-first "
+            "and which ones each step trains on depends on timing.",
         ),
     ] = 0,
-    workers: Annotated[int, typer.Option(help="Client workers (see --pool).")] = 4,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Client workers (see --pool): samples computed at once. With more than 1 they are handed over "
+            "ready-first (a slow sample is overtaken by up to 8 later ones), so the batches differ from run to "
+            "run; --in-order keeps the stream's order.",
+        ),
+    ] = 4,
+    in_order: Annotated[
+        bool,
+        typer.Option(
+            "--in-order",
+            help="Hand the client's samples over in the stream's order, not ready-first: with the same --seed "
+            "the run trains on the same batches whatever --workers (on cpu, bitwise; a sample skipped for "
+            "passing its deadline still depends on timing). A slow sample then holds up the ones after it.",
+        ),
+    ] = False,
     pool: Annotated[
         str | None,
         typer.Option(
@@ -934,7 +952,8 @@ def train(
             "checkpoint's steps. Refused (exit 2) with another --crop, --seed, --batch-size, --max-atoms or "
             "data setting (--weighting, --crop-weights, --max-msa-rows, --pair-msa, --crop-whole-groups), "
             "or on a store whose entries are not its run's (another store, or the store extended since; "
-            "the same store through its lookup service is the same): use --init-from there.",
+            "the same store through its lookup service is the same): use --init-from there. A run that stops "
+            "early prints the options that continue it.",
         ),
     ] = None,
     init_from: Annotated[
@@ -965,7 +984,7 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json.
 
     Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
 model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the \
-store or service cannot be read, also mid-run: then with --checkpoint a checkpoint of the steps done is \
+store or service cannot be read, or the store's first build has not finished; also mid-run: then with --checkpoint a checkpoint of the steps done is \
 written and named; a non-finite loss; a log or checkpoint that cannot be written); 130 Ctrl-C and 143 \
 SIGTERM (stopped after the current step; the log, and with --checkpoint a checkpoint, written; a line on \
 stderr says how to continue).
@@ -1005,7 +1024,7 @@ stderr says how to continue).
             checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
             init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
             weighting=weighting, crop_weights=weights, max_msa_rows=max_msa_rows, pair_msa=pair_msa,
-            crop_whole_groups=crop_whole_groups,
+            crop_whole_groups=crop_whole_groups, in_order=in_order,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

@@ -107,7 +107,7 @@ from featurecache.client.loader import (
 )
 from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
 from featurecache.errors import InvalidRequest, LoaderError
-from featurecache.store.reader import LocalStore
+from featurecache.store.reader import LocalStore, unfinished_build_error
 from featurecache.store.versions import FeaturizerChanged, msa_stage_notes, source_versions, version_notes
 
 log = logging.getLogger(__name__)
@@ -290,6 +290,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     the source and the last error (None = skip them like any other failed sample).
     ``max_consecutive_skips``: after this many skipped samples in a row, whatever the reason, the
     iterator raises ``LoaderError`` instead of spinning forever on a broken source (None = never).
+    ``allow_unfinished``: read a local store whose first build has not finished (interrupted, or
+    still running) as it is; by default such a store is refused with
+    :class:`~featurecache.store.reader.UnfinishedBuildError` (a ``StoreError``), since its index lists
+    only the entries written so far, without the MSAs and reference conformers still to come
+    (a lookup service does not serve it: 503 until its build ends).
 
     Yields sample dicts (see :mod:`.assemble`) with ``position``, ``epoch``, ``index``,
     ``reorder_depth`` and ``skipped`` (skip records since the previous sample). Batch them with
@@ -328,6 +333,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         sample_hook: SampleHook | None = None,
         max_consecutive_skips: int | None = 256,
         max_source_failures: int | None = 3,
+        allow_unfinished: bool = False,
     ) -> None:
         super().__init__()
         _check_count("crop_size", crop_size, 1)
@@ -337,6 +343,14 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         reader = open_source(
             _client_for(source, token, client_options), token=None if client_options else token
         )
+        if isinstance(reader, LocalStore) and not allow_unfinished:
+            # its index lists the entries written so far, without the MSAs and reference conformers
+            # still to come: samples of query rows and no conformers (the lookup service answers 503)
+            unfinished = unfinished_build_error(
+                reader, " (FeatureDataset(..., allow_unfinished=True) reads it as it is)"
+            )
+            if unfinished is not None:
+                raise unfinished
         _check_retry_budget(reader, deadline_s)
         self.sampler = sampler or Sampler(
             reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,

@@ -51,10 +51,17 @@ from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS
 from featurecache.client.crop import DEFAULT_CROP_WEIGHTS, DEFAULT_CROP_WHOLE_GROUPS
 from featurecache.client.sampler import WEIGHTINGS
 from featurecache.client.schema import MODEL_INPUT_KEYS
-from featurecache.errors import FeatureCacheError, InvalidRequest, TrainingError, UsageError
+from featurecache.errors import (
+    AuthenticationError,
+    FeatureCacheError,
+    InvalidRequest,
+    TrainingError,
+    UsageError,
+)
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
+from featurecache.store.reader import UnfinishedBuildError
 from featurecache.store.versions import FeaturizerChanged
 from featurecache.strict_json import finite
 
@@ -316,6 +323,7 @@ def make_batches(
     resume_from: tuple[str | Path, dict[str, Any]] | None = None,
     service_wait: float | None = None,
     data_options: dict[str, Any] | None = None,
+    in_order: bool = False,
 ) -> BatchSource:
     """An endless stream of batch dicts following BATCH_SCHEMA: the client's over ``store`` or
     ``url``, synthetic batches when neither is given. ``state`` (a ``BatchSource.state()`` of an
@@ -329,7 +337,13 @@ def make_batches(
     waits for a service that has not answered it yet (its ``first_contact_s``; None: the client's
     default), e.g. one starting at the same time (``url`` only). ``data_options``: more keyword
     arguments of ``FeatureDataset`` (train's: ``weighting``, ``crop_weights``, ``max_msa_rows``,
-    ``pair_msa``, ``crop_whole_groups``; None: the client's defaults)."""
+    ``pair_msa``, ``crop_whole_groups``; None: the client's defaults). ``in_order``: the client yields
+    its samples in stream order (``FeatureDataset(window=0)``) instead of ready-first, so the batches
+    do not depend on which of its ``workers`` finishes first.
+
+    A local store whose first build has not finished is refused
+    (:class:`~featurecache.store.reader.UnfinishedBuildError`), and a lookup service's refusal of
+    the token (or of none) says how to give one."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))
         synth = _Synthetic(batch_size, crop_size, seed + rank, skip=drawn)
@@ -354,11 +368,17 @@ def make_batches(
             # client's timeout, 20 s) and 10 s (review RF3 s24 #3): a sample retried through a long
             # restart is not abandoned at 60 s, nor warned about in settings train does not have
             deadline_s = max(deadline_s, budget + 30.0)
-    dataset = FeatureDataset(
-        source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
-        token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
-        deadline_s=deadline_s, **(data_options or {}),
-    )  # fmt: skip
+    window: dict[str, Any] = {"window": 0} if in_order else {}  # else the client's reorder window
+    try:
+        dataset = FeatureDataset(
+            source, crop_size=crop_size, seed=seed, workers=workers, infinite=True, pool=pool,
+            token=token if url is not None else None, max_atoms=max_atoms, client_options=options,
+            deadline_s=deadline_s, **window, **(data_options or {}),
+        )  # fmt: skip
+    except UnfinishedBuildError as exc:  # without FeatureDataset's keyword to read it anyway
+        raise UnfinishedBuildError(exc.reason) from None
+    except AuthenticationError as exc:
+        raise AuthenticationError(f"{exc}; {_token_advice(token)}") from None
     loader = FeatureLoader(dataset, batch_size=batch_size)
     identity = source_identity(dataset.sampler.entry_ids)
     if state is not None:
@@ -391,6 +411,23 @@ def make_batches(
     versions = getattr(dataset, "featurizer_versions", None)  # FeatureDataset warns when mixed or old
     return BatchSource(iter(loader), source, dataset.close, state=lambda: {"client": loader.state_dict()},
                        largest_entry=largest, identity=identity, featurizer_versions=versions)  # fmt: skip
+
+
+def _token_advice(token: str | None) -> str:
+    """What a user of train does about a lookup service that refused the token it was sent, or
+    none (``token``: --token's; else the client read the environment's)."""
+    from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, token_from_environment
+
+    if token is None:
+        try:
+            token = token_from_environment()
+        except FeatureCacheError:  # an unreadable token file: the client said so before any request
+            token = None
+    if token is None:
+        return (f"no token was given: give the service's token with --token, or set {TOKEN_ENV} to it or "
+                f"{TOKEN_FILE_ENV} to a file holding it")  # fmt: skip
+    return (f"the token given (--token, else {TOKEN_ENV}, else the file {TOKEN_FILE_ENV} names) is not the "
+            "service's: give the one it was started with")  # fmt: skip
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -1341,6 +1378,7 @@ def run_training(
     max_msa_rows: int = DEFAULT_MAX_MSA_ROWS,
     pair_msa: bool = True,
     crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
+    in_order: bool = False,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
 
@@ -1384,7 +1422,12 @@ def run_training(
     (False: per token, as AF3). A ``resume`` with another value of any of them is refused.
 
     ``pool``: the client's workers, ``"process"`` (default on CUDA) or ``"thread"`` (default on
-    the CPU). Worker threads hold the GIL when the training thread wakes from the loss's
+    the CPU). The client computes ``workers`` samples at once and hands them over ready-first: which
+    samples a step trains on, and in which order, then depends on which finishes first, so two runs
+    of the same seed see other batches. ``in_order``: in the stream's order instead
+    (``FeatureDataset(window=0)``: a sample waits for the slower ones before it), so a run is
+    repeatable with any ``workers`` (on the CPU, bitwise; a sample skipped past its deadline still
+    depends on timing). Worker threads hold the GIL when the training thread wakes from the loss's
     synchronisation, which then waits up to the interpreter's 5 ms switch interval to run again:
     on the H200 (run 69, ``benchmarks/dev/feed_ab.py``, CUDA graphs, crop 384) 128-token steps
     took 7.7 ms with threads and the prefetch against 4.4 ms with processes (GPU: 4.0 ms), and the
@@ -1563,7 +1606,7 @@ def run_training(
                 )
             src = make_batches(store, url, crop_size, batch_size, seed, workers, pool, state=data_state,
                                rank=ranks.rank, token=token, max_atoms=max_atoms, service_wait=service_wait,
-                               data_options=data_settings,
+                               data_options=data_settings, in_order=in_order,
                                resume_from=(resume, resumed) if resumed is not None and resume is not None else None)  # fmt: skip
             if dev.type == "cpu":
                 try:
@@ -1594,6 +1637,7 @@ def run_training(
             **(data_settings if client else dict.fromkeys(data_settings)), "batch_size": batch_size,
             "seed": seed, "lr": lr, "clip_grad_norm": CLIP_NORM, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
+            "in_order": in_order if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
             "initialized_from": str(init_from) if init_from is not None else None,
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
@@ -1697,7 +1741,8 @@ def run_training(
                 ck = doc["checkpoints"][-1]
                 return (
                     f"the last checkpoint kept is {ck['path']} (after step {ck['step'] - 1}, its parameters gave a "
-                    f"finite loss): continue from it with --resume {ck['path']} and a lower --lr"
+                    f"finite loss): continue from it with {resume_arguments(doc, ck['path'], steps, log_path, lr=False)} "
+                    "and a lower --lr"
                 )
             if resumed is not None and step > first_step:
                 return (
@@ -1732,11 +1777,12 @@ def run_training(
                 return TrainingError(
                     f"{_first_line(cause)}; the {done} steps done are checkpointed in {path}: "
                     + _START_ANEW.format(ck=path)
-                    + f", or --resume {path} --steps {steps} once a store of the run's featurizer is served"
+                    + f", or {resume_arguments(doc, path, steps, log_path)} once a store of the run's featurizer "
+                    "is served"
                 )
             return TrainingError(
                 f"{_first_line(cause)}; the {done} steps done are checkpointed in {path}: continue with "
-                f"--resume {path} --steps {steps} once the source serves again"
+                f"{resume_arguments(doc, path, steps, log_path)} once the source serves again"
             )
 
         position: dict[str, Any] | None = None
@@ -2053,6 +2099,50 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+#: the options of a run (log key, train option) a resume is refused without when they differ from
+#: train's defaults (:func:`_resume_config`, :func:`_check_data_settings`), then --lr (not checked:
+#: a resume applies its own, the default unless given)
+_RESUMED_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("crop_size", "--crop"), ("seed", "--seed"), ("batch_size", "--batch-size"), ("max_atoms", "--max-atoms"),
+    *((key, option) for key, option, _ in _DATA_SETTINGS), ("lr", "--lr"),
+)  # fmt: skip
+
+
+def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: str | Path | None = None,
+                     lr: bool = True) -> str:  # fmt: skip
+    """The arguments of ``featurecache train`` that continue the run logged in ``doc`` from its
+    checkpoint ``ck`` to ``steps`` steps: ``--resume CK --steps N``, then each option a resume
+    checks against the checkpoint whose value differs from train's default (a resume without it is
+    refused), ``--lr`` likewise (``lr`` False: the caller says which rate to take), ``--in-order``
+    when the run used it, and the run's source (``--store`` or ``--url``; its token is never shown),
+    ``--device cpu`` and ``--log`` (the run's log, ``log_path``, where it is not the default; rank
+    0's) so that the line runs as it is."""
+    import shlex
+
+    from featurecache.auth import redact_url
+
+    defaults = {name: p.default for name, p in inspect.signature(run_training).parameters.items()}
+    args = [f"--resume {shlex.quote(str(ck))}", f"--steps {steps}"]
+    for key, option in _RESUMED_OPTIONS:
+        value, default = doc.get(key), defaults[key]  # (the log's keys are run_training's parameters)
+        if (key == "lr" and not lr) or (value is None and default is not None):  # synthetic: no data settings
+            continue
+        if not _same_data_setting(key, value, list(default) if key == "crop_weights" else default):
+            args.append(_option_value(option, value))
+    if doc.get("in_order"):
+        args.append("--in-order")
+    source = doc.get("source")
+    if isinstance(source, str) and source not in ("synthetic", "given"):
+        url = "://" in source
+        args.append(f"{'--url' if url else '--store'} {shlex.quote(redact_url(source) if url else source)}")
+    if str(doc.get("device", "")).startswith("cpu"):
+        args.append("--device cpu")
+    # (another rank's log is NAME.rank<r>.json of rank 0's --log, which rank 0's line names)
+    if log_path is not None and Path(log_path) != Path(defaults["log_path"]) and not doc.get("rank"):
+        args.append(f"--log {shlex.quote(str(log_path))}")
+    return " ".join(args)
+
+
 def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str:
     """One line on how a run (its log ``doc``) went, for the end of ``featurecache train``: how it
     ended, its steady rate, the data wait, the loss, where the log and the last checkpoint are, and
@@ -2093,7 +2183,7 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
             + (f" (of {ck_steps} steps: the {behind} after them are in none)" if behind else "")
         )
         if status != "completed" and isinstance(requested, int):
-            parts.append(f"continue with --resume {ck} --steps {requested}")
+            parts.append(f"continue with {resume_arguments(doc, str(ck), requested, log_path)}")
     return "; ".join(parts)
 
 

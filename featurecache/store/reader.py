@@ -510,5 +510,41 @@ class LocalStore(FeatureReader):
 
 
 def open_store(path: str | Path) -> LocalStore:
-    """Open a store directory read-only."""
+    """Open a store directory read-only. A store whose first build has not finished opens too
+    (``info``, ``verify`` and ``plan`` read its progress): its ``finished`` is False, and
+    :func:`unfinished_build_error` says why a training reader refuses it."""
     return LocalStore(path)
+
+
+class UnfinishedBuildError(StoreError):
+    """A store whose first build has not finished (:attr:`LocalStore.finished` False: its index is
+    flagged ``store.index.UNFINISHED_KEY``) given to a reader that trains on it. ``reason``: the
+    words without a caller's own way to read it anyway."""
+
+    def __init__(self, reason: str, anyway: str = "") -> None:
+        super().__init__(reason + anyway)
+        self.reason = reason
+
+
+def unfinished_build_error(store: LocalStore, anyway: str = "") -> UnfinishedBuildError | None:
+    """None for a store whose first build has finished; else the error a training reader raises
+    instead of reading it: its index lists only the entries written so far, and those lack the MSAs
+    and reference conformers of the stages still to run (the lookup service answers 503 for it,
+    ``services.lookup.state``). Says whether a build is running on it now (its lock's holder) or
+    how to finish it. ``anyway``: appended, the caller's way to read it as it is."""
+    if store.finished:
+        return None
+    from featurecache.store.root import holder_command, lock_holder
+
+    holder = lock_holder(store.path)
+    if holder is not None:
+        advice = f"a {holder_command(holder)} is running on it ({holder}): train on it once that has ended"
+    else:
+        advice = "run the same `featurecache build` again to finish it (it resumes where it stopped)"
+    return UnfinishedBuildError(
+        f"{store.path}: its first build has not finished: its index lists only the {len(store)} entries "
+        f"written so far, with {store.msas.num_rows} MSAs and {store.components.num_rows} reference conformers, "
+        "and samples read now lack what the build has not written yet (a chain without its MSA gives its "
+        f"query row only, an atom without its conformer ref_mask False); {advice}",
+        anyway,
+    )
