@@ -234,10 +234,12 @@ parts kept).
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (run.BuildTerminated: exit 143)
-        typer.secho(
-            f"interrupted: every finished part of {out} is kept; run the same command again to resume",
-            fg=typer.colors.YELLOW, err=True,
-        )  # fmt: skip
+        line = (
+            f"interrupted: every finished part of {out} is kept; run the same command again to resume"
+            if (Path(out) / "zarr.json").is_file()
+            else f"interrupted before the build wrote {out}: nothing was written"
+        )
+        typer.secho(line, fg=typer.colors.YELLOW, err=True)
         status = getattr(exc, "exit_status", 130)
         _exit_within(EXIT_GRACE_S, status)
         raise typer.Exit(status) from None

@@ -435,24 +435,34 @@ def _probe_scheduler(scheduler: str) -> None:
     def run() -> Any:  # a loop of its own, also when the caller runs one (a notebook)
         return asyncio.run(asyncio.wait_for(ask(), SCHEDULER_ANSWER_S))
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    # a daemon thread, not a pool: a Ctrl-C while the probe waits ends the build at once (a pool's
+    # exit joined its thread, so the interrupt waited out the answer window, ~20 s: review R4)
+    pending: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def probe() -> None:
         try:
-            answer = pool.submit(run).result(timeout=SCHEDULER_ANSWER_S + 10)
-        except (TimeoutError, concurrent.futures.TimeoutError) as exc:
-            raise StoreError(f"the address {scheduler} accepts connections but did not answer as a Dask scheduler "
-                             f"within {SCHEDULER_ANSWER_S:.0f} s: {NOT_DASK_HINT}") from exc  # fmt: skip
-        except FatalCommClosedError as exc:  # e.g. a TLS handshake that failed: no connection
-            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
-        except CommClosedError as exc:  # connected, then closed by the other side before an answer
-            log.debug("probe of %s: %r", scheduler, exc)
-            raise StoreError(f"the address {scheduler} accepted the connection but closed it without answering "
-                             f"as a Dask scheduler: {NOT_DASK_HINT}") from exc  # fmt: skip
-        except OSError as exc:  # nothing accepts the connection (refused, unreachable, unknown host)
-            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
-        except Exception as exc:  # an answer, but not in Dask's wire format (the decoder's error is no news)
-            log.debug("probe of %s: %r", scheduler, exc)
-            raise StoreError(f"the address {scheduler} answered, but not in Dask's protocol: "
-                             f"{NOT_DASK_HINT}") from exc  # fmt: skip
+            pending.set_result(run())
+        except BaseException as exc:  # handed to the waiting caller, which raises it
+            pending.set_exception(exc)
+
+    threading.Thread(target=probe, name="featurecache-scheduler-probe", daemon=True).start()
+    try:
+        answer = pending.result(timeout=SCHEDULER_ANSWER_S + 10)
+    except (TimeoutError, concurrent.futures.TimeoutError) as exc:
+        raise StoreError(f"the address {scheduler} accepts connections but did not answer as a Dask scheduler "
+                         f"within {SCHEDULER_ANSWER_S:.0f} s: {NOT_DASK_HINT}") from exc  # fmt: skip
+    except FatalCommClosedError as exc:  # e.g. a TLS handshake that failed: no connection
+        raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+    except CommClosedError as exc:  # connected, then closed by the other side before an answer
+        log.debug("probe of %s: %r", scheduler, exc)
+        raise StoreError(f"the address {scheduler} accepted the connection but closed it without answering "
+                         f"as a Dask scheduler: {NOT_DASK_HINT}") from exc  # fmt: skip
+    except OSError as exc:  # nothing accepts the connection (refused, unreachable, unknown host)
+        raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+    except Exception as exc:  # an answer, but not in Dask's wire format (the decoder's error is no news)
+        log.debug("probe of %s: %r", scheduler, exc)
+        raise StoreError(f"the address {scheduler} answered, but not in Dask's protocol: "
+                         f"{NOT_DASK_HINT}") from exc  # fmt: skip
     kind = answer.get("type") if isinstance(answer, dict) else None
     if not isinstance(kind, str) or "Scheduler" not in kind:
         what = f"a Dask {kind}" if isinstance(kind, str) else f"something that answered {answer!r}"[:200]
