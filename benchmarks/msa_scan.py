@@ -25,7 +25,7 @@ from featurecache.build.msa_stage import AlignmentScan, FileScan, _degap, _hashe
 from featurecache.errors import InputError, MSAError
 from featurecache.parse.a3m import parse_a3m, readable_queries
 from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
-from featurecache.parse.sto import parse_sto, readable_alignments
+from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_alignments
 
 MSAS = REAL / "msas"
 
@@ -50,17 +50,9 @@ def full_parse_scan(msa_dir: str, rels: list[str], wanted: set[str]) -> list[Fil
                         scan.n_template_hits += len(aln.names)
                         continue
                     scan.n_alignments += 1
-                    found: dict[str, tuple[int, int]] = {}
-                    for i, row in enumerate(aln.aligned):
-                        for h, mt in _hashes(_degap(row), wanted):
-                            found.setdefault(h, (i, mt))
-                    by_row: dict[int, list[tuple[str, int]]] = {}
-                    for h, (i, mt) in found.items():
-                        by_row.setdefault(i, []).append((h, mt))
-                    for i in sorted(by_row):
-                        q = _degap(aln.aligned[i])
-                        scan.alignments.append(AlignmentScan(aln.block, i, q, tuple(by_row[i])))
-                    if not by_row and aln.names:
+                    matched = _matched_rows(aln, wanted)
+                    scan.alignments += matched
+                    if not matched and aln.names:
                         scan.alignments.append(AlignmentScan(aln.block, 0, _degap(aln.aligned[0]), ()))
             elif scan.fmt == "hhr":
                 scan.n_template_hits = len(parse_hhr(path))
@@ -76,19 +68,22 @@ def full_parse_scan(msa_dir: str, rels: list[str], wanted: set[str]) -> list[Fil
                 scan.alignments = [AlignmentScan(k, 0, q, _hashes(q, wanted)) for k, q in enumerate(queries)]
             elif scan.fmt == "sto":
                 for aln in readable_alignments(data, path):
-                    if aln.is_template_hits:
-                        continue
-                    first: dict[str, tuple[int, int]] = {}
-                    for i, row in enumerate(aln.aligned):
-                        for h, mt in _hashes(_degap(row), wanted):
-                            first.setdefault(h, (i, mt))
-                    rows: dict[int, list[tuple[str, int]]] = {}
-                    for h, (i, mt) in first.items():
-                        rows.setdefault(i, []).append((h, mt))
-                    scan.alignments += [AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(rows[i]))
-                                        for i in sorted(rows)]  # fmt: skip
+                    if not aln.is_template_hits:
+                        scan.alignments += _matched_rows(aln, wanted)
         out.append(scan)
     return out
+
+
+def _matched_rows(aln: StockholmAlignment, wanted: set[str]) -> list[AlignmentScan]:
+    """A Stockholm alignment's rows that are a wanted sequence: the first row of each hash."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, row in enumerate(aln.aligned):
+        for h, mt in _hashes(_degap(row), wanted):
+            found.setdefault(h, (i, mt))
+    by_row: dict[int, list[tuple[str, int]]] = {}
+    for h, (i, mt) in found.items():
+        by_row.setdefault(i, []).append((h, mt))
+    return [AlignmentScan(aln.block, i, _degap(aln.aligned[i]), tuple(by_row[i])) for i in sorted(by_row)]
 
 
 def _time(fn: object, rels: list[str], repeat: int) -> tuple[float, float]:
