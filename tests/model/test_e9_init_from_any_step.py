@@ -54,7 +54,15 @@ def test_cli_refuses_a_step_template_that_an_early_stop_would_write_over_the_ini
     d, cfg = tmp_path / "ck", _tiny(tmp_path)
     common = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1",
               "--model-config", str(cfg), "--checkpoint", str(d / "ck_{step}.pt")]  # fmt: skip
-    first = _cli(*common, "--steps", "3", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = _cli(
+        *common,
+        "--steps",
+        "3",
+        "--log",
+        str(tmp_path / "first.json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip (its log in tmp_path, not the working directory)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]
     init = d / "ck_3.pt"
