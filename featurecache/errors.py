@@ -69,6 +69,17 @@ class StoreError(FeatureCacheError, OSError):
     """The store is missing, unreadable, unwritable or inconsistent."""
 
 
+class UnfinishedBuildError(StoreError):
+    """A store whose first build has not finished (its index lists only the entries written so far,
+    without the MSAs and conformers of the stages still to run) given to a reader that trains on it
+    (``store.reader.unfinished_build_error``). ``reason``: the message without the caller's own way
+    to read it anyway (``anyway``, appended)."""
+
+    def __init__(self, reason: str, anyway: str = "") -> None:
+        super().__init__(reason + anyway)
+        self.reason = reason
+
+
 class StoreVersionError(StoreError):
     """The store was written with a format or schema version this code cannot read."""
 

@@ -292,7 +292,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     iterator raises ``LoaderError`` instead of spinning forever on a broken source (None = never).
     ``allow_unfinished``: read a local store whose first build has not finished (interrupted, or
     still running) as it is; by default such a store is refused with
-    :class:`~featurecache.store.reader.UnfinishedBuildError` (a ``StoreError``), since its index lists
+    :class:`~featurecache.errors.UnfinishedBuildError` (a ``StoreError``), since its index lists
     only the entries written so far, without the MSAs and reference conformers still to come
     (a lookup service does not serve it: 503 until its build ends).
 

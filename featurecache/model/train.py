@@ -56,12 +56,12 @@ from featurecache.errors import (
     FeatureCacheError,
     InvalidRequest,
     TrainingError,
+    UnfinishedBuildError,
     UsageError,
 )
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import Trunk
-from featurecache.store.reader import UnfinishedBuildError
 from featurecache.store.versions import FeaturizerChanged
 from featurecache.strict_json import finite
 
@@ -342,7 +342,7 @@ def make_batches(
     do not depend on which of its ``workers`` finishes first.
 
     A local store whose first build has not finished is refused
-    (:class:`~featurecache.store.reader.UnfinishedBuildError`), and a lookup service's refusal of
+    (:class:`~featurecache.errors.UnfinishedBuildError`), and a lookup service's refusal of
     the token (or of none) says how to give one."""
     if store is None and url is None:
         drawn = int((state or {}).get("synthetic_drawn", 0))

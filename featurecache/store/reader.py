@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from featurecache.errors import InvalidRequest, NotFound, StoreError
+from featurecache.errors import InvalidRequest, NotFound, StoreError, UnfinishedBuildError
 from featurecache.store.base import FeatureReader
 from featurecache.store.index import (
     complete_parts,
@@ -514,16 +514,6 @@ def open_store(path: str | Path) -> LocalStore:
     (``info``, ``verify`` and ``plan`` read its progress): its ``finished`` is False, and
     :func:`unfinished_build_error` says why a training reader refuses it."""
     return LocalStore(path)
-
-
-class UnfinishedBuildError(StoreError):
-    """A store whose first build has not finished (:attr:`LocalStore.finished` False: its index is
-    flagged ``store.index.UNFINISHED_KEY``) given to a reader that trains on it. ``reason``: the
-    words without a caller's own way to read it anyway."""
-
-    def __init__(self, reason: str, anyway: str = "") -> None:
-        super().__init__(reason + anyway)
-        self.reason = reason
 
 
 def unfinished_build_error(store: LocalStore, anyway: str = "") -> UnfinishedBuildError | None:

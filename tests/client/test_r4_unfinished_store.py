@@ -27,9 +27,8 @@ import pytest
 import featurecache.build.run as build_run
 from featurecache import open_store
 from featurecache.client import FeatureDataset
-from featurecache.errors import StoreError
+from featurecache.errors import StoreError, UnfinishedBuildError
 from featurecache.store.index import first_build_finished
-from featurecache.store.reader import UnfinishedBuildError
 from tests.conftest import REPO, SAMPLES, build_store
 
 
