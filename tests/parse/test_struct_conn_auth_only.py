@@ -125,7 +125,7 @@ def test_unresolvable_rows_are_warnings_not_errors() -> None:
     data = _edit_209d("6  PXA C 'C0'' ? 7  THR C N", "6  PXA C ZZ9 ? 7  THR C N")
     data = data.replace(b"1  THR C N     ? 6  PXA C C0 ", b"?  THR C N     ? 6  PXA C C0 ")
     s = featurize_bytes(data, "209d-assembly1.cif", "209d")
-    problems = [w for w in s.warnings if w.startswith("_struct_conn")]
+    problems = [w for w in s.parse_warnings if w.startswith("_struct_conn")]  # the parser's (stage parse)
     assert len(problems) == 2
     assert any("row 7" in w and "ZZ9" in w for w in problems)
     assert any("row 3" in w for w in problems)
