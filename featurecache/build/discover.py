@@ -334,18 +334,18 @@ def input_paths(
     yield from walk_inputs(Path(pdb_dir), exclude, aliases)
 
 
-def unread_reason(path: Path, rel: str) -> str:
+def unread_reason(path: Path, rel: str, what: str = "structure") -> str:
     """Why the input at ``path`` (``rel``: its escaped path) is not read ("": it is read): a broken
-    symbolic link (:func:`broken_link_error`) or not a regular file (:func:`not_regular_error`).
-    A symlink loop is read (that fails, and the failure names it); so is a file ``os.stat`` cannot
-    reach for another reason."""
+    symbolic link (:func:`broken_link_error`) or not a regular file (:func:`not_regular_error`;
+    ``what`` the file was to hold). A symlink loop is read (that fails, and the failure names it);
+    so is a file ``os.stat`` cannot reach for another reason."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR) and path.is_symlink():
             return broken_link_error(rel, path, exc)
         return ""
-    return "" if stat.S_ISREG(mode) else not_regular_error(rel, mode)
+    return "" if stat.S_ISREG(mode) else not_regular_error(rel, mode, what)
 
 
 class MSADirFiles:

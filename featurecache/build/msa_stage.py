@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import re
-import stat
 import time
 import zlib
 from collections import Counter
@@ -57,12 +56,11 @@ from typing import TYPE_CHECKING, Any
 from featurecache.build.digest_cache import DIGEST_CACHE_DIR, RACY_NS
 from featurecache.build.discover import (
     alias_paths,
-    broken_link_error,
     escaped_path,
     name_error,
-    not_regular_error,
     resolved,
     store_skip,
+    unread_reason,
     walk_inputs,
 )
 from featurecache.build.granularity import cut_by_weight
@@ -383,13 +381,14 @@ def _candidate_files(
     for p in walk_inputs(msa_dir, store, aliases, warn):
         raw = p.relative_to(msa_dir).as_posix()
         rel = escaped_path(raw)
+        reason = unread_reason(p, rel, "alignment")
+        if reason:
+            unread.append(reason)
+            continue
         try:
             st = p.stat()
-        except OSError as exc:
-            unread.append(broken_link_error(rel, p, exc) if p.is_symlink() else f"cannot read {rel}: {exc}")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            unread.append(not_regular_error(rel, st.st_mode, "alignment"))
+        except OSError as exc:  # a symlink loop, a file that went away since the listing
+            unread.append(f"cannot read {rel}: {exc.strerror or exc}")
             continue
         if rel != raw and bad_names is not None:
             bad_names.add(rel)
