@@ -124,6 +124,7 @@ def run_server(
     import uvicorn
 
     from featurecache import open_store
+    from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, token_from_environment
     from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
     from services.lookup.settings import check_settings, check_token_source
 
@@ -141,11 +142,10 @@ def run_server(
         raise StoreError(f"cannot serve {path}: {exc}") from exc
     _check_bind(host, port)  # before "serving …": a port in use is one error line, not a log then uvicorn's
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
-    if not _is_loopback(host) and not (os.environ.get("FEATURECACHE_AUTH_TOKEN")
-                                       or os.environ.get("FEATURECACHE_AUTH_TOKEN_FILE")):  # fmt: skip
+    if not _is_loopback(host) and token_from_environment() is None:  # (checked above: it reads)
         log.warning("serving on %s without a token: anyone who can reach this machine on port %d reads the "
-                    "store; set FEATURECACHE_AUTH_TOKEN (or FEATURECACHE_AUTH_TOKEN_FILE, or --token) to require "
-                    "one, or serve on 127.0.0.1", host, port)  # fmt: skip
+                    "store; set %s (or %s, or --token) to require one, or serve on 127.0.0.1",
+                    host, port, TOKEN_ENV, TOKEN_FILE_ENV)  # fmt: skip
     for line in version_notes(store_versions(opened), str(path)):  # data of another featurizer, or mixed
         log.warning("%s", line)
     for line in msa_stage_notes(opened):  # MSAs merged by an older MSA stage (as info and verify say)
