@@ -10,7 +10,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from featurecache.model.train import run_training
 from services.lookup.server import background_server
 from tests.client.test_r4_unfinished_store import killed_first_build
 from tests.conftest import REPO
-from tests.model.test_train_guards import _cli, _steps_logged, _strict_json
+from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
 
 
@@ -76,17 +75,7 @@ def test_the_line_a_stopped_run_ends_with_continues_it(sample_store: Path, tmp_p
             "--lr", "0.002", "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
     with err.open("w") as stderr:
         proc = _cli(*args, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO)
-        try:
-            deadline = time.monotonic() + 300
-            while len(_steps_logged(log)) < 1:
-                assert proc.poll() is None, err.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no step logged within 300 s"
-                time.sleep(0.2)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _stop_after(proc, log, 1, signal.SIGINT, err)
     assert proc.returncode == 130, err.read_text()[-3000:]
     last = err.read_text().strip().splitlines()[-1]
     hint = last.partition("continue with ")[2]

@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from featurecache.cli import app
 from featurecache.model.train import load_checkpoint, run_training
-from tests.model.test_train_guards import _cli, _steps_logged, _strict_json
+from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
 
 
@@ -27,17 +26,7 @@ def test_train_cli_on_sigterm_says_how_to_continue(sample_store: Path, tmp_path:
             "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
     with err.open("w") as stderr:
         proc = _cli(*args, stdout=subprocess.PIPE, stderr=stderr)
-        try:
-            deadline = time.monotonic() + 300
-            while len(_steps_logged(log)) < 1:
-                assert proc.poll() is None, err.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no step logged within 300 s"
-                time.sleep(0.2)
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _stop_after(proc, log, 1, signal.SIGTERM, err)
     text = err.read_text()
     assert proc.returncode == -signal.SIGTERM, text[-3000:]
     done = len(_strict_json(log)["steps"])

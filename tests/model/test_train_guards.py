@@ -86,6 +86,22 @@ def test_log_is_written_as_the_run_goes(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------- SIGTERM
+def _stop_after(proc: subprocess.Popen[str], log: Path, steps: int, sig: int, output: Path) -> None:
+    """Wait until the run ``proc`` has logged ``steps`` steps in ``log`` (its stderr, or stdout and
+    stderr, in ``output``), send it ``sig`` and wait for it to end; killed on the way out if not."""
+    try:
+        deadline = time.monotonic() + 300
+        while len(_steps_logged(log)) < steps:  # the log as it goes
+            assert proc.poll() is None, output.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"not {steps} step(s) logged within 300 s"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _steps_logged(path: Path) -> list[Any]:
     try:
         return list(_strict_json(path)["steps"])
@@ -307,17 +323,7 @@ def test_train_cli_on_sigterm_writes_log_and_checkpoint_and_dies_of_the_signal(
             "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
     with out.open("w") as output:
         proc = _cli(*args, "--steps", "100000", stdout=output, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 300
-            while len(_steps_logged(log)) < 2:  # the log as it goes: two steps done
-                assert proc.poll() is None, out.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no second step logged within 300 s"
-                time.sleep(0.2)
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _stop_after(proc, log, 2, signal.SIGTERM, out)  # two steps done
     text = out.read_text()
     assert proc.returncode == -signal.SIGTERM, text[-3000:]
     assert "SIGTERM" in text and "Traceback" not in text
