@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,21 +28,31 @@ def indexed_parts(store: Path) -> set[str]:
         return set()
 
 
-def kill_after_the_pre_msa_rebuild(store: Path, pdb: Path, msas: Path, ccd: Path) -> None:
-    """Run the extension as a CLI build and SIGKILL it (its embedded cluster too) once an index
-    rebuild has taken in its new structure part (the one before its MSA stage), before the build ends."""
-    before = structure_parts(store)
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--msa-dir", str(msas),
-           "--ccd", str(ccd), "--out", str(store), "--workers", "1", "--no-progress"]  # fmt: skip
+def kill_build_when(args: list[str], ready: Callable[[], bool], what: str) -> None:
+    """Run ``featurecache build ARGS`` (one worker, no progress) as a CLI process and SIGKILL it,
+    its embedded cluster too, as soon as ``ready()`` holds (``what``: the moment, for the timeout's
+    message); it must still be running then."""
+    cmd = [sys.executable, "-m", "featurecache.cli", "build", *args, "--workers", "1", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while not (indexed_parts(store) & (structure_parts(store) - before)):
+        while not ready():
             assert proc.poll() is None, f"the build ended first (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "no index rebuild took in the new part within 300 s"
+            assert time.monotonic() < deadline, f"{what} not within 300 s"
             time.sleep(0.005)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     assert proc.returncode == -signal.SIGKILL  # killed, not ended: the stages had not all run
+
+
+def kill_after_the_pre_msa_rebuild(store: Path, pdb: Path, msas: Path, ccd: Path) -> None:
+    """Run the extension as a CLI build and SIGKILL it (its embedded cluster too) once an index
+    rebuild has taken in its new structure part (the one before its MSA stage), before the build ends."""
+    before = structure_parts(store)
+    kill_build_when(
+        ["--pdb-dir", str(pdb), "--msa-dir", str(msas), "--ccd", str(ccd), "--out", str(store)],
+        lambda: bool(indexed_parts(store) & (structure_parts(store) - before)),
+        "no index rebuild took in the new part",
+    )

@@ -11,13 +11,8 @@ stages have run), and a build watched from another thread while it runs.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +24,8 @@ from featurecache import open_store
 from featurecache.client import FeatureDataset
 from featurecache.errors import StoreError, UnfinishedBuildError
 from featurecache.store.index import first_build_finished
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store
+from tests.killed_builds import kill_build_when
 
 
 def _indexed_entries(store: Path) -> int:
@@ -43,21 +39,12 @@ def _indexed_entries(store: Path) -> int:
 def killed_first_build(store: Path) -> Path:
     """``store`` as a first build leaves it when SIGKILLed once it has published an index of some
     entries, flagged unfinished (what a Ctrl-C after "structures N/N done" leaves too)."""
-    cmd = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(SAMPLES / "structures"),
-           "--msa-dir", str(SAMPLES / "msas"), "--ccd", str(SAMPLES / "ccd"), "--out", str(store),
-           "--workers", "1", "--part-size", "2", "--no-progress", "--no-dashboard"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while first_build_finished(store) or not _indexed_entries(store):
-            assert proc.poll() is None, f"the build ended first (exit {proc.returncode})"
-            assert time.monotonic() < deadline, "no index published within 300 s"
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
+    kill_build_when(
+        ["--pdb-dir", str(SAMPLES / "structures"), "--msa-dir", str(SAMPLES / "msas"), "--ccd",
+         str(SAMPLES / "ccd"), "--out", str(store), "--part-size", "2", "--no-dashboard"],
+        lambda: not first_build_finished(store) and _indexed_entries(store) > 0,
+        "no index published",
+    )  # fmt: skip
     return store
 
 
