@@ -688,7 +688,9 @@ def _run_build(
             # the whole; a finished store's extension publishes as it goes, as it always did
             finished = first_build_finished(out)
             previous = _previous_pdb_dir(out)
-            if previous is not None and previous != str(pdb_dir):
+            if previous is not None and resolved(Path(previous)) != resolved(
+                pdb_dir
+            ):  # (spelled or linked otherwise: the same)
                 summary.previous_pdb_dir = previous
             init_store(
                 out,

@@ -172,6 +172,11 @@ def test_an_entry_replaced_from_another_pdb_dir_names_the_directory_it_came_from
     assert (
         f"the store's previous build read {steps.inputs}: these entries now come from this --pdb-dir" in row
     )
+    # the same directory through a link is no other directory
+    (tmp_path / "link").symlink_to(other)
+    (other / "102m.cif").write_bytes((other / "102m.cif").read_bytes() + b"#\n")
+    again = build_store(store, tmp_path / "link", workers=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
+    assert (again.n_replaced, again.previous_pdb_dir) == (1, None)
 
 
 def test_store_size_is_every_file_under_the_store(steps: Steps) -> None:
