@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from featurecache.errors import FeatureCacheError, NotFound, StoreError, UsageError
+from featurecache.text import first_named
 
 EXIT_OK = 0
 EXIT_INPUT_FAILURES = 1
@@ -463,7 +464,7 @@ MISMATCH lines, printed also after a repair that wrote).
 
 def _names(ds: list[Any], limit: int = 10) -> str:
     shown = [f"{d.id}" if d.kind == "entry" else f"MSA {d.id[:12]}… ({d.chains or 'no chain'})" for d in ds]
-    return ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
+    return first_named(shown, limit)
 
 
 def _print_repair_hint(store: Path, report: Any) -> None:
@@ -590,9 +591,7 @@ def _dropped_lines(result: Any) -> list[str]:
     lines = []
     for table, parts in result.dropped.items():
         for part, ids in parts.items():
-            shown = ", ".join(i for i in ids[:10] if i) + (
-                f" and {len(ids) - 10} more" if len(ids) > 10 else ""
-            )
+            shown = first_named([i for i in ids if i], 10)
             label = _DROPPED_ROW.get(table, f"{table} row")
             rows = f"{len(ids)} {label}{'s' if len(ids) != 1 else ''}" + (f" ({shown})" if shown else "")
             if table == "components":

@@ -31,6 +31,7 @@ from featurecache.store.layout import (
 )
 from featurecache.store.msa import MSAPartContents, write_msa_part
 from featurecache.store.writer import SOURCE_DIR, PartContents, write_structure_part
+from featurecache.text import first_named
 
 log = logging.getLogger(__name__)
 
@@ -270,12 +271,13 @@ def walk_inputs(
         for p, real in again:
             _add_alias(aliases, _rel_posix(read[real], root), _rel_posix(p, root))
     if again and warn:
-        shown = "; ".join(f"{p} ({real}, read as {read[real]})" for p, real in again[:WALK_SKIPPED_SHOWN])
-        more = f"; and {len(again) - WALK_SKIPPED_SHOWN} more" if len(again) > WALK_SKIPPED_SHOWN else ""
+        shown = first_named(
+            (f"{p} ({real}, read as {read[real]})" for p, real in again), WALK_SKIPPED_SHOWN, "; "
+        )
         log.warning(
             "%s: %d director%s not read again: each real directory is read once (a symlink to an ancestor "
-            "would loop; a second path to one directory would read its files twice): %s%s",
-            root, len(again), "y" if len(again) == 1 else "ies", shown, more,
+            "would loop; a second path to one directory would read its files twice): %s",
+            root, len(again), "y" if len(again) == 1 else "ies", shown,
         )  # fmt: skip
 
 

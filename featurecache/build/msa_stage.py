@@ -82,6 +82,7 @@ from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_align
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
+from featurecache.text import first_named
 from featurecache.types import ParsedMSA
 
 if TYPE_CHECKING:
@@ -394,9 +395,13 @@ def _candidate_files(
             bad_names.add(rel)
         files.append((rel, st.st_size, st.st_mtime_ns))
     if unread and warn:
-        log.warning("--msa-dir %s: %d entr%s not read: %s", msa_dir, len(unread), "y" if len(unread) == 1 else "ies",
-                    "; ".join(unread[:MAX_UNREAD_NAMED]) + (f"; and {len(unread) - MAX_UNREAD_NAMED} more"
-                                                            if len(unread) > MAX_UNREAD_NAMED else ""))  # fmt: skip
+        log.warning(
+            "--msa-dir %s: %d entr%s not read: %s",
+            msa_dir,
+            len(unread),
+            "y" if len(unread) == 1 else "ies",
+            first_named(unread, MAX_UNREAD_NAMED, "; "),
+        )
     return sorted(files)
 
 
@@ -1124,9 +1129,7 @@ def _scan_failures(
             }
         )
     if unnamed_empty:
-        shown = ", ".join(unnamed_empty[:5]) + (
-            f" and {len(unnamed_empty) - 5} more" if len(unnamed_empty) > 5 else ""
-        )
+        shown = first_named(unnamed_empty, 5)
         log.warning("%d empty MSA file(s) (no text) whose path names no entry of the store, left out: %s",
                     len(unnamed_empty), shown)  # fmt: skip
     return out
@@ -1190,8 +1193,7 @@ def _left_out(
         return "the file is left out (its path names no polymer chain of the store)"
     parts = []
     for (one, many), names in outcome.items():
-        shown = ", ".join(names[:SHOWN_CHAINS]) + (f" and {len(names) - SHOWN_CHAINS} more"
-                                                   if len(names) > SHOWN_CHAINS else "")  # fmt: skip
+        shown = first_named(names, SHOWN_CHAINS)
         parts.append(f"chain {shown} gets {one}" if len(names) == 1 else f"chains {shown} get {many}")
     return "the file is left out: " + "; ".join(parts)
 

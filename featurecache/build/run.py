@@ -67,6 +67,7 @@ from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
 from featurecache.store.versions import extension_notes
 from featurecache.store.writer import PartContents, write_structure_part
+from featurecache.text import first_named
 
 log = logging.getLogger(__name__)
 
@@ -1247,7 +1248,7 @@ def changed_inputs_line(summary: BuildSummary) -> str | None:
     if not summary.changed_inputs:
         return None
     files = sorted(summary.changed_inputs)
-    shown = "; ".join(files[:8]) + (f"; and {len(files) - 8} more" if len(files) > 8 else "")
+    shown = first_named(files, 8, "; ")
     return (f"{len(files)} structure files changed during the build and were stored as read: {shown}; "
             "if any was still being written, run the build again when it is complete (it reads a "
             "changed file again)")  # fmt: skip
@@ -1264,7 +1265,7 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
     if ccd is None:
         return f"no --ccd: {what} keep only the file's atoms: {rules}; pass --ccd"
     codes = sorted(summary.undefined_residues, key=lambda c: (-summary.undefined_residues[c], c))
-    shown = ", ".join(codes[:8]) + (f" and {len(codes) - 8} more" if len(codes) > 8 else "")
+    shown = first_named(codes, 8)
     return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
 
 
@@ -1427,17 +1428,12 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
         return None
     what = []
     if n_e:
-        shown = ", ".join(summary.entries_gone[:SHOWN_GONE])
-        more = f" and {n_e - SHOWN_GONE} more" if n_e > SHOWN_GONE else ""
-        what.append(
-            f"{n_e} stored entr{'y' if n_e == 1 else 'ies'}" + (f" ({shown}{more})" if detail else "")
-        )
+        shown = first_named(summary.entries_gone, SHOWN_GONE)
+        what.append(f"{n_e} stored entr{'y' if n_e == 1 else 'ies'}" + (f" ({shown})" if detail else ""))
     if n_m:
         named = ""
         if detail and summary.msas_gone:
-            shown_m = "; ".join(summary.msas_gone[:SHOWN_GONE])
-            more_m = f" and {n_m - SHOWN_GONE} more" if n_m > SHOWN_GONE else ""
-            named = f" (used by {shown_m}{more_m})"
+            named = f" (used by {first_named(summary.msas_gone, SHOWN_GONE, '; ')})"
         what.append(f"{n_m} stored MSA{'s' if n_m != 1 else ''}{named}")
     where = " / ".join(d for d, n in (("--pdb-dir", n_e), ("--msa-dir", n_m)) if n)
     how = "STORE --sources-gone PDB_DIR" + (" --msa-dir MSA_DIR" if n_m else "")

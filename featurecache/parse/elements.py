@@ -21,6 +21,7 @@ import gemmi
 
 from featurecache.chem.standard import standard_component
 from featurecache.errors import ParseError
+from featurecache.text import first_named
 
 if TYPE_CHECKING:
     from featurecache.tokenize.af3 import ComponentAtoms
@@ -73,12 +74,13 @@ def resolve_unknown_elements(
             stage="parse",
         )
     by_residue = Counter(resolved)
-    listed = ", ".join(f"{code} {n}" for code, n in by_residue.most_common(_MAX_NAMED))
-    more = f" and {len(by_residue) - _MAX_NAMED} more residue names" if len(by_residue) > _MAX_NAMED else ""
+    listed = first_named(
+        (f"{code} {n}" for code, n in by_residue.most_common()), _MAX_NAMED, noun="residue names"
+    )
     return (
         f"no element in the file (mmCIF type_symbol or PDB element columns missing, '?' or not an element) "
         f"for {len(resolved)} atom(s): taken from their residues' definitions by atom name (atoms by "
-        f"residue: {listed}{more})"
+        f"residue: {listed})"
     )
 
 
@@ -115,10 +117,8 @@ def _element_of(
 
 
 def _atoms(names: list[str]) -> str:
-    more = f" and {len(names) - _MAX_ATOMS} more" if len(names) > _MAX_ATOMS else ""
-    return ", ".join(names[:_MAX_ATOMS]) + more
+    return first_named(names, _MAX_ATOMS)
 
 
 def _listed(items: list[str]) -> str:
-    more = f"; and {len(items) - _MAX_NAMED} more residues" if len(items) > _MAX_NAMED else ""
-    return "; ".join(items[:_MAX_NAMED]) + more
+    return first_named(items, _MAX_NAMED, "; ", noun="residues")

@@ -24,6 +24,7 @@ from featurecache.const import ATOM_NAME_CHARS, RES_NAME_CHARS
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
 from featurecache.parse.a3m import UTF8_BOM
 from featurecache.parse.elements import resolve_unknown_elements
+from featurecache.text import first_named
 
 if TYPE_CHECKING:
     from featurecache.tokenize.af3 import ComponentAtoms
@@ -380,8 +381,7 @@ _MAX_NAMED = 5
 
 def _named(items: list[str], sep: str) -> str:
     """The first :data:`_MAX_NAMED` of ``items`` joined by ``sep``, and how many more there are."""
-    more = f" and {len(items) - _MAX_NAMED} more" if len(items) > _MAX_NAMED else ""
-    return sep.join(items[:_MAX_NAMED]) + more
+    return first_named(items, _MAX_NAMED, sep)
 
 
 def _check_name_widths(block: gemmi.cif.Block, st: gemmi.Structure, name: str) -> None:

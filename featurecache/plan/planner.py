@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from featurecache.errors import FeatureCacheError, InvalidRequest, StoreError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.plan.memory import MemoryEstimate, Precision, estimate_step, max_tokens_within
+from featurecache.text import first_named
 
 log = logging.getLogger(__name__)
 
@@ -271,8 +272,7 @@ def stale_plan_warning(
         return None
 
     def named(what: list[str]) -> str:
-        more = f" and {len(what) - SHOWN_STALE} more" if len(what) > SHOWN_STALE else ""
-        return ", ".join(sorted(what)[:SHOWN_STALE]) + more
+        return first_named(sorted(what), SHOWN_STALE)
 
     def count(n: int) -> str:
         return f"{n} entr{'y' if n == 1 else 'ies'}"

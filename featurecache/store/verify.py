@@ -55,6 +55,7 @@ from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import array_metadata, array_names, fill_only_shards, shard_files
 from featurecache.store.versions import msa_stage_notes, part_record, store_versions, version_notes
 from featurecache.store.writer import GROUP_HASHES
+from featurecache.text import first_named
 
 log = logging.getLogger(__name__)
 
@@ -604,7 +605,7 @@ def _entry_problems(
 def _no_component_problem(no_component: dict[str, list[str]]) -> str:
     """One line for :attr:`VerifyReport.no_component`: the codes, and the entries using them."""
     ids = sorted({i for entry_ids in no_component.values() for i in entry_ids})
-    shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    shown = first_named(ids, 10)
     return (f"{NO_COMPONENT_PROBLEM} {', '.join(sorted(no_component))}, used by {len(ids)} "
             f"entr{'y' if len(ids) == 1 else 'ies'} ({shown}): their atoms have no reference conformer "
             "(ref_mask False) until a build's chem stage computes them, which it does after `featurecache verify "
