@@ -244,6 +244,7 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
         "bytes": dict(sizes[0]) if sizes is not None else None,
         "failures_by_stage": dict(by_stage),
         "failures_by_error": dict(by_class),
+        "warnings_by_stage": dict(sorted(_value_counts(store.warnings, "stage").items())),
         "removed": removed_counts(store),
         "held_parts": held_parts(store),
         "build_inputs": recorded_build_inputs(store.attributes),
@@ -371,8 +372,8 @@ def print_info(
     t.add_row("size", f"{info['bytes']['total'] / 1e6:.2f} MB (index {info['bytes']['index'] / 1e3:.0f} kB)")
     for stage, n in sorted(info["failures_by_stage"].items()):
         t.add_row(f"failed at {stage}", str(n))
-    if info["counts"]["warnings"]:
-        by_stage = ", ".join(f"{k} {n}" for k, n in sorted(_value_counts(store.warnings, "stage").items()))
+    if info["warnings_by_stage"]:
+        by_stage = ", ".join(f"{k} {n}" for k, n in info["warnings_by_stage"].items())
         t.add_row(
             "warnings by stage",
             f"{by_stage}{'' if warnings else ' (featurecache info STORE --warnings lists them)'}",

@@ -93,7 +93,9 @@ def _info_lists_the_warnings(store: Path) -> None:
     doc = json.loads(_info(str(store), "--json", "--warnings"))
     assert sorted(w["entry_id"] for w in doc["warnings"]) == ["disordered", "two_blocks"]
     assert all(set(w) == {"entry_id", "stage", "message", "path"} for w in doc["warnings"])
-    assert "warnings" not in json.loads(_info(str(store), "--json"))  # listed only when asked
+    plain = json.loads(_info(str(store), "--json"))
+    assert "warnings" not in plain  # listed only when asked
+    assert plain["warnings_by_stage"] == {"parse": 1, "tokenize": 1}
 
 
 def test_a_few_warnings_are_named_each_stage_first_and_messages_cut() -> None:

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,13 +125,17 @@ def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage)
 
 def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> None:
     """``info --json`` of this code = that of the stage-2 package on the same store plus
-    ``msa_stages``: no existing key changed."""
+    ``msa_stages`` and ``warnings_by_stage`` (the count of the store's warnings by stage, added later):
+    no existing key changed."""
     mine = _cli("info", "--json", str(stage_stores.old))
     theirs = _cli("info", "--json", str(stage_stores.old), package=stage_stores.package)
     assert mine.returncode == 0 and theirs.returncode == 0, mine.stderr + theirs.stderr
     got, before = json.loads(mine.stdout), json.loads(theirs.stdout)
     assert "msa_stages" not in before
     stages = got.pop("msa_stages")
+    assert "warnings_by_stage" not in before
+    listed = json.loads(_cli("info", "--json", "--warnings", str(stage_stores.old)).stdout)["warnings"]
+    assert got.pop("warnings_by_stage") == dict(sorted(Counter(w["stage"] for w in listed).items()))
     assert stages["msas"] == {"3 or older": 1}
     # held_parts: no part is held; 3f92635 added its new/updated counts (0 here)
     assert got["held_parts"] == {**before["held_parts"], "new": 0, "updated": 0}

@@ -23,9 +23,9 @@ from tests.conftest import REPO, SAMPLES, build_store
 from tests.killed_builds import kill_after_the_pre_msa_rebuild, structure_parts
 
 MSAS, CCD = SAMPLES / "msas", SAMPLES / "ccd"
-#: the keys `info --json` had before held_parts (each kept as it was)
+#: the keys `info --json` had before held_parts (each kept as it was), and warnings_by_stage (session 35)
 KEYS = {"path", "versions", "config_hash", "updated", "counts", "parts", "bytes", "failures_by_stage",
-        "failures_by_error", "removed", "build_inputs", "featurizer_versions"}  # fmt: skip
+        "failures_by_error", "removed", "build_inputs", "featurizer_versions", "warnings_by_stage"}  # fmt: skip
 
 
 def _info(store: Path) -> tuple[dict[str, Any], str]:
