@@ -109,7 +109,11 @@ class AuthenticationError(ServiceError, PermissionError):
 
 
 class LoaderError(FeatureCacheError, RuntimeError):
-    """The training client cannot go on (e.g. every one of many samples in a row failed)."""
+    """The training client cannot go on (e.g. every one of many samples in a row failed).
+    ``error_class``: the class name of the last sample's failure when that is why (e.g.
+    ``"AuthenticationError"``: the service refused the token mid-run), else None."""
+
+    error_class: str | None = None
 
 
 class TrainingError(FeatureCacheError, RuntimeError):

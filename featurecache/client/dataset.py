@@ -540,12 +540,16 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 if rec.error_class in SOURCE_FAILURES:
                     source_failures += 1
                     if self.max_source_failures is not None and source_failures >= self.max_source_failures:
-                        raise LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; "
-                                          f"the last: position {rec.position} ({rec.entry_id}): {rec.error_class}: "
-                                          f"{rec.message}")  # fmt: skip
+                        failed = LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; "
+                                             f"the last: position {rec.position} ({rec.entry_id}): {rec.error_class}: "
+                                             f"{rec.message}")  # fmt: skip
+                        failed.error_class = rec.error_class
+                        raise failed
                 if self.max_consecutive_skips is not None and in_a_row >= self.max_consecutive_skips:
-                    raise LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
-                                      f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
+                    failed = LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
+                                         f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
+                    failed.error_class = rec.error_class
+                    raise failed
                 continue
             in_a_row = source_failures = 0
             sample = out.value

@@ -55,6 +55,7 @@ from featurecache.errors import (
     AuthenticationError,
     FeatureCacheError,
     InvalidRequest,
+    LoaderError,
     TrainingError,
     UnfinishedBuildError,
     UsageError,
@@ -1760,7 +1761,13 @@ def run_training(
 
         def data_failure(cause: Exception) -> Exception:
             """What to raise when the batch source fails after the steps done: the model is intact, so
-            those steps are checkpointed (with ``checkpoint``, on one rank) and the error names it."""
+            those steps are checkpointed (with ``checkpoint``, on one rank) and the error names it. A
+            service that refused the token mid-run (restarted with a rotated one) gets the advice a
+            refusal at the first contact gets."""
+            if isinstance(cause, LoaderError) and cause.error_class == "AuthenticationError":
+                refused = LoaderError(f"{_first_line(cause)}; {_token_advice(token)}")
+                refused.error_class = cause.error_class
+                cause = refused
             done = first_step + len(records)
             commit()  # the run ends here: no next loss will vouch for it
             if checkpoint is None or done == first_step:
