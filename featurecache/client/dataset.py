@@ -22,7 +22,14 @@ The sampler defines one stream of positions ``0, 1, 2, …`` (epoch ``e`` is
 ``(p // W) % K == w`` (``r`` and ``W`` are the trainer's, also in a spawned worker, which has no
 process group). Every sample's randomness comes from a generator seeded by
 ``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
-restart (:meth:`FeatureDataset.sample` recomputes one).
+restart (:meth:`FeatureDataset.sample` recomputes one). Every rank must be given the same
+``seed`` (and sampler settings): ranks of other seeds draw other permutations, and their shares
+then overlap and leave entries out. In per-epoch mode with ``W`` > 1 the epoch is padded to
+``ceil(L / W) · W`` positions, so that every rank takes as many samples (a rank with fewer steps
+hangs a DDP job in its next collective): position ``e·L + L + j`` draws the sample of ``e·L + j``
+again, as torch's ``DistributedSampler`` pads. A skipped sample (it raised, or passed its
+deadline) still leaves its rank one short; DDP over a source that can fail samples wants infinite
+mode (a fixed number of steps) or ``torch.distributed.algorithms.Join``.
 
 Exact resume — semantics
 ------------------------
@@ -72,7 +79,11 @@ In ``infinite`` mode the stream never ends: positions run on through epochs and 
 state is the epoch of the watermark. In per-epoch mode an iteration yields the unresolved positions
 of the current epoch; one started after every position of the epoch was resolved begins the next
 epoch, as re-iterating a dataset each epoch does (:meth:`~FeatureDataset.set_epoch` picks one
-explicitly). An iteration the trainer stopped early is continued, not restarted, by the next.
+explicitly; in infinite mode it does nothing). An iteration the trainer stopped early is
+continued, not restarted, by the next. Through a plain ``DataLoader`` with workers, whose trainer
+copy does not see what its workers yield (unless the trainer calls ``consume``), a pass begins
+the next epoch once every worker of the pass before ran its part of the epoch to the end (the
+workers prefetch: a loop broken near an epoch's end may not have received its last batches).
 """
 
 from __future__ import annotations
@@ -138,6 +149,11 @@ MIN_MAX_LAG: Final = 1024
 #: stop, stride, offset, base, overflow, and the trainer's current watermark
 _H_PUBLISHED, _H_BASE, _H_OVERFLOW, _H_WATERMARK = 0, 5, 6, 7
 _HEADER_BYTES: Final = 8 * 8
+#: positions the shared mirror covers past the epoch's length: a rank's per-epoch share is padded
+#: to ``ceil(L / W)`` positions, up to ``W - 1`` past the epoch
+SHARE_PADDING_SPAN: Final = 4096
+#: DataLoader worker ids whose finished passes the mirror records (:meth:`SharedPositions.record_pass`)
+MAX_RECORDED_WORKERS: Final = 256
 
 
 # ------------------------------------------------------------------------- state for workers
@@ -157,6 +173,9 @@ class SharedPositions:
 
     def __init__(self, span: int) -> None:
         self.buf = torch.zeros(_HEADER_BYTES + span, dtype=torch.uint8).share_memory_()
+        #: per DataLoader worker id: (epoch, worker count, mirror resets) of its last pass run to
+        #: its end in per-epoch mode; -1: none
+        self.passes = torch.full((MAX_RECORDED_WORKERS, 3), -1, dtype=torch.int64).share_memory_()
         self._views()
 
     def _views(self) -> None:
@@ -164,11 +183,33 @@ class SharedPositions:
         self.header, self.mask = a[:_HEADER_BYTES].view(np.int64), a[_HEADER_BYTES:]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"buf": self.buf}  # the tensor travels as shared memory; numpy views would be copied
+        # the tensors travel as shared memory; numpy views would be copied
+        return {"buf": self.buf, "passes": self.passes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.buf = state["buf"]
+        self.buf, self.passes = state["buf"], state["passes"]
         self._views()
+
+    def record_pass(self, wid: int, n_workers: int, epoch: int, generation: int) -> None:
+        """DataLoader worker ``wid`` of ``n_workers`` ran its part of ``epoch`` to the end, in a
+        pass begun when the mirror had been reset ``generation`` times."""
+        if wid < MAX_RECORDED_WORKERS:
+            self.passes.numpy()[wid] = (epoch, n_workers, generation)
+
+    def epoch_run_by_workers(self, n_workers: int) -> int | None:
+        """The epoch that every one of ``n_workers`` DataLoader workers of the last pass ran its
+        part of to the end, the mirror not reset since (so no trainer resolved anything: a plain
+        ``DataLoader``; :class:`FeatureLoader` resets it at every pass); None when not so."""
+        if n_workers > MAX_RECORDED_WORKERS:
+            return None
+        rows = self.passes.numpy()[:n_workers]
+        if (
+            (rows[:, 0] < 0).any()
+            or (rows[:, 1] != n_workers).any()
+            or (rows[:, 2] != self.published()).any()
+        ):
+            return None
+        return int(rows[:, 0].min())
 
     def reset(self, consumed: ConsumedPositions) -> None:
         header, mask = self.header, self.mask
@@ -400,7 +441,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         self.stats = LoaderStats()
         self._consumed: ConsumedPositions | None = None
         # made now, before any DataLoader worker copies the dataset (a forked one is not pickled)
-        self._shared = SharedPositions(max(self.epoch_length, MIN_SHARED_SPAN))
+        self._shared = SharedPositions(max(self.epoch_length, MIN_SHARED_SPAN) + SHARE_PADDING_SPAN)
+        self._set_epoch_warned = False
         self._worker_passes = 0  # passes begun by this copy inside a DataLoader worker
         self._track_on_yield = True
         self._report_trailing_skips = False  # FeatureLoader's collate reads skip-only items
@@ -433,7 +475,16 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` (per-epoch mode); the consumed-position state starts afresh.
-        Reaches persistent ``DataLoader`` workers at their next pass."""
+        Reaches persistent ``DataLoader`` workers at their next pass. In infinite mode the stream
+        runs on through every epoch and this does nothing (a warning, once): starting it again at
+        an epoch would repeat the samples already drawn (the habit of calling it every N steps, as
+        with torch's ``DistributedSampler``, gave the same N samples each time)."""
+        if self.infinite:
+            if not self._set_epoch_warned:
+                log.warning("FeatureDataset(infinite=True).set_epoch(%s) does nothing: the stream goes on "
+                            "through every epoch (per-epoch mode is infinite=False)", epoch)  # fmt: skip
+                self._set_epoch_warned = True
+            return
         if epoch != self.epoch:
             self.epoch = int(epoch)
             self._consumed = None
@@ -449,7 +500,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         c = self._consumed
         if c is None or c.stride != world or c.offset != rank:
             start = 0 if self.infinite else self.epoch * self.epoch_length
-            stop = None if self.infinite else (self.epoch + 1) * self.epoch_length
+            # per epoch: every rank's share padded to ceil(L / W) positions (the last wrap to the
+            # epoch's first, as torch's DistributedSampler pads), so that ranks take as many steps
+            stop = None if self.infinite else start + -(-self.epoch_length // world) * world
             c = ConsumedPositions(start, stop, world, rank)
             self._consumed = c
             if get_worker_info() is None:  # a worker's copy never writes the trainer's mirror
@@ -466,13 +519,33 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
         self._shared.reset(self._positions())
 
-    def _worker_positions(self, first_pass: bool) -> ConsumedPositions:
+    def _worker_positions(self, first_pass: bool, n_workers: int) -> ConsumedPositions:
         """What a DataLoader worker's pass iterates: its copy's own state in the first pass of the
-        worker (the copy was taken at that pass's start), the trainer's mirrored state later."""
+        worker (the copy was taken at that pass's start), the trainer's mirrored state later; in
+        per-epoch mode, the next epoch's share when that one's is over (:meth:`_worker_epoch`)."""
+        consumed = None
         if not first_pass:
-            mirrored = self._shared.read()
-            if mirrored is not None:
-                return mirrored
+            consumed = self._shared.read()
+        if consumed is None:
+            consumed = self._positions()
+        return consumed if self.infinite else self._worker_epoch(consumed, n_workers)
+
+    def _worker_epoch(self, consumed: ConsumedPositions, n_workers: int) -> ConsumedPositions:
+        """Per-epoch mode, in a DataLoader worker at a pass's start: ``consumed`` (the state the
+        pass would iterate), or the next epoch's share when that state's epoch is over: all of it
+        resolved, or — through a plain ``DataLoader``, whose trainer copy never learns what its
+        workers yielded — every worker of the last pass ran its part of an epoch at or past it to
+        the end, and nothing was resolved since. (Before, each pass of a plain ``DataLoader`` with
+        workers repeated the trainer copy's epoch, while ``num_workers=0`` moved on.)"""
+        epoch = consumed.start // self.epoch_length
+        ran = self._shared.epoch_run_by_workers(n_workers)
+        if ran is not None and ran >= epoch and consumed.n_resolved() == 0:
+            epoch = ran + 1
+        elif next(consumed.pending(), None) is None:
+            epoch += 1
+        else:
+            return consumed
+        self.epoch, self._consumed = epoch, None  # this copy's (in a worker: the mirror is not touched)
         return self._positions()
 
     # ------------------------------------------------------------------------------ iteration
@@ -514,11 +587,15 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self._next_epoch_if_done()
             consumed = self._positions()
         else:
-            consumed = self._worker_positions(first_pass)
+            consumed = self._worker_positions(first_pass, n_workers)
         world = consumed.stride
         track = self._track_on_yield and not in_worker
         positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
-        items = ((p, self.sampler.key(p)) for p in positions)
+        length, start = self.epoch_length, consumed.start
+        # a per-epoch share's padding positions (past the epoch) draw the epoch's first samples again
+        items = (
+            (p, self.sampler.key(p if self.infinite else start + (p - start) % length)) for p in positions
+        )
         skipped: list[dict[str, Any]] = []
         in_a_row = source_failures = 0
         lag = self._max_lag if in_worker and self.infinite else None
@@ -567,6 +644,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 self.stats.record_wait(time.perf_counter() - t0)
             yield sample
             t0 = time.perf_counter()
+        if in_worker and not self.infinite:  # its part of the epoch, all of it: what the next pass reads
+            self._shared.record_pass(wid, n_workers, start // length, generation)
         if skipped and not track and self._report_trailing_skips:
             # no later sample of this pass carries them: a skip report of their own, which
             # FeatureLoader's collate keeps out of the batch's samples (else: never reported, and a
@@ -711,7 +790,9 @@ class FeatureLoader:
     ``total_wait_s`` when the pass ends after it). ``state_dict`` / ``load_state_dict``
     delegate to the dataset; load before a pass (with persistent workers too). Iterating again
     after an epoch ended starts the next one (per-epoch mode), after a stopped pass continues it.
-    Workers' batches are taken as they come (``in_order=False`` unless given).
+    Workers' batches are taken as they come (``in_order=False`` unless given), except with the
+    dataset's ``window=0``: its workers' round robin (``in_order=True``), so the batches come in the
+    stream's order, the same on every run.
 
     ``max_lag`` (infinite mode, ``num_workers`` ≥ 2, ``in_order=False``): a DataLoader worker
     hands over a sample at most this many positions of the rank's share past the trainer's
@@ -749,7 +830,8 @@ class FeatureLoader:
         kwargs["collate_fn"] = SkipReportCollate(kwargs.get("collate_fn") or collate)
         # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
-        kwargs.setdefault("in_order", False)
+        # window=0 (the stream's order, the same on every run) keeps the workers' round robin
+        kwargs.setdefault("in_order", dataset.window == 0)
         #: per-epoch drop_last: a batch of fewer samples is dropped by __iter__, resolved (None: not)
         self._drop_below: int | None = None
         if kwargs.get("drop_last") and batch_size is not None and not dataset.infinite:

@@ -1,0 +1,98 @@
+"""Epochs as a user's own training loop drives them (review R5, session 35), on a real store:
+``set_epoch`` in infinite mode, a plain ``DataLoader`` with workers across epochs, ``window=0``
+through ``FeatureLoader`` workers, and per-epoch shares of several ranks."""
+
+from __future__ import annotations
+
+import logging
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from featurecache.client import FeatureDataset, collate
+
+
+def _dataset(store: Path, **kw: Any) -> FeatureDataset:
+    kw.setdefault("crop_size", 64)
+    kw.setdefault("samples_per_epoch", 6)
+    kw.setdefault("workers", 1)
+    kw.setdefault("window", 0)
+    return FeatureDataset(store, **kw)
+
+
+def _positions(batches: Any) -> list[int]:
+    return [int(p) for b in batches for p in torch.as_tensor(b["position"]).reshape(-1).tolist()]
+
+
+def test_set_epoch_in_infinite_mode_does_not_start_the_stream_again(
+    client_store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DistributedSampler habit (``set_epoch(ep)`` every N steps) on an infinite stream: each
+    "epoch" gets the next N positions, not the first N again."""
+    ds = _dataset(client_store, infinite=True)
+    loader = ds.loader(batch_size=1)
+    got = []
+    with caplog.at_level(logging.WARNING, logger="featurecache.client.dataset"):
+        for ep in range(3):
+            ds.set_epoch(ep)
+            got.append(_positions(islice(loader, 4)))
+    ds.close()
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    said = [r.getMessage() for r in caplog.records if "set_epoch" in r.getMessage()]
+    assert len(said) == 1 and "does nothing" in said[0], said  # once, not every call
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_plain_dataloader_with_workers_moves_on_to_the_next_epoch(
+    client_store: Path, persistent: bool
+) -> None:
+    """README: iterating again after an epoch ends starts the next epoch. A plain DataLoader with
+    workers repeated epoch 0 on every pass (its trainer copy never learns what the workers yielded),
+    while num_workers=0 moved on. An explicit set_epoch still picks the epoch."""
+    ds = _dataset(client_store)
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=persistent)
+    passes = [sorted(_positions(loader)) for _ in range(3)]
+    assert passes == [list(range(0, 6)), list(range(6, 12)), list(range(12, 18))]
+    ds.set_epoch(5)
+    assert sorted(_positions(loader)) == list(range(30, 36))
+    assert sorted(_positions(loader)) == list(range(36, 42))
+    ds.close()
+
+
+def test_window_0_through_loader_workers_keeps_the_stream_order(client_store: Path) -> None:
+    """README: ``window=0`` hands samples over in the stream's order, the same on every run; through
+    ``ds.loader(num_workers=2)`` the workers' batches were taken as they came."""
+    ds = _dataset(client_store, samples_per_epoch=10)
+    loader = ds.loader(batch_size=1, num_workers=2)
+    assert loader.dataloader.in_order is True
+    assert [_positions(loader) for _ in range(2)] == [list(range(10)), list(range(10, 20))]
+    ds.close()
+
+
+def test_ranks_take_as_many_samples_per_epoch(client_store: Path) -> None:
+    """Per-epoch mode, 6 samples over 4 ranks: each rank takes ceil(6 / 4) = 2 (ranks that took
+    1 or 2 hung a DDP job in its next collective); the two padding positions draw the epoch's first
+    samples again, as torch's DistributedSampler pads. The next epoch follows on every rank."""
+    shares, next_shares, samples = [], [], {}
+    for rank in range(4):
+        ds = _dataset(client_store, rank=rank, world_size=4)
+        got = list(ds)
+        shares.append(sorted(s["position"] for s in got))
+        samples.update({s["position"]: s for s in got})
+        next_shares.append(sorted(s["position"] for s in ds))
+        ds.close()
+    assert shares == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # epoch 1 is positions 6..11 and its padding 12, 13: rank r takes those with p % 4 == r
+    assert next_shares == [[8, 12], [9, 13], [6, 10], [7, 11]]
+    for pad, drawn in ((6, 0), (7, 1)):
+        a, b = samples[pad], samples[drawn]
+        assert a["entry_id"] == b["entry_id"]
+        arrays = [k for k, v in b.items() if isinstance(v, np.ndarray)]
+        assert len(arrays) > 10 and all(np.array_equal(a[k], b[k]) for k in arrays), [
+            k for k in arrays if not np.array_equal(a[k], b[k])
+        ]
