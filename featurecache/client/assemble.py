@@ -26,7 +26,9 @@ Sample arrays (N kept tokens, A their atoms, M MSA rows, K bonded token pairs):
 ``ref_atom_name_chars`` uint8 [A,4]; ``ref_space_uid`` int32 [A] (renumbered 0.. per sample)
 =====================  ============  =========================================================
 
-plus metadata: ``entry_id`` (str), ``crop_method`` (str), ``crop_centre`` (int, -1 if none).
+plus metadata: ``entry_id`` (str), ``crop_method`` (str), ``crop_centre`` (int, -1 if none: the
+centre token of a spatial crop as an index into the *uncropped* entry's tokens, as ``token_index``
+counts them; the crop-local one is where ``token_index == crop_centre``).
 
 Reference features (AF3 supplement Table 5): ``ref_pos``, ``ref_mask``, ``ref_element`` and
 ``ref_charge`` are the reference conformer's (the CCD component's atom: ``_chem_comp_atom.charge``

@@ -1,8 +1,12 @@
 """The batch the client yields and the model consumes: names, dtypes and shapes.
 
 B = batch size, N = padded token count (≤ crop size), M = sampled MSA rows, A = padded atoms.
-Every tensor is padded to the largest sample of the batch; masks say what is real.
-One-hots are never stored: the model embeds the integer classes after the crop.
+Every tensor is padded to the largest sample of the batch; masks say what is real: padding is 0
+in every integer feature but ``restype`` and ``msa`` (gap, 31), and 0 is also a real value there
+(the first chain's ``asym_id``, ``PROTEIN`` in ``mol_type``, the first token in ``atom_to_token``),
+so gate pair features and scatters with ``token_mask`` / ``atom_mask``. An MSA row of a sample is
+real where ``msa_mask[b, m].any()``. One-hots are never stored: the model embeds the integer
+classes after the crop.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from typing import Final
 BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
     # tokens
     "restype": ("int64", "B N"),  # const.RESTYPES, 32 classes
-    "residue_index": ("int64", "B N"),
-    "asym_id": ("int64", "B N"),
-    "entity_id": ("int64", "B N"),
-    "sym_id": ("int64", "B N"),
+    "residue_index": ("int64", "B N"),  # 1-based position in the entity sequence (tokenize/af3.py)
+    "asym_id": ("int64", "B N"),  # chain, 0-based in the entry's chain order
+    "entity_id": ("int64", "B N"),  # 0-based: chains of one sequence share it
+    "sym_id": ("int64", "B N"),  # 0-based copy number among the chains of one entity
     "mol_type": ("int64", "B N"),  # const.MolType
     "token_index": ("int64", "B N"),  # position of the token in the uncropped entry
     "token_mask": ("bool", "B N"),
@@ -33,7 +37,7 @@ BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
     "has_deletion": ("float32", "B M N"),
     "deletion_value": ("float32", "B M N"),  # 2/pi * arctan(d/3)
     "profile": ("float32", "B N 32"),  # over the full (uncropped-rows) MSA
-    "deletion_mean": ("float32", "B N"),
+    "deletion_mean": ("float32", "B N"),  # mean deletion count per column (raw counts, not arctan)
     # atoms of the kept tokens
     "atom_to_token": ("int64", "B A"),  # index into the N axis
     "atom_mask": ("bool", "B A"),  # real (not padding) atom
@@ -42,7 +46,7 @@ BATCH_SCHEMA: Final[dict[str, tuple[str, str]]] = {
     "ref_pos": ("float32", "B A 3"),  # augmented reference conformer
     "ref_mask": ("bool", "B A"),
     "ref_element": ("int64", "B A"),  # atomic number
-    "ref_charge": ("float32", "B A"),
+    "ref_charge": ("float32", "B A"),  # formal charge of the CCD atom, in e
     "ref_atom_name_chars": ("int64", "B A 4"),
     "ref_space_uid": ("int64", "B A"),
 }
