@@ -51,7 +51,9 @@ epoch (in the new run's ready-first order): no duplicate, no missing sample. Ski
 not retried after a resume, except skips that no later sample of their worker reported before the
 state was taken (they are computed once more). The state is per rank; resume needs the same seed,
 epoch length and world size (checked), while the number of ``DataLoader`` workers and the pool
-may change.
+may change. A state taken over another sampling stream (other entries, units or weights: the
+store extended, pruned or rebuilt since, other sampler settings) resumes at its positions with a
+warning: they draw other samples than the run before would have.
 
 ``DataLoader`` workers iterate a copy of the dataset taken when they start, with
 ``persistent_workers=True`` once per run, while only the trainer's copy moves on (next epoch,
@@ -127,6 +129,9 @@ STATE_VERSION: Final = 1
 #: state_dict keys
 K_VERSION, K_SEED, K_EPOCH_LENGTH, K_INFINITE = "version", "seed", "epoch_length", "infinite"
 K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
+#: the sampler's :meth:`~featurecache.client.sampler.Sampler.stream_digest` (absent from the states
+#: of a featurecache before session 35: not compared)
+K_STREAM = "stream_sha256"
 #: an item (and a collated batch) that carries only skip records: the skips at the end of a pass
 #: under :class:`FeatureLoader` (``{K_SKIPS_ONLY: True, "skipped": [skip-record dicts]}``)
 K_SKIPS_ONLY: Final = "skips_only"
@@ -701,6 +706,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         return {
             K_VERSION: STATE_VERSION, K_SEED: self.seed, K_EPOCH_LENGTH: self.epoch_length,
             K_INFINITE: self.infinite, K_EPOCH: epoch, K_WORLD: world, K_RANK: rank, K_CONSUMED: consumed.state(),
+            K_STREAM: self.sampler.stream_digest(),
         }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -711,6 +717,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                         (K_WORLD, world), (K_RANK, rank)):  # fmt: skip
             if state[k] != mine:
                 raise InvalidRequest(f"cannot resume: state has {k}={state[k]!r}, this dataset {mine!r}")
+        theirs = state.get(K_STREAM)
+        if theirs is not None and theirs != self.sampler.stream_digest():
+            log.warning("the resumed state was taken over another sampling stream (its source's entries, "
+                        "their chains or weights differ: a store extended, pruned or rebuilt since, or "
+                        "other sampler settings): it resumes at the same positions, but they draw other "
+                        "samples than the run before would have")  # fmt: skip
         if not self.infinite:
             self.epoch = int(state[K_EPOCH])
         self._consumed = None

@@ -30,6 +30,7 @@ entries passing the filters).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -188,6 +189,16 @@ class Sampler:
 
     def __len__(self) -> int:
         return self.epoch_length
+
+    def stream_digest(self) -> str:
+        """sha256 of what maps a position to its sample, the seed and epoch length aside: the
+        entries (in order), the units (entry, chains) and their draw probabilities. Two samplers
+        of one digest, seed and epoch length draw the same stream."""
+        h = hashlib.sha256()
+        h.update(self.weighting.encode() + b"\0" + "\n".join(self.entry_ids).encode() + b"\0")
+        for a in (self._unit_entry, self._unit_chains, self.unit_probabilities):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
 
     @property
     def n_units(self) -> int:

@@ -96,3 +96,27 @@ def test_ranks_take_as_many_samples_per_epoch(client_store: Path) -> None:
         assert len(arrays) > 10 and all(np.array_equal(a[k], b[k]) for k in arrays), [
             k for k in arrays if not np.array_equal(a[k], b[k])
         ]
+
+
+def test_resuming_over_another_sampling_stream_is_said(
+    client_store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state resumed where positions draw other samples (other entries, units or weights: a store
+    rebuilt, or other sampler settings) was taken silently; seed and epoch length match here."""
+    ds = _dataset(client_store, samples_per_epoch=10)
+    it = iter(ds)
+    [next(it) for _ in range(3)]
+    state = ds.state_dict()
+    it.close()
+    ds.close()
+    with caplog.at_level(logging.WARNING, logger="featurecache.client.dataset"):
+        same = _dataset(client_store, samples_per_epoch=10)
+        same.load_state_dict(state)
+        assert not [r for r in caplog.records if "sampling stream" in r.getMessage()]
+        other = _dataset(client_store, samples_per_epoch=10, weighting="af3")
+        other.load_state_dict(state)
+    said = [r.getMessage() for r in caplog.records if "sampling stream" in r.getMessage()]
+    assert len(said) == 1 and "draw other samples" in said[0], said
+    assert other.state_dict()["consumed"] == state["consumed"]  # resumed at the same positions all the same
+    same.close()
+    other.close()
