@@ -747,6 +747,59 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         return FeatureLoader(self, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
 
+def reshard_states(states: Sequence[Mapping[str, Any]], world_size: int) -> list[dict[str, Any]]:
+    """The :meth:`FeatureDataset.state_dict` of every rank of an infinite-mode run (``states[r]``:
+    rank r's) made the states of ``world_size`` ranks over the same stream, for a job that comes
+    back on another number of ranks (a preempted job on other nodes). A position resolved on any
+    old rank is resolved on the new rank whose share holds it, so the new ranks together draw every
+    position the old ones had not resolved, each once, and none they had. Only positions between
+    the old ranks' lowest watermark and their highest resolved position are looked at (their
+    spread, a few batches). Per-epoch states are refused: each new rank's share of the rest of the
+    epoch would differ in length (DDP ranks of unequal steps hang). ``states[r]`` for r of the
+    same world, seed, epoch length and stream, each once, or an ``InvalidRequest`` saying which."""
+    _check_count("world_size", world_size, 1)
+    if not states:
+        raise InvalidRequest("reshard_states: no state given")
+    first = states[0]
+    old_world = len(states)
+    for r, st in enumerate(states):
+        if int(st.get(K_VERSION, -1)) != STATE_VERSION:
+            raise InvalidRequest(f"state {r}: version {st.get(K_VERSION)} is not {STATE_VERSION}")
+        if not st[K_INFINITE]:
+            raise InvalidRequest(
+                "per-epoch states cannot be resharded (the new ranks' shares of the rest of the epoch "
+                "would differ in length); resume on the same number of ranks, or start the next epoch"
+            )
+        if st[K_WORLD] != old_world or st[K_RANK] != r:
+            raise InvalidRequest(f"state {r} is of rank {st[K_RANK]} of {st[K_WORLD]}: give every rank's "
+                                 f"state of one run in rank order ({old_world} given)")  # fmt: skip
+        for k in (K_SEED, K_EPOCH_LENGTH, K_STREAM):
+            if st.get(k) != first.get(k):
+                raise InvalidRequest(
+                    f"state {r} has {k}={st.get(k)!r}, state 0 {first.get(k)!r}: not one run"
+                )
+    marks = [int(st[K_CONSUMED]["watermark"]) for st in states]
+    above = [set(map(int, st[K_CONSUMED]["resolved_above"])) for st in states]
+
+    def resolved(p: int) -> bool:
+        r = p % old_world
+        return p < marks[r] or p in above[r]
+
+    low = min(marks)
+    high = max([*marks, *(max(a) + 1 for a in above if a)])
+    out = []
+    for rank in range(world_size):
+        share = ConsumedPositions(0, None, world_size, rank)
+        mark = low + (rank - low) % world_size  # every position below the lowest watermark is resolved
+        while resolved(mark):
+            mark += world_size
+        share.load({"watermark": mark,
+                    "resolved_above": [p for p in range(mark + world_size, high, world_size) if resolved(p)]})  # fmt: skip
+        out.append({**first, K_WORLD: world_size, K_RANK: rank, K_CONSUMED: share.state(),
+                    K_EPOCH: share.watermark // int(first[K_EPOCH_LENGTH])})  # fmt: skip
+    return out
+
+
 def _ints(value: Any) -> list[int]:
     """A tensor, array, list or scalar of integers as a list (None → [])."""
     if value is None:

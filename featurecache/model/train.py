@@ -414,6 +414,26 @@ def make_batches(
                        largest_entry=largest, identity=identity, featurizer_versions=versions)  # fmt: skip
 
 
+def _resharded(saved: list[Any], world: int, resume: Any) -> list[Any]:
+    """The data positions ``saved`` of a checkpoint's ranks for a run of ``world`` ranks: the
+    client's states resharded (:func:`~featurecache.client.dataset.reshard_states`: every position
+    a rank of the run before drew is drawn by none of this run's, every other once); an
+    ``InvalidRequest`` when they are not client states (synthetic batches) or cannot be."""
+    if not all(isinstance(s, dict) and isinstance(s.get("client"), dict) for s in saved):
+        raise InvalidRequest(f"cannot resume from {resume}: it holds the data positions of {len(saved)} "
+                             f"rank(s), this run has {world}, and they are not the client's")  # fmt: skip
+    from featurecache.client.dataset import reshard_states
+
+    try:
+        states = reshard_states([s["client"] for s in saved], world)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"cannot resume from {resume} on {world} rank(s) (it holds {len(saved)}'s "
+                             f"data positions): {exc}") from None  # fmt: skip
+    log.warning("%s: the data positions of %d rank(s) resharded for %d: no sample the run before drew is "
+                "drawn again", resume, len(saved), world)  # fmt: skip
+    return [{"client": st} for st in states]
+
+
 def _token_advice(token: str | None) -> str:
     """What a user of train does about a lookup service that refused the token it was sent, or
     none (``token``: --token's; else the client read the environment's)."""
@@ -1593,10 +1613,7 @@ def run_training(
         if resumed is not None:  # one data position per rank of the run that wrote it
             saved = resumed["data"]["ranks"]
             if len(saved) != ranks.world:
-                raise InvalidRequest(
-                    f"cannot resume from {resume}: it holds the data positions of {len(saved)} rank(s), "
-                    f"this run has {ranks.world}"
-                )
+                saved = _resharded(saved, ranks.world, resume)
             data_state = saved[ranks.rank]
         if batches is not None:
             src = BatchSource(batches, "given")

@@ -120,3 +120,53 @@ def test_resuming_over_another_sampling_stream_is_said(
     assert other.state_dict()["consumed"] == state["consumed"]  # resumed at the same positions all the same
     same.close()
     other.close()
+
+
+def _take(ds: FeatureDataset, n: int) -> tuple[list[int], dict[str, Any]]:
+    it = iter(ds)
+    got = [next(it)["position"] for _ in range(n)]
+    state = ds.state_dict()
+    it.close()
+    ds.close()
+    return got, state
+
+
+def test_an_infinite_run_resumes_on_another_number_of_ranks(client_store: Path) -> None:
+    """A job of 2 ranks comes back on 3 (then on 1): the old ranks' states, resharded, make the new
+    ranks draw every position the old ones had not resolved, once, and none they had (review R5:
+    a resume on another world size was refused)."""
+    from featurecache.client.dataset import reshard_states
+
+    kw: dict[str, Any] = {"infinite": True, "workers": 2, "window": 4, "samples_per_epoch": 10}
+    old = [_take(_dataset(client_store, rank=r, world_size=2, **kw), n) for r, n in ((0, 7), (1, 4))]
+    drawn = [p for got, _ in old for p in got]
+    new = reshard_states([st for _, st in old], 3)
+    assert [(st["rank"], st["world_size"]) for st in new] == [(0, 3), (1, 3), (2, 3)]
+    marks = []
+    for rank, st in enumerate(new):
+        ds = _dataset(client_store, rank=rank, world_size=3, **kw)
+        ds.load_state_dict(st)
+        got, after = _take(ds, 5)
+        drawn += got
+        marks.append(after["consumed"]["watermark"])
+    assert len(drawn) == len(set(drawn)), sorted(drawn)  # nothing drawn twice
+    covered = min(marks)  # below every new rank's watermark all is resolved: drawn by one of them
+    assert covered >= 11 and set(range(covered)) <= set(drawn), (covered, sorted(drawn))
+    # and back to one rank: it starts at the first position no rank drew
+    (one,) = reshard_states([st for _, st in old], 1)
+    assert one["consumed"]["watermark"] == min(
+        set(range(max(drawn) + 2)) - {p for got, _ in old for p in got}
+    )
+
+
+def test_per_epoch_states_are_not_resharded(client_store: Path) -> None:
+    from featurecache.client.dataset import reshard_states
+    from featurecache.errors import InvalidRequest
+
+    states = [_dataset(client_store, rank=r, world_size=2).state_dict() for r in (0, 1)]
+    with pytest.raises(InvalidRequest, match="per-epoch states cannot be resharded"):
+        reshard_states(states, 3)
+    infinite = [_dataset(client_store, rank=r, world_size=2, infinite=True).state_dict() for r in (0, 1)]
+    with pytest.raises(InvalidRequest, match="rank order"):
+        reshard_states(infinite[::-1], 1)
+    assert [st["consumed"]["watermark"] for st in reshard_states(infinite, 3)] == [0, 1, 2]
