@@ -414,7 +414,9 @@ class PartArrays:
             try:
                 arr = zarr.open_array(str(path), mode="r")
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise StoreError(f"{self._what} {path} is missing or unreadable: {exc}") from exc
+                raise StoreError(
+                    f"{self._what} {path} is missing or unreadable: {exc}{self._gone(part)}"
+                ) from exc
             files = self._required_files(part, path, arr)
             with self._lock:
                 self._data_files.setdefault((part, name), files)
@@ -495,7 +497,17 @@ class PartArrays:
     def _check_data_files(self, part: str, name: str) -> None:
         for f in self._data_files.get((part, name), ()):
             if not f.is_file():
-                raise StoreError(f"{self._what} {part}/{name}: its data file {f} is missing")
+                raise StoreError(
+                    f"{self._what} {part}/{name}: its data file {f} is missing{self._gone(part)}"
+                )
+
+    def _gone(self, part: str) -> str:
+        """What a read of ``part`` adds when the whole part directory is gone: the index this process
+        opened names a part that a prune (or a repair) deleted since, not damage."""
+        if (self._parts / part).is_dir():
+            return ""
+        return (f"; the whole part {part} is gone from {self._parts.parent}, deleted after this process "
+                "opened the store (a `featurecache prune` or `verify --repair`): open the store again")  # fmt: skip
 
     def clear(self) -> None:
         self._arrays.clear()
