@@ -24,12 +24,14 @@ process group). Every sample's randomness comes from a generator seeded by
 ``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
 restart (:meth:`FeatureDataset.sample` recomputes one). Every rank must be given the same
 ``seed`` (and sampler settings): ranks of other seeds draw other permutations, and their shares
-then overlap and leave entries out. In per-epoch mode with ``W`` > 1 the epoch is padded to
-``ceil(L / W) · W`` positions, so that every rank takes as many samples (a rank with fewer steps
-hangs a DDP job in its next collective): position ``e·L + L + j`` draws the sample of ``e·L + j``
-again, as torch's ``DistributedSampler`` pads. A skipped sample (it raised, or passed its
-deadline) still leaves its rank one short; DDP over a source that can fail samples wants infinite
-mode (a fixed number of steps) or ``torch.distributed.algorithms.Join``.
+then overlap and leave entries out. In per-epoch mode with ``W`` > 1 an epoch spans
+``S = ceil(L / W) · W`` positions (``S = L`` when ``W`` divides ``L``): epoch ``e`` is
+``[e·S, (e+1)·S)``, and its positions ``e·S + L + j`` draw the epoch's ``j``-th sample again, as
+torch's ``DistributedSampler`` pads, so that every rank takes as many samples (a rank with fewer
+steps hangs a DDP job in its next collective). A position still names one sample
+(:meth:`FeatureDataset.sample` recomputes a padded one too) for a given ``W``. A skipped sample
+(it raised, or passed its deadline) still leaves its rank one short; DDP over a source that can
+fail samples wants infinite mode (a fixed number of steps) or ``torch.distributed.algorithms.Join``.
 
 Exact resume — semantics
 ------------------------
@@ -82,10 +84,12 @@ state is the epoch of the watermark. In per-epoch mode an iteration yields the u
 of the current epoch; one started after every position of the epoch was resolved begins the next
 epoch, as re-iterating a dataset each epoch does (:meth:`~FeatureDataset.set_epoch` picks one
 explicitly; in infinite mode it does nothing). An iteration the trainer stopped early is
-continued, not restarted, by the next. Through a plain ``DataLoader`` with workers, whose trainer
-copy does not see what its workers yield (unless the trainer calls ``consume``), a pass begins
-the next epoch once every worker of the pass before ran its part of the epoch to the end (the
-workers prefetch: a loop broken near an epoch's end may not have received its last batches).
+continued, not restarted, by the next. A plain ``DataLoader`` with workers iterates copies of the
+dataset, which do not learn what the trainer received: as with torch's ``DistributedSampler``,
+call :meth:`~FeatureDataset.set_epoch` before each pass (each pass is then that epoch, from its
+start), or :meth:`~FeatureDataset.consume` each batch (the passes then continue and move on as
+above). Without either every pass begins where the one before began and repeats its samples: the
+workers warn once (on their stderr).
 """
 
 from __future__ import annotations
@@ -157,7 +161,7 @@ _HEADER_BYTES: Final = 8 * 8
 #: positions the shared mirror covers past the epoch's length: a rank's per-epoch share is padded
 #: to ``ceil(L / W)`` positions, up to ``W - 1`` past the epoch
 SHARE_PADDING_SPAN: Final = 4096
-#: DataLoader worker ids whose finished passes the mirror records (:meth:`SharedPositions.record_pass`)
+#: DataLoader worker ids whose passes the mirror records (:meth:`SharedPositions.begin_pass`)
 MAX_RECORDED_WORKERS: Final = 256
 
 
@@ -178,9 +182,10 @@ class SharedPositions:
 
     def __init__(self, span: int) -> None:
         self.buf = torch.zeros(_HEADER_BYTES + span, dtype=torch.uint8).share_memory_()
-        #: per DataLoader worker id: (epoch, worker count, mirror resets) of its last pass run to
-        #: its end in per-epoch mode; -1: none
-        self.passes = torch.full((MAX_RECORDED_WORKERS, 3), -1, dtype=torch.int64).share_memory_()
+        #: per DataLoader worker id, the state its last pass began from: (start, watermark,
+        #: resolved count, produced: 1 once the pass handed over a sample); row
+        #: MAX_RECORDED_WORKERS: 1 once the repeat warning was given. -1: nothing recorded
+        self.passes = torch.full((MAX_RECORDED_WORKERS + 1, 4), -1, dtype=torch.int64).share_memory_()
         self._views()
 
     def _views(self) -> None:
@@ -195,26 +200,28 @@ class SharedPositions:
         self.buf, self.passes = state["buf"], state["passes"]
         self._views()
 
-    def record_pass(self, wid: int, n_workers: int, epoch: int, generation: int) -> None:
-        """DataLoader worker ``wid`` of ``n_workers`` ran its part of ``epoch`` to the end, in a
-        pass begun when the mirror had been reset ``generation`` times."""
-        if wid < MAX_RECORDED_WORKERS:
-            self.passes.numpy()[wid] = (epoch, n_workers, generation)
+    def begin_pass(self, wid: int, consumed: ConsumedPositions) -> bool:
+        """DataLoader worker ``wid`` begins a pass over ``consumed``: record it, and say whether
+        its previous pass began from this very state and handed over samples (a repeat: nothing
+        the trainer received reached the state in between) and no repeat was warned about yet."""
+        if wid >= MAX_RECORDED_WORKERS:
+            return False
+        rows = self.passes.numpy()
+        now = (consumed.start, consumed.watermark, consumed.n_resolved())
+        repeat = tuple(int(v) for v in rows[wid, :3]) == now and rows[wid, 3] == 1 and rows[-1, 0] != 1
+        rows[wid] = (*now, 0)
+        if repeat:
+            rows[-1, 0] = 1
+        return bool(repeat)
 
-    def epoch_run_by_workers(self, n_workers: int) -> int | None:
-        """The epoch that every one of ``n_workers`` DataLoader workers of the last pass ran its
-        part of to the end, the mirror not reset since (so no trainer resolved anything: a plain
-        ``DataLoader``; :class:`FeatureLoader` resets it at every pass); None when not so."""
-        if n_workers > MAX_RECORDED_WORKERS:
-            return None
-        rows = self.passes.numpy()[:n_workers]
-        if (
-            (rows[:, 0] < 0).any()
-            or (rows[:, 1] != n_workers).any()
-            or (rows[:, 2] != self.published()).any()
-        ):
-            return None
-        return int(rows[:, 0].min())
+    def produced(self, wid: int) -> None:
+        """Worker ``wid``'s pass handed over a sample."""
+        if wid < MAX_RECORDED_WORKERS:
+            self.passes.numpy()[wid, 3] = 1
+
+    def forget_passes(self) -> None:
+        """The trainer chose what comes next (``set_epoch``, ``load_state_dict``): no repeat to warn of."""
+        self.passes.numpy()[:] = -1
 
     def reset(self, consumed: ConsumedPositions) -> None:
         header, mask = self.header, self.mask
@@ -494,20 +501,37 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self.epoch = int(epoch)
             self._consumed = None
         self._positions()  # mirrored now: a plain DataLoader does not call the trainer's copy again
+        self._shared.forget_passes()  # the trainer chose: a pass of the same epoch again is no mistake
 
     def _next_epoch_if_done(self) -> None:
         """Per-epoch mode: once this rank's share of the epoch is resolved, move to the next epoch."""
         if not self.infinite and next(self._positions().pending(), None) is None:
             self.set_epoch(self.epoch + 1)
 
+    def _span(self, world: int | None = None) -> int:
+        """Positions an epoch spans: per-epoch mode with ``world`` (default: this rank's world)
+        ranks pads the epoch length ``L`` up to a multiple of it, ``ceil(L / W) · W`` (= ``L``
+        when ``W`` divides it), so that every rank takes as many samples, as torch's
+        ``DistributedSampler`` pads; ``L`` in infinite mode."""
+        if self.infinite:
+            return self.epoch_length
+        if world is None:
+            world = self.rank_world()[1]
+        return -(-self.epoch_length // world) * world
+
+    def _key(self, position: int, span: int) -> SampleKey:
+        """The sample key of ``position`` in epochs of ``span`` positions: index ``i`` of epoch
+        ``e`` draws the epoch's ``i % L``-th sample (the padding repeats the epoch's first)."""
+        epoch, index = divmod(int(position), span)
+        return self.sampler.key(epoch * self.epoch_length + index % self.epoch_length)
+
     def _positions(self) -> ConsumedPositions:
         rank, world = self.rank_world()
         c = self._consumed
         if c is None or c.stride != world or c.offset != rank:
-            start = 0 if self.infinite else self.epoch * self.epoch_length
-            # per epoch: every rank's share padded to ceil(L / W) positions (the last wrap to the
-            # epoch's first, as torch's DistributedSampler pads), so that ranks take as many steps
-            stop = None if self.infinite else start + -(-self.epoch_length // world) * world
+            span = self._span(world)
+            start = 0 if self.infinite else self.epoch * span
+            stop = None if self.infinite else start + span
             c = ConsumedPositions(start, stop, world, rank)
             self._consumed = c
             if get_worker_info() is None:  # a worker's copy never writes the trainer's mirror
@@ -524,34 +548,33 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
         self._shared.reset(self._positions())
 
-    def _worker_positions(self, first_pass: bool, n_workers: int) -> ConsumedPositions:
+    def _worker_positions(self, first_pass: bool, wid: int) -> ConsumedPositions:
         """What a DataLoader worker's pass iterates: its copy's own state in the first pass of the
         worker (the copy was taken at that pass's start), the trainer's mirrored state later; in
-        per-epoch mode, the next epoch's share when that one's is over (:meth:`_worker_epoch`)."""
+        per-epoch mode the next epoch when the trainer resolved all of that one (a plain
+        ``DataLoader`` whose trainer calls :meth:`consume`: its own copy does not move on, as
+        :class:`FeatureLoader`'s does). A pass that begins from the state the worker's previous
+        pass began from, which handed samples over, repeats them: warned once (a plain
+        ``DataLoader`` whose trainer neither consumes nor calls ``set_epoch``)."""
         consumed = None
         if not first_pass:
             consumed = self._shared.read()
         if consumed is None:
             consumed = self._positions()
-        return consumed if self.infinite else self._worker_epoch(consumed, n_workers)
-
-    def _worker_epoch(self, consumed: ConsumedPositions, n_workers: int) -> ConsumedPositions:
-        """Per-epoch mode, in a DataLoader worker at a pass's start: ``consumed`` (the state the
-        pass would iterate), or the next epoch's share when that state's epoch is over: all of it
-        resolved, or — through a plain ``DataLoader``, whose trainer copy never learns what its
-        workers yielded — every worker of the last pass ran its part of an epoch at or past it to
-        the end, and nothing was resolved since. (Before, each pass of a plain ``DataLoader`` with
-        workers repeated the trainer copy's epoch, while ``num_workers=0`` moved on.)"""
-        epoch = consumed.start // self.epoch_length
-        ran = self._shared.epoch_run_by_workers(n_workers)
-        if ran is not None and ran >= epoch and consumed.n_resolved() == 0:
-            epoch = ran + 1
-        elif next(consumed.pending(), None) is None:
-            epoch += 1
-        else:
-            return consumed
-        self.epoch, self._consumed = epoch, None  # this copy's (in a worker: the mirror is not touched)
-        return self._positions()
+        if not self.infinite and next(consumed.pending(), None) is None:
+            self.epoch, self._consumed = consumed.start // self._span(consumed.stride) + 1, None
+            consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
+        if self._shared.begin_pass(wid, consumed):
+            where = f"epoch {self.epoch}" if not self.infinite else f"position {consumed.watermark}"
+            log.warning(
+                "FeatureDataset: this DataLoader pass begins where the one before began (%s, nothing the "
+                "trainer received recorded since), so it repeats its samples: a plain DataLoader's workers "
+                "iterate a copy of the dataset, which does not learn what the trainer received. Call "
+                "ds.set_epoch(epoch) before each pass (per-epoch mode, as with DistributedSampler), or "
+                "ds.consume(batch) for each batch, or iterate ds.loader(...) (a FeatureLoader) instead",
+                where,
+            )
+        return consumed
 
     # ------------------------------------------------------------------------------ iteration
     def _executor(self, in_worker: bool) -> ReadyFirst:
@@ -592,15 +615,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self._next_epoch_if_done()
             consumed = self._positions()
         else:
-            consumed = self._worker_positions(first_pass, n_workers)
+            consumed = self._worker_positions(first_pass, wid)
         world = consumed.stride
         track = self._track_on_yield and not in_worker
         positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
-        length, start = self.epoch_length, consumed.start
-        # a per-epoch share's padding positions (past the epoch) draw the epoch's first samples again
-        items = (
-            (p, self.sampler.key(p if self.infinite else start + (p - start) % length)) for p in positions
-        )
+        span = self._span(world)
+        items = ((p, self._key(p, span)) for p in positions)
         skipped: list[dict[str, Any]] = []
         in_a_row = source_failures = 0
         lag = self._max_lag if in_worker and self.infinite else None
@@ -647,10 +667,10 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 self._mark(consumed, out.seq)
                 self.stats.record_sample(out.depth)
                 self.stats.record_wait(time.perf_counter() - t0)
+            elif in_worker:
+                self._shared.produced(wid)
             yield sample
             t0 = time.perf_counter()
-        if in_worker and not self.infinite:  # its part of the epoch, all of it: what the next pass reads
-            self._shared.record_pass(wid, n_workers, start // length, generation)
         if skipped and not track and self._report_trailing_skips:
             # no later sample of this pass carries them: a skip report of their own, which
             # FeatureLoader's collate keeps out of the batch's samples (else: never reported, and a
@@ -686,8 +706,15 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     def _resolve(self, batch: Mapping[str, Any], received: bool) -> None:
         """Resolve ``batch``'s positions and the skips it reports; its samples count in ``stats``
         when the trainer ``received`` them (not: a partial batch :class:`FeatureLoader` dropped)."""
+        positions = _ints(batch.get("position"))
+        if positions and not self.infinite:
+            # a plain DataLoader's workers move on to the next epoch once the trainer resolved this
+            # one (its own copy does not iterate): follow them
+            epoch = max(positions) // self._span()
+            if epoch > self.epoch:
+                self.epoch, self._consumed = epoch, None
         consumed = self._positions()
-        for p in _ints(batch.get("position")):
+        for p in positions:
             self._mark(consumed, p)
         for d in _ints(batch.get("reorder_depth", 0)) if received else ():
             self.stats.record_sample(d)
@@ -723,16 +750,24 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                         "their chains or weights differ: a store extended, pruned or rebuilt since, or "
                         "other sampler settings): it resumes at the same positions, but they draw other "
                         "samples than the run before would have")  # fmt: skip
+        if theirs is None and not self.infinite and world > 1 and self.epoch_length % world:
+            raise InvalidRequest(
+                f"cannot resume: a per-epoch state of {world} ranks over epochs of {self.epoch_length} "
+                "samples from a featurecache before session 35, which did not pad the epoch to a multiple "
+                "of the ranks: its positions are numbered otherwise; resume it with that featurecache, "
+                "or start its epoch again (set_epoch)"
+            )
         if not self.infinite:
             self.epoch = int(state[K_EPOCH])
         self._consumed = None
         self._positions().load(dict(state[K_CONSUMED]))
+        self._shared.forget_passes()
         self._publish()
 
     # ------------------------------------------------------------------------ direct access
     def sample(self, position: int) -> dict[str, Any]:
         """The sample at stream ``position``, computed here and now (same crop as in iteration)."""
-        key = self.sampler.key(position)
+        key = self._key(position, self._span())
         out = self.job(key)
         out["position"] = position
         out["reorder_depth"] = 0
@@ -817,7 +852,7 @@ class MapView(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __init__(self, dataset: FeatureDataset, epoch: int) -> None:
         self.dataset = dataset
-        self.offset = epoch * dataset.epoch_length
+        self.offset = epoch * dataset._span()
 
     def __len__(self) -> int:
         return self.dataset.epoch_length

@@ -48,20 +48,50 @@ def test_set_epoch_in_infinite_mode_does_not_start_the_stream_again(
 
 
 @pytest.mark.parametrize("persistent", [False, True])
-def test_a_plain_dataloader_with_workers_moves_on_to_the_next_epoch(
+def test_a_plain_dataloader_with_workers_follows_set_epoch_or_consume(
     client_store: Path, persistent: bool
 ) -> None:
-    """README: iterating again after an epoch ends starts the next epoch. A plain DataLoader with
-    workers repeated epoch 0 on every pass (its trainer copy never learns what the workers yielded),
-    while num_workers=0 moved on. An explicit set_epoch still picks the epoch."""
+    """A plain DataLoader's workers iterate a copy of the dataset, which does not learn what the
+    trainer received: without set_epoch or consume every pass is the same epoch (as torch's
+    DistributedSampler without set_epoch). With set_epoch before each pass, each pass is that
+    epoch. With consume(batch) the passes move on as num_workers=0 does (they repeated epoch 1
+    forever: the trainer's copy, at epoch 0 all resolved, dropped epoch 1's positions)."""
     ds = _dataset(client_store)
     loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=persistent)
-    passes = [sorted(_positions(loader)) for _ in range(3)]
-    assert passes == [list(range(0, 6)), list(range(6, 12)), list(range(12, 18))]
-    ds.set_epoch(5)
-    assert sorted(_positions(loader)) == list(range(30, 36))
-    assert sorted(_positions(loader)) == list(range(36, 42))
+    assert [sorted(_positions(loader)) for _ in range(2)] == [list(range(6))] * 2
+    passes = []
+    for epoch in (3, 4, 4):
+        ds.set_epoch(epoch)
+        passes.append(sorted(_positions(loader)))
+    assert passes == [list(range(18, 24)), list(range(24, 30)), list(range(24, 30))]
     ds.close()
+
+    ds = _dataset(client_store)
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=persistent)
+    passes = []
+    for _ in range(3):
+        got = []
+        for batch in loader:
+            ds.consume(batch)
+            got += _positions([batch])
+        passes.append(sorted(got))
+    assert passes == [list(range(0, 6)), list(range(6, 12)), list(range(12, 18))]
+    assert ds.state_dict()["epoch"] == 2
+    ds.close()
+
+
+def test_a_plain_dataloader_pass_that_repeats_the_one_before_is_warned_once(
+    client_store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Spawned workers log to their stderr (no handler inherited): the warning names what to do."""
+    ds = _dataset(client_store, infinite=True)
+    loader = DataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate, multiprocessing_context="spawn")
+    got = [_positions(islice(loader, 2)) for _ in range(3)]
+    ds.close()
+    assert got == [[0, 1, 2, 3]] * 3  # infinite mode too: each pass starts the stream again
+    err = capfd.readouterr().err
+    assert err.count("repeats its samples") == 1, err
+    assert "ds.set_epoch(epoch)" in err and "ds.consume(batch)" in err and "ds.loader(" in err, err
 
 
 def test_window_0_through_loader_workers_keeps_the_stream_order(client_store: Path) -> None:
@@ -85,10 +115,15 @@ def test_ranks_take_as_many_samples_per_epoch(client_store: Path) -> None:
         shares.append(sorted(s["position"] for s in got))
         samples.update({s["position"]: s for s in got})
         next_shares.append(sorted(s["position"] for s in ds))
+        if rank == 2:  # a position names one sample: sample() recomputes the padded one too
+            again = ds.sample(6)
+            assert all(
+                np.array_equal(again[k], v) for k, v in samples[6].items() if isinstance(v, np.ndarray)
+            )
         ds.close()
+    # an epoch spans 8 positions (6 padded to a multiple of 4): epoch 0 is 0..7, epoch 1 8..15
     assert shares == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    # epoch 1 is positions 6..11 and its padding 12, 13: rank r takes those with p % 4 == r
-    assert next_shares == [[8, 12], [9, 13], [6, 10], [7, 11]]
+    assert next_shares == [[8, 12], [9, 13], [10, 14], [11, 15]]
     for pad, drawn in ((6, 0), (7, 1)):
         a, b = samples[pad], samples[drawn]
         assert a["entry_id"] == b["entry_id"]
@@ -170,3 +205,16 @@ def test_per_epoch_states_are_not_resharded(client_store: Path) -> None:
     with pytest.raises(InvalidRequest, match="rank order"):
         reshard_states(infinite[::-1], 1)
     assert [st["consumed"]["watermark"] for st in reshard_states(infinite, 3)] == [0, 1, 2]
+
+
+def test_a_per_epoch_state_of_unpadded_epochs_is_refused(client_store: Path) -> None:
+    """A per-epoch state of 4 ranks over 6-sample epochs from before the padding numbered epoch 1
+    from 6, now from 8: refused (naming why) instead of resumed on other positions."""
+    from featurecache.errors import InvalidRequest
+
+    ds = _dataset(client_store, rank=1, world_size=4)
+    state = ds.state_dict()
+    del state["stream_sha256"]  # what a state of the earlier featurecache lacks
+    with pytest.raises(InvalidRequest, match="did not pad the epoch"):
+        ds.load_state_dict(state)
+    ds.close()
