@@ -52,8 +52,9 @@ inside ``DataLoader`` workers but not yet received by the trainer are **not** re
 epoch (in the new run's ready-first order): no duplicate, no missing sample. Skipped samples are
 not retried after a resume, except skips that no later sample of their worker reported before the
 state was taken (they are computed once more). The state is per rank; resume needs the same seed,
-epoch length and world size (checked), while the number of ``DataLoader`` workers and the pool
-may change. A state taken over another sampling stream (other entries, units or weights: the
+epoch length and world size (checked; :func:`reshard_states` makes every rank's states of an
+infinite-mode run those of another world size), while the number of ``DataLoader`` workers and
+the pool may change. A state taken over another sampling stream (other entries, units or weights: the
 store extended, pruned or rebuilt since, other sampler settings) resumes at its positions with a
 warning: they draw other samples than the run before would have.
 
