@@ -16,8 +16,6 @@ import pytest
 
 from featurecache.errors import AuthenticationError
 from featurecache.model.train import run_training
-from services.lookup.server import background_server
-from tests.client.test_r4_unfinished_store import killed_first_build
 from tests.conftest import REPO
 from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
@@ -29,6 +27,9 @@ def _train(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_train_refuses_a_store_whose_first_build_has_not_finished(tmp_path: Path) -> None:
+    # the build stack (gemmi, Dask): not on a GPU image
+    from tests.client.test_r4_unfinished_store import killed_first_build
+
     store = killed_first_build(tmp_path / "store")
     run = _train("--store", str(store), "--device", "cpu", "--steps", "1", "--crop", "32", "--log",
                  str(tmp_path / "log.json"))  # fmt: skip
@@ -96,6 +97,8 @@ def test_a_service_refusing_no_token_names_the_ways_to_give_one(
     monkeypatch.delenv("FEATURECACHE_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("FEATURECACHE_AUTH_TOKEN_FILE", raising=False)
     common = {"steps": 1, "crop_size": 16, "device": "cpu", "log_path": None, "config": TINY, "workers": 1}
+    from services.lookup.server import background_server  # uvicorn: not on a GPU image
+
     with background_server(sample_store, token="r4-secret") as url:
         with pytest.raises(AuthenticationError) as missing:
             run_training(None, url, **common)
