@@ -18,9 +18,11 @@ Sharding
 --------
 The sampler defines one stream of positions ``0, 1, 2, …`` (epoch ``e`` is
 ``[e·L, (e+1)·L)``, ``L = len(sampler)``). Rank ``r`` of ``W`` takes the positions with
-``p % W == r``; inside a rank, ``DataLoader`` worker ``w`` of ``K`` takes those with
-``(p // W) % K == w`` (``r`` and ``W`` are the trainer's, also in a spawned worker, which has no
-process group). Every sample's randomness comes from a generator seeded by
+``p % W == r``; inside a rank, ``DataLoader`` worker ``w`` of ``K`` takes every ``K``-th of the
+rank's positions from the pass's first unresolved one, ``(p // W - m // W) % K == w`` for that
+watermark ``m`` (so that the DataLoader's round robin, which restarts at worker 0 every pass,
+meets them in the stream's order; ``r`` and ``W`` are the trainer's, also in a spawned worker,
+which has no process group). Every sample's randomness comes from a generator seeded by
 ``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
 restart (:meth:`FeatureDataset.sample` recomputes one). Every rank must be given the same
 ``seed`` (and sampler settings): ranks of other seeds draw other permutations, and their shares
@@ -137,6 +139,9 @@ K_EPOCH, K_WORLD, K_RANK, K_CONSUMED = "epoch", "world_size", "rank", "consumed"
 #: the sampler's :meth:`~featurecache.client.sampler.Sampler.stream_digest` (absent from the states
 #: of a featurecache before session 35: not compared)
 K_STREAM = "stream_sha256"
+#: positions per epoch the state's positions are numbered by (per-epoch mode: the epoch length
+#: padded to a multiple of the ranks; absent from states before session 35)
+K_SPAN = "span"
 #: an item (and a collated batch) that carries only skip records: the skips at the end of a pass
 #: under :class:`FeatureLoader` (``{K_SKIPS_ONLY: True, "skipped": [skip-record dicts]}``)
 K_SKIPS_ONLY: Final = "skips_only"
@@ -184,9 +189,10 @@ class SharedPositions:
     def __init__(self, span: int) -> None:
         self.buf = torch.zeros(_HEADER_BYTES + span, dtype=torch.uint8).share_memory_()
         #: per DataLoader worker id, the state its last pass began from: (start, watermark,
-        #: resolved count, produced: 1 once the pass handed over a sample); row
-        #: MAX_RECORDED_WORKERS: 1 once the repeat warning was given. -1: nothing recorded
-        self.passes = torch.full((MAX_RECORDED_WORKERS + 1, 4), -1, dtype=torch.int64).share_memory_()
+        #: resolved count, produced: 1 once the pass handed over a sample, ended: 1 once it ran to
+        #: its end); row MAX_RECORDED_WORKERS: 1 once the repeat warning was given, then the state
+        #: a worker found stuck (:meth:`stuck`). -1: nothing
+        self.passes = torch.full((MAX_RECORDED_WORKERS + 1, 5), -1, dtype=torch.int64).share_memory_()
         self._views()
 
     def _views(self) -> None:
@@ -201,6 +207,26 @@ class SharedPositions:
         self.buf, self.passes = state["buf"], state["passes"]
         self._views()
 
+    @staticmethod
+    def _state(consumed: ConsumedPositions) -> tuple[int, int, int]:
+        return consumed.start, consumed.watermark, consumed.n_resolved()
+
+    def stuck(self, n_workers: int, consumed: ConsumedPositions) -> bool:
+        """Every one of the ``n_workers`` workers' previous passes began from the state
+        ``consumed`` is, ran to its end and handed over nothing, while the trainer had resolved
+        some of the epoch: what is left of it are samples that fail (a plain ``DataLoader`` does
+        not report a worker's trailing skips to ``consume``), which no pass will deliver."""
+        if n_workers > MAX_RECORDED_WORKERS or consumed.n_resolved() == 0:
+            return False
+        rows = self.passes.numpy()
+        now = self._state(consumed)
+        if all(tuple(int(v) for v in r[:3]) == now and r[3] == 0 and r[4] == 1 for r in rows[:n_workers]):
+            # for the workers that read the rows after this one began its pass (and rewrote its row):
+            # written before that row, read after the rows
+            rows[-1, 1:4] = now
+            return True
+        return tuple(int(v) for v in rows[-1, 1:4]) == now
+
     def begin_pass(self, wid: int, consumed: ConsumedPositions) -> bool:
         """DataLoader worker ``wid`` begins a pass over ``consumed``: record it, and say whether
         its previous pass began from this very state and handed over samples (a repeat: nothing
@@ -208,9 +234,9 @@ class SharedPositions:
         if wid >= MAX_RECORDED_WORKERS:
             return False
         rows = self.passes.numpy()
-        now = (consumed.start, consumed.watermark, consumed.n_resolved())
+        now = self._state(consumed)
         repeat = tuple(int(v) for v in rows[wid, :3]) == now and rows[wid, 3] == 1 and rows[-1, 0] != 1
-        rows[wid] = (*now, 0)
+        rows[wid] = (*now, 0, 0)
         if repeat:
             rows[-1, 0] = 1
         return bool(repeat)
@@ -220,9 +246,17 @@ class SharedPositions:
         if wid < MAX_RECORDED_WORKERS:
             self.passes.numpy()[wid, 3] = 1
 
+    def ended(self, wid: int) -> None:
+        """Worker ``wid``'s pass ran to its end."""
+        if wid < MAX_RECORDED_WORKERS:
+            self.passes.numpy()[wid, 4] = 1
+
     def forget_passes(self) -> None:
-        """The trainer chose what comes next (``set_epoch``, ``load_state_dict``): no repeat to warn of."""
-        self.passes.numpy()[:] = -1
+        """The trainer chose what comes next (``set_epoch``, ``load_state_dict``, a
+        :class:`FeatureLoader` pass): no repeat to warn of (the warning, once given, stays given)."""
+        rows = self.passes.numpy()
+        rows[:-1] = -1
+        rows[-1, 1:] = -1
 
     def reset(self, consumed: ConsumedPositions) -> None:
         header, mask = self.header, self.mask
@@ -549,7 +583,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
         self._shared.reset(self._positions())
 
-    def _worker_positions(self, first_pass: bool, wid: int) -> ConsumedPositions:
+    def _worker_positions(self, first_pass: bool, wid: int, n_workers: int) -> ConsumedPositions:
         """What a DataLoader worker's pass iterates: its copy's own state in the first pass of the
         worker (the copy was taken at that pass's start), the trainer's mirrored state later; in
         per-epoch mode the next epoch when the trainer resolved all of that one (a plain
@@ -562,9 +596,16 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             consumed = self._shared.read()
         if consumed is None:
             consumed = self._positions()
-        if not self.infinite and next(consumed.pending(), None) is None:
-            self.epoch, self._consumed = consumed.start // self._span(consumed.stride) + 1, None
-            consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
+        if not self.infinite:
+            stuck = self._shared.stuck(n_workers, consumed)
+            if stuck or next(consumed.pending(), None) is None:
+                if stuck and wid == 0:
+                    log.warning("FeatureDataset: the rest of epoch %d (%d samples) failed again in this pass and "
+                                "the one before, and no pass will deliver it: left out (the next epoch "
+                                "begins)", consumed.start // self._span(consumed.stride),
+                                sum(1 for _ in consumed.pending()))  # fmt: skip
+                self.epoch, self._consumed = consumed.start // self._span(consumed.stride) + 1, None
+                consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
         if self._shared.begin_pass(wid, consumed):
             where = f"epoch {self.epoch}" if not self.infinite else f"position {consumed.watermark}"
             log.warning(
@@ -572,7 +613,9 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 "trainer received recorded since), so it repeats its samples: a plain DataLoader's workers "
                 "iterate a copy of the dataset, which does not learn what the trainer received. Call "
                 "ds.set_epoch(epoch) before each pass (per-epoch mode, as with DistributedSampler), or "
-                "ds.consume(batch) for each batch, or iterate ds.loader(...) (a FeatureLoader) instead",
+                "ds.consume(batch) for each batch, or iterate ds.loader(...) (a FeatureLoader) instead. "
+                "(With consume: a plain DataLoader's drop_last=True drops a worker's last, partial batch "
+                "before the trainer sees it, so its samples come again; ds.loader(drop_last=True) resolves them)",
                 where,
             )
         return consumed
@@ -616,10 +659,14 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             self._next_epoch_if_done()
             consumed = self._positions()
         else:
-            consumed = self._worker_positions(first_pass, wid)
+            consumed = self._worker_positions(first_pass, wid, n_workers)
         world = consumed.stride
         track = self._track_on_yield and not in_worker
-        positions = (p for p in consumed.pending() if (p // world) % n_workers == wid)
+        # worker w of K takes the share's positions w, w + K, … counted from the pass's watermark: a
+        # DataLoader's round robin restarts at worker 0 every pass, so a fixed assignment would
+        # skew the workers by a batch each short pass (in_order: only worker 0's ever delivered)
+        base = consumed.watermark // world
+        positions = (p for p in consumed.pending() if (p // world - base) % n_workers == wid)
         span = self._span(world)
         items = ((p, self._key(p, span)) for p in positions)
         skipped: list[dict[str, Any]] = []
@@ -661,7 +708,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             sample["skipped"] = skipped
             skipped = []
             if lag is not None and not self._within_lag(
-                out.seq, lag * world, wid, n_workers, world, generation
+                out.seq, lag * world, wid, n_workers, world, generation, base
             ):
                 return  # the trainer began another pass (or is gone): this one is over
             if track:
@@ -672,6 +719,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 self._shared.produced(wid)
             yield sample
             t0 = time.perf_counter()
+        if in_worker:
+            self._shared.ended(wid)
         if skipped and not track and self._report_trailing_skips:
             # no later sample of this pass carries them: a skip report of their own, which
             # FeatureLoader's collate keeps out of the batch's samples (else: never reported, and a
@@ -679,7 +728,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             yield {K_SKIPS_ONLY: True, "skipped": skipped}
 
     def _within_lag(
-        self, position: int, lag: int, wid: int, n_workers: int, world: int, generation: int
+        self, position: int, lag: int, wid: int, n_workers: int, world: int, generation: int, base: int
     ) -> bool:
         """Wait (DataLoader worker ``wid``) until ``position`` is less than ``lag`` positions past
         the trainer's watermark, or the watermark is this worker's own position (its owner never
@@ -694,7 +743,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             if self._shared.published() != generation or os.getppid() != parent:
                 return False
             watermark = self._shared.watermark()
-            if position - watermark < lag or (watermark // world) % n_workers == wid:
+            if position - watermark < lag or (watermark // world - base) % n_workers == wid:
                 return True
             time.sleep(pause)
             pause = min(2 * pause, 0.02)
@@ -734,7 +783,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         return {
             K_VERSION: STATE_VERSION, K_SEED: self.seed, K_EPOCH_LENGTH: self.epoch_length,
             K_INFINITE: self.infinite, K_EPOCH: epoch, K_WORLD: world, K_RANK: rank, K_CONSUMED: consumed.state(),
-            K_STREAM: self.sampler.stream_digest(),
+            K_STREAM: self.sampler.stream_digest(), K_SPAN: self._span(world),
         }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -751,12 +800,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                         "their chains or weights differ: a store extended, pruned or rebuilt since, or "
                         "other sampler settings): it resumes at the same positions, but they draw other "
                         "samples than the run before would have")  # fmt: skip
-        if theirs is None and not self.infinite and world > 1 and self.epoch_length % world:
+        if state.get(K_SPAN, self.epoch_length) != self._span(world):
             raise InvalidRequest(
-                f"cannot resume: a per-epoch state of {world} ranks over epochs of {self.epoch_length} "
-                "samples from a featurecache before session 35, which did not pad the epoch to a multiple "
-                "of the ranks: its positions are numbered otherwise; resume it with that featurecache, "
-                "or start its epoch again (set_epoch)"
+                f"cannot resume: the state numbers epochs of {state.get(K_SPAN, self.epoch_length)} positions, "
+                f"this dataset of {self._span(world)} (a per-epoch state of {world} ranks over epochs of "
+                f"{self.epoch_length} samples from a featurecache that did not pad the epoch to a multiple of "
+                "the ranks); resume it with that featurecache, or start its epoch again (set_epoch)"
             )
         if not self.infinite:
             self.epoch = int(state[K_EPOCH])
@@ -814,6 +863,9 @@ def reshard_states(states: Sequence[Mapping[str, Any]], world_size: int) -> list
                 raise InvalidRequest(
                     f"state {r} has {k}={st.get(k)!r}, state 0 {first.get(k)!r}: not one run"
                 )
+        if type(st[K_WORLD]) is not int or type(st[K_RANK]) is not int:
+            raise InvalidRequest(f"state {r}: rank and world_size must be integers")
+        ConsumedPositions(0, None, old_world, r).load(dict(st[K_CONSUMED]))  # its watermark is of its share
     marks = [int(st[K_CONSUMED]["watermark"]) for st in states]
     above = [set(map(int, st[K_CONSUMED]["resolved_above"])) for st in states]
 
@@ -926,8 +978,6 @@ class FeatureLoader:
         self.dataset = dataset
         #: the latest pass (__iter__): only it republishes when it ends
         self._passes = 0
-        dataset._track_on_yield = False
-        dataset._report_trailing_skips = True
         kwargs["collate_fn"] = SkipReportCollate(kwargs.get("collate_fn") or collate)
         # Ready-first across DataLoader workers too: a batch is handed over when any worker has one,
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
@@ -945,7 +995,12 @@ class FeatureLoader:
                 4 * num_workers * (dataset.workers + dataset.window + batch_size * (prefetch + 1)),
             )
         _check_count("max_lag", max_lag, 1)
-        dataset._max_lag = max_lag if num_workers > 1 and not kwargs["in_order"] else None
+        #: what the dataset does while this loader's pass runs (set for the pass only: the dataset
+        #: iterated directly, or by a plain DataLoader, tracks and reports as it does alone)
+        self._pass_settings: dict[str, Any] = {
+            "_track_on_yield": False, "_report_trailing_skips": True,
+            "_max_lag": max_lag if num_workers > 1 and not kwargs["in_order"] else None,
+        }  # fmt: skip
         self.dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
     @property
@@ -955,8 +1010,19 @@ class FeatureLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         self.dataset._publish()  # and what persistent workers read at the pass's start
+        self.dataset._shared.forget_passes()  # this pass consumes what it hands over: no repeat
         self._passes += 1
         this_pass = self._passes
+        outside = {k: getattr(self.dataset, k) for k in self._pass_settings}
+        for k, v in self._pass_settings.items():
+            setattr(self.dataset, k, v)
+        try:
+            yield from self._pass(this_pass)
+        finally:
+            for k, v in outside.items():
+                setattr(self.dataset, k, v)
+
+    def _pass(self, this_pass: int) -> Iterator[dict[str, Any]]:
         it = iter(self.dataloader)
         # the wait runs from the last batch handed over: through the batches consumed here without
         # a step (skip reports, a dropped partial batch) into the next one handed over, or, when

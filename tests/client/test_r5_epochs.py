@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from featurecache.client import FeatureDataset, collate
+from tests.client.conftest import FailAt
 
 
 def _dataset(store: Path, **kw: Any) -> FeatureDataset:
@@ -205,6 +206,9 @@ def test_per_epoch_states_are_not_resharded(client_store: Path) -> None:
     with pytest.raises(InvalidRequest, match="rank order"):
         reshard_states(infinite[::-1], 1)
     assert [st["consumed"]["watermark"] for st in reshard_states(infinite, 3)] == [0, 1, 2]
+    infinite[1]["consumed"] = {"watermark": 4, "resolved_above": []}  # not a position of rank 1 of 2
+    with pytest.raises(InvalidRequest, match="not a position of this share"):
+        reshard_states(infinite, 3)
 
 
 def test_a_per_epoch_state_of_unpadded_epochs_is_refused(client_store: Path) -> None:
@@ -214,7 +218,46 @@ def test_a_per_epoch_state_of_unpadded_epochs_is_refused(client_store: Path) -> 
 
     ds = _dataset(client_store, rank=1, world_size=4)
     state = ds.state_dict()
-    del state["stream_sha256"]  # what a state of the earlier featurecache lacks
+    del state["span"]  # what a state of the earlier featurecache lacks
     with pytest.raises(InvalidRequest, match="did not pad the epoch"):
         ds.load_state_dict(state)
     ds.close()
+
+
+def test_making_a_loader_leaves_the_dataset_as_it_was_for_other_uses(client_store: Path) -> None:
+    """FeatureLoader set its settings (no tracking on yield, skip-only items, max_lag) on the
+    dataset when made: iterated directly afterwards the dataset tracked nothing, and every
+    iteration repeated epoch 0 (review R5c). They hold during its passes only."""
+    ds = _dataset(client_store)
+    ds.loader(batch_size=2, num_workers=2)
+    assert [sorted(s["position"] for s in ds) for _ in range(2)] == [list(range(6)), list(range(6, 12))]
+    ds.close()
+
+
+def test_short_in_order_passes_deliver_every_workers_positions(client_store: Path) -> None:
+    """Infinite mode, workers' batches taken in turn (window=0), one batch a pass: the round robin
+    restarts at worker 0 every pass, so with a fixed assignment of positions to workers only worker
+    0's were ever delivered (0, 2, 4, …) and the resume state grew without bound (review R5c)."""
+    ds = _dataset(client_store, infinite=True, samples_per_epoch=10)
+    loader = ds.loader(batch_size=2, num_workers=2)
+    got = [p for _ in range(4) for p in _positions(islice(loader, 1))]
+    ds.close()
+    assert sorted(got) == list(range(8))
+    assert ds.state_dict()["consumed"] == {"watermark": 8, "resolved_above": []}
+
+
+def test_a_plain_dataloader_with_consume_moves_past_samples_that_keep_failing(client_store: Path) -> None:
+    """A plain DataLoader does not report a worker's trailing skip to consume: the position stayed
+    unresolved and every later pass held only it, failed it again and was empty, for good (review
+    R5c). Once a whole pass delivered nothing of what is left, the next pass begins the next epoch."""
+    ds = _dataset(client_store, sample_hook=FailAt(5))
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
+    passes = []
+    for _ in range(4):
+        got = []
+        for batch in loader:
+            ds.consume(batch)
+            got += _positions([batch])
+        passes.append(sorted(got))
+    ds.close()
+    assert passes == [[0, 1, 2, 3, 4], [], list(range(6, 12)), list(range(12, 18))]
