@@ -30,6 +30,18 @@ def _positions(batches: Any) -> list[int]:
     return [int(p) for b in batches for p in torch.as_tensor(b["position"]).reshape(-1).tolist()]
 
 
+def _consumed_passes(ds: FeatureDataset, loader: DataLoader[Any], n: int) -> list[list[int]]:
+    """``n`` passes of a plain DataLoader whose trainer consumes every batch: each pass's positions."""
+    passes = []
+    for _ in range(n):
+        got = []
+        for batch in loader:
+            ds.consume(batch)
+            got += _positions([batch])
+        passes.append(sorted(got))
+    return passes
+
+
 def test_set_epoch_in_infinite_mode_does_not_start_the_stream_again(
     client_store: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -69,14 +81,7 @@ def test_a_plain_dataloader_with_workers_follows_set_epoch_or_consume(
 
     ds = _dataset(client_store)
     loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=persistent)
-    passes = []
-    for _ in range(3):
-        got = []
-        for batch in loader:
-            ds.consume(batch)
-            got += _positions([batch])
-        passes.append(sorted(got))
-    assert passes == [list(range(0, 6)), list(range(6, 12)), list(range(12, 18))]
+    assert _consumed_passes(ds, loader, 3) == [list(range(0, 6)), list(range(6, 12)), list(range(12, 18))]
     assert ds.state_dict()["epoch"] == 2
     ds.close()
 
@@ -252,12 +257,6 @@ def test_a_plain_dataloader_with_consume_moves_past_samples_that_keep_failing(cl
     R5c). Once a whole pass delivered nothing of what is left, the next pass begins the next epoch."""
     ds = _dataset(client_store, sample_hook=FailAt(5))
     loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
-    passes = []
-    for _ in range(4):
-        got = []
-        for batch in loader:
-            ds.consume(batch)
-            got += _positions([batch])
-        passes.append(sorted(got))
+    passes = _consumed_passes(ds, loader, 4)
     ds.close()
     assert passes == [[0, 1, 2, 3, 4], [], list(range(6, 12)), list(range(12, 18))]
