@@ -1001,6 +1001,8 @@ class FeatureLoader:
             "_track_on_yield": False, "_report_trailing_skips": True,
             "_max_lag": max_lag if num_workers > 1 and not kwargs["in_order"] else None,
         }  # fmt: skip
+        #: and what it does otherwise, restored when the latest pass ends
+        self._outside = {k: getattr(dataset, k) for k in self._pass_settings}
         self.dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
     @property
@@ -1013,14 +1015,14 @@ class FeatureLoader:
         self.dataset._shared.forget_passes()  # this pass consumes what it hands over: no repeat
         self._passes += 1
         this_pass = self._passes
-        outside = {k: getattr(self.dataset, k) for k in self._pass_settings}
         for k, v in self._pass_settings.items():
             setattr(self.dataset, k, v)
         try:
             yield from self._pass(this_pass)
-        finally:
-            for k, v in outside.items():
-                setattr(self.dataset, k, v)
+        finally:  # not when a newer pass began (an old generator closed late): it runs under them
+            if self._passes == this_pass:
+                for k, v in self._outside.items():
+                    setattr(self.dataset, k, v)
 
     def _pass(self, this_pass: int) -> Iterator[dict[str, Any]]:
         it = iter(self.dataloader)

@@ -260,3 +260,21 @@ def test_a_plain_dataloader_with_consume_moves_past_samples_that_keep_failing(cl
     passes = _consumed_passes(ds, loader, 4)
     ds.close()
     assert passes == [[0, 1, 2, 3, 4], [], list(range(6, 12)), list(range(12, 18))]
+
+
+def test_an_old_pass_closed_late_leaves_the_running_passs_settings(client_store: Path) -> None:
+    """A loader pass's generator closed after a newer pass began (kept alive by a traceback) must
+    not put the dataset back to its own settings under the running pass; the latest pass's end does."""
+    ds = _dataset(client_store, samples_per_epoch=10)
+    loader = ds.loader(batch_size=1)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    got = _positions([next(new)])
+    old.close()
+    assert ds._track_on_yield is False  # the running pass's: its samples are consumed by the loader
+    got += _positions(new)
+    assert ds._track_on_yield is True  # the latest pass ended: the dataset's own again
+    assert got == list(range(1, 10)) and ds.state_dict()["epoch"] == 0
+    assert sorted(s["position"] for s in ds) == list(range(10, 20))  # direct iteration tracks again
+    ds.close()
