@@ -113,7 +113,9 @@ class LoaderError(FeatureCacheError, RuntimeError):
     ``error_class``: the class name of the last sample's failure when that is why (e.g.
     ``"AuthenticationError"``: the service refused the token mid-run), else None."""
 
-    error_class: str | None = None
+    def __init__(self, message: str, error_class: str | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
 
 
 class TrainingError(FeatureCacheError, RuntimeError):

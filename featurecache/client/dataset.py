@@ -599,12 +599,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         if not self.infinite:
             stuck = self._shared.stuck(n_workers, consumed)
             if stuck or next(consumed.pending(), None) is None:
+                epoch = consumed.start // self._span(consumed.stride)
                 if stuck and wid == 0:
                     log.warning("FeatureDataset: the rest of epoch %d (%d samples) failed again in this pass and "
                                 "the one before, and no pass will deliver it: left out (the next epoch "
-                                "begins)", consumed.start // self._span(consumed.stride),
-                                sum(1 for _ in consumed.pending()))  # fmt: skip
-                self.epoch, self._consumed = consumed.start // self._span(consumed.stride) + 1, None
+                                "begins)", epoch, sum(1 for _ in consumed.pending()))  # fmt: skip
+                self.epoch, self._consumed = epoch + 1, None
                 consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
         if self._shared.begin_pass(wid, consumed):
             where = f"epoch {self.epoch}" if not self.infinite else f"position {consumed.watermark}"
@@ -690,16 +690,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 if rec.error_class in SOURCE_FAILURES:
                     source_failures += 1
                     if self.max_source_failures is not None and source_failures >= self.max_source_failures:
-                        failed = LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; "
-                                             f"the last: position {rec.position} ({rec.entry_id}): {rec.error_class}: "
-                                             f"{rec.message}")  # fmt: skip
-                        failed.error_class = rec.error_class
-                        raise failed
+                        raise LoaderError(f"{self.source.describe()} failed {source_failures} samples in a row; "
+                                          f"the last: position {rec.position} ({rec.entry_id}): {rec.error_class}: "
+                                          f"{rec.message}", rec.error_class)  # fmt: skip
                 if self.max_consecutive_skips is not None and in_a_row >= self.max_consecutive_skips:
-                    failed = LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
-                                         f"({rec.entry_id}): {rec.error_class}: {rec.message}")  # fmt: skip
-                    failed.error_class = rec.error_class
-                    raise failed
+                    raise LoaderError(f"{in_a_row} samples in a row were skipped; the last: position {rec.position} "
+                                      f"({rec.entry_id}): {rec.error_class}: {rec.message}", rec.error_class)  # fmt: skip
                 continue
             in_a_row = source_failures = 0
             sample = out.value
@@ -800,10 +796,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                         "their chains or weights differ: a store extended, pruned or rebuilt since, or "
                         "other sampler settings): it resumes at the same positions, but they draw other "
                         "samples than the run before would have")  # fmt: skip
-        if state.get(K_SPAN, self.epoch_length) != self._span(world):
+        their_span, span = state.get(K_SPAN, self.epoch_length), self._span(world)
+        if their_span != span:
             raise InvalidRequest(
-                f"cannot resume: the state numbers epochs of {state.get(K_SPAN, self.epoch_length)} positions, "
-                f"this dataset of {self._span(world)} (a per-epoch state of {world} ranks over epochs of "
+                f"cannot resume: the state numbers epochs of {their_span} positions, "
+                f"this dataset of {span} (a per-epoch state of {world} ranks over epochs of "
                 f"{self.epoch_length} samples from a featurecache that did not pad the epoch to a multiple of "
                 "the ranks); resume it with that featurecache, or start its epoch again (set_epoch)"
             )

@@ -1782,9 +1782,7 @@ def run_training(
             service that refused the token mid-run (restarted with a rotated one) gets the advice a
             refusal at the first contact gets."""
             if isinstance(cause, LoaderError) and cause.error_class == "AuthenticationError":
-                refused = LoaderError(f"{_first_line(cause)}; {_token_advice(token)}")
-                refused.error_class = cause.error_class
-                cause = refused
+                cause = LoaderError(f"{_first_line(cause)}; {_token_advice(token)}", cause.error_class)
             done = first_step + len(records)
             commit()  # the run ends here: no next loss will vouch for it
             if checkpoint is None or done == first_step:
