@@ -69,10 +69,8 @@ the start of each pass after its first: the ``k``-th pass of a persistent loader
 ``k``-th pass of a non-persistent one does, a state may be loaded between passes, and all of the
 above holds with either, forked or spawned. One state the mirror cannot hold is refused
 (``LoaderError`` naming ``persistent_workers``) instead of iterated wrongly: positions resolved
-more than ``max(L, 65536)`` past the watermark of the last time the mirror was rebuilt (infinite
-mode only: one worker that far behind the others when a pass is stopped; or, through a plain
-``DataLoader`` whose trainer calls ``consume``, that many positions since the last
-``set_epoch`` / ``load_state_dict``; :class:`FeatureLoader` rebuilds it at every pass).
+``max(L, 65536)`` or more past the trainer's watermark (infinite mode only: one worker that far
+behind the others when a pass is stopped; :class:`FeatureLoader`'s ``max_lag`` prevents it).
 
 With several ``DataLoader`` workers (``in_order=False``) one worker that lags behind the others
 lets them run ahead: in infinite mode without a bound the resolved positions above the watermark,
@@ -161,8 +159,9 @@ MIN_SHARED_SPAN: Final = 1 << 16
 #: the least default ``max_lag`` of :class:`FeatureLoader` (positions of a rank's share)
 MIN_MAX_LAG: Final = 1024
 #: header slots: published (a count of resets: a pass begun before the last reset is over), start,
-#: stop, stride, offset, base, overflow, and the trainer's current watermark
-_H_PUBLISHED, _H_BASE, _H_OVERFLOW, _H_WATERMARK = 0, 5, 6, 7
+#: stop, stride, offset, the trainer's watermark (the mask's floor), overflow, and a sequence
+#: number, odd while the trainer rewrites the floor or the mask (readers read again)
+_H_PUBLISHED, _H_WATERMARK, _H_OVERFLOW, _H_SEQ = 0, 5, 6, 7
 _HEADER_BYTES: Final = 8 * 8
 #: positions the shared mirror covers past the epoch's length: a rank's per-epoch share is padded
 #: to ``ceil(L / W)`` positions, up to ``W - 1`` past the epoch
@@ -177,13 +176,18 @@ class SharedPositions:
     for ``DataLoader`` workers whose copy of the dataset is older than the pass they run.
 
     ``buf``: uint8 shared tensor ``(64 + span,)``: an int64 header (published: how many resets so
-    far, start, stop or -1, stride, offset, base, overflow, the trainer's watermark now), then ``mask`` ``(span,)`` with ``mask[i] == 1`` when position
-    ``base + i`` is resolved above the watermark ``base``. The trainer resets it between passes
-    (new epoch or share, resume, :class:`FeatureLoader`'s pass start) and marks positions as it
-    receives them: during a pass only mask bytes of positions some worker has already produced
-    turn 1, never one that a worker starting its pass meanwhile reads as its own, so workers read
-    without a lock. A position past ``base + span`` sets ``overflow``: the mirror can no longer
-    say the state, and :meth:`read` refuses it.
+    far, start, stop or -1, stride, offset, the trainer's watermark, overflow, a sequence number),
+    then ``mask`` ``(span,)``, a ring: ``mask[p % span] == 1`` when position ``p`` of
+    ``[watermark, watermark + span)`` is resolved above the watermark. The trainer resets it between
+    passes (new epoch or share, resume, :class:`FeatureLoader`'s pass start) and marks positions as
+    it receives them; as its watermark moves on, the slots it leaves behind are cleared for the
+    positions a span further on, so the mirror holds any run whose resolved positions stay within a
+    span of the watermark (before, within a span of the watermark at the last reset: a plain
+    ``DataLoader`` in infinite mode whose trainer calls ``consume`` was refused after 65,536
+    positions). Workers read it at the start of a pass, again if the sequence number changed while
+    they read (a seqlock: no lock, and the trainer never waits). A position resolved a span or more
+    past the watermark sets ``overflow``: the mirror can no longer say the state, and :meth:`read`
+    refuses it.
     """
 
     def __init__(self, span: int) -> None:
@@ -258,49 +262,81 @@ class SharedPositions:
         rows[:-1] = -1
         rows[-1, 1:] = -1
 
+    def _writing(self) -> None:
+        self.header[_H_SEQ] += 1  # odd: a reader that overlaps this write reads again
+
+    def _clear(self, lo: int, hi: int) -> None:
+        """Free the ring slots of positions ``[lo, hi)`` (below the watermark now)."""
+        n = self.mask.size
+        if hi - lo >= n:
+            self.mask[:] = 0
+            return
+        a, b = lo % n, hi % n
+        if a <= b:
+            self.mask[a:b] = 0
+        else:
+            self.mask[a:] = 0
+            self.mask[:b] = 0
+
     def reset(self, consumed: ConsumedPositions) -> None:
         header, mask = self.header, self.mask
-        above = np.fromiter(consumed.above, dtype=np.int64, count=len(consumed.above)) - consumed.watermark
-        fits = above < mask.size
+        above = np.fromiter(consumed.above, dtype=np.int64, count=len(consumed.above))
+        fits = above - consumed.watermark < mask.size
+        self._writing()
         mask[:] = 0
-        mask[above[fits]] = 1
+        mask[above[fits] % mask.size] = 1
         stop = -1 if consumed.stop is None else consumed.stop
-        header[:8] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
-                      consumed.watermark, int(not fits.all()), consumed.watermark)  # fmt: skip
+        header[:7] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
+                      consumed.watermark, int(not fits.all()))  # fmt: skip
+        self._writing()
 
     def mark(self, position: int, watermark: int | None = None) -> None:
         """``position`` (of the mirrored share) is resolved; ``watermark``: the trainer's now."""
-        if watermark is not None:
-            self.header[_H_WATERMARK] = watermark
-        i = position - int(self.header[_H_BASE])
-        if 0 <= i < self.mask.size:
-            self.mask[i] = 1
-        elif i >= self.mask.size:
-            self.header[_H_OVERFLOW] = 1
+        header, n = self.header, self.mask.size
+        floor = int(header[_H_WATERMARK])
+        if watermark is not None and watermark > floor:
+            self._writing()
+            header[_H_WATERMARK] = watermark
+            self._clear(floor, watermark)
+            self._writing()
+            floor = watermark
+        i = position - floor
+        if 0 <= i < n:
+            self.mask[position % n] = 1
+        elif i >= n:
+            header[_H_OVERFLOW] = 1
 
     def published(self) -> int:
         """How many times the mirror was reset (0: never)."""
         return int(self.header[_H_PUBLISHED])
 
     def watermark(self) -> int:
-        """The trainer's watermark as of its last received sample (whatever the mask covers)."""
+        """The trainer's watermark as of its last received sample."""
         return int(self.header[_H_WATERMARK])
 
     def read(self) -> ConsumedPositions | None:
         """The mirrored state (None: nothing mirrored yet)."""
-        header, mask = self.header, self.mask
-        published, start, stop, stride, offset, base, overflow = (int(v) for v in header[:7])
+        header = self.header
+        while True:
+            seq = int(header[_H_SEQ])
+            published, start, stop, stride, offset, floor, overflow = (int(v) for v in header[:7])
+            slots = np.flatnonzero(self.mask)
+            if seq % 2 == 0 and int(header[_H_SEQ]) == seq:
+                break
+            time.sleep(0)
         if not published:
             return None
+        n = self.mask.size
         if overflow:
             raise LoaderError(
                 f"persistent_workers=True: DataLoader workers cannot be told the positions the trainer "
-                f"resolved, some lie over {mask.size} past position {base} (one worker that far behind "
-                f"the others, or a plain DataLoader in infinite mode); use persistent_workers=False"
+                f"resolved, some lie {n} or more past its watermark {floor} (one worker that far behind "
+                f"the others when a pass was stopped); use persistent_workers=False, or ds.loader(...), "
+                f"whose max_lag bounds how far workers run ahead"
             )
         consumed = ConsumedPositions(start, None if stop < 0 else stop, stride, offset)
-        consumed.load({"watermark": base, "resolved_above": []})
-        for p in (np.flatnonzero(mask) + base).tolist():
+        consumed.load({"watermark": floor, "resolved_above": []})
+        for p in np.sort(floor + (slots - floor) % n).tolist():
             consumed.mark(p)
         return consumed
 

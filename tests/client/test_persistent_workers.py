@@ -5,6 +5,7 @@ workers start afresh each pass (or direct access, ``FeatureDataset.sample``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,55 @@ def test_a_state_the_mirror_cannot_hold_is_refused_by_name() -> None:
     mirror.reset(consumed)
     with pytest.raises(LoaderError, match="persistent_workers=True"):
         mirror.read()
+
+
+def test_the_mirror_follows_the_watermark_past_its_span() -> None:
+    """The mirror is a ring over the span past the trainer's watermark: a run whose resolved positions
+    stay within a span of the watermark is mirrored exactly however long it runs (it was refused
+    once a position lay a span past the watermark of the last reset: a plain DataLoader in infinite
+    mode whose trainer calls ``consume`` failed after 65,536 positions). The oracle is the trainer's
+    own ConsumedPositions, marked the same way."""
+    span, stride, offset = 16, 2, 1
+    mirror = SharedPositions(span)
+    consumed = ConsumedPositions(0, None, stride, offset)
+    mirror.reset(consumed)
+    rng = np.random.default_rng(7)
+    order = [offset + stride * k for k in range(10 * span)]
+    for i in range(0, len(order) - 3, 3):  # out of order within a window of 3 share positions
+        order[i : i + 3] = rng.permutation(order[i : i + 3]).tolist()
+    for n, p in enumerate(order):
+        consumed.mark(p)
+        mirror.mark(p, consumed.watermark)
+        if n % 5 == 0:
+            got = mirror.read()
+            assert got is not None and got.state() == consumed.state(), n
+            assert got.watermark > span or n < span  # the watermark ran past the span
+    got = mirror.read()
+    assert got is not None and got.state() == consumed.state() == {"watermark": order[-1] + stride,
+                                                                   "resolved_above": []}  # fmt: skip
+
+
+def test_a_plain_dataloader_in_infinite_mode_consumed_outlasts_the_mirror_span(
+    client_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Persistent workers of a plain DataLoader, the trainer consuming every batch: each pass
+    continues where the trainer is, for many times the mirror's span (a span of 8 here instead of
+    65,536+: before, the pass after the 8th position raised LoaderError)."""
+    import featurecache.client.dataset as dataset_mod
+
+    monkeypatch.setattr(dataset_mod, "MIN_SHARED_SPAN", 4)
+    monkeypatch.setattr(dataset_mod, "SHARE_PADDING_SPAN", 2)
+    ds = _dataset(client_store, infinite=True, window=0)
+    assert ds._shared.mask.size == 8
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, persistent_workers=True,
+                        multiprocessing_context="fork")  # fmt: skip
+    passes = []
+    for _ in range(6):
+        got = []
+        for batch in islice(loader, 2):
+            ds.consume(batch)
+            got += _positions([batch])
+        passes.append(sorted(got))
+    ds.close()
+    assert passes == [list(range(4 * k, 4 * k + 4)) for k in range(6)]
+    assert ds.state_dict()["consumed"]["watermark"] == 24
