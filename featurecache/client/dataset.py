@@ -95,8 +95,10 @@ workers warn once (on their stderr).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -171,6 +173,36 @@ MAX_RECORDED_WORKERS: Final = 256
 
 
 # ------------------------------------------------------------------------- state for workers
+#: seconds a spawned DataLoader worker, at its exit, waits for its result queue to hand over what it
+#: is still sending (:func:`_join_queue_feeders`)
+FEEDER_JOIN_S: Final = 10.0
+_feeders_hooked = False
+
+
+def _join_queue_feeders() -> None:
+    """At a spawned ``DataLoader`` worker's exit: wait (up to :data:`FEEDER_JOIN_S`) for the
+    threads of its ``multiprocessing`` queues that still send a batch to the trainer.
+
+    A worker told to stop right after it put a batch (the trainer left a pass early, or the loader
+    was deleted) exits while its queue's feeder thread still pickles that batch into shared memory
+    with the GIL released. The interpreter's finalization then ends that thread inside torch's C++
+    code, and the worker dies with "terminate called without an active exception" (SIGABRT); the
+    trainer sees "DataLoader worker (pid N) is killed by signal: Aborted" (3 of 4 loaders with a
+    256 MB batch). Forked workers leave by ``os._exit`` and never finalize."""
+    deadline = time.monotonic() + FEEDER_JOIN_S
+    for t in threading.enumerate():
+        if t.name == "QueueFeederThread" and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _hook_worker_exit() -> None:
+    """Once per DataLoader worker process: :func:`_join_queue_feeders` at its exit."""
+    global _feeders_hooked
+    if not _feeders_hooked:
+        _feeders_hooked = True
+        atexit.register(_join_queue_feeders)
+
+
 class SharedPositions:
     """The trainer's resolved positions (a :class:`ConsumedPositions`), mirrored in shared memory
     for ``DataLoader`` workers whose copy of the dataset is older than the pass they run.
@@ -683,6 +715,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         # Counted at iter(), which the DataLoader calls in each worker at the start of every pass
         # (a pass's generator may never be advanced before the next pass replaces it).
         self._worker_passes += 1
+        _hook_worker_exit()
         return self._samples(self._worker_passes == 1, info.id, info.num_workers)
 
     def _samples(
