@@ -813,6 +813,16 @@ def _shape_by_reading(fetch: MSAFetch, key: str) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------------------------- sample
+class Sample(dict):  # type: ignore[type-arg]
+    """One sample (a plain ``dict`` otherwise). Its type tells torch's default collate to batch it
+    with :func:`collate` (registered when :mod:`featurecache.client.dataset` is imported), so a
+    plain ``DataLoader(dataset, batch_size=B)`` without ``collate_fn`` pads and stacks the samples
+    as ``collate_fn=collate`` does; before, torch's default collate stacked their arrays and failed
+    on the first two of different lengths ("stack expects each tensor to be equal size")."""
+
+    __slots__ = ()
+
+
 def assemble_sample(
     entry: Entry,
     keep: np.ndarray,
@@ -847,7 +857,7 @@ def assemble_sample(
     centre = np.asarray(tok["centre_atom"], dtype=np.int64)[keep]
     coords = np.asarray(atoms["coords"], dtype=np.float32)
     present = np.asarray(atoms["is_present"], dtype=bool)
-    sample: dict[str, Any] = {
+    sample: dict[str, Any] = Sample({
         "restype": np.asarray(tok["restype"])[keep].astype(np.uint8),
         "residue_index": np.asarray(tok["residue_index"])[keep].astype(np.int32),
         "asym_id": np.asarray(tok["asym_id"])[keep].astype(np.int32),
@@ -858,7 +868,7 @@ def assemble_sample(
         "centre_coords": coords[centre],
         "centre_mask": present[centre],
         "token_bond_pairs": token_bond_pairs(entry.bonds, keep, n_entry_tokens),
-    }
+    })  # fmt: skip
     sample.update(
         msa_features(
             tok,

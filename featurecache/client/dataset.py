@@ -108,7 +108,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS, collate
+from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS, Sample, collate
 from featurecache.client.crop import (
     DEFAULT_CROP_SIZE,
     DEFAULT_CROP_WEIGHTS,
@@ -173,6 +173,19 @@ MAX_RECORDED_WORKERS: Final = 256
 
 
 # ------------------------------------------------------------------------- state for workers
+def _collate_samples(batch: Sequence[Sample], *, collate_fn_map: Any = None) -> dict[str, Any]:
+    """torch's default collate, given :class:`~featurecache.client.assemble.Sample` s: :func:`collate`."""
+    return collate(batch)
+
+
+try:  # where torch's default_collate looks up a collate function by the element's type
+    from torch.utils.data._utils.collate import default_collate_fn_map
+except ImportError:  # pragma: no cover - a torch without it: collate_fn=collate is needed
+    pass
+else:
+    default_collate_fn_map.setdefault(Sample, _collate_samples)
+
+
 #: seconds a spawned DataLoader worker, at its exit, waits for its result queue to hand over what it
 #: is still sending (:func:`_join_queue_feeders`)
 FEEDER_JOIN_S: Final = 10.0
@@ -587,6 +600,19 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
     @property
     def epoch_length(self) -> int:
         return len(self.sampler)
+
+    def __len__(self) -> int:
+        """Per-epoch mode: the samples one epoch holds on this rank, ``ceil(L / W)`` (its share of
+        the epoch, padded as :meth:`_span` says), counting any that will fail and be skipped; for
+        ``len(DataLoader(ds, ...))`` and per-epoch schedules. Infinite mode has no length
+        (``TypeError``, as ``len()`` of an unsized object)."""
+        if self.infinite:
+            raise TypeError(
+                "FeatureDataset(infinite=True) has no length: its stream never ends (count steps instead; "
+                "per-epoch mode, infinite=False, has one: the samples of an epoch on this rank)"
+            )
+        world = self.rank_world()[1]
+        return self._span(world) // world
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` (per-epoch mode); the consumed-position state starts afresh.
@@ -1074,6 +1100,20 @@ class FeatureLoader:
     @property
     def stats(self) -> LoaderStats:
         return self.dataset.stats
+
+    def __len__(self) -> int:
+        """Per-epoch mode: the batches a whole epoch's pass hands out when no sample fails (each
+        worker batches its own positions, so with ``num_workers`` K it is the sum over the
+        workers of their batches, not ``ceil(len(dataset) / batch_size)``); ``drop_last`` counts
+        only whole batches. A pass that continues an epoch stopped early hands out fewer.
+        Infinite mode: ``TypeError`` (no length)."""
+        n = len(self.dataset)
+        k = max(1, self.dataloader.num_workers)
+        size = int(self.dataloader.batch_size or 1)
+        shares = [len(range(w, n, k)) for w in range(k)]
+        if self._drop_below is not None:
+            return sum(m // size for m in shares)
+        return sum(-(-m // size) for m in shares)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
