@@ -316,6 +316,9 @@ class MSAStageResult:
     failures: list[dict[str, Any]] = field(default_factory=list)
     near_misses: list[dict[str, Any]] = field(default_factory=list)
     unmatched: list[dict[str, Any]] = field(default_factory=list)
+    #: alignments joined by their query's sequence to chains other than those their path names
+    #: (an MSA filed under the wrong entry or chain: :func:`_misfiled`)
+    misfiled: list[dict[str, Any]] = field(default_factory=list)
     bytes_written: int = 0
     #: per stored MSA whose source files are gone (``counts["sources_gone"]``): its chains, e.g. "1psm/A"
     gone_chains: list[str] = field(default_factory=list)
@@ -333,6 +336,7 @@ class MSAStageResult:
             "empty / other files": f"{c['empty_files']} / {c['other_files']}",
             "alignments joined (exact / by layout)": f"{c['joined_exact']} / {c['joined_layout']}",
             "alignments unmatched (near misses)": f"{c['unmatched']} ({len(self.near_misses)})",
+            "alignments filed under another chain": len(self.misfiled),
             "MSAs written (from files / single sequence)": f"{c['built_files']} / {c['built_single']}",
             "MSAs up to date": c["skipped"],
             "polymer chains with an MSA from files": f"{c['chains_with_msa']} of {c['polymer_chains']}",
@@ -560,6 +564,8 @@ def run_msa_stage(
     result.seconds = time.perf_counter() - t0
     for nm in result.near_misses:
         log.warning("MSA near miss: %s", nm["message"])
+    for mf in result.misfiled:
+        log.warning("%s", mf["message"])
     return result
 
 
@@ -779,9 +785,11 @@ def _join(
     uses: dict[str, list[MSAUse]] = {}
     by_entry: dict[str, list[dict[str, Any]]] = {}
     by_length: dict[int, list[dict[str, Any]]] = {}
+    by_hash: dict[str, list[dict[str, Any]]] = {}
     for row in chain_rows:
         by_entry.setdefault(row["entry_id"], []).append(row)
         by_length.setdefault(len(row["sequence"]), []).append(row)
+        by_hash.setdefault(row["sequence_hash"], []).append(row)
     c = result.counts
     for s in scans:
         c["files"] += 1
@@ -807,6 +815,11 @@ def _join(
                     uses.setdefault(h, []).append(
                         MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
                     )
+                misfiled = _misfiled(
+                    label, a.query, a.matches, _hints(s.rel, entry_ids, aliases), by_entry, by_hash
+                )
+                if misfiled is not None:
+                    result.misfiled.append(misfiled)
                 continue
             hints = _hints(s.rel, entry_ids, aliases)
             joined = False
@@ -845,6 +858,50 @@ def _join(
             )
             del uses[h][MAX_SOURCES - 1 :]
     return uses
+
+
+def _chain_name(row: Mapping[str, Any]) -> str:
+    return f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+
+
+#: chains a misfiled alignment's note names at most, of each side
+MISFILED_NAMED = 3
+
+
+def _misfiled(
+    label: str,
+    query: str,
+    matches: Sequence[tuple[str, int]],
+    hints: list[tuple[str, str]],
+    by_entry: Mapping[str, list[dict[str, Any]]],
+    by_hash: Mapping[str, list[dict[str, Any]]],
+) -> dict[str, Any] | None:
+    """An alignment whose query is the sequence of stored chains (``matches``: joined to them by
+    that sequence, as every alignment is) while its path names chains of the store (``hints``,
+    :func:`layout_hints`) none of which has that sequence: an MSA filed under the wrong entry or
+    chain (a copy into the wrong OpenFold ``<entry>_<chain>`` directory). It is still joined by its
+    sequence; the note says so, and that the chains its path names get nothing from it (before,
+    nothing was said, and those chains were built without it). None: nothing to note."""
+    named = [
+        r for e, ch in hints for r in by_entry.get(e, []) if not ch or ch in (r["auth_id"], r["label_id"])
+    ]
+    matched = {h for h, _mt in matches}
+    if not named or any(r["sequence_hash"] in matched for r in named):
+        return None
+    joined = sorted({_chain_name(r) for h in matched for r in by_hash.get(h, [])})
+    names = sorted({_chain_name(r) for r in named})
+    return {
+        "file": label,
+        "named": names,
+        "joined": joined,
+        "message": (
+            f"MSA file {label}: its path names {first_named(names, MISFILED_NAMED)}, but its query "
+            f"({len(query)} residues) is the sequence of {first_named(joined, MISFILED_NAMED)}: it is "
+            f"joined to {'that chain' if len(joined) == 1 else 'those chains'} by its sequence, and "
+            f"{first_named(names, MISFILED_NAMED)} {'gets' if len(names) == 1 else 'get'} nothing from "
+            f"it (filed under the wrong entry or chain?)"
+        ),
+    }
 
 
 def _hints(
@@ -1036,7 +1093,7 @@ def _near_miss(
 
 
 def _nm(label: str, query: str, row: dict[str, Any], why: str) -> dict[str, Any]:
-    chain = f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+    chain = _chain_name(row)
     return {
         "file": label,
         "entry_id": row["entry_id"],

@@ -1,0 +1,47 @@
+"""An MSA filed under the wrong entry (a copy of 1psm_A's alignment into the OpenFold directory
+2q2k_A) is joined by its query's sequence, as every alignment is, to 1psm's chain; the build now
+says so, naming the file, the chain its path names and the chain it joined, and counts it in the
+MSA stage's summary (before: nothing was said, and 2q2k A was built without an MSA). A correctly
+filed alignment is not noted. Real files, real build (LocalCluster)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MSAS, STRUCTURES, build_store
+
+MISFILED = "filed under the wrong entry or chain"
+
+
+def test_an_alignment_filed_under_another_entry_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("1psm.cif", "2q2k.cif"):
+        shutil.copy(STRUCTURES / name, pdb / name)
+    msa = tmp_path / "msa"
+    (msa / "1psm_A").mkdir(parents=True)
+    (msa / "2q2k_A").mkdir()
+    shutil.copy(MSAS / "openfold" / "1psm_A" / "mgnify_hits.sto", msa / "1psm_A" / "mgnify_hits.sto")
+    # 1psm A's alignment in 2q2k A's directory: its query is 1psm's sequence, not 2q2k's
+    shutil.copy(
+        MSAS / "openfold" / "1psm_A" / "bfd_uniclust_hits.a3m", msa / "2q2k_A" / "bfd_uniclust_hits.a3m"
+    )
+    with caplog.at_level(logging.WARNING):
+        summary = build_store(tmp_path / "store", pdb, msa_dir=msa, workers=1)
+    stage = summary.stages["msa"]
+    assert stage["alignments joined (exact / by layout)"] == "2 / 0"  # both joined by sequence
+    assert stage["polymer chains with an MSA from files"].startswith("1 of ")  # 1psm A only
+    assert stage["alignments filed under another chain"] == 1
+    notes = [r.getMessage() for r in caplog.records if MISFILED in r.getMessage()]
+    assert len(notes) == 1, notes  # not the correctly filed 1psm_A/mgnify_hits.sto
+    note = notes[0]
+    # "A" is 2q2k's auth chain A and the label (subchain) id of its auth chain F: the layout join's
+    # rule takes either, so both are named
+    assert "2q2k_A/bfd_uniclust_hits.a3m" in note and "names 2q2k/A, 2q2k/F, but" in note, note
+    assert "sequence of 1psm/A" in note and "2q2k/A, 2q2k/F get nothing from it" in note, note
