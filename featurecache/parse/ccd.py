@@ -44,6 +44,7 @@ import gemmi
 import numpy as np
 
 from featurecache.errors import CCDError, InputError, ParseError
+from featurecache.parse.cif_loops import loop_error_hint
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,10 @@ def _parse_component(text: str) -> ComponentDef:
     except (RuntimeError, ValueError) as exc:
         # "line N" of the block (of the file, for a CCD directory's file), not gemmi's "string:N"
         reason = _GEMMI_STRING_POS.sub(lambda m: f"line {m.group(1)}: ", str(exc))
-        raise ParseError(f"CCD block does not parse: {reason}", stage="ccd") from exc
+        hint = loop_error_hint(text, str(exc))  # gemmi names the loop's header, not the bad row
+        raise ParseError(
+            f"CCD block does not parse: {reason}" + (f"; {hint}" if hint else ""), stage="ccd"
+        ) from exc
     if len(doc) != 1:
         raise ParseError(f"expected one CCD block, got {len(doc)}", stage="ccd")
     try:

@@ -23,6 +23,7 @@ import numpy as np
 from featurecache.const import ATOM_NAME_CHARS, RES_NAME_CHARS
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
 from featurecache.parse.a3m import UTF8_BOM
+from featurecache.parse.cif_loops import loop_error_hint
 from featurecache.parse.elements import resolve_unknown_elements
 from featurecache.text import first_named
 
@@ -267,11 +268,14 @@ def _text(raw: bytes) -> str:
 
 
 def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
+    text = _text(raw)
     try:
-        doc = gemmi.cif.read_string(_text(raw))
+        doc = gemmi.cif.read_string(text)
         block = doc.sole_block() if len(doc) == 1 else doc[0]
     except (RuntimeError, ValueError, IndexError) as exc:
-        raise ParseError(_gemmi_error("mmCIF syntax error", exc, name), stage="parse") from exc
+        message = _gemmi_error("mmCIF syntax error", exc, name)
+        hint = loop_error_hint(text, str(exc))  # gemmi names the loop's header, not the bad row
+        raise ParseError(message if hint is None else f"{message}; {hint}", stage="parse") from exc
     structure = _structure_from_block(block, "mmcif", name)
     if len(doc) > 1:
         warning = _other_blocks([doc[k].name for k in range(len(doc))], name)
