@@ -29,7 +29,7 @@ def test_a_spawned_worker_stopped_while_sending_a_batch_exits_cleanly(
     client_store: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     got = []
-    for _ in range(4):  # before the fix 3 of 4 such loaders aborted (8 of 8 exit cleanly after)
+    for _ in range(3):  # before the fix 3 of 4 such loaders aborted (8 of 8 exit cleanly after)
         ds = FeatureDataset(
             client_store, crop_size=32, samples_per_epoch=6, workers=1, window=0, infinite=True
         )
@@ -41,5 +41,5 @@ def test_a_spawned_worker_stopped_while_sending_a_batch_exits_cleanly(
         gc.collect()
         ds.close()
     err = capfd.readouterr().err
-    assert got == [0, 0, 0, 0]
+    assert got == [0, 0, 0]
     assert "terminate called" not in err and "Aborted" not in err, err
