@@ -96,8 +96,10 @@ workers warn once (on their stderr).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -161,10 +163,12 @@ MIN_SHARED_SPAN: Final = 1 << 16
 #: the least default ``max_lag`` of :class:`FeatureLoader` (positions of a rank's share)
 MIN_MAX_LAG: Final = 1024
 #: header slots: published (a count of resets: a pass begun before the last reset is over), start,
-#: stop, stride, offset, the trainer's watermark (the mask's floor), overflow, and a sequence
-#: number, odd while the trainer rewrites the floor or the mask (readers read again)
-_H_PUBLISHED, _H_WATERMARK, _H_OVERFLOW, _H_SEQ = 0, 5, 6, 7
-_HEADER_BYTES: Final = 8 * 8
+#: stop, stride, offset, the trainer's watermark (the mask's floor), overflow, a sequence number
+#: (odd while the trainer rewrites the header or the mask: readers read again), then the DataLoader
+#: worker pass whose samples the trainer received first since the last reset and the watermark just
+#: before (:meth:`SharedPositions.note_pass`)
+_H_PUBLISHED, _H_WATERMARK, _H_OVERFLOW, _H_SEQ, _H_PASS, _H_PASS_BASE = 0, 5, 6, 7, 8, 9
+_HEADER_BYTES: Final = 16 * 8
 #: positions the shared mirror covers past the epoch's length: a rank's per-epoch share is padded
 #: to ``ceil(L / W)`` positions, up to ``W - 1`` past the epoch
 SHARE_PADDING_SPAN: Final = 4096
@@ -186,26 +190,61 @@ else:
     default_collate_fn_map.setdefault(Sample, _collate_samples)
 
 
-#: seconds a spawned DataLoader worker, at its exit, waits for its result queue to hand over what it
-#: is still sending (:func:`_join_queue_feeders`)
+#: seconds a spawned DataLoader worker, at its exit, waits for its result queue's feeder thread to
+#: finish pickling what it sends (:func:`_join_queue_feeders`)
 FEEDER_JOIN_S: Final = 10.0
+#: seconds it waits for a feeder that writes to the trainer's pipe, which the trainer may no longer
+#: read (a batch of numpy arrays or raw samples goes through the pipe itself), or that waits for work
+FEEDER_SEND_S: Final = 0.5
 _feeders_hooked = False
 
 
+def _feeder_state(thread: threading.Thread) -> str:
+    """What a queue's feeder thread does now: ``"pickling"`` (``ForkingPickler.dumps``: torch puts
+    tensors into shared memory with the GIL released), ``"sending"`` (writing to the pipe), or
+    ``"idle"`` (waiting for something to send, or gone)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    sending = False
+    while frame is not None:
+        code = frame.f_code
+        where = code.co_filename.replace("\\", "/")
+        if code.co_name == "dumps" and where.endswith("multiprocessing/reduction.py"):
+            return "pickling"
+        if where.endswith("multiprocessing/connection.py") and code.co_name in (
+            "_send",
+            "_send_bytes",
+            "send_bytes",
+        ):
+            sending = True
+        frame = frame.f_back
+    return "sending" if sending else "idle"
+
+
 def _join_queue_feeders() -> None:
-    """At a spawned ``DataLoader`` worker's exit: wait (up to :data:`FEEDER_JOIN_S`) for the
-    threads of its ``multiprocessing`` queues that still send a batch to the trainer.
+    """At a spawned ``DataLoader`` worker's exit: wait (up to :data:`FEEDER_JOIN_S`) while a
+    feeder thread of its ``multiprocessing`` queues still pickles a batch for the trainer.
 
     A worker told to stop right after it put a batch (the trainer left a pass early, or the loader
     was deleted) exits while its queue's feeder thread still pickles that batch into shared memory
     with the GIL released. The interpreter's finalization then ends that thread inside torch's C++
     code, and the worker dies with "terminate called without an active exception" (SIGABRT); the
     trainer sees "DataLoader worker (pid N) is killed by signal: Aborted" (3 of 4 loaders with a
-    256 MB batch). Forked workers leave by ``os._exit`` and never finalize."""
+    256 MB batch). Forked workers leave by ``os._exit`` and never finalize. A feeder that waits for
+    work (its queue was never closed: the trainer is gone), or writes to a pipe (the trainer no
+    longer reads it), for longer than :data:`FEEDER_SEND_S` is left to finalization, where it ends
+    without harm: it holds no C++ frame."""
     deadline = time.monotonic() + FEEDER_JOIN_S
     for t in threading.enumerate():
-        if t.name == "QueueFeederThread" and t is not threading.current_thread():
-            t.join(max(0.0, deadline - time.monotonic()))
+        if t.name != "QueueFeederThread" or t is threading.current_thread():
+            continue
+        last, since = "", 0.0  # the state seen last, and since when without a break
+        while t.is_alive() and (now := time.monotonic()) < deadline:
+            state = _feeder_state(t)
+            if state != last:
+                last, since = state, now
+            elif state != "pickling" and now - since > FEEDER_SEND_S:
+                break  # a pipe nobody reads, or a queue nobody closed (a brief idle is between items)
+            t.join(0.01)
 
 
 def _hook_worker_exit() -> None:
@@ -233,15 +272,24 @@ class SharedPositions:
     they read (a seqlock: no lock, and the trainer never waits). A position resolved a span or more
     past the watermark sets ``overflow``: the mirror can no longer say the state, and :meth:`read`
     refuses it.
+
+    The workers of one pass split its positions among themselves counted from one base, the
+    trainer's watermark when the pass began (:meth:`read_pass`). A worker that reads the mirror
+    late, after the trainer already received samples of the pass from the others, must not take
+    the watermark of then: before it resolves the first samples of a new worker pass, the trainer
+    records that pass (each worker writes its pass number into :attr:`passes` as it begins) and
+    the watermark just before (:meth:`note_pass`), which a late worker of that pass takes instead.
+    (Before, two workers of a pass could count from different watermarks: samples duplicated and
+    missing, and with ``max_lag`` both waited for a position neither owned.)
     """
 
     def __init__(self, span: int) -> None:
         self.buf = torch.zeros(_HEADER_BYTES + span, dtype=torch.uint8).share_memory_()
         #: per DataLoader worker id, the state its last pass began from: (start, watermark,
         #: resolved count, produced: 1 once the pass handed over a sample, ended: 1 once it ran to
-        #: its end); row MAX_RECORDED_WORKERS: 1 once the repeat warning was given, then the state
-        #: a worker found stuck (:meth:`stuck`). -1: nothing
-        self.passes = torch.full((MAX_RECORDED_WORKERS + 1, 5), -1, dtype=torch.int64).share_memory_()
+        #: its end, the worker's pass number); row MAX_RECORDED_WORKERS: 1 once the repeat warning
+        #: was given, then the state a worker found stuck (:meth:`stuck`). -1: nothing
+        self.passes = torch.full((MAX_RECORDED_WORKERS + 1, 6), -1, dtype=torch.int64).share_memory_()
         self._views()
 
     def _views(self) -> None:
@@ -276,16 +324,17 @@ class SharedPositions:
             return True
         return tuple(int(v) for v in rows[-1, 1:4]) == now
 
-    def begin_pass(self, wid: int, consumed: ConsumedPositions) -> bool:
-        """DataLoader worker ``wid`` begins a pass over ``consumed``: record it, and say whether
-        its previous pass began from this very state and handed over samples (a repeat: nothing
-        the trainer received reached the state in between) and no repeat was warned about yet."""
+    def begin_pass(self, wid: int, consumed: ConsumedPositions, number: int) -> bool:
+        """DataLoader worker ``wid`` begins its pass ``number`` over ``consumed``: record it, and
+        say whether its previous pass began from this very state and handed over samples (a
+        repeat: nothing the trainer received reached the state in between) and no repeat was
+        warned about yet."""
         if wid >= MAX_RECORDED_WORKERS:
             return False
         rows = self.passes.numpy()
         now = self._state(consumed)
         repeat = tuple(int(v) for v in rows[wid, :3]) == now and rows[wid, 3] == 1 and rows[-1, 0] != 1
-        rows[wid] = (*now, 0, 0)
+        rows[wid] = (*now, 0, 0, number)
         if repeat:
             rows[-1, 0] = 1
         return bool(repeat)
@@ -307,8 +356,17 @@ class SharedPositions:
         rows[:-1] = -1
         rows[-1, 1:] = -1
 
-    def _writing(self) -> None:
-        self.header[_H_SEQ] += 1  # odd: a reader that overlaps this write reads again
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The trainer rewrites the header or the mask: the sequence number is odd meanwhile (a
+        reader that overlaps the write reads again), and even again however the write ends (an
+        exception left it odd: readers spun for good)."""
+        header = self.header
+        header[_H_SEQ] = int(header[_H_SEQ]) | 1
+        try:
+            yield
+        finally:
+            header[_H_SEQ] = int(header[_H_SEQ]) + 1
 
     def _clear(self, lo: int, hi: int) -> None:
         """Free the ring slots of positions ``[lo, hi)`` (below the watermark now)."""
@@ -327,23 +385,33 @@ class SharedPositions:
         header, mask = self.header, self.mask
         above = np.fromiter(consumed.above, dtype=np.int64, count=len(consumed.above))
         fits = above - consumed.watermark < mask.size
-        self._writing()
-        mask[:] = 0
-        mask[above[fits] % mask.size] = 1
         stop = -1 if consumed.stop is None else consumed.stop
-        header[:7] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
-                      consumed.watermark, int(not fits.all()))  # fmt: skip
-        self._writing()
+        with self._writing():
+            mask[:] = 0
+            mask[above[fits] % mask.size] = 1
+            header[:7] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
+                          consumed.watermark, int(not fits.all()))  # fmt: skip
+            header[_H_PASS], header[_H_PASS_BASE] = -1, consumed.watermark
+
+    def note_pass(self) -> None:
+        """Before the trainer resolves a batch: if a DataLoader worker began a pass the mirror has
+        not recorded since its last reset, record it with the watermark of now, the base that pass
+        counts its positions from (:meth:`read_pass`). Its workers began before they produced what
+        the trainer now resolves, so this runs before the pass's first sample moves the watermark."""
+        newest = int(self.passes.numpy()[:-1, 5].max())
+        header = self.header
+        if newest >= 1 and newest != int(header[_H_PASS]):
+            with self._writing():
+                header[_H_PASS], header[_H_PASS_BASE] = newest, header[_H_WATERMARK]
 
     def mark(self, position: int, watermark: int | None = None) -> None:
         """``position`` (of the mirrored share) is resolved; ``watermark``: the trainer's now."""
         header, n = self.header, self.mask.size
         floor = int(header[_H_WATERMARK])
         if watermark is not None and watermark > floor:
-            self._writing()
-            header[_H_WATERMARK] = watermark
-            self._clear(floor, watermark)
-            self._writing()
+            with self._writing():
+                header[_H_WATERMARK] = watermark
+                self._clear(floor, watermark)
             floor = watermark
         i = position - floor
         if 0 <= i < n:
@@ -361,16 +429,24 @@ class SharedPositions:
 
     def read(self) -> ConsumedPositions | None:
         """The mirrored state (None: nothing mirrored yet)."""
+        return self.read_pass(0)[0]
+
+    def read_pass(self, number: int) -> tuple[ConsumedPositions | None, int]:
+        """The mirrored state (None: nothing mirrored yet), and the base DataLoader worker pass
+        ``number`` counts its positions from: the watermark :meth:`note_pass` recorded for it, or,
+        while the trainer has received nothing of it, the watermark now (which it will record)."""
         header = self.header
         while True:
             seq = int(header[_H_SEQ])
             published, start, stop, stride, offset, floor, overflow = (int(v) for v in header[:7])
+            noted, noted_base = int(header[_H_PASS]), int(header[_H_PASS_BASE])
             slots = np.flatnonzero(self.mask)
             if seq % 2 == 0 and int(header[_H_SEQ]) == seq:
                 break
             time.sleep(0)
+        base = noted_base if noted == number else floor
         if not published:
-            return None
+            return None, base
         n = self.mask.size
         if overflow:
             raise LoaderError(
@@ -383,7 +459,7 @@ class SharedPositions:
         consumed.load({"watermark": floor, "resolved_above": []})
         for p in np.sort(floor + (slots - floor) % n).tolist():
             consumed.mark(p)
-        return consumed
+        return consumed, base
 
 
 # --------------------------------------------------------------------------------------- dataset
@@ -603,9 +679,11 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         """Per-epoch mode: the samples one epoch holds on this rank, ``ceil(L / W)`` (its share of
-        the epoch, padded as :meth:`_span` says), counting any that will fail and be skipped; for
-        ``len(DataLoader(ds, ...))`` and per-epoch schedules. Infinite mode has no length
-        (``TypeError``, as ``len()`` of an unsized object)."""
+        the epoch, padded as :meth:`_span` says), counting any that will fail and be skipped.
+        torch's ``len(DataLoader(ds, batch_size=B))`` is ``ceil(len(ds) / B)``, which with several
+        workers (each batches its own share) is not the batches a pass hands out:
+        ``len(ds.loader(...))`` is. Infinite mode has no length (``TypeError``, as ``len()`` of an
+        unsized object)."""
         if self.infinite:
             raise TypeError(
                 "FeatureDataset(infinite=True) has no length: its stream never ends (count steps instead; "
@@ -677,7 +755,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         """Mirror the trainer's state anew (between passes: it rebases the mirror at the watermark)."""
         self._shared.reset(self._positions())
 
-    def _worker_positions(self, first_pass: bool, wid: int, n_workers: int) -> ConsumedPositions:
+    def _worker_positions(self, first_pass: bool, wid: int, n_workers: int) -> tuple[ConsumedPositions, int]:
         """What a DataLoader worker's pass iterates: its copy's own state in the first pass of the
         worker (the copy was taken at that pass's start), the trainer's mirrored state later; in
         per-epoch mode the next epoch when the trainer resolved all of that one (a plain
@@ -685,11 +763,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         :class:`FeatureLoader`'s does). A pass that begins from the state the worker's previous
         pass began from, which handed samples over, repeats them: warned once (a plain
         ``DataLoader`` whose trainer neither consumes nor calls ``set_epoch``)."""
-        consumed = None
+        consumed, base = None, 0
         if not first_pass:
-            consumed = self._shared.read()
+            consumed, base = self._shared.read_pass(self._worker_passes)
         if consumed is None:
             consumed = self._positions()
+            base = consumed.watermark
         if not self.infinite:
             stuck = self._shared.stuck(n_workers, consumed)
             if stuck or next(consumed.pending(), None) is None:
@@ -700,7 +779,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                                 "begins)", epoch, sum(1 for _ in consumed.pending()))  # fmt: skip
                 self.epoch, self._consumed = epoch + 1, None
                 consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
-        if self._shared.begin_pass(wid, consumed):
+                base = consumed.watermark
+        if self._shared.begin_pass(wid, consumed, self._worker_passes):
             where = f"epoch {self.epoch}" if not self.infinite else f"position {consumed.watermark}"
             log.warning(
                 "FeatureDataset: this DataLoader pass begins where the one before began (%s, nothing the "
@@ -712,7 +792,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 "before the trainer sees it, so its samples come again; ds.loader(drop_last=True) resolves them)",
                 where,
             )
-        return consumed
+        return consumed, base
 
     # ------------------------------------------------------------------------------ iteration
     def _executor(self, in_worker: bool) -> ReadyFirst:
@@ -753,14 +833,16 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         if first_pass is None:  # a worker's state is the trainer's at the pass's start: already moved on
             self._next_epoch_if_done()
             consumed = self._positions()
+            start = consumed.watermark
         else:
-            consumed = self._worker_positions(first_pass, wid, n_workers)
+            consumed, start = self._worker_positions(first_pass, wid, n_workers)
         world = consumed.stride
         track = self._track_on_yield and not in_worker
-        # worker w of K takes the share's positions w, w + K, … counted from the pass's watermark: a
-        # DataLoader's round robin restarts at worker 0 every pass, so a fixed assignment would
-        # skew the workers by a batch each short pass (in_order: only worker 0's ever delivered)
-        base = consumed.watermark // world
+        # worker w of K takes the share's positions w, w + K, … counted from the pass's watermark
+        # (one for all its workers: SharedPositions.read_pass): a DataLoader's round robin restarts
+        # at worker 0 every pass, so a fixed assignment would skew the workers by a batch each
+        # short pass (in_order: only worker 0's ever delivered)
+        base = start // world
         positions = (p for p in consumed.pending() if (p // world - base) % n_workers == wid)
         span = self._span(world)
         items = ((p, self._key(p, span)) for p in positions)
@@ -855,6 +937,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
             if epoch > self.epoch:
                 self.epoch, self._consumed = epoch, None
         consumed = self._positions()
+        self._shared.note_pass()  # a DataLoader pass's first batch: the base its workers count from
         for p in positions:
             self._mark(consumed, p)
         for d in _ints(batch.get("reorder_depth", 0)) if received else ():

@@ -4,6 +4,7 @@ workers start afresh each pass (or direct access, ``FeatureDataset.sample``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -260,3 +261,57 @@ def test_a_plain_dataloader_in_infinite_mode_consumed_outlasts_the_mirror_span(
     ds.close()
     assert passes == [list(range(4 * k, 4 * k + 4)) for k in range(6)]
     assert ds.state_dict()["consumed"]["watermark"] == 24
+
+
+class _LateWorker1(FeatureDataset):
+    """Worker 1 begins each of its passes after the first 0.3 s late (a descheduled process), by
+    when the trainer has received samples of the pass from worker 0."""
+
+    def _worker_positions(self, first_pass: bool, wid: int, n_workers: int) -> Any:
+        if not first_pass and wid == 1:
+            time.sleep(0.3)
+        return super()._worker_positions(first_pass, wid, n_workers)
+
+
+def _slow_sample(key: Any) -> None:
+    time.sleep(0.05)
+
+
+def test_a_worker_that_begins_its_pass_late_counts_from_the_passs_base(client_store: Path) -> None:
+    """Persistent workers split a pass's positions counted from the trainer's watermark when the
+    pass began. A worker that read the mirror after the trainer had received worker 0's first
+    batch counted from the watermark of then: per epoch, positions came twice and the epoch's odd
+    ones a pass later (12..23 as [12, 14, 16, 18, 20, 20, 22, 22], then the rest); in infinite mode
+    with max_lag both workers waited for a position neither owned (the DataLoader timed out)."""
+    ds = _LateWorker1(
+        client_store, crop_size=32, samples_per_epoch=12, workers=1, window=2, sample_hook=_slow_sample
+    )
+    loader = ds.loader(batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    passes = [sorted(int(p) for b in loader for p in b["position"].tolist()) for _ in range(3)]
+    ds.close()
+    assert passes == [list(range(12 * k, 12 * k + 12)) for k in range(3)]
+
+    ds = _LateWorker1(client_store, crop_size=32, samples_per_epoch=6, workers=1, window=2, infinite=True,
+                      sample_hook=_slow_sample)  # fmt: skip
+    loader = ds.loader(batch_size=2, num_workers=2, persistent_workers=True, max_lag=4,
+                       multiprocessing_context="fork", timeout=30)  # fmt: skip
+    got = [[int(p) for b in islice(loader, 4) for p in b["position"].tolist()] for _ in range(3)]
+    ds.close()
+    assert [sorted(g) for g in got] == [list(range(8 * k, 8 * k + 8)) for k in range(3)]
+
+
+def test_a_write_to_the_mirror_that_raises_leaves_it_readable() -> None:
+    """The sequence number is odd while the trainer writes the mirror; a write that raised (Ctrl-C
+    in a notebook) left it odd, and every later read spun for good."""
+    import threading
+
+    mirror = SharedPositions(16)
+    consumed = ConsumedPositions(0, None, 1, 0)
+    mirror.reset(consumed)
+    with pytest.raises(KeyboardInterrupt), mirror._writing():
+        raise KeyboardInterrupt
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(mirror.read()), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert got and got[0] is not None and got[0].state() == {"watermark": 0, "resolved_above": []}

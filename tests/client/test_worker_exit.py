@@ -43,3 +43,28 @@ def test_a_spawned_worker_stopped_while_sending_a_batch_exits_cleanly(
     err = capfd.readouterr().err
     assert got == [0, 0, 0]
     assert "terminate called" not in err and "Aborted" not in err, err
+
+
+def test_the_exit_wait_leaves_a_feeder_blocked_on_a_pipe_nobody_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch sent through the pipe itself (numpy arrays, raw samples: not tensors in shared
+    memory) blocks the feeder once the trainer stops reading; the exit wait took its whole bound
+    (10 s, past torch's 5 s join of a worker: the trainer stalled, review R6 M3). It waits only
+    while a feeder pickles. Here the bound is 60 s: the wait must end long before."""
+    import multiprocessing
+    import threading
+
+    from featurecache.client import dataset
+
+    monkeypatch.setattr(dataset, "FEEDER_JOIN_S", 60.0)
+    q: Any = multiprocessing.get_context("spawn").Queue()
+    q.put(b"x" * (8 << 20))  # far more than a pipe holds: its feeder blocks in the write
+    waiter = threading.Thread(target=dataset._join_queue_feeders, daemon=True)
+    waiter.start()
+    waiter.join(20)
+    blocked = not waiter.is_alive()
+    assert len(q.get(timeout=20)) == 8 << 20  # unblock the feeder
+    q.close()
+    q.join_thread()
+    assert blocked, "the exit wait still waited for a feeder blocked on a pipe"
