@@ -815,11 +815,19 @@ def _join(
                     uses.setdefault(h, []).append(
                         MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
                     )
-                misfiled = _misfiled(
-                    label, a.query, a.matches, _hints(s.rel, entry_ids, aliases), by_entry, by_hash
-                )
-                if misfiled is not None:
-                    result.misfiled.append(misfiled)
+                named = _named_rows(_hints(s.rel, entry_ids, aliases), by_entry)
+                if named and not any(r["sequence_hash"] in {h for h, _mt in a.matches} for r in named):
+                    # its query is other chains' sequence: the chains its path names may still take it
+                    # by layout (one of them written with an unknown residue where the query has one)
+                    joined_named = False
+                    for row in named:
+                        if _joins_by_layout(a.query, row["sequence"], int(row["mol_type"])):
+                            use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
+                            if use not in uses.setdefault(row["sequence_hash"], []):
+                                uses[row["sequence_hash"]].append(use)
+                            joined_named = True
+                    if not joined_named:
+                        result.misfiled.append(_misfiled(label, a.query, a.matches, named, by_hash))
                 continue
             hints = _hints(s.rel, entry_ids, aliases)
             joined = False
@@ -868,26 +876,29 @@ def _chain_name(row: Mapping[str, Any]) -> str:
 MISFILED_NAMED = 3
 
 
+def _named_rows(
+    hints: list[tuple[str, str]], by_entry: Mapping[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The chain rows a file's path names (``hints``, :func:`layout_hints`)."""
+    return [
+        r for e, ch in hints for r in by_entry.get(e, []) if not ch or ch in (r["auth_id"], r["label_id"])
+    ]
+
+
 def _misfiled(
     label: str,
     query: str,
     matches: Sequence[tuple[str, int]],
-    hints: list[tuple[str, str]],
-    by_entry: Mapping[str, list[dict[str, Any]]],
+    named: list[dict[str, Any]],
     by_hash: Mapping[str, list[dict[str, Any]]],
-) -> dict[str, Any] | None:
-    """An alignment whose query is the sequence of stored chains (``matches``: joined to them by
-    that sequence, as every alignment is) while its path names chains of the store (``hints``,
-    :func:`layout_hints`) none of which has that sequence: an MSA filed under the wrong entry or
-    chain (a copy into the wrong OpenFold ``<entry>_<chain>`` directory). It is still joined by its
-    sequence; the note says so, and that the chains its path names get nothing from it (before,
-    nothing was said, and those chains were built without it). None: nothing to note."""
-    named = [
-        r for e, ch in hints for r in by_entry.get(e, []) if not ch or ch in (r["auth_id"], r["label_id"])
-    ]
+) -> dict[str, Any]:
+    """The note on an alignment whose query is the sequence of stored chains (``matches``: joined
+    to them by that sequence, as every alignment is) while its path names chains of the store
+    (``named``) none of which has that sequence nor joins it by layout: an MSA filed under the
+    wrong entry or chain (a copy into the wrong OpenFold ``<entry>_<chain>`` directory). It is still
+    joined by its sequence; the note says so, and that the chains its path names get nothing from
+    it (before, nothing was said, and those chains were built without it)."""
     matched = {h for h, _mt in matches}
-    if not named or any(r["sequence_hash"] in matched for r in named):
-        return None
     joined = sorted({_chain_name(r) for h in matched for r in by_hash.get(h, [])})
     names = sorted({_chain_name(r) for r in named})
     return {
