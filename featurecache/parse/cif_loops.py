@@ -4,39 +4,49 @@ gemmi names the line of the loop's ``loop_`` header, not the row that broke it: 
 ``_atom_site`` loop of 100,000 rows the user is left to find the bad one. This module reads the
 loop's values again, line by line (CIF's value tokens: bare words, quoted strings, ``;`` text
 fields; ``#`` comments), only to say where they go wrong: gemmi has already refused the file.
+Lines are counted as gemmi counts them, at ``\\n`` only.
 
-In a loop written one row per line (mmCIF writers do so for ``_atom_site`` and most loops) that is
-the first line whose count of values is not the number of columns; a ``;`` text field there
-(a ``;`` at the start of a line opens a multi-line value that runs to the next line starting with
-``;``) is named with the line it runs to. In a loop whose rows span several lines, the hint says
-how many values are left over after the last whole row.
+It names a line only where that is certain to be the place: in a loop written one row per line
+(mmCIF writers do so for ``_atom_site`` and most loops), the first line whose count of values is
+not the number of columns, or a ``;`` text field there (a ``;`` at the start of a line opens a
+multi-line value that runs to the next line starting with ``;``), named with the line it runs to;
+and a text field that nothing closes. In a loop whose rows span several lines before the place
+where the count goes wrong, a line cannot be told for sure (a later row may end on a line by
+chance), so the hint says only how many values are left over after the last whole row.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 #: gemmi's message: "string:LINE:COL(OFFSET): Wrong number of values in loop _cat.*"
 _WRONG_COUNT = re.compile(r"^string:(\d+)(?::\d+)?(?:\(\d+\))?:\s*Wrong number of values in loop")
 #: one CIF value token: a quoted string closes at a quote followed by whitespace (CIF 1.1)
 _TOKEN = re.compile(r"""'(?:[^'\n]|'(?=\S))*'(?=\s|$)|"(?:[^"\n]|"(?=\S))*"(?=\s|$)|\S+""")
+#: a line that needs the tokenizer: a quote or a comment at the start of a token
+_SPECIAL = re.compile(r"""(?:^|\s)['"#]""")
 #: reserved words that end a loop's values (with any tag, ``_…``)
 _ENDS = ("loop_", "data_", "save_", "global_", "stop_")
 
 
 @dataclass(frozen=True)
-class _Line:
-    """Values of the loop that begin on ``first`` (a ``;`` text field runs to ``last``)."""
+class _Values:
+    """Values of the loop that begin on line ``first``; a ``;`` text field runs to ``last``."""
 
     first: int
-    values: int
+    count: int
     last: int
     text_field: bool = False
     closed: bool = True
 
 
 def _tokens(line: str) -> list[str]:
+    if not _SPECIAL.search(line):
+        return line.split()
+    if "#" not in line:  # quoted values, no comment
+        return _TOKEN.findall(line)
     out = []
     for m in _TOKEN.finditer(line):
         token = m.group()
@@ -46,71 +56,128 @@ def _tokens(line: str) -> list[str]:
     return out
 
 
-def _loop(lines: list[str], header: int) -> tuple[int, list[_Line]] | None:
-    """The number of columns of the loop whose ``loop_`` is on line ``header`` (1-based), and its
-    values line by line. None: no ``loop_`` there."""
-    i = header - 1
-    first = _tokens(lines[i]) if 0 <= i < len(lines) else []
-    if not first or first[0].lower() != "loop_":
+def _lines_from(text: str, number: int) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` from line ``number`` (1-based) on, split at ``\\n`` as gemmi counts."""
+    pos = 0
+    for _ in range(number - 1):
+        pos = text.find("\n", pos)
+        if pos < 0:
+            return
+        pos += 1
+    while pos <= len(text):
+        end = text.find("\n", pos)
+        line = text[pos:] if end < 0 else text[pos:end]
+        yield number, line.removesuffix("\r")
+        if end < 0:
+            return
+        pos, number = end + 1, number + 1
+
+
+def _loop(text: str, header: int) -> tuple[int, Iterator[_Values]] | None:
+    """The number of columns of the loop whose ``loop_`` is on line ``header``, and its values by
+    line (or text field). None: no ``loop_`` there."""
+    lines = _lines_from(text, header)
+    first = next(lines, None)
+    tokens = _tokens(first[1]) if first else []
+    if not tokens or tokens[0].lower() != "loop_":
         return None
-    tags = len(first) - 1
-    rows: list[_Line] = []
-    i += 1
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith(";"):
-            start = i
-            i += 1
-            while i < len(lines) and not lines[i].startswith(";"):
-                i += 1
-            if i >= len(lines):
-                rows.append(_Line(start + 1, 1, len(lines), text_field=True, closed=False))
-                break
-            rows.append(_Line(start + 1, 1 + len(_tokens(lines[i][1:])), i + 1, text_field=True))
-            i += 1
-            continue
-        tokens = _tokens(line)
-        if tokens and tokens[0].startswith("_") and not rows:
-            tags += len(tokens)
-        elif tokens and (tokens[0].startswith("_") or tokens[0].lower().startswith(_ENDS)):
+    columns = 0
+    pending: list[_Values] = []  # values on the header's lines after the last tag
+    rest = tokens[1:]
+    number = header
+    while True:
+        tags = 0
+        while tags < len(rest) and rest[tags].startswith("_"):
+            tags += 1
+        columns += tags
+        if tags < len(rest):  # values begin on this line
+            pending.append(_Values(number, len(rest) - tags, number))
             break
-        elif tokens:
-            rows.append(_Line(i + 1, len(tokens), i + 1))
-        i += 1
-    return tags, rows
+        nxt = next(lines, None)
+        if nxt is None:
+            break
+        number, line = nxt
+        if line.startswith(";"):  # a text field: the first value
+            lines = _prepend(nxt, lines)
+            break
+        rest = _tokens(line)
+        if rest and not rest[0].startswith("_"):  # values begin on this line
+            lines = _prepend(nxt, lines)
+            break
+
+    def values() -> Iterator[_Values]:
+        yield from pending
+        for k, line in lines:
+            if line.startswith(";"):
+                for end, closing in lines:
+                    if closing.startswith(";"):
+                        yield _Values(k, 1 + len(_tokens(closing[1:])), end, text_field=True)
+                        break
+                else:
+                    yield _Values(k, 1, k, text_field=True, closed=False)
+                    return
+                continue
+            tokens = _tokens(line)
+            if tokens:
+                head = tokens[0]
+                if head[0] == "_" or head.lower().startswith(_ENDS):
+                    return
+                yield _Values(k, len(tokens), k)
+
+    return columns, values()
+
+
+def _prepend(item: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    yield item
+    yield from rest
 
 
 def loop_error_hint(text: str, reason: str) -> str | None:
     """Where the values of the loop gemmi's ``reason`` names go wrong in ``text`` (the CIF it
-    read), or None when ``reason`` is another error or nothing more can be said."""
+    read), or None when ``reason`` is another error or nothing can be said for sure."""
     m = _WRONG_COUNT.match(reason)
     if m is None:
         return None
-    header = int(m.group(1))
-    found = _loop(text.splitlines(), header)
+    found = _loop(text, int(m.group(1)))
     if found is None:
         return None
-    columns, rows = found
-    if not columns or not rows:
+    columns, values = found
+    if not columns:
         return None
-    whole = sum(1 for r in rows if r.values == columns and not r.text_field)
-    if whole * 2 >= len(rows):  # one row per line: the first line that is not a row
-        for k, r in enumerate(rows):
-            if r.values == columns and not r.text_field:
-                continue
-            before = f"each row before it has {columns}" if k else f"the loop has {columns} columns"
-            if r.text_field and not r.closed:
-                return (f"line {r.first} opens a ';' text field that no later line closes (a line starting "
-                        f"with ';' opens a multi-line value; {before})")  # fmt: skip
-            if r.text_field:
-                return (f"line {r.first} opens a ';' text field that runs to line {r.last} (a line starting "
-                        f"with ';' opens a multi-line value): {r.values} values on lines {r.first}-{r.last}, "
-                        f"where {before}")  # fmt: skip
-            why = "a value missing?" if r.values < columns else "a value with spaces not quoted?"
-            return f"line {r.first} has {r.values} values where {before} ({why})"
+    acc = total = 0  # values mod columns at the end of the records so far; all values
+    first = last = 0  # the loop's first and last line of values
+    suspect: _Values | None = None  # the first record after the last line that ended a whole row
+    wrapped = False  # a row before it spanned several lines
+    for v in values:
+        first = first or v.first
+        last = v.last
+        if (
+            not v.closed
+        ):  # the cause, unless the values were out of step before it (it pairs ';' lines wrongly)
+            if suspect is None:
+                return (f"line {v.first} opens a ';' text field that no later line closes (a line starting "
+                        f"with ';' opens a multi-line value)")  # fmt: skip
+            break
+        total += v.count
+        acc = (acc + v.count) % columns
+        if acc == 0:
+            wrapped = wrapped or suspect is not None
+            suspect = None
+        elif suspect is None:
+            suspect = v
+    if acc == 0 or suspect is None:
         return None
-    total = sum(r.values for r in rows)
-    if total % columns == 0:
-        return None
-    return (f"its {total} values (lines {rows[0].first}-{rows[-1].last}) leave {total % columns} over after "
-            f"the last whole row of {columns}")  # fmt: skip
+    if not wrapped:  # one row per line up to it: the place is certain
+        before = (
+            f"each row before it has {columns}"
+            if suspect.first > first
+            else f"the loop has {columns} columns"
+        )
+        if suspect.text_field:
+            return (f"line {suspect.first} opens a ';' text field that runs to line {suspect.last} (a line "
+                    f"starting with ';' opens a multi-line value): {suspect.count} values on lines "
+                    f"{suspect.first}-{suspect.last}, where {before}")  # fmt: skip
+        why = "a value missing?" if suspect.count < columns else "a value with spaces not quoted?"
+        return f"line {suspect.first} has {suspect.count} values where {before} ({why})"
+    return (f"its {total} values (lines {first}-{last}) leave {acc} over after the last whole row of {columns} "
+            f"(its rows span several lines, so the line that breaks it cannot be told for sure)")  # fmt: skip

@@ -91,3 +91,54 @@ def test_a_ccd_definition_with_a_damaged_atom_row_names_its_line(tmp_path: Path)
         f"line {at + 1} has {columns - 1} values where the loop has {columns} columns (a value missing?)"
         in message
     )
+
+
+def test_a_loop_whose_rows_span_lines_names_no_line(tmp_path: Path) -> None:
+    """The real 1MOM_min.cif writes two ``_struct_conf`` rows over 4 lines each (a value holding a
+    quote as a ';' text field), validly; a row after them loses a value (line 41). Counting lines
+    of values named line 36, a valid row (review R6 M1). Where rows span lines before the damage
+    the line cannot be told for sure: the hint says what is left over instead, and names none."""
+    lines = (STRUCTURES / "1MOM_min.cif").read_text().split("\n")
+    assert lines[40].startswith("TURN_P TURN_P3") and lines[40].endswith(" ?")
+    assert lines[36].startswith(";TYPE I'")  # a row before it spans lines 36-39
+    lines[40] = lines[40][:-2]
+    path = tmp_path / "1MOM_damaged.cif"
+    path.write_text("\n".join(lines))
+    with pytest.raises(ParseError) as info:
+        read_structure(path)
+    message = str(info.value)
+    assert "leave 19 over after the last whole row of 20" in message, message
+    assert "line 36" not in message and "line 41" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "bad"),
+    [
+        # values begin on the last tag's line (valid CIF): they are values, not tags
+        ("values on the tag line", "_a.note 0 N0 0.0 ok\n{rows}", "line 11 has 3 values"),
+        # a form feed inside a quoted value: gemmi counts lines at '\n' only, as the hint must
+        ("form feed in a value", "_a.note\n{rows_ff}", "line 11 has 3 values"),
+    ],
+)
+def test_line_numbers_follow_gemmis_count(name: str, rows: str, bad: str) -> None:
+    from featurecache.parse.cif_loops import loop_error_hint
+
+    good = [f"{i} N{i} {i}.0 ok" for i in range(1, 9)]
+    damaged = [*good[:4], "5 N5 5.0", *good[5:]]  # row 5 loses a value
+    with_ff = [good[0], "2 N2 2.0 'a\x0cb'", *good[2:4], "5 N5 5.0", *good[5:]]
+    text = (
+        "data_x\nloop_\n_a.id\n_a.name\n_a.value\n"
+        + rows.format(rows="\n".join(damaged), rows_ff="\n".join(with_ff))
+        + "\n"
+    )
+    try:
+        import gemmi
+
+        gemmi.cif.read_string(text)
+    except (RuntimeError, ValueError) as exc:
+        reason = str(exc)
+    else:
+        raise AssertionError("gemmi read the damaged loop")
+    assert reason.startswith("string:2:"), reason  # gemmi names the loop_ line
+    hint = loop_error_hint(text, reason)
+    assert hint is not None and hint.startswith(bad), (name, hint)
