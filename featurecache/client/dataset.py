@@ -1198,7 +1198,7 @@ class FeatureLoader:
             return sum(m // size for m in shares)
         return sum(-(-m // size) for m in shares)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Generator[dict[str, Any], None, None]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         self.dataset._publish()  # and what persistent workers read at the pass's start
         self.dataset._shared.forget_passes()  # this pass consumes what it hands over: no repeat

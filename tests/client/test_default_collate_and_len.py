@@ -12,15 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from featurecache.client import FeatureDataset, collate
-
-
-def _dataset(store: Path, **kw: Any) -> FeatureDataset:
-    kw.setdefault("crop_size", 64)
-    kw.setdefault("samples_per_epoch", 6)
-    kw.setdefault("workers", 1)
-    kw.setdefault("window", 0)
-    return FeatureDataset(store, **kw)
+from featurecache.client import collate
+from tests.client.test_r5_epochs import _dataset
 
 
 def _same_batches(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
