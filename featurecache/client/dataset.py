@@ -324,14 +324,17 @@ class SharedPositions:
             return True
         return tuple(int(v) for v in rows[-1, 1:4]) == now
 
-    def begin_pass(self, wid: int, consumed: ConsumedPositions, number: int) -> bool:
-        """DataLoader worker ``wid`` begins its pass ``number`` over ``consumed``: record it, and
+    def begin_pass(self, wid: int, n_workers: int, consumed: ConsumedPositions, number: int) -> bool:
+        """DataLoader worker ``wid`` of ``n_workers`` begins its pass ``number`` over ``consumed``:
+        record it (and forget the pass numbers of worker ids past ``n_workers``: an earlier loader's
+        with more workers, whose higher numbers :meth:`note_pass` would take for this loader's), and
         say whether its previous pass began from this very state and handed over samples (a
         repeat: nothing the trainer received reached the state in between) and no repeat was
         warned about yet."""
         if wid >= MAX_RECORDED_WORKERS:
             return False
         rows = self.passes.numpy()
+        rows[n_workers:-1, 5] = -1
         now = self._state(consumed)
         repeat = tuple(int(v) for v in rows[wid, :3]) == now and rows[wid, 3] == 1 and rows[-1, 0] != 1
         rows[wid] = (*now, 0, 0, number)
@@ -780,7 +783,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
                 self.epoch, self._consumed = epoch + 1, None
                 consumed = self._positions()  # this copy's (in a worker the mirror is not touched)
                 base = consumed.watermark
-        if self._shared.begin_pass(wid, consumed, self._worker_passes):
+        if self._shared.begin_pass(wid, n_workers, consumed, self._worker_passes):
             where = f"epoch {self.epoch}" if not self.infinite else f"position {consumed.watermark}"
             log.warning(
                 "FeatureDataset: this DataLoader pass begins where the one before began (%s, nothing the "

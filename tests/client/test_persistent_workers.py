@@ -265,10 +265,13 @@ def test_a_plain_dataloader_in_infinite_mode_consumed_outlasts_the_mirror_span(
 
 class _LateWorker1(FeatureDataset):
     """Worker 1 begins each of its passes after the first 0.3 s late (a descheduled process), by
-    when the trainer has received samples of the pass from worker 0."""
+    when the trainer has received samples of the pass from worker 0 (``late``: forked workers take
+    the value it has when they start)."""
+
+    late = True
 
     def _worker_positions(self, first_pass: bool, wid: int, n_workers: int) -> Any:
-        if not first_pass and wid == 1:
+        if self.late and not first_pass and wid == 1:
             time.sleep(0.3)
         return super()._worker_positions(first_pass, wid, n_workers)
 
@@ -315,3 +318,26 @@ def test_a_write_to_the_mirror_that_raises_leaves_it_readable() -> None:
     reader.start()
     reader.join(5)
     assert got and got[0] is not None and got[0].state() == {"watermark": 0, "resolved_above": []}
+
+
+def test_a_second_plain_dataloader_with_fewer_workers_counts_from_its_own_passes(client_store: Path) -> None:
+    """Loader A (3 persistent workers) runs 3 passes, then loader B (2 workers, its worker 1 late)
+    over the same dataset, the trainer consuming: A's worker 2 left its pass number 3 behind,
+    which the trainer took for B's passes, so B's late worker counted from A's old base (review
+    R6b M1: positions 40 and 42 came twice). No position may come twice."""
+    ds = _LateWorker1(client_store, crop_size=32, samples_per_epoch=6, workers=1, window=2, infinite=True,
+                      sample_hook=_slow_sample)  # fmt: skip
+    kw: dict[str, Any] = {"batch_size": 2, "collate_fn": collate, "persistent_workers": True,
+                          "multiprocessing_context": "fork", "in_order": False}  # fmt: skip
+    seen: list[int] = []
+    for loader, passes, late in ((DataLoader(ds, num_workers=3, **kw), 3, False),
+                                 (DataLoader(ds, num_workers=2, **kw), 4, True)):  # fmt: skip
+        ds.late = late  # before the loader's workers start: A's are on time (see the closing note)
+        for _ in range(passes):
+            for batch in islice(loader, 4):
+                ds.consume(batch)
+                seen += [int(p) for p in batch["position"].tolist()]
+    state = ds.state_dict()["consumed"]
+    ds.close()
+    assert sorted(seen) == sorted(set(seen)), sorted(p for p in set(seen) if seen.count(p) > 1)
+    assert all(p < state["watermark"] or p in state["resolved_above"] for p in seen)
