@@ -334,6 +334,7 @@ class MSAStageResult:
             "alignments found": c["alignments"],
             "template-hit files skipped": f"{c['template_files']} ({c['template_hits']} hits)",
             "empty / other files": f"{c['empty_files']} / {c['other_files']}",
+            # an alignment joined by its sequence and, to chains its path names, by layout counts in both
             "alignments joined (exact / by layout)": f"{c['joined_exact']} / {c['joined_layout']}",
             "alignments unmatched (near misses)": f"{c['unmatched']} ({len(self.near_misses)})",
             "alignments filed under another chain": len(self.misfiled),
@@ -815,19 +816,23 @@ def _join(
                     uses.setdefault(h, []).append(
                         MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
                     )
+                matched = {h for h, _mt in a.matches}
                 named = _named_rows(_hints(s.rel, entry_ids, aliases), by_entry)
-                if named and not any(r["sequence_hash"] in {h for h, _mt in a.matches} for r in named):
-                    # its query is other chains' sequence: the chains its path names may still take it
-                    # by layout (one of them written with an unknown residue where the query has one)
-                    joined_named = False
-                    for row in named:
-                        if _joins_by_layout(a.query, row["sequence"], int(row["mol_type"])):
-                            use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
-                            if use not in uses.setdefault(row["sequence_hash"], []):
-                                uses[row["sequence_hash"]].append(use)
-                            joined_named = True
-                    if not joined_named:
-                        result.misfiled.append(_misfiled(label, a.query, a.matches, named, by_hash))
+                # the chains its path names without the query's exact sequence may still take it by
+                # layout (one written with an unknown residue where the query has one), each on its own
+                exact_named = by_layout = False
+                for row in named:
+                    if row["sequence_hash"] in matched:
+                        exact_named = True
+                    elif _joins_by_layout(a.query, row["sequence"], int(row["mol_type"])):
+                        use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
+                        if use not in uses.setdefault(row["sequence_hash"], []):
+                            uses[row["sequence_hash"]].append(use)
+                        by_layout = True
+                if by_layout:
+                    c["joined_layout"] += 1  # as well as by its sequence
+                if named and not exact_named and not by_layout:
+                    result.misfiled.append(_misfiled(label, a.query, a.matches, named, by_hash))
                 continue
             hints = _hints(s.rel, entry_ids, aliases)
             joined = False

@@ -65,25 +65,30 @@ def _with_unknown_residue(text: str) -> str:
     return "\n".join(out).replace("ASQDAEQ", "AXQDAEQ", 2) + "\n"
 
 
+@pytest.mark.parametrize("layout", ["own directory", "a link to 1psm_A"])
 def test_a_chain_its_path_names_still_joins_by_layout_and_nothing_is_noted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, layout: str
 ) -> None:
     """1psx_A/ holds the alignment of the canonical sequence (S at residue 10), correctly filed; the
     chain 1psx A has X there, and 1psm (S at 10) is in the store too. The query's exact match to
     1psm skipped the layout join, so 1psx A got nothing, and the note blamed the filing (review R6
-    M2). Now 1psx A joins it by layout, as it does when 1psm is not in the store."""
+    M2). Now 1psx A joins it by layout, as it does when 1psm is not in the store. Also when 1psx_A
+    is a link to 1psm_A (one alignment filed for both chains): the path then names 1psm A too, whose
+    exact match skipped the other's layout join (review R6b M2)."""
     pdb = tmp_path / "pdb"
     pdb.mkdir()
     shutil.copy(STRUCTURES / "1psm.cif", pdb / "1psm.cif")
     (pdb / "1psx.cif").write_text(_with_unknown_residue((STRUCTURES / "1psm.cif").read_text()))
     msa = tmp_path / "msa"
-    (msa / "1psx_A").mkdir(parents=True)
-    shutil.copy(
-        MSAS / "openfold" / "1psm_A" / "bfd_uniclust_hits.a3m", msa / "1psx_A" / "bfd_uniclust_hits.a3m"
-    )
+    own = "1psx_A" if layout == "own directory" else "1psm_A"
+    (msa / own).mkdir(parents=True)
+    shutil.copy(MSAS / "openfold" / "1psm_A" / "bfd_uniclust_hits.a3m", msa / own / "bfd_uniclust_hits.a3m")
+    if own != "1psx_A":
+        (msa / "1psx_A").symlink_to(own, target_is_directory=True)
     with caplog.at_level(logging.WARNING):
         summary = build_store(tmp_path / "store", pdb, msa_dir=msa, workers=1)
     stage = summary.stages["msa"]
+    assert stage["alignments joined (exact / by layout)"] == "1 / 1"  # by its sequence, and by layout
     assert stage["alignments filed under another chain"] == 0
     assert not [r for r in caplog.records if MISFILED in r.getMessage()]
     assert stage["polymer chains with an MSA from files"] == "2 of 2"  # 1psm A by sequence, 1psx A by layout
