@@ -6,13 +6,16 @@ loop's values again, line by line (CIF's value tokens: bare words, quoted string
 fields; ``#`` comments), only to say where they go wrong: gemmi has already refused the file.
 Lines are counted as gemmi counts them, at ``\\n`` only.
 
-It names a line only where that is certain to be the place: in a loop written one row per line
-(mmCIF writers do so for ``_atom_site`` and most loops), the first line whose count of values is
-not the number of columns, or a ``;`` text field there (a ``;`` at the start of a line opens a
-multi-line value that runs to the next line starting with ``;``), named with the line it runs to;
-and a text field that nothing closes. In a loop whose rows span several lines before the place
-where the count goes wrong, a line cannot be told for sure (a later row may end on a line by
-chance), so the hint says only how many values are left over after the last whole row.
+It says only what the counts prove. Reading the records (a line of values, or a ``;`` text field:
+a ``;`` at the start of a line opens a multi-line value that runs to the next line starting with
+``;``) with a running count of values modulo the columns, the suspect is the first record after
+the last one that ended a whole row. When every record before it ended a whole row (rows of one
+line), those rows are intact (a damaged one would not end a row) and the row the suspect begins
+holds the damage (intact, it would end a row again): the hint names that row, or, when every
+record after it is one whole row too (a loop of one row per line, ``_atom_site``), the line
+itself with its count of values. When rows before the suspect span several lines, a later row may
+end on a line by chance, so no line can be told: the hint gives the values left over. A text
+field that nothing closes is named when the values were in step before it.
 """
 
 from __future__ import annotations
@@ -144,40 +147,46 @@ def loop_error_hint(text: str, reason: str) -> str | None:
     columns, values = found
     if not columns:
         return None
-    acc = total = 0  # values mod columns at the end of the records so far; all values
-    first = last = 0  # the loop's first and last line of values
-    suspect: _Values | None = None  # the first record after the last line that ended a whole row
+    acc = 0  # values mod columns at the end of the records so far
+    first = 0  # the loop's first line of values
+    suspect: _Values | None = None  # the first record after that line
     wrapped = False  # a row before it spanned several lines
+    whole_after = True  # every record after it is one whole row (columns values on one line)
     for v in values:
         first = first or v.first
-        last = v.last
-        if (
-            not v.closed
-        ):  # the cause, unless the values were out of step before it (it pairs ';' lines wrongly)
+        # an unclosed text field is the cause, unless the values were out of step before it (then it
+        # pairs ';' lines wrongly)
+        if not v.closed:
             if suspect is None:
                 return (f"line {v.first} opens a ';' text field that no later line closes (a line starting "
                         f"with ';' opens a multi-line value)")  # fmt: skip
             break
-        total += v.count
         acc = (acc + v.count) % columns
         if acc == 0:
             wrapped = wrapped or suspect is not None
             suspect = None
         elif suspect is None:
-            suspect = v
+            suspect, whole_after = v, True
+        elif v.text_field or v.count != columns:
+            whole_after = False
     if acc == 0 or suspect is None:
         return None
-    if not wrapped:  # one row per line up to it: the place is certain
-        before = (
-            f"each row before it has {columns}"
-            if suspect.first > first
-            else f"the loop has {columns} columns"
-        )
-        if suspect.text_field:
-            return (f"line {suspect.first} opens a ';' text field that runs to line {suspect.last} (a line "
-                    f"starting with ';' opens a multi-line value): {suspect.count} values on lines "
-                    f"{suspect.first}-{suspect.last}, where {before}")  # fmt: skip
+    before = (
+        f"each row before it has {columns}" if suspect.first > first else f"the loop has {columns} columns"
+    )
+    if not wrapped and whole_after and not suspect.text_field:  # one row per line before and after it
         why = "a value missing?" if suspect.count < columns else "a value with spaces not quoted?"
-        return f"line {suspect.first} has {suspect.count} values where {before} ({why})"
-    return (f"its {total} values (lines {first}-{last}) leave {acc} over after the last whole row of {columns} "
-            f"(its rows span several lines, so the line that breaks it cannot be told for sure)")  # fmt: skip
+        return f"line {suspect.first} has {_values(suspect.count)} where {before} ({why})"
+    if not wrapped:
+        # every record before it ended a whole row, so the rows before it are intact (a damaged line
+        # of them would not), and the row it begins is not (intact, it would end a row again)
+        field = (f", which opens a ';' text field that runs to line {suspect.last} (a line starting with ';' "
+                 f"opens a multi-line value)" if suspect.text_field else "")  # fmt: skip
+        return (f"the values go out of step in the row that begins at line {suspect.first}{field}: the rows "
+                f"before it are whole ({before}), and no line from there on ends a row")  # fmt: skip
+    return (f"its values leave {acc} over after the last whole row of {columns} (rows span several lines, so "
+            f"counting cannot tell which line breaks it)")  # fmt: skip
+
+
+def _values(n: int) -> str:
+    return f"{n} value" if n == 1 else f"{n} values"

@@ -19,7 +19,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
-def test_the_malformed_1bna_names_the_text_field_that_breaks_its_loop() -> None:
+def test_the_malformed_1bna_names_the_row_where_its_loop_goes_out_of_step() -> None:
     path = STRUCTURES / "1bna-errors.cif"
     lines = _lines(path)
     assert lines[37].startswith("loop_") and lines[51] == ";" and lines[546].startswith(";")  # the premise
@@ -27,8 +27,13 @@ def test_the_malformed_1bna_names_the_text_field_that_breaks_its_loop() -> None:
         read_structure(path)
     message = str(info.value)
     assert "1bna-errors.cif:38:" in message  # gemmi's position, kept
-    assert "line 52 opens a ';' text field that runs to line 547" in message, message
-    assert "where each row before it has 10" in message, message
+    # its rows before line 52 are one line of 10 values each; the stray ';' there pairs every later
+    # ';' line wrongly, so no later line ends a row
+    assert (
+        "the values go out of step in the row that begins at line 52, which opens a ';' text field that runs to line 547"
+        in message
+    ), message
+    assert "each row before it has 10" in message, message
 
 
 def _damaged(tmp_path: Path, name: str, row: int, edit: str) -> tuple[Path, int, int]:
@@ -107,7 +112,7 @@ def test_a_loop_whose_rows_span_lines_names_no_line(tmp_path: Path) -> None:
     with pytest.raises(ParseError) as info:
         read_structure(path)
     message = str(info.value)
-    assert "leave 19 over after the last whole row of 20" in message, message
+    assert "its values leave 19 over after the last whole row of 20" in message, message
     assert "line 36" not in message and "line 41" not in message, message
 
 
@@ -142,3 +147,19 @@ def test_line_numbers_follow_gemmis_count(name: str, rows: str, bad: str) -> Non
     assert reason.startswith("string:2:"), reason  # gemmi names the loop_ line
     hint = loop_error_hint(text, reason)
     assert hint is not None and hint.startswith(bad), (name, hint)
+
+
+def test_damage_on_a_later_line_of_a_wrapped_row_names_the_row_not_its_first_line(tmp_path: Path) -> None:
+    """1MOM_min's row on lines 36-39 is wrapped (a ';' text field on 37-38, then '?' on 39); 39
+    loses its value. The hint named line 36, intact, as a line missing a value (review R6b M3). The
+    rows before 36 are one line each, so the row that begins at 36 holds the damage: it says that."""
+    lines = (STRUCTURES / "1MOM_min.cif").read_text().split("\n")
+    assert lines[35].startswith("TURN_P TURN_P1") and lines[38] == "?"
+    lines[38] = ""
+    path = tmp_path / "1MOM_damaged.cif"
+    path.write_text("\n".join(lines))
+    with pytest.raises(ParseError) as info:
+        read_structure(path)
+    message = str(info.value)
+    assert "the values go out of step in the row that begins at line 36" in message, message
+    assert "line 36 has" not in message, message
