@@ -810,57 +810,48 @@ def _join(
         multi = len({a.block for a in s.alignments}) > 1 or any(a.block for a in s.alignments)
         for a in s.alignments:
             label = f"{s.rel}#{a.block}" if multi else s.rel
-            if a.matches:
+            matched = {h for h, _mt in a.matches}
+            if matched:
                 c["joined_exact"] += 1
                 for h, _mt in a.matches:
                     uses.setdefault(h, []).append(
                         MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, False, label)
                     )
-                matched = {h for h, _mt in a.matches}
-                named = _named_rows(_hints(s.rel, entry_ids, aliases), by_entry)
-                # the chains its path names without the query's exact sequence may still take it by
-                # layout (one written with an unknown residue where the query has one), each on its own
-                exact_named = by_layout = False
-                for row in named:
-                    if row["sequence_hash"] in matched:
-                        exact_named = True
-                    elif _joins_by_layout(a.query, row["sequence"], int(row["mol_type"])):
-                        use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
-                        if use not in uses.setdefault(row["sequence_hash"], []):
-                            uses[row["sequence_hash"]].append(use)
-                        by_layout = True
-                if by_layout:
-                    c["joined_layout"] += 1  # as well as by its sequence
-                if named and not exact_named and not by_layout:
-                    result.misfiled.append(_misfiled(label, a.query, a.matches, named, by_hash))
-                continue
-            hints = _hints(s.rel, entry_ids, aliases)
-            joined = False
+            named = _named_rows(_hints(s.rel, entry_ids, aliases), by_entry)
+            # each chain its path names without the query's exact sequence may take it by layout, also
+            # when the query is other chains' sequence (one written with an unknown residue where the
+            # query has one)
+            exact_named = by_layout = False
             refused: tuple[dict[str, Any], str] | None = None  # a chain and why it was not joined
-            for entry, chain in hints:
-                for row in by_entry.get(entry, []):
-                    if chain and chain not in (row["auth_id"], row["label_id"]):
-                        continue
-                    seq, mt = row["sequence"], int(row["mol_type"])
-                    if not _joins_by_layout(a.query, seq, mt):
+            for row in named:
+                if row["sequence_hash"] in matched:
+                    exact_named = True
+                    continue
+                seq, mt = row["sequence"], int(row["mol_type"])
+                if not _joins_by_layout(a.query, seq, mt):
+                    if refused is None and not matched:
                         om = omissions(a.query, seq, mt)
-                        if om.ways not in (0, 1) and refused is None:
+                        if om.ways not in (0, 1):
                             refused = (row, om.reason(a.query, seq, mt))
-                        continue
-                    h = row["sequence_hash"]
-                    use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
-                    if use not in uses.setdefault(h, []):
-                        uses[h].append(use)
-                    joined = True
-            if joined:
-                c["joined_layout"] += 1
+                    continue
+                use = MSAUse(s.rel, s.sha256, s.size, a.block, a.query_row, True, label)
+                if use not in uses.setdefault(row["sequence_hash"], []):
+                    uses[row["sequence_hash"]].append(use)
+                by_layout = True
+            if by_layout:
+                c["joined_layout"] += 1  # (an exact match elsewhere counts in both)
+            if matched:
+                if named and not exact_named and not by_layout:
+                    result.misfiled.append(_misfiled(label, a.query, matched, named, by_hash))
+                continue
+            if by_layout:
                 continue
             c["unmatched"] += 1
             result.unmatched.append({"file": label, "query_length": len(a.query), "query": a.query[:60]})
             if refused is not None:
                 nm: dict[str, Any] | None = _nm(label, a.query, refused[0], refused[1])
             else:
-                nm = _near_miss(label, a.query, hints, by_entry, by_length)
+                nm = _near_miss(label, a.query, named, by_length)
             if nm is not None:
                 result.near_misses.append(nm)
     for h in uses:
@@ -893,29 +884,28 @@ def _named_rows(
 def _misfiled(
     label: str,
     query: str,
-    matches: Sequence[tuple[str, int]],
+    matched: Set[str],
     named: list[dict[str, Any]],
     by_hash: Mapping[str, list[dict[str, Any]]],
 ) -> dict[str, Any]:
-    """The note on an alignment whose query is the sequence of stored chains (``matches``: joined
+    """The note on an alignment whose query is the sequence of stored chains (``matched``: joined
     to them by that sequence, as every alignment is) while its path names chains of the store
     (``named``) none of which has that sequence nor joins it by layout: an MSA filed under the
     wrong entry or chain (a copy into the wrong OpenFold ``<entry>_<chain>`` directory). It is still
     joined by its sequence; the note says so, and that the chains its path names get nothing from
     it (before, nothing was said, and those chains were built without it)."""
-    matched = {h for h, _mt in matches}
     joined = sorted({_chain_name(r) for h in matched for r in by_hash.get(h, [])})
     names = sorted({_chain_name(r) for r in named})
+    shown = first_named(names, MISFILED_NAMED)
     return {
         "file": label,
         "named": names,
         "joined": joined,
         "message": (
-            f"MSA file {label}: its path names {first_named(names, MISFILED_NAMED)}, but its query "
-            f"({len(query)} residues) is the sequence of {first_named(joined, MISFILED_NAMED)}: it is "
-            f"joined to {'that chain' if len(joined) == 1 else 'those chains'} by its sequence, and "
-            f"{first_named(names, MISFILED_NAMED)} {'gets' if len(names) == 1 else 'get'} nothing from "
-            f"it (filed under the wrong entry or chain?)"
+            f"MSA file {label}: its path names {shown}, but its query ({len(query)} residues) is the "
+            f"sequence of {first_named(joined, MISFILED_NAMED)}: it is joined to "
+            f"{'that chain' if len(joined) == 1 else 'those chains'} by its sequence, and {shown} "
+            f"{'gets' if len(names) == 1 else 'get'} nothing from it (filed under the wrong entry or chain?)"
         ),
     }
 
@@ -1084,14 +1074,11 @@ def _mismatches(a: str, b: str) -> int:
 def _near_miss(
     label: str,
     query: str,
-    hints: list[tuple[str, str]],
-    by_entry: dict[str, list[dict[str, Any]]],
+    named: list[dict[str, Any]],
     by_length: dict[int, list[dict[str, Any]]],
 ) -> dict[str, Any] | None:
-    """The closest chain to an unmatched query, when it is close enough to be worth reporting."""
-    named = [
-        r for e, ch in hints for r in by_entry.get(e, []) if not ch or ch in (r["auth_id"], r["label_id"])
-    ]
+    """The closest chain to an unmatched query, when it is close enough to be worth reporting:
+    of the chains its path names (``named``, :func:`_named_rows`) first."""
     for row in named:
         seq = row["sequence"]
         if len(seq) == len(query):
