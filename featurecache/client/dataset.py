@@ -176,7 +176,7 @@ SHARE_PADDING_SPAN: Final = 4096
 MAX_RECORDED_WORKERS: Final = 256
 
 
-# ------------------------------------------------------------------------- state for workers
+# ---------------------------------------------------------------------- torch's default collate
 def _collate_samples(batch: Sequence[Sample], *, collate_fn_map: Any = None) -> dict[str, Any]:
     """torch's default collate, given :class:`~featurecache.client.assemble.Sample` s: :func:`collate`."""
     return collate(batch)
@@ -190,6 +190,7 @@ else:
     default_collate_fn_map.setdefault(Sample, _collate_samples)
 
 
+# ------------------------------------------------------------------------- state for workers
 #: seconds a spawned DataLoader worker, at its exit, waits for its result queue's feeder thread to
 #: finish pickling what it sends (:func:`_join_queue_feeders`)
 FEEDER_JOIN_S: Final = 10.0
@@ -259,8 +260,9 @@ class SharedPositions:
     """The trainer's resolved positions (a :class:`ConsumedPositions`), mirrored in shared memory
     for ``DataLoader`` workers whose copy of the dataset is older than the pass they run.
 
-    ``buf``: uint8 shared tensor ``(64 + span,)``: an int64 header (published: how many resets so
-    far, start, stop or -1, stride, offset, the trainer's watermark, overflow, a sequence number),
+    ``buf``: uint8 shared tensor ``(_HEADER_BYTES + span,)``: an int64 header (published: how many
+    resets so far, start, stop or -1, stride, offset, the trainer's watermark, overflow, a sequence
+    number, the recorded worker pass and its base),
     then ``mask`` ``(span,)``, a ring: ``mask[p % span] == 1`` when position ``p`` of
     ``[watermark, watermark + span)`` is resolved above the watermark. The trainer resets it between
     passes (new epoch or share, resume, :class:`FeatureLoader`'s pass start) and marks positions as
@@ -394,7 +396,7 @@ class SharedPositions:
             mask[above[fits] % mask.size] = 1
             header[:7] = (header[_H_PUBLISHED] + 1, consumed.start, stop, consumed.stride, consumed.offset,
                           consumed.watermark, int(not fits.all()))  # fmt: skip
-            header[_H_PASS], header[_H_PASS_BASE] = -1, consumed.watermark
+            header[_H_PASS] = -1  # no worker pass recorded since
 
     def note_pass(self) -> None:
         """Before the trainer resolves a batch: if a DataLoader worker began a pass the mirror has
