@@ -59,18 +59,23 @@ def _tokens(line: str) -> list[str]:
     return out
 
 
-def _lines_from(text: str, number: int) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` from line ``number`` (1-based) on, split at ``\\n`` as gemmi counts."""
+def _offset(text: str, number: int) -> int:
+    """Where line ``number`` (1-based, lines split at ``\n`` as gemmi counts) begins (-1: none)."""
     pos = 0
     for _ in range(number - 1):
         pos = text.find("\n", pos)
         if pos < 0:
-            return
+            return -1
         pos += 1
-    while pos <= len(text):
+    return pos
+
+
+def _lines(text: str, pos: int, number: int) -> Iterator[tuple[int, int, str]]:
+    """``(line number, offset, line)`` of the lines from offset ``pos`` (line ``number``) on."""
+    while 0 <= pos <= len(text):
         end = text.find("\n", pos)
         line = text[pos:] if end < 0 else text[pos:end]
-        yield number, line.removesuffix("\r")
+        yield number, pos, line.removesuffix("\r")
         if end < 0:
             return
         pos, number = end + 1, number + 1
@@ -79,60 +84,41 @@ def _lines_from(text: str, number: int) -> Iterator[tuple[int, str]]:
 def _loop(text: str, header: int) -> tuple[int, Iterator[_Values]] | None:
     """The number of columns of the loop whose ``loop_`` is on line ``header``, and its values by
     line (or text field). None: no ``loop_`` there."""
-    lines = _lines_from(text, header)
-    first = next(lines, None)
-    tokens = _tokens(first[1]) if first else []
-    if not tokens or tokens[0].lower() != "loop_":
-        return None
     columns = 0
-    pending: list[_Values] = []  # values on the header's lines after the last tag
-    rest = tokens[1:]
-    number = header
-    while True:
-        tags = 0
-        while tags < len(rest) and rest[tags].startswith("_"):
-            tags += 1
+    for number, pos, line in _lines(text, _offset(text, header), header):
+        tokens = ["?"] if line.startswith(";") else _tokens(line)  # a text field: a value
+        if number == header:
+            if not tokens or tokens[0].lower() != "loop_":
+                return None
+            tokens = tokens[1:]
+        tags = next((i for i, t in enumerate(tokens) if not t.startswith("_")), len(tokens))
         columns += tags
-        if tags < len(rest):  # values begin on this line
-            pending.append(_Values(number, len(rest) - tags, number))
-            break
-        nxt = next(lines, None)
-        if nxt is None:
-            break
-        number, line = nxt
-        if line.startswith(";"):  # a text field: the first value
-            lines = _prepend(nxt, lines)
-            break
-        rest = _tokens(line)
-        if rest and not rest[0].startswith("_"):  # values begin on this line
-            lines = _prepend(nxt, lines)
-            break
-
-    def values() -> Iterator[_Values]:
-        yield from pending
-        for k, line in lines:
-            if line.startswith(";"):
-                for end, closing in lines:
-                    if closing.startswith(";"):
-                        yield _Values(k, 1 + len(_tokens(closing[1:])), end, text_field=True)
-                        break
-                else:
-                    yield _Values(k, 1, k, text_field=True, closed=False)
-                    return
-                continue
-            tokens = _tokens(line)
-            if tokens:
-                head = tokens[0]
-                if head[0] == "_" or head.lower().startswith(_ENDS):
-                    return
-                yield _Values(k, len(tokens), k)
-
-    return columns, values()
+        if tags < len(tokens):  # values begin on this line, after its tags (and ``loop_``)
+            return columns, _records(text, pos, number, tags + (number == header))
+    return columns, iter(())
 
 
-def _prepend(item: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    yield item
-    yield from rest
+def _records(text: str, pos: int, number: int, skip: int) -> Iterator[_Values]:
+    """The loop's values by record from offset ``pos`` (line ``number``), the first ``skip`` tokens
+    of that line being its tags."""
+    lines = _lines(text, pos, number)
+    for k, _pos, line in lines:
+        if line.startswith(";"):
+            for end, _end_pos, closing in lines:
+                if closing.startswith(";"):
+                    yield _Values(k, 1 + len(_tokens(closing[1:])), end, text_field=True)
+                    break
+            else:
+                yield _Values(k, 1, k, text_field=True, closed=False)
+                return
+            continue
+        tokens = _tokens(line)[skip:]
+        skip = 0
+        if tokens:
+            head = tokens[0]
+            if head[0] == "_" or head.lower().startswith(_ENDS):
+                return
+            yield _Values(k, len(tokens), k)
 
 
 def loop_error_hint(text: str, reason: str) -> str | None:
