@@ -1,5 +1,5 @@
 """gemmi's "Wrong number of values in loop" names the line of the loop's ``loop_`` header; the
-failure now also names the line where the loop's values go wrong. Expected lines come from the
+failure now also says where the loop's values go wrong (a line, a row, or what is left over). Expected lines come from the
 files: the shipped malformed 1BNA (SOURCES.tsv: deliberate syntax errors) read by eye (its
 ``_database_PDB_rev`` rows at lines 49-51, a stray ';' at line 52 opening a text field that the
 next ';' line, 547, closes), and real files damaged here at a row the test picks."""
@@ -36,8 +36,17 @@ def test_the_malformed_1bna_names_the_row_where_its_loop_goes_out_of_step() -> N
     assert "each row before it has 10" in message, message
 
 
-def _damaged(tmp_path: Path, name: str, row: int, edit: str) -> tuple[Path, int, int]:
-    """``name`` with the ``row``-th ``_atom_site`` row edited; the file, that row's line, the columns."""
+def _failure(tmp_path: Path, name: str, lines: list[str]) -> str:
+    """The parse failure of the shipped ``name`` written with ``lines`` instead."""
+    path = tmp_path / name
+    path.write_text("\n".join(lines))
+    with pytest.raises(ParseError) as info:
+        read_structure(path)
+    return str(info.value)
+
+
+def _damaged(name: str, row: int, edit: str) -> tuple[list[str], int, int]:
+    """``name``'s lines with its ``row``-th ``_atom_site`` row edited; that row's line, the columns."""
     lines = _lines(STRUCTURES / name)
     header = next(i for i, s in enumerate(lines) if s.startswith("_atom_site.")) - 1
     assert lines[header].startswith("loop_")
@@ -51,9 +60,7 @@ def _damaged(tmp_path: Path, name: str, row: int, edit: str) -> tuple[Path, int,
         lines[at] = " ".join(values[:5] + values[6:])
     else:  # a value with a space, unquoted
         lines[at] = " ".join([*values[:3], "N", "X", *values[4:]])
-    out = tmp_path / name
-    out.write_text("\n".join(lines) + "\n")
-    return out, at + 1, columns
+    return lines, at + 1, columns
 
 
 @pytest.mark.parametrize(("edit", "count", "why"), [("drop", -1, "a value missing?"),
@@ -61,10 +68,8 @@ def _damaged(tmp_path: Path, name: str, row: int, edit: str) -> tuple[Path, int,
 def test_a_damaged_atom_site_row_is_named_by_its_line(
     tmp_path: Path, edit: str, count: int, why: str
 ) -> None:
-    path, line, columns = _damaged(tmp_path, "102m.cif", 700, edit)
-    with pytest.raises(ParseError) as info:
-        read_structure(path)
-    message = str(info.value)
+    lines, line, columns = _damaged("102m.cif", 700, edit)
+    message = _failure(tmp_path, "102m.cif", lines)
     assert "Wrong number of values in loop _atom_site" in message
     assert (
         f"line {line} has {columns + count} values where each row before it has {columns} ({why})" in message
@@ -107,11 +112,7 @@ def test_a_loop_whose_rows_span_lines_names_no_line(tmp_path: Path) -> None:
     assert lines[40].startswith("TURN_P TURN_P3") and lines[40].endswith(" ?")
     assert lines[36].startswith(";TYPE I'")  # a row before it spans lines 36-39
     lines[40] = lines[40][:-2]
-    path = tmp_path / "1MOM_damaged.cif"
-    path.write_text("\n".join(lines))
-    with pytest.raises(ParseError) as info:
-        read_structure(path)
-    message = str(info.value)
+    message = _failure(tmp_path, "1MOM_damaged.cif", lines)
     assert "its values leave 19 over after the last whole row of 20" in message, message
     assert "line 36" not in message and "line 41" not in message, message
 
@@ -156,10 +157,6 @@ def test_damage_on_a_later_line_of_a_wrapped_row_names_the_row_not_its_first_lin
     lines = (STRUCTURES / "1MOM_min.cif").read_text().split("\n")
     assert lines[35].startswith("TURN_P TURN_P1") and lines[38] == "?"
     lines[38] = ""
-    path = tmp_path / "1MOM_damaged.cif"
-    path.write_text("\n".join(lines))
-    with pytest.raises(ParseError) as info:
-        read_structure(path)
-    message = str(info.value)
+    message = _failure(tmp_path, "1MOM_damaged.cif", lines)
     assert "the values go out of step in the row that begins at line 36" in message, message
     assert "line 36 has" not in message, message
