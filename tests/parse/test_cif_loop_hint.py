@@ -1,6 +1,6 @@
 """gemmi's "Wrong number of values in loop" names the line of the loop's ``loop_`` header; the
-failure now also says where the loop's values go wrong (a line, a row, or what is left over). Expected lines come from the
-files: the shipped malformed 1BNA (SOURCES.tsv: deliberate syntax errors) read by eye (its
+failure now also says where the loop's values go wrong (a line, a row, or what is left over).
+Expected lines come from the files: the shipped malformed 1BNA (SOURCES.tsv: deliberate syntax errors) read by eye (its
 ``_database_PDB_rev`` rows at lines 49-51, a stray ';' at line 52 opening a text field that the
 next ';' line, 547, closes), and real files damaged here at a row the test picks."""
 
