@@ -1,0 +1,105 @@
+"""What bounding the part arrays a reader keeps open costs and saves (review R2 F4): memory held by
+a reader's open arrays, and milliseconds per entry read at random, for several bounds
+(``FEATURECACHE_MAX_OPEN_ARRAYS``), side by side in one process.
+
+A reader kept every part array it opened (~13 KB each); over a store of 200k entries (16 a part)
+a long-lived DataLoader worker held 0.2-0.4 GB of them. With a bound, reads of an array that was
+closed open it again. The store is built with one entry per part (``--part-size 1``) so that a
+small corpus has many parts; the bound is set below the number of arrays to show the miss cost.
+Without --store the real structure corpus (../shared/data/real/structures) is built into a temp
+dir first (no MSAs or CCD; removed after).
+
+    .venv/bin/python benchmarks/reader_memory.py [--store DIR] [--reads N] [--bounds 8192,64,8] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import REAL, Bench, require_shared
+from featurecache.build.run import run_build
+from featurecache.store.reader import LocalStore, open_store
+from featurecache.store.root import PartArrays
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", type=Path, default=None, help="an existing store (default: build the corpus, "
+                    "one entry a part, into a temp dir)")  # fmt: skip
+    ap.add_argument("--reads", type=int, default=600, help="random entry reads timed per bound (default 600)")
+    ap.add_argument(
+        "--bounds", default="8192,64,8", help="bounds on open arrays to compare (default 8192,64,8)"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2, help="build workers when building the corpus")
+    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/)")
+    return ap.parse_args(argv)
+
+
+def _bounded(store: LocalStore, bound: int) -> LocalStore:
+    store._part_arrays = PartArrays(store.path, "part array", data_files_required=True, max_open=bound)
+    return store
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
+    bounds = [int(b) for b in args.bounds.split(",")]
+    logging.basicConfig(level=logging.WARNING)
+    tmp = Path(tempfile.mkdtemp(prefix="fc-bench-reader-memory-"))
+    try:
+        store_path = args.store
+        if store_path is None:
+            require_shared(__file__)
+            store_path = tmp / "store"
+            run_build(pdb_dir=REAL / "structures", out=store_path, workers=args.workers, part_size=1,
+                      progress=False)  # fmt: skip
+        ids = open_store(store_path).ids
+        rng = random.Random(args.seed)
+        sample = [rng.choice(ids) for _ in range(args.reads)]
+        parts = len(set(open_store(store_path).entries.column("part").to_pylist()))
+        bench = Bench(
+            "reader_memory", store=str(store_path), entries=len(ids), parts=parts, reads=len(sample)
+        )
+        for bound in bounds:
+            # memory: what the reader's open arrays hold after reading every entry once
+            gc.collect()
+            tracemalloc.start()
+            store = _bounded(open_store(store_path), bound)
+            base = tracemalloc.get_traced_memory()[0]
+            for eid in ids:
+                store.entry(eid)
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - base
+            tracemalloc.stop()
+            n_open = store._part_arrays.open_count()
+            # time: random reads (warm: every entry read once before)
+            store = _bounded(open_store(store_path), bound)
+            for eid in ids:
+                store.entry(eid)
+            t0 = time.perf_counter()
+            for eid in sample:
+                store.entry(eid)
+            ms = (time.perf_counter() - t0) / len(sample) * 1e3
+            bench.add(max_open=bound, open_arrays=n_open, held_kib=held / 1024,
+                      kib_per_open_array=held / 1024 / max(n_open, 1), ms_per_entry=ms)  # fmt: skip
+        first = bench.rows[0]["ms_per_entry"]
+        for row in bench.rows:
+            row["time_vs_first"] = row["ms_per_entry"] / first
+        bench.finish(args.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
