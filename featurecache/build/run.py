@@ -533,6 +533,12 @@ def check_arguments(
         check_workers(workers)
     if part_size < 1:
         raise UsageError(f"--part-size must be >= 1 (got {part_size})")
+    from featurecache.store.root import max_open_arrays
+
+    try:  # read by the chem stage's and the index's readers, at the end of a build
+        max_open_arrays()
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
     if config.msa_depth_cap < 1:
         raise UsageError(f"--msa-depth must be >= 1 (got {config.msa_depth_cap}; row 0 is the query)")
     if not 0 < config.conformer_timeout_s <= MAX_CONFORMER_TIMEOUT_S:  # also refuses nan and inf

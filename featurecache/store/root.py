@@ -434,6 +434,8 @@ class PartArrays:
         self._arrays: collections.OrderedDict[tuple[str, str], tuple[zarr.Array, list[Path]]] = (
             collections.OrderedDict()
         )
+        if max_open is not None and (type(max_open) is not int or max_open < 1):
+            raise ValueError(f"max_open must be a positive integer (got {max_open!r})")
         self.max_open = max_open_arrays() if max_open is None else max_open
         self._fill_only: dict[str, frozenset[str] | None] = {}
         #: (part, name, reader's dtype) -> the records' dtype, parsed once per array (kept when the
@@ -534,11 +536,12 @@ class PartArrays:
 
     def _required_files(self, part: str, path: Path, arr: zarr.Array) -> list[Path]:
         """The shard files of ``arr`` (at ``path``, in ``part``) that must exist."""
-        if part not in self._fill_only:
+        try:
+            fill_only = self._fill_only[part]
+        except KeyError:
             listed = fill_only_shards(self._parts / part)
-            with self._lock:
-                self._fill_only.setdefault(part, listed)
-        fill_only = self._fill_only[part]
+            with self._lock:  # what setdefault returns: a clear() in another thread may empty the dict
+                fill_only = self._fill_only.setdefault(part, listed)
         if fill_only is not None:
             base = self._parts / part
             return [f for f in shard_files(path, arr) if f.relative_to(base).as_posix() not in fill_only]

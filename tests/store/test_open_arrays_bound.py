@@ -5,15 +5,18 @@ opened again is checked for its shard files as on its first opening."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import featurecache
 from featurecache.errors import StoreError
-from featurecache.store.root import MAX_OPEN_ARRAYS, MAX_OPEN_ARRAYS_ENV, max_open_arrays
+from featurecache.store.root import MAX_OPEN_ARRAYS, MAX_OPEN_ARRAYS_ENV, PartArrays, max_open_arrays
 from tests.conformance.test_reader_conformance import assert_entries_equal
 from tests.conftest import MSAS, STRUCTURES, build_store
 
@@ -97,3 +100,56 @@ def test_a_bad_bound_names_the_variable(raw: str, monkeypatch: pytest.MonkeyPatc
     assert max_open_arrays() == 12
     monkeypatch.delenv(MAX_OPEN_ARRAYS_ENV)
     assert max_open_arrays() == MAX_OPEN_ARRAYS
+
+
+def test_a_hit_keeps_an_array_open_and_the_least_recently_used_is_closed(store: Path) -> None:
+    """Least recently used, not first opened: an array read again stays open when another opens."""
+    part = featurecache.open_store(store).entries.column("part").to_pylist()[0]
+    a, b, c = (part, "atoms"), (part, "tokens"), (part, "bonds")
+    arrays = PartArrays(store, "part array", data_files_required=True, max_open=2)
+    arrays.get(*a)
+    arrays.get(*b)
+    arrays.get(*a)  # a is now the most recently used
+    arrays.get(*c)
+    assert list(arrays._arrays) == [a, c], list(arrays._arrays)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0])
+def test_a_bound_that_is_not_a_positive_integer_is_refused(store: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="max_open must be a positive integer"):
+        PartArrays(store, "part array", max_open=bad)  # type: ignore[arg-type]
+
+
+def test_a_clear_between_reading_the_parts_file_list_and_using_it_is_no_key_error(store: Path) -> None:
+    """R7 #1: the lookup service closes a reader (``clear()``) while requests still read through
+    it; a reopening that recorded the part's list of unwritten shards and then looked it up again
+    met the emptied dict (KeyError: a 500). The interleaving, made deterministic: the dict is
+    emptied right after the record."""
+
+    class ClearedAfterRecord(dict):  # type: ignore[type-arg]
+        def setdefault(self, key, default=None):  # type: ignore[no-untyped-def]
+            value = super().setdefault(key, default)
+            self.clear()
+            return value
+
+    part = featurecache.open_store(store).entries.column("part").to_pylist()[0]
+    arrays = PartArrays(store, "part array", data_files_required=True)
+    arrays._fill_only = ClearedAfterRecord()
+    assert arrays.read(part, "atoms", (slice(0, 4),)).shape[0] == 4
+
+
+def test_a_build_refuses_a_bad_bound_before_it_starts(tmp_path: Path) -> None:
+    """R7 #2: the build's last stages open readers; a bad value was named only after every
+    structure, MSA and conformer was done. Now it is a usage error before anything runs."""
+    pdb = tmp_path / "in"
+    pdb.mkdir()
+    shutil.copy(STRUCTURES / "102m.cif", pdb)
+    env = {**os.environ, MAX_OPEN_ARRAYS_ENV: "0"}
+    r = subprocess.run([sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--out",
+                        str(tmp_path / "s"), "--no-progress"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: {MAX_OPEN_ARRAYS_ENV}='0' is not a positive integer (how many part arrays a reader keeps open; "
+        f"default {MAX_OPEN_ARRAYS})"
+    ], r.stderr
+    assert not (tmp_path / "s").exists()
