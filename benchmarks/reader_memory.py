@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import random
 import shutil
 import sys
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.harness import REAL, Bench, require_shared
 from featurecache.build.run import run_build
 from featurecache.store.reader import LocalStore, open_store
-from featurecache.store.root import PartArrays
+from featurecache.store.root import MAX_OPEN_ARRAYS_ENV
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -47,9 +48,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _bounded(store: LocalStore, bound: int) -> LocalStore:
-    store._part_arrays = PartArrays(store.path, "part array", data_files_required=True, max_open=bound)
-    return store
+def _reader(store_path: Path, bound: int) -> LocalStore:
+    """A reader of ``store_path`` that keeps ``bound`` arrays open, set as a user sets it."""
+    os.environ[MAX_OPEN_ARRAYS_ENV] = str(bound)
+    return open_store(store_path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,16 +68,18 @@ def main(argv: list[str] | None = None) -> None:
             store_path = tmp / "store"
             run_build(pdb_dir=REAL / "structures", out=store_path, workers=args.workers, part_size=1,
                       progress=False)  # fmt: skip
-        ids = open_store(store_path).ids
+        opened = open_store(store_path)
+        ids = opened.ids
+        parts = len(set(opened.entries.column("part").to_pylist()))
+        del opened
         rng = random.Random(args.seed)
         sample = [rng.choice(ids) for _ in range(args.reads)]
-        parts = len(set(open_store(store_path).entries.column("part").to_pylist()))
         bench = Bench(
             "reader_memory", store=str(store_path), entries=len(ids), parts=parts, reads=len(sample)
         )
         # a throwaway pass first: the first reader of a process also pays one-time setup (zarr's
         # event loop, codec registries) that the first measured row would otherwise hold
-        warm = _bounded(open_store(store_path), bounds[0])
+        warm = _reader(store_path, bounds[0])
         for eid in ids:
             warm.entry(eid)
         del warm
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
             # memory: what the reader's open arrays hold after reading every entry once
             gc.collect()
             tracemalloc.start()
-            store = _bounded(open_store(store_path), bound)
+            store = _reader(store_path, bound)
             base = tracemalloc.get_traced_memory()[0]
             for eid in ids:
                 store.entry(eid)
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             tracemalloc.stop()
             n_open = store._part_arrays.open_count()
             # time: random reads (warm: every entry read once before)
-            store = _bounded(open_store(store_path), bound)
+            store = _reader(store_path, bound)
             for eid in ids:
                 store.entry(eid)
             t0 = time.perf_counter()

@@ -377,10 +377,11 @@ def record_dtype(stored: Any, width: int, current: np.dtype, where: str) -> np.d
 
 
 #: how many part arrays a reader keeps open by default (:class:`PartArrays`): an open zarr array
-#: holds ~13 KB (its metadata and codec pipeline), and a reader that kept every array it opened grew
-#: without bound over a large store (0.2-0.4 GB per DataLoader worker at 200k entries, 16 entries a
-#: part: review R2 F4); reopening one costs ~2.5 ms. 8192 arrays (~0.1 GB) keep every structure
-#: array of a store of up to ~2000 parts (~32k entries) open, as before
+#: holds ~6.6 KB of Python objects, ~13 KB resident (its metadata and codec pipeline), and a reader
+#: that kept every array it opened grew without bound over a large store (0.2-0.4 GB per DataLoader
+#: worker at 200k entries, 16 entries a part: review R2 F4); reopening one costs ~1-2.5 ms
+#: (benchmarks/reader_memory.py). 8192 arrays keep every structure array of a store of up to ~2000
+#: parts (~32k entries) open, as before
 MAX_OPEN_ARRAYS = 8192
 #: the environment variable that sets :data:`MAX_OPEN_ARRAYS` for a process (a positive integer)
 MAX_OPEN_ARRAYS_ENV = "FEATURECACHE_MAX_OPEN_ARRAYS"
