@@ -1061,22 +1061,27 @@ def report(
     typer.echo(f"report written: {path}")
     if unfinished:  # the report's page and summary.json say so too
         _warn_unfinished(store, "the report covers only part of the store, its counts and plots are partial")
-    _warn_partial_plan(store)
+    _warn_plan(store)
 
 
-def _warn_partial_plan(store: Path) -> None:
-    """One line on stderr when the store's plan (index/plan.arrow) was made while its first build had
-    not finished (the report's memory-plan section says so too)."""
-    from featurecache.plan.planner import plan_path, read_plan, unfinished_plan_warning
+def _warn_plan(store: Path) -> None:
+    """One line on stderr for each way the store's plan (index/plan.arrow) is not the store's: made
+    while its first build had not finished, or older than the index (entries added, removed or
+    changed since, as ``featurecache.plan.fitting_ids`` warns); the report's memory-plan section
+    says so too."""
+    from featurecache.plan.planner import plan_path, read_plan, stale_against_index, unfinished_plan_warning
 
     if not plan_path(store).is_file():
         return
+    where = f"{store}: its plan ({plan_path(store).name})"
     try:
-        partial = unfinished_plan_warning(read_plan(store), f"{store}: its plan ({plan_path(store).name})")
+        table = read_plan(store)
+        lines = [unfinished_plan_warning(table, where), stale_against_index(store, table, where)]
     except (FeatureCacheError, OSError):  # the report ran without it; nothing to warn about here
         return
-    if partial:
-        typer.secho(f"warning: {partial}", fg=typer.colors.YELLOW, err=True)
+    for line in lines:
+        if line:
+            typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -1085,7 +1090,14 @@ def plan(
     model_config: Annotated[
         Path | None, typer.Option("--model-config", help="Model config JSON (default: the reference model).")
     ] = None,
-    gpu_memory: Annotated[str, typer.Option("--gpu-memory", help="Usable GPU memory, e.g. 80GiB.")] = "80GiB",
+    gpu_memory: Annotated[
+        str,
+        typer.Option(
+            "--gpu-memory",
+            help="The GPU's memory, e.g. 80GiB, 141GB, or bytes (8e9; "
+            "below 64 MiB is refused as a missing unit); --headroom of it is kept free.",
+        ),
+    ] = "80GiB",
     fused: Annotated[
         bool, typer.Option("--fused/--reference", help="Plan for the Triton kernels or the torch references.")
     ] = True,
@@ -1109,6 +1121,9 @@ def plan(
     ] = 128,
 ) -> None:
     """Predict peak training memory per entry from the index alone; recommend a token budget.
+
+    It plans `featurecache train`'s step: batch 1, crops of 384, 640 and 768 tokens, at most 1024 MSA rows \
+(train's --max-msa-rows default), bf16 autocast, the model of --model-config.
 
     On a store whose first build has not finished it warns (stderr) and marks the written plan so: \
 featurecache.plan.fitting_ids and `featurecache report` then warn that the plan is partial.

@@ -27,6 +27,11 @@ def pad16(n: int) -> int:
     return -(-n // 16) * 16
 
 
+#: the largest value each size may take (AF3: 48 blocks, 4 and 16 heads, n = 4, 64 bins, clips 32 and 2)
+UPPER_BOUNDS = {"n_blocks": 512, "n_heads": 64, "transition_n": 16, "distogram_bins": 1024, "relpos_max": 4096,
+                "relchain_max": 4096}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the Pairformer-style trunk (AF3 values in brackets).
@@ -68,6 +73,11 @@ class ModelConfig:
         for name in ("c_token", "c_pair", "n_blocks", "n_heads", "n_heads_single", "transition_n"):
             if getattr(self, name) < 1:
                 raise UsageError(f"model config: {name} must be ≥ 1; got {getattr(self, name)}")
+        # far above AF3's (in brackets above) and this trunk's; past them a config is a typo, which
+        # would overflow the memory planner's integers or plan for minutes (review R9 F4)
+        for name, most in UPPER_BOUNDS.items():
+            if getattr(self, name) > most:
+                raise UsageError(f"model config: {name} must be ≤ {most}; got {getattr(self, name)}")
         if self.head_dim not in (16, 32, 64):
             raise UsageError(
                 f"model config: head_dim must be 16, 32 or 64 (the kernel's); got {self.head_dim}"

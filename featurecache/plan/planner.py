@@ -245,14 +245,13 @@ def unfinished_plan_warning(table: pa.Table, where: str = "the plan") -> str | N
 SHOWN_STALE = 5
 
 
-def stale_plan_warning(
-    table: pa.Table, entries: pa.Table, chains: pa.Table, where: str = "the plan"
-) -> str | None:
-    """What a reader of a plan says when the plan is older than the store's index (None when it is
-    not): entries of the index it has no row for (added since: :func:`fitting_ids` leaves them
-    out), rows of entries no longer in the index, and entries whose planned inputs changed since
-    (token count, or the MSA rows :func:`entry_msa_rows` gives at the plan's ``max_msa_rows``: a
-    rebuild that stored deeper MSAs makes the predicted peaks too low)."""
+def plan_drift(
+    table: pa.Table, entries: pa.Table, chains: pa.Table
+) -> tuple[list[str], list[str], list[str]] | None:
+    """How a plan differs from the store's index: (entries of the index without a plan row, plan rows
+    of entries no longer in it, entries whose planned inputs changed since: token count, or the MSA
+    rows :func:`entry_msa_rows` gives at the plan's ``max_msa_rows``). None for a plan without the
+    columns to tell (older plans)."""
     meta = plan_metadata(table)
     max_rows = int(meta.get("max_msa_rows", DEFAULT_MAX_MSA_ROWS))
     cols = ("id", "token_count", "msa_rows")
@@ -268,8 +267,21 @@ def stale_plan_warning(
     added = [i for i in ids if i not in planned]
     gone = [i for i in planned if i not in now]
     changed = [i for i in ids if i in planned and tuple(planned[i]) != now[i]]
-    if not (added or gone or changed):
+    return added, gone, changed
+
+
+def stale_plan_warning(
+    table: pa.Table, entries: pa.Table, chains: pa.Table, where: str = "the plan"
+) -> str | None:
+    """What a reader of a plan says when the plan is older than the store's index (None when it is
+    not): entries of the index it has no row for (added since: :func:`fitting_ids` leaves them
+    out), rows of entries no longer in the index, and entries whose planned inputs changed since
+    (:func:`plan_drift`: a rebuild that stored deeper MSAs makes the predicted peaks too low)."""
+    drift = plan_drift(table, entries, chains)
+    if drift is None or not any(drift):
         return None
+    added, gone, changed = drift
+    n_ids = entries.num_rows
 
     def named(what: list[str]) -> str:
         return first_named(sorted(what), SHOWN_STALE)
@@ -279,7 +291,7 @@ def stale_plan_warning(
 
     said = []
     if added:
-        said.append(f"{len(added)} of the store's {count(len(ids))} {'has' if len(added) == 1 else 'have'} "
+        said.append(f"{len(added)} of the store's {count(n_ids)} {'has' if len(added) == 1 else 'have'} "
                     f"no plan row ({named(added)}): left out")  # fmt: skip
     if gone:
         said.append(f"{count(len(gone))} planned {'is' if len(gone) == 1 else 'are'} no longer in the store "
@@ -363,7 +375,7 @@ def fitting_ids(store: Any, crop: int) -> list[str]:
     warning = unfinished_plan_warning(table, where)
     if warning:
         log.warning("fitting_ids: %s", warning)
-    stale = _stale_against_index(store, table, where)
+    stale = stale_against_index(store, table, where)
     if stale:
         log.warning("fitting_ids: %s", stale)
     col = f"fits_{crop}"
@@ -374,7 +386,7 @@ def fitting_ids(store: Any, crop: int) -> list[str]:
     return [i for i, ok in zip(table.column("id").to_pylist(), mask.tolist(), strict=True) if ok]
 
 
-def _stale_against_index(store: Any, table: pa.Table, where: str) -> str | None:
+def stale_against_index(store: Any, table: pa.Table, where: str) -> str | None:
     """:func:`stale_plan_warning` against the index of ``store`` (a path: opened here; a reader or
     a lookup client: its ``entries`` and ``chains``); an index that cannot be read is said so."""
     try:

@@ -173,10 +173,12 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
     panels.append(Panel("atoms_per_entry", "Atoms per entry", content, "hist", _hist(atoms, log=True, integer=True),
                         "atoms (log scale)", "entries", f"{int(atoms.sum())} atoms; median {_median(atoms)}, max "
                         f"{_max(atoms)}", log_x=True))  # fmt: skip
+    log_chains = bool(n and n_chains.max() > 60)
     panels.append(Panel("chains_per_entry", "Chains per entry", content, "hist",
-                        _hist(n_chains, log=bool(n and n_chains.max() > 60), integer=True), "chains", "entries",
+                        _hist(n_chains, log=log_chains, integer=True),
+                        "chains (log scale)" if log_chains else "chains", "entries",
                         f"{int(n_chains.sum())} chains; max {_max(n_chains)} in one entry",
-                        log_x=bool(n and n_chains.max() > 60)))  # fmt: skip
+                        log_x=log_chains))  # fmt: skip
     with_msa = depth > 1
     panels.append(Panel("msa_depth_per_entry", "MSA depth per entry (deepest chain MSA)", content, "hist",
                         _hist(np.where(depth > 0, depth, np.nan), log=True, integer=True), "rows (log scale)",
@@ -226,7 +228,8 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
                         + ("" if components.num_rows else " (built without --ccd or no ligands)")))  # fmt: skip
     sizes = part_bytes(store)
     panels.append(Panel("store_bytes", "Store bytes by array", build, "barh", _bar(sizes, "bytes"),
-                        "bytes (log scale)", "", f"{sum(sizes.values()) / 1e6:.2f} MB on disk, summed over parts",
+                        "bytes (log scale)", "", f"{sum(sizes.values()) / 1e6:.2f} MB on disk: the parts' arrays and metadata, and "
+                        "the index tables (featurecache info's total also counts the store's caches)",
                         extra={"log_value": True}))  # fmt: skip
 
     summary: dict[str, Any] = {
@@ -276,24 +279,24 @@ def _max(v: np.ndarray) -> str:
 
 
 def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
-    """Panels of ``index/plan.arrow`` when the store has been planned; a plan made before entries
-    were added or removed is flagged as covering only some of the store's entries, one made while
-    the store's first build had not finished as partial."""
+    """Panels of ``index/plan.arrow`` when the store has been planned; a plan older than the index
+    (entries added, removed, or changed since: :func:`_plan_staleness`) is flagged as out of date,
+    one made while the store's first build had not finished as partial."""
     from featurecache.plan.planner import PLAN_TABLE, plan_metadata, summarize_plan, unfinished_plan_warning
 
     table = reader.table(PLAN_TABLE)
-    if table.num_rows == 0 or "recommended_crop" not in table.column_names:
-        return None
+    if "recommended_crop" not in table.column_names or (table.num_rows == 0 and reader.entries.num_rows == 0):
+        return None  # not planned, or a plan of no entries of a store that still has none
     meta = plan_metadata(table)
     summary = summarize_plan(table)
     crops = list(meta.get("crops", []))
     section = "Memory plan"
-    budget = meta.get("gpu_memory_bytes", 0) / 2**30
+    budget = _plan_budget(meta)
     mode = "fused Triton kernels" if meta.get("fused") else "torch reference kernels"
-    stale = _plan_staleness(table, reader.entries, meta)
+    stale = _plan_staleness(table, reader, meta)
     if stale:
         summary.update(stale)
-        section = f"Memory plan — out of date: covers {stale['plan_covers_entries']} of {stale['store_entries']} entries"
+        section = f"Memory plan — out of date: {stale['plan_drift']}"
     note = f"{stale['plan_out_of_date']}. " if stale else ""
     partial = unfinished_plan_warning(table, "This plan")
     if partial:
@@ -305,32 +308,69 @@ def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
     shares = {"label": [str(c) for c in crops], "share_fits": [summary[f"share_fits_{c}"] for c in crops]}
     panels = [
         Panel("plan_share_fits", "Share of entries that fit", section, "bar", shares, "crop (tokens)", "share",
-              f"{note}{budget:.0f} GiB, {mode}, batch {meta.get('batch_size')}"),
+              f"{note}{budget}, {mode}, batch {meta.get('batch_size')}", extra={"share": True}),
     ]  # fmt: skip
     top = crops[-1] if crops else None
     if top is not None:
         h = _hist(table.column(f"predicted_peak_bytes_{top}").to_numpy().astype(np.float64) / 2**30, bins=20)
+        largest = summary.get(f"max_predicted_peak_bytes_{top}")
+        most = (
+            f"largest {largest / 2**30:.2f} GiB"
+            if largest is not None and table.num_rows
+            else "no entry planned"
+        )
         panels.append(Panel(f"plan_peak_{top}", f"Predicted peak memory at crop {top}", section, "hist", h, "GiB",
-                            "entries", f"{note}largest {summary[f'max_predicted_peak_bytes_{top}'] / 2**30:.2f} GiB "
-                            f"of {budget:.0f} GiB"))  # fmt: skip
+                            "entries", f"{note}{most}; {budget}"))  # fmt: skip
     return panels, summary
 
 
-def _plan_staleness(plan: pa.Table, entries: pa.Table, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """None when the plan covers exactly the store's entries; otherwise how far it is behind: the
-    entry count at planning time (``n_entries`` of the plan's metadata, else its rows) against the
-    index's, and the index entries that have a plan row."""
+def _plan_budget(meta: dict[str, Any]) -> str:
+    """The plan's GPU budget as ``featurecache plan`` prints it: the memory given and what an entry
+    may use after the headroom (older plans recorded only the latter)."""
+    usable = meta.get("gpu_memory_bytes", 0) / 2**30
+    given = meta.get("gpu_memory_given_bytes")
+    if given is None:
+        return f"{usable:.1f} GiB usable"
+    return (
+        f"{given / 2**30:.1f} GiB GPU ({usable:.1f} GiB usable after {meta.get('headroom', 0):.0%} headroom)"
+    )
+
+
+def _plan_staleness(plan: pa.Table, reader: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """None when the plan is the store's current one; otherwise how it is behind: the entries it
+    covers against the index's (``n_entries`` of the plan's metadata, else its rows, at planning
+    time), and the entries whose token count or MSA rows changed since (``plan_drift``, as
+    ``featurecache.plan.fitting_ids`` warns: more tokens or deeper MSAs than planned make its
+    predicted peaks too low)."""
+    from featurecache.plan.planner import plan_drift
+
+    entries = reader.entries
     ids = entries.column("id").to_pylist() if entries.num_rows else []
     planned = set(plan.column("id").to_pylist()) if "id" in plan.column_names else set()
     covered = sum(1 for i in ids if i in planned)
     n_planned = int(meta.get("n_entries", plan.num_rows))
-    if n_planned == len(ids) and covered == len(ids) == len(planned):
+    drift = plan_drift(plan, entries, reader.chains)
+    changed = sorted(drift[2]) if drift else []
+    if n_planned == len(ids) and covered == len(ids) == len(planned) and not changed:
         return None
     gone = len(planned) - covered
-    words = (
-        f"Out of date: the plan covers {covered} of the store's {len(ids)} entries (planned when the store "
-        f"had {n_planned}" + (f"; {gone} planned entries are no longer in the store" if gone else "")
-        + "); run `featurecache plan` again"
-    )  # fmt: skip
-    return {"plan_out_of_date": words, "plan_covers_entries": covered, "store_entries": len(ids),
-            "plan_n_entries": n_planned}  # fmt: skip
+    said = []
+    coverage = not (n_planned == len(ids) and covered == len(ids) == len(planned))
+    if coverage:
+        said.append(
+            f"the plan covers {covered} of the store's {len(ids)} entries (planned when the store had {n_planned}"
+            + (f"; {gone} planned entries are no longer in the store" if gone else "") + ")"
+        )  # fmt: skip
+    n = len(changed)
+    if n:
+        said.append(f"{n} entr{'y' if n == 1 else 'ies'} changed since (token count or MSA rows: "
+                    f"{', '.join(changed[:5])}{', …' if n > 5 else ''}), predicted from what "
+                    f"{'it was' if n == 1 else 'they were'}")  # fmt: skip
+    title = (
+        f"covers {covered} of {len(ids)} entries"
+        if coverage
+        else f"{n} entr{'y' if n == 1 else 'ies'} changed since"
+    )
+    return {"plan_out_of_date": "Out of date: " + "; ".join(said) + "; run `featurecache plan` again",
+            "plan_drift": title, "plan_covers_entries": covered, "store_entries": len(ids),
+            "plan_n_entries": n_planned, "plan_entries_changed": n}  # fmt: skip

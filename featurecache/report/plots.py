@@ -65,6 +65,10 @@ def render(panel: Panel, out_dir: Path) -> Path:
             ax.set_ylabel(panel.extra.get("labels", {}).get(name, name), fontsize=8)
             ax.grid(alpha=0.3)
         axes[-1, 0].set_xlabel(panel.xlabel)
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in cols["x"]):  # steps: no tick at 0.5
+            from matplotlib.ticker import MaxNLocator
+
+            axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.suptitle(panel.title)
     else:
         size = (
@@ -83,7 +87,8 @@ def render(panel: Panel, out_dir: Path) -> Path:
         elif panel.kind in ("bar", "barh"):
             names = _series_names(panel, ("label",))
             labels = cols["label"]
-            if not labels or not any(any(v for v in cols[n]) for n in names):
+            # a share (of entries that fit a crop) of 0 is an answer, not a lack of data: drawn
+            if not labels or not (panel.extra.get("share") or any(any(v for v in cols[n]) for n in names)):
                 _empty(ax, panel.caption or "nothing to show")
             else:
                 import numpy as np
@@ -106,6 +111,10 @@ def render(panel: Panel, out_dir: Path) -> Path:
                     ax.legend(fontsize=8)
                 if panel.extra.get("log_value"):
                     (ax.set_yscale if panel.kind == "bar" else ax.set_xscale)("log")
+                if panel.extra.get("share"):  # 0 … 1, each bar's value written on it
+                    ax.set_ylim(0, 1.1)
+                    for container in ax.containers:
+                        ax.bar_label(container, fmt="%.2f", fontsize=8)
         else:  # pragma: no cover - kinds are a closed set
             raise ValueError(f"unknown panel kind {panel.kind}")
         _integer_counts(ax, panel)

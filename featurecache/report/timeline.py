@@ -68,8 +68,13 @@ def load_train_log(path: str | Path) -> dict[str, Any]:
     return cast(dict[str, Any], doc)
 
 
+#: the largest per-step value drawn: a train log's seconds and token counts are far below it; NaN,
+#: infinities and values past it (a hand-edited log) are refused, not drawn (matplotlib overflows)
+_LARGEST = 1e15
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= _LARGEST
 
 
 def _is_count(value: Any) -> bool:
@@ -100,7 +105,9 @@ def train_log_problem(doc: Any) -> str | None:
             return f"steps[{i}]: 'step' is {_kind(step)}, not a step number"
         for key in _NUMBER_KEYS:
             if rec.get(key) is not None and not _is_number(rec[key]):
-                return f"steps[{i}] (step {step}): '{key}' is {_kind(rec[key])}, not a number"
+                return (
+                    f"steps[{i}] (step {step}): '{key}' is {_kind(rec[key])}, not a number of a training step"
+                )
     return None
 
 
@@ -190,7 +197,7 @@ def timeline_panel(doc: dict[str, Any]) -> tuple[Panel, dict[str, Any]]:
     loader = doc.get("loader") if isinstance(doc.get("loader"), dict) else None
     if loader:
         summary["loader"] = loader
-    caption = f"{len(steps)} steps from {doc.get('source') or '?'} on {doc.get('device') or '?'}"
+    caption = f"{len(steps)} step{'s' if len(steps) != 1 else ''} from {doc.get('source') or '?'} on {doc.get('device') or '?'}"
     ended = unfinished(doc, len(steps))
     if ended:
         summary["unfinished"] = ended

@@ -48,8 +48,11 @@ def _run(command: str, store: Path, config: Path, tmp: Path) -> subprocess.Compl
         (b"[128]", "must be a JSON object"),
         (b'{"eps": -1}', "eps must be > 0; got -1"),
         (b"\xff\xfe\x00{}", "cannot read it"),  # not UTF-8 text (before: a UnicodeDecodeError traceback)
+        # review R9 F4: past int64 in the planner (an OverflowError traceback), or minutes of planning
+        (b'{"transition_n": 1000000000000000}', "transition_n must be ≤ 16; got 1000000000000000"),
+        (b'{"n_blocks": 100000}', "n_blocks must be ≤ 512; got 100000"),
     ],
-    ids=["empty", "broken", "unknown", "array", "field", "binary"],
+    ids=["empty", "broken", "unknown", "array", "field", "binary", "overflow", "blocks"],
 )
 def test_a_model_config_that_cannot_be_used_is_one_line_naming_option_and_file(
     store: Path, tmp_path: Path, command: str, content: bytes, says: str

@@ -48,3 +48,93 @@ def test_a_plan_older_than_the_index_is_flagged(
     write_report(store, tmp_path / "replanned")
     plan, page = _plan_part(tmp_path / "replanned")
     assert "plan_out_of_date" not in plan and plan["entries"] == n + 1
+
+
+def _with_token_counts_of_an_older_build(store: Path, eid: str) -> None:
+    """The store's plan as a plan made before ``eid`` gained a token: the plan file records the token
+    count it predicted from, so a rebuild that changed the entry leaves the plan's row behind."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from featurecache.plan.planner import read_plan, write_plan
+
+    plan = read_plan(store)
+    tokens = plan.column("token_count")
+    older = pc.if_else(pc.equal(plan.column("id"), eid), pc.subtract(tokens, 1), tokens)
+    write_plan(
+        store, plan.set_column(plan.column_names.index("token_count"), "token_count", older.cast(pa.int64()))
+    )
+
+
+def test_a_plan_whose_entries_changed_since_is_flagged_on_the_page_and_on_stderr(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """Review R9 F1: the report compared only entry ids and counts, so a plan predicted from an
+    entry's earlier token count (or MSA rows) was shown as current while fitting_ids warned."""
+    from typer.testing import CliRunner
+
+    from featurecache import open_store
+    from featurecache.cli import app
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    plan_store(store, gpu_memory="40GiB", fused=False)
+    eid = open_store(store).ids[0]
+    _with_token_counts_of_an_older_build(store, eid)
+    write_report(store, tmp_path / "changed")
+    plan, page = _plan_part(tmp_path / "changed")
+    assert plan["plan_entries_changed"] == 1 and plan["plan_covers_entries"] == plan["store_entries"]
+    assert "<h2>Memory plan — out of date: 1 entry changed since</h2>" in page
+    assert f"1 entry changed since (token count or MSA rows: {eid})" in plan["plan_out_of_date"]
+    res = CliRunner().invoke(app, ["report", str(store), "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    assert "is older than the store's index: 1 entry changed since" in res.stderr and eid in res.stderr
+
+
+def test_a_plan_of_no_entries_is_flagged_once_the_store_has_some(
+    sample_store: Path, structures_dir: Path, tmp_path: Path
+) -> None:
+    """Review R9 F2: a plan with no rows (planned while the store had no entry) left no section
+    and no warning once entries were added; fitting_ids warned of every entry."""
+    from featurecache.plan.planner import read_plan, write_plan
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    plan_store(store, gpu_memory="40GiB", fused=False)
+    write_plan(store, read_plan(store).slice(0, 0))  # the plan the store had with no entries
+    write_report(store, tmp_path / "out")
+    plan, page = _plan_part(tmp_path / "out")
+    n = plan["store_entries"]
+    assert n > 0 and plan["plan_covers_entries"] == 0 and plan["entries"] == 0
+    assert f"<h2>Memory plan — out of date: covers 0 of {n} entries</h2>" in page
+
+
+def test_the_plan_captions_give_the_budget_as_plan_prints_it(sample_store: Path, tmp_path: Path) -> None:
+    """Review R9 F3: the captions printed the budget left after the headroom, rounded to whole GiB
+    ("74 GiB" for --gpu-memory 80GiB, "0 GiB" for 0.3GiB): now the memory given and the usable part."""
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    plan_store(store, gpu_memory="80GiB", fused=False, headroom=0.08)
+    write_report(store, tmp_path / "out")
+    page = (tmp_path / "out" / "index.html").read_text()
+    usable = 80 * 0.92  # 73.6: what fits may use of 80 GiB with 8 % kept free
+    assert f"80.0 GiB GPU ({usable:.1f} GiB usable after 8% headroom)" in page
+    assert "74 GiB" not in page
+
+
+def test_a_share_of_zero_at_every_crop_is_drawn_not_shown_as_no_data(tmp_path: Path) -> None:
+    """Review R9 F3: when no entry fits at any crop the share plot was the "nothing to show"
+    placeholder, the case where the answer is "nothing fits"; a bar plot of zeros elsewhere (no
+    failures) keeps the placeholder."""
+    from matplotlib import image as mpimg
+
+    from featurecache.report.data import Panel
+    from featurecache.report.plots import render
+
+    def png(name: str, share: bool) -> bytes:
+        cols = {"label": ["384", "640", "768"], "share_fits": [0.0, 0.0, 0.0]}
+        panel = Panel(name, "Share of entries that fit", "Memory plan", "bar", cols, "crop (tokens)", "share",
+                      "1.0 GiB GPU", extra={"share": True} if share else {})  # fmt: skip
+        return mpimg.imread(render(panel, tmp_path)).tobytes()
+
+    assert png("drawn", True) != png("placeholder", False)

@@ -67,6 +67,10 @@ BAD_LOGS: list[tuple[str, Any, str]] = [
     ("step record a number", _edited(lambda doc: doc["steps"].__setitem__(2, 7)), "steps[2] is the number 7"),
     ("data wait text", _edited(_set_step(1, "data_wait_s", "0.1")), "'data_wait_s' is the text \"0.1\""),
     ("tokens a list", _edited(_set_step(0, "tokens", [64])), "'tokens' is a list"),
+    # review R9 F5: drawn, these crashed matplotlib (leaving a half-written --out) or printed "nan ms"
+    ("tokens past any step", _edited(_set_step(1, "tokens", 1e300)),
+     "'tokens' is the number 1e+300, not a number of a training step"),
+    ("data wait NaN", _edited(_set_step(1, "data_wait_s", float("nan"))), "'data_wait_s' is the number nan"),
     ("carried steps negative", _edited(lambda doc: doc.__setitem__("steps_from_earlier_log", -1)),
      "'steps_from_earlier_log' is the number -1"),
     ("steps requested text", _edited(lambda doc: doc.__setitem__("steps_requested", "ten")),
@@ -89,6 +93,7 @@ def test_a_bad_train_log_is_a_usage_error(
     assert result.exit_code == 2, (result.output, result.exception)
     assert result.output.startswith(f"error: --train-log {path}: ") and reason in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "r").exists()  # refused before the report's directory was made
     with pytest.raises(UsageError, match="--train-log"):
         load_train_log(path)
 
