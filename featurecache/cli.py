@@ -1077,7 +1077,7 @@ def _warn_plan(store: Path) -> None:
     try:
         table = read_plan(store)
         lines = [unfinished_plan_warning(table, where), stale_against_index(store, table, where)]
-    except (FeatureCacheError, OSError):  # the report ran without it; nothing to warn about here
+    except (FeatureCacheError, OSError):  # unreadable: the store's reader said so, and left it out
         return
     for line in lines:
         if line:

@@ -315,7 +315,7 @@ def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[
     for crop in crops:
         fits = table.column(f"fits_{crop}").to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
         peaks = table.column(f"predicted_peak_bytes_{crop}").to_numpy() if n else np.zeros(0, np.int64)
-        out[f"share_fits_{crop}"] = float(fits.mean()) if n else float("nan")
+        out[f"share_fits_{crop}"] = float(fits.mean()) if n else None  # of no entries: none (JSON's null)
         out[f"max_predicted_peak_bytes_{crop}"] = int(peaks.max()) if n else 0
     if n:
         out["min_max_tokens"] = int(pc.min(table.column("max_tokens")).as_py())
@@ -478,7 +478,8 @@ def run_plan(
         t.add_row(
             str(crop), f"{n_fit}/{table.num_rows}",
             f"{summary[f'share_fits_{crop}']:.1%}" if table.num_rows else "—",
-            f"{summary[f'max_predicted_peak_bytes_{crop}'] / 2**30:.2f} GiB", f"{full / 2**30:.2f} GiB",
+            f"{summary[f'max_predicted_peak_bytes_{crop}'] / 2**30:.2f} GiB" if table.num_rows else "—",
+            f"{full / 2**30:.2f} GiB",
         )  # fmt: skip
     console.print(t)
     if table.num_rows:

@@ -366,11 +366,9 @@ def _plan_staleness(plan: pa.Table, reader: Any, meta: dict[str, Any]) -> dict[s
         said.append(f"{n} entr{'y' if n == 1 else 'ies'} changed since (token count or MSA rows: "
                     f"{', '.join(changed[:5])}{', …' if n > 5 else ''}), predicted from what "
                     f"{'it was' if n == 1 else 'they were'}")  # fmt: skip
-    title = (
-        f"covers {covered} of {len(ids)} entries"
-        if coverage
-        else f"{n} entr{'y' if n == 1 else 'ies'} changed since"
-    )
+    parts = [f"covers {covered} of {len(ids)} entries"] if coverage else []
+    parts += [f"{n} entr{'y' if n == 1 else 'ies'} changed since"] if n else []
+    title = "; ".join(parts)
     return {"plan_out_of_date": "Out of date: " + "; ".join(said) + "; run `featurecache plan` again",
             "plan_drift": title, "plan_covers_entries": covered, "store_entries": len(ids),
             "plan_n_entries": n_planned, "plan_entries_changed": n}  # fmt: skip

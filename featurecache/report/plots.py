@@ -88,7 +88,10 @@ def render(panel: Panel, out_dir: Path) -> Path:
             names = _series_names(panel, ("label",))
             labels = cols["label"]
             # a share (of entries that fit a crop) of 0 is an answer, not a lack of data: drawn
-            if not labels or not (panel.extra.get("share") or any(any(v for v in cols[n]) for n in names)):
+            shares = panel.extra.get("share") and all(
+                isinstance(v, int | float) and v == v for n in names for v in cols[n]
+            )
+            if not labels or not (shares or any(any(v for v in cols[n]) for n in names)):
                 _empty(ax, panel.caption or "nothing to show")
             else:
                 import numpy as np
@@ -111,7 +114,7 @@ def render(panel: Panel, out_dir: Path) -> Path:
                     ax.legend(fontsize=8)
                 if panel.extra.get("log_value"):
                     (ax.set_yscale if panel.kind == "bar" else ax.set_xscale)("log")
-                if panel.extra.get("share"):  # 0 … 1, each bar's value written on it
+                if shares:  # 0 … 1, each bar's value written on it
                     ax.set_ylim(0, 1.1)
                     for container in ax.containers:
                         ax.bar_label(container, fmt="%.2f", fontsize=8)

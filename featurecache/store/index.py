@@ -486,6 +486,8 @@ def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
             "; re-running `featurecache build` on this store rebuilds the index from the parts"
             if Path(path).parent.name == INDEX_DIR else ""
         )  # fmt: skip
+        if Path(path).parent.name == INDEX_DIR and Path(path).stem == "plan":  # not built from the parts
+            hint = "; it is the memory plan: run `featurecache plan STORE` again, or delete it (a build keeps it)"
         if Path(path).parent.name == PART_INDEX_DIR:  # a part's own index: its rows cannot be listed
             part = Path(path).parent.parent
             hint = (f"; part {part.name}'s own index is damaged: `featurecache verify {part.parent.parent} "

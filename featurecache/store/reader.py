@@ -35,6 +35,10 @@ from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
 
+#: index tables written by other commands than build (``featurecache.plan.planner.PLAN_TABLE``): an
+#: unreadable one is left out with a warning (a build does not rewrite it)
+OPTIONAL_TABLES = ("plan",)
+
 #: ``scheme://``: a path given to open_store that is really a service address
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -175,7 +179,12 @@ def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[s
             if extra.stem not in tables and not extra.name.startswith("."):
                 try:
                     tables[extra.stem] = read_table(extra)
-                except StoreError:
+                except StoreError as exc:
+                    if extra.stem in OPTIONAL_TABLES and extra.exists():
+                        # the memory plan is not the store's data: a damaged one is left out, said once,
+                        # instead of making every command refuse the store (review R10 MED-2)
+                        log.warning("%s; left out", exc)
+                        continue
                     if extra.exists():
                         raise
                     vanished = True  # a rebuild removed it meanwhile (none of its kind now)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from featurecache.plan import plan_store
 from featurecache.report import write_report
@@ -107,6 +111,10 @@ def test_a_plan_of_no_entries_is_flagged_once_the_store_has_some(
     n = plan["store_entries"]
     assert n > 0 and plan["plan_covers_entries"] == 0 and plan["entries"] == 0
     assert f"<h2>Memory plan — out of date: covers 0 of {n} entries</h2>" in page
+    # the share of no entries is none, not NaN (which is not JSON: review R10 LOW-1)
+    text = (tmp_path / "out" / "summary.json").read_text()
+    json.loads(text, parse_constant=lambda word: pytest.fail(f"summary.json holds {word}"))
+    assert all(plan[k] is None for k in plan if k.startswith("share_fits_"))
 
 
 def test_the_plan_captions_give_the_budget_as_plan_prints_it(sample_store: Path, tmp_path: Path) -> None:
@@ -138,3 +146,29 @@ def test_a_share_of_zero_at_every_crop_is_drawn_not_shown_as_no_data(tmp_path: P
         return mpimg.imread(render(panel, tmp_path)).tobytes()
 
     assert png("drawn", True) != png("placeholder", False)
+
+
+def test_a_damaged_plan_is_left_out_with_a_warning_and_planning_again_mends_it(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    """Review R10 MED-2: an unreadable index/plan.arrow made every command refuse the store (exit 3)
+    with advice that did not help (a build keeps the plan). The plan is not the store's data: it is
+    left out with one warning naming it and the fix, and `featurecache plan` writes it again."""
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    (store / "index" / "plan.arrow").write_bytes(b"not an Arrow file")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+
+    info = cli("info", str(store))
+    assert info.returncode == 0, info.stderr
+    assert f"index file {store / 'index' / 'plan.arrow'} is unreadable" in info.stderr
+    assert "run `featurecache plan STORE` again, or delete it" in info.stderr
+    report = cli("report", str(store), "--out", str(tmp_path / "r"))
+    assert report.returncode == 0, report.stderr
+    assert "Memory plan" not in (tmp_path / "r" / "index.html").read_text()
+    assert cli("plan", str(store), "--gpu-memory", "40GiB", "--reference").returncode == 0
+    again = cli("info", str(store))
+    assert again.returncode == 0 and "unreadable" not in again.stderr, again.stderr
