@@ -17,17 +17,21 @@ the MSAs here) restricted to that entry (``SamplerFilter(ids=[entry])``), each c
 batch of one as the loader does: CPU time (``time.process_time``, every thread of this process)
 and wall time per sample, medians.
 
-alphafold3-pytorch's side, per entry: the first example (its mmCIF parse cache cold), the
+alphafold3-pytorch's side, per entry (its input a copy without water atoms, as its training set is
+and as featurecache leaves them out): the first example (its mmCIF parse cache cold), the
 median of the next ``--repeats`` − 1 (warm: it keeps the parsed text of the last 16 files), and the
 median of ``--repeats`` with its parse cache cleared before each (what a training run over more
 than 16 files meets on every step): CPU and wall seconds, and its collate apart. It needs two
 things its package does not take as arguments (``baselines/alphafold3_pytorch_featurize.py`` says
-why and does them, untimed): a file name containing "assembly" (it otherwise rebuilds the first
+why; this script does them, untimed): a file name containing "assembly" (it otherwise rebuilds the first
 biological assembly, and fails on these asymmetric units), and MSAs not gzipped (it opens a
 ``.a3m.gz`` in binary mode and silently falls back to a query-only MSA). It keeps an MSA only when
 its query has the chain's number of *modelled* residues, so the SEQRES-length MSAs of 5zyh and
 2q2k (OpenFold layout) give it a query-only MSA, where featurecache uses them: the rows show each
-side's MSA depth.
+side's MSA depth. Its default keeps every MSA row, where featurecache's train samples at most 1024
+rows a step: the ratio ``af3pt_over_featurecache_cpu_all_rows`` compares every row on both sides
+(featurecache at ``max_msa_rows=16384``), ``_1024_rows`` at most 1024 on both (alphafold3-pytorch run a
+second time with ``max_msas_per_chain=1024`` for the entries whose MSAs are deeper).
 
 Usage::
 
@@ -114,7 +118,7 @@ def _inputs(tmp: Path, names: list[str]) -> tuple[Path, Path, Path]:
             raise SystemExit(f"{Path(__file__).name}: {src}: no such structure file")
         (ours / name).symlink_to(src)
         stem = name.removesuffix(".cif")
-        (theirs / (name if "assembly" in stem else f"{stem}-assembly1.cif")).symlink_to(src)
+        _without_waters(src, theirs / (name if "assembly" in stem else f"{stem}-assembly1.cif"))
     for f in sorted((REAL / "msas" / "alphafold3-pytorch").iterdir()):
         if f.name.endswith(".gz"):
             with gzip.open(f, "rb") as zin, open(msas / f.name.removesuffix(".gz"), "wb") as out:
@@ -129,6 +133,22 @@ def _inputs(tmp: Path, names: list[str]) -> tuple[Path, Path, Path]:
         rows += "".join((protenix / "pairing.a3m").read_text().splitlines(keepends=True)[2:])
         (msas / "102m-assembly1A_protein.a3m").write_text(rows)
     return ours, theirs, msas
+
+
+def _without_waters(src: Path, dest: Path) -> None:
+    """``src`` as ``dest`` without its waters: alphafold3-pytorch tokenizes them (102m: 155 of 357
+    tokens), where its own training set has them removed beforehand, and featurecache leaves them
+    out as AF3 does. Their rows of atom_site and of the non-polymer scheme (which alphafold3-pytorch
+    reads as residues whose atoms are missing: tokens all the same) go; every other table stays."""
+    import gemmi
+
+    doc = gemmi.cif.read(str(src))
+    block = doc.sole_block()
+    for category, column in (("_atom_site.", "label_comp_id"), ("_pdbx_nonpoly_scheme.", "mon_id")):
+        table = block.find(category, [column])
+        for i in reversed([i for i, row in enumerate(table) if row[0] in ("HOH", "DOD")]):
+            table.remove_row(i)
+    doc.write_file(str(dest))
 
 
 def _featurecache_side(store: Path, ids: list[str], n: int) -> dict[str, dict[str, Any]]:
@@ -164,12 +184,18 @@ def _featurecache_side(store: Path, ids: list[str], n: int) -> dict[str, dict[st
 
 
 def _af3pt_side(
-    python: Path, root: Path, structures: Path, msas: Path, repeats: int, tmp: Path
+    python: Path,
+    root: Path,
+    structures: list[Path],
+    msas: Path,
+    repeats: int,
+    tmp: Path,
+    cap: int | None = None,
 ) -> dict[str, Any]:
-    result = tmp / "af3pt.json"
-    cmd = [str(python), str(FEATURIZE), *sorted(str(p) for p in structures.iterdir()), "--msa-dir", str(msas),
+    result = tmp / f"af3pt_{cap}.json"
+    cmd = [str(python), str(FEATURIZE), *sorted(str(p) for p in structures), "--msa-dir", str(msas),
            "--workdir", str(root / "cwd"), "--repeats", str(repeats), "--cleared-repeats", str(repeats),
-           "--json", str(result)]  # fmt: skip
+           "--json", str(result)] + ([] if cap is None else ["--max-msas-per-chain", str(cap)])  # fmt: skip
     log.info("alphafold3-pytorch: %s", " ".join(cmd))
     proc = subprocess.run(cmd, text=True, capture_output=True, check=False)
     if proc.returncode != 0 or not result.exists():
@@ -206,26 +232,43 @@ def main(argv: list[str] | None = None) -> None:
         bench = Bench("vs_alphafold3_pytorch", entries=names, samples=args.samples, repeats=args.repeats,
                       settings=SETTINGS, msa_rows=list(MSA_ROWS), build_workers=args.workers)  # fmt: skip
         ours_rows = _featurecache_side(store, ids, args.samples)
-        theirs_doc = _af3pt_side(python, args.af3pt, theirs, msas, args.repeats, tmp)
+        theirs_doc = _af3pt_side(python, args.af3pt, list(theirs.iterdir()), msas, args.repeats, tmp)
         bench.params["af3pt"] = {k: v for k, v in theirs_doc.items() if k != "examples"}
-        theirs_by = {
-            Path(e["path"]).name.replace("-assembly1.cif", ".cif"): e for e in theirs_doc["examples"]
-        }
+        # its default keeps every MSA row, featurecache's train samples at most MSA_ROWS[0]: the same
+        # cap on its side too (its max_msas_per_chain) for the entries whose MSAs are deeper
+        deep = [
+            Path(e["path"]) for e in theirs_doc["examples"] if e["summary"].get("msa_depth", 0) > MSA_ROWS[0]
+        ]
+        capped = (
+            _af3pt_side(python, args.af3pt, deep, msas, args.repeats, tmp, cap=MSA_ROWS[0]) if deep else {}
+        )
+        theirs_by, capped_by = (
+            {Path(e["path"]).name.replace("-assembly1.cif", ".cif"): e for e in doc.get("examples", [])}
+            for doc in (theirs_doc, capped)
+        )
         for name in names:
             eid = by_file.get(name)
-            t = theirs_by.get(name.replace("-assembly1.cif", ".cif")) or theirs_by.get(name)
+            key = name.replace("-assembly1.cif", ".cif")
             row: dict[str, Any] = {"entry": eid or name, "tokens": whole.get(eid or "", {}).get("token_count"),
                                    "atoms": whole.get(eid or "", {}).get("atom_count")}  # fmt: skip
             row.update(ours_rows.get(eid or "", {"featurecache": "not built (see the build's failures)"}))
-            if t is not None:
-                row.update({f"af3pt_{k}": v for k, v in t.get("summary", {}).items()})
-                if t.get("error"):
-                    row["af3pt_error"] = str(t["error"])[:200]
+            for prefix, doc in (("af3pt", theirs_by.get(key)), ("af3pt_capped", capped_by.get(key))):
+                if doc is not None:
+                    row.update({f"{prefix}_{k}": v for k, v in doc.get("summary", {}).items()})
+                    if doc.get("error"):
+                        row[f"{prefix}_error"] = str(doc["error"])[:200]
             step = row.get("af3pt_cleared_cpu_s")
             if step is not None and row.get("cpu_ms"):
-                collate_s = row.get("af3pt_collate_cpu_s") or 0.0
-                row["af3pt_over_featurecache_cpu"] = (step + collate_s) * 1e3 / row["cpu_ms"]
-                row["af3pt_over_featurecache_cpu_16384_rows"] = (step + collate_s) * 1e3 / row["cpu_ms_16384"]
+                # per example: its data path with its caches as a long run meets them, and its collate
+                every = (step + (row.get("af3pt_collate_cpu_s") or 0.0)) * 1e3
+                # every MSA row on both sides (featurecache: at most 16384, all of these MSAs)
+                row["af3pt_over_featurecache_cpu_all_rows"] = every / row["cpu_ms_16384"]
+                # at most 1024 on both sides (its cap is per chain; no cap binds on a shallower MSA)
+                capped_step = row.get("af3pt_capped_cleared_cpu_s")
+                at_cap = (
+                    every if capped_step is None else (capped_step + row["af3pt_capped_collate_cpu_s"]) * 1e3
+                )
+                row["af3pt_over_featurecache_cpu_1024_rows"] = at_cap / row["cpu_ms"]
             bench.add(**row)
         bench.add(entry="(featurecache build, once)", build_wall_s=build_s, built=summary.n_built,
                   failed=summary.n_failed, build_s_per_entry=build_s / max(summary.n_built, 1))  # fmt: skip
