@@ -68,7 +68,7 @@ from featurecache.client import FeatureDataset  # noqa: E402
 
 log = logging.getLogger("benchmarks.sample_cost")
 
-TRAIN = {"crop_size": 384, "weighting": "af3", "max_msa_rows": 1024, "pair_msa": True}
+TRAIN: dict[str, Any] = {"crop_size": 384, "weighting": "af3", "max_msa_rows": 1024, "pair_msa": True}
 WARMUP = 5
 
 

@@ -62,6 +62,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.harness import REAL, SHARED, Bench, add_out_argument, require_shared  # noqa: E402
+from benchmarks.sample_cost import TRAIN  # noqa: E402  (featurecache train's sample settings)
 
 log = logging.getLogger("benchmarks.vs_alphafold3_pytorch")
 
@@ -74,8 +75,8 @@ SETUP = HERE / "baselines" / "setup_alphafold3_pytorch.sh"
 #: entries with OpenFold-layout MSAs, and two without MSAs (a ligand complex, a protease + inhibitor)
 ENTRIES = ("721p-assembly1.cif", "7a4d-assembly1.cif", "209d-assembly1.cif", "102m.cif", "5zyh.cif",
            "2q2k.cif", "4CUP.cif", "1GBT.cif")  # fmt: skip
-SETTINGS = {"crop_size": 384, "weighting": "af3", "pair_msa": True}
-MSA_ROWS = (1024, 16384)  # train's default, and every row of these MSAs
+SETTINGS = {k: v for k, v in TRAIN.items() if k != "max_msa_rows"}
+MSA_ROWS: tuple[int, int] = (TRAIN["max_msa_rows"], 16384)  # train's default, and every row of these MSAs
 WARMUP = 3
 
 
@@ -161,7 +162,7 @@ def _featurecache_side(store: Path, ids: list[str], n: int) -> dict[str, dict[st
         row: dict[str, Any] = {}
         for rows in MSA_ROWS:
             ds = FeatureDataset(store, infinite=True, seed=0, max_msa_rows=rows,
-                                filters=SamplerFilter(ids=[eid]), **SETTINGS)  # type: ignore[arg-type]  # fmt: skip
+                                filters=SamplerFilter(ids=[eid]), **SETTINGS)  # fmt: skip
             cpu, wall, msa_rows, tokens = [], [], [], []
             for p in range(WARMUP + n):
                 c, t = time.process_time(), time.perf_counter()

@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 #: crops the plan reports (AF3 trains at 384, then 640 and 768 in fine-tuning)
 STANDARD_CROPS: tuple[int, ...] = (384, 640, 768)
-PLAN_TABLE = "plan"
 PLAN_METADATA_KEY = b"featurecache.plan"
 PLAN_VERSION = 1
 #: the client's default cap on sampled MSA rows (client/assemble.py DEFAULT_MAX_MSA_ROWS)
@@ -323,7 +322,7 @@ def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[
 
 
 def plan_path(store: str | Path) -> Path:
-    from featurecache.store.layout import INDEX_DIR
+    from featurecache.store.layout import INDEX_DIR, PLAN_TABLE  # (zarr: not at import)
 
     return Path(store) / INDEX_DIR / f"{PLAN_TABLE}.arrow"
 
@@ -349,6 +348,7 @@ def write_plan(store: str | Path, table: pa.Table) -> Path:
 def read_plan(store: Any) -> pa.Table:
     """The plan of a store (a path or an open ``LocalStore``); raises ``StoreError`` without one."""
     from featurecache.store.index import read_table
+    from featurecache.store.layout import PLAN_TABLE
 
     if hasattr(store, "table"):
         t = store.table(PLAN_TABLE)

@@ -24,6 +24,7 @@ from featurecache.store.layout import (
     MSA_PART_PREFIX,
     PART_INDEX_DIR,
     PARTS_DIR,
+    PLAN_TABLE,
     STRUCTURE_PART_PREFIX,
     TMP_PREFIX,
 )
@@ -282,7 +283,7 @@ def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
     """Panels of ``index/plan.arrow`` when the store has been planned; a plan older than the index
     (entries added, removed, or changed since: :func:`_plan_staleness`) is flagged as out of date,
     one made while the store's first build had not finished as partial."""
-    from featurecache.plan.planner import PLAN_TABLE, plan_metadata, summarize_plan, unfinished_plan_warning
+    from featurecache.plan.planner import plan_metadata, summarize_plan, unfinished_plan_warning
 
     table = reader.table(PLAN_TABLE)
     if "recommended_crop" not in table.column_names or (table.num_rows == 0 and reader.entries.num_rows == 0):
@@ -313,12 +314,8 @@ def _plan_panels(reader: Any) -> tuple[list[Panel], dict[str, Any]] | None:
     top = crops[-1] if crops else None
     if top is not None:
         h = _hist(table.column(f"predicted_peak_bytes_{top}").to_numpy().astype(np.float64) / 2**30, bins=20)
-        largest = summary.get(f"max_predicted_peak_bytes_{top}")
-        most = (
-            f"largest {largest / 2**30:.2f} GiB"
-            if largest is not None and table.num_rows
-            else "no entry planned"
-        )
+        largest = summary[f"max_predicted_peak_bytes_{top}"]
+        most = f"largest {largest / 2**30:.2f} GiB" if table.num_rows else "no entry planned"
         panels.append(Panel(f"plan_peak_{top}", f"Predicted peak memory at crop {top}", section, "hist", h, "GiB",
                             "entries", f"{note}{most}; {budget}"))  # fmt: skip
     return panels, summary

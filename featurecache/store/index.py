@@ -50,6 +50,7 @@ from featurecache.store.layout import (
     PART_DONE_FILE,
     PART_INDEX_DIR,
     PARTS_DIR,
+    PLAN_TABLE,
     STRUCTURE_PART_PREFIX,
     TABLES,
     TMP_PREFIX,
@@ -486,7 +487,7 @@ def read_table(path: Path, *, memory_map: bool = True) -> pa.Table:
             "; re-running `featurecache build` on this store rebuilds the index from the parts"
             if Path(path).parent.name == INDEX_DIR else ""
         )  # fmt: skip
-        if Path(path).parent.name == INDEX_DIR and Path(path).stem == "plan":  # not built from the parts
+        if Path(path).parent.name == INDEX_DIR and Path(path).stem == PLAN_TABLE:  # not built from the parts
             hint = "; it is the memory plan: run `featurecache plan STORE` again, or delete it (a build keeps it)"
         if Path(path).parent.name == PART_INDEX_DIR:  # a part's own index: its rows cannot be listed
             part = Path(path).parent.parent

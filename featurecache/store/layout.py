@@ -50,6 +50,9 @@ COMPONENT_PART_PREFIX = "c-"
 
 #: Arrow index tables (STORE/index/<name>.arrow, and <part>/_index/<name>.arrow).
 TABLES = ("entries", "chains", "interfaces", "failures", "msas", "components", "warnings")
+#: the memory plan (STORE/index/plan.arrow), written by `featurecache plan`, not by a build: a build
+#: keeps it, and a reader leaves an unreadable one out with a warning instead of refusing the store
+PLAN_TABLE = "plan"
 
 #: group name -> structured dtype; each group is one flat zarr array of records.
 #: Why records and not one array per field (DESIGN.md's first layout): an entry read touches 4

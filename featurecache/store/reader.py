@@ -28,16 +28,13 @@ from featurecache.store.layout import (
     ENTRY_GROUPS,
     GROUP_OFFSETS,
     INDEX_DIR,
+    PLAN_TABLE,
     TABLES,
 )
 from featurecache.store.root import PartArrays, check_format, decode_records, group_attributes
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
-
-#: index tables written by other commands than build (``featurecache.plan.planner.PLAN_TABLE``): an
-#: unreadable one is left out with a warning (a build does not rewrite it)
-OPTIONAL_TABLES = ("plan",)
 
 #: ``scheme://``: a path given to open_store that is really a service address
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -180,7 +177,7 @@ def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[s
                 try:
                     tables[extra.stem] = read_table(extra)
                 except StoreError as exc:
-                    if extra.stem in OPTIONAL_TABLES and extra.exists():
+                    if extra.stem == PLAN_TABLE and extra.exists():
                         # the memory plan is not the store's data: a damaged one is left out, said once,
                         # instead of making every command refuse the store (review R10 MED-2)
                         log.warning("%s; left out", exc)
