@@ -195,6 +195,15 @@ def build(
             "4294967295, RDKit's limit).",
         ),
     ] = 20.0,
+    keep_crystallization_aids: Annotated[
+        bool,
+        typer.Option(
+            "--keep-cryst-aids",
+            help="Keep the crystallization aids of X-ray structures (SO4, GOL, EDO, PO4, ACT, PEG, DMS, TRS, PGE, "
+            "PG4, FMT, EPE, MPD, MES, CD, IOD), which are removed by default as AF3 removes them from its training "
+            "structures (supplement 2.5.4, Table 9). Part of every entry's key: changing it rebuilds the entries.",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
     dashboard: Annotated[
         bool | None,
@@ -226,7 +235,8 @@ parts kept).
         from featurecache.build.config import BuildConfig
         from featurecache.build.run import run_build
 
-        config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout)
+        config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout,
+                             keep_crystallization_aids=keep_crystallization_aids)  # fmt: skip
         summary = run_build(
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
             scheduler=scheduler, part_size=part_size, config=config, progress=progress, dashboard=dashboard,

@@ -31,6 +31,30 @@ STANDARD_RESIDUES: frozenset[str] = frozenset((*PROTEIN_RESIDUES, *RNA_RESIDUES,
 
 WATER_NAMES: frozenset[str] = frozenset(("HOH", "DOD", "WAT", "H2O", "OH2", "TIP", "TIP3", "SOL"))
 HYDROGEN_ELEMENTS: frozenset[str] = frozenset(("H", "D", "T"))
+#: AF3's crystallization aids (supplement §2.5.4, Table 9): removed from structures whose method is
+#: X-ray diffraction before training ("Crystallization aids are removed if the mmCIF method
+#: information indicates that X-ray crystallography was used"); ``build --keep-cryst-aids``
+#: keeps them.
+CRYSTALLIZATION_AIDS: frozenset[str] = frozenset(
+    (
+        "SO4",
+        "GOL",
+        "EDO",
+        "PO4",
+        "ACT",
+        "PEG",
+        "DMS",
+        "TRS",
+        "PGE",
+        "PG4",
+        "FMT",
+        "EPE",
+        "MPD",
+        "MES",
+        "CD",
+        "IOD",
+    )
+)
 
 
 class MolType(IntEnum):
@@ -109,8 +133,11 @@ SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
 #: "0.7.0": tokens carry their centre atom's coordinates (``types.Token.centre_coords``), which the
 #: client's crop reads instead of every atom record; parts of older versions lack the field and
-#: are read as before (``store.root.record_dtype``).
-FEATURIZER_VERSION = "0.7.0"
+#: are read as before (``store.root.record_dtype``). "0.8.0": an X-ray structure's crystallization aids
+#: (:data:`CRYSTALLIZATION_AIDS`) are removed, as AF3 removes them (review R11 s39 #1; ``build
+#: --keep-cryst-aids`` keeps them), and ``token_bonds`` leaves out the bonds inside a
+#: polymer's modified residue, which are polymer–polymer (review R11 s39 #3).
+FEATURIZER_VERSION = "0.8.0"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
@@ -122,5 +149,15 @@ FEATURIZER_VERSION = "0.7.0"
 #: (sequence, species) (featurize.msa, review RF3 s25 #1); also the first stage that every build
 #: records (6ee8ed5 came after "3"), so an MSA that records no stage is truly older. "5": the depth
 #: cap keeps at least half its rows for the pairing rows (featurize.msa, "Depth cap"; review RF3 s25
-#: #2) instead of the first rows in merge order, where the pairing files come last.
-MSA_STAGE_VERSION = "5"
+#: #2) instead of the first rows in merge order, where the pairing files come last. "6": profile and
+#: deletion_mean over the rows a sample's unpaired block may hold (:data:`UNPAIRED_EXCLUDED_SOURCES`
+#: left out), so Protenix's ``pairing.a3m`` rows count there too (review R11 s39 #2: they were left
+#: out of the profile while 88 % of 102m's sampled rows came from them).
+MSA_STAGE_VERSION = "6"
+
+#: database labels (``featurize.msa.source_label``) whose rows serve species pairing alone: AF3's
+#: UniProt search. A sample's unpaired rows leave them out (``client.assemble``), and so do an MSA's
+#: ``profile`` and ``deletion_mean``, which describe exactly the rows the unpaired block draws from
+#: (``featurize.msa``). Not Protenix's ``pairing.a3m`` nor ColabFold's ``pair.a3m``, which Protenix
+#: uses as unpaired MSA too (``client.assemble``'s module docstring).
+UNPAIRED_EXCLUDED_SOURCES: frozenset[str] = frozenset({"uniprot"})

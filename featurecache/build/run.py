@@ -1169,6 +1169,7 @@ def _run_structure_parts(
         inputs_of[name] = part_inputs
         fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
                             config.interface_cutoff, versions=versions, source_dir=source_dir,
+                            keep_crystallization_aids=config.keep_crystallization_aids,
                             key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut

@@ -65,6 +65,7 @@ class PartResult:
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
     interface_cutoff: float = 5.0, versions: dict[str, str] | None = None, source_dir: str = "",
+    keep_crystallization_aids: bool = False,
 ) -> PartResult | StoreWriteFailed:  # fmt: skip
     """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:
     the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest).
@@ -107,7 +108,8 @@ def build_structure_part(
                 )
             structure = featurize_bytes(data, Path(inp.path).name, inp.entry_id, timer=timer,
                                         component_atoms=component_atoms, component_bonds=component_bonds,
-                                        interface_cutoff=interface_cutoff)  # fmt: skip
+                                        interface_cutoff=interface_cutoff,
+                                        keep_crystallization_aids=keep_crystallization_aids)  # fmt: skip
         except Exception as exc:
             stage = exc.stage if isinstance(exc, InputError) and exc.stage else timer.stage
             if not isinstance(exc, InputError):

@@ -157,6 +157,7 @@ from featurecache.const import (
     PROTEIN_RESIDUES,
     RESTYPE_INDEX,
     RNA_RESIDUES,
+    UNPAIRED_EXCLUDED_SOURCES,
     MolType,
     encode_atom_name,
 )
@@ -561,11 +562,6 @@ def _msa_row_records(fetch: MSAFetch, key: str, depth: int) -> tuple[np.ndarray,
 _pairing_sources: weakref.WeakKeyDictionary[Any, tuple[Any, dict[str, int], dict[str, np.ndarray]]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-#: database labels (``featurize.msa.source_label``) whose rows a sample's unpaired rows leave out:
-#: AF3's UniProt search serves pairing alone. Not Protenix's ``pairing`` (module docstring).
-UNPAIRED_EXCLUDED_SOURCES: frozenset[str] = frozenset({"uniprot"})
 
 
 def _pairing_only_sources(fetch: MSAFetch | None, key: str) -> np.ndarray | None:

@@ -5,7 +5,9 @@ nucleotide subtypes ``covale_base`` / ``covale_phosphate`` / ``covale_sugar``, w
 :mod:`featurecache.parse.structure` reads as gemmi's ``Covale``; metal coordination and
 hydrogen bonds are not covalent bonds), then the connectivity inside every per-atom-tokenized
 residue — from the component definition when one is known, else perceived from distances
-(covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides) are not token bonds.
+(covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides, and the bonds inside
+a modified residue of a polymer chain, which is tokenized per atom but is polymer) are not token
+bonds: SI Table 5 restricts ``token_bonds`` to polymer–ligand and ligand–ligand bonds.
 
 AF3 (supplement Table 5) marks only bonds shorter than :data:`MAX_BOND_LENGTH` (2.4 Å) in the
 structure: a bond whose two atoms are both present and farther apart is dropped, whatever its
@@ -45,7 +47,6 @@ def token_bonds(
     """
     atoms, tokens = tk.atoms, tk.tokens
     is_ligand = tokens["mol_type"] == int(MolType.LIGAND)
-    is_per_atom = ~tokens["is_standard"]
     rows: dict[tuple[int, int], tuple[int, int]] = {}
 
     for conn in st.connections:
@@ -63,7 +64,8 @@ def token_bonds(
     from featurecache.const import decode_atom_name
 
     for start, count, code in tk.per_atom_residues:
-        if count < 2:
+        if count < 2 or not is_ligand[atoms["token_index"][start]]:
+            # a modified residue of a polymer chain: its atoms' bonds are polymer–polymer
             continue
         names = [decode_atom_name(atoms["name"][start + k]) for k in range(count)]
         defined = component_bonds(code, names) if component_bonds is not None else None
@@ -82,8 +84,9 @@ def token_bonds(
     out = np.zeros(len(rows), dtype=Bond)
     for k, ((i, j), (order, source)) in enumerate(sorted(rows.items())):
         out[k] = (i, j, atoms["token_index"][i], atoms["token_index"][j], order, source)
-    # keep only bonds between distinct tokens that AF3 would mark (per-atom tokens always differ)
-    keep = (out["token_i"] != out["token_j"]) & (is_per_atom[out["token_i"]] | is_per_atom[out["token_j"]])
+    # keep only bonds between distinct tokens that AF3 would mark: one end a ligand token (a
+    # polymer's modified residue is per-atom too, but its bonds are polymer–polymer)
+    keep = (out["token_i"] != out["token_j"]) & (is_ligand[out["token_i"]] | is_ligand[out["token_j"]])
     return out[keep & ~_too_long(atoms, out)]
 
 

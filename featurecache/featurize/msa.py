@@ -16,9 +16,12 @@ Conventions (as AlphaFold 2/3):
   (sequence, species) (see "Species of a stored row");
 * ``profile`` (fraction of each class per column, gaps included) and ``deletion_mean`` (mean raw
   count per column) are taken over the distinct rows of the main MSA, before the depth cap: the
-  query and the rows of every alignment but the pairing-only ones (:data:`PAIRING_SOURCES`, UniProt
-  and Protenix's ``pairing.a3m``), as AF3 computes them from the unpaired MSA alone (SI Table 5;
-  its UniProt search feeds only the paired ``*_all_seq`` features). Pairing rows are still stored.
+  query and the rows of every alignment but the UniProt ones (``const.UNPAIRED_EXCLUDED_SOURCES``),
+  the rows a sample's unpaired block may hold (``client.assemble``), as AF3 computes them from the
+  unpaired MSA alone (SI Table 5; its UniProt search feeds only the paired ``*_all_seq`` features).
+  Protenix's ``pairing.a3m`` (and ColabFold's ``pair.a3m``) count there, since their rows are
+  unpaired rows too (MSA stage 6; stages 2–5 left them out of the profile while the samples drew
+  from them). UniProt rows are still stored, for pairing.
 * ``species`` (for pairing chains by species, :func:`species_id`) of a stored row is read from its
   pairing-source copy (:data:`PAIRING_SOURCES`), not from the copy that is kept: see
   "Species of a stored row" below.
@@ -64,7 +67,7 @@ one, AF3's share at its defaults (8,191 of 16,384), and the rows without a speci
 kind keeps its first rows in merge order, and the kept rows stay in merge order (the query is
 always row 0). A kind that needs less leaves the rest to the other, so a cap the MSA does not
 reach keeps every row and a cap is still one number of rows. A sample's unpaired rows leave out
-the UniProt rows (``client.assemble.UNPAIRED_EXCLUDED_SOURCES``), so under a binding cap a monomer
+the UniProt rows (``const.UNPAIRED_EXCLUDED_SOURCES``), so under a binding cap a monomer
 draws from fewer than ``c`` rows (OpenFold 4zey_A at cap 1000: 820). Without a pairing file the cap
 keeps the first ``c`` rows, as before.
 (:func:`capped_rows`.)
@@ -96,6 +99,7 @@ from featurecache.const import (
     UNK_DNA,
     UNK_PROTEIN,
     UNK_RNA,
+    UNPAIRED_EXCLUDED_SOURCES,
     MolType,
 )
 from featurecache.errors import MSAError
@@ -111,9 +115,9 @@ DELETION_MAX = np.iinfo(np.int16).max
 #: Rows encoded at a time by :func:`build_msa` (its memory does not grow with the input rows).
 ENCODE_CHUNK_ROWS = 4096
 
-#: Database labels whose alignments serve species pairing only (AF3's UniProt search, Protenix's
-#: ``pairing.a3m``, ColabFold's ``pair.a3m``): their rows are stored, but they are not part of the
-#: main MSA that ``profile`` and ``deletion_mean`` describe.
+#: Database labels whose alignments give a stored row its species (AF3's UniProt search, Protenix's
+#: ``pairing.a3m``, ColabFold's ``pair.a3m``: "Species of a stored row"). Of these only UniProt's
+#: rows are left out of ``profile`` and ``deletion_mean`` (``const.UNPAIRED_EXCLUDED_SOURCES``).
 PAIRING_SOURCES: frozenset[str] = frozenset({"uniprot", "pairing"})
 
 #: Merge order of the files found for one sequence, by the database their name points to (AF2's
@@ -293,7 +297,7 @@ def build_msa(
     hits identical to the query removed (but one row per further species of a pairing-source copy,
     module docstring), truncated to ``depth_cap`` rows. ``profile`` and
     ``deletion_mean`` cover the distinct rows of the query and of the alignments whose
-    :func:`source_label` (read from ``label``, a path) is not in :data:`PAIRING_SOURCES`.
+    :func:`source_label` (read from ``label``, a path) is not in ``const.UNPAIRED_EXCLUDED_SOURCES``.
     ``species``: from the pairing-source copies of each row when any alignment is a pairing
     source, else from each row's first copy (module docstring).
     """
@@ -316,7 +320,8 @@ def build_msa(
     for k, (label, msa) in enumerate(alignments, start=1):
         if msa.depth == 0:
             continue
-        main = source_label(label) not in PAIRING_SOURCES
+        main = source_label(label) not in UNPAIRED_EXCLUDED_SOURCES
+        pairing = source_label(label) in PAIRING_SOURCES
         if msa.rows[0] != sequence:
             raise MSAError(
                 f"{label}: the alignment's query ({msa.query_sequence[:30]}…, {len(msa.query_sequence)} aa) "
@@ -333,7 +338,7 @@ def build_msa(
             headers = msa.headers[start:stop]
             if start == 0 and headers:  # row 0 is the alignment's query, not a hit of some species
                 headers = ("", *headers[1:])
-            acc.add(chars, dels, headers, k, in_profile=main, pairing=not main, first_row=start)
+            acc.add(chars, dels, headers, k, in_profile=main, pairing=pairing, first_row=start)
         labels.append(label)
         rows_of[k] = msa.rows
         n_input += msa.depth

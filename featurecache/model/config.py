@@ -52,8 +52,10 @@ class ModelConfig:
     n_heads_single: int = 4  # single attention with pair bias heads [16 of 24]
     transition_n: int = 4  # transition expansion factor n [4]
     distogram_bins: int = 64  # [64]
-    distogram_min: float = 2.0  # Å, first bin edge [2]
-    distogram_max: float = 22.0  # Å, last bin edge [22]
+    #: Å: the bins split [distogram_min, distogram_max] into equal widths, the first and last open
+    #: below / above (AF3's distogram head: 64 bins, breaks 2.3125 … 21.6875 Å, 0.3125 Å apart) [2, 22]
+    distogram_min: float = 2.0
+    distogram_max: float = 22.0
     relpos_max: int = 32  # relative position clip r_max [32]
     relchain_max: int = 2  # relative chain clip s_max [2]
     msa_classes: int = 32  # restype / MSA alphabet
@@ -106,7 +108,7 @@ class ModelConfig:
             raise UsageError(f"model config: distogram_min must be ≥ 0 Å; got {self.distogram_min}")
         if self.distogram_min >= self.distogram_max:
             raise UsageError(
-                "model config: need distogram_min < distogram_max (the first and last bin edges); "
+                "model config: need distogram_min < distogram_max (the range the bins split); "
                 f"got {self.distogram_min} and {self.distogram_max}"
             )
         if self.eps <= 0:

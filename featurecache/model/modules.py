@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from featurecache.errors import KernelShapeError
 from featurecache.model.kernels.layernorm_linear import MAX_CHANNELS as LNL_MAX_CHANNELS
 from featurecache.model.kernels.layernorm_linear import layernorm_linear
 from featurecache.model.kernels.pair_bias_attention import pair_bias_attention
@@ -61,6 +62,16 @@ class PairBiasAttention(nn.Module):
         return pair_bias_attention_ref(q, k, v, bias, mask, key_mask=key_mask, row_mask=row_mask)
 
 
+def _check_channels(module: str, x: torch.Tensor, channels: int) -> None:
+    """Refuse an input whose last dimension is not the module's channels, naming the input (the
+    kernels' own check named the LayerNorm weights, torch's LayerNorm its ``normalized_shape``:
+    review R13 s39 L2)."""
+    if x.dim() == 0 or x.shape[-1] != channels:
+        raise KernelShapeError(
+            f"{module}: x must be [..., {channels}] (the module's channels); got {tuple(x.shape)}"
+        )
+
+
 class LayerNormLinear(nn.Module):
     """``Linear(LayerNorm(x))`` (+ SwiGLU over the output halves): ``[..., C] -> [..., O]`` or ``O/2``.
     Fused: one kernel for C ≤ 512 (``layernorm_linear.MAX_CHANNELS``, a whole row in registers) in
@@ -80,6 +91,7 @@ class LayerNormLinear(nn.Module):
         self.swiglu, self.eps, self.fused = swiglu, eps, fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_channels(type(self).__name__, x, self.weight.shape[1])
         dt = compute_dtype(x)
         w = self.weight.to(dt)
         b = None if self.bias is None else self.bias.to(dt)
@@ -114,6 +126,7 @@ class Transition(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ln = self.ln_linear
+        _check_channels(type(self).__name__, x, ln.weight.shape[1])
         dt = compute_dtype(x)
         if ln.fused and transition_supported(x, ln.weight, self.out.weight) and _kernel_dtypes(x, dt):
             return transition(x, ln.ln_weight, ln.ln_bias, ln.weight.to(dt), self.out.weight.to(dt), ln.eps)

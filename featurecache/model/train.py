@@ -1660,6 +1660,7 @@ def run_training(
             "initialized_from": str(init_from) if init_from is not None else None,
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
             "checkpoints": carried_checkpoints,
+            "checkpoint": str(checkpoint) if checkpoint is not None else None, "checkpoint_every": checkpoint_every,
             "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
             "featurizer_versions": src.featurizer_versions,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
@@ -2137,8 +2138,10 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     checks against the checkpoint whose value differs from train's default (a resume without it is
     refused), ``--lr`` likewise (``lr`` False: the caller says which rate to take), ``--in-order``
     when the run used it, and the run's source (``--store`` or ``--url``; its token is never shown),
-    ``--device cpu`` and ``--log`` (the run's log, ``log_path``, where it is not the default; rank
-    0's) so that the line runs as it is."""
+    ``--device cpu``, ``--log`` (the run's log, ``log_path``, where it is not the default; rank
+    0's) and the run's ``--checkpoint`` / ``--checkpoint-every`` (the steps after the resume go on
+    being checkpointed as before: without them the line trained on with no checkpoint at all;
+    review R13 s39 L3) so that the line runs as it is."""
     import shlex
 
     from featurecache.auth import redact_url
@@ -2162,6 +2165,10 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     # (another rank's log is NAME.rank<r>.json of rank 0's --log, which rank 0's line names)
     if log_path is not None and Path(log_path) != Path(defaults["log_path"]) and not doc.get("rank"):
         args.append(f"--log {shlex.quote(str(log_path))}")
+    if isinstance(doc.get("checkpoint"), str):
+        args.append(f"--checkpoint {shlex.quote(doc['checkpoint'])}")
+        if isinstance(doc.get("checkpoint_every"), int):
+            args.append(f"--checkpoint-every {doc['checkpoint_every']}")
     return " ".join(args)
 
 

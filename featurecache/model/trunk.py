@@ -220,6 +220,16 @@ class InputEmbedder(nn.Module):
         return s, z
 
 
+def distogram_edges(cfg: ModelConfig) -> torch.Tensor:
+    """The ``bins - 1`` inner bin edges: ``[min, max]`` split into ``bins`` equal widths, the
+    first and last bins open below / above. At the defaults AF3's distogram breaks (64 bins,
+    ``first_break`` 2.3125, ``last_break`` 21.6875 Å); they were ``linspace(min, max, bins - 1)``,
+    bins of 0.3226 Å and a first bin of everything under 2 Å (review R13 s39 L1)."""
+    width = (cfg.distogram_max - cfg.distogram_min) / cfg.distogram_bins
+    k = torch.arange(1, cfg.distogram_bins, dtype=torch.float64)
+    return (cfg.distogram_min + k * width).to(torch.float32)
+
+
 class DistogramHead(nn.Module):
     """``z [B, N, N, c] -> logits [B, N, N, bins]`` (symmetric: ``Linear(z_ij) + Linear(z_ji)``)."""
 
@@ -228,8 +238,7 @@ class DistogramHead(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.linear = nn.Linear(cfg.c_pair, cfg.distogram_bins)
-        edges = torch.linspace(cfg.distogram_min, cfg.distogram_max, cfg.distogram_bins - 1)
-        self.register_buffer("edges", edges, persistent=False)
+        self.register_buffer("edges", distogram_edges(cfg), persistent=False)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         logits = self.linear(z).float()

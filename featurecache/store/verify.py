@@ -1085,6 +1085,8 @@ def _build_options(root: Path, msa_dirs: set[str] | None = None) -> tuple[list[s
     timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
     if timeout != defaults.conformer_timeout_s:
         out += ["--conformer-timeout", f"{timeout:g}"]
+    if config.get("keep_crystallization_aids") is True:
+        out.append("--keep-cryst-aids")
     recorded = recorded_build_inputs(attrs if isinstance(attrs, dict) else {})
     if recorded["recorded"]:
         ccd = recorded["ccd"]

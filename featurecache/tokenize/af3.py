@@ -1,7 +1,8 @@
 """AlphaFold 3 tokenization (supplement §2.6) of a gemmi structure.
 
 Rules:
-- first model only; hydrogens and waters dropped; per residue the altloc with the highest mean
+- first model only; hydrogens and waters dropped, and the residues named in ``drop`` (an X-ray
+  structure's crystallization aids, SI §2.5.4: ``featurize.entry``) with their bonds; per residue the altloc with the highest mean
   occupancy (ties: the first); microheterogeneity (two residues at one position): the first; two
   atoms of one name in a residue: the first (a warning names the other when it is elsewhere);
 - a PDB chain with a blank chain ID is named with the first ID no chain or SEQRES of the file
@@ -155,9 +156,15 @@ class Tokenized:
 
 
 def tokenize(
-    st: gemmi.Structure, *, fmt: str = "mmcif", component_atoms: ComponentAtoms | None = None
+    st: gemmi.Structure,
+    *,
+    fmt: str = "mmcif",
+    component_atoms: ComponentAtoms | None = None,
+    drop: frozenset[str] = frozenset(),
 ) -> Tokenized:
-    """Tokenize the first model of ``st`` (modified in place: extra models and H removed, MSE renamed MET)."""
+    """Tokenize the first model of ``st`` (modified in place: extra models and H removed, MSE renamed
+    MET). ``drop``: residue names removed first, with the ``struct_conn`` bonds to them (the
+    crystallization aids of an X-ray structure, ``featurize.entry``); never a polymer's residue."""
     if len(st) == 0:
         raise EmptyStructureError("structure has no models", stage="tokenize")
     if len(st) > 1:
@@ -172,6 +179,8 @@ def tokenize(
     if fmt == "pdb":
         st.assign_label_seq_id(False)
     st.remove_hydrogens()
+    if drop:
+        _drop_residues(st, drop)
     _mse_to_met(st)
     links, linked = _inter_residue_links(st)
     ctx = _Context(component_atoms, links, linked, warnings)
@@ -182,6 +191,34 @@ def tokenize(
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
     return _assemble(chains, warnings)
+
+
+def _drop_residues(st: gemmi.Structure, names: frozenset[str]) -> None:
+    """Remove the residues named in ``names`` from the first model, except those of a polymer
+    entity's sequence (a polymer keeps every residue), and the connections to them (a removed
+    residue bonds to nothing: it does not keep a partner's leaving atom), in place."""
+    model = st[0]
+    polymer: dict[str, set[str]] = {ch.name: set() for ch in model}
+    for ch in model:
+        for span in ch.subchains():
+            ent = st.get_entity_of(span)
+            if ent is not None and ent.entity_type == gemmi.EntityType.Polymer:
+                polymer[ch.name].update(gemmi.Entity.first_mon(m) for m in ent.full_sequence)
+    gone: set[tuple[str, int, str, str]] = set()
+    for ch in model:
+        keep_names = polymer[ch.name]
+        for i in reversed(range(len(ch))):
+            res = ch[i]
+            if res.name in names and res.name not in keep_names:
+                gone.add((ch.name, int(res.seqid.num or 0), res.seqid.icode.strip(), res.name))
+                del ch[i]
+    if not gone:
+        return
+    for i in reversed(range(len(st.connections))):
+        conn = st.connections[i]
+        if any((str(p.chain_name), int(p.res_id.seqid.num or 0), p.res_id.seqid.icode.strip(), str(p.res_id.name))
+               in gone for p in (conn.partner1, conn.partner2)):  # fmt: skip
+            del st.connections[i]
 
 
 #: names a PDB chain with a blank ID may take, in this order (the first one free)

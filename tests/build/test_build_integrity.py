@@ -35,6 +35,9 @@ from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args, shared_scheduler
 from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, interrupt_inputs
 
+#: the builds of the tests that follow 102m's SO4 and 2q2k's EPE as components keep these crystallization aids
+KEEP_AIDS = BuildConfig(keep_crystallization_aids=True)
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
@@ -93,10 +96,11 @@ def test_same_named_inputs_are_all_kept_and_ids_stay_stable(tmp_path: Path) -> N
                        strict=True))  # fmt: skip
     assert sources == {"a__x.pdb": "a/x.pdb", "b__x.pdb": "b/x.pdb", "a__y.cif": "a/y.cif",
                        "b__y.cif": "b/y.cif.gz", "1A8O": "1A8O.pdb"}  # fmt: skip
-    # each entry's chain rows are its own: 102m has 3 chains, 1psm 1
+    # each entry's chain rows are its own: 102m has 2 chains (myoglobin, heme; its sulfate is a crystallization
+    # aid, removed), 1psm 1
     n_chains = dict(zip(store.entries.column("id").to_pylist(), store.entries.column("n_chains").to_pylist(),
                         strict=True))  # fmt: skip
-    assert n_chains["b__y.cif"] == 3 and n_chains["a__y.cif"] == 1
+    assert n_chains["b__y.cif"] == 2 and n_chains["a__y.cif"] == 1
     assert verify_store(out) == []
 
     # a file with the same stem arrives later: the stored entry keeps its id and is not rebuilt
@@ -191,7 +195,7 @@ def test_verify_sees_a_stale_index_and_chains_that_do_not_tile(tmp_path: Path, l
     rows = chains.to_pylist()
     drop = next(i for i, r in enumerate(rows) if r["entry_id"] == "102m" and r["asym_id"] == 1)
     replace_table(c / "index" / "chains.arrow", chains.take([i for i in range(len(rows)) if i != drop]))
-    assert any(p.startswith("entry 102m: 2 chain rows") for p in verify_store(c)), verify_store(c)
+    assert any(p.startswith("entry 102m: 1 chain rows") for p in verify_store(c)), verify_store(c)
 
 
 def test_a_damaged_index_is_one_line_and_the_build_repairs_it(tmp_path: Path, ligand_store: Path) -> None:
@@ -391,7 +395,7 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
         shutil.copy(SAMPLES / "structures" / name, inputs / name)
     ccd = tmp_path / "ccd"
     shutil.copytree(SAMPLES / "ccd", ccd)
-    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd)
+    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd, config=KEEP_AIDS)
     names, _ = _gemmi_inputs(sorted(inputs.iterdir()))
     myoglobin = sequence_hash(_gemmi_inputs([inputs / "102m.cif"])[1].pop().split(":", 1)[1], 0)
     first = featurecache.open_store(out)
@@ -399,7 +403,7 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
     assert {"HEM", "SO4"} <= set(first.components.column("code").to_pylist()) == names
 
     shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")  # same path and id
-    summary = build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd)
+    summary = build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=ccd, config=KEEP_AIDS)
     assert summary.n_built == 1 and summary.n_skipped == 1
     names, sequences = _gemmi_inputs(sorted(inputs.iterdir()))
     assert "HEM" not in names and "SO4" not in names
@@ -422,7 +426,7 @@ def test_an_input_replaced_by_another_structure_leaves_no_orphan_index_rows(tmp_
     new_ccd = Path(shutil.copytree(ccd, tmp_path / "ccd-update"))
     epe = new_ccd / "EPE.cif"
     epe.write_text(epe.read_text().replace("2024-09-27", "2025-01-31", 1))
-    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=new_ccd)
+    build_store(out, inputs, workers=1, msa_dir=SAMPLES / "msas", ccd=new_ccd, config=KEEP_AIDS)
     in_parts = component_rows_in_parts(out).to_pylist()
     epe_parts = sorted(r["part"] for r in in_parts if r["key"] == "EPE")
     assert len(epe_parts) == 2
@@ -449,14 +453,14 @@ def test_a_ccd_edited_in_place_is_read_again_by_the_next_build_of_the_same_proce
     inputs.mkdir()
     shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "2q2k.cif")  # holds EPE
     shutil.copytree(SAMPLES / "ccd", ccd)
-    build_store(out, inputs, workers=1, ccd=ccd)
+    build_store(out, inputs, workers=1, ccd=ccd, config=KEEP_AIDS)
     before = [r["part"] for r in component_rows_in_parts(out).to_pylist() if r["key"] == "EPE"]
     assert len(before) == 1
     epe = ccd / "EPE.cif"
     text = epe.read_text()
     assert "2024-09-27" in text
     epe.write_text(text.replace("2024-09-27", "2025-01-31", 1))  # a new revision of the definition
-    summary = build_store(out, inputs, workers=1, ccd=ccd)
+    summary = build_store(out, inputs, workers=1, ccd=ccd, config=KEEP_AIDS)
     assert summary.n_rebuilt == 1  # the CCD's fingerprint changed: the entry is rebuilt
     after = sorted(r["part"] for r in component_rows_in_parts(out).to_pylist() if r["key"] == "EPE")
     assert len(after) == 2 and after[0] == before[0]  # recomputed into a new part
@@ -525,13 +529,13 @@ def test_a_part_deleted_by_hand_keeps_its_number_so_the_new_parts_components_are
     inputs.mkdir()
     for name in ("102m.cif", "1psm.cif"):
         shutil.copy(SAMPLES / "structures" / name, inputs / name)
-    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1)
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1, config=KEEP_AIDS)
     parts = sorted(p.name for p in (out / "parts").iterdir() if p.name.startswith("s-"))
     assert parts == ["s-000000", "s-000001"]
     shutil.rmtree(out / "parts" / parts[-1])
     # 2q2k's bytes as 1abc.cif: built before 1psm (inputs go in path order), into the first new part
     shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "1abc.cif")
-    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1)
+    build_store(out, inputs, workers=1, ccd=SAMPLES / "ccd", part_size=1, config=KEEP_AIDS)
     new = sorted(p.name for p in (out / "parts").iterdir() if p.name.startswith("s-"))
     assert "s-000001" not in new, new
     keys = {r["key"] for r in featurecache.open_store(out).components.to_pylist()}

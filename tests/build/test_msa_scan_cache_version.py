@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from featurecache.build.msa_stage import SCAN_CACHE_DIR, SCAN_CACHE_FILE
-from featurecache.store.index import read_table
+from featurecache.store.index import read_table, write_table
 from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
 
 #: the parent of d5b8ae6 (MSA files with a BOM read as without it): its parser fails on such a file
@@ -131,10 +131,20 @@ def test_a_header_only_file_an_older_scan_read_as_an_alignment_fails_now(tmp_pat
     done = build_with_package(featurecache_at(BEFORE_NO_SEQUENCE_FIX, tmp_path / "old"), pdb, store,
                               msa_dir=msa.parent)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    cache = read_table(store / SCAN_CACHE_DIR / SCAN_CACHE_FILE, memory_map=False)
-    assert (
-        cache.schema.metadata[b"version"].decode() == f"2/{msa_stage.MSA_STAGE_VERSION}/{FEATURIZER_VERSION}"
+    path = store / SCAN_CACHE_DIR / SCAN_CACHE_FILE
+    cache = read_table(path, memory_map=False)
+    version = cache.schema.metadata[b"version"].decode()
+    assert version.split("/")[0] == "2", version
+    # the premise: the same stage and featurizer versions as this code's (later bumps of those, e.g.
+    # stage 6 / featurizer 0.8.0, would drop the cache anyway): only the scan version is older
+    cache = cache.replace_schema_metadata(
+        {
+            **cache.schema.metadata,
+            b"version": f"2/{msa_stage.MSA_STAGE_VERSION}/{FEATURIZER_VERSION}".encode(),
+        }
     )
+    path.unlink()
+    write_table(path, cache)
     cached = {r["rel"]: r["scan"] for r in cache.to_pylist()}
     assert '"alignments": [[0, 0, "", []]]' in cached["1psm_A/bfd_uniclust_hits.a3m"]
 

@@ -77,7 +77,8 @@ def test_ref_charge_and_element_are_the_reference_conformers(
     if entry_id == "721p-assembly1":
         assert charged[("MG", "MG", 2)] == 2  # one Mg2+ per chain of the dimer
     else:
-        assert charged[("HIS", "ND1", 1)] > 0 and charged[("SO4", "O3", -1)] > 0
+        # (its sulfate, whose O3 the CCD gives -1, is a crystallization aid: removed since featurizer 0.8.0)
+        assert charged[("HIS", "ND1", 1)] > 0
 
 
 def test_an_ion_in_a_second_store_gets_its_ccd_charge(budget_store: Path) -> None:

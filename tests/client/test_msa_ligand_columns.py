@@ -16,17 +16,19 @@ import numpy as np
 
 from featurecache.client.assemble import msa_features
 from featurecache.const import GAP, NUM_RESTYPES, WATER_NAMES, MolType
-from tests.conftest import STRUCTURES
+from tests.conftest import STRUCTURES, removed_aids
 
 
 def _ligand_heavy_atoms(path: str) -> int:
-    """Heavy atoms of the non-polymer, non-water residues of the first model, read by gemmi."""
+    """Heavy atoms of the non-polymer, non-water residues of the first model, read by gemmi (an X-ray
+    structure's crystallization aids, AF3 SI Table 9, left out)."""
     st = gemmi.read_structure(str(STRUCTURES / path))
     st.setup_entities()
+    aids = removed_aids(st)
     n = 0
     for ch in st[0]:
         for res in ch:
-            if res.name in WATER_NAMES or res.entity_type == gemmi.EntityType.Polymer:
+            if res.name in WATER_NAMES or res.name in aids or res.entity_type == gemmi.EntityType.Polymer:
                 continue
             n += len({a.name for a in res if a.element.name not in ("H", "D")})
     return n
@@ -45,7 +47,7 @@ def _check_ligand_columns(out: dict[str, np.ndarray], lig: np.ndarray) -> None:
 
 
 def test_ligand_columns_are_gap_with_an_msa(client_reader: Any) -> None:
-    """102m: myoglobin (an MSA of > 100 rows) + HEM + SO4."""
+    """102m: myoglobin (an MSA of > 100 rows) + HEM (its SO4 is a crystallization aid, left out)."""
     e = client_reader.entry("102m")
     tok = e.tokens
     keep = np.arange(len(tok["restype"]))

@@ -1,8 +1,9 @@
 """ColabFold's paired MSA, ``<job>_pair/pair.a3m`` (``colabfold.colabfold.run_mmseqs2`` with
 ``use_pairing``), is a pairing file as Protenix's ``pairing.a3m`` is: its source label is
-``pairing``, so it merges in the same place, its rows are stored for pairing but not counted in
-``profile`` / ``deletion_mean`` (the main MSA, AF3 SI Table 5), and the client leaves them
-unpaired-eligible as it does Protenix's (``client.assemble.UNPAIRED_EXCLUDED_SOURCES``). Before,
+``pairing``, so it merges in the same place, its rows give the stored rows their species, the client
+leaves them unpaired-eligible as it does Protenix's (``const.UNPAIRED_EXCLUDED_SOURCES``), and so they
+count in ``profile`` / ``deletion_mean``, which describe the rows the unpaired block draws from (MSA
+stage 6, review R11 s39 #2; stages 2–5 left them out). Before,
 ``pair.a3m`` matched neither ``pairing`` nor ``paired`` and was labelled ``other``: merged last and
 counted in the profile.
 
@@ -79,9 +80,13 @@ def test_colabfold_pair_a3m_is_merged_and_counted_as_protenix_pairing(tmp_path: 
     for name in ("residues", "deletions", "species", "source", "profile", "deletion_mean"):
         a, b = getattr(as_colabfold, name), getattr(as_protenix, name)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
-    # the pairing rows are stored (more rows than the main file gives) but not counted in the profile
+    # the pairing rows are stored (more rows than the main file gives) and counted in the profile: it
+    # is the one of the main file's and the pairing file's rows together
     assert as_colabfold.depth > main_only.depth
-    np.testing.assert_array_equal(as_colabfold.profile, main_only.profile)
-    np.testing.assert_array_equal(as_colabfold.deletion_mean, main_only.deletion_mean)
+    both = build_msa(sequence, MolType.PROTEIN, [("non_pairing.a3m", main), ("more_hits.a3m", pairing)])
+    assert source_label("more_hits.a3m") == "other"  # a main-MSA file: its rows count
+    np.testing.assert_allclose(as_colabfold.profile, both.profile, rtol=1e-6)
+    np.testing.assert_allclose(as_colabfold.deletion_mean, both.deletion_mean, rtol=1e-6)
+    assert np.abs(as_colabfold.profile - main_only.profile).max() > 0.01
     # ... and the client keeps them unpaired-eligible, as Protenix's (only UniProt searches are not)
     assert "pairing" in PAIRING_SOURCES and "pairing" not in UNPAIRED_EXCLUDED_SOURCES

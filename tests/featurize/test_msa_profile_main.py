@@ -1,10 +1,13 @@
-"""``profile`` and ``deletion_mean`` describe the main MSA only: the rows of pairing-only alignments
-(AF3's UniProt search, Protenix's ``pairing.a3m``) are stored but not counted, as AF3 computes both
-from the unpaired MSA (SI Table 5: "Distribution across restypes in the main MSA";
+"""``profile`` and ``deletion_mean`` describe the main MSA only: the rows of the pairing-only
+alignment (AF3's UniProt search) are stored but not counted, as AF3 computes both from the unpaired
+MSA (SI Table 5: "Distribution across restypes in the main MSA";
 ``data3.get_profile_features(chain['msa'], ...)``, the UniProt MSA feeding only ``*_all_seq``).
+Protenix's ``pairing.a3m`` rows are counted: a sample's unpaired block draws from them too, as
+Protenix's own configuration does, and the profile must describe the rows the model is given
+(review R11 s39 #2: they were left out, while 88 % of 102m's sampled rows came from them).
 
 Expected values are computed here from the files themselves: a3m by splitting lines, Stockholm
-through Biopython, a numpy profile over the distinct rows of the files that are not pairing files
+through Biopython, a numpy profile over the distinct rows of the files that are not UniProt files
 (named in this test, not by featurecache's source labels)."""
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from featurecache.types import ParsedMSA
 from tests.conftest import MSAS
 
 #: the files of the real data that hold pairing-only alignments (SOURCES.tsv: "jackhmmer vs UniProt
-#: (for pairing)"; Protenix's pairing.a3m)
-PAIRING_FILES = ("uniprot_hits.sto", "pairing.a3m")
+#: (for pairing)")
+PAIRING_FILES = ("uniprot_hits.sto",)
+#: Protenix's pairing file: its rows pair chains and are unpaired rows too
+PROTENIX_PAIRING = "pairing.a3m"
 
 _AA = {
     "A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN", "E": "GLU", "G": "GLY", "H": "HIS",
@@ -84,12 +89,14 @@ def _classes(rows: Iterable[str]) -> np.ndarray:
                      for m in rows])  # fmt: skip
 
 
-def _reference(query: str, files: list[Path]) -> tuple[np.ndarray, np.ndarray, int]:
+def _reference(
+    query: str, files: list[Path], leave_out: tuple[str, ...] = PAIRING_FILES
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(profile [L, 32], deletion mean [L], rows) over the distinct rows of the query and the
-    non-pairing files (first occurrence kept)."""
+    files not named in ``leave_out`` (first occurrence kept)."""
     main: dict[str, list[int]] = {query: [0] * len(query)}
     for p in files:
-        if p.name.removesuffix(".gz") in PAIRING_FILES:
+        if p.name.removesuffix(".gz") in leave_out:
             continue
         for match, dels in _rows(p):
             main.setdefault(match, dels)
@@ -101,12 +108,16 @@ def _load(path: Path) -> ParsedMSA:
     return parse_sto(path)[0].to_msa(0) if ".sto" in path.name else parse_a3m(path)[0]
 
 
-@pytest.mark.parametrize("chain_dir", ["openfold/4zey_A", "openfold/2crb_A", "Protenix/mmcif_msa/3"])
-def test_profile_and_deletion_mean_leave_out_the_pairing_rows(chain_dir: str) -> None:
-    files = sorted(
+def _files(chain_dir: str) -> list[Path]:
+    return sorted(
         (p for p in (MSAS / chain_dir).iterdir() if not p.name.startswith("hmm_output")),
         key=lambda p: source_order_key(str(p)),
     )
+
+
+@pytest.mark.parametrize("chain_dir", ["openfold/4zey_A", "openfold/2crb_A"])
+def test_profile_and_deletion_mean_leave_out_the_pairing_rows(chain_dir: str) -> None:
+    files = _files(chain_dir)
     assert any(p.name in PAIRING_FILES for p in files)
     msas = [(str(p), _load(p)) for p in files]
     query = msas[0][1].query_sequence
@@ -124,6 +135,21 @@ def test_profile_and_deletion_mean_leave_out_the_pairing_rows(chain_dir: str) ->
     assert np.isin(out.source, list(pairing_sources)).sum() > 0
     # and they would have changed the profile: the test tells the two apart
     assert np.abs(np.eye(NUM_RESTYPES)[_classes(every)].mean(axis=0) - profile).max() > 0.01
+
+
+@pytest.mark.parametrize("chain_dir", ["Protenix/mmcif_msa/3", "Protenix/mmcif_msa/0"])
+def test_protenix_pairing_rows_count_in_the_profile(chain_dir: str) -> None:
+    files = _files(chain_dir)
+    assert [p.name for p in files if p.name == PROTENIX_PAIRING] == [PROTENIX_PAIRING]
+    msas = [(str(p), _load(p)) for p in files]
+    query = msas[0][1].query_sequence
+    out = build_msa(query, MolType.PROTEIN, msas, depth_cap=1 << 20)
+    profile, del_mean, _ = _reference(query, files, leave_out=())
+    np.testing.assert_allclose(out.profile, profile, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.deletion_mean, del_mean, rtol=1e-5, atol=1e-6)
+    # without the pairing rows the profile is another one: the test tells the two apart
+    without, _, _ = _reference(query, files, leave_out=(PROTENIX_PAIRING,))
+    assert np.abs(without - profile).max() > 0.01
 
 
 def test_a_main_row_after_the_same_pairing_row_is_counted_once() -> None:
@@ -146,12 +172,21 @@ def test_a_main_row_after_the_same_pairing_row_is_counted_once() -> None:
     np.testing.assert_allclose(out.deletion_mean, [0, 1 / 3, 0, 0], rtol=1e-6)
 
 
-def test_only_pairing_alignments_leave_the_query_profile() -> None:
+def test_only_uniprot_alignments_leave_the_query_profile() -> None:
     q = "ACDE"
-    pairing = ParsedMSA(("q", "p1", "p2"), (q, "AkkC-E", "GGGG"), "a3m")
-    out = build_msa(q, MolType.PROTEIN, [("7pzb/msa/1/pairing.a3m", pairing)])
+    uniprot = ParsedMSA(("q", "p1", "p2"), (q, "AkkC-E", "GGGG"), "a3m")
+    out = build_msa(q, MolType.PROTEIN, [("x/uniprot_hits.a3m", uniprot)])
     assert out.depth == 3
     one_hot = np.zeros((4, NUM_RESTYPES))
     one_hot[np.arange(4), [RESTYPE_INDEX[n] for n in ("ALA", "CYS", "ASP", "GLU")]] = 1
     np.testing.assert_array_equal(out.profile, one_hot)
     np.testing.assert_array_equal(out.deletion_mean, np.zeros(4))
+    # Protenix's pairing file alone: its rows are the unpaired rows, and the profile's
+    out = build_msa(q, MolType.PROTEIN, [("7pzb/msa/1/pairing.a3m", uniprot)])
+    g = RESTYPE_INDEX["GLY"]
+    expected = one_hot * 2 / 3
+    expected[np.arange(4), g] += 1 / 3
+    expected[2, :] = 0
+    expected[2, [RESTYPE_INDEX["ASP"], RESTYPE_INDEX["-"], g]] = 1 / 3
+    np.testing.assert_allclose(out.profile, expected, rtol=1e-6)
+    np.testing.assert_allclose(out.deletion_mean, [0, 2 / 3, 0, 0], rtol=1e-6)

@@ -108,13 +108,15 @@ def test_crop_options_reach_the_client(sample_store: Path, batches_of: Any) -> N
     here: tests/client/test_msa_pairing.py shows what it does)."""
     from featurecache.client import FeatureDataset
 
-    default, _ = batches_of(12, weighting="af3")
+    # 16 samples: whole groups change the crops of samples 14 and 16 of this seed's stream (12 were
+    # enough while the sample store held 102m's and 2q2k's crystallization aids)
+    default, _ = batches_of(16, weighting="af3")
     assert len({b["crop_method"][0] for b in default}) > 1  # the default mixes crops
     for weights, method in (((1, 0, 0), "contiguous"), ((0, 1, 0), "spatial")):
         got, _ = batches_of(12, weighting="af3", crop_weights=weights)
         assert [b["crop_method"][0] for b in got] == [method] * 12, weights
 
-    whole, _ = batches_of(12, weighting="af3", crop_whole_groups=True)
+    whole, _ = batches_of(16, weighting="af3", crop_whole_groups=True)
 
     def tokens(batches: list[dict[str, Any]]) -> list[list[int]]:
         return [b["token_index"][0][b["token_mask"][0]].tolist() for b in batches]
@@ -124,10 +126,10 @@ def test_crop_options_reach_the_client(sample_store: Path, batches_of: Any) -> N
     )
     try:
         it = iter(ds)
-        expected = [next(it) for _ in range(12)]
+        expected = [next(it) for _ in range(16)]
     finally:
         ds.close()
-    assert [b["position"][0] for b in whole] == [s["position"] for s in expected] == list(range(12))
+    assert [b["position"][0] for b in whole] == [s["position"] for s in expected] == list(range(16))
     assert tokens(whole) == [s["token_index"].tolist() for s in expected]
     assert tokens(whole) != tokens(default)  # the check can fail: whole groups change some crop
 

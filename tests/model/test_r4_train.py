@@ -68,20 +68,25 @@ def test_in_order_runs_of_one_seed_train_on_the_same_batches_whatever_the_worker
 def test_the_line_a_stopped_run_ends_with_continues_it(sample_store: Path, tmp_path: Path) -> None:
     """A run with --crop 16 and --lr 0.002 stopped by Ctrl-C: the "continue with" arguments it
     prints, given to train as they are (the model config comes from the checkpoint), resume it:
-    before, they left out --crop (the resume was refused) and --lr (it went on at the default)."""
-    log, ck, err = tmp_path / "log.json", tmp_path / "ck.pt", tmp_path / "stderr.txt"
+    before, they left out --crop (the resume was refused) and --lr (it went on at the default), and
+    --checkpoint / --checkpoint-every (review R13 s39 L3: the resumed steps were in no checkpoint)."""
+    log, err = tmp_path / "log.json", tmp_path / "stderr.txt"
+    template = tmp_path / "ck_{step}.pt"
     cfg = tmp_path / "tiny.json"
     TINY.to_json(cfg)
     args = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1", "--steps", "100000",
-            "--lr", "0.002", "--checkpoint", str(ck), "--log", str(log), "--model-config", str(cfg)]  # fmt: skip
+            "--lr", "0.002", "--checkpoint", str(template), "--checkpoint-every", "1000", "--log", str(log),
+            "--model-config", str(cfg)]  # fmt: skip
     with err.open("w") as stderr:
         proc = _cli(*args, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO)
         _stop_after(proc, log, 1, signal.SIGINT, err)
     assert proc.returncode == 130, err.read_text()[-3000:]
     last = err.read_text().strip().splitlines()[-1]
     hint = last.partition("continue with ")[2]
-    assert hint.startswith(f"--resume {ck} --steps 100000 "), last
     done = len(_strict_json(log)["steps"])
+    ck = tmp_path / f"ck_{done}.pt"  # the stop's checkpoint
+    assert hint.startswith(f"--resume {ck} --steps 100000 "), last
+    assert f"--checkpoint {shlex.quote(str(template))} --checkpoint-every 1000" in hint, last
     resume = shlex.split(hint)
     resume[resume.index("--steps") + 1] = str(done + 1)  # one more step, not 100000
     run = _train(*resume)
@@ -89,6 +94,7 @@ def test_the_line_a_stopped_run_ends_with_continues_it(sample_store: Path, tmp_p
     doc = _strict_json(log)  # the hint's --log: the resumed run carried the stopped one's steps over
     assert doc["status"] == "completed" and doc["resumed_from"] == str(ck), doc["status"]
     assert len(doc["steps"]) == done + 1 and doc["crop_size"] == 16 and doc["lr"] == 0.002
+    assert (tmp_path / f"ck_{done + 1}.pt").is_file()  # the resumed run's end, checkpointed as before
 
 
 def test_a_service_refusing_no_token_names_the_ways_to_give_one(

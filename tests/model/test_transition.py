@@ -4,13 +4,15 @@ module's fallback for channels the kernels do not take."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels import grid
 from featurecache.model.kernels import transition as tr
-from featurecache.model.modules import Transition
+from featurecache.model.modules import LayerNormLinear, Transition
 from tests.model.util import KERNEL_DEVICE, TOL, assert_fake_layouts_match, naive_layernorm_linear, rel_err
 
 F32, F16 = torch.float32, torch.float16
@@ -167,3 +169,15 @@ def test_module_falls_back_above_256_channels() -> None:
     yr.sum().backward()
     for (name, pf), pr in zip(fused.named_parameters(), ref.parameters(), strict=True):
         assert pf.grad is not None and pr.grad is not None and rel_err(pf.grad, pr.grad) < 1e-4, name
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("make", [lambda f: Transition(16, fused=f), lambda f: LayerNormLinear(16, 8, fused=f)],
+                         ids=["Transition", "LayerNormLinear"])  # fmt: skip
+def test_a_module_names_the_input_whose_channels_are_wrong(make: Any, fused: bool) -> None:
+    # review R13 s39 L2: the message named the LayerNorm weights ("LayerNorm weight/bias must be [12]")
+    # or, unfused, torch's normalized_shape; the input is what is wrong
+    module = make(fused).to(KERNEL_DEVICE)
+    x = torch.randn(3, 12, device=KERNEL_DEVICE)
+    with pytest.raises(KernelShapeError, match=r"x must be \[\.\.\., 16\].*got \(3, 12\)"):
+        module(x)

@@ -66,7 +66,9 @@ def test_distogram_loss_matches_numpy() -> None:
     x = batch["rep_coords"].numpy().astype(np.float64)
     ok = (batch["rep_mask"] & batch["token_mask"]).numpy()
     assert not np.allclose(x, batch["centre_coords"].numpy())  # the two differ in this batch
-    edges = np.linspace(TINY.distogram_min, TINY.distogram_max, TINY.distogram_bins - 1)
+    # AF3's breaks: bins of equal width over [min, max], the outer two open
+    width = (TINY.distogram_max - TINY.distogram_min) / TINY.distogram_bins
+    edges = TINY.distogram_min + width * np.arange(1, TINY.distogram_bins)
     lg = logits.numpy().astype(np.float64)
     total, count = 0.0, 0
     for b in range(2):
@@ -496,3 +498,11 @@ def test_train_cli_checkpoints_and_resumes(sample_store: Path, tmp_path: Path) -
     assert doc["start_step"] == 2 and doc["lr"] == 5e-4
     assert [r["step"] for r in doc["steps"]] == [2]
     assert missing_proc.returncode == 2 and "nope.pt: no such file" in missing_err
+
+
+def test_default_distogram_breaks_are_af3s() -> None:
+    # AF3's distogram head (alphafold3 ``distogram_head.py``): first_break 2.3125, last_break
+    # 21.6875, num_bins 64, i.e. 63 breaks 0.3125 Å apart
+    model = Trunk(ModelConfig(), fused=False)
+    af3 = np.linspace(2.3125, 21.6875, 63)
+    np.testing.assert_allclose(model.distogram.edges.numpy(), af3, rtol=0, atol=1e-6)

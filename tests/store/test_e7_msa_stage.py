@@ -44,8 +44,9 @@ class Stage:
 
 @pytest.fixture(scope="module")
 def stage_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
-    # the premise: 3 is the first stage that records itself; this code merges by stage 5 (E11)
-    assert FIRST_RECORDED_STAGE == "3" and MSA_STAGE_VERSION == "5"
+    # the premise: 3 is the first stage that records itself; this code merges by a later one (6 since
+    # review R11 s39)
+    assert FIRST_RECORDED_STAGE == "3" and int(MSA_STAGE_VERSION) > 3
     tmp = tmp_path_factory.mktemp("e7_stage")
     pdb, msa = tmp / "pdb", tmp / "msa"
     pdb.mkdir()
@@ -99,7 +100,7 @@ def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage)
     _, n_single = _counts(old)
     doc = open_store(old).info()
     assert doc["msa_stages"] == {
-        "this_code": "5",
+        "this_code": MSA_STAGE_VERSION,
         "msas": {"3 or older": 1},
         "msas_single_sequence": n_single,
     }
@@ -110,7 +111,7 @@ def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage)
     warned = [line for line in text.stderr.splitlines() if "MSA stage" in line]
     assert warned == [
         f"warning: {old}: 1 MSA was built by an older MSA stage (1 of a stage 3 or older; this featurecache's "
-        f"is 5): the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
+        f"is {MSA_STAGE_VERSION}): the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
     ], text.stderr
 
     report = verify_report(old)
@@ -153,17 +154,20 @@ def test_the_next_build_rewrites_them_and_the_warning_goes(stage_stores: Stage) 
     from featurecache.store.verify import verify_report
 
     rebuilt = stage_stores.rebuilt
-    # the MSA from files is written again, into a new part that records stage 5 (row and part.json)
+    # the MSA from files is written again, into a new part that records this stage (row and part.json)
     new_parts = sorted(
         {p.name for p in (rebuilt / "parts").glob("m-*")}
         - {p.name for p in (stage_stores.old / "parts").glob("m-*")}
     )
     assert len(new_parts) == 1, new_parts
     own = ipc.open_file(str(rebuilt / "parts" / new_parts[0] / "_index" / "msas.arrow")).read_all()
-    assert own.column("msa_stage").to_pylist() == ["5"] and own.column("n_files").to_pylist()[0] > 0
+    assert (
+        own.column("msa_stage").to_pylist() == [MSA_STAGE_VERSION]
+        and own.column("n_files").to_pylist()[0] > 0
+    )
     assert (
         json.loads((rebuilt / "parts" / new_parts[0] / "_index" / "part.json").read_text())["msa_stage"]
-        == "5"
+        == MSA_STAGE_VERSION
     )
 
     # single-sequence MSAs are never rebuilt: still the old part's rows, no stage recorded, counted apart
@@ -177,17 +181,21 @@ def test_the_next_build_rewrites_them_and_the_warning_goes(stage_stores: Stage) 
     ]
     assert single and all(s is None for s in single), single
     doc = open_store(rebuilt).info()
-    assert doc["msa_stages"] == {"this_code": "5", "msas": {"5": 1}, "msas_single_sequence": len(single)}
+    assert doc["msa_stages"] == {
+        "this_code": MSA_STAGE_VERSION,
+        "msas": {MSA_STAGE_VERSION: 1},
+        "msas_single_sequence": len(single),
+    }
 
     text = _cli("info", str(rebuilt))
     assert text.returncode == 0, text.stderr
-    assert "MSA stage of MSAs │ 1 of stage 5" in " ".join(text.stdout.split()), text.stdout
+    assert f"MSA stage of MSAs │ 1 of stage {MSA_STAGE_VERSION}" in " ".join(text.stdout.split()), text.stdout
     assert "MSA stage" not in text.stderr, text.stderr
     assert not [n for n in verify_report(rebuilt).notes if "MSA stage" in n]
 
 
 def test_a_newer_stage_is_named_too(stage_stores: Stage, tmp_path: Path) -> None:
-    """An MSA merged by a later featurecache's stage (here: the rebuilt part's rows relabelled "6"
+    """An MSA merged by a later featurecache's stage (here: the rebuilt part's rows relabelled one more
     and the index rebuilt from the parts) is another stage: this code's next build rewrites it."""
     from featurecache import open_store
     from featurecache.store.index import rebuild_index, write_table
@@ -195,18 +203,20 @@ def test_a_newer_stage_is_named_too(stage_stores: Stage, tmp_path: Path) -> None
 
     store = tmp_path / "store"
     shutil.copytree(stage_stores.rebuilt, store)
+    newer = str(int(MSA_STAGE_VERSION) + 1)
     for f in (store / "parts").glob("m-*/_index/msas.arrow"):
         t = ipc.open_file(str(f)).read_all()
         if "msa_stage" in t.column_names and t.num_rows:
             i = t.column_names.index("msa_stage")
-            t = t.set_column(i, "msa_stage", pa.array(["6"] * t.num_rows, pa.string()))
+            t = t.set_column(i, "msa_stage", pa.array([newer] * t.num_rows, pa.string()))
             f.unlink()
             write_table(f, t)
     rebuild_index(store, incremental=False)
     opened = open_store(store)
-    assert opened.info()["msa_stages"]["msas"] == {"6": 1}
+    assert opened.info()["msa_stages"]["msas"] == {newer: 1}
     assert msa_stage_notes(opened) == [
-        f"{store}: 1 MSA was built by another MSA stage (1 of stage 6; this featurecache's is 5): the next "
+        f"{store}: 1 MSA was built by another MSA stage (1 of stage {newer}; this featurecache's is "
+        f"{MSA_STAGE_VERSION}): the next "
         f"`featurecache build` of this featurecache with their --msa-dir ({stage_stores.msa}) rewrites them"
     ]
 
@@ -224,7 +234,7 @@ def test_the_training_client_and_serve_say_it_too(
 
     old, rebuilt = stage_stores.old, stage_stores.rebuilt
     line = (
-        f"{old}: 1 MSA was built by an older MSA stage (1 of a stage 3 or older; this featurecache's is 5): "
+        f"{old}: 1 MSA was built by an older MSA stage (1 of a stage 3 or older; this featurecache's is {MSA_STAGE_VERSION}): "
         f"the next `featurecache build` with their --msa-dir ({stage_stores.msa}) rewrites them"
     )
     for store, want in ((old, [line]), (rebuilt, [])):

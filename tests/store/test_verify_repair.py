@@ -446,7 +446,7 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
         # the store and the reference: on the session's 1-worker cluster (tests/clusters.py), which
         # saves a cluster start each; the printed commands below run as printed
         r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1), "--part-size", "1",
-                 "--msa-depth", "16", "--no-progress")  # fmt: skip
+                 "--msa-depth", "16", "--keep-cryst-aids", "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
 
     build(store)
@@ -462,6 +462,7 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
         assert argv[0] == "featurecache", command
         if argv[1] == "build":
             assert argv[argv.index("--msa-depth") + 1] == "16", command
+            assert "--keep-cryst-aids" in argv, command  # an entry's key holds it: without, all rebuilt
         r = _cli(*argv[1:])
         assert r.returncode == 0, (command, r.stdout + r.stderr)
     assert verify_store(store) == []

@@ -10,22 +10,24 @@ from featurecache.const import RESTYPE_INDEX, MolType, decode_atom_name, decode_
 from featurecache.featurize.entry import featurize_bytes
 from featurecache.parse.structure import _parse_structure
 from featurecache.types import Structure
-from tests.conftest import STRUCTURES
+from tests.conftest import STRUCTURES, removed_aids
 
 WATERS = {"HOH", "DOD"}
 
 
-def _featurize(name: str) -> Structure:
-    return featurize_bytes((STRUCTURES / name).read_bytes(), name, name)
+def _featurize(name: str, keep_aids: bool = False) -> Structure:
+    return featurize_bytes((STRUCTURES / name).read_bytes(), name, name, keep_crystallization_aids=keep_aids)
 
 
 def _gemmi_counts(name: str) -> tuple[int, int]:
-    """(polymer residues from the entity sequences, ligand heavy atoms of the first altloc) via gemmi."""
+    """(polymer residues from the entity sequences, ligand heavy atoms of the first altloc) via gemmi;
+    an X-ray structure's crystallization aids (AF3 SI Table 9) left out."""
     st = gemmi.read_structure(str(STRUCTURES / name))
     st.setup_entities()
     st.remove_hydrogens()
     st.remove_alternative_conformations()
     model = st[0]
+    aids = removed_aids(st)
     polymer = 0
     ligand_atoms = 0
     for ch in model:
@@ -34,7 +36,7 @@ def _gemmi_counts(name: str) -> tuple[int, int]:
             if ent is not None and ent.entity_type == gemmi.EntityType.Polymer:
                 polymer += len(ent.full_sequence)
             else:
-                ligand_atoms += sum(len(r) for r in span if r.name not in WATERS)
+                ligand_atoms += sum(len(r) for r in span if r.name not in WATERS and r.name not in aids)
     return polymer, ligand_atoms
 
 
@@ -50,7 +52,9 @@ def test_token_counts_match_gemmi(name: str) -> None:
 
 
 def test_102m_heme_and_sulfate() -> None:
-    s = _featurize("102m.cif")
+    # the sulfate, a crystallization aid of this X-ray structure, is kept only when asked
+    assert "SO4" not in {decode_res_name(t) for t in _featurize("102m.cif").tokens["res_name"]}
+    s = _featurize("102m.cif", keep_aids=True)
     names = [decode_res_name(t) for t in s.tokens["res_name"]]
     assert names.count("HEM") == 43  # heme has 43 heavy atoms (C34 H32 Fe N4 O4 -> 34+1+4+4)
     assert names.count("SO4") == 5

@@ -74,7 +74,7 @@ def _without_atom_line(src: Path, dest: Path, comp: str, auth_seq: str, atom: st
     return dest
 
 
-def _featurize(path: Path, *, bonds: bool = True) -> Structure:
+def _featurize(path: Path, *, bonds: bool = True, keep_aids: bool = False) -> Structure:
     atoms_fn, bonds_fn = component_resolvers(str(CCD))
     return featurize_bytes(
         path.read_bytes(),
@@ -82,6 +82,7 @@ def _featurize(path: Path, *, bonds: bool = True) -> Structure:
         path.name,
         component_atoms=atoms_fn,
         component_bonds=bonds_fn if bonds else None,
+        keep_crystallization_aids=keep_aids,
     )
 
 
@@ -239,9 +240,11 @@ def test_modified_residue_missing_an_atom(tmp_path: Path) -> None:
 
 
 def test_ion_with_missing_atoms_and_bonded_glycan() -> None:
-    """1GBT's sulfates are modelled as S alone: five tokens each. 7DDO's NAGs are bonded to Asn
-    through C1 (LINK records): O1 left, as AF3 drops a bonded glycan's O1."""
-    s = _featurize(STRUCTURES / "1GBT.cif")
+    """1GBT's sulfates are modelled as S alone: five tokens each (crystallization aids of this X-ray
+    structure, kept here with ``keep_crystallization_aids``). 7DDO's NAGs are bonded to Asn through C1
+    (LINK records): O1 left, as AF3 drops a bonded glycan's O1."""
+    assert not _residue_tokens(_featurize(STRUCTURES / "1GBT.cif"), "SO4")  # removed by default
+    s = _featurize(STRUCTURES / "1GBT.cif", keep_aids=True)
     so4 = _residue_tokens(s, "SO4")
     assert so4
     for tokens in so4.values():

@@ -13,7 +13,7 @@ import pytest
 from featurecache.const import RESTYPE_INDEX, MolType, decode_atom_name, decode_res_name
 from featurecache.featurize.entry import featurize_bytes
 from featurecache.types import Structure
-from tests.conftest import CCD, STRUCTURES
+from tests.conftest import CCD, STRUCTURES, removed_aids
 
 #: Corpus files with selenomethionine (1A8O: 4 MSE, 4zey: 3, 5i55: 1) — counted below with gemmi.
 MSE_FILES = ["1A8O.cif", "1A8O.pdb", "4zey.cif", "5i55.cif"]
@@ -56,12 +56,13 @@ def _ligand_heavy_atoms(st: gemmi.Structure) -> int:
     st = st.clone()
     st.remove_hydrogens()
     st.remove_alternative_conformations()
+    aids = removed_aids(st)  # an X-ray structure's crystallization aids (AF3 SI Table 9)
     n = 0
     for ch in st[0]:
         for span in ch.subchains():
             ent = st.get_entity_of(span)
             if ent is None or ent.entity_type != gemmi.EntityType.Polymer:
-                n += sum(len(r) for r in span if r.name not in WATERS)
+                n += sum(len(r) for r in span if r.name not in WATERS and r.name not in aids)
     return n
 
 

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import check_devices
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
@@ -606,7 +607,9 @@ class LayerNormLinearFunction(torch.autograd.Function):
         return layernorm_linear_forward(x, ln_weight, ln_bias, weight, bias, eps, swiglu)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
+    @first_order_only(
+        "layernorm_linear", "layernorm_linear_ref"
+    )  # no double backward: raise rather than drop the term
     def backward(ctx, dy):  # type: ignore[no-untyped-def, override]
         x, ln_weight, ln_bias, weight, bias = ctx.saved_tensors
         dx, dlnw, dlnb, dw, db = layernorm_linear_backward(

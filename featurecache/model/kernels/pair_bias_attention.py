@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import check_devices, dbias_groups, interpreting
 
 log = logging.getLogger(__name__)
@@ -1181,7 +1182,9 @@ class PairBiasAttentionFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
+    @first_order_only(
+        "pair_bias_attention", "pair_bias_attention_ref"
+    )  # no double backward: raise rather than drop the term
     def backward(ctx, dout):  # type: ignore[no-untyped-def, override]
         q, k, v, bias, mask, out, lse, key_mask = ctx.saved_tensors
         # inputs were checked by the forward; dout has out's shape (autograd guarantees it)

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES, check_devices, chunk_rows
 from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
@@ -401,7 +402,7 @@ class TransitionFunction(torch.autograd.Function):
         return transition_forward(x, ln_weight, ln_bias, w1, w2, eps)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
+    @first_order_only("transition", "transition_ref")  # no double backward: raise rather than drop the term
     def backward(ctx, dy):  # type: ignore[no-untyped-def, override]
         x, ln_weight, ln_bias, w1, w2 = ctx.saved_tensors
         return (*transition_backward(dy, x, ln_weight, ln_bias, w1, w2, ctx.eps), None)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from featurecache.errors import KernelShapeError
+from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import check_devices
 from featurecache.model.kernels.pair_bias_attention import (
     SUPPORTED_HEAD_DIMS,
@@ -249,7 +250,9 @@ class TriangleAttentionCoreFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: raise rather than drop the term
+    @first_order_only(
+        "triangle_attention_core", "triangle_attention_core_ref"
+    )  # no double backward: raise rather than drop the term
     def backward(ctx, dout):  # type: ignore[no-untyped-def, override]
         p, out, lse, key_mask = ctx.saved_tensors
         n_heads, head_dim, scale = ctx.meta
