@@ -1195,8 +1195,8 @@ class LookupClient(FeatureReader):
     ) -> MSABlock:
         """:meth:`msa` against the MSA's (depth, length) ``shape``."""
         depth, length = shape
-        r = _local_selection(rows, depth, "rows")  # int64 [n_rows], each in 0..depth-1
-        c = _local_selection(cols, length, "columns")  # int64 [n_cols], each in 0..length-1
+        r = _local_selection(rows, depth, "rows", key)  # int64 [n_rows], each in 0..depth-1
+        c = _local_selection(cols, length, "columns", key)  # int64 [n_cols], each in 0..length-1
         max_rows, max_cols, max_cells = (
             self._limit(f"max_msa_{n}", _NO_LIMIT) for n in ("rows", "cols", "cells")
         )

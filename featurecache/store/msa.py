@@ -483,15 +483,18 @@ def join_msa_columns(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-def _selection(sel: Sequence[int] | slice | np.ndarray | None, n: int, what: str) -> np.ndarray:
-    """Absolute int64 indices of a row/column selection (None = all, slice, or explicit indices)."""
+def _selection(sel: Sequence[int] | slice | np.ndarray | None, n: int, what: str, key: str) -> np.ndarray:
+    """Absolute int64 indices of a row/column selection (None = all, slice, or explicit indices) of
+    the MSA ``key`` (named in the error: a batch job asking many MSAs sees which one)."""
     if sel is None:
         return np.arange(n, dtype=np.int64)
     if isinstance(sel, slice):
         return np.arange(n, dtype=np.int64)[sel]
     idx = np.asarray(sel, dtype=np.int64).reshape(-1)
     if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise InvalidRequest(f"{what} index out of range for {n} {what}: {int(idx.min())}..{int(idx.max())}")
+        raise InvalidRequest(
+            f"MSA {key}: {what} index out of range for its {n} {what}: {int(idx.min())}..{int(idx.max())}"
+        )
     return np.where(idx < 0, idx + n, idx)
 
 
@@ -609,8 +612,8 @@ class MSAReader:
         i = self._index(key)
         depth, length = int(self._nums["depth"][i]), int(self._nums["length"][i])
         part = self._part[i]
-        r = _selection(rows, depth, "rows")
-        c = _selection(cols, length, "columns")
+        r = _selection(rows, depth, "rows", key)
+        c = _selection(cols, length, "columns", key)
         if r.size == 0 or c.size == 0:
             return self._empty(key, r, c, depth, length, part, i)
         r0, r1 = int(r.min()), int(r.max()) + 1

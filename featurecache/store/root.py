@@ -507,6 +507,10 @@ class PartArrays:
             raise StoreError(
                 f"{self._what} {part}/{name}{also} cannot be read ({where}): {type(exc).__name__}: {exc}"
             ) from exc
+        # and again after: zarr reads a shard file deleted while it read as the fill value, so a
+        # store removed under a reader (``rm -rf``) gave zero-filled arrays as data (review R12 s39 H1)
+        for (part, name, _), (_, files) in zip(reads, opened, strict=True):
+            self._check_data_files(part, name, files)
         return [np.asarray(x) for x in got]
 
     def record_dtype(self, part: str, name: str, current: np.dtype) -> np.dtype:

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError, ResponseValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -82,14 +82,31 @@ class StoreRoute(APIRoute):
     the store failing under the reader (after a rebuild zarr raises ``ValueError: cannot reshape``,
     a shard cut short fails to decode): it becomes a :class:`StoreError` naming the request, which
     the StoreError handler answers 503 (retryable; the holder looks at the store again) when the
-    store changed under the reader, else 500. The traceback is logged."""
+    store changed under the reader, else 500. The traceback is logged.
+
+    An answer read without an error is still not sent when the store changed while it was read
+    (:meth:`StoreHolder.current`, one ``stat`` after the read): zarr reads a shard removed under it
+    as zeros, and a store rebuilt or swapped in under the same part names gives another build's
+    rows at the old index's offsets (review R12 s39 H1, H2). It is a 503 the client retries; a
+    streamed answer checks before each entry it sends (:func:`current_only`)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def read_store(request: Request) -> Response:
             try:
-                return await handler(request)
+                response = await handler(request)
+                reader = getattr(request.state, "reader", None)
+                if (
+                    reader is not None
+                    and not isinstance(response, StreamingResponse)
+                    and not _holder(request).current(reader)
+                ):
+                    _holder(request).recheck()
+                    log.warning("the store changed while %s %s read it: answered 503", request.method,
+                                request.url.path)  # fmt: skip
+                    return JSONResponse({"detail": STORE_READ_FAILED}, status_code=503, headers=RETRY_AFTER)
+                return response
             except (
                 FeatureCacheError, HTTPException, RequestValidationError, ResponseValidationError,
                 ClientDisconnect,
@@ -103,6 +120,22 @@ class StoreRoute(APIRoute):
                 ) from exc
 
         return read_store
+
+
+def current_only(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """``pieces`` (each read from the store by the request's reader), each sent only while that reader
+    is still the store's (:meth:`StoreHolder.current`, asked after the piece was read): a store
+    removed, rebuilt or swapped during a streamed batch ends the stream there with an error (the
+    connection is cut: ``LookupClient`` reads the batch's entries again one by one) instead of
+    sending the new build's rows, or zeros, under the ids asked for (review R12 s39 H2)."""
+    holder, reader = _holder(request), getattr(request.state, "reader", None)
+    for piece in pieces:
+        if not holder.current(reader):
+            holder.recheck()
+            raise StoreUnavailable(
+                f"{request.method} {request.url.path}: the store changed while it was streamed"
+            )
+        yield piece
 
 
 def guard_stream(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:

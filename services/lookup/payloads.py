@@ -345,8 +345,8 @@ def msa_slice(
     if shape is None:
         raise NotFound(f"no MSA {key!r} in this store")
     depth, length = shape
-    r = resolve_indices(rows, depth, "rows")
-    c = resolve_indices(cols, length, "cols")
+    r = resolve_indices(rows, depth, f"MSA {key}: rows")
+    c = resolve_indices(cols, length, f"MSA {key}: cols")
     check_limit("max_msa_rows", settings.max_msa_rows, r.size, f"MSA {key} rows")
     check_limit("max_msa_cols", settings.max_msa_cols, c.size, f"MSA {key} columns")
     check_limit(

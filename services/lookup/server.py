@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 #: failure at start-up it reports)
 APP_FACTORY = "services.lookup.server:worker_app"
 
+#: seconds a stopping server lets requests in flight finish (uvicorn's ``timeout_graceful_shutdown``);
+#: deploy/compose.yaml gives the lookup container longer than this before docker's SIGKILL
+GRACEFUL_SHUTDOWN_S = 10
+
 #: the directory (made by ``run_server`` for several workers) where a worker that cannot start
 #: writes why, in a file named by its pid, for ``serve`` to name the reason when it stops
 WORKER_FAILURES_ENV = "_FEATURECACHE_WORKER_FAILURES"
@@ -169,7 +173,7 @@ def run_server(
             os.environ[WORKER_FAILURES_ENV] = failures_dir
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
-        log_config=log_config, access_log=False, timeout_graceful_shutdown=10,
+        log_config=log_config, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )  # fmt: skip
     stopped_by: int | None = None
     try:

@@ -9,7 +9,9 @@ zero-filled arrays read from parts that are gone. So :meth:`StoreHolder.get` com
 
 - every request: the root ``zarr.json`` (one ``stat``). Removing the store, replacing it by a
   rename, and starting a build (which rewrites the root attributes) all change it, so no request
-  reads a store that was taken away from under its reader;
+  reads a store that was taken away from under its reader; and once more after the read
+  (:meth:`StoreHolder.current`): a store swapped *during* a read (a large entry, a streamed batch)
+  is a 503, or a cut stream, not another build's rows under the id asked for;
 - at most every ``check_seconds``: the index directory and every index table (inode, mtime, size;
   ``os.replace`` gives a new inode). An extension only adds parts, so until the check the old
   index still answers correctly, just without the new entries.
@@ -48,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from featurecache.errors import FeatureCacheError, StoreError
-from featurecache.store.layout import INDEX_DIR, TABLES
+from featurecache.store.layout import INDEX_DIR, PARTS_DIR, TABLES
 from featurecache.store.reader import LocalStore, MixedIndexError
 from services.lookup.sizes import size_count
 
@@ -107,6 +109,9 @@ class _Opened:
     #: the index on disk (``root`` / ``index``) is of mixed generations; ``reader`` is the one open
     #: before, kept: why it was not replaced
     torn: str | None = None
+    #: the ``parts`` directory, as last looked at by :meth:`StoreHolder.unchanged` (stamped before
+    #: opening): part directories deleted or added since change it
+    parts: FileStamp = None
 
 
 class StoreHolder:
@@ -123,6 +128,7 @@ class StoreHolder:
         self.retry_seconds = retry_seconds
         self.check_seconds = check_seconds
         self._root_meta = str(path / "zarr.json")
+        self._parts_dir = str(path / PARTS_DIR)
         index = path / INDEX_DIR
         self._index_files = [str(index)] + [str(index / f"{name}.arrow") for name in TABLES]
         self._opened = _Opened(None, None, (), "not opened yet")
@@ -162,14 +168,35 @@ class StoreHolder:
     def unchanged(self, reader: LocalStore | None) -> bool:
         """Whether ``reader`` is the reader open now and the store on disk is still as it was when
         it was opened (every stamp taken afresh). A read that failed on such a reader failed on the
-        data itself (a damaged part), not on a store changing under it: retrying will not help."""
+        data itself (a damaged part), not on a store changing under it: retrying will not help.
+
+        The ``parts`` directory counts from the last look: a store removed part directories first
+        (``rm -rf`` lists ``parts`` before ``zarr.json`` on some file systems) read as a damaged one, a
+        500 the client does not retry (review R12 s39 M1). A change there is answered once as a
+        change (503, retried) and recorded; a part deleted by hand under an unchanged root and
+        index is then damage (500) on the retry, as before."""
         opened = self._opened
-        return (
+        same = (
             reader is not None
             and opened.reader is reader
             and _stamp(self._root_meta) == opened.root
             and self._index_stamps() == opened.index
         )
+        parts = _stamp(self._parts_dir)
+        if parts != opened.parts:
+            with self._lock:
+                if self._opened is opened:
+                    self._opened = replace(opened, parts=parts)
+            return False
+        return same
+
+    def current(self, reader: LocalStore | None) -> bool:
+        """Whether ``reader`` is still the reader open now and the store's root ``zarr.json`` is as
+        when it was opened (one ``stat``): asked *after* a read, so an answer read while the store
+        was removed, rebuilt or swapped (every one rewrites the root) is not sent as data (review
+        R12 s39 H1, H2: zero-filled entries, another build's atoms under the id asked for)."""
+        opened = self._opened
+        return reader is not None and opened.reader is reader and _stamp(self._root_meta) == opened.root
 
     @property
     def error(self) -> str | None:
@@ -207,6 +234,7 @@ class StoreHolder:
         """Open the store as stamped by ``root`` / ``index`` (stamps taken *before* opening, so a
         change while opening shows at the next check) and swap it in."""
         self._last_attempt = time.monotonic()
+        parts = _stamp(self._parts_dir)
         previous = self._opened.reader
         t0 = time.perf_counter()
         reader: LocalStore | None = None
@@ -233,7 +261,7 @@ class StoreHolder:
         # the stamps were taken before opening: an index swapped in meanwhile is read, under the old
         # id, and the next check reopens it under its own (an id never names a newer index than read)
         self._opened = _Opened(
-            reader, root, index, error, index_id(index[1:]) if reader is not None else None
+            reader, root, index, error, index_id(index[1:]) if reader is not None else None, parts=parts
         )
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",

@@ -143,3 +143,28 @@ def test_compose_builds_the_pinned_base_and_runs_an_init() -> None:
             assert service.get("init") is True, f"{compose.name} {name}: no init: true"
             checked += 1
     assert checked >= 4, checked  # scheduler, worker, build (worker image) and lookup
+
+
+def _seconds(duration: str) -> float:
+    """A Compose duration (``20s``, ``2m``, ``1m30s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"([0-9.]+)(ms|us|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def test_compose_lets_the_lookup_server_finish_its_requests_on_stop() -> None:
+    """Review R12 s39 L1: serve lets requests in flight finish for ``GRACEFUL_SHUTDOWN_S`` after
+    SIGTERM, and Docker kills a container 10 s after ``docker stop`` unless ``stop_grace_period``
+    says otherwise (Compose file reference): the lookup server was killed as its own grace ended.
+    The build stops by finishing its part and rebuilding the index: it gets longer still."""
+    import yaml
+
+    from services.lookup.server import GRACEFUL_SHUTDOWN_S
+
+    docker_default = 10.0
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    lookup = _seconds(services["lookup"].get("stop_grace_period", f"{docker_default:g}s"))
+    assert lookup > GRACEFUL_SHUTDOWN_S, (lookup, GRACEFUL_SHUTDOWN_S)
+    build = _seconds(services["build"].get("stop_grace_period", f"{docker_default:g}s"))
+    assert build > docker_default, build

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
-from services.lookup.handlers import StoreRoute, guard_stream
+from services.lookup.handlers import StoreRoute, current_only, guard_stream
 from services.lookup.listing import list_entries, make_query
 from services.lookup.middleware import is_head
 from services.lookup.params import MAX_INDEX, check_limit, check_name, parse_arrays
@@ -126,8 +126,9 @@ def batch(
     sel = parse_arrays(body.arrays)
     size = estimate_entry_bytes(reader, body.ids, sel)  # every id is checked here, before streaming
     check_limit("max_response_bytes", settings.max_response_bytes, size, f"batch of {len(body.ids)} entries")
-    stream = entries_stream(reader, body.ids, sel)
-    # the schema and the first entry before the status goes out: a store that cannot be read is a 503
+    stream = current_only(request, entries_stream(reader, body.ids, sel))
+    # the schema and the first entry before the status goes out: a store that cannot be read, or
+    # that changed while they were read, is a 503
     head = [next(stream), next(stream)]
     metrics.ENTRIES.inc(len(body.ids))
     return StreamingResponse(
