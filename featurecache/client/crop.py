@@ -100,7 +100,10 @@ DEFAULT_MAX_ATOMS: int | None = None
 #: centre of another chain.
 INTERFACE_CUTOFF = 15.0
 _TIE_BREAK = 1e-3  # Å per token index (AF-Multimer)
-_BLOCK = 2048  # rows of a distance block (bounds memory of interface detection)
+#: Å added to the k-d tree's search radius in interface detection, whose candidate pairs are then
+#: tested exactly (float64 squared distance < cutoff²): the tree's own float rounding at the
+#: boundary never decides which tokens count
+_KD_SLACK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -641,25 +644,26 @@ def interface_tokens(inp: CropInput, chains: Sequence[int], cutoff: float = INTE
 def _near_pairs(
     xyz: np.ndarray, a: np.ndarray, b: np.ndarray, cutoff: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Masks over ``a`` and over ``b``: has a partner in the other set within ``cutoff``."""
+    """Masks over ``a`` and over ``b``: has a partner in the other set within ``cutoff``.
+
+    The candidate pairs come from k-d trees (scipy's ``cKDTree``, memory ∝ the pairs within the
+    cutoff) and are decided by the exact test ``‖x_a − x_b‖² < cutoff²`` in float64. A dense
+    ``[rows, |b|, 3]`` comparison made a spatial-interface crop of a large chain in a large entry
+    (1ffk's 23S rRNA, 2,922 tokens against 3,906) take 0.7–1.4 s and ~230 MiB in every loader
+    thread at once (review R14 s40)."""
+    from scipy.spatial import cKDTree
+
     near_a = np.zeros(a.size, dtype=bool)
     near_b = np.zeros(b.size, dtype=bool)
     if a.size == 0 or b.size == 0:
         return near_a, near_b
     pa = xyz[a].astype(np.float64)
     pb = xyz[b].astype(np.float64)
-    # Cheap prefilter: only tokens inside the other set's box grown by the cutoff can be near.
-    in_a = np.all((pa >= pb.min(0) - cutoff) & (pa <= pb.max(0) + cutoff), axis=1)
-    in_b = np.all((pb >= pa.min(0) - cutoff) & (pb <= pa.max(0) + cutoff), axis=1)
-    ia, ib = np.flatnonzero(in_a), np.flatnonzero(in_b)
-    c2 = cutoff * cutoff
-    for s in range(0, ia.size, _BLOCK):
-        rows = ia[s : s + _BLOCK]
-        d2 = ((pa[rows, None, :] - pb[None, ib, :]) ** 2).sum(-1) if ib.size else np.zeros((rows.size, 0))
-        hit = d2 < c2
-        near_a[rows] = hit.any(1)
-        if ib.size:
-            near_b[ib] |= hit.any(0)
+    pairs = cKDTree(pa).sparse_distance_matrix(cKDTree(pb), cutoff + _KD_SLACK, output_type="ndarray")
+    i, j = pairs["i"].astype(np.int64), pairs["j"].astype(np.int64)
+    hit = ((pa[i] - pb[j]) ** 2).sum(-1) < cutoff * cutoff
+    near_a[i[hit]] = True
+    near_b[j[hit]] = True
     return near_a, near_b
 
 
