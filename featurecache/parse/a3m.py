@@ -59,6 +59,8 @@ _BLANKS = str.maketrans("", "", " \t")
 #: What an a3m row may hold: residue letters (upper case: match columns; lower case: insertions),
 #: ``-`` (a gap in a match column) and ``.`` (an insert-state gap).
 A3M_CHARACTERS = frozenset(string.ascii_letters + "-.")
+#: The same as bytes, deleted to find a character outside them (one C pass over every row).
+A3M_BYTES = (string.ascii_letters + "-.").encode("ascii")
 #: The line breaks of ``str.splitlines`` (how the parser cuts lines, and numbers them in messages).
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 #: A NUL after a character that does not end a line (or another NUL): a NUL inside a line.
@@ -212,6 +214,8 @@ _PSEUDO_FIRST_BYTES = np.array(
     sorted({n[0] for n in _PSEUDO_ROW_BYTES} | {ord(" "), ord("\t")}), dtype=np.uint8
 )
 _GT, _LF = ord(">"), ord("\n")
+#: Bytes a sequence line may hold (:data:`A3M_CHARACTERS`, blanks, its line break).
+_SEQUENCE_BYTES = A3M_BYTES + b" \t\n"
 
 
 class _Unsure:
@@ -326,6 +330,11 @@ def _block_query(block: bytes) -> str | _Unsure | None:
         kept[k] = not _is_pseudo(body[heads[k] + 1 : ends[k]].partition(b"\n")[0])
     if not kept.any():
         return None
+    breaks_all = np.flatnonzero(text == _LF)
+    header_break = np.append(breaks_all, len(body))[np.searchsorted(breaks_all, heads)].tolist()
+    rows_bytes = b"".join(body[header_break[k] : ends[k]] for k in np.flatnonzero(kept).tolist())
+    if rows_bytes.translate(None, _SEQUENCE_BYTES):
+        return _UNSURE  # a character outside the alphabet in a row: the parser's error names it
     # the same records less insertions, insert gaps and blanks ('>' and line breaks all stay)
     counted = np.frombuffer(body.translate(None, _NOT_MATCH), dtype=np.uint8)
     starts = np.flatnonzero(counted == _GT)
@@ -357,14 +366,19 @@ def n_match(row: str) -> int:
 
 
 def _first_bad_row(rows: list[str]) -> int | None:
-    """The first row (0: the query) that is not ASCII or whose match columns are not the query's;
-    0 also for a query with no sequence line (its hits then hold insertions only)."""
+    """The first row (0: the query) that is not ASCII, whose match columns are not the query's, or
+    that holds a character outside :data:`A3M_CHARACTERS`; 0 also for a query with no sequence line
+    (its hits then hold insertions only). A row of the right width with a ``~`` (a GCG gap) or a
+    digit was stored before with those positions as unknown residues, profile included (review R15
+    s40 #1)."""
     if not rows[0]:
         return 0
     length = n_match(rows[0])
     for i, row in enumerate(rows):
         if not row.isascii() or n_match(row) != length:
             return i
+    if "".join(rows).encode("ascii").translate(None, A3M_BYTES):
+        return next(i for i, row in enumerate(rows) if row.encode("ascii").translate(None, A3M_BYTES))
     return None
 
 

@@ -22,7 +22,14 @@ import re
 from dataclasses import dataclass, field
 
 from featurecache.errors import MSAError
-from featurecache.parse.a3m import decompress_msa, find_query, read_msa_text, to_a3m_rows
+from featurecache.parse.a3m import (
+    A3M_BYTES,
+    A3M_CHARACTERS,
+    decompress_msa,
+    find_query,
+    read_msa_text,
+    to_a3m_rows,
+)
 from featurecache.types import ParsedMSA
 
 #: Row names of PDB seqres entries as hmmsearch writes them (``1psm_A/1-38``).
@@ -185,12 +192,14 @@ class _Record:
         self.seen = False
         self.seqs: dict[str, list[str]] = {}
         self.last_line: dict[str, int] = {}  # name -> the line its last piece was on
+        self.lines: dict[str, list[int]] = {}  # name -> the line of each of its pieces
         self.desc: dict[str, str] = {}
         self.gf: dict[str, list[str]] = {}
         self.gc: dict[str, list[str]] = {}
 
     def add(self, name: str, piece: str, lineno: int) -> None:
         self.seqs.setdefault(name, []).append(piece)
+        self.lines.setdefault(name, []).append(lineno)
         self.last_line[name] = lineno
 
     def annotation(self, line: str) -> None:
@@ -213,6 +222,7 @@ class _Record:
         aligned = tuple("".join(p) for p in self.seqs.values())
         if aligned and not unchecked:
             self._check_widths(names, aligned, block, end, terminated)
+            self._check_alphabet(names, aligned, block)
         return StockholmAlignment(
             names=names,
             aligned=aligned,
@@ -221,6 +231,31 @@ class _Record:
             column_annotations={k: "".join(v) for k, v in self.gc.items()},
             block=block,
         )
+
+    def _check_alphabet(self, names: tuple[str, ...], aligned: tuple[str, ...], block: int) -> None:
+        """Raise :class:`MSAError` for a character that is no residue letter, ``-`` or ``.``, naming
+        its sequence, line and column: such a character (``~``, a digit) was stored as an unknown
+        residue, in the profile too (review R15 s40 #1)."""
+        if all(row.isascii() for row in aligned) and not "".join(aligned).encode("ascii").translate(
+            None, A3M_BYTES
+        ):
+            return
+        for k, row in enumerate(aligned):
+            odd = [j for j, c in enumerate(row) if c not in A3M_CHARACTERS]
+            if not odd:
+                continue
+            name, j = names[k], odd[0]
+            pieces, piece = self.seqs[name], 0
+            while j >= len(pieces[piece]):  # the piece, so the line, the character is on
+                j -= len(pieces[piece])
+                piece += 1
+            lineno = self.lines[name][piece]
+            kinds = "".join(dict.fromkeys(row[i] for i in odd))
+            more = f"; {len(odd)} such characters in it: {kinds[:20]!r}" if len(odd) > 1 else ""
+            raise MSAError(
+                f"line {lineno}{_of_alignment(block)}: sequence {name!r} holds {row[odd[0]]!r} at column "
+                f"{j + 1} of its aligned piece, not a residue letter, '-' or '.'{more}"
+            )
 
     def _check_widths(
         self, names: tuple[str, ...], aligned: tuple[str, ...], block: int, end: int, terminated: bool

@@ -418,3 +418,24 @@ def test_a_lower_case_query_is_named(tmp_path: Path) -> None:
     message = _error(_damaged(tmp_path, edit))
     assert message.startswith("the query (row 0, header line 1 '>query') is all lower case: ")
     assert "so it has no match column, while row 1 has 38" in message
+
+
+def test_a_row_of_the_right_width_with_characters_outside_the_alphabet_is_an_error(tmp_path: Path) -> None:
+    """Review R15 s40 #1: a row as wide as the query whose residues are written '~' (a GCG/MSF gap)
+    or digits has the query's match columns, so only the count was checked: those positions were
+    stored as unknown residues, in the profile too, with no failure and exit status 0. The
+    alphabet is the a3m format's (residue letters, '-', '.'), so these are errors naming them."""
+
+    def edit(lines: list[str]) -> None:  # row 2's only sequence line (line 6): same width, '~' and '7'
+        lines[5] = "~~~~" + lines[5][4:10] + "77" + lines[5][12:]
+
+    path = _damaged(tmp_path, edit)
+    header = REAL_1PSM.read_text().splitlines()[4][1:].split()[0]
+    with pytest.raises(MSAError) as err:
+        parse_a3m(path)
+    message = str(err.value)
+    assert message.startswith(f"row 2 (the query is row 0; header line 5 '>{header}'): "), message
+    assert "'~' at line 6, column 1 is not an a3m character" in message
+    assert "6 such characters: '~7'" in message
+    assert "match columns" not in message.split(":", 1)[1].split("(a residue")[0]  # the widths agree
+    parse_a3m(REAL_1PSM)  # the file it was made from reads

@@ -95,6 +95,18 @@ def test_ragged_rows_raise() -> None:
         _parse_sto("# STOCKHOLM 1.0\nq AC DE\n//\n")
 
 
+def test_characters_outside_the_alphabet_raise_naming_their_line() -> None:
+    """Review R15 s40 #1: a sequence as wide as the others holding '~' (a GCG/MSF gap) or a digit
+    was stored with those positions as unknown residues, profile included, and no failure."""
+    two_blocks = "# STOCKHOLM 1.0\nq  AC\nh1 AC\n\nq  DEFG\nh1 D-F3\n//\n"
+    with pytest.raises(MSAError) as err:
+        _parse_sto(two_blocks)
+    assert str(err.value).startswith("line 6: sequence 'h1' holds '3' at column 4 of its aligned piece")
+    with pytest.raises(MSAError, match=r"line 3: sequence 'h1' holds '~'.*2 such characters in it: '~'"):
+        _parse_sto("# STOCKHOLM 1.0\nq  ACDE\nh1 A~D~\n//\n")
+    assert _parse_sto("# STOCKHOLM 1.0\nq  ACDE\nh1 A-.e\n//\n")[0].aligned == ("ACDE", "A-.e")
+
+
 REAL_STO = sorted(p for p in MSAS.rglob("*") if p.is_file() and ".sto" in p.name)
 
 
