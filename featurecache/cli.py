@@ -143,6 +143,7 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")
 
 @app.command()
 def build(
+    ctx: typer.Context,
     pdb_dir: Annotated[
         Path,
         typer.Option(
@@ -169,6 +170,14 @@ def build(
         Path | None,
         typer.Option("--ccd", help="components.cif[.gz] or a directory of per-component CIF files."),
     ] = None,
+    no_ccd: Annotated[
+        bool,
+        typer.Option(
+            "--no-ccd",
+            help="Build without CCD definitions over a store built with --ccd (its entries with a ligand or a "
+            "modified residue are rebuilt without them). Without --ccd or --no-ccd such a build is refused (exit 2).",
+        ),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -198,7 +207,7 @@ def build(
     keep_crystallization_aids: Annotated[
         bool,
         typer.Option(
-            "--keep-cryst-aids",
+            "--keep-cryst-aids/--drop-cryst-aids",
             help="Keep the crystallization aids of X-ray structures (SO4, GOL, EDO, PO4, ACT, PEG, DMS, TRS, PGE, "
             "PG4, FMT, EPE, MPD, MES, CD, IOD), which are removed by default as AF3 removes them from its training "
             "structures (supplement 2.5.4, Table 9). Part of every entry's key: changing it rebuilds the entries.",
@@ -222,6 +231,10 @@ def build(
     Re-running over the same inputs recomputes nothing; new files are added; a killed build resumes where it \
 stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
 
+    A store records the settings it was built with: a build that leaves out one of them (--ccd, --msa-depth, \
+--keep-cryst-aids, --conformer-timeout) is refused (exit 2, naming it) instead of rebuilding its entries at \
+the default; give the setting to keep it, or the new value to change it.
+
     Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one), \
 or stored entries were lost with a part deleted by hand (no input gives them; recorded as removed); \
 2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
@@ -231,6 +244,7 @@ parts kept).
     _setup_logging(verbose)
     if dashboard is None:
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
+    _refuse_settings_left_out(ctx, out, ccd, no_ccd)
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
         from featurecache.build.config import BuildConfig
         from featurecache.build.run import run_build
@@ -259,6 +273,29 @@ parts kept).
     render_summary(summary)
     failed_or_lost = summary.n_failed or summary.n_failed_earlier or summary.entries_lost
     raise typer.Exit(EXIT_INPUT_FAILURES if failed_or_lost else EXIT_OK)
+
+
+def _refuse_settings_left_out(ctx: typer.Context, out: Path, ccd: Path | None, no_ccd: bool) -> None:
+    """Exit 2 (nothing written) when ``--ccd`` and ``--no-ccd`` are both given, or when the store at
+    ``out`` records a build setting this command line leaves out (:func:`settings_left_out`)."""
+    from featurecache.build.config import settings_left_out
+
+    if ccd is not None and no_ccd:
+        typer.secho(
+            "error: --ccd and --no-ccd contradict each other: give one", fg=typer.colors.RED, err=True
+        )
+        raise typer.Exit(EXIT_USAGE)
+    flags = {"ccd": "--ccd", "no_ccd": "--no-ccd", "msa_depth": "--msa-depth",
+             "conformer_timeout": "--conformer-timeout", "keep_crystallization_aids": "--keep-cryst-aids"}  # fmt: skip
+    given = {
+        flag for name, flag in flags.items()
+        if (source := ctx.get_parameter_source(name)) is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    }  # fmt: skip
+    left = settings_left_out(out, given)
+    if left:
+        typer.secho(f"error: {out} records build settings this command leaves out, which would rebuild its entries "
+                    f"at the defaults; nothing was written: {'; '.join(left)}", fg=typer.colors.RED, err=True)  # fmt: skip
+        raise typer.Exit(EXIT_USAGE)
 
 
 #: seconds an interrupted build's process may take to exit after its last line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP, FEATURIZER_VERSION
 
@@ -28,3 +29,44 @@ class BuildConfig:
     def entry_config_hash(self, ccd_fingerprint: str = "") -> str:
         doc = {**self.feature_dict(), "ccd": ccd_fingerprint}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def settings_left_out(store: Path, given: set[str]) -> list[str]:
+    """The settings ``store`` records from its builds that this build leaves out (``given``: the
+    options given on its command line, by flag), each as the line saying how to keep or change it.
+
+    A build without an option builds at its default: over a store built with ``--ccd`` (or
+    ``--msa-depth 64``, ``--keep-cryst-aids``, another ``--conformer-timeout``) that rebuilt every
+    entry or MSA under other settings, silently, for hours on a large store, and the new entries
+    replaced the served ones (review R15 s40 #2). Nothing for a store not built yet, or built at the
+    defaults."""
+    from featurecache.store.info import recorded_build_inputs
+
+    try:
+        attrs = json.loads((Path(store) / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError):
+        return []
+    config = attrs.get("config") if isinstance(attrs, dict) else None
+    if not isinstance(config, dict):
+        return []
+    defaults = BuildConfig()
+    out: list[str] = []
+    depth = config.get("msa_depth_cap", defaults.msa_depth_cap)
+    if "--msa-depth" not in given and depth != defaults.msa_depth_cap:
+        out.append(f"its MSAs were built with --msa-depth {depth}: give --msa-depth {depth} to keep them "
+                   f"(--msa-depth {defaults.msa_depth_cap}, or another, rebuilds them at that depth)")  # fmt: skip
+    timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
+    if "--conformer-timeout" not in given and timeout != defaults.conformer_timeout_s:
+        out.append(f"it was built with --conformer-timeout {timeout:g}: give --conformer-timeout {timeout:g} to "
+                   f"keep its conformers (--conformer-timeout {defaults.conformer_timeout_s:g}, or another, "
+                   "changes it)")  # fmt: skip
+    if "--keep-cryst-aids" not in given and config.get("keep_crystallization_aids") is True:
+        out.append("it was built with --keep-cryst-aids: give --keep-cryst-aids to keep its entries "
+                   "(--drop-cryst-aids rebuilds every X-ray entry without them)")  # fmt: skip
+    if "--ccd" not in given and "--no-ccd" not in given:
+        recorded = recorded_build_inputs(attrs)
+        if recorded["ccd"] is not None:
+            out.append(f"it was built with --ccd {recorded['ccd']['path']}: give --ccd to keep its entries "
+                       "(--no-ccd rebuilds every entry with a ligand or modified residue without CCD "
+                       "definitions)")  # fmt: skip
+    return out

@@ -51,7 +51,7 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import gemmi
@@ -143,6 +143,25 @@ class _Chain:
     residues: list[_Residue] = field(default_factory=list)
 
 
+#: Å: a coordinate beyond ±this is no molecule's (PDB files cannot write past 9999.999; a virus
+#: capsid spans ~1e3). 1e300 is finite as a float64 and passed the parse's check, then became inf in
+#: float32 and failed at featurize with scipy's "data must be finite", naming no atom (review R15 s40 #5)
+MAX_COORDINATE = 1e6
+
+
+def _far_atom(chains: Sequence[_Chain]) -> str:
+    """The first atom of ``chains`` with a coordinate beyond :data:`MAX_COORDINATE`, named."""
+    for ch in chains:
+        for res in ch.residues:
+            for a in res.atoms:
+                if max(abs(c) for c in a.coords) > MAX_COORDINATE:
+                    where = f"{res.auth[1]}{res.auth[2]}" if res.auth else f"#{res.residue_index}"
+                    chain = res.auth[0] if res.auth else ch.auth_id
+                    return (f"coordinates {a.coords} beyond ±{MAX_COORDINATE:g} Å for atom {a.name} of residue "
+                            f"{res.name} {where} in chain {chain}: not a molecule's coordinates")  # fmt: skip
+    return f"a coordinate beyond ±{MAX_COORDINATE:g} Å"  # pragma: no cover - the caller found one
+
+
 @dataclass(frozen=True)
 class Tokenized:
     atoms: np.ndarray  # Atom[n_atoms]
@@ -190,6 +209,11 @@ def tokenize(
     if not chains or not any(r.atoms for c in chains for r in c.residues):
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
+    if not any(a.present for c in chains for r in c.residues for a in r.atoms):
+        # residues whose every atom is unresolved (a file of hydrogens only): an entry of tokens with no
+        # coordinates, sampled and cropped with nothing to learn from (review R15 s40 #6)
+        raise EmptyStructureError("no resolved heavy atom after removing waters and hydrogens: the file's residues "
+                                  "have no coordinates to learn from", stage="tokenize")  # fmt: skip
     return _assemble(chains, warnings)
 
 
@@ -947,7 +971,10 @@ def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
         )
     atoms = np.zeros(ai, dtype=Atom)
     if ai:
-        atoms["coords"] = np.asarray(a_coords, dtype=np.float32)
+        coords = np.asarray(a_coords, dtype=np.float64)
+        if np.abs(coords).max() > MAX_COORDINATE:
+            raise TokenizeError(_far_atom(chains), stage="tokenize")
+        atoms["coords"] = coords.astype(np.float32)
         atoms["is_present"] = a_present
         atoms["element"] = a_element
         atoms["charge"] = a_charge

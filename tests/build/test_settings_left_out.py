@@ -1,0 +1,67 @@
+"""A build that leaves out a setting its store records is refused (review R15 s40 #2).
+
+Before, re-running `featurecache build` over a store built with ``--ccd`` (or ``--msa-depth 16``,
+``--keep-cryst-aids``) but without that option rebuilt every entry or MSA at the default, replacing
+the served ones, with exit status 0 and only a generic "no --ccd" warning: on a PDB-scale store an
+hours-long, downgrading rebuild from a forgotten flag. Now it is a usage error (exit 2) naming each
+setting left out, and nothing is written; given, the same settings rebuild nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import featurecache
+from tests.clusters import scheduler_args
+from tests.conftest import SAMPLES
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+
+
+def _digest(store: Path) -> str:
+    """Every file of the store (root metadata, index, parts), by path and bytes."""
+    h = hashlib.sha256()
+    for p in sorted(store.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(store)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_a_build_leaving_out_recorded_settings_is_refused(tmp_path: Path) -> None:
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)  # heme (a CCD component) and SO4 (an aid)
+    store = tmp_path / "store"
+    base = ["build", "--pdb-dir", pdb, "--msa-dir", SAMPLES / "msas", "--out", store, *scheduler_args(1),
+            "--no-progress"]  # fmt: skip
+    settings = ["--ccd", SAMPLES / "ccd", "--msa-depth", "16", "--keep-cryst-aids"]
+    first = _cli(*base, *settings)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _digest(store)
+    keys = featurecache.open_store(store).entries.column("key").to_pylist()
+
+    left_out = _cli(*base)
+    assert left_out.returncode == 2, left_out.stdout + left_out.stderr
+    err = left_out.stderr
+    assert f"{store} records build settings this command leaves out" in err, err
+    assert f"--ccd {SAMPLES / 'ccd'}" in err and "--msa-depth 16" in err and "--keep-cryst-aids" in err, err
+    assert "nothing was written" in err
+    assert _digest(store) == before
+
+    # one left out is enough, and it alone is named
+    one = _cli(*base, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids")
+    assert one.returncode == 2 and "--msa-depth 16" in one.stderr and "--ccd" not in one.stderr, one.stderr
+    both = _cli(*base, *settings, "--no-ccd")
+    assert both.returncode == 2 and "--ccd and --no-ccd" in both.stderr, both.stderr
+    assert _digest(store) == before
+
+    again = _cli(*base, *settings)  # the recorded settings given: nothing to rebuild
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert featurecache.open_store(store).entries.column("key").to_pylist() == keys
