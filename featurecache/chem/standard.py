@@ -28,7 +28,9 @@ STANDARD_CCD_FILE = "standard_components.cif"
 def standard_components() -> dict[str, ComponentDef]:
     """Code → packaged CCD definition of every standard residue (29 codes)."""
     text = resources.files("featurecache.chem").joinpath("data", STANDARD_CCD_FILE).read_text("utf-8")
-    return {code: _parse_component(block) for code, block in _iter_blocks(text.splitlines(True), None)}
+    return {
+        code: _parse_component(block, line) for code, block, line in _iter_blocks(text.splitlines(True), None)
+    }
 
 
 def standard_component(code: str) -> ComponentDef | None:

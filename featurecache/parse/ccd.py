@@ -209,14 +209,15 @@ class _NoAtoms(ParseError):
 _GEMMI_STRING_POS = re.compile(r"^string:(\d+)(?::\d+)?(?:\(\d+\))?:\s*")
 
 
-def _parse_component(text: str) -> ComponentDef:
-    """Parse one CCD block (``data_<CODE>`` …) from its text."""
+def _parse_component(text: str, first_line: int = 1) -> ComponentDef:
+    """Parse one CCD block (``data_<CODE>`` …) from its text, which starts on the file's line
+    ``first_line`` (a ``components.cif`` block's error names the file's line: review R15 s40 #7)."""
     try:
         doc = gemmi.cif.read_string(text)
     except (RuntimeError, ValueError) as exc:
-        # "line N" of the block (of the file, for a CCD directory's file), not gemmi's "string:N"
-        reason = _GEMMI_STRING_POS.sub(lambda m: f"line {m.group(1)}: ", str(exc))
-        hint = loop_error_hint(text, str(exc))  # gemmi names the loop's header, not the bad row
+        # "line N" of the file, not gemmi's "string:N" (a line of the block)
+        reason = _GEMMI_STRING_POS.sub(lambda m: f"line {int(m.group(1)) + first_line - 1}: ", str(exc))
+        hint = loop_error_hint(text, str(exc), first_line)  # gemmi names the loop's header, not the bad row
         raise ParseError(
             f"CCD block does not parse: {reason}" + (f"; {hint}" if hint else ""), stage="ccd"
         ) from exc
@@ -281,20 +282,22 @@ def parse_component_file(path: str | os.PathLike[str]) -> ComponentDef:
     return comp
 
 
-def _iter_blocks(lines: Iterable[str], wanted: set[str] | None) -> Iterator[tuple[str, str]]:
-    """Yield ``(code, block_text)`` for each ``data_`` block (only codes in ``wanted`` if given)."""
+def _iter_blocks(lines: Iterable[str], wanted: set[str] | None) -> Iterator[tuple[str, str, int]]:
+    """Yield ``(code, block_text, first_line)`` for each ``data_`` block (only codes in ``wanted`` if
+    given); ``first_line``: the line of its ``data_`` line in ``lines`` (from 1)."""
     code: str | None = None
     buf: list[str] = []
-    for line in lines:
+    start = 0
+    for number, line in enumerate(lines, 1):
         if line.startswith("data_"):
             if code is not None and (wanted is None or code in wanted):
-                yield code, "".join(buf)
-            code = line[5:].strip()
+                yield code, "".join(buf), start
+            code, start = line[5:].strip(), number
             buf = [line]
         elif code is not None and (wanted is None or code in wanted):
             buf.append(line)
     if code is not None and (wanted is None or code in wanted):
-        yield code, "".join(buf)
+        yield code, "".join(buf), start
 
 
 def read_components(
@@ -313,24 +316,24 @@ def read_components(
 
 
 def _scan_components(
-    p: Path, wanted: set[str] | None, blocks: dict[str, bytes] | None = None
+    p: Path, wanted: set[str] | None, blocks: dict[str, tuple[int, bytes]] | None = None
 ) -> tuple[dict[str, ComponentDef], dict[str, CCDError]]:
     """The definitions of ``wanted`` (every block: None) in the CCD file ``p``, and a
     :class:`CCDError` per wanted code whose block does not parse. Blocks without atoms are in
     neither (the CCD does not define those codes). Raises :class:`CCDError` when ``p`` cannot be
-    read to its end. ``blocks``: filled with every block's text, zlib-compressed, by code (a later
+    read to its end. ``blocks``: filled with every block's first line and text, zlib-compressed, by code (a later
     block of a code replaces an earlier one), so later codes need no further pass (:class:`CCD`)."""
     opener = gzip.open if p.suffix == ".gz" else open
     out: dict[str, ComponentDef] = {}
     broken: dict[str, CCDError] = {}
     try:
         with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            for code, text in _iter_blocks(fh, wanted if blocks is None else None):
+            for code, text, first_line in _iter_blocks(fh, wanted if blocks is None else None):
                 if blocks is not None:
-                    blocks[code] = zlib.compress(text.encode(), 1)
+                    blocks[code] = (first_line, zlib.compress(text.encode(), 1))
                     if wanted is not None and code not in wanted:
                         continue
-                _parse_into(out, broken, p, code, text)
+                _parse_into(out, broken, p, code, text, first_line)
     except _READ_ERRORS as exc:
         if blocks is not None:
             blocks.clear()
@@ -341,12 +344,12 @@ def _scan_components(
 
 
 def _parse_into(
-    out: dict[str, ComponentDef], broken: dict[str, CCDError], p: Path, code: str, text: str
+    out: dict[str, ComponentDef], broken: dict[str, CCDError], p: Path, code: str, text: str, first_line: int
 ) -> None:
-    """Parse one block of the CCD file ``p`` into ``out`` (or ``broken``); a block without atoms
-    into neither."""
+    """Parse one block of the CCD file ``p`` (starting on its line ``first_line``) into ``out`` (or
+    ``broken``); a block without atoms into neither."""
     try:
-        out[code] = _parse_component(text)
+        out[code] = _parse_component(text, first_line)
     except _NoAtoms:
         return
     except ParseError as exc:
@@ -440,10 +443,10 @@ def _check_ccd_file(p: Path, enough: int) -> tuple[int, str]:
     found, n_blocks, first_error = 0, 0, ""
     try:
         with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            for code, text in _iter_blocks(_bounded_lines(fh, CHECK_MAX_CHARS), None):
+            for code, text, first_line in _iter_blocks(_bounded_lines(fh, CHECK_MAX_CHARS), None):
                 n_blocks += 1
                 try:
-                    comp = _parse_component(text)
+                    comp = _parse_component(text, first_line)
                 except ParseError as exc:
                     first_error = first_error or f"block data_{code}: {exc}"
                     continue
@@ -481,7 +484,7 @@ class CCD:
         #: worker asks for a few new codes per structure, and each pass over a 75 MB
         #: ``components.cif.gz`` costs 3-4 s (a pass per new code made a PDB-sized build take
         #: hours per worker); ~1/3 of the text in memory (130 MB for 400 MB of text)
-        self._blocks: dict[str, bytes] | None = None
+        self._blocks: dict[str, tuple[int, bytes]] | None = None
         self._passes = 0
 
     @property
@@ -520,7 +523,7 @@ class CCD:
             elif self._blocks is None:
                 # the first pass keeps only what it was asked for (a chem stage asks once for every
                 # code it needs); a second pass keeps every block, so there is no third
-                blocks: dict[str, bytes] | None = {} if self._passes else None
+                blocks: dict[str, tuple[int, bytes]] | None = {} if self._passes else None
                 self._passes += 1
                 try:
                     found, broken = _scan_components(self.path, set(missing), blocks)
@@ -534,8 +537,9 @@ class CCD:
             else:
                 found, broken = {}, {}
                 for c in missing:
-                    if (text := self._blocks.get(c)) is not None:
-                        _parse_into(found, broken, self.path, c, zlib.decompress(text).decode())
+                    if (block := self._blocks.get(c)) is not None:
+                        first_line, text = block
+                        _parse_into(found, broken, self.path, c, zlib.decompress(text).decode(), first_line)
                 self._broken.update(broken)
                 for c in missing:
                     self._cache[c] = found.get(c)

@@ -121,9 +121,17 @@ def _records(text: str, pos: int, number: int, skip: int) -> Iterator[_Values]:
             yield _Values(k, len(tokens), k)
 
 
-def loop_error_hint(text: str, reason: str) -> str | None:
+def loop_error_hint(text: str, reason: str, first_line: int = 1) -> str | None:
     """Where the values of the loop gemmi's ``reason`` names go wrong in ``text`` (the CIF it
-    read), or None when ``reason`` is another error or nothing can be said for sure."""
+    read, starting on its file's line ``first_line``: the lines named are the file's), or None when
+    ``reason`` is another error or nothing can be said for sure."""
+    hint = _loop_error_hint(text, reason)
+    if hint is None or first_line == 1:
+        return hint
+    return re.sub(r"\bline (\d+)", lambda m: f"line {int(m.group(1)) + first_line - 1}", hint)
+
+
+def _loop_error_hint(text: str, reason: str) -> str | None:
     m = _WRONG_COUNT.match(reason)
     if m is None:
         return None

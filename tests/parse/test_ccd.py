@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -199,3 +200,25 @@ def test_components_file_is_read_at_most_twice(tmp_path: Path, suffix: str) -> N
         ccd.load(["HEM"])
     assert (info.value.path, info.value.component) == (str(ccd_path), "HEM")
     assert moved.exists()
+
+
+def test_a_broken_block_of_a_components_file_names_the_files_lines(tmp_path: Path) -> None:
+    """Review R15 s40 #7: a broken HEM inside a concatenated components.cif was reported at its
+    block's lines ("line 29", "line 48": where they are in HEM.cif alone), thousands of lines away
+    from the damage in the file named. The same damage is named at the same lines of HEM.cif in a
+    CCD directory, and shifted by where HEM's block starts in components.cif."""
+    ccds = broken_hem_ccds(tmp_path)
+    messages = {}
+    for kind in ("dir: bad row", "file: bad row"):
+        with pytest.raises(CCDError) as info:
+            CCD(ccds[kind][0]).load(["HEM"])
+        messages[kind] = str(info.value)
+    lines = {k: [int(n) for n in re.findall(r"\bline (\d+)", m)] for k, m in messages.items()}
+    assert len(lines["dir: bad row"]) == 2, messages  # gemmi's (the loop's header) and the bad row's
+    components = ccds["file: bad row"][1].read_text().splitlines()
+    hem_starts = components.index("data_HEM") + 1  # the file's line of HEM's block
+    assert hem_starts > 1000
+    assert lines["file: bad row"] == [n + hem_starts - 1 for n in lines["dir: bad row"]], messages
+    # the bad row itself: the line named is the one missing values
+    bad = lines["file: bad row"][1]
+    assert len(components[bad - 1].split()) == 15, components[bad - 1]
