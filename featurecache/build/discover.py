@@ -403,7 +403,7 @@ def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
 
 def discover(
     pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
-    msa_dir: Path | None = None, cache_root: Path | None = None,
+    msa_dir: Path | None = None, cache_root: Path | None = None, progress: bool = False,
 ) -> list[InputFile]:  # fmt: skip
     """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path, with a unique
     entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries)
@@ -429,7 +429,7 @@ def discover(
     reasons = [unread_reason(p, rel) for p, rel in zip(files, rels, strict=True)]
     todo = [k for k, reason in enumerate(reasons) if not reason]
     cache = DigestCache.load(cache_root, pdb_dir) if cache_root is not None else None
-    read = digest_files([files[k] for k in todo], [rels[k] for k in todo], cache)
+    read = digest_files([files[k] for k in todo], [rels[k] for k in todo], cache, progress)
     digests: list[tuple[str, int]] = [("", 0)] * len(files)
     for k, digest in zip(todo, read, strict=True):
         digests[k] = digest

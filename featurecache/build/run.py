@@ -721,7 +721,8 @@ def _run_build(
             stored = start_index["entries"]
             existing = existing_entry_ids(stored)
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
-            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir, cache_root=out)
+            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir, cache_root=out,
+                              progress=progress)  # fmt: skip
             summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)

@@ -22,7 +22,7 @@ from featurecache.build import progress
 from tests.conftest import REPO, SAMPLES, build_store
 
 N_STRUCTURES = len(list((SAMPLES / "structures").iterdir()))
-LINE = re.compile(r"^(structures|MSA files|MSAs|conformers) (\d+)/(\d+)\b")
+LINE = re.compile(r"^(reading inputs|structures|MSA files|MSAs|conformers) (\d+)/(\d+)\b")
 
 
 def _inputs(tmp_path: Path) -> tuple[Path, Path]:
@@ -50,7 +50,7 @@ def test_a_build_without_a_bar_logs_each_stage(
         summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa, part_size=1)
     assert summary.n_inputs == N_STRUCTURES == 6
     stages = _by_stage([r.getMessage() for r in caplog.records if r.name == "featurecache.build.progress"])
-    assert set(stages) == {"structures", "MSA files", "MSAs", "conformers"}
+    assert set(stages) == {"reading inputs", "structures", "MSA files", "MSAs", "conformers"}
     s = stages["structures"]
     # one part per structure (part_size 1), a step of ceil(6 / 10) = 1: every part logged
     assert [(d, t) for d, t, _ in s] == [(i, N_STRUCTURES) for i in range(N_STRUCTURES + 1)]
@@ -79,7 +79,7 @@ def test_a_build_without_a_terminal_logs_a_few_lines_per_stage(tmp_path: Path) -
     assert f"structures 0/{N_STRUCTURES}" in [line for _d, _t, line in stages.get("structures", [])], (
         proc.stderr
     )
-    assert set(stages) == {"structures", "MSA files", "MSAs", "conformers"}, proc.stderr
+    assert set(stages) == {"reading inputs", "structures", "MSA files", "MSAs", "conformers"}, proc.stderr
     for label, lines in stages.items():
         assert 2 <= len(lines) <= 12, (label, lines)
         assert lines[-1][0] == lines[-1][1], (label, lines)
