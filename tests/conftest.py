@@ -75,26 +75,7 @@ SOURCES_TSV = REAL / "SOURCES.tsv"
 
 #: AF3 supplement §2.5.4, Table 9 ("Crystallization aids"), written out from the supplement (not
 #: featurecache's constant): a default build removes them from X-ray structures (featurizer 0.8.0)
-AF3_CRYSTALLIZATION_AIDS = frozenset(
-    [
-        "SO4",
-        "GOL",
-        "EDO",
-        "PO4",
-        "ACT",
-        "PEG",
-        "DMS",
-        "TRS",
-        "PGE",
-        "PG4",
-        "FMT",
-        "EPE",
-        "MPD",
-        "MES",
-        "CD",
-        "IOD",
-    ]
-)
+AF3_CRYSTALLIZATION_AIDS = frozenset("SO4 GOL EDO PO4 ACT PEG DMS TRS PGE PG4 FMT EPE MPD MES CD IOD".split())  # noqa: SIM905 (the table as one line)
 
 
 def removed_aids(st: Any) -> frozenset[str]:
