@@ -207,10 +207,18 @@ def build(
     keep_crystallization_aids: Annotated[
         bool,
         typer.Option(
-            "--keep-cryst-aids/--drop-cryst-aids",
+            "--keep-cryst-aids",
             help="Keep the crystallization aids of X-ray structures (SO4, GOL, EDO, PO4, ACT, PEG, DMS, TRS, PGE, "
             "PG4, FMT, EPE, MPD, MES, CD, IOD), which are removed by default as AF3 removes them from its training "
             "structures (supplement 2.5.4, Table 9). Part of every entry's key: changing it rebuilds the entries.",
+        ),
+    ] = False,
+    drop_crystallization_aids: Annotated[
+        bool,
+        typer.Option(
+            "--drop-cryst-aids",
+            help="Remove them (the default) over a store built with --keep-cryst-aids: its X-ray entries are "
+            "rebuilt without them. Without --keep-cryst-aids or --drop-cryst-aids such a build is refused (exit 2).",
         ),
     ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
@@ -244,7 +252,9 @@ parts kept).
     _setup_logging(verbose)
     if dashboard is None:
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
-    _refuse_settings_left_out(ctx, out, ccd, no_ccd)
+    _refuse_settings_left_out(
+        ctx, out, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
+    )
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
         from featurecache.build.config import BuildConfig
         from featurecache.build.run import run_build
@@ -275,23 +285,27 @@ parts kept).
     raise typer.Exit(EXIT_INPUT_FAILURES if failed_or_lost else EXIT_OK)
 
 
-def _refuse_settings_left_out(ctx: typer.Context, out: Path, ccd: Path | None, no_ccd: bool) -> None:
+def _refuse_settings_left_out(
+    ctx: typer.Context, out: Path, ccd: Path | None, no_ccd: bool, msa_dir: Path | None, keep_aids: bool,
+    drop_aids: bool,
+) -> None:  # fmt: skip
     """Exit 2 (nothing written) when ``--ccd`` and ``--no-ccd`` are both given, or when the store at
     ``out`` records a build setting this command line leaves out (:func:`settings_left_out`)."""
     from featurecache.build.config import settings_left_out
 
-    if ccd is not None and no_ccd:
-        typer.secho(
-            "error: --ccd and --no-ccd contradict each other: give one", fg=typer.colors.RED, err=True
-        )
-        raise typer.Exit(EXIT_USAGE)
+    for a, b, both in (("--ccd", "--no-ccd", ccd is not None and no_ccd),
+                       ("--keep-cryst-aids", "--drop-cryst-aids", keep_aids and drop_aids)):  # fmt: skip
+        if both:
+            typer.secho(f"error: {a} and {b} contradict each other: give one", fg=typer.colors.RED, err=True)
+            raise typer.Exit(EXIT_USAGE)
     flags = {"ccd": "--ccd", "no_ccd": "--no-ccd", "msa_depth": "--msa-depth",
-             "conformer_timeout": "--conformer-timeout", "keep_crystallization_aids": "--keep-cryst-aids"}  # fmt: skip
+             "conformer_timeout": "--conformer-timeout", "keep_crystallization_aids": "--keep-cryst-aids",
+             "drop_crystallization_aids": "--drop-cryst-aids"}  # fmt: skip
     given = {
         flag for name, flag in flags.items()
         if (source := ctx.get_parameter_source(name)) is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
     }  # fmt: skip
-    left = settings_left_out(out, given)
+    left = settings_left_out(out, given, msa_dir)
     if left:
         typer.secho(f"error: {out} records build settings this command leaves out, which would rebuild its entries "
                     f"at the defaults; nothing was written: {'; '.join(left)}", fg=typer.colors.RED, err=True)  # fmt: skip

@@ -31,9 +31,10 @@ class BuildConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def settings_left_out(store: Path, given: set[str]) -> list[str]:
+def settings_left_out(store: Path, given: set[str], msa_dir: Path | None = None) -> list[str]:
     """The settings ``store`` records from its builds that this build leaves out (``given``: the
-    options given on its command line, by flag), each as the line saying how to keep or change it.
+    options given on its command line, by flag; ``msa_dir``: its ``--msa-dir``), each as the line
+    saying how to keep or change it.
 
     A build without an option builds at its default: over a store built with ``--ccd`` (or
     ``--msa-depth 64``, ``--keep-cryst-aids``, another ``--conformer-timeout``) that rebuilt every
@@ -51,16 +52,17 @@ def settings_left_out(store: Path, given: set[str]) -> list[str]:
         return []
     defaults = BuildConfig()
     out: list[str] = []
-    depth = config.get("msa_depth_cap", defaults.msa_depth_cap)
-    if "--msa-depth" not in given and depth != defaults.msa_depth_cap:
-        out.append(f"its MSAs were built with --msa-depth {depth}: give --msa-depth {depth} to keep them "
-                   f"(--msa-depth {defaults.msa_depth_cap}, or another, rebuilds them at that depth)")  # fmt: skip
+    if "--msa-depth" not in given and msa_dir is not None:
+        out += _msa_depth_left_out(store, msa_dir, config.get("msa_depth_cap", defaults.msa_depth_cap))
     timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
     if "--conformer-timeout" not in given and timeout != defaults.conformer_timeout_s:
         out.append(f"it was built with --conformer-timeout {timeout:g}: give --conformer-timeout {timeout:g} to "
                    f"keep its conformers (--conformer-timeout {defaults.conformer_timeout_s:g}, or another, "
                    "changes it)")  # fmt: skip
-    if "--keep-cryst-aids" not in given and config.get("keep_crystallization_aids") is True:
+    if (
+        not given & {"--keep-cryst-aids", "--drop-cryst-aids"}
+        and config.get("keep_crystallization_aids") is True
+    ):
         out.append("it was built with --keep-cryst-aids: give --keep-cryst-aids to keep its entries "
                    "(--drop-cryst-aids rebuilds every X-ray entry without them)")  # fmt: skip
     if "--ccd" not in given and "--no-ccd" not in given:
@@ -70,3 +72,24 @@ def settings_left_out(store: Path, given: set[str]) -> list[str]:
                        "(--no-ccd rebuilds every entry with a ligand or modified residue without CCD "
                        "definitions)")  # fmt: skip
     return out
+
+
+def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int) -> list[str]:
+    """The line for the MSAs from ``msa_dir`` that a build at the default ``--msa-depth`` rebuilds to
+    other rows than they hold (cut by a smaller cap), if any. The root records only the latest
+    build's cap (an extension with another overwrites it), so the MSAs' own depths decide
+    (``verify.msas_from_files``), as they do for the rebuild command verify prints."""
+    from featurecache.store.verify import msas_from_files
+
+    default = BuildConfig().msa_depth_cap
+    rows = msas_from_files(store, {str(Path(msa_dir).resolve())}) or []
+    cut = [r for r in rows if min(r["n_distinct"], default) != r["depth"]]
+    if not cut:
+        return []
+    keeps = recorded if all(min(r["n_distinct"], recorded) == r["depth"] for r in cut) else None
+    depths = sorted({int(r["depth"]) for r in cut})
+    what = (f"give --msa-depth {keeps} to keep them" if keeps is not None
+            else f"give the --msa-depth they were built with (cut to {', '.join(map(str, depths[-3:]))} rows)")  # fmt: skip
+    return [f"{len(cut)} of its MSAs from {msa_dir} were cut to fewer rows than their files hold (the latest "
+            f"build's --msa-depth: {recorded}); without --msa-depth they are rebuilt at {default}: {what} "
+            f"(--msa-depth {default}, or another, rebuilds them at that depth)"]  # fmt: skip

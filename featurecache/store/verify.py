@@ -996,23 +996,15 @@ def _rebuilt_msa_dirs(root: Path, damaged: list[Damaged], parts: Iterable[str]) 
     return msa if len(msa) <= 1 else None
 
 
-def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list[str], list[str]]:
-    """``--msa-depth`` for a rebuild that reads ``msa_dirs`` (None: any directory), and a note when
-    the recorded ``cap`` is not the one that built the MSAs it rebuilds. The root config records the
-    LATEST build's cap (an extension from another --pdb-dir with another --msa-depth overwrites it),
-    and the store keeps no cap per MSA (it is hashed into the MSA's inputs key); but msas.arrow keeps
-    each MSA's stored ``depth`` and its ``n_distinct`` rows before the cap, and a cap c rebuilds an
-    MSA of unchanged files to the same rows exactly when min(n_distinct, c) == depth. When the
-    recorded cap would change one (cut an undamaged 836-row MSA to 100 rows, review R3 s24 #4), the
-    option keeps them all: the default cap when it does (the option left out), else their single
-    cut depth; with no such value, ``--msa-depth DEPTH`` and a note. Each case is named in a note."""
-    from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+def msas_from_files(root: Path, msa_dirs: set[str] | None) -> list[dict[str, Any]] | None:
+    """The stored MSAs built from files (``key``, ``part``, ``depth``, ``n_distinct``, ``n_files``),
+    of the MSA parts whose recorded ``--msa-dir`` is in ``msa_dirs`` (None: any; a part that recorded
+    none counts as any's): those a build from that directory rebuilds at the ``--msa-depth`` it is
+    given. A cap c rebuilds such an MSA of unchanged files to the rows it holds exactly when
+    ``min(n_distinct, c) == depth``. None when the store's MSA tables cannot tell."""
     from featurecache.store.layout import MSA_PART_PREFIX
     from featurecache.store.msa import latest_msas
 
-    recorded = [] if cap == DEFAULT_MSA_DEPTH_CAP else ["--msa-depth", str(cap)]
-    if msa_dirs == set():  # no --msa-dir: the build rebuilds no MSA from files
-        return recorded, []
     # the MSA parts' own rows, not the index's: the index drops an MSA no listed chain uses, and
     # after ``verify --repair`` took a damaged entry out, its chains' MSAs are listed by no chain
     # (the build rebuilds them at the cap it is given unless they are still stored)
@@ -1029,10 +1021,30 @@ def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list
     try:
         rows = latest_msas(pa.concat_tables([t.select(columns) for t in own])).to_pylist() if own else []
     except (KeyError, pa.ArrowInvalid):
-        return recorded, []
+        return None
     dirs: dict[str, str] = {}
-    rows = [r for r in rows if r["n_files"] and r["depth"] is not None and r["n_distinct"] is not None
+    return [r for r in rows if r["n_files"] and r["depth"] is not None and r["n_distinct"] is not None
             and (msa_dirs is None or _source_dir(root, r["part"], dirs) in msa_dirs | {""})]  # fmt: skip
+
+
+def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list[str], list[str]]:
+    """``--msa-depth`` for a rebuild that reads ``msa_dirs`` (None: any directory), and a note when
+    the recorded ``cap`` is not the one that built the MSAs it rebuilds. The root config records the
+    LATEST build's cap (an extension from another --pdb-dir with another --msa-depth overwrites it),
+    and the store keeps no cap per MSA (it is hashed into the MSA's inputs key); but msas.arrow keeps
+    each MSA's stored ``depth`` and its ``n_distinct`` rows before the cap, and a cap c rebuilds an
+    MSA of unchanged files to the same rows exactly when min(n_distinct, c) == depth. When the
+    recorded cap would change one (cut an undamaged 836-row MSA to 100 rows, review R3 s24 #4), the
+    option keeps them all: the default cap when it does (the option left out), else their single
+    cut depth; with no such value, ``--msa-depth DEPTH`` and a note. Each case is named in a note."""
+    from featurecache.const import DEFAULT_MSA_DEPTH_CAP
+
+    recorded = [] if cap == DEFAULT_MSA_DEPTH_CAP else ["--msa-depth", str(cap)]
+    if msa_dirs == set():  # no --msa-dir: the build rebuilds no MSA from files
+        return recorded, []
+    rows = msas_from_files(root, msa_dirs)
+    if rows is None:
+        return recorded, []
 
     def changed(c: int) -> list[dict[str, Any]]:
         return [r for r in rows if min(r["n_distinct"], c) != r["depth"]]

@@ -60,6 +60,8 @@ def test_a_build_leaving_out_recorded_settings_is_refused(tmp_path: Path) -> Non
     assert one.returncode == 2 and "--msa-depth 16" in one.stderr and "--ccd" not in one.stderr, one.stderr
     both = _cli(*base, *settings, "--no-ccd")
     assert both.returncode == 2 and "--ccd and --no-ccd" in both.stderr, both.stderr
+    aids = _cli(*base, *settings, "--drop-cryst-aids")
+    assert aids.returncode == 2 and "--keep-cryst-aids and --drop-cryst-aids" in aids.stderr, aids.stderr
     assert _digest(store) == before
 
     again = _cli(*base, *settings)  # the recorded settings given: nothing to rebuild
