@@ -27,21 +27,19 @@ def readme_example() -> str:
     return blocks[0]
 
 
-def test_the_readme_example_reads_what_the_reader_reads(sample_store: Path, tmp_path: Path) -> None:
-    from featurecache import open_store
-    from featurecache.const import RESTYPE_INDEX
-
-    code = readme_example()
-    assert 'STORE, ENTRY = "stores/sample", "102m"' in code  # the quick start's store, as the README says
+def _run_example(
+    code: str, store: Path, tmp_path: Path, dump: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The example exactly as printed, on ``store`` (as ``stores/sample``), in a fresh interpreter
+    that cannot import featurecache (its directory is not on the path, and the example names no
+    featurecache module); with ``dump``, what it read is saved there for a comparison."""
     (tmp_path / "stores").mkdir()
-    (tmp_path / "stores" / "sample").symlink_to(sample_store)
-    dump = tmp_path / "read.npz"
-    # run the example exactly as printed, in a fresh interpreter that cannot import featurecache
-    # (its directory is not on the path, and the example names no featurecache module), then save
-    # what it read for the comparison below
-    script = (code + "\nimport numpy as _np\n_np.savez(" + repr(str(dump)) + ", atoms=atoms, tokens=tokens, "
-              "bonds=bonds, interfaces=interfaces, residues=residues, deletions=deletions, rows=rows, cols=cols, "
-              "hem_atoms=hem_atoms, msa_key=_np.array(chain['msa_key']))\n")  # fmt: skip
+    (tmp_path / "stores" / "sample").symlink_to(store)
+    script = code
+    if dump is not None:
+        script += ("\nimport numpy as _np\n_np.savez(" + repr(str(dump)) + ", atoms=atoms, tokens=tokens, "
+                   "bonds=bonds, interfaces=interfaces, residues=residues, deletions=deletions, rows=rows, cols=cols, "
+                   "hem_atoms=hem_atoms, msa_key=_np.array(chain['msa_key']))\n")  # fmt: skip
     blocker = tmp_path / "nofc"
     blocker.mkdir()
     (blocker / "featurecache.py").write_text(
@@ -49,8 +47,18 @@ def test_the_readme_example_reads_what_the_reader_reads(sample_store: Path, tmp_
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(blocker)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
+
+
+def test_the_readme_example_reads_what_the_reader_reads(sample_store: Path, tmp_path: Path) -> None:
+    from featurecache import open_store
+    from featurecache.const import RESTYPE_INDEX
+
+    code = readme_example()
+    assert 'STORE, ENTRY = "stores/sample", "102m"' in code  # the quick start's store, as the README says
+    dump = tmp_path / "read.npz"
+    proc = _run_example(code, sample_store, tmp_path, dump)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("102m "), proc.stdout
     got = np.load(dump)
@@ -97,3 +105,40 @@ def test_readme_and_types_agree_on_residue_index() -> None:
     assert "entity-sequence" in comment and "label_seq_id" in comment, comment
     section = README.read_text().split(HEADING, 1)[1]
     assert "position in its entity sequence" in section and "label_seq_id" in section
+
+
+def test_the_readme_example_refuses_what_would_read_wrong(sample_store: Path, tmp_path: Path) -> None:
+    """Review R16 s40 #1: the section left out three signals featurecache's reader relies on, and
+    its example read on regardless: an MSA shard file deleted read as an MSA of zeros (every residue
+    ALA); an index flagged as a first build's unfinished one gave StopIteration (no MSA listed yet).
+    The example as printed now refuses both, naming why."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from featurecache import open_store
+
+    code = readme_example()
+    store = open_store(sample_store)
+    key = next(c["msa_key"] for c in store.entry("102m").chains if c["msa_key"])
+    row = next(r for r in store.msas.to_pylist() if r["key"] == key)
+
+    gone = tmp_path / "gone" / "s"
+    shutil.copytree(sample_store, gone, symlinks=True)
+    shard = gone / "parts" / row["part"] / row["array"] / "c" / "0" / "0"
+    shard.unlink()
+    proc = _run_example(code, gone, tmp_path / "gone")
+    assert proc.returncode != 0 and "FileNotFoundError" in proc.stderr, proc.stdout + proc.stderr[-2000:]
+    assert f"parts/{row['part']}/{row['array']}/c/0/0 (zarr would read zeros)" in proc.stderr
+
+    unfinished = tmp_path / "unfinished" / "s"
+    shutil.copytree(sample_store, unfinished, symlinks=True)
+    path = unfinished / "index" / "entries.arrow"
+    t = ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()  # not mapped: the file is rewritten
+    t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"featurecache.first_build": b"unfinished"})
+    with ipc.new_file(str(path), t.schema) as w:
+        w.write_table(t)
+    assert not open_store(unfinished).finished  # featurecache reads the flag so
+    proc = _run_example(code, unfinished, tmp_path / "unfinished")
+    assert proc.returncode != 0 and "its first build has not finished" in proc.stderr, proc.stderr[-2000:]
