@@ -128,7 +128,10 @@ from collections.abc import Sequence  # noqa: E402  (used in string annotations 
 STORE_FORMAT_VERSION = 2
 #: the store formats this code reads (and prune / verify --repair write, leaving the format as it is)
 READABLE_STORE_FORMATS = (1, 2)
-#: Bumped when array names/dtypes change (readers check it).
+#: Recorded in the root and in each part (``info`` shows it); no reader gates on it (review R16 s40
+#: #3: this comment said readers check it, and none did). What a reader refuses is a newer
+#: :data:`STORE_FORMAT_VERSION` (``store.root.check_format``); how a part's records decode is its
+#: arrays' ``record_dtype`` (``store.root.record_dtype``), which a change of names or dtypes changes.
 SCHEMA_VERSION = 1
 #: Bumped when any featurization rule changes; part of every entry key, so a bump rebuilds.
 #: "0.7.0": tokens carry their centre atom's coordinates (``types.Token.centre_coords``), which the

@@ -346,16 +346,21 @@ def decode_records(raw: Any, dtype: np.dtype) -> np.ndarray:
 def record_dtype(stored: Any, width: int, current: np.dtype, where: str) -> np.dtype:
     """The dtype of the records of a record array ``width`` bytes wide whose ``record_dtype``
     attribute is ``stored`` (the ``descr`` as text, ``writer.write_record_array``), for a reader
-    of ``current`` (types.py): ``current`` when the widths match; else the array's own dtype when it
-    holds some of ``current``'s fields, each of the same type (a part written before a field was
-    added: ``types.Token.centre_coords`` since featurizer 0.7.0), which then decodes its records
-    without the fields it lacks. Anything else is a StoreError naming ``where``."""
-    if width == current.itemsize:
+    of ``current`` (types.py): ``current`` when the attribute describes it (or there is none and the
+    widths match: a part written before the attribute); else the array's own dtype when it holds
+    some of ``current``'s fields, each of the same type, wherever they lie (a part written before a
+    field was added: ``types.Token.centre_coords`` since featurizer 0.7.0), which then decodes its
+    records without the fields it lacks. Anything else is a StoreError naming ``where``: records as
+    wide as ``current`` with a field renamed or retyped were decoded as ``current``'s before, giving
+    wrong values silently (review R16 s40 #2)."""
+    if width == current.itemsize and (not isinstance(stored, str) or stored == repr(current.descr)):
         return current
     try:
         dtype = np.dtype(ast.literal_eval(stored)) if isinstance(stored, str) else None
     except (ValueError, TypeError, SyntaxError, MemoryError):
         dtype = None
+    if dtype is not None and dtype == current:
+        return current
     if dtype is None or dtype.names is None or dtype.itemsize != width:
         raise StoreError(f"{where}: records of {width} bytes, not {current.itemsize} as this featurecache writes "
                          f"them, and no record_dtype attribute that describes them ({stored!r})")  # fmt: skip
@@ -515,20 +520,14 @@ class PartArrays:
 
     def record_dtype(self, part: str, name: str, current: np.dtype) -> np.dtype:
         """The dtype of the records of the record array ``name`` of ``part`` (:func:`record_dtype`):
-        ``current`` unless the part was written with fewer fields. Parsed once per array (an older
+        ``current`` unless the part was written with other fields. Checked once per array (an older
         part's ``record_dtype`` text cost ~0.1 ms a read, on every sample; review RF1 s27 #5)."""
         key = (part, name, current)
         dtype = self._dtypes.get(key)
         if dtype is None:
             arr = self.get(part, name)
             width = int(arr.shape[1]) if len(arr.shape) == 2 else -1
-            dtype = (
-                current
-                if width == current.itemsize
-                else record_dtype(
-                    arr.attrs.get("record_dtype"), width, current, f"{self._what} {part}/{name}"
-                )
-            )
+            dtype = record_dtype(arr.attrs.get("record_dtype"), width, current, f"{self._what} {part}/{name}")
             with self._lock:
                 dtype = self._dtypes.setdefault(key, dtype)
         return dtype
