@@ -75,7 +75,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import numpy as np
@@ -229,6 +229,13 @@ class LookupClient(FeatureReader):
             if token is not None
             else token_from_environment()
         )
+        if self.token is not None and "@" in urlsplit(self.url).netloc:
+            # httpx sends a URL's user:password as HTTP Basic auth, in place of the bearer token: the
+            # service answered "invalid bearer token" for a token that was never sent (review R17 s40 #1)
+            raise InvalidRequest(
+                f"LookupClient {self.shown_url}: the URL holds a user name and password, which are sent as "
+                "HTTP Basic auth in place of the bearer token: give the token or the URL's credentials, not both"
+            )
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries

@@ -447,8 +447,11 @@ def _token_advice(token: str | None) -> str:
     if token is None:
         return (f"no token was given: give the service's token with --token, or set {TOKEN_ENV} to it or "
                 f"{TOKEN_FILE_ENV} to a file holding it")  # fmt: skip
-    return (f"the token given (--token, else {TOKEN_ENV}, else the file {TOKEN_FILE_ENV} names) is not the "
-            "service's: give the one it was started with")  # fmt: skip
+    # read once, at start (DataLoader workers carry the value): a token file rotated since holds the
+    # service's new token, which a resumed run reads (review R17 s40 #3)
+    return (f"the token given (--token, else {TOKEN_ENV}, else the file {TOKEN_FILE_ENV} names, read when "
+            "the run started) is not the service's: give the one it was started with (a token file "
+            "rotated since the run started is read again by the resumed run)")  # fmt: skip
 
 
 def _prepare(raw: dict[str, Any], device: torch.device, pad_multiple: int, crop_size: int,
@@ -528,8 +531,15 @@ class _Feed:
         t = time.perf_counter()
         try:
             raw = next(self._it)
-        except StopIteration:
-            return None
+        except BaseException as exc:
+            # the time blocked on a source that then ended or failed is data wait too: the step that
+            # logs it (the last) showed it as compute (38 s on a paused service; review R17 s40 #2)
+            waited = time.perf_counter() - t
+            self._wait += waited
+            self._exposed += waited
+            if isinstance(exc, StopIteration):
+                return None
+            raise
         waited = time.perf_counter() - t
         position = self._position() if self._position is not None else None
         self._wait += waited

@@ -66,3 +66,6 @@ def test_a_token_rotated_mid_run_ends_train_with_the_token_advice(sample_store: 
     assert (
         "is not the service's" in last and "--token" in last and TOKEN_ENV in last and TOKEN_FILE_ENV in last
     ), last
+    # the token was read when the run started; a token file rotated since is read by the resumed run
+    # (review R17 s40 #3: the advice said the file's token was not the service's, while it now was)
+    assert "read when the run started" in last and "read again by the resumed run" in last, last
