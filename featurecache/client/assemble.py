@@ -57,7 +57,8 @@ species is gap there (``msa_mask`` False). AF-Multimer instead pairs a species' 
 rank in similarity to the query and skips a species with over 600 rows in some MSA; AF3 does
 neither. (AF3's ``_align_species`` documents stored order; its code groups rows by species with
 numpy's default, unstable ``argsort``, so its order within a species is in practice
-implementation-defined. Here it is stored order, deterministically.)
+implementation-defined. Here it is stored order, deterministically; a UniProt row whose sequence
+another file of the chain holds too is stored, so ranked, at that file's place: review R18 s40.)
 
 Which rows a sample holds (:func:`msa_row_plan`). The rows form one *stacked* MSA: the query,
 the paired block (``P`` rows), then the merged unpaired block (``U`` rows), as AF3 builds it:
