@@ -252,10 +252,10 @@ parts kept).
     _setup_logging(verbose)
     if dashboard is None:
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
-    _refuse_settings_left_out(
-        ctx, out, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
-    )
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
+        _refuse_settings_left_out(
+            ctx, out, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
+        )
         from featurecache.build.config import BuildConfig
         from featurecache.build.run import run_build
 

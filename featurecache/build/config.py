@@ -41,13 +41,16 @@ def settings_left_out(store: Path, given: set[str], msa_dir: Path | None = None)
     entry or MSA under other settings, silently, for hours on a large store, and the new entries
     replaced the served ones (review R15 s40 #2). Nothing for a store not built yet, or built at the
     defaults."""
+    from featurecache.errors import StoreError
     from featurecache.store.info import recorded_build_inputs
+    from featurecache.store.root import group_attributes
 
+    meta = Path(store) / "zarr.json"
     try:
-        attrs = json.loads((Path(store) / "zarr.json").read_text()).get("attributes", {})
-    except (OSError, ValueError, AttributeError):
+        attrs = group_attributes(meta) if meta.is_file() else {}
+    except StoreError:  # a damaged root: the build names it
         return []
-    config = attrs.get("config") if isinstance(attrs, dict) else None
+    config = attrs.get("config")
     if not isinstance(config, dict):
         return []
     defaults = BuildConfig()
@@ -79,14 +82,14 @@ def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int) -> list[str]:
     other rows than they hold (cut by a smaller cap), if any. The root records only the latest
     build's cap (an extension with another overwrites it), so the MSAs' own depths decide
     (``verify.msas_from_files``), as they do for the rebuild command verify prints."""
-    from featurecache.store.verify import msas_from_files
+    from featurecache.store.verify import changed_by_cap, msas_from_files
 
     default = BuildConfig().msa_depth_cap
     rows = msas_from_files(store, {str(Path(msa_dir).resolve())}) or []
-    cut = [r for r in rows if min(r["n_distinct"], default) != r["depth"]]
+    cut = changed_by_cap(rows, default)
     if not cut:
         return []
-    keeps = recorded if all(min(r["n_distinct"], recorded) == r["depth"] for r in cut) else None
+    keeps = recorded if not changed_by_cap(cut, recorded) else None
     depths = sorted({int(r["depth"]) for r in cut})
     what = (f"give --msa-depth {keeps} to keep them" if keeps is not None
             else f"give the --msa-depth they were built with (cut to {', '.join(map(str, depths[-3:]))} rows)")  # fmt: skip

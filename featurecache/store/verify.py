@@ -996,6 +996,12 @@ def _rebuilt_msa_dirs(root: Path, damaged: list[Damaged], parts: Iterable[str]) 
     return msa if len(msa) <= 1 else None
 
 
+def changed_by_cap(rows: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
+    """The MSAs of ``rows`` (:func:`msas_from_files`) that a build at ``--msa-depth cap`` rebuilds to
+    other rows than they hold: ``min(n_distinct, cap) != depth``."""
+    return [r for r in rows if min(r["n_distinct"], cap) != r["depth"]]
+
+
 def msas_from_files(root: Path, msa_dirs: set[str] | None) -> list[dict[str, Any]] | None:
     """The stored MSAs built from files (``key``, ``part``, ``depth``, ``n_distinct``, ``n_files``),
     of the MSA parts whose recorded ``--msa-dir`` is in ``msa_dirs`` (None: any; a part that recorded
@@ -1047,7 +1053,7 @@ def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list
         return recorded, []
 
     def changed(c: int) -> list[dict[str, Any]]:
-        return [r for r in rows if min(r["n_distinct"], c) != r["depth"]]
+        return changed_by_cap(rows, c)
 
     bad = changed(cap)
     if not bad:

@@ -96,16 +96,8 @@ class StoreRoute(APIRoute):
         async def read_store(request: Request) -> Response:
             try:
                 response = await handler(request)
-                reader = getattr(request.state, "reader", None)
-                if (
-                    reader is not None
-                    and not isinstance(response, StreamingResponse)
-                    and not _holder(request).current(reader)
-                ):
-                    _holder(request).recheck()
-                    log.warning("the store changed while %s %s read it: answered 503", request.method,
-                                request.url.path)  # fmt: skip
-                    return JSONResponse({"detail": STORE_READ_FAILED}, status_code=503, headers=RETRY_AFTER)
+                if not isinstance(response, StreamingResponse):  # (a stream checks each entry it sends)
+                    _require_current(request, "read")
                 return response
             except (
                 FeatureCacheError, HTTPException, RequestValidationError, ResponseValidationError,
@@ -128,14 +120,21 @@ def current_only(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:
     removed, rebuilt or swapped during a streamed batch ends the stream there with an error (the
     connection is cut: ``LookupClient`` reads the batch's entries again one by one) instead of
     sending the new build's rows, or zeros, under the ids asked for (review R12 s39 H2)."""
-    holder, reader = _holder(request), getattr(request.state, "reader", None)
     for piece in pieces:
-        if not holder.current(reader):
-            holder.recheck()
-            raise StoreUnavailable(
-                f"{request.method} {request.url.path}: the store changed while it was streamed"
-            )
+        _require_current(request, "streamed")
         yield piece
+
+
+def _require_current(request: Request, what: str) -> None:
+    """StoreUnavailable (503, retried) when the reader the request read with is no longer the
+    store's (:meth:`StoreHolder.current`); the holder looks again before the next read. Nothing for a
+    request that read no store."""
+    reader = getattr(request.state, "reader", None)
+    holder = _holder(request)
+    if reader is not None and not holder.current(reader):
+        holder.recheck()
+        log.warning("the store changed while %s %s was %s", request.method, request.url.path, what)
+        raise StoreUnavailable(f"{request.method} {request.url.path}: the store changed while it was {what}")
 
 
 def guard_stream(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:

@@ -176,12 +176,7 @@ class StoreHolder:
         change (503, retried) and recorded; a part deleted by hand under an unchanged root and
         index is then damage (500) on the retry, as before."""
         opened = self._opened
-        same = (
-            reader is not None
-            and opened.reader is reader
-            and _stamp(self._root_meta) == opened.root
-            and self._index_stamps() == opened.index
-        )
+        same = self.current(reader) and self._index_stamps() == opened.index
         parts = _stamp(self._parts_dir)
         if parts != opened.parts:
             with self._lock:

@@ -14,7 +14,7 @@ from featurecache.errors import InvalidRequest
 
 
 def test_credentials_in_the_url_and_a_token_are_refused() -> None:
-    with pytest.raises(InvalidRequest, match="user name and password.*in place of the bearer token") as err:
+    with pytest.raises(InvalidRequest, match=r"user name and password.*in place of the bearer token") as err:
         LookupClient("http://user:secret@127.0.0.1:9", token="T")
     assert "secret" not in str(err.value)  # the message redacts the URL's credentials
 
