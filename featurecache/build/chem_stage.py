@@ -16,7 +16,10 @@ Runs after the structure parts are written:
    (:func:`~featurecache.chem.conformer.perceived_key`), perceived from the occurrence with the
    smallest entry id whose atoms are all resolved. Keys already in the store with the same
    definition hash are skipped — a component is computed once, not per entry and not per build —
-   unless they failed for want of time (:func:`retry_under`): an embedding
+   unless an older conformer code computed them (:func:`stored_version` below
+   :data:`~featurecache.chem.conformer.CONFORMER_VERSION`: then every structure part is scanned
+   again and every component in use computed anew), or they failed for want of time
+   (:func:`retry_under`): an embedding
    timed out under a smaller ``--conformer-timeout`` than this build's. Those are computed again,
    and the structure parts whose chem warnings name their code are scanned again, so their
    warnings (step 4) describe the new result and a perceived key has its occurrence. A failure
@@ -50,6 +53,7 @@ import numpy as np
 
 from featurecache.build.progress import stage_bar
 from featurecache.chem.conformer import (
+    CONFORMER_VERSION,
     STRATEGIES,
     ReferenceConformer,
     conformer_for_component,
@@ -89,6 +93,7 @@ __all__ = [
     "run_chem_stage",
     "scan_part_task",
     "scan_structure_part",
+    "stored_version",
 ]
 
 #: (code, ((atom name, atomic number), ...) sorted)
@@ -529,6 +534,13 @@ def retry_under(row: dict[str, Any], timeout_s: float) -> bool:
     return before is not None and rdkit_timeout_s(timeout_s) > rdkit_timeout_s(before)
 
 
+def stored_version(row: dict[str, Any]) -> int:
+    """The :data:`~featurecache.chem.conformer.CONFORMER_VERSION` that computed the stored
+    component ``row``: 1 for a row written before components recorded it."""
+    v = row.get("conformer_version")
+    return 1 if v is None else int(v)
+
+
 def _parts_using(root: Path, keys: set[str]) -> set[str]:
     """Structure parts whose chem warnings name the code of one of ``keys``: the parts whose entries
     use a component that failed (every atom of it is a warning), scanned again when it is retried."""
@@ -551,7 +563,11 @@ def run_chem_stage(
     latest = {r["key"]: r for r in existing}  # later parts win
     have = {key: r["source_sha256"] for key, r in latest.items()}
     retry = {key for key, r in latest.items() if retry_under(r, timeout_s)}
-    done = scanned_structure_parts(root)
+    stale = {key for key, r in latest.items() if stored_version(r) < CONFORMER_VERSION}
+    redo = retry | stale
+    # an older conformer code computed some component: every structure part is scanned again, so
+    # every code in use (and each perceived key's occurrence) is met and computed anew
+    done = scanned_structure_parts(root) if not stale else set()
     again = _parts_using(root, retry)
     s_parts = [
         p
@@ -572,10 +588,10 @@ def run_chem_stage(
     jobs: list[Job] = []
     for code in codes:
         if code in broken:
-            jobs.extend(_broken_job(code, broken[code], defs, have, retry))
+            jobs.extend(_broken_job(code, broken[code], defs, have, redo))
         elif code in defs:
             d = defs[code]
-            if have.get(code) != d.sha256 or code in retry:
+            if have.get(code) != d.sha256 or code in redo:
                 jobs.append(Job(code, library.source(code), definition=d))
     job_keys = {j.key for j in jobs}  # a set: one scan over jobs per signature was quadratic
     # A residue whose atoms the definition does not all name (or whose code has none) gets a
@@ -590,7 +606,7 @@ def run_chem_stage(
             continue  # a broken definition is not "no definition": not perceived (parse.ccd)
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
-        if (key not in have or key in retry) and key not in job_keys:
+        if (key not in have or key in redo) and key not in job_keys:
             job_keys.add(key)
             occ = first[sig]
             why = (
@@ -601,12 +617,13 @@ def run_chem_stage(
     result.retried = [j.key for j in jobs if j.key in retry]
     log.info(
         "chem: %d structure parts scanned, %d codes, %d components to compute (%d of them failed before, "
-        "timed out under a --conformer-timeout below %s)",
+        "timed out under a --conformer-timeout below %s; %d computed by an older conformer code)",
         len(s_parts),
         len(codes),
         len(jobs),
         len(result.retried),
         f"{timeout_s:g}",
+        sum(1 for j in jobs if j.key in stale),
     )
     _run_jobs(client, root, jobs, timeout_s, result, progress)
 

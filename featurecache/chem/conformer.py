@@ -103,6 +103,7 @@ def _route_rdkit_log() -> None:
 _route_rdkit_log()
 
 __all__ = [
+    "CONFORMER_VERSION",
     "DEFAULT_TIMEOUT_S",
     "STRATEGIES",
     "ReferenceConformer",
@@ -114,6 +115,19 @@ __all__ = [
     "rdkit_timeout_s",
     "timed_out_bound_s",
 ]
+
+#: Version of the conformer code, recorded with each stored component: a build recomputes every
+#: component stored under a smaller one (a row without it counts as 1), so a fix reaches existing
+#: stores. Bump it whenever the same definition (or occurrence) would get another conformer.
+#:   1  (rows without the column) every component before versions were recorded.
+#:   2  a residue whose atom names differ from its definition's takes the definition's conformer
+#:      through a graph match of its heavy atoms; a perceived residue's charges are the file's
+#:      (never ones invented by bond perception) and its bond orders only kept when perceived
+#:      without charges; chirality from the heavy atoms' coordinates when a hydrogen's are
+#:      missing; CCD ``AROM`` bonds are aromatic (were quadruple).
+CONFORMER_VERSION = 2
+#: RDKit's version, recorded with each stored component: conformers depend on it
+RDKIT_VERSION: str = rdBase.rdkitVersion
 
 STRATEGIES: tuple[str, ...] = ("etkdg", "random_coords", "ccd_ideal", "ccd_model", "perceived", "failed")
 DEFAULT_TIMEOUT_S = 20.0
@@ -139,6 +153,8 @@ class ReferenceConformer:
     ``elements`` uint8 ``[n]`` (atomic number), ``charges`` int8 ``[n]``, ``bonds`` int32
     ``[m, 3]`` = (i, j, order) among these atoms, order 1/2/3 or 4 = aromatic (types.Bond).
     ``timed_out_s``: the ``timeout_s`` under which an embedding attempt timed out, None when none did.
+    ``conformer_version`` / ``rdkit_version``: the code (:data:`CONFORMER_VERSION`) and RDKit that
+    computed it, stored with the component.
     """
 
     key: str
@@ -154,6 +170,8 @@ class ReferenceConformer:
     source_sha: str
     seconds: float
     timed_out_s: float | None = None
+    conformer_version: int = CONFORMER_VERSION
+    rdkit_version: str = RDKIT_VERSION
 
     @property
     def n_atoms(self) -> int:

@@ -5,16 +5,17 @@ parts/c-NNNNNN/                  one zarr group written by one task, renamed int
   atoms                          COMPONENT_ATOM records, uint8 [n_atoms, itemsize] (writer.write_record_array)
   bonds                          COMPONENT_BOND records (component-local atom indices)
   _index/components.arrow        one row per component (COMPONENTS_SCHEMA): key, code, offsets,
-                                 strategy, reason, source, source sha256, seconds, timed_out_s
+                                 strategy, reason, source, source sha256, seconds, timed_out_s,
+                                 conformer_version, rdkit_version
   _index/chem_warnings.arrow     entries whose atoms get ref_mask = False, and why (CHEM_WARNINGS_SCHEMA)
   _index/chem_scans.arrow        structure parts whose residues this build stage has looked at
   _index/failures.arrow          chem-stage failures (a conformer task that crashed), stage "chem"
 ```
 
 ``STORE/index/components.arrow`` is the concatenation over parts (rebuild_index). A key recomputed
-later (its CCD definition changed, or it failed for want of time and a build gave it more) has
-rows in two parts; the later part wins (:class:`~featurecache.chem.reference.ComponentTable`
-keeps the last row). Likewise a structure part's chem warnings are those of the latest component
+later (its CCD definition changed, it failed for want of time and a build gave it more, or an
+older ``CONFORMER_VERSION`` computed it) has rows in two parts; the later part wins
+(:class:`~featurecache.chem.reference.ComponentTable` keeps the last row). Likewise a structure part's chem warnings are those of the latest component
 part that scanned it (:func:`join_chem_warnings`): the chem stage scans a part again when a
 component its entries use is recomputed.
 """
@@ -96,6 +97,10 @@ COMPONENTS_SCHEMA = pa.schema(
         # the --conformer-timeout an embedding attempt of it ran out of; null when none did, and in
         # the rows of parts written before this column (their reason still says "timed out after")
         ("timed_out_s", pa.float64()),
+        # chem.conformer.CONFORMER_VERSION of the code that computed it (null in parts written
+        # before the column: version 1), and rdkit.rdBase.rdkitVersion (conformers depend on it)
+        ("conformer_version", pa.int32()),
+        ("rdkit_version", pa.string()),
         ("part", pa.string()),
     ]
 )
@@ -181,7 +186,7 @@ def write_component_part(
             row.update(bond_start=b, bond_count=len(c.bonds), strategy=c.strategy, reason=c.reason)
             row.update(source=sources.get(c.key, ""), source_sha256=c.source_sha, n_heavy=c.n_atoms)
             row.update(n_masked=int((~c.mask).sum()), seconds=float(c.seconds), timed_out_s=c.timed_out_s)
-            row.update(part=name)
+            row.update(conformer_version=c.conformer_version, rdkit_version=c.rdkit_version, part=name)
             rows.append(row)
             a += c.n_atoms
             b += len(c.bonds)
