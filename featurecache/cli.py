@@ -254,7 +254,7 @@ parts kept).
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
         _refuse_settings_left_out(
-            ctx, out, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
+            ctx, out, pdb_dir, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
         )
         from featurecache.build.config import BuildConfig
         from featurecache.build.run import run_build
@@ -286,8 +286,8 @@ parts kept).
 
 
 def _refuse_settings_left_out(
-    ctx: typer.Context, out: Path, ccd: Path | None, no_ccd: bool, msa_dir: Path | None, keep_aids: bool,
-    drop_aids: bool,
+    ctx: typer.Context, out: Path, pdb_dir: Path, ccd: Path | None, no_ccd: bool, msa_dir: Path | None,
+    keep_aids: bool, drop_aids: bool,
 ) -> None:  # fmt: skip
     """Exit 2 (nothing written) when ``--ccd`` and ``--no-ccd`` are both given, or when the store at
     ``out`` records a build setting this command line leaves out (:func:`settings_left_out`)."""
@@ -299,13 +299,12 @@ def _refuse_settings_left_out(
             typer.secho(f"error: {a} and {b} contradict each other: give one", fg=typer.colors.RED, err=True)
             raise typer.Exit(EXIT_USAGE)
     flags = {"ccd": "--ccd", "no_ccd": "--no-ccd", "msa_depth": "--msa-depth",
-             "conformer_timeout": "--conformer-timeout", "keep_crystallization_aids": "--keep-cryst-aids",
-             "drop_crystallization_aids": "--drop-cryst-aids"}  # fmt: skip
+             "keep_crystallization_aids": "--keep-cryst-aids", "drop_crystallization_aids": "--drop-cryst-aids"}  # fmt: skip
     given = {
         flag for name, flag in flags.items()
         if (source := ctx.get_parameter_source(name)) is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
     }  # fmt: skip
-    left = settings_left_out(out, given, msa_dir)
+    left = settings_left_out(out, given, msa_dir, pdb_dir)
     if left:
         typer.secho(f"error: {out} records build settings this command leaves out, which would rebuild its entries "
                     f"at the defaults; nothing was written: {'; '.join(left)}", fg=typer.colors.RED, err=True)  # fmt: skip

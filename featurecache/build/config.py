@@ -31,16 +31,24 @@ class BuildConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def settings_left_out(store: Path, given: set[str], msa_dir: Path | None = None) -> list[str]:
+def settings_left_out(
+    store: Path, given: set[str], msa_dir: Path | None = None, pdb_dir: Path | None = None
+) -> list[str]:
     """The settings ``store`` records from its builds that this build leaves out (``given``: the
-    options given on its command line, by flag; ``msa_dir``: its ``--msa-dir``), each as the line
-    saying how to keep or change it.
+    options given on its command line, by flag; ``msa_dir`` / ``pdb_dir``: its ``--msa-dir`` and
+    ``--pdb-dir``), each as the line saying how to keep or change it.
 
     A build without an option builds at its default: over a store built with ``--ccd`` (or
-    ``--msa-depth 64``, ``--keep-cryst-aids``, another ``--conformer-timeout``) that rebuilt every
-    entry or MSA under other settings, silently, for hours on a large store, and the new entries
-    replaced the served ones (review R15 s40 #2). Nothing for a store not built yet, or built at the
-    defaults."""
+    ``--msa-depth 64``, ``--keep-cryst-aids``) that rebuilt every entry or MSA under other settings,
+    silently, for hours on a large store, and the new entries replaced the served ones (review R15
+    s40 #2). What a build would rebuild decides, not what the latest build recorded (review R19 s41
+    #1: a build of another directory with other settings switched the check off for the first):
+    the MSAs' own depths (:func:`_msa_depth_left_out`), and the settings recorded by the structure
+    parts of ``pdb_dir`` that the index serves (:func:`_structure_settings`; for a store whose
+    parts record none, the root's record of the latest build, as before). ``--conformer-timeout``
+    is not among them: it is in no key, and a build at another one recomputes no stored conformer
+    (a longer one retries only those that ran out of time). Nothing for a store not built yet, or
+    built at the defaults."""
     from featurecache.errors import StoreError
     from featurecache.store.info import recorded_build_inputs
     from featurecache.store.root import group_attributes
@@ -57,24 +65,57 @@ def settings_left_out(store: Path, given: set[str], msa_dir: Path | None = None)
     out: list[str] = []
     if "--msa-depth" not in given and msa_dir is not None:
         out += _msa_depth_left_out(store, msa_dir, config.get("msa_depth_cap", defaults.msa_depth_cap))
-    timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
-    if "--conformer-timeout" not in given and timeout != defaults.conformer_timeout_s:
-        out.append(f"it was built with --conformer-timeout {timeout:g}: give --conformer-timeout {timeout:g} to "
-                   f"keep its conformers (--conformer-timeout {defaults.conformer_timeout_s:g}, or another, "
-                   "changes it)")  # fmt: skip
-    if (
-        not given & {"--keep-cryst-aids", "--drop-cryst-aids"}
-        and config.get("keep_crystallization_aids") is True
+    recorded = _structure_settings(store, pdb_dir)
+    if recorded is None:  # parts that record no settings: the root's record of the latest build
+        ccd = recorded_build_inputs(attrs)["ccd"]
+        recorded = [{"ccd": ccd["path"] if ccd else None,
+                     "keep_crystallization_aids": config.get("keep_crystallization_aids") is True}]  # fmt: skip
+    if not given & {"--keep-cryst-aids", "--drop-cryst-aids"} and any(
+        r.get("keep_crystallization_aids") is True for r in recorded
     ):
         out.append("it was built with --keep-cryst-aids: give --keep-cryst-aids to keep its entries "
                    "(--drop-cryst-aids rebuilds every X-ray entry without them)")  # fmt: skip
-    if "--ccd" not in given and "--no-ccd" not in given:
-        recorded = recorded_build_inputs(attrs)
-        if recorded["ccd"] is not None:
-            out.append(f"it was built with --ccd {recorded['ccd']['path']}: give --ccd to keep its entries "
-                       "(--no-ccd rebuilds every entry with a ligand or modified residue without CCD "
-                       "definitions)")  # fmt: skip
+    ccds = sorted({str(r["ccd"]) for r in recorded if isinstance(r.get("ccd"), str)})
+    if "--ccd" not in given and "--no-ccd" not in given and ccds:
+        out.append(f"it was built with --ccd {ccds[0]}: give --ccd to keep its entries "
+                   "(--no-ccd rebuilds every entry with a ligand or modified residue without CCD "
+                   "definitions)")  # fmt: skip
     return out
+
+
+def _structure_settings(store: Path, pdb_dir: Path | None) -> list[dict[str, object]] | None:
+    """The settings (``store.writer.SETTINGS``) recorded by the structure parts the index serves
+    whose ``--pdb-dir`` is ``pdb_dir``: empty when none of them is that directory's (nothing of it to
+    rebuild); None when no served part records settings (parts written before they did) or the
+    index cannot be read."""
+    import json
+
+    from featurecache.build.discover import resolved
+    from featurecache.errors import StoreError
+    from featurecache.store.index import read_table
+    from featurecache.store.layout import INDEX_DIR, PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
+    from featurecache.store.writer import SETTINGS, SOURCE_DIR
+
+    entries = Path(store) / INDEX_DIR / "entries.arrow"
+    try:
+        parts = set(read_table(entries).column("part").to_pylist()) if entries.is_file() else set()
+    except (StoreError, KeyError):  # an unreadable index: the build rebuilds it and names it
+        return None
+    here = str(resolved(Path(pdb_dir))) if pdb_dir is not None else None
+    found: list[dict[str, object]] = []
+    any_recorded = False
+    for part in sorted(parts):
+        try:
+            doc = json.loads((Path(store) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        settings = doc.get(SETTINGS) if isinstance(doc, dict) else None
+        if not isinstance(settings, dict):
+            continue
+        any_recorded = True
+        if here is not None and doc.get(SOURCE_DIR) == here:
+            found.append(settings)
+    return found if any_recorded else None
 
 
 def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int) -> list[str]:

@@ -81,7 +81,8 @@ def build_structure_part(
 
     component_atoms, component_bonds = component_resolvers(ccd_path)
     result = PartResult(part)
-    contents = PartContents(source_dir=source_dir)
+    contents = PartContents(source_dir=source_dir, settings={
+        "ccd": ccd_path, "keep_crystallization_aids": keep_crystallization_aids})  # fmt: skip
     timer = StageTimer()
     for inp in inputs:
         if inp.name_error:  # not read: its path could not be stored with its entry

@@ -84,6 +84,11 @@ class PartContents:
     #: not recorded, as in parts written before session 19): a later build from that directory
     #: withdraws the listed failure of a path no longer in it (``discover.withdraw_failures``)
     source_dir: str = ""
+    #: the build settings its entries were built with (manifest ``settings``: ``{"ccd": the resolved
+    #: --ccd or None, "keep_crystallization_aids": bool}``; None: not recorded, as in parts written
+    #: before session 41): a later build of the same directory that leaves one out is refused
+    #: (``build.config.settings_left_out``)
+    settings: dict[str, Any] | None = None
     #: :data:`~featurecache.store.index.REMOVED` rows (kind "entry", without "part") of ``featurecache
     #: prune --sources-gone``: written only when there are some
     removed: list[dict[str, Any]] = field(default_factory=list)
@@ -129,6 +134,8 @@ GROUP_HASHES_SCHEMA = pa.schema(
 #: key of a structure or MSA part's manifest (``_index/part.json``): :attr:`PartContents.source_dir`,
 #: ``store.msa.MSAPartContents.source_dir``
 SOURCE_DIR = "source_dir"
+#: key of a structure part's manifest: :attr:`PartContents.settings`
+SETTINGS = "settings"
 
 #: Suffix of a temp dir's sentinel file ``parts/.tmp-<name>-<random>.writer`` (a sibling, not
 #: inside: ``zarr.open_group(mode="w")`` empties the dir it opens).
@@ -353,6 +360,8 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
         }  # fmt: skip
         if contents.source_dir:
             manifest[SOURCE_DIR] = contents.source_dir
+        if contents.settings is not None:
+            manifest[SETTINGS] = contents.settings
         final = commit_part(tmp, root / PARTS_DIR / name, manifest)
         manifest["part"] = final.name
         return manifest

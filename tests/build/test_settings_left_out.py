@@ -67,3 +67,37 @@ def test_a_build_leaving_out_recorded_settings_is_refused(tmp_path: Path) -> Non
     again = _cli(*base, *settings)  # the recorded settings given: nothing to rebuild
     assert again.returncode == 0, again.stdout + again.stderr
     assert featurecache.open_store(store).entries.column("key").to_pylist() == keys
+
+
+def test_what_the_directory_was_built_with_decides_not_the_latest_build(tmp_path: Path) -> None:
+    """Review R19 s41 #1: the check read the settings of the store's latest build only, so a build of
+    another directory with other settings switched it off for the first; and #2: a build leaving out
+    ``--conformer-timeout`` was refused though the timeout is in no key and nothing is rebuilt."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(SAMPLES / "structures" / "102m.cif", a)  # heme (a CCD component) and SO4 (an aid)
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", b)
+    store = tmp_path / "store"
+
+    def build(pdb: Path, *settings: str | Path) -> subprocess.CompletedProcess[str]:
+        return _cli("build", "--pdb-dir", pdb, "--out", store, *scheduler_args(1), "--no-progress", *settings)
+
+    first = build(a, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids", "--conformer-timeout", "60")
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = build(b, "--no-ccd", "--drop-cryst-aids")
+    assert other.returncode == 0, other.stdout + other.stderr
+    keys = featurecache.open_store(store).entries.column("key").to_pylist()
+    before = _digest(store)
+
+    left_out = build(a)
+    assert left_out.returncode == 2, left_out.stdout + left_out.stderr
+    err = left_out.stderr
+    assert f"--ccd {(SAMPLES / 'ccd').resolve()}" in err and "--keep-cryst-aids" in err, err
+    assert "--conformer-timeout" not in err, err
+    assert _digest(store) == before
+
+    # the timeout left out: nothing of the store changes but the root's record of the latest build
+    again = build(a, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert featurecache.open_store(store).entries.column("key").to_pylist() == keys
