@@ -137,6 +137,12 @@ def _with_path(a: StockholmAlignment, path: str | os.PathLike[str]) -> Stockholm
     )
 
 
+#: Stockholm's other gap characters, read as ``-``: Easel (the alignment library of HMMER and
+#: Infernal) reads ``_`` as a gap and ``~`` as missing data, which Infernal writes where a truncated
+#: hit has no residues (review R19 s41 #3: the alphabet check of R15 refused both)
+_EASEL_GAPS = str.maketrans("_~", "--")
+
+
 def _parse_sto(text: str, upto_damage: bool = False) -> list[StockholmAlignment]:
     """Parse Stockholm text into alignments, one per ``//``-terminated record. A damaged record
     raises :class:`MSAError` naming its line; ``upto_damage``: it ends the list instead, with the
@@ -219,7 +225,7 @@ class _Record:
         """The alignment read; ``end``: the line of its ``//`` (or the file's last line, when
         ``terminated`` is false: no ``//`` closes it). ``unchecked``: rows of other widths are kept."""
         names = tuple(self.seqs)
-        aligned = tuple("".join(p) for p in self.seqs.values())
+        aligned = tuple("".join(p).translate(_EASEL_GAPS) for p in self.seqs.values())
         if aligned and not unchecked:
             self._check_widths(names, aligned, block, end, terminated)
             self._check_alphabet(names, aligned, block)
@@ -233,9 +239,10 @@ class _Record:
         )
 
     def _check_alphabet(self, names: tuple[str, ...], aligned: tuple[str, ...], block: int) -> None:
-        """Raise :class:`MSAError` for a character that is no residue letter, ``-`` or ``.``, naming
-        its sequence, line and column: such a character (``~``, a digit) was stored as an unknown
-        residue, in the profile too (review R15 s40 #1)."""
+        """Raise :class:`MSAError` for a character that is no residue letter, ``-`` or ``.`` (``_`` and
+        ``~`` are read as ``-`` before: :data:`_EASEL_GAPS`), naming its sequence, line and column:
+        such a character (a digit, ``*``) was stored as an unknown residue, in the profile too
+        (review R15 s40 #1)."""
         if all(row.isascii() for row in aligned) and not "".join(aligned).encode("ascii").translate(
             None, A3M_BYTES
         ):
@@ -254,7 +261,7 @@ class _Record:
             more = f"; {len(odd)} such characters in it: {kinds[:20]!r}" if len(odd) > 1 else ""
             raise MSAError(
                 f"line {lineno}{_of_alignment(block)}: sequence {name!r} holds {row[odd[0]]!r} at column "
-                f"{j + 1} of its aligned piece, not a residue letter, '-' or '.'{more}"
+                f"{j + 1} of its aligned piece, not a residue letter or a gap ('-', '.', '_', '~'){more}"
             )
 
     def _check_widths(

@@ -102,9 +102,18 @@ def test_characters_outside_the_alphabet_raise_naming_their_line() -> None:
     with pytest.raises(MSAError) as err:
         _parse_sto(two_blocks)
     assert str(err.value).startswith("line 6: sequence 'h1' holds '3' at column 4 of its aligned piece")
-    with pytest.raises(MSAError, match=r"line 3: sequence 'h1' holds '~'.*2 such characters in it: '~'"):
-        _parse_sto("# STOCKHOLM 1.0\nq  ACDE\nh1 A~D~\n//\n")
+    with pytest.raises(MSAError, match=r"line 3: sequence 'h1' holds '\*'.*2 such characters in it: '\*'"):
+        _parse_sto("# STOCKHOLM 1.0\nq  ACDE\nh1 A*D*\n//\n")
     assert _parse_sto("# STOCKHOLM 1.0\nq  ACDE\nh1 A-.e\n//\n")[0].aligned == ("ACDE", "A-.e")
+
+
+def test_easel_gap_characters_are_gaps() -> None:
+    """Review R19 s41 #3: Easel, the library HMMER and Infernal read and write Stockholm with, takes
+    '_' as a gap and '~' as missing data (Infernal writes it where a truncated hit has no residues);
+    R15's alphabet check refused the whole file for them. They are gaps: the row is the one written
+    with '-' in their place."""
+    got = _parse_sto("# STOCKHOLM 1.0\nq  ACDEFG\nh1 ~~DE_G\nh2 AC_.fG\n//\n")[0].aligned
+    assert got == ("ACDEFG", "--DE-G", "AC-.fG")
 
 
 REAL_STO = sorted(p for p in MSAS.rglob("*") if p.is_file() and ".sto" in p.name)
