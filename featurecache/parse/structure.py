@@ -297,16 +297,35 @@ def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
 
 
 def _non_ascii_hint(text: str) -> str | None:
-    """Where the first non-ASCII character of a CIF text that gemmi could not read is: CIF 1.1 is
-    ASCII, and gemmi's reason names the loop's header ("Wrong number of values in loop") or says
-    only "parse error" (review R15 s40 #3). None for an ASCII text."""
+    """Where the first non-ASCII character of a CIF text that gemmi could not read stands outside a
+    quoted value, a text field and a comment: CIF 1.1 is ASCII, gemmi reads UTF-8 only inside
+    quotes, and its reason names the loop's header ("Wrong number of values in loop") or says only
+    "parse error" (review R15 s40 #3). None when there is none such: a quoted ``'(Müller)'`` reads,
+    and naming it sent the reader away from the row that did not (review R19 s41 #4)."""
     if text.isascii():
         return None
-    at = next(i for i, c in enumerate(text) if ord(c) > 127)
-    line = text.count("\n", 0, at) + 1
-    column = at - (text.rfind("\n", 0, at) + 1) + 1
-    return (f"the file holds a non-ASCII character at line {line}, column {column} ({text[at]!r}, U+{ord(text[at]):04X}): "
-            "an unquoted mmCIF value must be ASCII (quote the value or replace the character)")  # fmt: skip
+    in_field = False
+    for lineno, line in enumerate(text.splitlines(keepends=True), start=1):
+        if line.startswith(";"):  # a text field opens or closes
+            in_field = not in_field
+        elif not in_field and not line.isascii():
+            for token in _CIF_TOKEN.finditer(line):
+                word = token.group()
+                if word.startswith("#"):
+                    break
+                if word[0] in "'\"" or word.isascii():
+                    continue
+                column = token.start() + next(i for i, c in enumerate(word) if ord(c) > 127)
+                char = line[column]
+                return (f"the file holds a non-ASCII character at line {lineno}, column {column + 1} ({char!r}, "
+                        f"U+{ord(char):04X}): an unquoted mmCIF value must be ASCII (quote the value or replace "
+                        "the character)")  # fmt: skip
+    return None
+
+
+#: a CIF token of one line: a quoted value (its quote closes before a blank or the line's end), a
+#: comment, or a bare word
+_CIF_TOKEN = re.compile(r"""'.*?'(?=\s|$)|".*?"(?=\s|$)|#.*|\S+""")
 
 
 def _other_blocks(blocks: list[str], name: str) -> str:

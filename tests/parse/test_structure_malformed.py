@@ -248,3 +248,18 @@ def test_carriage_return_line_endings_are_named(name: str) -> None:
     assert err.value.stage == "parse"
     crlf = _parse_structure(src.replace(b"\n", b"\r\n"), name).structure
     assert crlf[0].count_atom_sites() == _parse_structure(src, name).structure[0].count_atom_sites() > 0
+
+
+def test_a_quoted_non_ascii_character_is_not_blamed_for_a_damaged_row() -> None:
+    """Review R19 s41 #4: any non-ASCII character of a file gemmi could not read was named, also one
+    inside a quoted value or a text field (which gemmi reads), sending the reader away from the row
+    that was the cause."""
+    lines = (STRUCTURES / "5y2e.cif").read_text().splitlines(keepends=True)
+    k = next(i for i, line in enumerate(lines) if line.startswith("_entry.id"))
+    lines[k + 1 : k + 1] = ["_struct.title 'Müller et al.'\n", "_struct.pdbx_descriptor\n", ";Größe\n", ";\n"]
+    atom = next(i for i, line in enumerate(lines) if line.startswith("ATOM"))
+    lines[atom + 10] = " ".join(lines[atom + 10].split()[:5]) + "\n"  # a row cut short
+    with pytest.raises(ParseError) as err:
+        _parse_structure("".join(lines).encode(), "quoted_and_cut.cif")
+    assert f"line {atom + 11} has 5 values" in str(err.value), err.value
+    assert "non-ASCII" not in str(err.value), err.value
