@@ -14,7 +14,10 @@ Runs after the structure parts are written:
    file, never perceived from the residue's atoms, and the entries using it get chem warnings. A
    defined code's key is the code; an undefined one's is ``code#hash`` of its signature
    (:func:`~featurecache.chem.conformer.perceived_key`), perceived from the occurrence with the
-   smallest entry id whose atoms are all resolved. Keys already in the store with the same
+   smallest entry id whose atoms are all resolved — or, when the code has a definition whose atom
+   names are not the residue's, the definition's conformer for the residue's heavy atoms matched
+   onto it by graph (:func:`~featurecache.chem.conformer.conformer_for_renamed`; perceived when
+   no unambiguous match exists). Keys already in the store with the same
    definition hash are skipped — a component is computed once, not per entry and not per build —
    unless an older conformer code computed them (:func:`stored_version` below
    :data:`~featurecache.chem.conformer.CONFORMER_VERSION`: then every structure part is scanned
@@ -58,6 +61,7 @@ from featurecache.chem.conformer import (
     ReferenceConformer,
     conformer_for_component,
     conformer_for_perceived,
+    conformer_for_renamed,
     perceived_key,
     rdkit_timeout_s,
     timed_out_bound_s,
@@ -299,6 +303,9 @@ class Job:
     definition: ComponentDef | None = None
     occurrence: Occurrence | None = None
     why: str = "no CCD definition"
+    #: the definition of the code of a residue whose atom names are not its own: its heavy atoms
+    #: are matched onto it by graph (:func:`~featurecache.chem.conformer.conformer_for_renamed`)
+    renamed: ComponentDef | None = None
     #: why the CCD's own definition was not used (:func:`load_definitions`), first in ``reason``;
     #: without ``definition`` or ``occurrence`` the component is stored as failed for it
     broken: str = ""
@@ -316,6 +323,10 @@ def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
     assert occ is not None
     if not occ.all_present:
         return _failed(job.key, occ.names, occ.elements, f"{job.why}; no occurrence with every atom resolved")
+    if job.renamed is not None:
+        return conformer_for_renamed(
+            job.renamed, occ.names, occ.elements, occ.coords, occ.charges, timeout_s=timeout_s, why=job.why
+        )
     code = job.key.split("#", 1)[0]
     return conformer_for_perceived(
         code, occ.names, occ.elements, occ.coords, occ.charges, timeout_s=timeout_s, why=job.why
@@ -612,7 +623,7 @@ def run_chem_stage(
             why = (
                 "no CCD definition" if defined is None else f"atom names differ from the definition of {code}"
             )
-            jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ, why=why))
+            jobs.append(Job(key, f"perceived:{occ.entry_id}", occurrence=occ, why=why, renamed=defined))
     jobs.sort(key=lambda j: j.key)
     result.retried = [j.key for j in jobs if j.key in retry]
     log.info(

@@ -14,6 +14,11 @@ included: an entry's residue that lost them simply does not look them up). Strat
     no CCD definition: bonds perceived from one occurrence's coordinates
     (:mod:`rdkit.Chem.rdDetermineBonds`), then embedded with ETKDGv3 / random coordinates.
     Those coordinates only decide *which bonds exist*; the positions always come from embedding.
+(renamed residues)
+    a residue whose atom names are not its definition's: its heavy atoms are matched onto the
+    definition's by element and connectivity (:mod:`featurecache.chem.match`) and take the
+    definition's conformer under their own names (:func:`conformer_for_renamed`, key
+    ``code#hash``, strategy the definition's); ``perceived`` when no unambiguous match exists.
 ``failed``
     nothing worked: every atom has ``mask = False``, positions 0, and ``reason`` says why.
 
@@ -39,6 +44,7 @@ embedding thread (nothing is printed: the logger does not propagate), and the em
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -53,6 +59,7 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdDetermineBonds, rdDistGeom
 
 from featurecache.chem.keys import component_seed, perceived_key
+from featurecache.chem.match import match_to_definition
 from featurecache.errors import ChemError, EmbeddingInterrupted
 from featurecache.parse.ccd import ComponentDef
 
@@ -110,6 +117,7 @@ __all__ = [
     "component_seed",
     "conformer_for_component",
     "conformer_for_perceived",
+    "conformer_for_renamed",
     "mol_from_component",
     "perceived_key",
     "rdkit_timeout_s",
@@ -540,3 +548,55 @@ def conformer_for_perceived(
         t0=t0,
     )
     return ReferenceConformer(**{**conf.__dict__, "code": code})
+
+
+def conformer_for_renamed(
+    comp: ComponentDef,
+    names: Sequence[str],
+    atomic_numbers: Sequence[int],
+    coords: np.ndarray,
+    charges: Sequence[int] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    why: str = "",
+) -> ReferenceConformer:
+    """Reference conformer of a residue of ``comp``'s code whose atom names are not the definition's.
+
+    Its heavy atoms are matched onto the definition's by element and connectivity (the occurrence's
+    ``coords``, float ``[n, 3]``, only decide which bonds exist: :mod:`featurecache.chem.match`).
+    With a match, the definition's own conformer (:func:`conformer_for_component`: positions,
+    charges, bond orders) is taken for the matched atoms under the residue's names — the same
+    positions as the definition's component, centred on its heavy atoms. Without one, the residue
+    is perceived (:func:`conformer_for_perceived`). The key is the perceived one either way.
+    """
+    why = why or f"atom names differ from the definition of {comp.code}"
+    heavy = [k for k, z in enumerate(atomic_numbers) if int(z) != 1]
+    xyz = np.asarray(coords, dtype=np.float64)
+    match, note = match_to_definition(
+        comp, [atomic_numbers[k] for k in heavy], xyz[heavy], [names[k] for k in heavy]
+    )
+    if match is None:
+        return conformer_for_perceived(
+            comp.code, names, atomic_numbers, coords, charges, timeout_s=timeout_s, why=f"{why}; {note}"
+        )
+    t0 = time.perf_counter()
+    base = conformer_for_component(comp, timeout_s=timeout_s)
+    row_of = {name: r for r, name in enumerate(base.atom_names)}
+    rows = np.array([row_of[comp.atom_names[i]] for i in match], dtype=np.int64)
+    new_index = {int(r): k for k, r in enumerate(rows)}
+    bonds = [
+        (*sorted((new_index[int(i)], new_index[int(j)])), int(order))
+        for i, j, order in base.bonds
+        if int(i) in new_index and int(j) in new_index
+    ]
+    return dataclasses.replace(
+        base,
+        key=perceived_key(comp.code, list(zip(names, atomic_numbers, strict=True))),
+        atom_names=tuple(names[k] for k in heavy),
+        elements=base.elements[rows],
+        charges=base.charges[rows],
+        positions=base.positions[rows],
+        mask=base.mask[rows],
+        bonds=np.array(sorted(bonds), dtype=np.int32).reshape(-1, 3),
+        reason="; ".join(x for x in (why, note, base.reason) if x),
+        seconds=base.seconds + time.perf_counter() - t0,
+    )
