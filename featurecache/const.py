@@ -139,8 +139,11 @@ SCHEMA_VERSION = 1
 #: are read as before (``store.root.record_dtype``). "0.8.0": an X-ray structure's crystallization aids
 #: (:data:`CRYSTALLIZATION_AIDS`) are removed, as AF3 removes them (review R11 s39 #1; ``build
 #: --keep-cryst-aids`` keeps them), and ``token_bonds`` leaves out the bonds inside a
-#: polymer's modified residue, which are polymer–polymer (review R11 s39 #3).
-FEATURIZER_VERSION = "0.8.0"
+#: polymer's modified residue, which are polymer–polymer (review R11 s39 #3). "0.9.0": altlocs and
+#: microheterogeneity resolved as AF3's ``ResolveMmcifAltLocs`` (the residue of highest occupancy,
+#: and an atom modelled only under another altloc letter kept), and polymer chains made only of
+#: unknown residues (UNK, N, DN) removed, as AF3 removes them (review R20 #1-#3).
+FEATURIZER_VERSION = "0.9.0"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a

@@ -2,9 +2,15 @@
 
 Rules:
 - first model only; hydrogens and waters dropped, and the residues named in ``drop`` (an X-ray
-  structure's crystallization aids, SI §2.5.4: ``featurize.entry``) with their bonds; per residue the altloc with the highest mean
-  occupancy (ties: the first); microheterogeneity (two residues at one position): the first; two
-  atoms of one name in a residue: the first (a warning names the other when it is elsewhere);
+  structure's crystallization aids, SI §2.5.4: ``featurize.entry``) with their bonds; altlocs as
+  AF3's ``ResolveMmcifAltLocs`` (:func:`_select_atoms`): in a residue whose every atom has an
+  altloc, the letter with the highest mean occupancy (ties: alphabetically first), an atom name it
+  lacks kept from another letter; in a residue with atoms both with and without one, per atom name
+  the altloc of highest occupancy; microheterogeneity (two residues at one position): the one of
+  highest occupancy (:func:`_dedupe_microhetero`), and the chain's sequence follows it; two atoms
+  of one name and altloc in a residue: the first (a warning names the other when it is elsewhere);
+- a polymer chain whose every residue is its kind's unknown residue (``UNK``, RNA ``N``, DNA
+  ``DN``) is removed with a warning naming it (SI §2.5.4); an entry with nothing else fails;
 - a PDB chain with a blank chain ID is named with the first ID no chain or SEQRES of the file
   uses (a warning says which), so that its polymer is one (gemmi makes no entity for a nameless
   chain); an mmCIF residue without ``label_asym_id`` fails (no entity says what it is);
@@ -206,6 +212,17 @@ def tokenize(
     chains = _collect_chains(st, ctx)
     chains = [c for c in chains if c.residues]
     warnings.extend(_duplicate_atom_warnings(ctx.duplicate_atoms))
+    unknown = [c for c in chains if _all_unknown(c)]
+    if unknown:
+        chains = [c for c in chains if not _all_unknown(c)]
+        warnings.extend(_unknown_chain_warning(c) for c in unknown)
+        if not chains:
+            raise EmptyStructureError(
+                "no chain left: every polymer chain is made only of unknown residues ("
+                + ", ".join(f"chain {c.auth_id}: {_UNKNOWN_RESIDUES[c.mol_type]}" for c in unknown)
+                + "), removed as AF3 removes them (supplement §2.5.4), and the entry has no other chain",
+                stage="tokenize",
+            )
     if not chains or not any(r.atoms for c in chains for r in c.residues):
         raise EmptyStructureError("no polymer residues or ligand atoms after removing waters and hydrogens",
                                   stage="tokenize")  # fmt: skip
@@ -215,6 +232,24 @@ def tokenize(
         raise EmptyStructureError("no resolved heavy atom after removing waters and hydrogens: the file's residues "
                                   "have no coordinates to learn from", stage="tokenize")  # fmt: skip
     return _assemble(chains, warnings)
+
+
+#: the unknown residue of each kind of polymer chain
+_UNKNOWN_RESIDUES = {MolType.PROTEIN: "UNK", MolType.RNA: "N", MolType.DNA: "DN"}
+
+
+def _all_unknown(ch: _Chain) -> bool:
+    """Whether ``ch`` is a polymer chain whose every residue, resolved or not, is the unknown residue
+    of its kind (``UNK``, ``N``, ``DN``): AF3 removes such chains (supplement §2.5.4, "polymer chains
+    with all unknown residues are removed")."""
+    unknown = _UNKNOWN_RESIDUES.get(ch.mol_type)
+    return unknown is not None and bool(ch.residues) and all(r.name == unknown for r in ch.residues)
+
+
+def _unknown_chain_warning(ch: _Chain) -> str:
+    return (f"chain {ch.auth_id} (label {ch.label_id}): all {len(ch.residues)} residues are "
+            f"{_UNKNOWN_RESIDUES[ch.mol_type]} (unknown); the chain is removed, as AF3 removes polymer chains "
+            "with all unknown residues (supplement §2.5.4)")  # fmt: skip
 
 
 def _drop_residues(st: gemmi.Structure, names: frozenset[str]) -> None:
@@ -420,16 +455,36 @@ def _collect_chains(st: gemmi.Structure, ctx: _Context) -> list[_Chain]:
 
 
 def _dedupe_microhetero(residues: list[gemmi.Residue]) -> list[gemmi.Residue]:
-    """Keep the first residue at each sequence position (microheterogeneity keeps the first)."""
-    out: list[gemmi.Residue] = []
-    seen: set[tuple[int | None, str, int | None]] = set()
+    """One residue per sequence position: of two or more (microheterogeneity), the one with the
+    highest occupancy, as AF3's ``ResolveMmcifAltLocs`` picks a residue type at one position.
+
+    A residue's occupancy is the sum over its altloc letters of the mean occupancy of its atoms
+    under that letter (atoms without an altloc count as one more group); ties go to the residue
+    whose alphabetically first altloc letter comes first, then to the first in the file. The kept
+    residues stay in file order.
+    """
+    by_key: dict[tuple[int | None, str, int | None], gemmi.Residue] = {}
+    order: list[tuple[int | None, str, int | None]] = []
     for res in residues:
         key = (res.seqid.num, res.seqid.icode, res.label_seq)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(res)
-    return out
+        best = by_key.get(key)
+        if best is None:
+            by_key[key] = res
+            order.append(key)
+        elif _microhetero_rank(res) < _microhetero_rank(best):
+            by_key[key] = res
+    return [by_key[k] for k in order]
+
+
+def _microhetero_rank(res: gemmi.Residue) -> tuple[float, str]:
+    """Sort key of one residue among those at one position (smallest wins): its occupancy,
+    negated (:func:`_dedupe_microhetero`), then its alphabetically first altloc letter."""
+    occ: dict[str, list[float]] = {}
+    for a in res:
+        occ.setdefault(a.altloc, []).append(a.occ)
+    total = sum(sum(v) / len(v) for v in occ.values())
+    letters = sorted(k for k in occ if k != "\0")
+    return -total, letters[0] if letters else ""
 
 
 def _chain_mol_type(ent: gemmi.Entity, residues: list[gemmi.Residue]) -> MolType:
@@ -474,11 +529,11 @@ def _polymer_chain(
 ) -> tuple[_Chain, list[_Chain]]:
     mol_type = _chain_mol_type(ent, residues)
     chain = _Chain(sub_id, auth_id, mol_type)
-    full_seq = [s.split(",")[0] for s in ent.full_sequence]
-    use_full = bool(full_seq) and all(r.label_seq is not None for r in residues)
+    use_full = bool(ent.full_sequence) and all(r.label_seq is not None for r in residues)
     polymer: list[gemmi.Residue] = []
     embedded: list[_Chain] = []
     residues = _dedupe_microhetero(residues)
+    full_seq = _entity_sequence(ent, residues)
     known = [_is_polymer_residue(res, full_seq if use_full else None, mol_type) for res in residues]
     if not use_full and any(known):
         # Without the entity sequence, a residue the tables do not know as this chain's kind
@@ -528,6 +583,21 @@ def _polymer_chain(
             ends = (k == 1, k == len(polymer))
             chain.residues.append(_polymer_residue(res.name, res, pos, mol_type, auth_id, ends, ctx))
     return chain, embedded
+
+
+def _entity_sequence(ent: gemmi.Entity, residues: list[gemmi.Residue]) -> list[str]:
+    """The entity sequence of one chain, one residue name per position: where the entity lists
+    two or more (microheterogeneity, ``"PRO,SER"``), the one of the chain's residues at that
+    position (``residues``: one per position, :func:`_dedupe_microhetero`), else the first listed
+    (the position is unresolved). The chain's sequence, and so its MSA query, follows the residue
+    chosen."""
+    chosen = {int(r.label_seq): r.name for r in residues if r.label_seq is not None}
+    out: list[str] = []
+    for pos, item in enumerate(ent.full_sequence, start=1):
+        names = item.split(",")
+        name = chosen.get(pos)
+        out.append(name if name in names else names[0])
+    return out
 
 
 #: The chain's atom a residue before its first residue (False) / after its last one (True) bonds
@@ -594,37 +664,76 @@ def _is_polymer_residue(res: gemmi.Residue, full_seq: list[str] | None, chain_ty
 
 # ------------------------------------------------------------------------------------- residues
 def _select_atoms(res: gemmi.Residue, auth_id: str, ctx: _Context) -> list[gemmi.Atom]:
-    """Heavy atoms of one conformer: the altloc with the highest mean occupancy (ties: first seen).
+    """Heavy atoms of ``res`` after resolving altlocs as AF3's ``ResolveMmcifAltLocs``, in file order.
 
-    Of two atoms with one name (in that conformer) the first in the file is kept. One at the same
-    position is a repeated line; one elsewhere is another atom that a misnamed line made
-    unreachable (``CB`` written ``CA``), named in ``ctx.duplicate_atoms``.
+    Atoms without an altloc are kept. Of the atoms with one name under several altloc letters:
+    when every atom of the residue has an altloc, the residue's best letter (highest mean
+    occupancy; ties: alphabetically first) decides, and a name that letter lacks keeps its first
+    atom in the file (an atom modelled only under another letter is not lost); otherwise each name
+    keeps its atom of highest occupancy (ties: the alphabetically first letter), and an atom without
+    altloc wins over those of its name with one (named in ``ctx.duplicate_atoms`` where they lie
+    elsewhere: the file left a letter out). Unlike AF3, which compares only atoms written next to
+    each other, atoms of one name are compared wherever the residue lists them.
+
+    Of two atoms with one name and altloc the first in the file is kept. One at the same position is
+    a repeated line; one elsewhere is another atom that a misnamed line made unreachable (``CB``
+    written ``CA``), named in ``ctx.duplicate_atoms``.
     """
-    occ: dict[str, list[float]] = {}
+    unique: list[gemmi.Atom] = []
+    kept: dict[tuple[str, str], gemmi.Atom] = {}
     for a in res:
-        if a.altloc != "\0":
-            occ.setdefault(a.altloc, []).append(a.occ)
-    best = max(occ, key=lambda k: sum(occ[k]) / len(occ[k])) if occ else None  # max keeps the first on ties
-    out: list[gemmi.Atom] = []
-    kept: dict[str, gemmi.Atom] = {}
-    for a in res:
-        if a.altloc not in ("\0", best) or a.element.name.upper() in HYDROGEN_ELEMENTS:
+        if a.element.name.upper() in HYDROGEN_ELEMENTS:
             continue
-        first = kept.get(a.name)
+        first = kept.get((a.name, a.altloc))
         if first is None:
-            kept[a.name] = a
-            out.append(a)
+            kept[(a.name, a.altloc)] = a
+            unique.append(a)
         elif (first.pos.x, first.pos.y, first.pos.z) != (a.pos.x, a.pos.y, a.pos.z):
             ctx.duplicate_atoms.append(_duplicate_atom(res, auth_id, first, a))
-    return out
+    alternatives: dict[str, list[gemmi.Atom]] = {}
+    for a in unique:
+        if a.altloc != "\0":
+            alternatives.setdefault(a.name, []).append(a)
+    if not alternatives:
+        return unique
+    plain = {a.name: a for a in unique if a.altloc == "\0"}
+    chosen: set[int] = set()
+    if not plain:
+        occ: dict[str, list[float]] = {}
+        for a in unique:
+            occ.setdefault(a.altloc, []).append(a.occ)
+        best = min(occ, key=lambda k: (-sum(occ[k]) / len(occ[k]), k))
+        for group in alternatives.values():
+            chosen.add(id(next((a for a in group if a.altloc == best), group[0])))
+    else:
+        for name, group in alternatives.items():
+            if name not in plain:
+                chosen.add(id(min(group, key=lambda a: (-a.occ, a.altloc))))
+                continue
+            # an altloc atom beside one of its name without altloc (disordered.pdb's ARG 27 CZ, its
+            # altloc A letter left out): the file's mistake, named where the positions differ
+            kept_atom = plain[name]
+            for a in group:
+                if (kept_atom.pos.x, kept_atom.pos.y, kept_atom.pos.z) != (a.pos.x, a.pos.y, a.pos.z):
+                    ctx.duplicate_atoms.append(
+                        _duplicate_atom(res, auth_id, kept_atom, a, "the one without an altloc")
+                    )
+    return [a for a in unique if a.altloc == "\0" or id(a) in chosen]
 
 
-def _duplicate_atom(res: gemmi.Residue, auth_id: str, first: gemmi.Atom, dropped: gemmi.Atom) -> str:
-    """The warning for ``dropped``, an atom of ``res`` named as ``first`` is, at another position."""
+def _duplicate_atom(
+    res: gemmi.Residue,
+    auth_id: str,
+    first: gemmi.Atom,
+    dropped: gemmi.Atom,
+    kept: str = "the first in the file",
+) -> str:
+    """The warning for ``dropped``, an atom of ``res`` named as ``first`` (the one ``kept``) is, at
+    another position."""
     altloc = f" (altloc {dropped.altloc})" if dropped.altloc != "\0" else ""
     return (f"chain {auth_id} residue {res.name} {res.seqid.num}{res.seqid.icode.strip()}: two atoms named "
-            f"{dropped.name}{altloc} at different positions, {_xyz(first)} and {_xyz(dropped)}; the first "
-            "in the file is kept, the other is dropped")  # fmt: skip
+            f"{dropped.name}{altloc} at different positions, {_xyz(first)} and {_xyz(dropped)}; {kept} "
+            "is kept, the other is dropped")  # fmt: skip
 
 
 def _xyz(atom: gemmi.Atom) -> str:
