@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from featurecache.strict_json import finite
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -230,3 +232,18 @@ def _fmt(v: Any) -> str:
             return f"{v:.3f}"
         return f"{v:.4g}"
     return str(v)
+
+
+def same_sample(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two training samples equal: every array byte for byte (dtype and shape too), every other value ==."""
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.dtype == y.dtype and x.shape == y.shape
+                    and x.tobytes() == y.tobytes()):  # fmt: skip
+                return False
+        elif x != y:
+            return False
+    return True

@@ -63,7 +63,15 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import Bench, add_out_argument, corpus_store, percentile, store_argument, store_label  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Bench,
+    add_out_argument,
+    corpus_store,
+    percentile,
+    same_sample,
+    store_argument,
+    store_label,
+)
 from featurecache.client import FeatureDataset  # noqa: E402
 
 log = logging.getLogger("benchmarks.sample_cost")
@@ -162,25 +170,6 @@ def _draw(
         return c, t, str(s["entry_id"]), s, _run_ms(server) - r
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Every array of two samples byte for byte (dtype and shape too), every other value equal."""
-    if a.keys() != b.keys():
-        return False
-    for k, x in a.items():
-        y = b[k]
-        if isinstance(x, np.ndarray):
-            if (
-                not isinstance(y, np.ndarray)
-                or x.dtype != y.dtype
-                or x.shape != y.shape
-                or x.tobytes() != y.tobytes()
-            ):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 def compare(
     bench: Bench,
     part: str,
@@ -215,7 +204,7 @@ def compare(
                 got[label].append((c_ms, w_ms, entry, s_ms))
             if crop_first:
                 first = drawn[labels[0]]
-                differ += sum(not _same(first, s) for s in drawn.values())
+                differ += sum(not same_sample(first, s) for s in drawn.values())
     if crop_first:
         bench.params["samples_differ"] = differ
         if differ:

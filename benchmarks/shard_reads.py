@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import Bench, add_out_argument, corpus_store, store_argument, store_label
+from benchmarks.harness import Bench, add_out_argument, corpus_store, same_sample, store_argument, store_label
 from featurecache.client import FeatureDataset
 from featurecache.store.reader import open_store
 from featurecache.store.root import PartArrays
@@ -102,20 +102,6 @@ def slices(bench: Bench, store: Path, n: int) -> None:
                   cpu_speedup=med["zarr"][1] / med["direct"][1], same_bytes=True)  # fmt: skip
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for k, x in a.items():
-        y = b[k]
-        if isinstance(x, np.ndarray):
-            if not (isinstance(y, np.ndarray) and x.dtype == y.dtype and x.shape == y.shape
-                    and x.tobytes() == y.tobytes()):  # fmt: skip
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 def samples(bench: Bench, store: Path, n: int) -> None:
     sets = {sd: FeatureDataset(store, infinite=True, seed=0, **TRAIN) for sd in SIDES}
 
@@ -137,7 +123,7 @@ def samples(bench: Bench, store: Path, n: int) -> None:
             ms, got[sd] = draw(sd, p)
             cpu[sd].append(ms)
             per[str(got[sd]["entry_id"])][sd].append(ms)
-        differ += not _same(got["direct"], got["zarr"])
+        differ += not same_sample(got["direct"], got["zarr"])
     for ds in sets.values():
         ds.close()
     if differ:
