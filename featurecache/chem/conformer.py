@@ -11,9 +11,11 @@ included: an entry's residue that lost them simply does not look them up). Strat
 ``ccd_ideal`` / ``ccd_model``
     the CCD's own ideal / model coordinates (when complete for the heavy atoms).
 ``perceived``
-    no CCD definition: bonds perceived from one occurrence's coordinates
-    (:mod:`rdkit.Chem.rdDetermineBonds`), then embedded with ETKDGv3 / random coordinates.
-    Those coordinates only decide *which bonds exist*; the positions always come from embedding.
+    no CCD definition: bonds perceived from one occurrence's heavy-atom coordinates
+    (:mod:`featurecache.chem.perceive`: connectivity, bond orders of flat rings and carbonyls
+    guessed from the geometry, the file's charges), then embedded with ETKDGv3 / random
+    coordinates. Those coordinates only decide *which bonds exist*; the positions always come
+    from embedding.
 (renamed residues)
     a residue whose atom names are not its definition's: its heavy atoms are matched onto the
     definition's by element and connectivity (:mod:`featurecache.chem.match`) and take the
@@ -56,10 +58,11 @@ from typing import Any
 
 import numpy as np
 from rdkit import Chem, rdBase
-from rdkit.Chem import rdDetermineBonds, rdDistGeom
+from rdkit.Chem import rdDistGeom
 
 from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.chem.match import match_to_definition
+from featurecache.chem.perceive import perceive_mol, sanitize_relaxed
 from featurecache.errors import ChemError, EmbeddingInterrupted
 from featurecache.parse.ccd import ComponentDef
 
@@ -189,26 +192,6 @@ class ReferenceConformer:
 # --- molecule construction -----------------------------------------------------------------------
 
 
-def _sanitize(mol: Chem.RWMol) -> str:
-    """Sanitize in place; fall back to skipping valence checks (metal complexes). Returns a note."""
-    try:
-        Chem.SanitizeMol(mol)
-        return ""
-    except Exception as exc:  # RDKit raises several unrelated classes (AtomValenceException, ...)
-        note = f"partial sanitization ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
-    mol.UpdatePropertyCache(strict=False)
-    flags = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES
-    failed = Chem.SanitizeMol(mol, flags, catchErrors=True)
-    if failed != Chem.SanitizeFlags.SANITIZE_NONE:
-        Chem.SanitizeMol(
-            mol,
-            Chem.SanitizeFlags.SANITIZE_SYMMRINGS | Chem.SanitizeFlags.SANITIZE_SETCONJUGATION,
-            catchErrors=True,
-        )
-        note += f"; flags failed: {failed}"
-    return note
-
-
 def _complete(xyz: np.ndarray, rows: np.ndarray) -> bool:
     return bool(np.isfinite(xyz[rows]).all()) and len(rows) > 0
 
@@ -232,7 +215,7 @@ def mol_from_component(comp: ComponentDef) -> tuple[Chem.Mol, str]:
     for i, j, order, _arom, _stereo in comp.bonds:
         if rw.GetBondBetweenAtoms(i, j) is None and i != j:
             rw.AddBond(i, j, BOND_TYPES.get(order, Chem.BondType.SINGLE))
-    note = _sanitize(rw)
+    note = sanitize_relaxed(rw)
     all_rows = np.arange(comp.n_atoms)
     for xyz in (comp.ideal, comp.model):
         if _complete(xyz, all_rows):
@@ -444,57 +427,6 @@ def _conformer_from_coords_only(comp: ComponentDef, notes: list[str], t0: float)
         source_sha=comp.sha256,
         seconds=time.perf_counter() - t0,
     )
-
-
-def perceive_mol(
-    names: Sequence[str],
-    atomic_numbers: Sequence[int],
-    coords: np.ndarray,
-    charges: Sequence[int] | None = None,
-) -> tuple[Chem.Mol, str]:
-    """Molecule of a residue with no definition: bonds perceived from ``coords`` (float [n, 3]).
-
-    Tries connectivity + bond orders (:func:`rdDetermineBonds.DetermineBonds`), then connectivity
-    alone (all single bonds). The coordinates are dropped from the result: only the graph is kept.
-    Raises :class:`ChemError` if not even connectivity can be determined.
-    """
-    coords = np.asarray(coords, dtype=np.float64)
-    if coords.shape != (len(names), 3) or not np.isfinite(coords).all():
-        raise ChemError(f"perception needs finite coordinates for all {len(names)} atoms")
-
-    def build() -> Chem.RWMol:
-        rw = Chem.RWMol()
-        for k, (name, z) in enumerate(zip(names, atomic_numbers, strict=True)):
-            atom = Chem.Atom(int(z))
-            if charges is not None:
-                atom.SetFormalCharge(int(charges[k]))
-            atom.SetProp("atom_name", name)
-            rw.AddAtom(atom)
-        conf = Chem.Conformer(len(names))
-        for k, p in enumerate(coords):
-            conf.SetAtomPosition(k, p.tolist())
-        rw.AddConformer(conf, assignId=True)
-        return rw
-
-    total_charge = int(sum(charges)) if charges is not None else 0
-    note = ""
-    rw = build()
-    try:
-        rdDetermineBonds.DetermineBonds(rw, charge=total_charge)
-        Chem.SanitizeMol(rw)
-    except Exception as exc:  # bond orders often fail without hydrogens: keep connectivity only
-        note = f"bond orders not determined ({type(exc).__name__}); connectivity only"
-        rw = build()
-        try:
-            rdDetermineBonds.DetermineConnectivity(rw, charge=total_charge)
-        except Exception as exc2:
-            raise ChemError(f"bond perception failed: {exc2}") from exc2
-        extra = _sanitize(rw)
-        if extra:
-            note += "; " + extra
-    rw.RemoveAllConformers()
-    # Heavy-atom residues from a structure: let RDKit add the implicit hydrogens it infers.
-    return rw.GetMol(), note
 
 
 def conformer_for_perceived(
