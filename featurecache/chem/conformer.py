@@ -201,7 +201,9 @@ def mol_from_component(comp: ComponentDef) -> tuple[Chem.Mol, str]:
 
     Charges and Kekulé bond orders come from the CCD; aromaticity is perceived by sanitization;
     stereo (tetrahedral and double bond) is read from the CCD ideal coordinates (model ones if the
-    ideal are incomplete) — those are the dictionary's coordinates, never an entry's. Each atom
+    ideal lack a heavy atom) — those are the dictionary's coordinates, never an entry's; a
+    hydrogen they lack is placed from its neighbour's geometry first (so one ``?`` hydrogen does
+    not drop every chiral tag and leave the enantiomer to the embedding seed). Each atom
     carries the property ``atom_name``. Returns ``(mol, note)``; ``note`` is non-empty when
     sanitization had to be relaxed.
     """
@@ -216,16 +218,24 @@ def mol_from_component(comp: ComponentDef) -> tuple[Chem.Mol, str]:
         if rw.GetBondBetweenAtoms(i, j) is None and i != j:
             rw.AddBond(i, j, BOND_TYPES.get(order, Chem.BondType.SINGLE))
     note = sanitize_relaxed(rw)
-    all_rows = np.arange(comp.n_atoms)
+    heavy_rows = np.flatnonzero(comp.heavy)
     for xyz in (comp.ideal, comp.model):
-        if _complete(xyz, all_rows):
-            conf = Chem.Conformer(comp.n_atoms)
-            for k, p in enumerate(xyz):
-                conf.SetAtomPosition(k, p.tolist())
-            cid = rw.AddConformer(conf, assignId=True)
-            Chem.AssignStereochemistryFrom3D(rw, confId=cid)
-            rw.RemoveAllConformers()
-            break
+        if not _complete(xyz, heavy_rows):
+            continue
+        # a hydrogen without coordinates (heavy atoms all there) is placed from its neighbour's
+        # geometry: a stereocentre has at most one hydrogen, so it lands where the CCD's would
+        missing = [int(k) for k in np.flatnonzero(~np.isfinite(xyz).all(axis=1))]
+        if any(rw.GetAtomWithIdx(k).GetDegree() != 1 for k in missing):
+            continue
+        conf = Chem.Conformer(comp.n_atoms)
+        for k, p in enumerate(xyz):
+            conf.SetAtomPosition(k, p.tolist() if k not in missing else [0.0, 0.0, 0.0])
+        cid = rw.AddConformer(conf, assignId=True)
+        for k in missing:
+            Chem.SetTerminalAtomCoords(rw, k, rw.GetAtomWithIdx(k).GetNeighbors()[0].GetIdx())
+        Chem.AssignStereochemistryFrom3D(rw, confId=cid)
+        rw.RemoveAllConformers()
+        break
     return rw.GetMol(), note
 
 
