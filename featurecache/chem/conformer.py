@@ -64,7 +64,7 @@ from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.chem.match import match_to_definition
 from featurecache.chem.perceive import perceive_mol, sanitize_relaxed
 from featurecache.errors import ChemError, EmbeddingInterrupted
-from featurecache.parse.ccd import ComponentDef
+from featurecache.parse.ccd import AROMATIC_BOND_ORDER, ComponentDef
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,7 @@ BOND_TYPES = {
     2: Chem.BondType.DOUBLE,
     3: Chem.BondType.TRIPLE,
     4: Chem.BondType.QUADRUPLE,
+    AROMATIC_BOND_ORDER: Chem.BondType.AROMATIC,  # CCD ``AROM``: sanitization kekulizes it
 }
 
 
@@ -217,6 +218,10 @@ def mol_from_component(comp: ComponentDef) -> tuple[Chem.Mol, str]:
     for i, j, order, _arom, _stereo in comp.bonds:
         if rw.GetBondBetweenAtoms(i, j) is None and i != j:
             rw.AddBond(i, j, BOND_TYPES.get(order, Chem.BondType.SINGLE))
+            if order == AROMATIC_BOND_ORDER:
+                rw.GetBondBetweenAtoms(i, j).SetIsAromatic(True)
+                rw.GetAtomWithIdx(i).SetIsAromatic(True)
+                rw.GetAtomWithIdx(j).SetIsAromatic(True)
     note = sanitize_relaxed(rw)
     heavy_rows = np.flatnonzero(comp.heavy)
     for xyz in (comp.ideal, comp.model):

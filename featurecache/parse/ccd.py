@@ -48,15 +48,25 @@ from featurecache.parse.cif_loops import loop_error_hint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CCD", "ComponentDef", "check_ccd", "parse_component_file", "read_components"]
+__all__ = [
+    "AROMATIC_BOND_ORDER",
+    "CCD",
+    "ComponentDef",
+    "check_ccd",
+    "parse_component_file",
+    "read_components",
+]
 
+#: ``order`` of a bond whose ``value_order`` is ``AROM``: aromatic, with no Kekulé order (such a
+#: bond's aromatic flag is also set, whatever ``pdbx_aromatic_flag`` says)
+AROMATIC_BOND_ORDER = 5
 #: ``_chem_comp_bond.value_order`` → bond order (AF3/RDKit style; aromatic is a separate flag).
 BOND_ORDERS: dict[str, int] = {
     "SING": 1,
     "DOUB": 2,
     "TRIP": 3,
     "QUAD": 4,
-    "AROM": 4,
+    "AROM": AROMATIC_BOND_ORDER,
     "DELO": 1,
     "PI": 1,
     "POLY": 1,
@@ -70,7 +80,9 @@ class ComponentDef:
     Per-atom fields are tuples/arrays of length ``n_atoms`` in CCD order (hydrogens included).
     ``ideal``/``model`` are float64 ``[n_atoms, 3]`` with NaN where the CCD gives ``?``.
     ``bonds`` are ``(i, j, order, aromatic, stereo)`` with ``i``/``j`` indices into the atoms,
-    ``order`` in {1, 2, 3, 4} (4 only for ``QUAD``; aromaticity is the separate flag).
+    ``order`` in {1, 2, 3, 4, 5}: 4 only for ``QUAD``, 5 (:data:`AROMATIC_BOND_ORDER`) for
+    ``AROM`` (a bond with no Kekulé order; its ``aromatic`` flag is set too). Aromaticity of
+    Kekulé bonds is the separate flag.
     """
 
     code: str
@@ -176,7 +188,7 @@ def _component_from_block(block: gemmi.cif.Block, text_sha: str) -> ComponentDef
         if a not in index or b not in index:
             raise ParseError(f"CCD {code}: bond {a}-{b} names an unknown atom", stage="ccd")
         order = BOND_ORDERS.get(gemmi.cif.as_string(row[2]).upper(), 1)
-        arom = btable.has_column(3) and str(row[3]).upper() == "Y"
+        arom = (btable.has_column(3) and str(row[3]).upper() == "Y") or order == AROMATIC_BOND_ORDER
         bstereo = gemmi.cif.as_string(row[4]).upper() if btable.has_column(4) else "N"
         bonds.append((index[a], index[b], order, arom, bstereo))
 
