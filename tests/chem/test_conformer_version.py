@@ -50,7 +50,11 @@ def test_components_of_an_older_conformer_code_are_computed_again(tmp_path: Path
     assert {latest[k]["conformer_version"] for k in keys} == {CONFORMER_VERSION}
     s = featurecache.open_store(store)
     assert s.reference_features(s.entry("102m"))["ref_mask"].all()
-    assert {r["key"] for r in s.components.to_pylist()} == keys  # one row per key in the index
+    index_rows = s.components.to_pylist()
+    assert {r["key"] for r in index_rows} == keys  # one row per key in the index, the new one
+    assert {(r["conformer_version"], r["rdkit_version"]) for r in index_rows} == {
+        (CONFORMER_VERSION, rdBase.rdkitVersion)
+    }
     # and once current, nothing more
     again = build_store(store, inputs, workers=1).stages["chem"]
     assert again["components (store / this run)"] == f"{len(keys)} / 0"
