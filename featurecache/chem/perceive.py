@@ -100,9 +100,9 @@ def _atoms(
 
 def _flat_rings(mol: Chem.Mol, xyz: np.ndarray, heavy_nbrs: list[list[int]]) -> list[tuple[int, ...]]:
     """The 5- and 6-membered rings (atom indices) that are flat with flat ring atoms."""
-    Chem.FastFindRings(mol)
     out = []
-    for ring in mol.GetRingInfo().AtomRings():
+    # the smallest rings (FastFindRings may give a purine's 9-ring instead of its 5-ring)
+    for ring in (tuple(r) for r in Chem.GetSymmSSSR(mol)):
         if len(ring) not in (5, 6) or any(
             mol.GetAtomWithIdx(i).GetAtomicNum() not in _RING_ELEMENTS for i in ring
         ):

@@ -16,9 +16,15 @@ from featurecache.const import decode_atom_name, decode_res_name
 from tests.chem import ccdtext
 from tests.conftest import STRUCTURES, build_store
 
-#: (file, code): ligands of the real corpus with aromatic rings, a saturated one (methanol), and
-#: a uridine whose ring carries two carbonyls
-CASES = [("4CUP.cif", "MOH"), ("4CUP.cif", "ZYB"), ("5zyh.cif", "9N0"), ("2q2k.cif", "5IU")]
+#: (file, code): ligands of the real corpus with aromatic rings, a saturated one (methanol), a
+#: uridine whose ring carries two carbonyls, and cGMP (a purine: fused 6- and 5-ring)
+CASES = [
+    ("4CUP.cif", "MOH"),
+    ("4CUP.cif", "ZYB"),
+    ("5zyh.cif", "9N0"),
+    ("2q2k.cif", "5IU"),
+    ("7pzb.pdb", "PCG"),
+]
 
 
 def _occurrence(path: str, code: str) -> tuple[list[str], list[int], np.ndarray, list[int]]:
