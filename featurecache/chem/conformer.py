@@ -31,8 +31,9 @@ attempt 1 s, as 1 does. An attempt that ran out of it is noted in ``reason`` and
 records the ``timeout_s`` it ran under (``timed_out_s``): the one kind of failure a larger
 timeout can change (``build.chem_stage`` computes such a component again).
 Positions are centred on the heavy-atom centroid and stored float32. The result depends only on
-the definition (or the perceived graph), the code and the RDKit version — never on an entry's
-coordinates.
+the definition (or the perceived graph, or which of the definition's atoms a renamed residue's
+graph matched), the code (:data:`CONFORMER_VERSION`) and the RDKit version — never on an entry's
+coordinates as positions.
 
 A SIGINT is not a failure of the molecule. RDKit installs a SIGINT handler of its own while it
 embeds (its ``ControlCHandler``) and, when one arrives, cancels the embedding and returns -1
@@ -132,10 +133,10 @@ __all__ = [
 #: stores. Bump it whenever the same definition (or occurrence) would get another conformer.
 #:   1  (rows without the column) every component before versions were recorded.
 #:   2  a residue whose atom names differ from its definition's takes the definition's conformer
-#:      through a graph match of its heavy atoms; a perceived residue's charges are the file's
-#:      (never ones invented by bond perception) and its bond orders only kept when perceived
-#:      without charges; chirality from the heavy atoms' coordinates when a hydrogen's are
-#:      missing; CCD ``AROM`` bonds are aromatic (were quadruple).
+#:      through a graph match of its heavy atoms (chem.match); a perceived residue has the file's
+#:      charges (never xyz2mol's) and bond orders from geometry (chem.perceive: flat rings
+#:      aromatic, C=O), no longer DetermineBonds'; chirality read from the heavy atoms'
+#:      coordinates when a hydrogen's are missing; CCD ``AROM`` bonds aromatic (were quadruple).
 CONFORMER_VERSION = 2
 #: RDKit's version, recorded with each stored component: conformers depend on it
 RDKIT_VERSION: str = rdBase.rdkitVersion
