@@ -20,8 +20,8 @@ Runs after the structure parts are written:
    no unambiguous match exists). Keys already in the store with the same
    definition hash are skipped — a component is computed once, not per entry and not per build —
    unless an older conformer code computed them (:func:`stored_version` below
-   :data:`~featurecache.chem.conformer.CONFORMER_VERSION`: then every structure part is scanned
-   again and every component in use computed anew), or they failed for want of time
+   :data:`~featurecache.chem.conformer.CONFORMER_VERSION`: then every structure part that this
+   version has not scanned is scanned again and every component in use computed anew), or they failed for want of time
    (:func:`retry_under`): an embedding
    timed out under a smaller ``--conformer-timeout`` than this build's. Those are computed again,
    and the structure parts whose chem warnings name their code are scanned again, so their
@@ -576,9 +576,10 @@ def run_chem_stage(
     retry = {key for key, r in latest.items() if retry_under(r, timeout_s)}
     stale = {key for key, r in latest.items() if stored_version(r) < CONFORMER_VERSION}
     redo = retry | stale
-    # an older conformer code computed some component: every structure part is scanned again, so
-    # every code in use (and each perceived key's occurrence) is met and computed anew
-    done = scanned_structure_parts(root) if not stale else set()
+    # an older conformer code computed some component: every structure part not scanned by this
+    # version is scanned again, so every code in use (and each perceived key's occurrence) is met
+    # and computed anew; a stale key no entry uses stays, and rescans nothing once that is done
+    done = scanned_structure_parts(root, at_version=CONFORMER_VERSION if stale else None)
     again = _parts_using(root, retry)
     s_parts = [
         p
@@ -697,8 +698,10 @@ def run_chem_stage(
     result.n_atoms_masked = sum(w["n_atoms"] for w in warnings)
     if s_parts:
         scan_rows = [
-            {"structure_part": r.part, "n_entries": r.n_entries, "n_residues": r.n_residues} for r in scans
-        ]
+            {"structure_part": r.part, "n_entries": r.n_entries, "n_residues": r.n_residues,
+             "conformer_version": CONFORMER_VERSION}
+            for r in scans
+        ]  # fmt: skip
         write_component_part(
             root, part_name(COMPONENT_PART_PREFIX, _next_number(root)), [], warnings=warnings, scans=scan_rows
         )

@@ -9,6 +9,7 @@ parts/c-NNNNNN/                  one zarr group written by one task, renamed int
                                  conformer_version, rdkit_version
   _index/chem_warnings.arrow     entries whose atoms get ref_mask = False, and why (CHEM_WARNINGS_SCHEMA)
   _index/chem_scans.arrow        structure parts whose residues this build stage has looked at
+                                 (and the conformer code version that did)
   _index/failures.arrow          chem-stage failures (a conformer task that crashed), stage "chem"
 ```
 
@@ -123,6 +124,9 @@ CHEM_SCANS_SCHEMA = pa.schema(
         ("structure_part", pa.string()),
         ("n_entries", pa.int32()),
         ("n_residues", pa.int64()),
+        # chem.conformer.CONFORMER_VERSION of the chem stage that scanned it (null before it was
+        # recorded, and in RESCAN_ALL rows)
+        ("conformer_version", pa.int32()),
         ("part", pa.string()),
     ]
 )
@@ -252,31 +256,45 @@ def chem_warnings_in_parts(root: Path) -> pa.Table:
     )
 
 
-def scanned_structure_parts(root: Path) -> set[str]:
-    """Structure parts whose residues a chem stage has already looked at.
+def scanned_structure_parts(root: Path, at_version: int | None = None) -> set[str]:
+    """Structure parts whose residues a chem stage has already looked at; with ``at_version``,
+    only those a chem stage of that conformer code version or later did (after a version bump,
+    each part is scanned once more so that its components are computed anew).
 
     A component part whose scans hold :data:`RESCAN_ALL` (``verify --repair`` writes one after
     moving a component part aside) forgets the scans of every part before it, so the next chem
     stage scans every structure part again and recomputes the components that are missing."""
     out: set[str] = set()
     for scanned in _scans_by_part(root):
-        if RESCAN_ALL in scanned:
+        if any(s == RESCAN_ALL for s, _v in scanned):
             out.clear()
-        out.update(s for s in scanned if s != RESCAN_ALL)
+        out.update(
+            s
+            for s, v in scanned
+            if s != RESCAN_ALL and (at_version is None or (v is not None and v >= at_version))
+        )
     return out
 
 
-def _scans_by_part(root: Path) -> Iterator[list[str]]:
-    """Each complete component part's ``chem_scans`` structure part names, in part order."""
+def _scans_by_part(root: Path) -> Iterator[list[tuple[str, int | None]]]:
+    """Each complete component part's ``chem_scans`` rows, in part order: (structure part name,
+    the conformer version that scanned it or None)."""
     for p in _component_parts(Path(root)):
-        yield _part_table(p, "chem_scans", CHEM_SCANS_SCHEMA).column("structure_part").to_pylist()
+        t = _part_table(p, "chem_scans", CHEM_SCANS_SCHEMA)
+        names = t.column("structure_part").to_pylist()
+        versions = (
+            t.column("conformer_version").to_pylist()
+            if "conformer_version" in t.column_names
+            else [None] * len(names)
+        )
+        yield list(zip(names, versions, strict=True))
 
 
 def every_scanned_part_name(root: Path) -> set[str]:
     """Every structure part name a chem stage has recorded as scanned, also those a ``RESCAN_ALL``
     row made it forget and those no longer on disk (what :func:`scanned_structure_parts` knows by
     name: a new part must never take one of these names)."""
-    return {s for scanned in _scans_by_part(root) for s in scanned if s != RESCAN_ALL}
+    return {s for scanned in _scans_by_part(root) for s, _v in scanned if s != RESCAN_ALL}
 
 
 def write_rescan_part(root: Path) -> str:
