@@ -52,8 +52,8 @@ def side(name: str) -> Iterator[None]:
     if name == "direct":
         yield
         return
-    takes = ShardReader.__dict__["takes"]  # the staticmethod itself
-    ShardReader.takes = staticmethod(lambda selection: False)  # type: ignore[method-assign]
+    takes = ShardReader.takes
+    ShardReader.takes = lambda self, selection: False  # type: ignore[method-assign]
     try:
         yield
     finally:

@@ -89,10 +89,12 @@ class ShardReader:
         return cls(path, meta, dtype, arr.fill_value, zstd=len(inner) == 2,
                    endian=None if endian is None or dtype.itemsize == 1 else endian.value)  # fmt: skip
 
-    @staticmethod
-    def takes(selection: tuple[slice, ...]) -> bool:
-        """Whether ``selection`` is one this reader reads: slices of step 1."""
-        return all(isinstance(s, slice) and s.step in (None, 1) for s in selection)
+    def takes(self, selection: tuple[slice, ...]) -> bool:
+        """Whether ``selection`` is one this reader reads: slices of step 1, at most one per
+        dimension (anything else goes through zarr, which raises its own IndexError)."""
+        return len(selection) <= len(self.shape) and all(
+            isinstance(s, slice) and s.step in (None, 1) for s in selection
+        )
 
     def read(self, selection: tuple[slice, ...]) -> np.ndarray:
         """``array[selection]`` as zarr reads it. ValueError for a shard whose index fails its
@@ -131,10 +133,14 @@ class ShardReader:
             for (a, b), o, s, c in zip(bounds, origin, self._shard, self._inner, strict=True):
                 lo, hi = max(a, o), min(b, o + s)
                 inner.append(range((lo - o) // c, -(-(hi - o) // c)) if hi > lo else range(0))
+            data_end = size - n - _CRC
             for local in itertools.product(*inner):
                 offset, length = (int(x) for x in index[local])
                 if offset == _EMPTY and length == _EMPTY:
                     continue  # left out: all fill value
+                if offset + length > data_end:  # an index that passed its crc32c but points outside
+                    raise ValueError(f"{path}: the shard index puts inner chunk {local} at bytes "
+                                     f"{offset}..{offset + length}, past the data's end ({data_end})")  # fmt: skip
                 data = os.pread(fd, length, offset)
                 if len(data) != length:
                     raise ValueError(

@@ -146,3 +146,30 @@ def test_a_shard_cut_short_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot be read") as err:
         arrays.read_many(("p", "a", (slice(10, 20),)))
     assert str(shard) in str(err.value)
+
+
+def test_a_shard_index_pointing_past_the_data_is_an_error(tmp_path: Path) -> None:
+    """Review R22 s41 #3: an index entry that passes the crc32c (rewritten with its checksum) but puts a
+    chunk at offset 2**63 escaped as a bare OverflowError from ``os.pread`` (zarr: a ValueError, so
+    a StoreError)."""
+    import google_crc32c
+
+    arrays, shard = _one_shard(tmp_path)
+    raw = bytearray(shard.read_bytes())
+    n = 8 * 16  # 8 inner chunks of (offset, nbytes)
+    index = np.frombuffer(bytes(raw[-(n + 4) : -4]), dtype="<u8").copy()
+    index[0] = 2**63 + 5  # the first chunk's offset
+    raw[-(n + 4) : -4] = index.tobytes()
+    raw[-4:] = google_crc32c.value(index.tobytes()).to_bytes(4, "little")
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(StoreError, match="past the data's end") as err:
+        arrays.read_many(("p", "a", (slice(10, 20),)))
+    assert str(shard) in str(err.value)
+
+
+def test_a_selection_of_more_dimensions_than_the_array_is_not_called_damage(tmp_path: Path) -> None:
+    """Review R22 s41 #5: the direct reader answered a caller's bad selection with a zip() error; such
+    a selection goes to zarr, whose error says what is wrong with it."""
+    arrays, _ = _one_shard(tmp_path)
+    with pytest.raises(StoreError, match="IndexError: too many indices"):
+        arrays.read_many(("p", "a", (slice(0, 2), slice(0, 2), slice(0, 1))))
