@@ -239,9 +239,10 @@ def build(
     Re-running over the same inputs recomputes nothing; new files are added; a killed build resumes where it \
 stopped. Bad inputs become rows of index/failures.arrow (exit status 1).
 
-    A store records the settings it was built with: a build that leaves out one of them (--ccd, --msa-depth, \
---keep-cryst-aids, --conformer-timeout) is refused (exit 2, naming it) instead of rebuilding its entries at \
-the default; give the setting to keep it, or the new value to change it.
+    A store records the settings its entries were built with, per --pdb-dir and --msa-dir: a build of the \
+same directory that leaves out one of them (--ccd, --msa-depth, --keep-cryst-aids) is refused (exit 2, \
+naming it) instead of rebuilding its entries at the default; give the setting to keep it, or the new value \
+to change it.
 
     Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one), \
 or stored entries were lost with a part deleted by hand (no input gives them; recorded as removed); \

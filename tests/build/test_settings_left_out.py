@@ -17,7 +17,7 @@ from pathlib import Path
 
 import featurecache
 from tests.clusters import scheduler_args
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, featurecache_at
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -101,3 +101,42 @@ def test_what_the_directory_was_built_with_decides_not_the_latest_build(tmp_path
     again = build(a, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids")
     assert again.returncode == 0, again.stdout + again.stderr
     assert featurecache.open_store(store).entries.column("key").to_pylist() == keys
+
+
+#: the last commit whose structure parts recorded no settings (session 40's HEAD)
+BEFORE_SETTINGS = "e2d6983bbe47640c593a3637466c47cb262ace85"
+
+
+def test_a_directory_built_before_parts_recorded_settings_is_still_judged(tmp_path: Path) -> None:
+    """Review R22 s41 #1: once another directory's parts recorded their settings, a directory whose
+    parts predate the record was judged by nothing: rebuilt without --ccd, exit 0. The root remembers
+    only the latest build (here: another directory's, without --ccd), so the store's conformers of CCD
+    definitions are what says its entries may have been built with one."""
+    import os
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(SAMPLES / "structures" / "102m.cif", a)  # heme: a CCD component
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", b)
+    store = tmp_path / "store"
+    old = featurecache_at(BEFORE_SETTINGS, tmp_path / "old")
+    first = subprocess.run(
+        [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(a), "--ccd", str(SAMPLES / "ccd"),
+         "--out", str(store), "--workers", "1", "--no-progress"],
+        capture_output=True, text=True, cwd=old, env={**os.environ, "PYTHONPATH": str(old)}, timeout=300,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    def build(pdb: Path, *settings: str | Path) -> subprocess.CompletedProcess[str]:
+        return _cli("build", "--pdb-dir", pdb, "--out", store, *scheduler_args(1), "--no-progress", *settings)
+
+    other = build(b, "--no-ccd")
+    assert other.returncode == 0, other.stdout + other.stderr
+    before = _digest(store)
+    left_out = build(a)
+    assert left_out.returncode == 2, left_out.stdout + left_out.stderr
+    assert "may have been built with --ccd" in left_out.stderr, left_out.stderr
+    assert _digest(store) == before
+    kept = build(a, "--ccd", SAMPLES / "ccd")  # given: accepted
+    assert kept.returncode == 0, kept.stdout + kept.stderr
