@@ -618,7 +618,11 @@ def run_chem_stage(
             continue  # a broken definition is not "no definition": not perceived (parse.ccd)
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
-        if (key not in have or key in redo) and key not in job_keys:
+        # the key names the atoms, not the definition they were matched against: a component stored
+        # against another definition (a CCD updated, --ccd given where it was left out, or left out
+        # where it was given) is computed again (review R22 s41 #2)
+        against = defined.sha256 if defined is not None else ""
+        if (key not in have or key in redo or have[key] != against) and key not in job_keys:
             job_keys.add(key)
             occ = first[sig]
             why = (

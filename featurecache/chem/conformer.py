@@ -514,7 +514,9 @@ def conformer_for_renamed(
     With a match, the definition's own conformer (:func:`conformer_for_component`: positions,
     charges, bond orders) is taken for the matched atoms under the residue's names — the same
     positions as the definition's component, centred on its heavy atoms. Without one, the residue
-    is perceived (:func:`conformer_for_perceived`). The key is the perceived one either way.
+    is perceived (:func:`conformer_for_perceived`). The key is the perceived one either way, and
+    ``source_sha`` the definition's (a build whose definition of the code differs, or that has none,
+    computes the component again: ``build.chem_stage``; review R22 s41 #2).
     """
     why = why or f"atom names differ from the definition of {comp.code}"
     heavy = [k for k, z in enumerate(atomic_numbers) if int(z) != 1]
@@ -522,10 +524,12 @@ def conformer_for_renamed(
     match, note = match_to_definition(
         comp, [atomic_numbers[k] for k in heavy], xyz[heavy], [names[k] for k in heavy]
     )
-    if match is None:
-        return conformer_for_perceived(
+    if match is None:  # recorded with the definition it was judged against (chem_stage recomputes
+        # the component when the build's definition differs: another CCD, or none)
+        perceived = conformer_for_perceived(
             comp.code, names, atomic_numbers, coords, charges, timeout_s=timeout_s, why=f"{why}; {note}"
         )
+        return dataclasses.replace(perceived, source_sha=comp.sha256)
     t0 = time.perf_counter()
     base = conformer_for_component(comp, timeout_s=timeout_s)
     row_of = {name: r for r, name in enumerate(base.atom_names)}

@@ -122,3 +122,31 @@ def test_a_residue_the_definition_does_not_contain_is_perceived() -> None:
     )
     assert conf.strategy == "perceived" and "no graph match" in conf.reason, conf.reason
     assert conf.key.startswith("GBS#") and list(conf.atom_names) == names
+
+
+def test_a_renamed_component_follows_the_definition_of_the_build(
+    store: LocalStore, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Review R22 s41 #2: the component of a renamed residue is keyed by its atoms (``GBS#…``), not by
+    the definition it was matched against, and a stored key was never computed again: a store built
+    without --ccd, then with it, kept the perception from heavy-atom geometry (and the reverse kept
+    the CCD's chemistry in entries built without CCD)."""
+    root = tmp_path_factory.mktemp("renamed_switch")
+    inputs = root / "in"
+    inputs.mkdir()
+    (inputs / "1GBT.cif").symlink_to(STRUCTURES / "1GBT.cif")
+
+    def gbs_row(s: LocalStore) -> dict:
+        return next(r for r in s.components.to_pylist() if r["key"].startswith("GBS#"))
+
+    build_store(root / "s", inputs, workers=1)  # no --ccd: perceived
+    assert gbs_row(featurecache.open_store(root / "s"))["strategy"] == "perceived"
+    build_store(root / "s", inputs, ccd=CCD, workers=1)  # the same store, now with the CCD
+    switched = featurecache.open_store(root / "s")
+    assert gbs_row(switched)["source_sha256"] == gbs_row(store)["source_sha256"] != ""
+    got = switched.reference_features(switched.entry("1GBT"))
+    want = store.reference_features(store.entry("1GBT"))  # built with --ccd from the start
+    for name in ("ref_pos", "ref_charge", "ref_mask"):
+        assert np.array_equal(got[name], want[name]), name
+    build_store(root / "s", inputs, workers=1)  # and without it again
+    assert gbs_row(featurecache.open_store(root / "s"))["strategy"] == "perceived"
