@@ -127,3 +127,22 @@ def test_a_build_without_ccd_gives_no_invented_ref_charge(tmp_path: Path) -> Non
     pos = {decode_atom_name(e.atoms["name"][k]): ref["ref_pos"][k].astype(float) for k in first}
     ideal = _ideal("MOH")
     assert abs(np.linalg.norm(pos["C"] - pos["O"]) - np.linalg.norm(ideal["C"] - ideal["O"])) < 0.04
+
+
+@pytest.mark.parametrize(
+    ("path", "code"), [("1pfe.cif.gz", "DSN"), ("1pfe.cif.gz", "MVA"), ("209d-assembly1.cif", "SAR"),
+                       ("1A8O.cif", "MSE")],
+)  # fmt: skip
+def test_a_modified_residues_backbone_carbonyl_is_double(path: str, code: str) -> None:
+    """Review R22 s41 #6: a modified residue's backbone C has two heavy neighbours inside the residue
+    (its third, the next residue's N, is outside), so the flat-carbon rule never looked at it and its
+    C=O stayed single: sp3 geometry at the peptide carbonyl of every perceived modified residue. The
+    bond order expected is the CCD's (``value_order`` DOUB for C–O), which the perception never reads."""
+    from featurecache.chem.perceive import perceive_mol
+
+    names, elements, xyz, charges = _occurrence(path, code)
+    (c_o,) = [b for b in ccdtext.bonds(code) if {b["atom_id_1"], b["atom_id_2"]} == {"C", "O"}]
+    assert c_o["value_order"] == "DOUB"
+    mol, _ = perceive_mol(names, elements, xyz, charges)
+    bond = mol.GetBondBetweenAtoms(names.index("C"), names.index("O"))
+    assert bond is not None and bond.GetBondTypeAsDouble() == 2.0, (code, bond and bond.GetBondType())
