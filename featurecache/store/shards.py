@@ -73,8 +73,13 @@ class ShardReader:
         sharding = meta.codecs[0]
         if sharding.index_location != ShardingCodecIndexLocation.end:
             return None
-        if [type(c) for c in sharding.index_codecs] != [BytesCodec, Crc32cCodec]:
+        index_codecs = list(sharding.index_codecs)
+        if [type(c) for c in index_codecs] != [BytesCodec, Crc32cCodec]:
             return None
+        index_bytes = index_codecs[0]
+        assert isinstance(index_bytes, BytesCodec)
+        if index_bytes.endian is not None and index_bytes.endian.value != "little":
+            return None  # the index is read as little-endian uint64
         inner = list(sharding.codecs)
         kinds = [type(c) for c in inner]
         if kinds not in ([BytesCodec], [BytesCodec, ZstdCodec]):
