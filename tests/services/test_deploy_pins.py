@@ -21,17 +21,24 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 LOCK = DEPLOY / "requirements-serve.lock"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!-]*)$")
+# image → (its Dockerfile, the pyproject extra it installs, its lock). The worker image got its lock
+# in session 42: before, two builds of it a month apart could run different RDKit or numpy versions
+# on the workers, and a store's arrays depend on them.
+IMAGES = {
+    "lookup": ("Dockerfile", "serve", DEPLOY / "requirements-serve.lock"),
+    "worker": ("Dockerfile.worker", "build", DEPLOY / "requirements-build.lock"),
+}
 
 
-def _lock() -> dict[str, str]:
+def _lock(lock: Path = LOCK) -> dict[str, str]:
     pins: dict[str, str] = {}
-    for n, line in enumerate(LOCK.read_text().splitlines(), 1):
+    for n, line in enumerate(lock.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         m = PIN.match(line)
-        assert m, f"{LOCK.name}:{n}: not 'name==version': {line!r}"
+        assert m, f"{lock.name}:{n}: not 'name==version': {line!r}"
         name = canonicalize_name(m.group(1))
-        assert name not in pins, f"{LOCK.name}:{n}: {name} pinned twice"
+        assert name not in pins, f"{lock.name}:{n}: {name} pinned twice"
         pins[name] = m.group(2)
     return pins
 
@@ -58,28 +65,37 @@ def test_the_base_image_is_a_pinned_release(name: str) -> None:
     assert SpecifierSet(requires).contains(".".join(m.group(1, 2, 3))), (image, requires)
 
 
-def test_the_lock_pins_every_requirement_of_the_serve_image_within_pyproject() -> None:
-    pins = _lock()
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_the_lock_pins_every_requirement_of_the_image_within_pyproject(image: str) -> None:
+    _, extra, lock = IMAGES[image]
+    pins = _lock(lock)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["serve"]]
-    assert len(wanted) >= 10  # the base dependencies and the serve extra, read from pyproject
+    wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"][extra]]
+    assert len(wanted) >= 10  # the base dependencies and the image's extra, read from pyproject
     for req in wanted:
         name = canonicalize_name(req.name)
-        assert name in pins, f"{req} (pyproject) is not pinned in {LOCK.name}"
+        assert name in pins, f"{req} (pyproject) is not pinned in {lock.name}"
         assert req.specifier.contains(Version(pins[name]), prereleases=True), (str(req), pins[name])
-    # uvicorn[standard]: its extra's distributions, which carry the fast HTTP parser and loop
-    for name in ("httptools", "uvloop", "websockets", "watchfiles", "python-dotenv", "pyyaml"):
-        assert name in pins, f"uvicorn[standard] needs {name}; not pinned"
-    # what FastAPI and pydantic stand on (the stack of the served bytes)
-    for name in ("starlette", "pydantic", "pydantic-core", "anyio", "numcodecs"):
-        assert name in pins, name
+    if image == "lookup":
+        # uvicorn[standard]: its extra's distributions, which carry the fast HTTP parser and loop
+        for name in ("httptools", "uvloop", "websockets", "watchfiles", "python-dotenv", "pyyaml"):
+            assert name in pins, f"uvicorn[standard] needs {name}; not pinned"
+        # what FastAPI and pydantic stand on (the stack of the served bytes)
+        for name in ("starlette", "pydantic", "pydantic-core", "anyio", "numcodecs"):
+            assert name in pins, name
+    else:
+        # dask[distributed]'s extra, and what the features' bytes depend on
+        for name in ("distributed", "tornado", "msgpack", "numpy", "rdkit", "gemmi", "scipy", "zarr"):
+            assert name in pins, name
 
 
-def test_the_lock_is_what_its_script_writes_from_the_tested_venv() -> None:
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_the_lock_is_what_its_script_writes_from_the_tested_venv(image: str) -> None:
     """The lock is generated, never hand-edited: run here, the script writes it byte for byte. Only
     where this venv holds the lock's versions (a venv upgraded since, e.g. CI's fresh install of the
     newest releases, has other versions: then the lock is left for a person to regenerate)."""
-    pins = _lock()
+    _, extra, lock = IMAGES[image]
+    pins = _lock(lock)
     differ = {}
     for name, version in pins.items():
         try:
@@ -91,26 +107,32 @@ def test_the_lock_is_what_its_script_writes_from_the_tested_venv() -> None:
     if differ:
         pytest.skip(f"this venv is not the one the lock was written from: {sorted(differ.items())[:5]}")
     run = subprocess.run(
-        [sys.executable, str(DEPLOY / "lock_requirements.py"), "serve"],
+        [sys.executable, str(DEPLOY / "lock_requirements.py"), extra],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert run.stdout == LOCK.read_text()
+    assert run.stdout == lock.read_text()
 
 
-def test_the_image_installs_under_the_lock() -> None:
-    text = (DEPLOY / "Dockerfile").read_text()
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_the_image_installs_under_the_lock(image: str) -> None:
+    dockerfile, extra, lock = IMAGES[image]
+    text = (DEPLOY / dockerfile).read_text()
     deps_stage = text.split("\nFROM ")[1]
-    assert (
-        "COPY pyproject.toml deploy/pyproject_requirements.py deploy/requirements-serve.lock ./" in deps_stage
-    )
-    install = next(line for line in deps_stage.split("RUN ") if "pip install --requirement" in line)
-    assert "--constraint requirements-serve.lock" in install, install
+    assert f"COPY pyproject.toml deploy/pyproject_requirements.py deploy/{lock.name} ./" in deps_stage
+    run = next(line for line in deps_stage.split("RUN ") if "pip install --requirement" in line)
+    # the instruction: its lines up to the first one not continued by a backslash
+    lines = run.splitlines()
+    end = next(i for i, line in enumerate(lines) if not line.rstrip().endswith("\\"))
+    install = " ".join(line.rstrip(" \\") for line in lines[: end + 1]).split("pip install ", 1)[1]
+    assert f"pyproject_requirements.py pyproject.toml {extra} >" in run, run
+    words = install.split()
+    assert words[:4] == ["--requirement", "requirements.txt", "--constraint", lock.name], install
     # nothing installed beside the requirements escapes the lock (setuptools is pinned in it)
-    extra = re.findall(r'"([A-Za-z][\w.-]*)[^"]*"', install)
-    assert all(canonicalize_name(e) in _lock() for e in extra), extra
-    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-    assert "!deploy/requirements-serve.lock" in ignore  # in the build context
+    beside = [Requirement(w.strip("\"'")).name for w in words[4:]]
+    assert all(canonicalize_name(e) in _lock(lock) for e in beside), beside
+    ignore = (DEPLOY / f"{dockerfile}.dockerignore").read_text().splitlines()
+    assert f"!deploy/{lock.name}" in ignore  # in the build context
 
 
 def _compose_default(value: str) -> str:
