@@ -137,7 +137,12 @@ __all__ = [
 #:      charges (never xyz2mol's) and bond orders from geometry (chem.perceive: flat rings
 #:      aromatic, C=O), no longer DetermineBonds'; chirality read from the heavy atoms'
 #:      coordinates when a hydrogen's are missing; CCD ``AROM`` bonds aromatic (were quadruple).
-CONFORMER_VERSION = 2
+#:   3  perceived rings from the smallest set of smallest rings (a purine's imidazole was missed,
+#:      left single and puckered) and a carbon with two heavy neighbours and a short terminal
+#:      oxygen a carbonyl (a modified residue's backbone C=O): both went in under 2, so stores built
+#:      between kept the older bonds (review R23 s42 #1). ``tests/chem/test_conformer_tripwire.py``
+#:      now fails when the chemistry of its fixed inputs changes under one version.
+CONFORMER_VERSION = 3
 #: RDKit's version, recorded with each stored component: conformers depend on it
 RDKIT_VERSION: str = rdBase.rdkitVersion
 
