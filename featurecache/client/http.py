@@ -25,10 +25,13 @@ fails in ~2 s with :class:`ServiceUnavailable` naming the URL, the reason (conne
 name that does not resolve, no connection within the time, another server answering there) and what
 to check. An answer that does not look like the lookup service's (no index header, not Arrow or
 JSON, or a 4xx) is checked against ``GET /v1/health`` once: another server there (a file server, a
-proxy's error page, a redirect) raises ServiceUnavailable saying so. A client that has been answered
-passes that on to its copies (:meth:`LookupClient.settings`, e.g. a loader worker's client), whose
-first calls then have the whole budget: the service is restarting, not absent. A server that
-accepts the connection but does not answer gets one ``timeout`` on first contact, without a retry.
+proxy's error page, a redirect) raises ServiceUnavailable saying so; so does the service's own 404 to
+a first call when ``GET /v1/health`` below the URL is a 404 too (a URL with a path the service has no
+routes under, ``http://host:8000/notthere``), naming what ``/v1/health`` answers at the server's
+root. A client that has been answered passes that on to its copies (:meth:`LookupClient.settings`,
+e.g. a loader worker's client), whose first calls then have the whole budget: the service is
+restarting, not absent. A server that accepts the connection but does not answer gets one
+``timeout`` on first contact, without a retry.
 
 A service that accepts connections but never answers (hung, stopped) is detected by the read
 timeout: a timed-out call is retried only :data:`TIMEOUT_RETRIES` times. No retry starts after
@@ -75,7 +78,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -388,8 +391,11 @@ class LookupClient(FeatureReader):
         503 with ``retry-after`` (the service's answer while its store is not open) is; a 401/403 or
         another 502/503/504 is handled as any (the latter retried within ``first_contact_s``); any
         other is checked against ``GET /v1/health``, and raises ServiceUnavailable when that is not
-        the service's either (another server answers at the URL)."""
+        the service's either (another server answers at the URL). The service's own 404 is checked
+        for a URL with extra path (:meth:`_check_base_path`)."""
         status = response.status_code
+        if status == 404 and response.headers.get(INDEX_HEADER):
+            self._check_base_path(method, path, response)
         if response.headers.get(INDEX_HEADER) or (
             200 <= status < 300 and _media_type(response) in _OWN_MEDIA
         ):
@@ -418,6 +424,34 @@ class LookupClient(FeatureReader):
             f"{self.shown_url} does not answer as a featurecache lookup service: {method} {path} → {answer}; "
             f"GET {_HEALTH_PATH} → {health}. Another server answers at this URL: check its host and port "
             f"against those `featurecache serve` listens on"
+        )
+
+    def _check_base_path(self, method: str, path: str, response: httpx.Response) -> None:
+        """A first answer that is the lookup service's 404 (it sends :data:`INDEX_HEADER`): when
+        ``GET /v1/health`` below the client's URL is a 404 too, the URL holds a path the service has
+        no routes under (``http://host:8000/notthere``, ``…/v1``): raise ServiceUnavailable naming
+        the URL and what to check, with what ``GET /v1/health`` answers at the server's root. Any
+        other health answer leaves the 404 the service's own (no such entry): NotFound, as before."""
+        try:
+            health = self._client().get(_HEALTH_PATH, timeout=self._first_timeout())
+        except httpx.TransportError:
+            return  # the call's own answer stands
+        if health.status_code != 404:
+            return
+        root = _origin(self.shown_url)
+        try:
+            answer = self._client().get(_origin(self.url) + _HEALTH_PATH, timeout=self._first_timeout())
+            at_root = "ok" if _is_health_ok(answer) else str(answer.status_code)
+        except httpx.TransportError as exc:
+            at_root = type(exc).__name__
+        hint = f"; GET {root}{_HEALTH_PATH} answers {at_root}"
+        if at_root == "ok":
+            hint += f": give {root}"
+        raise ServiceUnavailable(
+            f"{self.shown_url}: no featurecache lookup service at this path ({method} {path} → 404: "
+            f"{_detail(response)}; GET {_HEALTH_PATH} → 404, from a featurecache service on this server). "
+            f"Check the URL's path: give the base URL `featurecache serve` answers at, without extra path, "
+            f"where GET {_HEALTH_PATH} answers ok{hint}"
         )
 
     def _health(self) -> str | None:
@@ -1333,6 +1367,23 @@ def _index_order(index_id: str) -> int | None:
 
 #: the media types the lookup service answers in
 _OWN_MEDIA = frozenset({arrow_io.MEDIA_TYPE, "application/json"})
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: the server's root, without the URL's path."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def _is_health_ok(response: httpx.Response) -> bool:
+    """``GET /v1/health`` answered as the lookup service's does: 200, ``{"status": "ok"}``."""
+    if response.status_code != 200:
+        return False
+    try:
+        doc = response.json()
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("status") == "ok"
 
 
 def _media_type(response: httpx.Response) -> str:
