@@ -27,8 +27,6 @@ UNK_RNA = RESTYPE_INDEX["N"]  # 29
 UNK_DNA = RESTYPE_INDEX["DN"]  # 30
 GAP = RESTYPE_INDEX["-"]  # 31
 
-STANDARD_RESIDUES: frozenset[str] = frozenset((*PROTEIN_RESIDUES, *RNA_RESIDUES, *DNA_RESIDUES))
-
 WATER_NAMES: frozenset[str] = frozenset(("HOH", "DOD", "WAT", "H2O", "OH2", "TIP", "TIP3", "SOL"))
 HYDROGEN_ELEMENTS: frozenset[str] = frozenset(("H", "D", "T"))
 #: AF3's crystallization aids (supplement §2.5.4, Table 9): removed from structures whose method is
@@ -82,6 +80,7 @@ MSA_RNA_LETTERS: dict[str, int] = {"A": RESTYPE_INDEX["A"], "G": RESTYPE_INDEX["
                                    "C": RESTYPE_INDEX["C"], "U": RESTYPE_INDEX["U"], "T": RESTYPE_INDEX["U"]}  # fmt: skip
 MSA_DNA_LETTERS: dict[str, int] = {"A": RESTYPE_INDEX["DA"], "G": RESTYPE_INDEX["DG"],
                                    "C": RESTYPE_INDEX["DC"], "T": RESTYPE_INDEX["DT"], "U": RESTYPE_INDEX["DT"]}  # fmt: skip
+#: Gap letters of an alignment row: "-" a gap in a match column, "." an insert-state gap.
 MSA_GAP_LETTERS = "-."
 
 #: Depth cap for stored MSAs (rows after deduplication; the query is always row 0).

@@ -47,7 +47,6 @@ class PartResult:
     n_atoms: int = 0
     n_tokens: int = 0
     bytes_written: int = 0
-    bytes_read: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
     #: per-atom residues built from the file's atoms for want of a component definition, by code
@@ -95,7 +94,6 @@ def build_structure_part(
         except OSError as exc:
             contents.failures.append(_failure(inp, "read", exc, message=read_failure(inp, exc)))
             continue
-        result.bytes_read += len(data)
         sha = hashlib.sha256(data).hexdigest()
         changed = sha != inp.sha256
         key = inp.key if not changed else entry_key(sha, inp.entry_id, config_hash)

@@ -299,16 +299,6 @@ def resolve(
     return Resolution(rows, flat, key_ids, key_names)
 
 
-def component_rows(
-    entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
-    entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
-    table: ComponentTable,
-) -> tuple[np.ndarray, list[str]]:
-    """Component-table row of each atom (-1 where none) and the key used (see :func:`resolve`)."""
-    res = resolve(entry_atoms, entry_tokens, table)
-    return res.rows, [res.key_names[i] for i in res.key_ids]
-
-
 def reference_features(
     entry_atoms: Mapping[str, np.ndarray] | np.ndarray,
     entry_tokens: Mapping[str, np.ndarray] | np.ndarray,

@@ -184,8 +184,6 @@ MSAShape = Callable[[str], "tuple[int, int] | None"]
 #: conformer (``chem.reference.reference_features``).
 RefFeatures = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
-SAMPLE_META_KEYS = ("entry_id", "crop_method", "crop_centre")
-
 
 def _representative_names() -> dict[str, str]:
     names = {res: "CB" for res in (*PROTEIN_RESIDUES, "UNK")}

@@ -1004,10 +1004,6 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         out["skipped"] = []
         return out
 
-    def map_view(self, epoch: int | None = None) -> MapView:
-        """This epoch's samples as a map-style dataset (index i → position epoch·L + i)."""
-        return MapView(self, self.epoch if epoch is None else epoch)
-
     def loader(self, batch_size: int = 1, num_workers: int = 0, **kwargs: Any) -> FeatureLoader:
         return FeatureLoader(self, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
@@ -1077,21 +1073,6 @@ def _ints(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]
     return [int(v) for v in value]
-
-
-class MapView(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Map-style view of one epoch of a :class:`FeatureDataset` — what an ordered ``DataLoader``
-    over the same sample stream reads (no pool, no deadline: each index computed when asked)."""
-
-    def __init__(self, dataset: FeatureDataset, epoch: int) -> None:
-        self.dataset = dataset
-        self.offset = epoch * dataset._span()
-
-    def __len__(self) -> int:
-        return self.dataset.epoch_length
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.dataset.sample(self.offset + int(i))
 
 
 class SkipReportCollate:

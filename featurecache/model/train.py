@@ -1143,10 +1143,6 @@ def _launch_rank() -> int:
     return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
-#: the fields of an earlier log that must match for a resumed run to carry its steps over
-_SAME_RUN = ("model_config", "seed", "crop_size", "batch_size")
-
-
 def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
                  same_if_recorded: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:  # fmt: skip
     """(step records, checkpoints) of the log at ``path`` before step ``first_step``: what a run
@@ -1577,6 +1573,7 @@ def run_training(
     if resumed is None and log_file is not None and log_file.is_file() and rank == 0:
         log.warning("%s exists: this new run's log replaces it (give another --log to keep it)", log_file)
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
+        # the fields of the earlier log that must match for this run to carry its steps over
         same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size, "batch_size": batch_size}
         carried, carried_checkpoints = _earlier_log(
             log_file, first_step, same, data_settings if client else None

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from featurecache.const import MSA_GAP_LETTERS
 from featurecache.errors import MSAError
 from featurecache.types import ParsedMSA
 
@@ -58,9 +59,9 @@ _MATCH_ONLY = str.maketrans("", "", string.ascii_lowercase + ".")
 _BLANKS = str.maketrans("", "", " \t")
 #: What an a3m row may hold: residue letters (upper case: match columns; lower case: insertions),
 #: ``-`` (a gap in a match column) and ``.`` (an insert-state gap).
-A3M_CHARACTERS = frozenset(string.ascii_letters + "-.")
+A3M_CHARACTERS = frozenset(string.ascii_letters + MSA_GAP_LETTERS)
 #: The same as bytes, deleted to find a character outside them (one C pass over every row).
-A3M_BYTES = (string.ascii_letters + "-.").encode("ascii")
+A3M_BYTES = (string.ascii_letters + MSA_GAP_LETTERS).encode("ascii")
 #: The line breaks of ``str.splitlines`` (how the parser cuts lines, and numbers them in messages).
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 #: A NUL after a character that does not end a line (or another NUL): a NUL inside a line.

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from featurecache.errors import MSAError
 from featurecache.parse.a3m import GZIP_MAGIC, read_msa_text
 
-#: What :func:`sniff_msa_format` can answer.
-MSA_FORMATS = ("a3m", "sto", "hhr", "m8", "empty", "unknown")
 #: File-name suffixes (lower case, each also with ``.gz`` after it) that name an MSA-stage format:
 #: :func:`sniff_msa_format` falls back on them when the content does not decide.
 MSA_NAME_SUFFIXES = ((".a3m", "a3m"), (".sto", "sto"), (".hhr", "hhr"), (".m8", "m8"))
@@ -45,8 +43,9 @@ class TemplateHit:
 def sniff_msa_format(head: str, name: str = "") -> str:
     """Guess the format of an MSA-directory file from its first few KB of text and its name.
 
-    Returns one of :data:`MSA_FORMATS`. Content decides; the name only breaks ties (an ``.m8``
-    file and an ``.a3m`` with no ``>`` yet look alike when empty).
+    Returns one of ``"a3m"``, ``"sto"``, ``"hhr"``, ``"m8"``, ``"empty"``, ``"unknown"``. Content
+    decides; the name only breaks ties (an ``.m8`` file and an ``.a3m`` with no ``>`` yet look alike
+    when empty).
     """
     text = head.lstrip("\ufeff")
     stripped = text.strip("\x00 \t\r\n")

@@ -102,10 +102,6 @@ class MemoryEstimate:
     overhead_bytes: int
     peak_phase: str
 
-    @property
-    def state_bytes(self) -> int:
-        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.weight_copy_bytes
-
 
 def estimate_step(
     cfg: ModelConfig,

@@ -564,11 +564,6 @@ def index_tables(
     return {name: _sorted(name, t) for name, t in _derive(Path(root), raw).items()}
 
 
-def gather_part_tables(root: Path) -> dict[str, pa.Table]:
-    """Concatenate every complete part's ``_index/<table>.arrow`` per table name."""
-    return gather_part_rows(complete_parts(Path(root)))[0]
-
-
 def latest_per(table: pa.Table, column: str) -> pa.Table:
     """Keep, for each value of ``column``, the row from the latest part (parts sort by name)."""
     if table.num_rows == 0 or "part" not in table.column_names:
