@@ -56,8 +56,9 @@ PLAN_TABLE = "plan"
 
 #: group name -> structured dtype; each group is one flat zarr array of records.
 #: Why records and not one array per field (DESIGN.md's first layout): an entry read touches 4
-#: arrays instead of ~30, and each random slice costs ~1 ms of zarr overhead whatever its width
-#: (benchmarks/store_layout.py measures both).
+#: arrays instead of ~30, and each random slice cost ~1 ms of zarr overhead whatever its width
+#: (benchmarks/store_layout.py measures both; read directly, ``store.shards``, a slice now costs
+#: 0.15-0.25 ms: benchmarks/results/shard_reads.json).
 ENTRY_GROUPS: dict[str, np.dtype] = {"atoms": Atom, "tokens": Token, "bonds": Bond, "interfaces": Interface}
 #: group -> fields added to its records after stores were first written (-> the featurizer
 #: version that added them): a part written before lacks them (``store.root.record_dtype``) and
@@ -66,7 +67,7 @@ LATER_FIELDS: dict[str, dict[str, str]] = {"tokens": {"centre_coords": "0.7.0"}}
 #: group -> (start column, count column) in entries.arrow
 GROUP_OFFSETS = {g: (f"{g[:-1]}_start", f"{g[:-1]}_count") for g in ENTRY_GROUPS}
 
-CHUNK_ROWS = 4096  # inner chunk rows; DESIGN.md: 4k–16k rows, ~1 ms per random slice
+CHUNK_ROWS = 4096  # inner chunk rows; DESIGN.md: 4k–16k rows
 ZSTD_LEVEL = 3
 
 

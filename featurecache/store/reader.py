@@ -318,8 +318,8 @@ class LocalStore(FeatureReader):
         return self.read_groups(entry_id, [group])[group]
 
     def read_groups(self, entry_id: str, groups: Sequence[str]) -> dict[str, np.ndarray]:
-        """Several groups of one entry, fetched concurrently in one call into zarr's event loop
-        (each synchronous zarr read pays its own hand-off to the loop), each as its part stores it
+        """Several groups of one entry, fetched in one :meth:`PartArrays.read_many` (the store's own
+        layout read directly, any other through one call into zarr's event loop), each as its part stores it
         (:meth:`read_group`; :meth:`entry` derives what an older part lacks).
 
         Raises StoreError ``entry ID: unreadable (…)`` naming the part and array when the data
@@ -372,7 +372,7 @@ class LocalStore(FeatureReader):
         fields: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Some rows of one entry's ``group``: those of the entry-local ``[start, stop)`` ``ranges``,
-        fetched in one call into zarr's event loop. Returns ``(rows, records)``: the entry-local row
+        fetched in one :meth:`PartArrays.read_many`. Returns ``(rows, records)``: the entry-local row
         numbers read (int64, ascending, distinct) and their records (the part's record dtype, as
         :meth:`read_groups`; ``fields``: only those fields, in the group's order, packed, as the
         lookup client's ``read_rows`` gives them; InvalidRequest for a field the group lacks or
