@@ -525,7 +525,7 @@ def run_msa_stage(
         bad_names: set[str] = set()  # paths that are not UTF-8: listed as failures, not read
         files = _candidate_files(Path(msa_dir), root, aliases, bad_names=bad_names)
         scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names)
-    uses = _join(scans, chain_rows, polymer, entry_ids, result, aliases)
+    uses = _join(scans, chain_rows, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
     plan = _plan(polymer, uses, stored, depth_cap, result)
@@ -775,7 +775,6 @@ def _wanted_digest(wanted: set[str]) -> str:
 def _join(
     scans: list[FileScan],
     chain_rows: list[dict[str, Any]],
-    polymer: dict[str, tuple[str, int]],
     entry_ids: dict[str, str],
     result: MSAStageResult,
     aliases: dict[str, list[str]] | None = None,
@@ -1291,7 +1290,7 @@ def _sources_gone(
     return gone
 
 
-def _plan_parts(root: Path, plan: list[PlannedMSA]) -> list[list[PlannedMSA]]:
+def _plan_parts(plan: list[PlannedMSA]) -> list[list[PlannedMSA]]:
     """The MSA parts (one write task each): consecutive MSAs of ``plan``, about TARGET_MSA_PARTS
     parts by input bytes (:meth:`PlannedMSA.weight`), at most MAX_MSAS_PER_PART MSAs each."""
     groups = cut_by_weight([item.weight() for item in plan], target_parts=TARGET_MSA_PARTS,
@@ -1314,7 +1313,7 @@ def _write(
 
     from featurecache.build.discover import next_part_number
 
-    groups = _plan_parts(root, plan)
+    groups = _plan_parts(plan)
     if not groups and failures:
         groups = [[]]  # a part holding only the failure rows
     if not groups:

@@ -763,7 +763,7 @@ def _run_build(
                     summary.n_replaced, summary.n_rebuilt, summary.n_kept = _count_replaced(
                         pending, stored, failed
                     )
-                    _run_extra_stages(client, out, pdb_dir, msa_dir, ccd, config, summary, progress, finished)
+                    _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
                 # the parts are the truth: the index is rebuilt whatever happened above (still
@@ -1450,7 +1450,7 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
 
 
 def _run_extra_stages(
-    client: Any, out: Path, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
+    client: Any, out: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
     summary: BuildSummary, progress: bool, finished: bool = True,
 ) -> None:  # fmt: skip
     """Stages that run after the structure parts, over the whole store (MSAs, components); the

@@ -69,16 +69,13 @@ def read_structure(path: Path, *, component_atoms: ComponentAtoms | None = None)
     return _parse_structure(read_bytes(path), Path(path).name, component_atoms=component_atoms)
 
 
-def _decompress(data: bytes, name: str) -> bytes:
+def _decompress(data: bytes) -> bytes:
     if data[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(data)
         except (OSError, EOFError) as exc:
             raise ParseError(f"corrupt gzip stream: {exc}", stage="read") from exc
     return data
-
-
-#: UTF-8 byte-order mark (Windows editors write one); gemmi's CIF reader does not skip it.
 
 
 def _parse_structure(
@@ -88,7 +85,8 @@ def _parse_structure(
     in error messages. ``component_atoms`` (the CCD, as the tokenizer reads it) gives the elements
     of atoms the file states none for (:func:`~featurecache.parse.elements.resolve_unknown_elements`);
     standard residues need none."""
-    raw = _decompress(data, name).removeprefix(UTF8_BOM)
+    # a UTF-8 byte-order mark (Windows editors write one): gemmi's CIF reader does not skip it
+    raw = _decompress(data).removeprefix(UTF8_BOM)
     if not raw.strip():
         raise EmptyStructureError(_empty(data, raw, name), stage="parse")
     fmt = structure_format(name)

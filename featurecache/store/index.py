@@ -702,7 +702,7 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
             tables[COMPONENT_TIMINGS] = components.select(["key", "seconds", "part"])
             components = components.drop_columns(["seconds"])
         tables["components"] = components
-    return _postprocess(root, tables)
+    return _postprocess(tables)
 
 
 def _latest_failures(failures: pa.Table) -> pa.Table:
@@ -1090,7 +1090,7 @@ def _sorted(name: str, table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(table, sort_keys=keys))
 
 
-def _postprocess(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+def _postprocess(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Cross-table joins done at rebuild time (MSA keys on chains, coverage on entries, …)."""
     from featurecache.store.components import join_chem_warnings
     from featurecache.store.msa import join_msa_columns
