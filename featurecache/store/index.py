@@ -764,9 +764,11 @@ def _stamp(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _dir_bytes(path: Path, known: Mapping[str, int] | None = None, known_in: Path | None = None) -> int:
-    """Bytes of every file under ``path`` (symlinks not followed; files that vanish meanwhile are
-    skipped). ``known``: sizes of sub-directories of ``known_in`` taken as given, not walked."""
+def dir_bytes(path: Path, known: Mapping[str, int] | None = None, known_in: Path | None = None) -> int:
+    """Bytes of every file under ``path`` (symlinks not followed: a link counts its own size; files
+    that vanish meanwhile are skipped). ``known``: sizes of sub-directories of ``known_in`` taken as
+    given, not walked. The one rule for a directory's bytes: a part's recorded ``bytes`` (structure
+    and MSA parts, :mod:`featurecache.store.writer`), :func:`store_bytes`, what ``prune`` frees."""
     total = 0
     for dirpath, dirs, files in os.walk(path):
         if known and Path(dirpath) == known_in:
@@ -1049,7 +1051,7 @@ def _save_part_rows(
     parts_dir = root / PARTS_DIR
     # (a size is known for the same part only: not for another written under a gone part's name)
     part_bytes = {
-        n: old_bytes[n] if n in old_bytes and old_stamps.get(n) == stamp else _dir_bytes(parts_dir / n)
+        n: old_bytes[n] if n in old_bytes and old_stamps.get(n) == stamp else dir_bytes(parts_dir / n)
         for n, stamp in stamps.items()
     }
     manifest = {
@@ -1067,7 +1069,7 @@ def store_bytes(root: Path) -> int:
     them in (parts never change), every other file stat'ed (the index, root metadata, temp parts)."""
     root = Path(root)
     manifest = _load_manifest(root) or {}
-    return _dir_bytes(root, manifest.get("part_bytes", {}), root / PARTS_DIR)
+    return dir_bytes(root, manifest.get("part_bytes", {}), root / PARTS_DIR)
 
 
 def sorted_index_table(name: str, table: pa.Table) -> pa.Table:

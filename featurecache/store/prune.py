@@ -60,6 +60,7 @@ from featurecache.store.index import (
     REMOVED,
     REMOVED_SCHEMA,
     complete_parts,
+    dir_bytes,
     first_build_finished,
     gather_part_rows,
     held_back,
@@ -205,7 +206,7 @@ def prune_store(
         unused = unused_parts(root, extra, later)
         if unused and missing:
             raise _missing_parts_error(root, missing)
-        result = PruneResult([p.name for p in unused], sum(_dir_bytes(p) for p in unused), dry_run)
+        result = PruneResult([p.name for p in unused], sum(dir_bytes(p) for p in unused), dry_run)
         result.entries = [r["id"] for r in gone_entries]
         result.msas = [r["chains"] for r in gone_msas]
         if dry_run or not unused:
@@ -646,10 +647,6 @@ def _removal_parts(
 
 def _row(r: dict[str, str]) -> dict[str, str]:
     return {k: r[k] for k in REMOVED_SCHEMA.names if k != "part"}
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(os.stat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
 
 
 def _differing_tables(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> list[str]:

@@ -40,6 +40,7 @@ from featurecache.store.index import (
     RESIDUE_CODES_SCHEMA,
     TIMINGS,
     TIMINGS_SCHEMA,
+    dir_bytes,
     read_table,
     store_write_error,
     table_from_rows,
@@ -356,7 +357,7 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             "part": name, "kind": "structures", "featurizer_version": FEATURIZER_VERSION,
             "schema_version": SCHEMA_VERSION, "n_entries": len(entry_rows), "n_failures": len(fails),
             "keys": sorted([r["key"] for r in entry_rows] + [f["key"] for f in fails]),
-            "counts": offsets, "bytes": _dir_bytes(tmp),
+            "counts": offsets, "bytes": dir_bytes(tmp),
         }  # fmt: skip
         if contents.source_dir:
             manifest[SOURCE_DIR] = contents.source_dir
@@ -382,5 +383,5 @@ def _with_part(table: Any, rows: list[dict[str, Any]] | None = None) -> Any:
     return table.append_column("part", pa.array(parts, type=pa.string()))
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+#: the name :mod:`featurecache.store.msa` imports it by
+_dir_bytes = dir_bytes
