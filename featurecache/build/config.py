@@ -8,13 +8,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP, FEATURIZER_VERSION
+from featurecache.featurize.interfaces import INTERFACE_CUTOFF
 
 
 @dataclass(frozen=True)
 class BuildConfig:
     msa_depth_cap: int = DEFAULT_MSA_DEPTH_CAP
     conformer_timeout_s: float = 20.0
-    interface_cutoff: float = 5.0
+    interface_cutoff: float = INTERFACE_CUTOFF
     #: keep an X-ray structure's crystallization aids (``const.CRYSTALLIZATION_AIDS``; AF3 removes them)
     keep_crystallization_aids: bool = False
 

@@ -19,6 +19,7 @@ from typing import Any
 from featurecache.build.discover import InputFile, entry_key
 from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
+from featurecache.featurize.interfaces import INTERFACE_CUTOFF
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class PartResult:
 
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
-    interface_cutoff: float = 5.0, versions: dict[str, str] | None = None, source_dir: str = "",
+    interface_cutoff: float = INTERFACE_CUTOFF, versions: dict[str, str] | None = None, source_dir: str = "",
     keep_crystallization_aids: bool = False,
 ) -> PartResult | StoreWriteFailed:  # fmt: skip
     """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:

@@ -96,9 +96,12 @@ DEFAULT_CROP_WHOLE_GROUPS = False
 #: tokens of a protein (2XHE). Pass ``max_atoms`` to bound the atoms of a crop for a model that
 #: needs it; a crop then holds fewer tokens whenever the atoms run out first.
 DEFAULT_MAX_ATOMS: int | None = None
-#: AF3 interface criterion for spatial-interface crops: a token centre within 15 Å of a token
-#: centre of another chain.
-INTERFACE_CUTOFF = 15.0
+#: AF3's spatial-interface crop distance: an interface token (a crop centre candidate) has its
+#: centre within 15 Å of a token centre of another chain. Not the build's chain-chain contact
+#: distance (``featurize.interfaces.INTERFACE_CUTOFF``, 5 Å between heavy atoms).
+INTERFACE_CROP_CUTOFF = 15.0
+#: the former name (tests and benchmarks import it)
+INTERFACE_CUTOFF = INTERFACE_CROP_CUTOFF
 _TIE_BREAK = 1e-3  # Å per token index (AF-Multimer)
 #: Å added to the k-d tree's search radius in interface detection, whose candidate pairs are then
 #: tested exactly (float64 squared distance < cutoff²): the tree's own float rounding at the
@@ -594,7 +597,7 @@ def crop_spatial_interface(
     max_tokens: int = DEFAULT_CROP_SIZE,
     max_atoms: int | None = None,
     reference_chains: Sequence[int] | None = None,
-    cutoff: float = INTERFACE_CUTOFF,
+    cutoff: float = INTERFACE_CROP_CUTOFF,
 ) -> CropResult:
     """AF3 spatial-interface crop: a spatial crop centred on a random *interface* token.
 
@@ -615,7 +618,9 @@ def crop_spatial_interface(
     return CropResult(_nearest(inp, ref, max_tokens, max_atoms), "spatial_interface", ref)
 
 
-def interface_tokens(inp: CropInput, chains: Sequence[int], cutoff: float = INTERFACE_CUTOFF) -> np.ndarray:
+def interface_tokens(
+    inp: CropInput, chains: Sequence[int], cutoff: float = INTERFACE_CROP_CUTOFF
+) -> np.ndarray:
     """Resolved tokens within ``cutoff`` Å of a resolved token of another chain, sorted int64.
 
     ``chains``: two asym ids → tokens of either near the other; one → its tokens near any other
@@ -732,7 +737,7 @@ class Cropper:
         max_tokens: int = DEFAULT_CROP_SIZE,
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
-        interface_cutoff: float = INTERFACE_CUTOFF,
+        interface_cutoff: float = INTERFACE_CROP_CUTOFF,
         whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
     ) -> None:
         _check_budgets(max_tokens, max_atoms)

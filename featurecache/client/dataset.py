@@ -116,7 +116,7 @@ from featurecache.client.crop import (
     DEFAULT_CROP_WEIGHTS,
     DEFAULT_CROP_WHOLE_GROUPS,
     DEFAULT_MAX_ATOMS,
-    INTERFACE_CUTOFF,
+    INTERFACE_CROP_CUTOFF,
     Cropper,
 )
 from featurecache.client.job import SampleHook, SampleJob, SourceRef, open_source
@@ -560,7 +560,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         crop_size: int = DEFAULT_CROP_SIZE,
         max_atoms: int | None = DEFAULT_MAX_ATOMS,
         crop_weights: Sequence[float] = DEFAULT_CROP_WEIGHTS,
-        interface_cutoff: float = INTERFACE_CUTOFF,
+        interface_cutoff: float = INTERFACE_CROP_CUTOFF,
         crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
         sampler: Sampler | None = None,
         weighting: str = "uniform",
