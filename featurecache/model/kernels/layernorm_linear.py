@@ -31,6 +31,8 @@ import triton.language as tl
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import check_devices
+from featurecache.model.kernels.launch import ConfigOverrides
+from featurecache.model.kernels.launch import dot_precision as _prec
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 512
@@ -267,21 +269,18 @@ class LayerNormLinearConfig:
     dw_library: bool = True
 
 
-_OVERRIDES: dict[tuple[int, torch.dtype], LayerNormLinearConfig] = {}
+_OVERRIDES: ConfigOverrides[LayerNormLinearConfig] = ConfigOverrides()
 
 
 def set_default_config(channels: int, dtype: torch.dtype, config: LayerNormLinearConfig | None) -> None:
     """Use ``config`` on CUDA for this (input channels, GEMM dtype) from now on (None: built-in)."""
-    if config is None:
-        _OVERRIDES.pop((channels, dtype), None)
-    else:
-        _OVERRIDES[(channels, dtype)] = config
+    _OVERRIDES.set(channels, dtype, config)
 
 
 def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> LayerNormLinearConfig:
     """Tiles per (channels, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
-    if device.type == "cuda" and (channels, dtype) in _OVERRIDES:
-        return _OVERRIDES[(channels, dtype)]
+    if (override := _OVERRIDES.get(channels, dtype, device)) is not None:
+        return override
     if device.type != "cuda":
         c = GemmConfig(16, 32, 1, 1)
         return LayerNormLinearConfig(c, c, c, dw_target_programs=4)
@@ -334,10 +333,6 @@ def _check(
 def _rows(t: torch.Tensor) -> torch.Tensor:
     t2 = t.reshape(-1, t.shape[-1])
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
-
-
-def _prec(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def _cp(c: int) -> int:

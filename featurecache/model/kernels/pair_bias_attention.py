@@ -44,6 +44,8 @@ import triton.language as tl
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import check_devices, dbias_groups, interpreting
+from featurecache.model.kernels.launch import ConfigOverrides
+from featurecache.model.kernels.launch import dot_precision as _prec
 
 log = logging.getLogger(__name__)
 
@@ -551,21 +553,18 @@ class AttentionConfig:
     dkv_bias_copy: bool = True
 
 
-_OVERRIDES: dict[tuple[int, torch.dtype], AttentionConfig] = {}
+_OVERRIDES: ConfigOverrides[AttentionConfig] = ConfigOverrides()
 
 
 def set_default_config(head_dim: int, dtype: torch.dtype, config: AttentionConfig | None) -> None:
     """Use ``config`` on CUDA for this (head dim, dtype) from now on (None restores the built-in one)."""
-    if config is None:
-        _OVERRIDES.pop((head_dim, dtype), None)
-    else:
-        _OVERRIDES[(head_dim, dtype)] = config
+    _OVERRIDES.set(head_dim, dtype, config)
 
 
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
     """Tile configuration per (head dim, dtype); tuned on an H200 (see KERNEL_NOTES.md)."""
-    if device.type == "cuda" and (head_dim, dtype) in _OVERRIDES:
-        return _OVERRIDES[(head_dim, dtype)]
+    if (override := _OVERRIDES.get(head_dim, dtype, device)) is not None:
+        return override
     key = (head_dim, dtype, device.type)
     cached = _DEFAULTS.get(key)
     if cached is None:
@@ -788,10 +787,6 @@ def _mask_args(mask: torch.Tensor | None, like: torch.Tensor) -> tuple[torch.Ten
         return like, (0, 0, 0)
     m = mask.view(torch.uint8)
     return m, (m.stride(0), m.stride(1), m.stride(2))
-
-
-def _prec(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def _even(n: int, *blocks: int) -> bool:

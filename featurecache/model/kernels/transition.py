@@ -33,7 +33,9 @@ import triton.language as tl
 from featurecache.errors import KernelShapeError
 from featurecache.model.kernels.autograd import first_order_only
 from featurecache.model.kernels.grid import TRANSITION_BWD_CHUNK_BYTES, check_devices, chunk_rows
-from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _prec, _rows
+from featurecache.model.kernels.launch import ConfigOverrides
+from featurecache.model.kernels.launch import dot_precision as _prec
+from featurecache.model.kernels.layernorm_linear import _cp, _layernorm_rows, _rows
 from featurecache.model.kernels.swiglu import swiglu_bwd_tile, swiglu_fwd_tile, use_fast_sigmoid
 
 MAX_CHANNELS = 256
@@ -171,20 +173,17 @@ def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a.float(), b.float())
 
 
-_OVERRIDES: dict[tuple[int, torch.dtype], TransitionConfig] = {}
+_OVERRIDES: ConfigOverrides[TransitionConfig] = ConfigOverrides()
 
 
 def set_default_config(channels: int, dtype: torch.dtype, config: TransitionConfig | None) -> None:
     """Use ``config`` on CUDA for this (channels, GEMM dtype) from now on (None: built-in)."""
-    if config is None:
-        _OVERRIDES.pop((channels, dtype), None)
-    else:
-        _OVERRIDES[(channels, dtype)] = config
+    _OVERRIDES.set(channels, dtype, config)
 
 
 def default_config(channels: int, dtype: torch.dtype, device: torch.device) -> TransitionConfig:
-    if device.type == "cuda" and (channels, dtype) in _OVERRIDES:
-        return _OVERRIDES[(channels, dtype)]
+    if (override := _OVERRIDES.get(channels, dtype, device)) is not None:
+        return override
     if device.type != "cuda":  # Triton interpreter: small tiles keep numpy fast
         c = TileConfig(16, 32, 1, 1)
         return TransitionConfig(c, c)
