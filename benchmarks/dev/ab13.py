@@ -3,8 +3,10 @@
 kernel with per-program fp32 dq scratch, one exponential per score for all three gradients)
 against the split dq + dk/dv kernels, same run, interleaved.
 
-The fused kernel was reverted after this run: restore it first with
-``git show adcf03d:featurecache/model/kernels/pair_bias_attention.py > featurecache/model/kernels/pair_bias_attention.py``.
+The fused kernel was reverted after this run (3add62d).
+
+Historical: ran against adcf03d (run 13); to re-run: ``git worktree add /tmp/fc-adcf03d adcf03d``
+and run it there (on this tree it exits 2 at once: no ``pba.launch_dqkv``).
 
     PYTHONPATH=. python3 benchmarks/dev/ab13.py OUT.json
 """
@@ -19,9 +21,11 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import fp32_reference, ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
+RAN_AGAINST = "adcf03d398e84a3fa0265a5cf359e4f205a0313c"
 KC = pba.KernelConfig
 # (tiles, programs per SM)
 DQKV = [(KC(64, 64, 8, 3, 2), 1), (KC(64, 64, 4, 3, 2), 2), (KC(32, 64, 4, 3, 2), 2), (KC(64, 128, 8, 3, 1), 1),
@@ -30,6 +34,10 @@ DQKV = [(KC(64, 64, 8, 3, 2), 1), (KC(64, 64, 4, 3, 2), 2), (KC(32, 64, 4, 3, 2)
 
 
 def main() -> None:
+    if not hasattr(pba, "launch_dqkv"):
+        ran_elsewhere(
+            RAN_AGAINST, "run 13", "this tree's pair_bias_attention has no launch_dqkv (reverted in 3add62d)"
+        )
     rows: list[dict[str, Any]] = []
     base, a = backward_at()
 
@@ -88,4 +96,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

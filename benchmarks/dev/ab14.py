@@ -3,8 +3,10 @@
 MODE 0 (scratch rows loaded where they are added), 1 (prefetched one query block ahead), 2 (no load:
 wrong dq, timing only), 3 (no dq at all: the persistent dk/dv structure alone) vs the split kernels.
 
-The fused kernel was reverted after this run: restore it first with
-``git show adcf03d:featurecache/model/kernels/pair_bias_attention.py > featurecache/model/kernels/pair_bias_attention.py``.
+The fused kernel was reverted after this run (3add62d).
+
+Historical: ran against adcf03d (run 14); to re-run: ``git worktree add /tmp/fc-adcf03d adcf03d``
+and run it there (on this tree it exits 2 at once: no ``pba.launch_dqkv``).
 
     PYTHONPATH=. python3 benchmarks/dev/ab14.py OUT.json
 """
@@ -19,9 +21,11 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
+RAN_AGAINST = "adcf03d398e84a3fa0265a5cf359e4f205a0313c"
 KC = pba.KernelConfig
 DQKV = [
     (KC(64, 128, 8, 3, 1), 1),
@@ -32,6 +36,10 @@ DQKV = [
 
 
 def main() -> None:
+    if not hasattr(pba, "launch_dqkv"):
+        ran_elsewhere(
+            RAN_AGAINST, "run 14", "this tree's pair_bias_attention has no launch_dqkv (reverted in 3add62d)"
+        )
     rows: list[dict[str, Any]] = []
     base, a = backward_at()
     ref = [a.dq.clone(), a.dk.clone(), a.dv.clone()]
@@ -73,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

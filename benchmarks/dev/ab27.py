@@ -3,8 +3,12 @@ converted to fp32 once for both S rows (no ·log2 e multiply per bias element; e
 one FMA): SASS loop bodies 1235 → 1187 (fwd) and 412 → 396 (dk/dv) instructions. Same run,
 interleaved: the base module (``benchmarks/dev/pba_base.py`` = ``git show
 307622c:featurecache/model/kernels/pair_bias_attention.py``; generate it before running, and carry
-it to the device: it is git-ignored) vs the working tree's, per kernel and fwd+bwd over N. Run 27
+it to the device: it is not committed) vs the working tree's, per kernel and fwd+bwd over N. Run 27
 ran both changes; only dk/dv's was kept (the forward was slower), so a re-run now measures that.
+
+Historical: ran against 6e63982 (run 27, whose tree also had the natural-unit forward); to re-run:
+``git worktree add /tmp/fc-6e63982 6e63982``, make ``benchmarks/dev/pba_base.py`` there as said
+above, and run it there (without that file it exits 2 at once, saying so).
 
     PYTHONPATH=. python3 benchmarks/dev/ab27.py OUT.json
 """
@@ -17,9 +21,16 @@ from typing import Any
 
 import torch
 
-from benchmarks.dev import pba_base
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import BF16, attention_inputs, ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
+
+try:
+    from benchmarks.dev import pba_base  # not committed: made as said above
+except ImportError:
+    pba_base = None
+
+RAN_AGAINST = "6e63982505deabae654264836b98009d4bd2d511"
 
 
 def kernels(mod: Any, t: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +53,9 @@ def kernels(mod: Any, t: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    if pba_base is None:
+        ran_elsewhere(RAN_AGAINST, "run 27", "benchmarks/dev/pba_base.py is missing", "after making it there "
+                      "(git show 307622c:featurecache/model/kernels/pair_bias_attention.py > benchmarks/dev/pba_base.py)")  # fmt: skip
     rows: list[dict[str, Any]] = []
     for n in (384, 768, 1024):
         t = attention_inputs(n, 4, 32, seed=n)
@@ -67,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

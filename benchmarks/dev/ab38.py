@@ -16,12 +16,16 @@ interleaved reps, and bitwise repeatability of the best backward.
     PYTHONPATH=. python3 benchmarks/dev/ab38.py OUT.json
 
 Outcome (``kernels_ab_run38.json``): the joint loop is slower at every tile (kernel 1.456 -> 2.144 ms
-at the shipped tiles, best 1.533) and ``even`` is within noise, so both switches were removed; run
-this script at commit c8ae049, which has them (KERNEL_NOTES.md, session 9).
+at the shipped tiles, best 1.533) and ``even`` is within noise, so both switches were removed
+(8dfcf22); run this script at commit c8ae049, which has them (KERNEL_NOTES.md, session 9).
+
+Historical: ran against c8ae049 (run 38); to re-run: ``git worktree add /tmp/fc-c8ae049 c8ae049``
+and run it there (on this tree it exits 2 at once: ``TileConfig`` has no ``joint``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -30,6 +34,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import transition_problem
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import (
     BF16,
     free,
@@ -41,7 +46,14 @@ from benchmarks.kernels import (
 )
 from featurecache.model.kernels import transition as tr
 
+RAN_AGAINST = "c8ae049348fb01f622fce0f3824af2ae31ba5ad7"
 TC = tr.TileConfig
+if __name__ == "__main__":  # before the configs below need TileConfig.joint
+    help_exit(__doc__)
+    if "joint" not in {f.name for f in dataclasses.fields(TC)}:
+        ran_elsewhere(
+            RAN_AGAINST, "run 38", "this tree's transition TileConfig has no joint/even (removed in 8dfcf22)"
+        )
 SHIPPED_F = TC(128, 128, 8, 2, joint=False)
 SHIPPED_B = TC(64, 32, 4, 3, joint=False, even=False)  # session 8's loop, bit for bit
 FWD = [SHIPPED_F, TC(128, 64, 8, 2, joint=True), TC(128, 64, 8, 3, joint=True), TC(64, 64, 4, 2, joint=True),

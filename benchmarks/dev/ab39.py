@@ -17,12 +17,17 @@ an fp32 reference; bitwise repeatability of the new backward.
     PYTHONPATH=. python3 benchmarks/dev/ab39.py OUT.json
 
 Outcome (``kernels_ab_run39.json``): forward 0.585 -> 0.603 ms, backward unchanged, unroll 2 slower
-at every tile; all reverted. Run this script at commit 8dfcf22, which has the changes and
-``TileConfig.unroll`` (KERNEL_NOTES.md, session 9).
+at every tile; all reverted (46b7112). Run this script at commit 8dfcf22, which has the changes
+and ``TileConfig.unroll`` (KERNEL_NOTES.md, session 9).
+
+Historical: ran against 8dfcf22 (run 39); to re-run: ``git worktree add /tmp/fc-8dfcf22 8dfcf22``,
+make ``benchmarks/dev/transition_prev.py`` there as said above, and run it there (on this tree it
+exits 2 at once: ``TileConfig`` has no ``unroll``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -30,12 +35,23 @@ from typing import Any
 
 import torch
 
-from benchmarks.dev import transition_prev as prev
 from benchmarks.dev.abkit import transition_problem
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import free, ms, rel
 from featurecache.model.kernels import transition as tr
 
+try:
+    from benchmarks.dev import transition_prev as prev  # not committed: made as said above
+except ImportError:
+    prev = None
+
+RAN_AGAINST = "8dfcf22c677759480a7fe1e0f7c9f792ebe52b24"
 TC = tr.TileConfig
+if __name__ == "__main__":  # before the configs below need TileConfig.unroll
+    help_exit(__doc__)
+    if "unroll" not in {f.name for f in dataclasses.fields(TC)}:
+        ran_elsewhere(RAN_AGAINST, "run 39", "this tree's transition TileConfig has no unroll (removed in 46b7112)",
+                      "after making benchmarks/dev/transition_prev.py there (see the docstring)")  # fmt: skip
 NEW_F = TC(128, 128, 8, 2)
 BWD = {"unroll1": TC(64, 32, 4, 3), "unroll2": TC(64, 32, 4, 3, unroll=2), "unroll2_s2": TC(64, 32, 4, 2, unroll=2),
        "unroll2_s4": TC(64, 32, 4, 4, unroll=2), "unroll2_n16": TC(64, 16, 4, 3, unroll=2),

@@ -3,6 +3,12 @@ slower than session 8's at the training crops? Session 8's module (benchmarks/de
 from fb3a7f2, not committed) vs the shipped one, with and without chunks, N in {256, 384, 512, 768}; two
 interleaved reps; fwd+bwd called through the launchers.
 
+Historical: ran against 05fa9c4 (run 44; run 43 on its parent's tree, the fix committed in 3905747);
+to re-run: ``git worktree add /tmp/fc-05fa9c4 05fa9c4``, make ``benchmarks/dev/transition_prev.py``
+there (session 8's ``kernels/transition.py`` with its SwiGLU helpers inlined and without the
+torch.library registration, as in ``ab39.py``), and run it there (without that file it exits 2 at
+once, saying so).
+
     PYTHONPATH=. python3 benchmarks/dev/ab43.py OUT.json
 """
 
@@ -15,12 +21,22 @@ import sys
 
 import torch
 
-from benchmarks.dev import transition_prev as prev
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import free, ms, transition_inputs
 from featurecache.model.kernels import transition as tr
 
+try:
+    from benchmarks.dev import transition_prev as prev  # not committed: made as said above
+except ImportError:
+    prev = None
+
+RAN_AGAINST = "05fa9c436bff676b3b90d196d9fd031fbcf6387f"
+
 
 def main() -> None:
+    if prev is None:
+        ran_elsewhere(RAN_AGAINST, "runs 43-44", "benchmarks/dev/transition_prev.py is missing (made by hand "
+                      "from fb3a7f2: see the docstring)", "after making it there")  # fmt: skip
     rows = []
     for n in (256, 384, 512, 768):
         t = transition_inputs(n * n, 128, 4)
@@ -46,4 +62,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

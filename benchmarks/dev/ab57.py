@@ -15,9 +15,11 @@ projection, padding masks); fwd+bwd totals for the candidates (``abkit.totals``)
 
     PYTHONPATH=. python3 benchmarks/dev/ab57.py OUT_DIR
 
-Refuted (run 57, ``kernels_ab_run57_*.json``) and reverted: the kernel and ``sass.py`` flags are in
-commit fd881be (``git show fd881be:featurecache/model/kernels/pair_bias_attention.py``); run this
-script on a checkout of that commit.
+Refuted (run 57, ``kernels_ab_run57_*.json``) and reverted (a678621): the kernel and ``sass.py``
+flags are in commit fd881be (``git show fd881be:featurecache/model/kernels/pair_bias_attention.py``).
+
+Historical: ran against fd881be (run 57); to re-run: ``git worktree add /tmp/fc-fd881be fd881be``
+and run it there (on this tree it exits 2 at once: no ``AttentionConfig.fwd_max_bound``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.dev.ab51 import time_ms
 from benchmarks.dev.abkit import forward_ab, totals
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from featurecache.model.kernels import pair_bias_attention as pba
 
+RAN_AGAINST = "fd881bea7b87588bb0939353a8486927f43e961b"
 BF16 = torch.bfloat16
 TILES = [(128, 64, 4, 3, 2), (128, 64, 8, 3, 2), (64, 64, 4, 3, 2), (128, 32, 4, 3, 2), (128, 128, 8, 3, 2),
          (64, 128, 4, 3, 2), (128, 64, 8, 2, 2)]  # fmt: skip
@@ -50,6 +54,10 @@ def config(mode: str, tiles: tuple[int, ...]) -> pba.AttentionConfig:
 
 
 def main() -> None:
+    if "fwd_max_bound" not in {f.name for f in dataclasses.fields(pba.AttentionConfig)}:
+        ran_elsewhere(
+            RAN_AGAINST, "run 57", "this tree's AttentionConfig has no fwd_max_bound (reverted in a678621)"
+        )
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     variants = [(m, *t) for t in TILES for m in MODES if not (m == "online" and t == TILES[0])]
@@ -119,4 +127,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

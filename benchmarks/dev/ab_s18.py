@@ -1,10 +1,15 @@
 """Session 18: the attention fixes of the kernel-library review (stride-0 layouts, a -inf bias
 without a mask, int64 offsets past 2**31 behind a constexpr) against the previous kernels, same
 run, interleaved. The previous module is ``benchmarks/dev/pba_prev.py`` = ``git show
-71a6b48:featurecache/model/kernels/pair_bias_attention.py`` (git-ignored: generate it, and carry it
+71a6b48:featurecache/model/kernels/pair_bias_attention.py`` (not committed: generate it, and carry it
 to the device). fwd+bwd through the public op (autograd), B=1 H=4 D=32 bf16, S = N, for no mask,
 the model's padding masks (key_mask + row_mask) and a general [B, S, N] mask, all True so that
 every variant computes the same function; outputs and gradients are compared bitwise.
+
+Historical: ran against 89e25c5 (run 90, at df447dd's kernels: 89e25c5 adds this script and changes
+no kernel); to re-run: ``git worktree add /tmp/fc-89e25c5 89e25c5``, make
+``benchmarks/dev/pba_prev.py`` there as said above, and run it there (without that file it exits 2
+at once, saying so).
 
     PYTHONPATH=. python3 benchmarks/dev/ab_s18.py OUT.json
 """
@@ -17,9 +22,16 @@ from typing import Any
 
 import torch
 
-from benchmarks.dev import pba_prev
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import attention_inputs, ms
 from featurecache.model.kernels import pair_bias_attention as pba
+
+try:
+    from benchmarks.dev import pba_prev  # not committed: made as said above
+except ImportError:
+    pba_prev = None
+
+RAN_AGAINST = "89e25c585d4df889b38e404e96adfa60a6189875"
 
 
 def call(
@@ -36,6 +48,9 @@ def call(
 
 
 def main() -> None:
+    if pba_prev is None:
+        ran_elsewhere(RAN_AGAINST, "run 90", "benchmarks/dev/pba_prev.py is missing", "after making it there "
+                      "(git show 71a6b48:featurecache/model/kernels/pair_bias_attention.py > benchmarks/dev/pba_prev.py)")  # fmt: skip
     rows: list[dict[str, Any]] = []
     for n in (384, 768, 1024):
         t = attention_inputs(n, 4, 32, seed=n)
@@ -77,4 +92,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

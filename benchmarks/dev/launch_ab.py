@@ -9,6 +9,10 @@ plus a q that is not 16-byte aligned so the cache must tell the specialisations 
 them interleaved (v3, nocache, cache; twice): ``do_bench`` median ms and host ms per call (no sync).
 
     PYTHONPATH=. python3 benchmarks/dev/launch_ab.py OUT.json [N,N,...]
+
+Historical: ran against a54112e (run 9), which has ``pba_v3.py`` committed (227f563 dropped it); to
+re-run: ``git worktree add /tmp/fc-a54112e a54112e`` and run it there (here, without that file, it
+exits 2 at once, saying so).
 """
 
 from __future__ import annotations
@@ -20,10 +24,17 @@ from typing import Any
 
 import torch
 
-from benchmarks.dev import pba_v3
 from benchmarks.dev.abkit import host_ms
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import BF16, attention_inputs, ms
 from featurecache.model.kernels import pair_bias_attention as pba
+
+try:
+    from benchmarks.dev import pba_v3  # not committed since 227f563: made as said above
+except ImportError:
+    pba_v3 = None
+
+RAN_AGAINST = "a54112ea094c230c3144db301c8e61648a73463e"
 
 Step = Callable[[], tuple[torch.Tensor, ...]]
 
@@ -60,6 +71,9 @@ def misaligned_check(n: int) -> bool:
 
 
 def main() -> None:
+    if pba_v3 is None:
+        ran_elsewhere(RAN_AGAINST, "run 9", "benchmarks/dev/pba_v3.py is missing (git show "
+                      "9952a21:featurecache/model/kernels/pair_bias_attention.py > benchmarks/dev/pba_v3.py)")  # fmt: skip
     out_path = sys.argv[1] if len(sys.argv) > 1 else "launch_ab.json"
     ns = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [256, 384, 512, 768, 1024]
     rows: list[dict[str, Any]] = []
@@ -98,4 +112,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

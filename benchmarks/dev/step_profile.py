@@ -24,6 +24,8 @@ COMMIT:featurecache/model/trunk.py``) with this tree's optimizer, for same-run A
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -40,6 +42,14 @@ from featurecache.model.batches import pad_tokens, synthetic_batches
 from featurecache.model.train import GraphedSteps, make_optimizer, train_step
 from featurecache.model.trunk import Trunk
 
+# variant -> (the module it needs, not committed: how to make it)
+GENERATED = {
+    "prev": ("trunk_prev", "git show 49f942b:featurecache/model/trunk.py > benchmarks/dev/trunk_prev.py"),
+    "base": (
+        "trunk_base",
+        "git show COMMIT:featurecache/model/trunk.py > benchmarks/dev/trunk_base.py (any trunk)",
+    ),
+}
 CATEGORIES = (
     ("triton: attention", ("_fwd_kernel", "_dq_kernel", "_dkv_kernel", "_dbias_kernel", "pair_bias")),
     ("triton: transition / LN-linear", ("_bwd_kernel", "_dx_kernel", "_dw_kernel", "swiglu", "layernorm")),
@@ -73,14 +83,8 @@ def profile_crop(
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     trunk_cls = Trunk
-    if variant == "prev":
-        from benchmarks.dev import trunk_prev
-
-        trunk_cls = trunk_prev.Trunk
-    elif variant == "base":  # the fused optimizer with another trunk: benchmarks/dev/trunk_base.py
-        from benchmarks.dev import trunk_base  # type: ignore[attr-defined]
-
-        trunk_cls = trunk_base.Trunk
+    if variant in GENERATED:  # prev: 49f942b's trunk; base: the fused optimizer with another trunk
+        trunk_cls = importlib.import_module(f"benchmarks.dev.{GENERATED[variant][0]}").Trunk
     elif variant not in ("new", "new-foreach"):
         raise ValueError(f"unknown variant {variant}")
     return _profile(trunk_cls, crop, fused, compiled, reps, variant, graphs)
@@ -161,8 +165,15 @@ def main() -> None:
     ap.add_argument("--reference", action="store_true", help="also profile the torch-reference trunk")
     ap.add_argument("--compile", action="store_true", help="also the fused trunk's loss under torch.compile")
     ap.add_argument("--graphs", action="store_true", help="also the new trunk's step as a CUDA-graph replay")
-    ap.add_argument("--variants", default="new", help="comma-separated: new, new-foreach, prev")
+    ap.add_argument("--variants", default="new", help="comma-separated: new, new-foreach, prev, base")
     args = ap.parse_args()
+    for var in args.variants.split(","):
+        if var not in ("new", "new-foreach", *GENERATED):
+            ap.error(f"--variants: unknown variant {var!r} (new, new-foreach, prev, base)")
+        if var in GENERATED and importlib.util.find_spec(f"benchmarks.dev.{GENERATED[var][0]}") is None:
+            ap.error(
+                f"--variants {var} needs benchmarks/dev/{GENERATED[var][0]}.py, not committed: {GENERATED[var][1]}"
+            )
     rows: list[dict[str, Any]] = []
     doc = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "rows": rows}
 

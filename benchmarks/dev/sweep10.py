@@ -4,6 +4,10 @@ log2-unit bias (``bias_log2``) and the reordered dots, against the previous kern
 (``benchmarks/dev/pba_prev.py``: ``git show b80f4fc:featurecache/model/kernels/pair_bias_attention.py``; the variants ran are commit a9c6269, reverted after this run), then fwd+bwd at every N with the
 per-kernel winners; and the transition backward with the library dLN (``dx_library``).
 
+Historical: ran against a9c6269 (run 10); to re-run: ``git worktree add /tmp/fc-a9c6269 a9c6269``,
+make ``benchmarks/dev/pba_prev.py`` there as said above, and run it there (on this tree it exits 2
+at once: the variants, ``lnl._mm_fp32`` among them, were reverted in cc28e11).
+
     PYTHONPATH=. python3 benchmarks/dev/sweep10.py OUT.json
 """
 
@@ -19,12 +23,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.dev import pba_prev
+from benchmarks.dev.devcli import help_exit, ran_elsewhere
 from benchmarks.kernels import BF16, attention_inputs, ms, rel, transition_inputs
 from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels.reference import swiglu_ref
 
+try:
+    from benchmarks.dev import pba_prev  # not committed: made as said above
+except ImportError:
+    pba_prev = None
+
+RAN_AGAINST = "a9c62691b4ff48968b399b513b87839aaa96fb4b"
 KC = pba.KernelConfig
 SWEEP = {
     "fwd": [KC(128, 64, 4, 3, 2), KC(128, 64, 8, 3, 2), KC(128, 128, 8, 3, 2), KC(128, 128, 8, 3, 1),
@@ -224,6 +234,10 @@ def transition_ab(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    if not hasattr(lnl, "_mm_fp32"):
+        ran_elsewhere(RAN_AGAINST, "run 10", "this tree has none of run 10's variants (lnl._mm_fp32, bias_log2, "
+                      "dx_library: reverted in cc28e11)", "after making benchmarks/dev/pba_prev.py there "
+                      "(git show b80f4fc:featurecache/model/kernels/pair_bias_attention.py > benchmarks/dev/pba_prev.py)")  # fmt: skip
     out = sys.argv[1]
     rows: list[dict[str, Any]] = []
     t0 = time.time()
@@ -241,4 +255,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()
