@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench, require_shared
+from benchmarks.harness import REAL, Bench, add_out_argument, require_shared
 from featurecache.client.crop import INTERFACE_CUTOFF, CropInput, interface_tokens
 from featurecache.featurize.entry import featurize_bytes
 
@@ -86,7 +86,7 @@ def _synthetic(n_a: int, n_b: int, box: float) -> CropInput:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="timed calls per case and method (median)")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/)")
+    add_out_argument(ap, "crop_interface")
     args = ap.parse_args(argv)
     require_shared(__file__)
     path = REAL / "structures" / "1ffk.cif.gz"

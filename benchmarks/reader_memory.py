@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import REAL, Bench, require_shared
+from benchmarks.harness import REAL, Bench, add_out_argument, require_shared
 from featurecache.build.run import run_build
 from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import MAX_OPEN_ARRAYS_ENV
@@ -44,7 +44,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="build workers when building the corpus")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/)")
+    add_out_argument(ap, "reader_memory")
     return ap.parse_args(argv)
 
 

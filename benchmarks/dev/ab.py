@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import BF16, attention_inputs, ms, rel, transition_inputs
 from featurecache.model.kernels import layernorm_linear as lnl
 from featurecache.model.kernels import pair_bias_attention as pba
@@ -126,4 +127,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

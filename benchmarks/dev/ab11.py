@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import backward_at
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import attention_inputs, ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
@@ -72,4 +73,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

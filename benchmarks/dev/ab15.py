@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import backward_at, totals
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
@@ -55,4 +56,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

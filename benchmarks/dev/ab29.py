@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import lnl_kernel_sweep, lnl_totals
+from benchmarks.dev.devcli import help_exit
 from featurecache.model.kernels import layernorm_linear as lnl
 
 GC = lnl.GemmConfig
@@ -37,4 +38,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import totals
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import BF16, attention_inputs, ms, rel
 from featurecache.model.kernels import pair_bias_attention as pba
 
@@ -100,4 +101,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import lnl_kernel_sweep, lnl_totals, totals
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import (
     BF16,
     attention_inputs,
@@ -102,4 +103,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

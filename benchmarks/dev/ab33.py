@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from benchmarks.dev.abkit import transition_problem
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import (
     BF16,
     free,
@@ -115,4 +116,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import triton
 
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import free, ms, peak_mib, rel, transition_eager, transition_inputs
 from featurecache.model.kernels import transition as tr
 from featurecache.model.kernels.layernorm_linear import _cp, _prec
@@ -136,4 +137,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

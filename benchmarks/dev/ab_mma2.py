@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.dev.devcli import help_exit
+
 MODES = {"wgmma": {}, "mma_sync": {"DISABLE_MMA_V3": "1"}}
 
 
@@ -126,4 +128,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

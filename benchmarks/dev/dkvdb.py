@@ -26,6 +26,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.dev.devcli import help_exit
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels.grid import dbias_groups
 
@@ -301,6 +302,7 @@ def ab(out_path: str) -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     if sys.argv[1] == "check":
         check()
     else:

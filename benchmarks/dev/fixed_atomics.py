@@ -39,6 +39,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.dev.devcli import help_exit
 from featurecache.model.kernels import pair_bias_attention as pba
 
 _LOG2E = pba._LOG2E
@@ -585,6 +586,7 @@ def sass() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     if sys.argv[1] == "check":
         check()
     elif sys.argv[1] == "sass":

@@ -426,6 +426,10 @@ def ab(out_path: str) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.dev.devcli import help_exit
+
+    help_exit(__doc__)
     if sys.argv[1] == "compile":
         compile_all()
     else:

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.dev.devcli import help_exit
 from featurecache.model.batches import synthetic_batches
 from featurecache.model.train import GraphedSteps, run_training
 
@@ -61,4 +62,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     main()

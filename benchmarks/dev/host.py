@@ -11,6 +11,7 @@ import torch
 import triton
 
 from benchmarks.dev.abkit import host_ms
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import Flex, attention_inputs, fwd_bwd, method_fused
 
 
@@ -31,6 +32,7 @@ def hooks() -> str:
     return f"enter={k.launch_enter_hook} exit={k.launch_exit_hook}"
 
 
+help_exit(__doc__)
 t = attention_inputs(64, 4, 32, seed=3)
 run = fwd_bwd(method_fused(), t)
 print("before:", f"{host_ms(run, 50):.3f} ms/call", hooks())

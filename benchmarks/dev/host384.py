@@ -14,6 +14,7 @@ import sys
 import torch
 
 from benchmarks.dev.abkit import host_ms
+from benchmarks.dev.devcli import help_exit
 from benchmarks.kernels import Flex, attention_inputs, fwd_bwd, method_fused, ms
 
 
@@ -32,6 +33,7 @@ def graph_ms(run) -> float:  # type: ignore[no-untyped-def]
     return ms(g.replay)
 
 
+help_exit(__doc__)
 rows = []
 for n in (256, 384, 512):
     t = attention_inputs(n, 4, 32, seed=1)

@@ -16,6 +16,7 @@ and the per-instruction source counters as CSV.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -61,8 +62,15 @@ def transition(n: int = 768, c: int = 128, nx: int = 4):  # type: ignore[no-unty
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["attention", "transition"]
-    runs = [globals()[w]() for w in which]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "which", nargs="*", metavar="attention|transition", help="what to profile (default: both)"
+    )
+    kinds = {"attention": attention, "transition": transition}
+    which = ap.parse_args().which or list(kinds)
+    if unknown := [w for w in which if w not in kinds]:
+        ap.error(f"unknown {', '.join(unknown)} (attention, transition)")
+    runs = [kinds[w]() for w in which]
     for run in runs:  # compile, fill the launch cache, settle clocks
         for _ in range(3):
             run()

@@ -12,9 +12,9 @@ per-instruction samples, the share of stall samples per reason and the five most
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -103,7 +103,13 @@ def source_summary(path: Path) -> dict:
 
 
 def main() -> None:
-    src, out = Path(sys.argv[1]), Path(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "dir", type=Path, metavar="DIR", help="ncu_profile.sh's output folder (raw.csv, source_*.csv)"
+    )
+    ap.add_argument("out", type=Path, metavar="OUT.json", help="the summary JSON to write")
+    args = ap.parse_args()
+    src, out = args.dir, args.out
     kernels = raw_table(src / "raw.csv")
     for name in sorted({k["kernel"] for k in kernels}):
         path = src / f"source_{name}.csv"

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fixed_atomics as fa  # benchmarks/dev/fixed_atomics.py (session 21)
 
+from benchmarks.dev.devcli import help_exit
 from featurecache.model.kernels import pair_bias_attention as pba
 from featurecache.model.kernels.grid import interpreting
 
@@ -469,6 +470,7 @@ def profile() -> None:
 
 
 if __name__ == "__main__":
+    help_exit(__doc__)
     if sys.argv[1] == "check":
         check()
     elif sys.argv[1] == "sass":
