@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -500,6 +501,12 @@ def part_source_dir(root: Path, part: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def part_source_dirs(root: Path) -> Callable[[str], str]:
+    """:func:`part_source_dir` of ``root``'s parts by part name, each part's manifest read once
+    (the calls' cache lives as long as the returned function)."""
+    return functools.cache(functools.partial(part_source_dir, root))
+
+
 #: the stage of an MSA file's failure (``msa_stage``); its path is relative to ``--msa-dir``
 MSA_STAGE = "msa"
 
@@ -540,7 +547,7 @@ def withdraw_failures(
     msa_here = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
     msa_files = MSADirFiles(msa_dir)
     current = {i.rel for i in inputs}
-    source_dirs: dict[str, str] = {}
+    recorded_in = part_source_dirs(root)
     listed: list[set[str]] = []  # the MSA stage's listing of --msa-dir, walked once when first needed
 
     def msa_listing() -> set[str]:
@@ -551,11 +558,6 @@ def withdraw_failures(
             files = _candidate_files(Path(msa_dir), root, warn=False) if msa_dir is not None else []
             listed.append({rel for rel, _size, _mtime in files})
         return listed[0]
-
-    def recorded_in(part: str) -> str:
-        if part not in source_dirs:
-            source_dirs[part] = part_source_dir(root, part)
-        return source_dirs[part]
 
     rows: list[dict[str, str]] = []
     msa_rows: list[dict[str, str]] = []

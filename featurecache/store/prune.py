@@ -514,17 +514,12 @@ def _sources_gone(
     MSA's also with ``chains``, the chains that use it). Raises UsageError for a directory that
     holds no input at all while the store has rows recorded from it (an unmounted or emptied
     directory would otherwise remove them all)."""
-    from featurecache.build.discover import input_ids, part_source_dir, resolved  # build imports store
+    from featurecache.build.discover import input_ids, part_source_dirs, resolved  # build imports store
     from featurecache.build.msa_stage import MSA_SUFFIXES, _candidate_files
     from featurecache.parse.structure import structure_format
 
     tables = index_tables(root, complete_parts(root))
-    dirs: dict[str, str] = {}
-
-    def recorded_in(part: str) -> str:
-        if part not in dirs:
-            dirs[part] = part_source_dir(root, part)
-        return dirs[part]
+    recorded_in = part_source_dirs(root)
 
     entries = tables["entries"]
     here = str(resolved(pdb_dir))
