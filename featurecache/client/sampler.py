@@ -32,15 +32,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featurecache.arrow_columns import column_array
 from featurecache.const import MolType
 from featurecache.errors import InvalidRequest
 
@@ -92,7 +92,7 @@ class SamplerFilter:
         n = entries.num_rows
         keep = np.ones(n, dtype=bool)
         if self.max_resolution is not None:
-            res = _column(entries, "resolution", np.float64)
+            res = column_array(entries, "resolution", np.float64)
             unknown = ~np.isfinite(res)
             keep &= np.where(unknown, self.keep_unknown_resolution, res <= self.max_resolution)
         if self.date_cutoff is not None:
@@ -101,9 +101,9 @@ class SamplerFilter:
             ok = np.array([(d[:10] <= cutoff) if d else self.keep_undated for d in dates], dtype=bool)
             keep &= ok if n else keep
         if self.min_tokens is not None:
-            keep &= _column(entries, "token_count", np.int64) >= self.min_tokens
+            keep &= column_array(entries, "token_count", np.int64) >= self.min_tokens
         if self.max_tokens is not None:
-            keep &= _column(entries, "token_count", np.int64) <= self.max_tokens
+            keep &= column_array(entries, "token_count", np.int64) <= self.max_tokens
         if self.ids is not None:
             keep &= np.asarray(
                 pc.is_in(entries.column("id"), pa.array(list(self.ids), pa.string())), dtype=bool
@@ -126,12 +126,6 @@ def _nothing_to_sample(n_entries: int, filters: SamplerFilter, failures: pa.Tabl
     }
     said = ", ".join(f"{k}={v}" for k, v in given.items())
     return f"no entry of the store's {n_entries} passes the sampler's filters ({said or 'none given'})"
-
-
-def _column(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
-    col = table.column(name)
-    fill = math.nan if np.dtype(dtype).kind == "f" else 0
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
 class Sampler:

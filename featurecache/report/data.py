@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from featurecache.arrow_columns import column_array
 from featurecache.const import MOL_TYPE_NAMES
 from featurecache.store.layout import (
     COMPONENT_PART_PREFIX,
@@ -60,11 +60,10 @@ class Panel:
 
 
 def _num(table: pa.Table, name: str, dtype: Any = np.float64) -> np.ndarray:
+    """:func:`~featurecache.arrow_columns.column_array`, or NaN a row for a column the table lacks."""
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
-    col = table.column(name)
-    fill = math.nan if np.dtype(dtype).kind == "f" else 0
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=dtype)
+    return column_array(table, name, dtype)
 
 
 def _hist(
