@@ -1,4 +1,16 @@
-"""Build configuration: everything that changes the stored bytes goes into the config hash."""
+"""Build configuration: the settings of a build, and the hashes of them that key stored data.
+
+What a build rebuilds is decided by each stored item's own key, not by one hash of the config:
+
+* a structure entry's key (``discover.entry_key``) holds :meth:`BuildConfig.entry_config_hash`:
+  the fields of :meth:`BuildConfig.feature_dict` (interface cutoff, featurizer version,
+  crystallization aids) and the CCD's fingerprint;
+* a stored MSA's key (``msa_stage._inputs_key``) holds the depth cap;
+* ``conformer_timeout_s`` is in no key: a build at another one recomputes no stored conformer.
+
+:meth:`BuildConfig.hash` (every field; not the CCD) is recorded in the store's root as
+``config_hash`` and only displayed (``featurecache info``): it keys nothing.
+"""
 
 from __future__ import annotations
 
@@ -25,9 +37,11 @@ class BuildConfig:
                 "keep_crystallization_aids": self.keep_crystallization_aids}  # fmt: skip
 
     def hash(self) -> str:
+        """Hash of every field (the store root's ``config_hash``, displayed only; keys nothing)."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     def entry_config_hash(self, ccd_fingerprint: str = "") -> str:
+        """Hash of :meth:`feature_dict` and the CCD's fingerprint: part of every entry's key."""
         doc = {**self.feature_dict(), "ccd": ccd_fingerprint}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 

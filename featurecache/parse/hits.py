@@ -1,8 +1,10 @@
 """Template-hit files (HHsearch/HHblits ``.hhr``, BLAST/MMseqs2 tabular ``.m8``) and format sniffing.
 
 These files list hits of a query against a template database; they are never MSAs. The build
-recognises them (:func:`sniff_msa_format`), records their hits for later (:func:`parse_hhr`,
-:func:`parse_m8`) and skips them when assembling a chain's MSA.
+recognises them (:func:`sniff_msa_format`), skips them when assembling a chain's MSA and keeps
+only the number of hits each holds (:func:`parse_hhr`, :func:`parse_m8`): a file's count is in
+the MSA scan cache, the total in the build summary ("template-hit files skipped: N (M hits)").
+The hits themselves are stored nowhere.
 """
 
 from __future__ import annotations
