@@ -40,12 +40,15 @@ ATOM_FIELDS: Final[tuple[str, ...]] = tuple(
 )
 
 #: The per-step path crops an entry before it reads its atoms (:meth:`SampleJob._crop_first`)
-#: when the entry has more atoms than this: 8 inner chunks of its atom records (``layout.CHUNK_ROWS``).
-#: Cropping first costs a second round trip into zarr's loop and saves the chunks the crop does not
-#: touch (zarr's cost is per chunk read: ~0.4-0.65 ms each here); a crop of 384 tokens touches ~14 of
-#: 1ffk's 23 chunks (a sample: 24.7 ms of CPU instead of 30.1) but 5 of 5kc1's 6 (22.9 -> 25.9 ms;
-#: 6wg6 14.4 -> 16.8, 7CFN 12.5 -> 13.2): benchmarks/sample_cost.py --crop-first, at train's settings.
-CROP_FIRST_MIN_ATOMS: Final[int] = 8 * 4096
+#: when the entry has more atoms than this and the crop cuts it. It was 8 inner chunks (32,768
+#: atoms) while every read went through zarr's event loop (~0.4-0.65 ms a chunk, a second round
+#: trip costlier than the chunks it saved below that size). Read directly (``store.shards``) and
+#: with the tokens kept per process (:class:`TokenCache`), cropping first costs no more for any entry
+#: the crop cuts, from a local store or over the service (benchmarks/sample_cost.py --crop-first
+#: --http, session 42, train's settings, median per sample, crop first vs whole: 1ffk 7.6 vs 11.9 ms
+#: CPU; 5kc1 (21,946 atoms) 6.6 vs 7.1, over the service 15.3 vs 18.5 ms wall; 7CFN (8,139) 3.4 vs
+#: 4.1, 8.1 vs 9.4; 721p (2,710) 13.6 vs 13.9, 23.4 vs 26.2): 0, every such entry.
+CROP_FIRST_MIN_ATOMS: Final[int] = 0
 
 #: Bytes of what :meth:`SampleJob._crop_first` reads before the crop (an entry's tokens, bonds and
 #: interfaces, its meta and chains rows, the crop input made of them) that a process keeps, by

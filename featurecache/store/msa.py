@@ -537,9 +537,11 @@ def _scatter_deletions(
 
 #: :func:`read_all_deletions`: the deletion cells outside a row range (estimated) that reading
 #: all of an MSA's cells with its residues may decode to save the second round trip: three inner
-#: chunks (measured on the real corpus store: a round trip into zarr's event loop costs ~1 ms of
-#: CPU, each further 4096-cell chunk decoded with the first trip ~0.35 ms; benchmarks/sample_cost.py
-#: ``--deletions`` times msa() with this rule, always one trip and always two)
+#: chunks (tuned when a round trip into zarr's event loop cost ~1 ms of CPU, each further 4096-cell
+#: chunk decoded with the first trip ~0.35 ms). Since the store's own layout is read directly
+#: (``store.shards``) the choice hardly matters: benchmarks/sample_cost.py ``--deletions`` (session
+#: 42, 19 MSAs of the real corpus, CPU per msa() call, mean) 2.27 ms with this rule, 2.19 always
+#: one trip, 2.21 always two, within the run's noise; the rule stays
 READ_ALL_DELETIONS_EXTRA = 3 * MSA_RECORD_CHUNK
 
 
@@ -625,7 +627,7 @@ class MSAReader:
         all_start = int(self._nums["del_start"][i])
         all_count = int(self._nums["del_count"][i])
         fold = all_count > 0 and read_all_deletions(r1 - r0, depth, all_count)
-        # residues, row records and column records in one round trip to zarr's event loop, and
+        # residues, row records and column records in one PartArrays.read_many, and
         # with them every deletion cell of the MSA when the row range spans most of it (the cells
         # of the range are known only once its row records are read: a second round trip)
         # (damaged data: a StoreError naming the part and array, not zarr's own ValueError)
