@@ -39,12 +39,11 @@ import zarr
 
 from featurecache.const import FEATURIZER_VERSION, NUM_RESTYPES, SCHEMA_VERSION, MolType
 from featurecache.errors import InvalidRequest, NotFound, StoreError
-from featurecache.store.index import differing_hashes, table_from_rows, write_table
+from featurecache.store.index import differing_hashes, dir_bytes, table_from_rows, write_table
 from featurecache.store.layout import PART_INDEX_DIR, PARTS_DIR, chunk_compressors
 from featurecache.store.root import PartArrays, array_metadata, decode_records, record_fill_only_shards
 from featurecache.store.writer import (
     SOURCE_DIR,
-    _dir_bytes,
     commit_part,
     part_tmp_dir,
     write_record_array,
@@ -234,7 +233,7 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
             "part": name, "kind": "msas", "featurizer_version": FEATURIZER_VERSION,
             "schema_version": SCHEMA_VERSION, "n_msas": len(index_rows), "n_failures": len(fails),
             "keys": sorted(r["inputs_key"] for r in index_rows), "rows": row_off, "cols": col_off,
-            "deletion_cells": del_off, "bytes": _dir_bytes(tmp),
+            "deletion_cells": del_off, "bytes": dir_bytes(tmp),
         }  # fmt: skip
         if contents.source_dir:
             manifest[SOURCE_DIR] = contents.source_dir

@@ -381,7 +381,3 @@ def _with_part(table: Any, rows: list[dict[str, Any]] | None = None) -> Any:
         return table
     parts = [r["part"] for r in rows] if rows else []
     return table.append_column("part", pa.array(parts, type=pa.string()))
-
-
-#: the name :mod:`featurecache.store.msa` imports it by
-_dir_bytes = dir_bytes
