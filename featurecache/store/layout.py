@@ -94,11 +94,6 @@ def part_name(prefix: str, number: int) -> str:
     return f"{prefix}{number:06d}"
 
 
-def field_shape(dtype: np.dtype, field: str) -> tuple[int, ...]:
-    sub = dtype.fields[field][0]  # type: ignore[index]
-    return tuple(sub.shape)
-
-
 def field_base_dtype(dtype: np.dtype, field: str) -> np.dtype:
     sub = dtype.fields[field][0]  # type: ignore[index]
     return sub.base
