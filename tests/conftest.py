@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -249,3 +251,129 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tmp_path_factory, "sample",
         lambda out: build_store(out, SAMPLES / "structures", msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd"),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CliRun:
+    """What :func:`cli_in_process` returns: the fields of a CompletedProcess the tests read."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_in_process(*args: str, env: dict[str, str | None] | None = None, cwd: Path | None = None) -> CliRun:
+    """``python -m featurecache.cli ARGS`` run in this process (typer's CliRunner: the same click
+    app, its SystemExit status, stdout and stderr apart), for a test of a usage error or another
+    refusal that happens before the command starts any work: it costs milliseconds where a process
+    of its own costs 0.6-3 s (the imports; torch for ``train``). That the exit status, the streams
+    and the messages are the real process's is checked by tests/test_cli_in_process.py, with real
+    processes. ``env``: variables set (None: removed) for the run; ``cwd``: the directory it runs in.
+
+    A run must not change the tests after it in the same pytest worker, so what a command may
+    change in its process is put back afterwards: logging (the run gets a process's: no handler on
+    the root logger, so the command's own ``logging.basicConfig`` installs its stderr handler, and
+    its log lines land on the run's stderr as in a real process; the loggers' levels it sets are
+    put back), warnings (shown on the run's stderr under Python's default filters, as a process
+    would), signal handlers and the signal mask, the environment, the working directory, Dask's
+    config and torch's global settings. A thread or child process it leaves running fails the
+    test: such a command belongs in a process of its own."""
+    import multiprocessing
+    import threading
+    import warnings
+
+    from typer.testing import CliRunner
+
+    from featurecache.cli import app
+
+    threads, children = set(threading.enumerate()), set(multiprocessing.active_children())
+    with _process_state_kept(), warnings.catch_warnings():
+        warnings.resetwarnings()  # Python's defaults, as in a process started without -W
+        for action, category in (("ignore", ResourceWarning), ("ignore", ImportWarning),
+                                 ("ignore", PendingDeprecationWarning), ("ignore", DeprecationWarning)):  # fmt: skip
+            warnings.simplefilter(action, category)  # type: ignore[arg-type]
+        warnings.showwarning = _warning_on_stderr
+        if cwd is not None:
+            os.chdir(cwd)
+        result = CliRunner().invoke(app, list(args), env=env, catch_exceptions=False,
+                                    prog_name="python -m featurecache.cli")  # fmt: skip
+    left = [t for t in threading.enumerate() if t not in threads and t.is_alive() and not t.daemon]
+    started = [p for p in multiprocessing.active_children() if p not in children]
+    assert not left and not started, f"featurecache {' '.join(args)} left running: {left} {started}"
+    return CliRun(result.exit_code, result.stdout, result.stderr)
+
+
+def _warning_on_stderr(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                       file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    import sys
+    import warnings
+
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+@contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """What :func:`cli_in_process` puts back after a run (see there)."""
+    import copy
+    import logging
+    import signal
+    import sys
+
+    root = logging.getLogger()
+    loggers = [
+        root,
+        *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)),
+    ]
+    kept = {lg: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers}
+    disabled = logging.root.manager.disable
+    signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    environ, cwd = dict(os.environ), os.getcwd()
+    dask_config = copy.deepcopy(sys.modules["dask.config"].config) if "dask.config" in sys.modules else None
+    torch = sys.modules.get("torch")
+    torch_state = (
+        (torch.get_num_threads(), torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(),
+         torch.get_rng_state())
+        if torch is not None else None
+    )  # fmt: skip
+    for handler in kept[root][1]:  # pytest's log capture, back after the run
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)  # a fresh process's root logger
+    try:
+        yield
+    finally:
+        for lg in [root, *logging.Logger.manager.loggerDict.values()]:
+            if not isinstance(lg, logging.Logger):
+                continue
+            level, handlers, propagate, was_disabled = kept.get(lg, (logging.NOTSET, [], True, False))
+            for handler in list(lg.handlers):
+                if handler not in handlers:
+                    lg.removeHandler(handler)
+            for handler in handlers:
+                if handler not in lg.handlers:
+                    lg.addHandler(handler)
+            if lg.level != level:  # only when changed: each setLevel clears every logger's cache
+                lg.setLevel(level)
+            lg.propagate, lg.disabled = propagate, was_disabled
+        if logging.root.manager.disable != disabled:
+            logging.disable(disabled)
+        for s, handler in signals.items():
+            if handler is not None:
+                signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.chdir(cwd)
+        if dask_config is not None:
+            config = sys.modules["dask.config"].config
+            config.clear()
+            config.update(dask_config)
+        if torch is not None and torch_state is not None:  # each only when changed (the setters import more)
+            threads, dtype, deterministic, rng = torch_state
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            if torch.get_default_dtype() != dtype:
+                torch.set_default_dtype(dtype)
+            if torch.are_deterministic_algorithms_enabled() != deterministic:
+                torch.use_deterministic_algorithms(deterministic)
+            torch.set_rng_state(rng)
+        os.environ.clear()
+        os.environ.update(environ)

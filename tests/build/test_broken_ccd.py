@@ -16,16 +16,13 @@ Real builds of real files on a real Dask LocalCluster, the CCD damaged in a temp
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import featurecache
-from tests.conftest import CCD, REPO, STRUCTURES, build_store
+from tests.conftest import CCD, REPO, STRUCTURES, build_store, cli_in_process
 from tests.parse.test_ccd import broken_hem_ccds
 
 
@@ -38,12 +35,8 @@ def test_gzip_ccd_cut_short_is_refused_in_one_line(tmp_path: Path) -> None:
     cut = tmp_path / "components.cif.gz"
     cut.write_bytes(data[: int(len(data) * 0.6)])  # its first blocks are whole
     store = tmp_path / "store"
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    run = subprocess.run(
-        [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb_dir), "--ccd", str(cut),
-         "--out", str(store), "--workers", "1", "--no-progress"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    run = cli_in_process("build", "--pdb-dir", str(pdb_dir), "--ccd", str(cut), "--out", str(store), "--workers",
+                         "1", "--no-progress", cwd=REPO, env={"COLUMNS": "200", "NO_COLOR": "1"})  # fmt: skip
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip().splitlines() == [
         f"error: --ccd: cannot read the CCD {cut}: its gzip stream ends early: the file is cut short "

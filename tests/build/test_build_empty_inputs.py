@@ -23,13 +23,18 @@ from featurecache.build.run import run_build
 from featurecache.errors import UsageError
 from services.lookup.server import free_port
 from tests.clusters import scheduler_args
-from tests.conftest import MSAS, REPO, STRUCTURES
+from tests.conftest import MSAS, REPO, STRUCTURES, CliRun, cli_in_process
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "2000"}  # long lines: rich would otherwise fold paths mid-word
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=600)  # fmt: skip
+
+
+def _refused(*args: str) -> CliRun:
+    """A build the test expects refused before it starts (exit 2): the same CLI, in this process."""
+    return cli_in_process(*args, cwd=REPO, env={"COLUMNS": "2000"})
 
 
 def _cli_all(commands: dict[Path, tuple[str, ...]]) -> dict[Path, subprocess.CompletedProcess[str]]:
@@ -114,7 +119,7 @@ def test_a_pdb_dir_without_structure_files_is_a_usage_error(
         (pdb / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(STRUCTURES / "1psm.cif", pdb / rel)  # structure content: the name decides
     out = tmp_path / "store"
-    r = _cli("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
+    r = _refused("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
     said = " ".join(r.stderr.split())
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"--pdb-dir {pdb}: no structure file" in said and ".cif" in said and found in said, r.stderr
@@ -149,6 +154,6 @@ def test_a_store_inside_the_pdb_dir_is_not_an_input(tmp_path: Path) -> None:
     )
     (pdb / "1psm.cif").unlink()
     before = (out / "zarr.json").read_bytes()
-    r = _cli("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
+    r = _refused("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
     assert r.returncode == 2 and "found no file" in " ".join(r.stderr.split()), r.stderr
     assert (out / "zarr.json").read_bytes() == before  # the store is left as it was

@@ -31,7 +31,7 @@ from tests.build.test_cluster import (
     _structure_parts,
     _wait_for_workers,
 )
-from tests.conftest import REPO, SAMPLES, interrupt_inputs
+from tests.conftest import REPO, SAMPLES, cli_in_process, interrupt_inputs
 
 VENV_BIN = Path(sys.executable).parent
 INSTALL_ADVICE = "install the same featurecache on every worker"
@@ -231,12 +231,8 @@ def test_the_only_worker_killed_during_the_version_check_is_not_a_version_mismat
 def test_a_bad_wait_setting_is_a_usage_error_before_anything_starts(tmp_path: Path) -> None:
     out = tmp_path / "store"
     for name in ("FEATURECACHE_WORKER_ANSWER_S", "FEATURECACHE_NO_WORKER_WARN_S"):
-        res = subprocess.run(
-            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out),
-             "--workers", "1", "--no-progress"],
-            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="400", **{name: "-5"}),
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        res = cli_in_process("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--workers", "1",
+                             "--no-progress", cwd=tmp_path, env={"COLUMNS": "400", name: "-5"})  # fmt: skip
         assert res.returncode == 2, res.stderr[-2000:]
         assert f"{name}='-5': not a number of seconds > 0" in res.stderr
         assert not out.exists()

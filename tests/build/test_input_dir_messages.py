@@ -1,16 +1,14 @@
 """``--pdb-dir`` / ``--msa-dir`` at a path that does not exist say so ("does not exist"); at a
 file they say "not a directory" (before: "not a directory" for both). Usage error, exit 2, nothing
-written."""
+written. The CLI run in this process (tests.conftest.cli_in_process)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import REPO, SAMPLES, cli_in_process
 
 
 @pytest.mark.parametrize("option", ["--pdb-dir", "--msa-dir"])
@@ -27,8 +25,7 @@ def test_an_input_directory_that_is_not_there_is_named_for_what_it_is(
     dirs = {"--pdb-dir": SAMPLES / "structures", "--msa-dir": SAMPLES / "msas", option: path}
     out = tmp_path / "s"
     args = ["build", *(a for o, d in dirs.items() for a in (o, str(d))), "--out", str(out), "--no-progress"]
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True, cwd=REPO,
-                       timeout=120)  # fmt: skip
+    r = cli_in_process(*args, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert line == f"error: {option} {path}: {says}", line
@@ -49,8 +46,7 @@ def test_out_naming_the_pdb_dir_is_refused_as_that(tmp_path: Path, spelling: str
     if spelling == "via a link":
         (tmp_path / "link").symlink_to(pdb)
     args = ["build", "--pdb-dir", str(pdb), "--out", out, "--no-progress"]
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True, cwd=REPO,
-                       timeout=120)  # fmt: skip
+    r = cli_in_process(*args, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert line.startswith(f"error: --out {Path(out)} is the --pdb-dir: a store is a directory of its own"), (

@@ -17,12 +17,17 @@ from pathlib import Path
 
 import featurecache
 from tests.clusters import scheduler_args
-from tests.conftest import SAMPLES, featurecache_at
+from tests.conftest import SAMPLES, CliRun, cli_in_process, featurecache_at
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
+
+
+def _refused(*args: str | Path) -> CliRun:
+    """A build the test expects refused before it starts (exit 2): the same CLI, in this process."""
+    return cli_in_process(*map(str, args))
 
 
 def _digest(store: Path) -> str:
@@ -47,7 +52,7 @@ def test_a_build_leaving_out_recorded_settings_is_refused(tmp_path: Path) -> Non
     before = _digest(store)
     keys = featurecache.open_store(store).entries.column("key").to_pylist()
 
-    left_out = _cli(*base)
+    left_out = _refused(*base)
     assert left_out.returncode == 2, left_out.stdout + left_out.stderr
     err = left_out.stderr
     assert f"{store} records build settings this command leaves out" in err, err
@@ -56,11 +61,11 @@ def test_a_build_leaving_out_recorded_settings_is_refused(tmp_path: Path) -> Non
     assert _digest(store) == before
 
     # one left out is enough, and it alone is named
-    one = _cli(*base, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids")
+    one = _refused(*base, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids")
     assert one.returncode == 2 and "--msa-depth 16" in one.stderr and "--ccd" not in one.stderr, one.stderr
-    both = _cli(*base, *settings, "--no-ccd")
+    both = _refused(*base, *settings, "--no-ccd")
     assert both.returncode == 2 and "--ccd and --no-ccd" in both.stderr, both.stderr
-    aids = _cli(*base, *settings, "--drop-cryst-aids")
+    aids = _refused(*base, *settings, "--drop-cryst-aids")
     assert aids.returncode == 2 and "--keep-cryst-aids and --drop-cryst-aids" in aids.stderr, aids.stderr
     assert _digest(store) == before
 
@@ -90,7 +95,7 @@ def test_what_the_directory_was_built_with_decides_not_the_latest_build(tmp_path
     keys = featurecache.open_store(store).entries.column("key").to_pylist()
     before = _digest(store)
 
-    left_out = build(a)
+    left_out = _refused("build", "--pdb-dir", a, "--out", store, *scheduler_args(1), "--no-progress")
     assert left_out.returncode == 2, left_out.stdout + left_out.stderr
     err = left_out.stderr
     assert f"--ccd {(SAMPLES / 'ccd').resolve()}" in err and "--keep-cryst-aids" in err, err
@@ -134,7 +139,7 @@ def test_a_directory_built_before_parts_recorded_settings_is_still_judged(tmp_pa
     other = build(b, "--no-ccd")
     assert other.returncode == 0, other.stdout + other.stderr
     before = _digest(store)
-    left_out = build(a)
+    left_out = _refused("build", "--pdb-dir", a, "--out", store, *scheduler_args(1), "--no-progress")
     assert left_out.returncode == 2, left_out.stdout + left_out.stderr
     assert "may have been built with --ccd" in left_out.stderr, left_out.stderr
     assert _digest(store) == before

@@ -6,8 +6,6 @@ nothing here starts more worker processes than the machine has CPUs (none at all
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from featurecache.build.config import BuildConfig
 from featurecache.build.run import WORKER_START_BYTES, check_arguments, max_workers
 from featurecache.errors import UsageError
-from tests.conftest import STRUCTURES
+from tests.conftest import STRUCTURES, cli_in_process
 
 GIB = 2**30
 
@@ -50,11 +48,10 @@ def test_build_with_workers_1000_is_refused_in_one_line_and_starts_nothing(tmp_p
     pdb.mkdir()
     (pdb / "5wkd.pdb").write_bytes((STRUCTURES / "5wkd.pdb").read_bytes())
     out = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--out", str(out),
-         "--workers", "1000", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    # in this process: cli_in_process fails the test if the command leaves a process or thread running
+    proc = cli_in_process(
+        "build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1000", "--no-progress"
+    )
     assert proc.returncode == 2, proc.stderr
     cpus = os.cpu_count() or 1
     lines = proc.stderr.strip().splitlines()

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conftest import CliRun, cli_in_process
 from tests.model.test_trunk import TINY
 
 DATA_KEYS = ("weighting", "crop_weights", "max_msa_rows", "pair_msa", "crop_whole_groups")
@@ -41,7 +42,13 @@ def _train(store: Path, cfg: Path, *args: str | Path) -> subprocess.CompletedPro
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
-def _error(done: subprocess.CompletedProcess[str]) -> str:
+def _refused(store: Path, cfg: Path, *args: str | Path) -> CliRun:
+    """:func:`_train` for a run the test expects refused before it trains: the same CLI, in this process."""
+    return cli_in_process("train", "--store", str(store), "--crop", "16", "--device", "cpu", "--workers", "1",
+                          "--model-config", str(cfg), *map(str, args))  # fmt: skip
+
+
+def _error(done: CliRun) -> str:
     """The one error line of a run refused with exit 2."""
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -97,14 +104,14 @@ def test_an_older_checkpoint_resumes_with_whole_group_crops_only(
     _strip_data_settings(ck, log)
 
     # what the README said (--weighting uniform) would crop per token: refused
-    line = _error(_train(sample_store, cfg, "--steps", "4", "--weighting", "uniform", "--resume", ck,
+    line = _error(_refused(sample_store, cfg, "--steps", "4", "--weighting", "uniform", "--resume", ck,
                          "--log", log))  # fmt: skip
     assert str(ck) in line and "--crop-per-token" in line, line
     assert "its run used --crop-whole-groups (an older checkpoint" in line, line
     assert _advice(line) == ["--crop-whole-groups"], line
 
     # the defaults: both settings differ, one line names both and advises both
-    line = _error(_train(sample_store, cfg, "--steps", "4", "--resume", ck, "--log", log))
+    line = _error(_refused(sample_store, cfg, "--steps", "4", "--resume", ck, "--log", log))
     assert "--weighting uniform" in line and "--weighting af3" in line, line
     advice = _advice(line)
     assert sorted(advice) == sorted(old), line
@@ -132,7 +139,7 @@ def test_crop_weights_of_the_same_mix_resume_and_the_advice_reads_back(
     recorded = torch.load(ck, weights_only=True)["crop_weights"]
     assert recorded == [0.1 / 0.7, 0.1 / 0.7, 0.5 / 0.7]
 
-    line = _error(_train(sample_store, cfg, "--steps", "3", "--crop-weights", "1,1,4", "--resume", ck,
+    line = _error(_refused(sample_store, cfg, "--steps", "3", "--crop-weights", "1,1,4", "--resume", ck,
                          "--log", log))  # fmt: skip
     advice = _advice(line)
     assert advice[0] == "--crop-weights" and len(advice) == 2, line
@@ -170,7 +177,7 @@ def test_the_log_carry_over_compares_crop_weights_as_the_same_mix(
     other = tmp_path / "other.json"
     doc["crop_weights"] = [0.25, 0.25, 0.5]
     other.write_text(json.dumps(doc))
-    line = _error(_train(sample_store, cfg, "--steps", "2", "--crop-weights", "1,1,5", "--resume", ck,
+    line = _error(_refused(sample_store, cfg, "--steps", "2", "--crop-weights", "1,1,5", "--resume", ck,
                          "--log", other))  # fmt: skip
     assert f"--log {other} is the log of another run (its crop_weights [0.25, 0.25, 0.5]" in line, line
     assert json.loads(other.read_text()) == doc  # not overwritten
@@ -186,7 +193,7 @@ def test_no_crop_whole_groups_is_an_option_and_its_advice_resumes(
     _ok(_train(sample_store, cfg, "--steps", "1", "--crop-per-token", "--checkpoint", ck, "--log", log))
     assert json.loads(log.read_text())["crop_whole_groups"] is False
     line = _error(
-        _train(sample_store, cfg, "--steps", "2", "--crop-whole-groups", "--resume", ck, "--log", log)
+        _refused(sample_store, cfg, "--steps", "2", "--crop-whole-groups", "--resume", ck, "--log", log)
     )
     assert _advice(line) == ["--crop-per-token"], line
     _ok(_train(sample_store, cfg, "--steps", "2", *_advice(line), "--resume", ck, "--log", log))
@@ -199,7 +206,7 @@ def test_crop_weights_whose_sum_overflows_exit_2_naming_the_option(
     sample_store: Path, cfg: Path, tmp_path: Path, weights: str
 ) -> None:
     log = tmp_path / "log.json"
-    line = _error(_train(sample_store, cfg, "--steps", "1", "--crop-weights", weights, "--log", log))
+    line = _error(_refused(sample_store, cfg, "--steps", "1", "--crop-weights", weights, "--log", log))
     assert line.startswith("error: --crop-weights 1e+308,1e+308,"), line
     assert "finite" in line, line
     assert not log.exists()  # refused before anything ran

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import featurecache
 from featurecache.client.sampler import Sampler
 from featurecache.errors import UsageError
 from featurecache.model.train import make_batches, run_training
+from tests.conftest import CliRun, cli_in_process
 from tests.model.test_trunk import TINY
 
 SMALL: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY, "workers": 1, "fused": False}
@@ -44,9 +43,9 @@ def _sampler(store: Path, weighting: str) -> Sampler:
         reader.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "featurecache.cli", "train", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def _cli(*args: str) -> CliRun:
+    """``featurecache train ARGS``, refused here before it trains: in this process (tests.conftest)."""
+    return cli_in_process("train", *args)
 
 
 # ----------------------------------------------------------------------- the options reach the client

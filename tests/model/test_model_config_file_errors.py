@@ -4,18 +4,17 @@
 Review R1 (s26) #2: "model config is not valid JSON: …" and "unknown model config keys: […]" named
 neither; a file that is not UTF-8 text crashed both commands with a traceback.
 
-A real build of the sample 1psm structure; the real CLI in a subprocess."""
+A real build of the sample 1psm structure; the real CLI, run in this process
+(tests.conftest.cli_in_process)."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +26,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _run(command: str, store: Path, config: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def _run(command: str, store: Path, config: Path, tmp: Path) -> CliRun:
     args = (
         ["train", "--store", str(store), "--device", "cpu", "--crop", "32", "--steps", "1",
          "--log", str(tmp / "train.jsonl")]
         if command == "train"
         else ["plan", str(store), "--no-write-index"]
     )  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args, "--model-config", str(config)],
-                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp)  # fmt: skip
+    return cli_in_process(*args, "--model-config", str(config), cwd=tmp)
 
 
 @pytest.mark.parametrize("command", ["train", "plan"])

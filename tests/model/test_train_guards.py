@@ -26,6 +26,7 @@ import torch
 from featurecache.errors import FeatureCacheError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.model.train import load_checkpoint, run_training
+from tests.conftest import cli_in_process
 from tests.model.test_trunk import TINY
 
 #: a tiny synthetic run on the CPU: a few seconds
@@ -441,20 +442,9 @@ def test_log_and_checkpoint_paths_are_checked_before_training(tmp_path: Path) ->
 def test_train_cli_refuses_bad_paths_with_exit_2_before_training(sample_store: Path, tmp_path: Path) -> None:
     (tmp_path / "ckdir").mkdir()
     base = ["--store", str(sample_store), "--device", "cpu", "--crop", "16", "--workers", "1", "--steps", "2"]
-    cases = ((["--log", "."], "--log"), (["--checkpoint", "ckdir"], "ckdir"))
-    # independent refusals: both commands run at once (each is mostly a CLI start importing torch)
-    procs = [
-        _cli(*base, *extra, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for extra, _ in cases
-    ]
-    try:
-        errs = [proc.communicate(timeout=300)[1] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for proc, err, (_, named) in zip(procs, errs, cases, strict=True):
+    for extra, named in ((["--log", "."], "--log"), (["--checkpoint", "ckdir"], "ckdir")):
+        proc = cli_in_process("train", *base, *extra, cwd=tmp_path)
+        err = proc.stderr
         assert proc.returncode == 2, err[-3000:]
         assert "Traceback" not in err and named in err and "loss" not in err
         assert [line for line in err.splitlines() if line.startswith("error:")], err
@@ -617,9 +607,9 @@ def test_train_cli_refuses_a_negative_seed_and_no_workers(
 ) -> None:
     """``--seed -1`` ended in a numpy traceback (exit 1, the code for failed inputs) and ``--workers 0``
     in an exit 3 that did not name the option: both are usage errors (exit 2) naming it."""
-    proc = _cli("--store", str(sample_store), "--device", "cpu", "--crop", "16", "--steps", "1", option, value,
-                "--log", str(tmp_path / "log.json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    _, err = proc.communicate(timeout=300)
+    proc = cli_in_process("train", "--store", str(sample_store), "--device", "cpu", "--crop", "16", "--steps", "1",
+                          option, value, "--log", str(tmp_path / "log.json"))  # fmt: skip
+    err = proc.stderr
     assert proc.returncode == 2, err[-2000:]
     assert words in err and "Traceback" not in err, err[-2000:]
 

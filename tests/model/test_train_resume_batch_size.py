@@ -4,8 +4,6 @@ data position count batches of its size (a synthetic stream's position *is* a nu
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import torch
 
 from featurecache.errors import UsageError
 from featurecache.model.train import run_training
+from tests.conftest import cli_in_process
 from tests.model.test_trunk import TINY
 
 SMALL: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY}
@@ -51,10 +50,8 @@ def test_synthetic_resume_with_another_batch_size_is_refused(tmp_path: Path) -> 
 def test_train_cli_refuses_another_batch_size_with_exit_2(sample_store: Path, tmp_path: Path) -> None:
     ck = tmp_path / "ck.pt"
     run_training(sample_store, None, steps=1, batch_size=1, log_path=None, checkpoint=ck, **SMALL)
-    cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(sample_store), "--steps", "2",
-           "--crop", "16", "--device", "cpu", "--batch-size", "2", "--resume", str(ck),
-           "--log", str(tmp_path / "train_log.json")]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = cli_in_process("train", "--store", str(sample_store), "--steps", "2", "--crop", "16", "--device", "cpu",
+                          "--batch-size", "2", "--resume", str(ck), "--log", str(tmp_path / "train_log.json"))  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]

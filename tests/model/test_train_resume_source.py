@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import torch
 
 from featurecache.errors import UsageError
 from featurecache.model.train import load_checkpoint, make_batches, run_training
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store, cli_in_process
 from tests.model.test_trunk import TINY
 
 SMALL: dict[str, Any] = {"crop_size": 16, "device": "cpu", "config": TINY, "workers": 1}
@@ -145,10 +143,9 @@ def test_an_older_checkpoint_is_warned_about_and_refused_on_a_grown_store(
     # the CLI: a grown store is a checkpoint that does not match (exit 2), said in one line
     cfg = tmp_path / "tiny.json"
     TINY.to_json(cfg)
-    cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(stores["grown"]), "--steps", "3",
-           "--crop", "16", "--device", "cpu", "--workers", "1", "--model-config", str(cfg), "--resume", str(ck),
-           "--log", str(tmp_path / "log.json")]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = cli_in_process("train", "--store", str(stores["grown"]), "--steps", "3", "--crop", "16", "--device", "cpu",
+                          "--workers", "1", "--model-config", str(cfg), "--resume", str(ck),
+                          "--log", str(tmp_path / "log.json"))  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr and str(ck) in last and str(stores["grown"]) in last, done.stderr[

@@ -1,5 +1,6 @@
 """``featurecache serve`` as a command: invalid options refused up front, its startup line shown;
-``featurecache --version``. Real processes of the installed command line."""
+``featurecache --version``. Real processes of the installed command line (the refusals: the same
+command line run in this process, tests.conftest.cli_in_process)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from services.lookup.server import free_port, wait_ready
+from tests.conftest import cli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +37,7 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_serve_refuses_invalid_options(sample_store: Path, args: list[str], option: str) -> None:
-    run = _cli("serve", str(sample_store), *args)
+    run = cli_in_process("serve", str(sample_store), *args)  # refused before it serves: in this process
     assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {option}"), run.stderr[-2000:]

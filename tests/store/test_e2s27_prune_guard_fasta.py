@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store, store_snapshot
+from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
@@ -86,7 +86,7 @@ def test_a_stray_queries_fasta_does_not_disarm_the_guard(
         (msa / "queries.fasta").write_text(f">complex\n{psm}:{q2k}\n")
     before = store_snapshot(store)
     for dry in (["--dry-run"], []):
-        r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
+        r = cli_in_process("prune", str(store), "--sources-gone", str(pdb), "--msa-dir", str(msa), *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stderr
         assert "queries.fasta: " in r.stderr, r.stderr  # the file looked at, and why it is none
@@ -107,7 +107,7 @@ def test_a_real_single_sequence_msa_in_a_fasta_is_refused_and_counts_named_a3m(
     _unmount(msa, tmp_path / "msa-away")
     (msa / "1psm_A.fasta").write_text("\n".join(psm_file.read_text().splitlines()[:2]) + "\n")
     before = store_snapshot(store)
-    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    r = cli_in_process("prune", str(store), "--sources-gone", str(pdb), "--msa-dir", str(msa))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "1psm_A.fasta: only the query of a stored chain, no row beyond it" in r.stderr, r.stderr
     assert "run the prune without --msa-dir" in r.stderr and "an .a3m name" in r.stderr, r.stderr

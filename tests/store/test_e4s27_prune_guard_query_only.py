@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store, store_snapshot
+from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
@@ -66,7 +66,7 @@ def _refused(store: Path, pdb: Path, msa: Path, name: str) -> str:
     """The prune (dry run and real) is refused, exit 2, the store unchanged; its stderr."""
     before = store_snapshot(store)
     for dry in (["--dry-run"], []):
-        r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
+        r = cli_in_process("prune", str(store), "--sources-gone", str(pdb), "--msa-dir", str(msa), *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stderr
         assert f"{name}: only the query of a stored chain, no row beyond it" in r.stderr, r.stderr

@@ -5,11 +5,8 @@ opened again is checked for its shard files as on its first opening."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,7 @@ import featurecache
 from featurecache.errors import StoreError
 from featurecache.store.root import MAX_OPEN_ARRAYS, MAX_OPEN_ARRAYS_ENV, PartArrays, max_open_arrays
 from tests.conformance.test_reader_conformance import assert_entries_equal
-from tests.conftest import MSAS, STRUCTURES, build_store
+from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process
 
 #: small real entries, one part each (part_size=1), with MSAs: 5 structure parts of 4 arrays
 ENTRIES = ("102m.cif", "1A8O.cif", "1LCD.cif", "2q2k.cif", "7DDO.pdb")
@@ -139,9 +136,8 @@ def test_a_build_refuses_a_bad_bound_before_it_starts(tmp_path: Path) -> None:
     pdb = tmp_path / "in"
     pdb.mkdir()
     shutil.copy(STRUCTURES / "102m.cif", pdb)
-    env = {**os.environ, MAX_OPEN_ARRAYS_ENV: "0"}
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--out",
-                        str(tmp_path / "s"), "--no-progress"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    r = cli_in_process("build", "--pdb-dir", str(pdb), "--out", str(tmp_path / "s"), "--no-progress",
+                       env={MAX_OPEN_ARRAYS_ENV: "0"})  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"error: {MAX_OPEN_ARRAYS_ENV}='0' is not a positive integer (how many part arrays a reader keeps open; "

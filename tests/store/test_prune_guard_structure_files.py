@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import SAMPLES, STRUCTURES, build_store, store_snapshot
+from tests.conftest import SAMPLES, STRUCTURES, CliRun, build_store, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ["1psm", "2q2k"]
@@ -31,6 +31,11 @@ IDS = ["1psm", "2q2k"]
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
+
+
+def _refused(*args: str | Path) -> CliRun:
+    """A prune the test expects refused (exit 2): the same CLI, in this process."""
+    return cli_in_process(*map(str, args))
 
 
 @pytest.fixture
@@ -85,7 +90,7 @@ def test_a_pdb_dir_holding_no_structure_file_is_refused(
             (pdb / rel).write_text(what)
     before = store_snapshot(store)
     for dry in ([], ["--dry-run"]):
-        r = _cli("prune", store, "--sources-gone", pdb, *dry)
+        r = _refused("prune", store, "--sources-gone", pdb, *dry)
         out = r.stdout + r.stderr
         assert r.returncode == 2, (dry, out)
         assert r.stdout == "", (dry, out)  # nothing listed as removed
@@ -147,7 +152,7 @@ def test_an_msa_dir_holding_only_a_name_with_an_msa_suffix_inside_is_refused(
     (msa / "hits.sto.bak").write_text("backup of the hit lists, moved to the cluster volume\n")
     before = store_snapshot(store)
     for dry in ([], ["--dry-run"]):
-        r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
+        r = _refused("prune", store, "--sources-gone", pdb, "--msa-dir", msa, *dry)
         assert r.returncode == 2, (dry, r.stdout + r.stderr)
         assert f"--msa-dir {msa}: no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stdout + r.stderr
         assert r.stdout == "" and store_snapshot(store) == before, dry
@@ -217,9 +222,9 @@ def test_the_refusals_count_one_stored_entry_or_msa_in_the_singular(tmp_path: Pa
     assert build_store(store, pdb, workers=1, msa_dir=msa).n_failed == 0
     _empty(msa, tmp_path / "msa-away")
     (msa / "README.txt").write_text("on the cluster volume\n")
-    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa, "--dry-run")
+    r = _refused("prune", store, "--sources-gone", pdb, "--msa-dir", msa, "--dry-run")
     assert r.returncode == 2 and "but 1 stored MSA was built from it" in r.stderr, r.stderr
     _empty(pdb, tmp_path / "pdb-away")
     (pdb / "README.txt").write_text("on the cluster volume\n")
-    r = _cli("prune", store, "--sources-gone", pdb, "--dry-run")
+    r = _refused("prune", store, "--sources-gone", pdb, "--dry-run")
     assert r.returncode == 2 and "but 1 stored entry was built from it" in r.stderr, r.stderr

@@ -24,7 +24,7 @@ from featurecache.store.prune import prune_store
 from featurecache.store.verify import verify_store
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
-from tests.conftest import SAMPLES, STRUCTURES, build_store, store_snapshot
+from tests.conftest import SAMPLES, STRUCTURES, build_store, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 
@@ -172,9 +172,9 @@ def test_usage_errors(tmp_path: Path) -> None:
     shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
     store = tmp_path / "s"
     build_store(store, pdb, workers=1)
-    r = _cli("prune", str(store), "--msa-dir", str(pdb))
+    r = cli_in_process("prune", str(store), "--msa-dir", str(pdb))
     assert r.returncode == 2 and "--msa-dir is read only with --sources-gone" in r.stderr, r.stderr
-    r = _cli("prune", str(store), "--sources-gone", str(tmp_path / "nope"))
+    r = cli_in_process("prune", str(store), "--sources-gone", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such directory" in r.stderr, r.stderr
     assert featurecache.open_store(store).ids == ["1psm"]
     h = _cli("prune", "--help")

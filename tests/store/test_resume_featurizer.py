@@ -10,13 +10,11 @@ rebuilt by this code from the same --pdb-dir and --msa-dir (featurizer 0.6.0, sa
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from featurecache.const import FEATURIZER_VERSION
-from tests.conftest import build_store
+from tests.conftest import build_store, cli_in_process
 from tests.model.test_trunk import TINY
 from tests.store.conftest import OLD_VERSION, Stores
 
@@ -48,11 +46,8 @@ def test_resume_on_a_store_rebuilt_by_another_featurizer_is_refused(
 
     cfg = tmp_path / "tiny.json"
     TINY.to_json(cfg)
-    done = subprocess.run(
-        [sys.executable, "-m", "featurecache.cli", "train", "--device", "cpu", "--store", str(store), "--crop", "16",
-         "--workers", "1", "--steps", "2", "--model-config", str(cfg), "--resume", str(ck)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = cli_in_process("train", "--device", "cpu", "--store", str(store), "--crop", "16", "--workers", "1",
+                          "--steps", "2", "--model-config", str(cfg), "--resume", str(ck))  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if f"cannot resume from {ck}" in line]
     assert len(lines) == 1, done.stderr

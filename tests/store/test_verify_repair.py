@@ -26,7 +26,7 @@ import pytest
 import featurecache
 from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store, cli_in_process
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ("1psm", "2q2k")
@@ -174,7 +174,7 @@ def test_a_damaged_entry_whose_file_is_gone_is_kept_without_the_flag(
     assert dropped.returncode == 0 and "removed from the index: 2q2k" in dropped.stdout, dropped.stdout
     assert featurecache.open_store(store).ids == ["1psm"]
     assert verify_store(store) == []
-    r = _cli("verify", store, "--drop-gone")
+    r = cli_in_process("verify", str(store), "--drop-gone")
     assert r.returncode == 2 and "--drop-gone is read only with --repair" in r.stderr, r.stderr
 
 
@@ -352,7 +352,7 @@ def test_an_msa_dir_holding_no_msa_file_is_refused(
     (msa / "README.md").write_text("# the MSAs live on the cluster volume\n")
     (msa / "lost+found").mkdir()
     (msa / "lost+found" / "0001").write_bytes(b"\0" * 64)
-    r = _cli("prune", store, "--sources-gone", pdb, "--msa-dir", msa)
+    r = cli_in_process("prune", str(store), "--sources-gone", str(pdb), "--msa-dir", str(msa))
     assert r.returncode == 2 and "no MSA file" in r.stderr and "not mounted?" in r.stderr, r.stdout + r.stderr
     assert sorted(featurecache.open_store(store).msas.column("key").to_pylist()) == keys
     assert featurecache.open_store(store).chains.column("msa_key").to_pylist() == chain_msas
