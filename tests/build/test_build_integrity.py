@@ -33,7 +33,7 @@ from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args, shared_scheduler
-from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, interrupt_inputs
+from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, cli_in_process, interrupt_inputs
 
 #: the builds of the tests that follow 102m's SO4 and 2q2k's EPE as components keep these crystallization aids
 KEEP_AIDS = BuildConfig(keep_crystallization_aids=True)
@@ -148,7 +148,9 @@ def test_a_symlink_loop_is_a_failed_input_not_a_crash(tmp_path: Path) -> None:
     (d / "a.cif").symlink_to("b.cif")
     (d / "b.cif").symlink_to("a.cif")
     out = d / "store"
-    r = _cli("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
+    # on the session's 1-worker cluster: the links are met by the driver's discovery and the
+    # worker's read, not by the embedded cluster's start or shutdown
+    r = _cli("build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     store = featurecache.open_store(out)
     assert store.ids == ["1psm"]
@@ -230,13 +232,15 @@ def test_a_damaged_index_is_one_line_and_the_build_repairs_it(tmp_path: Path, li
 )
 def test_invalid_arguments_exit_2_and_write_nothing(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
     out = tmp_path / "never"
-    r = _cli("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), *args, "--no-progress")
+    r = cli_in_process("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), *args, "--no-progress",
+                       cwd=REPO)  # fmt: skip
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not out.exists()
 
 
 def test_a_missing_input_directory_is_a_usage_error(tmp_path: Path) -> None:
-    r = _cli("build", "--pdb-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "s"), "--no-progress")
+    r = cli_in_process("build", "--pdb-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "s"), "--no-progress",
+                       cwd=REPO)  # fmt: skip
     assert r.returncode == 2 and "does not exist" in r.stderr and not (tmp_path / "s").exists(), r.stderr
 
 
@@ -253,16 +257,10 @@ def test_a_ccd_without_definitions_is_refused_before_the_build(tmp_path: Path) -
     bad = tmp_path / "components.cif"
     bad.write_text("garbage\n")
     out = tmp_path / "s"
-    r = _cli(
-        "build",
-        "--pdb-dir",
-        str(SAMPLES / "structures"),
-        "--ccd",
-        str(bad),
-        "--out",
-        str(out),
-        "--no-progress",
-    )
+    r = cli_in_process(
+        "build", "--pdb-dir", str(SAMPLES / "structures"), "--ccd", str(bad), "--out", str(out), "--no-progress",
+        cwd=REPO,
+    )  # fmt: skip
     assert r.returncode == 2 and str(bad) in r.stderr and "no chemical component definitions" in r.stderr, (
         r.stderr
     )
