@@ -154,17 +154,11 @@ def test_relative_out_on_external_cluster_has_components(
 
 def _other_featurecache(root: Path, how: str) -> Path:
     """A copy of this featurecache under ``root`` (for a worker's PYTHONPATH) that differs honestly:
-    ``featurizer``: const.FEATURIZER_VERSION edited; ``older``: build/tasks.py without
-    ``worker_versions`` (as before the version check); ``code``: only a comment added to
-    featurize/entry.py, every version the same."""
+    ``older``: build/tasks.py without ``worker_versions`` (as before the version check); ``code``:
+    only a comment added to featurize/entry.py, every version the same."""
     dest = root / "featurecache"
     shutil.copytree(REPO / "featurecache", dest, ignore=shutil.ignore_patterns("__pycache__"))
-    if how == "featurizer":
-        const = dest / "const.py"
-        text = const.read_text()
-        assert 'FEATURIZER_VERSION = "' in text
-        const.write_text(text.replace('FEATURIZER_VERSION = "', 'FEATURIZER_VERSION = "9.9.9-other', 1))
-    elif how == "code":
+    if how == "code":
         entry = dest / "featurize" / "entry.py"
         entry.write_text(entry.read_text() + "\n# a reviewer's local edit\n")
     else:
@@ -177,10 +171,12 @@ def _other_featurecache(root: Path, how: str) -> Path:
     return root
 
 
-@pytest.mark.parametrize("how", ["featurizer", "older", "code"])
+@pytest.mark.parametrize("how", ["older", "code"])
 def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -> None:
     """``code``: a worker whose featurecache differs from the driver's only in its source (same
-    versions) is refused too, naming both package directories (before: accepted, exit 0)."""
+    versions) is refused too, naming both package directories (before: accepted, exit 0). Another
+    featurizer version goes the same way (the answer of worker_versions compared by
+    version_differences): test_a_worker_with_another_featurizer_is_refused_naming_it."""
     address, sched = _start_scheduler(tmp_path)
     procs = [sched]
     try:
@@ -202,13 +198,39 @@ def test_worker_with_another_featurecache_is_refused(tmp_path: Path, how: str) -
     assert res.returncode == 3, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     assert worker in res.stderr
-    expected = {"featurizer": "9.9.9-other", "older": "AttributeError", "code": "featurecache source"}[how]
+    expected = {"older": "AttributeError", "code": "featurecache source"}[how]
     assert expected in res.stderr
     if how == "code":
         assert (
             f"at {other / 'featurecache'} differs from the driver's at {REPO / 'featurecache'}" in res.stderr
         )
     assert not out.exists() or not any(out.rglob("*.json"))
+
+
+def test_a_worker_with_another_featurizer_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build's start check (run._check_worker_versions) on a worker whose featurecache reports
+    another FEATURIZER_VERSION (its worker_versions, with const edited as a worker's copy would be):
+    refused with the StoreError the CLI exits 3 on (the real worker and CLI: the test above), naming
+    the worker and its featurizer version."""
+    from featurecache import const
+    from featurecache.build import run
+    from featurecache.build.tasks import worker_versions
+
+    mine = worker_versions()
+    with monkeypatch.context() as m:
+        m.setattr(const, "FEATURIZER_VERSION", "9.9.9-other")
+        theirs = worker_versions()
+    assert theirs == {**mine, "featurizer": "9.9.9-other"}
+    worker = "tcp://127.0.0.1:40001"
+    monkeypatch.setattr(run, "_ask_workers", lambda client, function, what, scheduler: {worker: theirs})
+    with pytest.raises(StoreError) as err:
+        run._check_worker_versions(None, "tcp://127.0.0.1:40000")
+    msg = str(err.value)
+    assert msg.startswith(f"refusing to build: worker {worker} runs featurizer 9.9.9-other;"), msg
+    assert f"the driver runs featurecache {mine['featurecache']}" in msg and "install the same" in msg, msg
+    # the same worker with the driver's versions passes
+    monkeypatch.setattr(run, "_ask_workers", lambda client, function, what, scheduler: {worker: mine})
+    run._check_worker_versions(None, "tcp://127.0.0.1:40000")
 
 
 def _structure_parts(parts: Path) -> list[Path]:
