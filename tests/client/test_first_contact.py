@@ -223,10 +223,9 @@ def test_workers_of_a_dataset_that_reached_the_service_wait_out_a_restart(client
         server.stop()
 
 
-def test_train_cli_with_a_closed_port_ends_with_one_line(tmp_path: Path) -> None:
-    """`featurecache train --url` of a closed port: exit 3 (fatal: the service cannot be read) and one
-    error line naming the URL, the reason and what to check; no traceback."""
-    url = f"http://127.0.0.1:{free_port()}"
+def train_cli_fatal_line(url: str, tmp_path: Path) -> str:
+    """Run `featurecache train --url URL` for one step (no token in its environment); it must end with
+    exit 3 (fatal: the service cannot be read), no traceback and one ``error:`` line, returned."""
     cmd = [sys.executable, "-m", "featurecache.cli", "train", "--url", url, "--steps", "1", "--device", "cpu",
            "--workers", "1", "--pool", "thread", "--log", str(tmp_path / "log.json")]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
@@ -235,6 +234,14 @@ def test_train_cli_with_a_closed_port_ends_with_one_line(tmp_path: Path) -> None
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+def test_train_cli_with_a_closed_port_ends_with_one_line(tmp_path: Path) -> None:
+    """`featurecache train --url` of a closed port: exit 3 (fatal: the service cannot be read) and one
+    error line naming the URL, the reason and what to check; no traceback."""
+    url = f"http://127.0.0.1:{free_port()}"
+    errors = [train_cli_fatal_line(url, tmp_path)]
     want = f"error: cannot reach the lookup service at {url}: connection refused"
     assert errors[0].startswith(want), errors
     assert "Is `featurecache serve` running there" in errors[0], errors

@@ -20,6 +20,7 @@ import pytest
 from featurecache.client.http import TOKEN_ENV, LookupClient
 from featurecache.errors import NotFound, ServiceUnavailable
 from services.lookup.server import free_port, wait_ready
+from tests.client.test_first_contact import train_cli_fatal_line
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +75,4 @@ def test_a_404_the_service_means_on_a_first_call_stays_not_found(served: str) ->
 
 def test_train_cli_with_extra_path_ends_with_the_hint_and_exit_3(served: str, tmp_path: Path) -> None:
     url = served + "/notthere"
-    cmd = [sys.executable, "-m", "featurecache.cli", "train", "--url", url, "--steps", "1", "--device", "cpu",
-           "--workers", "1", "--pool", "thread", "--log", str(tmp_path / "log.json")]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 3, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    assert len(errors) == 1, done.stderr
-    _assert_hint(errors[0], url, served)
+    _assert_hint(train_cli_fatal_line(url, tmp_path), url, served)
