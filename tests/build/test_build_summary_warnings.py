@@ -17,13 +17,14 @@ from pathlib import Path
 import pyarrow as pa
 from rich.console import Console
 
+from tests.clusters import scheduler_args
 from tests.conftest import REPO, STRUCTURES
 
 
 def _build(pdb: Path, store: Path) -> tuple[int, str, str]:
-    """``featurecache build`` on an embedded one-worker cluster, stdout not a terminal (each table
-    row one line)."""
-    args = ["build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"]
+    """``featurecache build`` on the session's one-worker cluster (tests/clusters.py: the summary is
+    the subject, not the cluster's start), stdout not a terminal (each table row one line)."""
+    args = ["build", "--pdb-dir", str(pdb), "--out", str(store), *scheduler_args(1), "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=300)  # fmt: skip

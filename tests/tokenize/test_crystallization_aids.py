@@ -27,6 +27,7 @@ from featurecache.const import WATER_NAMES, MolType, decode_res_name
 from featurecache.featurize.entry import featurize_bytes
 from featurecache.store.reader import open_store
 from featurecache.types import Structure
+from tests.clusters import scheduler_args
 from tests.conftest import AF3_CRYSTALLIZATION_AIDS, CCD, STRUCTURES
 
 #: AF3 supplement Table 9, "Crystallization aids" (tests.conftest, written out from the supplement)
@@ -90,10 +91,10 @@ def test_build_keeps_them_when_asked(tmp_path: Path) -> None:
     pdb.mkdir()
     (pdb / "102m.cif").write_bytes((STRUCTURES / "102m.cif").read_bytes())
     names = {}
-    for keep in (False, True):
+    for keep in (False, True):  # on the session's 1-worker cluster (tests/clusters.py)
         out = tmp_path / f"store_{keep}"
         args = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--ccd", str(CCD),
-                "--out", str(out), "--workers", "1", "--no-progress", "--no-dashboard"]  # fmt: skip
+                "--out", str(out), *scheduler_args(1), "--no-progress"]  # fmt: skip
         if keep:
             args.append("--keep-cryst-aids")
         done = subprocess.run(args, capture_output=True, text=True, timeout=600)
