@@ -27,14 +27,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import REAL, Bench, add_out_argument, require_shared
-from featurecache.client.crop import INTERFACE_CUTOFF, CropInput, interface_tokens
+from featurecache.client.crop import INTERFACE_CROP_CUTOFF, CropInput, interface_tokens
 from featurecache.featurize.entry import featurize_bytes
 
 #: rows of a distance block in the dense comparison (what bounded its memory)
 DENSE_BLOCK = 2048
 
 
-def dense_interface_tokens(inp: CropInput, chains: list[int], cutoff: float = INTERFACE_CUTOFF) -> np.ndarray:
+def dense_interface_tokens(
+    inp: CropInput, chains: list[int], cutoff: float = INTERFACE_CROP_CUTOFF
+) -> np.ndarray:
     """The baseline: ``interface_tokens`` as it was (one chain, or every chain in turn), by dense blocks."""
     res = inp.is_resolved
     groups = [chains] if chains else [[c] for c in np.unique(inp.asym_id[res]).tolist()]
@@ -102,7 +104,9 @@ def main(argv: list[str] | None = None) -> None:
         ("1ffk, every chain in turn", ffk, []),
         ("synthetic: 3,000 tokens among 15,000", _synthetic(3000, 12000, 150.0), [0]),
     ]
-    bench = Bench("crop_interface", repeat=args.repeat, cutoff_A=INTERFACE_CUTOFF, dense_block=DENSE_BLOCK)
+    bench = Bench(
+        "crop_interface", repeat=args.repeat, cutoff_A=INTERFACE_CROP_CUTOFF, dense_block=DENSE_BLOCK
+    )
     for name, inp, chains in cases:
         dense_ms, dense_mib, want = _measure(partial(dense_interface_tokens, inp, chains), args.repeat)
         kd_ms, kd_mib, got = _measure(partial(interface_tokens, inp, chains), args.repeat)

@@ -100,8 +100,6 @@ DEFAULT_MAX_ATOMS: int | None = None
 #: centre within 15 Å of a token centre of another chain. Not the build's chain-chain contact
 #: distance (``featurize.interfaces.INTERFACE_CUTOFF``, 5 Å between heavy atoms).
 INTERFACE_CROP_CUTOFF = 15.0
-#: the former name (tests and benchmarks import it)
-INTERFACE_CUTOFF = INTERFACE_CROP_CUTOFF
 _TIE_BREAK = 1e-3  # Å per token index (AF-Multimer)
 #: Å added to the k-d tree's search radius in interface detection, whose candidate pairs are then
 #: tested exactly (float64 squared distance < cutoff²): the tree's own float rounding at the

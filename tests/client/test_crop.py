@@ -12,7 +12,7 @@ import pytest
 
 from featurecache.client.crop import (
     DEFAULT_MAX_ATOMS,
-    INTERFACE_CUTOFF,
+    INTERFACE_CROP_CUTOFF,
     CropInput,
     Cropper,
     crop_contiguous,
@@ -174,7 +174,7 @@ def test_interface_crop_centres_on_an_interface_token(real: dict) -> None:
             c = res.centre_token
             other = resolved & (asym != asym[c])
             dmin = np.sqrt(((centres[other] - centres[c]) ** 2).sum(1)).min()
-            assert resolved[c] and dmin < INTERFACE_CUTOFF, (eid, seed, dmin)
+            assert resolved[c] and dmin < INTERFACE_CROP_CUTOFF, (eid, seed, dmin)
             assert c in res.indices
             checked += 1
     assert checked > 20
@@ -192,7 +192,7 @@ def test_interface_crop_on_a_given_interface(real: dict) -> None:
             assert asym[c] in (a, b)
             partner = b if asym[c] == a else a
             near = resolved & (asym == partner)
-            assert np.sqrt(((centres[near] - centres[c]) ** 2).sum(1)).min() < INTERFACE_CUTOFF
+            assert np.sqrt(((centres[near] - centres[c]) ** 2).sum(1)).min() < INTERFACE_CROP_CUTOFF
 
 
 def test_same_seed_same_crop_other_seed_other_crop(real: dict) -> None:

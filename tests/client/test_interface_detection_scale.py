@@ -14,7 +14,12 @@ import tracemalloc
 
 import numpy as np
 
-from featurecache.client.crop import INTERFACE_CUTOFF, CropInput, crop_spatial_interface, interface_tokens
+from featurecache.client.crop import (
+    INTERFACE_CROP_CUTOFF,
+    CropInput,
+    crop_spatial_interface,
+    interface_tokens,
+)
 
 
 def _input(n_a: int, n_b: int, box: float, seed: int, other_chains: int = 40) -> CropInput:
@@ -35,7 +40,7 @@ def _brute_force(inp: CropInput, chains: list[int]) -> np.ndarray:
     xyz = inp.centre.astype(np.float64)
     res, asym = inp.is_resolved, inp.asym_id
     d2 = ((xyz[:, None, :] - xyz[None, :, :]) ** 2).sum(-1)
-    near = d2 < INTERFACE_CUTOFF**2
+    near = d2 < INTERFACE_CROP_CUTOFF**2
     if len(chains) == 2:
         a, b = res & (asym == chains[0]), res & (asym == chains[1])
         hit = (a & (near & b[None, :]).any(1)) | (b & (near & a[None, :]).any(1))
