@@ -460,13 +460,7 @@ class LookupClient(FeatureReader):
             response = self._client().get(_HEALTH_PATH, timeout=self._first_timeout())
         except httpx.TransportError as exc:
             return f"{type(exc).__name__}: {exc or 'no answer'}"
-        if response.headers.get(INDEX_HEADER):
-            return None
-        try:
-            doc = response.json()
-        except ValueError:
-            doc = None
-        if response.status_code == 200 and isinstance(doc, dict) and doc.get("status") == "ok":
+        if response.headers.get(INDEX_HEADER) or _is_health_ok(response):
             return None
         return str(response.status_code)
 
