@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featurecache.arrow_columns import column_array
 from featurecache.errors import FeatureCacheError, InvalidRequest, StoreError, UsageError
 from featurecache.model.config import ModelConfig
 from featurecache.plan.memory import MemoryEstimate, Precision, estimate_step, max_tokens_within
@@ -189,9 +190,7 @@ class Planner:
         False when ``entries`` is the index of a store whose first build has not finished (recorded
         in the plan's metadata: the plan is partial)."""
         ids = entries.column("id").to_pylist()
-        tokens = np.asarray(
-            pc.fill_null(entries.column("token_count"), 0).to_numpy(zero_copy_only=False), np.int64
-        )
+        tokens = column_array(entries, "token_count", np.int64)
         rows = entry_msa_rows(entries, chains, max_msa_rows)
         max_tok = np.array([self.max_tokens(int(m)) for m in rows.tolist()], dtype=np.int64)
         cols: dict[str, pa.Array] = {

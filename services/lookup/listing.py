@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featurecache.arrow_columns import column_array
 from featurecache.const import MOL_TYPE_NAMES
 from featurecache.errors import InvalidRequest
 
@@ -46,9 +47,7 @@ class EntryQuery:
         if n == 0:
             return keep
         if self.max_resolution is not None:
-            res = np.asarray(
-                pc.fill_null(entries.column("resolution"), np.nan).to_numpy(zero_copy_only=False), float
-            )
+            res = column_array(entries, "resolution", float)
             keep &= np.isfinite(res) & (res <= self.max_resolution)
         if self.released_after is not None or self.released_before is not None:
             keep &= _dated_between(entries.column("release_date"), self.released_after, self.released_before)
