@@ -62,7 +62,7 @@ from featurecache.errors import (
 )
 from featurecache.model.batches import check_batch, pad_msa_rows, pad_tokens, synthetic_batches
 from featurecache.model.config import ModelConfig
-from featurecache.model.trunk import Trunk
+from featurecache.model.trunk import Trunk, supervised_pairs
 from featurecache.store.versions import FeaturizerChanged
 from featurecache.strict_json import finite
 
@@ -598,32 +598,36 @@ class _Ranks:
         dist.all_gather_object(out, obj)
         return out
 
+    def sum(self, counts: list[int], dev: torch.device) -> list[int]:
+        """``counts`` summed over the ranks, read on the host (one all-reduce on ``dev``, which
+        NCCL needs; one process: ``counts``)."""
+        if self.world == 1:
+            return counts
+        t = torch.tensor(counts, dtype=torch.int64, device=dev)
+        dist.all_reduce(t)
+        return [int(v) for v in t.tolist()]
+
     def stop(self) -> None:
         if self.started:
             dist.destroy_process_group()
             self.started = False
 
 
-def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, world: int,
-                       stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, samples: int, total: int) -> torch.Tensor:
     """All-reduce every parameter's gradient (a missing one counts as zeros) and the loss as one
-    fp32 buffer, divided by ``world``: each rank then holds the gradient of the mean of the ranks'
-    losses, and steps its optimizer to the same parameters. Returns the mean loss.
-
-    ``stop_votes`` (one element: 1 where this rank was asked to stop, else 0) rides in the same
-    buffer and is overwritten by the number of ranks that were: every rank then stops after the
-    same step, without a collective of its own."""
+    fp32 buffer, each rank's weighed by ``samples`` (how many of its batch's samples have a
+    supervised pair) and the sum divided by ``total`` (the ranks' ``samples`` summed): the loss
+    being each rank's mean over such samples, every rank then holds the gradient of the mean over
+    all ranks' such samples, as one process would over their samples in one batch (review R25c
+    s43 #2; dividing by the number of ranks weighed a rank's samples by how few it had), and steps
+    its optimizer to the same parameters. Returns that mean loss."""
     params = list(model.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    extra = [loss.detach().float().reshape(1)]
-    if stop_votes is not None:
-        extra.append(stop_votes.float().reshape(1))
-    flat = torch.cat([g.reshape(-1).float() for g in grads] + extra)
+    flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.detach().float().reshape(1)])
+    if samples != 1:  # (× 1 changes nothing: the usual batch of one)
+        flat *= samples
     dist.all_reduce(flat)
-    if stop_votes is not None:
-        stop_votes.copy_(flat[-1:].reshape(stop_votes.shape))
-        flat = flat[:-1]
-    flat /= world
+    flat /= max(total, 1)
     offset = 0
     for p in params:
         p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.dtype)
@@ -664,38 +668,38 @@ def _staged_path(path: Path) -> Path:
 
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-            batch: dict[str, torch.Tensor], world: int = 1,
-            stop_votes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+            batch: dict[str, torch.Tensor],
+            share: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
     batch, into gradients that are None or are overwritten (not accumulated) by the backward.
-    With ``world`` > 1 ranks the gradients and the returned loss are the ranks' means (and
-    ``stop_votes`` the ranks' sum: :func:`_average_gradients`). Returns (loss, the gradients' total
-    L2 norm before clipping), both on the device, not synchronised: no host synchronisation, so the
-    step can be recorded in a CUDA graph (a non-finite norm is the loop's to act on, after the step)."""
+    ``share`` (several ranks): (this rank's samples that have a supervised pair, every rank's): the
+    gradients and the returned loss are then the mean over every rank's such samples
+    (:func:`_average_gradients`). Returns (loss, the gradients' total L2 norm before clipping), both
+    on the device, not synchronised: no host synchronisation, so the step can be recorded in a CUDA
+    graph (a non-finite norm is the loop's to act on, after the step)."""
     dev = next(model.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
         loss = loss_fn(batch)
     loss.backward()
-    if world > 1:
-        loss = _average_gradients(model, loss, world, stop_votes)
+    if share is not None:
+        loss = _average_gradients(model, loss, *share)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     opt.step()
     return loss, grad_norm
 
 
 def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-                batch: dict[str, torch.Tensor], world: int = 1,
-                stop_votes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                batch: dict[str, torch.Tensor],
+                share: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """One eager training step: (loss, gradient norm before clipping), as :func:`_update`."""
     opt.zero_grad(set_to_none=True)
-    return _update(model, opt, loss_fn, batch, world, stop_votes)
+    return _update(model, opt, loss_fn, batch, share)
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-               batch: dict[str, torch.Tensor], world: int = 1,
-               stop_votes: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """One eager training step; returns the loss (not synchronised; the ranks' mean with ``world`` > 1)."""
-    return _train_step(model, opt, loss_fn, batch, world, stop_votes)[0]
+               batch: dict[str, torch.Tensor], share: tuple[int, int] | None = None) -> torch.Tensor:  # fmt: skip
+    """One eager training step; returns the loss (not synchronised; with ``share``, the ranks' mean)."""
+    return _train_step(model, opt, loss_fn, batch, share)[0]
 
 
 @functools.cache
@@ -1510,9 +1514,12 @@ def run_training(
     --service-wait; None: the client's default, :data:`~featurecache.client.http.DEFAULT_FIRST_CONTACT_S`).
 
     Several ranks (launched by ``torchrun``, or inside a process group the caller started): each
-    rank draws its share of the client's stream (synthetic batches: seed + rank), the gradients
-    and the loss are averaged over the ranks by one all-reduce after the backward, so every rank
-    takes the same step from rank 0's initial parameters; each record's ``world_tokens`` counts
+    rank draws its share of the client's stream (synthetic batches: seed + rank); before each
+    step the ranks sum how many of their samples have a supervised pair (and their requests to
+    stop) in one small all-reduce, and after the backward the gradients and the loss go through
+    another, weighed by those counts: the mean over every rank's samples, as one process would take
+    it over one batch of them (:func:`_average_gradients`), so every rank takes the same step from
+    rank 0's initial parameters; each record's ``world_tokens`` counts
     every rank's tokens (exchanged once, when the run ends: None in ``on_step``). Rank 0 writes
     ``log_path`` and the checkpoints (with every rank's data position), rank r > 0 its log beside it
     (:func:`rank_log_path`). CUDA graphs are refused.
@@ -1795,7 +1802,9 @@ def run_training(
             commit()  # the run ends here: no next loss will vouch for it
             if checkpoint is None or done == first_step:
                 return cause
-            if ranks.world > 1:  # the other ranks wait in the step's all-reduce: no collective to gather with
+            if (
+                ranks.world > 1
+            ):  # the other ranks wait in the step's all-reduces: no collective to gather with
                 kept = f"; the last checkpoint is {doc['checkpoints'][-1]['path']}" if kept_here else ""
                 return TrainingError(
                     f"{_first_line(cause)} (several ranks: no checkpoint of the steps done{kept})"
@@ -1831,8 +1840,14 @@ def run_training(
                         break
                     raw, batch, position = pending
                     pending = None
-                    # several ranks stop after the same step: each one's request rides in the all-reduce
-                    votes = torch.full((1,), float(stop.requested), device=dev) if ranks.world > 1 else None
+                    # several ranks: each one's samples with a supervised pair (the weights of their
+                    # gradients) and request to stop, summed, so that all stop after the same step
+                    share: tuple[int, int] | None = None
+                    votes = 0
+                    if ranks.world > 1:
+                        mine = sum(1 for pairs in supervised_pairs(raw) if pairs)
+                        total, votes = ranks.sum([mine, int(stop.requested)], dev)
+                        share = (mine, total)
                     t_issue = time.perf_counter()
                     if cuda:
                         torch.cuda.reset_peak_memory_stats(dev)
@@ -1844,7 +1859,7 @@ def run_training(
                     loss, grad_norm = (
                         graphed.step(batch)
                         if graphed is not None
-                        else _train_step(model, opt, loss_fn, batch, ranks.world, votes)
+                        else _train_step(model, opt, loss_fn, batch, share)
                     )
                     if cuda:
                         end.record()
@@ -1908,7 +1923,7 @@ def run_training(
                         last or (checkpoint_every and (step + 1) % checkpoint_every == 0)
                     ):
                         save(step + 1, position, vouched=last)
-                    stopped = float(votes.item()) > 0 if votes is not None else stop.requested
+                    stopped = votes > 0 if share is not None else stop.requested
                     if stopped and not last:
                         log.warning("stopping after step %d (%d steps done) on a signal", step, step + 1)
                         break

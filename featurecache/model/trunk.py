@@ -259,15 +259,34 @@ class DistogramHead(nn.Module):
         return logits + logits.transpose(1, 2)
 
     def loss(self, logits: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Mean cross-entropy over pairs (i ≠ j) of real tokens whose representative atoms are
-        resolved; the target bins the distance between those atoms (``rep_coords``)."""
+        """Per sample, the mean cross-entropy over its supervised pairs (i ≠ j, both tokens real with
+        their representative atom resolved: :func:`supervised_tokens`); then the mean over the
+        samples that have such pairs, as AF3 averages its losses per example (pooling the pairs
+        of the batch weighed each sample by its N²: review R25c s43 #2). The target bins the
+        distance between the representative atoms (:func:`distogram_target`). 0 when no sample has
+        a pair (the training loop skips such a batch: :func:`supervised_pairs` on the host)."""
         target = distogram_target(batch["rep_coords"], self.edges)
-        ok = batch["rep_mask"] & batch["token_mask"]
+        ok = supervised_tokens(batch)
         pair = ok[:, :, None] & ok[:, None, :]
         pair &= ~torch.eye(pair.shape[1], dtype=torch.bool, device=pair.device)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
-        w = pair.reshape(-1).to(ce.dtype)
-        return (ce * w).sum() / w.sum().clamp_min(1.0)
+        w = pair.reshape(pair.shape[0], -1).to(ce.dtype)  # [B, N·N]
+        count = w.sum(1)
+        per_sample = (ce.view_as(w) * w).sum(1) / count.clamp_min(1.0)  # 0 for a sample without pairs
+        return per_sample.sum() / (count > 0).sum().clamp_min(1).to(ce.dtype)
+
+
+def supervised_tokens(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``[B, N]`` bool: the tokens the distogram loss supervises (real, representative atom resolved)."""
+    return batch["rep_mask"] & batch["token_mask"]
+
+
+def supervised_pairs(batch: Mapping[str, torch.Tensor]) -> list[int]:
+    """Per sample of ``batch``, the token pairs ``i < j`` the distogram loss is over (each enters
+    it as (i, j) and (j, i)). Read on the host from the client's batch, before it goes to the device:
+    the training loop skips a batch without any, and weighs the ranks' gradients by how many of
+    their samples have some."""
+    return [k * (k - 1) // 2 for k in supervised_tokens(batch).sum(1).tolist()]
 
 
 class Trunk(nn.Module):

@@ -1,5 +1,7 @@
 """The distogram objective against independent oracles (review R25c s43): its targets are the
-float64 binning of the representative atoms' distances wherever the frame's origin is (#3)."""
+float64 binning of the representative atoms' distances wherever the frame's origin is (#3); a
+sample without a supervised pair does not count in the batch's mean (#2; the numpy oracle of the
+per-sample mean is tests/model/test_trunk.py's)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import torch
 from featurecache.client import FeatureDataset
 from featurecache.client.assemble import collate
 from featurecache.client.schema import MODEL_INPUT_KEYS
+from featurecache.model.batches import synthetic_batch
 from featurecache.model.config import ModelConfig
-from featurecache.model.trunk import Trunk, distogram_edges, distogram_target
+from featurecache.model.trunk import Trunk, distogram_edges, distogram_target, supervised_pairs
 
 #: the sample store's entries reach 126 Å from the origin; moved by this, several hundred Å (the frame
 #: of a large assembly or a cryo-EM map)
@@ -68,3 +71,20 @@ def test_distogram_loss_does_not_move_with_the_frame(real_batch: dict[str, Any])
     here = model.distogram.loss(logits, batch)
     there = model.distogram.loss(logits, _moved(batch))
     assert float(here) == float(there)
+
+
+def test_a_sample_without_pairs_does_not_count_in_the_batch_mean() -> None:
+    """A batch of a sample and one whose representative atoms are all unresolved: its loss is the
+    first sample's alone (the mean is over the samples that have pairs, not over the batch)."""
+    cfg = ModelConfig(c_token=32, c_pair=16, n_blocks=1, n_heads=1, head_dim=16, n_heads_single=2)
+    torch.manual_seed(0)
+    model = Trunk(cfg, fused=False)
+    batch = synthetic_batch(np.random.default_rng(2), 2, 12, msa_rows=3, full=False)
+    batch = {k: batch[k] for k in MODEL_INPUT_KEYS}
+    batch["rep_mask"][1] = False
+    assert supervised_pairs(batch)[1] == 0 and supervised_pairs(batch)[0] > 0
+    with torch.no_grad():
+        logits = model(batch)
+        both = float(model.distogram.loss(logits, batch))
+        first = float(model.distogram.loss(logits[:1], {k: v[:1] for k, v in batch.items()}))
+    assert both == pytest.approx(first, rel=1e-6)

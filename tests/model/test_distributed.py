@@ -1,7 +1,7 @@
 """``featurecache train`` under torchrun: two ranks on the CPU (gloo), each on its share of the
 client's sample stream, gradients averaged. The oracle is a single process that replays the same
 steps: each step's two batches (recomputed from their stream positions), the mean of their
-gradients, the same clipping and AdamW step."""
+gradients over the samples that have a supervised pair, the same clipping and AdamW step."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from featurecache.model.train import (
     rank_log_path,
     run_training,
 )
-from featurecache.model.trunk import Trunk
+from featurecache.model.trunk import Trunk, supervised_pairs
 from tests.model.test_trunk import TINY
 
 STEPS, CROP, SEED, LR = 3, 24, 0, 1e-3
@@ -98,19 +98,23 @@ def _replay(store: Path, positions: list[list[list[int]]]) -> tuple[Trunk, list[
     params = list(model.parameters())
     means = []
     for step in range(STEPS):
-        grads, losses = [], []
+        grads, losses, weights = [], [], []
         for rank in (0, 1):
             (pos,) = positions[rank][step]
-            batch = _prepare(collate([dataset.sample(pos)]), torch.device("cpu"), 1, CROP, False)
+            raw = collate([dataset.sample(pos)])
+            batch = _prepare(raw, torch.device("cpu"), 1, CROP, False)
             opt.zero_grad(set_to_none=True)
             loss = model.loss(batch)
             loss.backward()
             grads.append([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
             losses.append(loss.detach())
+            # the mean over the samples that have a supervised pair (here each rank's one sample)
+            weights.append(sum(1 for pairs in supervised_pairs(raw) if pairs))
+        total = sum(weights)
         for p, g0, g1 in zip(params, *grads, strict=True):
-            p.grad = (g0 + g1) / 2
+            p.grad = (g0 * weights[0] + g1 * weights[1]) / total
         torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
         opt.step()
-        means.append(float((losses[0] + losses[1]) / 2))
+        means.append(float((losses[0] * weights[0] + losses[1] * weights[1]) / total))
     dataset.close()
     return model, means
