@@ -4,7 +4,8 @@
 ``FeatureDataset`` over a store or a lookup URL, or synthetic batches (no source given).
 Each step logs its wall time, the part of it spent waiting for the batch (and, with the
 prefetch on CUDA, how much of that wait the GPU's work on the step hid), the loss, the peak GPU
-memory and the number of real tokens; the JSON log ends with a summary.
+memory, the number of real tokens and of supervised pairs (a batch without any is skipped, not
+trained on); the JSON log ends with a summary.
 
 Checkpoints (``checkpoint=``, ``checkpoint_every=``) hold the model, the optimizer and the data
 stream's position (the client's exact-resume state, or the number of synthetic batches drawn); a
@@ -638,6 +639,12 @@ def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, samples: int,
 #: gradient-norm clip of every step
 CLIP_NORM = 1.0
 
+#: a step record's ``skip_reason``: its batch has no pair of tokens the distogram loss supervises
+#: (ion-only or one-token entries, crops whose representative atoms are all unresolved: R25c s43 #1)
+NO_PAIRS = "no supervised distogram pair in the batch"
+#: ... with several ranks: no rank's batch has one (a rank whose batch has none steps with the others)
+NO_PAIRS_ON_ANY_RANK = "no supervised distogram pair in any rank's batch"
+
 
 class _SourceFailed(Exception):
     """The batch source raised ``cause`` while fetching a batch (the model is intact)."""
@@ -1204,9 +1211,16 @@ LOG_FIELDS: dict[str, str] = {
     "compute_s": "s from issuing the step to reading its loss (with the prefetch it includes the next batch's fetch "
     "where that outlasts the GPU's work)",
     "gpu_s": "s the GPU spent on the step (CUDA events); null on the CPU",
-    "loss": "the distogram loss of the batch (with several ranks: their mean); null when not finite",
+    "loss": "the distogram loss of the batch: each sample's mean over its supervised pairs, averaged over the "
+    "samples that have any (with several ranks: over every rank's such samples); null when not finite, or when "
+    "the step was skipped (skip_reason)",
     "grad_norm": "the total L2 norm of the step's gradients (with several ranks: of their mean) before they are "
-    "clipped to clip_grad_norm; null when not finite (the run then stops)",
+    "clipped to clip_grad_norm; null when not finite (the run then stops), or when the step was skipped",
+    "skip_reason": "why the step did not train (no forward, backward or optimizer step; it still counts toward "
+    "--steps and the data position): no supervised distogram pair in the batch (with several ranks: in any "
+    "rank's batch); null for a step that trained",
+    "pairs": "token pairs i < j of this rank's batch that the distogram loss supervises (both tokens real, their "
+    "representative atoms resolved)",
     "peak_mem_bytes": "bytes: peak GPU memory allocated in the step; null on the CPU",
     "tokens": "real (unpadded) tokens of this rank's batch",
     "world_tokens": "real tokens of every rank's batch (several ranks: filled in when the run ends)",
@@ -1502,6 +1516,15 @@ def run_training(
     with a checkpoint of the steps done (with ``checkpoint``; one rank) and a :class:`TrainingError`
     naming it and the source's error.
 
+    A batch without a pair of tokens the distogram loss supervises (both real, their representative
+    atoms resolved: ion-only or one-token entries, crops whose representative atoms are all
+    unresolved) is not trained on: decided on the host from the client's batch
+    (:func:`~featurecache.model.trunk.supervised_pairs`), so the CUDA-graph and compiled steps are
+    simply not run; its record has ``pairs`` 0, a null loss and gradient norm and a ``skip_reason``,
+    and it counts toward ``steps`` and the data position (a resume stays bitwise). With several
+    ranks a step is skipped when no rank's batch has a pair. The summary's first and last loss are
+    of steps that trained (``skipped_steps`` counts the others).
+
     SIGTERM (SLURM's and torchrun's way to end a job) and SIGINT (Ctrl-C), handled when the run is
     in the main thread, stop the run after its current step: the log and, with ``checkpoint``, a
     checkpoint of the steps done are written, then the signal is handed on to the handler that was
@@ -1694,13 +1717,17 @@ def run_training(
         # A checkpoint due after step k is written beside its path (``_staged_path``) and moved into
         # place once step k+1's loss, computed on its parameters, is finite (or the run ends first):
         # the loss of step k+1 is the first sign that the update of step k diverged, and a checkpoint
-        # holding such parameters fails again at once when resumed, whatever the --lr.
-        staged: tuple[int, Path] | None = None
+        # holding such parameters fails again at once when resumed, whatever the --lr. A step skipped
+        # for want of a supervised pair computes no loss: the checkpoints staged before it wait on
+        # (the parameters are the same; a checkpoint after it is staged beside them).
+        staged: list[tuple[int, Path]] = []
 
         def save(done: int, position: dict[str, Any] | None, vouched: bool) -> None:
             nonlocal staged
             assert checkpoint is not None
             path = checkpoint_path(checkpoint, done)
+            if vouched:  # the run ends here: the staged ones are kept first, as on any other end
+                commit()
             if not _finite_parameters(model):  # every rank has the same parameters: all refuse alike
                 discard()
                 raise TrainingError(
@@ -1721,8 +1748,8 @@ def run_training(
                              "loss is finite or the run ends", done - 1, done, target, path, done)  # fmt: skip
             if vouched:
                 keep(done, path)
-            else:
-                staged = (done, path)
+            else:  # one without {step} in its name replaced the one staged at the same path
+                staged = [(d, p) for d, p in staged if p != path] + [(done, path)]
 
         def keep(done: int, path: Path) -> None:
             nonlocal saved_at, kept_here
@@ -1731,18 +1758,19 @@ def run_training(
             runlog.now()  # the log never lags behind a checkpoint (it did by up to log_every_s of steps)
 
         def commit() -> None:
-            """Move the staged checkpoint into place: its parameters gave a finite loss, or the run ends."""
+            """Move the staged checkpoints into place: their parameters gave a finite loss, or the run ends."""
             nonlocal staged
-            if staged is None:
-                return
-            (done, path), staged = staged, None
-            if ranks.rank == 0:
-                try:
-                    os.replace(_staged_path(path), path)
-                except OSError as exc:
-                    raise TrainingError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
-                log.info("kept the checkpoint after step %d (%d steps done): %s", done - 1, done, path)
-            keep(done, path)
+            waiting, staged = staged, []
+            for done, path in waiting:
+                if ranks.rank == 0:
+                    try:
+                        os.replace(_staged_path(path), path)
+                    except OSError as exc:
+                        raise TrainingError(
+                            f"cannot write the checkpoint {path}: {exc.strerror or exc}"
+                        ) from exc
+                    log.info("kept the checkpoint after step %d (%d steps done): %s", done - 1, done, path)
+                keep(done, path)
 
         def commit_on_end(exc: BaseException) -> None:
             """The run ends on ``exc`` (an interrupt, an error other than a non-finite loss): the staged
@@ -1764,9 +1792,10 @@ def run_training(
 
         def discard() -> None:
             nonlocal staged
-            if staged is not None and ranks.rank == 0:
-                _staged_path(staged[1]).unlink(missing_ok=True)
-            staged = None
+            if ranks.rank == 0:
+                for _, path in staged:
+                    _staged_path(path).unlink(missing_ok=True)
+            staged = []
 
         def last_good(step: int) -> str:
             """Where to go on from after the parameters used by ``step`` (those after step - 1) diverged."""
@@ -1840,14 +1869,22 @@ def run_training(
                         break
                     raw, batch, position = pending
                     pending = None
+                    # read on the host from the client's batch: a batch without a supervised pair is
+                    # not trained on (no forward, backward or optimizer step: AdamW's momentum and
+                    # weight decay would move every parameter on no data), which the CUDA-graph and
+                    # compiled steps could not decide from device values
+                    pairs = supervised_pairs(raw)
+                    skip_reason = None if sum(pairs) else NO_PAIRS
                     # several ranks: each one's samples with a supervised pair (the weights of their
                     # gradients) and request to stop, summed, so that all stop after the same step
+                    # and all skip a step none of them has a pair for
                     share: tuple[int, int] | None = None
                     votes = 0
                     if ranks.world > 1:
-                        mine = sum(1 for pairs in supervised_pairs(raw) if pairs)
+                        mine = sum(1 for n in pairs if n)
                         total, votes = ranks.sum([mine, int(stop.requested)], dev)
                         share = (mine, total)
+                        skip_reason = None if total else NO_PAIRS_ON_ANY_RANK
                     t_issue = time.perf_counter()
                     if cuda:
                         torch.cuda.reset_peak_memory_stats(dev)
@@ -1856,18 +1893,21 @@ def run_training(
                             torch.cuda.Event(enable_timing=True),
                         )
                         start.record()
-                    loss, grad_norm = (
-                        graphed.step(batch)
-                        if graphed is not None
-                        else _train_step(model, opt, loss_fn, batch, share)
-                    )
+                    if skip_reason is None:
+                        loss, grad_norm = (
+                            graphed.step(batch)
+                            if graphed is not None
+                            else _train_step(model, opt, loss_fn, batch, share)
+                        )
                     if cuda:
                         end.record()
                     last = step + 1 == steps  # (global step numbers: a resumed run continues the count)
                     if prefetch and not last:
                         pending = _fetch(feed, behind=end if cuda else None)  # while the GPU runs this step
-                    loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
-                    norm_value = float(grad_norm.item())  # computed before the loss was read: no wait
+                    loss_value = norm_value = math.nan
+                    if skip_reason is None:
+                        loss_value = float(loss.item())  # synchronises (with several ranks: their mean)
+                        norm_value = float(grad_norm.item())  # computed before the loss was read: no wait
                     tokens = int(raw["token_mask"].sum())
                     if cuda:
                         torch.cuda.synchronize(dev)
@@ -1876,13 +1916,14 @@ def run_training(
                     peak = torch.cuda.max_memory_allocated(dev) if cuda else None
                     if graphed is not None:  # a replay allocates nothing: its recording's peak is the step's
                         peak = max(peak or 0, graphed.peak_bytes(batch) or 0)
-                    finite = math.isfinite(loss_value)
-                    finite_norm = math.isfinite(norm_value)
+                    finite = math.isfinite(loss_value) or skip_reason is not None
+                    finite_norm = math.isfinite(norm_value) or skip_reason is not None
                     rec = {
                         "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
                         "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
-                        "loss": loss_value if finite else None, "grad_norm": norm_value if finite_norm else None,
-                        "peak_mem_bytes": peak,
+                        "loss": loss_value if math.isfinite(loss_value) else None,
+                        "grad_norm": norm_value if math.isfinite(norm_value) else None,
+                        "skip_reason": skip_reason, "peak_mem_bytes": peak, "pairs": sum(pairs),
                         "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
                         "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                         "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
@@ -1892,9 +1933,15 @@ def run_training(
                     }  # fmt: skip
                     records.append(rec)
                     doc["steps"].append(rec)
-                    log.info("step %d  loss %.4f  grad norm %.4g%s  step %.3fs  data wait %.3fs (exposed %.3fs)  "
-                             "tokens %d", step, loss_value, norm_value, " (clipped)" if norm_value > CLIP_NORM else "",
-                             rec["step_time_s"], wait, exposed, rec["tokens"])  # fmt: skip
+                    if skip_reason is None:
+                        log.info("step %d  loss %.4f  grad norm %.4g%s  step %.3fs  data wait %.3fs (exposed %.3fs)  "
+                                 "tokens %d  pairs %d", step, loss_value, norm_value,
+                                 " (clipped)" if norm_value > CLIP_NORM else "", rec["step_time_s"], wait, exposed,
+                                 rec["tokens"], rec["pairs"])  # fmt: skip
+                    else:
+                        log.info("step %d  skipped: %s  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d  "
+                                 "entries %s", step, skip_reason, rec["step_time_s"], wait, exposed, rec["tokens"],
+                                 rec["entry_ids"])  # fmt: skip
                     # the loss is computed on the parameters after step - 1: a checkpoint of them is not kept
                     if not finite:
                         discard()
@@ -1914,7 +1961,8 @@ def run_training(
                             f"the gradient norm is {norm_value} at step {step} (its loss, {loss_value:.4g}, is "
                             f"finite): training diverged (a lower --lr?); {last_good(step)}"
                         )
-                    commit()  # the staged checkpoint's parameters gave this step a finite loss and gradient
+                    if skip_reason is None:
+                        commit()  # the staged checkpoints' parameters gave this step a finite loss and gradient
                     runlog.step()
                     if on_step is not None:
                         on_step(rec)
@@ -2099,7 +2147,9 @@ SLOW_STEP_FACTOR = 3.0
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction.
+    """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction;
+    the first and last loss of the steps that trained, and how many steps were skipped (no
+    supervised pair: ``skip_reason``).
 
     ``data_wait_fraction``: the share of wall time the step waited for data with nothing else to
     do (the exposed waits; all of it without the prefetch); ``loader_wait_fraction``: the share the
@@ -2117,6 +2167,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     wait = sum(r["data_wait_s"] for r in timed)
     exposed = sum(r.get("exposed_data_wait_s", r["data_wait_s"]) for r in timed)
     peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
+    losses = [r["loss"] for r in records if r.get("loss") is not None]
     world_tokens = [r.get("world_tokens", r["tokens"]) for r in timed]
     return {
         "steps": len(records),
@@ -2127,8 +2178,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "data_wait_fraction": exposed / total if total > 0 else 0.0,
         "loader_wait_fraction": wait / total if total > 0 else 0.0,
         "peak_mem_bytes": max(peaks) if peaks else None,
-        "first_loss": records[0]["loss"],
-        "last_loss": records[-1]["loss"],
+        # of the steps that trained (a skipped step's loss is null, not a loss of 0)
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "skipped_steps": sum(1 for r in records if r.get("skip_reason")),
         "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
         # every rank's tokens over this rank's wall time (None when a run of several ranks stopped
         # before the ranks exchanged their counts)
@@ -2223,6 +2276,9 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     first, last = s.get("first_loss"), s.get("last_loss")
     if isinstance(first, float) and isinstance(last, float):
         parts.append(f"loss {first:.3f} -> {last:.3f}")
+    skipped = s.get("skipped_steps")
+    if isinstance(skipped, int) and skipped:
+        parts.append(f"{skipped} step{'' if skipped == 1 else 's'} skipped (no supervised distogram pair)")
     if log_path is not None:
         parts.append(f"log {log_path}")
     checkpoints = [c for c in doc.get("checkpoints") or [] if isinstance(c, dict)]

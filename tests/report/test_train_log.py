@@ -104,6 +104,22 @@ def test_the_real_log_passes(real_log: dict[str, Any], tmp_path: Path) -> None:
     assert load_train_log(path) == real_log
 
 
+def test_a_log_with_skipped_steps_draws(real_log: dict[str, Any], sample_store: Path, tmp_path: Path) -> None:
+    """A step train skipped (no supervised distogram pair: review R25c s43 #1) has a null loss and
+    gradient norm: the log is still a training log, and its report is written."""
+    from featurecache.model.train import NO_PAIRS
+
+    assert all(isinstance(r["pairs"], int) and r["skip_reason"] is None for r in real_log["steps"])
+    doc = json.loads(json.dumps(real_log))
+    doc["steps"][1].update(loss=None, grad_norm=None, pairs=0, skip_reason=NO_PAIRS)
+    path = tmp_path / "log.json"
+    path.write_text(json.dumps(doc))
+    assert load_train_log(path) == doc
+    write_report(sample_store, tmp_path / "r", train_log=path)
+    timeline = json.loads((tmp_path / "r" / "summary.json").read_text())["loader_timeline"]
+    assert timeline["steps"] == 3
+
+
 class _Terminated(Exception):
     pass
 
