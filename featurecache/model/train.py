@@ -1229,6 +1229,8 @@ LOG_FIELDS: dict[str, str] = {
     "graphs": "CUDA graphs recorded so far (--cuda-graphs); else null",
     "entry_ids": "the batch's entries",
     "positions": "the batch's positions in the client's sample stream",
+    "crop_methods": "per sample: the cropper that cut it (contiguous, spatial, spatial_interface; null for "
+    "synthetic batches)",
     "reorder_depth": "per sample: how many earlier samples were still unfinished when it was handed out "
     "(the client's ready-first order)",
     "skipped": "samples the client skipped (failed) since the previous batch",
@@ -1927,6 +1929,7 @@ def run_training(
                         "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
                         "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
                         "entry_ids": raw.get("entry_id"), "positions": _int_list(raw.get("position")),
+                        "crop_methods": _str_list(raw.get("crop_method")),
                         # the client's ready-first stats for this batch (absent for synthetic batches)
                         "reorder_depth": _int_list(raw.get("reorder_depth")),
                         "skipped": len(raw.get("skipped") or []),
@@ -2139,6 +2142,11 @@ def _int_list(value: Any) -> list[int] | None:
     if hasattr(value, "tolist"):
         value = value.tolist()
     return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
+
+
+def _str_list(value: Any) -> list[str] | None:
+    """A list of strings as a list of ``str`` (None stays None)."""
+    return None if value is None else [str(v) for v in value]
 
 
 #: a step slower than this many median steps is listed in ``slow_steps`` (in practice: a Triton
