@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,12 @@ def _component_from_block(block: gemmi.cif.Block, text_sha: str) -> ComponentDef
         ideal[k] = [_num(col(row, i)) for i in (6, 7, 8)]
         model[k] = [_num(col(row, i)) for i in (9, 10, 11)]
 
+    # a name written twice would be two atoms of one name in every entry, the second on top of
+    # the first, while the bonds below reach only the last (review R25a s43 #2)
+    listed = Counter(names)
+    if twice := [n for n, c in listed.items() if c > 1]:
+        more = f" ({len(twice)} atoms listed more than once)" if len(twice) > 1 else ""
+        raise ParseError(f"CCD {code}: atom {twice[0]} listed {listed[twice[0]]} times{more}", stage="ccd")
     index = {n: i for i, n in enumerate(names)}
     bonds: list[tuple[int, int, int, bool, str]] = []
     btable = block.find(

@@ -222,3 +222,21 @@ def test_a_broken_block_of_a_components_file_names_the_files_lines(tmp_path: Pat
     # the bad row itself: the line named is the one missing values
     bad = lines["file: bad row"][1]
     assert len(components[bad - 1].split()) == 15, components[bad - 1]
+
+
+def test_atom_listed_twice_fails_naming_file_and_atom(tmp_path: Path) -> None:
+    """Review R25a s43 #2: HEM with its CHB row written twice was read as 44 atoms (two named CHB
+    at the same coordinates, both present in every entry; the bond index kept the last). A name
+    listed twice is a broken definition: stage ``ccd``, naming the file and the atom."""
+    text = (CCD_DIR / "HEM.cif").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("HEM  CHB   CHB "))
+    twice = text.replace(row, f"{row}\n{row}", 1)
+    with pytest.raises(ParseError, match="atom CHB listed 2 times") as info:
+        _parse_component(twice)
+    assert info.value.stage == "ccd"
+    shutil.copytree(CCD_DIR, tmp_path / "ccd")
+    (tmp_path / "ccd" / "HEM.cif").write_text(twice)
+    with pytest.raises(CCDError) as broken:
+        CCD(tmp_path / "ccd").load(["SO4", "HEM"])
+    assert (broken.value.path, broken.value.component) == (str(tmp_path / "ccd" / "HEM.cif"), "HEM")
+    assert "atom CHB listed 2 times" in str(broken.value)
