@@ -24,6 +24,14 @@ included: an entry's residue that lost them simply does not look them up). Strat
 ``failed``
     nothing worked: every atom has ``mask = False``, positions 0, and ``reason`` says why.
 
+Degenerate positions are no conformer. RDKit embeds each bonded group of atoms on its own, centred
+on one point, so a definition whose heavy atoms form several groups with no bond between them (a
+salt, a dinuclear ion, a definition that lost its bonds) would come back as groups stacked on top
+of each other: such a molecule is not embedded at all (its reason says so) and takes the CCD's
+ideal or model coordinates, which place the groups as the dictionary does, or fails (a perceived
+residue has no coordinates to take). Any positions in which two heavy atoms lie closer than
+:data:`COINCIDENT_A` are refused the same way, the CCD's own included (review R25a s43 #1).
+
 Each embedding attempt is bounded by ``timeout_s`` through RDKit's ``EmbedParameters.timeout``
 (checked inside the embedding loop), so a component costs at most about ``2 × timeout_s``. RDKit
 counts whole seconds, at least one (:func:`rdkit_timeout_s`): a ``timeout_s`` of 0.001 gives an
@@ -60,6 +68,7 @@ from typing import Any
 import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdDistGeom
+from scipy.spatial import cKDTree
 
 from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.chem.match import match_to_definition
@@ -142,7 +151,12 @@ __all__ = [
 #:      oxygen a carbonyl (a modified residue's backbone C=O): both went in under 2, so stores built
 #:      between kept the older bonds (review R23 s42 #1). ``tests/chem/test_conformer_tripwire.py``
 #:      now fails when the chemistry of its fixed inputs changes under one version.
-CONFORMER_VERSION = 3
+#:   4  degenerate positions refused (module doc): a molecule whose heavy atoms form several
+#:      groups with no bond between them is not embedded (RDKit stacked the groups on one point:
+#:      HEM without its bonds had its 43 atoms at one point, strategy etkdg) and takes the CCD's
+#:      coordinates or fails; so do positions with two heavy atoms closer than COINCIDENT_A
+#:      (review R25a s43 #1).
+CONFORMER_VERSION = 4
 #: RDKit's version, recorded with each stored component: conformers depend on it
 RDKIT_VERSION: str = rdBase.rdkitVersion
 
@@ -154,6 +168,9 @@ TIMED_OUT_NOTE = "timed out after {:.1f}s"
 _TIMED_OUT_RE = re.compile(r"timed out after (\d+(?:\.\d+)?)s")
 #: an attempt is taken as timed out when it ran this share of RDKit's timeout or longer
 TIMED_OUT_SHARE = 0.95
+#: two heavy atoms of a conformer closer than this (Å) coincide: the shortest bond between heavy
+#: atoms is about 1.1 Å (N≡N, C≡O), and no two unbonded ones come near it
+COINCIDENT_A = 0.5
 BOND_TYPES = {
     1: Chem.BondType.SINGLE,
     2: Chem.BondType.DOUBLE,
@@ -329,6 +346,24 @@ def _embed(
     return work.GetConformer(cid).GetPositions(), "", False
 
 
+def _unbonded_groups(mol: Chem.Mol, heavy: np.ndarray) -> int:
+    """How many groups of bonded atoms hold the heavy atoms of ``mol`` (``heavy``: bool ``[n_all]``)."""
+    return sum(1 for group in Chem.GetMolFrags(mol) if heavy[list(group)].any())
+
+
+def _coincident(xyz: np.ndarray, names: Sequence[str]) -> str:
+    """Why the heavy-atom positions ``xyz`` (float ``[n, 3]``, names ``names``) are degenerate:
+    the first pair closer than :data:`COINCIDENT_A` and how many such pairs; "" when none is."""
+    pairs = cKDTree(xyz).query_pairs(COINCIDENT_A, output_type="ndarray")
+    if not len(pairs):
+        return ""
+    i, j = sorted(pairs.tolist())[0]
+    d = float(np.linalg.norm(xyz[i] - xyz[j]))
+    return (
+        f"atoms {names[i]} and {names[j]} {d:.2f} Å apart ({len(pairs)} pair(s) closer than {COINCIDENT_A} Å)"
+    )
+
+
 def _centre(xyz: np.ndarray) -> np.ndarray:
     out = np.asarray(xyz, dtype=np.float64)
     return (out - out.mean(axis=0)).astype(np.float32)
@@ -356,10 +391,17 @@ def _conformer_from_mol(
     positions: np.ndarray | None = None
     strategy = "failed"
     timed_out = False
+    heavy_names = [names[int(i)] for i in heavy_idx]
     attempts: list[tuple[str, bool]] = [("etkdg", False), ("random_coords", True)]
+    if (groups := _unbonded_groups(mol, heavy)) > 1:
+        notes.append(f"not embedded: its {n} heavy atoms form {groups} groups with no bond between them "
+                     "(an embedding would put every group on one point)")  # fmt: skip
+        attempts = []
     for name, random_coords in attempts:
         xyz, why, out_of_time = _embed(mol, seed, timeout_s, random_coords, key=key)
         timed_out |= out_of_time
+        if xyz is not None and (why := _coincident(xyz[heavy_idx], heavy_names)):
+            why, xyz = f"embedding degenerate: {why}", None
         if xyz is not None:
             positions, strategy = xyz[heavy_idx], success_strategy or name
             if name != "etkdg":
@@ -367,12 +409,7 @@ def _conformer_from_mol(
             break
         notes.append(f"{name}: {why}")
     if positions is None:
-        for name, xyz_all in (("ccd_ideal", ideal), ("ccd_model", model)):
-            if xyz_all is not None and _complete(xyz_all, heavy_idx):
-                positions, strategy = xyz_all[heavy_idx], name
-                break
-            if xyz_all is not None:
-                notes.append(f"{name}: coordinates incomplete")
+        positions, strategy = _ccd_coordinates(heavy_idx, heavy_names, notes, ideal, model)
     mask = np.ones(n, dtype=bool)
     if positions is None:
         positions, mask = np.zeros((n, 3)), np.zeros(n, dtype=bool)
@@ -394,6 +431,28 @@ def _conformer_from_mol(
         seconds=time.perf_counter() - t0,
         timed_out_s=float(timeout_s) if timed_out else None,
     )
+
+
+def _ccd_coordinates(
+    heavy_idx: np.ndarray,
+    heavy_names: Sequence[str],
+    notes: list[str],
+    ideal: np.ndarray | None,
+    model: np.ndarray | None,
+) -> tuple[np.ndarray | None, str]:
+    """The heavy atoms' positions (float ``[n, 3]``) from the CCD's ideal, else model coordinates
+    (all atoms, float ``[n_all, 3]``; None: none given), and the strategy; ``(None, "failed")``
+    when neither is complete and sound. Why each was passed over goes to ``notes``."""
+    for name, xyz_all in (("ccd_ideal", ideal), ("ccd_model", model)):
+        if xyz_all is None:
+            continue
+        if not _complete(xyz_all, heavy_idx):
+            notes.append(f"{name}: coordinates incomplete")
+        elif why := _coincident(xyz_all[heavy_idx], heavy_names):
+            notes.append(f"{name}: coordinates degenerate: {why}")
+        else:
+            return xyz_all[heavy_idx], name
+    return None, "failed"
 
 
 def conformer_for_component(comp: ComponentDef, timeout_s: float = DEFAULT_TIMEOUT_S) -> ReferenceConformer:
@@ -428,11 +487,8 @@ def conformer_for_component(comp: ComponentDef, timeout_s: float = DEFAULT_TIMEO
 def _conformer_from_coords_only(comp: ComponentDef, notes: list[str], t0: float) -> ReferenceConformer:
     heavy_idx = np.flatnonzero(comp.heavy)
     n = len(heavy_idx)
-    positions, strategy = None, "failed"
-    for name, xyz in (("ccd_ideal", comp.ideal), ("ccd_model", comp.model)):
-        if _complete(xyz, heavy_idx):
-            positions, strategy = xyz[heavy_idx], name
-            break
+    heavy_names = [comp.atom_names[i] for i in heavy_idx]
+    positions, strategy = _ccd_coordinates(heavy_idx, heavy_names, notes, comp.ideal, comp.model)
     mask = np.full(n, positions is not None)
     return ReferenceConformer(
         key=comp.code,

@@ -277,17 +277,33 @@ def _broken(file: Path, code: str, why: str, *, block: bool) -> CCDError:
                     component=code)  # fmt: skip
 
 
+def _warn_unbonded(comp: ComponentDef, file: Path) -> None:
+    """Warn, naming the CCD file, when ``comp`` has several heavy atoms and no bond at all: a
+    definition that lost its ``_chem_comp_bond`` loop reads as sound, but its atoms get no bonds and
+    cannot be embedded (RDKit put HEM's 43 unbonded atoms on one point: review R25a s43 #1)."""
+    n_heavy = int(comp.heavy.sum())
+    if n_heavy > 1 and not comp.bonds:
+        logger.warning(
+            "CCD %s: %s defines %d heavy atoms and no bond (no _chem_comp_bond rows): its atoms get no "
+            "bonds, and its reference conformer is the CCD's own coordinates (none if they are "
+            "incomplete); check the definition",
+            file, comp.code, n_heavy,
+        )  # fmt: skip
+
+
 def _component_file(p: Path) -> ComponentDef | None:
     """The definition in a single-component file; None for one without atoms (:class:`_NoAtoms`).
     Raises :class:`CCDError` naming the file when it cannot be read or parsed."""
     try:
-        return _parse_component(_read_text(p))
+        comp = _parse_component(_read_text(p))
     except _NoAtoms:
         return None
     except ParseError as exc:
         raise CCDError(f"CCD {p}: {exc}", path=str(p)) from exc
     except _READ_ERRORS as exc:
         raise CCDError(f"CCD {p}: cannot read it: {_read_failure(exc)}", path=str(p)) from exc
+    _warn_unbonded(comp, p)
+    return comp
 
 
 def parse_component_file(path: str | os.PathLike[str]) -> ComponentDef:
@@ -375,6 +391,7 @@ def _parse_into(
         broken[code] = _broken(p, code, str(exc), block=True)
     else:
         broken.pop(code, None)  # a later block of the code wins, as in ``out``
+        _warn_unbonded(out[code], p)
 
 
 #: How far :func:`check_ccd` looks before it calls a CCD empty: text of one file, files of a directory.
