@@ -636,8 +636,12 @@ def _average_gradients(model: torch.nn.Module, loss: torch.Tensor, samples: int,
     return flat[-1]
 
 
-#: gradient-norm clip of every step
-CLIP_NORM = 1.0
+#: the gradient-norm clip of every step, by default (``clip_grad_norm``; train --clip-grad-norm):
+#: AF3's value (its supplement's optimiser settings). It was 1.0 until session 43, which clipped every
+#: step of a run (review R25c s43 #5): a checkpoint that records none was trained with
+#: :data:`OLD_CLIP_GRAD_NORM`
+DEFAULT_CLIP_GRAD_NORM = 10.0
+OLD_CLIP_GRAD_NORM = 1.0
 
 #: a step record's ``skip_reason``: its batch has no pair of tokens the distogram loss supervises
 #: (ion-only or one-token entries, crops whose representative atoms are all unresolved: R25c s43 #1)
@@ -675,10 +679,11 @@ def _staged_path(path: Path) -> Path:
 
 
 def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-            batch: dict[str, torch.Tensor],
-            share: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Forward (bf16 autocast on CUDA), backward, gradient clipping and the optimizer step of one
-    batch, into gradients that are None or are overwritten (not accumulated) by the backward.
+            batch: dict[str, torch.Tensor], share: tuple[int, int] | None = None,
+            clip_norm: float = DEFAULT_CLIP_GRAD_NORM) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Forward (bf16 autocast on CUDA), backward, gradient clipping (to total norm ``clip_norm``)
+    and the optimizer step of one batch, into gradients that are None or are overwritten (not
+    accumulated) by the backward.
     ``share`` (several ranks): (this rank's samples that have a supervised pair, every rank's): the
     gradients and the returned loss are then the mean over every rank's such samples
     (:func:`_average_gradients`). Returns (loss, the gradients' total L2 norm before clipping), both
@@ -690,23 +695,24 @@ def _update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
     loss.backward()
     if share is not None:
         loss = _average_gradients(model, loss, *share)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     opt.step()
     return loss, grad_norm
 
 
 def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-                batch: dict[str, torch.Tensor],
-                share: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                batch: dict[str, torch.Tensor], share: tuple[int, int] | None = None,
+                clip_norm: float = DEFAULT_CLIP_GRAD_NORM) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """One eager training step: (loss, gradient norm before clipping), as :func:`_update`."""
     opt.zero_grad(set_to_none=True)
-    return _update(model, opt, loss_fn, batch, share)
+    return _update(model, opt, loss_fn, batch, share, clip_norm)
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-               batch: dict[str, torch.Tensor], share: tuple[int, int] | None = None) -> torch.Tensor:  # fmt: skip
+               batch: dict[str, torch.Tensor], share: tuple[int, int] | None = None,
+               clip_norm: float = DEFAULT_CLIP_GRAD_NORM) -> torch.Tensor:  # fmt: skip
     """One eager training step; returns the loss (not synchronised; with ``share``, the ranks' mean)."""
-    return _train_step(model, opt, loss_fn, batch, share)[0]
+    return _train_step(model, opt, loss_fn, batch, share, clip_norm)[0]
 
 
 @functools.cache
@@ -737,12 +743,13 @@ class GraphedSteps:
     writes, like the loss: read on the host after the replay, never inside it)."""
 
     def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: LossFn,
-                 warmup: int = 2) -> None:  # fmt: skip
+                 warmup: int = 2, clip_norm: float = DEFAULT_CLIP_GRAD_NORM) -> None:  # fmt: skip
         if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW) or not all(
             g.get("capturable") for g in opt.param_groups
         ):
             raise FeatureCacheError("CUDA-graph steps need an Adam/AdamW optimizer with capturable=True")
         self.model, self.opt, self.loss_fn, self.warmup = model, opt, loss_fn, warmup
+        self.clip_norm = clip_norm  # a constant of the recorded graphs
         self._graphs: dict[
             tuple[Any, ...], tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]
         ] = {}
@@ -787,7 +794,7 @@ class GraphedSteps:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
-                train_step(self.model, self.opt, self.loss_fn, static)
+                train_step(self.model, self.opt, self.loss_fn, static, clip_norm=self.clip_norm)
         torch.cuda.current_stream().wait_stream(side)
         now = self._state_tensors()  # saved's tensors first, then any optimizer state the warm-up created
         with torch.no_grad():
@@ -803,7 +810,9 @@ class GraphedSteps:
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self._pool):
-                loss, grad_norm = _update(self.model, self.opt, self.loss_fn, static)
+                loss, grad_norm = _update(
+                    self.model, self.opt, self.loss_fn, static, clip_norm=self.clip_norm
+                )
             torch.cuda.synchronize()
         except RuntimeError as exc:  # e.g. a host synchronisation inside the step
             shapes = ", ".join(f"{k} {list(shape)}" for k, shape, _ in key)
@@ -917,6 +926,21 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
             "(the same batches follow only with the same value)"
         )
     return saved
+
+
+def _note_clip_change(path: str | Path, doc: dict[str, Any], clip_grad_norm: float, step: int) -> None:
+    """Warn when a resume of checkpoint ``path`` (``doc``) clips at another norm than its run did: as
+    ``--lr``, the value given applies from the resumed step on, but the default changed in session
+    43 (1.0 -> 10.0), so an older run resumed as it was would go on at the new one unnoticed."""
+    theirs = doc.get("clip_grad_norm", OLD_CLIP_GRAD_NORM)
+    if theirs == clip_grad_norm:
+        return
+    older = (
+        "" if "clip_grad_norm" in doc else " (an older checkpoint, which records none: clipped at 1.0 then)"
+    )
+    log.warning("%s was trained with --clip-grad-norm %s%s; this run clips at %s from step %d on (give "
+                "--clip-grad-norm %s to go on as it did)", path, theirs, older, clip_grad_norm, step,
+                theirs)  # fmt: skip
 
 
 def _check_data_settings(path: str | Path, doc: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
@@ -1216,6 +1240,8 @@ LOG_FIELDS: dict[str, str] = {
     "the step was skipped (skip_reason)",
     "grad_norm": "the total L2 norm of the step's gradients (with several ranks: of their mean) before they are "
     "clipped to clip_grad_norm; null when not finite (the run then stops), or when the step was skipped",
+    "clipped": "whether grad_norm was above clip_grad_norm (the header's), so that the step's gradients were "
+    "scaled down to it; null when the step was skipped",
     "skip_reason": "why the step did not train (no forward, backward or optimizer step; it still counts toward "
     "--steps and the data position): no supervised distogram pair in the batch (with several ranks: in any "
     "rank's batch); null for a step that trained",
@@ -1404,6 +1430,7 @@ def run_training(
     *,
     config: ModelConfig | None = None,
     lr: float = 1e-3,
+    clip_grad_norm: float = DEFAULT_CLIP_GRAD_NORM,
     batches: Iterator[dict[str, Any]] | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     pad_multiple: int | None = None,
@@ -1485,7 +1512,9 @@ def run_training(
     path is replaced by the number of steps done, otherwise each checkpoint replaces the last.
     ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
     parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
-    the log's step numbers continue from them. ``lr`` applies from the resumed step on; a different
+    the log's step numbers continue from them. ``lr`` and ``clip_grad_norm`` apply from the resumed
+    step on (a different clip than the checkpoint's is warned about: its default was 1.0 before
+    session 43, and a checkpoint that records none clipped at that); a different
     crop, seed or batch size is refused (the same batches would not follow). When ``log_path`` already holds the
     log of the run being continued (same model config, seed, crop and batch size), its steps before
     the checkpoint are carried over (``steps_from_earlier_log``), so the log covers the whole run;
@@ -1510,7 +1539,8 @@ def run_training(
     parameters after step k - 1, so the checkpoint due after step k - 1 is not kept (each checkpoint
     is written beside its path and moved into place once the next step's loss is finite, or the run
     ends first), and no checkpoint is written of non-finite parameters. Each step logs the total
-    gradient norm before clipping to ``CLIP_NORM`` (``grad_norm``; the CUDA-graph and compiled steps
+    gradient norm before clipping to ``clip_grad_norm`` (``grad_norm``; ``clipped``: whether it was
+    above; the CUDA-graph and compiled steps
     too: the norm is a device tensor read after the step, with the loss); a non-finite one with a
     finite loss stops the run the same way (the step's update already applied it; the checkpoint
     due after step k - 1, whose parameters gave that gradient, is not kept). A failure of the batch source
@@ -1549,14 +1579,20 @@ def run_training(
     ``log_path`` and the checkpoints (with every rank's data position), rank r > 0 its log beside it
     (:func:`rank_log_path`). CUDA graphs are refused.
 
-    Arguments it cannot train with (a count below 1, an unknown device or pool, ``lr`` ≤ 0, a URL
+    ``clip_grad_norm``: the total gradient norm each step's gradients are clipped to (AF3's 10 by
+    default; :data:`DEFAULT_CLIP_GRAD_NORM`), recorded in the log header and the checkpoints; each
+    record says whether its step was clipped (``clipped``), the summary the share of the trained
+    steps that were (``clipped_fraction``).
+
+    Arguments it cannot train with (a count below 1, an unknown device or pool, ``lr`` ≤ 0 or
+    ``clip_grad_norm`` ≤ 0, a URL
     without http(s)://, a log or checkpoint path that is a directory or cannot be written, a
     checkpoint that is not one) are a :class:`~featurecache.errors.UsageError` naming the option,
     raised before anything is trained; missing parent directories of the paths are created.
     """
     dev = _check_arguments(
         store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
-        checkpoint_every, log_every_s, seed, workers,
+        checkpoint_every, log_every_s, seed, workers, clip_grad_norm,
     )  # fmt: skip
     data_settings = _check_data_options(weighting, crop_weights, max_msa_rows, pair_msa, crop_whole_groups)
     client = batches is None and (store is not None or url is not None)  # (synthetic batches have none)
@@ -1644,8 +1680,9 @@ def run_training(
             opt.load_state_dict(resumed["optimizer"])
             for group in opt.param_groups:
                 group["lr"] = lr
+            _note_clip_change(resume, resumed, clip_grad_norm, first_step)
         loss_fn = torch.compile(model.loss) if compile else model.loss
-        graphed = GraphedSteps(model, opt, loss_fn) if cuda_graphs else None
+        graphed = GraphedSteps(model, opt, loss_fn, clip_norm=clip_grad_norm) if cuda_graphs else None
         if pool is None:
             pool = "process" if dev.type == "cuda" else "thread"
         data_state = None
@@ -1692,7 +1729,7 @@ def run_training(
         doc: dict[str, Any] = {
             "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "max_atoms": max_atoms,
             **(data_settings if client else dict.fromkeys(data_settings)), "batch_size": batch_size,
-            "seed": seed, "lr": lr, "clip_grad_norm": CLIP_NORM, "pad_multiple": pad_multiple, "compiled": compile,
+            "seed": seed, "lr": lr, "clip_grad_norm": clip_grad_norm, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
             "in_order": in_order if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
@@ -1706,7 +1743,8 @@ def run_training(
             "error": None, "fields": LOG_FIELDS, "steps": list(carried),
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
-                "batch_size": batch_size, "lr": lr, "fused": fused, "max_atoms": max_atoms,
+                "batch_size": batch_size, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
+                "max_atoms": max_atoms,
                 **(data_settings if client else {}),
                 "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
                 "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
@@ -1899,7 +1937,7 @@ def run_training(
                         loss, grad_norm = (
                             graphed.step(batch)
                             if graphed is not None
-                            else _train_step(model, opt, loss_fn, batch, share)
+                            else _train_step(model, opt, loss_fn, batch, share, clip_grad_norm)
                         )
                     if cuda:
                         end.record()
@@ -1925,6 +1963,7 @@ def run_training(
                         "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
                         "loss": loss_value if math.isfinite(loss_value) else None,
                         "grad_norm": norm_value if math.isfinite(norm_value) else None,
+                        "clipped": norm_value > clip_grad_norm if skip_reason is None else None,
                         "skip_reason": skip_reason, "peak_mem_bytes": peak, "pairs": sum(pairs),
                         "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
                         "msa_rows": int(batch["msa"].shape[1]), "graphs": len(graphed) if graphed is not None else None,
@@ -1939,7 +1978,7 @@ def run_training(
                     if skip_reason is None:
                         log.info("step %d  loss %.4f  grad norm %.4g%s  step %.3fs  data wait %.3fs (exposed %.3fs)  "
                                  "tokens %d  pairs %d", step, loss_value, norm_value,
-                                 " (clipped)" if norm_value > CLIP_NORM else "", rec["step_time_s"], wait, exposed,
+                                 " (clipped)" if rec["clipped"] else "", rec["step_time_s"], wait, exposed,
                                  rec["tokens"], rec["pairs"])  # fmt: skip
                     else:
                         log.info("step %d  skipped: %s  step %.3fs  data wait %.3fs (exposed %.3fs)  tokens %d  "
@@ -2075,7 +2114,8 @@ def _check_cpu_memory(cfg: ModelConfig, largest_entry: int | None, crop_size: in
 def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop_size: int, device: str,
                      batch_size: int, lr: float, pad_multiple: int | None, cuda_graphs: bool, pool: str | None,
                      checkpoint: str | Path | None, checkpoint_every: int | None,
-                     log_every_s: float, seed: int = 0, workers: int = 1) -> torch.device:  # fmt: skip
+                     log_every_s: float, seed: int = 0, workers: int = 1,
+                     clip_grad_norm: float = DEFAULT_CLIP_GRAD_NORM) -> torch.device:  # fmt: skip
     """The training device; an argument ``run_training`` cannot train with is a :class:`UsageError`
     naming the option (the CLI's: exit status 2)."""
     if steps < 1:
@@ -2090,6 +2130,13 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
         raise UsageError(f"--workers must be ≥ 1; got {workers}")
     if not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
         raise UsageError(f"--lr must be a finite number > 0; got {lr}")
+    if (
+        isinstance(clip_grad_norm, bool)
+        or not isinstance(clip_grad_norm, int | float)
+        or not math.isfinite(clip_grad_norm)
+        or clip_grad_norm <= 0
+    ):
+        raise UsageError(f"--clip-grad-norm must be a finite number > 0; got {clip_grad_norm}")
     if pad_multiple is not None and pad_multiple < 1:
         raise UsageError(f"--pad-multiple must be ≥ 1; got {pad_multiple}")
     if checkpoint_every is not None and checkpoint is None:
@@ -2156,8 +2203,8 @@ SLOW_STEP_FACTOR = 3.0
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median step / compute / data-wait time after the warm-up steps, and the data-wait fraction;
-    the first and last loss of the steps that trained, and how many steps were skipped (no
-    supervised pair: ``skip_reason``).
+    the first and last loss of the steps that trained, how many steps were skipped (no supervised
+    pair: ``skip_reason``) and the share of the trained ones whose gradients were clipped.
 
     ``data_wait_fraction``: the share of wall time the step waited for data with nothing else to
     do (the exposed waits; all of it without the prefetch); ``loader_wait_fraction``: the share the
@@ -2176,6 +2223,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     exposed = sum(r.get("exposed_data_wait_s", r["data_wait_s"]) for r in timed)
     peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
     losses = [r["loss"] for r in records if r.get("loss") is not None]
+    clipped = [bool(r["clipped"]) for r in records if r.get("clipped") is not None]
     world_tokens = [r.get("world_tokens", r["tokens"]) for r in timed]
     return {
         "steps": len(records),
@@ -2190,6 +2238,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
         "skipped_steps": sum(1 for r in records if r.get("skip_reason")),
+        # the share of the trained steps whose gradient norm was above clip_grad_norm (None: no such
+        # step, or a log older than the records' "clipped")
+        "clipped_fraction": sum(clipped) / len(clipped) if clipped else None,
         "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
         # every rank's tokens over this rank's wall time (None when a run of several ranks stopped
         # before the ranks exchanged their counts)
@@ -2206,11 +2257,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 #: the options of a run (log key, train option) a resume is refused without when they differ from
-#: train's defaults (:func:`_resume_config`, :func:`_check_data_settings`), then --lr (not checked:
-#: a resume applies its own, the default unless given)
+#: train's defaults (:func:`_resume_config`, :func:`_check_data_settings`), then --lr and
+#: --clip-grad-norm (not checked: a resume applies its own, the default unless given)
 _RESUMED_OPTIONS: tuple[tuple[str, str], ...] = (
     ("crop_size", "--crop"), ("seed", "--seed"), ("batch_size", "--batch-size"), ("max_atoms", "--max-atoms"),
-    *((key, option) for key, option, _ in _DATA_SETTINGS), ("lr", "--lr"),
+    *((key, option) for key, option, _ in _DATA_SETTINGS), ("lr", "--lr"), ("clip_grad_norm", "--clip-grad-norm"),
 )  # fmt: skip
 
 
@@ -2219,7 +2270,8 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     """The arguments of ``featurecache train`` that continue the run logged in ``doc`` from its
     checkpoint ``ck`` to ``steps`` steps: ``--resume CK --steps N``, then each option a resume
     checks against the checkpoint whose value differs from train's default (a resume without it is
-    refused), ``--lr`` likewise (``lr`` False: the caller says which rate to take), ``--in-order``
+    refused), ``--lr`` likewise (``lr`` False: the caller says which rate to take) and
+    ``--clip-grad-norm``, ``--in-order``
     when the run used it, and the run's source (``--store`` or ``--url``; its token is never shown),
     ``--device cpu``, ``--log`` (the run's log, ``log_path``, where it is not the default; rank
     0's) and the run's ``--checkpoint`` / ``--checkpoint-every`` (the steps after the resume go on
@@ -2284,6 +2336,9 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     first, last = s.get("first_loss"), s.get("last_loss")
     if isinstance(first, float) and isinstance(last, float):
         parts.append(f"loss {first:.3f} -> {last:.3f}")
+    frac = s.get("clipped_fraction")
+    if isinstance(frac, float):
+        parts.append(f"gradients clipped on {100 * frac:.0f} % of the steps trained")
     skipped = s.get("skipped_steps")
     if isinstance(skipped, int) and skipped:
         parts.append(f"{skipped} step{'' if skipped == 1 else 's'} skipped (no supervised distogram pair)")

@@ -17,7 +17,7 @@ from featurecache.client import FeatureDataset
 from featurecache.client.assemble import collate
 from featurecache.errors import InvalidRequest
 from featurecache.model.train import (
-    CLIP_NORM,
+    DEFAULT_CLIP_GRAD_NORM,
     TRAIN_WEIGHTING,
     _prepare,
     load_checkpoint,
@@ -113,7 +113,7 @@ def _replay(store: Path, positions: list[list[list[int]]]) -> tuple[Trunk, list[
         total = sum(weights)
         for p, g0, g1 in zip(params, *grads, strict=True):
             p.grad = (g0 * weights[0] + g1 * weights[1]) / total
-        torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
+        torch.nn.utils.clip_grad_norm_(params, DEFAULT_CLIP_GRAD_NORM)  # train's, as the CLI gives none
         opt.step()
         means.append(float((losses[0] * weights[0] + losses[1] * weights[1]) / total))
     dataset.close()
