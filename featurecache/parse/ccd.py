@@ -45,6 +45,7 @@ import gemmi
 import numpy as np
 
 from featurecache.errors import CCDError, InputError, ParseError
+from featurecache.parse.atom_site import formal_charge_problem
 from featurecache.parse.cif_loops import loop_error_hint
 
 logger = logging.getLogger(__name__)
@@ -170,8 +171,10 @@ def _component_from_block(block: gemmi.cif.Block, text_sha: str) -> ComponentDef
     for k, row in enumerate(table):
         names.append(gemmi.cif.as_string(row[0]))
         symbols.append(gemmi.cif.as_string(row[1]).upper())
-        ch = col(row, 2)
-        charges.append(int(float(ch)) if ch not in ("?", ".") else 0)
+        ch = gemmi.cif.as_string(col(row, 2)) or col(row, 2)
+        if why := formal_charge_problem(ch):  # the store keeps charges as int8: 300 would be 44
+            raise ParseError(f"CCD {code}: atom {names[-1]} has charge {ch!r}, which {why}", stage="ccd")
+        charges.append(int(ch) if ch not in ("?", ".") else 0)
         leaving.append(col(row, 3, "N").upper() == "Y")
         aromatic.append(col(row, 4, "N").upper() == "Y")
         stereo.append(gemmi.cif.as_string(col(row, 5, "N")).upper() or "N")

@@ -23,6 +23,7 @@ import numpy as np
 from featurecache.const import ATOM_NAME_CHARS, RES_NAME_CHARS
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
 from featurecache.parse.a3m import UTF8_BOM
+from featurecache.parse.atom_site import check_atom_site_values
 from featurecache.parse.cif_loops import loop_error_hint
 from featurecache.parse.elements import resolve_unknown_elements
 from featurecache.text import first_named
@@ -287,7 +288,7 @@ def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
         # gemmi names a loop's header, not the bad row, and says nothing of a non-ASCII character
         hints = [h for h in (loop_error_hint(text, str(exc)), _non_ascii_hint(text)) if h]
         raise ParseError("; ".join([message, *hints]), stage="parse") from exc
-    structure = _structure_from_block(block, "mmcif", name)
+    structure = _structure_from_block(block, "mmcif", name, text)
     if len(doc) > 1:
         warning = _other_blocks([doc[k].name for k in range(len(doc))], name)
         return replace(structure, warnings=(*structure.warnings, warning))
@@ -343,7 +344,10 @@ def _gemmi_error(what: str, exc: BaseException, name: str) -> str:
     return f"{name}: {what}: {reason}"
 
 
-def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStructure:
+def _structure_from_block(
+    block: gemmi.cif.Block, fmt: str, name: str, text: str | None = None
+) -> RawStructure:
+    """The structure of an mmCIF ``block`` (read from ``text``, which only names lines in refusals)."""
     # gemmi raises RuntimeError for malformed tags anywhere it looks (e.g. ``_atom_site_x`` inside
     # the ``_atom_site.`` loop), not only while building the structure.
     try:
@@ -357,6 +361,7 @@ def _structure_from_block(block: gemmi.cif.Block, fmt: str, name: str) -> RawStr
                 )
             raise EmptyStructureError("mmCIF has no _atom_site category (no coordinates)", stage="parse")
         _check_atom_site_columns(block, name)
+        check_atom_site_values(block, name, text)
         st = gemmi.make_structure_from_block(block)
         _check_name_widths(block, st, name)
         _check_finite(st, name, _mmcif_coordinates(block))
