@@ -2,7 +2,10 @@
 
 gemmi keeps an atom's formal charge in a signed char, so an mmCIF ``pdbx_formal_charge`` of
 ``300`` was stored as 44 (300 mod 256), silently. Such a value is refused here, before gemmi reads
-the block, naming the atom, the text the file holds and its line (review R25a s43 #3).
+the block, naming the atom, the text the file holds and its line (review R25a s43 #3). So is a
+residue number (``label_seq_id``, ``auth_seq_id``) beyond a 32-bit integer, which gemmi wraps
+(``-2147483649`` became 2147483647): the polymer lost those atoms to ligand chains of standard
+residues (review R25a s43 #8).
 
 Only the distinct values of a column are looked at (a few for charges), and the rows are walked
 only to name the first bad one, so a sound file costs about a millisecond.
@@ -17,7 +20,7 @@ import gemmi
 
 from featurecache.errors import ParseError
 
-__all__ = ["MAX_FORMAL_CHARGE", "check_atom_site_values", "formal_charge_problem"]
+__all__ = ["MAX_FORMAL_CHARGE", "check_atom_site_values", "formal_charge_problem", "seq_id_problem"]
 
 #: The largest formal charge (either sign) an atom of a structure or a CCD definition may carry:
 #: +9 is the highest oxidation state known (iridium in IrO4+), and a PDB file's two charge columns
@@ -25,6 +28,8 @@ __all__ = ["MAX_FORMAL_CHARGE", "check_atom_site_values", "formal_charge_problem
 MAX_FORMAL_CHARGE = 9
 
 _INTEGER = re.compile(r"[+-]?\d+")
+#: what gemmi's residue numbers hold (C int): beyond, it wraps
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: CIF's "unknown" and "inapplicable"
 _NULLS = frozenset(("?", "."))
 
@@ -41,11 +46,27 @@ def formal_charge_problem(text: str) -> str | None:
     return None
 
 
+def seq_id_problem(text: str, *, integer: bool = True) -> str | None:
+    """Why ``text`` (a residue number as written, unquoted) is none gemmi reads right; None when it
+    is one (``?`` and ``.`` are: none stated). ``integer=False`` (``auth_seq_id``, where gemmi also
+    takes an old-style insertion code, ``15A``) leaves what is not an integer to gemmi."""
+    if text in _NULLS:
+        return None
+    if not _INTEGER.fullmatch(text):
+        return "is not an integer" if integer else None
+    if not INT32_MIN <= int(text) <= INT32_MAX:
+        wrapped = (int(text) - INT32_MIN) % 2**32 + INT32_MIN
+        return f"is beyond a 32-bit integer (gemmi would read it as {wrapped})"
+    return None
+
+
 def check_atom_site_values(block: gemmi.cif.Block, name: str, text: str | None = None) -> None:
     """Refuse an ``_atom_site`` value gemmi would read wrong (module doc), naming the file ``name``,
     the atom, the value as written and, for an mmCIF ``text`` whose rows are one per line, its
     line. Raises :class:`~featurecache.errors.ParseError` (stage ``parse``)."""
     _check_column(block, name, text, "pdbx_formal_charge", formal_charge_problem)
+    _check_column(block, name, text, "label_seq_id", seq_id_problem)
+    _check_column(block, name, text, "auth_seq_id", lambda v: seq_id_problem(v, integer=False))
 
 
 def _check_column(

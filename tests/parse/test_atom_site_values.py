@@ -69,3 +69,43 @@ def test_a_ccd_charge_that_is_none_is_refused_naming_the_atom(value: str, why: s
     fields[4] = "+2"
     comp = _parse_component(text.replace(row, " ".join(fields)))
     assert comp.charges[comp.index("FE")] == 2
+
+
+# ---------------------------------------------------------------------------- #8: residue numbers
+@pytest.mark.parametrize(
+    ("column", "value", "why"),
+    [
+        ("label_seq_id", "-2147483649", "is beyond a 32-bit integer (gemmi would read it as 2147483647)"),
+        ("label_seq_id", "99999999999999999999", "is beyond a 32-bit integer (gemmi would read it as 1661992959)"),
+        ("label_seq_id", "5.5", "is not an integer"),
+        ("auth_seq_id", "99999999999999999999", "is beyond a 32-bit integer"),
+    ],
+)  # fmt: skip
+def test_a_residue_number_gemmi_would_wrap_is_refused_naming_the_line(
+    column: str, value: str, why: str
+) -> None:
+    """102m with label_seq_id -2147483649 on 28 rows was stored with four ligand chains of standard
+    residues (A_THR39, ...) beside the polymer: gemmi wrapped the number."""
+    data, line = _mmcif_with(
+        STRUCTURES / "102m.cif", column, value, {"label_atom_id": "CG", "auth_seq_id": "4"}
+    )
+    with pytest.raises(ParseError) as info:
+        _parse_structure(data, "102m.cif")
+    seq = value if column == "auth_seq_id" else "4"
+    assert info.value.stage == "parse"
+    assert str(info.value).startswith(
+        f"102m.cif: {column} {value!r} of atom CG of residue GLU {seq} in chain A (_atom_site id 35, line "
+        f"{line}) {why}"
+    ), info.value
+
+
+def test_residue_numbers_gemmi_reads_are_read() -> None:
+    for column, value in (
+        ("label_seq_id", "2147483647"),
+        ("auth_seq_id", "-2147483648"),
+        ("auth_seq_id", "4A"),
+    ):
+        data, _ = _mmcif_with(
+            STRUCTURES / "102m.cif", column, value, {"label_atom_id": "CG", "auth_seq_id": "4"}
+        )
+        assert _parse_structure(data, "102m.cif").structure[0].count_atom_sites() > 0
