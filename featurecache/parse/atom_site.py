@@ -7,20 +7,39 @@ residue number (``label_seq_id``, ``auth_seq_id``) beyond a 32-bit integer, whic
 (``-2147483649`` became 2147483647): the polymer lost those atoms to ligand chains of standard
 residues (review R25a s43 #8).
 
+An occupancy or B-factor that is not a finite number (``nan``, ``inf``, ``1e400``; gemmi reads an
+mmCIF ``abc`` as NaN too) was stored as NaN, and the altloc choice compared NaNs. Such a value is
+no reason to refuse the atoms, whose coordinates are sound (they are the training data; the
+per-step path reads neither array): it is stored as :data:`OCCUPANCY_IF_NOT_FINITE` /
+:data:`B_FACTOR_IF_NOT_FINITE`, with a parse warning naming the file, the first atom and the
+values as written (review R25a s43 #9).
+
 Only the distinct values of a column are looked at (a few for charges), and the rows are walked
 only to name the first bad one, so a sound file costs about a millisecond.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
 import gemmi
+import numpy as np
 
 from featurecache.errors import ParseError
 
-__all__ = ["MAX_FORMAL_CHARGE", "check_atom_site_values", "formal_charge_problem", "seq_id_problem"]
+__all__ = [
+    "B_FACTOR_IF_NOT_FINITE",
+    "MAX_FORMAL_CHARGE",
+    "OCCUPANCY_IF_NOT_FINITE",
+    "check_atom_site_values",
+    "formal_charge_problem",
+    "mmcif_not_finite",
+    "pdb_not_finite",
+    "repair_not_finite",
+    "seq_id_problem",
+]
 
 #: The largest formal charge (either sign) an atom of a structure or a CCD definition may carry:
 #: +9 is the highest oxidation state known (iridium in IrO4+), and a PDB file's two charge columns
@@ -30,6 +49,23 @@ MAX_FORMAL_CHARGE = 9
 _INTEGER = re.compile(r"[+-]?\d+")
 #: what gemmi's residue numbers hold (C int): beyond, it wraps
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+#: the occupancy of an atom whose occupancy field is not a finite number: what gemmi gives an
+#: occupancy the file leaves unstated (``?``)
+OCCUPANCY_IF_NOT_FINITE = 1.0
+#: the B-factor of an atom whose B-factor field is not a finite number: what the store gives an
+#: atom without one (an atom the file does not have)
+B_FACTOR_IF_NOT_FINITE = 0.0
+#: gemmi keeps both as float32: a larger number is inf
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: a field of only these characters and at most this long is a finite float32 (or ``?`` / ``.``)
+_NOT_PLAIN = re.compile(r"[^0-9.+\- ?]")
+_PLAIN_DIGITS = 38
+#: the mmCIF columns and PDB columns (0-based, end excluded) of the two values
+_OCCUPANCY, _B_FACTOR = "occupancy", "B_iso_or_equiv"
+_PDB_COLUMNS = {_OCCUPANCY: (54, 60), _B_FACTOR: (60, 66)}
+#: bytes of a PDB occupancy / B-factor field that is a plain number (anything else is looked at)
+_PLAIN_NUMBER = np.zeros(256, np.bool_)
+_PLAIN_NUMBER[list(b"0123456789.+- \r")] = True
 #: CIF's "unknown" and "inapplicable"
 _NULLS = frozenset(("?", "."))
 
@@ -133,3 +169,91 @@ def _row_line(text: str | None, block: gemmi.cif.Block, row_number: int, values:
     if not all(v in tokens for v in values):
         return None
     return text.count("\n", 0, pos) + 1
+
+
+def _not_finite(text: str) -> bool:
+    """Whether gemmi reads the field ``text`` (unquoted) as no finite float32; ``?`` / ``.`` read."""
+    if text in _NULLS or not text:
+        return False
+    try:
+        return not abs(float(text)) <= _FLOAT32_MAX
+    except ValueError:
+        return True
+
+
+def mmcif_not_finite(block: gemmi.cif.Block) -> dict[str, list[str]]:
+    """The distinct occupancy / B-factor fields of ``_atom_site`` that are no finite number, as
+    written, by column (only columns that have one)."""
+    out: dict[str, list[str]] = {}
+    for column in (_OCCUPANCY, _B_FACTOR):
+        values = set(block.find_values(f"_atom_site.{column}"))
+        if not values or (max(map(len, values)) <= _PLAIN_DIGITS and not _NOT_PLAIN.search(" ".join(values))):
+            continue  # plain numbers below float32's limit: one regex pass, not a float() per value
+        if bad := sorted(v for v in {gemmi.cif.as_string(v) or v for v in values} if _not_finite(v)):
+            out[column] = bad
+    return out
+
+
+def pdb_not_finite(raw: bytes) -> dict[str, list[str]]:
+    """:func:`mmcif_not_finite` of a PDB file's ATOM/HETATM lines (occupancy columns 55-60,
+    B-factor 61-66): numpy flags the lines whose fields hold anything but a plain number's bytes,
+    and only those are read in Python."""
+    buf = np.frombuffer(raw, np.uint8)
+    newlines = np.flatnonzero(buf == ord("\n"))
+    starts = np.concatenate((np.zeros(1, np.int64), newlines + 1))
+    ends = np.append(newlines, buf.size)  # each line's end (its newline, or the file's end)
+    first, last = _PDB_COLUMNS[_OCCUPANCY][0], _PDB_COLUMNS[_B_FACTOR][1]
+    keep = ends - starts > first
+    starts, ends = starts[keep], ends[keep]
+    atom = np.zeros(starts.size, np.bool_)
+    for word in (b"ATOM  ", b"HETATM"):
+        hit = np.ones(starts.size, np.bool_)
+        for k, byte in enumerate(word):
+            hit &= buf[starts + k] == byte
+        atom |= hit
+    starts, ends = starts[atom], ends[atom]
+    flagged = np.zeros(starts.size, np.bool_)
+    for col in range(first, last):
+        inside = starts + col < ends
+        flagged |= inside & ~_PLAIN_NUMBER[buf[np.minimum(starts + col, buf.size - 1)]]
+    out: dict[str, set[str]] = {}
+    for start, end in zip(starts[flagged].tolist(), ends[flagged].tolist(), strict=True):
+        line = raw[start:end].decode("latin-1")
+        for column, (a, b) in _PDB_COLUMNS.items():
+            if _not_finite(field := line[a:b].strip()):
+                out.setdefault(column, set()).add(field)
+    return {column: sorted(values) for column, values in out.items()}
+
+
+def repair_not_finite(st: gemmi.Structure, name: str, written: dict[str, list[str]]) -> list[str]:
+    """Store :data:`OCCUPANCY_IF_NOT_FINITE` / :data:`B_FACTOR_IF_NOT_FINITE` for every atom of
+    ``st`` whose occupancy / B-factor gemmi read as no finite number, when ``written`` (the fields
+    :func:`mmcif_not_finite` / :func:`pdb_not_finite` found) has any; one warning per value."""
+    if not written:
+        return []
+    count = {_OCCUPANCY: 0, _B_FACTOR: 0}
+    first: dict[str, str] = {}
+    for model in st:
+        for chain in model:
+            for res in chain:
+                for atom in res:
+                    for column, value in ((_OCCUPANCY, atom.occ), (_B_FACTOR, atom.b_iso)):
+                        if math.isfinite(value):
+                            continue
+                        if column == _OCCUPANCY:
+                            atom.occ = OCCUPANCY_IF_NOT_FINITE
+                        else:
+                            atom.b_iso = B_FACTOR_IF_NOT_FINITE
+                        count[column] += 1
+                        first.setdefault(column, f"atom {atom.name} of residue {res.name} {res.seqid} in chain "
+                                                 f"{chain.name}")  # fmt: skip
+    warnings = []
+    for column, what, stored in ((_OCCUPANCY, "occupancy", OCCUPANCY_IF_NOT_FINITE),
+                                 (_B_FACTOR, "B-factor", B_FACTOR_IF_NOT_FINITE)):  # fmt: skip
+        if count[column]:
+            shown = ", ".join(repr(v) for v in written.get(column, [])[:3])
+            warnings.append(
+                f"{name}: {what} not a finite number for {count[column]} atom(s) ({shown} in the file; first: "
+                f"{first[column]}): stored as {stored}"
+            )
+    return warnings

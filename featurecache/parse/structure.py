@@ -23,7 +23,12 @@ import numpy as np
 from featurecache.const import ATOM_NAME_CHARS, RES_NAME_CHARS
 from featurecache.errors import EmptyStructureError, InputError, ParseError, UnsupportedFormatError
 from featurecache.parse.a3m import UTF8_BOM
-from featurecache.parse.atom_site import check_atom_site_values
+from featurecache.parse.atom_site import (
+    check_atom_site_values,
+    mmcif_not_finite,
+    pdb_not_finite,
+    repair_not_finite,
+)
 from featurecache.parse.cif_loops import loop_error_hint
 from featurecache.parse.elements import resolve_unknown_elements
 from featurecache.text import first_named
@@ -364,9 +369,11 @@ def _structure_from_block(
         check_atom_site_values(block, name, text)
         st = gemmi.make_structure_from_block(block)
         _check_name_widths(block, st, name)
+        # before the coordinates' check: a NaN occupancy makes its weighted centre NaN too
+        warnings = repair_not_finite(st, name, mmcif_not_finite(block))
         _check_finite(st, name, _mmcif_coordinates(block))
         _retype_connections(block, st)
-        warnings = _add_unlabelled_connections(block, st)
+        warnings += _add_unlabelled_connections(block, st)
         release_date = _mmcif_release_date(block)
         resolution = _resolution(st)
         if math.isnan(resolution):
@@ -746,11 +753,12 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
             raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
     _check_pdb_coordinates(raw, name)
+    warnings = repair_not_finite(st, name, pdb_not_finite(raw))
     _check_finite(st, name)
     resolution = _resolution(st)
     if math.isnan(resolution):
         resolution = _pdb_resolution(text)
-    return RawStructure(st, "pdb", _pdb_release_date(text), resolution)
+    return RawStructure(st, "pdb", _pdb_release_date(text), resolution, tuple(warnings))
 
 
 #: Last column (0-based) of each coordinate field of an ATOM/HETATM line: x 31-38, y 39-46, z 47-54.

@@ -6,12 +6,14 @@ Real files of the corpus, one field edited in memory.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import gemmi
 import pytest
 
 from featurecache.errors import ParseError
-from featurecache.parse.atom_site import MAX_FORMAL_CHARGE
+from featurecache.parse.atom_site import B_FACTOR_IF_NOT_FINITE, MAX_FORMAL_CHARGE, OCCUPANCY_IF_NOT_FINITE
 from featurecache.parse.ccd import _parse_component
 from featurecache.parse.structure import _parse_structure
 from tests.conftest import CCD, STRUCTURES
@@ -109,3 +111,55 @@ def test_residue_numbers_gemmi_reads_are_read() -> None:
             STRUCTURES / "102m.cif", column, value, {"label_atom_id": "CG", "auth_seq_id": "4"}
         )
         assert _parse_structure(data, "102m.cif").structure[0].count_atom_sites() > 0
+
+
+# --------------------------------------------------------------------- #9: occupancy and B-factor
+def _atoms(st: gemmi.Structure) -> list[gemmi.Atom]:
+    return [a for model in st for chain in model for res in chain for a in res]
+
+
+def test_mmcif_occupancy_and_b_factor_that_are_no_finite_number_are_stored_defined_and_warned() -> None:
+    """102m with occupancy nan on every row was stored with every occupancy NaN, no warning."""
+    lines = (STRUCTURES / "102m.cif").read_text().splitlines(keepends=True)
+    header = [line.split()[0] for line in lines if line.startswith("_atom_site.")]
+    occ, b = header.index("_atom_site.occupancy"), header.index("_atom_site.B_iso_or_equiv")
+    rows = [k for k, line in enumerate(lines) if line.startswith(("ATOM", "HETATM"))]
+    for n, k in enumerate(rows):
+        fields = lines[k].split()
+        fields[occ] = "nan"
+        fields[b] = ("inf", "1e400", "-nan")[n % 3] if n % 50 == 0 else fields[b]
+        lines[k] = " ".join(fields) + "\n"
+    raw = _parse_structure("".join(lines).encode(), "102m.cif")
+    atoms = _atoms(raw.structure)
+    assert len(atoms) == len(rows) and all(a.occ == OCCUPANCY_IF_NOT_FINITE for a in atoms)
+    assert sum(a.b_iso == B_FACTOR_IF_NOT_FINITE for a in atoms) == len(rows[::50])
+    assert all(math.isfinite(a.b_iso) for a in atoms)
+    occ_warning, b_warning = (w for w in raw.warnings if "not a finite number" in w)
+    assert occ_warning == (
+        f"102m.cif: occupancy not a finite number for {len(rows)} atom(s) ('nan' in the file; first: atom N of "
+        "residue MET 0 in chain A): stored as 1.0"
+    )
+    assert b_warning.startswith(
+        f"102m.cif: B-factor not a finite number for {len(rows[::50])} atom(s) ('-nan', '1e400', 'inf' in the file; "
+    ) and b_warning.endswith("stored as 0.0")
+
+
+def test_pdb_occupancy_and_b_factor_that_are_no_finite_number_are_stored_defined_and_warned() -> None:
+    lines = (STRUCTURES / "1A8O.pdb").read_bytes().split(b"\n")
+    k = next(i for i, line in enumerate(lines) if line.startswith(b"ATOM"))
+    lines[k] = lines[k][:54] + b"   nan   inf" + lines[k][66:]
+    raw = _parse_structure(b"\n".join(lines), "1A8O.pdb")
+    atom = next(a for a in _atoms(raw.structure) if a.serial == int(lines[k][6:11]))
+    assert (atom.occ, atom.b_iso) == (OCCUPANCY_IF_NOT_FINITE, B_FACTOR_IF_NOT_FINITE)
+    assert [w for w in raw.warnings if "not a finite number" in w] == [
+        "1A8O.pdb: occupancy not a finite number for 1 atom(s) ('nan' in the file; first: atom N of residue ASP 152 "
+        "in chain A): stored as 1.0",
+        "1A8O.pdb: B-factor not a finite number for 1 atom(s) ('inf' in the file; first: atom N of residue ASP 152 "
+        "in chain A): stored as 0.0",
+    ]
+
+
+@pytest.mark.parametrize("name", ["102m.cif", "1A8O.pdb", "5e5z.pdb", "2q2k.cif", "1lzh.pdb.gz"])
+def test_sound_files_get_no_such_warning(name: str) -> None:
+    raw = _parse_structure((STRUCTURES / name).read_bytes(), name)
+    assert not [w for w in raw.warnings if "not a finite number" in w]
