@@ -14,6 +14,14 @@ per-step path reads neither array): it is stored as :data:`OCCUPANCY_IF_NOT_FINI
 :data:`B_FACTOR_IF_NOT_FINITE`, with a parse warning naming the file, the first atom and the
 values as written (review R25a s43 #9).
 
+A file cut at a line's end reads as a whole one: 209d cut after its 200th atom row was stored
+with 2 of its 3 chains, 7DDO.pdb with 1 of 7, no warning. Every writer of mmCIF that featurecache
+has met either closes every category with ``#`` (wwPDB, gemmi's PDBx style, Biopython) or writes
+no ``#`` at all (gemmi's plain style), and a PDB file ends with ``END`` (or ``ENDMDL``, ``MASTER``,
+``CONECT``): a file whose last line is a row of its ``_atom_site`` loop, which no ``#`` closes
+while one closed the category before it, or whose last line is an ATOM / HETATM / ANISOU record,
+gets a parse warning ("cut short?"; :func:`cut_short`), and is stored as read (review R25a s43 #4).
+
 Only the distinct values of a column are looked at (a few for charges), and the rows are walked
 only to name the first bad one, so a sound file costs about a millisecond.
 """
@@ -34,6 +42,7 @@ __all__ = [
     "MAX_FORMAL_CHARGE",
     "OCCUPANCY_IF_NOT_FINITE",
     "check_atom_site_values",
+    "cut_short",
     "formal_charge_problem",
     "mmcif_not_finite",
     "pdb_not_finite",
@@ -257,3 +266,34 @@ def repair_not_finite(st: gemmi.Structure, name: str, written: dict[str, list[st
                 f"{first[column]}): stored as {stored}"
             )
     return warnings
+
+
+#: PDB records a file cut inside its coordinates ends with
+_PDB_ATOM_RECORDS = ("ATOM  ", "HETATM", "ANISOU")
+
+
+def cut_short(text: str, fmt: str, name: str, n_atoms: int) -> str | None:
+    """The warning for a structure ``text`` (``fmt`` ``"mmcif"`` or ``"pdb"``, of ``n_atoms``
+    atoms) that ends where no writer ends a file: inside its ``_atom_site`` loop (no ``#`` or
+    category after its last row), or on an atom record of a PDB file (no ``END``); None otherwise."""
+    body = text.rstrip()
+    last_start = body.rfind("\n") + 1
+    last = body[last_start:]
+    if fmt == "pdb":
+        if not last.startswith(_PDB_ATOM_RECORDS):
+            return None
+        return (f"{name}: no END record, and its last line (line {body.count(chr(10), 0, last_start) + 1}) is an "
+                f"{last[:6].strip()} record: cut short? {n_atoms} atoms read")  # fmt: skip
+    if last.startswith(("#", "_", "loop_", "data_")):
+        return None
+    tag = body.rfind("\n_") + 1  # the last tag: the header of the loop the last line is a row of
+    if not body.startswith("_atom_site.", tag) or re.search(r"^(?:#|loop_|data_|save_)", body[tag:], re.M):
+        return None
+    # only a writer that closes its categories with '#' (wwPDB, gemmi's PDBx style, Biopython) is
+    # known to have closed this one too: gemmi's plain style writes no '#' at all
+    loop = body.rfind("\nloop_", 0, tag)
+    before = body[:loop].rstrip()
+    if loop < 0 or not before[before.rfind("\n") + 1 :].startswith("#"):
+        return None
+    return (f"{name}: the file ends inside its _atom_site loop (its last line is an atom row, with no '#' or "
+            f"category after it): cut short? {n_atoms} atoms read")  # fmt: skip

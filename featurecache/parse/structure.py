@@ -25,6 +25,7 @@ from featurecache.errors import EmptyStructureError, InputError, ParseError, Uns
 from featurecache.parse.a3m import UTF8_BOM
 from featurecache.parse.atom_site import (
     check_atom_site_values,
+    cut_short,
     mmcif_not_finite,
     pdb_not_finite,
     repair_not_finite,
@@ -294,10 +295,14 @@ def _parse_mmcif(raw: bytes, name: str) -> RawStructure:
         hints = [h for h in (loop_error_hint(text, str(exc)), _non_ascii_hint(text)) if h]
         raise ParseError("; ".join([message, *hints]), stage="parse") from exc
     structure = _structure_from_block(block, "mmcif", name, text)
+    warnings = [cut_short(text, "mmcif", name, _n_atoms(structure.structure))]
     if len(doc) > 1:
-        warning = _other_blocks([doc[k].name for k in range(len(doc))], name)
-        return replace(structure, warnings=(*structure.warnings, warning))
-    return structure
+        warnings.append(_other_blocks([doc[k].name for k in range(len(doc))], name))
+    return replace(structure, warnings=(*structure.warnings, *(w for w in warnings if w)))
+
+
+def _n_atoms(st: gemmi.Structure) -> int:
+    return sum(model.count_atom_sites() for model in st)
 
 
 def _non_ascii_hint(text: str) -> str | None:
@@ -755,6 +760,8 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
     _check_pdb_coordinates(raw, name)
     warnings = repair_not_finite(st, name, pdb_not_finite(raw))
     _check_finite(st, name)
+    if cut := cut_short(text, "pdb", name, _n_atoms(st)):
+        warnings.append(cut)
     resolution = _resolution(st)
     if math.isnan(resolution):
         resolution = _pdb_resolution(text)
