@@ -239,13 +239,16 @@ def _check_finite(st: gemmi.Structure, name: str, written: _WrittenCoordinates |
 
 
 def _bad_coordinates(pos: gemmi.Position, fields: tuple[str, str, str] | None) -> str:
-    """What is wrong with a non-finite position: from the fields as written where known."""
+    """What is wrong with a non-finite position: from the fields as written where known (gemmi
+    reads an mmCIF ``inf`` or ``1e400`` as NaN: the file's text, not gemmi's value, is what a
+    user can find in it)."""
     if fields is not None:
         shown = ", ".join(repr(f) for f in fields)
         if any(f in ("?", ".") for f in fields):
             return f"missing coordinates ({shown}: '?' or '.' in the file)"
         if not all(_is_number(f) for f in fields):
             return f"non-numeric coordinates ({shown} in the file)"
+        return f"non-finite coordinates ({shown} in the file)"
     return f"non-finite coordinates ({pos.x}, {pos.y}, {pos.z})"
 
 
@@ -267,6 +270,20 @@ def _mmcif_coordinates(block: gemmi.cif.Block) -> _WrittenCoordinates:
         for row in table:
             if row[0] == serial:
                 x, y, z = (row[k] if row[k] in ("?", ".") else gemmi.cif.as_string(row[k]) for k in (1, 2, 3))
+                return (x, y, z)
+        return None
+
+    return written
+
+
+def _pdb_coordinates(text: str) -> _WrittenCoordinates:
+    """:data:`_WrittenCoordinates` of a PDB file: columns 31-54 of the ATOM/HETATM line whose serial
+    (columns 7-11) is the atom's (read only when a coordinate is bad)."""
+
+    def written(atom: gemmi.Atom) -> tuple[str, str, str] | None:
+        for line in text.splitlines():
+            if line.startswith(("ATOM  ", "HETATM")) and line[6:11].strip() == str(atom.serial):
+                x, y, z = (line[a:b].strip() for a, b in ((30, 38), (38, 46), (46, 54)))
                 return (x, y, z)
         return None
 
@@ -745,7 +762,12 @@ def _pdb_release_date(text: str) -> str:
 def _parse_pdb(raw: bytes, name: str) -> RawStructure:
     text = _text(raw)
     if not re.search(r"^(ATOM  |HETATM)", text, flags=re.M):
-        raise EmptyStructureError("PDB file has no ATOM/HETATM records (header only)", stage="parse")
+        # what the file holds instead: a header cut short, or no PDB file at all (an a3m named .pdb)
+        lines = text.splitlines()
+        first = next((line.strip() for line in lines if line.strip()), "")
+        raise EmptyStructureError(
+            f"{name}: no ATOM/HETATM records ({len(lines)} lines; first line: {first[:60]!r})", stage="parse"
+        )
     try:
         st = gemmi.read_pdb_string(text)
     except (RuntimeError, ValueError) as exc:
@@ -759,7 +781,7 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
     _check_pdb_coordinates(raw, name)
     warnings = repair_not_finite(st, name, pdb_not_finite(raw))
-    _check_finite(st, name)
+    _check_finite(st, name, _pdb_coordinates(text))
     if cut := cut_short(text, "pdb", name, _n_atoms(st)):
         warnings.append(cut)
     resolution = _resolution(st)
