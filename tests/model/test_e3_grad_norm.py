@@ -67,15 +67,16 @@ def test_the_logged_gradient_norm_is_the_models_before_clipping(
 def test_a_non_finite_gradient_norm_with_a_finite_loss_stops_the_run(
     sample_store: Path, tmp_path: Path
 ) -> None:
-    """A start whose distogram head is scaled by 1e20: the loss (~4e20) is finite, the gradients
-    reaching the trunk are ~1e20 and the sum of their squares overflows fp32, so the norm is inf and
+    """A start whose distogram head is scaled by 1e23 (after its first step from zero, the head's
+    weights are about the learning rate): the loss (~2e19) is finite, the gradients reaching the
+    trunk are ~1e20 and the sum of their squares overflows fp32, so the norm is inf and
     clipping scales every gradient by 1/inf = 0. Before, the run went on with zeroed updates and a
     loss that never moved, saying nothing; now it stops at step 0, naming the norm, and keeps no
     checkpoint of what followed."""
     start = tmp_path / "start.pt"
     run_training(sample_store, None, steps=1, log_path=None, checkpoint=start, **SMALL)
     doc = load_checkpoint(start)
-    doc["model"]["distogram.linear.weight"] = doc["model"]["distogram.linear.weight"] * 1e20
+    doc["model"]["distogram.linear.weight"] = doc["model"]["distogram.linear.weight"] * 1e23
     blown = tmp_path / "blown.pt"
     torch.save(doc, blown)
 

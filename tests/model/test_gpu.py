@@ -22,7 +22,7 @@ from featurecache.model.kernels import transition as tr
 from featurecache.model.kernels import triangle as tri
 from featurecache.model.kernels.reference import layernorm_linear_ref, pair_bias_attention_ref, transition_ref
 from featurecache.model.trunk import Trunk
-from tests.model.util import TOL, naive_attention, rel_err
+from tests.model.util import TOL, naive_attention, reinit_zeroed_linears, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
@@ -230,6 +230,8 @@ def test_trunk_fused_matches_reference_under_autocast(record_property: Record) -
     cfg = ModelConfig(n_blocks=2)
     torch.manual_seed(0)
     fused = Trunk(cfg, fused=True).cuda()
+    # the head and the residual outputs start at zero: else only the head's gradients would compare
+    assert reinit_zeroed_linears(fused) == 6 * cfg.n_blocks + 1
     ref = Trunk(cfg, fused=False).cuda()
     ref.load_state_dict(fused.state_dict())
     raw = synthetic_batch(np.random.default_rng(0), 2, 96, msa_rows=16, full=False)
@@ -245,6 +247,8 @@ def test_trunk_fused_matches_reference_under_autocast(record_property: Record) -
     gr = torch.cat([p.grad.flatten() for p in ref.parameters() if p.grad is not None])
     record_property("grad_rel_err", f"{rel_err(gf, gr):.3e}")
     assert rel_err(gf, gr) < 5e-2
+    blocks = torch.cat([p.grad.flatten() for n, p in ref.named_parameters() if n.startswith("blocks.")])
+    assert float(blocks.norm()) > 1e-3 * float(gr.norm())  # the blocks' gradients are compared, not zeros
 
 
 def test_cuda_graph_steps_match_eager_steps(record_property: Record) -> None:

@@ -15,6 +15,7 @@ import torch
 from featurecache.model.batches import synthetic_batch
 from featurecache.model.config import ModelConfig
 from featurecache.model.trunk import InputEmbedder, Trunk
+from tests.model.util import reinit_zeroed_linears
 
 SMALL = ModelConfig(c_token=32, c_pair=32, n_blocks=1, n_heads=2, head_dim=16, n_heads_single=2, relpos_max=3)
 
@@ -80,6 +81,7 @@ def test_atoms_of_one_residue_get_different_distogram_logits() -> None:
     token indices; the trunk must be able to tell them apart (it could not before d_token)."""
     torch.manual_seed(0)
     model = Trunk(SMALL, fused=False)
+    reinit_zeroed_linears(model)  # the head starts at zero: every logit 0, whatever the inputs
     with torch.no_grad():
         logits = model(_batch(ASYM, RES, TOK))[0]
     assert not torch.allclose(logits[1, 2], logits[1, 5]), "atom pairs of one residue are indistinguishable"

@@ -386,12 +386,23 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
     """lr 1e4 makes step 1's loss NaN: the run stops there with an error naming the step, the log
     stays strict JSON (the loss as null). Step 1's loss is computed on the parameters after step 0,
     so the checkpoint after step 0 would hold the diverged model (R2 finding 4): it is not kept, and
-    the error says no checkpoint was (tests/model/test_train_diverged.py: the cases where one is)."""
-    from featurecache.model.train import TrainingError
+    the error says no checkpoint was (tests/model/test_train_diverged.py: the cases where one is).
+    The run starts (--init-from) from weights whose every linear is non-zero: a fresh trunk's head
+    and residual outputs are zero (review R25c s43 #4), so its step 0 moves the head alone and the
+    loss goes NaN a step later."""
+    from featurecache.model.train import TrainingError, make_optimizer, save_checkpoint
+    from featurecache.model.trunk import Trunk
+    from tests.model.util import reinit_zeroed_linears
 
+    torch.manual_seed(0)
+    model = Trunk(TINY, fused=False)
+    assert reinit_zeroed_linears(model) > 0
+    start = save_checkpoint(tmp_path / "start.pt", step=0, model=model, opt=make_optimizer(model, 1e-3), data=None,
+                            meta={"model_config": TINY.to_dict()})  # fmt: skip
     log, ck = tmp_path / "log.json", tmp_path / "ck.pt"
     with pytest.raises(TrainingError, match=r"loss is nan at step 1\b") as caught:
-        run_training(None, None, steps=5, log_path=log, checkpoint=ck, checkpoint_every=1, lr=1e4, **SYNTH)
+        run_training(None, None, steps=5, log_path=log, checkpoint=ck, checkpoint_every=1, lr=1e4, init_from=start,
+                     **SYNTH)  # fmt: skip
     assert "\n" not in str(caught.value) and "no checkpoint was kept" in str(caught.value)
     doc = _strict_json(log)
     assert [r["step"] for r in doc["steps"]] == [0, 1]

@@ -7,6 +7,22 @@ import os
 
 import torch
 
+
+def reinit_zeroed_linears(model: torch.nn.Module) -> int:
+    """Give every linear of ``model`` whose weight is all zero nn.Linear's own init again; returns how
+    many. The trunk zero-initialises its distogram head and its residual branches' output linears
+    (AF2/AF3's "final" init: review R25c s43 #4), so at the start only the head has a non-zero
+    gradient and every block is the identity: a test that compares two trunks' gradients, or needs
+    the inputs to reach the logits, must first make them reach (the random state decides the values:
+    seed it before)."""
+    n = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and not bool(module.weight.any()):
+            module.reset_parameters()
+            n += 1
+    return n
+
+
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 #: where the non-GPU-marked kernel tests run: the CPU under the interpreter, else the GPU
 KERNEL_DEVICE = torch.device("cpu" if INTERPRETING or not torch.cuda.is_available() else "cuda")
