@@ -1255,8 +1255,8 @@ LOG_FIELDS: dict[str, str] = {
     "graphs": "CUDA graphs recorded so far (--cuda-graphs); else null",
     "entry_ids": "the batch's entries",
     "positions": "the batch's positions in the client's sample stream",
-    "crop_methods": "per sample: the cropper that cut it (contiguous, spatial, spatial_interface; null for "
-    "synthetic batches)",
+    "crop_methods": "per sample: the cropper that cut it (contiguous, spatial, spatial_interface; none: the "
+    "entry fit the crop whole); null for synthetic batches",
     "reorder_depth": "per sample: how many earlier samples were still unfinished when it was handed out "
     "(the client's ready-first order)",
     "skipped": "samples the client skipped (failed) since the previous batch",
