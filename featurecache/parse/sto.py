@@ -1,7 +1,8 @@
 """Stockholm alignments (jackhmmer, hmmsearch, Pfam).
 
 ``parse_sto(path)`` reads a file (gzip detected by magic bytes) into :class:`StockholmAlignment`
-objects (a file may hold several, each ending with ``//``); ``_parse_sto(text)`` is the pure core.
+objects (a file may hold several, each ending with ``//``: one that does not is damaged, a file
+cut short); ``_parse_sto(text)`` is the pure core.
 
 * Sequences may be split over several blocks; the pieces are concatenated per name in the order
   the names first appear.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from featurecache.errors import MSAError
 from featurecache.parse.a3m import (
@@ -106,7 +108,7 @@ def parse_sto(path: str | os.PathLike[str], data: bytes | None = None) -> list[S
     """
     text = _sto_text(path, data)
     try:
-        alns = _parse_sto(text)
+        alns = _parse_sto(text, name=Path(path).name)
     except MSAError as exc:
         raise MSAError(str(exc), path=str(path), stage="msa") from exc
     return [_with_path(a, path) for a in alns]
@@ -143,10 +145,15 @@ def _with_path(a: StockholmAlignment, path: str | os.PathLike[str]) -> Stockholm
 _EASEL_GAPS = str.maketrans("_~", "--")
 
 
-def _parse_sto(text: str, upto_damage: bool = False) -> list[StockholmAlignment]:
+def _parse_sto(text: str, upto_damage: bool = False, name: str = "") -> list[StockholmAlignment]:
     """Parse Stockholm text into alignments, one per ``//``-terminated record. A damaged record
     raises :class:`MSAError` naming its line; ``upto_damage``: it ends the list instead, with the
-    rows read before the damage (:func:`readable_alignments`)."""
+    rows read before the damage (:func:`readable_alignments`).
+
+    A last alignment that no ``//`` closes is damaged too: every writer closes each alignment, and
+    jackhmmer's output cut at a row's end (a copy or download that stopped) would otherwise be read
+    as a whole MSA of the rows before the cut, replacing the one an earlier build stored from the
+    whole file (review R25a s43 #5). Its message names ``name`` (the file) and the rows read."""
     out: list[StockholmAlignment] = []
     state = _Record()
     lines = text.splitlines()
@@ -172,9 +179,18 @@ def _parse_sto(text: str, upto_damage: bool = False) -> list[StockholmAlignment]
             raise MSAError(_bad_line(lineno, line, parts, len(out), last))
         state.seen = True
         state.add(parts[0], parts[1], lineno)
-    if state.seqs:  # no "//" closes the last alignment (tolerated), or the damaged one's rows
+    if state.seqs:  # no "//" closes the last alignment, or the damaged one's rows
         out.append(state.finish(len(out), lineno, upto_damage, terminated=False))
+        if not upto_damage:  # rows all of one width (else finish said so): cut at a row's end
+            raise MSAError(_unterminated(name, len(out) - 1, lineno, len(state.seqs)))
     return out
+
+
+def _unterminated(name: str, block: int, end: int, n_rows: int) -> str:
+    """Why a last alignment that no ``//`` closes is refused (:func:`_parse_sto`)."""
+    where = f"{name}: " if name else ""
+    return (f"{where}no '//' closes the alignment{_of_alignment(block)}: the file ends at line {end} after "
+            f"{n_rows} sequence row{'s' if n_rows != 1 else ''}; a file cut short?")  # fmt: skip
 
 
 def _of_alignment(block: int) -> str:

@@ -11,7 +11,7 @@ import pytest
 from Bio import AlignIO
 
 from featurecache.errors import MSAError
-from featurecache.parse.sto import _parse_sto, parse_sto
+from featurecache.parse.sto import _parse_sto, parse_sto, readable_alignments
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real"
 MSAS = REAL / "msas"
@@ -80,12 +80,36 @@ def test_hmmsearch_output_is_template_hits_even_if_a_hit_is_the_query() -> None:
     assert bare.is_template_hits
 
 
-def test_several_alignments_and_missing_terminator() -> None:
-    text = "# STOCKHOLM 1.0\nq AC\nh A-\n//\n# STOCKHOLM 1.0\nq2 GG\n"
+def test_several_alignments() -> None:
+    text = "# STOCKHOLM 1.0\nq AC\nh A-\n//\n# STOCKHOLM 1.0\nq2 GG\n//\n"
     alns = _parse_sto(text)
     assert [a.names for a in alns] == [("q", "h"), ("q2",)]
     assert [a.block for a in alns] == [0, 1]
     assert _parse_sto("") == []
+
+
+def test_a_last_alignment_no_terminator_closes_is_a_file_cut_short(tmp_path: Path) -> None:
+    """Review R25a s43 #5: jackhmmer output cut at a row's end (no '//') was read as a whole MSA
+    of the rows before the cut (2q2k's mgnify_hits.sto cut to its query and 2 rows: MSA depth 3,
+    no warning); only a cut that also left a row short was refused. It is refused now, naming the
+    file and the rows read; what reads of it still names the chains it was meant for."""
+    lines = (MSAS / "openfold" / "2q2k_A" / "mgnify_hits.sto").read_text().splitlines(keepends=True)
+    rows = [k for k, line in enumerate(lines) if line.strip() and not line.startswith(("#", "//"))]
+    cut = tmp_path / "mgnify_hits.sto"
+    cut.write_text("".join(lines[: rows[2] + 1]))
+    with pytest.raises(MSAError) as info:
+        parse_sto(cut)
+    assert str(info.value) == (
+        f"mgnify_hits.sto: no '//' closes the alignment: the file ends at line {rows[2] + 1} after 3 sequence "
+        "rows; a file cut short?"
+    )
+    assert (info.value.path, info.value.stage) == (str(cut), "msa")
+    (aln,) = readable_alignments(cut.read_bytes(), cut)
+    assert len(aln.names) == 3
+    two = "# STOCKHOLM 1.0\nq AC\nh A-\n//\n# STOCKHOLM 1.0\nq2 GG\n"
+    with pytest.raises(MSAError, match=r"^no '//' closes the alignment \(alignment 2 of the file\): the file ends at "
+                       r"line 6 after 1 sequence row; a file cut short\?$"):  # fmt: skip
+        _parse_sto(two)
 
 
 def test_ragged_rows_raise() -> None:
