@@ -23,8 +23,8 @@ Runs after the structure parts (it needs the chains index):
    build is skipped.
 
 Unreadable MSA files become failure rows (stage ``msa``) naming the entry their layout points to,
-and so do empty files (no text: 0 bytes, a truncated download) that the layout names for an entry
-(an empty file named for none is only logged). Such a file is left out: a chain it was meant for
+and so do empty files (no text: 0 bytes, a truncated download; or a Stockholm header without an
+alignment) that the layout names for an entry (an empty file named for none is only logged). Such a file is left out: a chain it was meant for
 gets its MSA from its other files, keeps the MSA an earlier build stored, or, with neither, gets
 the single-sequence MSA (``entries.msa_coverage`` says so); the failure's message says which. The
 chains it was meant for: those its layout names, and those whose sequence is a query the file
@@ -1140,8 +1140,8 @@ def _scan_failures(
     aliases: dict[str, list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Failure rows of the scanned files that cannot be used: unreadable ones, and empty ones (no
-    text) that the layout names for an entry of the store (an empty file named for none is logged
-    only). The chains a file was meant for: those its layout names, and those whose sequence is a
+    text, or a Stockholm header alone) that the layout names for an entry of the store (an empty
+    file named for none is logged only). The chains a file was meant for: those its layout names, and those whose sequence is a
     query that still read of it (``FileScan.alignments`` of a failed file; by sequence hash: every
     chain of that sequence shares its MSA); ``entry_id``: the layout's entry, else the first such
     chain's. ``left_out(rel, chain rows)``: what the file's leaving out means for them
@@ -1149,7 +1149,7 @@ def _scan_failures(
     out = []
     unnamed_empty: list[str] = []
     for s in scans:
-        empty = not s.error_class and s.fmt == "empty"
+        empty = not s.error_class and (s.fmt == "empty" or _header_only(s))
         if not s.error_class and not empty:
             continue
         hints = _hints(s.rel, entry_ids, aliases)
@@ -1161,7 +1161,10 @@ def _scan_failures(
             if not entry:
                 unnamed_empty.append(s.rel)
                 continue
-            reason = "empty file (0 bytes)" if s.size == 0 else f"empty file ({s.size} bytes, no text)"
+            if _header_only(s):
+                reason = f"Stockholm header but no alignment ({s.size} bytes, no sequence row)"
+            else:
+                reason = "empty file (0 bytes)" if s.size == 0 else f"empty file ({s.size} bytes, no text)"
             message = (
                 f"{reason}: a truncated download or a search that wrote nothing?; {left_out(s.rel, rows)}"
             )
@@ -1190,9 +1193,15 @@ def _scan_failures(
         )
     if unnamed_empty:
         shown = first_named(unnamed_empty, 5)
-        log.warning("%d empty MSA file(s) (no text) whose path names no entry of the store, left out: %s",
-                    len(unnamed_empty), shown)  # fmt: skip
+        log.warning("%d empty MSA file(s) (no text, or a Stockholm header alone) whose path names no entry of "
+                    "the store, left out: %s", len(unnamed_empty), shown)  # fmt: skip
     return out
+
+
+def _header_only(s: FileScan) -> bool:
+    """A Stockholm file that reads but holds no sequence row (``# STOCKHOLM 1.0`` alone, or with
+    ``//``): a truncated download as an empty file is, failed as one (review R25a s43 #6)."""
+    return s.fmt == "sto" and not s.alignments and not s.n_template_hits
 
 
 #: chains named in one failure message, at most
