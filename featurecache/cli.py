@@ -987,9 +987,19 @@ def train(
             "--lr",
             help="Learning rate of the optimizer: torch's AdamW with its defaults otherwise (betas 0.9, 0.999, "
             "eps 1e-8, weight decay 0.01 on every parameter, LayerNorms and embeddings included); the rate "
-            "is constant (no warm-up, no schedule) and the gradient norm is clipped at 1.0 every step.",
+            "is constant (no warm-up, no schedule) and the gradient norm is clipped to --clip-grad-norm.",
         ),
     ] = 1e-3,
+    clip_grad_norm: Annotated[
+        float,
+        typer.Option(
+            "--clip-grad-norm",
+            help="Clip each step's total gradient norm to this (torch's clip_grad_norm_); AF3's 10 by default. "
+            "Each step record says whether it was clipped, the summary the share of clipped steps. A resumed "
+            "run takes this value, not the checkpoint's, and warns when they differ (checkpoints of runs "
+            "before this option clipped at 1.0).",
+        ),
+    ] = 10.0,
     checkpoint: Annotated[
         Path | None,
         typer.Option(
@@ -1036,7 +1046,7 @@ def train(
 each step field means and its unit); checkpoints with --checkpoint, continues a run with --resume.
 
     Optimizer: AdamW (torch defaults: betas 0.9/0.999, weight decay 0.01 on every parameter) at a constant \
---lr, no warm-up or schedule, gradients clipped to norm 1.0. --seed also seeds the model's initialisation.
+--lr, no warm-up or schedule, gradients clipped to --clip-grad-norm (10, AF3's). --seed also seeds the model's initialisation.
 
     Several GPUs: torchrun --standalone --nproc-per-node 2 -m featurecache.cli train ... --log-file LOG. Each \
 rank trains on its share of the sample stream, the gradients are averaged, rank 0 writes LOG and the \
@@ -1082,8 +1092,9 @@ stderr says how to continue).
         doc = run_training(
             store=store, url=url, steps=steps, crop_size=crop, device=device, batch_size=batch_size,
             fused=fused, log_path=log, seed=seed, workers=workers, pad_multiple=pad_multiple, compile=compile,
-            cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every, resume=resume, config=config, token=token, max_atoms=max_atoms,
+            cuda_graphs=cuda_graphs, prefetch=prefetch, pool=pool, lr=lr, clip_grad_norm=clip_grad_norm,
+            checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, config=config, token=token,
+            max_atoms=max_atoms,
             init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
             weighting=weighting, crop_weights=weights, max_msa_rows=max_msa_rows, pair_msa=pair_msa,
             crop_whole_groups=crop_whole_groups, in_order=in_order,

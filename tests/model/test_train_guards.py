@@ -612,7 +612,8 @@ def test_a_cpu_crop_that_cannot_fit_in_memory_is_refused_before_training(
 
 
 @pytest.mark.parametrize(("option", "value", "words"), [("--seed", "-1", "--seed must be ≥ 0"),
-                                                        ("--workers", "0", "--workers must be ≥ 1")])  # fmt: skip
+                                                        ("--workers", "0", "--workers must be ≥ 1"),
+                                                        ("--clip-grad-norm", "0", "--clip-grad-norm must be")])  # fmt: skip
 def test_train_cli_refuses_a_negative_seed_and_no_workers(
     sample_store: Path, tmp_path: Path, option: str, value: str, words: str
 ) -> None:
@@ -623,6 +624,20 @@ def test_train_cli_refuses_a_negative_seed_and_no_workers(
     err = proc.stderr
     assert proc.returncode == 2, err[-2000:]
     assert words in err and "Traceback" not in err, err[-2000:]
+
+
+def test_train_cli_clips_at_the_norm_it_is_given(sample_store: Path, tmp_path: Path) -> None:
+    """``--clip-grad-norm`` reaches the loop: the log header records the value given, and a step is
+    marked clipped exactly when its gradient norm is above it (a norm far below every step's, so
+    every trained step is clipped; the CLI had no such option, and always clipped at the default)."""
+    log = tmp_path / "log.json"
+    proc = cli_in_process("train", "--store", str(sample_store), "--device", "cpu", "--crop", "16", "--steps", "2",
+                          "--workers", "1", "--clip-grad-norm", "1e-6", "--log", str(log))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = _strict_json(log)
+    assert doc["clip_grad_norm"] == 1e-6
+    trained = [r for r in doc["steps"] if r["loss"] is not None]
+    assert trained and all(r["clipped"] and r["grad_norm"] > 1e-6 for r in trained), doc["steps"]
 
 
 def test_the_cpu_memory_check_reads_a_services_entries_as_a_stores(
