@@ -35,6 +35,7 @@ from benchmarks.harness import Bench
 from featurecache.client.schema import MODEL_INPUT_KEYS
 from featurecache.model.batches import synthetic_batch
 from featurecache.model.config import ModelConfig
+from featurecache.model.train import DEFAULT_CLIP_GRAD_NORM
 from featurecache.model.trunk import Trunk
 from featurecache.plan.memory import estimate_step
 from featurecache.plan.planner import DEFAULT_HEADROOM
@@ -86,7 +87,7 @@ def measure(cfg: ModelConfig, crop: int, msa_rows: int, fused: bool, steps: int)
             saved = sum(storages.values())
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), DEFAULT_CLIP_GRAD_NORM)
         opt.step()
         float(loss.item())
         torch.cuda.synchronize(dev)

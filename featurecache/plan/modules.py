@@ -517,7 +517,7 @@ def distogram_loss(L: Ledger, d: Shapes, z: int) -> Callable[[], int]:
     L.drop(lg16)
     logits = L.new(E * bins * 4)  # logits + logits^T
     L.drop(lg, z)
-    dist = L.new(E * 4)  # cdist
+    dist = L.new(E * 8)  # cdist, float64 (model.trunk.distogram_target)
     target = L.new(E * 8)  # bucketize (saved by nll_loss)
     L.drop(dist)
     pair = L.new(E)
