@@ -83,6 +83,7 @@ from featurecache.const import (
 )
 from featurecache.errors import EmptyStructureError, TokenizeError
 from featurecache.featurize.seqhash import sequence_hash
+from featurecache.text import first_named
 from featurecache.types import Atom, Chain, Token
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ def tokenize(
     warnings: list[str] = []
     if fmt == "pdb":
         _name_blank_chains(st, warnings)
+        _waters_after_polymer(st, warnings)
     else:
         _require_label_asym_ids(st)
     if fmt == "pdb" or not st.entities:
@@ -319,6 +321,32 @@ def _name_blank_chains(st: gemmi.Structure, warnings: list[str]) -> None:
     n_residues = sum(len(ch) for ch in blank)
     warnings.append(f"{n_residues} residues have a blank chain ID: named chain {name}, the first ID that no "
                     "chain or SEQRES of the file uses")  # fmt: skip
+
+
+def _waters_after_polymer(st: gemmi.Structure, warnings: list[str]) -> None:
+    """Move the waters that a PDB chain lists before one of its ATOM records to the chain's end,
+    in place, with a warning naming them (review R25a s43 #7).
+
+    gemmi's ``setup_entities`` ends a PDB chain's polymer at its first residue that is tabulated
+    and cannot link (``infer_polymer_end``), so one HOH among the ATOM records made every residue
+    after it a ligand chain of its own (1A8O with one such line: 57 chains, 559 tokens instead of 1
+    and 70), while the polymer kept them as unresolved. Waters are dropped from the tokens anyway;
+    after the chain's last ATOM record they end nothing (wwPDB files list them there).
+    """
+    for ch in st[0]:
+        last_atom = max((i for i, r in enumerate(ch) if r.het_flag == "A" and r.name not in WATER_NAMES),
+                        default=-1)  # fmt: skip
+        inside = [i for i in range(last_atom) if ch[i].name in WATER_NAMES]
+        if not inside:
+            continue
+        where = [f"{ch[i].name} {ch[i].seqid}" + (f" after {ch[i - 1].name} {ch[i - 1].seqid}" if i else "")
+                 for i in inside]  # fmt: skip
+        for i in inside:  # appended copies first: the indices stay those of the originals
+            ch.add_residue(ch[i])
+        for i in reversed(inside):
+            del ch[i]
+        warnings.append(f"chain {ch.name}: {len(inside)} water residue(s) among the ATOM records of its polymer "
+                        f"({first_named(where, 3)}): read as waters after the polymer, which stays one chain")  # fmt: skip
 
 
 def _require_label_asym_ids(st: gemmi.Structure) -> None:
