@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +34,15 @@ def cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _train(store: Path, cfg: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "featurecache.cli", "train", "--store", str(store), "--crop", "16", "--device",
-           "cpu", "--workers", "1", "--model-config", str(cfg), *map(str, args)]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
-def _refused(store: Path, cfg: Path, *args: str | Path) -> CliRun:
-    """:func:`_train` for a run the test expects refused before it trains: the same CLI, in this process."""
+def _train(store: Path, cfg: Path, *args: str | Path) -> CliRun:
+    """``featurecache train`` at this file's settings, in this process (:func:`cli_in_process`: a
+    process of its own cost ~2 s of imports per run, and these tests make ~14 short runs)."""
     return cli_in_process("train", "--store", str(store), "--crop", "16", "--device", "cpu", "--workers", "1",
                           "--model-config", str(cfg), *map(str, args))  # fmt: skip
+
+
+#: a run the test expects refused before it trains: the same command
+_refused = _train
 
 
 def _error(done: CliRun) -> str:
@@ -68,7 +65,7 @@ def _steps(log: Path) -> list[dict[str, Any]]:
     return [{k: r[k] for k in SAME} for r in json.loads(log.read_text())["steps"]]
 
 
-def _ok(done: subprocess.CompletedProcess[str]) -> None:
+def _ok(done: CliRun) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
