@@ -141,8 +141,10 @@ SCHEMA_VERSION = 1
 #: polymer's modified residue, which are polymer–polymer (review R11 s39 #3). "0.9.0": altlocs and
 #: microheterogeneity resolved as AF3's ``ResolveMmcifAltLocs`` (the residue of highest occupancy,
 #: and an atom modelled only under another altloc letter kept), and polymer chains made only of
-#: unknown residues (UNK, N, DN) removed, as AF3 removes them (review R20 #1-#3).
-FEATURIZER_VERSION = "0.9.0"
+#: unknown residues (UNK, N, DN) removed, as AF3 removes them (review R20 #1-#3). "0.9.1": waters
+#: among a PDB chain's ATOM records are read after its polymer (gemmi ended the polymer at the first
+#: water, and every residue after it became a ligand chain: review R25a s43 #7).
+FEATURIZER_VERSION = "0.9.1"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a
