@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR
+from featurecache.store.leftovers import leftover_note
 from featurecache.store.versions import (
     MSA_STAGES_KEY,
     VERSIONS_KEY,
@@ -337,8 +338,9 @@ def print_info(
     """Print the store's summary; ``failures``: every failure row (else the first 100); ``warnings``:
     every warning row (entry, stage, message, file; else only their count and by stage). Returns
     :func:`index_lag`'s lines, the featurizer versions' (``versions.version_notes``: data of
-    another version than this code's, or of several) and the MSA stages' (``versions.msa_stage_notes``:
-    MSAs merged by an older stage), for the caller to show as warnings (on stderr)."""
+    another version than this code's, or of several), the MSA stages' (``versions.msa_stage_notes``:
+    MSAs merged by an older stage) and what killed commands left (``leftovers.leftover_note``),
+    for the caller to show as warnings (on stderr)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -349,6 +351,8 @@ def print_info(
     info = store.info()
     lag = index_lag(store, info["held_parts"]) + version_notes(info[VERSIONS_KEY], str(store.path))
     lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
+    leftovers = leftover_note(store.path)  # (their bytes are in the size: bytes.total)
+    lag += [leftovers] if leftovers is not None else []
     rows = store.failures.to_pylist()
     warning_rows = store.warnings.sort_by([("entry_id", "ascending")]).to_pylist() if warnings else []
     if as_json:

@@ -18,7 +18,10 @@ STORE/
                                  their group attribute FILL_ONLY_SHARDS lists the shard files
                                  zarr did not write (every value the fill value): any other
                                  missing shard file is damage
-  parts/.tmp-*                   parts being written (ignored by readers, removed on the next build)
+  parts/.tmp-*                   parts being written (ignored by readers, removed on the next build);
+                                 .tmp-pruned-*: parts a prune set aside to delete, .tmp-removing-*:
+                                 ones being deleted (store/leftovers.py removes what a killed command left)
+  .index-saved-*/                the index's files kept while a prune or verify --repair rewrites it
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ PARTS_DIR = "parts"
 PART_INDEX_DIR = "_index"
 PART_DONE_FILE = "part.json"  # written last inside the temp dir, before the rename
 TMP_PREFIX = ".tmp-"
+#: ``parts/.tmp-pruned-<part>-<hex>``: a part a prune has set aside to delete (outside every index)
+PRUNED_PREFIX = f"{TMP_PREFIX}pruned-"
+#: ``parts/.tmp-removing-<hex>``: a directory renamed out of the way to be deleted
+REMOVING_PREFIX = f"{TMP_PREFIX}removing-"
+#: ``STORE/.index-saved-<hex>/``: the index's files (hard links) while a prune or repair rewrites it
+SAVED_INDEX_PREFIX = ".index-saved-"
 #: Attribute of an MSA or component part's group: the shard files (paths relative to the part)
 #: zarr left unwritten because they hold only the fill value (``write_empty_chunks`` is off). An
 #: MSA strip or record array can legitimately be all zero, so without this list a deleted shard

@@ -45,6 +45,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -76,10 +77,13 @@ from featurecache.store.layout import (
     PART_DONE_FILE,
     PART_INDEX_DIR,
     PARTS_DIR,
+    PRUNED_PREFIX,
+    REMOVING_PREFIX,
+    SAVED_INDEX_PREFIX,
     STRUCTURE_PART_PREFIX,
-    TMP_PREFIX,
     part_name,
 )
+from featurecache.store.leftovers import Removed, clean_leftovers, find_leftovers, freed_bytes
 from featurecache.store.root import BuildLock, check_store_dir, lock_holder
 
 log = logging.getLogger(__name__)
@@ -96,6 +100,10 @@ class PruneResult:
     entries: list[str] = field(default_factory=list)
     #: --sources-gone: each MSA removed, named by the chains that use it ("1psm/A")
     msas: list[str] = field(default_factory=list)
+    #: the parts among ``parts`` that an earlier prune, interrupted, had set aside to delete
+    #: (``parts/.tmp-pruned-*``), deleted by this one (``bytes`` counts them, and the other
+    #: leftovers of killed commands it deleted: :mod:`featurecache.store.leftovers`)
+    interrupted_earlier: list[str] = field(default_factory=list)
 
 
 def unused_parts(
@@ -171,8 +179,17 @@ def prune_store(
     part is first renamed to a temp name readers and builds ignore, the index is rebuilt from
     the remaining parts (its tables are the ones it had), then the parts are deleted.
 
+    What a killed prune or repair left (the parts it had set aside, its copy of the index; also a
+    killed build's temp parts: :mod:`featurecache.store.leftovers`) is deleted first, and the parts
+    an interrupted prune had set aside are counted among the removed ones (``interrupted_earlier``;
+    a dry run lists them). A Ctrl-C or SIGTERM logs one line saying what state the store is left in
+    (:func:`_interrupted_line`), then goes on as it would have (KeyboardInterrupt; SIGTERM ends the
+    process, by the signal).
+
     ``sources_gone`` (a ``--pdb-dir``; ``msa_dir``: a ``--msa-dir``, only with it): first remove
     from the index the entries and MSAs whose source files are gone from them (module docstring)."""
+    from featurecache.signals import quiet_on_sigint
+
     root = Path(root)
     check_store_dir(root)
     if not (root / "zarr.json").is_file():
@@ -182,7 +199,54 @@ def prune_store(
     for d, what in ((sources_gone, "--sources-gone"), (msa_dir, "--msa-dir")):
         if d is not None and not Path(d).is_dir():
             raise UsageError(f"{what} {d}: no such directory")
+    step = ["check"]  # how far it got (the interrupt's line says what that leaves)
+    with quiet_on_sigint(prefixes=(), sigterm=_PruneTerminated):
+        try:
+            return _prune(root, dry_run, sources_gone, msa_dir, step)
+        except KeyboardInterrupt as exc:
+            log.warning("%s", _interrupted_line(root, step[0], dry_run))
+            if not isinstance(exc, _PruneTerminated):
+                raise
+    # SIGTERM: its default action again (quiet_on_sigint put it back), now that the lock is released
+    # and the line written: the process ends by the signal, as it would have without the line
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    signal.raise_signal(signal.SIGTERM)
+    raise AssertionError("SIGTERM did not end the process")  # (its action was the default)
+
+
+class _PruneTerminated(KeyboardInterrupt):
+    """SIGTERM during a prune, raised where a Ctrl-C's KeyboardInterrupt is (:func:`prune_store`)."""
+
+
+def _interrupted_line(root: Path, step: str, dry_run: bool) -> str:
+    """The one line for a prune that a signal stopped at ``step``: what state the store is in."""
+    import shlex
+
+    again = f"`featurecache prune {shlex.quote(str(root))}`"
+    if dry_run or step == "check":
+        return f"interrupted: no part was removed and what {root} serves is unchanged"
+    if step == "removals recorded":
+        return (f"interrupted: the removal of the entries and MSAs whose source files are gone is recorded; no part "
+                f"was deleted: run {again} to delete those left unused")  # fmt: skip
+    if step == "removals":
+        return ("interrupted while recording the removal of the entries and MSAs whose source files are gone: "
+                "part of it may be recorded (the next rebuild of the index takes it in); run the same prune again "
+                "to finish it")  # fmt: skip
+    n = sum(f.kind == "pruned" for f in find_leftovers(root))
+    if not n:
+        return f"interrupted: what {root} serves is unchanged; the parts it was removing are gone"
+    return (f"interrupted: what {root} serves is unchanged (no part the index uses was removed); {n} part(s) set "
+            f"aside to be deleted are still in {root / PARTS_DIR}/{PRUNED_PREFIX}*: run {again} again to delete "
+            "them")  # fmt: skip
+
+
+def _prune(
+    root: Path, dry_run: bool, sources_gone: Path | None, msa_dir: Path | None, step: list[str]
+) -> PruneResult:
+    """:func:`prune_store`'s work, once its arguments are checked; ``step[0]``: how far it got."""
     with _lock_unless_listing(root, dry_run):
+        earlier = _interrupted_earlier(root, dry_run)
         extra: dict[str, pa.Table] = {}
         later: list[str] = []
         gone_entries: list[dict[str, str]] = []
@@ -196,10 +260,12 @@ def prune_store(
             if not dry_run and later:
                 from featurecache.build.discover import resolved
 
+                step[0] = "removals"
                 write_removals(
                     root, later, gone_entries, gone_msas, str(resolved(Path(sources_gone))),
                     str(resolved(Path(msa_dir))) if msa_dir is not None else "",
                 )  # fmt: skip
+                step[0] = "removals recorded"
                 log.info("removed from the index: %d entr(ies) and %d MSA(s) whose source files are gone "
                          "(parts %s)", len(gone_entries), len(gone_msas), ", ".join(later))  # fmt: skip
                 extra, later = {}, []
@@ -209,17 +275,21 @@ def prune_store(
         result = PruneResult([p.name for p in unused], sum(dir_bytes(p) for p in unused), dry_run)
         result.entries = [r["id"] for r in gone_entries]
         result.msas = [r["chains"] for r in gone_msas]
+        result.interrupted_earlier = [r.leftover.part for r in earlier if r.leftover.kind == "pruned"]
+        result.parts = result.interrupted_earlier + result.parts
+        result.bytes += sum(r.bytes for r in earlier)
         if dry_run or not unused:
             return result
         moved: list[tuple[Path, Path]] = []
         saved = save_index(root)
+        step[0] = "move"
         try:
             for p in unused:
-                target = root / PARTS_DIR / f"{TMP_PREFIX}pruned-{p.name}-{uuid.uuid4().hex[:8]}"
+                target = root / PARTS_DIR / f"{PRUNED_PREFIX}{p.name}-{uuid.uuid4().hex[:8]}"
                 p.rename(target)
                 moved.append((p, target))
-            # whatever was moved is out of every index (the next build's leftover cleanup deletes
-            # it if this process dies before the rmtree below)
+            # whatever was moved is out of every index (the next prune, or build, deletes it if
+            # this process dies before the rmtree below: store.leftovers)
             rebuild_index(root)
         except (OSError, StoreError) as exc:
             # an index that cannot be written: the parts go back, so the index still lists only
@@ -228,11 +298,25 @@ def prune_store(
                 with contextlib.suppress(OSError):
                     target.rename(p)
             raise _failed(exc, root, restore_index(saved)) from exc
+        except KeyboardInterrupt:
+            # the index is the one it was, or one of the same tables (its files are named by their
+            # contents' generation): the saved copy is of no use, the parts moved so far the next
+            # prune deletes
+            drop_saved_index(saved)
+            raise
         drop_saved_index(saved)
         for _p, target in moved:
             shutil.rmtree(target, ignore_errors=True)
     log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
     return result
+
+
+def _interrupted_earlier(root: Path, dry_run: bool) -> list[Removed]:
+    """What killed commands left in the store (:mod:`~featurecache.store.leftovers`): deleted (the
+    caller holds the lock), or for a dry run only listed, with the bytes deleting it frees."""
+    if not dry_run:
+        return clean_leftovers(root)
+    return [Removed(f, freed_bytes(f.path)) for f in find_leftovers(root)]
 
 
 def _listed_of_missing_parts(root: Path) -> dict[str, dict[str, list[str]]]:
@@ -323,7 +407,7 @@ def save_index(root: Path) -> SavedIndex:
     """Keep the index's files aside before a change; StoreError (nothing changed) if it cannot."""
     root = Path(root)
     index = root / INDEX_DIR
-    where = root / f".index-saved-{uuid.uuid4().hex[:8]}"
+    where = root / f"{SAVED_INDEX_PREFIX}{uuid.uuid4().hex[:8]}"
     try:
         where.mkdir()
         for f in sorted(index.iterdir()) if index.is_dir() else []:
@@ -400,7 +484,7 @@ def write_removals(
         rebuild_index(root)
     except (OSError, StoreError) as exc:
         for part in written:
-            doomed = part.with_name(f"{TMP_PREFIX}removing-{uuid.uuid4().hex[:8]}")
+            doomed = part.with_name(f"{REMOVING_PREFIX}{uuid.uuid4().hex[:8]}")
             with contextlib.suppress(OSError):
                 part.rename(doomed)
                 shutil.rmtree(doomed, ignore_errors=True)

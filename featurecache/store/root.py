@@ -1,4 +1,5 @@
-"""Create or open the store root for writing: root group attributes, lock, leftover cleanup."""
+"""Create or open the store root for writing: root group attributes, lock, leftover cleanup
+(:mod:`featurecache.store.leftovers`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -31,7 +30,8 @@ from featurecache.const import (
     STORE_FORMAT_VERSION,
 )
 from featurecache.errors import StoreError, StoreVersionError
-from featurecache.store.layout import FILL_ONLY_SHARDS, INDEX_DIR, PARTS_DIR, TMP_PREFIX
+from featurecache.store.layout import FILL_ONLY_SHARDS, INDEX_DIR, PARTS_DIR
+from featurecache.store.leftovers import remove_leftovers as remove_leftovers
 from featurecache.store.shards import ShardReader
 
 log = logging.getLogger(__name__)
@@ -133,41 +133,6 @@ def _now() -> str:
 def mark_updated(root: Path) -> None:
     """Set the root group's ``updated`` attribute to now (a build calls it when it finishes)."""
     zarr.open_group(str(root), mode="a").attrs.update({"updated": _now()})
-
-
-def remove_leftovers(root: Path) -> int:
-    """Delete temp parts of killed builds (never visible to readers). Returns how many temp dirs.
-
-    A task of the killed build may still be writing one of them (see ``store.writer``): every
-    sentinel file (``.tmp-*`` that is not a dir) goes first, so that task can no longer commit;
-    each dir is then renamed away in one step before it is deleted, so that task's commit either
-    happened before (a complete part) or finds no dir to rename, never a half-deleted one. What
-    that task writes afterwards recreates a dir the next build removes.
-    """
-    parts = Path(root) / PARTS_DIR
-    if not parts.is_dir():
-        return 0
-    leftovers = [p for p in parts.iterdir() if p.name.startswith(TMP_PREFIX)]
-    dirs = []
-    for p in leftovers:
-        if p.is_dir() and not p.is_symlink():
-            dirs.append(p)
-        else:
-            p.unlink(missing_ok=True)
-    n = 0
-    for p in dirs:
-        doomed = p.with_name(f"{TMP_PREFIX}removing-{uuid.uuid4().hex[:8]}")
-        try:
-            os.rename(p, doomed)
-        except FileNotFoundError:
-            continue  # committed (or removed) meanwhile by the task writing it
-        except OSError:
-            doomed = p
-        shutil.rmtree(doomed, ignore_errors=True)
-        n += 1
-    if n:
-        log.info("removed %d incomplete part(s) left by an interrupted build", n)
-    return n
 
 
 #: how long a refused lock attempt keeps trying before it reports the holder: a holder that is

@@ -51,6 +51,7 @@ from featurecache.store.layout import (
     content_hash,
     group_hashes,
 )
+from featurecache.store.leftovers import clean_leftovers
 from featurecache.store.reader import LocalStore, open_store
 from featurecache.store.root import array_metadata, array_names, fill_only_shards, shard_files
 from featurecache.store.versions import msa_stage_notes, part_record, store_versions, version_notes
@@ -789,6 +790,9 @@ def repair_store(
 
     root = Path(path)
     with BuildLock(root, "verify --repair"):
+        # what a killed prune or repair left (its copy of the index, parts set aside to delete):
+        # whoever wrote it is dead while this holds the lock (store.leftovers)
+        clean_leftovers(root)
         sound: set[tuple[Any, ...]] = set()
         report = verify_report(root, progress, workers, sound)
         result = RepairResult(report)
