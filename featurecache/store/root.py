@@ -420,6 +420,9 @@ class PartArrays:
         #: array is closed: parts never change, and a dtype is a few hundred bytes)
         self._dtypes: dict[tuple[str, str, np.dtype], np.dtype] = {}
         self._lock = threading.Lock()
+        #: the part directories there when this was made (when its reader opened the store): a
+        #: part gone since was deleted meanwhile (a prune), one missing already is damage (:meth:`_gone`)
+        self._parts_at_open = _names_in(self._parts)
 
     def get(self, part: str, name: str) -> zarr.Array:
         return self._open(part, name).array
@@ -544,17 +547,35 @@ class PartArrays:
                 )
 
     def _gone(self, part: str) -> str:
-        """What a read of ``part`` adds when the whole part directory is gone: the index this process
-        opened names a part that a prune (or a repair) deleted since, not damage."""
+        """What a read of ``part`` adds when the whole part directory is gone: when it was there as
+        the store was opened, the index this process read names a part that a prune (or a repair)
+        deleted since, not damage; when it was missing already, the index lists a part that is
+        gone, which reopening does not mend."""
         if (self._parts / part).is_dir():
             return ""
-        return (f"; the whole part {part} is gone from {self._parts.parent}, deleted after this process "
-                "opened the store (a `featurecache prune` or `verify --repair`): open the store again")  # fmt: skip
+        store = self._parts.parent
+        if part in self._parts_at_open:
+            return (f"; the whole part {part} is gone from {store}, deleted after this process opened the store (a "
+                    "`featurecache prune` or `verify --repair`): open the store again")  # fmt: skip
+        import shlex
+
+        q = shlex.quote(str(store))
+        return (f"; the whole part {part} is gone from {store}: the index lists it, but it was missing already when "
+                f"this process opened the store (deleted by hand, or lost): `featurecache verify {q}` names what "
+                f"it held, `featurecache verify {q} --repair` and a build rebuild it")  # fmt: skip
 
     def clear(self) -> None:
         with self._lock:
             self._arrays.clear()
             self._fill_only.clear()
+
+
+def _names_in(directory: Path) -> frozenset[str]:
+    """The names in ``directory`` (empty when it cannot be listed): one ``listdir``, no ``stat``."""
+    try:
+        return frozenset(os.listdir(directory))
+    except OSError:
+        return frozenset()
 
 
 def fill_only_shards(part_dir: Path) -> frozenset[str] | None:
