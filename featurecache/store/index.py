@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -224,12 +225,22 @@ def write_table(path: Path, table: pa.Table, *, compression: str | None = None) 
             writer.write_table(table.slice(start, BATCH_ROWS).combine_chunks())
 
 
+#: the name zarr gives a file while it writes it (``zarr.storage._local._atomic_write``: the
+#: name's last suffix replaced by ``.<uuid hex>.partial``)
+_ZARR_TEMP = re.compile(r"^(.*)\.[0-9a-f]{32}\.partial$")
+
+
 def store_write_error(exc: OSError, where: Path | str) -> StoreError:
     """The one-line StoreError (exit 3) for a write to the store that the OS refused (no space,
     a file-size limit, a read-only or immutable file, a quota): ``cannot write the store at FILE:
     REASON``, the file the OS names, else ``where`` (zarr's and Arrow's writes name none), and the
     OS's reason for its errno (Arrow's own message repeats its call and the file)."""
     path = exc.filename if isinstance(exc.filename, (str, os.PathLike)) and exc.filename else where
+    # zarr writes each file to a temp name first ("zarr.json" as "zarr.<uuid>.partial", a chunk "0" as
+    # "0.<uuid>.partial"), and the OS names that: the file it replaces is the one the user can find
+    temp = _ZARR_TEMP.match(Path(path).name)
+    if temp is not None:
+        path = Path(path).with_name("zarr.json" if temp[1] == "zarr" else temp[1])
     reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
     return StoreError(f"cannot write the store at {os.fspath(path)}: {reason}")
 

@@ -130,9 +130,23 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def mark_updated(root: Path) -> None:
-    """Set the root group's ``updated`` attribute to now (a build calls it when it finishes)."""
-    zarr.open_group(str(root), mode="a").attrs.update({"updated": _now()})
+def mark_updated(root: Path) -> bool:
+    """Set the root group's ``updated`` attribute to now (a build calls it when it finishes).
+
+    A root the OS refuses to write now (made read-only or immutable, a full disk) is a WARNING
+    naming ``STORE/zarr.json``, not an error (False): the attribute is only shown (``info``), and
+    :func:`init_store` set it when the build started, so what is lost is the time of its end; the
+    parts and the index, written before, are complete. The next build into the store, which must
+    write the root, is refused at its start (:func:`init_store`)."""
+    from featurecache.store.index import store_write_error
+
+    try:
+        zarr.open_group(str(root), mode="a").attrs.update({"updated": _now()})
+    except OSError as exc:
+        log.warning("%s: the store is complete, but its `updated` time stays that of this build's start; the next "
+                    "build into it needs %s writable", store_write_error(exc, Path(root) / "zarr.json"), root)  # fmt: skip
+        return False
+    return True
 
 
 #: how long a refused lock attempt keeps trying before it reports the holder: a holder that is
