@@ -944,8 +944,10 @@ def _remove_again(root: Path, listed: tuple[set[str], set[str]], result: RepairR
 
 def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = ()) -> str:
     """The ``featurecache build`` that rebuilds ``damaged`` once repaired: the directories they
-    were built from; the ``--msa-dir`` of the store's latest MSA part when none of them is an MSA
-    (a build without it would give their chains single-sequence MSAs); the options the store
+    were built from; the ``--pdb-dir`` of the store's latest structure part when none of them
+    records one (damaged component parts record none); the ``--msa-dir`` of the store's latest MSA
+    part when none of them is an MSA (a build without it would give their chains single-sequence
+    MSAs); the options the store
     records in its config (``--msa-depth``, ``--conformer-timeout``: a build with other ones would
     rebuild what is not damaged); paths quoted for a shell. ``--ccd``: the path the store's latest
     build recorded (``info.BUILD_INPUTS_KEY``) when it still holds a CCD of the recorded fingerprint;
@@ -965,12 +967,23 @@ def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = (
             if part.name.startswith(MSA_PART_PREFIX) and _source_dir(root, part.name, dirs):
                 msa = {_source_dir(root, part.name, dirs)}
                 break
+    if not pdb:  # only components damaged (their parts record no directory): the store's structures'
+        pdb = {_latest_structure_dir(root, dirs)} - {""}
     args = ["--pdb-dir", shlex.quote(next(iter(pdb))) if len(pdb) == 1 else "PDB_DIR"]
     if msa:
         args += ["--msa-dir", shlex.quote(next(iter(msa))) if len(msa) == 1 else "MSA_DIR"]
     args += ["--out", shlex.quote(str(root))]
     options, _unknown = _build_options(root, _rebuilt_msa_dirs(root, damaged, parts))
     return " ".join(["featurecache", "build", *args, *options])
+
+
+def _latest_structure_dir(root: Path, dirs: dict[str, str]) -> str:
+    """The ``--pdb-dir`` the store's latest structure part recorded, else the one its latest build
+    recorded (``info`` shows it); "" when neither is known."""
+    for part in reversed(complete_parts(root)):
+        if part.name.startswith(STRUCTURE_PART_PREFIX) and _source_dir(root, part.name, dirs):
+            return _source_dir(root, part.name, dirs)
+    return _recorded_dir(root, "pdb_dir")
 
 
 def rebuild_note(root: Path, damaged: list[Damaged] | None = None, parts: Iterable[str] = ()) -> str:
