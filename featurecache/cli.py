@@ -437,7 +437,9 @@ def verify(
             help="Take every damaged entry and MSA (arrays that do not read back to their content hash) out of "
             "the index, so that the next `featurecache build` from their sources rebuilds exactly those, and "
             "`featurecache prune` then deletes the parts that hold nothing else. A part whose own index is "
-            "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt. An entry or MSA whose part "
+            "unreadable is moved to STORE/damaged-parts/ and its entries are rebuilt; so is a component part whose "
+            "arrays do not read or whose reference conformers do not match their content hash (the build's chem "
+            "stage computes its components again). An entry or MSA whose part "
             "is gone (deleted) is damaged too (its source directory: the one `info` shows the latest build read). "
             "Nothing whose source files are gone is taken out (it could not be rebuilt) unless --drop-gone; while "
             "such a one of a deleted part is kept, the repair changes nothing (rewriting the index would drop it). "
@@ -458,15 +460,16 @@ def verify(
         bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
     ] = True,
 ) -> None:
-    """Recompute every entry's and MSA's content hash and check index <-> parts consistency.
+    """Recompute every entry's, MSA's and reference conformer's content hash and check index <-> parts consistency.
 
     Each problem is one 'MISMATCH ...' line on stdout (progress, log lines and warnings go to stderr); \
-'ok: store verified' when there is none. For damaged entries and MSAs it says how to repair the store: \
-`featurecache verify STORE --repair`, then `featurecache build` from the same directories.
+'ok: store verified' when there is none. For damaged entries, MSAs and component parts (reference conformers) \
+it says how to repair the store: `featurecache verify STORE --repair`, then `featurecache build` from the same \
+directories. Components written before their content hash was recorded are only checked to read (a note says so).
 
     Exit status: 0 verified (--repair: repaired, or nothing to repair); 2 usage error; 3 the store or an \
 index file is missing or unreadable, a build or prune is writing the store, or (--repair) the store cannot \
-be written; 4 a mismatch (an entry's or MSA's content hash, naming its part and arrays; a missing or \
+be written; 4 a mismatch (an entry's, MSA's or component's content hash, naming its part; a missing or \
 unreadable part, shard or part index; an index behind its parts; chain rows or MSA keys that do not match \
 the index); with --repair: damage left because its source files are gone, or problems it could not fix (its \
 MISMATCH lines, printed also after a repair that wrote).

@@ -6,7 +6,8 @@ parts/c-NNNNNN/                  one zarr group written by one task, renamed int
   bonds                          COMPONENT_BOND records (component-local atom indices)
   _index/components.arrow        one row per component (COMPONENTS_SCHEMA): key, code, offsets,
                                  strategy, reason, source, source sha256, seconds, timed_out_s,
-                                 conformer_version, rdkit_version
+                                 conformer_version, rdkit_version, content sha256 (of its atoms
+                                 and bonds rows: verify recomputes it)
   _index/chem_warnings.arrow     entries whose atoms get ref_mask = False, and why (CHEM_WARNINGS_SCHEMA)
   _index/chem_scans.arrow        structure parts whose residues this build stage has looked at
                                  (and the conformer code version that did)
@@ -23,8 +24,10 @@ component its entries use is recomputed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,8 @@ __all__ = [
     "COMPONENT_ATOM",
     "COMPONENT_BOND",
     "chem_warnings_in_parts",
+    "component_content_hash",
+    "component_content_problems",
     "component_rows_in_parts",
     "components_of_missing_parts",
     "join_chem_warnings",
@@ -102,6 +107,9 @@ COMPONENTS_SCHEMA = pa.schema(
         # before the column: version 1), and rdkit.rdBase.rdkitVersion (conformers depend on it)
         ("conformer_version", pa.int32()),
         ("rdkit_version", pa.string()),
+        # component_content_hash of its rows of the part's atoms and bonds as written (verify
+        # recomputes it); null in the rows of parts written before the column
+        ("content_sha256", pa.string()),
         ("part", pa.string()),
     ]
 )
@@ -157,6 +165,20 @@ def _bond_records(conformers: Sequence[ReferenceConformer]) -> np.ndarray:
     return np.concatenate(blocks) if blocks else np.zeros(0, dtype=COMPONENT_BOND)
 
 
+def component_content_hash(atoms: np.ndarray, bonds: np.ndarray) -> str:
+    """sha256 over one component's stored reference conformer: its rows of a part's ``atoms``
+    (:data:`COMPONENT_ATOM` records) and ``bonds`` (:data:`COMPONENT_BOND`, component-local atom
+    indices), field by field with each field's dtype and shape (record padding left out), so the
+    writer (the records it writes) and ``verify`` (the records read back) hash the same bytes."""
+    h = hashlib.sha256()
+    for group, records, dtype in (("atoms", atoms, COMPONENT_ATOM), ("bonds", bonds, COMPONENT_BOND)):
+        for name in dtype.names or ():
+            column = np.ascontiguousarray(records[name], dtype=dtype.fields[name][0].base)  # type: ignore[index]
+            h.update(f"{group}/{name}:{column.dtype.str}:{column.shape}".encode())
+            h.update(column.tobytes())
+    return h.hexdigest()
+
+
 def write_component_part(
     root: Path,
     name: str,
@@ -180,8 +202,9 @@ def write_component_part(
             mode="w",
             attributes={"kind": "components", "part": name, "schema_version": SCHEMA_VERSION},
         )
-        atoms = write_record_array(group, "atoms", _atoms_records(conformers))
-        bonds = write_record_array(group, "bonds", _bond_records(conformers))
+        atom_records, bond_records = _atoms_records(conformers), _bond_records(conformers)
+        atoms = write_record_array(group, "atoms", atom_records)
+        bonds = write_record_array(group, "bonds", bond_records)
         record_fill_only_shards(group, tmp, [("atoms", atoms), ("bonds", bonds)])
         rows: list[dict[str, Any]] = []
         a = b = 0
@@ -191,6 +214,9 @@ def write_component_part(
             row.update(source=sources.get(c.key, ""), source_sha256=c.source_sha, n_heavy=c.n_atoms)
             row.update(n_masked=int((~c.mask).sum()), seconds=float(c.seconds), timed_out_s=c.timed_out_s)
             row.update(conformer_version=c.conformer_version, rdkit_version=c.rdkit_version, part=name)
+            row.update(content_sha256=component_content_hash(
+                atom_records[a : a + c.n_atoms], bond_records[b : b + len(c.bonds)]
+            ))  # fmt: skip
             rows.append(row)
             a += c.n_atoms
             b += len(c.bonds)
@@ -376,6 +402,64 @@ def load_component_table(root: str | Path, index: pa.Table | None = None) -> Com
         element=np.ascontiguousarray(atoms["element"]),
         charge=np.ascontiguousarray(atoms["charge"]),
     )
+
+
+@dataclass
+class ContentCheck:
+    """What :func:`component_content_problems` found."""
+
+    #: one line per component whose stored rows do not hash to its row's ``content_sha256``
+    problems: list[str] = field(default_factory=list)
+    #: part -> its first such line (``verify --repair`` moves the part aside)
+    damaged_parts: dict[str, str] = field(default_factory=dict)
+    #: part -> how many of its rows record no content hash (written before the column)
+    unrecorded: dict[str, int] = field(default_factory=dict)
+
+
+def component_content_problems(root: str | Path, index: pa.Table) -> ContentCheck:
+    """Recompute :func:`component_content_hash` for every row of ``index`` (a components table:
+    ``STORE/index/components.arrow``, every row the reader serves) from the part's arrays, and
+    compare it with the hash the writer recorded. A row without one is counted, not checked; a part
+    whose arrays do not read is left to :func:`load_component_table`'s error (not checked here)."""
+    out = ContentCheck()
+    if index.num_rows == 0 or "content_sha256" not in index.column_names:
+        if index.num_rows and "part" in index.column_names:
+            for part in index.column("part").to_pylist():
+                out.unrecorded[part] = out.unrecorded.get(part, 0) + 1
+        return out
+    columns = [
+        "key",
+        "code",
+        "part",
+        "atom_start",
+        "atom_count",
+        "bond_start",
+        "bond_count",
+        "content_sha256",
+    ]
+    by_part: dict[str, list[dict[str, Any]]] = {}
+    for row in index.select(columns).to_pylist():
+        if row["content_sha256"]:
+            by_part.setdefault(row["part"], []).append(row)
+        else:
+            out.unrecorded[row["part"]] = out.unrecorded.get(row["part"], 0) + 1
+    arrays = PartArrays(Path(root), "component part array")
+    for part, rows in by_part.items():
+        try:
+            atoms = decode_records(arrays.read(part, "atoms", (slice(None),)), COMPONENT_ATOM)
+            bonds = decode_records(arrays.read(part, "bonds", (slice(None),)), COMPONENT_BOND)
+        except StoreError:
+            continue  # unreadable: the readability check names it
+        for r in rows:
+            a, b = r["atom_start"], r["bond_start"]
+            got = component_content_hash(atoms[a : a + r["atom_count"]], bonds[b : b + r["bond_count"]])
+            if got != r["content_sha256"]:
+                line = (f"component {r['code']}: content hash {got[:16]}… != index {r['content_sha256'][:16]}… "
+                        f"(key {r['key']}, part {part}: its reference conformer's atoms or bonds are not what the "
+                        "build wrote)")  # fmt: skip
+                out.problems.append(line)
+                out.damaged_parts.setdefault(part, line)
+    return out
 
 
 def join_chem_warnings(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:

@@ -242,6 +242,7 @@ def _verify(
     for label, extra_check in _EXTRA_CHECKS:
         advance(1)
         problems.extend(_guarded(label, extra_check, store))
+    _check_component_contents(store, report)
     if any(p.startswith("components: unreadable") for p in problems):
         report.damaged_component_parts.update(
             (n, why) for n, why in _unreadable_component_parts(store.path, parts).items()
@@ -686,6 +687,29 @@ def _unreadable_component_parts(root: Path, parts: dict[str, Path]) -> dict[str,
                 out[name] = str(exc)
                 break
     return out
+
+
+def _check_component_contents(store: LocalStore, report: VerifyReport) -> None:
+    """Every served reference conformer reads back to the content hash its writer recorded
+    (``components.component_content_hash``): a changed one is a problem and its part is damaged
+    (``--repair`` moves it aside, the next build's chem stage recomputes its components); the
+    components of parts written before the hash was recorded are named in a note."""
+    from featurecache.store.components import component_content_problems
+
+    try:
+        found = component_content_problems(store.path, store.components)
+    except (FeatureCacheError, OSError, ValueError, KeyError) as exc:
+        report.problems.append(f"components: content not checked ({exc})")
+        return
+    report.problems.extend(found.problems)
+    report.damaged_component_parts.update(
+        (n, why) for n, why in found.damaged_parts.items() if n not in report.bad_index_parts
+    )
+    if found.unrecorded:
+        n = sum(found.unrecorded.values())
+        report.notes.append(f"{n} component{'s' if n != 1 else ''} of part(s) {', '.join(sorted(found.unrecorded))} "
+                            "record no content hash (written by a featurecache before it was recorded): their "
+                            "reference conformers are checked for readability only")  # fmt: skip
 
 
 def _component_checks(store: object) -> list[str]:
