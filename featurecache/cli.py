@@ -552,9 +552,10 @@ def _print_repair_hint(store: Path, report: Any) -> None:
                         f"{store}/damaged-parts/")  # fmt: skip
         gone_comp = [n for n in comp if not (store / "parts" / n).is_dir()]
         if set(comp) - set(gone_comp):
-            what.append(f"moves component part(s) {', '.join(n for n in comp if n not in gone_comp)} (arrays "
-                        f"unreadable) to {store}/damaged-parts/, and the build's chem stage recomputes their "
-                        "components")  # fmt: skip
+            moved = ", ".join(f"{n} ({_component_damage(report.damaged_component_parts.get(n, ''))})"
+                              for n in comp if n not in gone_comp)  # fmt: skip
+            what.append(f"moves component part(s) {moved} to {store}/damaged-parts/, and the build's chem stage "
+                        "recomputes their components")  # fmt: skip
         if gone_comp:
             what.append(f"drops the rows of the missing component part(s) {', '.join(gone_comp)}, and the build's "
                         "chem stage recomputes their components")  # fmt: skip
@@ -578,6 +579,14 @@ def _print_repair_hint(store: Path, report: Any) -> None:
                    f"removes them from the store{blocked}", err=True)  # fmt: skip
 
 
+def _component_damage(why: str, its: bool = False) -> str:
+    """What is wrong with a damaged component part, from verify's reason for it: its reference
+    conformers differ from what the build wrote (content hash), or its arrays do not read."""
+    if "content hash" in why:
+        return "its conformers are not what the build wrote" if its else "content hash differs"
+    return "its arrays are unreadable" if its else "arrays unreadable"
+
+
 def _print_repair(store: Path, result: Any) -> None:
     from featurecache.store.verify import rebuild_command, rebuild_note
 
@@ -588,7 +597,7 @@ def _print_repair(store: Path, result: Any) -> None:
         typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
     for name, where in result.moved_parts.items():
         why = (
-            "its arrays are unreadable"
+            _component_damage(result.report.damaged_component_parts[name], its=True)
             if name in result.report.damaged_component_parts
             else "its own index is unreadable"
         )

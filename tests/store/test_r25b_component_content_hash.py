@@ -49,7 +49,7 @@ def test_a_changed_reference_conformer_is_a_mismatch_and_repair_rebuilds_it(
     assert r.returncode == 4, r.stdout + r.stderr
     lines = [line for line in r.stdout.splitlines() if line.startswith("MISMATCH component ")]
     assert len(lines) == 1 and "content hash" in lines[0] and "part c-000000" in lines[0], r.stdout
-    assert "--repair` moves component part(s) c-000000" in r.stderr, r.stderr
+    assert "--repair` moves component part(s) c-000000 (content hash differs)" in r.stderr, r.stderr
 
     result = repair_store(store, workers=1)
     assert "c-000000" in result.moved_parts and result.rescan, result
@@ -59,6 +59,15 @@ def test_a_changed_reference_conformer_is_a_mismatch_and_repair_rebuilds_it(
     after = _ref_pos(store)
     assert after.keys() == before.keys()
     assert all(np.array_equal(before[i], after[i]) for i in before)
+
+
+def test_the_repair_says_why_it_moved_a_changed_component_part(sample_store: Path, tmp_path: Path) -> None:
+    """``verify --repair`` names the reason verify found, not "its arrays are unreadable" (they read)."""
+    store = Path(shutil.copytree(sample_store, tmp_path / "store"))
+    _shift_first_atom(store)
+    r = cli_in_process("verify", str(store), "--repair", "--no-progress")
+    moved = [line for line in r.stdout.splitlines() if line.startswith("moved part c-000000 ")]
+    assert moved and "(its conformers are not what the build wrote)" in moved[0], r.stdout + r.stderr
 
 
 def test_component_parts_without_content_hashes_are_noted_and_pass(
