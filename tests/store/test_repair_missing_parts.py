@@ -37,13 +37,20 @@ import featurecache
 from featurecache.store.index import complete_parts, index_tables, rebuild_index
 from featurecache.store.verify import verify_store
 from featurecache.store.writer import PartContents, write_structure_part
-from tests.conftest import SAMPLES, build_store, store_snapshot
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ["102m", "1psm", "2q2k"]
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (verify, prune, info): the real CLI, in this process (tests/conftest.py)."""
+    extra = ["--no-progress"] if args[0] == "verify" else []
+    return cli_in_process(*map(str, args), *extra)
+
+
+def _cli_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask cluster)."""
     extra = ["--no-progress"] if args[0] in ("verify", "build") else []
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args), *extra], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
@@ -203,7 +210,7 @@ def test_a_build_records_the_entries_of_a_deleted_part_whose_files_are_gone(
     shutil.move(pdb / "102m.cif", store.parent / "102m.cif")
     build = ["build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", store, "--workers", "1", "--part-size", "1",
              "--no-dashboard"]  # fmt: skip
-    r = _cli(*build)
+    r = _cli_process(*build)
     assert r.returncode == 1, r.stdout + r.stderr  # before: 0, and 102m gone from the index with no word
     warned = " ".join(r.stderr.split())  # (the log lines are wrapped)
     assert "part s-000000 is missing (deleted): its entry 102m is in no file under --pdb-dir" in warned, (

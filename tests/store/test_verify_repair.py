@@ -26,13 +26,19 @@ import pytest
 import featurecache
 from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args
-from tests.conftest import SAMPLES, build_store, cli_in_process
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ("1psm", "2q2k")
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (verify, prune): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*map(str, args))
+
+
+def _cli_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask cluster)."""
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
 
@@ -445,8 +451,8 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
     def build(out: Path) -> None:
         # the store and the reference: on the session's 1-worker cluster (tests/clusters.py), which
         # saves a cluster start each; the printed commands below run as printed
-        r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1), "--part-size", "1",
-                 "--msa-depth", "16", "--keep-cryst-aids", "--no-progress")  # fmt: skip
+        r = _cli_process("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1),
+                         "--part-size", "1", "--msa-depth", "16", "--keep-cryst-aids", "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
 
     build(store)
@@ -463,7 +469,7 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
         if argv[1] == "build":
             assert argv[argv.index("--msa-depth") + 1] == "16", command
             assert "--keep-cryst-aids" in argv, command  # an entry's key holds it: without, all rebuilt
-        r = _cli(*argv[1:])
+        r = (_cli_process if argv[1] == "build" else _cli)(*argv[1:])
         assert r.returncode == 0, (command, r.stdout + r.stderr)
     assert verify_store(store) == []
     for entry_id in IDS:
