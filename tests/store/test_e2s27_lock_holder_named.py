@@ -8,7 +8,8 @@ is "another process", its command beside it.
 
 A real store (1A8O and 7DDO, a part each); the holders are real processes (a python program
 calling the library, caught holding the lock and stopped with SIGSTOP; a program holding the
-lock file's flock with an older featurecache's record); the refused command is the real CLI."""
+lock file's flock with an older featurecache's record); the refused command is the real CLI, run in
+this process."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import REPO, SAMPLES, CliRun, build_store, cli_in_process
 from tests.locks import caught_holding
 
 LIBRARY_CALLS = {
@@ -29,9 +30,10 @@ LIBRARY_CALLS = {
 }
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (prune, verify): the real CLI, in this process (tests/conftest.py); the
+    holders are other processes, so this process's attempts are refused alike."""
+    return cli_in_process(*map(str, args), cwd=REPO)
 
 
 @pytest.fixture

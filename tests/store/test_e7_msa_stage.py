@@ -26,7 +26,15 @@ import pytest
 
 from featurecache.build.msa_stage import MSA_STAGE_VERSION
 from featurecache.store.versions import FIRST_RECORDED_STAGE
-from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
+from tests.conftest import (
+    MSAS,
+    STRUCTURES,
+    CliRun,
+    build_store,
+    build_with_package,
+    cli_in_process,
+    featurecache_at,
+)
 
 #: c27ed06^: the last commit of MSA stage 2 (its MSAs record no stage)
 STAGE2_COMMIT = "dcfe0bbb5fb3a270275658190613ed330347efa7"
@@ -68,7 +76,11 @@ def _msas(store: Path) -> pa.Table:
         return ipc.open_file(f).read_all()
 
 
-def _cli(*args: str, package: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, package: Path | None = None) -> CliRun | subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` (info, verify): this code's in this process (tests/conftest.py), the
+    older ``package``'s in a process of its own (its own featurecache on the path)."""
+    if package is None:
+        return cli_in_process(*args, env={"COLUMNS": "250"})
     env = {**os.environ, "COLUMNS": "250"}
     if package is not None:
         env["PYTHONPATH"] = str(package)

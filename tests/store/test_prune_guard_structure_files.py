@@ -10,13 +10,11 @@ disarmed the guard) and only in lower case (``1PSM_A.A3M``, which the MSA stage 
 count); now its last suffix (``.gz`` aside), in any case.
 
 Real builds (1 worker) of the repo's sample 1psm and 2q2k structures with their real OpenFold MSAs;
-the real CLI in a subprocess."""
+the real CLI, run in this process (tests/conftest.py's cli_in_process)."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,9 +26,9 @@ OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ["1psm", "2q2k"]
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (prune): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*map(str, args))
 
 
 def _refused(*args: str | Path) -> CliRun:
