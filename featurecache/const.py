@@ -143,8 +143,11 @@ SCHEMA_VERSION = 1
 #: and an atom modelled only under another altloc letter kept), and polymer chains made only of
 #: unknown residues (UNK, N, DN) removed, as AF3 removes them (review R20 #1-#3). "0.9.1": waters
 #: among a PDB chain's ATOM records are read after its polymer (gemmi ended the polymer at the first
-#: water, and every residue after it became a ligand chain: review R25a s43 #7).
-FEATURIZER_VERSION = "0.9.1"
+#: water, and every residue after it became a ligand chain: review R25a s43 #7). "0.10.0":
+#: ``token_bonds`` holds the bonds inside a polymer's per-atom (modified / non-standard) residue or
+#: cap, as AF3's released featuriser adds the CCD bond graph of every non-standard residue (review
+#: R25d s43 #1, reversing 0.8.0's reading of R11 s39 #3); links between polymer residues stay out.
+FEATURIZER_VERSION = "0.10.0"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a

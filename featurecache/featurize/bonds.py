@@ -1,13 +1,20 @@
-"""Covalent bonds AF3 marks in ``token_bonds``: polymer–ligand and ligand–ligand.
+"""Covalent bonds AF3 marks in ``token_bonds``: polymer–ligand, ligand–ligand, and the bonds inside
+every per-atom-tokenized residue.
 
 Sources, in order: ``struct_conn`` / LINK records (covalent type only: ``covale`` and its
 nucleotide subtypes ``covale_base`` / ``covale_phosphate`` / ``covale_sugar``, which
 :mod:`featurecache.parse.structure` reads as gemmi's ``Covale``; metal coordination and
-hydrogen bonds are not covalent bonds), then the connectivity inside every per-atom-tokenized
-residue — from the component definition when one is known, else perceived from distances
-(covalent radii + 0.45 Å). Polymer–polymer bonds (peptide links, disulfides, and the bonds inside
-a modified residue of a polymer chain, which is tokenized per atom but is polymer) are not token
-bonds: SI Table 5 restricts ``token_bonds`` to polymer–ligand and ligand–ligand bonds.
+hydrogen bonds are not covalent bonds) with at least one ligand end, then the connectivity inside
+every per-atom-tokenized residue — from the component definition when one is known, else
+perceived from distances (covalent radii + 0.45 Å). That includes a polymer's modified residue or
+cap (5IU in a DNA chain, an ACE cap): AlphaFold3's released featuriser
+(``features.RefStructure.compute_features``, with the pipeline's default
+``intra_ligand_ptm_bonds=True``) adds the CCD bond graph of every residue not in its
+``_STANDARD_RESIDUES`` to the ligand–ligand bonds, whatever its chain (featurizer 0.10.0; from
+0.8.0 these were left out, reading SI Table 5's "polymer-ligand and ligand-ligand bonds" as
+excluding them: review R25d s43 #1). Bonds *between* residues of polymers (peptide and
+phosphodiester links, disulfides, a modified residue's links to its neighbours) are not token
+bonds, as AF3's ``remove_polymer_polymer_bonds`` removes them.
 
 AF3 (supplement Table 5) marks only bonds shorter than :data:`MAX_BOND_LENGTH` (2.4 Å) in the
 structure: a bond whose two atoms are both present and farther apart is dropped, whatever its
@@ -64,8 +71,7 @@ def token_bonds(
     from featurecache.const import decode_atom_name
 
     for start, count, code in tk.per_atom_residues:
-        if count < 2 or not is_ligand[atoms["token_index"][start]]:
-            # a modified residue of a polymer chain: its atoms' bonds are polymer–polymer
+        if count < 2:
             continue
         names = [decode_atom_name(atoms["name"][start + k]) for k in range(count)]
         defined = component_bonds(code, names) if component_bonds is not None else None
@@ -84,9 +90,9 @@ def token_bonds(
     out = np.zeros(len(rows), dtype=Bond)
     for k, ((i, j), (order, source)) in enumerate(sorted(rows.items())):
         out[k] = (i, j, atoms["token_index"][i], atoms["token_index"][j], order, source)
-    # keep only bonds between distinct tokens that AF3 would mark: one end a ligand token (a
-    # polymer's modified residue is per-atom too, but its bonds are polymer–polymer)
-    keep = (out["token_i"] != out["token_j"]) & (is_ligand[out["token_i"]] | is_ligand[out["token_j"]])
+    # struct_conn rows were kept above only with a ligand end; a residue's own bonds join its
+    # per-atom tokens, ligand or polymer alike
+    keep = out["token_i"] != out["token_j"]
     return out[keep & ~_too_long(atoms, out)]
 
 

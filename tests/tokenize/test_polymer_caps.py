@@ -7,8 +7,9 @@ AF3 keeps such residues in their polymer chain: the chain is the label_asym_id, 
 the residue's ``res_id`` (label_seq_id), one token per atom because they are not standard residues
 (``features.tokenizer``: ``flatten_non_standard_residues``), ``aatype`` UNK (``mmcif_names.
 fix_non_standard_polymer_res``: the CCD one-letter code of ACE and NH2 is ``?``, so ``UNK``), and
-a bond between two atoms of polymer chains is not a token bond (``structure_cleaning.
-clean_structure(remove_polymer_polymer_bonds=True)``). Before, the caps became ligand chains
+a bond between two residues of polymer chains is not a token bond (``structure_cleaning.
+clean_structure(remove_polymer_polymer_bonds=True)``), while a cap's own CCD bonds are
+(``RefStructure.compute_features``). Before, the caps became ligand chains
 ``E_ACE1`` / ``E_NH242`` / ``F_ACE1``, residue_index 1, joined to the peptide by token bonds.
 
 Expected values come from the file itself (``_atom_site`` read with ``gemmi.cif``), the CCD files
@@ -182,7 +183,7 @@ def _bonded_atoms(s: Structure) -> set[frozenset[int]]:
 
 
 @pytest.mark.parametrize("ccd", [False, True], ids=["file-atoms", "ccd"])
-def test_cap_links_are_polymer_polymer_not_token_bonds(ccd: bool) -> None:
+def test_cap_links_are_not_token_bonds_but_a_caps_own_bonds_are(ccd: bool) -> None:
     text = _text()
     rows = _cap_rows(text)
     assert len(rows) == 3  # ACE1 C–LEU2 N (E, F), LEU41 C–NH2 42 N (E)
@@ -193,15 +194,17 @@ def test_cap_links_are_polymer_polymer_not_token_bonds(ccd: bool) -> None:
         ti, tj = s.atoms["token_index"][i], s.atoms["token_index"][j]
         assert s.tokens["asym_id"][ti] == s.tokens["asym_id"][tj]  # one chain
         assert frozenset((i, j)) not in bonded
-    # nor are the ACE caps' own bonds (C–O and C–CH3 of each): the caps are per-atom tokens, but residues
-    # of their peptide, so these are polymer–polymer bonds too (SI Table 5; review R11 s39 #3: before,
-    # they were token bonds)
+    # but the ACE caps' own bonds (C–O and C–CH3 of each) are: the caps are per-atom tokens, and
+    # AF3's featuriser adds the CCD bond graph of every non-standard residue, a polymer's cap too
+    # (``RefStructure.compute_features``, ``intra_ligand_ptm_bonds=True``; review R25d s43 #1 reversed
+    # review R11 s39 #3, which had left them out). Without --ccd they are perceived from distances.
     for asym in ("E", "F"):
         atoms = dict(_atom_site(text)[(asym, 1)][1])
         c = _atom_at(s, atoms["C"])
-        assert (
-            not {frozenset((c, _atom_at(s, atoms["O"]))), frozenset((c, _atom_at(s, atoms["CH3"])))} & bonded
-        )
+        own = {frozenset((c, _atom_at(s, atoms["O"]))), frozenset((c, _atom_at(s, atoms["CH3"])))}
+        assert own <= bonded
+        ace = {_atom_at(s, xyz) for xyz in atoms.values()}
+        assert len(ace) == 3 and {b for b in bonded if b <= ace} == own  # ACE's CCD: C–O, C–CH3
 
 
 def _without_struct_conn(text: str) -> str:

@@ -50,7 +50,8 @@ def test_pxa_stays_in_its_peptide_with_label_seq_numbering() -> None:
     # THR 7 and MVA 5 are two apart, as in the file
     thr = tok["residue_index"][tok["restype"] == PROTEIN_RESIDUES.index("THR")]
     assert thr.tolist() == [seq for n, seq, _ in gem if n == "THR"] == [1, 7]
-    # THR1 N–PXA6 C0 and PXA6 C0'–THR7 N are now polymer–polymer links: not token bonds (SI Table 5)
+    # THR1 N–PXA6 C0 and PXA6 C0'–THR7 N are polymer–polymer links: not token bonds (AF3's
+    # remove_polymer_polymer_bonds); only PXA's own bonds join its tokens
     bonded = {(int(i), int(j)) for i, j in zip(s.bonds["token_i"], s.bonds["token_j"], strict=True)}
     chain_tokens = set(range(c.token_start, c.token_start + c.token_count))
     pxa_tokens = {c.token_start + int(k) for k in np.flatnonzero(pxa)}
