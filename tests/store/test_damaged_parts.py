@@ -7,8 +7,6 @@ short (zarr's crc32c check fails) and a shard file removed (zarr would read it b
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from featurecache import open_store
 from featurecache.errors import StoreError
 from featurecache.store.verify import verify_store
 from featurecache.types import Token
+from tests.conftest import CliRun, cli_in_process
 
 
 def _copy(sample_store: Path, tmp_path: Path) -> Path:
@@ -49,10 +48,9 @@ def _ids_in_part(store: Path, part: str) -> list[str]:
     ]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True, timeout=300
-    )
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (verify, show): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args)
 
 
 def test_truncated_structure_shard(sample_store: Path, tmp_path: Path) -> None:

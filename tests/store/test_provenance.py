@@ -12,11 +12,8 @@ real OpenFold MSAs and the sample CCD (copied, so that it can be edited and remo
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +21,16 @@ import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.store.prune import prune_store
 from featurecache.store.verify import rebuild_command, rebuild_note, verify_store
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 IDS = ("1psm", "2q2k")
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    # wide: each info row on one line
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False, env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (info, verify): the real CLI, in this process (tests/conftest.py); wide:
+    each info row on one line."""
+    return cli_in_process(*map(str, args), env={"COLUMNS": "300"})
 
 
 def _inputs(tmp_path: Path) -> tuple[Path, Path, Path]:

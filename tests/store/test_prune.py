@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from featurecache.store.index import complete_parts
 from featurecache.store.prune import prune_store, unused_parts
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +74,9 @@ def _parts_in_index(store: Path) -> set[str]:
     }
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (prune): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args)
 
 
 def test_prune_removes_the_replaced_entrys_part_and_serves_the_same(

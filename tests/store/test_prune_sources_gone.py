@@ -9,8 +9,6 @@ with their real OpenFold MSAs, real CLI runs, a real uvicorn lookup service over
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,14 +22,14 @@ from featurecache.store.prune import prune_store
 from featurecache.store.verify import verify_store
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
-from tests.conftest import SAMPLES, STRUCTURES, build_store, cli_in_process, store_snapshot
+from tests.conftest import SAMPLES, STRUCTURES, CliRun, build_store, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (prune, verify): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args)
 
 
 def _msa_key(store: Path, entry_id: str, auth_id: str) -> str:
