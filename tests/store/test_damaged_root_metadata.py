@@ -15,10 +15,16 @@ import pytest
 
 from featurecache.errors import StoreError
 from featurecache.store.reader import open_store
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import REPO, SAMPLES, CliRun, cli_in_process
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (info, show): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args, cwd=REPO)
+
+
+def _cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own: serve and build (a server, a Dask cluster)."""
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
 
@@ -37,13 +43,13 @@ def test_a_root_metadata_that_is_not_a_group_object_is_named(
     assert str(meta) in str(refused.value) and "damaged" in str(refused.value)
 
     for args in (("info", str(store)), ("show", str(store), "102m"), ("serve", str(store), "--port", "1")):
-        run = _cli(*args)
+        run = (_cli_process if args[0] == "serve" else _cli)(*args)
         assert run.returncode == 3, (args, run.returncode, run.stderr)
         assert "Traceback" not in run.stderr, run.stderr
         assert f"{meta}: damaged" in run.stderr, run.stderr
 
-    build = _cli("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(store), "--workers", "1",
-                 "--no-progress")  # fmt: skip
+    build = _cli_process("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(store),
+                         "--workers", "1", "--no-progress")  # fmt: skip
     assert build.returncode == 3, build.stderr
     assert f"{meta}: damaged" in build.stderr and "Traceback" not in build.stderr, build.stderr
     assert meta.read_text() == damage  # nothing written into it

@@ -11,27 +11,25 @@ beyond the query: it could as well be a stray query, review RF2 s27 #1); named `
 and the build stores it as that chain's MSA.
 
 Real builds (1 worker) of the real 1psm and 2q2k structures with their real OpenFold MSA
-directories copied from the shared corpus; the real CLI in a subprocess."""
+directories copied from the shared corpus; the real CLI, run in this process (cli_in_process)."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process, store_snapshot
+from tests.conftest import MSAS, STRUCTURES, CliRun, build_store, cli_in_process, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (prune): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*map(str, args))
 
 
 def _query(a3m: Path) -> str:

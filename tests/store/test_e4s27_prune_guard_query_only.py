@@ -9,7 +9,8 @@ The guard also read a FASTA-named file whole to decide (a 97 MB FASTA database i
 +410 MB of memory, review RF2 s27 #7); it now reads its first records only.
 
 Real builds (1 worker) of the real 1psm and 2q2k structures with their real OpenFold MSA
-directories copied from the shared corpus; the real CLI in a subprocess."""
+directories copied from the shared corpus; the real CLI, run in this process (cli_in_process; the
+memory measurement in a process of its own)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,16 @@ from pathlib import Path
 import pytest
 
 import featurecache
-from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process, store_snapshot
+from tests.conftest import MSAS, STRUCTURES, CliRun, build_store, cli_in_process, store_snapshot
 
 IDS = ["1psm", "2q2k"]
 OPENFOLD = MSAS / "openfold"
 PSM_HITS = OPENFOLD / "1psm_A" / "bfd_uniclust_hits.a3m"
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (prune): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*map(str, args))
 
 
 def _records(a3m: Path) -> list[tuple[str, str]]:

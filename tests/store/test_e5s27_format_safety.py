@@ -24,15 +24,25 @@ import zarr
 from featurecache.errors import StoreError, StoreVersionError
 from featurecache.store.reader import LocalStore
 from featurecache.store.writer import write_record_array
-from tests.conftest import STRUCTURES, build_store, build_with_package, featurecache_at
+from tests.conftest import (
+    STRUCTURES,
+    CliRun,
+    build_store,
+    build_with_package,
+    cli_in_process,
+    featurecache_at,
+)
 
 #: featurizer 0.6.0, store format 1: the last commit before featurizer 0.7.0's token records
 OLD_COMMIT = "859fe88"
 
 
-def _cli(package: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
-    """``featurecache ARGS`` in a process of its own, run by ``package`` (None: this code)."""
-    env = {**os.environ, "PYTHONPATH": str(package or Path(__file__).resolve().parents[2])}
+def _cli(package: Path | None, *args: str) -> CliRun | subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` run by ``package`` in a process of its own (its own featurecache on the
+    path); None: this code, in this process (tests/conftest.py's cli_in_process)."""
+    if package is None:
+        return cli_in_process(*args)
+    env = {**os.environ, "PYTHONPATH": str(package)}
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           cwd=package, env=env, timeout=300)  # fmt: skip
 

@@ -13,8 +13,6 @@ Each test works on a copy of the session's sample store (a real build of samples
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pytest
 from featurecache import open_store
 from featurecache.errors import StoreError
 from featurecache.store.verify import verify_store
+from tests.conftest import CliRun, cli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 #: every index table a build writes, empty or not (DESIGN.md's store layout)
@@ -39,9 +38,9 @@ def _copy(sample_store: Path, dest: Path) -> Path:
     return dest
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (info, verify): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args, cwd=REPO)
 
 
 @pytest.mark.parametrize("table", INDEX_TABLES)

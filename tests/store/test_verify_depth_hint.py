@@ -21,10 +21,16 @@ from featurecache.build.config import BuildConfig
 from featurecache.build.run import run_build
 from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args, shared_scheduler
-from tests.conftest import MSAS, SAMPLES, STRUCTURES, build_store
+from tests.conftest import MSAS, SAMPLES, STRUCTURES, CliRun, build_store, cli_in_process
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str | Path) -> CliRun:
+    """``featurecache ARGS`` (verify): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*map(str, args))
+
+
+def _cli_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask cluster)."""
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
 
@@ -88,7 +94,7 @@ def test_the_printed_command_keeps_an_msa_deeper_than_the_latest_builds_cap(
     # follow the printed command exactly (on the session's cluster, no progress bar)
     args = shlex.split(command)
     assert args[:2] == ["featurecache", "build"]
-    built = _cli(*args[1:], *scheduler_args(1), "--no-progress")
+    built = _cli_process(*args[1:], *scheduler_args(1), "--no-progress")
     assert built.returncode == 0, built.stdout + built.stderr
     after = _msa_of(store, "102m")
     assert (after["depth"], after["content_hash"]) == (before["depth"], before["content_hash"]), (
