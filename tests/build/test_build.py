@@ -18,7 +18,16 @@ import featurecache
 from featurecache.store.index import complete_parts, read_table
 from featurecache.store.layout import TMP_PREFIX
 from featurecache.store.verify import verify_store
-from tests.conftest import INTERRUPT_INPUTS, REPO, SOURCES_TSV, STRUCTURES, build_store, interrupt_inputs
+from tests.conftest import (
+    INTERRUPT_INPUTS,
+    REPO,
+    SOURCES_TSV,
+    STRUCTURES,
+    CliRun,
+    build_store,
+    cli_in_process,
+    interrupt_inputs,
+)
 
 # Inputs whose SOURCES.tsv notes mark them malformed / without coordinates: they must be failures.
 MUST_FAIL = {
@@ -132,9 +141,10 @@ def test_rerun_skips_and_new_files_build_alone(tmp_path: Path, subset_dir: Path)
     assert verify_store(out) == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)  # fmt: skip
+def _cli(*args: str) -> CliRun:
+    """``featurecache ARGS`` (info, verify): the real CLI, in this process (tests/conftest.py); the
+    builds run in processes of their own (_cli_start)."""
+    return cli_in_process(*args, cwd=REPO)
 
 
 def _cli_start(*args: str) -> subprocess.Popen[str]:

@@ -33,13 +33,19 @@ from featurecache.store.index import complete_parts, read_table, replace_table
 from featurecache.store.root import BuildLock
 from featurecache.store.verify import verify_store
 from tests.clusters import scheduler_args, shared_scheduler
-from tests.conftest import REPO, SAMPLES, STRUCTURES, build_store, cli_in_process, interrupt_inputs
+from tests.conftest import REPO, SAMPLES, STRUCTURES, CliRun, build_store, cli_in_process, interrupt_inputs
 
 #: the builds of the tests that follow 102m's SO4 and 2q2k's EPE as components keep these crystallization aids
 KEEP_AIDS = BuildConfig(keep_crystallization_aids=True)
 
 
+def _cli_in_process(*args: str) -> CliRun:
+    """``featurecache ARGS`` (info, verify, show): the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process(*args, cwd=REPO)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask cluster)."""
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=600)  # fmt: skip
 
@@ -205,7 +211,7 @@ def test_a_damaged_index_is_one_line_and_the_build_repairs_it(tmp_path: Path, li
     f = s / "index" / "entries.arrow"
     f.write_bytes(f.read_bytes()[:500])
     for cmd in (("info", str(s)), ("verify", str(s)), ("show", str(s), "102m")):
-        r = _cli(*cmd)
+        r = _cli_in_process(*cmd)
         assert r.returncode == 3 and "Traceback" not in r.stderr, (cmd, r.stderr)
         assert "entries.arrow is unreadable" in r.stderr
     d = tmp_path / "in"

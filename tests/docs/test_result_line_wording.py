@@ -3,27 +3,25 @@ with "trained 1 steps", ``info`` on a stale index said "1 entry ... are not in i
 an unfinished first build said "... its counts are partial and, as entries, MSAs or conformers
 written later are missing from it, its memory predictions may be low ...", which does not parse.
 
-Real builds of the sample structures; the real CLI in a subprocess."""
+Real builds of the sample structures; the real CLI, run in this process (cli_in_process)."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from featurecache import open_store
 from featurecache.store.index import rebuild_index
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path, cwd: Path = REPO) -> CliRun:
+    """``featurecache ARGS`` (train on a local store, info, plan): the real CLI, in this process."""
+    return cli_in_process(*map(str, args), cwd=cwd)
 
 
 def _one_line(text: str) -> str:

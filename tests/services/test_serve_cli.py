@@ -104,7 +104,7 @@ def test_version() -> None:
     from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
 
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    run = _cli("--version")
+    run = cli_in_process("--version")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == (
         f"featurecache {version} (featurizer {FEATURIZER_VERSION}, store format {STORE_FORMAT_VERSION}, "
