@@ -37,7 +37,9 @@ and ``type_symbol``), not the structure file's: a file's ``pdbx_formal_charge`` 
 (its component has no reference conformer in the store's table, or the atom name is not in the
 component's definition), and every atom when the source has no component table, keeps the
 entry's own element and charge (the parser's: the file's formal charge, else the CCD's, else 0)
-with ``ref_mask`` False.
+with ``ref_mask`` False. With ``augment_ref`` each residue's conformer is centred on the centroid
+of all its atoms with a reference (``ref_mask``) — the whole residue's also where the crop cut it,
+as AF3 centres the conformer before cropping — then rotated and translated (:func:`augment_reference`).
 
 Token centre and representative atoms. ``centre_coords`` is the token's centre atom (Cα, C1′,
 the atom itself: what the croppers measure distances between). ``rep_coords`` is AF3's
@@ -336,24 +338,41 @@ def random_rotations(n: int, rng: np.random.Generator) -> np.ndarray:
     )
 
 
+def reference_centres(ref_pos: np.ndarray, ref_mask: np.ndarray, uid: np.ndarray, n_uid: int) -> np.ndarray:
+    """Centroid of the masked atoms of each ``ref_space_uid``, float64 [n_uid, 3] (0 for a uid
+    with no masked atom).
+
+    ``ref_pos`` float [A,3], ``ref_mask`` bool [A], ``uid`` int [A] (compact 0..n_uid-1).
+    """
+    w = ref_mask.astype(np.float64)
+    count = np.bincount(uid, weights=w, minlength=n_uid)
+    sums = np.stack([np.bincount(uid, weights=ref_pos[:, k] * w, minlength=n_uid) for k in range(3)], axis=1)
+    return sums / np.maximum(count, 1.0)[:, None]
+
+
 def augment_reference(
-    ref_pos: np.ndarray, ref_mask: np.ndarray, uid: np.ndarray, rng: np.random.Generator
+    ref_pos: np.ndarray,
+    ref_mask: np.ndarray,
+    uid: np.ndarray,
+    rng: np.random.Generator,
+    centre: np.ndarray | None = None,
 ) -> np.ndarray:
-    """AF3 reference-conformer augmentation: per ``ref_space_uid``, centre the masked atoms, apply
+    """AF3 reference-conformer augmentation: per ``ref_space_uid``, centre the conformer, apply
     a uniform random rotation and a N(0, 1 Å²) translation. Masked-out atoms stay at 0.
 
     ``ref_pos`` float32 [A,3], ``ref_mask`` bool [A], ``uid`` int [A] (compact 0..U-1).
+    ``centre`` float [U,3]: each uid's centre, by default the centroid of its masked atoms here;
+    a caller given only some atoms of a residue passes the whole residue's (AF3 centres the whole
+    conformer before cropping). It does not change what is drawn from ``rng``.
     """
     if ref_pos.shape[0] == 0:
         return ref_pos.astype(np.float32)
     n_uid = int(uid.max()) + 1
     rot = random_rotations(n_uid, rng)
     shift = rng.normal(scale=REF_TRANSLATION_STD, size=(n_uid, 3))
-    w = ref_mask.astype(np.float64)
-    count = np.bincount(uid, weights=w, minlength=n_uid)
-    sums = np.stack([np.bincount(uid, weights=ref_pos[:, k] * w, minlength=n_uid) for k in range(3)], axis=1)
-    centre = sums / np.maximum(count, 1.0)[:, None]
-    x = ref_pos.astype(np.float64) - centre[uid]
+    if centre is None:
+        centre = reference_centres(ref_pos, ref_mask, uid, n_uid)
+    x = ref_pos.astype(np.float64) - np.asarray(centre, dtype=np.float64)[uid]
     out = np.einsum("aij,aj->ai", rot[uid], x) + shift[uid]
     return np.where(ref_mask[:, None], out, 0.0).astype(np.float32)
 
@@ -889,6 +908,7 @@ def assemble_sample(
     # the entry's element / charge: the fallback for atoms without a reference (module docstring)
     ref_element = np.asarray(sub_atoms["element"])
     ref_charge = np.asarray(sub_atoms["charge"])
+    ref_centre = None
     if ref_features is not None and aidx.size:
         # decided per whole residue, then cropped (AF3): a residue the crop cut is looked up over
         # all its atoms, so its kept atoms get the conformer they get when it is kept whole
@@ -899,6 +919,18 @@ def assemble_sample(
         else:
             ref = ref_features({k: np.asarray(v)[whole] for k, v in atoms.items()}, tok)
             rows = np.searchsorted(whole, aidx)
+            # and centred on the whole residue, as AF3's random_augmentation centres the conformer
+            # before the crop: the centroid of all the residue's atoms with a reference (ref_mask),
+            # not of the atoms kept. The uids of ``whole`` are those of ``aidx``: same compact ids.
+            _, whole_uid = np.unique(
+                np.asarray(atoms["ref_space_uid"], dtype=np.int64)[whole], return_inverse=True
+            )
+            ref_centre = reference_centres(
+                np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3),
+                np.asarray(ref["ref_mask"], dtype=bool),
+                whole_uid.reshape(-1),
+                int(uid.max()) + 1,
+            )
         ref_pos = np.asarray(ref["ref_pos"], dtype=np.float32).reshape(-1, 3)[rows]
         ref_mask = np.asarray(ref["ref_mask"], dtype=bool)[rows]
         if "ref_element" in ref:
@@ -909,7 +941,7 @@ def assemble_sample(
         ref_pos = np.zeros((aidx.size, 3), dtype=np.float32)
         ref_mask = np.zeros(aidx.size, dtype=bool)
     if augment_ref and ref_mask.any():
-        ref_pos = augment_reference(ref_pos, ref_mask, uid, rng)
+        ref_pos = augment_reference(ref_pos, ref_mask, uid, rng, ref_centre)
     sample.update(
         {
             "atom_to_token": owner.astype(np.int32),

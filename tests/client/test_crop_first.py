@@ -305,7 +305,13 @@ def test_a_0_6_0_store_reads_as_before(old_store: tuple[Path, Path], cf_store: P
         on_new = _dataset(cf_store, 0, **cfg)
         for p in range(n):
             s = here.sample(p)
-            _same(s, theirs[p], f"0.6.0 store, {cfg} position {p}")
+            # review R25d s43 #3: a residue the crop cuts is centred on its whole conformer now (on
+            # its kept atoms in 0.6.0's client), so its ref_pos differ by one shift per residue
+            _same({k: v for k, v in s.items() if k != "ref_pos"},
+                  {k: v for k, v in theirs[p].items() if k != "ref_pos"}, f"0.6.0 store, {cfg} position {p}")  # fmt: skip
+            shift = s["ref_pos"].astype(np.float64) - theirs[p]["ref_pos"]
+            first = np.unique(s["ref_space_uid"], return_index=True)[1][s["ref_space_uid"]]
+            np.testing.assert_allclose(shift, shift[first], atol=1e-4, err_msg=f"{cfg} position {p}")
             key = here.sampler.key(p)
             assert here.job._crop_first(old, key, here.job.rng(key)) is None  # the fallback
             # the same key on this code's store of the same inputs, crop first: the same sample

@@ -94,6 +94,15 @@ def test_samples_are_byte_identical_to_the_per_chain_reads(corpus_store: Path, t
         k for k in sorted(new)
         if (new[k].dtype, new[k].shape) != (old[k].dtype, old[k].shape) or new[k].tobytes() != old[k].tobytes()
     ]  # fmt: skip
+    # review R25d s43 #3: a residue the crop cuts is centred on its whole conformer now (on its kept
+    # atoms before), so ref_pos may differ from BEFORE's by one shift per residue, and only so
+    for k in [k for k in differ if k.endswith("/ref_pos")]:
+        uid = new[k.removesuffix("ref_pos") + "ref_space_uid"]
+        shift = new[k].astype(np.float64) - old[k]
+        np.testing.assert_allclose(
+            shift, shift[np.unique(uid, return_index=True)[1][uid]], atol=1e-4, err_msg=k
+        )
+        differ.remove(k)
     assert not differ, differ[:20]
 
 
