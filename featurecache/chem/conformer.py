@@ -68,7 +68,6 @@ from typing import Any
 import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdDistGeom
-from scipy.spatial import cKDTree
 
 from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.chem.match import match_to_definition
@@ -354,6 +353,9 @@ def _unbonded_groups(mol: Chem.Mol, heavy: np.ndarray) -> int:
 def _coincident(xyz: np.ndarray, names: Sequence[str]) -> str:
     """Why the heavy-atom positions ``xyz`` (float ``[n, 3]``, names ``names``) are degenerate:
     the first pair closer than :data:`COINCIDENT_A` and how many such pairs; "" when none is."""
+    # imported here: a build's driver imports this module (not scipy), only conformer jobs call this
+    from scipy.spatial import cKDTree
+
     pairs = cKDTree(xyz).query_pairs(COINCIDENT_A, output_type="ndarray")
     if not len(pairs):
         return ""
