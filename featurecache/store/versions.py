@@ -126,11 +126,13 @@ def store_versions(store: LocalStore) -> dict[str, Any]:
                 n_msas[v or UNKNOWN] += 1
     return {
         "this_code": FEATURIZER_VERSION,
-        "entries": dict(sorted(n_entries.items())),
-        "msas": dict(sorted(n_msas.items())),
+        "entries": dict(sorted(n_entries.items(), key=lambda kv: _version_key(kv[0]))),
+        "msas": dict(sorted(n_msas.items(), key=lambda kv: _version_key(kv[0]))),
         "msas_single_sequence": single,
         "entries_unreadable": unreadable,
-        "entry_source_dirs": {v: sorted(d) for v, d in sorted(dirs.items())},
+        "entry_source_dirs": {
+            v: sorted(d) for v, d in sorted(dirs.items(), key=lambda kv: _version_key(kv[0]))
+        },
     }
 
 
@@ -260,10 +262,10 @@ def versions_of(info: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def version_set(doc: dict[str, Any] | None) -> tuple[str, ...]:
-    """The versions a :func:`store_versions` document names (entries and MSAs), sorted."""
+    """The versions a :func:`store_versions` document names (entries and MSAs), oldest first."""
     if not doc:
         return ()
-    return tuple(sorted(set(doc.get("entries") or {}) | set(doc.get("msas") or {})))
+    return tuple(sorted(set(doc.get("entries") or {}) | set(doc.get("msas") or {}), key=_version_key))
 
 
 def _counted(doc: dict[str, Any], version: str) -> str:
@@ -356,7 +358,7 @@ def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
         return []
     held = "; ".join(
         f"{n} entr{'y' if n == 1 else 'ies'} of featurizer {v} from {d or 'a --pdb-dir it did not record'}"
-        for (v, d), n in sorted(counts.items())
+        for (v, d), n in sorted(counts.items(), key=lambda kv: (_version_key(kv[0][0]), kv[0][1]))
     )
     dirs = sorted({d for _, d in counts if d})
     builds = " and ".join(
