@@ -40,7 +40,7 @@ from featurecache.chem.reference import ComponentTable
 from featurecache.const import SCHEMA_VERSION, encode_atom_name
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.index import complete_parts, read_table, write_table
-from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR
+from featurecache.store.layout import COMPONENT_PART_PREFIX, INDEX_DIR, PART_INDEX_DIR, PARTS_DIR, hash_fields
 from featurecache.store.root import PartArrays, decode_records, record_fill_only_shards
 from featurecache.store.writer import commit_part, part_tmp_dir, write_record_array
 
@@ -172,10 +172,7 @@ def component_content_hash(atoms: np.ndarray, bonds: np.ndarray) -> str:
     writer (the records it writes) and ``verify`` (the records read back) hash the same bytes."""
     h = hashlib.sha256()
     for group, records, dtype in (("atoms", atoms, COMPONENT_ATOM), ("bonds", bonds, COMPONENT_BOND)):
-        for name in dtype.names or ():
-            column = np.ascontiguousarray(records[name], dtype=dtype.fields[name][0].base)  # type: ignore[index]
-            h.update(f"{group}/{name}:{column.dtype.str}:{column.shape}".encode())
-            h.update(column.tobytes())
+        hash_fields(h, group, dtype, {name: records[name] for name in dtype.names or ()})
     return h.hexdigest()
 
 

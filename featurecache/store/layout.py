@@ -27,7 +27,7 @@ STORE/
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from zarr.abc.codec import BytesBytesCodec
@@ -137,11 +137,24 @@ def group_hashes(groups: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, st
 
 def _hash_group(h: hashlib._Hash, g: str, cols: Mapping[str, np.ndarray]) -> None:
     dt = ENTRY_GROUPS[g]
-    for f in dt.names:  # type: ignore[union-attr]
-        if f not in cols and f in LATER_FIELDS.get(g, ()):
-            continue  # an entry of a part written before the field was added
-        a = np.ascontiguousarray(cols[f], dtype=field_base_dtype(dt, f))
-        h.update(f"{g}/{f}:{a.dtype.str}:{a.shape}".encode())
+    later = LATER_FIELDS.get(g, ())
+    # an entry of a part written before a later field was added lacks it
+    hash_fields(h, g, dt, cols, [f for f in dt.names if f in cols or f not in later])  # type: ignore[union-attr]
+
+
+def hash_fields(
+    h: hashlib._Hash,
+    group: str,
+    dtype: np.dtype,
+    cols: Mapping[str, np.ndarray],
+    names: Sequence[str] | None = None,
+) -> None:
+    """Feed ``h`` the columns ``cols`` of record type ``dtype`` (its fields ``names``, default all,
+    in order), each as ``group/field:dtype:shape`` and its bytes in the field's base dtype: the rule
+    of every content hash of a store (entries here, components' reference conformers too)."""
+    for f in dtype.names if names is None else names:  # type: ignore[union-attr]
+        a = np.ascontiguousarray(cols[f], dtype=field_base_dtype(dtype, f))
+        h.update(f"{group}/{f}:{a.dtype.str}:{a.shape}".encode())
         h.update(a.tobytes())
 
 
