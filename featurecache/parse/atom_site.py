@@ -45,6 +45,7 @@ __all__ = [
     "cut_short",
     "formal_charge_problem",
     "mmcif_not_finite",
+    "pdb_atom_lines",
     "pdb_not_finite",
     "repair_not_finite",
     "seq_id_problem",
@@ -203,24 +204,35 @@ def mmcif_not_finite(block: gemmi.cif.Block) -> dict[str, list[str]]:
     return out
 
 
-def pdb_not_finite(raw: bytes) -> dict[str, list[str]]:
-    """:func:`mmcif_not_finite` of a PDB file's ATOM/HETATM lines (occupancy columns 55-60,
-    B-factor 61-66): numpy flags the lines whose fields hold anything but a plain number's bytes,
-    and only those are read in Python."""
+def pdb_atom_lines(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where a PDB file's ATOM / HETATM lines start and end (offsets into ``raw``, int64 ``[n]``
+    each; an end is the line's newline, or the file's end). Found by numpy in one pass over the
+    bytes, for every check of the file's atom columns (coordinates, occupancy, B-factor)."""
     buf = np.frombuffer(raw, np.uint8)
     newlines = np.flatnonzero(buf == ord("\n"))
     starts = np.concatenate((np.zeros(1, np.int64), newlines + 1))
-    ends = np.append(newlines, buf.size)  # each line's end (its newline, or the file's end)
+    ends = np.append(newlines, buf.size)
+    atom = _starts_with(buf, starts, ends, b"ATOM") | _starts_with(buf, starts, ends, b"HETATM")
+    return starts[atom], ends[atom]
+
+
+def _starts_with(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, word: bytes) -> np.ndarray:
+    """Which of the lines ``starts`` / ``ends`` (int64 ``[n]``) of ``buf`` (uint8) begin ``word``: bool ``[n]``."""
+    hit = ends - starts >= len(word)
+    for k, byte in enumerate(word):
+        hit[hit] = buf[starts[hit] + k] == byte
+    return hit
+
+
+def pdb_not_finite(raw: bytes, lines: tuple[np.ndarray, np.ndarray]) -> dict[str, list[str]]:
+    """:func:`mmcif_not_finite` of a PDB file's ATOM/HETATM ``lines`` (:func:`pdb_atom_lines`;
+    occupancy columns 55-60, B-factor 61-66): numpy flags the lines whose fields hold anything but
+    a plain number's bytes, and only those are read in Python."""
+    buf = np.frombuffer(raw, np.uint8)
     first, last = _PDB_COLUMNS[_OCCUPANCY][0], _PDB_COLUMNS[_B_FACTOR][1]
+    starts, ends = lines
     keep = ends - starts > first
     starts, ends = starts[keep], ends[keep]
-    atom = np.zeros(starts.size, np.bool_)
-    for word in (b"ATOM  ", b"HETATM"):
-        hit = np.ones(starts.size, np.bool_)
-        for k, byte in enumerate(word):
-            hit &= buf[starts + k] == byte
-        atom |= hit
-    starts, ends = starts[atom], ends[atom]
     flagged = np.zeros(starts.size, np.bool_)
     for col in range(first, last):
         inside = starts + col < ends

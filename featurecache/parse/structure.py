@@ -27,6 +27,7 @@ from featurecache.parse.atom_site import (
     check_atom_site_values,
     cut_short,
     mmcif_not_finite,
+    pdb_atom_lines,
     pdb_not_finite,
     repair_not_finite,
 )
@@ -779,8 +780,9 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         except (RuntimeError, ValueError) as exc2:
             raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
-    _check_pdb_coordinates(raw, name)
-    warnings = repair_not_finite(st, name, pdb_not_finite(raw))
+    atom_lines = pdb_atom_lines(raw)
+    _check_pdb_coordinates(raw, name, atom_lines[0])
+    warnings = repair_not_finite(st, name, pdb_not_finite(raw, atom_lines))
     _check_finite(st, name, _pdb_coordinates(text))
     if cut := cut_short(text, "pdb", name, _n_atoms(st)):
         warnings.append(cut)
@@ -795,7 +797,7 @@ _PDB_FIELD_ENDS = (37, 45, 53)
 _DIGITS = frozenset(b"0123456789")
 
 
-def _check_pdb_coordinates(raw: bytes, name: str) -> None:
+def _check_pdb_coordinates(raw: bytes, name: str, atom_starts: np.ndarray) -> None:
     """Refuse a PDB file with an ATOM/HETATM coordinate field that holds no digit, naming the line:
     gemmi reads ``********`` (a writer's overflow), blanks or ``?`` as 0.0, a wrong position marked
     present. ``nan`` / ``inf`` read as numbers and are left to :func:`_check_finite`.
@@ -805,12 +807,9 @@ def _check_pdb_coordinates(raw: bytes, name: str) -> None:
     are looked at in Python.
     """
     buf = np.frombuffer(raw, np.uint8)
-    # line starts with a whole coordinate section after them (gemmi refuses shorter atom lines)
-    last = _PDB_FIELD_ENDS[-1]
-    starts = np.flatnonzero(buf[: max(buf.size - last, 0)] == ord("\n")) + 1
-    if buf.size > last:
-        starts = np.concatenate((np.zeros(1, np.int64), starts))
-    atoms = starts[_starts_with(buf, starts, b"ATOM") | _starts_with(buf, starts, b"HETATM")]
+    # the atom lines (``atom_starts``: atom_site.pdb_atom_lines) with a whole coordinate section
+    # after their start (gemmi refuses shorter atom lines)
+    atoms = atom_starts[atom_starts + _PDB_FIELD_ENDS[-1] < buf.size]
     flagged = np.zeros(atoms.size, np.bool_)
     for end in _PDB_FIELD_ENDS:
         c = buf[atoms + end]
@@ -837,14 +836,6 @@ def _check_pdb_coordinates(raw: bytes, name: str) -> None:
             f"{text[21:22]}: {why}",
             stage="parse",
         )
-
-
-def _starts_with(buf: np.ndarray, starts: np.ndarray, word: bytes) -> np.ndarray:
-    """Which of the offsets ``starts`` (int64[n]) of ``buf`` (uint8) begin ``word``: bool[n]."""
-    hit = buf[starts] == word[0]
-    for k in range(1, len(word)):
-        hit[hit] = buf[starts[hit] + k] == word[k]
-    return hit
 
 
 def _blank_charge_columns(text: str) -> str:
