@@ -1,5 +1,6 @@
 """Fixtures of the store tests: a real store of an older featurizer version, and a copy of it
-extended by this code (tests/store/test_versions*.py)."""
+extended by this code (tests/store/test_versions*.py); a store whose rebuilt entry left a part
+unused (the prune tests)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import featurecache
 from featurecache.const import FEATURIZER_VERSION
-from tests.conftest import MSAS, STRUCTURES, build_store, build_with_package, featurecache_at
+from tests.conftest import MSAS, SAMPLES, STRUCTURES, build_store, build_with_package, featurecache_at
 
 #: the last commit of featurizer 0.5.0 (before 0.6.0's polymer caps): its package builds the older store
 OLD_COMMIT = "b974d7da506a1963a7ced872005ab3088635aff1"
@@ -65,3 +67,24 @@ def version_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]
         run_log.removeHandler(handler)
     assert summary.n_failed == 0 and summary.n_built == 1
     yield Stores(a.resolve(), msa, b.resolve(), old, mixed, handler.records)
+
+
+@pytest.fixture(scope="session")
+def replaced_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """102m and 1psm built one part each, then 102m's file replaced by 2q2k's and built again: part
+    s-000000 is used by no index row (prune deletes it). Tests copy it before they change it; its
+    inputs are ``STORE.parent / "in"``."""
+    tmp = tmp_path_factory.mktemp("prune")
+    inputs, out = tmp / "in", tmp / "store"
+    inputs.mkdir()
+    for name in ("102m.cif", "1psm.cif"):
+        shutil.copy(SAMPLES / "structures" / name, inputs / name)
+    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
+    first = featurecache.open_store(out)
+    assert dict(zip(first.ids, first.entries.column("part").to_pylist(), strict=True)) == {
+        "102m": "s-000000",
+        "1psm": "s-000001",
+    }
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")
+    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
+    return out

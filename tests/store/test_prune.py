@@ -24,24 +24,6 @@ from featurecache.store.verify import verify_store
 from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
 
 
-@pytest.fixture(scope="module")
-def replaced_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("prune")
-    inputs, out = tmp / "in", tmp / "store"
-    inputs.mkdir()
-    for name in ("102m.cif", "1psm.cif"):
-        shutil.copy(SAMPLES / "structures" / name, inputs / name)
-    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
-    first = featurecache.open_store(out)
-    assert dict(zip(first.ids, first.entries.column("part").to_pylist(), strict=True)) == {
-        "102m": "s-000000",
-        "1psm": "s-000001",
-    }
-    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")
-    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
-    return out
-
-
 def _index_bytes(store: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted((store / "index").glob("*.arrow"))}
 

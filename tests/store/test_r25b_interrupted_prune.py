@@ -26,21 +26,7 @@ from featurecache.store.leftovers import leftover_note
 from featurecache.store.prune import prune_store
 from featurecache.store.root import remove_leftovers
 from featurecache.store.verify import repair_store, verify_store
-from tests.conftest import SAMPLES, build_store, cli_in_process
-
-
-@pytest.fixture(scope="module")
-def replaced_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("interrupted-prune")
-    inputs, out = tmp / "in", tmp / "store"
-    inputs.mkdir()
-    for name in ("102m.cif", "1psm.cif"):
-        shutil.copy(SAMPLES / "structures" / name, inputs / name)
-    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
-    shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")
-    build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
-    return out
-
+from tests.conftest import cli_in_process
 
 #: a prune in a child process that dies (``os._exit``, no cleanup, as SIGKILL) once its parts are
 #: set aside, before the index is rebuilt
