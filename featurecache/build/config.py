@@ -80,7 +80,7 @@ def settings_left_out(
     out: list[str] = []
     if "--msa-depth" not in given and msa_dir is not None:
         out += _msa_depth_left_out(store, msa_dir, config.get("msa_depth_cap", defaults.msa_depth_cap))
-    recorded = _structure_settings(store, pdb_dir)
+    recorded = _structure_settings(store, pdb_dir, msa_dir)
     unknown_ccd = False
     if recorded is None:  # this directory's parts record no settings: the root's record of the latest build
         ccd = recorded_build_inputs(attrs)["ccd"]
@@ -121,35 +121,60 @@ def _holds_ccd_components(store: Path) -> bool:
         return False
 
 
-def _structure_settings(store: Path, pdb_dir: Path | None) -> list[dict[str, object]] | None:
+def _structure_settings(
+    store: Path, pdb_dir: Path | None, msa_dir: Path | None = None
+) -> list[dict[str, object]] | None:
     """The settings (``store.writer.SETTINGS``) recorded by the structure parts the index serves
-    whose ``--pdb-dir`` is ``pdb_dir``: empty when none of them is that directory's (nothing of it to
-    rebuild). None when the latest build's record must judge instead: a served part of that
-    directory (or one recording no directory, written before session 19) records no settings
-    (written before session 41; review R22 s41 #1: such a directory was judged by nothing once
-    another directory's parts recorded theirs), or the index cannot be read."""
+    that this build would rebuild from: those whose ``--pdb-dir`` is ``pdb_dir``, and those holding
+    an entry whose id an input of ``pdb_dir`` takes (its relative path is the entry's, as the build
+    matches stored entries: :func:`~featurecache.build.discover.input_ids`), whatever directory the
+    part records. The second is what a directory renamed or moved needs: its parts record the old
+    path, yet the build matches their entries by relative path and rebuilds them at its settings
+    (review R26b s44 #1: a build of the renamed directory without ``--ccd`` rebuilt every entry
+    without CCD definitions, unwarned); a build of another directory whose files are not the
+    first's takes none of the first's entries, so its settings are not judged by them (review R19
+    s41 #1). Empty when none (nothing of it to rebuild). None when the latest build's record must
+    judge instead: a served part of that directory (or one recording no directory, written before
+    session 19) records no settings (written before session 41; review R22 s41 #1: such a
+    directory was judged by nothing once another directory's parts recorded theirs), or the index
+    cannot be read."""
     import json
 
-    from featurecache.build.discover import resolved
+    from featurecache.build.discover import existing_entry_ids, input_ids, resolved
     from featurecache.errors import StoreError
     from featurecache.store.index import read_table
     from featurecache.store.layout import INDEX_DIR, PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
     from featurecache.store.writer import SETTINGS, SOURCE_DIR
 
-    entries = Path(store) / INDEX_DIR / "entries.arrow"
+    path = Path(store) / INDEX_DIR / "entries.arrow"
     try:
-        parts = set(read_table(entries).column("part").to_pylist()) if entries.is_file() else set()
+        entries = read_table(path) if path.is_file() else None
+        parts = set(entries.column("part").to_pylist()) if entries is not None else set()
     except (StoreError, KeyError):  # an unreadable index: the build rebuilds it and names it
         return None
     here = str(resolved(Path(pdb_dir))) if pdb_dir is not None else None
-    found: list[dict[str, object]] = []
+    docs: dict[str, object] = {}
     for part in sorted(parts):
+        manifest = Path(store) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE
         try:
-            doc = json.loads((Path(store) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
+            docs[part] = json.loads(manifest.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(doc, dict) or doc.get(SOURCE_DIR, "") not in (here, "", None):
-            continue  # another directory's part
+
+    def recorded(doc: object) -> object:
+        return doc.get(SOURCE_DIR, "") if isinstance(doc, dict) else None
+
+    taken: set[str] = set()  # parts of other directories holding entries this build takes
+    if (entries is not None and pdb_dir is not None and Path(pdb_dir).is_dir()
+            and any(recorded(doc) not in (here, "", None) for doc in docs.values())):  # fmt: skip
+        ids = set(input_ids(Path(pdb_dir), existing_entry_ids(entries), exclude=Path(store), msa_dir=msa_dir,
+                            warn=False).values())  # fmt: skip
+        rows = entries.select(["id", "part"]).to_pylist()
+        taken = {r["part"] for r in rows if r["id"] in ids}
+    found: list[dict[str, object]] = []
+    for part, doc in docs.items():
+        if not isinstance(doc, dict) or (recorded(doc) not in (here, "", None) and part not in taken):
+            continue  # another directory's part, none of whose entries this build takes
         settings = doc.get(SETTINGS)
         if not isinstance(settings, dict):
             return None

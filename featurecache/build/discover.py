@@ -327,14 +327,14 @@ def alias_paths(rel: str, aliases: dict[str, list[str]]) -> list[str]:
 
 
 def input_paths(
-    pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None
+    pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
 ) -> Iterator[Path]:
     """The files a build lists under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
     directories followed, each real directory once): every non-hidden file, every broken symlink
     or symlink loop, and every FIFO, socket or device (kept, so that each is accounted for: the
     build lists it as a failure naming it, :func:`unread_reason`); ``exclude`` (the store itself,
-    when the walk meets it) is skipped; ``aliases``: as :func:`walk_inputs` fills it."""
-    yield from walk_inputs(Path(pdb_dir), exclude, aliases)
+    when the walk meets it) is skipped; ``aliases``, ``warn``: as :func:`walk_inputs` takes them."""
+    yield from walk_inputs(Path(pdb_dir), exclude, aliases, warn)
 
 
 def unread_reason(path: Path, rel: str, what: str = "structure") -> str:
@@ -443,13 +443,15 @@ def discover(
 
 
 def _walk(
-    pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None
-) -> tuple[list[Path], list[str], dict[str, str], set[str]]:
+    pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None,
+    warn: bool = True,
+) -> tuple[list[Path], list[str], dict[str, str], set[str]]:  # fmt: skip
     """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted; :func:`escaped_path`)
-    and ids, unread; and the paths among them that are not valid UTF-8 (escaped)."""
+    and ids, unread; and the paths among them that are not valid UTF-8 (escaped). ``warn``: as
+    :func:`walk_inputs` takes it."""
     msa_files = MSADirFiles(msa_dir)
     aliases: dict[str, list[str]] = {}
-    walked = [p for p in input_paths(pdb_dir, exclude, aliases) if not msa_stage_input(p, msa_files)]
+    walked = [p for p in input_paths(pdb_dir, exclude, aliases, warn) if not msa_stage_input(p, msa_files)]
     raw = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
                        set((existing_ids or {}).values()))  # fmt: skip
     rels = [escaped_path(r) for r in raw]
@@ -461,11 +463,12 @@ def _walk(
 
 def input_ids(
     pdb_dir: Path, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
-    msa_dir: Path | None = None,
+    msa_dir: Path | None = None, warn: bool = True,
 ) -> dict[str, str]:  # fmt: skip
     """Path (relative to ``pdb_dir``) → entry id of the inputs :func:`discover` finds, without
-    reading the files (``featurecache prune --sources-gone``)."""
-    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir)
+    reading the files (``featurecache prune --sources-gone``; the build's check of the settings it
+    leaves out, ``warn=False``: the build's own walk warns of what it does not read again)."""
+    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir, warn)
     return {rel: ids[rel] for rel in rels}
 
 
