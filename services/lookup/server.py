@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from featurecache.errors import FeatureCacheError, StoreError
+from services.lookup.protocol import ConnectionLimits, NoDelayHTTPProtocol, ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,29 +89,6 @@ def _record_startup_failure(exc: BaseException) -> None:
             Path(failures, str(os.getpid())).write_text(reason, encoding="utf-8")
 
 
-try:  # uvicorn's fast parser when installed (uvicorn[standard]), else its pure-Python one
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HTTPProtocol
-except ImportError:  # pragma: no cover - depends on the installed extras
-    from uvicorn.protocols.http.h11_impl import H11Protocol as _HTTPProtocol  # type: ignore[assignment]
-
-
-class NoDelayHTTPProtocol(_HTTPProtocol):
-    """uvicorn's HTTP protocol with ``TCP_NODELAY`` set on every connection.
-
-    Why: with ``--workers N`` uvicorn binds the shared socket without ``IPPROTO_TCP``, so neither
-    asyncio nor uvloop sets ``TCP_NODELAY`` on accepted connections. A response's headers and
-    body then leave as two segments and Nagle's algorithm holds the body until the client's
-    delayed ACK: every request took 40+ ms longer (measured: /v1/health 44 ms vs 1.3 ms).
-    """
-
-    def connection_made(self, transport: Any) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError, AttributeError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().connection_made(transport)
-
-
 def run_server(
     store: Path | str, host: str = "127.0.0.1", port: int = 8000, workers: int = 1, token: str | None = None
 ) -> None:
@@ -125,8 +103,6 @@ def run_server(
     extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
     through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``: it must be writable).
     """
-    import uvicorn
-
     from featurecache import open_store
     from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, token_from_environment
     from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
@@ -138,7 +114,7 @@ def run_server(
         os.environ["FEATURECACHE_AUTH_TOKEN"] = token
     check_token_source()
     path = Path(store).resolve()
-    check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
+    settings = check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
         opened = open_store(path)
         n = len(opened.ids)
@@ -174,13 +150,14 @@ def run_server(
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
         log_config=log_config, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        connection_limits=ConnectionLimits.from_settings(settings),
     )  # fmt: skip
     stopped_by: int | None = None
     try:
         if workers == 1:
-            stopped_by = _run_one(uvicorn.Config(APP_FACTORY, **options))
+            stopped_by = _run_one(ServiceConfig(APP_FACTORY, **options))
         else:
-            stopped_by = _run_workers(uvicorn.Config(APP_FACTORY, **options), failures_dir)
+            stopped_by = _run_workers(ServiceConfig(APP_FACTORY, **options), failures_dir)
     finally:
         for made in (multiproc_dir, failures_dir):
             if made is not None:
@@ -492,12 +469,13 @@ class ThreadedServer:
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self.app = create_app(settings)  # app.state.store: the StoreHolder, for tests that look inside
-        config = uvicorn.Config(
+        config = ServiceConfig(
             self.app,
             log_level="warning",
             access_log=False,
             lifespan="on",
             http=NoDelayHTTPProtocol,
+            connection_limits=ConnectionLimits.from_settings(settings),
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

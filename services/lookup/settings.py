@@ -38,14 +38,15 @@ def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     read_token_file(path)
 
 
-def check_settings(store_path: Path) -> None:
+def check_settings(store_path: Path) -> Settings:
     """What ``featurecache serve`` checks before it starts its workers: every ``FEATURECACHE_*``
     setting is valid (a worker that cannot make its Settings never serves: one worker stopped with a
     pydantic traceback, several were restarted by uvicorn again and again). Raises FeatureCacheError
     (the CLI exits 3: the environment) naming each invalid variable, its value (never a token's;
-    as repr when it holds a newline or another unprintable character) and the rule, on one line."""
+    as repr when it holds a newline or another unprintable character) and the rule, on one line.
+    Returns the settings (serve reads the connection limits from them)."""
     try:
-        Settings(store_path=store_path)
+        return Settings(store_path=store_path)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
@@ -95,6 +96,18 @@ class Settings(BaseSettings):
     max_msa_cells: int = Field(default=2**25, ge=1, description="rows × cols per MSA slice.")
     max_body_bytes: int = Field(
         default=2**20, ge=1, description="Request body size (JSON of a batch or an MSA slice)."
+    )
+    max_url_bytes: int = Field(
+        default=64 * 2**10,
+        ge=1,
+        description="Bytes of a request's target (path and query): more answer 414 and close the connection, "
+        "before the token is checked.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 2**10,
+        ge=1,
+        description="Bytes of a request's header lines: more answer 431 and close the connection, before the "
+        "token is checked.",
     )
     store_retry_seconds: float = Field(
         default=5.0, ge=0, description="Wait between attempts to open a store that failed to open."
