@@ -10,7 +10,7 @@ import logging
 import os
 import stat
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -510,13 +510,74 @@ def part_source_dirs(root: Path) -> Callable[[str], str]:
     return functools.cache(functools.partial(part_source_dir, root))
 
 
+@dataclass(frozen=True)
+class DirectoryParts:
+    """Which parts of a store hold rows of one input directory (``here``: its resolved path): a part
+    whose manifest records ``here`` (``recorded_in``: :func:`part_source_dir` by part), or records
+    one of ``moved``, directories that no longer exist whose rows this directory's inputs match (it
+    was renamed or moved: :func:`directory_parts`). Called with a part's name. A part recording no
+    directory (written before session 19) is no directory's."""
+
+    here: str
+    moved: frozenset[str]
+    recorded_in: Callable[[str], str]
+
+    def __call__(self, part: str) -> bool:
+        recorded = self.recorded_in(part)
+        return recorded == self.here or (bool(recorded) and recorded in self.moved)
+
+
+def directory_parts(
+    root: Path, directory: Path, matched: Iterable[str], recorded_in: Callable[[str], str] | None = None
+) -> DirectoryParts:
+    """The parts of the store ``root`` whose rows are of the input directory ``directory`` (a
+    ``--pdb-dir`` or ``--msa-dir``): those recording it, and every part recording a directory that
+    no longer exists when one of them is among ``matched`` (the parts holding a row that an input
+    of ``directory`` matches: an entry of the same relative path or id, an MSA of one of the same
+    files). A part records the directory it was built from only when it is written, so after
+    ``mv pdb pdb_renamed`` every stored entry was of a directory that no longer exists, and the
+    files removed after that were never reported nor prunable (review R26b s44 #2): such a
+    directory's rows are this directory's now (re-homed). A directory that still exists keeps its
+    own rows (a store extended from several). The one rule of the build's ``sources gone``, of
+    ``prune --sources-gone`` (entries and MSAs) and of the build's withdrawn failures."""
+    here = str(resolved(Path(directory)))
+    recorded_in = recorded_in or part_source_dirs(root)
+    others = {recorded_in(part) for part in set(matched)} - {here, ""}
+    return DirectoryParts(here, frozenset(d for d in others if not os.path.isdir(d)), recorded_in)
+
+
+class StoredEntries:
+    """The entries of a store's index as the inputs of one ``--pdb-dir`` meet them: ``paths`` (id →
+    source path, relative to the directory its part records) and ``parts`` (id → part)."""
+
+    def __init__(self, root: Path, entries: pa.Table) -> None:
+        self.root = Path(root)
+        self.paths = existing_entry_ids(entries)
+        ids = entries.column("id").to_pylist()
+        parts = entries.column("part").to_pylist() if "part" in entries.column_names else []
+        self.parts: dict[str, str] = dict(zip(ids, parts, strict=True)) if parts else {}
+
+    def homes(self, pdb_dir: Path, rels: Iterable[str]) -> DirectoryParts:
+        """:func:`directory_parts` of ``pdb_dir``, whose inputs are ``rels`` (relative paths): a
+        stored entry matches one of them by its source path or by the id a fresh build of ``rels``
+        gives (:func:`assign_ids`: ``02/102m.cif`` matches the stored ``102m``)."""
+        inputs = set(rels)
+        fresh = set(assign_ids(sorted(inputs)).values())
+        matched = {
+            self.parts[eid] for eid, path in self.paths.items()
+            if eid in self.parts and (path in inputs or eid in fresh)
+        }  # fmt: skip
+        return directory_parts(self.root, pdb_dir, matched)
+
+
 #: the stage of an MSA file's failure (``msa_stage``); its path is relative to ``--msa-dir``
 MSA_STAGE = "msa"
 
 
 def withdraw_failures(
-    root: Path, pdb_dir: Path, msa_dir: Path | None, inputs: list[InputFile], failures: pa.Table
-) -> list[dict[str, str]]:
+    root: Path, pdb_dir: Path, msa_dir: Path | None, inputs: list[InputFile], failures: pa.Table,
+    homes: Callable[[str], bool] | None = None,
+) -> list[dict[str, str]]:  # fmt: skip
     """Withdraw the listed failures of paths that are no longer inputs of this build; writes
     :data:`~featurecache.store.index.WITHDRAWN_STAGE` rows, those of structure failures in one
     failure-only structure part, those of MSA failures in one failure-only MSA part (the index then
@@ -528,7 +589,8 @@ def withdraw_failures(
       failure per MSA file, and the store kept listing them;
     - the path is no longer an input under ``--pdb-dir`` (its file was deleted or moved away), and
       the failure was recorded by a build from this same directory: the part that holds it
-      recorded ``source_dir`` (:func:`part_source_dir`), the resolved ``--pdb-dir``. The index
+      recorded ``source_dir`` (:func:`part_source_dir`), the resolved ``--pdb-dir``, or one
+      renamed or moved to it (``homes``: :meth:`StoredEntries.homes`, when given). The index
       records paths relative to ``--pdb-dir`` only, so a failure of another directory (a store
       extended from several) is not withdrawn because this build did not see its path; nor is
       one in a part that recorded no directory (written before session 19): neither can be told
@@ -579,7 +641,7 @@ def withdraw_failures(
             why = (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the MSA "
                    f"stage; its failure in part {f['part']} is withdrawn")  # fmt: skip
         else:
-            if recorded_in(f["part"]) != here:
+            if not (homes(f["part"]) if homes is not None else recorded_in(f["part"]) == here):
                 continue  # another directory's path, or a part that did not record its directory
             gone = not (where.exists() or where.is_symlink())
             why = (f"no longer an input: {'no such file' if gone else 'the file is not read (hidden or inside the store)'}"

@@ -1278,13 +1278,16 @@ def _sources_gone(
 ) -> list[str]:
     """Keys of stored MSAs from files that this build keeps although every one of their files is
     gone from ``msa_dir`` (a sequence some chain still has, no alignment joined to it this build,
-    its part written by a build from this same ``--msa-dir``: paths are relative to it). Kept by
-    design (:func:`_plan`); reported so a user knows (``run.sources_gone_line``)."""
-    from featurecache.build.discover import part_source_dir
+    its part of this same ``--msa-dir``: paths are relative to it; a part recording a directory
+    renamed or moved to it counts, ``discover.directory_parts``). Kept by design (:func:`_plan`);
+    reported so a user knows (``run.sources_gone_line``)."""
+    from featurecache.build.discover import directory_parts
 
-    here = str(resolved(msa_dir))
     listed = {rel for rel, _size, _mtime in files}
-    dirs: dict[str, str] = {}
+    # the parts of MSAs one of whose files is listed here: their directory, if gone, is this one now
+    matched = [part for part, sources in stored_from.values()
+               if {src.split("#", 1)[0] for src in sources or []} & listed]  # fmt: skip
+    homes = directory_parts(root, msa_dir, matched)
     gone = []
     for h in sorted(polymer):
         if uses.get(h) or h not in stored or stored[h][1] <= 0 or h not in stored_from:
@@ -1293,9 +1296,7 @@ def _sources_gone(
         paths = {src.split("#", 1)[0] for src in sources or []}
         if not paths or paths & listed:
             continue
-        if part not in dirs:
-            dirs[part] = part_source_dir(root, part)
-        if dirs[part] == here:
+        if homes(part):
             gone.append(h)
     return gone
 

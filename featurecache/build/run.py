@@ -29,7 +29,9 @@ import featurecache
 from featurecache.build.config import BuildConfig
 from featurecache.build.digest_cache import forget_digests
 from featurecache.build.discover import (
+    DirectoryParts,
     InputFile,
+    StoredEntries,
     discover,
     done_keys,
     existing_entry_ids,
@@ -727,8 +729,11 @@ def _run_build(
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)
                 stored = start_index["entries"]
+            # the parts of this --pdb-dir: those recording it, or a directory renamed or moved to it
+            homes = StoredEntries(out, stored).homes(pdb_dir, [i.rel for i in inputs])
+            _note_moved(homes, pdb_dir)
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
-            just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"])
+            just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"], homes)
             done = done_keys(out, start_index.get(WITHDRAWN)) - {r["key"] for r in just_withdrawn}
             if start_index.get(REMOVED) is not None:  # removed by prune --sources-gone: built again if back
                 done -= set(start_index[REMOVED].column("key").to_pylist())
@@ -737,8 +742,8 @@ def _run_build(
                 withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
             pending = _pending(inputs, done, stored, start_index["failures"], withdrawn_paths)
             summary.n_inputs = len(inputs)
-            summary.entries_gone = _entries_gone(out, pdb_dir, inputs, stored)
-            for note in extension_notes(out, stored, pdb_dir):  # entries of another featurizer kept
+            summary.entries_gone = _entries_gone(inputs, stored, homes)
+            for note in extension_notes(out, stored, pdb_dir, homes):  # entries of another featurizer kept
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
             summary.input_bytes = sum(i.size for i in inputs)
@@ -1277,28 +1282,32 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
     return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
 
 
-def _entries_gone(out: Path, pdb_dir: Path, inputs: list[InputFile], stored: Any) -> list[str]:
+def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts) -> list[str]:
     """Ids of stored entries whose structure file is gone: no input of this build has the entry's
-    id or its source path, and its part was written by a build from this same ``--pdb-dir`` (the
-    part's ``source_dir``; paths are relative to it, so an entry of a store extended from another
-    directory, or of a part that recorded none, is not counted). They stay in the store (README)."""
-    from featurecache.build.discover import part_source_dir
-
+    id or its source path, and its part is of this ``--pdb-dir`` (``homes``: it records it, or a
+    directory renamed or moved to it, :func:`~featurecache.build.discover.directory_parts`; paths
+    are relative to it, so an entry of a store extended from another directory, or of a part that
+    recorded none, is not counted). They stay in the store (README)."""
     if not stored.num_rows or not {"source_path", "part"} <= set(stored.column_names):
         return []
-    here = str(resolved(pdb_dir))
     paths = {i.rel for i in inputs}
     ids = {i.entry_id for i in inputs}
-    dirs: dict[str, str] = {}
     gone = []
     for e in stored.select(["id", "source_path", "part"]).to_pylist():
         if e["id"] in ids or e["source_path"] in paths:
             continue
-        if e["part"] not in dirs:
-            dirs[e["part"]] = part_source_dir(out, e["part"])
-        if dirs[e["part"]] == here:
+        if homes(e["part"]):
             gone.append(e["id"])
     return sorted(gone)
+
+
+def _note_moved(homes: DirectoryParts, pdb_dir: Path) -> None:
+    """One line per directory the store's parts record that no longer exists and whose entries this
+    build's inputs match: taken as ``pdb_dir`` renamed or moved (its removed files are reported as
+    sources gone, and ``prune --sources-gone`` of ``pdb_dir`` removes them)."""
+    for old in sorted(homes.moved):
+        log.info("the store's entries built from %s, which no longer exists, are taken as --pdb-dir %s's "
+                 "(renamed or moved: this build's files match them)", old, pdb_dir)  # fmt: skip
 
 
 def _parts_may_be_gone(out: Path) -> bool:

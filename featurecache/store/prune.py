@@ -27,10 +27,12 @@ that the chem stage already scanned (``chem_scans``), or that the index already 
 
 ``--sources-gone PDB_DIR [--msa-dir DIR]`` (opt-in) first removes from the index the stored entries
 and MSAs whose source files are gone, those a build from the same directories reports as "sources
-gone": an entry recorded by a build from ``PDB_DIR`` (its part's ``source_dir``) that no file there
-gives any more (neither its id nor its path among the build's inputs) and whose file does not
-exist; an MSA from files that a build from ``DIR`` recorded, none of which is listed under ``DIR``
-or exists. Parts never change, so the removal is written as :data:`~featurecache.store.index.REMOVED`
+gone": an entry recorded by a build from ``PDB_DIR`` (its part's ``source_dir``; or from a
+directory that no longer exists, renamed or moved to ``PDB_DIR``: some of its entries match files
+there, :func:`~featurecache.build.discover.directory_parts`) that no file there gives any more
+(neither its id nor its path among the build's inputs) and whose file does not exist; an MSA from
+files that a build from ``DIR`` (or from a directory renamed or moved to it) recorded, none of which
+is listed under ``DIR`` or exists. Parts never change, so the removal is written as :data:`~featurecache.store.index.REMOVED`
 rows of one new part per kind; the index then leaves those entries (their chains, interfaces, ...)
 and MSAs out, and the parts that hold nothing else are deleted as above. A later build of a file
 put back stores it again. Entries are looked up in the index over every part, held-back ones
@@ -598,7 +600,8 @@ def _sources_gone(
     MSA's also with ``chains``, the chains that use it). Raises UsageError for a directory that
     holds no input at all while the store has rows recorded from it (an unmounted or emptied
     directory would otherwise remove them all)."""
-    from featurecache.build.discover import input_ids, part_source_dirs, resolved  # build imports store
+    # build imports store
+    from featurecache.build.discover import StoredEntries, directory_parts, input_ids, part_source_dirs
     from featurecache.build.msa_stage import MSA_SUFFIXES, _candidate_files
     from featurecache.parse.structure import structure_format
 
@@ -606,21 +609,18 @@ def _sources_gone(
     recorded_in = part_source_dirs(root)
 
     entries = tables["entries"]
-    here = str(resolved(pdb_dir))
-    mine = [
-        e
-        for e in entries.select(["id", "key", "source_path", "part"]).to_pylist()
-        if recorded_in(e["part"]) == here
-    ]
+    rows = entries.select(["id", "key", "source_path", "part"]).to_pylist()
     gone_entries: list[dict[str, str]] = []
-    if mine:
-        stored = dict(
-            zip(entries.column("id").to_pylist(), entries.column("source_path").to_pylist(), strict=True)
-        )
-        inputs = input_ids(pdb_dir, stored, exclude=root, msa_dir=msa_dir)
+    if rows:
+        stored = StoredEntries(root, entries)
+        inputs = input_ids(pdb_dir, stored.paths, exclude=root, msa_dir=msa_dir)
+        # this directory's: recorded by a build from it, or from a directory renamed or moved to it
+        # (gone, and its entries match this directory's files: ``discover.directory_parts``)
+        homes = stored.homes(pdb_dir, inputs)
+        mine = [e for e in rows if homes(e["part"])]
         # a structure file as the build counts one (``build.run.check_structure_files``), not any
         # file: a README.txt in an unmounted mount point, or only ``1orc.pdb1``, removed every entry
-        if not any(structure_format(PurePosixPath(rel).name) for rel in inputs):
+        if mine and not any(structure_format(PurePosixPath(rel).name) for rel in inputs):
             from featurecache.build.run import STRUCTURE_FILE_KINDS  # only here: it imports the build
 
             others = sorted(inputs)
@@ -645,12 +645,17 @@ def _sources_gone(
     msas = tables.get("msas")
     if msa_dir is None or msas is None or not msas.num_rows:
         return gone_entries, gone_msas
-    msa_here = str(resolved(Path(msa_dir)))
-    rows = [m for m in msas.select(["key", "n_files", "sources", "inputs_key", "part"]).to_pylist()
-            if m["n_files"] > 0 and m["sources"] and recorded_in(m["part"]) == msa_here]  # fmt: skip
-    if not rows:
+    from_files = [m for m in msas.select(["key", "n_files", "sources", "inputs_key", "part"]).to_pylist()
+                  if m["n_files"] > 0 and m["sources"]]  # fmt: skip
+    if not from_files:
         return gone_entries, gone_msas
     listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False)}
+    # as for entries: the MSAs of this --msa-dir, or of one renamed or moved to it
+    matched = [m["part"] for m in from_files if {src.split("#", 1)[0] for src in m["sources"]} & listed]
+    msa_homes = directory_parts(root, Path(msa_dir), matched, recorded_in)
+    rows = [m for m in from_files if msa_homes(m["part"])]
+    if not rows:
+        return gone_entries, gone_msas
     # as for --sources-gone: an input file, not any file (a README, lost+found/...) must be there
     stored_files = {src.split("#", 1)[0] for m in rows for src in m["sources"]}
     # a name whose last suffix (``.gz`` aside, any case) is an MSA format's: not ``notes.a3m.txt``

@@ -25,6 +25,7 @@ import os
 import shlex
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -338,11 +339,15 @@ def _unreadable_note(doc: dict[str, Any] | None, where: str) -> list[str]:
     ]
 
 
-def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
+def extension_notes(
+    root: Path, stored: Any, pdb_dir: Path, homes: Callable[[str], bool] | None = None
+) -> list[str]:
     """A build's one line when the store ``root`` it extends holds entries of another featurizer
     version than this code's that the build does not rebuild: those of parts written from another
-    ``--pdb-dir`` than ``pdb_dir`` (``stored``: the entries index the build starts from). The
-    entries of its own ``--pdb-dir`` it rebuilds (the version is in their keys)."""
+    ``--pdb-dir`` than ``pdb_dir`` (``stored``: the entries index the build starts from; ``homes``:
+    whether a part is of ``pdb_dir``, ``build.discover.directory_parts``, which counts a directory
+    renamed or moved to it; without it, the part must record ``pdb_dir``). The entries of its own
+    ``--pdb-dir`` it rebuilds (the version is in their keys)."""
     from featurecache.build.discover import resolved
 
     if not stored.num_rows or "part" not in stored.column_names:
@@ -352,7 +357,8 @@ def extension_notes(root: Path, stored: Any, pdb_dir: Path) -> list[str]:
     for part, n in Counter(stored.column("part").to_pylist()).items():
         version, source = part_record(root, part)
         # a part whose record does not read is damage (verify's), not another version
-        if version not in (FEATURIZER_VERSION, UNKNOWN) and source != here:
+        mine = homes(part) if homes is not None else source == here
+        if version not in (FEATURIZER_VERSION, UNKNOWN) and not mine:
             counts[(version, source or "")] += n
     if not counts:
         return []
