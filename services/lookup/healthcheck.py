@@ -2,13 +2,17 @@
 
 ``python3 -m services.lookup.healthcheck [PID]`` (PID 1 by default: the container's main process)
 reads the address from that process's command line, so ``docker run IMAGE /store --port 9000`` is
-checked on port 9000 with no second setting to keep in line with it. Exit 0: healthy; 1: not.
+checked on port 9000 with no second setting to keep in line with it. Exit 0: healthy; 1: not (the
+server does not answer, or answers 503: the store directory it serves was removed under a bind
+mount of it, which only a restart mends; the reason is printed, so ``docker inspect`` shows it).
 Standard library only, so the check costs a Python start and one request.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +53,13 @@ def main(argv: Sequence[str]) -> int:
         url = health_url(argv[0] if argv else 1)
         with urllib.request.urlopen(url, timeout=4) as response:
             return 0 if response.status == 200 else 1
+    except urllib.error.HTTPError as exc:  # answered, not 200: say why (the answer's detail)
+        try:
+            detail = json.loads(exc.read()).get("detail", "")
+        except (OSError, ValueError, AttributeError):
+            detail = ""
+        sys.stderr.write(f"unhealthy: {exc.code} {detail}".rstrip() + "\n")
+        return 1
     except (OSError, ValueError) as exc:  # no such process, refused, timed out, a bad --port
         sys.stderr.write(f"unhealthy: {exc}\n")
         return 1

@@ -37,6 +37,14 @@ rebuild killed while it renamed them into place, or one slow to) is not served: 
 for :data:`INDEX_RETRY_S` (a rename takes milliseconds), then the reader open before keeps being
 served (one WARNING) and the store is opened again once its index files change, or every
 ``retry_seconds``. Without a reader open before, requests answer 503 as for a store not built.
+
+The served directory itself removed (``st_nlink`` 0 when stat'ed by its path) is a state no
+rebuild ends: the path still leads to the old, deleted directory because something pins it, a
+bind mount of the store directory into a container (``-v /srv/store:/store``) above all, so the
+store rebuilt or renamed into place at the host's path is never seen (review R26d s44 #1).
+:meth:`StoreHolder.removed` says so (one ERROR), requests answer 503 and ``/v1/health`` 503 too,
+so the container's HEALTHCHECK fails and a restart remounts the new directory. On the host the
+path leads to the new directory (or to nothing while it is gone): no such state.
 """
 
 from __future__ import annotations
@@ -65,6 +73,13 @@ INDEX_HEADER = "x-featurecache-index"
 #: seconds an open reads the index files again while they are of different generations (the
 #: reader's own default, 5 s, held the holder's lock, and so every request, that long at each retry)
 INDEX_RETRY_S = 0.5
+
+
+#: what a client reads while the served directory is a removed one (:meth:`StoreHolder.removed`)
+REMOVED_ROOT = (
+    "the store directory was removed under the server, which cannot see one made in its place (a bind mount "
+    "of the store directory itself): the server must be restarted"
+)
 
 
 class StoreUnavailable(StoreError):
@@ -135,6 +150,7 @@ class StoreHolder:
         self._next_check = -float("inf")  # monotonic time of the next index check
         self._last_attempt = -float("inf")
         self._lock = threading.Lock()
+        self._removed_logged = False
 
     def open(self) -> None:
         """Open the store now (called at startup)."""
@@ -245,6 +261,8 @@ class StoreHolder:
         except (FeatureCacheError, OSError, ValueError) as exc:
             # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
             error = f"{type(exc).__name__}: {exc}"
+        if reader is None and self.removed() is not None:
+            error = REMOVED_ROOT  # (logged by removed(), once)
         if reader is not None and not reader.finished:
             # the first build's index so far (store.index.UNFINISHED_KEY): serving it would answer
             # "ready" with a part of the store and 404 for the entries still to come
@@ -266,6 +284,8 @@ class StoreHolder:
             size_count(reader)
         elif unfinished:
             log.warning("not serving store %s yet: %s", self.path, error)
+        elif error == REMOVED_ROOT:
+            log.debug("cannot open store %s: %s", self.path, error)
         else:
             log.error("cannot open store %s: %s", self.path, error)
         if previous is not None:
@@ -284,6 +304,25 @@ class StoreHolder:
         else:
             log.debug("store %s: index files still of different builds: %s", self.path, why)
         self._opened = replace(opened, root=root, index=index, torn=why)
+
+    def removed(self) -> str | None:
+        """Why the store can never be served again by this process, or None: the directory its
+        path leads to was removed (``st_nlink`` 0), so the path is pinned to a deleted directory (a
+        bind mount of the store directory itself) and a new store at the host's path stays unseen.
+        Logged once as an ERROR. One ``stat``: ``/v1/health`` asks on every probe."""
+        try:
+            removed = os.stat(self.path).st_nlink == 0
+        except OSError:  # gone from the path (the host's rm -rf): a rebuild there is served
+            return None
+        if not removed:
+            return None
+        if not self._removed_logged:
+            self._removed_logged = True
+            log.error("store %s: the served directory was removed and its path still leads to it (a bind mount of "
+                      "the store directory itself?): a store rebuilt or moved into place there is never seen; "
+                      "restart the server (a container: mount the store's parent directory instead)",
+                      self.path)  # fmt: skip
+        return REMOVED_ROOT
 
     def _unavailable(self, opened: _Opened) -> StoreUnavailable:
         return StoreUnavailable(f"the store is not open: {self.redact(opened.error or 'unknown error')}")

@@ -14,8 +14,20 @@ from services.lookup.state import StoreUnavailable
 router = APIRouter(prefix="/v1", tags=["health"])
 
 
-@router.get("/health", summary="Liveness: the process answers (never requires a token)")
-def health() -> dict[str, str]:
+@router.get(
+    "/health",
+    summary="Liveness: the process answers (never requires a token)",
+    responses={
+        503: {
+            "description": "The served store directory was removed while a bind mount pins it: no store "
+            "made in its place is ever seen; restart the server."
+        }
+    },
+)
+def health(holder: HolderDep) -> Any:
+    removed = holder.removed()
+    if removed is not None:
+        return JSONResponse({"status": "unhealthy", "detail": removed}, status_code=503)
     return {"status": "ok"}
 
 
