@@ -119,17 +119,33 @@ def _check_index_files(root: Path) -> None:
                      "rebuilds the index from the parts")  # fmt: skip
 
 
+class StoreBeingWritten(StoreError):
+    """A build (or prune, or ``verify --repair``: :attr:`command`) holds the store's lock and has
+    not written its index yet. The message names the holder (pid, host, command line) for the
+    operator; :attr:`public` says the same without them, for a client of the lookup service
+    (review R26d s44 #4: its 503s sent the build's command line, paths and all)."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(message)
+        self.command = command
+
+    @property
+    def public(self) -> str:
+        return f"a {self.command} is running on this store and has not written its index yet: try again once it has"
+
+
 def _check_not_being_built(root: Path, missing: list[str]) -> None:
-    """StoreError saying a build is running on ``root`` (its lock is held) and has not written
-    ``missing`` yet: not the advice to run a build (a first build's chem stage puts its component
-    part in place before the index that lists it is written)."""
+    """:class:`StoreBeingWritten` saying a build is running on ``root`` (its lock is held) and has
+    not written ``missing`` yet: not the advice to run a build (a first build's chem stage puts its
+    component part in place before the index that lists it is written)."""
     from featurecache.store.root import holder_command, lock_holder
 
     holder = lock_holder(root)
     if holder is None:
         return
-    raise StoreError(f"{root}: a {holder_command(holder)} is running on this store ({holder}) and has not written its index "
-                     f"yet ({', '.join(missing)} missing): try again once it has")  # fmt: skip
+    command = holder_command(holder)
+    raise StoreBeingWritten(f"{root}: a {command} is running on this store ({holder}) and has not written its index "
+                            f"yet ({', '.join(missing)} missing): try again once it has", command)  # fmt: skip
 
 
 #: how long an open reads the index files again while they are of different generations (a build

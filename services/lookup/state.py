@@ -59,7 +59,7 @@ from pathlib import Path
 
 from featurecache.errors import FeatureCacheError, StoreError
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR, TABLES
-from featurecache.store.reader import LocalStore, MixedIndexError
+from featurecache.store.reader import LocalStore, MixedIndexError, StoreBeingWritten
 from services.lookup.sizes import size_count
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,21 @@ REMOVED_ROOT = (
 )
 
 
+#: what a client reads for each reason the store cannot be opened (the reason itself, which can name
+#: paths, a build's host, pid and command line, is in the server's log: review R26d s44 #4)
+NO_STORE = "the store does not exist (yet): it is not built, was removed or is being rebuilt"
+FIRST_BUILD = "the store's first build has not finished: it is served once the build ends"
+INDEX_BEING_REPLACED = "the store's index is being replaced: try again shortly"
+CANNOT_OPEN = (
+    "the store cannot be opened now (not built yet, being rebuilt, or unreadable): the reason is in the "
+    "server's log"
+)
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be read now (not built yet, removed, being rebuilt); answered 503 with
-    ``retry-after``. Messages never name the server's paths (the store is ``STORE``)."""
+    ``retry-after``. Messages are fixed texts per cause: never the server's paths, nor what the
+    library's message says of a build running (its host, pid and command line)."""
 
 
 def _stamp(path: str) -> FileStamp:
@@ -119,8 +131,9 @@ class _Opened:
     reader: LocalStore | None
     root: FileStamp  # zarr.json, stamped before opening
     index: tuple[FileStamp, ...]  # index dir + each index table, stamped before opening
-    error: str | None
+    error: str | None  # why the store could not be opened, for the log
     index_id: str | None = None  # :func:`index_id` of the index read (None when no reader)
+    public: str = CANNOT_OPEN  # why, for a client (a fixed text per cause)
     #: the index on disk (``root`` / ``index``) is of mixed generations; ``reader`` is the one open
     #: before, kept: why it was not replaced
     torn: str | None = None
@@ -250,6 +263,7 @@ class StoreHolder:
         t0 = time.perf_counter()
         reader: LocalStore | None = None
         error: str | None = None
+        public = CANNOT_OPEN
         unfinished = False
         try:
             reader = LocalStore(self.path, index_retry_s=INDEX_RETRY_S)
@@ -257,25 +271,27 @@ class StoreHolder:
             if previous is not None:  # keep serving the consistent index it had
                 self._keep_locked(root, index, str(exc))
                 return
-            error = f"{type(exc).__name__}: {exc}"
+            error, public = f"{type(exc).__name__}: {exc}", INDEX_BEING_REPLACED
+        except StoreBeingWritten as exc:
+            error, public = f"{type(exc).__name__}: {exc}", exc.public
         except (FeatureCacheError, OSError, ValueError) as exc:
             # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
-            error = f"{type(exc).__name__}: {exc}"
+            error, public = f"{type(exc).__name__}: {exc}", NO_STORE if root is None else CANNOT_OPEN
         if reader is None and self.removed() is not None:
-            error = REMOVED_ROOT  # (logged by removed(), once)
+            error = public = REMOVED_ROOT  # (logged by removed(), once)
         if reader is not None and not reader.finished:
             # the first build's index so far (store.index.UNFINISHED_KEY): serving it would answer
             # "ready" with a part of the store and 404 for the entries still to come
             error = (f"the store's first build has not finished (its index lists {len(reader)} entries so "
                      "far); it is served once the build ends")  # fmt: skip
+            public = FIRST_BUILD
             reader.close()
             reader = None
             unfinished = True
         # the stamps were taken before opening: an index swapped in meanwhile is read, under the old
         # id, and the next check reopens it under its own (an id never names a newer index than read)
-        self._opened = _Opened(
-            reader, root, index, error, index_id(index[1:]) if reader is not None else None, parts=parts
-        )
+        read_id = index_id(index[1:]) if reader is not None else None
+        self._opened = _Opened(reader, root, index, error, read_id, public, parts=parts)
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
                      len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
@@ -325,7 +341,7 @@ class StoreHolder:
         return REMOVED_ROOT
 
     def _unavailable(self, opened: _Opened) -> StoreUnavailable:
-        return StoreUnavailable(f"the store is not open: {self.redact(opened.error or 'unknown error')}")
+        return StoreUnavailable(f"the store is not open: {opened.public}")
 
     def redact(self, text: str) -> str:
         """``text`` without the store's path on this machine (the store is called ``STORE``)."""
