@@ -30,9 +30,12 @@ log = logging.getLogger(__name__)
 #: failure at start-up it reports)
 APP_FACTORY = "services.lookup.server:worker_app"
 
-#: seconds a stopping server lets requests in flight finish (uvicorn's ``timeout_graceful_shutdown``);
-#: deploy/compose.yaml gives the lookup container longer than this before docker's SIGKILL
-GRACEFUL_SHUTDOWN_S = 10
+#: seconds a stopping server lets requests in flight finish (uvicorn's ``timeout_graceful_shutdown``).
+#: Below docker's and podman's default stop timeout (10 s from SIGTERM to SIGKILL): at 10 s a plain
+#: ``docker stop`` with a stream in flight lost the race and ended 137, streams cut by the kill
+#: (review R26d s44 #5); 8 s leaves serve the time to stop its workers, clean up and exit 143.
+#: deploy/compose.yaml gives the lookup container 20 s all the same (``stop_grace_period``)
+GRACEFUL_SHUTDOWN_S = 8
 
 #: the directory (made by ``run_server`` for several workers) where a worker that cannot start
 #: writes why, in a file named by its pid, for ``serve`` to name the reason when it stops
