@@ -140,7 +140,7 @@ def _structure_settings(
     cannot be read."""
     import json
 
-    from featurecache.build.discover import existing_entry_ids, input_ids, resolved
+    from featurecache.build.discover import StoredEntries, input_ids, resolved
     from featurecache.errors import StoreError
     from featurecache.store.index import read_table
     from featurecache.store.layout import INDEX_DIR, PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
@@ -167,8 +167,8 @@ def _structure_settings(
     taken: set[str] = set()  # parts of other directories holding entries this build takes
     if (entries is not None and pdb_dir is not None and Path(pdb_dir).is_dir()
             and any(recorded(doc) not in (here, "", None) for doc in docs.values())):  # fmt: skip
-        ids = set(input_ids(Path(pdb_dir), existing_entry_ids(entries), exclude=Path(store), msa_dir=msa_dir,
-                            warn=False).values())  # fmt: skip
+        ids = set(input_ids(Path(pdb_dir), exclude=Path(store), msa_dir=msa_dir, warn=False,
+                            stored=StoredEntries(Path(store), entries)).values())  # fmt: skip
         rows = entries.select(["id", "part"]).to_pylist()
         taken = {r["part"] for r in rows if r["id"] in ids}
     found: list[dict[str, object]] = []

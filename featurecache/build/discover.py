@@ -129,7 +129,9 @@ def _id_forms(rel: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
-def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[str, str]:
+def assign_ids(
+    rels: list[str], existing: dict[str, str] | None = None, released: Iterable[str] = ()
+) -> dict[str, str]:
     """A unique entry id for each relative path.
 
     An input the store already holds (same relative path) keeps its id, so ids never change once
@@ -141,8 +143,18 @@ def assign_ids(rels: list[str], existing: dict[str, str] | None = None) -> dict[
     parts were written and then resumed gives the ids of a build that was not interrupted (the
     stored inputs take part in the contest as in the fresh build), and ``1A8O.cif`` added next to
     a stored ``1A8O.pdb`` whose id is ``1A8O`` becomes ``1A8O.cif`` while the stored one keeps ``1A8O``.
+
+    A stored id of ``released`` (the ids of this directory's stored entries, :meth:`StoredEntries.released`)
+    whose path is not among ``rels`` blocks nothing: its file was moved (``02/102m.cif``, a PDB
+    divided layout) or recompressed (``102m.cif.gz``), and the input that claims the id as a fresh
+    build would takes it, replacing that entry, instead of becoming a second entry of a suffixed id
+    beside it (review R26b s44 #3). Other directories' stored ids keep blocking.
     """
-    existing = existing or {}  # id -> source path
+    inputs = set(rels)
+    free = set(released)
+    existing = {  # id -> source path
+        eid: path for eid, path in (existing or {}).items() if eid not in free or path in inputs
+    }  # fmt: skip
     kept = {path: eid for eid, path in existing.items()}
     fixed = {rel: kept[rel] for rel in rels if rel in kept}
     forms = {rel: _id_forms(rel) for rel in rels}  # every input contends, as in a fresh build
@@ -405,9 +417,12 @@ def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
 def discover(
     pdb_dir: Path, config_hash: str, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
     msa_dir: Path | None = None, cache_root: Path | None = None, progress: bool = False,
+    stored: StoredEntries | None = None,
 ) -> list[InputFile]:  # fmt: skip
     """Every non-hidden file under ``pdb_dir`` (recursive), sorted by relative path, with a unique
-    entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries)
+    entry id each (:func:`assign_ids`; ``existing_ids``: id → source path of the store's entries;
+    ``stored``, in its place: the store's entries, whose ids of this directory a file moved within
+    it, or recompressed, takes over: :meth:`StoredEntries.released`)
     and the SHA-256 of its bytes: read, unless ``cache_root`` (the store) keeps the digest of a file
     whose stat has not changed since (:mod:`~featurecache.build.digest_cache`); without it every
     file is read.
@@ -425,7 +440,7 @@ def discover(
     turned into a link, neither changes its id nor makes it a second entry.
     """
     pdb_dir = Path(pdb_dir)
-    files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir)
+    files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir, stored=stored)
     # a FIFO is never opened (that would wait for a writer): only regular files have a digest
     reasons = [unread_reason(p, rel) for p, rel in zip(files, rels, strict=True)]
     todo = [k for k, reason in enumerate(reasons) if not reason]
@@ -444,11 +459,14 @@ def discover(
 
 def _walk(
     pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None,
-    warn: bool = True,
+    warn: bool = True, stored: StoredEntries | None = None,
 ) -> tuple[list[Path], list[str], dict[str, str], set[str]]:  # fmt: skip
     """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted; :func:`escaped_path`)
     and ids, unread; and the paths among them that are not valid UTF-8 (escaped). ``warn``: as
-    :func:`walk_inputs` takes it."""
+    :func:`walk_inputs` takes it; ``stored``: the store's entries (then ``existing_ids`` is theirs),
+    whose ids of this directory a moved file may take (:func:`assign_ids`)."""
+    if stored is not None:
+        existing_ids = stored.paths
     msa_files = MSADirFiles(msa_dir)
     aliases: dict[str, list[str]] = {}
     walked = [p for p in input_paths(pdb_dir, exclude, aliases, warn) if not msa_stage_input(p, msa_files)]
@@ -458,17 +476,19 @@ def _walk(
     bad = {rel for rel, r in zip(rels, raw, strict=True) if rel != r}
     order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
     files, rels = [walked[k] for k in order], [rels[k] for k in order]
-    return files, rels, assign_ids(rels, existing_ids), bad
+    released = stored.released(pdb_dir, rels) if stored is not None else set()
+    return files, rels, assign_ids(rels, existing_ids, released), bad
 
 
 def input_ids(
     pdb_dir: Path, existing_ids: dict[str, str] | None = None, exclude: Path | None = None,
-    msa_dir: Path | None = None, warn: bool = True,
+    msa_dir: Path | None = None, warn: bool = True, stored: StoredEntries | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """Path (relative to ``pdb_dir``) → entry id of the inputs :func:`discover` finds, without
     reading the files (``featurecache prune --sources-gone``; the build's check of the settings it
-    leaves out, ``warn=False``: the build's own walk warns of what it does not read again)."""
-    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir, warn)
+    leaves out, ``warn=False``: the build's own walk warns of what it does not read again);
+    ``stored``: as :func:`discover` takes it."""
+    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir, warn, stored)
     return {rel: ids[rel] for rel in rels}
 
 
@@ -533,7 +553,7 @@ def directory_parts(
     """The parts of the store ``root`` whose rows are of the input directory ``directory`` (a
     ``--pdb-dir`` or ``--msa-dir``): those recording it, and every part recording a directory that
     no longer exists when one of them is among ``matched`` (the parts holding a row that an input
-    of ``directory`` matches: an entry of the same relative path or id, an MSA of one of the same
+    of ``directory`` matches: an entry of the same relative path, an MSA of one of the same
     files). A part records the directory it was built from only when it is written, so after
     ``mv pdb pdb_renamed`` every stored entry was of a directory that no longer exists, and the
     files removed after that were never reported nor prunable (review R26b s44 #2): such a
@@ -557,16 +577,26 @@ class StoredEntries:
         parts = entries.column("part").to_pylist() if "part" in entries.column_names else []
         self.parts: dict[str, str] = dict(zip(ids, parts, strict=True)) if parts else {}
 
+    def released(self, pdb_dir: Path, rels: Iterable[str]) -> set[str]:
+        """The ids :func:`assign_ids` may give to other inputs of ``pdb_dir`` (``rels``): those of
+        its stored entries (:meth:`homes`) whose source path is not among ``rels``."""
+        inputs = set(rels)
+        homes = self.homes(pdb_dir, inputs)
+        return {
+            eid for eid, path in self.paths.items()
+            if path not in inputs and eid in self.parts and homes(self.parts[eid])
+        }  # fmt: skip
+
     def homes(self, pdb_dir: Path, rels: Iterable[str]) -> DirectoryParts:
         """:func:`directory_parts` of ``pdb_dir``, whose inputs are ``rels`` (relative paths): a
-        stored entry matches one of them by its source path or by the id a fresh build of ``rels``
-        gives (:func:`assign_ids`: ``02/102m.cif`` matches the stored ``102m``)."""
+        stored entry matches an input of its source path, which the build takes it for whatever
+        its part records (:func:`assign_ids` keeps a stored path's id). Not by id alone: a file
+        of another directory that shares a stem (``x/1psm.cif``) would take a gone directory's
+        entries for its own."""
         inputs = set(rels)
-        fresh = set(assign_ids(sorted(inputs)).values())
         matched = {
-            self.parts[eid] for eid, path in self.paths.items()
-            if eid in self.parts and (path in inputs or eid in fresh)
-        }  # fmt: skip
+            self.parts[eid] for eid, path in self.paths.items() if eid in self.parts and path in inputs
+        }
         return directory_parts(self.root, pdb_dir, matched)
 
 

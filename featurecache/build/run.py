@@ -107,6 +107,9 @@ class BuildSummary:
     n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
     n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
     n_kept: int = 0  # inputs whose id was in the store that failed in this run: the stored entry stays
+    #: entries written from a file of another path than the stored entry of their id (moved within
+    #: --pdb-dir, recompressed), as "id (old path → new path)" (:func:`moved_line`)
+    moved: list[str] = field(default_factory=list)
     #: the --pdb-dir the store's previous build read, when it is not this build's (replaced entries
     #: then come from another directory, not from a file rewritten in place)
     previous_pdb_dir: str | None = None
@@ -721,10 +724,10 @@ def _run_build(
             # from the parts: repairs an index left stale or damaged by a killed build
             start_index = rebuild_index(out, finished=finished)
             stored = start_index["entries"]
-            existing = existing_entry_ids(stored)
-            # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's
-            inputs = discover(pdb_dir, entry_config, existing, exclude=out, msa_dir=msa_dir, cache_root=out,
-                              progress=progress)  # fmt: skip
+            # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's; a
+            # file moved within --pdb-dir (or recompressed) takes the id of its stored entry
+            inputs = discover(pdb_dir, entry_config, exclude=out, msa_dir=msa_dir, cache_root=out,
+                              progress=progress, stored=StoredEntries(out, stored))  # fmt: skip
             summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)
@@ -768,6 +771,7 @@ def _run_build(
                     summary.n_replaced, summary.n_rebuilt, summary.n_kept = _count_replaced(
                         pending, stored, failed
                     )
+                    summary.moved = _moved(pending, stored, failed)
                     _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
@@ -795,6 +799,8 @@ def _run_build(
     for line in lines:
         if line is not None:
             log.warning("%s", line)
+    if summary.moved:
+        log.info("%s", moved_line(summary))
     log.debug("index rebuilt: %s", {k: v.num_rows for k, v in tables.items()})
     return summary
 
@@ -1060,8 +1066,13 @@ def _pending(
     is built again: skipping it by that older part left the store serving the newer version. Nor
     does that fallback count for a path whose listed failure was withdrawn (``withdrawn_paths``):
     a failing file put back at an earlier failing version, or moved within --pdb-dir, is built and
-    listed again instead of hidden by a superseded part."""
+    listed again instead of hidden by a superseded part. An input that took the id of a stored
+    entry of another path (moved, :func:`~featurecache.build.discover.assign_ids`) is built: its
+    entry records the new path."""
     live = dict(zip(entries.column("id").to_pylist(), entries.column("key").to_pylist(), strict=True))
+    # a file moved within --pdb-dir takes its stored entry's id (discover.assign_ids): the entry is
+    # written again, recording its new path, though its key (bytes, id, config) is the same
+    path_of = existing_entry_ids(entries) if entries.num_rows else {}
     failed: dict[str, str] = {}
     if failures.num_rows:
         # an MSA file's failure is not its structure outcome (the same path when --msa-dir is --pdb-dir)
@@ -1072,26 +1083,49 @@ def _pending(
         if i.rel in failed:
             return failed[i.rel] == i.key
         if i.entry_id in live:
-            return live[i.entry_id] == i.key
+            return live[i.entry_id] == i.key and path_of.get(i.entry_id, i.rel) == i.rel
         return i.rel not in withdrawn_paths and i.key in done
 
     return [i for i in inputs if not current(i)]
 
 
 def _count_replaced(pending: list[InputFile], stored: Any, failed: set[str]) -> tuple[int, int, int]:
-    """(replaced, rebuilt, kept): pending inputs whose entry id the store holds, built with other
-    bytes (replaced) or the same bytes (rebuilt: the CCD, the featurizer or the config changed), or
-    failed (``failed``: their paths; the entry the store holds stays as it was)."""
+    """(replaced, rebuilt, kept): pending inputs whose entry id the store holds for the same path,
+    built with other bytes (replaced) or the same bytes (rebuilt: the CCD, the featurizer or the
+    config changed), or failed (``failed``: their paths; the entry the store holds stays as it
+    was). An input that took the id of an entry of another path is :func:`_moved`'s."""
     if not stored.num_rows:
         return 0, 0, 0
     sha_of = dict(
         zip(stored.column("id").to_pylist(), stored.column("source_sha256").to_pylist(), strict=True)
     )
-    again = [i for i in pending if i.entry_id in sha_of]
+    path_of = existing_entry_ids(stored)
+    again = [i for i in pending if i.entry_id in sha_of and path_of[i.entry_id] == i.rel]
     kept = sum(1 for i in again if i.rel in failed)
     built = [i for i in again if i.rel not in failed]
     rebuilt = sum(1 for i in built if i.sha256 == sha_of[i.entry_id])
     return len(built) - rebuilt, rebuilt, kept
+
+
+def _moved(pending: list[InputFile], stored: Any, failed: set[str]) -> list[str]:
+    """The entries this build wrote from a file of another path than the stored entry of its id (a
+    file moved within --pdb-dir, or recompressed: it took the id, :func:`~featurecache.build.
+    discover.assign_ids`), each as ``"id (old path → new path)"``; a failed one is not (its stored
+    entry stays)."""
+    if not stored.num_rows:
+        return []
+    path_of = existing_entry_ids(stored)
+    return [
+        f"{i.entry_id} ({path_of[i.entry_id]} → {i.rel})" for i in pending
+        if i.entry_id in path_of and path_of[i.entry_id] != i.rel and i.rel not in failed
+    ]  # fmt: skip
+
+
+def moved_line(summary: BuildSummary) -> str:
+    """The build's line about the entries it wrote again from a moved file (:func:`_moved`)."""
+    n = len(summary.moved)
+    return (f"moved: {n} entr{'y' if n == 1 else 'ies'} (same id, new path: the file was moved within --pdb-dir "
+            f"or recompressed; the stored entry is replaced): {first_named(summary.moved, SHOWN_GONE)}")  # fmt: skip
 
 
 def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummary) -> int:

@@ -613,7 +613,7 @@ def _sources_gone(
     gone_entries: list[dict[str, str]] = []
     if rows:
         stored = StoredEntries(root, entries)
-        inputs = input_ids(pdb_dir, stored.paths, exclude=root, msa_dir=msa_dir)
+        inputs = input_ids(pdb_dir, exclude=root, msa_dir=msa_dir, stored=stored)  # the build's ids
         # this directory's: recorded by a build from it, or from a directory renamed or moved to it
         # (gone, and its entries match this directory's files: ``discover.directory_parts``)
         homes = stored.homes(pdb_dir, inputs)

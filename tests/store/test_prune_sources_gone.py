@@ -151,16 +151,18 @@ def test_an_entry_whose_file_is_still_there_is_never_removed(tmp_path: Path) -> 
     with pytest.raises(UsageError, match="no structure file under it"):
         prune_store(store, sources_gone=pdb)
     assert sorted(featurecache.open_store(store).ids) == ["102m", "1psm", "2q2k"]
-    # 1psm moved into a subdirectory: a build stores it as a new entry (1psm.cif: the stored 1psm
-    # holds its first id) and reports the stored 1psm's source gone; prune removes that one alone
+    # 1psm moved into a subdirectory: it takes the stored 1psm's id, whose path is no longer an
+    # input, and the build replaces that entry (review R26b s44 #3; before, it became a second
+    # entry 1psm.cif and the stored 1psm was reported gone): nothing is gone, prune removes nothing
     for name in ("102m.cif", "2q2k.cif"):
         (tmp_path / name).rename(pdb / name)
     (pdb / "sub").mkdir()
     (tmp_path / "1psm.cif").rename(pdb / "sub" / "1psm.cif")
     moved = build_store(store, pdb, workers=1, part_size=1)
-    assert moved.entries_gone == ["1psm"] and moved.n_failed == 0
-    assert prune_store(store, sources_gone=pdb).entries == ["1psm"]
-    assert sorted(featurecache.open_store(store).ids) == ["102m", "1psm.cif", "2q2k"]
+    assert moved.entries_gone == [] and moved.n_failed == 0
+    assert moved.moved == ["1psm (1psm.cif → sub/1psm.cif)"]
+    assert prune_store(store, sources_gone=pdb).entries == []
+    assert sorted(featurecache.open_store(store).ids) == ["102m", "1psm", "2q2k"]
     assert verify_store(store) == []
 
 
