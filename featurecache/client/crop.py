@@ -654,7 +654,7 @@ def _near_pairs(
     ``[rows, |b|, 3]`` comparison made a spatial-interface crop of a large chain in a large entry
     (1ffk's 23S rRNA, 2,922 tokens against 3,906) take 0.7–1.4 s and ~230 MiB in every loader
     thread at once (review R14 s40)."""
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # loaded with job.py (SAMPLE_PATH_MODULES): no import here
 
     near_a = np.zeros(a.size, dtype=bool)
     near_b = np.zeros(b.size, dtype=bool)

@@ -814,7 +814,8 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         return ex
 
     def close(self) -> None:
-        """Stop the pool (threads finish their sample; processes exit)."""
+        """Stop the pool: threads end the sample they run and exit, waited for (up to
+        :data:`~featurecache.client.loader.CLOSE_JOIN_S` s); processes exit."""
         for ex in self._executors.values():
             ex.close()
         self._executors = {}

@@ -1,5 +1,6 @@
 """One sample, start to finish: fetch the entry → crop → assemble. Free of torch on purpose, so
-that process-pool workers start quickly (a spawned worker imports only this and numpy/zarr).
+that process-pool workers start quickly (a spawned worker imports only this, numpy/zarr and the
+modules of :data:`SAMPLE_PATH_MODULES`).
 
 Sources: a store directory, an ``http(s)://`` lookup-service URL, or a reader object (anything with
 the :class:`featurecache.store.base.FeatureReader` methods). A source is opened once per process;
@@ -9,6 +10,7 @@ token, timeouts and retries included), or the reader object itself.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -29,6 +31,19 @@ from featurecache.errors import InvalidRequest, NotFound, ServiceError
 from featurecache.types import Entry
 
 log = logging.getLogger(__name__)
+
+#: modules a sample needs that the code using them imports at its first use (crop's interface
+#: search: scipy's k-d tree; a store's MSA reader and conformer table, MSA source labels, reference
+#: features), imported here with the sample path instead. A first use happens on a sample thread:
+#: a DataLoader that forked while a trainer-side sample thread was importing one left its workers
+#: that module's import lock held by a thread they do not have, and every sample of theirs waited
+#: on it for good (review R26c s44 #1). The CLI's light commands never import the client.
+SAMPLE_PATH_MODULES: Final[tuple[str, ...]] = (
+    "scipy.spatial", "numpy.random", "featurecache.chem.reference", "featurecache.featurize.msa",
+    "featurecache.store.components", "featurecache.store.msa",
+)  # fmt: skip
+for _module in SAMPLE_PATH_MODULES:
+    importlib.import_module(_module)
 
 #: Arrays the per-step path reads from an entry (everything but occupancy / B-factor).
 ENTRY_ARRAYS: Final[tuple[str, ...]] = ("tokens", "bonds", "interfaces", "atoms/coords", "atoms/is_present",

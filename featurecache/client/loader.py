@@ -30,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
+import os
 import queue
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -60,6 +62,8 @@ class WorkersCannotStart(RuntimeError):
 SKIP_ERROR: Final = "error"
 SKIP_DEADLINE: Final = "deadline"
 _STALE_WAIT_S: Final = 2.0
+#: seconds :meth:`ReadyFirst.close` waits for its threads to end the samples they run
+CLOSE_JOIN_S: Final = 30.0
 
 
 # ----------------------------------------------------------------------------------- outcomes
@@ -128,7 +132,7 @@ class _Pool:
     def abandon(self, tid: int) -> None:
         raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self, join_s: float = 0.0) -> None:
         raise NotImplementedError
 
 
@@ -137,12 +141,21 @@ def _error_payload(exc: BaseException) -> tuple[str, str]:
 
 
 class _ThreadPool(_Pool):
+    """Threads that each run one task at a time. :meth:`quiesce` holds them between tasks (a fork
+    must not copy a thread's half-done work: :func:`_quiesce_before_fork`); :meth:`close` joins
+    them, the retired ones too."""
+
     def __init__(self, fn: Callable[[Any], Any], size: int) -> None:
         super().__init__()
         self._fn = fn
         self._size = size
         self._out: queue.Queue[tuple[int, int, bool, Any]] = queue.Queue()
         self._inbox: dict[int, queue.Queue[tuple[int, Any] | None]] = {}
+        self._threads: dict[int, threading.Thread] = {}  # every thread not joined yet, retired too
+        self._gate = threading.Condition()
+        self._held = False  # quiesce(): threads start no task until resume()
+        self._running = 0  # tasks running now (a retired thread's too)
+        _THREAD_POOLS.add(self)
         for _ in range(size):
             self._spawn()
 
@@ -154,6 +167,7 @@ class _ThreadPool(_Pool):
         t = threading.Thread(
             target=self._main, args=(wid, inbox), name=f"featurecache-ready-{wid}", daemon=True
         )
+        self._threads[wid] = t
         t.start()
 
     def _main(self, wid: int, inbox: queue.Queue[tuple[int, Any] | None]) -> None:
@@ -162,11 +176,18 @@ class _ThreadPool(_Pool):
             if task is None:
                 return
             tid, item = task
+            with self._gate:
+                self._gate.wait_for(lambda: not self._held)
+                self._running += 1
             try:
                 msg: tuple[int, int, bool, Any] = (wid, tid, True, self._fn(item))
             except Exception as exc:
                 log.debug("task %d raised:\n%s", tid, traceback.format_exc())
                 msg = (wid, tid, False, _error_payload(exc))
+            finally:
+                with self._gate:
+                    self._running -= 1
+                    self._gate.notify_all()
             self._out.put(msg)
 
     def submit(self, tid: int, item: Any) -> None:
@@ -202,12 +223,80 @@ class _ThreadPool(_Pool):
         self.retired += 1
         self._spawn()
 
-    def close(self) -> None:
+    def quiesce(self, timeout: float) -> bool:
+        """Hold the threads between tasks: none starts one until :meth:`resume`; wait up to
+        ``timeout`` seconds for the running ones to end. True: none runs now."""
+        if threading.current_thread() in self._threads.values():
+            return False  # a task itself forks: it cannot wait for itself
+        with self._gate:
+            self._held = True
+            return self._gate.wait_for(lambda: self._running == 0, timeout)
+
+    def resume(self) -> None:
+        with self._gate:
+            self._held = False
+            self._gate.notify_all()
+
+    def close(self, join_s: float = 0.0) -> None:
+        """Stop the threads once their task ends; wait up to ``join_s`` seconds for them to exit."""
         for inbox in self._inbox.values():
+            with contextlib.suppress(queue.Empty):  # a task not picked up yet is withdrawn
+                inbox.get_nowait()
             with contextlib.suppress(queue.Full):
                 inbox.put_nowait(None)
         self._inbox.clear()
         self._busy.clear()
+        self.resume()
+        _THREAD_POOLS.discard(self)
+        end = time.monotonic() + join_s
+        me = threading.current_thread()
+        for t in self._threads.values():
+            if t is not me:
+                t.join(max(0.0, end - time.monotonic()))
+        left = [t.name for t in self._threads.values() if t.is_alive() and t is not me]
+        if left and join_s > 0:
+            log.warning("%d sample thread(s) still running %g s after close (%s); left to finish",
+                        len(left), join_s, ", ".join(left))  # fmt: skip
+        self._threads = {w: t for w, t in self._threads.items() if t.is_alive()}
+
+
+#: thread pools of this process not closed yet (quiesced around a fork)
+_THREAD_POOLS: weakref.WeakSet[_ThreadPool] = weakref.WeakSet()
+#: seconds a fork waits for the trainer's sample threads to end the samples they are running
+FORK_QUIESCE_S: Final = 30.0
+_quiesced: list[_ThreadPool] = []
+
+
+def _quiesce_before_fork() -> None:
+    """Before this process forks (a ``DataLoader`` starting its workers): the sample threads end
+    the samples they are running and start no other until the fork is done. A thread forked in the
+    middle of its work leaves the child every lock it held (an import's, a cache's) held for good:
+    a dataset the trainer iterated itself (``next(iter(ds))``) keeps computing the samples it
+    prefetched, and forked workers' samples then waited on such a lock forever (review R26c s44 #1)."""
+    end = time.monotonic() + FORK_QUIESCE_S
+    for pool in list(_THREAD_POOLS):
+        _quiesced.append(pool)
+        if not pool.quiesce(max(0.0, end - time.monotonic())) and time.monotonic() >= end:
+            log.warning("forking while a featurecache sample thread is still running after %g s: the forked "
+                        "process may wait on a lock it held (close the dataset, ds.close(), before "
+                        "starting DataLoader workers, or use multiprocessing_context='spawn')", FORK_QUIESCE_S)  # fmt: skip
+
+
+def _resume_after_fork() -> None:
+    while _quiesced:
+        _quiesced.pop().resume()
+
+
+def _forget_after_fork() -> None:
+    """In the child: the parent's pools have no thread here (the child starts its own)."""
+    _quiesced.clear()
+    _THREAD_POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_quiesce_before_fork, after_in_parent=_resume_after_fork, after_in_child=_forget_after_fork
+    )
 
 
 def _process_main(fn: Callable[[Any], Any], conn: Connection) -> None:
@@ -362,7 +451,7 @@ class _ProcessPool(_Pool):
         if wid is not None:
             self._replace(wid)
 
-    def close(self) -> None:
+    def close(self, join_s: float = 0.0) -> None:
         for _proc, conn in self._workers.values():
             with contextlib.suppress(OSError, ValueError):
                 conn.send(None)
@@ -420,15 +509,17 @@ class ReadyFirst:
                 self._pool = _ProcessPool(self.fn, self.workers, self.mp_context)
         return self._pool
 
-    def close(self) -> None:
+    def close(self, join_s: float = CLOSE_JOIN_S) -> None:
+        """Stop the pool: a thread ends the sample it runs and exits, waited for up to ``join_s``
+        seconds (processes exit at once)."""
         if self._pool is not None:
-            self._pool.close()
+            self._pool.close(join_s)
             self._pool = None
         self._stale.clear()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         with contextlib.suppress(Exception):
-            self.close()
+            self.close(join_s=0.0)
 
     def run(self, items: Iterable[tuple[int, Any]]) -> Generator[Outcome, None, None]:
         pool = self._get_pool()
