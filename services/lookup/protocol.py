@@ -11,6 +11,7 @@ it has not finished inside itself, where no callback sees it); past a cap the cl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -38,10 +39,18 @@ class ConnectionLimits:
 
     max_url_bytes: int = 64 * 2**10
     max_header_bytes: int = 64 * 2**10
+    #: ``FEATURECACHE_HEADER_TIMEOUT_SECONDS``: a connection with no complete head this long after
+    #: it was made (or after a request's first byte) is closed: 500 silent connections were held
+    #: open for good, and past the fd limit nobody could connect (review R26d s44 #3)
+    header_timeout_s: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> ConnectionLimits:
-        return cls(max_url_bytes=settings.max_url_bytes, max_header_bytes=settings.max_header_bytes)
+        return cls(
+            max_url_bytes=settings.max_url_bytes,
+            max_header_bytes=settings.max_header_bytes,
+            header_timeout_s=settings.header_timeout_seconds,
+        )
 
 
 class ServiceConfig(Config):
@@ -83,6 +92,7 @@ class NoDelayHTTPProtocol(_HTTPProtocol):
         self._head_bytes = 0  # bytes of the head being read (from the read after the one it began in)
         self._url_bytes = 0
         self._header_bytes = 0  # of the header lines the parser has handed over
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         sock = transport.get_extra_info("socket")
@@ -90,6 +100,11 @@ class NoDelayHTTPProtocol(_HTTPProtocol):
             with contextlib.suppress(OSError, AttributeError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -113,6 +128,7 @@ class NoDelayHTTPProtocol(_HTTPProtocol):
     def on_message_begin(self) -> None:
         self._reading_head, self._began = True, True
         self._head_bytes = self._url_bytes = self._header_bytes = 0
+        self._arm_head_timer()  # a kept-alive connection: from the request's first byte
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -136,6 +152,7 @@ class NoDelayHTTPProtocol(_HTTPProtocol):
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
+        self._disarm_head_timer()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -147,6 +164,26 @@ class NoDelayHTTPProtocol(_HTTPProtocol):
             super().send_400_response(msg)
 
     # ------------------------------------------------------------------ internals
+    def _arm_head_timer(self) -> None:
+        if _HTTPTOOLS and self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._reading_head or self._refused or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:  # a pipelined request waits
+            self._arm_head_timer()
+            return
+        log.debug("closed a connection from %s: no complete request head within %g s (FEATURECACHE_HEADER_TIMEOUT_"
+                  "SECONDS)", self.client, self.limits.header_timeout_s)  # fmt: skip
+        self.transport.close()
+
     def _refuse(self, status: int, what: str, cap: int, setting: str) -> None:
         """Answer ``status`` (text naming the cap) and close the connection."""
         self._refused = True

@@ -123,6 +123,7 @@ def run_server(
         n = len(opened.ids)
     except OSError as exc:
         raise StoreError(f"cannot serve {path}: {exc}") from exc
+    raise_open_files_limit(settings.max_connections)
     _check_bind(host, port)  # before "serving …": a port in use is one error line, not a log then uvicorn's
     log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
     if not _is_loopback(host) and token_from_environment() is None:  # (checked above: it reads)
@@ -153,7 +154,7 @@ def run_server(
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
         log_config=log_config, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        connection_limits=ConnectionLimits.from_settings(settings),
+        connection_limits=ConnectionLimits.from_settings(settings), limit_concurrency=settings.max_connections,
     )  # fmt: skip
     stopped_by: int | None = None
     try:
@@ -176,6 +177,29 @@ def run_server(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
+
+
+#: file descriptors a server process needs besides its connections (the store's files, logs, pipes)
+FD_RESERVE = 100
+
+
+def raise_open_files_limit(max_connections: int) -> int:
+    """Raise this process's soft limit on open files to its hard limit (the workers inherit it), and
+    warn when that is still below ``max_connections`` plus :data:`FD_RESERVE`: a container's soft
+    limit may be 1024, and a server at its limit accepts nobody, silently (review R26d s44 #3).
+    Returns the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft < max_connections + FD_RESERVE:
+        log.warning("this process may open %d files, fewer than FEATURECACHE_MAX_CONNECTIONS=%d connections need "
+                    "(+%d): raise the limit (docker run --ulimit nofile=N:N) or lower the setting",
+                    soft, max_connections, FD_RESERVE)  # fmt: skip
+    return int(soft)
 
 
 def _is_loopback(host: str) -> bool:
@@ -479,6 +503,7 @@ class ThreadedServer:
             lifespan="on",
             http=NoDelayHTTPProtocol,
             connection_limits=ConnectionLimits.from_settings(settings),
+            limit_concurrency=settings.max_connections,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -109,6 +109,18 @@ class Settings(BaseSettings):
         description="Bytes of a request's header lines: more answer 431 and close the connection, before the "
         "token is checked.",
     )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Connections (and requests in flight) one server process takes on; a request beyond "
+        "answers 503 (uvicorn's limit_concurrency).",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a client has to send a request's head (from connecting, or from the first "
+        "byte of a request on a kept-alive connection); a connection still without one is closed.",
+    )
     store_retry_seconds: float = Field(
         default=5.0, ge=0, description="Wait between attempts to open a store that failed to open."
     )
