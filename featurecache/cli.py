@@ -221,6 +221,15 @@ def build(
             "rebuilt without them. Without --keep-cryst-aids or --drop-cryst-aids such a build is refused (exit 2).",
         ),
     ] = False,
+    allow_downgrade: Annotated[
+        bool,
+        typer.Option(
+            "--allow-downgrade",
+            help="Rebuild entries and MSAs that a newer featurecache (a newer featurizer version) built, as this "
+            "featurecache's older featurizer. Without it a build that would do so is refused (exit 2, naming the "
+            "versions and counts; nothing written): upgrade featurecache instead where you can.",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
     dashboard: Annotated[
         bool | None,
@@ -266,6 +275,7 @@ parts kept).
             pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
             scheduler=scheduler, part_size=part_size, config=config, progress=progress, dashboard=dashboard,
             fork_server=True,  # this process runs one build: its workers are forked, not spawned
+            allow_downgrade=allow_downgrade,
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

@@ -67,7 +67,7 @@ from featurecache.store.index import (
 from featurecache.store.info import BUILD_INPUTS_KEY
 from featurecache.store.layout import STRUCTURE_PART_PREFIX, part_name
 from featurecache.store.root import BuildLock, check_store_dir, init_store, mark_updated, remove_leftovers
-from featurecache.store.versions import extension_notes
+from featurecache.store.versions import downgrade_line, extension_notes
 from featurecache.store.writer import PartContents, write_structure_part
 from featurecache.text import first_named
 
@@ -594,6 +594,7 @@ def run_build(
     progress: bool = True,
     dashboard: bool = True,
     fork_server: bool = False,
+    allow_downgrade: bool = False,
 ) -> BuildSummary:
     """Build (or extend) the store ``out``; see the module doc. A Ctrl-C raises KeyboardInterrupt
     (a SIGTERM its subclass :class:`BuildTerminated`) once the cluster is closed and the index
@@ -604,7 +605,10 @@ def run_build(
     ``fork_server`` (what ``featurecache build`` passes): the embedded cluster's workers are forked
     by a fork server that imports the build's modules once, not spawned each with its own imports
     (:mod:`featurecache.build.fork_server`: the server lives as long as this process, and a later
-    build reuses it only while the package's files and the environment are as they were)."""
+    build reuses it only while the package's files and the environment are as they were).
+    ``allow_downgrade``: rebuild entries and MSAs a newer featurecache built, as this one's
+    featurizer; without it such a build is refused (UsageError, nothing written:
+    :func:`~featurecache.store.versions.downgrade_line`)."""
     from featurecache.build import fork_server as server
     from featurecache.signals import quiet_on_sigint
 
@@ -614,7 +618,7 @@ def run_build(
             return _run_build(
                 pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
                 part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
-                dashboard=dashboard, fork_server=fork_server,
+                dashboard=dashboard, fork_server=fork_server, allow_downgrade=allow_downgrade,
             )  # fmt: skip
         finally:
             server.stop()  # Dask's start method as it was (a no-op when this build changed nothing)
@@ -656,6 +660,7 @@ def _run_build(
     on_interrupt: list[Callable[[], None]],
     dashboard: bool = True,
     fork_server: bool = False,
+    allow_downgrade: bool = False,
 ) -> BuildSummary:
     config = config or BuildConfig()
     t_start = time.perf_counter()
@@ -699,6 +704,12 @@ def _run_build(
             # ends, so the lookup service keeps answering 503 instead of serving a part of it as
             # the whole; a finished store's extension publishes as it goes, as it always did
             finished = first_build_finished(out)
+            # before anything is written: data of a newer featurecache taken back to this one's
+            downgrade = downgrade_line(out, pdb_dir, msa_dir)
+            if downgrade is not None and not allow_downgrade:
+                raise UsageError(f"{downgrade}; nothing was written")
+            if downgrade is not None:
+                log.warning("--allow-downgrade: %s", downgrade)
             previous = _previous_pdb_dir(out)
             if previous is not None and resolved(Path(previous)) != resolved(
                 pdb_dir

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
 
 __all__ = [
-    "MSA_STAGES_KEY", "UNKNOWN", "UNRECORDED_STAGE", "VERSIONS_KEY", "FeaturizerChanged", "extension_notes",
+    "MSA_STAGES_KEY", "UNKNOWN", "UNRECORDED_STAGE", "VERSIONS_KEY", "FeaturizerChanged", "downgrade_line",
+    "extension_notes", "newer_than_this_code",
     "msa_stage_notes", "msa_stages", "source_versions", "store_versions", "version_notes", "version_set",
     "versions_of",
 ]  # fmt: skip
@@ -375,6 +376,85 @@ def extension_notes(
         f"featurizer versions, whose features differ; rebuild them with {builds or '`featurecache build` from their inputs'}"
         " (with the --msa-dir, --ccd and options of their build)"
     ]
+
+
+def newer_than_this_code(version: str) -> bool:
+    """Whether featurizer ``version`` is newer than this code's, field by field as numbers
+    ("0.11.0" is newer than "0.10.0"; :data:`UNKNOWN` is not)."""
+    return version != UNKNOWN and _version_key(version) > _version_key(FEATURIZER_VERSION)
+
+
+def downgrade_line(root: Path, pdb_dir: Path, msa_dir: Path | None) -> str | None:
+    """The line saying which entries and MSAs of the store ``root`` a newer featurecache built that
+    a build of ``pdb_dir`` (``msa_dir``) with this code would rebuild, taking them back to this
+    code's featurizer (review R26b s44 #4: an older install's build over a store a newer one had
+    rebuilt rebuilt every entry and MSA, exit 0, unsaid); None when there are none. An entry is
+    rebuilt when an input of ``pdb_dir`` takes its id (the featurizer version is in its key:
+    ``build.discover.input_ids``, the files walked, not read); an MSA from files when one of its
+    files is under ``msa_dir`` (the version is in its inputs key). The directories are walked only
+    when the index names data of a newer featurizer; an index that does not read says nothing (the
+    build rebuilds it)."""
+    from featurecache.errors import StoreError
+    from featurecache.store.index import read_table
+    from featurecache.store.layout import INDEX_DIR
+    from featurecache.store.msa import latest_msas
+
+    root = Path(root)
+    try:
+        path = root / INDEX_DIR / "entries.arrow"
+        entries = read_table(path) if path.is_file() else None
+        path = root / INDEX_DIR / "msas.arrow"
+        msas = latest_msas(read_table(path)) if path.is_file() and msa_dir is not None else None
+    except (StoreError, KeyError, OSError):
+        return None
+    entries_n = _newer_entries(root, entries, Path(pdb_dir), msa_dir) if entries is not None else Counter()
+    msas_n = _newer_msas(root, msas, Path(msa_dir)) if msas is not None and msa_dir is not None else Counter()
+    if not entries_n and not msas_n:
+        return None
+    doc = {"entries": dict(entries_n), "msas": dict(msas_n)}
+    versions = sorted(set(entries_n) | set(msas_n), key=_version_key)
+    held = "; ".join(f"{_counted(doc, v)} of featurizer {v}" for v in versions)
+    return (f"this build would rebuild {held}, built by a newer featurecache, as featurizer {FEATURIZER_VERSION} "
+            f"(this featurecache's): a downgrade of {root}; upgrade featurecache to build on it, or give "
+            "--allow-downgrade to rebuild them as this one's")  # fmt: skip
+
+
+def _newer_entries(root: Path, entries: Any, pdb_dir: Path, msa_dir: Path | None) -> Counter[str]:
+    """By version, the entries of the index ``entries`` of a newer featurizer whose id an input of
+    ``pdb_dir`` takes (:func:`downgrade_line`)."""
+    from featurecache.build.discover import StoredEntries, input_ids
+
+    if not entries.num_rows or "part" not in entries.column_names:
+        return Counter()
+    newer = {}
+    for part in set(entries.column("part").to_pylist()):
+        version = part_record(root, part)[0]
+        if newer_than_this_code(version):
+            newer[part] = version
+    if not newer:
+        return Counter()
+    stored = StoredEntries(root, entries)
+    ids = set(input_ids(pdb_dir, exclude=root, msa_dir=msa_dir, warn=False, stored=stored).values())
+    return Counter(newer[part] for eid, part in stored.parts.items() if eid in ids and part in newer)
+
+
+def _newer_msas(root: Path, msas: Any, msa_dir: Path) -> Counter[str]:
+    """By version, the MSAs from files of the index ``msas`` (latest rows) of a newer featurizer one
+    of whose files is under ``msa_dir`` (:func:`downgrade_line`)."""
+    if not msas.num_rows or not {"featurizer_version", "n_files", "sources"} <= set(msas.column_names):
+        return Counter()
+    rows = [
+        m for m in msas.select(["featurizer_version", "n_files", "sources"]).to_pylist()
+        if m["n_files"] and m["sources"] and newer_than_this_code(str(m["featurizer_version"] or UNKNOWN))
+    ]  # fmt: skip
+    if not rows:
+        return Counter()
+    from featurecache.build.msa_stage import _candidate_files  # the build imports this module
+
+    listed = {rel for rel, _size, _mtime in _candidate_files(msa_dir, root, warn=False)}
+    return Counter(
+        str(m["featurizer_version"]) for m in rows if {src.split("#", 1)[0] for src in m["sources"]} & listed
+    )
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
