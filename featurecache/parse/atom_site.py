@@ -21,6 +21,8 @@ no ``#`` at all (gemmi's plain style), and a PDB file ends with ``END`` (or ``EN
 ``CONECT``): a file whose last line is a row of its ``_atom_site`` loop, which no ``#`` closes
 while one closed the category before it, or whose last line is an ATOM / HETATM / ANISOU record,
 gets a parse warning ("cut short?"; :func:`cut_short`), and is stored as read (review R25a s43 #4).
+So does a PDB file cut inside a line (a last line ``ATO``, ``HETA``, ``A`` or ``TER  12`` with no
+newline after it, no END-like record), which read as whole too (review R26a s44 #1).
 
 Only the distinct values of a column are looked at (a few for charges), and the rows are walked
 only to name the first bad one, so a sound file costs about a millisecond.
@@ -281,21 +283,34 @@ def repair_not_finite(st: gemmi.Structure, name: str, written: dict[str, list[st
 
 
 #: PDB records a file cut inside its coordinates ends with
-_PDB_ATOM_RECORDS = ("ATOM  ", "HETATM", "ANISOU")
+_PDB_ATOM_RECORDS = ("ATOM", "HETATM", "ANISOU")
+#: PDB records that end a file (the last line of every PDB writer featurecache has met)
+_PDB_LAST_RECORDS = ("END", "ENDMDL", "MASTER", "CONECT")
 
 
 def cut_short(text: str, fmt: str, name: str, n_atoms: int) -> str | None:
     """The warning for a structure ``text`` (``fmt`` ``"mmcif"`` or ``"pdb"``, of ``n_atoms``
     atoms) that ends where no writer ends a file: inside its ``_atom_site`` loop (no ``#`` or
-    category after its last row), or on an atom record of a PDB file (no ``END``); None otherwise."""
+    category after its last row); for a PDB file, on an atom record, or inside a line with no
+    newline after it that is no ``END`` / ``ENDMDL`` / ``MASTER`` / ``CONECT`` record. None
+    otherwise."""
     body = text.rstrip()
     last_start = body.rfind("\n") + 1
     last = body[last_start:]
     if fmt == "pdb":
-        if not last.startswith(_PDB_ATOM_RECORDS):
-            return None
-        return (f"{name}: no END record, and its last line (line {body.count(chr(10), 0, last_start) + 1}) is an "
-                f"{last[:6].strip()} record: cut short? {n_atoms} atoms read")  # fmt: skip
+        line = body.count("\n", 0, last_start) + 1
+        if record := next((r for r in _PDB_ATOM_RECORDS if last.startswith(r)), None):
+            return (f"{name}: no END record, and its last line (line {line}) is an {record} record: cut short? "
+                    f"{n_atoms} atoms read")  # fmt: skip
+        # A cut inside a line leaves no newline after it. Cut inside a record name ('ATO', 'HETA',
+        # 'A'), the atoms after it are lost unseen; inside a TER record ('TE', 'TER   123'), the
+        # chains after it. Every writer ends its file with an END-like record, so a text with no
+        # newline after any other last line was cut (review R26a s44 #1).
+        partial = text[max(text.rfind("\n"), text.rfind("\r")) + 1 :]
+        if partial.strip() and partial[:6].rstrip() not in _PDB_LAST_RECORDS:
+            return (f"{name}: no END record, and it ends inside its last line (line {line}, {partial[:12]!r}, no "
+                    f"newline): cut short? {n_atoms} atoms read")  # fmt: skip
+        return None
     if last.startswith(("#", "_", "loop_", "data_")):
         return None
     tag = body.rfind("\n_") + 1  # the last tag: the header of the loop the last line is a row of
