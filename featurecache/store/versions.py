@@ -321,10 +321,14 @@ def version_notes(
         else:
             fix = f": {what} with `featurecache build` from the same inputs"
     if newer:
+        # not "cannot verify them": verify checks them, and names only those it could not read
+        # (review R26b s44 #9: the note said they were not verified while verify had verified them)
+        mine = code == "this featurecache"
         fix += (f"{'; ' if fix else ': '}those of {', '.join(sorted(newer, key=_version_key))} were built by a "
-                f"newer featurecache: upgrade {'featurecache' if code == 'this featurecache' else code} to read and "
-                f"verify them (its build would rebuild them "
-                f"as featurizer {this_code})")  # fmt: skip
+                f"newer featurecache: upgrade {'featurecache' if mine else code} to be sure to read and verify "
+                f"them ({'this one' if mine else 'it'} may not read every one of them: `featurecache verify` "
+                f"names those it could not verify; its build refuses to rebuild them as featurizer {this_code} "
+                "without --allow-downgrade)")  # fmt: skip
     return [head + fix, *unreadable]
 
 

@@ -26,4 +26,8 @@ def test_newer_data_get_upgrade_advice_and_older_data_the_rebuild() -> None:
         f"rebuild those of {older}, {newer}" not in line and f"those of {newer} were built by a newer" in line
     )
     (line,) = version_notes({"entries": {newer: 4}, "msas": {}}, "URL", code="the service's featurecache")
-    assert "upgrade the service's featurecache to read and verify them" in line, line
+    assert "upgrade the service's featurecache to be sure to read and verify them (it may not read" in line, (
+        line
+    )
+    # not a claim that they were not verified (review R26b s44 #9: verify had verified them)
+    assert "names those it could not verify" in line and "not verified" not in line, line
