@@ -122,6 +122,12 @@ def parse_index_spec(
 
 
 def _index(text: str) -> int:
+    # ASCII digits only (spaces around them allowed, as "0, 5"): int() also reads "٣" (an Arabic-Indic
+    # 3) and "1_000", so a typo was served as data instead of a 422 (review R26d s44 #7)
+    text = text.strip(" ")
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"{text[:30]!r} is not an index (ASCII digits)")
     i = int(text)
     if i < 0:
         raise ValueError("negative indices are not supported")

@@ -58,7 +58,7 @@ def _selection(sel: list[int] | str | None, axis: str, settings: Any) -> slice |
     return parse_index_spec(sel, axis, getattr(settings, limit), limit)
 
 
-Index = Annotated[int, Field(ge=0, le=MAX_INDEX)]
+Index = Annotated[int, Field(ge=0, le=MAX_INDEX, strict=True)]  # JSON integers only: not true, not "1"
 
 
 class SliceRequest(BaseModel):
