@@ -55,6 +55,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=featurecache.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # no route ends with "/": Starlette's redirect of "/v1/entries/" built its location from the
+        # request's Host header (review R26d s44 #11); such a path is now a plain 404
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.store = holder
