@@ -2,7 +2,8 @@
 # Make this (Debian, root, no systemd) machine able to build and run the lookup image with podman.
 # Idempotent: every step checks first and does nothing when already done.
 #
-#   1. install podman, buildah, runc, debootstrap from Debian (only those missing);
+#   1. install podman, buildah, runc, debootstrap and catatonit (the init of `podman run --init` and
+#      Compose's `init: true`) from Debian (only those missing);
 #   2. install deploy/podman/containers.conf as /etc/containers/containers.conf when there is none
 #      (runtime runc, default ulimits 20000, cgroupfs, file events logger);
 #   3. pick a storage driver: overlay when podman works with it, else vfs (written to storage.conf);
@@ -35,6 +36,9 @@ missing=()
 for cmd in podman buildah runc debootstrap; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
 done
+# podman looks for its --init binary here (not on PATH): without it, `--init` fails with
+# "container-init binary not found on the host"
+[[ -x /usr/libexec/podman/catatonit ]] || missing+=(catatonit)
 if ((${#missing[@]})); then
   log "installing from Debian: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
