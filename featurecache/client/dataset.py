@@ -102,7 +102,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import numpy as np
@@ -1076,25 +1077,57 @@ def _ints(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+@dataclass
+class TrackedBatch:
+    """What :class:`FeatureLoader`'s collate hands from a worker to the trainer: ``batch``, what
+    the user's collate made of the samples (None: a skip report alone), and beside it what
+    :meth:`FeatureDataset.consume` needs, taken from the samples before that collate ran: their
+    ``position`` and ``reorder_depth`` and the ``skipped`` records they carry. So consumption is
+    tracked whatever the collate returns (a collate that kept only the model inputs made every pass
+    repeat epoch 0 silently; a list or a tuple crashed: review R26c s44 #2, #3)."""
+
+    batch: Any
+    position: list[int]
+    reorder_depth: list[int]
+    skipped: list[dict[str, Any]]
+    skips_only: bool = False
+
+    def tracking(self) -> dict[str, Any]:
+        """The positions and skips as :meth:`FeatureDataset.consume` reads them."""
+        return {"position": self.position, "reorder_depth": self.reorder_depth, "skipped": self.skipped}
+
+    def pin_memory(self) -> TrackedBatch:
+        """The DataLoader's ``pin_memory=True`` pins the user's batch, as it would unwrapped."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return replace(self, batch=pin_memory(self.batch))
+
+
 class SkipReportCollate:
     """``collate_fn`` of :class:`FeatureLoader`: ``fn`` (the given collate, default
-    :func:`~featurecache.client.assemble.collate`) over the batch's samples, the skip records of
-    skip-only items (:data:`K_SKIPS_ONLY`: a pass that ended in skips) added to its ``skipped``;
-    a batch of skip-only items alone is ``{K_SKIPS_ONLY: True, "position": int64 [0], "skipped":
-    [...]}``, which FeatureLoader consumes without handing it to the trainer."""
+    :func:`~featurecache.client.assemble.collate`) over the batch's samples, in a
+    :class:`TrackedBatch` with their positions and skip records; the skip records of skip-only
+    items (:data:`K_SKIPS_ONLY`: a pass that ended in skips) are tracked too, and added to the
+    batch's ``skipped`` when the batch is a mutable mapping. Skip-only items alone make a
+    ``TrackedBatch(None, …, skips_only=True)``, which FeatureLoader consumes without handing it
+    to the trainer. ``fn`` may return anything."""
 
     def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
         self.fn: Callable[[list[Any]], Any] = fn.fn if isinstance(fn, SkipReportCollate) else fn
 
-    def __call__(self, items: Sequence[Mapping[str, Any]]) -> Any:
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> TrackedBatch:
         samples = [s for s in items if not s.get(K_SKIPS_ONLY)]
         trailing = [rec for s in items if s.get(K_SKIPS_ONLY) for rec in s["skipped"]]
+        # read before fn runs: it may change or drop the samples' keys
+        positions = [int(s["position"]) for s in samples]
+        depths = [int(s.get("reorder_depth", 0)) for s in samples]
+        skipped = [*(rec for s in samples for rec in s.get("skipped", ())), *trailing]
         if not samples:
-            return {K_SKIPS_ONLY: True, "position": torch.zeros(0, dtype=torch.int64), "skipped": trailing}
+            return TrackedBatch(None, [], [], trailing, skips_only=True)
         batch = self.fn(samples)
-        if trailing:
+        if trailing and isinstance(batch, MutableMapping):
             batch["skipped"] = [*batch.get("skipped", ()), *trailing]
-        return batch
+        return TrackedBatch(batch, positions, depths, skipped)
 
 
 class FeatureLoader:
@@ -1108,6 +1141,11 @@ class FeatureLoader:
     Workers' batches are taken as they come (``in_order=False`` unless given), except with the
     dataset's ``window=0``: its workers' round robin (``in_order=True``), so the batches come in the
     stream's order, the same on every run.
+
+    ``collate_fn`` (default :func:`~featurecache.client.assemble.collate`) gets the list of sample
+    dicts and may return anything (a dict of some keys, a tuple, a list, an object of its own):
+    the loader hands that on as it is, and takes what consumption tracking needs (each sample's
+    ``position`` and ``skipped``) from the samples before the collate runs (:class:`TrackedBatch`).
 
     ``max_lag`` (infinite mode, ``num_workers`` ≥ 2, ``in_order=False``): a DataLoader worker
     hands over a sample at most this many positions of the rank's share past the trainer's
@@ -1185,7 +1223,7 @@ class FeatureLoader:
             return sum(m // size for m in shares)
         return sum(-(-m // size) for m in shares)
 
-    def __iter__(self) -> Generator[dict[str, Any], None, None]:
+    def __iter__(self) -> Generator[Any, None, None]:
         self.dataset._next_epoch_if_done()  # before DataLoader workers copy the dataset
         self.dataset._publish()  # and what persistent workers read at the pass's start
         self.dataset._shared.forget_passes()  # this pass consumes what it hands over: no repeat
@@ -1200,7 +1238,7 @@ class FeatureLoader:
                 for k, v in self._outside.items():
                     setattr(self.dataset, k, v)
 
-    def _pass(self, this_pass: int) -> Iterator[dict[str, Any]]:
+    def _pass(self, this_pass: int) -> Iterator[Any]:
         it = iter(self.dataloader)
         # the wait runs from the last batch handed over: through the batches consumed here without
         # a step (skip reports, a dropped partial batch) into the next one handed over, or, when
@@ -1210,22 +1248,23 @@ class FeatureLoader:
         try:
             while True:
                 try:
-                    batch = next(it)
+                    tracked: TrackedBatch = next(it)
                 except StopIteration:
                     if stepless_until is not None:
                         self.dataset.stats.record_stepless_wait(stepless_until - t0)
                     return
-                if batch.get(K_SKIPS_ONLY):  # the skips that ended a worker's pass: no step
-                    self.dataset.consume(batch)
+                if tracked.skips_only:  # the skips that ended a worker's pass: no step
+                    self.dataset.consume(tracked.tracking())
                     stepless_until = time.perf_counter()
                     continue
-                if self._drop_below is not None and len(_ints(batch.get("position"))) < self._drop_below:
-                    self.dataset._resolve(batch, received=False)  # a worker's last, partial batch
+                if self._drop_below is not None and len(tracked.position) < self._drop_below:
+                    # a worker's last, partial batch
+                    self.dataset._resolve(tracked.tracking(), received=False)
                     stepless_until = time.perf_counter()
                     continue
                 self.dataset.stats.record_wait(time.perf_counter() - t0)
-                self.dataset.consume(batch)
-                yield batch
+                self.dataset.consume(tracked.tracking())
+                yield tracked.batch
                 t0, stepless_until = time.perf_counter(), None
         finally:  # workers waiting on the watermark (max_lag) end their pass: the DataLoader can stop
             # them. Not when a newer pass began (an old generator closed late, e.g. kept alive by a
