@@ -111,9 +111,34 @@ class SamplerFilter:
         return keep
 
 
-def _nothing_to_sample(n_entries: int, filters: SamplerFilter, failures: pa.Table | None) -> str:
+#: ids named in a message about ids not in the store
+SHOWN_IDS: Final = 5
+
+
+def _missing_ids(ids: Sequence[str], entries: pa.Table) -> list[str]:
+    """The ids of ``ids`` that are not an entry of ``entries`` (each once, in the given order).
+    ``SamplerFilter(ids=...)`` left them out without a word (review R26c s44 #4): an id of another
+    store, of an old plan, or in other case (``102M`` for ``102m``) shrank the training set."""
+    given = pa.array(list(dict.fromkeys(ids)), pa.string())
+    found = np.asarray(pc.is_in(given, value_set=entries.column("id").combine_chunks()), dtype=bool)
+    missing = [str(x) for x in np.asarray(given.to_pylist(), dtype=object)[~found]]
+    if missing:  # say which are the store's in other case: ids are case-sensitive
+        have = {str(x).lower(): str(x) for x in entries.column("id").to_pylist()}
+        missing = [f"{m} (the store has {have[m.lower()]})" if m.lower() in have else m for m in missing]
+    return missing
+
+
+def _missing_text(missing: list[str], n_given: int) -> str:
+    shown = ", ".join(missing[:SHOWN_IDS]) + (", …" if len(missing) > SHOWN_IDS else "")
+    return (f"{len(missing)} of the {n_given} ids given are not in the store: {shown} (entry ids are "
+            f"the store's, case-sensitive: store.ids())")  # fmt: skip
+
+
+def _nothing_to_sample(
+    n_entries: int, filters: SamplerFilter, failures: pa.Table | None, missing: list[str] | None = None
+) -> str:
     """Why a sampler has no entry: an empty store (say so, and where its failures are listed) or
-    filters that leave none (name the filters given)."""
+    filters that leave none (name the filters given, and the ids given that the store lacks)."""
     if n_entries == 0:
         n = None if failures is None else failures.num_rows
         failed = "" if n is None else f"; {n} input{'s' if n != 1 else ''} failed to build"
@@ -125,7 +150,8 @@ def _nothing_to_sample(n_entries: int, filters: SamplerFilter, failures: pa.Tabl
         if value is not None and value != getattr(SamplerFilter, name)
     }
     said = ", ".join(f"{k}={v}" for k, v in given.items())
-    return f"no entry of the store's {n_entries} passes the sampler's filters ({said or 'none given'})"
+    why = f"no entry of the store's {n_entries} passes the sampler's filters ({said or 'none given'})"
+    return f"{why}; {_missing_text(missing, len(filters.ids or ()))}" if missing else why
 
 
 class Sampler:
@@ -159,8 +185,13 @@ class Sampler:
         self.entry_ids: list[str] = [
             str(x) for x in np.asarray(entries.column("id").to_pylist(), dtype=object)[keep]
         ]
+        missing = [] if self.filters.ids is None else _missing_ids(self.filters.ids, entries)
         if not self.entry_ids:
-            raise InvalidRequest(_nothing_to_sample(entries.num_rows, self.filters, failures))
+            raise InvalidRequest(_nothing_to_sample(entries.num_rows, self.filters, failures, missing))
+        if missing:
+            log.warning(
+                "SamplerFilter: %s; they are left out", _missing_text(missing, len(self.filters.ids or ()))
+            )
         if weighting == "uniform":
             self._unit_entry = np.arange(len(self.entry_ids), dtype=np.int64)
             self._unit_chains = np.full((len(self.entry_ids), 2), -1, dtype=np.int64)
