@@ -88,6 +88,12 @@ class SamplerFilter:
     keep_undated: bool = True
     ids: Sequence[str] | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.ids, str | bytes):  # its characters were taken as ids (review R26c s44 #6)
+            raise InvalidRequest(
+                f"SamplerFilter(ids=...) takes a list of entry ids, not one string: ids=[{self.ids!r}]"
+            )
+
     def mask(self, entries: pa.Table) -> np.ndarray:
         n = entries.num_rows
         keep = np.ones(n, dtype=bool)

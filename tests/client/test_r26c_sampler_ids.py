@@ -5,6 +5,7 @@ and when none was there the error named none of them."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -42,3 +43,10 @@ def test_no_id_in_the_store_names_the_first_few() -> None:
         in said
     )
     assert "case-sensitive" in said
+
+
+@pytest.mark.parametrize("ids", ["102m", b"102m"])
+def test_one_string_as_ids_is_refused(ids: Any) -> None:
+    """Review R26c (session 44) #6: ``ids="102m"`` was taken as the ids "1", "0", "2", "m"."""
+    with pytest.raises(InvalidRequest, match=r"a list of entry ids, not one string: ids=\["):
+        SamplerFilter(ids=ids)
