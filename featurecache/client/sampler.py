@@ -382,12 +382,41 @@ def _chain_clusters(
     found = hit >= 0
     out = seq_codes.copy()
     out[found] = n_seq + t_codes[hit[found]]
-    n_hit = int(found.sum())
-    if n_hit < out.size:
-        log.info(
-            "cluster table covers %d of %d chains; the rest cluster by identical sequence", n_hit, out.size
-        )
+    _check_coverage(ch, found, cluster_table, "asym_id" if "asym_id" in cols else "label_id")
     return out, n_seq + n_table
+
+
+#: chains named as examples in a cluster table's coverage message
+SHOWN_CHAINS: Final = 3
+
+
+def _check_coverage(ch: pa.Table, found: np.ndarray, cluster_table: pa.Table, column: str) -> None:
+    """A cluster table that matches none of the sampled chains (``found``: bool ``[n_chains]``) is
+    refused; one that misses some is warned about, with how many of each type and examples. A
+    table of other ids (``102M_1`` for ``102m``) was ignored with a line at INFO level, and the run
+    trained on identical-sequence clusters instead of the user's (review R26c s44 #5)."""
+    n, n_hit = found.size, int(found.sum())
+    if n_hit == n:
+        return
+
+    def examples(table: pa.Table, rows: np.ndarray) -> str:
+        pick = table.select(["entry_id", column]).take(pa.array(rows[:SHOWN_CHAINS], pa.int64())).to_pylist()
+        return ", ".join(f"({r['entry_id']!r}, {r[column]!r})" for r in pick)
+
+    missed = np.flatnonzero(~found)
+    compared = f"compared on (entry_id, {column}), case-sensitive"
+    if n_hit == 0:
+        raise InvalidRequest(
+            f"cluster_table matches none of the {n} chains sampled ({compared}): the store's chains are e.g. "
+            f"{examples(ch, missed)}; the table's rows e.g. {examples(cluster_table, np.arange(cluster_table.num_rows))}"
+        )
+    names = {int(t): t.name.lower() for t in MolType}
+    kinds, counts = np.unique(_int64(ch.column("mol_type"))[missed], return_counts=True)
+    by_type = ", ".join(
+        f"{int(c)} {names.get(int(k), f'type {int(k)}')}" for k, c in zip(kinds, counts, strict=True)
+    )
+    log.warning("cluster table covers %d of %d chains (%s); the other %d (%s; e.g. %s) cluster by "
+                "identical sequence", n_hit, n, compared, n - n_hit, by_type, examples(ch, missed))  # fmt: skip
 
 
 def _texts(col: pa.ChunkedArray | pa.Array) -> pa.Array:

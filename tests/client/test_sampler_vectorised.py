@@ -96,9 +96,23 @@ def af3_reference(
     )
 
 
+def _matches_no_chain(entry_ids: list[str], chains: pa.Table, cluster_table: pa.Table) -> bool:
+    """The table names none of the sampled chains with a resolved token (and there are some)."""
+    by = "label_id" if "asym_id" not in cluster_table.column_names else "asym_id"
+    listed = {(r["entry_id"], r[by]) for r in cluster_table.to_pylist()}
+    sampled = [(r["entry_id"], r[by]) for r in chains.to_pylist()
+               if r["entry_id"] in entry_ids and (r.get("n_resolved", 1) or 0) > 0]  # fmt: skip
+    return bool(sampled) and not listed.intersection(sampled)
+
+
 def assert_same(
     entry_ids: list[str], chains: pa.Table, interfaces: pa.Table, cluster_table: pa.Table | None = None
 ) -> Units:
+    if cluster_table is not None and _matches_no_chain(entry_ids, chains, cluster_table):
+        # refused since review R26c s44 #5 (it was ignored: every chain clustered by sequence)
+        with pytest.raises(InvalidRequest, match="cluster_table matches none of the"):
+            _af3_units(entry_ids, chains, interfaces, cluster_table)
+        return af3_reference(entry_ids, chains, interfaces, None)
     got = _af3_units(entry_ids, chains, interfaces, cluster_table)
     want = af3_reference(entry_ids, chains, interfaces, cluster_table)
     for name, g, w in zip(("entry rows", "chains", "weights"), got, want, strict=True):
