@@ -769,9 +769,13 @@ _MANIFEST_VERSION = 2
 def _stamp(path: Path) -> list[int] | None:
     """What identifies one written file: inode, size, mtime (a file replaced or damaged differs)."""
     try:
-        st = path.stat()
+        return file_stamp(path.stat())
     except OSError:
         return None
+
+
+def file_stamp(st: os.stat_result) -> list[int]:
+    """:func:`_stamp` of a file already ``stat``-ed (``st``)."""
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
@@ -1073,6 +1077,16 @@ def _save_part_rows(
     tmp = manifest_file.with_name(f".{manifest_file.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(manifest, sort_keys=True))
     os.replace(tmp, manifest_file)
+
+
+def recorded_part_bytes(root: Path) -> dict[str, tuple[list[int], int]]:
+    """Each part's bytes (:func:`dir_bytes`) as the index's last rebuild recorded them, with the
+    ``part.json`` :func:`_stamp` they are the bytes of: ``{name: (stamp, bytes)}``, from the kept
+    rows' manifest (empty without one). A part whose stamp differs now is another part (or was
+    changed): its recorded bytes are not its."""
+    manifest = _load_manifest(Path(root)) or {}
+    sizes, stamps = manifest.get("part_bytes", {}), manifest.get("part_stamps", {})
+    return {n: (stamps[n], int(b)) for n, b in sizes.items() if isinstance(stamps.get(n), list)}
 
 
 def store_bytes(root: Path) -> int:
