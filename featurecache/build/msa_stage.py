@@ -352,7 +352,8 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
     rows survive deduplication and the depth cap, so two files of one label that swap contents
     change the key. Not the path the scan read the file as, which depends on which of several paths
     to its directory the walk met first (a link added elsewhere can change it): a second path to a
-    file that keeps the merge order leaves a stored MSA up to date."""
+    file that keeps the merge order leaves a stored MSA up to date. ``uses`` hold no copies
+    (:func:`_distinct_uses`), so one more copy of a file leaves it up to date too."""
     rank: Counter[str] = Counter()
     files: list[list[Any]] = []
     for u in sorted(uses, key=MSAUse.order):
@@ -855,13 +856,31 @@ def _join(
             if nm is not None:
                 result.near_misses.append(nm)
     for h in uses:
-        uses[h].sort(key=MSAUse.order)
+        uses[h] = _distinct_uses(sorted(uses[h], key=MSAUse.order))
         if len(uses[h]) >= MAX_SOURCES:
             log.warning(
                 "%d alignments for sequence %s; keeping the first %d", len(uses[h]), h, MAX_SOURCES - 1
             )
             del uses[h][MAX_SOURCES - 1 :]
     return uses
+
+
+def _distinct_uses(uses: Sequence[MSAUse]) -> list[MSAUse]:
+    """``uses`` (in merge order) without those that repeat an earlier use's alignment: the same
+    bytes (sha256) under the same database label, block, query row and adoption. Such a copy adds
+    no row (:func:`~featurecache.featurize.msa.build_msa` keeps a row's first copy, and a pairing
+    copy's species are the first copy's), so it must neither change the MSA's inputs key nor cost
+    a re-merge (review R26a #3: per-entry layouts hold hundreds of copies of a common sequence's
+    files). The first in merge order is kept, so the sources an MSA records are its first paths.
+    An MSA without such copies keeps the key it had before this rule."""
+    seen: set[tuple[str, str, int, int, bool]] = set()
+    out = []
+    for u in uses:
+        same = (source_label(u.rel), u.sha256, u.block, u.query_row, u.adopt)
+        if same not in seen:
+            seen.add(same)
+            out.append(u)
+    return out
 
 
 def _chain_name(row: Mapping[str, Any]) -> str:
@@ -1393,9 +1412,9 @@ def build_msa_part(
     t0 = time.perf_counter()
     res = MSAPartResult(part)
     contents = MSAPartContents(failures=list(failures or []), source_dir=msa_dir, msa_stage=MSA_STAGE_VERSION)
-    cache: dict[str, list[Any] | None] = {}
+    cache: dict[str, list[Any]] = {}  # by sha256: copies of one file are parsed once
     failed: set[str] = set()
-    last_use = {use.rel: k for k, item in enumerate(items) for use in item.uses}
+    last_use = {use.sha256: k for k, item in enumerate(items) for use in item.uses}
     for k, item in enumerate(items):
         alignments: list[tuple[str, ParsedMSA]] = []
         used: list[MSAUse] = []
@@ -1405,8 +1424,8 @@ def build_msa_part(
                 alignments.append((use.label, msa))
                 used.append(use)
         for use in item.uses:  # a parsed file is kept only while a later MSA of the part needs it
-            if last_use[use.rel] == k:
-                cache.pop(use.rel, None)
+            if last_use[use.sha256] == k:
+                cache.pop(use.sha256, None)
         try:
             enc = build_msa(item.sequence, item.mol_type, alignments, depth_cap)
         except MSAError as exc:
@@ -1437,25 +1456,27 @@ def _load(
     use: MSAUse,
     sequence: str,
     mol_type: int,
-    cache: dict[str, list[Any] | None],
+    cache: dict[str, list[Any]],
     contents: MSAPartContents,
     failed: set[str],
 ) -> ParsedMSA | None:
-    if use.rel not in cache:
+    """The alignment ``use`` names, parsed; None when its file cannot be read as scanned (a failure
+    row in ``contents``, once per path: ``failed``). ``cache``: parses by content (sha256), so
+    another path with the same bytes (a copy, a link) is neither read nor parsed again."""
+    parsed = cache.get(use.sha256)
+    if parsed is None:
+        if use.rel in failed:
+            return None
         path = msa_dir / use.rel
         try:
             if hashlib.sha256(path.read_bytes()).hexdigest() != use.sha256:
                 raise MSAError("the file changed while the build was running", path=use.rel, stage="msa")
             fmt = sniff_file(path)
-            cache[use.rel] = parse_a3m(path) if fmt == "a3m" else parse_sto(path)
+            parsed = cache[use.sha256] = parse_a3m(path) if fmt == "a3m" else parse_sto(path)
         except (OSError, MSAError, InputError) as exc:
-            cache[use.rel] = None
-            if use.rel not in failed:
-                failed.add(use.rel)
-                contents.failures.append(_failure(use.rel, "", exc))
-    parsed = cache[use.rel]
-    if parsed is None:
-        return None
+            failed.add(use.rel)
+            contents.failures.append(_failure(use.rel, "", exc))
+            return None
     blocks = [a for a in parsed if a.block == use.block]
     if not blocks:
         return None
