@@ -385,7 +385,9 @@ def info(
     failures: Annotated[
         bool,
         typer.Option(
-            "--failures", help="List every failure (path, stage, error, message), not only the first 100."
+            "--failures",
+            help="List every failure (path, stage, error, message). Without it the failures are grouped by "
+            "stage and error class: the 10 largest groups, each with its count and one example.",
         ),
     ] = False,
     warnings: Annotated[
@@ -396,6 +398,15 @@ def info(
             "such as a dropped duplicate atom or an ignored data block. Without it only their count by stage.",
         ),
     ] = False,
+    tsv: Annotated[
+        bool,
+        typer.Option(
+            "--tsv",
+            help="With --failures and/or --warnings: only their rows, tab-separated, one per line after a header "
+            "(record, entry_id, path, stage, error_class, message; a tab, newline or backslash in a value "
+            "escaped as \\t, \\n, \\\\), streamed: for scripts and stores with many rows. No summary.",
+        ),
+    ] = False,
 ) -> None:
     """Counts, sizes, versions and a failures summary of a store.
 
@@ -404,8 +415,11 @@ def info(
     """
     from featurecache.store.info import print_info
 
+    if tsv and (json_out or not (failures or warnings)):
+        raise _fatal(UsageError("--tsv lists the rows of --failures and/or --warnings: give one of them, "
+                                "and leave --json out"))  # fmt: skip
     try:
-        lag = print_info(store, as_json=json_out, failures=failures, warnings=warnings)
+        lag = print_info(store, as_json=json_out, failures=failures, warnings=warnings, tsv=tsv)
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     for line in lag:  # the index is behind its parts: the counts above are not the store's

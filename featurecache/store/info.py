@@ -223,9 +223,6 @@ def info_document(store: LocalStore, sizes: StoreSizes | None) -> dict[str, Any]
     return doc
 
 
-SHOWN_FAILURES = 100
-
-
 def index_lag(store: LocalStore, held_doc: dict[str, Any] | None = None) -> list[str]:
     """What the store's index does not yet say, one line each (empty: it is up to date with the
     parts as of its last rebuild's record): its first build has not finished, and the entries of
@@ -299,10 +296,14 @@ def _part_entries(part: Path) -> int:
 
 
 def print_info(
-    path: Path, *, as_json: bool = False, failures: bool = False, warnings: bool = False
+    path: Path, *, as_json: bool = False, failures: bool = False, warnings: bool = False, tsv: bool = False
 ) -> list[str]:
-    """Print the store's summary; ``failures``: every failure row (else the first 100); ``warnings``:
-    every warning row (entry, stage, message, file; else only their count and by stage). Returns
+    """Print the store's summary, with its failures grouped by stage and error class (the
+    :data:`SHOWN_FAILURE_GROUPS` largest groups: count, one example); ``failures``: every failure
+    row (path, stage, error, message) instead; ``warnings``: every warning row (entry, stage,
+    message, file; else only their count by stage). Listings are printed :data:`LISTING_BATCH` rows
+    at a time (a table of fixed column widths, so the batches line up); ``tsv``: only the listings
+    asked for, as tab-separated lines (:data:`TSV_COLUMNS`), no summary. Returns
     :func:`index_lag`'s lines, the featurizer versions' (``versions.version_notes``: data of
     another version than this code's, or of several), the MSA stages' (``versions.msa_stage_notes``:
     MSAs merged by an older stage) and what killed commands left (``leftovers.leftover_note``),
@@ -319,15 +320,18 @@ def print_info(
     lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
     leftovers = leftover_note(store.path)  # (their bytes are in the size: bytes.total)
     lag += [leftovers] if leftovers is not None else []
-    rows = store.failures.to_pylist()
-    warning_rows = store.warnings.sort_by([("entry_id", "ascending")]).to_pylist() if warnings else []
+    failure_rows = store.failures
+    warning_rows = store.warnings.sort_by([("entry_id", "ascending")]) if warnings else None
     if as_json:
         if failures:
             info["failures"] = [{k: r[k] for k in ("path", "entry_id", "stage", "error_class", "message")}
-                                for r in rows]  # fmt: skip
-        if warnings:
-            info["warnings"] = [{k: r[k] for k in WARNING_COLUMNS} for r in warning_rows]
+                                for r in failure_rows.to_pylist()]  # fmt: skip
+        if warning_rows is not None:
+            info["warnings"] = [{k: r[k] for k in WARNING_COLUMNS} for r in warning_rows.to_pylist()]
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        return lag
+    if tsv:
+        _write_tsv(failure_rows if failures else None, warning_rows)
         return lag
     console = Console()
     t = Table(title=f"featurecache store {info['path']}", show_header=False)
@@ -368,31 +372,88 @@ def print_info(
     # ...counted apart from the two rows above, so that the MSA rows add up to the msas count
     t.add_row("single-sequence MSAs", str(info[MSA_STAGES_KEY]["msas_single_sequence"]))
     console.print(t)
-    if rows:
-        f = Table(title="failures")
-        for col in ("path", "stage", "error_class", "message"):
-            f.add_column(col, overflow="fold")
-        shown = rows if failures else rows[:SHOWN_FAILURES]
-        for row in shown:
-            f.add_row(printable(row["path"]), row["stage"], row["error_class"], printable(row["message"]))
-        if len(shown) < len(rows):
-            f.add_row(
-                "…",
-                "",
-                "",
-                f"{len(rows) - len(shown)} more: featurecache info STORE --failures (or --json --failures)",
-            )
-        console.print(f)
-    if warning_rows:
-        w = Table(title="warnings (the entries are built)")
-        for col in ("entry_id", "stage", "message", "path"):
-            w.add_column(col, overflow="fold")
-        for row in warning_rows:
-            w.add_row(
-                row["entry_id"], row["stage"], printable(row["message"], limit=10_000), printable(row["path"])
-            )
-        console.print(w)
+    if failure_rows.num_rows and not failures:
+        console.print(_failure_groups(failure_rows))
+    if failure_rows.num_rows and failures:
+        _print_listing(console, "failures", FAILURE_COLUMNS, failure_rows)
+    if warning_rows is not None and warning_rows.num_rows:
+        _print_listing(console, "warnings (the entries are built)", WARNING_COLUMNS, warning_rows)
     return lag
+
+
+#: the failure groups ``info`` shows without ``--failures`` (the largest first)
+SHOWN_FAILURE_GROUPS = 10
+#: rows of a ``--failures`` / ``--warnings`` listing rendered at a time: a table of all 43,750
+#: warnings of a 198k-entry store took 26.6 s and 601 MB, its rows all held (review R26a s44 #7)
+LISTING_BATCH = 1000
+#: the columns ``info --failures`` gives for each failure, in its table
+FAILURE_COLUMNS = ("path", "stage", "error_class", "message")
+#: the columns of ``info --tsv``: one line per failure (``record`` "failure") or warning ("warning")
+TSV_COLUMNS = ("record", "entry_id", "path", "stage", "error_class", "message")
+#: each column's share of the listing's width: fixed, so that the batches' tables line up
+_LISTING_RATIOS = {"path": 3, "entry_id": 2, "stage": 1, "error_class": 2, "message": 6}
+
+
+def _failure_groups(failures: pa.Table) -> Any:
+    """The failures by (stage, error class), largest first, each with its count and one example
+    (the first row's path and message), at most :data:`SHOWN_FAILURE_GROUPS` rows: 2,000 failures of
+    a 198k-entry store wrapped to 838 lines as rows (review R26a s44 #7)."""
+    from rich.table import Table
+
+    from featurecache.build.summary import printable
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for stage, error, path, message in zip(*(failures.column(c).to_pylist() for c in
+                                             ("stage", "error_class", "path", "message")), strict=True):  # fmt: skip
+        group = groups.setdefault((stage, error), [0, path, message])
+        group[0] += 1
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    t = Table(title=f"failures ({failures.num_rows}) by stage and error class")
+    for col in ("stage", "error_class", "count", "example"):
+        t.add_column(col, overflow="fold", justify="right" if col == "count" else "left")
+    for (stage, error), (n, path, message) in ordered[:SHOWN_FAILURE_GROUPS]:
+        named = Path(path).name in message  # most messages begin with the file's name
+        t.add_row(stage, error, str(n), printable(message if named else f"{path}: {message}", limit=120))
+    left = len(ordered) - SHOWN_FAILURE_GROUPS
+    t.add_row("…" if left > 0 else "", f"{left} more group(s)" if left > 0 else "", "",
+              "each failure: featurecache info STORE --failures (or --json --failures, --tsv --failures)")  # fmt: skip
+    return t
+
+
+def _print_listing(console: Any, title: str, columns: tuple[str, ...], rows: pa.Table) -> None:
+    """``rows`` as tables of :data:`LISTING_BATCH` rows, the title and header on the first only."""
+    from rich.table import Table
+
+    from featurecache.build.summary import printable
+
+    for start in range(0, rows.num_rows, LISTING_BATCH):
+        t = Table(title=title if not start else None, show_header=not start, expand=True)
+        for col in columns:
+            t.add_column(col, overflow="fold", ratio=_LISTING_RATIOS[col])
+        for row in rows.slice(start, LISTING_BATCH).select(list(columns)).to_pylist():
+            t.add_row(*(printable(row[c] or "", limit=10_000) for c in columns))
+        console.print(t)
+
+
+def _tsv_field(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _write_tsv(failures: pa.Table | None, warnings: pa.Table | None) -> None:
+    """:data:`TSV_COLUMNS` with a header line, then one line per row, :data:`LISTING_BATCH` rows
+    at a time (a tab, newline, carriage return or backslash in a value written ``\\t``, ``\\n``,
+    ``\\r``, ``\\\\``; a missing value empty)."""
+    out = sys.stdout
+    out.write("\t".join(TSV_COLUMNS) + "\n")
+    for record, table in (("failure", failures), ("warning", warnings)):
+        if table is None:
+            continue
+        for start in range(0, table.num_rows, LISTING_BATCH):
+            batch = table.slice(start, LISTING_BATCH).to_pylist()
+            out.write("".join("\t".join([record, *(_tsv_field(r.get(c)) for c in TSV_COLUMNS[1:])]) + "\n"
+                              for r in batch))  # fmt: skip
+    out.flush()
 
 
 #: the columns ``info --warnings`` gives for each warning (``--json``: the keys)
