@@ -1123,3 +1123,92 @@ def _postprocess(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     from featurecache.store.msa import join_msa_columns
 
     return join_chem_warnings(join_msa_columns(tables))
+
+
+# --- the kept rows, for prune (review R26a s44 #2) -------------------------------------------------
+
+
+def store_part_rows(root: Path) -> tuple[dict[str, pa.Table], set[str]]:
+    """:func:`gather_part_rows` of every complete part (:func:`complete_parts`), from the kept rows
+    of the last rebuild where they still cover the parts (the same parts, by ``part.json`` stamp),
+    plus the rows of the parts added since, as :func:`rebuild_index` takes them in; a full gather
+    when there are no such rows or they cannot be the same (a part gone or replaced, a table whose
+    columns differ). Reads nothing but the kept rows and the parts added since: a store of 12.5k parts
+    is ~110k small files, read once by a full gather."""
+    root = Path(root)
+    parts = complete_parts(root)
+    manifest = _load_manifest(root)
+    if manifest is not None and _still_there(manifest, _part_stamps(root, [p.name for p in parts])):
+        kept = _load_part_rows(root, manifest)
+        if kept is not None:
+            covered = set(manifest["parts"])
+            new_parts = [p for p in parts if p.name not in covered]
+            interleaved = bool(new_parts and covered) and min(p.name for p in new_parts) < max(covered)
+            gathered = _add_parts(kept, set(manifest.get("held", [])), new_parts, interleaved)
+            if gathered is not None:
+                return gathered
+    return gather_part_rows(parts)
+
+
+def without_parts(raw: Mapping[str, pa.Table], parts: Iterable[str]) -> dict[str, pa.Table]:
+    """Parts' concatenated rows (:func:`gather_part_rows`) without those of ``parts`` (by name)."""
+    return _without_parts(raw, list(parts))
+
+
+def tables_from_rows(
+    root: Path, raw: Mapping[str, pa.Table], extra: Mapping[str, pa.Table] | None = None
+) -> dict[str, pa.Table]:
+    """:func:`index_tables` from parts' concatenated rows already gathered (``raw``)."""
+    raw = dict(raw)
+    for name, t in (extra or {}).items():
+        raw[name] = _concat([raw[name], t], name) if name in raw and raw[name].num_rows else t
+    return {name: _sorted(name, t) for name, t in _derive(Path(root), raw).items()}
+
+
+def forget_parts(root: Path, gone: Mapping[str, Path]) -> bool:
+    """Drop from the kept rows the rows of the parts ``gone`` (name → where their files are now,
+    e.g. set aside by prune), so that the next :func:`rebuild_index` takes its rows from them in
+    place of gathering every part's files again (a gone part the kept rows cover makes it do that).
+    True when done; False, nothing changed, when the kept rows are not those of the parts there
+    now plus ``gone``, or when the rows without ``gone`` may not be what a full gather of the parts
+    left gives (a table no kept part holds for sure with exactly the kept columns; see below).
+
+    A full gather concatenates the parts' tables with permissive promotion: its columns are those
+    of the parts it reads. The kept rows' columns are those of every part, ``gone`` included. They
+    are the same when some part left holds each table with exactly the kept columns (one file read
+    per table, of the highest-numbered part of each kind, which prune never removes) and, as the
+    store's columns evolve (a new column is appended, none is reordered or retyped), no older part's
+    columns are wider than that part's."""
+    root = Path(root)
+    manifest = _load_manifest(root)
+    if manifest is None or not gone:
+        return False
+    parts = complete_parts(root)
+    names = [p.name for p in parts]
+    covered = set(manifest.get("parts", []))
+    if not set(gone) <= covered or set(names) != covered - set(gone):
+        return False
+    stamps = _part_stamps(root, names)
+    recorded = manifest.get("part_stamps") or {}
+    if any(recorded.get(n) != stamps[n] for n in names):
+        return False
+    gone_stamps = {n: _stamp(Path(p) / PART_INDEX_DIR / PART_DONE_FILE) for n, p in gone.items()}
+    if any(s is None or recorded.get(n) != s for n, s in gone_stamps.items()):  # those the rows took in
+        return False
+    kept = _load_part_rows(root, manifest)
+    if kept is None:
+        return False
+    raw = _without_parts(kept, list(gone))
+    in_parts = set(manifest.get("held", []))
+    highest: dict[str, Path] = {}
+    for p in parts:
+        highest[p.name[:2]] = p
+    reference = [_part_tables(p) for p in highest.values()]
+    for name in in_parts:
+        exact = raw[name].schema
+        if not any(name in t and t[name].schema.equals(exact, check_metadata=True) for t in reference):
+            return False
+    with store_writes(root / INDEX_DIR):
+        _save_part_rows(root, raw, in_parts, stamps, manifest.get("index", {}), manifest,
+                        manifest.get("held_back", []))  # fmt: skip
+    return True
