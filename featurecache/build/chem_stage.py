@@ -48,6 +48,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -562,6 +563,21 @@ def _parts_using(root: Path, keys: set[str]) -> set[str]:
     return {s for k, s in zip(cw["key"], cw["entry_part"], strict=True) if k and k.split("#", 1)[0] in codes}
 
 
+def _scan_parts(client: Any, parts: Sequence[Path], progress: bool) -> list[ScanResult]:
+    """:func:`scan_part_task` over ``parts`` (results in their order), with the stage progress the
+    other stages give ("chem scan": a bar, or log lines): a first build of a whole-PDB store scans
+    ~12.5k parts, minutes without a word before (review R26a s44 #4)."""
+    from distributed import as_completed
+
+    if not parts:
+        return []
+    futures = client.map(scan_part_task, [str(p) for p in parts], pure=False)
+    with stage_bar("chem scan", len(futures), progress) as advance:
+        for _fut in as_completed(futures):
+            advance(1)
+    return list(client.gather(futures))
+
+
 def run_chem_stage(
     client: Any, root: Path, ccd: Path | str | None, timeout_s: float, progress: bool = False
 ) -> ChemStageResult:
@@ -587,9 +603,7 @@ def run_chem_stage(
         if p.name.startswith(STRUCTURE_PART_PREFIX) and (p.name not in done or p.name in again)
     ]
     result.scanned_parts = len(s_parts)
-    scans: list[ScanResult] = (
-        client.gather(client.map(scan_part_task, [str(p) for p in s_parts], pure=False)) if s_parts else []
-    )
+    scans = _scan_parts(client, s_parts, progress)
     _raise_damaged(scans)
     std_entries, sig_entries, first = _merge(scans)
     codes = sorted(set(std_entries) | {code for code, _ in sig_entries})
