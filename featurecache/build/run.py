@@ -76,6 +76,10 @@ log = logging.getLogger(__name__)
 INDEX_REFRESH_S = 15.0  # rebuild the index this often during a build, so progress is readable
 #: ...but at most this share of the driver's time (a refresh that takes long waits longer for the next)
 INDEX_REFRESH_SHARE = 0.1
+#: ...and, extending a finished store (whose index holds the new parts back until the publish
+#: anyway), only once the parts written since hold this many entries and failures: a refresh
+#: rewrites the whole index, ~6 s and 0.75 GB at 198k entries (review R26a s44 #5)
+INDEX_REFRESH_MIN_ENTRIES = 1000
 #: how long a build on an external scheduler waits for its first worker
 WAIT_FOR_WORKERS_S = 60.0
 #: how long connecting to an external scheduler may take (TCP connect retries), and its answer in all
@@ -1227,6 +1231,7 @@ def _run_structure_parts(
 
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
     last_index, refresh_s = time.monotonic(), INDEX_REFRESH_S
+    since_index = 0  # entries and failures of the parts written since the last refresh
     with stage_bar("structures", len(pending), progress) as advance:
         # no list of the futures is kept: as_completed drops each one as it yields it, and the loop
         # drops it once its result is read, so Dask forgets a finished part (the part on disk is
@@ -1255,9 +1260,12 @@ def _run_structure_parts(
             fut.release()
             _accumulate(summary, res)
             advance(res.n_entries + res.n_failed)
-            if time.monotonic() - last_index > refresh_s:
+            since_index += res.n_entries + res.n_failed
+            few = finished and since_index < INDEX_REFRESH_MIN_ENTRIES
+            if time.monotonic() - last_index > refresh_s and not few:
                 t0 = time.monotonic()
                 rebuild_index(out, finished=finished)
+                since_index = 0
                 last_index = time.monotonic()
                 refresh_s = max(INDEX_REFRESH_S, (last_index - t0) / INDEX_REFRESH_SHARE)
 
