@@ -2,6 +2,10 @@
 
 Both come from the CCD given with ``--ccd`` (then the packaged standard residues); a code neither
 defines gets ``None`` and the featurizer falls back (one unresolved token / perceived bonds).
+Everything the featurizer takes from the CCD passes through these two (the tokenizer's standard
+residues of one token each read the packaged set, which the featurizer version covers), so the
+codes they are asked for are the definitions an entry used (``used``: what a build records per
+entry, ``build.ccd_keys``).
 """
 
 from __future__ import annotations
@@ -18,11 +22,23 @@ from featurecache.tokenize.af3 import ComponentAtoms, ComponentAtomSet
 _GLYCAN_TYPE = re.compile(r"\bsaccharide\b", re.IGNORECASE)
 
 
-def component_resolvers(ccd_path: str | None) -> tuple[ComponentAtoms, ComponentBonds]:
+def component_resolvers(
+    ccd_path: str | None, used: dict[str, str] | None = None
+) -> tuple[ComponentAtoms, ComponentBonds]:
+    """The featurizer's two lookups over ``ccd_path`` (then the packaged standard residues).
+    ``used``: each code looked up is recorded in it with the ``ComponentDef.sha256`` of the
+    definition found, "" for a code neither defines (a lookup whose definition does not parse
+    raises, and records nothing: its entry fails)."""
     library = get_library(ccd_path)
+
+    def record(code: str) -> None:
+        if used is not None and code not in used:
+            comp = library.get(code)
+            used[code] = comp.sha256 if comp is not None else ""
 
     def atoms(code: str) -> ComponentAtomSet | None:
         comp = library.get(code)
+        record(code)
         if comp is None:
             return None
         heavy = tuple(
@@ -33,6 +49,8 @@ def component_resolvers(ccd_path: str | None) -> tuple[ComponentAtoms, Component
         return ComponentAtomSet(heavy, glycan=_GLYCAN_TYPE.search(comp.type) is not None)
 
     def bonds(code: str, names: list[str]) -> list[tuple[int, int, int]] | None:
-        return component_bonds(code, names, ccd_path)
+        found = component_bonds(code, names, ccd_path)
+        record(code)
+        return found
 
     return atoms, bonds

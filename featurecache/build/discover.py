@@ -51,6 +51,9 @@ class InputFile:
     #: regular file (:func:`not_regular_error`: a FIFO, which opening would block on); the build
     #: lists it as a failure of stage ``discover``
     name_error: str = ""
+    #: the key that also holds the CCD's fingerprint (``build.ccd_keys``): its failure rows', and
+    #: that of an entry built before entries recorded the definitions they used ("": not computed)
+    ccd_key: str = ""
 
 
 #: the reason of the failure row of a file whose path is not valid UTF-8 (:func:`escaped_path`)

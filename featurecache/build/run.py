@@ -26,6 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import featurecache
+from featurecache.build.ccd_keys import (
+    PER_ENTRY_DEFINITIONS,
+    changed_definitions,
+    summary_reasons,
+    warn_mixed_definitions,
+    with_ccd_keys,
+)
 from featurecache.build.config import BuildConfig
 from featurecache.build.digest_cache import forget_digests
 from featurecache.build.discover import (
@@ -110,6 +117,12 @@ class BuildSummary:
     n_msa_failed_earlier: int = 0  # of those, MSA files (unchanged since their listed failure)
     n_replaced: int = 0  # inputs whose id was in the store with other content (new bytes)
     n_rebuilt: int = 0  # inputs whose id was in the store with the same bytes (new CCD/featurizer/config)
+    #: of those, the entries rebuilt because a component definition they used changed, and the
+    #: codes (``build.ccd_keys.summary_reasons``); entry id -> changed codes, of every input checked
+    rebuilt_for_definitions: dict[str, Any] = field(default_factory=dict)
+    ccd_changed: dict[str, list[str]] = field(default_factory=dict)
+    #: the keys of the components this build's chem stage computed
+    components_computed: list[str] = field(default_factory=list)
     n_kept: int = 0  # inputs whose id was in the store that failed in this run: the stored entry stays
     #: entries written from a file of another path than the stored entry of their id (moved within
     #: --pdb-dir, recompressed), as "id (old path → new path)" (:func:`moved_line`)
@@ -686,7 +699,10 @@ def _run_build(
     msa_dir = _absolute(msa_dir) if msa_dir is not None else None
     ccd = _absolute(ccd) if ccd is not None else None
     ccd_fp = ccd_fingerprint(Path(ccd) if ccd else None)
-    entry_config = config.entry_config_hash(ccd_fp)
+    # the CCD is in no entry key: each entry records the definitions it used (build.ccd_keys); the
+    # key with the fingerprint is its failures', and that of entries built before that record
+    entry_config = config.entry_config_hash(PER_ENTRY_DEFINITIONS)
+    ccd_config = config.entry_config_hash(ccd_fp)
     summary = BuildSummary(store=str(out))
     # the workers are compared with the package as it is now (a long test session or a notebook
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
@@ -721,7 +737,7 @@ def _run_build(
                 summary.previous_pdb_dir = previous
             init_store(
                 out,
-                {"config_hash": config.hash(), "entry_config_hash": entry_config, "config": config.__dict__,
+                {"config_hash": config.hash(), "entry_config_hash": ccd_config, "config": config.__dict__,
                  BUILD_INPUTS_KEY: build_inputs(pdb_dir, msa_dir, ccd, ccd_fp)},
             )  # fmt: skip
             with store_writes(out / "parts"):
@@ -743,6 +759,7 @@ def _run_build(
             # file moved within --pdb-dir (or recompressed) takes the id of its stored entry
             inputs = discover(pdb_dir, entry_config, exclude=out, msa_dir=msa_dir, cache_root=out,
                               progress=progress, stored=StoredEntries(out, stored))  # fmt: skip
+            inputs = with_ccd_keys(inputs, ccd_config)
             summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)
@@ -758,7 +775,10 @@ def _run_build(
             withdrawn_paths = {r["path"] for r in just_withdrawn}
             if start_index.get(WITHDRAWN) is not None:
                 withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
-            pending = _pending(inputs, done, stored, start_index["failures"], withdrawn_paths)
+            summary.ccd_changed = changed_definitions(out, stored, inputs, ccd)
+            pending = _pending(
+                inputs, done, stored, start_index["failures"], withdrawn_paths, summary.ccd_changed.keys()
+            )
             summary.n_inputs = len(inputs)
             summary.entries_gone = _entries_gone(inputs, stored, homes)
             for note in extension_notes(out, stored, pdb_dir, homes):  # entries of another featurizer kept
@@ -778,7 +798,7 @@ def _run_build(
                 with _cluster_errors(client, scheduler), _warn_without_workers(client, scheduler):
                     _run_structure_parts(
                         client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
-                        finished,
+                        finished, ccd_config=ccd_config,
                     )  # fmt: skip
                     forget_digests(out, pdb_dir, summary.digest_changed)
                     # (counted once the inputs are built: one that failed replaced nothing)
@@ -787,6 +807,7 @@ def _run_build(
                         pending, stored, failed
                     )
                     summary.moved = _moved(pending, stored, failed)
+                    summary.rebuilt_for_definitions = summary_reasons(summary.ccd_changed, pending, failed)
                     _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
@@ -803,6 +824,7 @@ def _run_build(
             # every stage ran after the parts this build wrote: their entries are published now
             tables = _publish(out, finished, publish=True)
             _new_warnings(summary, tables.get("warnings"), parts_before)
+            warn_mixed_definitions(out, tables, summary.components_computed, ccd, pdb_dir)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
@@ -1051,8 +1073,8 @@ def _check_worker_versions(client: Any, scheduler: str | None = None) -> None:
 
 def _forget_parsed_ccd(client: Any, scheduler: str | None = None) -> None:
     """Parsed CCD definitions are cached per path in each process; a CCD edited in place since
-    the last build this driver or a long-lived worker served must be read again (its new
-    fingerprint already rebuilds every entry: those entries must not get the old definitions).
+    the last build this driver or a long-lived worker served must be read again (the entries whose
+    definitions changed are rebuilt, ``build.ccd_keys``: they must not get the old definitions).
     A worker slow to answer is waited for, with warnings naming it (:func:`_ask_workers`); one that
     went away keeps no cache (its replacement starts empty)."""
     from featurecache.chem.library import clear_component_caches
@@ -1071,8 +1093,12 @@ def _pending(
     entries: Any,
     failures: Any,
     withdrawn_paths: Set[str] = frozenset(),
+    ccd_changed: Set[str] = frozenset(),
 ) -> list[InputFile]:
     """The inputs to build: those whose key is not the latest outcome the store holds for them.
+    A failure's key and an entry's keyed before session 44 hold the CCD's fingerprint
+    (:attr:`InputFile.ccd_key`); an entry keyed since, none: it is up to date unless a definition
+    it used changed (``ccd_changed``: entry ids, ``build.ccd_keys.changed_definitions``).
 
     An input is up to date when its key is that of its path's listed failure (the index lists a
     failure only when it is newer than every entry built from that path), else that of the live
@@ -1096,10 +1122,14 @@ def _pending(
 
     def current(i: InputFile) -> bool:
         if i.rel in failed:
-            return failed[i.rel] == i.key
+            return failed[i.rel] == (i.ccd_key or i.key)
         if i.entry_id in live:
-            return live[i.entry_id] == i.key and path_of.get(i.entry_id, i.rel) == i.rel
-        return i.rel not in withdrawn_paths and i.key in done
+            if path_of.get(i.entry_id, i.rel) != i.rel:
+                return False  # moved: written again with its new path
+            if live[i.entry_id] == i.key:
+                return i.entry_id not in ccd_changed
+            return bool(i.ccd_key) and live[i.entry_id] == i.ccd_key
+        return i.rel not in withdrawn_paths and (i.key in done or (bool(i.ccd_key) and i.ccd_key in done))
 
     return [i for i in inputs if not current(i)]
 
@@ -1149,7 +1179,7 @@ def _failed_earlier(failures: Any, inputs: list[InputFile], summary: BuildSummar
     if not failures.num_rows:
         return 0
     this_run = {f["path"] for f in summary.failures}
-    current = {(i.rel, i.key) for i in inputs}
+    current = {(i.rel, k) for i in inputs for k in (i.key, i.ccd_key) if k}
     rows = failures.select(["path", "key"]).to_pylist()
     return sum(1 for r in rows if (r["path"], r["key"]) in current and r["path"] not in this_run)
 
@@ -1204,9 +1234,11 @@ def _close(client: Any, cluster: Any) -> None:
 def _run_structure_parts(
     client: Any, out: Path, pdb_dir: Path, pending: list[InputFile], part_size: int, entry_config: str,
     ccd: Path | None, config: BuildConfig, summary: BuildSummary, progress: bool, finished: bool = True,
+    ccd_config: str = "",
 ) -> None:  # fmt: skip
     """Build ``pending`` in parts; the index is refreshed now and then (``finished``: as
-    :func:`rebuild_index` takes it)."""
+    :func:`rebuild_index` takes it); ``ccd_config``: the config hash of failures' keys
+    (``build.ccd_keys``)."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
 
@@ -1224,7 +1256,7 @@ def _run_structure_parts(
         inputs_of[name] = part_inputs
         fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
                             config.interface_cutoff, versions=versions, source_dir=source_dir,
-                            keep_crystallization_aids=config.keep_crystallization_aids,
+                            keep_crystallization_aids=config.keep_crystallization_aids, ccd_config_hash=ccd_config,
                             key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut
@@ -1538,6 +1570,7 @@ def _run_extra_stages(
     from featurecache.build.chem_stage import run_chem_stage
 
     chem = run_chem_stage(client, out, ccd, config.conformer_timeout_s, progress)
+    summary.components_computed = [str(c["key"]) for c in chem.computed]
     summary.stages["chem"] = chem.summary()
     summary.stage_seconds["chem"] = chem.seconds
     summary.failures.extend(chem.failures)

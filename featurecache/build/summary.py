@@ -42,7 +42,7 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     if s.n_replaced:
         t.add_row("  replaced", replaced_line(s))
     if s.n_rebuilt:
-        t.add_row("  rebuilt", f"{s.n_rebuilt} (same file, new CCD/featurizer/config)")
+        t.add_row("  rebuilt", rebuilt_line(s))
     t.add_row("skipped (up to date)", str(s.n_skipped))
     t.add_row("failed", f"[red]{s.n_failed}[/red]" if s.n_failed else "0")
     for failed_stage, n in sorted(s.failed_by_stage.items()):
@@ -115,6 +115,20 @@ def replaced_line(s: BuildSummary) -> str:
         return f"{s.n_replaced} (an input with the same path and new content)"
     return (f"{s.n_replaced} (an input with the same path under this --pdb-dir, new content; the store's "
             f"previous build read {escape(s.previous_pdb_dir)}: these entries now come from this --pdb-dir)")  # fmt: skip
+
+
+def rebuilt_line(s: BuildSummary) -> str:
+    """The summary's count of stored entries rebuilt from the same file, by why: ``3 (same file):
+    CCD definitions changed: 2 entries, codes HEM (2), MG (1); new CCD/featurizer/config: 1``.
+    "New CCD" there: entries built before entries recorded their definitions, whose key holds the
+    whole CCD's fingerprint (``build.ccd_keys``)."""
+    by_definitions = s.rebuilt_for_definitions.get("n", 0)
+    if not by_definitions:
+        return f"{s.n_rebuilt} (same file, new CCD/featurizer/config)"
+    what = (f"CCD definitions changed: {by_definitions} entr{'y' if by_definitions == 1 else 'ies'}, codes "
+            f"{escape(s.rebuilt_for_definitions['codes'])}")  # fmt: skip
+    rest = s.n_rebuilt - by_definitions
+    return f"{s.n_rebuilt} (same file): {what}" + (f"; new CCD/featurizer/config: {rest}" if rest > 0 else "")
 
 
 def warnings_line(s: BuildSummary) -> str:

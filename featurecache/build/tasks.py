@@ -65,11 +65,14 @@ class PartResult:
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
     interface_cutoff: float = INTERFACE_CUTOFF, versions: dict[str, str] | None = None, source_dir: str = "",
-    keep_crystallization_aids: bool = False,
+    keep_crystallization_aids: bool = False, ccd_config_hash: str = "",
 ) -> PartResult | StoreWriteFailed:  # fmt: skip
     """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:
     the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest).
-    A write the OS refused: :class:`StoreWriteFailed`, nothing of the part committed."""
+    Each entry's key holds ``config_hash``; its failure rows' hold ``ccd_config_hash`` (with the
+    CCD's fingerprint: ``build.ccd_keys``; "": ``config_hash``), and the manifest records the
+    component definitions each entry looked up. A write the OS refused: :class:`StoreWriteFailed`,
+    nothing of the part committed."""
     check_versions(versions)
     # scipy, the featurizer's (featurize.interfaces imports it lazily, so that a build's driver never
     # loads it): here, before any entry's timer starts, so that a worker's first part does not count
@@ -79,10 +82,12 @@ def build_structure_part(
     from featurecache.build.components import component_resolvers
     from featurecache.tokenize.af3 import residues_without_definition
 
-    component_atoms, component_bonds = component_resolvers(ccd_path)
+    used: dict[str, str] = {}  # the definitions the input being featurized looked up
+    component_atoms, component_bonds = component_resolvers(ccd_path, used)
+    definitions: dict[str, dict[str, str]] = {}  # entry id -> used, for each entry built
     result = PartResult(part)
     contents = PartContents(source_dir=source_dir, settings={
-        "ccd": ccd_path, "keep_crystallization_aids": keep_crystallization_aids})  # fmt: skip
+        "ccd": ccd_path, "keep_crystallization_aids": keep_crystallization_aids}, ccd_definitions=definitions)  # fmt: skip
     timer = StageTimer()
     for inp in inputs:
         if inp.name_error:  # not read: its path could not be stored with its entry
@@ -98,8 +103,12 @@ def build_structure_part(
         sha = hashlib.sha256(data).hexdigest()
         changed = sha != inp.sha256
         key = inp.key if not changed else entry_key(sha, inp.entry_id, config_hash)
+        failure_key = inp.ccd_key or inp.key
+        if changed:
+            failure_key = entry_key(sha, inp.entry_id, ccd_config_hash or config_hash)
         if changed and inp.sha256:
             result.digest_changed.append(inp.rel)
+        used.clear()
         try:
             if not inp.fmt:
                 raise UnsupportedFormatError(
@@ -116,12 +125,13 @@ def build_structure_part(
                 log.debug("unexpected error featurizing %s", inp.rel, exc_info=True)
             note = changed_note(inp, len(data)) if changed and inp.sha256 else ""
             reason = (str(exc) or type(exc).__name__)[: MESSAGE_CHARS - len(note)] + note
-            contents.failures.append(_failure(inp, stage, exc, key, message=reason))
+            contents.failures.append(_failure(inp, stage, exc, failure_key, message=reason))
             timer.stop()
             continue
         contents.entries.append(
             EntryRecord(structure, key, inp.rel, sha, len(data), inp.fmt, time.perf_counter() - t0)
         )
+        definitions[inp.entry_id] = dict(used)
         if changed and inp.sha256:  # a copy still being written may parse as a shorter structure
             result.changed.append(f"{inp.rel} ({len(data)} bytes read, {inp.size} listed)")
         result.n_atoms += len(structure.atoms)
@@ -251,5 +261,5 @@ def _failure(
     message = message or str(exc) or type(exc).__name__
     return {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": stage, "error_class": type(exc).__name__,
-        "message": message[:MESSAGE_CHARS], "key": key or inp.key,
+        "message": message[:MESSAGE_CHARS], "key": key or inp.ccd_key or inp.key,
     }  # fmt: skip

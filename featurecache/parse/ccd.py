@@ -605,3 +605,47 @@ class CCD:
 def _again(exc: CCDError) -> CCDError:
     """A fresh copy of a remembered error, so each raise has a traceback of its own."""
     return CCDError(str(exc), path=exc.path, component=exc.component)
+
+
+def definition_hashes(path: str | os.PathLike[str] | None, codes: Iterable[str]) -> dict[str, str]:
+    """``code → ComponentDef.sha256`` of the definition a lookup of each of ``codes`` would get
+    from the CCD at ``path`` (None: no CCD), without parsing it: the sha256 of the block's text as
+    :class:`CCD` reads it (a ``components.cif``'s last block of the code, or the code's file in a
+    directory), else the packaged standard residue's; "" for a code neither defines. A block with
+    no ``_chem_comp_atom`` text defines nothing (``UNL``), as :class:`CCD` reads it. What a build
+    compares with the hashes its entries recorded (``build.ccd_keys``): a hash that differs means
+    the definition changed (a block that no longer parses too: its entries are rebuilt and fail);
+    an equal hash, the same text and so the same definition. One streaming pass over a file, no
+    parse: a build checks every code its store's entries used, each build."""
+    from featurecache.chem.standard import standard_component
+
+    wanted = set(c for c in codes if c)
+    found: dict[str, str] = {}
+    if path is not None:
+        p = Path(path)
+        if p.is_dir():
+            reader = CCD(p)
+            for code in wanted:
+                f = reader._file_for(code)
+                if f is not None:
+                    found[code] = _text_hash(_read_text(f))
+        else:
+            opener = gzip.open if p.suffix == ".gz" else open
+            try:
+                with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+                    for code, text, _first in _iter_blocks(fh, wanted):
+                        found[code] = _text_hash(text)  # a later block of the code wins, as in CCD.load
+            except _READ_ERRORS as exc:
+                raise _unreadable(p, exc) from exc
+    out = {}
+    for code in sorted(wanted):
+        sha = found.get(code, "")
+        if not sha and (std := standard_component(code)) is not None:
+            sha = std.sha256
+        out[code] = sha
+    return out
+
+
+def _text_hash(text: str) -> str:
+    """:attr:`ComponentDef.sha256` of a definition's text; "" for text without atoms (``_NoAtoms``)."""
+    return hashlib.sha256(text.encode()).hexdigest() if "_chem_comp_atom." in text else ""

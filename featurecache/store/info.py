@@ -312,11 +312,23 @@ def print_info(
     from rich.table import Table
 
     from featurecache.build.summary import printable
+    from featurecache.store.definitions import (
+        MIXED_DEFINITIONS_KEY,
+        mixed_definitions,
+        mixed_definitions_doc,
+        mixed_definitions_note,
+    )
     from featurecache.store.reader import open_store
 
     store = open_store(path)
     info = store.info()
     lag = index_lag(store, info["held_parts"]) + version_notes(info[VERSIONS_KEY], str(store.path))
+    # (here, not in info_document: it reads the live parts' manifests, which the lookup service's
+    # /v1/info should not on every request)
+    mixed = mixed_definitions(store.path, store.entries, store.components)
+    info[MIXED_DEFINITIONS_KEY] = mixed_definitions_doc(mixed)
+    if mixed.entries:
+        lag.append(mixed_definitions_note(info[MIXED_DEFINITIONS_KEY]))
     lag += msa_stage_notes(store, info[MSA_STAGES_KEY])
     leftovers = leftover_note(store.path)  # (their bytes are in the size: bytes.total)
     lag += [leftovers] if leftovers is not None else []

@@ -93,6 +93,10 @@ class PartContents:
     #: :data:`~featurecache.store.index.REMOVED` rows (kind "entry", without "part") of ``featurecache
     #: prune --sources-gone``: written only when there are some
     removed: list[dict[str, Any]] = field(default_factory=list)
+    #: the component definitions its entries looked up (manifest :data:`CCD_DEFINITIONS`): entry id →
+    #: {code: ``ComponentDef.sha256`` of the definition used, "" for a code nothing defined}; None:
+    #: not recorded (parts without entries, and those written before session 44)
+    ccd_definitions: dict[str, dict[str, str]] | None = None
 
 
 def write_removed(idx: Path, name: str, rows: Sequence[dict[str, Any]]) -> None:
@@ -137,6 +141,12 @@ GROUP_HASHES_SCHEMA = pa.schema(
 SOURCE_DIR = "source_dir"
 #: key of a structure part's manifest: :attr:`PartContents.settings`
 SETTINGS = "settings"
+#: key of a structure part's manifest: the component definitions its entries used
+#: (:attr:`PartContents.ccd_definitions`), by code and definition hash: ``{"HEM": {"<sha256>":
+#: ["102m", "8f9h"]}, "ZZZ": {"": ["1abc"]}}`` ("": no definition). A build rebuilds an entry whose
+#: key holds no CCD fingerprint when one of these changed (``build.ccd_keys``); in the manifest, not
+#: the index, so that readers of ``index/entries.arrow`` carry none of it
+CCD_DEFINITIONS = "ccd_definitions"
 
 #: Suffix of a temp dir's sentinel file ``parts/.tmp-<name>-<random>.writer`` (a sibling, not
 #: inside: ``zarr.open_group(mode="w")`` empties the dir it opens).
@@ -363,9 +373,21 @@ def write_structure_part(root: Path, name: str, contents: PartContents) -> dict[
             manifest[SOURCE_DIR] = contents.source_dir
         if contents.settings is not None:
             manifest[SETTINGS] = contents.settings
+        if contents.ccd_definitions is not None:
+            manifest[CCD_DEFINITIONS] = definitions_by_code(contents.ccd_definitions)
         final = commit_part(tmp, root / PARTS_DIR / name, manifest)
         manifest["part"] = final.name
         return manifest
+
+
+def definitions_by_code(used: dict[str, dict[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """``{entry id: {code: sha256}}`` as the manifest records it: ``{code: {sha256: [entry ids]}}``
+    (a part's entries share most codes and every hash: 16 protein entries name ALA once)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for entry_id in sorted(used):
+        for code, sha in used[entry_id].items():
+            out.setdefault(code, {}).setdefault(sha, []).append(entry_id)
+    return out
 
 
 def residue_codes(tokens: np.ndarray) -> list[str]:

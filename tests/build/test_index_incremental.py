@@ -66,7 +66,8 @@ class Steps:
 @pytest.fixture(scope="module")
 def steps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steps]:
     """One store built four times: 3 inputs; again unchanged; +3 inputs and one input edited;
-    again with another CCD (every input rebuilt)."""
+    again with another CCD, in which HEM's definition changed (102m, which uses it, rebuilt and HEM's
+    component computed again; the CCD is in no entry key since review R26b s44 #5)."""
     tmp = tmp_path_factory.mktemp("incremental")
     inputs, store = tmp / "in", tmp / "store"
     inputs.mkdir()
@@ -90,9 +91,11 @@ def steps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steps]:
     with open(inputs / "102m.cif", "a") as f:  # new bytes, same path and id: the entry is replaced
         f.write("#\n")
     build("added", SAMPLES / "ccd")
-    other_ccd = tmp / "ccd"  # the same definitions without one nobody uses: another CCD fingerprint
+    other_ccd = tmp / "ccd"  # HEM's iron charged 2 (was 0)
     shutil.copytree(SAMPLES / "ccd", other_ccd)
-    (other_ccd / "SOURCES.tsv").unlink()
+    hem = (other_ccd / "HEM.cif").read_text()
+    assert "HEM  FE    FE    FE  0 " in hem
+    (other_ccd / "HEM.cif").write_text(hem.replace("HEM  FE    FE    FE  0 ", "HEM  FE    FE    FE  2 "))
     build("new-ccd", other_ccd)
     yield s
 
@@ -131,20 +134,20 @@ def test_the_index_holds_the_latest_version_of_each_entry(steps: Steps) -> None:
     edited = (steps.inputs / "102m.cif").read_bytes()
     row = next(r for r in entries if r["id"] == "102m")
     assert row["source_sha256"] == hashlib.sha256(edited).hexdigest()
-    # every entry of the last build lives in a part that build wrote
+    # the entry of the last build (102m, which uses HEM) lives in a part that build wrote
     new = steps.parts["new-ccd"] - steps.parts["added"]
-    assert all(r["part"] in new for r in entries)
+    assert {r["id"] for r in entries if r["part"] in new} == {"102m"}
     assert verify_store(steps.store) == []
 
 
 def test_summary_tells_replaced_from_rebuilt(steps: Steps) -> None:
     added, new_ccd = steps.summaries["added"], steps.summaries["new-ccd"]
     assert (added.n_replaced, added.n_rebuilt, added.n_built) == (1, 0, 4)
-    assert (new_ccd.n_replaced, new_ccd.n_rebuilt, new_ccd.n_built) == (0, 6, 6)
+    assert (new_ccd.n_replaced, new_ccd.n_rebuilt, new_ccd.n_built) == (0, 1, 1)
     console = Console(record=True, width=200)
     render_summary(new_ccd, console)
     text = console.export_text()
-    assert "rebuilt" in text and "same file, new CCD/featurizer/config" in text
+    assert "rebuilt" in text and "same file): CCD definitions changed: 1 entry, codes HEM (1)" in text
     assert "new content" not in text
     console = Console(record=True, width=200)
     render_summary(added, console)

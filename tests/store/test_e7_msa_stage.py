@@ -138,8 +138,8 @@ def test_info_and_verify_say_the_msas_are_of_an_older_stage(stage_stores: Stage)
 
 def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> None:
     """``info --json`` of this code = that of the stage-2 package on the same store plus
-    ``msa_stages`` and ``warnings_by_stage`` (the count of the store's warnings by stage, added later):
-    no existing key changed."""
+    ``msa_stages``, ``warnings_by_stage`` (the count of the store's warnings by stage, added later)
+    and ``ccd_definitions_mixed`` (session 44): no existing key changed."""
     mine = _cli("info", "--json", str(stage_stores.old))
     theirs = _cli("info", "--json", str(stage_stores.old), package=stage_stores.package)
     assert mine.returncode == 0 and theirs.returncode == 0, mine.stderr + theirs.stderr
@@ -158,6 +158,9 @@ def test_info_json_adds_one_key_and_keeps_every_other(stage_stores: Stage) -> No
 
     assert got["featurizer_versions"]["this_code"] == FEATURIZER_VERSION
     got["featurizer_versions"]["this_code"] = before["featurizer_versions"]["this_code"]
+    # ccd_definitions_mixed (review R26b s44 #6): none in a store whose parts record no definitions
+    assert "ccd_definitions_mixed" not in before
+    assert got.pop("ccd_definitions_mixed") == {"entries": 0, "codes": [], "by_pdb_dir": {}}
     assert got == before
 
 

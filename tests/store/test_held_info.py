@@ -43,7 +43,7 @@ def test_info_json_names_the_held_parts_of_a_killed_extension_and_none_once_fini
         shutil.copy(SAMPLES / "structures" / name, pdb / name)
     build_store(store, pdb, workers=1, part_size=1, msa_dir=MSAS, ccd=CCD)
     doc, _ = _info(store)
-    assert set(doc) == KEYS | {"held_parts", "msa_stages"}
+    assert set(doc) == KEYS | {"held_parts", "msa_stages", "ccd_definitions_mixed"}
     assert doc["held_parts"] == {"parts": [], "entries": 0, "new": 0, "updated": 0}
     before = structure_parts(store)
 
@@ -53,7 +53,7 @@ def test_info_json_names_the_held_parts_of_a_killed_extension_and_none_once_fini
     new = sorted(structure_parts(store) - before)
     assert len(new) == 1  # the two new inputs in one part (the CLI's --part-size is 16)
     doc, warned = _info(store)
-    assert set(doc) == KEYS | {"held_parts", "msa_stages"}
+    assert set(doc) == KEYS | {"held_parts", "msa_stages", "ccd_definitions_mixed"}
     # the two added inputs are held back: not counted among the published entries
     assert doc["held_parts"] == {"parts": new, "entries": 2, "new": 2, "updated": 0}
     assert doc["counts"]["entries"] == 2
