@@ -4,7 +4,8 @@ What a build rebuilds is decided by each stored item's own key, not by one hash 
 
 * a structure entry's key (``discover.entry_key``) holds :meth:`BuildConfig.entry_config_hash`:
   the fields of :meth:`BuildConfig.feature_dict` (interface cutoff, featurizer version,
-  crystallization aids) and the CCD's fingerprint;
+  crystallization aids); the CCD is in no entry key since session 44 (each entry records the
+  definitions it used: ``build.ccd_keys``), only in the key of failures and of older entries;
 * a stored MSA's key (``msa_stage._inputs_key``) holds the depth cap;
 * ``conformer_timeout_s`` is in no key: a build at another one recomputes no stored conformer.
 
@@ -41,7 +42,8 @@ class BuildConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     def entry_config_hash(self, ccd_fingerprint: str = "") -> str:
-        """Hash of :meth:`feature_dict` and the CCD's fingerprint: part of every entry's key."""
+        """Hash of :meth:`feature_dict` and ``ccd_fingerprint``: part of every entry's key, which
+        gives ``build.ccd_keys.PER_ENTRY_DEFINITIONS`` for it (a failure's, the CCD's fingerprint)."""
         doc = {**self.feature_dict(), "ccd": ccd_fingerprint}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
