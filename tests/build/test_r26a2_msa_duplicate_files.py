@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import gemmi
 import numpy as np
 import pytest
 
@@ -24,23 +23,12 @@ import featurecache
 from featurecache.build import msa_stage
 from featurecache.build.config import BuildConfig
 from featurecache.build.run import run_build
+from tests.build.test_msa_merge_order_key import _mutant, _sequence
 from tests.clusters import shared_scheduler
 from tests.conftest import STRUCTURES
 
 #: the arrays that are the MSA's rows; ``source`` numbers the merged files (:func:`_msa`)
 ROW_ARRAYS = ("residues", "deletions", "species", "profile", "deletion_mean")
-
-
-def _sequence() -> str:
-    st = gemmi.read_structure(str(STRUCTURES / "102m.cif"))
-    st.setup_entities()
-    ent = next(e for e in st.entities if e.entity_type == gemmi.EntityType.Polymer)
-    return gemmi.one_letter_code(list(ent.full_sequence)).upper()
-
-
-def _mutant(seq: str, pos: int, letter: str) -> str:
-    assert seq[pos] != letter
-    return seq[:pos] + letter + seq[pos + 1 :]
 
 
 def _inputs(tmp_path: Path) -> tuple[Path, Path]:
