@@ -1156,7 +1156,7 @@ def _build_options(root: Path, msa_dirs: set[str] | None = None) -> tuple[list[s
             else:
                 out += ["--ccd", "CCD"]
                 unknown.append(f"CCD: the --ccd the store was built with; it recorded {ccd['path']}, which {why}: "
-                               "give the CCD of that build (another one rebuilds every entry)")  # fmt: skip
+                               "give the CCD of that build (another one rebuilds the entries whose definitions it changes)")  # fmt: skip
         return out, unknown
     try:
         cfg = BuildConfig(**{k: v for k, v in config.items() if k in BuildConfig.__dataclass_fields__})
