@@ -767,6 +767,7 @@ def _run_build(
             # the parts of this --pdb-dir: those recording it, or a directory renamed or moved to it
             homes = StoredEntries(out, stored).homes(pdb_dir, [i.rel for i in inputs])
             _note_moved(homes, pdb_dir)
+            _warn_twins(inputs)
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
             just_withdrawn = withdraw_failures(out, pdb_dir, msa_dir, inputs, start_index["failures"], homes)
             done = done_keys(out, start_index.get(WITHDRAWN)) - {r["key"] for r in just_withdrawn}
@@ -1393,6 +1394,38 @@ def _note_moved(homes: DirectoryParts, pdb_dir: Path) -> None:
     for old in sorted(homes.moved):
         log.info("the store's entries built from %s, which no longer exists, are taken as --pdb-dir %s's "
                  "(renamed or moved: this build's files match them)", old, pdb_dir)  # fmt: skip
+
+
+#: how many twin groups :func:`_warn_twins` names in its line
+TWINS_NAMED = 5
+
+
+def _warn_twins(inputs: list[InputFile]) -> None:
+    """One line each when inputs give one structure twice: files of one name in one folder, in several
+    formats or compressions (``1A8O.cif`` and ``1A8O.pdb``, ``x.cif`` and ``x.cif.gz``), or files with
+    the same bytes. Every file is its own entry, so such a structure is sampled as two (review R26b s44 #8)."""
+    from featurecache.parse.structure import entry_stem
+
+    by_stem: dict[str, list[str]] = {}
+    by_bytes: dict[str, list[str]] = {}
+    for i in inputs:
+        if i.name_error or not i.fmt:
+            continue
+        folder, _, name = i.rel.rpartition("/")  # one folder's: ranked_0.pdb of two folders are two models
+        by_stem.setdefault(f"{folder}/{entry_stem(name)}", []).append(i.rel)
+        if i.sha256:
+            by_bytes.setdefault(i.sha256, []).append(i.rel)
+    for what, groups in (("one name in several formats or compressions", by_stem),
+                         ("the same bytes", by_bytes)):  # fmt: skip
+        twins = [sorted(rels) for rels in groups.values() if len(rels) > 1]
+        if not twins:
+            continue
+        twins.sort()
+        named = "; ".join(", ".join(rels) for rels in twins[:TWINS_NAMED])
+        more = f"; and {len(twins) - TWINS_NAMED} more" if len(twins) > TWINS_NAMED else ""
+        log.warning("%d structure(s) given by several files of %s (%s%s): each file is its own entry, so each "
+                    "such structure is sampled as that many; keep one file per structure",
+                    len(twins), what, named, more)  # fmt: skip
 
 
 def _parts_may_be_gone(out: Path) -> bool:
