@@ -121,11 +121,11 @@ def run_server(
     try:
         opened = open_store(path)
         n = len(opened.ids)
+        finished = opened.finished
     except OSError as exc:
         raise StoreError(f"cannot serve {path}: {exc}") from exc
     raise_open_files_limit(settings.max_connections)
     _check_bind(host, port)  # before "serving …": a port in use is one error line, not a log then uvicorn's
-    log.info("serving %s (%d entries) on http://%s:%d with %d worker(s)", path, n, host, port, workers)
     if not _is_loopback(host) and token_from_environment() is None:  # (checked above: it reads)
         log.warning("serving on %s without a token: anyone who can reach this machine on port %d reads the "
                     "store; set %s (or %s, or --token) to require one, or serve on 127.0.0.1",
@@ -151,6 +151,12 @@ def run_server(
         with contextlib.suppress(OSError):
             failures_dir = tempfile.mkdtemp(prefix="featurecache-workers-")
             os.environ[WORKER_FAILURES_ENV] = failures_dir
+    # once every check that can stop serve has passed (review R26d s44 #9: it came before the
+    # temporary directory's, and gave an unfinished first build's count as the store's)
+    state = "" if finished else ", its first build not finished: 503 until that build ends"
+    log.info(
+        "serving %s (%d entries%s) on http://%s:%d with %d worker(s)", path, n, state, host, port, workers
+    )
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
         log_config=log_config, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
