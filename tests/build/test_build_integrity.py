@@ -353,13 +353,13 @@ def test_sigterm_stops_like_ctrl_c_and_the_rerun_resumes(tmp_path: Path) -> None
     nothing of Dask's shutdown, the finished parts kept, but exit status 143 (README). Before, the
     build died of the signal at once, silently (the workers with it). The re-run skips what was
     kept, builds the rest, and the store verifies."""
-    from tests.build.test_ctrl_c_quiet import INTERRUPTED, NOISE
+    from tests.build.test_ctrl_c_quiet import INTERRUPTED, noise_lines
 
     code, err, out, inputs, n_inputs = _interrupt_after_four_parts(tmp_path, signal.SIGTERM)
     assert code == 143, f"SIGTERM should stop the build with 143 (exit {code}): {err}"
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith(INTERRUPTED), err
-    assert [line for line in lines if any(n in line for n in NOISE)] == [], err
+    assert noise_lines(lines) == [], err
     _rerun_resumes(out, inputs, n_inputs)
 
 

@@ -39,6 +39,14 @@ NOISE = (
     " ERROR ",
     "Exception in callback",
 )
+#: the build's own warning about the inputs, given before any interrupt (the test corpus holds
+#: 1A8O.cif beside 1A8O.pdb: review R26b s44 #8), is not shutdown noise
+OWN_INPUT_WARNING = "structure(s) given by several files"
+
+
+def noise_lines(lines: list[str]) -> list[str]:
+    """The lines of ``lines`` that show :data:`NOISE`, the build's own input warning left out."""
+    return [line for line in lines if any(n in line for n in NOISE) and OWN_INPUT_WARNING not in line]
 
 
 @contextmanager
@@ -88,6 +96,6 @@ def test_ctrl_c_prints_one_line_and_no_dask_noise(tmp_path: Path, prefix: str, c
     assert proc.returncode == 130, f"the interrupt should stop the build (exit {proc.returncode}): {err}"
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith(INTERRUPTED), err
-    noise = [line for line in lines if any(n in line for n in NOISE)]
+    noise = noise_lines(lines)
     assert noise == [], err
     assert _parts(out, prefix) >= 1
