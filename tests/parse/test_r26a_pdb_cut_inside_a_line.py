@@ -19,21 +19,11 @@ from featurecache.featurize.entry import featurize_bytes
 from featurecache.parse.atom_site import cut_short
 from featurecache.parse.structure import _parse_structure
 from tests.conftest import SAMPLES, STRUCTURES
-
-
-def _up_to_atom_line(data: bytes, n: int) -> bytes:
-    """``data`` up to the end of its ``n``-th ATOM line, newline included."""
-    lines = data.split(b"\n")
-    k = [i for i, line in enumerate(lines) if line.startswith(b"ATOM")][n - 1]
-    return b"\n".join(lines[: k + 1]) + b"\n"
-
-
-def _cut_warnings(data: bytes, name: str) -> list[str]:
-    return [w for w in _parse_structure(data, name).warnings if "cut short?" in w]
+from tests.parse.test_cut_short import _cut_after_atom_line, _cut_warnings
 
 
 def _1orc_up_to_atom_100() -> bytes:
-    return _up_to_atom_line((STRUCTURES / "1orc.pdb").read_bytes(), 100)
+    return _cut_after_atom_line((STRUCTURES / "1orc.pdb").read_bytes(), 100)
 
 
 @pytest.mark.parametrize("tail", ["ATO", "ATOM  ", "HETA", "A"])
