@@ -246,11 +246,16 @@ def _parse_component(text: str, first_line: int = 1) -> ComponentDef:
     if len(doc) != 1:
         raise ParseError(f"expected one CCD block, got {len(doc)}", stage="ccd")
     try:
-        return _component_from_block(doc[0], hashlib.sha256(text.encode()).hexdigest())
+        return _component_from_block(doc[0], _block_sha256(text))
     except ParseError:
         raise
     except ValueError as exc:  # a charge or coordinate that is no number
         raise ParseError(f"CCD block {doc[0].name}: {exc}", stage="ccd") from exc
+
+
+def _block_sha256(text: str) -> str:
+    """:attr:`ComponentDef.sha256`: the hash of the definition's text as read."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _read_text(path: Path) -> str:
@@ -361,24 +366,33 @@ def _scan_components(
     neither (the CCD does not define those codes). Raises :class:`CCDError` when ``p`` cannot be
     read to its end. ``blocks``: filled with every block's first line and text, zlib-compressed, by code (a later
     block of a code replaces an earlier one), so later codes need no further pass (:class:`CCD`)."""
-    opener = gzip.open if p.suffix == ".gz" else open
     out: dict[str, ComponentDef] = {}
     broken: dict[str, CCDError] = {}
     try:
-        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            for code, text, first_line in _iter_blocks(fh, wanted if blocks is None else None):
-                if blocks is not None:
-                    blocks[code] = (first_line, zlib.compress(text.encode(), 1))
-                    if wanted is not None and code not in wanted:
-                        continue
-                _parse_into(out, broken, p, code, text, first_line)
-    except _READ_ERRORS as exc:
+        for code, text, first_line in _file_blocks(p, wanted if blocks is None else None):
+            if blocks is not None:
+                blocks[code] = (first_line, zlib.compress(text.encode(), 1))
+                if wanted is not None and code not in wanted:
+                    continue
+            _parse_into(out, broken, p, code, text, first_line)
+    except CCDError:  # the file could not be read to its end
         if blocks is not None:
             blocks.clear()
-        raise _unreadable(p, exc) from exc
+        raise
     for code in broken:
         out.pop(code, None)  # a later, broken block of the code replaced a sound one
     return out, broken
+
+
+def _file_blocks(p: Path, wanted: set[str] | None) -> Iterator[tuple[str, str, int]]:
+    """:func:`_iter_blocks` of the CCD file ``p`` (gzipped or not); :class:`CCDError` naming ``p``
+    when it cannot be read to its end."""
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+            yield from _iter_blocks(fh, wanted)
+    except _READ_ERRORS as exc:
+        raise _unreadable(p, exc) from exc
 
 
 def _parse_into(
@@ -630,13 +644,8 @@ def definition_hashes(path: str | os.PathLike[str] | None, codes: Iterable[str])
                 if f is not None:
                     found[code] = _text_hash(_read_text(f))
         else:
-            opener = gzip.open if p.suffix == ".gz" else open
-            try:
-                with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-                    for code, text, _first in _iter_blocks(fh, wanted):
-                        found[code] = _text_hash(text)  # a later block of the code wins, as in CCD.load
-            except _READ_ERRORS as exc:
-                raise _unreadable(p, exc) from exc
+            for code, text, _first in _file_blocks(p, wanted):
+                found[code] = _text_hash(text)  # a later block of the code wins, as in CCD.load
     out = {}
     for code in sorted(wanted):
         sha = found.get(code, "")
@@ -648,4 +657,4 @@ def definition_hashes(path: str | os.PathLike[str] | None, codes: Iterable[str])
 
 def _text_hash(text: str) -> str:
     """:attr:`ComponentDef.sha256` of a definition's text; "" for text without atoms (``_NoAtoms``)."""
-    return hashlib.sha256(text.encode()).hexdigest() if "_chem_comp_atom." in text else ""
+    return _block_sha256(text) if "_chem_comp_atom." in text else ""
