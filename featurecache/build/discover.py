@@ -571,7 +571,8 @@ def directory_parts(
 
 class StoredEntries:
     """The entries of a store's index as the inputs of one ``--pdb-dir`` meet them: ``paths`` (id →
-    source path, relative to the directory its part records) and ``parts`` (id → part)."""
+    source path, relative to the directory its part records) and ``parts`` (id → part). Each part's
+    manifest is read once for all its calls (``recorded_in``)."""
 
     def __init__(self, root: Path, entries: pa.Table) -> None:
         self.root = Path(root)
@@ -579,6 +580,7 @@ class StoredEntries:
         ids = entries.column("id").to_pylist()
         parts = entries.column("part").to_pylist() if "part" in entries.column_names else []
         self.parts: dict[str, str] = dict(zip(ids, parts, strict=True)) if parts else {}
+        self.recorded_in = part_source_dirs(self.root)
 
     def released(self, pdb_dir: Path, rels: Iterable[str]) -> set[str]:
         """The ids :func:`assign_ids` may give to other inputs of ``pdb_dir`` (``rels``): those of
@@ -600,7 +602,7 @@ class StoredEntries:
         matched = {
             self.parts[eid] for eid, path in self.paths.items() if eid in self.parts and path in inputs
         }
-        return directory_parts(self.root, pdb_dir, matched)
+        return directory_parts(self.root, pdb_dir, matched, self.recorded_in)
 
 
 #: the stage of an MSA file's failure (``msa_stage``); its path is relative to ``--msa-dir``

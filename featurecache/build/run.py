@@ -757,15 +757,17 @@ def _run_build(
             stored = start_index["entries"]
             # files under --msa-dir (when it is --pdb-dir or lies inside it) are the MSA stage's; a
             # file moved within --pdb-dir (or recompressed) takes the id of its stored entry
+            known = StoredEntries(out, stored)
             inputs = discover(pdb_dir, entry_config, exclude=out, msa_dir=msa_dir, cache_root=out,
-                              progress=progress, stored=StoredEntries(out, stored))  # fmt: skip
+                              progress=progress, stored=known)  # fmt: skip
             inputs = with_ccd_keys(inputs, ccd_config)
             summary.entries_lost = _record_lost(out, pdb_dir, listed, inputs, stored)
             if summary.entries_lost:  # the index with their removal
                 start_index = rebuild_index(out, finished=finished)
                 stored = start_index["entries"]
+                known = StoredEntries(out, stored)
             # the parts of this --pdb-dir: those recording it, or a directory renamed or moved to it
-            homes = StoredEntries(out, stored).homes(pdb_dir, [i.rel for i in inputs])
+            homes = known.homes(pdb_dir, [i.rel for i in inputs])
             _note_moved(homes, pdb_dir)
             _warn_twins(inputs)
             # listed failures of paths no longer inputs here (an MSA stage's file, a file removed)
