@@ -20,13 +20,13 @@ from featurecache.build.digest_cache import DigestCache, digest_files
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.parse.hits import MSA_NAME_SUFFIXES
 from featurecache.parse.structure import entry_stem, structure_format
+from featurecache.store.definitions import part_manifest
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
 from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
     MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
-    PARTS_DIR,
     STRUCTURE_PART_PREFIX,
     part_name,
 )
@@ -519,11 +519,7 @@ def part_source_dir(root: Path, part: str) -> str:
     manifest's ``source_dir``): a structure part's ``--pdb-dir``, an MSA part's ``--msa-dir``; ""
     when it recorded none (a part written before session 19, an MSA part of a build without
     ``--msa-dir``) or its manifest cannot be read."""
-    try:
-        doc = json.loads((Path(root) / PARTS_DIR / part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
-    except (OSError, ValueError):
-        return ""
-    value = doc.get(SOURCE_DIR, "") if isinstance(doc, dict) else ""
+    value = part_manifest(root, part).get(SOURCE_DIR, "")
     return value if isinstance(value, str) else ""
 
 
