@@ -54,3 +54,15 @@ def test_page_has_commands_machines_and_ratios(tmp_path: Path) -> None:
 def test_page_without_results(tmp_path: Path) -> None:
     page = render(tmp_path / "missing")
     assert page.startswith("# Benchmarks") and "Not yet run here" in page
+
+
+def test_the_committed_page_is_the_committed_results_rendered() -> None:
+    """BENCHMARKS.md says it is generated from benchmarks/results: a result file committed without
+    re-running make_page.py left the page showing the run before it (review R27b s45 #8: run 147's
+    train_e2e was cited in the README while the page still showed run 146)."""
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "BENCHMARKS.md").read_text()
+    assert page == render(repo / "benchmarks" / "results"), (
+        "BENCHMARKS.md differs from `python benchmarks/make_page.py`'s rendering of benchmarks/results: "
+        "run it and commit the page"
+    )
