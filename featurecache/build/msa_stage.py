@@ -14,9 +14,11 @@ Runs after the structure parts (it needs the chains index):
    (exact match). When the query differs, the file's layout may still name the chain — OpenFold /
    AF2 ``<entry>_<chain>/``, alphafold3-pytorch ``<entry><chain>_protein.a3m``, Protenix
    ``<entry>/msa/<n>/`` — and a query that differs only at unknown residues (``X``) is accepted;
-   anything else is reported as a near miss. Alignments of one sequence are merged in the order of
-   :func:`~featurecache.featurize.msa.source_order_key`. Polymer chains with no alignment get the
-   single-sequence MSA (never replacing an MSA already stored from files).
+   a close one is reported as a near miss, and every alignment that joins no chain is counted and
+   named in one warning (the first few: :func:`unmatched_line`), which the store records
+   (``store.warnings``: ``featurecache info --warnings`` lists it). Alignments of one sequence are
+   merged in the order of :func:`~featurecache.featurize.msa.source_order_key`. Polymer chains with
+   no alignment get the single-sequence MSA (never replacing an MSA already stored from files).
 3. **write** (Dask tasks, one MSA part each, planned in the driver so part contents do not depend
    on the number of workers): parse, encode, merge, write ``parts/m-NNNNNN``. A sequence whose
    inputs (files, their bytes, the depth cap, the featurizer version) are unchanged since a previous
@@ -82,6 +84,7 @@ from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_align
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
+from featurecache.store.warnings import MSA_UNMATCHED, stored_msa_unmatched
 from featurecache.text import first_named
 from featurecache.types import ParsedMSA
 
@@ -560,7 +563,13 @@ def run_msa_stage(
     # listed by an earlier build for the same bytes: not written again, but they still fail
     result.counts["failed_earlier"] = len(scan_failures) - len(new_failures)
     result.failures.extend(new_failures)
-    _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress)
+    line = unmatched_line(result, msa_dir) if msa_dir is not None else None
+    unmatched = None  # the store's record of them (store.warnings), written when it changes
+    recorded = stored_msa_unmatched(table(MSA_UNMATCHED))
+    if msa_dir is not None and (result.counts["unmatched"], line) != recorded:
+        unmatched = {"n_alignments": result.counts["unmatched"], "path": str(resolved(Path(msa_dir))),
+                     "message": line}  # fmt: skip
+    _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress, unmatched)
     covered = {h for h, us in uses.items() if us} | {h for h, (_, nf) in stored.items() if nf > 0}
     result.counts["chains_with_msa"] = sum(1 for r in chain_rows if r["sequence_hash"] in covered)
     result.seconds = time.perf_counter() - t0
@@ -568,7 +577,36 @@ def run_msa_stage(
         log.warning("MSA near miss: %s", nm["message"])
     for mf in result.misfiled:
         log.warning("%s", mf["message"])
+    if line is not None:
+        log.warning("%s", line)
     return result
+
+
+#: unmatched alignments named in :func:`unmatched_line`, at most
+UNMATCHED_NAMED = 10
+#: residues of an unmatched alignment's query shown in its line
+UNMATCHED_QUERY_SHOWN = 10
+
+
+def unmatched_line(result: MSAStageResult, msa_dir: Path) -> str | None:
+    """The stage's one warning about alignments whose query matched no chain (neither by sequence
+    nor by layout): they are not used. The first :data:`UNMATCHED_NAMED` (by file) are named with
+    their query's length and first residues, then how many more: one line however many files (also
+    the message of the store's record, ``store.warnings``). None when every alignment was used."""
+    n = result.counts["unmatched"]
+    if not n:
+        return None
+    shown = sorted(result.unmatched, key=lambda u: u["file"])[:UNMATCHED_NAMED]
+    names = [
+        f"{u['file']} ({u['query_length']} residues, {u['query'][:UNMATCHED_QUERY_SHOWN]}"
+        f"{'…' if u['query_length'] > UNMATCHED_QUERY_SHOWN else ''})"
+        for u in shown
+    ]
+    named = "; ".join(names) + (f"; and {n - len(names)} more" if n > len(names) else "")
+    near = len(result.near_misses)
+    nears = f" ({near} of them near misses, each warned above)" if near else ""
+    return (f"--msa-dir {msa_dir}: {n} alignment{'s' if n != 1 else ''} matched no polymer chain's sequence "
+            f"and {'are' if n != 1 else 'is'} not used{nears}: {named}")  # fmt: skip
 
 
 def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[str]) -> str:
@@ -1338,14 +1376,18 @@ def _write(
     depth_cap: int,
     result: MSAStageResult,
     progress: bool,
+    unmatched: dict[str, Any] | None = None,
 ) -> None:
+    """Write ``plan`` as MSA parts (Dask tasks); the first part holds ``failures`` and
+    ``unmatched`` (the store's new record of the unmatched alignments: ``store.warnings``), a part
+    of only those when nothing else is written."""
     from distributed import as_completed
 
     from featurecache.build.discover import next_part_number
 
     groups = _plan_parts(plan)
-    if not groups and failures:
-        groups = [[]]  # a part holding only the failure rows
+    if not groups and (failures or unmatched is not None):
+        groups = [[]]  # a part holding only the failure rows (and the unmatched record)
     if not groups:
         return
     start = next_part_number(root, MSA_PART_PREFIX)
@@ -1368,6 +1410,7 @@ def _write(
                 depth_cap,
                 part_failures,
                 versions=versions,
+                unmatched=unmatched if k == 0 else None,
                 key=f"msa-part-{name}-{time.time_ns()}",
                 pure=False,
                 retries=0,
@@ -1401,6 +1444,7 @@ def build_msa_part(
     depth_cap: int,
     failures: list[dict[str, Any]] | None = None,
     versions: dict[str, str] | None = None,
+    unmatched: dict[str, Any] | None = None,
 ) -> MSAPartResult | StoreWriteFailed:
     """Parse, merge and encode the MSAs of one part and write it (one Dask task; ``versions``:
     the driver's, checked against this worker's before anything is written). ``msa_dir``: the
@@ -1411,7 +1455,9 @@ def build_msa_part(
     check_versions(versions)
     t0 = time.perf_counter()
     res = MSAPartResult(part)
-    contents = MSAPartContents(failures=list(failures or []), source_dir=msa_dir, msa_stage=MSA_STAGE_VERSION)
+    contents = MSAPartContents(
+        failures=list(failures or []), source_dir=msa_dir, msa_stage=MSA_STAGE_VERSION, unmatched=unmatched
+    )
     cache: dict[str, list[Any]] = {}  # by sha256: copies of one file are parsed once
     failed: set[str] = set()
     last_use = {use.sha256: k for k, item in enumerate(items) for use in item.uses}

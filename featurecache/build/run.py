@@ -165,9 +165,11 @@ class BuildSummary:
     digest_changed: list[str] = field(default_factory=list)
     #: the warnings this run's parts recorded (rows of index/warnings.arrow: a kept duplicate atom,
     #: a second data block ignored, atoms without a reference conformer …), by stage; the entries
-    #: they name; and up to :data:`SHOWN_WARNINGS` of those rows (:func:`_new_warnings`)
+    #: they name; those that name none (the MSA stage's unmatched alignments: ``store.warnings``);
+    #: and up to :data:`SHOWN_WARNINGS` of those rows (:func:`_new_warnings`)
     warnings_by_stage: dict[str, int] = field(default_factory=dict)
     n_warning_entries: int = 0
+    n_warnings_without_entry: int = 0
     warning_examples: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -1537,7 +1539,8 @@ def _new_warnings(summary: BuildSummary, warnings: pa.Table | None, parts_before
                                          ("message", "ascending")]))  # fmt: skip
     stages, entries = new.column("stage").to_pylist(), new.column("entry_id").to_pylist()
     summary.warnings_by_stage = dict(sorted(Counter(stages).items()))
-    summary.n_warning_entries = len(set(entries))
+    summary.n_warning_entries = len({e for e in entries if e is not None})
+    summary.n_warnings_without_entry = entries.count(None)
     picked: list[int] = []
     for key in (stages, entries, range(len(stages))):  # (the last: every row is its own key)
         named = {key[i] for i in picked}

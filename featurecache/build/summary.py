@@ -97,7 +97,9 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
         for col in ("entry", "stage", "message"):
             w.add_column(col, overflow="fold")
         for row in s.warning_examples:
-            w.add_row(escape(row["entry_id"]), escape(row["stage"]), printable(row["message"], WARNING_CHARS))
+            w.add_row(
+                escape(row["entry_id"] or "—"), escape(row["stage"]), printable(row["message"], WARNING_CHARS)
+            )
         console.print(w)
 
 
@@ -133,12 +135,17 @@ def rebuilt_line(s: BuildSummary) -> str:
 
 def warnings_line(s: BuildSummary) -> str:
     """The summary's count of this run's warnings: ``3 in 2 entries (chem 1, tokenize 2); not failures
-    (the entries are built); all of the store's: featurecache info STORE --warnings``."""
-    n, e = s.n_warnings, s.n_warning_entries
+    (the entries are built); all of the store's: featurecache info STORE --warnings``; a warning of
+    no entry (the MSA stage's, on unmatched alignments) is counted apart: ``2: 1 in 1 entry, 1 about
+    --msa-dir's files``, or ``1 about --msa-dir's files``."""
+    n, e, other = s.n_warnings, s.n_warning_entries, s.n_warnings_without_entry
     stages = ", ".join(f"{stage} {k}" for stage, k in s.warnings_by_stage.items())
     where = escape(f"featurecache info {shlex.quote(str(s.store))} --warnings")
-    return (f"{n} in {e} entr{'y' if e == 1 else 'ies'} ({escape(stages)}); not failures (the entries are "
-            f"built); all of the store's: {where}")  # fmt: skip
+    count = f"{n - other} in {e} entr{'y' if e == 1 else 'ies'}"
+    if other:
+        files = f"{other} about --msa-dir's files"
+        count = f"{n}: {count}, {files}" if n > other else files
+    return f"{count} ({escape(stages)}); not failures (the entries are built); all of the store's: {where}"
 
 
 def printable(message: str, limit: int = MESSAGE_CHARS) -> str:

@@ -1121,8 +1121,9 @@ def _postprocess(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Cross-table joins done at rebuild time (MSA keys on chains, coverage on entries, …)."""
     from featurecache.store.components import join_chem_warnings
     from featurecache.store.msa import join_msa_columns
+    from featurecache.store.warnings import join_msa_unmatched
 
-    return join_chem_warnings(join_msa_columns(tables))
+    return join_msa_unmatched(join_chem_warnings(join_msa_columns(tables)))
 
 
 # --- the kept rows, for prune (review R26a s44 #2) -------------------------------------------------

@@ -136,6 +136,9 @@ class MSAPartContents:
     #: store does not import the build), recorded in each MSA's index row (``msa_stage``) and in the
     #: manifest; "": not said (a part of failures or removals only, a benchmark), null in the rows
     msa_stage: str = ""
+    #: the MSA stage's :data:`~featurecache.store.warnings.MSA_UNMATCHED` row (without "part"),
+    #: when what it found unmatched in ``--msa-dir`` changed (written as ``_index/msa_unmatched.arrow``)
+    unmatched: dict[str, Any] | None = None
 
 
 def residues_array_name(k: int) -> str:
@@ -229,6 +232,13 @@ def write_msa_part(root: Path, name: str, contents: MSAPartContents) -> dict[str
         fails = [{**f, "part": name} for f in contents.failures]
         write_table(idx / "failures.arrow", table_from_rows("failures", fails))
         write_removed(idx, name, contents.removed)
+        if contents.unmatched is not None:
+            from featurecache.store.warnings import MSA_UNMATCHED, MSA_UNMATCHED_SCHEMA
+
+            unmatched = pa.Table.from_pylist(
+                [{**contents.unmatched, "part": name}], schema=MSA_UNMATCHED_SCHEMA
+            )
+            write_table(idx / f"{MSA_UNMATCHED}.arrow", unmatched)
         manifest = {
             "part": name, "kind": "msas", "featurizer_version": FEATURIZER_VERSION,
             "schema_version": SCHEMA_VERSION, "n_msas": len(index_rows), "n_failures": len(fails),
