@@ -572,6 +572,9 @@ def run_msa_stage(
     _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress, unmatched)
     covered = {h for h, us in uses.items() if us} | {h for h, (_, nf) in stored.items() if nf > 0}
     result.counts["chains_with_msa"] = sum(1 for r in chain_rows if r["sequence_hash"] in covered)
+    single = [r for r in chain_rows if r["sequence_hash"] not in covered]  # get the single-sequence MSA
+    result.counts["single_sequence_chains"] = len(single)
+    result.counts["single_sequence_entries"] = len({r["entry_id"] for r in single})
     result.seconds = time.perf_counter() - t0
     for nm in result.near_misses:
         log.warning("MSA near miss: %s", nm["message"])

@@ -170,6 +170,12 @@ class BuildSummary:
     warnings_by_stage: dict[str, int] = field(default_factory=dict)
     n_warning_entries: int = 0
     n_warnings_without_entry: int = 0
+    #: the store's polymer chains with no MSA from files (they get the single-sequence MSA), and
+    #: their entries (:func:`no_msa_dir_line`)
+    n_single_sequence_chains: int = 0
+    n_single_sequence_entries: int = 0
+    #: the store's polymer chains with an MSA from files (stored by this build or an earlier one)
+    n_msa_chains: int = 0
     warning_examples: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -836,8 +842,8 @@ def _run_build(
         _shutdown(client, cluster)
     summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
-    lines = (undefined_residues_line(summary, ccd), sources_gone_line(summary, detail=True),
-             changed_inputs_line(summary))  # fmt: skip
+    lines = (undefined_residues_line(summary, ccd), no_msa_dir_line(summary, msa_dir),
+             sources_gone_line(summary, detail=True), changed_inputs_line(summary))  # fmt: skip
     for line in lines:
         if line is not None:
             log.warning("%s", line)
@@ -1372,6 +1378,20 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
     return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
 
 
+def no_msa_dir_line(summary: BuildSummary, msa_dir: Path | None) -> str | None:
+    """The build's one warning, without ``--msa-dir``, about the store's polymer chains that get the
+    single-sequence MSA (as ``no --ccd:`` is for residues without a definition); None with
+    ``--msa-dir`` or when every chain has an MSA from files (one an earlier build stored is kept)."""
+    n, e = summary.n_single_sequence_chains, summary.n_single_sequence_entries
+    if msa_dir is not None or not n:
+        return None
+    kept = summary.n_msa_chains
+    others = f"; {kept} other{'s' if kept != 1 else ''} keep the MSA an earlier build stored from files"
+    return (f"no --msa-dir: {n} polymer chain{'s' if n != 1 else ''} ({e} entr{'y' if e == 1 else 'ies'}) "
+            f"get{'s' if n == 1 else ''} the single-sequence MSA (the query row only){others if kept else ''}; pass "
+            "--msa-dir")  # fmt: skip
+
+
 def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts) -> list[str]:
     """Ids of stored entries whose structure file is gone: no input of this build has the entry's
     id or its source path, and its part is of this ``--pdb-dir`` (``homes``: it records it, or a
@@ -1603,6 +1623,9 @@ def _run_extra_stages(
     summary.n_msa_failed_earlier = msa.counts["failed_earlier"]
     summary.n_msas_gone = msa.counts["sources_gone"]
     summary.msas_gone = msa.gone_chains
+    summary.n_single_sequence_chains = msa.counts["single_sequence_chains"]
+    summary.n_single_sequence_entries = msa.counts["single_sequence_entries"]
+    summary.n_msa_chains = msa.counts["chains_with_msa"]
     if msa.n_failed:
         summary.failed_by_stage["msa"] = summary.failed_by_stage.get("msa", 0) + msa.n_failed
     from featurecache.build.chem_stage import run_chem_stage
