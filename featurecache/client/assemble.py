@@ -493,9 +493,9 @@ def msa_features(
             # this copy's rows / columns in the block
             r_in = by_row[np.searchsorted(rows[by_row], plan[c][at])]
             c_in = np.searchsorted(ucols, resi[pos] - 1)
-            where = np.ix_(at, pos)
-            msa[where] = blk.residues[np.ix_(r_in, c_in)]
-            dels[where] = blk.deletions[np.ix_(r_in, c_in)]
+            where = _cells(at, n_rows, pos)
+            msa[where] = _block_cells(blk.residues, r_in, c_in)
+            dels[where] = _block_cells(blk.deletions, r_in, c_in)
             mask[where] = True
             profile[pos] = blk.profile[c_in]
             deletion_mean[pos] = blk.deletion_mean[c_in]
@@ -506,6 +506,34 @@ def msa_features(
         "profile": profile,
         "deletion_mean": deletion_mean,
     }
+
+
+def _block_cells(a: np.ndarray, r_in: np.ndarray, c_in: np.ndarray) -> np.ndarray:
+    """``a[np.ix_(r_in, c_in)]`` (``a`` [rows, cols] of an MSA block): no gather along an axis its
+    indices take whole and in order (one chain per MSA key, the common case), a ``take`` along one
+    that is not; ``np.ix_`` costs ~3× that (review R27d s45 #2)."""
+    if not _is_identity(r_in, a.shape[0]):
+        a = a.take(r_in, axis=0)
+    if not _is_identity(c_in, a.shape[1]):
+        a = a.take(c_in, axis=1)
+    return a
+
+
+def _cells(at: np.ndarray, n_rows: int, pos: np.ndarray) -> tuple[Any, ...]:
+    """Where ``np.ix_(at, pos)`` points in an [n_rows, n] sample array, as slices where it can:
+    ``at`` (increasing sample rows) all ``n_rows`` rows, ``pos`` (increasing token positions) one
+    run (a chain's kept tokens always are); ``np.ix_`` only when neither is."""
+    rows: slice | np.ndarray = slice(None) if at.size == n_rows else at
+    cols: slice | np.ndarray = pos
+    if pos.size and int(pos[-1]) - int(pos[0]) + 1 == pos.size:
+        cols = slice(int(pos[0]), int(pos[-1]) + 1)
+    if isinstance(rows, np.ndarray) and isinstance(cols, np.ndarray):
+        return np.ix_(rows, cols)
+    return rows, cols
+
+
+def _is_identity(idx: np.ndarray, size: int) -> bool:
+    return idx.size == size and bool((idx == np.arange(size)).all())
 
 
 def _paired_species(
