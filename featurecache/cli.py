@@ -446,9 +446,25 @@ file or the entry's arrays are missing or unreadable.
     try:
         print_entry(store, entry_id)
     except NotFound as exc:  # an id the store does not hold: a bad argument, not a broken store
-        raise _fatal(UsageError(str(exc))) from exc
+        raise _fatal(UsageError(f"{exc}{_not_indexed_yet(store)}")) from exc
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+
+
+def _not_indexed_yet(store: Path) -> str:
+    """What ``info`` warns of when the index does not list every entry written (a first build that
+    has not finished, parts written after the index's last rebuild, parts held back: ``index_lag``),
+    as a clause for ``show``'s "no entry" error; "" when the index is up to date (review R27b s45 #7)."""
+    from featurecache.store.info import index_lag
+    from featurecache.store.reader import open_store
+
+    try:
+        opened = open_store(store)
+        lag = index_lag(opened)
+    except FeatureCacheError:
+        return ""
+    prefix = f"{opened.path}: "
+    return "".join(f" ({line.removeprefix(prefix)})" for line in lag)
 
 
 @app.command()
