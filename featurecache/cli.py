@@ -217,8 +217,9 @@ def build(
         bool,
         typer.Option(
             "--drop-cryst-aids",
-            help="Remove them (the default) over a store built with --keep-cryst-aids: its X-ray entries are "
-            "rebuilt without them. Without --keep-cryst-aids or --drop-cryst-aids such a build is refused (exit 2).",
+            help="Remove them (the default) over a store built with --keep-cryst-aids: every entry is rebuilt (the "
+            "setting is part of every entry's key) and its X-ray entries lose the aids. Without --keep-cryst-aids or "
+            "--drop-cryst-aids such a build is refused (exit 2).",
         ),
     ] = False,
     allow_downgrade: Annotated[
