@@ -114,7 +114,9 @@ class CropInput:
     ``asym_id`` int ``[N]`` chain of each token; ``is_resolved`` bool ``[N]``; ``centre`` float32
     ``[N, 3]`` centre-atom coordinates (anything where unresolved); ``atom_count`` int ``[N]``;
     ``group`` int64 ``[N]`` snap group of each token (:func:`snap_groups`); ``interfaces`` int
-    ``[I, 2]`` chain pairs in contact (the store's interface table, asym ids).
+    ``[I, 2]`` chain pairs in contact (the store's interface table, asym ids). ``singleton_groups``:
+    every token is its own group (set by :meth:`per_token`, which builds such a ``group``; False
+    says nothing either way), so a spatial crop without an atom budget needs no group bookkeeping.
     """
 
     asym_id: np.ndarray
@@ -123,6 +125,7 @@ class CropInput:
     atom_count: np.ndarray
     group: np.ndarray
     interfaces: np.ndarray
+    singleton_groups: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -131,7 +134,7 @@ class CropInput:
     def per_token(self) -> CropInput:
         """This input with every token its own group: the croppers then crop token by token, as
         AF3 does (module docstring, "Per-token crops")."""
-        return replace(self, group=np.arange(self.n_tokens, dtype=np.int64))
+        return replace(self, group=np.arange(self.n_tokens, dtype=np.int64), singleton_groups=True)
 
     @classmethod
     def from_arrays(
@@ -692,6 +695,10 @@ def spatial_ranking(inp: CropInput, ref: int) -> np.ndarray:
 
 
 def _nearest(inp: CropInput, ref: int, max_tokens: int, max_atoms: int | None) -> np.ndarray:
+    if inp.singleton_groups and max_atoms is None:
+        # one token per group, no atom budget: the greedy below takes the first max_tokens tokens of
+        # the ranking, ties and all (review R27d s45 #7: 2.2x the group bookkeeping's cost)
+        return np.sort(spatial_ranking(inp, ref)[: max(max_tokens, 0)]).astype(np.int64)
     group = crop_groups(inp, max_tokens, max_atoms)
     order = spatial_ranking(inp, ref)
     groups = group[order]

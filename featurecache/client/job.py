@@ -535,7 +535,8 @@ class SampleJob:
 
 
 def _arrays_of(crop_input: CropInput) -> list[np.ndarray]:
-    return [getattr(crop_input, f.name) for f in fields(crop_input)]
+    values = (getattr(crop_input, f.name) for f in fields(crop_input))
+    return [v for v in values if isinstance(v, np.ndarray)]  # not its singleton_groups flag
 
 
 def _columns(records: np.ndarray) -> dict[str, np.ndarray]:
