@@ -440,6 +440,9 @@ def access_problem(path: Path, store: Path, *, serving: bool = False) -> str | N
         return (f"run the server as uid {other} (a container: run it with --user {other})" if serving
                 else f"run the command as uid {other}")  # fmt: skip
 
+    # in a container (the lookup image) the store's path is a mount point: the chmod is the host's
+    host = ": on the host, of the directory mounted there" if serving and in_container() else ""
+
     real = Path(os.path.realpath(store))  # a symlinked store: the directories above its target
     for d in reversed(real.parents):  # from "/" down: the first one it may not search
         try:
@@ -463,8 +466,13 @@ def access_problem(path: Path, store: Path, *, serving: bool = False) -> str | N
         if not os.access(p, os.R_OK | os.X_OK if is_dir else os.R_OK):
             return (f"cannot read {p}: {who}, may not read it (owner uid {st.st_uid}, mode "
                     f"{stat.S_IMODE(st.st_mode):04o}); make the store readable by uid {uid} (e.g. chmod -R "
-                    f"a+rX {store}), or {run_as(st.st_uid)}")  # fmt: skip
+                    f"a+rX {store}{host}), or {run_as(st.st_uid)}")  # fmt: skip
     return None
+
+
+def in_container() -> bool:
+    """Whether this process runs in a Docker or Podman container (the files each engine creates)."""
+    return Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()
 
 
 def _permission_error(path: Path, store: Path, exc: PermissionError) -> StoreError:

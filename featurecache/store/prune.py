@@ -275,8 +275,10 @@ def _prune(
                     str(resolved(Path(msa_dir))) if msa_dir is not None else "",
                 )  # fmt: skip
                 step[0] = "removals recorded"
-                log.info("removed from the index: %d entr(ies) and %d MSA(s) whose source files are gone "
-                         "(parts %s)", len(gone_entries), len(gone_msas), ", ".join(later))  # fmt: skip
+                n_e, n_m = len(gone_entries), len(gone_msas)
+                log.info("removed from the index: %d entr%s and %d MSA%s whose source files are gone (part%s %s)",
+                         n_e, "y" if n_e == 1 else "ies", n_m, "" if n_m == 1 else "s", "" if len(later) == 1 else "s",
+                         ", ".join(later))  # fmt: skip
                 extra, later = {}, []
         unused = unused_parts(root, extra, later)
         if unused and missing:
@@ -318,7 +320,10 @@ def _prune(
         drop_saved_index(saved)
         for _p, target in moved:
             shutil.rmtree(target, ignore_errors=True)
-    log.info("pruned %d part(s), %d bytes: %s", len(result.parts), result.bytes, ", ".join(result.parts))
+    n = len(result.parts)
+    log.info(
+        "pruned %d part%s, %d bytes: %s", n, "" if n == 1 else "s", result.bytes, ", ".join(result.parts)
+    )
     return result
 
 
