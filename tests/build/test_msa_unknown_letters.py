@@ -222,7 +222,10 @@ def test_two_ways_to_leave_out_an_x_is_a_near_miss(built: Built) -> None:
     chain = _chain(built.store, "1psm-x2")
     assert chain["sequence"] == built.seqs["1psm-x2"]
     assert (chain["msa_files"], chain["msa_depth"]) == (0, 1)
-    (line,) = [w for w in built.warnings if "1psm-x2_A" in w]
+    # (the stage's line on every unmatched alignment names it too: review R27b s45 #1)
+    (line,) = [w for w in built.warnings if "1psm-x2_A" in w and w.startswith("MSA near miss")]
+    (unmatched,) = [w for w in built.warnings if "matched no polymer chain's sequence" in w]
+    assert "1psm-x2_A/uniref90_hits.a3m (37 residues, " in unmatched, unmatched
     assert line.startswith(
         "MSA near miss: 1psm-x2_A/uniref90_hits.a3m: query does not match chain 1psm-x2/A: "
     )
