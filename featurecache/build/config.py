@@ -95,7 +95,7 @@ def settings_left_out(
         r.get("keep_crystallization_aids") is True for r in recorded
     ):
         out.append("it was built with --keep-cryst-aids: give --keep-cryst-aids to keep its entries "
-                   "(--drop-cryst-aids rebuilds every X-ray entry without them)")  # fmt: skip
+                   "(--drop-cryst-aids rebuilds every entry; X-ray entries lose them)")  # fmt: skip
     ccds = sorted({str(r["ccd"]) for r in recorded if isinstance(r.get("ccd"), str)})
     if "--ccd" not in given and "--no-ccd" not in given:
         if ccds:
