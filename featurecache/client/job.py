@@ -467,7 +467,9 @@ class SampleJob:
         :class:`SnapshotChanged` when the source's reader answered from a new index during the reads
         (:meth:`__call__` draws the sample again, from the new one).
 
-        The atom rows are read with :data:`ATOM_FIELDS` only (``fields=``)."""
+        The atom rows are read with :data:`ATOM_FIELDS` only (``fields=``) over a lookup service; a
+        local store decodes every field of the rows anyway, so they are read whole there and only
+        :data:`ATOM_FIELDS` copied out (``fields=`` would pack them into new records first)."""
         read_rows = getattr(reader, "read_rows", None)
         stored = getattr(reader, "stored_fields", None)
         count = getattr(reader, "row_count", None)
@@ -502,7 +504,13 @@ class SampleJob:
                 [np.maximum(ranges[:, 0] - 1, 0), np.minimum(ranges[:, 1] + 1, n_atoms)], axis=1
             )
             try:
-                rows, atom_rec = read_rows(key.entry_id, "atoms", guarded, fields=ATOM_FIELDS)
+                # a local store (no row_reads: it transfers nothing) reads every field of the rows
+                # anyway; ATOM_FIELDS would only be packed into new records before the copies below
+                # (review R27d s45 #6)
+                rows, atom_rec = read_rows(key.entry_id, "atoms", guarded,
+                                           fields=ATOM_FIELDS if row_reads is not None else None)  # fmt: skip
+                if not set(ATOM_FIELDS) <= set(atom_rec.dtype.names or ()):  # raises naming the absent fields
+                    rows, atom_rec = read_rows(key.entry_id, "atoms", guarded, fields=ATOM_FIELDS)
             except InvalidRequest as exc:
                 if getattr(exc, "status", None) != 413:
                     raise
