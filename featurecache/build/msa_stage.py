@@ -667,7 +667,12 @@ def _scan(
     log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans) - len(bad_names),
              len(todo))  # fmt: skip
     batches = _batches(todo)
-    wanted_f = client.scatter(wanted, broadcast=True) if len(batches) > 1 else wanted
+    wanted_f: Any = wanted
+    if len(batches) > 1:
+        # sent once to every worker, as one object: scatter unpacks a bare set into a future per
+        # hash, and raised ValueError for an empty one (a store without a polymer chain: review
+        # R27c s45 #2)
+        (wanted_f,) = client.scatter([wanted], broadcast=True)
     futures = [
         client.submit(
             scan_msa_files,
