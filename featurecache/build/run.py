@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import logging
 import os
@@ -51,11 +52,15 @@ from featurecache.build.discover import (
 from featurecache.build.progress import stage_bar
 from featurecache.build.tasks import (
     PACKAGE_PATH,
+    SHARED_PATH_RULE,
+    STORE_TOKEN_PREFIX,
     PartResult,
     build_structure_part,
     describe_difference,
     raise_store_failure,
+    store_token_file,
     version_differences,
+    worker_sees,
     worker_versions,
 )
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
@@ -726,7 +731,13 @@ def _run_build(
                 _wait_for_workers(client, scheduler)
             _check_worker_versions(client, scheduler)
             _forget_parsed_ccd(client, scheduler)
-        with BuildLock(out):
+        with BuildLock(out), contextlib.ExitStack() as held:
+            # every worker must see the store (and the inputs) at the driver's paths, or its parts
+            # land where the driver cannot see them (review R27c s45 #1): checked before anything
+            # of this build is written (the probe file is gone again before init_store)
+            with _cluster_errors(client, scheduler), _store_token(out) as probe:
+                _check_worker_paths(client, scheduler, out, probe,
+                                    {"--pdb-dir": pdb_dir, "--msa-dir": msa_dir, "--ccd": ccd})  # fmt: skip
             # a store without a finished build's index (new, removed and built again from scratch,
             # or its first build killed) publishes its index flagged unfinished until this build
             # ends, so the lookup service keeps answering 503 instead of serving a part of it as
@@ -748,6 +759,8 @@ def _run_build(
                 {"config_hash": config.hash(), "entry_config_hash": ccd_config, "config": config.__dict__,
                  BUILD_INPUTS_KEY: build_inputs(pdb_dir, msa_dir, ccd, ccd_fp)},
             )  # fmt: skip
+            # each part task reads it back before it writes (a worker that joined later)
+            token = held.enter_context(_store_token(out))
             with store_writes(out / "parts"):
                 remove_leftovers(out)
                 # what this build writes is the parts not here now (one build at a time: BuildLock);
@@ -809,7 +822,7 @@ def _run_build(
                 with _cluster_errors(client, scheduler), _warn_without_workers(client, scheduler):
                     _run_structure_parts(
                         client, out, pdb_dir, pending, part_size, entry_config, ccd, config, summary, progress,
-                        finished, ccd_config=ccd_config,
+                        finished, ccd_config=ccd_config, token=token,
                     )  # fmt: skip
                     forget_digests(out, pdb_dir, summary.digest_changed)
                     # (counted once the inputs are built: one that failed replaced nothing)
@@ -1082,6 +1095,57 @@ def _check_worker_versions(client: Any, scheduler: str | None = None) -> None:
                 "answered (a worker that joins later is checked by each task it runs)", which, good)  # fmt: skip
 
 
+@contextlib.contextmanager
+def _store_token(out: Path) -> Iterator[str]:
+    """A random token written to its :func:`~featurecache.build.tasks.store_token_file` in the
+    store ``out`` (whose BuildLock this build holds: a token file of a killed build is deleted),
+    deleted when the block ends; a write the OS refuses is a StoreError (exit 3)."""
+    import secrets
+
+    for stale in out.glob(STORE_TOKEN_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    token = secrets.token_hex(16)
+    path = store_token_file(out, token)
+    try:
+        path.write_text(token)
+    except OSError as exc:
+        raise StoreError(f"cannot write the store at {out}: {exc.strerror or exc}") from exc
+    try:
+        yield token
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _check_worker_paths(
+    client: Any, scheduler: str | None, out: Path, token: str, inputs: dict[str, Path | None]
+) -> None:
+    """Refuse (StoreError, exit 3; nothing written) when a worker does not read ``token`` back
+    from the store ``out`` (:func:`~featurecache.build.tasks.worker_sees`: another filesystem at
+    that path, node-local disk, a mount the workers lack) or cannot read one of ``inputs``
+    (option -> path, None: not given), naming each such worker and why. Its parts would be written
+    where the driver cannot see them, reported built, and later read as damaged (review R27c s45
+    #1). A worker that went away meanwhile is left out, as by :func:`_check_worker_versions`."""
+    paths = {option: str(path) for option, path in inputs.items() if path is not None}
+    answers = _ask_workers(client, functools.partial(worker_sees, str(out), token, paths),
+                           "the check that it sees the store and the inputs", scheduler)  # fmt: skip
+    bad: list[str] = []
+    inputs_unseen = False
+    for address, answer in sorted(answers.items()):
+        if _went_away(answer):
+            continue
+        if isinstance(answer, BaseException):
+            bad.append(f"worker {address} cannot run it ({type(answer).__name__}: {answer})"[:300])
+        elif answer:
+            bad.append(f"worker {address} " + ", and ".join(answer))
+            inputs_unseen = inputs_unseen or any(not a.startswith("does not see the store") for a in answer)
+    if bad:
+        rule = SHARED_PATH_RULE + (", and every input readable by every worker at the same path" if inputs_unseen
+                                   else "")  # fmt: skip
+        raise StoreError(f"refusing to build: {'; '.join(bad)}: {rule}; nothing was written")
+
+
 def _forget_parsed_ccd(client: Any, scheduler: str | None = None) -> None:
     """Parsed CCD definitions are cached per path in each process; a CCD edited in place since
     the last build this driver or a long-lived worker served must be read again (the entries whose
@@ -1245,11 +1309,12 @@ def _close(client: Any, cluster: Any) -> None:
 def _run_structure_parts(
     client: Any, out: Path, pdb_dir: Path, pending: list[InputFile], part_size: int, entry_config: str,
     ccd: Path | None, config: BuildConfig, summary: BuildSummary, progress: bool, finished: bool = True,
-    ccd_config: str = "",
+    ccd_config: str = "", token: str = "",
 ) -> None:  # fmt: skip
     """Build ``pending`` in parts; the index is refreshed now and then (``finished``: as
     :func:`rebuild_index` takes it); ``ccd_config``: the config hash of failures' keys
-    (``build.ccd_keys``)."""
+    (``build.ccd_keys``); ``token``: the build's store token, which each task reads back before
+    it writes (:func:`_store_token`)."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
 
@@ -1268,6 +1333,7 @@ def _run_structure_parts(
         fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
                             config.interface_cutoff, versions=versions, source_dir=source_dir,
                             keep_crystallization_aids=config.keep_crystallization_aids, ccd_config_hash=ccd_config,
+                            store_token=token,
                             key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,15 +66,16 @@ class PartResult:
 def build_structure_part(
     root: str, part: str, inputs: list[InputFile], config_hash: str, ccd_path: str | None = None,
     interface_cutoff: float = INTERFACE_CUTOFF, versions: dict[str, str] | None = None, source_dir: str = "",
-    keep_crystallization_aids: bool = False, ccd_config_hash: str = "",
+    keep_crystallization_aids: bool = False, ccd_config_hash: str = "", store_token: str = "",
 ) -> PartResult | StoreWriteFailed:  # fmt: skip
     """Featurize ``inputs`` and write them as part ``part`` of the store at ``root``; ``source_dir``:
     the resolved ``--pdb-dir`` their relative paths belong to (recorded in the part's manifest).
     Each entry's key holds ``config_hash``; its failure rows' hold ``ccd_config_hash`` (with the
     CCD's fingerprint: ``build.ccd_keys``; "": ``config_hash``), and the manifest records the
     component definitions each entry looked up. A write the OS refused: :class:`StoreWriteFailed`,
-    nothing of the part committed."""
-    check_versions(versions)
+    nothing of the part committed. ``store_token``: the build's :func:`store_token_file` in ``root``,
+    which this worker must read before it writes (:func:`check_versions`)."""
+    check_versions(versions, root, store_token)
     # scipy, the featurizer's (featurize.interfaces imports it lazily, so that a build's driver never
     # loads it): here, before any entry's timer starts, so that a worker's first part does not count
     # the import in its first entry's featurize time (index/timings.arrow)
@@ -203,27 +205,75 @@ def describe_difference(theirs: dict[str, str], mine: dict[str, str], who: str) 
     return text
 
 
-def check_versions(expected: dict[str, str] | None) -> None:
+def check_versions(expected: dict[str, str] | None, root: str = "", token: str = "") -> None:
     """Refuse to write a part in a process that does not run what the driver runs (``expected``:
-    the driver's :func:`worker_versions`; None: no check). The build checks every worker when it
-    starts; this catches a worker that joined the cluster later (autoscaling, a job queue), whose
-    parts would otherwise be stored under the driver's keys with another featurizer's arrays (or
-    another featurecache's code under the same versions)."""
-    if expected is None:
-        return
-    mine = worker_versions()
-    if not version_differences(mine, expected):
-        return
+    the driver's :func:`worker_versions`; None: no check), or that does not see the store at
+    ``root`` (``token``: the build's :func:`store_token_file` there, which this process must read
+    back; "": no check). The build checks every worker when it starts; this catches a worker that
+    joined the cluster later (autoscaling, a job queue), whose parts would otherwise be stored
+    under the driver's keys with another featurizer's arrays (or another featurecache's code
+    under the same versions), or written where the driver cannot see them (review R27c s45 #1)."""
+    if expected is not None and version_differences(mine := worker_versions(), expected):
+        driver = ", ".join(f"{k} {v}" for k, v in expected.items() if k != PACKAGE_PATH)
+        raise StoreError(f"refusing to write: {describe_difference(mine, expected, _this_process())}; the driver "
+                         f"runs {driver} (it joined the cluster after the build's start check; install the "
+                         "driver's featurecache on every worker)")  # fmt: skip
+    why = store_unseen(root, token) if token else None
+    if why is not None:
+        raise StoreError(f"refusing to write: {_this_process()} does not see the store at {root} ({why}; it joined "
+                         f"the cluster after the build's start check): {SHARED_PATH_RULE}")  # fmt: skip
+
+
+def _this_process() -> str:
+    """ "worker ADDRESS" inside a Dask worker, else "this process"."""
     try:
         from distributed import get_worker
 
-        where = f"worker {get_worker().address}"
+        return f"worker {get_worker().address}"
     except (ImportError, ValueError):  # not inside a Dask worker
-        where = "this process"
-    driver = ", ".join(f"{k} {v}" for k, v in expected.items() if k != PACKAGE_PATH)
-    raise StoreError(f"refusing to write: {describe_difference(mine, expected, where)}; the driver runs {driver} "
-                     "(it joined the cluster after the build's start check; install the driver's featurecache "
-                     "on every worker)")  # fmt: skip
+        return "this process"
+
+
+#: what a worker that does not see the store (or an input) at the driver's path is told to fix
+SHARED_PATH_RULE = "the store must be on a filesystem every worker sees at the same path"
+#: the name of the file a build writes in its store's root for its workers to read back (this
+#: prefix, then the token): a worker that cannot read it does not see the store at that path
+STORE_TOKEN_PREFIX = ".build-token-"
+
+
+def store_token_file(root: str | Path, token: str) -> Path:
+    """The file in the store ``root`` that holds ``token`` (a random hex string) while a build runs."""
+    return Path(root, STORE_TOKEN_PREFIX + token)
+
+
+def store_unseen(root: str, token: str) -> str | None:
+    """None when this process reads ``token`` from :func:`store_token_file` in ``root``, else why
+    not, in words (another filesystem mounted there: the file is not there)."""
+    path = store_token_file(root, token)
+    try:
+        if path.read_text() == token:
+            return None
+        return f"its {path.name} holds other bytes"
+    except FileNotFoundError:
+        return f"the file {path.name} the build wrote there is not there: another filesystem at that path?"
+    except OSError as exc:
+        return f"cannot read the file {path.name} the build wrote there: {exc.strerror or exc}"
+
+
+def worker_sees(root: str, token: str, inputs: dict[str, str]) -> list[str]:
+    """Runs on each worker at a build's start: what it does not see of the store at ``root`` (its
+    ``token`` file: :func:`store_unseen`) and of ``inputs`` (option -> path: ``--pdb-dir`` and
+    the like, readable and, a directory, listable), one phrase each; [] when it sees them all."""
+    problems = []
+    why = store_unseen(root, token)
+    if why is not None:
+        problems.append(f"does not see the store at {root} ({why})")
+    for option, path in inputs.items():
+        mode = os.R_OK | (os.X_OK if os.path.isdir(path) else 0)
+        if not os.access(path, mode):
+            reason = "no such file or directory" if not os.path.exists(path) else "permission denied"
+            problems.append(f"cannot read {option} {path} ({reason})")
+    return problems
 
 
 #: a failure row's message is cut to this many characters
