@@ -55,9 +55,10 @@ from featurecache.build.tasks import (
     SHARED_PATH_RULE,
     STORE_TOKEN_PREFIX,
     PartResult,
-    build_structure_part,
     describe_difference,
+    part_guard,
     raise_store_failure,
+    run_part,
     store_token_file,
     version_differences,
     worker_sees,
@@ -1326,14 +1327,15 @@ def _run_structure_parts(
     source_dir = str(resolved(pdb_dir))  # each part records it (discover.withdraw_failures reads it)
     inputs_of: dict[str, list[InputFile]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
-    versions = worker_versions()  # each task checks its worker against them (late joiners)
+    # each task checks its worker against them (late joiners) before it writes
+    guard = part_guard(worker_versions(), str(out), token)
 
     def submit(name: str, part_inputs: list[InputFile]) -> Any:
         inputs_of[name] = part_inputs
-        fut = client.submit(build_structure_part, root, name, part_inputs, entry_config, ccd_s,
-                            config.interface_cutoff, versions=versions, source_dir=source_dir,
+        # through run_part: its worker is checked before the part's own signature matters
+        fut = client.submit(run_part, guard, STRUCTURE_TASK, root, name, part_inputs, entry_config, ccd_s,
+                            config.interface_cutoff, source_dir=source_dir,
                             keep_crystallization_aids=config.keep_crystallization_aids, ccd_config_hash=ccd_config,
-                            store_token=token,
                             key=f"structure-part-{name}-{time.time_ns()}", pure=False)  # fmt: skip
         part_of[fut.key] = name
         return fut
@@ -1354,6 +1356,11 @@ def _run_structure_parts(
                 raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
             except (FutureCancelledError, StoreError):
                 raise
+            except (TypeError, AttributeError, ImportError) as exc:
+                # a worker of another featurecache (a task it cannot unpickle or call), not a
+                # death on an input: the build ends with the version-mismatch line, no failure
+                # recorded (before: each input a "worker died" failure, review R27c s45 #6)
+                raise _other_code(client, name, exc) from exc
             except Exception as exc:
                 part_inputs = inputs_of[name]
                 if len(part_inputs) > 1:
@@ -1377,6 +1384,63 @@ def _run_structure_parts(
                 since_index = 0
                 last_index = time.monotonic()
                 refresh_s = max(INDEX_REFRESH_S, (last_index - t0) / INDEX_REFRESH_SHARE)
+
+
+#: the structure stage's part task, as :func:`~featurecache.build.tasks.run_part` names it
+STRUCTURE_TASK = "featurecache.build.tasks:build_structure_part"
+
+
+def _other_code(client: Any, name: str, exc: BaseException) -> StoreError:
+    """The StoreError (exit 3) that ends a build whose part task ``name`` failed with ``exc``, a
+    TypeError, AttributeError or ImportError: what a worker of another featurecache raises when it
+    cannot unpickle or call the task. Every worker is asked for its versions again
+    (:func:`_versions_now`: one that does not answer within seconds is left out) and each that
+    differs from the driver is named, as the start check names it."""
+    mine = worker_versions()
+    try:
+        answers = _versions_now(client)
+    except Exception:  # the scheduler gone too
+        answers = {}
+    bad = []
+    for address, answer in sorted(answers.items()):
+        if isinstance(answer, (TimeoutError, OSError)):  # gone, or not answering: not told
+            continue
+        if not isinstance(answer, dict):
+            bad.append(
+                f"worker {address} cannot report its featurecache ({type(answer).__name__}: {answer})"[:300]
+            )
+        elif version_differences(answer, mine):
+            bad.append(describe_difference(answer, mine, f"worker {address}"))
+    shown = {k: v for k, v in mine.items() if k != PACKAGE_PATH}
+    who = (
+        "; ".join(bad) or "a worker ran other code (no worker differs from the driver now: it has left since)"
+    )
+    return StoreError(
+        f"refusing to go on: {who}; the driver runs {_describe(shown)} (install the same featurecache on every "
+        f"worker; it joined the cluster after the build's start check: part {name} failed with "
+        f"{type(exc).__name__}: {exc}"[:1500]
+        + "); every finished part is kept; run the same command again"
+    )
+
+
+def _versions_now(client: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Every worker's :func:`~featurecache.build.tasks.worker_versions`, each asked apart and
+    given ``timeout_s`` (a stopped or busy worker answers its TimeoutError, one gone its OSError):
+    ``{address: its answer}``."""
+    addresses = sorted(client.scheduler_info().get("workers", {}))
+
+    async def one(address: str) -> Any:
+        try:
+            ran = client._run(worker_versions, workers=[address], on_error="return")
+            answers = await asyncio.wait_for(ran, timeout_s)
+        except (TimeoutError, OSError) as exc:
+            return exc
+        return answers.get(address, ConnectionError("no answer from the worker"))
+
+    async def ask() -> list[Any]:
+        return await asyncio.gather(*(one(a) for a in addresses))
+
+    return dict(zip(addresses, client.sync(ask), strict=True))
 
 
 def _record_crashed_input(

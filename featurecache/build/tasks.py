@@ -10,6 +10,7 @@ the build ends with its one line and exit 3, without Dask's "Compute Failed" tra
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import os
 import time
@@ -274,6 +275,42 @@ def worker_sees(root: str, token: str, inputs: dict[str, str]) -> list[str]:
             reason = "no such file or directory" if not os.path.exists(path) else "permission denied"
             problems.append(f"cannot read {option} {path} ({reason})")
     return problems
+
+
+#: the packages whose functions :func:`run_part` runs
+PART_TASK_MODULES = ("featurecache.build.",)
+
+
+def part_guard(versions: dict[str, str], root: str = "", token: str = "") -> dict[str, Any]:
+    """What :func:`run_part` checks on the worker before a part task runs: the driver's
+    :func:`worker_versions` and the store ``root`` with the build's ``token`` (:func:`check_versions`).
+    Builtins only: any featurecache unpickles it."""
+    return {"versions": versions, "root": root, "token": token}
+
+
+def stage_guard(root: str | Path) -> dict[str, Any]:
+    """:func:`part_guard` for a stage that runs while a build holds the store ``root``: the driver's
+    versions, and the token of the build's :func:`store_token_file` there ("" when there is none:
+    the store check is left out)."""
+    tokens = sorted(p.name[len(STORE_TOKEN_PREFIX) :] for p in Path(root).glob(STORE_TOKEN_PREFIX + "*"))
+    return part_guard(worker_versions(), str(root), tokens[-1] if len(tokens) == 1 else "")
+
+
+def run_part(guard: dict[str, Any], task: str, *args: Any, **kwargs: Any) -> Any:
+    """Every part task is submitted through this entry point: it checks its worker
+    (:func:`check_versions` with ``guard``: :func:`part_guard`) and then runs ``task``
+    ("featurecache.build.MODULE:FUNCTION") with ``args`` and ``kwargs``. Its signature stays as it
+    is, so that a worker of another featurecache that joined after the build's start check
+    raises the check's StoreError instead of a TypeError of another signature, which the driver
+    took for a worker death and recorded as each input's failure (review R27c s45 #6). A worker
+    older than this function fails to unpickle the task (AttributeError): the driver reads that,
+    a TypeError or an ImportError as "a worker runs other code" (``run._other_code``)."""
+    guard = guard if isinstance(guard, dict) else {}
+    check_versions(guard.get("versions"), str(guard.get("root", "")), str(guard.get("token", "")))
+    module, _, name = task.partition(":")
+    if not module.startswith(PART_TASK_MODULES) or not name:
+        raise ValueError(f"run_part: not a part task: {task!r}")
+    return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
 #: a failure row's message is cut to this many characters
