@@ -101,7 +101,10 @@ def build_structure_part(
         try:
             data = Path(inp.path).read_bytes()
         except OSError as exc:
-            contents.failures.append(_failure(inp, "read", exc, message=read_failure(inp, exc)))
+            # a file the driver hashed is not judged by its bytes: keyed "", so the next run
+            # retries it (a worker that did not see it, review R27c s45 #5), as a crash is
+            retry = "" if inp.sha256 else None
+            contents.failures.append(_failure(inp, "read", exc, retry, message=read_failure(inp, exc)))
             continue
         sha = hashlib.sha256(data).hexdigest()
         changed = sha != inp.sha256
@@ -320,16 +323,22 @@ MESSAGE_CHARS = 2000
 def read_failure(inp: InputFile, exc: OSError) -> str:
     """The failure message of an input the part task cannot read: the file (its path under
     ``--pdb-dir``) and why, in words, not the OSError's text (which names the resolved path). A file
-    the build read when it listed ``--pdb-dir`` (its digest is known) and cannot read now was
-    removed, replaced or changed during the build: the message says so."""
+    the driver read when it listed ``--pdb-dir`` (its digest is known) and this worker cannot read
+    now was removed, replaced or changed since, or this worker does not see it at that path (another
+    filesystem, a mount it lacks): the message names the worker and says both."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     text = f"cannot read {inp.rel}: {reason}"
     if not inp.sha256:  # not readable when the build listed --pdb-dir either
         return text
+    where = _this_process()
+    on = f" on {where}" if where != "this process" else ""
+    listed = "the driver read it when it listed --pdb-dir"
+    unseen = f", or not visible to {'that worker' if on else 'this process'} at this path"
     if isinstance(exc, FileNotFoundError):
-        return (f"cannot read {inp.rel}: the file is gone: it was there when the build listed --pdb-dir "
-                "(removed or renamed during the build)")  # fmt: skip
-    return f"{text}: it was read when the build listed --pdb-dir (replaced or changed during the build)"
+        return f"cannot read {inp.rel}: the file is gone{on}: {listed}: removed or renamed during the build{unseen}"
+    if isinstance(exc, PermissionError):
+        return f"{text}{on}: {listed}: its permissions changed during the build{unseen}"
+    return f"{text}{on}: {listed}: replaced or changed during the build"
 
 
 def changed_note(inp: InputFile, n_read: int) -> str:
@@ -344,9 +353,10 @@ def _failure(
     inp: InputFile, stage: str, exc: BaseException, key: str | None = None, *, message: str | None = None
 ) -> dict[str, Any]:
     """A failure row naming the input's file (``path``, relative to ``--pdb-dir``), the ``stage``
-    and the reason (``message``; default: the exception's text)."""
+    and the reason (``message``; default: the exception's text); ``key``: the row's (None: the
+    input's; "": none, the next run retries the input)."""
     message = message or str(exc) or type(exc).__name__
     return {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": stage, "error_class": type(exc).__name__,
-        "message": message[:MESSAGE_CHARS], "key": key or inp.ccd_key or inp.key,
+        "message": message[:MESSAGE_CHARS], "key": key if key is not None else inp.ccd_key or inp.key,
     }  # fmt: skip
