@@ -325,6 +325,8 @@ class MSAStageResult:
     bytes_written: int = 0
     #: per stored MSA whose source files are gone (``counts["sources_gone"]``): its chains, e.g. "1psm/A"
     gone_chains: list[str] = field(default_factory=list)
+    #: keys of the MSAs whose task failed this run, alone (:func:`_crashed_msa`): not written
+    crashed: set[str] = field(default_factory=set)
 
     @property
     def n_failed(self) -> int:
@@ -569,8 +571,11 @@ def run_msa_stage(
     if msa_dir is not None and (result.counts["unmatched"], line) != recorded:
         unmatched = {"n_alignments": result.counts["unmatched"], "path": str(resolved(Path(msa_dir))),
                      "message": line}  # fmt: skip
-    _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress, unmatched)
-    covered = {h for h, us in uses.items() if us} | {h for h, (_, nf) in stored.items() if nf > 0}
+    names = {h: list(dict.fromkeys(f"{r['entry_id']}/{r['auth_id'] or r['label_id']}" for r in rows))
+             for h, rows in chains_by_hash.items()}  # fmt: skip
+    _write(client, root, msa_dir, plan, new_failures, depth_cap, result, progress, unmatched, names)
+    covered = {h for h, us in uses.items() if us and h not in result.crashed}
+    covered |= {h for h, (_, nf) in stored.items() if nf > 0}
     result.counts["chains_with_msa"] = sum(1 for r in chain_rows if r["sequence_hash"] in covered)
     single = [r for r in chain_rows if r["sequence_hash"] not in covered]  # get the single-sequence MSA
     result.counts["single_sequence_chains"] = len(single)
@@ -1385,52 +1390,126 @@ def _write(
     result: MSAStageResult,
     progress: bool,
     unmatched: dict[str, Any] | None = None,
+    chain_names: Mapping[str, list[str]] | None = None,
 ) -> None:
     """Write ``plan`` as MSA parts (Dask tasks); the first part holds ``failures`` and
     ``unmatched`` (the store's new record of the unmatched alignments: ``store.warnings``), a part
-    of only those when nothing else is written."""
+    of only those when nothing else is written.
+
+    A part whose task fails (its worker died: KilledWorker, out of memory; or the task raised) does
+    not end the build, as a structure part's does not (``run._run_structure_parts``): a part of
+    several MSAs is split and each MSA resubmitted alone; one MSA that still fails is this run's
+    failure (:func:`_crashed_msa`), and the stage goes on. ``chain_names``: sequence hash -> the
+    chains (``1psm/A``) that use it, which that failure names."""
     from distributed import as_completed
+    from distributed.client import FutureCancelledError
 
     from featurecache.build.discover import next_part_number
+    from featurecache.build.tasks import raise_store_failure, worker_versions
 
     groups = _plan_parts(plan)
     if not groups and (failures or unmatched is not None):
         groups = [[]]  # a part holding only the failure rows (and the unmatched record)
     if not groups:
         return
-    start = next_part_number(root, MSA_PART_PREFIX)
+    number = next_part_number(root, MSA_PART_PREFIX)
+    root_s = str(root.resolve())
     # the resolved --msa-dir: the scan reads it, each part records it (discover.withdraw_failures)
     msa_dir_s = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
-    from featurecache.build.tasks import raise_store_failure, worker_versions
-
     versions = worker_versions()
-    futures = []
-    for k, items in enumerate(groups):
-        name = part_name(MSA_PART_PREFIX, start + k)
-        part_failures = failures if k == 0 else []
-        futures.append(
-            client.submit(
-                build_msa_part,
-                str(root.resolve()),
-                name,
-                items,
-                msa_dir_s,
-                depth_cap,
-                part_failures,
-                versions=versions,
-                unmatched=unmatched if k == 0 else None,
-                key=f"msa-part-{name}-{time.time_ns()}",
-                pure=False,
-                retries=0,
-            )
-        )
-    size = {f.key: len(items) for f, items in zip(futures, groups, strict=True)}
-    with stage_bar("MSAs", sum(size.values()), progress) as advance:
-        for fut in as_completed(futures):
-            res: MSAPartResult = fut.result()
-            raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
-            advance(size[fut.key])
+    #: part name -> (its MSAs, the scan failures and unmatched record it carries)
+    parts: dict[str, tuple[list[PlannedMSA], list[dict[str, Any]], dict[str, Any] | None]] = {}
+    part_of: dict[str, str] = {}  # future key -> part name
+
+    def submit(items: list[PlannedMSA], carried: list[dict[str, Any]], record: dict[str, Any] | None) -> Any:
+        nonlocal number
+        name = part_name(MSA_PART_PREFIX, number)
+        number += 1
+        parts[name] = (items, carried, record)
+        fut = client.submit(build_msa_part, root_s, name, items, msa_dir_s, depth_cap, carried, versions=versions,
+                            unmatched=record, key=f"msa-part-{name}-{time.time_ns()}", pure=False, retries=0)  # fmt: skip
+        part_of[fut.key] = name
+        return fut
+
+    with stage_bar("MSAs", len(plan), progress) as advance:
+        # no list of the futures is kept, and each is released once its result is read: Dask
+        # forgets a finished part (the part on disk is the result); a future held to the stage's
+        # end was recomputed when its worker died, writing the part a second time (review R27c
+        # s45 #7)
+        queue = as_completed([submit(items, failures if k == 0 else [], unmatched if k == 0 else None)
+                              for k, items in enumerate(groups)])  # fmt: skip
+        for fut in queue:
+            name = part_of.pop(fut.key)
+            items, carried, record = parts.pop(name)
+            try:
+                res: MSAPartResult = fut.result()
+                raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
+            except (FutureCancelledError, StoreError):
+                raise
+            except Exception as exc:
+                if getattr(client, "status", "running") != "running":
+                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+                fut.release()
+                if len(items) > 1:
+                    # isolate the MSA that kills workers: one single-MSA part per MSA
+                    log.warning("MSA part %s failed (%s: %s); retrying its %d MSAs one by one",
+                                name, type(exc).__name__, exc, len(items))  # fmt: skip
+                    for k, item in enumerate(items):
+                        queue.add(submit([item], carried if k == 0 else [], record if k == 0 else None))
+                    continue
+                res = _crashed_msa(root, name, items, carried, record, msa_dir_s, exc, chain_names or {})
+                result.crashed.update(item.key for item in items)
+            fut.release()
+            advance(len(items))
             _add_part_result(result, res, failures)
+
+
+#: what a failure row of an MSA whose task failed says of its worker
+_WORKER_DIED = "the worker process died while building it"
+
+
+def _crashed_msa(
+    root: Path,
+    name: str,
+    items: list[PlannedMSA],
+    carried: list[dict[str, Any]],
+    record: dict[str, Any] | None,
+    msa_dir: str,
+    exc: BaseException,
+    chain_names: Mapping[str, list[str]],
+) -> MSAPartResult:
+    """A part of at most one MSA whose task failed, written by the driver as part ``name`` of
+    failures only: what it carried (``carried``, ``record``) and, for its MSA, a failure row (stage
+    ``msa``) of the MSA's first file in merge order, naming its chains, its files and the error.
+    Its key is ``""``, as a crashed structure input's (``run._record_crashed_input``): a worker's
+    death is not a verdict on the files. The MSA is not stored, so the next build plans it again;
+    once a later part uses the file the row goes (``store.msa._drop_resolved_msa_failures``). An
+    MSA of no file (single sequence) has no path to list: its failure counts in this run only."""
+    res = MSAPartResult(name)
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        files = list(dict.fromkeys(u.rel for u in sorted(item.uses, key=MSAUse.order)))
+        chains = chain_names.get(item.key, [])
+        killed = type(exc).__name__ == "KilledWorker"
+        why = (f"{_WORKER_DIED} ({type(exc).__name__}: {exc}; often its memory limit: see the worker's log)"
+               if killed else f"its task failed ({type(exc).__name__}: {exc})")  # fmt: skip
+        of = (f"{len(files)} file{'s' if len(files) != 1 else ''} ({first_named(files, SHOWN_FILES)})"
+              if files else "no file (single sequence)")  # fmt: skip
+        message = (f"MSA of chain{'s' if len(chains) != 1 else ''} {first_named(chains, SHOWN_CHAINS) or item.key} "
+                   f"from {of} not written: {why}; its chains keep the MSA stored before, if any, else read the "
+                   "single-sequence MSA; the next build tries again")  # fmt: skip
+        row = {"path": files[0] if files else "", "entry_id": chains[0].split("/", 1)[0] if chains else "",
+               "stage": "msa", "error_class": type(exc).__name__, "message": message[:2000], "key": ""}  # fmt: skip
+        log.warning("%s%s", f"{files[0]}: " if files else "", message)
+        if files:
+            rows.append(row)
+        else:
+            res.failures.append(row)
+    if rows or carried or record is not None:
+        contents = MSAPartContents(failures=[*carried, *rows], source_dir=msa_dir, unmatched=record)
+        res.bytes_written = int(write_msa_part(Path(root), name, contents).get("bytes", 0))
+    res.failures = [*carried, *rows, *res.failures]
+    return res
 
 
 def _add_part_result(result: MSAStageResult, res: MSAPartResult, failures: list[dict[str, Any]]) -> None:
