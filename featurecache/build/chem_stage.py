@@ -139,6 +139,9 @@ class ScanResult:
     first: dict[Signature, Occurrence] = field(default_factory=dict)
     #: why the part could not be scanned (set by :func:`scan_part_task`), else None
     error: str | None = None
+    #: why its scan task failed (its worker died: :func:`_scan_parts`), else None; the part is not
+    #: recorded as scanned, so the next build scans it again
+    crashed: str | None = None
 
 
 @dataclass
@@ -566,16 +569,48 @@ def _parts_using(root: Path, keys: set[str]) -> set[str]:
 def _scan_parts(client: Any, parts: Sequence[Path], progress: bool) -> list[ScanResult]:
     """:func:`scan_part_task` over ``parts`` (results in their order), with the stage progress the
     other stages give ("chem scan": a bar, or log lines): a first build of a whole-PDB store scans
-    ~12.5k parts, minutes without a word before (review R26a s44 #4)."""
+    ~12.5k parts, minutes without a word before (review R26a s44 #4).
+
+    A scan task that fails (its worker died: KilledWorker; or it raised) does not end the build
+    (review R27c s45 #4: a raw traceback before): its result is empty with ``crashed`` set, a
+    warning names the part, and the part is not recorded as scanned (:func:`run_chem_stage`), so
+    the next build scans it again. Each future is released once read (no list is kept: a finished
+    scan held to the end was run again when its worker died)."""
     from distributed import as_completed
+    from distributed.client import FutureCancelledError
 
     if not parts:
         return []
-    futures = client.map(scan_part_task, [str(p) for p in parts], pure=False)
-    with stage_bar("chem scan", len(futures), progress) as advance:
-        for _fut in as_completed(futures):
+    results: list[ScanResult | None] = [None] * len(parts)
+    index_of: dict[str, int] = {}
+
+    def submit(i: int) -> Any:
+        fut = client.submit(scan_part_task, str(parts[i]), key=f"chem-scan-{parts[i].name}-{time.time_ns()}",
+                            pure=False)  # fmt: skip
+        index_of[fut.key] = i
+        return fut
+
+    with stage_bar("chem scan", len(parts), progress) as advance:
+        for fut in as_completed([submit(i) for i in range(len(parts))]):
+            i = index_of.pop(fut.key)
+            try:
+                results[i] = fut.result()
+            except (FutureCancelledError, StoreError):
+                raise
+            except Exception as exc:
+                if getattr(client, "status", "running") != "running":
+                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+                why = f"{type(exc).__name__}: {exc}"[:500]
+                log.warning("chem scan of structure part %s failed (%s; often its worker's memory limit: see the "
+                            "worker's log); the next build scans it again, computing the components only its "
+                            "entries use", parts[i].name, why)  # fmt: skip
+                results[i] = ScanResult(parts[i].name, crashed=why)
+            fut.release()
             advance(1)
-    return list(client.gather(futures))
+    return [
+        r if r is not None else ScanResult(p.name, crashed="no result")
+        for r, p in zip(results, parts, strict=True)
+    ]
 
 
 def run_chem_stage(
@@ -605,6 +640,12 @@ def run_chem_stage(
     result.scanned_parts = len(s_parts)
     scans = _scan_parts(client, s_parts, progress)
     _raise_damaged(scans)
+    for r in scans:
+        if r.crashed is not None:
+            result.failures.append({"path": f"structure part {r.part}", "entry_id": "", "stage": "chem",
+                                    "error_class": r.crashed.split(":", 1)[0],
+                                    "message": f"chem scan failed ({r.crashed}); the next build scans it again",
+                                    "key": ""})  # fmt: skip
     std_entries, sig_entries, first = _merge(scans)
     codes = sorted(set(std_entries) | {code for code, _ in sig_entries})
     result.n_codes = len(codes)
@@ -719,6 +760,7 @@ def run_chem_stage(
             {"structure_part": r.part, "n_entries": r.n_entries, "n_residues": r.n_residues,
              "conformer_version": CONFORMER_VERSION}
             for r in scans
+            if r.crashed is None  # scanned again by the next build
         ]  # fmt: skip
         write_component_part(
             root, part_name(COMPONENT_PART_PREFIX, _next_number(root)), [], warnings=warnings, scans=scan_rows
