@@ -923,53 +923,122 @@ def _cluster_failure(client: Any, scheduler: str | None, exc: Exception) -> Stor
 
 
 def _wait_for_workers(client: Any, scheduler: str) -> None:
-    """An external scheduler without a worker would let the build wait forever: StoreError (exit 3)."""
-    try:
-        client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
-    except TimeoutError as exc:
-        raise StoreError(f"the Dask scheduler at {scheduler} has no worker (waited {WAIT_FOR_WORKERS_S:.0f} s); "
-                         "start one with: dask worker " + scheduler) from exc  # fmt: skip
+    """An external scheduler without a worker would let the build wait forever: StoreError (exit 3).
+    A worker Dask paused counts (``client.wait_for_workers`` counts running ones only, and refused
+    a cluster of paused workers as one without any): the build starts, and says what holds it back
+    (:func:`_warn_without_workers`)."""
+    deadline = time.monotonic() + WAIT_FOR_WORKERS_S
+    while not client.scheduler_info().get("workers"):
+        if time.monotonic() > deadline:
+            raise StoreError(f"the Dask scheduler at {scheduler} has no worker (waited {WAIT_FOR_WORKERS_S:.0f} s); "
+                             "start one with: dask worker " + scheduler)  # fmt: skip
+        time.sleep(0.2)
+
+
+@dataclass
+class _Nag:
+    """When to warn again about a condition that goes on: first after ``first`` s, then after
+    twice as long, and so on, at most every ``NO_WORKER_WARN_MAX_S``."""
+
+    first: float
+    since: float | None = None  # when the condition was first seen
+    warn_at: float = 0.0  # seconds since then
+    interval: float = 0.0
+    warned: bool = False
+
+    def due(self, now: float) -> float | None:
+        """The seconds the condition has lasted when a warning is due now, else None."""
+        if self.since is None:
+            self.since, self.warn_at, self.interval = now, self.first, self.first
+        waited = now - self.since
+        if waited < self.warn_at:
+            return None
+        self.warned = True
+        self.interval = min(self.interval * 2, max(self.first, NO_WORKER_WARN_MAX_S))
+        self.warn_at = waited + self.interval
+        return waited
+
+    def reset(self) -> bool:
+        """The condition is over: whether it was warned about."""
+        warned, self.since, self.warned = self.warned, None, False
+        return warned
+
+
+def _paused_stall(client: Any, workers: dict[str, Any]) -> list[str]:
+    """The workers that hold the build back because Dask's memory manager paused them (a paused
+    worker starts no task, and the build waits for it without limit: review R27c s45 #3), each
+    as "worker ADDR is paused at N MiB of its M MiB memory limit"; [] when the build is not held
+    back: some worker runs, and no task of this client sits on a paused worker while none runs
+    on a running one. ``workers``: the scheduler's (``client.scheduler_info()["workers"]``)."""
+    paused = {a: w for a, w in workers.items() if w.get("status") == "paused"}
+    if not paused:
+        return []
+    if len(paused) < len(workers):
+        ours = {str(k) for k in client.futures}
+        held = {a: {str(k) for k in keys} & ours for a, keys in client.processing().items()}
+        if not any(held.get(a) for a in paused) or any(held.get(a) for a in workers if a not in paused):
+            return []
+    mib = 2**20
+    return [
+        f"worker {a} is paused at {w.get('metrics', {}).get('memory', 0) / mib:.0f} MiB of its "
+        f"{(w.get('memory_limit') or 0) / mib:.0f} MiB memory limit"
+        for a, w in sorted(paused.items())
+    ]
 
 
 @contextlib.contextmanager
 def _warn_without_workers(client: Any, scheduler: str | None) -> Iterator[None]:
-    """Meanwhile, on an external scheduler: a thread asks the scheduler how many workers it has
-    and, once it has had none for ``NO_WORKER_WARN_S`` while the build waits for results (the
-    client holds futures), logs a warning naming the scheduler and the command that starts a
-    worker; again after twice as long, and so on (at most every ``NO_WORKER_WARN_MAX_S``), and
-    one line when workers are back. The build keeps waiting: workers that come back take the work
-    up. Before, every worker gone mid-build left it silent, without limit (review R1 s27 #1).
-    An embedded cluster's workers are restarted by their nannies: nothing to watch there."""
-    if not scheduler:
-        yield
-        return
+    """Meanwhile, a thread asks the scheduler about its workers while the build waits for
+    results (the client holds futures):
+
+    - on an external scheduler without a worker for ``NO_WORKER_WARN_S``, it logs a warning
+      naming the scheduler and the command that starts a worker; again after twice as long, and
+      so on (at most every ``NO_WORKER_WARN_MAX_S``), and one line when workers are back. The
+      build keeps waiting: workers that come back take the work up. Before, every worker gone
+      mid-build left it silent, without limit (review R1 s27 #1). An embedded cluster's workers
+      are restarted by their nannies: nothing to watch there.
+    - on any cluster whose workers Dask's memory manager paused, so that the build's tasks wait
+      on them (:func:`_paused_stall`), after as long: a warning naming each, its memory and its
+      limit, and what to do, at the same intervals, and one line when they run again. Before,
+      such a build hung silently, without limit (review R27c s45 #3)."""
     first = _seconds_setting(NO_WORKER_WARN_ENV, NO_WORKER_WARN_S)
     poll_s = min(first / 4, 5.0)
     stop = threading.Event()
+    where = _cluster_name(scheduler)
+    remedy = (
+        "restart it with a larger --memory-limit (dask worker --memory-limit)"
+        if scheduler
+        else "run the build with fewer --workers (each gets a larger share of the memory)"
+    )
 
     def watch() -> None:
-        since: float | None = None  # when the scheduler was first seen without a worker
-        warn_at, interval, warned = first, first, False
+        no_worker, paused = _Nag(first), _Nag(first)
         while not stop.wait(poll_s):
             try:
-                n = len(client.nthreads())
+                workers = client.scheduler_info().get("workers", {})
+                n = len(workers)
+                stalled = _paused_stall(client, workers) if n and client.futures else []
             except Exception:  # a lost scheduler: the build's own calls say so
                 continue
-            if n:
-                if warned:
-                    log.info("the Dask scheduler at %s has %d worker%s again; the build goes on", scheduler, n,
-                             "s" if n > 1 else "")  # fmt: skip
-                since, warn_at, interval, warned = None, first, first, False
-                continue
             now = time.monotonic()
-            since = now if since is None else since
-            waited = now - since
-            if waited >= warn_at and client.futures and not stop.is_set():
+            if not stalled and paused.reset():
+                log.info("the build's tasks run again on %s; the build goes on", where)
+            if n and no_worker.reset() and scheduler:
+                log.info("the Dask scheduler at %s has %d worker%s again; the build goes on", scheduler, n,
+                         "s" if n > 1 else "")  # fmt: skip
+            if stalled:
+                waited = paused.due(now)
+                if waited is not None and not stop.is_set():
+                    log.warning("the build has waited %.0f s for paused workers of %s: %s (Dask pauses a worker "
+                                "at distributed.worker.memory.pause, %s of its limit, until its memory falls); "
+                                "the build waits for them: %s, or raise distributed.worker.memory.pause",
+                                waited, where, "; ".join(stalled), _pause_fraction(), remedy)  # fmt: skip
+            if n or not scheduler:
+                continue
+            waited = no_worker.due(now) if client.futures else None
+            if waited is not None and not stop.is_set():
                 log.warning("the Dask scheduler at %s has had no worker for %.0f s; the build waits for one "
                             "(start one with: dask worker %s)", scheduler, waited, scheduler)  # fmt: skip
-                warned = True
-                interval = min(interval * 2, max(first, NO_WORKER_WARN_MAX_S))
-                warn_at = waited + interval
 
     thread = threading.Thread(target=watch, name="featurecache-worker-watch", daemon=True)
     thread.start()
@@ -978,6 +1047,16 @@ def _warn_without_workers(client: Any, scheduler: str | None) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=poll_s + 1.0)
+
+
+def _pause_fraction() -> str:
+    """Dask's ``distributed.worker.memory.pause`` as this process reads it ("80 %")."""
+    import dask
+
+    value = dask.config.get("distributed.worker.memory.pause", 0.8)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value * 100:.0f} %"
 
 
 def _describe(versions: dict[str, str]) -> str:
