@@ -183,6 +183,8 @@ class BuildSummary:
     #: the store's polymer chains with an MSA from files (stored by this build or an earlier one)
     n_msa_chains: int = 0
     warning_examples: list[dict[str, str]] = field(default_factory=list)
+    #: the workers the cluster lost while the build ran, as "ADDRESS (why)" (:func:`_workers_lost`)
+    workers_lost: list[str] = field(default_factory=list)
 
     @property
     def n_warnings(self) -> int:
@@ -819,6 +821,7 @@ def _run_build(
             summary.dashboard = client.dashboard_link if cluster is not None and dashboard else None
             if summary.dashboard:
                 log.info("Dask dashboard: %s", summary.dashboard)
+            lost_since = _last_event_time(client)
             try:
                 with _cluster_errors(client, scheduler), _warn_without_workers(client, scheduler):
                     _run_structure_parts(
@@ -834,6 +837,7 @@ def _run_build(
                     summary.moved = _moved(pending, stored, failed)
                     summary.rebuilt_for_definitions = summary_reasons(summary.ccd_changed, pending, failed)
                     _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
+                    summary.workers_lost = _workers_lost(client, lost_since)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
                 # the parts are the truth: the index is rebuilt whatever happened above (still
@@ -1057,6 +1061,46 @@ def _pause_fraction() -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     return f"{value * 100:.0f} %"
+
+
+#: why the scheduler removed a worker, by the start of its stimulus id (Dask's words are its own)
+WORKER_REMOVED_BECAUSE = {
+    "handle-worker-cleanup": "its connection closed: the process ended (killed, out of memory, or restarted by "
+    "its nanny: see its log)",
+    "check-worker-ttl": "it stopped answering (Dask's worker-ttl)",
+    "worker-send-comm-fail": "the scheduler could not reach it",
+}
+
+
+def _last_event_time(client: Any) -> float:
+    """The time of the scheduler's latest cluster event (its clock, not ours), or 0.0: where
+    :func:`_workers_lost` starts reading."""
+    try:
+        events = client.get_events("all")
+    except Exception:  # no answer now: every removal the scheduler still lists is counted
+        return 0.0
+    return max((float(t) for t, _ in events), default=0.0)
+
+
+def _workers_lost(client: Any, since: float) -> list[str]:
+    """The workers the scheduler removed after ``since`` (:func:`_last_event_time`), as
+    "ADDRESS (why)": a worker killed, restarted by its nanny (out of memory), or gone silent.
+    Their tasks ran again elsewhere; before, the build said nothing of it (review R27c s45 #8).
+    A worker closed on purpose (retired, scaled down) is named as such."""
+    try:
+        events = client.get_events("all")
+    except Exception:
+        return []
+    lost: dict[str, str] = {}
+    for t, msg in events:
+        if float(t) <= since or not isinstance(msg, dict) or msg.get("action") != "remove-worker":
+            continue
+        stimulus = str(msg.get("stimulus_id", ""))
+        why = next((w for prefix, w in WORKER_REMOVED_BECAUSE.items() if stimulus.startswith(prefix)), None)
+        if msg.get("expected"):
+            why = "closed or retired on purpose"
+        lost[str(msg.get("worker", "?"))] = why or stimulus.rsplit("-", 1)[0] or "no reason given"
+    return [f"{address} ({why})" for address, why in lost.items()]
 
 
 def _describe(versions: dict[str, str]) -> str:

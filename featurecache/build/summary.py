@@ -68,6 +68,8 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
                   "them: recorded as removed, see the warning)")  # fmt: skip
     t.add_row("atoms / tokens built", f"{s.n_atoms} / {s.n_tokens}")
     t.add_row("time", f"{s.seconds:.1f} s on {s.workers} worker(s)")
+    if s.workers_lost:
+        t.add_row("workers lost", f"[yellow]{escape(workers_lost_line(s))}[/yellow]")
     if s.stage_seconds:
         t.add_row(
             "stage time (sum over workers)",
@@ -131,6 +133,12 @@ def rebuilt_line(s: BuildSummary) -> str:
             f"{escape(s.rebuilt_for_definitions['codes'])}")  # fmt: skip
     rest = s.n_rebuilt - by_definitions
     return f"{s.n_rebuilt} (same file): {what}" + (f"; new CCD/featurizer/config: {rest}" if rest > 0 else "")
+
+
+def workers_lost_line(s: BuildSummary) -> str:
+    """The summary's count of the workers the cluster lost during the build, each with why:
+    ``1: tcp://10.0.0.5:4000 (its connection closed: ...); the tasks they held ran again``."""
+    return f"{len(s.workers_lost)}: {'; '.join(s.workers_lost)}; the tasks they held ran again"
 
 
 def warnings_line(s: BuildSummary) -> str:
