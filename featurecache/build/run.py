@@ -1483,7 +1483,7 @@ def _run_structure_parts(
                 # a worker of another featurecache (a task it cannot unpickle or call), not a
                 # death on an input: the build ends with the version-mismatch line, no failure
                 # recorded (before: each input a "worker died" failure, review R27c s45 #6)
-                raise _other_code(client, name, exc) from exc
+                raise other_code_error(client, name, exc) from exc
             except Exception as exc:
                 part_inputs = inputs_of[name]
                 if len(part_inputs) > 1:
@@ -1513,12 +1513,13 @@ def _run_structure_parts(
 STRUCTURE_TASK = "featurecache.build.tasks:build_structure_part"
 
 
-def _other_code(client: Any, name: str, exc: BaseException) -> StoreError:
+def other_code_error(client: Any, name: str, exc: BaseException) -> StoreError:
     """The StoreError (exit 3) that ends a build whose part task ``name`` failed with ``exc``, a
     TypeError, AttributeError or ImportError: what a worker of another featurecache raises when it
-    cannot unpickle or call the task. Every worker is asked for its versions again
-    (:func:`_versions_now`: one that does not answer within seconds is left out) and each that
-    differs from the driver is named, as the start check names it."""
+    cannot call the task. Every worker is asked for its versions again (:func:`_versions_now`: one
+    that does not answer within seconds is left out) and each that differs from the driver is
+    named, as the start check names it. The MSA and chem stages' part loops are meant to raise it
+    the same way (their part tasks submitted through ``tasks.run_part``)."""
     mine = worker_versions()
     try:
         answers = _versions_now(client)

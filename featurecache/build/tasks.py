@@ -305,9 +305,10 @@ def run_part(guard: dict[str, Any], task: str, *args: Any, **kwargs: Any) -> Any
     ("featurecache.build.MODULE:FUNCTION") with ``args`` and ``kwargs``. Its signature stays as it
     is, so that a worker of another featurecache that joined after the build's start check
     raises the check's StoreError instead of a TypeError of another signature, which the driver
-    took for a worker death and recorded as each input's failure (review R27c s45 #6). A worker
-    older than this function fails to unpickle the task (AttributeError): the driver reads that,
-    a TypeError or an ImportError as "a worker runs other code" (``run._other_code``)."""
+    took for a worker death and recorded as each input's failure (review R27c s45 #6). A task
+    that still fails with a TypeError, AttributeError or ImportError (a function it lacks) is read
+    by the driver as "a worker runs other code" (``run.other_code_error``). A worker older than
+    this function cannot unpickle the task at all: Dask closes its connection, a worker death."""
     guard = guard if isinstance(guard, dict) else {}
     check_versions(guard.get("versions"), str(guard.get("root", "")), str(guard.get("token", "")))
     module, _, name = task.partition(":")
