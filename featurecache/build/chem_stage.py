@@ -290,6 +290,11 @@ def scan_part_task(part_dir: str) -> ScanResult:
         return ScanResult(Path(part_dir).name, error=str(exc))
 
 
+#: the chem stage's part tasks, as :func:`~featurecache.build.tasks.run_part` names them
+SCAN_TASK = "featurecache.build.chem_stage:scan_part_task"
+COMPONENT_TASK = "featurecache.build.chem_stage:build_component_part"
+
+
 def _raise_damaged(scans: list[ScanResult]) -> None:
     bad = [r for r in scans if r.error is not None]
     if bad:
@@ -442,19 +447,20 @@ def _run_jobs(
     number = _next_number(root)
     batches: dict[str, list[Job]] = {}
     futures = []
-    from featurecache.build.tasks import worker_versions
+    from featurecache.build.tasks import run_part, stage_guard
 
-    versions = worker_versions()
+    # each task checks its worker (versions, the store's token) before the part's signature matters
+    guard = stage_guard(root)
     for i in range(0, len(jobs), per_part):
         name = part_name(COMPONENT_PART_PREFIX, number)
         number += 1
         batches[name] = jobs[i : i + per_part]
-        futures.append(client.submit(build_component_part, str(root.resolve()), name, batches[name], timeout_s,
-                                     versions, key=f"component-part-{name}-{time.time_ns()}", pure=False,
+        futures.append(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), name, batches[name],
+                                     timeout_s, key=f"component-part-{name}-{time.time_ns()}", pure=False,
                                      retries=0))  # fmt: skip
     with stage_bar("conformers", len(jobs), progress) as advance:
         _collect(client, root, queue=as_completed(futures), batches=batches, number=number, timeout_s=timeout_s,
-                 result=result, advance=advance, versions=versions)  # fmt: skip
+                 result=result, advance=advance, guard=guard)  # fmt: skip
 
 
 #: how many component parts of one stage may be computed again after a SIGINT interrupted them
@@ -463,12 +469,16 @@ INTERRUPTED_RETRIES = 8
 
 def _collect(
     client: Any, root: Path, *, queue: Any, batches: dict[str, list[Job]], number: int, timeout_s: float,
-    result: ChemStageResult, advance: Any, versions: dict[str, str] | None = None,
+    result: ChemStageResult, advance: Any, guard: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
     """Gather component parts as they finish; a failed part's components are retried one by one.
     A part whose embedding a SIGINT interrupted (nothing of it was written) is computed again as
-    it was, up to :data:`INTERRUPTED_RETRIES` times; then the stage fails (a resume computes it)."""
-    from featurecache.build.tasks import raise_store_failure
+    it was, up to :data:`INTERRUPTED_RETRIES` times; then the stage fails (a resume computes it).
+    A part task's TypeError, AttributeError or ImportError is a worker of another featurecache
+    (``run.other_code_error``: the build ends, exit 3), not the components' failure. ``guard``: the
+    :func:`~featurecache.build.tasks.part_guard` each task is submitted with (``run_part``)."""
+    from featurecache.build.run import other_code_error
+    from featurecache.build.tasks import raise_store_failure, run_part
 
     interrupted = 0
     for fut in queue:
@@ -494,9 +504,13 @@ def _collect(
             again = part_name(COMPONENT_PART_PREFIX, number)
             number += 1
             batches[again] = batches[name]
-            queue.add(client.submit(build_component_part, str(root.resolve()), again, batches[again], timeout_s,
-                                    versions, key=f"component-part-{again}-{time.time_ns()}", pure=False))  # fmt: skip
+            queue.add(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), again, batches[again],
+                                    timeout_s, key=f"component-part-{again}-{time.time_ns()}", pure=False))  # fmt: skip
             continue
+        except (TypeError, AttributeError, ImportError) as exc:
+            # a worker of another featurecache, not the components' fault: the build ends with the
+            # version-mismatch line, no failure recorded (review R27c s45 #6)
+            raise other_code_error(client, name, exc) from exc
         except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
             batch = batches[name]
             if len(batch) > 1:
@@ -506,8 +520,8 @@ def _collect(
                     sub = part_name(COMPONENT_PART_PREFIX, number)
                     number += 1
                     batches[sub] = [job]
-                    queue.add(client.submit(build_component_part, str(root.resolve()), sub, [job], timeout_s,
-                                            versions, key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
+                    queue.add(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), sub, [job],
+                                            timeout_s, key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
                 continue
             job = batch[0]
             names = (
@@ -566,7 +580,7 @@ def _parts_using(root: Path, keys: set[str]) -> set[str]:
     return {s for k, s in zip(cw["key"], cw["entry_part"], strict=True) if k and k.split("#", 1)[0] in codes}
 
 
-def _scan_parts(client: Any, parts: Sequence[Path], progress: bool) -> list[ScanResult]:
+def _scan_parts(client: Any, root: Path, parts: Sequence[Path], progress: bool) -> list[ScanResult]:
     """:func:`scan_part_task` over ``parts`` (results in their order), with the stage progress the
     other stages give ("chem scan": a bar, or log lines): a first build of a whole-PDB store scans
     ~12.5k parts, minutes without a word before (review R26a s44 #4).
@@ -575,18 +589,25 @@ def _scan_parts(client: Any, parts: Sequence[Path], progress: bool) -> list[Scan
     (review R27c s45 #4: a raw traceback before): its result is empty with ``crashed`` set, a
     warning names the part, and the part is not recorded as scanned (:func:`run_chem_stage`), so
     the next build scans it again. Each future is released once read (no list is kept: a finished
-    scan held to the end was run again when its worker died)."""
+    scan held to the end was run again when its worker died). Each task goes through
+    ``tasks.run_part`` with the guard of the store ``root``: a worker of another featurecache or one
+    that does not see the store refuses it (StoreError, exit 3); a TypeError, AttributeError or
+    ImportError of the task is such a worker too (``run.other_code_error``), not a scan failure."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
+
+    from featurecache.build.run import other_code_error
+    from featurecache.build.tasks import run_part, stage_guard
 
     if not parts:
         return []
     results: list[ScanResult | None] = [None] * len(parts)
     index_of: dict[str, int] = {}
+    guard = stage_guard(root)
 
     def submit(i: int) -> Any:
-        fut = client.submit(scan_part_task, str(parts[i]), key=f"chem-scan-{parts[i].name}-{time.time_ns()}",
-                            pure=False)  # fmt: skip
+        fut = client.submit(run_part, guard, SCAN_TASK, str(parts[i]),
+                            key=f"chem-scan-{parts[i].name}-{time.time_ns()}", pure=False)  # fmt: skip
         index_of[fut.key] = i
         return fut
 
@@ -597,6 +618,8 @@ def _scan_parts(client: Any, parts: Sequence[Path], progress: bool) -> list[Scan
                 results[i] = fut.result()
             except (FutureCancelledError, StoreError):
                 raise
+            except (TypeError, AttributeError, ImportError) as exc:
+                raise other_code_error(client, f"chem scan of {parts[i].name}", exc) from exc
             except Exception as exc:
                 if getattr(client, "status", "running") != "running":
                     raise  # the scheduler is gone: the build's one line (run._cluster_errors)
@@ -638,7 +661,7 @@ def run_chem_stage(
         if p.name.startswith(STRUCTURE_PART_PREFIX) and (p.name not in done or p.name in again)
     ]
     result.scanned_parts = len(s_parts)
-    scans = _scan_parts(client, s_parts, progress)
+    scans = _scan_parts(client, root, s_parts, progress)
     _raise_damaged(scans)
     for r in scans:
         if r.crashed is not None:

@@ -1405,7 +1405,8 @@ def _write(
     from distributed.client import FutureCancelledError
 
     from featurecache.build.discover import next_part_number
-    from featurecache.build.tasks import raise_store_failure, worker_versions
+    from featurecache.build.run import other_code_error
+    from featurecache.build.tasks import raise_store_failure, run_part, stage_guard
 
     groups = _plan_parts(plan)
     if not groups and (failures or unmatched is not None):
@@ -1416,7 +1417,8 @@ def _write(
     root_s = str(root.resolve())
     # the resolved --msa-dir: the scan reads it, each part records it (discover.withdraw_failures)
     msa_dir_s = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
-    versions = worker_versions()
+    # each task checks its worker (versions, the store's token) before the part's signature matters
+    guard = stage_guard(root)
     #: part name -> (its MSAs, the scan failures and unmatched record it carries)
     parts: dict[str, tuple[list[PlannedMSA], list[dict[str, Any]], dict[str, Any] | None]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
@@ -1426,7 +1428,7 @@ def _write(
         name = part_name(MSA_PART_PREFIX, number)
         number += 1
         parts[name] = (items, carried, record)
-        fut = client.submit(build_msa_part, root_s, name, items, msa_dir_s, depth_cap, carried, versions=versions,
+        fut = client.submit(run_part, guard, MSA_TASK, root_s, name, items, msa_dir_s, depth_cap, carried,
                             unmatched=record, key=f"msa-part-{name}-{time.time_ns()}", pure=False, retries=0)  # fmt: skip
         part_of[fut.key] = name
         return fut
@@ -1446,6 +1448,10 @@ def _write(
                 raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
             except (FutureCancelledError, StoreError):
                 raise
+            except (TypeError, AttributeError, ImportError) as exc:
+                # a worker of another featurecache, not a death on an MSA: the build ends with the
+                # version-mismatch line, no failure recorded (review R27c s45 #6)
+                raise other_code_error(client, name, exc) from exc
             except Exception as exc:
                 if getattr(client, "status", "running") != "running":
                     raise  # the scheduler is gone: the build's one line (run._cluster_errors)
@@ -1463,6 +1469,9 @@ def _write(
             advance(len(items))
             _add_part_result(result, res, failures)
 
+
+#: the MSA stage's part task, as :func:`~featurecache.build.tasks.run_part` names it
+MSA_TASK = "featurecache.build.msa_stage:build_msa_part"
 
 #: what a failure row of an MSA whose task failed says of its worker
 _WORKER_DIED = "the worker process died while building it"
