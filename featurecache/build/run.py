@@ -1900,3 +1900,10 @@ def _run_extra_stages(
     summary.stages["chem"] = chem.summary()
     summary.stage_seconds["chem"] = chem.seconds
     summary.failures.extend(chem.failures)
+    # a chem scan whose task failed (its row keyed "": its worker died) is this run's failure, exit
+    # 1, as an MSA part's is; a component's crash row (keyed by the component) is not: its failed
+    # conformer is stored and the entries that use it are served
+    scans_failed = sum(1 for f in chem.failures if not f.get("key"))
+    summary.n_failed += scans_failed
+    if scans_failed:
+        summary.failed_by_stage["chem"] = summary.failed_by_stage.get("chem", 0) + scans_failed
