@@ -36,6 +36,10 @@ from featurecache.store.shards import ShardReader
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
+#: the start of the name of a build's store token file (``build.tasks.STORE_TOKEN_PREFIX``, kept
+#: here too: the store layer does not import the build's): one a killed build left in a new
+#: directory does not make it "not a store", and the next build deletes it
+BUILD_TOKEN_PREFIX = ".build-token-"
 
 
 def group_attributes(meta: Path) -> dict[str, Any]:
@@ -73,7 +77,8 @@ def check_format(fmt: Any, where: object) -> None:
 
 def check_store_dir(root: Path) -> None:
     """Refuse ``root`` unless it is absent, empty, or a store of a format this code reads and
-    writes (:func:`check_format`; nothing is written)."""
+    writes (:func:`check_format`; nothing is written). "Empty" allows what a build killed before
+    its store existed leaves: the lock file and its store token files (:data:`BUILD_TOKEN_PREFIX`)."""
     root = Path(root)
     meta = root / "zarr.json"
     if meta.is_file():
@@ -83,8 +88,12 @@ def check_store_dir(root: Path) -> None:
                 f"{root} is a zarr group but not a featurecache store (refusing to write into it)"
             )
         check_format(existing.get("format_version"), root)
-    elif root.exists() and (not root.is_dir() or any(p.name != LOCK_FILE for p in root.iterdir())):
+    elif root.exists() and (not root.is_dir() or any(not _left_by_a_build(p.name) for p in root.iterdir())):
         raise StoreError(f"{root} exists and is not a featurecache store (refusing to write into it)")
+
+
+def _left_by_a_build(name: str) -> bool:
+    return name == LOCK_FILE or name.startswith(BUILD_TOKEN_PREFIX)
 
 
 def init_store(root: Path, attributes: dict[str, Any]) -> None:
