@@ -59,7 +59,7 @@ STEPS: dict[str, list[tuple[Any, str]]] = {
 }
 #: task key prefix -> stage, for the task stream
 TASK_STAGES = {"structure-part": "structures", "msa-scan": "msa_scan", "msa-part": "msa_write",
-               "scan_part_task": "chem_scan", "component": "chem_conformers"}  # fmt: skip
+               "chem-scan": "chem_scan", "component": "chem_conformers"}  # fmt: skip
 
 
 class Phases:
