@@ -650,6 +650,9 @@ def _scan(
     UTF-8, escaped) is not read: its scan is an error naming it (a failure row)."""
     from distributed import as_completed
 
+    from featurecache.build.run import other_code_error
+    from featurecache.build.tasks import run_part, stage_guard
+
     t_start = time.time_ns()
     if files is None:
         bad: set[str] = set()
@@ -678,28 +681,42 @@ def _scan(
         # hash, and raised ValueError for an empty one (a store without a polymer chain: review
         # R27c s45 #2)
         (wanted_f,) = client.scatter([wanted], broadcast=True)
+    # each task checks its worker (versions, the store's token) before it reads a file
+    guard = stage_guard(root)
     futures = [
         client.submit(
-            scan_msa_files,
+            run_part,
+            guard,
+            SCAN_TASK,
             str(msa_dir.resolve()),
             b,
             wanted_f,
             key=f"msa-scan-{i}-{time.time_ns()}",
             pure=False,
-        )
+        )  # fmt: skip
         for i, b in enumerate(batches)
     ]
-    n_files = {f.key: len(b) for f, b in zip(futures, batches, strict=True)}
+    batch_of = {f.key: b for f, b in zip(futures, batches, strict=True)}
     t0 = time.perf_counter()
     with stage_bar("MSA files", len(files), progress) as advance:
         advance(len(scans))
         for fut in as_completed(futures):
-            scans.extend(fut.result())
-            advance(n_files[fut.key])
+            batch = batch_of[fut.key]
+            try:
+                scans.extend(fut.result())
+            except (TypeError, AttributeError, ImportError) as exc:
+                # a worker of another featurecache: the build ends with the version-mismatch line,
+                # no failure recorded (review R27c s45 #6)
+                raise other_code_error(client, f"msa-scan ({first_named(batch, 3)})", exc) from exc
+            advance(len(batch))
     log.info("MSA scan: %d file(s) read in %.2f s", len(todo), time.perf_counter() - t0)
     scans.sort(key=lambda sc: sc.rel)
     cache.save(files, scans, wanted, t_start)
     return scans
+
+
+#: the MSA stage's scan task, as :func:`~featurecache.build.tasks.run_part` names it
+SCAN_TASK = "featurecache.build.msa_stage:scan_msa_files"
 
 
 # --- scan cache ------------------------------------------------------------------------------------
