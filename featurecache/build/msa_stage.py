@@ -43,6 +43,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -141,6 +142,9 @@ class FileScan:
     n_template_hits: int = 0
     error_class: str = ""
     message: str = ""
+    #: the scan's task failed (its worker died on the file): no verdict on the file, so its failure
+    #: row is keyed "" and the scan is not cached (the next build reads it again)
+    task_failed: bool = False
 
 
 def _hashes(sequence: str, wanted: set[str]) -> tuple[tuple[str, int], ...]:
@@ -647,8 +651,13 @@ def _scan(
     """Scan every candidate file of ``msa_dir`` (``files``: :func:`_candidate_files`, listed here
     when not given); files unchanged since a previous build's scan (same path, size and mtime) are
     taken from the store's scan cache without being read. A path of ``bad_names`` (not valid
-    UTF-8, escaped) is not read: its scan is an error naming it (a failure row)."""
+    UTF-8, escaped) is not read: its scan is an error naming it (a failure row).
+
+    A scan task that fails (its worker died: KilledWorker, often its memory limit) does not end
+    the build: a batch of several files is scanned again one task per file, and a file whose scan
+    still fails is this run's failure (:func:`_crashed_scan`), not cached; the stage goes on."""
     from distributed import as_completed
+    from distributed.client import FutureCancelledError
 
     from featurecache.build.run import other_code_error
     from featurecache.build.tasks import run_part, stage_guard
@@ -681,34 +690,48 @@ def _scan(
         # hash, and raised ValueError for an empty one (a store without a polymer chain: review
         # R27c s45 #2)
         (wanted_f,) = client.scatter([wanted], broadcast=True)
+    msa_dir_s = str(msa_dir.resolve())
     # each task checks its worker (versions, the store's token) before it reads a file
     guard = stage_guard(root)
-    futures = [
-        client.submit(
-            run_part,
-            guard,
-            SCAN_TASK,
-            str(msa_dir.resolve()),
-            b,
-            wanted_f,
-            key=f"msa-scan-{i}-{time.time_ns()}",
-            pure=False,
-        )  # fmt: skip
-        for i, b in enumerate(batches)
-    ]
-    batch_of = {f.key: b for f, b in zip(futures, batches, strict=True)}
+    sizes = dict(todo)
+    batch_of: dict[str, list[str]] = {}  # future key -> its files
+    serial = itertools.count()
+
+    def submit(rels: list[str]) -> Any:
+        fut = client.submit(run_part, guard, SCAN_TASK, msa_dir_s, rels, wanted_f,
+                            key=f"msa-scan-{next(serial)}-{time.time_ns()}", pure=False, retries=0)  # fmt: skip
+        batch_of[fut.key] = rels
+        return fut
+
     t0 = time.perf_counter()
     with stage_bar("MSA files", len(files), progress) as advance:
         advance(len(scans))
-        for fut in as_completed(futures):
-            batch = batch_of[fut.key]
+        queue = as_completed([submit(b) for b in batches])
+        for fut in queue:
+            rels = batch_of.pop(fut.key)
             try:
-                scans.extend(fut.result())
+                got: list[FileScan] = fut.result()
+            except (FutureCancelledError, StoreError):
+                raise
             except (TypeError, AttributeError, ImportError) as exc:
-                # a worker of another featurecache: the build ends with the version-mismatch line,
-                # no failure recorded (review R27c s45 #6)
-                raise other_code_error(client, f"msa-scan ({first_named(batch, 3)})", exc) from exc
-            advance(len(batch))
+                # a worker of another featurecache, not a death on a file: the build ends with the
+                # version-mismatch line, no failure recorded (review R27c s45 #6)
+                raise other_code_error(client, f"msa-scan ({first_named(rels, 3)})", exc) from exc
+            except Exception as exc:
+                if getattr(client, "status", "running") != "running":
+                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+                fut.release()
+                if len(rels) > 1:
+                    # isolate the file that kills workers: one task per file
+                    log.warning("MSA scan of %d files (%s) failed (%s: %s); scanning them one by one",
+                                len(rels), first_named(rels, 3), type(exc).__name__, exc)  # fmt: skip
+                    for rel in rels:
+                        queue.add(submit([rel]))
+                    continue
+                got = [_crashed_scan(rels[0], sizes[rels[0]], exc)]
+            fut.release()
+            scans.extend(got)
+            advance(len(rels))
     log.info("MSA scan: %d file(s) read in %.2f s", len(todo), time.perf_counter() - t0)
     scans.sort(key=lambda sc: sc.rel)
     cache.save(files, scans, wanted, t_start)
@@ -717,6 +740,18 @@ def _scan(
 
 #: the MSA stage's scan task, as :func:`~featurecache.build.tasks.run_part` names it
 SCAN_TASK = "featurecache.build.msa_stage:scan_msa_files"
+
+
+def _crashed_scan(rel: str, size: int, exc: BaseException) -> FileScan:
+    """The scan of a file whose task failed alone: an error (a failure row of stage ``msa``, key
+    ``""``: a worker's death is not a verdict on the file) that names the death, with no sha256,
+    so it is not cached and the next build reads the file again."""
+    killed = type(exc).__name__ == "KilledWorker"
+    why = (f"the worker process died while reading it ({type(exc).__name__}: {exc}; often its memory limit: "
+           "see the worker's log)" if killed else f"its scan task failed ({type(exc).__name__}: {exc})")  # fmt: skip
+    message = f"not scanned: {why}; the next build reads it again"
+    log.warning("MSA file %s: %s", rel, message)
+    return FileScan(rel, size, error_class=type(exc).__name__, message=message[:2000], task_failed=True)
 
 
 # --- scan cache ------------------------------------------------------------------------------------
@@ -1275,7 +1310,7 @@ def _scan_failures(
                 "stage": "msa",
                 "error_class": error_class,
                 "message": message[:2000],
-                "key": "msa:" + (s.sha256 or hashlib.sha256(s.rel.encode()).hexdigest())[:32],
+                "key": "" if s.task_failed else "msa:" + (s.sha256 or _rel_digest(s.rel))[:32],
             }
         )
     if unnamed_empty:
@@ -1283,6 +1318,10 @@ def _scan_failures(
         log.warning("%d empty MSA file(s) (no text, or a Stockholm header alone) whose path names no entry of "
                     "the store, left out: %s", len(unnamed_empty), shown)  # fmt: skip
     return out
+
+
+def _rel_digest(rel: str) -> str:
+    return hashlib.sha256(rel.encode()).hexdigest()
 
 
 def _header_only(s: FileScan) -> bool:
