@@ -41,15 +41,17 @@ def _pdb(tmp: Path) -> Path:
     return pdb
 
 
-def _wrong_token_in(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
-    """``tasks.stage_guard`` gives the tasks of the module ``stage`` a token the store lacks."""
+def _wrong_token_in(monkeypatch: pytest.MonkeyPatch, stage: str, function: str = "") -> None:
+    """``tasks.stage_guard`` gives the tasks of the module ``stage`` (of its ``function`` alone,
+    when given) a token the store lacks."""
     real = tasks.stage_guard
 
     def guard(root: str | Path) -> dict[str, Any]:
         right = real(root)
         assert right["token"], "the build holds a token file in the store"
-        caller = sys._getframe(1).f_globals["__name__"]
-        return {**right, "token": WRONG_TOKEN} if caller == stage else right
+        frame = sys._getframe(1)
+        mine = frame.f_globals["__name__"] == stage and function in ("", frame.f_code.co_name)
+        return {**right, "token": WRONG_TOKEN} if mine else right
 
     monkeypatch.setattr(tasks, "stage_guard", guard)
 
@@ -61,7 +63,7 @@ def _raised_in(excinfo: pytest.ExceptionInfo[StoreError]) -> set[str]:
 def test_an_msa_part_task_refuses_a_token_the_store_lacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _wrong_token_in(monkeypatch, "featurecache.build.msa_stage")
+    _wrong_token_in(monkeypatch, "featurecache.build.msa_stage", "_write")  # the scan's guard is real
     out = tmp_path / "store"
     with pytest.raises(StoreError, match=rf"does not see the store at {out} \(") as excinfo:
         run_build(pdb_dir=_pdb(tmp_path), out=out, msa_dir=SAMPLES / "msas" / "openfold",
