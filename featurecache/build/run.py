@@ -1075,31 +1075,43 @@ WORKER_REMOVED_BECAUSE = {
 def _last_event_time(client: Any) -> float:
     """The time of the scheduler's latest cluster event (its clock, not ours), or 0.0: where
     :func:`_workers_lost` starts reading."""
+
+    def latest(dask_scheduler: Any) -> float:
+        return max((float(t) for t, _ in dask_scheduler.get_events("all")), default=0.0)
+
     try:
-        events = client.get_events("all")
+        return float(client.run_on_scheduler(latest))
     except Exception:  # no answer now: every removal the scheduler still lists is counted
         return 0.0
-    return max((float(t) for t, _ in events), default=0.0)
 
 
 def _workers_lost(client: Any, since: float) -> list[str]:
     """The workers the scheduler removed after ``since`` (:func:`_last_event_time`), as
     "ADDRESS (why)": a worker killed, restarted by its nanny (out of memory), or gone silent.
     Their tasks ran again elsewhere; before, the build said nothing of it (review R27c s45 #8).
-    A worker closed on purpose (retired, scaled down) is named as such."""
+    A worker closed on purpose (retired, scaled down) is named as such. The events are read on the
+    scheduler and only these fields sent: ``client.get_events("all")`` sends every event, and
+    Dask's own "replicate" event (a ``scatter(..., broadcast=True)``, which the MSA scan makes) holds
+    WorkerState objects that cannot be sent: the scheduler logged two tracebacks and the call
+    failed, so the row was silently empty (CI rehearsal 98, session 45)."""
+
+    def removals(dask_scheduler: Any) -> list[tuple[float, str, str, bool]]:
+        return [(float(t), str(m.get("worker", "?")), str(m.get("stimulus_id", "")), bool(m.get("expected")))
+                for t, m in dask_scheduler.get_events("all")
+                if isinstance(m, dict) and m.get("action") == "remove-worker"]  # fmt: skip
+
     try:
-        events = client.get_events("all")
+        events = client.run_on_scheduler(removals)
     except Exception:
         return []
     lost: dict[str, str] = {}
-    for t, msg in events:
-        if float(t) <= since or not isinstance(msg, dict) or msg.get("action") != "remove-worker":
+    for t, worker, stimulus, expected in events:
+        if t <= since:
             continue
-        stimulus = str(msg.get("stimulus_id", ""))
         why = next((w for prefix, w in WORKER_REMOVED_BECAUSE.items() if stimulus.startswith(prefix)), None)
-        if msg.get("expected"):
+        if expected:
             why = "closed or retired on purpose"
-        lost[str(msg.get("worker", "?"))] = why or stimulus.rsplit("-", 1)[0] or "no reason given"
+        lost[worker] = why or stimulus.rsplit("-", 1)[0] or "no reason given"
     return [f"{address} ({why})" for address, why in lost.items()]
 
 
