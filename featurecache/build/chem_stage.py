@@ -477,23 +477,18 @@ def _collect(
     A part task's TypeError, AttributeError or ImportError is a worker of another featurecache
     (``run.other_code_error``: the build ends, exit 3), not the components' failure. ``guard``: the
     :func:`~featurecache.build.tasks.part_guard` each task is submitted with (``run_part``)."""
-    from featurecache.build.run import other_code_error
-    from featurecache.build.tasks import raise_store_failure, run_part
+    from featurecache.build.run import part_outcome
+    from featurecache.build.tasks import run_part
 
     interrupted = 0
     for fut in queue:
         name = "-".join(fut.key.split("-")[2:4])
-        try:
-            computed = fut.result()
-            raise_store_failure(computed)  # the store refused the part's write: the build ends (exit 3)
+        computed, exc = part_outcome(client, fut, name)
+        if exc is None:
             result.computed.extend(computed)
             advance(len(batches[name]))
             continue
-        except (
-            StoreError
-        ):  # the store or the worker is wrong (e.g. another featurecache): not a component's fault
-            raise
-        except EmbeddingInterrupted as exc:  # not the components' fault: never stored as a fallback
+        if isinstance(exc, EmbeddingInterrupted):  # not the components' fault: never stored as a fallback
             interrupted += 1
             if interrupted > INTERRUPTED_RETRIES:
                 raise EmbeddingInterrupted(
@@ -507,44 +502,40 @@ def _collect(
             queue.add(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), again, batches[again],
                                     timeout_s, key=f"component-part-{again}-{time.time_ns()}", pure=False))  # fmt: skip
             continue
-        except (TypeError, AttributeError, ImportError) as exc:
-            # a worker of another featurecache, not the components' fault: the build ends with the
-            # version-mismatch line, no failure recorded (review R27c s45 #6)
-            raise other_code_error(client, name, exc) from exc
-        except Exception as exc:  # a worker died (RDKit crash, memory) or the task raised
-            batch = batches[name]
-            if len(batch) > 1:
-                log.warning("component part %s failed (%s: %s); retrying its %d components one by one",
-                            name, type(exc).__name__, exc, len(batch))  # fmt: skip
-                for job in batch:
-                    sub = part_name(COMPONENT_PART_PREFIX, number)
-                    number += 1
-                    batches[sub] = [job]
-                    queue.add(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), sub, [job],
-                                            timeout_s, key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
-                continue
-            job = batch[0]
-            names = (
-                list(job.definition.atom_names)
-                if job.definition
-                else list(job.occurrence.names if job.occurrence else [])
-            )
-            elems = (
-                list(job.definition.atomic_numbers)
-                if job.definition
-                else list(job.occurrence.elements if job.occurrence else [])
-            )
-            keep = [i for i, z in enumerate(elems) if z != 1]
-            reason = f"conformer task crashed: {type(exc).__name__}: {exc}"[:500]
-            conf = _failed(job.key, [names[i] for i in keep], [elems[i] for i in keep], reason)
-            failure = {"path": f"component:{job.key}", "entry_id": "", "stage": "chem",
-                       "error_class": type(exc).__name__, "message": reason, "key": job.key}  # fmt: skip
-            write_component_part(root, name, [conf], {job.key: job.source}, failures=[failure])
-            result.failures.append(failure)
-            result.computed.append(
-                {"key": job.key, "strategy": "failed", "reason": reason, "seconds": 0.0, "n_heavy": len(keep)}
-            )
-            advance(1)
+        # a worker died (RDKit crash, memory) or the task raised
+        batch = batches[name]
+        if len(batch) > 1:
+            log.warning("component part %s failed (%s: %s); retrying its %d components one by one",
+                        name, type(exc).__name__, exc, len(batch))  # fmt: skip
+            for job in batch:
+                sub = part_name(COMPONENT_PART_PREFIX, number)
+                number += 1
+                batches[sub] = [job]
+                queue.add(client.submit(run_part, guard, COMPONENT_TASK, str(root.resolve()), sub, [job],
+                                        timeout_s, key=f"component-part-{sub}-{time.time_ns()}", pure=False))  # fmt: skip
+            continue
+        job = batch[0]
+        names = (
+            list(job.definition.atom_names)
+            if job.definition
+            else list(job.occurrence.names if job.occurrence else [])
+        )
+        elems = (
+            list(job.definition.atomic_numbers)
+            if job.definition
+            else list(job.occurrence.elements if job.occurrence else [])
+        )
+        keep = [i for i, z in enumerate(elems) if z != 1]
+        reason = f"conformer task crashed: {type(exc).__name__}: {exc}"[:500]
+        conf = _failed(job.key, [names[i] for i in keep], [elems[i] for i in keep], reason)
+        failure = {"path": f"component:{job.key}", "entry_id": "", "stage": "chem",
+                   "error_class": type(exc).__name__, "message": reason, "key": job.key}  # fmt: skip
+        write_component_part(root, name, [conf], {job.key: job.source}, failures=[failure])
+        result.failures.append(failure)
+        result.computed.append(
+            {"key": job.key, "strategy": "failed", "reason": reason, "seconds": 0.0, "n_heavy": len(keep)}
+        )
+        advance(1)
 
 
 def retry_under(row: dict[str, Any], timeout_s: float) -> bool:
@@ -594,9 +585,8 @@ def _scan_parts(client: Any, root: Path, parts: Sequence[Path], progress: bool) 
     that does not see the store refuses it (StoreError, exit 3); a TypeError, AttributeError or
     ImportError of the task is such a worker too (``run.other_code_error``), not a scan failure."""
     from distributed import as_completed
-    from distributed.client import FutureCancelledError
 
-    from featurecache.build.run import other_code_error
+    from featurecache.build.run import part_outcome
     from featurecache.build.tasks import run_part, stage_guard
 
     if not parts:
@@ -614,15 +604,8 @@ def _scan_parts(client: Any, root: Path, parts: Sequence[Path], progress: bool) 
     with stage_bar("chem scan", len(parts), progress) as advance:
         for fut in as_completed([submit(i) for i in range(len(parts))]):
             i = index_of.pop(fut.key)
-            try:
-                results[i] = fut.result()
-            except (FutureCancelledError, StoreError):
-                raise
-            except (TypeError, AttributeError, ImportError) as exc:
-                raise other_code_error(client, f"chem scan of {parts[i].name}", exc) from exc
-            except Exception as exc:
-                if getattr(client, "status", "running") != "running":
-                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+            results[i], exc = part_outcome(client, fut, f"chem scan of {parts[i].name}")
+            if exc is not None:
                 why = f"{type(exc).__name__}: {exc}"[:500]
                 log.warning("chem scan of structure part %s failed (%s; often its worker's memory limit: see the "
                             "worker's log); the next build scans it again, computing the components only its "

@@ -657,9 +657,8 @@ def _scan(
     the build: a batch of several files is scanned again one task per file, and a file whose scan
     still fails is this run's failure (:func:`_crashed_scan`), not cached; the stage goes on."""
     from distributed import as_completed
-    from distributed.client import FutureCancelledError
 
-    from featurecache.build.run import other_code_error
+    from featurecache.build.run import part_outcome
     from featurecache.build.tasks import run_part, stage_guard
 
     t_start = time.time_ns()
@@ -709,17 +708,8 @@ def _scan(
         queue = as_completed([submit(b) for b in batches])
         for fut in queue:
             rels = batch_of.pop(fut.key)
-            try:
-                got: list[FileScan] = fut.result()
-            except (FutureCancelledError, StoreError):
-                raise
-            except (TypeError, AttributeError, ImportError) as exc:
-                # a worker of another featurecache, not a death on a file: the build ends with the
-                # version-mismatch line, no failure recorded (review R27c s45 #6)
-                raise other_code_error(client, f"msa-scan ({first_named(rels, 3)})", exc) from exc
-            except Exception as exc:
-                if getattr(client, "status", "running") != "running":
-                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+            got, exc = part_outcome(client, fut, f"msa-scan ({first_named(rels, 3)})")
+            if exc is not None:
                 fut.release()
                 if len(rels) > 1:
                     # isolate the file that kills workers: one task per file
@@ -1458,11 +1448,10 @@ def _write(
     failure (:func:`_crashed_msa`), and the stage goes on. ``chain_names``: sequence hash -> the
     chains (``1psm/A``) that use it, which that failure names."""
     from distributed import as_completed
-    from distributed.client import FutureCancelledError
 
     from featurecache.build.discover import next_part_number
-    from featurecache.build.run import other_code_error
-    from featurecache.build.tasks import raise_store_failure, run_part, stage_guard
+    from featurecache.build.run import part_outcome
+    from featurecache.build.tasks import run_part, stage_guard
 
     groups = _plan_parts(plan)
     if not groups and (failures or unmatched is not None):
@@ -1499,18 +1488,8 @@ def _write(
         for fut in queue:
             name = part_of.pop(fut.key)
             items, carried, record = parts.pop(name)
-            try:
-                res: MSAPartResult = fut.result()
-                raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
-            except (FutureCancelledError, StoreError):
-                raise
-            except (TypeError, AttributeError, ImportError) as exc:
-                # a worker of another featurecache, not a death on an MSA: the build ends with the
-                # version-mismatch line, no failure recorded (review R27c s45 #6)
-                raise other_code_error(client, name, exc) from exc
-            except Exception as exc:
-                if getattr(client, "status", "running") != "running":
-                    raise  # the scheduler is gone: the build's one line (run._cluster_errors)
+            res, exc = part_outcome(client, fut, name)
+            if exc is not None:
                 fut.release()
                 if len(items) > 1:
                     # isolate the MSA that kills workers: one single-MSA part per MSA

@@ -1452,7 +1452,6 @@ def _run_structure_parts(
     (``build.ccd_keys``); ``token``: the build's store token, which each task reads back before
     it writes (:func:`_store_token`)."""
     from distributed import as_completed
-    from distributed.client import FutureCancelledError
 
     plan = plan_parts(out, pending, part_size)
     if not plan:
@@ -1486,17 +1485,8 @@ def _run_structure_parts(
         queue = as_completed([submit(name, part_inputs) for name, part_inputs in plan])
         for fut in queue:
             name = part_of[fut.key]
-            try:
-                res: PartResult = fut.result()
-                raise_store_failure(res)  # the store refused the part's write: the build ends (exit 3)
-            except (FutureCancelledError, StoreError):
-                raise
-            except (TypeError, AttributeError, ImportError) as exc:
-                # a worker of another featurecache (a task it cannot unpickle or call), not a
-                # death on an input: the build ends with the version-mismatch line, no failure
-                # recorded (before: each input a "worker died" failure, review R27c s45 #6)
-                raise other_code_error(client, name, exc) from exc
-            except Exception as exc:
+            res, exc = part_outcome(client, fut, name)
+            if exc is not None:
                 part_inputs = inputs_of[name]
                 if len(part_inputs) > 1:
                     # isolate the input that kills workers: one single-input part per input
@@ -1523,6 +1513,30 @@ def _run_structure_parts(
 
 #: the structure stage's part task, as :func:`~featurecache.build.tasks.run_part` names it
 STRUCTURE_TASK = "featurecache.build.tasks:build_structure_part"
+
+
+def part_outcome(client: Any, fut: Any, name: str) -> tuple[Any, Exception | None]:
+    """What the part task ``fut`` (named ``name`` in messages) came to, for every stage's loop:
+    ``(result, None)``, or ``(None, exc)`` for a task that failed on its own (its worker died on
+    it, or it raised), which the stage splits or records as its inputs' failure. What ends the
+    build is raised instead: a cancellation (Ctrl-C), a StoreError (the store refused the part's
+    write, :func:`~featurecache.build.tasks.raise_store_failure`, or the task's worker check), a
+    worker that runs other code (:func:`other_code_error`: review R27c s45 #6), and a lost
+    scheduler (``_cluster_errors`` gives its one line)."""
+    from distributed.client import FutureCancelledError
+
+    try:
+        res = fut.result()
+        raise_store_failure(res)
+        return res, None
+    except (FutureCancelledError, StoreError):
+        raise
+    except (TypeError, AttributeError, ImportError) as exc:
+        raise other_code_error(client, name, exc) from exc
+    except Exception as exc:
+        if getattr(client, "status", "running") != "running":
+            raise
+        return None, exc
 
 
 def other_code_error(client: Any, name: str, exc: BaseException) -> StoreError:
