@@ -22,6 +22,7 @@ from featurecache.build.discover import InputFile, entry_key
 from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
+from featurecache.store.root import BUILD_TOKEN_PREFIX
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ def _this_process() -> str:
 SHARED_PATH_RULE = "the store must be on a filesystem every worker sees at the same path"
 #: the name of the file a build writes in its store's root for its workers to read back (this
 #: prefix, then the token): a worker that cannot read it does not see the store at that path
-STORE_TOKEN_PREFIX = ".build-token-"
+STORE_TOKEN_PREFIX = BUILD_TOKEN_PREFIX
 
 
 def store_token_file(root: str | Path, token: str) -> Path:

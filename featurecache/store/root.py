@@ -36,9 +36,10 @@ from featurecache.store.shards import ShardReader
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
-#: the start of the name of a build's store token file (``build.tasks.STORE_TOKEN_PREFIX``, kept
-#: here too: the store layer does not import the build's): one a killed build left in a new
-#: directory does not make it "not a store", and the next build deletes it
+#: the start of the name of a build's store token file (``build.tasks.STORE_TOKEN_PREFIX``: this
+#: prefix, then the token), which a build writes in its store's root for its workers to read back:
+#: one a killed build left in a new directory does not make it "not a store", and the next build
+#: deletes it
 BUILD_TOKEN_PREFIX = ".build-token-"
 
 
