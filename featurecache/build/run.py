@@ -1102,7 +1102,9 @@ def _workers_lost(client: Any, since: float) -> list[str]:
 
     try:
         events = client.run_on_scheduler(removals)
-    except Exception:
+    except Exception as exc:  # e.g. a scheduler that refuses to run functions (distributed.scheduler.pickle)
+        log.warning("the summary names no lost worker: the Dask scheduler did not list its removed workers "
+                    "(%s: %s)", type(exc).__name__, str(exc)[:200])  # fmt: skip
         return []
     lost: dict[str, str] = {}
     for t, worker, stimulus, expected in events:
