@@ -22,6 +22,7 @@ from featurecache.build.discover import InputFile, entry_key
 from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
+from featurecache.parse.ccd import quiet_definition_warnings
 from featurecache.store.root import BUILD_TOKEN_PREFIX
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
@@ -315,7 +316,8 @@ def run_part(guard: dict[str, Any], task: str, *args: Any, **kwargs: Any) -> Any
     module, _, name = task.partition(":")
     if not module.startswith(PART_TASK_MODULES) or not name:
         raise ValueError(f"run_part: not a part task: {task!r}")
-    return getattr(importlib.import_module(module), name)(*args, **kwargs)
+    with quiet_definition_warnings():  # the driver gives them, formatted (parse.ccd)
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
 #: a failure row's message is cut to this many characters

@@ -37,6 +37,8 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -285,12 +287,29 @@ def _broken(file: Path, code: str, why: str, *, block: bool) -> CCDError:
                     component=code)  # fmt: skip
 
 
+#: False while a build's part task runs (``build.tasks.run_part``: :func:`quiet_definition_warnings`)
+_WARN_DEFINITIONS: ContextVar[bool] = ContextVar("featurecache_ccd_definition_warnings", default=True)
+
+
+@contextmanager
+def quiet_definition_warnings() -> Iterator[None]:
+    """Within it, :func:`_warn_unbonded` says nothing. A build's part tasks run in it: a worker
+    process has no log handler, so Python printed the warning there as a bare line, and the build's
+    driver gave the same warning again, formatted, when it read the definition to compute its
+    conformer (the chem stage). The driver's is the one the build shows."""
+    token = _WARN_DEFINITIONS.set(False)
+    try:
+        yield
+    finally:
+        _WARN_DEFINITIONS.reset(token)
+
+
 def _warn_unbonded(comp: ComponentDef, file: Path) -> None:
     """Warn, naming the CCD file, when ``comp`` has several heavy atoms and no bond at all: a
     definition that lost its ``_chem_comp_bond`` loop reads as sound, but its atoms get no bonds and
     cannot be embedded (RDKit put HEM's 43 unbonded atoms on one point: review R25a s43 #1)."""
     n_heavy = int(comp.heavy.sum())
-    if n_heavy > 1 and not comp.bonds:
+    if n_heavy > 1 and not comp.bonds and _WARN_DEFINITIONS.get():
         logger.warning(
             "CCD %s: %s defines %d heavy atoms and no bond (no _chem_comp_bond rows): its atoms get no "
             "bonds, and its reference conformer is the CCD's own coordinates (none if they are "

@@ -11,8 +11,11 @@ residue, which has no coordinates it may take, fails.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from scipy.spatial.distance import pdist
 from featurecache.chem.conformer import COINCIDENT_A, conformer_for_component, conformer_for_perceived
 from featurecache.parse.ccd import CCD, _parse_component
 from tests.chem import ccdtext
+from tests.conftest import REPO, STRUCTURES
 
 
 def _without_bonds(code: str) -> str:
@@ -109,3 +113,23 @@ def test_perceived_residue_of_two_groups_fails() -> None:
     conf = conformer_for_perceived("XCO", ["C1", "O1", "C2", "O2"], [6, 8, 6, 8], xyz, timeout_s=5)
     assert conf.strategy == "failed" and not conf.mask.any(), conf.reason
     assert "no CCD definition" in conf.reason and "form 2 groups" in conf.reason
+
+
+def test_a_build_gives_the_warning_once(tmp_path: Path) -> None:
+    """A build over a structure with HEM, on the embedded cluster (its worker processes write to the
+    build's stderr): the warning once, from the driver. Before, the worker that parsed the structure
+    printed it too, as a bare line among the progress lines (Python's handler of last resort)."""
+    ccd_dir = tmp_path / "ccd"
+    shutil.copytree(ccdtext.CCD_DIR, ccd_dir)
+    (ccd_dir / "HEM.cif").write_text(_without_bonds("HEM"))
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(STRUCTURES / "102m.cif", pdb)  # SOURCES.tsv: myoglobin with HEM
+    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd_dir), "--out", str(tmp_path / "store"),
+            "--workers", "1", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "400"}  # the driver's log record on one line
+    proc = subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stderr.count("HEM defines 43 heavy atoms and no bond")
+    assert said == 1, proc.stderr
