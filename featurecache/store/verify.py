@@ -577,6 +577,12 @@ def _entry_problems(
         return [f"entry {row['id']}: part {row['part']} is missing"]
     try:
         e = store.entry(row["id"])
+        groups = {"atoms": e.atoms, "tokens": e.tokens, "bonds": e.bonds, "interfaces": e.interfaces}
+        # the fields its part stores: what the build hashed (the reader derives those added since);
+        # read here too: an entry of no bonds (or interfaces) reads none of that array's data, only
+        # its metadata here, and a part whose metadata is gone must give a problem line, not end
+        # the run (review R28c s46 #1)
+        stored = {g: store.stored_fields(row["id"], g) for g in groups}
     except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
         denied = _permission_denied(exc)
         if denied is not None:  # not damage: this uid may not read it (--repair must not remove it)
@@ -586,9 +592,6 @@ def _entry_problems(
         # the reader says "entry ID: unreadable (…)" itself, naming the part and the array
         msg = str(exc)
         return [msg if msg.startswith(f"entry {row['id']}: ") else f"entry {row['id']}: unreadable ({msg})"]
-    groups = {"atoms": e.atoms, "tokens": e.tokens, "bonds": e.bonds, "interfaces": e.interfaces}
-    # the fields its part stores: what the build hashed (the reader derives those added since)
-    stored = {g: store.stored_fields(row["id"], g) for g in groups}
     groups = {g: {f: a for f, a in cols.items() if f in stored[g]} for g, cols in groups.items()}
     got = content_hash(groups)
     if got != row["content_hash"]:
