@@ -152,9 +152,14 @@ class ServiceMiddleware:
     def _refuse_auth(self, scope: Scope) -> dict[str, str] | None:
         if self.token is None or scope["path"] in self.public_paths:
             return None
-        header = dict(scope["headers"]).get(b"authorization")
-        if header is None:
+        values = [v for k, v in scope["headers"] if k == b"authorization"]
+        if not values:
             return {"detail": "missing bearer token: send 'Authorization: Bearer <token>'"}
+        if len(values) > 1:
+            # a singleton field: a proxy in front may judge the first one and forward both, where a
+            # dict of the headers judged the last one here (review R28d s46 #4)
+            return {"detail": f"{len(values)} Authorization headers: send exactly one"}
+        header = values[0]
         scheme, _, given = header.partition(b" ")
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
             return {"detail": "invalid bearer token"}
