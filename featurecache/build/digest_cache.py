@@ -97,7 +97,10 @@ class DigestCache:
 
     @classmethod
     def load(cls, root: Path, pdb_dir: Path) -> DigestCache:
-        here = str(Path(pdb_dir).resolve())
+        # a byte of the path that is not UTF-8 written \xNN, as the index writes paths
+        # (discover.escaped_path, which imports this module): an Arrow string holds UTF-8 only
+        # (review R28c s46 #2: a --pdb-dir named so crashed the build)
+        here = os.fsencode(Path(pdb_dir).resolve()).decode("utf-8", "backslashreplace")
         f = cache_path(root)
         if not f.is_file():
             return cls(root, here, None)

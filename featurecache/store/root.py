@@ -208,7 +208,7 @@ class BuildLock:
         with contextlib.suppress(OSError):
             os.ftruncate(self._f.fileno(), 0)
             record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n{self.what}\n"
-            os.pwrite(self._f.fileno(), record.encode(), 0)
+            os.pwrite(self._f.fileno(), record.encode("utf-8", "backslashreplace"), 0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -244,7 +244,10 @@ def _command_line(pid: int | str) -> str:
     """Process ``pid``'s command line as one line ("featurecache build --pdb-dir ..." for the
     console script or ``python -m featurecache.cli``), "" when /proc cannot tell."""
     try:
-        argv = [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        # a byte that is not UTF-8 (a --pdb-dir named so) written \xNN: the record is UTF-8 text
+        # (review R28c s46 #2: os.fsdecode's lone surrogate failed its encode, a traceback, exit 1)
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = [a.decode("utf-8", "backslashreplace") for a in raw if a]
     except OSError:
         return ""
     # "python .../bin/featurecache build ..." or "python -m featurecache.cli build ...": from the command
