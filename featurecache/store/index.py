@@ -47,6 +47,7 @@ import pyarrow.ipc as ipc
 from featurecache.errors import StoreError
 from featurecache.store.layout import (
     INDEX_DIR,
+    INDEX_FILES,
     MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
@@ -998,6 +999,8 @@ def _write_index(
         for name in sorted(tables, key=lambda n: n == "entries"):
             table = tables[name]
             f = index_dir / f"{name}.arrow"
+            if name not in INDEX_FILES:  # readers would leave it out, and a build would not delete it
+                raise ValueError(f"index table {name!r} is not in layout.INDEX_FILES: add it there")
             if name in TABLES or table.num_rows:
                 out = entries if name == "entries" else _sorted(name, table)
                 meta = dict(out.schema.metadata or {})

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from featurecache.errors import FeatureCacheError, InvalidRequest, NotFound, StoreError
+from services.lookup import metrics
 from services.lookup.middleware import allowed_methods
 from services.lookup.params import LimitExceeded
 from services.lookup.state import StoreHolder, StoreUnavailable
@@ -137,6 +138,17 @@ def current_only(request: Request, pieces: Iterator[bytes]) -> Iterator[bytes]:
     for piece in pieces:
         _require_current(request, "streamed")
         yield piece
+
+
+def count_sent_entries(pieces: Iterator[bytes], n_entries: int) -> Iterator[bytes]:
+    """The pieces of an entries stream (its schema, one piece per entry, its end-of-stream marker),
+    each entry counted in ``entries_served_total`` once it was sent: when the next piece is asked
+    for, which a streamed answer does only after the previous one went to the client. A client that
+    goes away mid-batch counts the entries it was sent, not the batch (review R28d s46 #6)."""
+    for i, piece in enumerate(pieces):
+        yield piece
+        if 1 <= i <= n_entries:
+            metrics.ENTRIES.inc()
 
 
 def _require_current(request: Request, what: str) -> None:

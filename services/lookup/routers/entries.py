@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from featurecache.store import arrow_io
 from services.lookup import metrics
 from services.lookup.deps import ReaderDep, SettingsDep
-from services.lookup.handlers import StoreRoute, current_only, guard_stream
+from services.lookup.handlers import StoreRoute, count_sent_entries, current_only, guard_stream
 from services.lookup.listing import list_entries, make_query
 from services.lookup.middleware import is_head
 from services.lookup.params import MAX_INDEX, check_limit, check_name, parse_arrays
@@ -130,11 +130,10 @@ def batch(
     # the schema and the first entry before the status goes out: a store that cannot be read, or
     # that changed while they were read, is a 503
     head = [next(stream), next(stream)]
-    metrics.ENTRIES.inc(len(body.ids))
+    pieces = count_sent_entries(itertools.chain(head, guard_stream(request, stream)), len(body.ids))
     return StreamingResponse(
-        itertools.chain(head, guard_stream(request, stream)), media_type=arrow_io.MEDIA_TYPE,
-        headers={"x-featurecache-entries": str(len(body.ids))},
-    )  # fmt: skip
+        pieces, media_type=arrow_io.MEDIA_TYPE, headers={"x-featurecache-entries": str(len(body.ids))}
+    )
 
 
 RowNumber = Annotated[int, Field(ge=0, le=MAX_INDEX, strict=True)]  # (no group is this long)
