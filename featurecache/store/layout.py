@@ -62,6 +62,15 @@ TABLES = ("entries", "chains", "interfaces", "failures", "msas", "components", "
 #: the memory plan (STORE/index/plan.arrow), written by `featurecache plan`, not by a build: a build
 #: keeps it, and a reader leaves an unreadable one out with a warning instead of refusing the store
 PLAN_TABLE = "plan"
+#: the name of every file a build, prune or `featurecache plan` writes in STORE/index/
+#: (``<name>.arrow``): the tables a reader reads there. Any other ``index/*.arrow`` is not
+#: featurecache's (a user's backup copy, an editor's file): readers leave it out and a build leaves
+#: it in place, each with a warning (review R28c s46 #7, #8). A build refuses to write a name not
+#: listed here (``index._write_index``), so a new table cannot be forgotten.
+INDEX_FILES = frozenset(
+    (*TABLES, "timings", "component_timings", "withdrawn", "removed", "msa_unmatched", "chem_warnings",
+     "chem_scans", PLAN_TABLE)
+)  # fmt: skip
 
 #: group name -> structured dtype; each group is one flat zarr array of records.
 #: Why records and not one array per field (DESIGN.md's first layout): an entry read touches 4

@@ -77,6 +77,7 @@ from featurecache.store.index import (
 )
 from featurecache.store.layout import (
     INDEX_DIR,
+    INDEX_FILES,
     MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
@@ -343,6 +344,8 @@ def _listed_of_missing_parts(root: Path) -> dict[str, dict[str, list[str]]]:
     there = {p.name for p in complete_parts(root)}
     out: dict[str, dict[str, list[str]]] = {}
     for f in sorted((root / INDEX_DIR).glob("*.arrow")):
+        if f.stem not in INDEX_FILES or f.name.startswith("."):  # not featurecache's (review R28c s46 #7)
+            continue
         table = read_table(f, memory_map=False)
         if not table.num_rows or "part" not in table.column_names:
             continue

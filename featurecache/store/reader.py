@@ -28,6 +28,7 @@ from featurecache.store.layout import (
     ENTRY_GROUPS,
     GROUP_OFFSETS,
     INDEX_DIR,
+    INDEX_FILES,
     PLAN_TABLE,
     TABLES,
 )
@@ -173,9 +174,24 @@ class MixedIndexError(StoreError):
     service keeps serving the index it had (``services.lookup.state``)."""
 
 
+#: the files of no featurecache table in an index/ (:func:`_foreign_index_file`) already warned of
+_foreign_warned: set[Path] = set()
+
+
+def _foreign_index_file(f: Path) -> None:
+    """Warn, once per process, of ``f``: an ``index/*.arrow`` whose name is none a featurecache
+    writes (``layout.INDEX_FILES``): a user's copy, a backup. Left out: one that does not read, or is
+    of another index build, made every reader refuse the store, and the build the message advised
+    left it in place (review R28c s46 #7)."""
+    if f not in _foreign_warned:
+        _foreign_warned.add(f)
+        log.warning("%s is not a featurecache index table: left out (featurecache reads and writes only its own "
+                    "names in %s; move other files out of it)", f, f.parent)  # fmt: skip
+
+
 def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[str, pa.Table]:
-    """Every ``index/*.arrow`` of ``root`` (the TABLES that exist, and the others), all of one
-    generation: read again while a build's rebuild renames its files into place (for up to
+    """Every featurecache table of ``index/`` of ``root`` (``layout.INDEX_FILES``: the TABLES that
+    exist, and the others; a file of another name is left out, a warning), all of one generation: read again while a build's rebuild renames its files into place (for up to
     ``retry_s`` seconds), then a :class:`MixedIndexError` naming the files' generations."""
     index_dir = root / INDEX_DIR
     deadline = time.monotonic() + retry_s
@@ -190,6 +206,9 @@ def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[s
                 tables[name] = read_table(f)
         for extra in sorted(index_dir.glob("*.arrow")) if index_dir.is_dir() else []:
             if extra.stem not in tables and not extra.name.startswith("."):
+                if extra.stem not in INDEX_FILES:
+                    _foreign_index_file(extra)
+                    continue
                 try:
                     tables[extra.stem] = read_table(extra)
                 except StoreError as exc:
