@@ -11,12 +11,15 @@ from services.lookup.settings import Settings
 from services.lookup.state import StoreHolder
 
 
-def get_settings(request: Request) -> Settings:
+# The two below are coroutines: FastAPI runs a plain function dependency in the threadpool, so a
+# route that needs only these (liveness) would otherwise wait for one of its 40 threads behind data
+# requests (review R28d s46 #7).
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_holder(request: Request) -> StoreHolder:
+async def get_holder(request: Request) -> StoreHolder:
     holder: StoreHolder = request.app.state.store
     return holder
 

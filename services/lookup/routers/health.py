@@ -24,7 +24,10 @@ router = APIRouter(prefix="/v1", tags=["health"])
         }
     },
 )
-def health(holder: HolderDep) -> Any:
+async def health(holder: HolderDep) -> Any:
+    # on the event loop, as its dependency: a probe under load waited behind data requests for one
+    # of the threadpool's 40 threads (4.8 s, past the Docker healthcheck's 4 s; review R28d s46 #7).
+    # One stat (StoreHolder.removed)
     removed = holder.removed()
     if removed is not None:
         return JSONResponse({"status": "unhealthy", "detail": removed}, status_code=503)
