@@ -1029,10 +1029,14 @@ def _write_index(
         for tmp, _f in staged:
             tmp.unlink(missing_ok=True)  # a write that failed leaves no temp file behind
     written = {f.stem: _stamp(f) for _tmp, f in staged}
-    for f in index_dir.glob("*.arrow"):
+    for f in sorted(index_dir.glob("*.arrow")):
         # an earlier generation's table that this one does not have (components' timings once no
         # component is listed): it would still be read, as of another generation
         if f.stem in written or f.name.startswith("."):
+            continue
+        if f.stem not in INDEX_FILES:  # not featurecache's (a user's backup copy): not deleted
+            log.warning("%s is not a featurecache index table: left in place, and left out by readers "
+                        "(move it out of %s)", f, index_dir)  # fmt: skip
             continue
         if _generation_of_file(f) not in (None, generation.decode()):
             gone.append(f)
