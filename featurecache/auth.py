@@ -12,7 +12,9 @@ would be three different byte strings).
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +24,11 @@ from featurecache.errors import FeatureCacheError
 
 TOKEN_ENV = "FEATURECACHE_AUTH_TOKEN"
 TOKEN_FILE_ENV = "FEATURECACHE_AUTH_TOKEN_FILE"
+
+log = logging.getLogger(__name__)
+
+#: (path, mode) of the token files this process has warned about (once each)
+_warned_modes: set[tuple[str, int]] = set()
 
 
 def clean_token(token: str, source: str) -> str:
@@ -44,13 +51,16 @@ def clean_token(token: str, source: str) -> str:
     return token
 
 
-def read_token_file(path: Path | str) -> str:
+def read_token_file(path: Path | str, *, check_mode: bool = True) -> str:
     """The bearer token in the file ``path``: its text less surrounding whitespace (the newline
     ``echo`` or an editor leaves, a trailing space, a blank last line). FeatureCacheError naming the file
     when it cannot be read, holds no token (empty, or only whitespace) or holds whitespace or a
-    control character inside the token."""
+    control character inside the token. ``check_mode``: a WARNING (once per file and mode in a
+    process) when its group or others may read it (:func:`warn_if_readable_by_others`)."""
     source = f"{TOKEN_FILE_ENV}={path}"
     try:
+        if check_mode:
+            warn_if_readable_by_others(path)
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -59,6 +69,21 @@ def read_token_file(path: Path | str) -> str:
     if not token:
         raise FeatureCacheError(f"{source}: the token file is empty")
     return token
+
+
+def warn_if_readable_by_others(path: Path | str) -> None:
+    """A WARNING naming the token file ``path`` and its mode when its group or others may read it
+    (review R28d s46 #8: a 0644 token file was taken silently). Not an error: Compose secrets and
+    bind mounts often come 0444, where the directory or the container is what keeps others out.
+    OSError when the file cannot be looked at (the read that follows would fail the same way)."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if not mode & (stat.S_IRGRP | stat.S_IROTH) or (str(path), mode) in _warned_modes:
+        return
+    _warned_modes.add((str(path), mode))
+    log.warning("%s=%s: the token file's mode is %04o: %s can read the token; make it readable by its owner "
+                "only (chmod 600 %s)", TOKEN_FILE_ENV, path, mode,
+                "its group and others" if mode & stat.S_IROTH and mode & stat.S_IRGRP
+                else "others" if mode & stat.S_IROTH else "its group", path)  # fmt: skip
 
 
 def token_from_environment(environ: Mapping[str, str] | None = None) -> str | None:

@@ -155,7 +155,8 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"both {TOKEN_ENV} and {TOKEN_FILE_ENV}={self.auth_token_file} are set: give the token one way"
                 )
-            self.auth_token = SecretStr(read_token_file(self.auth_token_file))
+            # its mode is looked at by serve (check_token_source), once, before any worker starts
+            self.auth_token = SecretStr(read_token_file(self.auth_token_file, check_mode=False))
         return self
 
     def limits(self) -> dict[str, int]:
