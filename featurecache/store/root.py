@@ -182,6 +182,16 @@ class BuildLock:
         self._f: IO[str] | None = None
 
     def __enter__(self) -> BuildLock:
+        # a store of a format this code does not read is refused before the lock is taken: taking
+        # it rewrites the lock file's record, and a refused command changes nothing (review R28c
+        # s46 #11); what else is wrong with the root metadata, the command itself says
+        meta = self.path.parent / "zarr.json"
+        try:
+            fmt = group_attributes(meta).get("format_version") if meta.is_file() else None
+        except StoreError:
+            fmt = None
+        if fmt is not None:
+            check_format(fmt, self.path.parent)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # not truncated before the lock is ours: the file holds the holder's record, which
