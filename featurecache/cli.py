@@ -3,7 +3,8 @@
 Exit statuses (documented in each command's --help and in README):
   0  success;  1  some inputs failed (`build`; see `featurecache info STORE` / index/failures.arrow);
   2  usage error: an invalid argument or option (click's own, a UsageError, `show`'s unknown id);
-  3  fatal error (e.g. the output cannot be written, the store is unreadable);
+  3  fatal error (e.g. the output cannot be written, the store is unreadable, the command's extra is not
+     installed);
   4  `verify` found a mismatch;  130  Ctrl-C (`build`, `train`);  143  SIGTERM (`build`, `train`, `serve`).
 
 Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH lines)
@@ -92,6 +93,40 @@ def _fatal(exc: BaseException) -> typer.Exit:
     """Print ``exc`` as one line; exit 2 for an invalid argument, else 3."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     return typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FATAL)
+
+
+#: The modules each command imports from its extra (pyproject's optional-dependencies, an extra per
+#: command), by import name: ``Bio`` is biopython. ``[train]`` is ``[client]`` (torch, scipy, httpx)
+#: and ``[model]`` (triton: the model's kernels import it even for ``--device cpu``). The build's
+#: dashboard needs bokeh too, but without it the build runs without a dashboard.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "build": ("gemmi", "rdkit", "Bio", "scipy", "dask", "distributed"),
+    "serve": ("fastapi", "uvicorn", "pydantic_settings", "prometheus_client"),
+    "train": ("torch", "scipy", "httpx", "triton"),
+    "report": ("matplotlib",),
+}
+
+
+def _require_extra(command: str) -> None:
+    """Stop ``command`` with exit 3 and one line naming the first module of its extra that is not
+    installed and the ``pip install`` that brings it, before the command imports any: the bare
+    ModuleNotFoundError was a traceback and exit 1, which for ``build`` means "some inputs failed"
+    (review R28a s46 #1). ``find_spec`` finds a module without importing it (``build``'s driver
+    does not import scipy)."""
+    import importlib.util
+
+    for module in EXTRA_MODULES[command]:
+        try:
+            missing = importlib.util.find_spec(module) is None
+        except ValueError:  # imported already, without a __spec__
+            missing = False
+        if missing:
+            raise _fatal(
+                FeatureCacheError(
+                    f"featurecache {command} needs the [{command}] extra (module {module} is not installed): "
+                    f"pip install 'featurecache[{command}]'"
+                )
+            )
 
 
 def _store_unreadable(store: Path, serving: bool) -> str | None:
@@ -257,9 +292,10 @@ to change it.
     Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one), \
 or stored entries were lost with a part deleted by hand (no input gives them; recorded as removed); \
 2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
-unreachable scheduler, a worker running other code, unreadable store); 130 Ctrl-C and 143 SIGTERM (finished \
+unreachable scheduler, a worker running other code, unreadable store, the [build] extra not installed); 130 Ctrl-C and 143 SIGTERM (finished \
 parts kept).
     """
+    _require_extra("build")
     _setup_logging(verbose)
     if dashboard is None:
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
@@ -797,11 +833,12 @@ def serve(
     """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs.
 
     Exit status: 0 stopped by Ctrl-C; 2 usage error (--port, --workers, a --token that is empty or holds \
-whitespace, a control character or a non-ASCII character); 3 the store cannot be opened, a token variable or \
+whitespace, a control character or a non-ASCII character); 3 the [serve] extra is not installed, the store cannot be opened, a token variable or \
 file is unusable, a FEATURECACHE_* setting is invalid (a limit out of its range, a value that is not a number), \
 the port cannot be bound, a worker process could not start (with --workers N: its reason in the line); \
 143 stopped by SIGTERM (after a graceful shutdown; with any --workers).
     """
+    _require_extra("serve")
     from featurecache.auth import clean_token
     from services.lookup.server import run_server
 
@@ -1108,7 +1145,7 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json.
     Lookup service (--url): its token is --token, else FEATURECACHE_AUTH_TOKEN, else FEATURECACHE_AUTH_TOKEN_FILE (a file holding it). A service that has not answered yet is waited for --service-wait seconds (a wrong URL fails then); once it has answered, a restart of it is waited for.
 
     Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
-model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the \
+model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the [train] extra is not installed; the \
 store or service cannot be read, or the store's first build has not finished; also mid-run: then with --checkpoint a checkpoint of the steps done is \
 written and named; a non-finite loss; a log or checkpoint that cannot be written); 130 Ctrl-C and 143 \
 SIGTERM (stopped after the current step; the log, and with --checkpoint a checkpoint, written; a line on \
@@ -1121,6 +1158,7 @@ stderr says how to continue).
     if token is not None and url is None:
         typer.secho("error: --token is for a lookup service (--url)", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USAGE)
+    _require_extra("train")
     from featurecache.model.config import ModelConfig
     from featurecache.model.train import (
         describe_log,
@@ -1174,8 +1212,10 @@ def report(
     """Write an HTML report (plots + the numbers behind them) of what is in a store. On a store whose
     first build has not finished it warns (stderr, and on the page): the report is partial.
 
-    Exit status: 0 written; 2 usage error; 3 the store is missing or unreadable, or --out cannot be written.
+    Exit status: 0 written; 2 usage error; 3 the store is missing or unreadable, --out cannot be written, or the \
+[report] extra is not installed.
     """
+    _require_extra("report")
     from featurecache.report import write_report
 
     unfinished = _first_build_unfinished(store)
