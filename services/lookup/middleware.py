@@ -1,7 +1,8 @@
 """One pure-ASGI middleware in front of every route: bearer-token auth, request body limit, metrics,
 and the ``x-featurecache-index`` header (:data:`services.lookup.state.INDEX_HEADER`) on every answer
 but a 401: the id of the index that answered (the reader the route read, else the one open now; no
-header while none is open), so that a client whose tables are of another index refreshes them.
+header while none is open), so that a client whose tables are of another index refreshes them; and
+``cache-control: no-store`` on every answer (a store is rebuilt in place under the same URLs).
 
 HEAD is answered on every route that answers GET, as GET would answer it less the body (probes such
 as ``curl -I`` and uptime monitors use it; FastAPI routes would answer 405), and OPTIONS on the
@@ -29,6 +30,7 @@ from services.lookup import metrics
 from services.lookup.state import INDEX_HEADER
 
 _INDEX_HEADER = INDEX_HEADER.encode()
+_CACHE_CONTROL = b"cache-control"
 
 HEALTH_PATH = "/v1/health"
 READY_PATH = "/v1/ready"
@@ -92,6 +94,7 @@ class ServiceMiddleware:
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
+                message = _not_stored(message)
                 if message["status"] != 401:
                     message = self._with_index_header(inner, message)
             elif message["type"] == "http.response.body":
@@ -164,6 +167,16 @@ class ServiceMiddleware:
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
             return {"detail": "invalid bearer token"}
         return None
+
+
+def _not_stored(message: Message) -> Message:
+    """``message`` (a response's start) with ``cache-control: no-store`` unless it says otherwise: a
+    store is rebuilt or extended in place and served under the same URLs, so no cache (a reverse
+    proxy's, a browser's) may answer from an earlier build (review R28d s46 #9)."""
+    headers = list(message.get("headers", []))
+    if any(k.lower() == _CACHE_CONTROL for k, _ in headers):
+        return message
+    return {**message, "headers": [*headers, (_CACHE_CONTROL, b"no-store")]}
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -61,6 +61,8 @@ class ServiceConfig(Config):
         self, app: Any, *, connection_limits: ConnectionLimits | None = None, **options: Any
     ) -> None:
         self.connection_limits = connection_limits or ConnectionLimits()
+        # no "server: uvicorn" banner on every answer (review R28d s46 #9)
+        options.setdefault("server_header", False)
         if not _HTTPTOOLS:  # pragma: no cover - h11 has its own cap on an unfinished head
             options.setdefault(
                 "h11_max_incomplete_event_size",
