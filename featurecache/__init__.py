@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the only place it is written: pyproject.toml reads it ([tool.setuptools.dynamic])
 __all__ = ["__version__", "open_store", "package_dir", "source_digest"]
 
 if TYPE_CHECKING:

@@ -50,12 +50,13 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from featurecache import __version__
+        from featurecache import __version__, source_digest
         from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
 
+        # the source digest tells two installs of one version apart, as the build compares its workers
         typer.echo(
             f"featurecache {__version__} (featurizer {FEATURIZER_VERSION}, store format "
-            f"{STORE_FORMAT_VERSION}, schema {SCHEMA_VERSION})"
+            f"{STORE_FORMAT_VERSION}, schema {SCHEMA_VERSION}; source {source_digest()})"
         )
         raise typer.Exit()
 
@@ -68,7 +69,8 @@ def _main(
             "--version",
             callback=_version,
             is_eager=True,
-            help="Print the version (and the featurizer, store format and schema versions) and exit.",
+            help="Print the version (and the featurizer, store format and schema versions, and the digest of "
+            "the source files, which any edit to the code changes) and exit.",
         ),
     ] = False,
 ) -> None:

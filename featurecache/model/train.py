@@ -898,21 +898,23 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | None, crop_size: int,
-                   seed: int, batch_size: int, max_atoms: int | None = None) -> ModelConfig:  # fmt: skip
+                   seed: int, batch_size: int, max_atoms: int | None = None, world: int = 1) -> ModelConfig:  # fmt: skip
     """The checkpoint's model config; a different one given explicitly is refused, and so is a
-    different crop, seed, batch size or atom budget (the batches that follow would not be the ones
-    the run would have seen; a checkpoint of an older featurecache records no atom budget: warned). A batch size is refused rather than continued: the checkpoint's step count, the
-    synthetic stream's position (batches drawn) and a carried-over log all count batches of its
-    size, so another size would train other batches under the same step numbers."""
+    different crop, seed, global batch or atom budget (the batches that follow would not be the ones
+    the run would have seen; a checkpoint of an older featurecache records no atom budget: warned).
+    The global batch is ``batch_size`` × ``world`` (this run's ranks) against the checkpoint's
+    (:func:`_check_global_batch`): the same samples per optimizer step on another number of ranks
+    is a reshard of the data positions, any other is refused rather than continued: the checkpoint's
+    step count, the synthetic stream's position (batches drawn) and a carried-over log all count
+    steps of its samples, and ``--lr`` was chosen for them."""
     saved = _checkpoint_config(path, doc, given, "resume from")
-    for key, option, value in (
-        ("crop_size", "--crop", crop_size), ("seed", "--seed", seed), ("batch_size", "--batch-size", batch_size),
-    ):  # fmt: skip
+    for key, option, value in (("crop_size", "--crop", crop_size), ("seed", "--seed", seed)):
         if doc.get(key) is not None and doc[key] != value:
             raise UsageError(
                 f"cannot resume from {path}: its run used {option} {doc[key]}, this one {option} {value} "
                 "(the same batches follow only with the same value)"
             )
+    _check_global_batch(path, doc, batch_size, world)
     if "max_atoms" not in doc:
         log.warning("%s records no --max-atoms (an older checkpoint): cannot check that its run used the same "
                     "atom budget as this one", path)  # fmt: skip
@@ -926,6 +928,51 @@ def _resume_config(path: str | Path, doc: dict[str, Any], given: ModelConfig | N
             "(the same batches follow only with the same value)"
         )
     return saved
+
+
+def checkpoint_world_size(doc: dict[str, Any]) -> int | None:
+    """The number of ranks of the run that wrote checkpoint ``doc``: its ``world_size``, else (a
+    checkpoint of a featurecache before session 46, which records none) the number of data positions
+    it holds, one per rank (:func:`save_checkpoint`'s ``data``); None when it says neither."""
+    world = doc.get("world_size")
+    if isinstance(world, int) and not isinstance(world, bool) and world >= 1:
+        return world
+    data = doc.get("data")
+    ranks = data.get("ranks") if isinstance(data, dict) else None
+    return len(ranks) if isinstance(ranks, list) and ranks else None
+
+
+def _ranks_text(n: int) -> str:
+    return f"{n} rank{'' if n == 1 else 's'}"
+
+
+def _check_global_batch(path: str | Path, doc: dict[str, Any], batch_size: int, world: int) -> None:
+    """Refuse to resume checkpoint ``path`` (``doc``) with another global batch (samples per
+    optimizer step: ``batch_size`` × ``world`` ranks) than its run's, in one line naming the
+    ``--batch-size`` that keeps it on this number of ranks (or that none does), or ``--init-from``.
+    The same global batch on another number of ranks (2 ranks of 1 sample, resumed on 1 rank of 2)
+    is the same objective: its data positions are resharded (:func:`_resharded`). A checkpoint
+    that says nothing of its ranks (:func:`checkpoint_world_size`) is taken as one rank's, warned."""
+    theirs = doc.get("batch_size")
+    if not isinstance(theirs, int):  # (every featurecache's checkpoint records it)
+        return
+    their_world = checkpoint_world_size(doc)
+    if their_world is None:
+        log.warning("%s records neither its run's number of ranks nor their data positions: taken as one "
+                    "rank's (a global batch of %d)", path, theirs)  # fmt: skip
+        their_world = 1
+    before, now = theirs * their_world, batch_size * world
+    if before == now:
+        return
+    if before % world == 0:
+        keep = f"give --batch-size {before // world} to keep it on {_ranks_text(world)}"
+    else:
+        keep = f"no --batch-size keeps it on {_ranks_text(world)}: resume on a number of ranks that divides {before}"
+    raise UsageError(
+        f"cannot resume from {path}: its run trained {before} sample(s) per step (--batch-size {theirs} on "
+        f"{_ranks_text(their_world)}), this one would train {now} (--batch-size {batch_size} on "
+        f"{_ranks_text(world)}); {keep}, or start a new run from its weights with --init-from {path}"
+    )
 
 
 def _note_clip_change(path: str | Path, doc: dict[str, Any], clip_grad_norm: float, step: int) -> None:
@@ -1178,13 +1225,24 @@ def _launch_rank() -> int:
     return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
+def _launch_world() -> int:
+    """The number of ranks of this run before the process group is up (torchrun's ``WORLD_SIZE``;
+    what :class:`_Ranks` finds once it is)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return world if world > 1 and dist.is_available() else 1
+
+
 def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
-                 same_if_recorded: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:  # fmt: skip
+                 same_if_recorded: dict[str, Any] | None = None,
+                 global_batch: int | None = None) -> tuple[list[Any], list[Any]]:  # fmt: skip
     """(step records, checkpoints) of the log at ``path`` before step ``first_step``: what a run
     resumed at ``first_step`` with the same ``--log`` keeps. A file that is not a training log, or
     the log of another run (``same``: the fields that must match; ``same_if_recorded``: those that
-    must match where the log records them, e.g. the data settings an older log lacks), is
-    refused: the resumed run would overwrite it."""
+    must match where the log records them, e.g. the data settings an older log lacks;
+    ``global_batch``: its ``batch_size`` × ``world_size``), is refused: the resumed run would
+    overwrite it."""
     advice = "resuming would overwrite it; give another --log or move it away"
     try:
         earlier = json.loads(path.read_text())
@@ -1195,6 +1253,12 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
     if not isinstance(earlier, dict) or not isinstance(earlier.get("steps"), list):
         raise UsageError(f"--log {path} exists and is not a training log (no list of steps): {advice}")
     recorded = {k: v for k, v in (same_if_recorded or {}).items() if k in earlier}
+    if global_batch is not None:  # the same samples per step on another number of ranks is the same run
+        batch, world = earlier.get("batch_size"), earlier.get("world_size", 1)
+        recorded["global_batch"] = global_batch
+        earlier["global_batch"] = (
+            batch * world if isinstance(batch, int) and isinstance(world, int) else batch
+        )
     for key, value in {**same, **recorded}.items():
         if not _same_data_setting(key, earlier.get(key), value):
             raise UsageError(
@@ -1515,7 +1579,9 @@ def run_training(
     the log's step numbers continue from them. ``lr`` and ``clip_grad_norm`` apply from the resumed
     step on (a different clip than the checkpoint's is warned about: its default was 1.0 before
     session 43, and a checkpoint that records none clipped at that); a different
-    crop, seed or batch size is refused (the same batches would not follow). When ``log_path`` already holds the
+    crop or seed is refused (the same batches would not follow), and so is another global batch
+    (``batch_size`` × the number of ranks, against the checkpoint's ``world_size``): the same
+    global batch on another number of ranks continues with the data positions resharded. When ``log_path`` already holds the
     log of the run being continued (same model config, seed, crop and batch size), its steps before
     the checkpoint are carried over (``steps_from_earlier_log``), so the log covers the whole run;
     a file there that is not that run's log is refused rather than overwritten. A resume on a source
@@ -1613,7 +1679,7 @@ def run_training(
     cfg = config or ModelConfig()
     if resumed is not None:
         assert resume is not None
-        cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms)
+        cfg = _resume_config(resume, resumed, config, crop_size, seed, batch_size, max_atoms, _launch_world())
         if client:
             data_settings = _check_data_settings(resume, resumed, data_settings)
     elif initial is not None:
@@ -1642,9 +1708,9 @@ def run_training(
         log.warning("%s exists: this new run's log replaces it (give another --log to keep it)", log_file)
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
         # the fields of the earlier log that must match for this run to carry its steps over
-        same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size, "batch_size": batch_size}
+        same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size}
         carried, carried_checkpoints = _earlier_log(
-            log_file, first_step, same, data_settings if client else None
+            log_file, first_step, same, data_settings if client else None, batch_size * _launch_world()
         )
     if (
         resume is not None
@@ -1743,7 +1809,7 @@ def run_training(
             "error": None, "fields": LOG_FIELDS, "steps": list(carried),
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
-                "batch_size": batch_size, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
+                "batch_size": batch_size, "world_size": ranks.world, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
                 "max_atoms": max_atoms,
                 **(data_settings if client else {}),
                 "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
