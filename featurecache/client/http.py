@@ -13,7 +13,7 @@ cannot help):
 * 404 → :class:`~featurecache.errors.NotFound` (a ``KeyError``)
 * 401/403 → :class:`~featurecache.errors.AuthenticationError`
 * 400/413/422 → :class:`~featurecache.errors.InvalidRequest` (a ``ValueError``); ``.limit`` names
-  the exceeded limit on 413
+  the exceeded limit on 413, ``.maximum`` its value and ``.got`` the request's
 * 500 → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``): this request failed
 * retries exhausted → :class:`ServiceUnavailable` when the service could not be reached, did not
   answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung)
@@ -1195,7 +1195,8 @@ class LookupClient(FeatureReader):
         from the end, any step, reversed) or indices (negative from the end, any order, repeats);
         an index outside the axis raises InvalidRequest, as locally. The selection is resolved here
         against the MSA's (depth, length) and only those cells cross the network, in as many
-        requests as the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` need.
+        requests as the service's ``max_msa_rows`` / ``max_msa_cols`` / ``max_msa_cells`` and
+        ``max_response_bytes`` need.
 
         The MSA's shape comes from the ``msas`` table fetched before; when the service's MSA has
         another shape now (the store rebuilt, e.g. with another ``--msa-depth``: the service refuses
@@ -1240,25 +1241,38 @@ class LookupClient(FeatureReader):
             self._limit(f"max_msa_{n}", _NO_LIMIT) for n in ("rows", "cols", "cells")
         )
         if r.size <= max_rows and c.size <= max_cols and r.size * c.size <= max_cells:
-            return self._msa_slice(key, r, c)
+            return self._msa_fitting(key, r, c)
         width = max(1, min(c.size, max_cols, max_cells))  # whole column sets where they fit: crops are narrow
         height = max(1, min(max_rows, max_cells // width))
-        blocks = [
-            [self._msa_slice(key, r[i : i + height], c[j : j + width]) for j in range(0, max(c.size, 1), width)]
+        return _join_msa_blocks([
+            [self._msa_fitting(key, r[i : i + height], c[j : j + width]) for j in range(0, max(c.size, 1), width)]
             for i in range(0, max(r.size, 1), height)
-        ]  # fmt: skip
-        first = blocks[0]
-        return MSABlock(
-            key=first[0].key,
-            residues=np.concatenate([np.concatenate([b.residues for b in row], axis=1) for row in blocks]),
-            deletions=np.concatenate([np.concatenate([b.deletions for b in row], axis=1) for row in blocks]),
-            species=np.concatenate([row[0].species for row in blocks]),
-            source=np.concatenate([row[0].source for row in blocks]),
-            profile=np.concatenate([b.profile for b in first]),
-            deletion_mean=np.concatenate([b.deletion_mean for b in first]),
-            depth=first[0].depth,
-            length=first[0].length,
-        )
+        ])  # fmt: skip
+
+    def _msa_fitting(self, key: str, rows: np.ndarray, cols: np.ndarray) -> MSABlock:
+        """:meth:`_msa_slice` of the indices ``rows`` × ``cols``, in as many requests as the service's
+        ``max_response_bytes`` needs (it bounds an MSA slice's answer as it does an entry's: review
+        R28d s46 #2). A 413 naming that limit splits the selection, as a batch of entries is split:
+        into about as many parts as its ``got`` / ``max`` say (one more, for the answer's bytes
+        that do not shrink with it), by rows, or by columns once one row is too many; a part
+        refused again is split again. A single cell refused raises the 413."""
+        try:
+            return self._msa_slice(key, rows, cols)
+        except InvalidRequest as exc:
+            if getattr(exc, "limit", None) != "max_response_bytes" or (rows.size <= 1 and cols.size <= 1):
+                raise
+            got, most = getattr(exc, "got", None), getattr(exc, "maximum", None)
+            by_rows = rows.size > 1
+            n = rows.size if by_rows else cols.size
+            if isinstance(got, int) and isinstance(most, int) and most > 0:
+                parts = min(n, max(2, math.ceil(got / most) + 1))
+            else:  # a 413 that does not say by how much
+                parts = 2
+            if by_rows:
+                grid = [[self._msa_fitting(key, p, cols)] for p in np.array_split(rows, parts)]
+            else:
+                grid = [[self._msa_fitting(key, rows, p) for p in np.array_split(cols, parts)]]
+            return _join_msa_blocks(grid)
 
     def _msa_probe(self, key: str) -> tuple[int, int]:
         """(depth, length) of the service's MSA ``key`` now, from an empty slice of it."""
@@ -1436,11 +1450,31 @@ def _client_error(what: str, status: int, detail: str, response: httpx.Response)
             doc = response.json()
         except ValueError:
             doc = {}
-        exc.limit = doc.get("limit") if isinstance(doc, dict) else None  # type: ignore[attr-defined]
+        doc = doc if isinstance(doc, dict) else {}
+        exc.limit = doc.get("limit")  # type: ignore[attr-defined]
+        # a 413's limit and the request's size by it: how many parts a split needs
+        exc.maximum, exc.got = doc.get("max"), doc.get("got")  # type: ignore[attr-defined]
     else:
         exc = ServiceError(message)
     exc.status = status  # type: ignore[attr-defined,union-attr]
     return exc
+
+
+def _join_msa_blocks(grid: list[list[MSABlock]]) -> MSABlock:
+    """One block of the blocks of ``grid`` (a list of rows of blocks: each row the same rows of
+    the MSA, each column of blocks the same columns), as one request would have answered it."""
+    first = grid[0]
+    return MSABlock(
+        key=first[0].key,
+        residues=np.concatenate([np.concatenate([b.residues for b in row], axis=1) for row in grid]),
+        deletions=np.concatenate([np.concatenate([b.deletions for b in row], axis=1) for row in grid]),
+        species=np.concatenate([row[0].species for row in grid]),
+        source=np.concatenate([row[0].source for row in grid]),
+        profile=np.concatenate([b.profile for b in first]),
+        deletion_mean=np.concatenate([b.deletion_mean for b in first]),
+        depth=first[0].depth,
+        length=first[0].length,
+    )
 
 
 def _structured(group: str, fields: Sequence[str], columns: Any) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from featurecache.const import NUM_RESTYPES
 from featurecache.errors import InvalidRequest
 from featurecache.store import arrow_io
 from featurecache.store.info import info_document
@@ -330,6 +331,28 @@ def msa_shapes(reader: LocalStore) -> dict[str, tuple[int, int]]:
     return shapes
 
 
+#: bytes of an MSA answer besides its arrays: the schema message, the record batch's metadata, the
+#: attrs and shapes JSON and the buffers' padding (2.2 kB measured for a 20-character key; the key's
+#: JSON, up to 6 bytes a character, is counted apart)
+MSA_ANSWER_FIXED_BYTES = 4096
+#: the MSA arrays by what their length follows (types.MSABlock): a cell, a row, a column
+_MSA_CELL_ARRAYS, _MSA_ROW_ARRAYS = ("residues", "deletions"), ("species", "source")
+_MSA_PROFILE_WIDTH = NUM_RESTYPES  # profile is float32 [c, 32]
+
+
+def msa_answer_bytes(key: str, n_rows: int, n_cols: int) -> int:
+    """An upper bound of the bytes of the Arrow answer of ``n_rows`` × ``n_cols`` of the MSA ``key``
+    (:func:`msa_bytes`), known before anything is read: each array's bytes as the answer encodes
+    them (:data:`arrow_io.MSA_DTYPES`: residues uint8 and deletions int16 a cell, species int32 and
+    source uint8 a row, profile float32 × 32 and deletion_mean float32 a column), plus
+    :data:`MSA_ANSWER_FIXED_BYTES` and the key's JSON."""
+    dt = arrow_io.MSA_DTYPES
+    cell = sum(dt[n].itemsize for n in _MSA_CELL_ARRAYS)
+    row = sum(dt[n].itemsize for n in _MSA_ROW_ARRAYS)
+    col = dt["profile"].itemsize * _MSA_PROFILE_WIDTH + dt["deletion_mean"].itemsize
+    return n_rows * n_cols * cell + n_rows * row + n_cols * col + MSA_ANSWER_FIXED_BYTES + 6 * len(key)
+
+
 def msa_slice(
     reader: LocalStore,
     settings: Any,
@@ -337,7 +360,9 @@ def msa_slice(
     rows: slice | Sequence[int] | None,
     cols: slice | Sequence[int] | None,
 ) -> Any:
-    """Check the selection against the MSA's shape and the limits, then read the block."""
+    """Check the selection against the MSA's shape and the limits, ``max_response_bytes`` against
+    :func:`msa_answer_bytes` among them (repeated indices make 101 MB of a 42 kB request: review
+    R28d s46 #2), then read the block."""
     from featurecache.errors import NotFound
     from services.lookup.params import check_limit, resolve_indices
 
@@ -352,5 +377,8 @@ def msa_slice(
     check_limit(
         "max_msa_cells", settings.max_msa_cells, r.size * c.size, f"MSA {key} cells ({r.size}x{c.size})"
     )
+    size = msa_answer_bytes(key, r.size, c.size)
+    check_limit("max_response_bytes", settings.max_response_bytes, size,
+                f"MSA {key} slice ({r.size}x{c.size}, {size} bytes)")  # fmt: skip
     # a damaged shard: the reader's StoreError "MSA KEY: unreadable (…)" (PartArrays.read_many)
     return reader.msa(key, cast(Sequence[int], r), cast(Sequence[int], c))

@@ -88,7 +88,9 @@ class Settings(BaseSettings):
     max_response_bytes: int = Field(
         default=256 * 2**20,
         ge=1,
-        description="Array bytes one entries response may carry (estimated from the index).",
+        description="Bytes one data answer may carry, estimated before anything is read: an entry, a "
+        "batch of entries or an entry's rows (their arrays, from the index), an MSA slice (its Arrow "
+        "answer, from the rows and columns asked for). Over it: 413 naming it.",
     )
     max_page_size: int = Field(default=1000, ge=1, description="Rows per page of GET /v1/entries.")
     max_msa_rows: int = Field(default=DEFAULT_MSA_DEPTH_CAP, ge=1, description="Rows per MSA slice.")

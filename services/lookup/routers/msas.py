@@ -24,7 +24,10 @@ ARROW_OK: dict[int | str, dict[str, Any]] = {
 RESPONSES: dict[int | str, dict[str, Any]] = {
     **ARROW_OK,
     404: {"description": "No MSA with this key."},
-    413: {"description": "Over max_msa_rows, max_msa_cols or max_msa_cells (named in `detail`)."},
+    413: {
+        "description": "Over max_msa_rows, max_msa_cols, max_msa_cells or max_response_bytes (named in "
+        "`detail`)."
+    },
     422: {"description": "Malformed or out-of-range selection."},
 }
 SPEC_HELP = (
