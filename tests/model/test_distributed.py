@@ -71,19 +71,20 @@ def test_two_ranks_train_like_one_process_averaging_their_batches(sample_store: 
     for name, value in model.state_dict().items():
         assert torch.equal(saved["model"][name], value), name
 
-    # a two-rank checkpoint holds two data positions: one process continues it on the positions
-    # neither rank drew (their states resharded, review R5 s35; it was refused), in the stream's order
+    # a two-rank checkpoint holds two data positions: one process of the same global batch (2)
+    # continues it on the positions neither rank drew (their states resharded, review R5 s35; it was
+    # refused), in the stream's order (another global batch is refused: review R28b s46 #1)
     one = tmp_path / "one.json"
     run_training(sample_store, None, steps=STEPS + 2, crop_size=CROP, device="cpu", log_path=one,
-                 resume=ck, workers=1)  # fmt: skip
-    assert [r["positions"] for r in json.loads(one.read_text())["steps"]] == [[6], [7]]
+                 resume=ck, workers=1, batch_size=2)  # fmt: skip
+    assert [r["positions"] for r in json.loads(one.read_text())["steps"]] == [[6, 7], [8, 9]]
     # a checkpoint of synthetic batches (no client position per rank) still cannot be resharded
     synthetic = load_checkpoint(ck)
     synthetic["data"]["ranks"] = [None, None]
     torch.save(synthetic, tmp_path / "synthetic.pt")
     with pytest.raises(InvalidRequest, match="data positions of 2 rank"):
         run_training(sample_store, None, steps=STEPS + 1, crop_size=CROP, device="cpu", log_path=None,
-                     resume=tmp_path / "synthetic.pt", workers=1)  # fmt: skip
+                     resume=tmp_path / "synthetic.pt", workers=1, batch_size=2)  # fmt: skip
 
 
 def _replay(store: Path, positions: list[list[list[int]]]) -> tuple[Trunk, list[float]]:
