@@ -292,6 +292,30 @@ def _check_same_featurizer(
     )
 
 
+def _check_same_stream(ck: str | Path, saved: dict[str, Any], client_state: Any, digest: str, where: str,
+                       source: str | None = None) -> None:  # fmt: skip
+    """Refuse to continue checkpoint ``ck``'s data position (``client_state``: the client's state it
+    saved; ``saved``: its contents) over another sampling stream than its run's (``digest``: the
+    ``stream_digest`` of ``where``'s sampler): the same entry ids (:func:`_check_same_source` passes)
+    with other chains, interfaces or sampling weights (a store rebuilt with other
+    ``--keep-cryst-aids``, CCD or clusters) map the same positions to other samples. A state that
+    records no digest (an older client's) is not compared. ``FeatureDataset`` itself only warns,
+    for its users who resume it on purpose."""
+    from featurecache.client.dataset import K_STREAM
+
+    theirs = client_state.get(K_STREAM) if isinstance(client_state, dict) else None
+    if theirs is None or theirs == digest:
+        return
+    if source is not None and _same_source(saved.get("source"), source):
+        what = f"{where} is the source its run drew from, but its entries' chains or sampling weights changed since"
+    else:
+        what = f"{where} holds its run's entries ({saved.get('source')}: the same ids) with other chains or sampling weights"
+    raise UsageError(
+        f"cannot resume from {ck}: {what} (rebuilt, e.g. with another --keep-cryst-aids?): its positions draw "
+        "other samples now; an exact resume is impossible: " + _START_ANEW.format(ck=ck)
+    )
+
+
 class _Synthetic:
     """Synthetic batches that count how many were drawn: their position for a checkpoint."""
 
@@ -400,6 +424,8 @@ def make_batches(
                     getattr(dataset, "featurizer_versions", None),
                     dataset.source.describe(),
                 )
+                _check_same_stream(ck, resume_from[1], state["client"], dataset.sampler.stream_digest(),
+                                   dataset.source.describe(), source)  # fmt: skip
             try:
                 loader.load_state_dict(state["client"])
             except InvalidRequest as exc:  # the position does not fit this stream (seed, ranks, epoch)
@@ -1587,8 +1613,10 @@ def run_training(
     a file there that is not that run's log is refused rather than overwritten. A resume on a source
     whose entries are not those of the checkpoint's run (another store, or the store extended or
     pruned since: :func:`source_identity`, recorded in the checkpoint; the same store read locally or
-    through its lookup service is the same) or with another ``max_atoms`` or data setting is
-    refused: its data position indexes that run's entries.
+    through its lookup service is the same), whose entries' chains or sampling weights differ (the
+    client's stream digest, saved with the data position: a store rebuilt with other
+    ``--keep-cryst-aids``), or with another ``max_atoms`` or data setting is refused: its data
+    position indexes that run's stream of samples.
 
     ``init_from``: start a new run (step 0, a fresh optimizer and data stream) from the model
     parameters of a checkpoint, e.g. when the store has grown since it was written; its model config
