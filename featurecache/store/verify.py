@@ -117,6 +117,9 @@ class VerifyReport:
     #: have no reference conformer; ``--repair`` writes a rescan part, so the next build's chem
     #: stage computes them
     no_component: dict[str, list[str]] = field(default_factory=dict)
+    #: index tables whose ``STORE/index/<name>.arrow`` differs from what the parts' own index gives
+    #: (name -> how): ``--repair`` rewrites the index from the parts
+    index_differs: dict[str, str] = field(default_factory=dict)
 
 
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
@@ -210,7 +213,11 @@ def _verify(
         # (the structure parts a build holds back until its MSA and chem stages have run: not stale)
         held = set(store.unpublished_parts)
         readable = [p for n, p in parts.items() if n not in report.bad_index_parts and n not in held]
-        problems.extend(_index_matches_parts(store.path, entries, readable, set(report.bad_index_parts)))
+        derived = index_tables(store.path, readable)
+        stale = _index_matches_parts(entries, derived["entries"], set(report.bad_index_parts))
+        problems.extend(stale)
+        if not stale and not report.bad_index_parts:
+            _check_index_contents(store, derived, report, dirs)
         problems.extend(f"part {n}: written but not yet published (the build that wrote it has not run its MSA and "
                         "chem stages after it: a build is running, or was stopped; run `featurecache build` on "
                         "the store to finish it)" for n in sorted(held) if n in parts)  # fmt: skip
@@ -337,6 +344,30 @@ def _unreadable_part_index(part: Path) -> str | None:
             if isinstance(exc.__cause__, PermissionError):
                 raise
             return f"file {f} is unreadable ({exc.__cause__ or exc})"
+    return _changed_part_index(part)
+
+
+def _changed_part_index(part: Path) -> str | None:
+    """Which ``_index/*.arrow`` file of ``part`` no longer has the sha256 its ``part.json`` recorded
+    when the part was written (``writer.INDEX_SHA256_KEY``: an Arrow file has no checksum of its
+    own, and a flipped bit reads back as other data; review R28c s46 #3), or is gone; None when
+    they all match, or the part records none (written before, or no readable part.json)."""
+    from featurecache.store.writer import INDEX_SHA256_KEY, index_file_hashes
+
+    try:
+        recorded = json.loads((part / PART_INDEX_DIR / PART_DONE_FILE).read_text()).get(INDEX_SHA256_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    now = index_file_hashes(part)
+    for name, digest in sorted(recorded.items()):
+        f = part / PART_INDEX_DIR / name
+        if name not in now:
+            return f"file {f} is missing (its part.json records it)"
+        if now[name] != digest:
+            return (f"file {f} has changed since the part was written (sha256 {now[name][:16]}…, its part.json "
+                    f"records {str(digest)[:16]}…)")  # fmt: skip
     return None
 
 
@@ -636,12 +667,35 @@ def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any
                             {g: g for g in ENTRY_GROUPS}, "array group", "entry")  # fmt: skip
 
 
-def _index_matches_parts(root: Path, entries: pa.Table, parts: list[Path], unlisted: set[str]) -> list[str]:
-    """The index's entries are exactly the live entries of ``parts`` (the parts whose own index
-    reads; a killed build can leave the top-level index behind its parts; a build on the store
-    rebuilds it). The index gives them as a rebuild from those parts would (less what prune
-    --sources-gone or verify --repair removed)."""
-    live = index_tables(root, parts)["entries"]
+def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], report: VerifyReport,
+                          dirs: dict[str, str]) -> None:  # fmt: skip
+    """The index files hold what the parts' own index gives (``derived``: :func:`index_tables`),
+    and every chain's ``sequence_hash`` is the hash of its sequence (``store.index_check``; review
+    R28c s46 #3). A differing file: a problem, and ``--repair`` rewrites the index
+    (:attr:`VerifyReport.index_differs`); a chain row of a part that is damaged: its entry is
+    damaged (``--repair`` takes it out, the build rebuilds it)."""
+    from featurecache.store.index_check import chain_hash_problems, index_differences
+
+    for name, why in index_differences(store.path, derived).items():
+        report.index_differs[name] = why
+        report.problems.append(f"index/{name}.arrow differs from the rows of the parts' own index: {why} (the "
+                               "file is damaged or was changed: `featurecache verify --repair` rewrites the index "
+                               "from the parts)")  # fmt: skip
+    bad_chains = chain_hash_problems(derived["chains"])
+    if bad_chains:
+        rows = {r["id"]: r for r in store.entries.to_pylist() if r["id"] in bad_chains}
+        for entry_id, why in sorted(bad_chains.items()):
+            problem = f"entry {entry_id}: {why} (part {rows[entry_id]['part'] if entry_id in rows else '?'})"
+            report.problems.append(problem)
+            if entry_id in rows:
+                report.damaged.append(_damaged_entry(store.path, rows[entry_id], problem, dirs))
+
+
+def _index_matches_parts(entries: pa.Table, live: pa.Table, unlisted: set[str]) -> list[str]:
+    """The index's entries are exactly the live entries of the parts (``live``: the entries a
+    rebuild from the parts whose own index reads gives; a killed build can leave the top-level
+    index behind its parts; a build on the store rebuilds it). The index gives them as a rebuild
+    from those parts would (less what prune --sources-gone or verify --repair removed)."""
     in_parts = set(zip(live.column("id").to_pylist(), live.column("part").to_pylist(), strict=True))
     in_index = set(zip(entries.column("id").to_pylist(), entries.column("part").to_pylist(), strict=True))
     hidden = {i for i, p in in_index if p in unlisted}  # an earlier version shows through: not stale
@@ -764,7 +818,8 @@ class RepairResult:
     moved_parts: dict[str, Path] = field(default_factory=dict)
     #: such parts left in place: (part, why)
     kept_parts: list[tuple[str, str]] = field(default_factory=list)
-    #: the parts written (removal rows; an empty stand-in of each moved part)
+    #: the parts written (removal rows; an empty stand-in of each moved part), and the index files
+    #: rewritten because they differed from the parts (``index/<name>.arrow``)
     written: list[str] = field(default_factory=list)
     #: entries / MSAs a moved part had removed (``prune --sources-gone``), removed again
     removed_again: list[str] = field(default_factory=list)
@@ -843,19 +898,20 @@ def repair_store(
         # chem stage, which has scanned every structure part, computes them only after a rescan
         rescan_all = bool(report.no_component)
         lost = [d for d in result.kept if d.part_gone]
-        if lost and (result.removed or to_move or gone_components or rescan_all):
+        rewrite_index = bool(report.index_differs)  # (index files unlike their parts: review R28c s46 #3)
+        if lost and (result.removed or to_move or gone_components or rescan_all or rewrite_index):
             # any write rebuilds the index from the parts: the kept rows of a gone part would go too
             result.blocked = _blocked(root, lost)
             result.would_remove, result.removed = result.removed, []
             result.would_move, to_move = to_move, []
             result.would_drop, gone_components = gone_components, []
-            rescan_all = False
+            rescan_all = rewrite_index = False
         # the rows of parts that are gone: any write below drops them (said after it)
         missing = _listed_of_missing_parts(root) if not result.blocked else {}
         # what the index lists before any part moves (a moved part may have held removals)
         listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
                   else set()) if store is not None else (set(), set())  # fmt: skip
-        if to_move or gone_components or rescan_all:
+        if to_move or gone_components or rescan_all or rewrite_index:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import drop_saved_index, restore_index, save_index
 
@@ -879,6 +935,10 @@ def repair_store(
                     result.written += rescan
                     result.rescan = rescan[0]
                 rebuild_index(root, incremental=False)
+                if rewrite_index:
+                    result.written += [f"index/{name}.arrow" for name in report.index_differs]
+                    log.warning("rewrote %s from the parts' own index: %s", root / "index",
+                                "; ".join(f"{n}.arrow {why}" for n, why in report.index_differs.items()))  # fmt: skip
             except (OSError, StoreError) as exc:
                 for name, where in result.moved_parts.items():
                     stand_in = root / "parts" / name
