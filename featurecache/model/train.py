@@ -891,9 +891,10 @@ def save_checkpoint(path: str | Path, *, step: int, model: torch.nn.Module, opt:
 
 
 def load_checkpoint(path: str | Path, verb: str = "resume from") -> dict[str, Any]:
-    """A checkpoint written by :func:`save_checkpoint`, tensors on the CPU; a missing, truncated or
-    foreign file is a :class:`~featurecache.errors.UsageError` naming it and the reason in one line
-    ("cannot ``verb`` PATH: ...")."""
+    """A checkpoint written by :func:`save_checkpoint`, tensors on the CPU; a missing, truncated,
+    damaged (a member whose CRC-32 does not match: a flipped byte) or foreign file is a
+    :class:`~featurecache.errors.UsageError` naming it and the reason in one line ("cannot ``verb``
+    PATH: ...")."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"cannot {verb} {path}: a directory, not a checkpoint file")
@@ -902,6 +903,15 @@ def load_checkpoint(path: str | Path, verb: str = "resume from") -> dict[str, An
     not_ours = f"cannot {verb} {path}: not a featurecache checkpoint"
     if not zipfile.is_zipfile(path):  # what torch.save writes; a torn copy lacks the zip's directory
         raise UsageError(f"{not_ours} (not a file torch.save wrote, or a truncated one)")
+    # torch.load does not check the members' CRC-32: a flipped byte loaded silently as another
+    # weight (review R28b s46 #3). Reading the file once more is little next to a resume.
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        raise UsageError(f"{not_ours} (damaged: {_first_line(exc)})") from exc
+    if damaged is not None:
+        raise UsageError(f"{not_ours} (damaged: its member {damaged} fails its checksum)")
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # the weights-only loader's refusal (a page of advice)
