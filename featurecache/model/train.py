@@ -1026,6 +1026,22 @@ def _note_clip_change(path: str | Path, doc: dict[str, Any], clip_grad_norm: flo
                 theirs)  # fmt: skip
 
 
+def _note_lr_change(path: str | Path, doc: dict[str, Any], lr: float, step: int) -> None:
+    """Warn when a resume of checkpoint ``path`` (``doc``) trains at another ``--lr`` than its run
+    did: the rate given applies from the resumed step on, and a resume that leaves ``--lr`` out
+    takes the default, which changed the rate of a run trained at another one without a word
+    (review R28b s46 #4). The log's records say each step's rate (``lr``). A checkpoint that records
+    none says it in its optimizer's param groups."""
+    theirs = doc.get("lr")
+    if not isinstance(theirs, int | float):
+        groups = (doc.get("optimizer") or {}).get("param_groups") or [{}]
+        theirs = groups[0].get("lr")
+    if not isinstance(theirs, int | float) or theirs == lr:
+        return
+    log.warning("%s was trained with --lr %s; this run trains at %s from step %d on (give --lr %s to go on as "
+                "it did)", path, theirs, lr, step, theirs)  # fmt: skip
+
+
 def _check_data_settings(path: str | Path, doc: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     """Refuse to resume checkpoint ``path`` (``doc``) with other client data settings (``data``:
     :func:`_check_data_options`'s) than its run's, in one line naming every option that differs
@@ -1340,6 +1356,8 @@ LOG_FIELDS: dict[str, str] = {
     "the step was skipped (skip_reason)",
     "grad_norm": "the total L2 norm of the step's gradients (with several ranks: of their mean) before they are "
     "clipped to clip_grad_norm; null when not finite (the run then stops), or when the step was skipped",
+    "lr": "the learning rate of the step's update (a resumed run's --lr applies from its first step on: a change "
+    "of rate shows here; absent from the records of a log written before featurecache recorded it)",
     "clipped": "whether grad_norm was above clip_grad_norm (the header's), so that the step's gradients were "
     "scaled down to it; null when the step was skipped",
     "skip_reason": "why the step did not train (no forward, backward or optimizer step; it still counts toward "
@@ -1613,8 +1631,9 @@ def run_training(
     ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
     parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
     the log's step numbers continue from them. ``lr`` and ``clip_grad_norm`` apply from the resumed
-    step on (a different clip than the checkpoint's is warned about: its default was 1.0 before
-    session 43, and a checkpoint that records none clipped at that); a different
+    step on (a different rate than the checkpoint's is warned about, and each step record holds its
+    rate; so is a different clip: its default was 1.0 before session 43, and a checkpoint that
+    records none clipped at that); a different
     crop or seed is refused (the same batches would not follow), and so is another global batch
     (``batch_size`` × the number of ranks, against the checkpoint's ``world_size``): the same
     global batch on another number of ranks continues with the data positions resharded. When ``log_path`` already holds the
@@ -1785,6 +1804,7 @@ def run_training(
             for group in opt.param_groups:
                 group["lr"] = lr
             _note_clip_change(resume, resumed, clip_grad_norm, first_step)
+            _note_lr_change(resume, resumed, lr, first_step)
         loss_fn = torch.compile(model.loss) if compile else model.loss
         graphed = GraphedSteps(model, opt, loss_fn, clip_norm=clip_grad_norm) if cuda_graphs else None
         if pool is None:
@@ -2066,7 +2086,7 @@ def run_training(
                         "step": step, "step_time_s": t_end - t_prev, "data_wait_s": wait, "exposed_data_wait_s": exposed,
                         "compute_s": t_end - t_issue, "gpu_s": start.elapsed_time(end) / 1e3 if cuda else None,
                         "loss": loss_value if math.isfinite(loss_value) else None,
-                        "grad_norm": norm_value if math.isfinite(norm_value) else None,
+                        "grad_norm": norm_value if math.isfinite(norm_value) else None, "lr": lr,
                         "clipped": norm_value > clip_grad_norm if skip_reason is None else None,
                         "skip_reason": skip_reason, "peak_mem_bytes": peak, "pairs": sum(pairs),
                         "tokens": tokens, "world_tokens": tokens if ranks.world == 1 else None, "padded_tokens": int(batch["token_mask"].shape[1]),
