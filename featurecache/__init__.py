@@ -55,12 +55,17 @@ _NOT_SOURCE_DIRS = frozenset({"__pycache__"})
 #: ``chem/data/*``).
 _DATA_DIRS = frozenset({"data"})
 
+#: Files of the package's own directory an install carries besides the ``*.py`` (pyproject's
+#: package-data: the PEP 561 marker).
+_PACKAGE_FILES = frozenset({"py.typed"})
+
 
 def _source_files(root: Path) -> list[str]:
     """The relative paths (``/``-separated, sorted) :func:`digest_sources` hashes: what an install
-    of the package carries, i.e. every ``*.py`` file and every file in a ``data`` directory
-    (package-data), whether the package is a checkout or a wheel (a checkout's other files, such
-    as ``model/KERNEL_NOTES.md``, are not installed and do not count). A symlink to a file counts;
+    of the package carries, i.e. every ``*.py`` file, every file in a ``data`` directory and the
+    top-level ``py.typed`` (package-data), whether the package is a checkout or a wheel (a
+    checkout's other files, such as ``model/KERNEL_NOTES.md``, are not installed and do not
+    count). A symlink to a file counts;
     a dangling one, a directory or a FIFO does not; no path part may start with ``.`` (an editor's
     lock symlink ``.#run.py``, a hidden directory); ``__pycache__`` is not entered, nor are
     symlinked directories."""
@@ -70,7 +75,8 @@ def _source_files(root: Path) -> list[str]:
         base = Path(dirpath)
         in_data = any(part in _DATA_DIRS for part in base.relative_to(root).parts)
         for name in filenames:
-            if name.startswith(".") or not (name.endswith(".py") or in_data):
+            carried = name.endswith(".py") or in_data or (base == root and name in _PACKAGE_FILES)
+            if name.startswith(".") or not carried:
                 continue
             if (base / name).is_file():
                 rels.append((base / name).relative_to(root).as_posix())
