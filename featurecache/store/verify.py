@@ -47,6 +47,7 @@ from featurecache.store.layout import (
     GROUP_OFFSETS,
     PART_DONE_FILE,
     PART_INDEX_DIR,
+    PARTS_DIR,
     STRUCTURE_PART_PREFIX,
     content_hash,
     group_hashes,
@@ -117,6 +118,9 @@ class VerifyReport:
     #: have no reference conformer; ``--repair`` writes a rescan part, so the next build's chem
     #: stage computes them
     no_component: dict[str, list[str]] = field(default_factory=dict)
+    #: zarr groups whose metadata (``zarr.json``) is missing or not a group's: ``parts/`` and an
+    #: MSA part's ``residues/`` (review R28c s46 #12); ``--repair`` writes it
+    missing_groups: list[Path] = field(default_factory=list)
     #: index tables whose ``STORE/index/<name>.arrow`` differs from what the parts' own index gives
     #: (name -> how): ``--repair`` rewrites the index from the parts
     index_differs: dict[str, str] = field(default_factory=dict)
@@ -165,16 +169,25 @@ def _verify(
     if "part" in components.column_names:
         live |= set(components.column("part").to_pylist())
     # 1. every part is complete and its own index agrees with its arrays
+    if parts and not _is_group(store.path / PARTS_DIR):
+        report.missing_groups.append(store.path / PARTS_DIR)
+        problems.append(f"{store.path / PARTS_DIR / 'zarr.json'} is missing or not a zarr group's metadata: the store "
+                        f"is no Zarr v3 hierarchy without it (generic zarr readers find no part){_WRITES_GROUP}")  # fmt: skip
     advance = stage("parts", len(parts))
     for name, part in parts.items():
         advance(1)
+        report.notes.extend(_unreadable_verify_files(name, part))
         bad_index = _unreadable_part_index(part)
         if bad_index is not None:
             report.bad_index_parts[name] = bad_index
             problems.append(f"part {name}: its own index {bad_index}")
             continue
         found = _check_part(name, part)
+        groups = _missing_part_groups(part)
+        found += [f"part {name}: {g.relative_to(part)}/zarr.json is missing or not a zarr group's metadata (generic "
+                  f"zarr readers find none of its arrays){_WRITES_GROUP}" for g in groups]  # fmt: skip
         if name in live:
+            report.missing_groups.extend(groups)
             problems.extend(found)
             if found and name.startswith(COMPONENT_PART_PREFIX):
                 report.damaged_component_parts[name] = found[0]
@@ -498,6 +511,58 @@ def _guarded(label: str, check: Callable[[LocalStore], list[str]], store: LocalS
         return [f"{label}: could not be checked ({type(exc).__name__}: {exc})"]
 
 
+#: the end of a missing group metadata's problem line
+_WRITES_GROUP = ": `featurecache verify --repair` writes it"
+#: what zarr writes for a group without attributes (the store's intermediate groups are such)
+_GROUP_METADATA = {"attributes": {}, "zarr_format": 3, "node_type": "group"}
+
+
+def _is_group(path: Path) -> bool:
+    try:
+        doc = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("node_type") == "group" and doc.get("zarr_format") == 3
+
+
+def _missing_part_groups(part: Path) -> list[Path]:
+    """The intermediate groups of ``part`` without their metadata: an MSA part's ``residues/``
+    (its arrays are ``residues/NNNNNN``); the part's own group is :func:`_check_part`'s."""
+    residues = part / "residues"
+    return [residues] if residues.is_dir() and not _is_group(residues) else []
+
+
+def _unreadable_verify_files(name: str, part: Path) -> list[str]:
+    """A note for each ``_verify/*.arrow`` of ``part`` that does not read: nothing is served from
+    it, but a later damage report of the part cannot say which arrays changed (review R28c s46 #12)."""
+    out = []
+    for f in sorted((part / "_verify").glob("*.arrow")):
+        try:
+            read_table(f, memory_map=False)
+        except FeatureCacheError as exc:
+            out.append(f"part {name}: {f} is unreadable ({exc.__cause__ or exc}): a report of damage to the part "
+                       "cannot name the arrays that changed (`featurecache prune` deletes the part once a build "
+                       "has rewritten what it holds)")  # fmt: skip
+    return out
+
+
+def _write_groups(groups: list[Path]) -> list[str]:
+    """Write the metadata of each of ``groups`` (a group without attributes, as zarr writes one);
+    returns their ``zarr.json`` paths."""
+    out = []
+    for g in groups:
+        meta = g / "zarr.json"
+        tmp = meta.with_name(f".zarr.json.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(_GROUP_METADATA, indent=2))
+            os.replace(tmp, meta)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {meta}: {exc.strerror or exc}") from exc
+        out.append(str(meta))
+    return out
+
+
 def _check_part(name: str, part: Path) -> list[str]:
     """A part is complete, a structure part's arrays have the rows its own index says, and no
     shard file is missing that the part needs (see :class:`~featurecache.store.root.PartArrays`)."""
@@ -818,8 +883,9 @@ class RepairResult:
     moved_parts: dict[str, Path] = field(default_factory=dict)
     #: such parts left in place: (part, why)
     kept_parts: list[tuple[str, str]] = field(default_factory=list)
-    #: the parts written (removal rows; an empty stand-in of each moved part), and the index files
-    #: rewritten because they differed from the parts (``index/<name>.arrow``)
+    #: the parts written (removal rows; an empty stand-in of each moved part), the index files
+    #: rewritten because they differed from the parts (``index/<name>.arrow``), and the group
+    #: metadata files written because they were missing (their paths)
     written: list[str] = field(default_factory=list)
     #: entries / MSAs a moved part had removed (``prune --sources-gone``), removed again
     removed_again: list[str] = field(default_factory=list)
@@ -878,6 +944,8 @@ def repair_store(
         sound: set[tuple[Any, ...]] = set()
         report = verify_report(root, progress, workers, sound)
         result = RepairResult(report)
+        # group metadata that is gone: written as zarr writes it (a file of fixed content)
+        result.written += _write_groups(report.missing_groups)
         for d in report.damaged:
             (result.removed if d.source_gone is False or drop_gone else result.kept).append(d)
         store = open_store(root) if report.bad_index_parts else None
