@@ -2434,7 +2434,8 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
 def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str:
     """One line on how a run (its log ``doc``) went, for the end of ``featurecache train``: how it
     ended, its steady rate, the data wait, the loss, where the log and the last checkpoint are, and
-    (a run that did not complete) how to continue it."""
+    (a run that did not complete) how to continue it. Rank r > 0 of several (``doc``'s ``rank``):
+    its rank instead of the checkpoint and the way to continue, which rank 0 wrote and its line says."""
     from featurecache.report.timeline import unfinished
 
     records = doc.get("steps") or []
@@ -2469,7 +2470,17 @@ def describe_run(doc: dict[str, Any], log_path: str | Path | None = None) -> str
     if log_path is not None:
         parts.append(f"log {log_path}")
     checkpoints = [c for c in doc.get("checkpoints") or [] if isinstance(c, dict)]
-    if checkpoints:
+    rank, world = doc.get("rank"), doc.get("world_size")
+    if isinstance(rank, int) and rank > 0:  # rank 0 alone writes the checkpoints, and its line names them
+        parts.append(
+            f"rank {rank} of {world}"
+            + (
+                " (rank 0 wrote the checkpoints; its line names them and how to continue)"
+                if checkpoints
+                else ""
+            )
+        )
+    elif checkpoints:
         ck, ck_steps = checkpoints[-1].get("path"), checkpoints[-1].get("step")
         behind = n - ck_steps if isinstance(ck_steps, int) and ck_steps < n else 0
         parts.append(
