@@ -1855,7 +1855,7 @@ def run_training(
             **(data_settings if client else dict.fromkeys(data_settings)), "batch_size": batch_size,
             "seed": seed, "lr": lr, "clip_grad_norm": clip_grad_norm, "pad_multiple": pad_multiple, "compiled": compile,
             "cuda_graphs": cuda_graphs, "prefetch": prefetch, "pool": pool if client else None,
-            "in_order": in_order if client else None,
+            "workers": workers if client else None, "in_order": in_order if client else None,
             "model_config": cfg.to_dict(), "resumed_from": str(resume) if resume is not None else None,
             "initialized_from": str(init_from) if init_from is not None else None,
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
@@ -1868,7 +1868,7 @@ def run_training(
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
                 "batch_size": batch_size, "world_size": ranks.world, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
-                "max_atoms": max_atoms,
+                "max_atoms": max_atoms, "workers": workers if client else None,
                 **(data_settings if client else {}),
                 "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
                 "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
@@ -2395,12 +2395,15 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     checkpoint ``ck`` to ``steps`` steps: ``--resume CK --steps N``, then each option a resume
     checks against the checkpoint whose value differs from train's default (a resume without it is
     refused), ``--lr`` likewise (``lr`` False: the caller says which rate to take) and
-    ``--clip-grad-norm``, ``--in-order``
-    when the run used it, and the run's source (``--store`` or ``--url``; its token is never shown),
-    ``--device cpu``, ``--log`` (the run's log, ``log_path``, where it is not the default; rank
-    0's) and the run's ``--checkpoint`` / ``--checkpoint-every`` (the steps after the resume go on
-    being checkpointed as before: without them the line trained on with no checkpoint at all;
-    review R13 s39 L3) so that the line runs as it is."""
+    ``--clip-grad-norm``, the run's ``--workers`` where it is not the default (with one worker, or
+    ``--in-order``, the resume is bitwise; the default's four hand samples over ready-first),
+    ``--in-order`` when the run used it, and the run's source (``--store`` or ``--url``; its token
+    is never shown), ``--device cpu``, ``--log`` (the run's log, ``log_path``, where it is not the
+    default; rank 0's) and the run's ``--checkpoint`` / ``--checkpoint-every`` (the steps after the
+    resume go on being checkpointed as before: without them the line trained on with no checkpoint
+    at all; review R13 s39 L3) so that the line runs as it is. A run of several ranks is continued
+    on as many: the line is then a whole ``torchrun --nproc-per-node W -m featurecache.cli train``
+    command, its log given as ``--log-file`` (torchrun takes ``--log`` for its own ``--log-dir``)."""
     import shlex
 
     from featurecache.auth import redact_url
@@ -2413,6 +2416,9 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
             continue
         if not _same_data_setting(key, value, list(default) if key == "crop_weights" else default):
             args.append(_option_value(option, value))
+    workers = doc.get("workers")
+    if isinstance(workers, int) and workers != defaults["workers"]:
+        args.append(f"--workers {workers}")
     if doc.get("in_order"):
         args.append("--in-order")
     source = doc.get("source")
@@ -2421,13 +2427,17 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
         args.append(f"{'--url' if url else '--store'} {shlex.quote(redact_url(source) if url else source)}")
     if str(doc.get("device", "")).startswith("cpu"):
         args.append("--device cpu")
+    world = doc.get("world_size")
+    world = world if isinstance(world, int) and not isinstance(world, bool) else 1
     # (another rank's log is NAME.rank<r>.json of rank 0's --log, which rank 0's line names)
     if log_path is not None and Path(log_path) != Path(defaults["log_path"]) and not doc.get("rank"):
-        args.append(f"--log {shlex.quote(str(log_path))}")
+        args.append(f"{'--log-file' if world > 1 else '--log'} {shlex.quote(str(log_path))}")
     if isinstance(doc.get("checkpoint"), str):
         args.append(f"--checkpoint {shlex.quote(doc['checkpoint'])}")
         if isinstance(doc.get("checkpoint_every"), int):
             args.append(f"--checkpoint-every {doc['checkpoint_every']}")
+    if world > 1:  # on as many ranks: on fewer or more the global batch would change (refused)
+        return f"torchrun --nproc-per-node {world} -m featurecache.cli train {' '.join(args)}"
     return " ".join(args)
 
 
