@@ -8,6 +8,7 @@ The sample store (real build, real CCD), the CLI in process, a real rebuild."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -80,6 +81,11 @@ def test_component_parts_without_content_hashes_are_noted_and_pass(
         assert "content_sha256" in table.column_names and all(table.column("content_sha256").to_pylist())
         # as a featurecache before the column wrote it
         feather.write_feather(table.drop_columns(["content_sha256"]), own, compression="uncompressed")
+        # nor did it record the sha256 of the part's own index files (review R28c s46 #3)
+        manifest = own.parent / "part.json"
+        doc = json.loads(manifest.read_text())
+        del doc["index_sha256"]
+        manifest.write_text(json.dumps(doc))
         rows += table.num_rows
     rebuild_index(store, incremental=False)
     index = feather.read_table(store / "index" / "components.arrow")
