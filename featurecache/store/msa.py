@@ -151,7 +151,7 @@ def _write_residues(group: zarr.Group, name: str, residues: np.ndarray) -> zarr.
     shards = (-(-depth // chunks[0]) * chunks[0], -(-length // chunks[1]) * chunks[1])
     arr = group.create_array(
         name, shape=(depth, length), dtype=np.uint8, chunks=chunks, shards=shards,
-        compressors=chunk_compressors(), fill_value=0,
+        compressors=chunk_compressors(), fill_value=0, dimension_names=("msa_row", "column"),
     )  # fmt: skip
     arr[...] = residues
     return arr
