@@ -1464,6 +1464,12 @@ class _RunLog:
             log.error("cannot write the log %s: %s", self.path, exc)
 
 
+class _StoppedBeforeStart(BaseException):
+    """A SIGTERM came while the run was setting up (the store opening, a ``--service-wait``, the
+    model): raised from the handler, so the set-up ends at once (a BaseException, like
+    ``KeyboardInterrupt``: no ``except Exception`` on the way swallows it)."""
+
+
 class _StopSignals:
     """While entered (in the main thread only: Python's rule for handlers), SIGTERM and SIGINT
     (Ctrl-C) ask the loop to stop after its current step (``requested``) instead of ending the
@@ -1473,13 +1479,20 @@ class _StopSignals:
     the checkpoint are written. A second signal hands on at once (a second Ctrl-C: a
     ``KeyboardInterrupt`` mid-step). A signal that was ignored stays ignored (the convention for a
     job started in the background: ``cmd &`` in a script, ``nohup``; an ignored signal is
-    inherited across exec), and the log says so: Ctrl-C sent to such a run does not stop it."""
+    inherited across exec), and the log says so: Ctrl-C sent to such a run does not stop it.
+
+    :meth:`arm` installs the handlers before the loop, for its set-up: until the loop enters, a
+    SIGTERM raises :class:`_StoppedBeforeStart` at once (there is no step to finish; without a
+    handler the process ended with no word of why: review R28b s46 #6) and SIGINT goes to the
+    handler that was there (``KeyboardInterrupt``, as without these); :meth:`disarm` puts the
+    previous handlers back if the loop was never entered."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        self._starting = False
         #: called on a second signal before it is handed on (the loop's staged checkpoint is kept)
         self.on_second: Callable[[], None] | None = None
 
@@ -1487,7 +1500,22 @@ class _StopSignals:
     def requested(self) -> bool:
         return self.received is not None
 
+    def arm(self) -> None:
+        self._install()
+        self._starting = True
+
+    def disarm(self) -> None:
+        if self._starting:
+            self._starting = False
+            self._restore()
+
     def __enter__(self) -> _StopSignals:
+        if not self._starting:
+            self._install()
+        self._starting = False
+        return self
+
+    def _install(self) -> None:
         from featurecache.signals import ignored_signal_note
 
         if threading.current_thread() is threading.main_thread():
@@ -1498,9 +1526,19 @@ class _StopSignals:
                     continue
                 self._previous[sig] = signal.SIG_DFL if previous is None else previous
                 signal.signal(sig, self._handle)
-        return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._starting and signum == signal.SIGTERM:
+            self.received = signum
+            raise _StoppedBeforeStart(signum)
+        if self._starting:  # SIGINT: what it did before the handlers (KeyboardInterrupt by default)
+            previous = self._previous.get(signum)
+            if callable(previous):
+                previous(signum, frame)
+                return
+            self._restore()
+            signal.raise_signal(signum)
+            return
         if self.received is not None:  # asked twice: stop now
             if self.on_second is not None:
                 self.on_second()
@@ -1686,7 +1724,9 @@ def run_training(
     installed before (by default: SIGTERM ends the process as killed by it, exit status 143;
     SIGINT raises ``KeyboardInterrupt`` from this function). With several ranks they all stop
     after the same step. A second signal stops at once (a second Ctrl-C: ``interrupted``, the log
-    only). ``before_signal(doc)`` is called with the log's contents of a run a signal stopped, right
+    only). A SIGTERM before the first step (the store opening, a ``service_wait``, the model being
+    built) ends the set-up at once with the warning "stopped by SIGTERM before the first step",
+    then is handed on likewise (nothing trained: no checkpoint; an earlier log is left as it was). ``before_signal(doc)`` is called with the log's contents of a run a signal stopped, right
     before the signal is handed on (the CLI prints its summary line there). ``service_wait``
     (``url`` only): seconds to wait for a lookup service that has not answered yet (train
     --service-wait; None: the client's default, :data:`~featurecache.client.http.DEFAULT_FIRST_CONTACT_S`).
@@ -1780,6 +1820,8 @@ def run_training(
     ranks = _Ranks(dev)  # after the checks: a refused run starts no process group
     dev = ranks.device(dev)
     stop = _StopSignals()
+    stop.arm()  # a SIGTERM while the run sets up (the store opening, a --service-wait) ends it now
+    stopped_before_start = False
     try:
         if cuda_graphs and ranks.world > 1:
             raise UsageError(
@@ -2152,6 +2194,9 @@ def run_training(
                 for i, rec in enumerate(records):
                     rec["world_tokens"] = sum(counts[i] for counts in per_rank)
             status = "stopped" if stopped and done < steps else "completed"
+        except _StoppedBeforeStart:  # (while the first log was written: a log of no steps, stopped)
+            status = "stopped"
+            raise
         except KeyboardInterrupt as interrupt:
             status, doc["error"] = "interrupted", "KeyboardInterrupt"
             commit_on_end(interrupt)
@@ -2177,8 +2222,18 @@ def run_training(
                 doc["stop_signal"] = signal.Signals(stop.received).name
             runlog.finish(raise_errors=status in ("completed", "stopped"))
             log.debug("log %s: %d writes, %.3f s in all", log_file, runlog.writes, runlog.write_s)
+    except _StoppedBeforeStart:
+        stopped_before_start = True
     finally:
+        stop.disarm()
         ranks.stop()
+    if stopped_before_start:
+        assert stop.received is not None
+        name = signal.Signals(stop.received).name
+        log.warning("stopped by %s before the first step", name)
+        stop.hand_on()  # the signal's own effect (the default: the process ends, status 143), now
+        return {"status": "stopped", "stop_signal": name, "start_step": first_step, "steps_requested": steps,
+                "steps": [], "summary": {"steps": 0}}  # fmt: skip
     if stop.received is not None and before_signal is not None:
         before_signal(doc)  # e.g. the CLI's summary line: SIGTERM's default effect ends the process
     stop.hand_on()  # the signal's own effect (the default: the process ends, status 143), now
