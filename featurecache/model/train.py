@@ -200,6 +200,18 @@ def _warn_few_msas(chains: Any, where: str) -> None:
                     "on it only", n - with_msa, n, where)  # fmt: skip
 
 
+def _code_identity() -> dict[str, str]:
+    """Which code trained a run, for its log header and checkpoints: featurecache's version and the
+    digest of its source files (:func:`featurecache.source_digest`, what a build's workers report:
+    any edit changes it, the version does not)."""
+    import featurecache
+
+    return {
+        "featurecache_version": featurecache.__version__,
+        "featurecache_source": featurecache.source_digest(),
+    }
+
+
 #: the verb of --init-from's errors ("cannot initialise from CKPT: ...")
 _INIT_VERB = "initialise from"
 
@@ -1903,7 +1915,7 @@ def run_training(
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
             "checkpoints": carried_checkpoints,
             "checkpoint": str(checkpoint) if checkpoint is not None else None, "checkpoint_every": checkpoint_every,
-            "world_size": ranks.world, "rank": ranks.rank, "torch": torch.__version__,
+            "world_size": ranks.world, "rank": ranks.rank, **_code_identity(), "torch": torch.__version__,
             "featurizer_versions": src.featurizer_versions,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
             "error": None, "fields": LOG_FIELDS, "steps": list(carried),
@@ -1912,7 +1924,7 @@ def run_training(
                 "batch_size": batch_size, "world_size": ranks.world, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
                 "max_atoms": max_atoms, "workers": workers if client else None,
                 **(data_settings if client else {}),
-                "source_identity": src.identity, "featurizer_versions": src.featurizer_versions,
+                "source_identity": src.identity, "featurizer_versions": src.featurizer_versions, **_code_identity(),
                 "initialized_from": str(init_from) if init_from is not None else None}  # fmt: skip
         feed = _Feed(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
