@@ -12,6 +12,7 @@ would be three different byte strings).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -56,11 +57,9 @@ def read_token_file(path: Path | str, *, check_mode: bool = True) -> str:
     ``echo`` or an editor leaves, a trailing space, a blank last line). FeatureCacheError naming the file
     when it cannot be read, holds no token (empty, or only whitespace) or holds whitespace or a
     control character inside the token. ``check_mode``: a WARNING (once per file and mode in a
-    process) when its group or others may read it (:func:`warn_if_readable_by_others`)."""
+    process) when its group or others may read the token it holds (:func:`warn_if_readable_by_others`)."""
     source = f"{TOKEN_FILE_ENV}={path}"
     try:
-        if check_mode:
-            warn_if_readable_by_others(path)
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -68,6 +67,9 @@ def read_token_file(path: Path | str, *, check_mode: bool = True) -> str:
     token = clean_token(text, source)
     if not token:
         raise FeatureCacheError(f"{source}: the token file is empty")
+    if check_mode:  # a token that is taken: a file refused says only why it is refused
+        with contextlib.suppress(OSError):
+            warn_if_readable_by_others(path)
     return token
 
 
@@ -75,7 +77,7 @@ def warn_if_readable_by_others(path: Path | str) -> None:
     """A WARNING naming the token file ``path`` and its mode when its group or others may read it
     (review R28d s46 #8: a 0644 token file was taken silently). Not an error: Compose secrets and
     bind mounts often come 0444, where the directory or the container is what keeps others out.
-    OSError when the file cannot be looked at (the read that follows would fail the same way)."""
+    OSError when the file cannot be looked at."""
     mode = stat.S_IMODE(os.stat(path).st_mode)
     if not mode & (stat.S_IRGRP | stat.S_IROTH) or (str(path), mode) in _warned_modes:
         return
