@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect
 
 from featurecache.errors import FeatureCacheError, InvalidRequest, NotFound, StoreError
 from services.lookup import metrics
+from services.lookup.hosts import ALLOWED_HOSTS_ENV, HostCheck
 from services.lookup.middleware import allowed_methods
 from services.lookup.params import LimitExceeded
 from services.lookup.state import StoreHolder, StoreUnavailable
@@ -97,7 +98,8 @@ class StoreRoute(APIRoute):
     the store failing under the reader (after a rebuild zarr raises ``ValueError: cannot reshape``,
     a shard cut short fails to decode): it becomes a :class:`StoreError` naming the request, which
     the StoreError handler answers 503 (retryable; the holder looks at the store again) when the
-    store changed under the reader, else 500. The traceback is logged.
+    store changed under the reader, else 500. The traceback is logged. A service without a token
+    answers 400 first to a ``Host`` a DNS-rebinding page could send (:mod:`services.lookup.hosts`).
 
     An answer read without an error is still not sent when the store changed while it was read
     (:meth:`StoreHolder.current`, one ``stat`` after the read): zarr reads a shard removed under it
@@ -109,6 +111,10 @@ class StoreRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def read_store(request: Request) -> Response:
+            host_check: HostCheck | None = getattr(request.app.state, "host_check", None)
+            refusal = host_check.refusal(request.headers.get("host")) if host_check is not None else None
+            if refusal is not None:
+                return JSONResponse({"detail": refusal, "setting": ALLOWED_HOSTS_ENV}, status_code=400)
             try:
                 response = await handler(request)
                 if not isinstance(response, StreamingResponse):  # (a stream checks each entry it sends)

@@ -6,6 +6,7 @@ from ``FEATURECACHE_*`` environment variables unless given.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +15,7 @@ from fastapi import FastAPI
 
 import featurecache
 from services.lookup import handlers
+from services.lookup.hosts import SERVE_HOST_ENV, HostCheck
 from services.lookup.middleware import HEALTH_PATH, ServiceMiddleware
 from services.lookup.routers import entries, health, metrics_route, msas, store
 from services.lookup.settings import Settings
@@ -24,7 +26,9 @@ Read one featurecache store over HTTP. Arrays travel as Arrow IPC streams
 (`application/vnd.apache.arrow.stream`; `featurecache.client.http.LookupClient` decodes them into
 numpy without copies). When the service has a token, every route but `/v1/health` and these docs
 (`/docs`, `/redoc`, `/openapi.json`) needs `Authorization: Bearer <token>` (here: **Authorize**),
-`/metrics` included. Limits answer 413 naming the limit; malformed requests 422. A store being
+`/metrics` included. Without a token, the data routes answer 400 to a `Host` that is a name with a
+dot other than serve's `--host` or those of `FEATURECACHE_ALLOWED_HOSTS` (DNS rebinding). Limits
+answer 413 naming the limit; malformed requests 422. A store being
 rebuilt or extended under the service answers 503 with `retry-after` until it can be read again;
 the new index is served without a restart. Data damaged in a store that is not changing (a shard
 that fails its checksum, a missing file) answers 500 naming the entry or MSA as unreadable.
@@ -62,6 +66,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.store = holder
     token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
+    # without a token, the data routes answer only the hosts a DNS-rebinding page cannot be on
+    app.state.host_check = (
+        HostCheck.of(settings.allowed_hosts, os.environ.get(SERVE_HOST_ENV)) if token is None else None
+    )
     # A browser cannot send a bearer token with a page load: the docs are public (they describe
     # the API, not the store); everything they call still needs the token.
     docs = {app.docs_url, app.swagger_ui_oauth2_redirect_url, app.redoc_url, app.openapi_url}

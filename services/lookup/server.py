@@ -109,6 +109,7 @@ def run_server(
     from featurecache import open_store
     from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, token_from_environment
     from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
+    from services.lookup.hosts import SERVE_HOST_ENV
     from services.lookup.settings import check_settings, check_token_source
 
     log_config = service_log_config()
@@ -136,6 +137,7 @@ def run_server(
         log.warning("%s", line)
     opened.close()
     os.environ["FEATURECACHE_STORE_PATH"] = str(path)
+    os.environ[SERVE_HOST_ENV] = host  # a Host the data routes answer without a token (services.lookup.hosts)
     multiproc_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         description="File holding the bearer token (e.g. a Compose secret, /run/secrets/<name>), read "
         "at startup; surrounding whitespace is dropped. Not together with auth_token (refused).",
     )
+    allowed_hosts: str = Field(
+        default="",
+        description="Without a token: the Host names (comma-separated; '*.domain' for its subdomains; '*' "
+        "for any) the data routes answer besides addresses, names without a dot and serve's --host; any "
+        "other answers 400 (DNS rebinding: services.lookup.hosts). Not looked at with a token.",
+    )
     max_batch_entries: int = Field(default=256, ge=1, description="Entries per POST /v1/entries:batch.")
     max_response_bytes: int = Field(
         default=256 * 2**20,
