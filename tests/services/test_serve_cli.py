@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pyarrow.ipc as ipc
@@ -101,12 +100,12 @@ def test_serve_on_every_interface_without_a_token_warns(sample_store: Path, toke
 
 
 def test_version() -> None:
+    import featurecache
     from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, STORE_FORMAT_VERSION
 
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     run = cli_in_process("--version")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == (
-        f"featurecache {version} (featurizer {FEATURIZER_VERSION}, store format {STORE_FORMAT_VERSION}, "
-        f"schema {SCHEMA_VERSION})"
+        f"featurecache {featurecache.__version__} (featurizer {FEATURIZER_VERSION}, store format "
+        f"{STORE_FORMAT_VERSION}, schema {SCHEMA_VERSION}; source {featurecache.source_digest()})"
     )
