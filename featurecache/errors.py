@@ -81,7 +81,13 @@ class UnfinishedBuildError(StoreError):
 
 
 class StoreVersionError(StoreError):
-    """The store was written with a format or schema version this code cannot read."""
+    """The store was written with a format or schema version this code cannot read. ``public``: the
+    same without the store's path, for a client of the lookup service (asking again cannot help:
+    the server has to be upgraded, or the store rebuilt)."""
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public or "the store is of a format this server does not read: upgrade the server"
 
 
 class NotFound(FeatureCacheError, KeyError):

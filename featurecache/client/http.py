@@ -14,7 +14,8 @@ cannot help):
 * 401/403 → :class:`~featurecache.errors.AuthenticationError`
 * 400/413/422 → :class:`~featurecache.errors.InvalidRequest` (a ``ValueError``); ``.limit`` names
   the exceeded limit on 413, ``.maximum`` its value and ``.got`` the request's
-* 500 → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``): this request failed
+* 500 → :class:`~featurecache.errors.ServiceError` (a ``ConnectionError``): this request failed,
+  or the service's store is of a format it does not read (the service must be upgraded)
 * retries exhausted → :class:`ServiceUnavailable` when the service could not be reached, did not
   answer within ``timeout`` or answered 502/503/504 (the service as a whole is down or hung)
 

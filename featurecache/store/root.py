@@ -65,15 +65,19 @@ def check_format(fmt: Any, where: object) -> None:
     """Refuse a store whose root records ``format_version`` ``fmt`` unless this code reads that
     format (:data:`~featurecache.const.READABLE_STORE_FORMATS`): a newer one is a store "written by
     a newer featurecache" (upgrade), anything else a format this code does not know. Both are a
-    :class:`StoreVersionError` naming ``where`` (the store)."""
+    :class:`StoreVersionError` naming ``where`` (the store), whose ``public`` says the same without
+    it (the lookup service's answer)."""
     if type(fmt) is int and fmt in READABLE_STORE_FORMATS:
         return
     reads = ", ".join(map(str, READABLE_STORE_FORMATS))
     if type(fmt) is int and fmt > STORE_FORMAT_VERSION:
         raise StoreVersionError(f"{where}: store format {fmt}, written by a newer featurecache: upgrade featurecache "
-                                f"to read it (this featurecache reads store formats {reads})")  # fmt: skip
+                                f"to read it (this featurecache reads store formats {reads})",
+                                f"the store is format {fmt}, newer than this server reads (formats {reads}): "
+                                "upgrade the server")  # fmt: skip
     raise StoreVersionError(f"{where}: store format {fmt!r}, which this featurecache does not know "
-                            f"(it reads store formats {reads})")  # fmt: skip
+                            f"(it reads store formats {reads})",
+                            f"the store's format_version {fmt!r} is not one this server reads (formats {reads})")  # fmt: skip
 
 
 def check_store_dir(root: Path) -> None:

@@ -26,7 +26,7 @@ from services.lookup import metrics
 from services.lookup.hosts import ALLOWED_HOSTS_ENV, HostCheck
 from services.lookup.middleware import allowed_methods
 from services.lookup.params import LimitExceeded
-from services.lookup.state import StoreHolder, StoreUnavailable
+from services.lookup.state import StoreHolder, StoreNotReadable, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers=RETRY_AFTER)
+
+    @app.exception_handler(StoreNotReadable)
+    async def not_readable(request: Request, exc: StoreNotReadable) -> JSONResponse:
+        """A store of a format this server does not read: 500 without ``retry-after``, which
+        ``LookupClient`` raises at once (a 503 it retried until its deadline: review R28c s46 #10)."""
+        return JSONResponse({"detail": str(exc)}, status_code=500)
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:

@@ -26,6 +26,12 @@ and a rebuild or extension that writes new tables gives a new one. It starts wit
 ``mtime_ns`` (hex), so a client can tell an older index from a newer one (a worker that has not
 looked again yet, during a swap).
 
+A store of a format this code does not read (a newer featurecache rebuilt it in place, or wrote the
+copy swapped in) is no state that waiting ends: requests answer 500 without ``retry-after``, saying
+the store's format and that the server must be upgraded (:class:`StoreNotReadable`; review R28c s46
+#10: it was the generic 503 "cannot be opened now", which ``LookupClient`` retried until its
+deadline). It is opened again when its files change, as any store that failed to open.
+
 A store is served only once it has a finished build's index: while its first build runs (after
 ``rm -rf``, or resumed after a kill) the index it publishes as it goes is flagged unfinished
 (``featurecache.store.index.UNFINISHED_KEY``) and every request, ``/v1/ready`` included, answers
@@ -57,7 +63,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from featurecache.errors import FeatureCacheError, StoreError
+from featurecache.errors import FeatureCacheError, StoreError, StoreVersionError
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR, TABLES
 from featurecache.store.reader import LocalStore, MixedIndexError, StoreBeingWritten
 from services.lookup.sizes import size_count
@@ -97,6 +103,12 @@ class StoreUnavailable(StoreError):
     """The store cannot be read now (not built yet, removed, being rebuilt); answered 503 with
     ``retry-after``. Messages are fixed texts per cause: never the server's paths, nor what the
     library's message says of a build running (its host, pid and command line)."""
+
+
+class StoreNotReadable(StoreError):
+    """The store is of a format this server does not read: answered 500 without ``retry-after``
+    (asking again cannot help until the server is upgraded). The message is
+    :attr:`StoreVersionError.public <featurecache.errors.StoreVersionError>`: no path."""
 
 
 def _stamp(path: str) -> FileStamp:
@@ -140,11 +152,13 @@ class _Opened:
     #: the ``parts`` directory, as last looked at by :meth:`StoreHolder.unchanged` (stamped before
     #: opening): part directories deleted or added since change it
     parts: FileStamp = None
+    #: the store is of a format this code does not read (``public`` says which): not retryable
+    version_refused: bool = False
 
 
 class StoreHolder:
     """Holds the reader. ``get()`` returns the reader of the store as it is now on disk, or raises
-    :class:`StoreUnavailable`.
+    :class:`StoreUnavailable` (:class:`StoreNotReadable` for a store of a format it does not read).
 
     A store that failed to open (not built yet, mount missing) is tried again at once when its
     files change, else at most every ``retry_seconds``, so a server started before its store
@@ -264,7 +278,7 @@ class StoreHolder:
         reader: LocalStore | None = None
         error: str | None = None
         public = CANNOT_OPEN
-        unfinished = False
+        unfinished = version_refused = False
         try:
             reader = LocalStore(self.path, index_retry_s=INDEX_RETRY_S)
         except MixedIndexError as exc:
@@ -274,11 +288,14 @@ class StoreHolder:
             error, public = f"{type(exc).__name__}: {exc}", INDEX_BEING_REPLACED
         except StoreBeingWritten as exc:
             error, public = f"{type(exc).__name__}: {exc}", exc.public
+        except StoreVersionError as exc:
+            error, public, version_refused = f"{type(exc).__name__}: {exc}", exc.public, True
         except (FeatureCacheError, OSError, ValueError) as exc:
             # ValueError: an index file read while a build swaps it (pyarrow's ArrowInvalid)
             error, public = f"{type(exc).__name__}: {exc}", NO_STORE if root is None else CANNOT_OPEN
         if reader is None and self.removed() is not None:
             error = public = REMOVED_ROOT  # (logged by removed(), once)
+            version_refused = False
         if reader is not None and not reader.finished:
             # the first build's index so far (store.index.UNFINISHED_KEY): serving it would answer
             # "ready" with a part of the store and 404 for the entries still to come
@@ -291,7 +308,9 @@ class StoreHolder:
         # the stamps were taken before opening: an index swapped in meanwhile is read, under the old
         # id, and the next check reopens it under its own (an id never names a newer index than read)
         read_id = index_id(index[1:]) if reader is not None else None
-        self._opened = _Opened(reader, root, index, error, read_id, public, parts=parts)
+        self._opened = _Opened(
+            reader, root, index, error, read_id, public, parts=parts, version_refused=version_refused
+        )
         if reader is not None:
             log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
                      len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
@@ -340,7 +359,9 @@ class StoreHolder:
                       self.path)  # fmt: skip
         return REMOVED_ROOT
 
-    def _unavailable(self, opened: _Opened) -> StoreUnavailable:
+    def _unavailable(self, opened: _Opened) -> StoreUnavailable | StoreNotReadable:
+        if opened.version_refused:
+            return StoreNotReadable(opened.public)
         return StoreUnavailable(f"the store is not open: {opened.public}")
 
     def redact(self, text: str) -> str:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from services.lookup.deps import HolderDep
 from services.lookup.handlers import RETRY_AFTER
-from services.lookup.state import StoreUnavailable
+from services.lookup.state import StoreNotReadable, StoreUnavailable
 
 router = APIRouter(prefix="/v1", tags=["health"])
 
@@ -39,8 +39,8 @@ async def health(holder: HolderDep) -> Any:
     summary="Readiness: the store (as it is now on disk) is open and its index loaded",
     responses={
         503: {
-            "description": "The store is not open: not built yet, removed or being rebuilt "
-            "(the reason is in `detail`)."
+            "description": "The store is not open: not built yet, removed or being rebuilt, or of a "
+            "format this server does not read (then without `retry-after`); the reason is in `detail`."
         }
     },
 )
@@ -51,4 +51,6 @@ def ready(holder: HolderDep) -> Any:
         return JSONResponse(
             {"status": "unavailable", "detail": str(exc)}, status_code=503, headers=RETRY_AFTER
         )
+    except StoreNotReadable as exc:  # not ready, and waiting will not make it so
+        return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
     return {"status": "ready", "entries": len(reader)}
