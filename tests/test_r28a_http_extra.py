@@ -79,3 +79,26 @@ def test_the_http_reader_needs_only_the_base_and_the_http_extra(sample_store: Pa
                              capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.fullmatch(r"\(\d+, 3\)", run.stdout.strip()), run.stdout
+
+
+_IMPORT_WITHOUT_HTTPX = """
+import sys
+
+sys.modules["httpx"] = None  # as an install without the [http] extra
+try:
+    import featurecache.client.http
+except ModuleNotFoundError as exc:
+    print(exc.name)
+    print(exc)
+"""
+
+
+def test_without_httpx_the_import_error_names_the_extra() -> None:
+    """The bare ``No module named 'httpx'`` named no extra (review R28a s46 #3); the error keeps its
+    ``name``, which callers read."""
+    run = subprocess.run([sys.executable, "-c", _IMPORT_WITHOUT_HTTPX], capture_output=True, text=True,
+                         timeout=120, cwd=REPO)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    name, message = run.stdout.strip().splitlines()
+    assert name == "httpx", run.stdout
+    assert "pip install 'featurecache[http]'" in message and "httpx" in message, message
