@@ -52,18 +52,23 @@ def test_dockerfile_shape(dockerfile: Path) -> None:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_installed_package_gets_the_files_pyproject_names(dockerfile: Path) -> None:
     """The stage that runs ``pip install .`` must have the files pyproject.toml points at (its
-    ``readme``): without it setuptools only warns and the package's metadata loses its description.
-    And whatever the .dockerignore lets into the context is used by some COPY (a whitelisted file
-    that nothing copies was this bug's sign)."""
+    ``readme``, its ``license-files``): without the readme setuptools only warns and the package's
+    metadata loses its description; a license-files pattern that matches nothing is a warning now
+    and an error in later setuptools, and the image would ship without the LICENSE (review R28a s46
+    #6). And whatever the .dockerignore lets into the context is used by some COPY (a whitelisted
+    file that nothing copies was this bug's sign)."""
     import tomllib
 
-    readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["readme"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    readme, license_files = project["readme"], project["license-files"]
     text = dockerfile.read_text()
     install_stage = next(s for s in text.split("\nFROM ") if "pip install --no-deps" in s and " ." in s)
     copied = {
         w for line in install_stage.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]
     }
     assert readme in copied, f"{dockerfile.name}: the install stage does not COPY {readme}"
+    for name in license_files:  # plain names, as copied (no glob in this project's patterns)
+        assert name in copied, f"{dockerfile.name}: the install stage does not COPY {name}"
     allowed = [
         line[1:].strip()
         for line in (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text().splitlines()
