@@ -32,6 +32,7 @@ import pyarrow as pa
 import zarr
 from zarr.abc.codec import BytesBytesCodec
 
+from featurecache import __version__, source_digest
 from featurecache.const import FEATURIZER_VERSION, SCHEMA_VERSION, MolType, decode_res_name
 from featurecache.errors import StoreError
 from featurecache.store.index import (
@@ -263,6 +264,11 @@ def check_part_complete(tmp: Path, final_name: str, kind: str) -> None:
 #: the key of ``part.json`` that records the sha256 of each of the part's ``_index/*.arrow`` files
 #: when it was written (file name -> hex digest)
 INDEX_SHA256_KEY = "index_sha256"
+#: the keys of ``part.json`` that record the code that wrote the part: ``featurecache.__version__``
+#: and :func:`featurecache.source_digest` (the version stays the same across edits; the digest does
+#: not). Additive: no reader depends on them (review R28a s46 #5)
+CODE_VERSION_KEY = "featurecache_version"
+CODE_SOURCE_KEY = "featurecache_source"
 
 
 def index_file_hashes(part: Path) -> dict[str, str]:
@@ -274,9 +280,10 @@ def index_file_hashes(part: Path) -> dict[str, str]:
 
 
 def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
-    """Check the part is complete, write the manifest last, check the temp dir is still the one
-    :func:`part_tmp_dir` made (its sentinel exists), then rename it into place (the commit point).
-    StoreError, nothing committed, when either check fails.
+    """Check the part is complete, write the manifest last (with the ``_index`` files' hashes and
+    the code that wrote it), check the temp dir is still the one :func:`part_tmp_dir` made (its
+    sentinel exists), then rename it into place (the commit point). StoreError, nothing committed,
+    when either check fails.
 
     If ``final`` already exists (a worker orphaned by a killed build finished it meanwhile), the
     part takes the next free number: the index is rebuilt from directory names, so nothing else
@@ -286,7 +293,12 @@ def commit_part(tmp: Path, final: Path, manifest: dict[str, Any]) -> Path:
     (tmp / PART_INDEX_DIR).mkdir(parents=True, exist_ok=True)
     # Arrow files carry no checksum: verify checks these (review R28c s46 #3); parts written
     # before have none, and are not checked so
-    manifest = {**manifest, INDEX_SHA256_KEY: index_file_hashes(tmp)}
+    manifest = {
+        **manifest,
+        INDEX_SHA256_KEY: index_file_hashes(tmp),
+        CODE_VERSION_KEY: __version__,
+        CODE_SOURCE_KEY: source_digest(),
+    }
     (tmp / PART_INDEX_DIR / PART_DONE_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     # last, just before the rename: remove_leftovers deletes the sentinel before it moves the dir
     # away, so a dir removed from under this writer (and recreated by its later writes) is never
