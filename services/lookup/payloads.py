@@ -20,7 +20,7 @@ from featurecache.store.info import info_document
 from featurecache.store.layout import ENTRY_GROUPS, GROUP_OFFSETS, INDEX_DIR, TABLES, field_base_dtype
 from featurecache.store.reader import LocalStore, merge_ranges
 from featurecache.store.versions import store_versions
-from featurecache.types import Entry
+from featurecache.types import Entry, MSABlock
 from services.lookup.sizes import SizeCount, size_count
 
 
@@ -99,7 +99,12 @@ def entry_bytes_length(reader: LocalStore, entry_id: str, arrays: Sequence[str] 
             interfaces=fields["interfaces"], meta=reader.entry_meta(entry_id), chains=reader.entry_chains(entry_id),
         )
     )  # fmt: skip
-    schema = arrow_io.schema_for(entry_dtypes(arrays))
+    return _stream_length(record, entry_dtypes(arrays))
+
+
+def _stream_length(record: arrow_io.Record, arrays: dict[str, np.dtype]) -> int:
+    """``len(arrow_io.encode([record], arrays))``, counted without a copy of the arrays."""
+    schema = arrow_io.schema_for(arrays)
     sink = pa.MockOutputStream()
     with ipc.new_stream(sink, schema) as writer:  # schema message, the record batch, end-of-stream
         writer.write_batch(arrow_io.record_batch(record, schema))
@@ -360,9 +365,47 @@ def msa_slice(
     rows: slice | Sequence[int] | None,
     cols: slice | Sequence[int] | None,
 ) -> Any:
-    """Check the selection against the MSA's shape and the limits, ``max_response_bytes`` against
+    """Check the selection against the MSA's shape and the limits (:func:`_msa_selection`), then
+    read the block."""
+    r, c, _ = _msa_selection(reader, settings, key, rows, cols)
+    # a damaged shard: the reader's StoreError "MSA KEY: unreadable (…)" (PartArrays.read_many)
+    return reader.msa(key, cast(Sequence[int], r), cast(Sequence[int], c))
+
+
+def msa_bytes_length(
+    reader: LocalStore,
+    settings: Any,
+    key: str,
+    rows: slice | Sequence[int] | None,
+    cols: slice | Sequence[int] | None,
+) -> int:
+    """``len(msa_bytes(msa_slice(...)))`` with the same checks and without reading the MSA (HEAD's
+    content-length; review R28d s46: it read and encoded the whole slice for the middleware to drop
+    it): the ``msas`` index gives the MSA's shape, the selection the block's, and Arrow IPC sizes
+    its buffers by shape and dtype alone (:func:`entry_bytes_length`). Damage in the MSA's shards
+    shows only when they are read."""
+    r, c, (depth, length) = _msa_selection(reader, settings, key, rows, cols)
+    dt = arrow_io.MSA_DTYPES
+    block = MSABlock(
+        key=key, depth=depth, length=length,
+        residues=np.zeros((r.size, c.size), dt["residues"]), deletions=np.zeros((r.size, c.size), dt["deletions"]),
+        species=np.zeros(r.size, dt["species"]), source=np.zeros(r.size, dt["source"]),
+        profile=np.zeros((c.size, _MSA_PROFILE_WIDTH), dt["profile"]), deletion_mean=np.zeros(c.size, dt["deletion_mean"]),
+    )  # fmt: skip
+    return _stream_length(arrow_io.msa_record(block), dt)
+
+
+def _msa_selection(
+    reader: LocalStore,
+    settings: Any,
+    key: str,
+    rows: slice | Sequence[int] | None,
+    cols: slice | Sequence[int] | None,
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """The rows and columns (int64 indices) of the MSA ``key`` a selection asks for, and the MSA's
+    (depth, length), checked against that shape and the limits, ``max_response_bytes`` against
     :func:`msa_answer_bytes` among them (repeated indices make 101 MB of a 42 kB request: review
-    R28d s46 #2), then read the block."""
+    R28d s46 #2). NotFound for an unknown key, InvalidRequest or LimitExceeded for a selection."""
     from featurecache.errors import NotFound
     from services.lookup.params import check_limit, resolve_indices
 
@@ -380,5 +423,4 @@ def msa_slice(
     size = msa_answer_bytes(key, r.size, c.size)
     check_limit("max_response_bytes", settings.max_response_bytes, size,
                 f"MSA {key} slice ({r.size}x{c.size}, {size} bytes)")  # fmt: skip
-    # a damaged shard: the reader's StoreError "MSA KEY: unreadable (…)" (PartArrays.read_many)
-    return reader.msa(key, cast(Sequence[int], r), cast(Sequence[int], c))
+    return r, c, shape
