@@ -661,6 +661,9 @@ def _print_repair_hint(store: Path, report: Any) -> None:
 def _component_damage(why: str, its: bool = False) -> str:
     """What is wrong with a damaged component part, from verify's reason for it: its reference
     conformers differ from what the build wrote (content hash), or its arrays do not read."""
+    if "cannot tell which copy is damaged" in why:  # (its own index records no checksum: review R29b s46 #1)
+        return ("its own index differs from the store's index, and records no checksum to tell which is damaged"
+                if its else "own index differs from the store's index")  # fmt: skip
     if "content hash" in why:
         return "its conformers are not what the build wrote" if its else "content hash differs"
     return "its arrays are unreadable" if its else "arrays unreadable"

@@ -12,11 +12,17 @@ which entries they hold, said "ok". Two checks:
   and ``mol_type`` (``featurize.seqhash.sequence_hash``, the MSA join key), which catches damage
   to a sequence in a part's own ``_index/chains.arrow``, where the first check cannot see it (the
   rebuilt index copies it).
+
+Which copy is damaged: a part written since session 46 records the sha256 of its ``_index/`` files
+in ``part.json``, so a difference in its rows is damage of the index file. A part written before
+records none: for a difference in its rows the store alone cannot tell which copy changed
+(:attr:`IndexDifference.rows` names the rows, ``verify`` the parts; review R29b s46 #1).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +38,80 @@ from featurecache.store.layout import INDEX_DIR, TABLES
 _ROW_NAMES = ("id", "entry_id", "key", "path")
 
 
-def index_differences(root: Path, derived: dict[str, pa.Table]) -> dict[str, str]:
+@dataclass(frozen=True)
+class IndexDifference:
+    """How one ``STORE/index/<name>.arrow`` differs from the parts' own index."""
+
+    why: str
+    #: the rows that only one side holds, the index file's and the parts' (each a dict of the
+    #: table's columns, ``part`` among them): what a difference of values is of. None: the file is
+    #: missing or unreadable (``index_only``), or its columns differ (rows cannot be compared)
+    rows: list[dict[str, Any]] | None = None
+    #: the file is missing or does not read: the parts' own index is the one copy there is
+    index_only: bool = False
+
+
+def index_differences(root: Path, derived: dict[str, pa.Table]) -> dict[str, IndexDifference]:
     """Table name → how ``STORE/index/<name>.arrow`` differs from ``derived`` (``index.index_tables``
     of the parts the published index is of: complete, own index readable, not held back), for each
     table that differs. A table the rebuild gives no rows and that has no file (a build writes
     those only with rows) is no difference; schema metadata (the generation) is not compared."""
     root = Path(root)
-    out: dict[str, str] = {}
+    out: dict[str, IndexDifference] = {}
     for name, want in sorted(derived.items()):
         f = root / INDEX_DIR / f"{name}.arrow"
         if not f.is_file():
             if want.num_rows and name not in TABLES:  # (a missing one of TABLES: the open refuses)
-                out[name] = f"the file is missing; the parts hold {want.num_rows} row(s) of it"
+                out[name] = IndexDifference(f"the file is missing; the parts hold {want.num_rows} row(s) of it",
+                                            index_only=True)  # fmt: skip
             continue
         try:
             got = read_table(f, memory_map=False)
         except FeatureCacheError as exc:
-            out[name] = f"unreadable ({exc.__cause__ or exc})"
+            out[name] = IndexDifference(f"unreadable ({exc.__cause__ or exc})", index_only=True)
             continue
         why = table_difference(got, want)
         if why is not None:
-            out[name] = why
+            same_columns = set(got.column_names) == set(want.column_names)
+            out[name] = IndexDifference(why, one_sided_rows(got, want) if same_columns else None)
     return out
+
+
+def one_sided_rows(got: pa.Table, want: pa.Table) -> list[dict[str, Any]]:
+    """The rows of ``got`` that ``want`` lacks and those of ``want`` that ``got`` lacks (as many
+    times as one side has them more), comparing whole rows over ``want``'s columns (NaN equal to
+    NaN): which rows a difference of two tables of the same columns is in, whatever their order."""
+    columns = want.column_names
+    g, w = got.select(columns).to_pylist(), want.to_pylist()
+    count: dict[Any, int] = {}
+    for r in w:
+        k = _row_key(r)
+        count[k] = count.get(k, 0) + 1
+    out = []
+    for r in g:
+        k = _row_key(r)
+        if count.get(k, 0):
+            count[k] -= 1
+        else:
+            out.append(r)
+    left = dict(count)
+    for r in w:
+        k = _row_key(r)
+        if left.get(k, 0):
+            left[k] -= 1
+            out.append(r)
+    return out
+
+
+def _row_key(value: Any) -> Any:
+    """``value`` as a hashable key, NaN equal to NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("NaN",)
+    if isinstance(value, list):
+        return tuple(_row_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _row_key(v)) for k, v in value.items())
+    return value
 
 
 def table_difference(got: pa.Table, want: pa.Table) -> str | None:

@@ -89,6 +89,11 @@ class Damaged:
     #: part no longer records one); any rewrite of the index drops its rows, so it cannot be kept
     #: through a repair that writes (:func:`repair_store`)
     part_gone: bool = False
+    #: its rows in ``STORE/index/`` differ from its part's own index, and the part records no
+    #: checksum of its own index (:func:`_records_index_checksum`): which copy is damaged cannot be
+    #: told, so a repair takes it out for the build to rebuild, and changes nothing while it is kept
+    #: (any rewrite of the index from the parts would serve the part's copy; review R29b s46 #1)
+    unsettled: bool = False
 
 
 @dataclass
@@ -122,8 +127,13 @@ class VerifyReport:
     #: MSA part's ``residues/`` (review R28c s46 #12); ``--repair`` writes it
     missing_groups: list[Path] = field(default_factory=list)
     #: index tables whose ``STORE/index/<name>.arrow`` differs from what the parts' own index gives
-    #: (name -> how): ``--repair`` rewrites the index from the parts
+    #: (name -> how) in rows of parts that record their own index's checksum, or a file that is
+    #: missing or unreadable: ``--repair`` rewrites the index from the parts
     index_differs: dict[str, str] = field(default_factory=dict)
+    #: problem lines of index differences in rows of parts that record no checksum of their own
+    #: index, which no entry, MSA or component part can be taken out for (a failure's row, ...):
+    #: ``--repair`` changes nothing while there is one (review R29b s46 #1)
+    unsettled: list[str] = field(default_factory=list)
 
 
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
@@ -174,8 +184,10 @@ def _verify(
         problems.append(f"{store.path / PARTS_DIR / 'zarr.json'} is missing or not a zarr group's metadata: the store "
                         f"is no Zarr v3 hierarchy without it (generic zarr readers find no part){_WRITES_GROUP}")  # fmt: skip
     advance = stage("parts", len(parts))
+    unchecked = 0  # parts that record no checksum of their own index
     for name, part in parts.items():
         advance(1)
+        unchecked += not _records_index_checksum(part)
         bad_index = _unreadable_part_index(part)
         if bad_index is not None:
             report.bad_index_parts[name] = bad_index
@@ -194,6 +206,11 @@ def _verify(
         else:
             report.notes.extend(f"{p} (no entry, MSA or component the store serves is read from part {name}; "
                                 "`featurecache prune` deletes it once no index row uses it)" for p in found)  # fmt: skip
+    if unchecked:
+        report.notes.append(f"{unchecked} part{'s record' if unchecked != 1 else ' records'} no checksum of {'their' if unchecked != 1 else 'its'} "
+                            "own index (written by a featurecache before parts recorded one): their own index is "
+                            "compared with the store's index, not checked; where the two differ, which copy is "
+                            "damaged cannot be told")  # fmt: skip
     dirs: dict[str, str] = {}
     rows = entries.to_pylist()
     n_rows = entries.num_rows + msas.num_rows
@@ -230,7 +247,7 @@ def _verify(
         stale = _index_matches_parts(entries, derived["entries"], set(report.bad_index_parts))
         problems.extend(stale)
         if not stale and not report.bad_index_parts:
-            _check_index_contents(store, derived, report, dirs)
+            _check_index_contents(store, derived, report, dirs, parts)
         problems.extend(f"part {n}: written but not yet published (the build that wrote it has not run its MSA and "
                         "chem stages after it: a build is running, or was stopped; run `featurecache build` on "
                         "the store to finish it)" for n in sorted(held) if n in parts)  # fmt: skip
@@ -358,6 +375,18 @@ def _unreadable_part_index(part: Path) -> str | None:
                 raise
             return f"file {f} is unreadable ({exc.__cause__ or exc})"
     return _changed_part_index(part)
+
+
+def _records_index_checksum(part: Path) -> bool:
+    """Whether ``part``'s ``part.json`` records the sha256 of its ``_index/*.arrow`` files
+    (``writer.INDEX_SHA256_KEY``; parts written before session 46 do not)."""
+    from featurecache.store.writer import INDEX_SHA256_KEY
+
+    try:
+        doc = json.loads((part / PART_INDEX_DIR / PART_DONE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get(INDEX_SHA256_KEY), dict)
 
 
 def _changed_part_index(part: Path) -> str | None:
@@ -740,27 +769,114 @@ def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any
 
 
 def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], report: VerifyReport,
-                          dirs: dict[str, str]) -> None:  # fmt: skip
+                          dirs: dict[str, str], parts: dict[str, Path]) -> None:  # fmt: skip
     """The index files hold what the parts' own index gives (``derived``: :func:`index_tables`),
     and every chain's ``sequence_hash`` is the hash of its sequence (``store.index_check``; review
-    R28c s46 #3). A differing file: a problem, and ``--repair`` rewrites the index
-    (:attr:`VerifyReport.index_differs`); a chain row of a part that is damaged: its entry is
-    damaged (``--repair`` takes it out, the build rebuilds it)."""
+    R28c s46 #3). A differing file whose differing rows are all of parts that record their own
+    index's checksum (:func:`_records_index_checksum`: their own index is the sound copy), or that
+    is missing or unreadable: a problem, and ``--repair`` rewrites the index
+    (:attr:`VerifyReport.index_differs`). Differing rows of a part that records none: which copy is
+    damaged cannot be told (review R29b s46 #1), so the entries, MSAs and component parts they are
+    of are damaged (``--repair`` takes them out, the build rebuilds them from their sources); rows of
+    none of those: :attr:`VerifyReport.unsettled`. A chain row of a part that is damaged: its entry
+    is damaged."""
     from featurecache.store.index_check import chain_hash_problems, index_differences
 
-    for name, why in index_differences(store.path, derived).items():
-        report.index_differs[name] = why
-        report.problems.append(f"index/{name}.arrow differs from the rows of the parts' own index: {why} (the "
-                               "file is damaged or was changed: `featurecache verify --repair` rewrites the index "
-                               "from the parts)")  # fmt: skip
+    found = index_differences(store.path, derived)
+    unchecked = {n for n, p in parts.items() if not _records_index_checksum(p)}
+    for name, diff in found.items():
+        if diff.index_only:
+            of = set()
+        elif diff.rows is None:  # other columns: any part's rows may be what changed
+            of = (
+                {r for r in derived[name].column("part").to_pylist()}
+                if "part" in derived[name].column_names
+                else set(unchecked)
+            )
+        else:
+            of = {r.get("part") for r in diff.rows}
+        old = sorted(of & unchecked)
+        if not old:
+            report.index_differs[name] = diff.why
+            report.problems.append(f"index/{name}.arrow differs from the rows of the parts' own index: {diff.why} (the "
+                                   "file is damaged or was changed: `featurecache verify --repair` rewrites the index "
+                                   "from the parts)")  # fmt: skip
+            continue
+        undecided = (f"index/{name}.arrow differs from the rows of the parts' own index: {diff.why}; part(s) "
+                     f"{', '.join(old)} record no checksum of their own index (written by a featurecache before parts "
+                     "recorded one), so the store alone cannot tell which copy is damaged")  # fmt: skip
+        owners = _unsettled_owners(store, derived, name, diff.rows, set(old), diff.why, report, dirs)
+        if owners is None:
+            report.unsettled.append(undecided)
+            report.problems.append(f"{undecided}: `featurecache verify --repair` leaves it (a rewrite of the index "
+                                   "from the parts would serve the part's copy); compare the part's own index with a "
+                                   "copy of the store, or rebuild the store")  # fmt: skip
+        else:
+            report.problems.append(f"{undecided}: `featurecache verify --repair` takes {owners} out of the index "
+                                   "for the next build to rebuild from the sources, and does not copy the parts' rows "
+                                   "into the index")  # fmt: skip
     bad_chains = chain_hash_problems(derived["chains"])
     if bad_chains:
         rows = {r["id"]: r for r in store.entries.to_pylist() if r["id"] in bad_chains}
         for entry_id, why in sorted(bad_chains.items()):
             problem = f"entry {entry_id}: {why} (part {rows[entry_id]['part'] if entry_id in rows else '?'})"
             report.problems.append(problem)
-            if entry_id in rows:
+            if entry_id in rows and not any(d.kind == "entry" and d.id == entry_id for d in report.damaged):
                 report.damaged.append(_damaged_entry(store.path, rows[entry_id], problem, dirs))
+
+
+def _unsettled_owners(
+    store: LocalStore, derived: dict[str, pa.Table], name: str, rows: list[Row] | None, old: set[str],
+    why: str, report: VerifyReport, dirs: dict[str, str],
+) -> str | None:  # fmt: skip
+    """Take the entries, MSAs and component parts that the differing ``rows`` of index table
+    ``name`` are of, in the parts ``old`` (which record no checksum of their own index), as damaged
+    ones into ``report`` (``why``: how the table differs); returns them in words, or None when some such row is of none of them (or
+    the rows cannot be told: other columns), and then takes none."""
+    if rows is None:
+        return None
+    entry_ids: set[str] = set()
+    msa_keys: set[str] = set()
+    component_parts: set[str] = set()
+    for r in rows:
+        part = r.get("part")
+        if part not in old:
+            continue
+        if part.startswith(COMPONENT_PART_PREFIX):
+            component_parts.add(part)
+        elif part.startswith(STRUCTURE_PART_PREFIX) and r.get("entry_id" if name != "entries" else "id"):
+            entry_ids.add(r["entry_id" if name != "entries" else "id"])
+        elif name == "msas" and r.get("key"):
+            msa_keys.add(r["key"])
+        else:  # a failure's, a removal's, ... row: nothing a build rebuilds
+            return None
+    # the rows as the parts give them (an id or key only the index file holds: its row goes with
+    # the rewrite of the index that the removal makes)
+    entry_rows = {r["id"]: r for r in derived["entries"].to_pylist() if r["id"] in entry_ids}
+    msa_rows = {r["key"]: r for r in derived["msas"].to_pylist() if r["key"] in msa_keys} if msa_keys else {}
+
+    def problem(what: str, part: str) -> str:
+        return (f"{what}: its rows in index/{name}.arrow differ from part {part}'s own index ({why}), which records "
+                "no checksum of it: the store alone cannot tell which copy is damaged")  # fmt: skip
+
+    taken = {(d.kind, d.id) for d in report.damaged}
+    for entry_id, row in sorted(entry_rows.items()):
+        if ("entry", entry_id) not in taken:
+            d = _damaged_entry(store.path, row, problem(f"entry {entry_id}", row["part"]), dirs)
+            d.unsettled = True
+            report.damaged.append(d)
+    for key, row in sorted(msa_rows.items()):
+        if ("msa", key) not in taken:
+            d = _damaged_msa(
+                store.path, row, problem(f"MSA {key[:12]}…", row["part"]), store.chains, store.entries, dirs
+            )
+            d.unsettled = True
+            report.damaged.append(d)
+    for part in sorted(component_parts):
+        report.damaged_component_parts.setdefault(part, problem(f"part {part}", part))
+    named = [*sorted(entry_rows), *(f"MSA {k[:12]}…" for k in sorted(msa_rows)),
+             *(f"component part {p}" for p in sorted(component_parts))]  # fmt: skip
+    return ", ".join(named) if named else None
 
 
 def _index_matches_parts(entries: pa.Table, live: pa.Table, unlisted: set[str]) -> list[str]:
@@ -972,15 +1088,27 @@ def repair_store(
         # residue codes the index lists no component of (their part's rows dropped already): the
         # chem stage, which has scanned every structure part, computes them only after a rescan
         rescan_all = bool(report.no_component)
-        lost = [d for d in result.kept if d.part_gone]
+        lost = [d for d in result.kept if d.part_gone or d.unsettled]
         rewrite_index = bool(report.index_differs)  # (index files unlike their parts: review R28c s46 #3)
-        if lost and (result.removed or to_move or gone_components or rescan_all or rewrite_index):
+        # an index difference of a part that records no checksum of its own index, kept: any write
+        # rebuilds the index from the parts, which would serve the part's copy (review R29b s46 #1)
+        if (lost or report.unsettled) and (
+            result.removed or to_move or gone_components or rescan_all or rewrite_index
+        ):
             # any write rebuilds the index from the parts: the kept rows of a gone part would go too
-            result.blocked = _blocked(root, lost)
+            result.blocked = _blocked(root, lost, report.unsettled)
             result.would_remove, result.removed = result.removed, []
             result.would_move, to_move = to_move, []
             result.would_drop, gone_components = gone_components, []
             rescan_all = rewrite_index = False
+        if (
+            rewrite_index
+            and any(d.unsettled for d in result.removed)
+            and not (to_move or gone_components or rescan_all)
+        ):
+            # the index the removals write (below) is rewritten whole, without the rows they take
+            # out; a rewrite first would serve the parts' copy of those rows until then
+            rewrite_index = False
         # the rows of parts that are gone: any write below drops them (said after it)
         missing = _listed_of_missing_parts(root) if not result.blocked else {}
         # what the index lists before any part moves (a moved part may have held removals)
@@ -1067,8 +1195,19 @@ def _by_table(missing: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, l
     return out
 
 
-def _blocked(root: Path, lost: list[Damaged]) -> str:
-    """Why a repair changed nothing: the kept ``lost`` (of parts that are gone) would have gone too."""
+def _blocked(root: Path, lost: list[Damaged], unsettled: list[str] | None = None) -> str:
+    """Why a repair changed nothing: the kept ``lost`` (of parts that are gone) would have gone
+    too, or the kept index differences of parts that record no checksum of their own index (those
+    of ``lost`` with ``unsettled``, and the ``unsettled`` lines) would be served from the parts."""
+    if unsettled or any(d.unsettled for d in lost):
+        kept = [d for d in lost if d.unsettled]
+        names = ", ".join(d.id if d.kind == "entry" else f"MSA {d.id[:12]}…" for d in kept)
+        what = (f"the source files of {names} are gone, so they cannot be taken out for a build to rebuild"
+                if kept else "rows of no entry, MSA or component differ")  # fmt: skip
+        return (f"nothing changed: the index differs from the own index of parts that record no checksum of it, "
+                f"and {what}; a repair rewrites the index from the parts, which would serve the parts' copy, "
+                "which may be the damaged one" + (f": take them out with `featurecache verify {shlex.quote(str(root))} "
+                "--repair --drop-gone`" if kept and not unsettled else ""))  # fmt: skip
     parts = ", ".join(sorted({d.part for d in lost}))
     names = ", ".join(d.id if d.kind == "entry" else f"MSA {d.id[:12]}…" for d in lost)
     return (f"nothing changed: the index lists {names} of part(s) {parts}, which are missing, and their source "
