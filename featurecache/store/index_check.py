@@ -17,6 +17,10 @@ Which copy is damaged: a part written since session 46 records the sha256 of its
 in ``part.json``, so a difference in its rows is damage of the index file. A part written before
 records none: for a difference in its rows the store alone cannot tell which copy changed
 (:attr:`IndexDifference.rows` names the rows, ``verify`` the parts; review R29b s46 #1).
+
+An index written before 7a7debb (session 18) kept the run records in ``entries`` and
+``components`` (a ``seconds`` column) and had no ``timings`` / ``component_timings`` files: that
+layout of an older featurecache is no damage (:data:`LEGACY_SECONDS`; review R29b s46 #2).
 """
 
 from __future__ import annotations
@@ -31,11 +35,19 @@ import pyarrow.compute as pc
 
 from featurecache.errors import FeatureCacheError
 from featurecache.featurize.seqhash import sequence_hash
-from featurecache.store.index import read_table
+from featurecache.store.index import RUN_RECORD_TABLES, read_table
 from featurecache.store.layout import INDEX_DIR, TABLES
 
 #: the column naming a row of each table in a difference's words (the first that a table has)
 _ROW_NAMES = ("id", "entry_id", "key", "path")
+
+
+#: the run-record column an index written before 7a7debb kept in ``entries`` and ``components``
+#: (each entry's featurization and each component's conformer wall time), which today's index keeps
+#: in ``timings`` and ``component_timings`` (:data:`index.RUN_RECORD_TABLES`)
+LEGACY_SECONDS = "seconds"
+#: the tables that held :data:`LEGACY_SECONDS` in that layout
+LEGACY_SECONDS_TABLES = ("entries", "components")
 
 
 @dataclass(frozen=True)
@@ -51,17 +63,23 @@ class IndexDifference:
     index_only: bool = False
 
 
-def index_differences(root: Path, derived: dict[str, pa.Table]) -> dict[str, IndexDifference]:
-    """Table name → how ``STORE/index/<name>.arrow`` differs from ``derived`` (``index.index_tables``
+def index_differences(
+    root: Path, derived: dict[str, pa.Table]
+) -> tuple[dict[str, IndexDifference], list[str]]:
+    """(Table name → how ``STORE/index/<name>.arrow`` differs from ``derived`` (``index.index_tables``
     of the parts the published index is of: complete, own index readable, not held back), for each
-    table that differs. A table the rebuild gives no rows and that has no file (a build writes
-    those only with rows) is no difference; schema metadata (the generation) is not compared."""
+    table that differs; notes). A table the rebuild gives no rows and that has no file (a build
+    writes those only with rows) is no difference; schema metadata (the generation) is not
+    compared. An index of the layout before 7a7debb (:data:`LEGACY_SECONDS` in entries and
+    components, no run-record files) is compared without those and named in a note."""
     root = Path(root)
     out: dict[str, IndexDifference] = {}
+    legacy = _legacy_layout(root)
     for name, want in sorted(derived.items()):
         f = root / INDEX_DIR / f"{name}.arrow"
         if not f.is_file():
-            if want.num_rows and name not in TABLES:  # (a missing one of TABLES: the open refuses)
+            if want.num_rows and name not in TABLES and not (legacy and name in RUN_RECORD_TABLES):
+                # (a missing one of TABLES: the open refuses)
                 out[name] = IndexDifference(f"the file is missing; the parts hold {want.num_rows} row(s) of it",
                                             index_only=True)  # fmt: skip
             continue
@@ -70,11 +88,28 @@ def index_differences(root: Path, derived: dict[str, pa.Table]) -> dict[str, Ind
         except FeatureCacheError as exc:
             out[name] = IndexDifference(f"unreadable ({exc.__cause__ or exc})", index_only=True)
             continue
+        legacy_column = LEGACY_SECONDS in got.column_names and LEGACY_SECONDS not in want.column_names
+        if legacy and name in LEGACY_SECONDS_TABLES and legacy_column:
+            got = got.drop_columns([LEGACY_SECONDS])
         why = table_difference(got, want)
         if why is not None:
             same_columns = set(got.column_names) == set(want.column_names)
             out[name] = IndexDifference(why, one_sided_rows(got, want) if same_columns else None)
-    return out
+    notes = []
+    if legacy:
+        notes.append(f"{root / INDEX_DIR} is of an older featurecache's layout (the wall times in a `seconds` "
+                     "column of entries.arrow and components.arrow, no timings.arrow or component_timings.arrow): "
+                     "not damage; the next build, or `featurecache verify --repair`, rewrites it in today's layout")  # fmt: skip
+    return out, notes
+
+
+def _legacy_layout(root: Path) -> bool:
+    """Whether ``STORE/index/`` is of the layout before 7a7debb: ``entries.arrow`` has the
+    :data:`LEGACY_SECONDS` column (a build since writes it without one)."""
+    try:
+        return LEGACY_SECONDS in read_table(root / INDEX_DIR / "entries.arrow", memory_map=False).column_names
+    except FeatureCacheError:
+        return False
 
 
 def one_sided_rows(got: pa.Table, want: pa.Table) -> list[dict[str, Any]]:

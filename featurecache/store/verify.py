@@ -130,6 +130,9 @@ class VerifyReport:
     #: (name -> how) in rows of parts that record their own index's checksum, or a file that is
     #: missing or unreadable: ``--repair`` rewrites the index from the parts
     index_differs: dict[str, str] = field(default_factory=dict)
+    #: ``STORE/index/`` is of an older featurecache's layout (``index_check.LEGACY_SECONDS``): not a
+    #: problem; ``--repair`` rewrites it in today's layout (review R29b s46 #2)
+    old_layout: bool = False
     #: problem lines of index differences in rows of parts that record no checksum of their own
     #: index, which no entry, MSA or component part can be taken out for (a failure's row, ...):
     #: ``--repair`` changes nothing while there is one (review R29b s46 #1)
@@ -782,7 +785,9 @@ def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], repor
     is damaged."""
     from featurecache.store.index_check import chain_hash_problems, index_differences
 
-    found = index_differences(store.path, derived)
+    found, layout_notes = index_differences(store.path, derived)
+    report.notes.extend(layout_notes)
+    report.old_layout = bool(layout_notes)
     unchecked = {n for n, p in parts.items() if not _records_index_checksum(p)}
     for name, diff in found.items():
         if diff.index_only:
@@ -1020,6 +1025,9 @@ class RepairResult:
     #: recompute their components (``rescan``: its name)
     dropped_component_parts: list[str] = field(default_factory=list)
     rescan: str = ""
+    #: the index tables rewritten from the parts' own index (they differed from it, or were of an
+    #: older layout): their ``index/<name>.arrow`` are among ``written``
+    rewrote_index: list[str] = field(default_factory=list)
     #: after a repair that wrote, what verify finds in the store: ``left``, the problems it found
     #: before too (the repair could not fix them); ``pending``, new ones, the state the repair
     #: leaves for the build it prints (a rescan part's "not scanned")
@@ -1089,7 +1097,8 @@ def repair_store(
         # chem stage, which has scanned every structure part, computes them only after a rescan
         rescan_all = bool(report.no_component)
         lost = [d for d in result.kept if d.part_gone or d.unsettled]
-        rewrite_index = bool(report.index_differs)  # (index files unlike their parts: review R28c s46 #3)
+        # (index files unlike their parts: review R28c s46 #3; of an older layout: review R29b s46 #2)
+        rewrite_index = bool(report.index_differs) or report.old_layout
         # an index difference of a part that records no checksum of its own index, kept: any write
         # rebuilds the index from the parts, which would serve the part's copy (review R29b s46 #1)
         if (lost or report.unsettled) and (
@@ -1139,9 +1148,14 @@ def repair_store(
                     result.rescan = rescan[0]
                 rebuild_index(root, incremental=False)
                 if rewrite_index:
-                    result.written += [f"index/{name}.arrow" for name in report.index_differs]
+                    layout = [n for n in _LAYOUT_TABLES if (root / "index" / f"{n}.arrow").is_file()]
+                    result.rewrote_index = sorted(
+                        set(report.index_differs) | set(layout if report.old_layout else [])
+                    )
+                    result.written += [f"index/{name}.arrow" for name in result.rewrote_index]
                     log.warning("rewrote %s from the parts' own index: %s", root / "index",
-                                "; ".join(f"{n}.arrow {why}" for n, why in report.index_differs.items()))  # fmt: skip
+                                "; ".join([*(f"{n}.arrow {why}" for n, why in report.index_differs.items()),
+                                           *(["in today's layout"] if report.old_layout else [])]))  # fmt: skip
             except (OSError, StoreError) as exc:
                 for name, where in result.moved_parts.items():
                     stand_in = root / "parts" / name
@@ -1193,6 +1207,10 @@ def _by_table(missing: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, l
         for table, ids in sorted(tables.items()):
             out.setdefault(table, {})[part] = ids
     return out
+
+
+#: the index files of an older layout's run records (``index_check.LEGACY_SECONDS``) a rewrite changes
+_LAYOUT_TABLES = ("entries", "components", "timings", "component_timings")
 
 
 def _blocked(root: Path, lost: list[Damaged], unsettled: list[str] | None = None) -> str:
