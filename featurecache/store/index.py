@@ -195,6 +195,13 @@ RESIDUE_CODES_SCHEMA = pa.schema(
     [("entry_id", pa.string()), ("codes", pa.list_(pa.string())), ("part", pa.string())]
 )
 
+#: the tables of a part's own ``_index/`` that a rebuild reads (``<name>.arrow``): the index files
+#: (``layout.INDEX_FILES``) but the memory plan, which no part holds, and :data:`RESIDUE_CODES`.
+#: Another name there (a table that a newer featurecache of the same store format adds, as
+#: msa_unmatched was added after format 2; a stray copy) is left out with a warning: a rebuild that
+#: took it in stopped with a traceback in build, prune and verify --repair (review R29a s46 #1)
+PART_TABLES = (INDEX_FILES - {PLAN_TABLE}) | {RESIDUE_CODES}
+
 SCHEMAS: dict[str, pa.Schema] = {
     "entries": ENTRIES_SCHEMA,
     "chains": CHAINS_SCHEMA,
@@ -534,8 +541,14 @@ def _concat(tables: Iterable[pa.Table], name: str) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
+#: (store, table name) of each part table not in :data:`PART_TABLES` warned about in this process:
+#: one warning per name, not one per part and rebuild (a build rebuilds the index several times)
+_unknown_warned: set[tuple[str, str]] = set()
+
+
 def _part_tables(part: Path) -> dict[str, pa.Table]:
-    """One part's own ``_index/<table>.arrow`` files, with the ``part`` column set to its name."""
+    """One part's own ``_index/<table>.arrow`` files of :data:`PART_TABLES`, with the ``part``
+    column set to its name; another name is left out, with one warning per store and name."""
     out: dict[str, pa.Table] = {}
     idx = part / PART_INDEX_DIR
     try:  # a part the uid may not read (workers under umask 077): exit 3 naming it (review RF2 s27 #3)
@@ -547,6 +560,9 @@ def _part_tables(part: Path) -> dict[str, pa.Table]:
     except PermissionError as exc:
         raise _permission_error(idx, store_of(part), exc) from exc
     for f in files:
+        if f.stem not in PART_TABLES:
+            _warn_unknown_part_table(f)
+            continue
         t = read_table(f, memory_map=False)
         # the directory name is the truth (a part may have been committed under another number)
         parts = pa.array([part.name] * t.num_rows, type=pa.string())
@@ -556,6 +572,15 @@ def _part_tables(part: Path) -> dict[str, pa.Table]:
             t = t.append_column("part", parts)
         out[f.stem] = t
     return out
+
+
+def _warn_unknown_part_table(f: Path) -> None:
+    key = (str(store_of(f)), f.stem)
+    if key in _unknown_warned:
+        return
+    _unknown_warned.add(key)
+    log.warning("%s is not a part table this featurecache knows (a newer featurecache's table, or a copy): "
+                "left out of the index, and left in place", f)  # fmt: skip
 
 
 def gather_part_rows(parts: Sequence[Path]) -> tuple[dict[str, pa.Table], set[str]]:
@@ -826,6 +851,13 @@ def _load_manifest(root: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(m, dict) or m.get("version") != _MANIFEST_VERSION:
         return None
+    # rows an earlier featurecache kept of a part table this one leaves out (:data:`PART_TABLES`),
+    # and the index file it wrote of them: not taken in, as a gather of the parts would not
+    for key, known in (("part_rows", PART_TABLES), ("index", INDEX_FILES)):
+        if isinstance(m.get(key), dict):
+            m[key] = {n: v for n, v in m[key].items() if n in known}
+    if isinstance(m.get("held"), list):
+        m["held"] = [n for n in m["held"] if n in PART_TABLES]
     return m
 
 
@@ -999,8 +1031,6 @@ def _write_index(
         for name in sorted(tables, key=lambda n: n == "entries"):
             table = tables[name]
             f = index_dir / f"{name}.arrow"
-            if name not in INDEX_FILES:  # readers would leave it out, and a build would not delete it
-                raise ValueError(f"index table {name!r} is not in layout.INDEX_FILES: add it there")
             if name in TABLES or table.num_rows:
                 out = entries if name == "entries" else _sorted(name, table)
                 meta = dict(out.schema.metadata or {})
