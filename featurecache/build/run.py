@@ -808,7 +808,8 @@ def _run_build(
             )
             summary.n_inputs = len(inputs)
             summary.entries_gone = _entries_gone(inputs, stored, homes)
-            for note in extension_notes(out, stored, pdb_dir, homes):  # entries of another featurizer kept
+            # entries of another featurizer kept (not those an input of this build takes: rebuilt)
+            for note in extension_notes(out, stored, pdb_dir, homes, (i.entry_id for i in inputs)):
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
             summary.input_bytes = sum(i.size for i in inputs)

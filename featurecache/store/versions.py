@@ -25,7 +25,7 @@ import os
 import shlex
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -345,21 +345,29 @@ def _unreadable_note(doc: dict[str, Any] | None, where: str) -> list[str]:
 
 
 def extension_notes(
-    root: Path, stored: Any, pdb_dir: Path, homes: Callable[[str], bool] | None = None
-) -> list[str]:
+    root: Path, stored: Any, pdb_dir: Path, homes: Callable[[str], bool] | None = None,
+    input_ids: Iterable[str] = (),
+) -> list[str]:  # fmt: skip
     """A build's one line when the store ``root`` it extends holds entries of another featurizer
     version than this code's that the build does not rebuild: those of parts written from another
     ``--pdb-dir`` than ``pdb_dir`` (``stored``: the entries index the build starts from; ``homes``:
     whether a part is of ``pdb_dir``, ``build.discover.directory_parts``, which counts a directory
-    renamed or moved to it; without it, the part must record ``pdb_dir``). The entries of its own
-    ``--pdb-dir`` it rebuilds (the version is in their keys)."""
+    renamed or moved to it; without it, the part must record ``pdb_dir``) whose id no input of
+    ``pdb_dir`` takes (``input_ids``: the entry ids of the build's inputs; a part written before
+    parts recorded their ``--pdb-dir`` records none, and a build of its own inputs upgrades it:
+    review R29b s46 #4). The entries of its own ``--pdb-dir`` it rebuilds (the version is in
+    their keys)."""
     from featurecache.build.discover import resolved
 
     if not stored.num_rows or "part" not in stored.column_names:
         return []
     here = str(resolved(Path(pdb_dir)))
+    taken = set(input_ids)
+    parts = stored.column("part").to_pylist()
+    if taken and "id" in stored.column_names:  # an entry an input of this build takes is rebuilt
+        parts = [p for p, i in zip(parts, stored.column("id").to_pylist(), strict=True) if i not in taken]
     counts: Counter[tuple[str, str]] = Counter()
-    for part, n in Counter(stored.column("part").to_pylist()).items():
+    for part, n in Counter(parts).items():
         version, source = part_record(root, part)
         # a part whose record does not read is damage (verify's), not another version
         mine = homes(part) if homes is not None else source == here
