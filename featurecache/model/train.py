@@ -1038,17 +1038,24 @@ def _note_clip_change(path: str | Path, doc: dict[str, Any], clip_grad_norm: flo
                 theirs)  # fmt: skip
 
 
+def _checkpoint_lr(doc: dict[str, Any]) -> float | None:
+    """The learning rate checkpoint ``doc``'s run trained at: its ``lr``, or (a checkpoint that
+    records none) its optimizer's first param group's; None when neither says."""
+    theirs = doc.get("lr")
+    if not isinstance(theirs, int | float):
+        groups = (doc.get("optimizer") or {}).get("param_groups") or [{}]
+        theirs = groups[0].get("lr") if isinstance(groups[0], dict) else None
+    return float(theirs) if isinstance(theirs, int | float) and not isinstance(theirs, bool) else None
+
+
 def _note_lr_change(path: str | Path, doc: dict[str, Any], lr: float, step: int) -> None:
     """Warn when a resume of checkpoint ``path`` (``doc``) trains at another ``--lr`` than its run
     did: the rate given applies from the resumed step on, and a resume that leaves ``--lr`` out
     takes the default, which changed the rate of a run trained at another one without a word
     (review R28b s46 #4). The log's records say each step's rate (``lr``). A checkpoint that records
     none says it in its optimizer's param groups."""
-    theirs = doc.get("lr")
-    if not isinstance(theirs, int | float):
-        groups = (doc.get("optimizer") or {}).get("param_groups") or [{}]
-        theirs = groups[0].get("lr")
-    if not isinstance(theirs, int | float) or theirs == lr:
+    theirs = _checkpoint_lr(doc)
+    if theirs is None or theirs == lr:
         return
     log.warning("%s was trained with --lr %s; this run trains at %s from step %d on (give --lr %s to go on as "
                 "it did)", path, theirs, lr, step, theirs)  # fmt: skip
@@ -1300,9 +1307,9 @@ def _launch_world() -> int:
 
 def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
                  same_if_recorded: dict[str, Any] | None = None,
-                 global_batch: int | None = None) -> tuple[list[Any], list[Any]]:  # fmt: skip
-    """(step records, checkpoints) of the log at ``path`` before step ``first_step``: what a run
-    resumed at ``first_step`` with the same ``--log`` keeps. A file that is not a training log, or
+                 global_batch: int | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:  # fmt: skip
+    """(step records, checkpoints, segments: :func:`_earlier_segments`) of the log at ``path``
+    before step ``first_step``: what a run resumed at ``first_step`` with the same ``--log`` keeps. A file that is not a training log, or
     the log of another run (``same``: the fields that must match; ``same_if_recorded``: those that
     must match where the log records them, e.g. the data settings an older log lacks;
     ``global_batch``: its ``batch_size`` × ``world_size``), is refused: the resumed run would
@@ -1334,7 +1341,33 @@ def _earlier_log(path: Path, first_step: int, same: dict[str, Any],
     return (
         finite([r for r in steps if r["step"] < first_step]),
         [c for c in checkpoints if isinstance(c.get("step"), int) and c["step"] <= first_step],
+        _earlier_segments(earlier, first_step),
     )
+
+
+#: what each of a log's ``segments`` holds: the step a run (the first, or a resume) started at and
+#: the code that trained from it on (:func:`_code_identity`)
+SEGMENT_KEYS = ("start_step", "featurecache_version", "featurecache_source")
+
+
+def _earlier_segments(earlier: dict[str, Any], first_step: int) -> list[dict[str, Any]]:
+    """The ``segments`` of an earlier log (``earlier``) that start before ``first_step``: which code
+    trained the steps a resume carries over (review R29b s46 #6). A log written before logs recorded
+    them: one segment from its ``start_step`` on, of the code its header names, after one of unknown
+    code (nulls) from step 0 when that log was itself a resume."""
+    recorded = earlier.get("segments")
+    if (
+        isinstance(recorded, list)
+        and recorded
+        and all(isinstance(s, dict) and isinstance(s.get("start_step"), int) for s in recorded)
+    ):
+        segments = [{k: s.get(k) for k in SEGMENT_KEYS} for s in recorded]
+    else:
+        start = earlier.get("start_step")
+        start = start if isinstance(start, int) and start > 0 else 0
+        segments = [dict.fromkeys(SEGMENT_KEYS, None) | {"start_step": 0}] if start else []
+        segments.append({"start_step": start, **{k: earlier.get(k) for k in SEGMENT_KEYS[1:]}})
+    return [s for s in segments if s["start_step"] < first_step]
 
 
 def _missing_steps(carried: list[dict[str, Any]], first_step: int) -> list[int]:
@@ -1355,7 +1388,9 @@ def _ranges(steps: list[int]) -> str:
 #: what each record of the log's ``steps`` holds, with its unit: the log's ``fields`` block (the
 #: ``summary`` block is :func:`summarize`'s)
 LOG_FIELDS: dict[str, str] = {
-    "step": "the step's number, 0-based (a resumed run continues the count)",
+    "step": "the step's number, 0-based (a resumed run continues the count; the header's segments say which "
+    "featurecache trained the steps from each start_step on: start_step, featurecache_version, featurecache_source, "
+    "null where an earlier log did not record it)",
     "step_time_s": "s of wall time from the end of the previous step to the end of this one (includes writing the "
     "log and a checkpoint due after the previous step)",
     "data_wait_s": "s of it the host was blocked on the batch source (with the prefetch: fetching the next batch)",
@@ -1813,14 +1848,19 @@ def run_training(
         _warn_pending(checkpoint, resume)
     carried: list[Any] = []
     carried_checkpoints: list[Any] = []
+    carried_segments: list[dict[str, Any]] = []
     if resumed is None and log_file is not None and log_file.is_file() and rank == 0:
         log.warning("%s exists: this new run's log replaces it (give another --log to keep it)", log_file)
     if resumed is not None and log_file is not None and log_file.exists():  # the run it continues
         # the fields of the earlier log that must match for this run to carry its steps over
         same = {"model_config": cfg.to_dict(), "seed": seed, "crop_size": crop_size}
-        carried, carried_checkpoints = _earlier_log(
+        carried, carried_checkpoints, carried_segments = _earlier_log(
             log_file, first_step, same, data_settings if client else None, batch_size * _launch_world()
         )
+        # a record of a log written before records said their rate: the rate the checkpoint's run
+        # trained at (review R29b s46 #6)
+        ck_lr = _checkpoint_lr(resumed)
+        carried = [r if r.get("lr") is not None else {**r, "lr": ck_lr} for r in carried]
     if (
         resume is not None
         and first_step > 0
@@ -1916,6 +1956,7 @@ def run_training(
             "checkpoints": carried_checkpoints,
             "checkpoint": str(checkpoint) if checkpoint is not None else None, "checkpoint_every": checkpoint_every,
             "world_size": ranks.world, "rank": ranks.rank, **_code_identity(), "torch": torch.__version__,
+            "segments": [*carried_segments, {"start_step": first_step, **_code_identity()}],
             "featurizer_versions": src.featurizer_versions,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
             "error": None, "fields": LOG_FIELDS, "steps": list(carried),
