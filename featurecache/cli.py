@@ -627,8 +627,8 @@ def _print_repair_hint(store: Path, report: Any) -> None:
         if ok:
             what.append(f"takes the damaged {_names(ok)} out of the index")
         if report.bad_index_parts:
-            what.append(f"moves part(s) {', '.join(report.bad_index_parts)} (own index unreadable) to "
-                        f"{store}/damaged-parts/")  # fmt: skip
+            moved = ", ".join(f"{n} ({_own_index_damage(why)})" for n, why in report.bad_index_parts.items())
+            what.append(f"moves part(s) {moved} to {store}/damaged-parts/")
         gone_comp = [n for n in comp if not (store / "parts" / n).is_dir()]
         if set(comp) - set(gone_comp):
             moved = ", ".join(f"{n} ({_component_damage(report.damaged_component_parts.get(n, ''))})"
@@ -669,6 +669,16 @@ def _component_damage(why: str, its: bool = False) -> str:
     return "its arrays are unreadable" if its else "arrays unreadable"
 
 
+def _own_index_damage(why: str) -> str:
+    """A few words for verify's reason that a part's own index is damaged (``bad_index_parts``):
+    changed since the part was written, missing, or unreadable (review R29a s46 #3)."""
+    if "has changed since the part was written" in why:
+        return "own index changed since it was written"
+    if "is missing (its part.json records it)" in why:
+        return "own index file missing"
+    return "own index unreadable"
+
+
 def _print_repair(store: Path, result: Any) -> None:
     from featurecache.store.verify import rebuild_command, rebuild_note
 
@@ -681,7 +691,7 @@ def _print_repair(store: Path, result: Any) -> None:
         why = (
             _component_damage(result.report.damaged_component_parts[name], its=True)
             if name in result.report.damaged_component_parts
-            else "its own index is unreadable"
+            else f"its {_own_index_damage(result.report.bad_index_parts.get(name, ''))}"
         )
         typer.echo(f"moved part {name} ({why}) to {where}")
     if result.removed_again:

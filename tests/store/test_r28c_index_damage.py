@@ -114,12 +114,17 @@ def test_a_flipped_bit_in_a_parts_own_index_is_found_and_repaired(
     if recorded:
         assert f"MISMATCH part {part}: its own index file" in bad.stdout, bad.stdout
         assert "chains.arrow has changed since the part was written" in bad.stdout, bad.stdout
+        # the hint and the repair say what happened to it: it reads, its bytes changed (review R29a s46 #3)
+        assert f"{part} (own index changed since it was written)" in bad.stdout + bad.stderr, bad.stdout
+        assert "unreadable" not in bad.stdout + bad.stderr, bad.stdout + bad.stderr
     else:
         assert "MISMATCH entry 1psm: chain A: its sequence_hash" in bad.stdout, bad.stdout
     assert "2q2k" not in bad.stdout
 
     rep = _cli("verify", store, "--repair", "--no-progress")
     assert rep.returncode == 0, rep.stdout + rep.stderr
+    if recorded:
+        assert f"moved part {part} (its own index changed since it was written)" in rep.stdout, rep.stdout
     again = build_store(store, pdb, workers=1, part_size=1)
     assert again.n_failed == 0 and again.n_built == 1  # exactly 1psm
     ok = _cli("verify", store, "--no-progress")
