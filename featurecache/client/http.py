@@ -95,6 +95,7 @@ except ModuleNotFoundError as exc:  # the bare error named no extra (review R28a
 
 from featurecache.auth import TOKEN_ENV as TOKEN_ENV  # re-exported: tests and callers import it here
 from featurecache.auth import clean_token, redact_url, token_from_environment
+from featurecache.const import NUM_RESTYPES
 from featurecache.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -130,6 +131,17 @@ _MAX_QUERY_CHARS = 256
 #: answers that say the service as a whole cannot serve now (retried; vs a 500 on one request)
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 _NO_LIMIT = 2**62  # a limit the service does not advertise
+#: an MSA slice's answer bytes as the service bounds them before reading anything
+#: (``services.lookup.payloads.msa_answer_bytes``, which tests/services keep this equal to): per
+#: cell (residues uint8, deletions int16), per row (species int32, source uint8), per column
+#: (profile float32 × NUM_RESTYPES, deletion_mean float32), and a fixed part plus 6 bytes a key
+#: character. What :meth:`LookupClient.msa` tiles a selection by under ``max_response_bytes``
+_MSA_CELL_BYTES = sum(arrow_io.MSA_DTYPES[n].itemsize for n in ("residues", "deletions"))
+_MSA_ROW_BYTES = sum(arrow_io.MSA_DTYPES[n].itemsize for n in ("species", "source"))
+_MSA_COL_BYTES = (
+    arrow_io.MSA_DTYPES["profile"].itemsize * NUM_RESTYPES + arrow_io.MSA_DTYPES["deletion_mean"].itemsize
+)
+_MSA_FIXED_BYTES = 4096
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
 #: retry waits a full ``timeout`` again
 TIMEOUT_RETRIES = 1
@@ -1246,42 +1258,51 @@ class LookupClient(FeatureReader):
         depth, length = shape
         r = _local_selection(rows, depth, "rows", key)  # int64 [n_rows], each in 0..depth-1
         c = _local_selection(cols, length, "columns", key)  # int64 [n_cols], each in 0..length-1
-        max_rows, max_cols, max_cells = (
-            self._limit(f"max_msa_{n}", _NO_LIMIT) for n in ("rows", "cols", "cells")
-        )
-        if r.size <= max_rows and c.size <= max_cols and r.size * c.size <= max_cells:
+        max_rows, max_cols, max_cells, max_bytes = (
+            self._limit(n, _NO_LIMIT) for n in ("max_msa_rows", "max_msa_cols", "max_msa_cells", "max_response_bytes")
+        )  # fmt: skip
+        within = r.size <= max_rows and c.size <= max_cols and r.size * c.size <= max_cells
+        if within and _msa_answer_bytes(key, r.size, c.size) <= max_bytes:
             return self._msa_fitting(key, r, c)
-        width = max(1, min(c.size, max_cols, max_cells))  # whole column sets where they fit: crops are narrow
-        height = max(1, min(max_rows, max_cells // width))
+        # the fewest requests the limits allow, known before any is sent (review R29a s46 #4: halving
+        # rows on each 413 took 21,379 requests for an MSA whose single row was over the limit)
+        height, width = _msa_tile(key, r.size, c.size, max_rows, max_cols, max_cells, max_bytes)
+        return self._msa_grid(key, r, c, height, width)
+
+    def _msa_grid(self, key: str, rows: np.ndarray, cols: np.ndarray, height: int, width: int) -> MSABlock:
+        """``rows`` × ``cols`` in tiles of ``height`` × ``width`` (:meth:`_msa_fitting` each), joined."""
         return _join_msa_blocks([
-            [self._msa_fitting(key, r[i : i + height], c[j : j + width]) for j in range(0, max(c.size, 1), width)]
-            for i in range(0, max(r.size, 1), height)
+            [self._msa_fitting(key, rows[i : i + height], cols[j : j + width])
+             for j in range(0, max(cols.size, 1), width)]
+            for i in range(0, max(rows.size, 1), height)
         ])  # fmt: skip
 
     def _msa_fitting(self, key: str, rows: np.ndarray, cols: np.ndarray) -> MSABlock:
-        """:meth:`_msa_slice` of the indices ``rows`` × ``cols``, in as many requests as the service's
-        ``max_response_bytes`` needs (it bounds an MSA slice's answer as it does an entry's: review
-        R28d s46 #2). A 413 naming that limit splits the selection, as a batch of entries is split:
-        into about as many parts as its ``got`` / ``max`` say (one more, for the answer's bytes
-        that do not shrink with it), by rows, or by columns once one row is too many; a part
-        refused again is split again. A single cell refused raises the 413."""
+        """:meth:`_msa_slice` of the indices ``rows`` × ``cols``; when the service refuses it with a
+        413 naming ``max_response_bytes`` (a service that does not advertise the limit, or one that
+        counts an answer's bytes otherwise than :func:`_msa_answer_bytes`: review R28d s46 #2), in
+        the fewest tiles that fit that limit, scaled by how the 413's ``got`` compares with this
+        client's count; a tile refused again is tiled again. A single cell refused raises the 413."""
         try:
             return self._msa_slice(key, rows, cols)
         except InvalidRequest as exc:
             if getattr(exc, "limit", None) != "max_response_bytes" or (rows.size <= 1 and cols.size <= 1):
                 raise
             got, most = getattr(exc, "got", None), getattr(exc, "maximum", None)
-            by_rows = rows.size > 1
-            n = rows.size if by_rows else cols.size
-            if isinstance(got, int) and isinstance(most, int) and most > 0:
-                parts = min(n, max(2, math.ceil(got / most) + 1))
+            ours = _msa_answer_bytes(key, rows.size, cols.size)
+            if isinstance(got, int) and isinstance(most, int) and got > most > 0:
+                budget = most * ours // got  # the service's limit in this client's bytes
             else:  # a 413 that does not say by how much
-                parts = 2
-            if by_rows:
-                grid = [[self._msa_fitting(key, p, cols)] for p in np.array_split(rows, parts)]
-            else:
-                grid = [[self._msa_fitting(key, rows, p) for p in np.array_split(cols, parts)]]
-            return _join_msa_blocks(grid)
+                budget = ours // 2
+            height, width = _msa_tile(key, rows.size, cols.size, _NO_LIMIT, _NO_LIMIT, _NO_LIMIT, budget)
+            if height >= rows.size and width >= cols.size:  # no smaller tiles by the numbers: halve one axis
+                half_rows = _msa_answer_bytes(key, math.ceil(rows.size / 2), cols.size)
+                half_cols = _msa_answer_bytes(key, rows.size, math.ceil(cols.size / 2))
+                if rows.size > 1 and (cols.size <= 1 or half_rows <= half_cols):
+                    height = math.ceil(rows.size / 2)
+                else:
+                    width = math.ceil(cols.size / 2)
+            return self._msa_grid(key, rows, cols, max(height, 1), max(width, 1))
 
     def _msa_probe(self, key: str) -> tuple[int, int]:
         """(depth, length) of the service's MSA ``key`` now, from an empty slice of it."""
@@ -1467,6 +1488,42 @@ def _client_error(what: str, status: int, detail: str, response: httpx.Response)
         exc = ServiceError(message)
     exc.status = status  # type: ignore[attr-defined,union-attr]
     return exc
+
+
+def _msa_answer_bytes(key: str, n_rows: int, n_cols: int) -> int:
+    """The bytes the service counts for the answer of ``n_rows`` × ``n_cols`` of the MSA ``key``
+    against ``max_response_bytes`` (``services.lookup.payloads.msa_answer_bytes``)."""
+    return (n_rows * n_cols * _MSA_CELL_BYTES + n_rows * _MSA_ROW_BYTES + n_cols * _MSA_COL_BYTES
+            + _MSA_FIXED_BYTES + 6 * len(key))  # fmt: skip
+
+
+def _msa_tile(
+    key: str, n_rows: int, n_cols: int, max_rows: int, max_cols: int, max_cells: int, max_bytes: int
+) -> tuple[int, int]:
+    """(height, width) of the tiles of an ``n_rows`` × ``n_cols`` selection of the MSA ``key`` that
+    each fit the limits and are the fewest: for each width (a whole share of the columns), the most
+    rows that fit it. A column costs ~44x a row in every tile (its profile), so when one full row is
+    over ``max_bytes`` the columns are split first. (1, 1) when not even one cell fits: that request
+    gets the service's 413."""
+    fixed = _MSA_FIXED_BYTES + 6 * len(key)
+    best: tuple[int, int, int] | None = None  # (tiles, height, width)
+    widths = sorted({-(-n_cols // k) for k in range(1, n_cols + 1)}, reverse=True) if n_cols else [0]
+    for width in widths:
+        if width > max_cols:
+            continue
+        room = max_bytes - fixed - width * _MSA_COL_BYTES
+        if room < 0:
+            continue
+        height = min(n_rows, max_rows, max_cells // width if width else n_rows,
+                     room // (width * _MSA_CELL_BYTES + _MSA_ROW_BYTES))  # fmt: skip
+        if height < 1 and n_rows:
+            continue
+        tiles = (-(-n_cols // width) if width else 1) * (-(-n_rows // height) if height else 1)
+        if best is None or tiles < best[0]:
+            best = (tiles, height, width)
+    if best is None:
+        return 1, 1
+    return max(best[1], 1), max(best[2], 1)
 
 
 def _join_msa_blocks(grid: list[list[MSABlock]]) -> MSABlock:
