@@ -3,8 +3,9 @@ from the versions installed in the environment that runs this script: the projec
 
     .venv/bin/python deploy/lock_requirements.py serve > deploy/requirements-serve.lock
 
-What is pinned: featurecache's base dependencies and the given extras (pyproject.toml), with their
-own extras (``uvicorn[standard]``), followed through every installed dependency whose environment
+What is pinned: featurecache's base dependencies and the given extras (pyproject.toml, as
+``pyproject_requirements.py`` lists them: featurecache's own extras that an extra names expanded),
+with their own extras (``uvicorn[standard]``), followed through every installed dependency whose environment
 marker holds here (CPython 3.11 on Linux, as the images), plus the build tools the Dockerfile
 installs next to them (setuptools, wheel, when installed). A requirement that is not installed, or
 installed at a version its requirer excludes, stops the script naming it: install the extra first
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from pyproject_requirements import requirements  # next to this script: what the Dockerfiles install
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_TOOLS = ("setuptools", "wheel")  # installed next to the dependencies to build featurecache
@@ -40,10 +42,10 @@ def pins(pyproject: Path, extras: list[str]) -> dict[str, str]:
     unknown = [e for e in extras if e not in optional]
     if unknown:
         raise SystemExit(f"unknown extra(s) {unknown}; pyproject has {sorted(optional)}")
-    own = canonicalize_name(project["name"])
-    todo = [Requirement(r) for r in project.get("dependencies", [])]
-    todo += [Requirement(r) for e in extras for r in optional[e]]
-    todo = [r for r in todo if canonicalize_name(r.name) != own and _holds(r, "")]
+    # an extra naming others of featurecache's (client: featurecache[http]) stands for their
+    # requirements (review R29a s46 #5: they were dropped), as the Dockerfiles install them
+    todo = [Requirement(r) for r in requirements(pyproject, extras)]
+    todo = [r for r in todo if _holds(r, "")]
     out: dict[str, str] = {}
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
