@@ -65,8 +65,10 @@ PLAN_TABLE = "plan"
 #: the name of every file a build, prune or `featurecache plan` writes in STORE/index/
 #: (``<name>.arrow``): the tables a reader reads there. Any other ``index/*.arrow`` is not
 #: featurecache's (a user's backup copy, an editor's file): readers leave it out and a build leaves
-#: it in place, each with a warning (review R28c s46 #7, #8). A build refuses to write a name not
-#: listed here (``index._write_index``), so a new table cannot be forgotten.
+#: it in place, each with a warning (review R28c s46 #7, #8). A test checks that every table the
+#: index rebuild derives and every file it writes is listed here, so a new table cannot be forgotten
+#: (``tests/store/test_r29a_1_unknown_part_table.py``; a runtime refusal crashed builds over a part
+#: table of a newer featurecache: review R29a s46 #1).
 INDEX_FILES = frozenset(
     (*TABLES, "timings", "component_timings", "withdrawn", "removed", "msa_unmatched", "chem_warnings",
      "chem_scans", PLAN_TABLE)
