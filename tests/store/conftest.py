@@ -88,3 +88,23 @@ def replaced_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(SAMPLES / "structures" / "2q2k.cif", inputs / "102m.cif")
     build_store(out, inputs, workers=1, part_size=1, msa_dir=SAMPLES / "msas", ccd=SAMPLES / "ccd")
     return out
+
+
+#: the entries of :func:`sample_pair`: a protein (1psm) and a protein–DNA complex (2q2k) of the samples
+SAMPLE_PAIR = ("1psm", "2q2k")
+
+
+@pytest.fixture
+def sample_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """(store, pdb): :data:`SAMPLE_PAIR` built one part each (1 worker), verified sound: the store
+    the damage and repair tests of session 46 (tests/store/test_r28c_*, test_r29b_*) damage."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for entry in SAMPLE_PAIR:
+        shutil.copy(SAMPLES / "structures" / f"{entry}.cif", pdb)
+    store = tmp_path / "s"
+    assert build_store(store, pdb, workers=1, part_size=1).n_failed == 0
+    from featurecache.store.verify import verify_store
+
+    assert verify_store(store) == [] and featurecache.open_store(store).ids == list(SAMPLE_PAIR)
+    return store, pdb

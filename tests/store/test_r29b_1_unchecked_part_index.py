@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import struct
 from pathlib import Path
 
@@ -22,11 +21,12 @@ import pytest
 
 import featurecache
 from featurecache.store.index import read_table
-from featurecache.store.verify import verify_report, verify_store
+from featurecache.store.verify import verify_report
 from featurecache.store.writer import INDEX_SHA256_KEY
-from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process
+from tests.conftest import CliRun, build_store, cli_in_process
+from tests.store.conftest import SAMPLE_PAIR
 
-IDS = ("1psm", "2q2k")
+IDS = SAMPLE_PAIR
 
 
 def _cli(*args: str | Path) -> CliRun:
@@ -34,16 +34,9 @@ def _cli(*args: str | Path) -> CliRun:
 
 
 @pytest.fixture
-def built(tmp_path: Path) -> tuple[Path, Path]:
-    """(store, pdb): 1psm and 2q2k built one part each."""
-    pdb = tmp_path / "pdb"
-    pdb.mkdir()
-    for entry in IDS:
-        shutil.copy(SAMPLES / "structures" / f"{entry}.cif", pdb)
-    store = tmp_path / "s"
-    assert build_store(store, pdb, workers=1, part_size=1).n_failed == 0
-    assert verify_store(store) == []
-    return store, pdb
+def built(sample_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """(store, pdb): 1psm and 2q2k built one part each (tests/store/conftest.py)."""
+    return sample_pair
 
 
 def _resolution(store: Path, entry_id: str) -> float | None:
