@@ -21,7 +21,7 @@ import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -1292,7 +1292,9 @@ def rebuild_command(root: Path, damaged: list[Damaged], parts: Iterable[str] = (
     if msa:
         args += ["--msa-dir", shlex.quote(next(iter(msa))) if len(msa) == 1 else "MSA_DIR"]
     args += ["--out", shlex.quote(str(root))]
-    options, _unknown = _build_options(root, _rebuilt_msa_dirs(root, damaged, parts))
+    options, _unknown = _build_options(
+        root, _rebuilt_msa_dirs(root, damaged, parts), _unsettled_msas(damaged)
+    )
     return " ".join(["featurecache", "build", *args, *options])
 
 
@@ -1310,8 +1312,14 @@ def rebuild_note(root: Path, damaged: list[Damaged] | None = None, parts: Iterab
     store, or chose against what the store records ("" when nothing). ``damaged`` None: the
     ``--msa-depth`` check looks at every MSA of the store built from files."""
     msa_dirs = None if damaged is None else _rebuilt_msa_dirs(root, damaged, parts)
-    _options, unknown = _build_options(root, msa_dirs)
+    _options, unknown = _build_options(root, msa_dirs, _unsettled_msas(damaged or []))
     return "; ".join(unknown)
+
+
+def _unsettled_msas(damaged: list[Damaged]) -> set[str]:
+    """The keys of the unsettled MSAs of ``damaged``: their own rows may be the damaged copy, so
+    their ``depth`` does not decide the ``--msa-depth`` of the rebuild (:func:`msas_from_files`)."""
+    return {d.id for d in damaged if d.kind == "msa" and d.unsettled}
 
 
 def _rebuilt_msa_dirs(root: Path, damaged: list[Damaged], parts: Iterable[str]) -> set[str] | None:
@@ -1338,12 +1346,20 @@ def changed_by_cap(rows: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]
     return [r for r in rows if min(r["n_distinct"], cap) != r["depth"]]
 
 
-def msas_from_files(root: Path, msa_dirs: set[str] | None) -> list[dict[str, Any]] | None:
+def msas_from_files(
+    root: Path, msa_dirs: set[str] | None, untrusted: Collection[str] = ()
+) -> list[dict[str, Any]] | None:
     """The stored MSAs built from files (``key``, ``part``, ``depth``, ``n_distinct``, ``n_files``),
     of the MSA parts whose recorded ``--msa-dir`` is in ``msa_dirs`` (None: any; a part that recorded
     none counts as any's): those a build from that directory rebuilds at the ``--msa-depth`` it is
     given. A cap c rebuilds such an MSA of unchanged files to the rows it holds exactly when
-    ``min(n_distinct, c) == depth``. None when the store's MSA tables cannot tell."""
+    ``min(n_distinct, c) == depth``. None when the store's MSA tables cannot tell.
+
+    An MSA whose removal is in effect, and those of ``untrusted`` (keys: the unsettled MSAs verify
+    found, which ``--repair`` takes out), are left out: their rows are not what the store serves,
+    and an unsettled one's ``depth`` may be the damaged copy (an 838-row MSA whose row said 837 asked
+    for ``--msa-depth 837``, and that build cut it: review R30 s46 #1)."""
+    from featurecache.store.index import REMOVED, without_removed
     from featurecache.store.layout import MSA_PART_PREFIX
     from featurecache.store.msa import latest_msas
 
@@ -1352,7 +1368,13 @@ def msas_from_files(root: Path, msa_dirs: set[str] | None) -> list[dict[str, Any
     # (the build rebuilds them at the cap it is given unless they are still stored)
     columns = ["key", "part", "depth", "n_distinct", "n_files"]
     own = []
+    removals = []
     for part in complete_parts(Path(root)):
+        with contextlib.suppress(StoreError, KeyError, pa.ArrowInvalid):
+            r = part / PART_INDEX_DIR / f"{REMOVED}.arrow"
+            if r.is_file():
+                t = read_table(r, memory_map=False).select(["kind", "id"])
+                removals.append(t.append_column("part", pa.array([part.name] * t.num_rows, pa.string())))
         f = part / PART_INDEX_DIR / "msas.arrow"
         if part.name.startswith(MSA_PART_PREFIX) and f.is_file():
             with contextlib.suppress(StoreError, KeyError):
@@ -1361,15 +1383,22 @@ def msas_from_files(root: Path, msa_dirs: set[str] | None) -> list[dict[str, Any
                     own.append(t.append_column("part", pa.array([part.name] * t.num_rows)) if "part" not in
                                t.column_names else t)  # fmt: skip
     try:
-        rows = latest_msas(pa.concat_tables([t.select(columns) for t in own])).to_pylist() if own else []
+        msas = pa.concat_tables([t.select(columns) for t in own]) if own else None
+        if msas is not None and removals:
+            msas = without_removed(msas, "key", pa.concat_tables(removals), "msa")
+        rows = latest_msas(msas).to_pylist() if msas is not None else []
     except (KeyError, pa.ArrowInvalid):
         return None
     dirs: dict[str, str] = {}
+    skip = set(untrusted)
     return [r for r in rows if r["n_files"] and r["depth"] is not None and r["n_distinct"] is not None
+            and r["key"] not in skip
             and (msa_dirs is None or _source_dir(root, r["part"], dirs) in msa_dirs | {""})]  # fmt: skip
 
 
-def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list[str], list[str]]:
+def _depth_option(
+    root: Path, cap: int, msa_dirs: set[str] | None, untrusted: Collection[str] = ()
+) -> tuple[list[str], list[str]]:
     """``--msa-depth`` for a rebuild that reads ``msa_dirs`` (None: any directory), and a note when
     the recorded ``cap`` is not the one that built the MSAs it rebuilds. The root config records the
     LATEST build's cap (an extension from another --pdb-dir with another --msa-depth overwrites it),
@@ -1384,7 +1413,7 @@ def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list
     recorded = [] if cap == DEFAULT_MSA_DEPTH_CAP else ["--msa-depth", str(cap)]
     if msa_dirs == set():  # no --msa-dir: the build rebuilds no MSA from files
         return recorded, []
-    rows = msas_from_files(root, msa_dirs)
+    rows = msas_from_files(root, msa_dirs, untrusted)
     if rows is None:
         return recorded, []
 
@@ -1413,10 +1442,12 @@ def _depth_option(root: Path, cap: int, msa_dirs: set[str] | None) -> tuple[list
     ]
 
 
-def _build_options(root: Path, msa_dirs: set[str] | None = None) -> tuple[list[str], list[str]]:
+def _build_options(
+    root: Path, msa_dirs: set[str] | None = None, untrusted: Collection[str] = ()
+) -> tuple[list[str], list[str]]:
     """The build options the store's config records, as arguments (those left at their defaults
     omitted), and what it cannot tell (a line each). ``--msa-depth``: :func:`_depth_option` for a
-    rebuild reading ``msa_dirs``."""
+    rebuild reading ``msa_dirs``, the MSAs of ``untrusted`` (keys) left out."""
     from featurecache.build.config import BuildConfig
     from featurecache.const import DEFAULT_MSA_DEPTH_CAP
     from featurecache.store.info import recorded_build_inputs
@@ -1433,7 +1464,9 @@ def _build_options(root: Path, msa_dirs: set[str] | None = None) -> tuple[list[s
     out: list[str] = []
     unknown: list[str] = []
     defaults = BuildConfig()
-    depth, depth_notes = _depth_option(root, config.get("msa_depth_cap", DEFAULT_MSA_DEPTH_CAP), msa_dirs)
+    depth, depth_notes = _depth_option(
+        root, config.get("msa_depth_cap", DEFAULT_MSA_DEPTH_CAP), msa_dirs, untrusted
+    )
     out += depth
     unknown += depth_notes
     timeout = config.get("conformer_timeout_s", defaults.conformer_timeout_s)
