@@ -1123,6 +1123,9 @@ def repair_store(
         # what the index lists before any part moves (a moved part may have held removals)
         listed = (set(store.ids), set(store.msas.column("key").to_pylist()) if "key" in store.msas.column_names
                   else set()) if store is not None else (set(), set())  # fmt: skip
+        entries = [_removal_row(d) for d in result.removed if d.kind == "entry"]
+        msas = [_removal_row(d) for d in result.removed if d.kind == "msa"]
+        removals: list[str] = []  # the removal parts written before the index is rewritten whole
         if to_move or gone_components or rescan_all or rewrite_index:
             from featurecache.store.index import rebuild_index
             from featurecache.store.prune import drop_saved_index, restore_index, save_index
@@ -1146,6 +1149,12 @@ def repair_store(
                     rescan.append(write_rescan_part(root))
                     result.written += rescan
                     result.rescan = rescan[0]
+                if entries or msas:
+                    # before the rewrite, so that the one index it publishes applies them: a rewrite
+                    # first served an unsettled entry's rows from its part's copy until the removals
+                    # were written, and for good had the repair stopped there (review R30 s46 #3)
+                    _extra, names = _removal_parts(root, entries, msas)
+                    _write_removal_parts(root, names, entries, msas, result.removed, removals)
                 rebuild_index(root, incremental=False)
                 if rewrite_index:
                     layout = [n for n in _LAYOUT_TABLES if (root / "index" / f"{n}.arrow").is_file()]
@@ -1163,7 +1172,7 @@ def repair_store(
                         shutil.rmtree(stand_in, ignore_errors=True)
                     with contextlib.suppress(OSError):
                         where.rename(stand_in)
-                for name in rescan:
+                for name in [*rescan, *removals]:
                     shutil.rmtree(root / "parts" / name, ignore_errors=True)
                 restored = restore_index(saved)
                 what = (
@@ -1174,11 +1183,10 @@ def repair_store(
                 raise StoreError(f"cannot write the store at {exc.filename or root}: {exc.strerror or exc}; "
                                  f"{what}") from exc  # fmt: skip
             drop_saved_index(saved)
+            result.written += removals
         if result.moved_parts and store is not None:
             _remove_again(root, listed, result)
-        entries = [_removal_row(d) for d in result.removed if d.kind == "entry"]
-        msas = [_removal_row(d) for d in result.removed if d.kind == "msa"]
-        if entries or msas:
+        if (entries or msas) and not removals:
             _extra, names = _removal_parts(root, entries, msas)
             write_removals(root, names, entries, msas, _common_dir(result.removed, "entry"),
                            _common_dir(result.removed, "msa"))  # fmt: skip
@@ -1232,6 +1240,35 @@ def _blocked(root: Path, lost: list[Damaged], unsettled: list[str] | None = None
             "files are gone; a repair rewrites the index from the parts, which would drop them as well: put the "
             f"part(s) back, or take them out too with `featurecache verify {shlex.quote(str(root))} --repair "
             "--drop-gone`")  # fmt: skip
+
+
+def _write_removal_parts(
+    root: Path,
+    names: list[str],
+    entries: list[dict[str, str]],
+    msas: list[dict[str, str]],
+    removed: list[Damaged],
+    written: list[str],
+) -> None:
+    """The parts ``prune.write_removals`` writes (``names``, of ``prune._removal_parts``), without
+    its index rebuild (the caller's rewrite of the index applies them); each name is appended to
+    ``written`` once its part is there (the caller takes them out again should a step fail)."""
+    from featurecache.store.msa import MSAPartContents, write_msa_part
+    from featurecache.store.prune import _row
+    from featurecache.store.writer import PartContents, write_structure_part
+
+    for name in names:
+        if name.startswith(STRUCTURE_PART_PREFIX):
+            contents = PartContents(
+                source_dir=_common_dir(removed, "entry"), removed=[_row(r) for r in entries]
+            )
+            write_structure_part(root, name, contents)
+        else:
+            msa_contents = MSAPartContents(
+                source_dir=_common_dir(removed, "msa"), removed=[_row(r) for r in msas]
+            )
+            write_msa_part(root, name, msa_contents)
+        written.append(name)
 
 
 def _remove_again(root: Path, listed: tuple[set[str], set[str]], result: RepairResult) -> None:
