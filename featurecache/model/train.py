@@ -1404,7 +1404,8 @@ LOG_FIELDS: dict[str, str] = {
     "grad_norm": "the total L2 norm of the step's gradients (with several ranks: of their mean) before they are "
     "clipped to clip_grad_norm; null when not finite (the run then stops), or when the step was skipped",
     "lr": "the learning rate of the step's update (a resumed run's --lr applies from its first step on: a change "
-    "of rate shows here; absent from the records of a log written before featurecache recorded it)",
+    "of rate shows here; in a log written before featurecache recorded it, a resume fills it in for the steps "
+    "of the run whose checkpoint it resumes, and leaves it null for the steps of earlier segments)",
     "clipped": "whether grad_norm was above clip_grad_norm (the header's), so that the step's gradients were "
     "scaled down to it; null when the step was skipped",
     "skip_reason": "why the step did not train (no forward, backward or optimizer step; it still counts toward "
@@ -1858,9 +1859,11 @@ def run_training(
             log_file, first_step, same, data_settings if client else None, batch_size * _launch_world()
         )
         # a record of a log written before records said their rate: the rate the checkpoint's run
-        # trained at (review R29b s46 #6)
+        # trained at (review R29b s46 #6), for that run's steps only (from the start of the last
+        # segment before this run); an earlier segment's rate is not known: null (review R30 s46 #4)
         ck_lr = _checkpoint_lr(resumed)
-        carried = [r if r.get("lr") is not None else {**r, "lr": ck_lr} for r in carried]
+        since = carried_segments[-1]["start_step"] if carried_segments else 0
+        carried = [r if r.get("lr") is not None or r["step"] < since else {**r, "lr": ck_lr} for r in carried]
     if (
         resume is not None
         and first_step > 0
