@@ -813,13 +813,16 @@ def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], repor
         owners = _unsettled_owners(store, derived, name, diff.rows, set(old), diff.why, report, dirs)
         if owners is None:
             report.unsettled.append(undecided)
+            # a build of this store rewrites its index from the parts too (review R30 s46 #2)
             report.problems.append(f"{undecided}: `featurecache verify --repair` leaves it (a rewrite of the index "
-                                   "from the parts would serve the part's copy); compare the part's own index with a "
-                                   "copy of the store, or rebuild the store")  # fmt: skip
+                                   "from the parts would serve the part's copy, and so would a `featurecache build` "
+                                   "of this store); compare the part's own index with a copy of the store, or build "
+                                   "the store anew into another --out")  # fmt: skip
         else:
             report.problems.append(f"{undecided}: `featurecache verify --repair` takes {owners} out of the index "
                                    "for the next build to rebuild from the sources, and does not copy the parts' rows "
-                                   "into the index")  # fmt: skip
+                                   "into the index; run it before any `featurecache build` of this store, which "
+                                   "would serve the part's copy")  # fmt: skip
     bad_chains = chain_hash_problems(derived["chains"])
     if bad_chains:
         rows = {r["id"]: r for r in store.entries.to_pylist() if r["id"] in bad_chains}
