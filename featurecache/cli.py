@@ -724,7 +724,14 @@ def _print_repair(store: Path, result: Any) -> None:
             if result.would_drop
             else []
         )
-        typer.echo(f"{result.blocked} (without them, --repair would {' and '.join(would)})")
+        differs = sorted(result.report.index_differs)
+        would += (
+            [f"rewrite {', '.join(f'index/{n}.arrow' for n in differs)} from the parts"] if differs else []
+        )
+        would += ["rewrite the index in today's layout"] if result.report.old_layout and not differs else []
+        # (a blocked rewrite was named by none of these: "--repair would )", review R30 s46 #5)
+        typer.echo(f"{result.blocked} (without them, --repair would {' and '.join(would)})" if would
+                   else result.blocked)  # fmt: skip
     elif result.removed or result.moved_parts or result.dropped_component_parts or result.rescan:
         note = rebuild_note(store, result.removed, result.moved_parts)
         n = len(result.left)
