@@ -476,33 +476,41 @@ def _failed(exc: OSError | StoreError, root: Path, restored: bool) -> StoreError
     return _write_error(root, exc, what)
 
 
+def write_removal_parts(
+    root: Path, names: list[str], entries: list[dict[str, str]], msas: list[dict[str, str]], entry_dir: str,
+    msa_dir: str, written: list[str],
+) -> None:  # fmt: skip
+    """Write the parts :func:`_removal_parts` named (their :data:`REMOVED` rows; they record the
+    directories, as a build's parts do: ``entry_dir`` a ``--pdb-dir``, ``msa_dir`` a ``--msa-dir``,
+    "" none), without an index rebuild; each name is appended to ``written`` once its part is there
+    (the caller takes them out again should a later step fail)."""
+    from featurecache.store.msa import MSAPartContents, write_msa_part
+    from featurecache.store.writer import PartContents, write_structure_part
+
+    for name in names:
+        if name.startswith(STRUCTURE_PART_PREFIX):
+            write_structure_part(
+                root, name, PartContents(source_dir=entry_dir, removed=[_row(r) for r in entries])
+            )
+        else:
+            write_msa_part(root, name, MSAPartContents(source_dir=msa_dir, removed=[_row(r) for r in msas]))
+        written.append(name)
+
+
 def write_removals(
     root: Path, names: list[str], entries: list[dict[str, str]], msas: list[dict[str, str]], entry_dir: str,
     msa_dir: str,
 ) -> None:  # fmt: skip
-    """Write the parts :func:`_removal_parts` named (their :data:`REMOVED` rows; they record the
-    directories, as a build's parts do: ``entry_dir`` a ``--pdb-dir``, ``msa_dir`` a ``--msa-dir``,
-    "" none), then rebuild the index. Nothing changes when a write fails: a part already
+    """Write the parts :func:`_removal_parts` named (:func:`write_removal_parts`), then rebuild
+    the index. Nothing changes when a write fails: a part already
     written is taken out again and the StoreError says where the store could not be written."""
-    from featurecache.store.msa import MSAPartContents, write_msa_part
-    from featurecache.store.writer import PartContents, write_structure_part
-
-    written: list[Path] = []
+    written: list[str] = []
     saved = save_index(root)
     try:
-        for name in names:
-            if name.startswith(STRUCTURE_PART_PREFIX):
-                write_structure_part(
-                    root, name, PartContents(source_dir=entry_dir, removed=[_row(r) for r in entries])
-                )
-            else:
-                write_msa_part(
-                    root, name, MSAPartContents(source_dir=msa_dir, removed=[_row(r) for r in msas])
-                )
-            written.append(root / PARTS_DIR / name)
+        write_removal_parts(root, names, entries, msas, entry_dir, msa_dir, written)
         rebuild_index(root)
     except (OSError, StoreError) as exc:
-        for part in written:
+        for part in (root / PARTS_DIR / name for name in written):
             doomed = part.with_name(f"{REMOVING_PREFIX}{uuid.uuid4().hex[:8]}")
             with contextlib.suppress(OSError):
                 part.rename(doomed)

@@ -1067,7 +1067,12 @@ def repair_store(
     components). After a write the store is verified again (``left``, ``pending``; the entries and
     MSAs found sound are not read again). Raises StoreError (nothing changed) when the store cannot
     be written."""
-    from featurecache.store.prune import _listed_of_missing_parts, _removal_parts, write_removals
+    from featurecache.store.prune import (
+        _listed_of_missing_parts,
+        _removal_parts,
+        write_removal_parts,
+        write_removals,
+    )
     from featurecache.store.root import BuildLock
 
     root = Path(path)
@@ -1157,7 +1162,8 @@ def repair_store(
                     # first served an unsettled entry's rows from its part's copy until the removals
                     # were written, and for good had the repair stopped there (review R30 s46 #3)
                     _extra, names = _removal_parts(root, entries, msas)
-                    _write_removal_parts(root, names, entries, msas, result.removed, removals)
+                    write_removal_parts(root, names, entries, msas, _common_dir(result.removed, "entry"),
+                                        _common_dir(result.removed, "msa"), removals)  # fmt: skip
                 rebuild_index(root, incremental=False)
                 if rewrite_index:
                     layout = [n for n in _LAYOUT_TABLES if (root / "index" / f"{n}.arrow").is_file()]
@@ -1243,35 +1249,6 @@ def _blocked(root: Path, lost: list[Damaged], unsettled: list[str] | None = None
             "files are gone; a repair rewrites the index from the parts, which would drop them as well: put the "
             f"part(s) back, or take them out too with `featurecache verify {shlex.quote(str(root))} --repair "
             "--drop-gone`")  # fmt: skip
-
-
-def _write_removal_parts(
-    root: Path,
-    names: list[str],
-    entries: list[dict[str, str]],
-    msas: list[dict[str, str]],
-    removed: list[Damaged],
-    written: list[str],
-) -> None:
-    """The parts ``prune.write_removals`` writes (``names``, of ``prune._removal_parts``), without
-    its index rebuild (the caller's rewrite of the index applies them); each name is appended to
-    ``written`` once its part is there (the caller takes them out again should a step fail)."""
-    from featurecache.store.msa import MSAPartContents, write_msa_part
-    from featurecache.store.prune import _row
-    from featurecache.store.writer import PartContents, write_structure_part
-
-    for name in names:
-        if name.startswith(STRUCTURE_PART_PREFIX):
-            contents = PartContents(
-                source_dir=_common_dir(removed, "entry"), removed=[_row(r) for r in entries]
-            )
-            write_structure_part(root, name, contents)
-        else:
-            msa_contents = MSAPartContents(
-                source_dir=_common_dir(removed, "msa"), removed=[_row(r) for r in msas]
-            )
-            write_msa_part(root, name, msa_contents)
-        written.append(name)
 
 
 def _remove_again(root: Path, listed: tuple[set[str], set[str]], result: RepairResult) -> None:
