@@ -95,7 +95,6 @@ except ModuleNotFoundError as exc:  # the bare error named no extra (review R28a
 
 from featurecache.auth import TOKEN_ENV as TOKEN_ENV  # re-exported: tests and callers import it here
 from featurecache.auth import clean_token, redact_url, token_from_environment
-from featurecache.const import NUM_RESTYPES
 from featurecache.errors import (
     AuthenticationError,
     InvalidRequest,
@@ -131,17 +130,6 @@ _MAX_QUERY_CHARS = 256
 #: answers that say the service as a whole cannot serve now (retried; vs a 500 on one request)
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 _NO_LIMIT = 2**62  # a limit the service does not advertise
-#: an MSA slice's answer bytes as the service bounds them before reading anything
-#: (``services.lookup.payloads.msa_answer_bytes``, which tests/services keep this equal to): per
-#: cell (residues uint8, deletions int16), per row (species int32, source uint8), per column
-#: (profile float32 × NUM_RESTYPES, deletion_mean float32), and a fixed part plus 6 bytes a key
-#: character. What :meth:`LookupClient.msa` tiles a selection by under ``max_response_bytes``
-_MSA_CELL_BYTES = sum(arrow_io.MSA_DTYPES[n].itemsize for n in ("residues", "deletions"))
-_MSA_ROW_BYTES = sum(arrow_io.MSA_DTYPES[n].itemsize for n in ("species", "source"))
-_MSA_COL_BYTES = (
-    arrow_io.MSA_DTYPES["profile"].itemsize * NUM_RESTYPES + arrow_io.MSA_DTYPES["deletion_mean"].itemsize
-)
-_MSA_FIXED_BYTES = 4096
 #: retries after a timeout: a service that let one call time out is hung or overloaded, and each
 #: retry waits a full ``timeout`` again
 TIMEOUT_RETRIES = 1
@@ -1262,7 +1250,7 @@ class LookupClient(FeatureReader):
             self._limit(n, _NO_LIMIT) for n in ("max_msa_rows", "max_msa_cols", "max_msa_cells", "max_response_bytes")
         )  # fmt: skip
         within = r.size <= max_rows and c.size <= max_cols and r.size * c.size <= max_cells
-        if within and _msa_answer_bytes(key, r.size, c.size) <= max_bytes:
+        if within and arrow_io.msa_answer_bytes(key, r.size, c.size) <= max_bytes:
             return self._msa_fitting(key, r, c)
         # the fewest requests the limits allow, known before any is sent (review R29a s46 #4: halving
         # rows on each 413 took 21,379 requests for an MSA whose single row was over the limit)
@@ -1280,7 +1268,7 @@ class LookupClient(FeatureReader):
     def _msa_fitting(self, key: str, rows: np.ndarray, cols: np.ndarray) -> MSABlock:
         """:meth:`_msa_slice` of the indices ``rows`` × ``cols``; when the service refuses it with a
         413 naming ``max_response_bytes`` (a service that does not advertise the limit, or one that
-        counts an answer's bytes otherwise than :func:`_msa_answer_bytes`: review R28d s46 #2), in
+        counts an answer's bytes otherwise than :func:`arrow_io.msa_answer_bytes`: review R28d s46 #2), in
         the fewest tiles that fit that limit, scaled by how the 413's ``got`` compares with this
         client's count; a tile refused again is tiled again. A single cell refused raises the 413."""
         try:
@@ -1289,15 +1277,15 @@ class LookupClient(FeatureReader):
             if getattr(exc, "limit", None) != "max_response_bytes" or (rows.size <= 1 and cols.size <= 1):
                 raise
             got, most = getattr(exc, "got", None), getattr(exc, "maximum", None)
-            ours = _msa_answer_bytes(key, rows.size, cols.size)
+            ours = arrow_io.msa_answer_bytes(key, rows.size, cols.size)
             if isinstance(got, int) and isinstance(most, int) and got > most > 0:
                 budget = most * ours // got  # the service's limit in this client's bytes
             else:  # a 413 that does not say by how much
                 budget = ours // 2
             height, width = _msa_tile(key, rows.size, cols.size, _NO_LIMIT, _NO_LIMIT, _NO_LIMIT, budget)
             if height >= rows.size and width >= cols.size:  # no smaller tiles by the numbers: halve one axis
-                half_rows = _msa_answer_bytes(key, math.ceil(rows.size / 2), cols.size)
-                half_cols = _msa_answer_bytes(key, rows.size, math.ceil(cols.size / 2))
+                half_rows = arrow_io.msa_answer_bytes(key, math.ceil(rows.size / 2), cols.size)
+                half_cols = arrow_io.msa_answer_bytes(key, rows.size, math.ceil(cols.size / 2))
                 if rows.size > 1 and (cols.size <= 1 or half_rows <= half_cols):
                     height = math.ceil(rows.size / 2)
                 else:
@@ -1490,13 +1478,6 @@ def _client_error(what: str, status: int, detail: str, response: httpx.Response)
     return exc
 
 
-def _msa_answer_bytes(key: str, n_rows: int, n_cols: int) -> int:
-    """The bytes the service counts for the answer of ``n_rows`` × ``n_cols`` of the MSA ``key``
-    against ``max_response_bytes`` (``services.lookup.payloads.msa_answer_bytes``)."""
-    return (n_rows * n_cols * _MSA_CELL_BYTES + n_rows * _MSA_ROW_BYTES + n_cols * _MSA_COL_BYTES
-            + _MSA_FIXED_BYTES + 6 * len(key))  # fmt: skip
-
-
 def _msa_tile(
     key: str, n_rows: int, n_cols: int, max_rows: int, max_cols: int, max_cells: int, max_bytes: int
 ) -> tuple[int, int]:
@@ -1505,17 +1486,17 @@ def _msa_tile(
     rows that fit it. A column costs ~44x a row in every tile (its profile), so when one full row is
     over ``max_bytes`` the columns are split first. (1, 1) when not even one cell fits: that request
     gets the service's 413."""
-    fixed = _MSA_FIXED_BYTES + 6 * len(key)
+    fixed = arrow_io.MSA_ANSWER_FIXED_BYTES + 6 * len(key)
     best: tuple[int, int, int] | None = None  # (tiles, height, width)
     widths = sorted({-(-n_cols // k) for k in range(1, n_cols + 1)}, reverse=True) if n_cols else [0]
     for width in widths:
         if width > max_cols:
             continue
-        room = max_bytes - fixed - width * _MSA_COL_BYTES
+        room = max_bytes - fixed - width * arrow_io.MSA_COLUMN_BYTES
         if room < 0:
             continue
         height = min(n_rows, max_rows, max_cells // width if width else n_rows,
-                     room // (width * _MSA_CELL_BYTES + _MSA_ROW_BYTES))  # fmt: skip
+                     room // (width * arrow_io.MSA_CELL_BYTES + arrow_io.MSA_ROW_BYTES))  # fmt: skip
         if height < 1 and n_rows:
             continue
         tiles = (-(-n_cols // width) if width else 1) * (-(-n_rows // height) if height else 1)

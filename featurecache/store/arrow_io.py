@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from featurecache.const import NUM_RESTYPES
 from featurecache.types import Entry, MSABlock
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
@@ -41,6 +42,23 @@ MSA_DTYPES: dict[str, np.dtype] = {
     "source": np.dtype(np.uint8), "profile": np.dtype(np.float32), "deletion_mean": np.dtype(np.float32),
 }  # fmt: skip
 MSA_ARRAYS = tuple(MSA_DTYPES)
+#: bytes of an MSA answer besides its arrays: the schema message, the record batch's metadata, the
+#: attrs and shapes JSON and the buffers' padding (2.2 kB measured for a 20-character key; the key's
+#: JSON, up to 6 bytes a character, is counted apart)
+MSA_ANSWER_FIXED_BYTES = 4096
+#: an MSA answer's bytes per cell (residues, deletions), per row (species, source) and per column
+#: (profile × the residue classes, deletion_mean), as :data:`MSA_DTYPES` encode them
+MSA_CELL_BYTES = sum(MSA_DTYPES[n].itemsize for n in ("residues", "deletions"))
+MSA_ROW_BYTES = sum(MSA_DTYPES[n].itemsize for n in ("species", "source"))
+MSA_COLUMN_BYTES = MSA_DTYPES["profile"].itemsize * NUM_RESTYPES + MSA_DTYPES["deletion_mean"].itemsize
+
+
+def msa_answer_bytes(key: str, n_rows: int, n_cols: int) -> int:
+    """An upper bound of the bytes of the Arrow answer (:func:`encode` of :func:`msa_record`) of ``n_rows`` ×
+    ``n_cols`` of the MSA ``key``, known before anything is read: what the lookup service checks
+    against ``max_response_bytes`` and ``LookupClient.msa`` tiles a selection by."""
+    return (n_rows * n_cols * MSA_CELL_BYTES + n_rows * MSA_ROW_BYTES + n_cols * MSA_COLUMN_BYTES
+            + MSA_ANSWER_FIXED_BYTES + 6 * len(key))  # fmt: skip
 
 
 @dataclass(frozen=True)

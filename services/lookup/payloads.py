@@ -336,26 +336,7 @@ def msa_shapes(reader: LocalStore) -> dict[str, tuple[int, int]]:
     return shapes
 
 
-#: bytes of an MSA answer besides its arrays: the schema message, the record batch's metadata, the
-#: attrs and shapes JSON and the buffers' padding (2.2 kB measured for a 20-character key; the key's
-#: JSON, up to 6 bytes a character, is counted apart)
-MSA_ANSWER_FIXED_BYTES = 4096
-#: the MSA arrays by what their length follows (types.MSABlock): a cell, a row, a column
-_MSA_CELL_ARRAYS, _MSA_ROW_ARRAYS = ("residues", "deletions"), ("species", "source")
 _MSA_PROFILE_WIDTH = NUM_RESTYPES  # profile is float32 [c, 32]
-
-
-def msa_answer_bytes(key: str, n_rows: int, n_cols: int) -> int:
-    """An upper bound of the bytes of the Arrow answer of ``n_rows`` × ``n_cols`` of the MSA ``key``
-    (:func:`msa_bytes`), known before anything is read: each array's bytes as the answer encodes
-    them (:data:`arrow_io.MSA_DTYPES`: residues uint8 and deletions int16 a cell, species int32 and
-    source uint8 a row, profile float32 × 32 and deletion_mean float32 a column), plus
-    :data:`MSA_ANSWER_FIXED_BYTES` and the key's JSON."""
-    dt = arrow_io.MSA_DTYPES
-    cell = sum(dt[n].itemsize for n in _MSA_CELL_ARRAYS)
-    row = sum(dt[n].itemsize for n in _MSA_ROW_ARRAYS)
-    col = dt["profile"].itemsize * _MSA_PROFILE_WIDTH + dt["deletion_mean"].itemsize
-    return n_rows * n_cols * cell + n_rows * row + n_cols * col + MSA_ANSWER_FIXED_BYTES + 6 * len(key)
 
 
 def msa_slice(
@@ -404,7 +385,7 @@ def _msa_selection(
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """The rows and columns (int64 indices) of the MSA ``key`` a selection asks for, and the MSA's
     (depth, length), checked against that shape and the limits, ``max_response_bytes`` against
-    :func:`msa_answer_bytes` among them (repeated indices make 101 MB of a 42 kB request: review
+    :func:`arrow_io.msa_answer_bytes` among them (repeated indices make 101 MB of a 42 kB request: review
     R28d s46 #2). NotFound for an unknown key, InvalidRequest or LimitExceeded for a selection."""
     from featurecache.errors import NotFound
     from services.lookup.params import check_limit, resolve_indices
@@ -420,7 +401,7 @@ def _msa_selection(
     check_limit(
         "max_msa_cells", settings.max_msa_cells, r.size * c.size, f"MSA {key} cells ({r.size}x{c.size})"
     )
-    size = msa_answer_bytes(key, r.size, c.size)
+    size = arrow_io.msa_answer_bytes(key, r.size, c.size)
     check_limit("max_response_bytes", settings.max_response_bytes, size,
                 f"MSA {key} slice ({r.size}x{c.size}, {size} bytes)")  # fmt: skip
     return r, c, shape

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from featurecache.store.arrow_io import msa_answer_bytes
 from featurecache.store.reader import LocalStore
-from services.lookup.payloads import msa_answer_bytes
 from services.lookup.server import ThreadedServer
 from services.lookup.settings import Settings
 from tests.services.lookup_helpers import opened_files

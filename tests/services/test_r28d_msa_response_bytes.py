@@ -16,8 +16,9 @@ from lookup_helpers import raw_request
 
 from featurecache.client.http import LookupClient
 from featurecache.store import arrow_io
+from featurecache.store.arrow_io import MSA_ANSWER_FIXED_BYTES, msa_answer_bytes
 from featurecache.store.reader import LocalStore
-from services.lookup.payloads import MSA_ANSWER_FIXED_BYTES, msa_answer_bytes, msa_bytes, msa_shapes
+from services.lookup.payloads import msa_bytes, msa_shapes
 from services.lookup.server import background_server
 
 LIMIT = 200_000

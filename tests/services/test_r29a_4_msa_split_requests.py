@@ -22,18 +22,18 @@ import httpx
 import numpy as np
 import pytest
 
-from featurecache.client import http
 from featurecache.client.http import LookupClient
 from featurecache.store import arrow_io
+from featurecache.store.arrow_io import MSA_ANSWER_FIXED_BYTES, msa_answer_bytes
 from featurecache.store.reader import LocalStore
-from services.lookup.payloads import MSA_ANSWER_FIXED_BYTES, msa_answer_bytes, msa_shapes
+from services.lookup.payloads import msa_shapes
 from services.lookup.server import background_server
 
 
 def _fewest(key: str, n_rows: int, n_cols: int, limit: int) -> int:
     """The fewest requests a grid of equal tiles of ``n_rows`` × ``n_cols`` (each ≥ 1) takes under
     ``limit``, over every tile width with the tallest tile of that width that fits: the oracle,
-    worked out here from the service's own count (``payloads.msa_answer_bytes``)."""
+    worked out here from the service's own count (``arrow_io.msa_answer_bytes``)."""
     best = math.inf
     for width in range(1, n_cols + 1):
         lo, hi = 0, n_rows  # the tallest tile of this width that fits, by bisection
@@ -91,12 +91,6 @@ def servers(sample_store: Path) -> Iterator[dict[int, str]]:
             limit: stack.enter_context(background_server(sample_store, env={"FEATURECACHE_MAX_RESPONSE_BYTES": str(limit)}))
             for limit in (6000, 200_000)
         }  # fmt: skip
-
-
-def test_the_client_estimate_is_the_services() -> None:
-    for key in ("a", "0" * 32, "x" * 97):
-        for n_rows, n_cols in ((0, 0), (1, 1), (838, 154), (15306, 166), (0, 597), (34, 0)):
-            assert http._msa_answer_bytes(key, n_rows, n_cols) == msa_answer_bytes(key, n_rows, n_cols)
 
 
 @pytest.mark.parametrize("limit", [6000, 200_000])
