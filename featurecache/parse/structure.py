@@ -780,6 +780,9 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         except (RuntimeError, ValueError) as exc2:
             raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
+    # gemmi names a structure read from a string "string"; the id a PDB file states is HEADER's
+    # id code (in _entry.id when present), and a file without one states none.
+    st.name = st.info["_entry.id"] if "_entry.id" in st.info else ""  # noqa: SIM401 - InfoMap has no .get
     atom_lines = pdb_atom_lines(raw)
     _check_pdb_coordinates(raw, name, atom_lines[0])
     warnings = repair_not_finite(st, name, pdb_not_finite(raw, atom_lines))

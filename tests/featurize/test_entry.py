@@ -43,3 +43,13 @@ def test_non_finite_coordinate_stops_at_parse_naming_the_atom() -> None:
     with pytest.raises(InputError, match=rf"non-finite coordinates .* atom {atom} ") as info:
         featurize_bytes("".join(lines).encode(), "5y2e.cif", "5y2e", timer=timer)
     assert info.value.stage == "parse" and timer.stage == "parse"
+
+
+def test_structure_id_is_the_pdb_header_id_code_or_empty() -> None:
+    # A PDB file states its id in HEADER columns 63-66; gemmi names every structure read from a
+    # string "string", which is no id of the file's. Without a HEADER the file states none: "".
+    text = (STRUCTURES / "1A8O.pdb").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("HEADER"))
+    assert featurize_bytes(text.encode(), "1A8O.pdb", "1a8o").meta.structure_id == header[62:66].strip()
+    no_header = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("HEADER"))
+    assert featurize_bytes(no_header.encode(), "x.pdb", "x").meta.structure_id == ""
