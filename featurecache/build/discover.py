@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from featurecache.build.digest_cache import DigestCache, digest_files
 from featurecache.const import FEATURIZER_VERSION
-from featurecache.parse.hits import MSA_NAME_SUFFIXES
+from featurecache.parse.hits import msa_name_format
 from featurecache.parse.structure import entry_stem, structure_format
 from featurecache.store.definitions import part_manifest
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
@@ -401,11 +401,10 @@ class MSADirFiles:
 
 def msa_file_name(name: str) -> bool:
     """Whether ``name`` names a file of a format the MSA stage's parsers take: ``.a3m``, ``.sto``,
-    ``.hhr`` or ``.m8``, each optionally followed by ``.gz``, in any case
-    (:data:`~featurecache.parse.hits.MSA_NAME_SUFFIXES`, as
+    ``.stockholm``, ``.hhr`` or ``.m8``, each optionally followed by ``.gz``, in any case
+    (:func:`~featurecache.parse.hits.msa_name_format`, as
     :func:`~featurecache.parse.hits.sniff_msa_format` reads names)."""
-    lname = name.lower().removesuffix(".gz")
-    return any(lname.endswith(ext) for ext, _fmt in MSA_NAME_SUFFIXES)
+    return bool(msa_name_format(name))
 
 
 def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
@@ -431,10 +430,11 @@ def discover(
     file is read.
 
     Files whose names are not structure formats are kept too: the build records them as failures,
-    so every file is accounted for; except MSA-stage files (``.a3m``, ``.sto``, ``.hhr``, ``.m8``,
-    optionally ``.gz``) under ``msa_dir`` (the same directory as ``pdb_dir``, or one inside it):
-    they are the MSA stage's inputs, which accounts for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside ``pdb_dir``) is
-    skipped. A broken symbolic link, a FIFO or a device is kept unread (no digest; a FIFO is never
+    so every file is accounted for; except MSA-stage files (:func:`msa_file_name`: ``.a3m``,
+    ``.sto``, ``.stockholm``, ``.hhr``, ``.m8``, optionally ``.gz``) under ``msa_dir`` (the same
+    directory as ``pdb_dir``, or one inside it): they are the MSA stage's inputs, which accounts
+    for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside
+    ``pdb_dir``) is skipped. A broken symbolic link, a FIFO or a device is kept unread (no digest; a FIFO is never
     opened: that would block): its ``name_error`` says why (:func:`unread_reason`).
 
     A file the walk reads through one path of a directory reachable by several (symlinked

@@ -113,7 +113,6 @@ TARGET_MSA_PARTS = 64
 MIN_PART_INPUT_BYTES = 1 << 20
 NEAR_MISS_MAX_MISMATCH = 0.1  # same-length queries differing at ≤ 10% of positions are near misses
 NEAR_MISS_MAX_CANDIDATES = 256
-MSA_SUFFIXES = (".a3m", ".sto", ".stockholm", ".hhr", ".m8", ".fasta", ".fa", ".aln")
 
 
 # --- scanning (worker side) -----------------------------------------------------------------------
@@ -756,7 +755,9 @@ def _crashed_scan(rel: str, size: int, exc: BaseException) -> FileScan:
 #: alignment (e942da6), and a failed Stockholm file keeps the rows that read of it that are a chain's
 #: sequence (its failure names those chains, also where its directory follows no layout). "5": a
 #: Stockholm file whose last alignment no '//' closes fails (it was read as whole: review R25a s43 #5).
-SCAN_CACHE_VERSION = "5"
+#: "6": a ``.stockholm`` name is Stockholm's where the content does not decide, as ``.sto`` is
+#: (``parse.hits.MSA_NAME_SUFFIXES``; it was an unknown format: review R31d s47 #2).
+SCAN_CACHE_VERSION = "6"
 #: the store's directory of caches, shared with the structure digests; files modified within
 #: ``RACY_NS`` of the start of a scan are not cached (a second write within the file system's
 #: timestamp granularity could leave size and mtime unchanged)

@@ -16,9 +16,45 @@ from dataclasses import dataclass
 from featurecache.errors import MSAError
 from featurecache.parse.a3m import GZIP_MAGIC, read_msa_text
 
-#: File-name suffixes (lower case, each also with ``.gz`` after it) that name an MSA-stage format:
-#: :func:`sniff_msa_format` falls back on them when the content does not decide.
-MSA_NAME_SUFFIXES = ((".a3m", "a3m"), (".sto", "sto"), (".hhr", "hhr"), (".m8", "m8"))
+#: File-name suffixes (lower case, each also with ``.gz`` after it) that name an MSA-stage format,
+#: and the format each names; the one list of them (:func:`msa_name_format`). The MSA stage reads
+#: every file under ``--msa-dir`` and its content decides the format: :func:`sniff_msa_format`
+#: falls back on these names only when the content does not decide. Elsewhere a name alone
+#: decides: such a file under ``--pdb-dir`` and ``--msa-dir`` is the MSA stage's input, not a
+#: failed structure input (``build.discover.msa_file_name``), and it shows that an ``--msa-dir``
+#: holds MSAs (``store.prune``'s "not mounted?" guard).
+MSA_NAME_SUFFIXES = (
+    (".a3m", "a3m"), (".sto", "sto"), (".stockholm", "sto"), (".hhr", "hhr"), (".m8", "m8"),
+)  # fmt: skip
+#: the suffixes of :data:`MSA_NAME_SUFFIXES`
+MSA_ONLY_SUFFIXES = tuple(ext for ext, _fmt in MSA_NAME_SUFFIXES)
+#: names of files the MSA stage reads as alignments by their content only (an aligned FASTA is an
+#: a3m): they name unaligned sequences as often (a ``queries.fasta`` beside the MSAs), so no such
+#: name alone makes a file an MSA
+SEQUENCE_FILE_SUFFIXES = (".fasta", ".fa", ".aln")
+
+
+def _bare_name(name: str) -> str:
+    """``name`` (a file name or path) in lower case without a last ``.gz``."""
+    return name.lower().removesuffix(".gz")
+
+
+def msa_name_format(name: str) -> str:
+    """The MSA-stage format ``name`` (a file name or path) names by its last suffix, ``.gz`` aside,
+    in any case (:data:`MSA_NAME_SUFFIXES`: ``1PSM_A.A3M.gz`` → ``"a3m"``), else ``""``
+    (``notes.a3m.txt``, ``queries.fasta``)."""
+    bare = _bare_name(name)
+    for ext, fmt in MSA_NAME_SUFFIXES:
+        if bare.endswith(ext):
+            return fmt
+    return ""
+
+
+def sequence_file_name(name: str) -> bool:
+    """Whether ``name``'s last suffix, ``.gz`` aside, in any case, is one of
+    :data:`SEQUENCE_FILE_SUFFIXES`."""
+    return _bare_name(name).endswith(SEQUENCE_FILE_SUFFIXES)
+
 
 _HHR_HIT = re.compile(
     r"^\s*(?P<no>\d+)\s+(?P<name>\S+)(?P<desc>.*?)\s+(?P<prob>[\d.]+)\s+(?P<evalue>\S+)\s+(?P<pvalue>\S+)"
@@ -67,11 +103,7 @@ def sniff_msa_format(head: str, name: str = "") -> str:
         if _is_m8_line(line):
             return "m8"
         break
-    lname = name.lower().removesuffix(".gz")
-    for ext, fmt in MSA_NAME_SUFFIXES:
-        if lname.endswith(ext):
-            return fmt
-    return "unknown"
+    return msa_name_format(name) or "unknown"
 
 
 def sniff_file(path: str | os.PathLike[str], n_bytes: int = 4096) -> str:

@@ -523,10 +523,6 @@ def write_removals(
 #: :func:`_sources_gone` reads (FASTA-named ones first, then the others, by path) before it calls
 #: the directory not the inputs
 _SNIFF_AT_MOST = 64
-#: names of an MSA format (last suffix, ``.gz`` aside, any case) that count as an MSA file by name
-#: alone; the MSA stage's other suffixes (``.fasta``, ``.fa``, ``.aln``) name sequence files as
-#: often as alignments (a ``queries.fasta`` beside the MSAs), so such a file counts by its content
-_MSA_ONLY_SUFFIXES = (".a3m", ".sto", ".stockholm", ".hhr", ".m8")
 
 
 #: how much of a file (decompressed) the guard of :func:`_sources_gone` reads to judge an
@@ -627,7 +623,8 @@ def _sources_gone(
     directory would otherwise remove them all)."""
     # build imports store
     from featurecache.build.discover import StoredEntries, directory_parts, input_ids, part_source_dirs
-    from featurecache.build.msa_stage import MSA_SUFFIXES, _candidate_files
+    from featurecache.build.msa_stage import _candidate_files
+    from featurecache.parse.hits import MSA_ONLY_SUFFIXES, msa_name_format, sequence_file_name
     from featurecache.parse.structure import structure_format
 
     tables = tables_from_rows(root, store_part_rows(root)[0])
@@ -683,20 +680,18 @@ def _sources_gone(
         return gone_entries, gone_msas
     # as for --sources-gone: an input file, not any file (a README, lost+found/...) must be there
     stored_files = {src.split("#", 1)[0] for m in rows for src in m["sources"]}
-    # a name whose last suffix (``.gz`` aside, any case) is an MSA format's: not ``notes.a3m.txt``
-    # (any suffix counted), and ``1PSM_A.A3M`` too (the MSA stage reads names in any case); or,
-    # as the MSA stage judges a file (content decides: ``parse.hits.sniff_msa_format``), a file
-    # whose content it would use (``bfd.a3m.txt`` regenerated as ``bfd_v2.a3m.txt``, review
-    # RF1 s26 #1), looked at only when no name says so (a README is not one); a ``.fasta`` name
-    # alone does not say so (a stray ``queries.fasta`` disarmed the guard: review s27 E2 #1)
-    if not listed & stored_files and not any(
-        PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(_MSA_ONLY_SUFFIXES) for rel in listed
-    ):
+    # a name of an MSA format (``parse.hits.msa_name_format``: the last suffix, ``.gz`` aside, in
+    # any case, as the build reads names): not ``notes.a3m.txt`` (any suffix counted), and
+    # ``1PSM_A.A3M`` too; or, as the MSA stage judges a file (content decides:
+    # ``parse.hits.sniff_msa_format``), a file whose content it would use (``bfd.a3m.txt``
+    # regenerated as ``bfd_v2.a3m.txt``, review RF1 s26 #1), looked at only when no name says so
+    # (a README is not one); a ``.fasta`` name alone does not say so (a stray ``queries.fasta``
+    # disarmed the guard: review s27 E2 #1)
+    if not listed & stored_files and not any(msa_name_format(PurePosixPath(rel).name) for rel in listed):
         wanted = {str(h) for h in tables["chains"].column("sequence_hash").to_pylist()}
-        fasta_named = tuple(sfx for sfx in MSA_SUFFIXES if sfx not in _MSA_ONLY_SUFFIXES)
 
         def fasta(rel: str) -> bool:
-            return PurePosixPath(rel).name.lower().removesuffix(".gz").endswith(fasta_named)
+            return sequence_file_name(PurePosixPath(rel).name)
 
         looked = sorted(listed, key=lambda rel: (not fasta(rel), rel))[:_SNIFF_AT_MOST]
         why_not: dict[str, str] = {}
@@ -709,7 +704,7 @@ def _sources_gone(
             named = [f"{rel}: {why}" for rel, why in why_not.items() if fasta(rel)]
             found = f"; found {'; '.join(named[:3])}{'; …' if len(named) > 3 else ''}" if named else ""
             only_query = any(why.startswith(_ONLY_QUERY) for why in why_not.values())
-            raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(_MSA_ONLY_SUFFIXES)}, or gzipped; or "
+            raise UsageError(f"--msa-dir {msa_dir}: no MSA file ({', '.join(MSA_ONLY_SUFFIXES)}, or gzipped; or "
                              f"one whose content the MSA stage reads as an alignment of a stored chain's "
                              f"sequence with a row beyond the query, or as template hits{found}) under it, "
                              f"but {n} stored MSA{'s were' if n != 1 else ' was'} built from it (not mounted? "
