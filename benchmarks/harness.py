@@ -129,28 +129,38 @@ def machine() -> dict[str, Any]:
         pass
     info["versions"] = library_versions()
     override = os.environ.get("FEATURECACHE_GIT_COMMIT")
-    head, dirty_files = _git_state()
-    info["commit"] = override or head
-    info["dirty"] = bool(dirty_files) if not override and head else None
-    if dirty_files and not override:
+    head, dirty_files, unknown = _git_state()
+    if override:
+        info["commit"], info["dirty"], info["git"] = override, None, override
+        return info
+    # a result that cannot be traced to code says why, as null: never "" (review R31b s47 #9)
+    info["commit"] = head or None
+    if not head:
+        info["commit_unknown"] = unknown
+    info["dirty"] = bool(dirty_files) if head else None
+    if dirty_files:
         info["dirty_files"] = dirty_files
-    info["git"] = override or (f"{head[:7]}+dirty" if head and dirty_files else head[:7])
+    info["git"] = (f"{head[:7]}+dirty" if dirty_files else head[:7]) if head else None
     return info
 
 
-def _git_state() -> tuple[str, list[str]]:
-    """HEAD's full hash and the tracked files that differ from it (a copied tree whose .git is older
+def _git_state() -> tuple[str, list[str], str]:
+    """HEAD's full hash, the tracked files that differ from it (a copied tree whose .git is older
     than its files, as on the GPU machine, reads as its stale HEAD plus changes;
-    ``FEATURECACHE_GIT_COMMIT`` overrides): ("", []) outside a git checkout."""
-    with contextlib.suppress(OSError):
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=False).stdout.strip()  # fmt: skip
-        if not head:
-            return "", []
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True, check=False).stdout  # fmt: skip
-        return head, sorted(line[3:] for line in status.splitlines() if line.strip())
-    return "", []
+    ``FEATURECACHE_GIT_COMMIT`` overrides), and why the hash is "" when git cannot say (outside a
+    git checkout, no git command)."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=False)  # fmt: skip
+    except OSError as exc:
+        return "", [], f"git could not run in {REPO}: {exc}"
+    head = proc.stdout.strip()
+    if proc.returncode != 0 or not head:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        return "", [], f"`git rev-parse HEAD` in {REPO} failed: {why}"
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                            capture_output=True, text=True, check=False).stdout  # fmt: skip
+    return head, sorted(line[3:] for line in status.splitlines() if line.strip()), ""
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: int = 1) -> dict[str, float]:
@@ -216,6 +226,12 @@ class Bench:
             "seconds": round(time.time() - self.started, 2),
             "rows": self.rows,
         }
+        if doc["machine"].get("commit") is None:
+            # loud: a result that names no commit cannot be traced to the code it measured
+            sys.stderr.write(
+                f"\nWARNING: {out} records no commit ({doc['machine'].get('commit_unknown')}); set "
+                "FEATURECACHE_GIT_COMMIT=<the commit this tree is> and run it again to keep it\n\n"
+            )
         # NaN / Infinity are not JSON: a value that could not be measured is written as null
         out.write_text(json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
         sys.stdout.write(f"\n== {self.name} ==\n{self.table()}\n(written {out})\n")
