@@ -141,7 +141,9 @@ def _sync_file(path: Path) -> None:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S")
+    """Now in UTC, ISO 8601 with a ``Z``: one instant whatever the zone of the machine that wrote it
+    (local time without an offset read 13 h apart for one moment built under two TZs: review R31a s47 #3)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def mark_updated(root: Path) -> bool:
