@@ -18,10 +18,12 @@ def _init_under(tz: str, root: Path) -> str:
 
 
 def test_updated_is_utc_whatever_the_time_zone(tmp_path: Path) -> None:
-    before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
     # 13 h apart (and not both UTC): a local time without an offset would differ by hours
-    stamps = [_init_under(tz, tmp_path / tz.replace("/", "_")) for tz in ("Pacific/Auckland", "America/Los_Angeles")]
-    after = dt.datetime.now(dt.timezone.utc)
+    stamps = [
+        _init_under(tz, tmp_path / tz.replace("/", "_")) for tz in ("Pacific/Auckland", "America/Los_Angeles")
+    ]
+    after = dt.datetime.now(dt.UTC)
     for stamp in stamps:
         assert stamp.endswith("Z"), stamp
         when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
