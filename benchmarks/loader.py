@@ -379,8 +379,8 @@ def stage_times(ds: FeatureDataset, positions: Sequence[int]) -> dict[str, float
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> None:
-    # the whole first paragraph of the module docstring (its first line stops mid-sentence)
-    ap = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
+    # the whole docstring: the options refer to its parts (a), (b), (c)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--store", type=store_argument, default=None, help="existing store (default: build the real corpus)"
     )
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
         "--samples",
         type=int,
         default=300,
-        help="samples per cached / straggler run (default 300; at least 10)",
+        help="samples per run of (a) and of (c) (default 300; at least 10)",
     )
     ap.add_argument(
         "--repeats", type=int, default=3, help="rounds of (a) and (c); medians are reported (default 3)"

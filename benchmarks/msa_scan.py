@@ -99,7 +99,7 @@ def _time(fn: object, rels: list[str], repeat: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5, help="timed runs of each scan (default 5)")
     add_out_argument(ap, "msa_scan")
     args = ap.parse_args()

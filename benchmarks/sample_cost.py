@@ -34,6 +34,10 @@ of the samples), so this is not the uniform-weighting ``sample_ms`` of benchmark
     with deletion cells: CPU per call under ``read_all_deletions``'s rule, always reading all the
     MSA's cells in the first round trip, and always in a second one, interleaved.
 
+Rows: ``entry="(all)"`` is one side over every timed sample of its part (median, mean, p90); ``side="per
+entry"`` rows give, for the six entries that cost most of the stream (median CPU x share of the
+samples), each side's medians over that entry's samples only, and ``stream_share`` its share.
+
 Usage: ``.venv/bin/python benchmarks/sample_cost.py [--store DIR] [--samples N] [--repeats R]
 [--baseline REV] [--http] [--deletions] [--crop-first]``. Without ``--store`` the real corpus is built once into a
 temp dir (benchmarks/harness.py ``corpus_store``).
@@ -286,24 +290,32 @@ def deletions(bench: Bench, store: Path, rounds: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--store", type=store_argument, default=None, help="store (default: the real corpus, built)"
     )
-    ap.add_argument("--samples", type=int, default=300, help="stream positions per round (default 300)")
-    ap.add_argument("--repeats", type=int, default=2, help="rounds (default 2)")
-    ap.add_argument("--baseline", default=None, metavar="REV", help="also draw with REV's per-step MSA path")
+    ap.add_argument("--samples", type=int, default=300,
+                    help="stream positions per round of (a) and of (d) (default 300)")  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="rounds of (a), (b) and (d); (c) runs max(6, 3 x this) (default 2)")  # fmt: skip
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="(a), (b): also draw with REV's assemble.msa_features and MSAReader.msa swapped in")  # fmt: skip
     ap.add_argument(
         "--http",
         action="store_true",
-        help="also over featurecache serve on 127.0.0.1 (with --crop-first: those sides)",
+        help="also run (b): the same over featurecache serve on 127.0.0.1 (with --crop-first: (d)'s sides)",
     )
     ap.add_argument(
-        "--http-samples", type=int, default=150, help="positions per round over HTTP (default 150)"
+        "--http-samples",
+        type=int,
+        default=150,
+        help="positions per round of (b) and of (d) with --http (default 150)",
     )
-    ap.add_argument("--deletions", action="store_true", help="also time MSAReader.msa's two deletion paths")
+    ap.add_argument("--deletions", action="store_true", help="also run (c): MSAReader.msa's deletion paths")
     ap.add_argument(
-        "--crop-first", action="store_true", help="only compare crop-first and whole-entry reads (this tree)"
+        "--crop-first",
+        action="store_true",
+        help="run (d) only: crop-first against whole-entry reads (this tree)",
     )
     add_out_argument(
         ap, "sample_cost", "benchmarks/results/sample_cost.json (--crop-first: sample_cost_crop_first.json)"

@@ -53,7 +53,7 @@ def _inputs(where: Path, copies: int) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=2000, help="structure files (default 2000)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/e7"), help="where inputs and store go (/tmp/e7)")
     ap.add_argument("--workers", type=int, default=1, help="build workers (default 1)")
