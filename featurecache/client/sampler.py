@@ -52,7 +52,12 @@ AF3_BETA_INTERFACE: Final = 1.0
 AF3_ALPHA_PROTEIN: Final = 3.0
 AF3_ALPHA_NUCLEIC: Final = 3.0
 AF3_ALPHA_LIGAND: Final = 1.0
-_SAMPLER_STREAM: Final = 0x5A3D  # keeps the sampler's generator apart from per-sample generators
+# The sampler's generator is seeded [seed, epoch, 0x5A3D]; a sample's is [seed, epoch, index]
+# (client/job.py), so the sample at index 23101 of an epoch of more draws from the stream that chose
+# that epoch's units (review R31c s47 #3). Its crop method and reference token are then a function
+# of the epoch's permutation: harmless statistically, and separating the streams (another tag or
+# length; a trailing 0 is no change to a SeedSequence) would change every stored run's samples.
+_SAMPLER_STREAM: Final = 0x5A3D
 
 
 @dataclass(frozen=True)
