@@ -68,6 +68,7 @@ from featurecache.chem.conformer import (
     timed_out_bound_s,
 )
 from featurecache.chem.library import ComponentLibrary, get_library
+from featurecache.chem.reference import residue_reference_mask
 from featurecache.chem.standard import standard_component, standard_components, standard_heavy_atoms
 from featurecache.const import decode_atom_name, decode_res_name
 from featurecache.errors import CCDError, EmbeddingInterrupted, StoreError
@@ -715,19 +716,13 @@ def run_chem_stage(
     warnings: list[dict[str, Any]] = []
     masked_entries: set[str] = set()
     for sig, where in sorted(sig_entries.items()):
-        code, names = sig[0], [n for n, _ in sig[1]]
-        key = code
+        code = sig[0]
+        # the component a client's reference_features takes, and the atoms it leaves masked
+        key, ref_mask = residue_reference_mask(code, sig[1], table)
+        bad = [n for (n, _z), m in zip(sig[1], ref_mask, strict=True) if not m]
         alt = perceived_of.get(sig)
-        if (
-            alt is not None
-            and alt in table
-            and (table.component(alt)["strategy"] != "failed" or code not in table)
-        ):
-            key = alt  # what chem.reference.resolve picks
         if key in table:
             comp = table.component(key)
-            ok = {n for n, m in zip(comp["atom_names"], comp["mask"], strict=True) if m}
-            bad = [n for n in names if n not in ok]
             if comp["strategy"] == "failed":
                 why = f"component {key} has no reference conformer ({comp_reason(key)})"
             else:
@@ -735,7 +730,7 @@ def run_chem_stage(
                 if alt is not None and alt != key:
                     why += f"; perceived {alt} failed ({comp_reason(alt)})"
         else:
-            bad, why = names, f"no reference conformer stored for {code}"
+            why = f"no reference conformer stored for {code}"
         if not bad:
             continue
         for entry_id, path, s_part, n_res in where:

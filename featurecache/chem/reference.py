@@ -28,9 +28,15 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.chem.keys import perceived_key
-from featurecache.const import ATOM_NAME_CHARS, decode_atom_name, decode_res_name, encode_atom_name
+from featurecache.const import (
+    ATOM_NAME_CHARS,
+    decode_atom_name,
+    decode_res_name,
+    encode_atom_name,
+    encode_res_name,
+)
 
-__all__ = ["ComponentTable", "reference_features"]
+__all__ = ["ComponentTable", "reference_features", "residue_reference_mask"]
 
 if TYPE_CHECKING:  # conformer.py imports RDKit, which the lookup image (and the client) lack
     from featurecache.chem.conformer import ReferenceConformer
@@ -328,8 +334,8 @@ def reference_features(
     safe = np.where(found, flat, 0)
     entry_element = _field(entry_atoms, "element")
     entry_charge = _field(entry_atoms, "charge")
+    mask = _ref_mask(flat, component_table)
     if len(component_table.mask):
-        mask = found & component_table.mask[safe]
         ref_pos = component_table.ref_pos[safe]  # fancy indexing copies
         ref_pos[~mask] = 0
         element = component_table.element[safe]
@@ -337,7 +343,6 @@ def reference_features(
         charge = component_table.charge[safe]
         charge[~found] = np.asarray(entry_charge)[~found]
     else:
-        mask = np.zeros(n, dtype=bool)
         ref_pos = np.zeros((n, 3), np.float32)
         element = np.asarray(entry_element, dtype=np.uint8)
         charge = np.asarray(entry_charge, dtype=np.int8)
@@ -356,15 +361,14 @@ def missing_reference_atoms(
     entry_tokens: Mapping[str, np.ndarray] | np.ndarray,
     component_table: ComponentTable,
 ) -> list[tuple[str, str, str]]:
-    """``(key, atom name, reason)`` for every atom whose ``ref_mask`` would be False."""
+    """``(key, atom name, reason)`` for every atom whose ``ref_mask`` is False in
+    :func:`reference_features` (a diagnostic of one entry; the build's chem stage warns of the
+    same atoms by residue: :func:`residue_reference_mask`)."""
     names = _field(entry_atoms, "name").reshape(-1, ATOM_NAME_CHARS)
     res = resolve(entry_atoms, entry_tokens, component_table)
     rows, flat = res.rows, res.flat
-    ok = flat >= 0
-    if len(component_table.mask):
-        ok &= component_table.mask[np.maximum(flat, 0)]
     out: list[tuple[str, str, str]] = []
-    for k in np.flatnonzero(~ok):
+    for k in np.flatnonzero(~_ref_mask(flat, component_table)):
         name = decode_atom_name(names[k])
         if rows[k] < 0:
             why = "no reference conformer for the component"
@@ -374,3 +378,36 @@ def missing_reference_atoms(
             why = f"component strategy {component_table.strategy[int(rows[k])]}"
         out.append((res.key(int(k)), name, why))
     return out
+
+
+def _ref_mask(flat: np.ndarray, table: ComponentTable) -> np.ndarray:
+    """``ref_mask`` bool ``[n]`` of atoms that :func:`resolve` mapped to atoms ``flat`` int64
+    ``[n]`` of ``table`` (-1: none): found, and its component's conformer has the atom (a failed
+    component's has none)."""
+    found = flat >= 0
+    if not len(table.mask):
+        return np.zeros(len(flat), dtype=bool)
+    return found & table.mask[np.where(found, flat, 0)]
+
+
+def residue_reference_mask(
+    code: str, atoms: Sequence[tuple[str, int]], table: ComponentTable
+) -> tuple[str, np.ndarray]:
+    """One residue's reference as :func:`reference_features` takes it: the key of the component
+    its atoms are looked up in (:func:`resolve`: ``code``, or the perceived ``code#hash`` of its
+    atoms; ``code`` when neither is stored) and their ``ref_mask`` bool ``[n]``. ``atoms``: the
+    residue's ``(atom name, atomic number)`` pairs. The build's chem stage warns of the atoms
+    this leaves masked, so its warnings name the atoms a client finds masked."""
+    n = len(atoms)
+    if n == 0:
+        return code, np.zeros(0, dtype=bool)
+    names = np.array([encode_atom_name(name) for name, _z in atoms], np.uint8).reshape(n, ATOM_NAME_CHARS)
+    entry_atoms: dict[str, np.ndarray] = {
+        "name": names,
+        "element": np.array([z for _name, z in atoms], np.uint8),
+        "token_index": np.zeros(n, np.int64),
+        "ref_space_uid": np.zeros(n, np.int64),
+    }
+    entry_tokens = {"res_name": np.array([encode_res_name(code)], np.uint8)}
+    res = resolve(entry_atoms, entry_tokens, table)
+    return res.key(0), _ref_mask(res.flat, table)

@@ -269,21 +269,6 @@ def _class_counts(residues: np.ndarray) -> np.ndarray:
     return np.bincount(cells.ravel(), minlength=length * NUM_RESTYPES)
 
 
-def msa_profile(residues: np.ndarray) -> np.ndarray:
-    """float32 ``[L, 32]``: fraction of rows with each class at each column (gaps included)."""
-    n, length = residues.shape
-    if n == 0:
-        return np.zeros((length, NUM_RESTYPES), np.float32)
-    return (_class_counts(residues).reshape(length, NUM_RESTYPES) / n).astype(np.float32)
-
-
-def deletion_mean(deletions: np.ndarray) -> np.ndarray:
-    """float32 ``[L]``: mean raw deletion count per column."""
-    if deletions.shape[0] == 0:
-        return np.zeros(deletions.shape[1], np.float32)
-    return deletions.mean(axis=0, dtype=np.float64).astype(np.float32)
-
-
 # --- building one sequence's MSA ----------------------------------------------------------------
 
 
@@ -495,11 +480,6 @@ class _Accumulator:
             n_input_rows=n_input,
             n_distinct=n,
         )
-
-
-def single_sequence_msa(sequence: str, mol_type: int) -> EncodedMSA:
-    """The MSA of a chain with no alignment: the query alone."""
-    return build_msa(sequence, mol_type, [])
 
 
 # --- queries that differ from the chain only at unknown residues ------------------------------------

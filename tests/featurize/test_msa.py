@@ -18,11 +18,8 @@ from featurecache.featurize.msa import (
     adopt_query,
     build_msa,
     compatible_query,
-    deletion_mean,
     encode_rows,
     mnemonic_code,
-    msa_profile,
-    single_sequence_msa,
     source_label,
     source_order_key,
     species_id,
@@ -77,18 +74,6 @@ def test_to_restypes_per_alphabet() -> None:
     assert dna[-1] == UNK_DNA and rna[-2] == UNK_RNA
     with pytest.raises(MSAError):
         to_restypes(chars, MolType.LIGAND)
-
-
-def test_profile_and_deletion_mean_against_loops() -> None:
-    rng = np.random.default_rng(0)
-    res = rng.integers(0, 32, size=(50, 7), dtype=np.uint8)
-    dels = rng.integers(0, 5, size=(50, 7)).astype(np.int16)
-    prof = msa_profile(res)
-    for j in range(7):
-        for k in range(32):
-            assert prof[j, k] == pytest.approx(np.sum(res[:, j] == k) / 50)
-    assert np.allclose(deletion_mean(dels), dels.mean(0))
-    assert prof.dtype == np.float32 and prof.shape == (7, 32)
 
 
 # --- species -------------------------------------------------------------------------------------------
@@ -175,7 +160,8 @@ def test_build_msa_rejects_a_foreign_query() -> None:
 
 
 def test_single_sequence_msa() -> None:
-    out = single_sequence_msa("acgu", MolType.RNA)
+    """The build's MSA of a chain with no alignment (``msa_stage.build_msa_part``): the query alone."""
+    out = build_msa("acgu", MolType.RNA, [])
     assert out.depth == 1 and out.length == 4
     assert [RESTYPES[i] for i in out.residues[0]] == ["A", "C", "G", "U"]
     assert out.sources == (QUERY_SOURCE,)
