@@ -307,9 +307,11 @@ def verify_msas(
         def check(row: dict[str, Any]) -> list[str]:
             return _check_msa(store, row)
 
+        from featurecache.store.verify import UNCHECKED
+
         rows = msas.select(["key", "content_hash", "depth", "length", "part", "array"]).to_pylist()
         for found in (map_rows or map)(check, rows):
-            problems.extend(found)
+            problems.extend(p.removeprefix(UNCHECKED) for p in found)
     # also when the msas index is empty: chains that name an MSA it does not list read single-sequence
     keys = set(msas.column("key").to_pylist()) if "key" in msas.column_names else set()
     chains = store.chains
@@ -324,10 +326,17 @@ def verify_msas(
 
 def _check_msa(store: Any, row: dict[str, Any]) -> list[str]:
     """One MSA's problems: it does not read, its shape or its content hash differs from the index
-    (each line names the MSA's part; a content-hash line also the arrays that changed)."""
+    (each line names the MSA's part; a content-hash line also the arrays that changed). A read that
+    fails by an error that does not say the data is unreadable (``verify.unreadable_data``: a bug in
+    the reader): one ``verify.unchecked_line`` after ``verify.UNCHECKED``, which is no damage
+    (``--repair`` keeps the MSA; review R31d s47 #1)."""
+    from featurecache.store.verify import CHECK_ERRORS, UNCHECKED, unchecked_line, unreadable_data
+
     try:
         b = store.msa(row["key"])
-    except (StoreError, NotFound, ValueError) as exc:
+    except CHECK_ERRORS as exc:
+        if not unreadable_data(exc):
+            return [UNCHECKED + unchecked_line(f"MSA {row['key']}", exc)]
         msg = str(exc)
         # the reader says "MSA KEY: unreadable (…)" itself, naming the part and the array
         return [msg if msg.startswith(f"MSA {row['key']}: ") else f"MSA {row['key']}: unreadable ({msg})"]

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.const import FEATURIZER_VERSION, decode_res_name
-from featurecache.errors import FeatureCacheError, StoreError
+from featurecache.errors import FeatureCacheError, ServiceError, StoreError, StoreVersionError
 from featurecache.store.index import (
     access_problem,
     complete_parts,
@@ -137,6 +137,10 @@ class VerifyReport:
     #: index, which no entry, MSA or component part can be taken out for (a failure's row, ...):
     #: ``--repair`` changes nothing while there is one (review R29b s46 #1)
     unsettled: list[str] = field(default_factory=list)
+    #: problem lines of entries, MSAs and component parts whose check an error stopped that does not
+    #: say their data is unreadable (:func:`unreadable_data`: a bug in the reader, ...): not damage,
+    #: ``--repair`` keeps them (review R31d s47 #1)
+    unchecked: list[str] = field(default_factory=list)
 
 
 def verify_store(path: Path, progress: bool = False, workers: int | None = None) -> list[str]:
@@ -232,6 +236,10 @@ def _verify(
                 report.newer.append(found[0].removeprefix(_NEWER))
                 report.notes.append(report.newer[-1])
                 continue
+            if found and found[0].startswith(UNCHECKED):  # not damage: --repair keeps the row
+                report.unchecked.append(found[0].removeprefix(UNCHECKED))
+                problems.append(report.unchecked[-1])
+                continue
             if found and found[0].startswith(_NO_COMPONENT):  # the entry is sound: a component is missing
                 for code in found[0].removeprefix(_NO_COMPONENT).split():
                     report.no_component.setdefault(code, []).append(row["id"])
@@ -272,7 +280,9 @@ def _verify(
             for row, found in zip(rows, checks.run("msas", rows), strict=True):
                 advance(1)
                 full = msa_rows.get(row["key"])
-                if found and full is not None and full["part"] not in report.bad_index_parts:
+                if found and found[0].startswith(UNCHECKED):  # not damage: --repair keeps the row
+                    report.unchecked.append(found[0].removeprefix(UNCHECKED))
+                elif found and full is not None and full["part"] not in report.bad_index_parts:
                     report.damaged.append(_damaged_msa(store.path, full, found[0], chains, entries, dirs,
                                                        full["part"] not in parts))  # fmt: skip
                 yield found
@@ -284,10 +294,13 @@ def _verify(
         problems.extend(_guarded(label, extra_check, store))
     _check_component_contents(store, report)
     if any(p.startswith("components: unreadable") for p in problems):
+        not_checked: list[str] = []
         report.damaged_component_parts.update(
-            (n, why) for n, why in _unreadable_component_parts(store.path, parts).items()
+            (n, why) for n, why in _unreadable_component_parts(store.path, parts, not_checked).items()
             if n not in report.bad_index_parts
         )  # fmt: skip
+        report.unchecked += not_checked
+        problems += not_checked
     # a component part that is gone (deleted) while the index lists its rows: any rewrite of the
     # index drops them, and only a rescan has the next build's chem stage compute them again
     if "part" in components.column_names:
@@ -535,10 +548,44 @@ def _check_batch(kind: str, rows: list[Row]) -> list[list[str]]:
     return list(_check_rows(store, parts, kind, rows, codes if kind == "entries" else None))
 
 
+#: what a check catches from the reader: the errors of data that does not read
+#: (:func:`unreadable_data`), and those of a bug in the reader, which say nothing of the data
+CHECK_ERRORS = (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError)
+#: the start of a per-row check's line for a row whose check an error stopped that does not say its
+#: data is unreadable (:func:`unchecked_line`): a problem, not damage (``--repair`` keeps the row)
+UNCHECKED = "unchecked: "
+
+
+def unreadable_data(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a read of the store, says that the data read is unreadable: damage,
+    which ``verify --repair`` takes out of the index for a build to rebuild. The reader raises
+    StoreError ``… unreadable (…)`` for data that does not read (a shard that fails its checksum, a
+    missing data file, records it cannot decode: zarr's and numcodecs' ValueError, RuntimeError and
+    OSError wrapped); an OSError is a file that does not read. Not damage (review R31d s47 #1):
+
+    - StoreVersionError: data a newer featurecache wrote (an upgrade reads it);
+    - ServiceError: a service that did not answer; an OSError of a denied permission (the fix is
+      the file's mode);
+    - anything else: a KeyError, ValueError, RuntimeError (NotFound, InvalidRequest, ChemError) out
+      of the reader is a bug in it, which says nothing of the data."""
+    return (
+        isinstance(exc, (StoreError, OSError))
+        and not isinstance(exc, (StoreVersionError, ServiceError))
+        and _permission_denied(exc) is None
+    )
+
+
+def unchecked_line(what: str, exc: BaseException) -> str:
+    """The problem line of ``what`` (``entry ID``, ``MSA KEY``, ``component part NAME``) whose check
+    ``exc`` stopped without saying that its data is unreadable (:func:`unreadable_data`); a per-row
+    check returns it after :data:`UNCHECKED`."""
+    return f"{what}: could not be checked ({type(exc).__name__}: {exc})"
+
+
 def _guarded(label: str, check: Callable[[LocalStore], list[str]], store: LocalStore) -> list[str]:
     try:
         return check(store)
-    except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
+    except CHECK_ERRORS as exc:
         # e.g. an index table without a column the check needs: say so instead of a traceback
         return [f"{label}: could not be checked ({type(exc).__name__}: {exc})"]
 
@@ -686,7 +733,8 @@ def _check_entry(
         if version is not None:
             return [f"{_NEWER}entry {row['id']} (part {row['part']}): written by a newer featurecache "
                     f"(featurizer {version}, from the part's part.json; this featurecache is of featurizer "
-                    f"{FEATURIZER_VERSION}): not verified; upgrade featurecache to verify it ({found[0]})"]  # fmt: skip
+                    f"{FEATURIZER_VERSION}): not verified; upgrade featurecache to verify it "
+                    f"({found[0].removeprefix(UNCHECKED)})"]  # fmt: skip
     return found
 
 
@@ -707,7 +755,9 @@ def _entry_problems(
     store: LocalStore, parts: dict[str, Path], row: dict[str, Any], codes: set[str] | None = None
 ) -> list[str]:
     """The problems of one index row: its part is gone, it does not read, or its hash differs;
-    else, with ``codes``, the residue codes of its tokens that are not among them."""
+    else, with ``codes``, the residue codes of its tokens that are not among them. A read that
+    fails by an error that does not say the data is unreadable (:func:`unreadable_data`): one
+    :func:`unchecked_line`."""
     if row["part"] not in parts:
         return [f"entry {row['id']}: part {row['part']} is missing"]
     try:
@@ -718,12 +768,14 @@ def _entry_problems(
         # its metadata here, and a part whose metadata is gone must give a problem line, not end
         # the run (review R28c s46 #1)
         stored = {g: store.stored_fields(row["id"], g) for g in groups}
-    except (FeatureCacheError, OSError, ValueError, KeyError, RuntimeError) as exc:
+    except CHECK_ERRORS as exc:
         denied = _permission_denied(exc)
         if denied is not None:  # not damage: this uid may not read it (--repair must not remove it)
             where = Path(denied.filename) if denied.filename else parts[row["part"]]
             raise StoreError(access_problem(where, store.path)
                              or f"cannot read {where}: {denied.strerror}") from exc  # fmt: skip
+        if not unreadable_data(exc):  # a KeyError of a bug in the reader: the entry may be sound
+            return [UNCHECKED + unchecked_line(f"entry {row['id']}", exc)]
         # the reader says "entry ID: unreadable (…)" itself, naming the part and the array
         msg = str(exc)
         return [msg if msg.startswith(f"entry {row['id']}: ") else f"entry {row['id']}: unreadable ({msg})"]
@@ -924,8 +976,10 @@ def _chains_cover_tokens(entries: pa.Table, chains: pa.Table) -> list[str]:
     return out
 
 
-def _unreadable_component_parts(root: Path, parts: dict[str, Path]) -> dict[str, str]:
-    """Component parts whose ``atoms`` or ``bonds`` array does not read back whole (why)."""
+def _unreadable_component_parts(root: Path, parts: dict[str, Path], unchecked: list[str]) -> dict[str, str]:
+    """Component parts whose ``atoms`` or ``bonds`` array does not read back whole (why). One whose
+    read fails by an error that does not say the data is unreadable (:func:`unreadable_data`) is
+    not among them: its line goes to ``unchecked`` (``--repair`` must not move a sound part aside)."""
     from featurecache.store.root import PartArrays
 
     arrays = PartArrays(root, "component part array")
@@ -936,8 +990,11 @@ def _unreadable_component_parts(root: Path, parts: dict[str, Path]) -> dict[str,
         for array in ("atoms", "bonds"):
             try:
                 arrays.read(name, array, (slice(None),))
-            except (FeatureCacheError, OSError, ValueError) as exc:
-                out[name] = str(exc)
+            except CHECK_ERRORS as exc:
+                if unreadable_data(exc):
+                    out[name] = str(exc)
+                else:
+                    unchecked.append(unchecked_line(f"component part {name}", exc))
                 break
     return out
 
@@ -951,8 +1008,8 @@ def _check_component_contents(store: LocalStore, report: VerifyReport) -> None:
 
     try:
         found = component_content_problems(store.path, store.components)
-    except (FeatureCacheError, OSError, ValueError, KeyError) as exc:
-        report.problems.append(f"components: content not checked ({exc})")
+    except CHECK_ERRORS as exc:
+        report.problems.append(f"components: content not checked ({type(exc).__name__}: {exc})")
         return
     report.problems.extend(found.problems)
     report.damaged_component_parts.update(
@@ -972,9 +1029,12 @@ def _component_checks(store: object) -> list[str]:
     out: list[str] = []
     try:
         load_component_table(store.path, store.components)  # type: ignore[attr-defined]
-    except (FeatureCacheError, OSError, ValueError, KeyError) as exc:
+    except CHECK_ERRORS as exc:
         msg = str(exc)
-        out.append(msg if msg.startswith("components: ") else f"components: {msg}")
+        if not unreadable_data(exc):  # a bug in the reader ("components: unreadable" would move parts)
+            out.append(unchecked_line("components", exc))
+        else:
+            out.append(msg if msg.startswith("components: ") else f"components: {msg}")
     # every build's chem stage scans the structure parts it wrote; one not scanned (its component
     # part was moved aside by --repair) may use components the store no longer holds
     root = Path(store.path)  # type: ignore[attr-defined]
