@@ -306,7 +306,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
                              "expected e.g. tcp://host:8786") from exc  # fmt: skip
         except OSError as exc:
             raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
-    n = workers or os.cpu_count() or 1
+    n = workers if workers is not None else default_workers()
     from featurecache.build.worker_plugin import IgnoreInterrupt
     from featurecache.signals import sigint_blocked, sigterm_held
 
@@ -524,6 +524,34 @@ def max_workers(cpus: int, memory_bytes: int) -> int:
     return max(1, min(WORKERS_PER_CPU * cpus, memory_bytes // WORKER_START_BYTES))
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its CPU affinity (``taskset``, Slurm's binding) and its
+    cgroup's CPU quota (``cpu.max``: a Kubernetes pod's limit) taken into account, as Dask counts
+    them (``dask.system.CPU_COUNT``). ``os.cpu_count()`` is the host's: 128 in a pod limited to 4
+    (review R31d s47 #4)."""
+    from dask.system import CPU_COUNT
+
+    return max(1, int(CPU_COUNT))
+
+
+def default_workers() -> int:
+    """The embedded worker processes a build without ``--workers`` starts: one per usable CPU
+    (:func:`usable_cpus`), fewer when the memory (or the cgroup's limit) holds fewer
+    (:func:`max_workers`, the bound an explicit ``--workers`` is refused above): a default is never
+    refused, it is lowered, and a warning says so."""
+    from distributed.system import MEMORY_LIMIT  # the machine's memory, or its cgroup's limit
+
+    cpus = usable_cpus()
+    n = min(cpus, max_workers(cpus, MEMORY_LIMIT))
+    if n < cpus:
+        log.warning("starting %d worker process(es), not one per CPU (%d): %.1f GiB of memory holds about %d of "
+                    "%d MiB each; --workers sets the count", n, cpus, MEMORY_LIMIT / 2**30, n,
+                    WORKER_START_BYTES // 2**20)  # fmt: skip
+    else:
+        log.info("starting %d worker process(es): one per usable CPU", n)
+    return n
+
+
 def check_workers(workers: int) -> None:
     """Refuse (UsageError, exit 2) a ``--workers`` this machine cannot run (:func:`max_workers`),
     before any worker process is started: ``--workers 1000`` on a 2-CPU machine started 1000
@@ -531,7 +559,7 @@ def check_workers(workers: int) -> None:
     build runs with the worker count it was given or not at all; the line says the most allowed."""
     from distributed.system import MEMORY_LIMIT  # the machine's memory, or its cgroup's limit
 
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     limit = max_workers(cpus, MEMORY_LIMIT)
     if workers <= limit:
         return

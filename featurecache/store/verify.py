@@ -61,14 +61,28 @@ from featurecache.text import first_named
 
 log = logging.getLogger(__name__)
 
-#: worker processes checking entries and MSAs (default: one per core, at most 16)
-DEFAULT_WORKERS = min(16, os.cpu_count() or 1)
+#: the most worker processes checking entries and MSAs by default (:func:`default_workers`)
+MAX_DEFAULT_WORKERS = 16
 #: fewer entries + MSAs than this: checked in this process (serially ~5 ms each; a worker starts in ~0.5 s)
 MIN_ROWS_FOR_WORKERS = 256
 #: index rows per task sent to a worker
 BATCH_ROWS = 32
 
 Row = dict[str, Any]
+
+
+def default_workers() -> int:
+    """The worker processes checking entries and MSAs when not told: one per CPU this process may
+    run on, its affinity and its cgroup's CPU quota taken into account (``dask.system.CPU_COUNT``,
+    as a build counts them: ``build.run.usable_cpus``; ``os.cpu_count()`` is the host's, 128 in a
+    pod limited to 4; review R31d s47 #4), at most :data:`MAX_DEFAULT_WORKERS`."""
+    try:
+        import dask.system
+
+        cpus = int(dask.system.CPU_COUNT)
+    except ImportError:  # an install without the build's dependencies (the lookup image)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_WORKERS, cpus))
 
 
 @dataclass
@@ -148,7 +162,7 @@ def verify_store(path: Path, progress: bool = False, workers: int | None = None)
 
     ``progress``: a bar per stage on stderr (parts, entries, MSAs, components). ``workers``:
     processes checking entries and MSAs (1: all in this process); by default
-    :data:`DEFAULT_WORKERS`, for a store of at least :data:`MIN_ROWS_FOR_WORKERS` entries and
+    :func:`default_workers`, for a store of at least :data:`MIN_ROWS_FOR_WORKERS` entries and
     MSAs (a smaller one is checked faster here than workers start)."""
     return verify_report(path, progress, workers).problems
 
@@ -452,7 +466,7 @@ class _Checks:
         sound: set[tuple[Any, ...]] | None = None,
     ) -> None:  # fmt: skip
         if workers is None:
-            workers = DEFAULT_WORKERS if n_rows >= MIN_ROWS_FOR_WORKERS else 1
+            workers = default_workers() if n_rows >= MIN_ROWS_FOR_WORKERS else 1
         self._sound = sound
         self._store, self._parts, self._workers = store, parts, max(1, workers)
         self._pool: ProcessPoolExecutor | None = None
