@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from featurecache.build.digest_cache import DigestCache, digest_files
 from featurecache.const import FEATURIZER_VERSION
-from featurecache.parse.hits import msa_name_format
+from featurecache.errors import MSAError
+from featurecache.parse.hits import msa_name_format, sniff_file
 from featurecache.parse.structure import entry_stem, structure_format
 from featurecache.store.definitions import part_manifest
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
@@ -407,13 +408,27 @@ def msa_file_name(name: str) -> bool:
     return bool(msa_name_format(name))
 
 
+#: formats the MSA stage builds from (``sniff_msa_format``'s other answers, "empty" and "unknown", it skips)
+_MSA_CONTENT_FORMATS = frozenset({"a3m", "sto", "hhr", "m8"})
+
+
 def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
     """Whether a file under the structure directory is the MSA stage's, not a structure input: a
-    file the MSA stage reads (under ``--msa-dir``) whose name is an MSA-stage format
-    (:func:`msa_file_name`) and not a structure format. Structure files there stay structure
-    inputs; so does every other file (``1A8O.pdb1``, ``x.cif.bz2``, ``README.txt``): neither stage
-    can use it, and as a structure input it is listed as a failure, as with separate directories."""
-    return not structure_format(path.name) and msa_file_name(path.name) and msa_files.reads(path)
+    file the MSA stage reads (under ``--msa-dir``), not of a structure format, that the MSA stage
+    uses: its name is an MSA-stage format (:func:`msa_file_name`), or its content is (the stage
+    reads every file and its content decides: an aligned ``.fasta``, ``.fa`` or ``.aln`` is read as
+    a3m, review R31d s47 #2; only such files' first 4 KB are read here). Structure files there stay
+    structure inputs; so does every other file (``1A8O.pdb1``, ``x.cif.bz2``, ``README.txt``):
+    neither stage can use it, and as a structure input it is listed as a failure, as with separate
+    directories."""
+    if structure_format(path.name) or not msa_files.reads(path):
+        return False
+    if msa_file_name(path.name):
+        return True
+    try:
+        return sniff_file(path) in _MSA_CONTENT_FORMATS
+    except (OSError, MSAError):
+        return False  # unreadable: a structure input, whose read names the file and the reason
 
 
 def discover(

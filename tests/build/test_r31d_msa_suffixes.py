@@ -94,3 +94,23 @@ def test_discover_sniffing_and_the_prune_guard_read_a_name_alike(
     finally:
         shutil.rmtree(msas)
         shutil.copytree(aside, msas)
+
+
+def test_an_aligned_fasta_named_msa_inside_the_pdb_dir_is_the_msa_stages_only(tmp_path: Path) -> None:
+    """The MSA stage reads every file under --msa-dir and its content decides (a ``>`` line: a3m), so
+    a real alignment named ``.fasta`` there is one of its inputs; discover decided by name only and
+    listed it as a failed structure input as well (exit 1). A non-MSA text file there stays a
+    structure failure, as with separate directories."""
+    data = tmp_path / "data"
+    msas = data / "msas"
+    (msas / "1psm_A").mkdir(parents=True)
+    shutil.copy(STRUCTURES / "1psm.cif", data)
+    shutil.copy(OPENFOLD / "bfd_uniclust_hits.a3m", msas / "1psm_A" / "bfd_uniclust_hits.fasta")
+    (msas / "notes.txt").write_text(NO_FORMAT)
+    store = tmp_path / "store"
+    summary = build_store(store, data, workers=1, msa_dir=msas, ccd=SAMPLES / "ccd")
+    failures = featurecache.open_store(store).failures.to_pylist()
+    assert [f["path"] for f in failures] == ["msas/notes.txt"], failures
+    assert summary.n_failed == 1
+    sources = {s for row in featurecache.open_store(store).msas.to_pylist() for s in row["sources"]}
+    assert "1psm_A/bfd_uniclust_hits.fasta" in {s.split("#", 1)[0] for s in sources}, sources
