@@ -498,6 +498,10 @@ def _client_for(source: Any, token: str | None, options: Mapping[str, Any] | Non
     return LookupClient(source, token=token, **options)
 
 
+def _no_job(item: Any) -> None:
+    """The job of the :class:`ReadyFirst` that only checks the pool settings (it runs nothing)."""
+
+
 def _check_retry_budget(reader: Any, deadline_s: float | None) -> None:
     """Warn when a lookup client may still be retrying when the sample deadline abandons it."""
     budget, timeout = getattr(reader, "retry_budget_s", None), getattr(reader, "timeout", None)
@@ -587,66 +591,73 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         allow_unfinished: bool = False,
     ) -> None:
         super().__init__()
+        # every check that needs no reader comes first: a URL source's reader holds connections,
+        # which a refused argument left open (review R31d s47 #3)
         _check_count("crop_size", crop_size, 1)
         _check_count("seed", seed, 0)
         _check_count("workers", workers, 1)
         _check_count("max_msa_rows", max_msa_rows, 1)
-        reader = open_source(
-            _client_for(source, token, client_options), token=None if client_options else token
-        )
-        if isinstance(reader, LocalStore) and not allow_unfinished:
-            # its index lists the entries written so far, without the MSAs and reference conformers
-            # still to come: samples of query rows and no conformers (the lookup service answers 503)
-            unfinished = unfinished_build_error(
-                reader, " (FeatureDataset(..., allow_unfinished=True) reads it as it is)"
-            )
-            if unfinished is not None:
-                raise unfinished
-        _check_retry_budget(reader, deadline_s)
-        self.sampler = sampler or Sampler(
-            reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
-            filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
-            failures=reader.failures if reader.entries.num_rows == 0 else None,  # only said of an empty store
-        )  # fmt: skip
-        # after the sampler's tables: a lookup client that has reached its service says so in the
-        # settings its worker copies are made from, so that their first calls wait out a restart
-        # instead of failing as a first contact with a URL that never answered
-        self.source = SourceRef(source, reader)
-        #: the featurizer versions of the source's entries and MSAs (``store.versions.store_versions``;
-        #: None: a reader that cannot say); one warning when they are mixed or not this featurecache's
-        self.featurizer_versions = versions = source_versions(reader)
-        remote = hasattr(reader, "shown_url")  # compared with the service's featurecache
-        where = str(reader.shown_url if remote else getattr(reader, "path", self.source.describe()))
-        for line in version_notes(versions, where, this_code=(versions or {}).get("this_code"),
-                                  code="the service's featurecache" if remote else "this featurecache"):  # fmt: skip
-            log.warning("%s", line)
-        if isinstance(reader, LocalStore):  # MSAs merged by an older MSA stage (as info and verify say)
-            for line in msa_stage_notes(reader):
-                log.warning("%s", line)
-        self.seed = seed
-        self.infinite = infinite
-        self.cropper = Cropper(
-            crop_size, max_atoms, crop_weights, interface_cutoff, whole_groups=crop_whole_groups
-        )
-        self.job = SampleJob(self.source, self.cropper, seed=seed, max_msa_rows=max_msa_rows,
-                             augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook,
-                             pair_msa=pair_msa)  # fmt: skip
-        self.pool, self.workers, self.window = pool, workers, window
-        self.deadline_s, self.mp_context = deadline_s, mp_context
-        ReadyFirst(self.job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
-        self.max_consecutive_skips = max_consecutive_skips
         for name, limit in (
             ("max_consecutive_skips", max_consecutive_skips),
             ("max_source_failures", max_source_failures),
         ):
             if limit is not None and limit < 1:
                 raise InvalidRequest(f"{name} must be >= 1 or None, got {limit}")
-        self.max_source_failures = max_source_failures
-        self._rank, self._world = rank, world_size
         if (rank is None) != (world_size is None):
             raise InvalidRequest("give both rank and world_size, or neither")
         if world_size is not None and not 0 <= int(rank or 0) < world_size:
             raise InvalidRequest(f"rank {rank} out of range for world size {world_size}")
+        ReadyFirst(_no_job, pool=pool, workers=workers, window=window, deadline_s=deadline_s)  # validates
+        self.cropper = Cropper(
+            crop_size, max_atoms, crop_weights, interface_cutoff, whole_groups=crop_whole_groups
+        )
+        made = _client_for(source, token, client_options)
+        reader = open_source(made, token=None if client_options else token)
+        owned = reader is not source  # opened here from a path or URL: this dataset closes it
+        try:
+            if isinstance(reader, LocalStore) and not allow_unfinished:
+                # its index lists the entries written so far, without the MSAs and reference conformers
+                # still to come: samples of query rows and no conformers (the lookup service answers 503)
+                unfinished = unfinished_build_error(
+                    reader, " (FeatureDataset(..., allow_unfinished=True) reads it as it is)"
+                )
+                if unfinished is not None:
+                    raise unfinished
+            _check_retry_budget(reader, deadline_s)
+            self.sampler = sampler or Sampler(
+                reader.entries, reader.chains, reader.interfaces, weighting=weighting, cluster_table=cluster_table,
+                filters=filters, samples_per_epoch=samples_per_epoch, seed=seed,
+                failures=reader.failures if reader.entries.num_rows == 0 else None,  # only said of an empty store
+            )  # fmt: skip
+            # after the sampler's tables: a lookup client that has reached its service says so in the
+            # settings its worker copies are made from, so that their first calls wait out a restart
+            # instead of failing as a first contact with a URL that never answered
+            self.source = SourceRef(source, reader, owned=owned)
+            #: the featurizer versions of the source's entries and MSAs (``store.versions.store_versions``;
+            #: None: a reader that cannot say); one warning when they are mixed or not this featurecache's
+            self.featurizer_versions = versions = source_versions(reader)
+            remote = hasattr(reader, "shown_url")  # compared with the service's featurecache
+            where = str(reader.shown_url if remote else getattr(reader, "path", self.source.describe()))
+            for line in version_notes(versions, where, this_code=(versions or {}).get("this_code"),
+                                      code="the service's featurecache" if remote else "this featurecache"):  # fmt: skip
+                log.warning("%s", line)
+            if isinstance(reader, LocalStore):  # MSAs merged by an older MSA stage (as info and verify say)
+                for line in msa_stage_notes(reader):
+                    log.warning("%s", line)
+            self.job = SampleJob(self.source, self.cropper, seed=seed, max_msa_rows=max_msa_rows,
+                                 augment_ref=augment_ref, use_msa=use_msa, hook=sample_hook,
+                                 pair_msa=pair_msa)  # fmt: skip
+        except BaseException:
+            if owned:
+                reader.close()
+            raise
+        self.seed = seed
+        self.infinite = infinite
+        self.pool, self.workers, self.window = pool, workers, window
+        self.deadline_s, self.mp_context = deadline_s, mp_context
+        self.max_consecutive_skips = max_consecutive_skips
+        self.max_source_failures = max_source_failures
+        self._rank, self._world = rank, world_size
         self.epoch = 0
         self.stats = LoaderStats()
         self._consumed: ConsumedPositions | None = None
@@ -816,10 +827,21 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
 
     def close(self) -> None:
         """Stop the pool: threads end the sample they run and exit, waited for (up to
-        :data:`~featurecache.client.loader.CLOSE_JOIN_S` s); processes exit."""
+        :data:`~featurecache.client.loader.CLOSE_JOIN_S` s); processes exit. Then close the reader
+        this dataset opened from a path or URL (a reader passed in is the caller's to close). A
+        ``DataLoader`` worker's copy has readers of its own, so closing the dataset in the trainer
+        leaves running workers be, and a worker's copy never closes the trainer's reader. Iterating
+        again afterwards opens the pool and the reader anew."""
         for ex in self._executors.values():
             ex.close()
         self._executors = {}
+        self.source.close()
+
+    def __enter__(self) -> FeatureDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __iter__(self) -> Generator[dict[str, Any], None, None]:
         info = get_worker_info()

@@ -164,12 +164,16 @@ class SourceRef:
     reader's current snapshot: a reader with a ``generation`` (:class:`LookupClient`: bumped by
     ``refresh()``, which a store rebuilt under the service also starts) has them read again when it
     changes. A local store is one snapshot for as long as it is open (its index is read once), so
-    its shapes and table are read once."""
+    its shapes and table are read once.
 
-    def __init__(self, source: Any, reader: Any = None) -> None:
+    ``owned``: ``reader`` was opened for this ref (from a path or URL), so :meth:`close` closes it;
+    a reader the caller made is the caller's to close. A reader :meth:`get` opens is always owned."""
+
+    def __init__(self, source: Any, reader: Any = None, *, owned: bool = False) -> None:
         self.spec = _source_spec(reader if reader is not None else source)
         self._reader: Any = reader
         self._pid = os.getpid() if reader is not None else -1
+        self._owned = owned and reader is not None
         self._msa_shapes: tuple[Any, dict[str, tuple[int, int]]] | None = None  # (generation, shapes)
         self._components: tuple[Any, Any] | None = None  # (generation, table or False)
         self._tokens = TokenCache()  # of this process's reader: never pickled (__getstate__)
@@ -194,10 +198,23 @@ class SourceRef:
         if self._reader is None or self._pid != os.getpid():
             self._reader = open_source(self.spec)
             self._pid = os.getpid()
+            self._owned = self._reader is not self.spec  # a reader object carried as the spec is the giver's
             self._msa_shapes = None
             self._components = None
             self._tokens = TokenCache()  # another reader (a new process's): its snapshots are its own
         return self._reader
+
+    def close(self) -> None:
+        """Close this process's reader when it is this ref's own, and forget it (a later :meth:`get`
+        opens another). A reader of another process (the parent's, in a forked DataLoader worker's
+        copy) is never touched: it is the parent's to close, and its sockets serve the parent."""
+        reader = self._reader
+        if reader is None or not self._owned or self._pid != os.getpid():
+            return
+        self._reader, self._pid, self._owned = None, -1, False
+        self._msa_shapes = self._components = None
+        self._tokens = TokenCache()
+        reader.close()
 
     def token_cache(self, reader: Any) -> TokenCache | None:
         """The :class:`TokenCache` of ``reader`` when it is the reader this process opened (None for
