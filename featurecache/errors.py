@@ -91,18 +91,46 @@ class StoreVersionError(StoreError):
 
 
 class NotFound(FeatureCacheError, KeyError):
-    """An entry id, chain or MSA key is not in the store."""
+    """An entry id, chain or MSA key is not in the store. ``status``: the HTTP status the lookup
+    service answered (404), None when raised by a local reader."""
+
+    def __init__(self, *args: object, status: int | None = None) -> None:
+        super().__init__(*args)
+        self.status = status
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
         return str(self.args[0]) if self.args else "not found"
 
 
 class InvalidRequest(FeatureCacheError, ValueError):
-    """A request is malformed or exceeds a configured limit (maps to HTTP 4xx)."""
+    """A request is malformed or exceeds a configured limit (maps to HTTP 4xx).
+
+    Raised by a lookup client from the service's answer: ``status`` (400, 413 or 422); on a 413,
+    ``limit`` names the exceeded limit (``"max_response_bytes"``, …), ``maximum`` its value and
+    ``got`` the request's size by it (how many parts a split needs). None when not said."""
+
+    def __init__(
+        self,
+        *args: object,
+        status: int | None = None,
+        limit: str | None = None,
+        maximum: int | None = None,
+        got: int | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.status = status
+        self.limit = limit
+        self.maximum = maximum
+        self.got = got
 
 
 class ServiceError(FeatureCacheError, ConnectionError):
-    """The lookup service could not be reached or answered with an error."""
+    """The lookup service could not be reached or answered with an error. ``status``: the HTTP
+    status it answered, None when there was no answer (or none this error stands for)."""
+
+    def __init__(self, *args: object, status: int | None = None) -> None:
+        super().__init__(*args)
+        self.status = status
 
 
 class ServiceUnavailable(ServiceError):

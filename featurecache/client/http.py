@@ -1082,7 +1082,7 @@ class LookupClient(FeatureReader):
         try:
             records = self._arrow_of_snapshot("POST", path, json=body)
         except (NotFound, ServiceError) as exc:
-            status = getattr(exc, "status", None)
+            status = exc.status
             if status not in (404, 405) or not self._rows_route_gone(status):
                 raise
             raise ServiceError(f"POST {self.shown_url}{path} → {status}: the lookup service there no longer "
@@ -1183,7 +1183,7 @@ class LookupClient(FeatureReader):
             log.warning("%s; reading its %d entries one by one", exc, len(ids))
             return [self.entry(i, arrays) for i in ids]
         except InvalidRequest as exc:
-            if getattr(exc, "limit", None) == "max_response_bytes" and len(ids) > 1:
+            if exc.limit == "max_response_bytes" and len(ids) > 1:
                 half = len(ids) // 2  # too many bytes at once: halve until each part fits
                 return self._batch(ids[:half], arrays) + self._batch(ids[half:], arrays)
             raise
@@ -1219,7 +1219,7 @@ class LookupClient(FeatureReader):
         try:
             block = self._msa_select(key, rows, cols, shape)
         except InvalidRequest as exc:
-            if getattr(exc, "status", None) != 422:
+            if exc.status != 422:
                 raise
             new = self._msa_probe(key)  # NotFound when the service has no such MSA any more
             if new == shape:
@@ -1274,11 +1274,11 @@ class LookupClient(FeatureReader):
         try:
             return self._msa_slice(key, rows, cols)
         except InvalidRequest as exc:
-            if getattr(exc, "limit", None) != "max_response_bytes" or (rows.size <= 1 and cols.size <= 1):
+            if exc.limit != "max_response_bytes" or (rows.size <= 1 and cols.size <= 1):
                 raise
-            got, most = getattr(exc, "got", None), getattr(exc, "maximum", None)
+            got, most = exc.got, exc.maximum
             ours = arrow_io.msa_answer_bytes(key, rows.size, cols.size)
-            if isinstance(got, int) and isinstance(most, int) and got > most > 0:
+            if got is not None and most is not None and got > most > 0:
                 budget = most * ours // got  # the service's limit in this client's bytes
             else:  # a 413 that does not say by how much
                 budget = ours // 2
@@ -1457,25 +1457,26 @@ def _detail(response: httpx.Response) -> str:
 
 def _client_error(what: str, status: int, detail: str, response: httpx.Response) -> Exception:
     message = f"{what} → {status}: {detail}"
-    exc: Exception
     if status == 404:
-        exc = NotFound(f"{detail} ({what})")
-    elif status in (401, 403):
-        exc = AuthenticationError(message)
-    elif status in (400, 413, 422):
-        exc = InvalidRequest(message)
+        return NotFound(f"{detail} ({what})", status=status)
+    if status in (401, 403):
+        return AuthenticationError(message, status=status)
+    if status in (400, 413, 422):
         try:
             doc = response.json()
         except ValueError:
             doc = {}
         doc = doc if isinstance(doc, dict) else {}
-        exc.limit = doc.get("limit")  # type: ignore[attr-defined]
         # a 413's limit and the request's size by it: how many parts a split needs
-        exc.maximum, exc.got = doc.get("max"), doc.get("got")  # type: ignore[attr-defined]
-    else:
-        exc = ServiceError(message)
-    exc.status = status  # type: ignore[attr-defined,union-attr]
-    return exc
+        limit, most, got = doc.get("limit"), doc.get("max"), doc.get("got")
+        return InvalidRequest(message, status=status, limit=limit if isinstance(limit, str) else None,
+                              maximum=_int_or_none(most), got=_int_or_none(got))  # fmt: skip
+    return ServiceError(message, status=status)
+
+
+def _int_or_none(value: Any) -> int | None:
+    """``value`` when a JSON answer's field is an integer, else None (the field is not said)."""
+    return value if isinstance(value, int) else None
 
 
 def _msa_tile(

@@ -529,7 +529,7 @@ class SampleJob:
                 if not set(ATOM_FIELDS) <= set(atom_rec.dtype.names or ()):  # raises naming the absent fields
                     rows, atom_rec = read_rows(key.entry_id, "atoms", guarded, fields=ATOM_FIELDS)
             except InvalidRequest as exc:
-                if getattr(exc, "status", None) != 413:
+                if exc.status != 413:
                     raise
                 log.log(logging.DEBUG if self._told_too_large else logging.INFO,
                         "entry %s: its crop's atom rows are over a limit of %s (%s); reading the whole entry",
