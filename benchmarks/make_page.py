@@ -119,15 +119,32 @@ def _x(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a is not None and b not in (None, 0) else "–"
 
 
-def ratios_build(rows: list[Row]) -> list[Ratio]:
+def load_note(rows: Iterable[Row], cpus: int | None) -> str:
+    """The 1-minute load averages the rows recorded (``load_1m``), marked when one was above the
+    machine's CPU count: the ratio then measures the other work on the machine as much as ours
+    (review R31b s47 #7). "" when no row recorded one."""
+    loads = [v for v in (_num(r.get("load_1m")) for r in rows) if v is not None]
+    if not loads:
+        return ""
+    text = "load_1m " + " / ".join(f"{v:.1f}" for v in loads)
+    if cpus and max(loads) > cpus:
+        text = f"⚠ LOADED: {text}, above the {cpus} CPUs (other work shared the machine)"
+    return text
+
+
+def _with_load(detail: str, rows: Iterable[Row], cpus: int | None) -> str:
+    return "; ".join(t for t in (detail, load_note(rows, cpus)) if t)
+
+
+def ratios_build(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     by = {r.get("workers"): r for r in rows}
     if 1 in by and 2 in by:
         return [("2 workers vs 1 (entries/s)", _x(_num(by[2].get("entries_per_s")), _num(by[1].get("entries_per_s"))),
-                 "LocalCluster scaling")]  # fmt: skip
+                 _with_load("LocalCluster scaling", (by[1], by[2]), cpus))]  # fmt: skip
     return []
 
 
-def ratios_chem(rows: list[Row]) -> list[Ratio]:
+def ratios_chem(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     out = []
     for r in rows:
         if r.get("kind") == "summary" and _num(r.get("speedup")) is not None:
@@ -144,7 +161,7 @@ def _span(vals: list[float]) -> str:
     return f"{min(vals):.1f}–{max(vals):.1f}×"
 
 
-def ratios_msa(rows: list[Row]) -> list[Ratio]:
+def ratios_msa(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     """The CPU-time ratio (the steadier one on a shared machine), the wall ratio in the detail; an
     older result without CPU times shows its wall ratio, said so."""
     real = [r for r in rows if not str(r.get("msa", "")).startswith("synthetic")]
@@ -166,7 +183,7 @@ def ratios_msa(rows: list[Row]) -> list[Ratio]:
     return []
 
 
-def ratios_store_layout(rows: list[Row]) -> list[Ratio]:
+def ratios_store_layout(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     """CPU time where the run recorded it (interleaved rounds, one reader for both layouts); an older
     run's single wall-clock pass otherwise, said so."""
     out: list[Ratio] = []
@@ -181,7 +198,7 @@ def ratios_store_layout(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_serve(rows: list[Row]) -> list[Ratio]:
+def ratios_serve(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     """Like with like: single-entry HTTP lookups against single-entry local reads (each side's best
     concurrency), batched lookups on a line of their own, MSA slices on theirs."""
 
@@ -221,7 +238,7 @@ def ratios_serve(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_loader(rows: list[Row]) -> list[Ratio]:
+def ratios_loader(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     out: list[Ratio] = []
     for r in rows:
         if r.get("part") != "b" or _num(r.get("cache_speedup_cpu_total")) is None:
@@ -252,7 +269,7 @@ def ratios_loader(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_kernels(rows: list[Row]) -> list[Ratio]:
+def ratios_kernels(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     out: list[Ratio] = []
     groups: dict[tuple[Any, Any], dict[str, Row]] = {}
     for r in rows:
@@ -287,7 +304,7 @@ def ratios_kernels(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_plan_validate(rows: list[Row]) -> list[Ratio]:
+def ratios_plan_validate(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     out: list[Ratio] = []
     for r in rows:
         err = _num(r.get("error_pct"))
@@ -300,7 +317,7 @@ def ratios_plan_validate(rows: list[Row]) -> list[Ratio]:
     return out
 
 
-def ratios_msa_scale(rows: list[Row]) -> list[Ratio]:
+def ratios_msa_scale(rows: list[Row], cpus: int | None = None) -> list[Ratio]:
     what = {str(r.get("what")): r for r in rows}
     out: list[Ratio] = []
     cache, no_cache = what.get("no-op, scan cache"), what.get("no-op, no scan cache (every file read)")
@@ -355,7 +372,7 @@ def _labels(rows: list[Row]) -> list[str]:
     return [lab.strip(" ·") for lab in labels]
 
 
-def ratios_generic(rows: list[Row], cap: int = 20) -> list[Ratio]:
+def ratios_generic(rows: list[Row], cpus: int | None = None, cap: int = 20) -> list[Ratio]:
     """Every ratio-like field of every row, labelled with the row's distinguishing fields; the
     summary rows' ratios always, the others up to ``cap``."""
     summary: list[Ratio] = []
@@ -363,13 +380,16 @@ def ratios_generic(rows: list[Row], cap: int = 20) -> list[Ratio]:
     for r, label in zip(rows, _labels(rows), strict=True):
         for k, v in r.items():
             if any(s in k for s in GENERIC_KEYS) and _num(v) is not None:
-                (summary if _is_summary(r) else other).append((f"{label}: {k}".strip(": "), fmt(v), ""))
+                (summary if _is_summary(r) else other).append(
+                    (f"{label}: {k}".strip(": "), fmt(v), load_note([r], cpus))
+                )
     if len(other) > cap:
         other = [*other[:cap], (f"… {len(other) - cap} more", "", "in the table below")]
     return summary + other
 
 
-RATIOS: dict[str, Callable[[list[Row]], list[Ratio]]] = {
+#: each takes the result's rows and its machine's CPU count (to mark a ratio measured under load)
+RATIOS: dict[str, Callable[[list[Row], int | None], list[Ratio]]] = {
     "build": ratios_build, "build_full": ratios_build, "msa_scale": ratios_msa_scale, "chem": ratios_chem, "msa": ratios_msa, "store_layout": ratios_store_layout,
     "serve": ratios_serve, "loader": ratios_loader, "kernels": ratios_kernels, "plan_validate": ratios_plan_validate,
 }  # fmt: skip
@@ -448,7 +468,8 @@ def section(name: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
     if params:
         parts.append("- **parameters:** " + ", ".join(f"{k}={fmt(v)}" for k, v in params.items()))
     try:
-        ratios = RATIOS.get(name, ratios_generic)(rows)
+        cpus = (doc.get("machine") or {}).get("cpus")
+        ratios = RATIOS.get(name, ratios_generic)(rows, cpus if isinstance(cpus, int) else None)
     except (KeyError, TypeError, ValueError) as exc:  # a result of another shape: show the table only
         ratios = [("(ratios unavailable)", type(exc).__name__, str(exc)[:80])]
     parts.append("")
