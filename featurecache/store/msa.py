@@ -378,6 +378,22 @@ def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+#: the columns of an MSA's index row that say where its arrays lie in its part (:func:`msa_reads`)
+MSA_READ_COLUMNS = ("array", "row_start", "depth", "col_start", "length", "del_start", "del_count")
+
+
+def msa_reads(row: dict[str, Any]) -> dict[str, tuple[slice, ...]]:
+    """What a read of the whole MSA of index row ``row`` (:data:`MSA_READ_COLUMNS`) reads of its
+    part: array name -> the rows of it (one slice), as :class:`MSAReader` reads them: its own
+    ``residues/NNNNNN`` whole, its ranges of the part's shared ``rows``, ``cols`` and ``deletions``."""
+    return {
+        str(row["array"]): (slice(None),),
+        "rows": (slice(int(row["row_start"]), int(row["row_start"]) + int(row["depth"])),),
+        "cols": (slice(int(row["col_start"]), int(row["col_start"]) + int(row["length"])),),
+        "deletions": (slice(int(row["del_start"]), int(row["del_start"]) + int(row["del_count"])),),
+    }
+
+
 # --- index joins ----------------------------------------------------------------------------------
 
 

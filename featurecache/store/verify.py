@@ -45,6 +45,7 @@ from featurecache.store.layout import (
     COMPONENT_PART_PREFIX,
     ENTRY_GROUPS,
     GROUP_OFFSETS,
+    MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
     PARTS_DIR,
@@ -199,6 +200,7 @@ def _verify(
     components = store.components
     if "part" in components.column_names:
         live |= set(components.column("part").to_pylist())
+    served = _served_msas(msas)
     # 1. every part is complete and its own index agrees with its arrays
     if parts and not _is_group(store.path / PARTS_DIR):
         report.missing_groups.append(store.path / PARTS_DIR)
@@ -214,7 +216,10 @@ def _verify(
             report.bad_index_parts[name] = bad_index
             problems.append(f"part {name}: its own index {bad_index}")
             continue
-        found = _check_part(name, part)
+        # an MSA part the store serves: a missing shard file none of its served MSAs reads is a note
+        msas_read = served.get(name, []) if served is not None and name in live else None
+        found, unused = _check_part(name, part, msas_read)
+        report.notes.extend(unused)
         report.notes.extend(_unreadable_verify_files(name, part))
         groups = _missing_part_groups(part)
         found += [f"part {name}: {g.relative_to(part)}/zarr.json is missing or not a zarr group's metadata (generic "
@@ -663,14 +668,17 @@ def _write_groups(groups: list[Path]) -> list[str]:
     return out
 
 
-def _check_part(name: str, part: Path) -> list[str]:
+def _check_part(name: str, part: Path, msas: list[Row] | None = None) -> tuple[list[str], list[str]]:
     """A part is complete, a structure part's arrays have the rows its own index says, and no
-    shard file is missing that the part needs (see :class:`~featurecache.store.root.PartArrays`)."""
+    shard file is missing that the part needs (see :class:`~featurecache.store.root.PartArrays`):
+    its problems, and notes of the missing shard files of an MSA part that none of ``msas`` reads
+    (:func:`_missing_shards`; ``msas``: the index rows of the MSAs the store serves from it, None:
+    every missing file is a problem)."""
     manifest = part / PART_INDEX_DIR / PART_DONE_FILE
     if not manifest.is_file():
-        return [f"part {name}: no {PART_DONE_FILE} (incomplete part)"]
+        return [f"part {name}: no {PART_DONE_FILE} (incomplete part)"], []
     if not name.startswith(STRUCTURE_PART_PREFIX):
-        return _missing_shards(name, part)
+        return _missing_shards(name, part, msas if name.startswith(MSA_PART_PREFIX) else None)
     problems: list[str] = []
     try:
         m = json.loads(manifest.read_text())
@@ -680,7 +688,7 @@ def _check_part(name: str, part: Path) -> list[str]:
         OSError,
         ValueError,
     ) as exc:  # ValueError: bad JSON, pyarrow's ArrowInvalid
-        return [f"part {name}: its own index is unreadable ({exc})"]
+        return [f"part {name}: its own index is unreadable ({exc})"], []
     for g in ENTRY_GROUPS:
         _, count_col = GROUP_OFFSETS[g]
         total = sum(rows.column(count_col).to_pylist()) if rows.num_rows else 0
@@ -696,19 +704,57 @@ def _check_part(name: str, part: Path) -> list[str]:
         # zero); zarr would read a missing one back as zeros
         missing = [f for f in shard_files(part / g, arr) if not f.is_file()]
         problems.extend(f"part {name}: array {g} is missing its data file {f}" for f in missing)
-    return problems
+    return problems, []
 
 
-def _missing_shards(name: str, part: Path) -> list[str]:
+def _served_msas(msas: pa.Table) -> dict[str, list[Row]] | None:
+    """The store's index rows of the MSAs it serves, by part (where each lies in its part:
+    :data:`~featurecache.store.msa.MSA_READ_COLUMNS`); None when the index lacks one of those
+    columns or has a null in one (then every missing shard file of an MSA part is a problem)."""
+    from featurecache.store.msa import MSA_READ_COLUMNS
+
+    columns = ["part", *MSA_READ_COLUMNS]
+    if not set(columns) <= set(msas.column_names) or any(msas.column(c).null_count for c in columns):
+        return None
+    out: dict[str, list[Row]] = {}
+    for row in msas.select(columns).to_pylist():
+        out.setdefault(row["part"], []).append(row)
+    return out
+
+
+#: the arrays of an MSA part that its MSAs read (:func:`~featurecache.store.msa.msa_reads`); the
+#: ``residues/NNNNNN`` arrays, one per MSA, besides
+_MSA_SHARED_ARRAYS = ("rows", "cols", "deletions")
+
+
+def _missing_shards(name: str, part: Path, msas: list[Row] | None = None) -> tuple[list[str], list[str]]:
     """An MSA or component part that lists its fill-only shards: every other shard file exists.
-    (A part from before that list: a missing file cannot be told from an empty shard.)"""
+    (A part from before that list: a missing file cannot be told from an empty shard.)
+
+    Returns the problems, and the notes: with ``msas`` (an MSA part's index rows of the MSAs the
+    store serves from it), a missing file that none of them reads (an MSA's ``residues/NNNNNN`` no
+    served MSA is, a range of ``rows``/``cols``/``deletions`` outside theirs) is a note. Such an
+    array is left by an MSA that ``verify --repair`` or ``prune --sources-gone`` took out of the
+    index and a build rebuilt into a newer part: nothing is served from it, and the part goes once
+    none of its MSAs is served (``prune``). Before, it was a problem for good after the documented
+    repair (review R31a s47 #1). A missing file a served MSA reads is a problem, as is any in an
+    array that is not an MSA's."""
     try:
         fill_only = fill_only_shards(part)
     except FeatureCacheError as exc:
-        return [str(exc)]
+        return [str(exc)], []
     if fill_only is None:
-        return []
-    problems = []
+        return [], []
+    reads: dict[str, list[tuple[slice, ...]]] | None = None
+    if msas is not None:
+        from featurecache.store.msa import msa_reads
+
+        reads = {}
+        for row in msas:
+            for array, selection in msa_reads(row).items():
+                reads.setdefault(array, []).append(selection)
+    problems: list[str] = []
+    unused: list[str] = []
     for array in array_names(part):
         try:
             arr = array_metadata(part / array)
@@ -719,8 +765,19 @@ def _missing_shards(name: str, part: Path) -> list[str]:
             f for f in shard_files(part / array, arr)
             if not f.is_file() and f.relative_to(part).as_posix() not in fill_only
         ]  # fmt: skip
-        problems.extend(f"part {name}: array {array} is missing its data file {f}" for f in missing)
-    return problems
+        lines = {f: f"part {name}: array {array} is missing its data file {f}" for f in missing}
+        if reads is None or not (array in _MSA_SHARED_ARRAYS or array.startswith("residues/")):
+            problems.extend(lines.values())
+            continue
+        read = {f for selection in reads.get(array, []) for f in shard_files(part / array, arr, selection)}
+        problems.extend(line for f, line in lines.items() if f in read)
+        unused.extend(
+            f"{line}, which no MSA the store serves reads (the MSAs that did were taken out of the index by "
+            "`verify --repair` or `prune --sources-gone`, or rebuilt into a newer part): nothing is served from "
+            f"it; `featurecache prune` deletes it with part {name} once none of the part's MSAs is served"
+            for f, line in lines.items() if f not in read
+        )  # fmt: skip
+    return problems, unused
 
 
 #: the start of :func:`_check_entry`'s one line for an entry of a part a newer featurecache wrote
