@@ -1,12 +1,17 @@
 """Write BENCHMARKS.md from benchmarks/results/*.json: every benchmark's latest numbers on one page.
 
 For each result file: what it measures (the benchmark script's docstring), the command that
-produced it, the machine it ran on, the headline ratios against its baselines (uncached
+produced it, the machine it ran on, how old it is (commits since its run, and how many of them
+changed its benchmark script or featurecache/, counted up to ``--as-of``, default HEAD; "stale"
+past :data:`STALE_AFTER` of those), the headline ratios against its baselines (uncached
 featurization, ordered DataLoader, eager / SDPA / FlexAttention, …) and the full table. Benchmark
 scripts without a result yet are listed with the command to run. Missing or malformed files are
 reported on the page, never fatal; re-run after new results arrive:
 
-    .venv/bin/python benchmarks/make_page.py [--results DIR] [--out BENCHMARKS.md]
+    .venv/bin/python benchmarks/make_page.py [--results DIR] [--out BENCHMARKS.md] [--as-of REV]
+
+The page names the commit it counted to, so the same results and that commit give the same page
+byte for byte (``--as-of`` that commit): the tests regenerate it that way.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ast
 import json
 import math
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,6 +32,12 @@ REPO = HERE.parent
 NOT_BENCHMARKS = {"__init__", "harness", "make_page"}
 #: page order (others follow alphabetically)
 ORDER = ("build", "chem", "msa", "store_layout", "serve", "loader", "kernels", "train", "plan_validate")
+
+#: a result is "stale" when more commits than this changed its benchmark script or featurecache/
+#: since its run: the measured code has moved on enough that the numbers need a re-run to be quoted
+STALE_AFTER = 100
+#: the measured code, besides the benchmark script itself
+MEASURED = ("featurecache",)
 
 Row = dict[str, Any]
 Ratio = tuple[str, str, str]  # (comparison, value, note)
@@ -446,7 +458,59 @@ def _commit(doc: dict[str, Any]) -> str:
     return head[:9] + (f"+{dirty}" if dirty else "")
 
 
-def section(name: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
+def _git(*args: str) -> str | None:
+    """``git args`` in the repository: its stdout, None when git fails or is not there."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def resolve(rev: str) -> str | None:
+    """The full hash of ``rev``, None when this repository's history does not have it."""
+    return _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+
+
+def page_as_of(page: str) -> str | None:
+    """The commit a page counted its ages to (its header says), None for a page without one."""
+    m = re.search(r"counted up to commit `([0-9a-f]{40})`", page)
+    return m.group(1) if m else None
+
+
+def _run_commit(doc: dict[str, Any]) -> str:
+    """The commit a result ran on, as recorded (``+dirty`` and notes dropped): "" when none."""
+    m = doc.get("machine") or {}
+    text = str(m.get("commit") or m.get("git") or "").strip().split(" ")[0]
+    return "" if text == "?" else text.partition("+")[0]
+
+
+def age(name: str, doc: dict[str, Any], as_of: str | None) -> tuple[str, bool]:
+    """How old a result is at ``as_of``, in words, and whether it is stale: commits since its run,
+    and how many of them changed its benchmark script or :data:`MEASURED` (``git rev-list --count
+    RUN..AS_OF [-- paths]``)."""
+    commit = _run_commit(doc)
+    if not commit:
+        why = (doc.get("machine") or {}).get("commit_unknown")
+        return "commit not recorded" + (f" ({why})" if why else ""), False
+    if as_of is None:
+        return "age unknown (no git history here)", False
+    full = resolve(commit)
+    if full is None:
+        return f"age unknown (commit {commit[:9]} is not in this repository's history)", False
+    script = next((f"benchmarks/{n}.py" for n in (str(doc.get("benchmark") or ""), name)
+                   if n and (HERE / f"{n}.py").is_file()), None)  # fmt: skip
+    paths = [*MEASURED, *([script] if script else [])]
+    total = int(_git("rev-list", "--count", f"{full}..{as_of}") or 0)
+    changed = int(_git("rev-list", "--count", f"{full}..{as_of}", "--", *paths) or 0)
+    text = f"{total} commits old; {changed} changed {' or '.join(f'{p}/' if p in MEASURED else p for p in reversed(paths))}"
+    if script:
+        text += f" ({_git('rev-list', '--count', f'{full}..{as_of}', '--', script)} the script)"
+    stale = changed > STALE_AFTER
+    return ("**stale**: " if stale else "") + text, stale
+
+
+def section(name: str, runs: list[tuple[str, dict[str, Any]]], as_of: str | None = None) -> str:
     """One benchmark's section: its latest run (by ``started``) in full, earlier runs listed."""
     file, doc = runs[0]
     rows: list[Row] = [r for r in doc["rows"] if isinstance(r, dict)]
@@ -461,6 +525,7 @@ def section(name: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
     if _num(doc.get("seconds")) is not None:
         when += f" ({fmt(doc['seconds'])} s)"
     parts.append(f"- **run:** `{file}`, {when}" + (f" — the latest of {len(runs)}" if len(runs) > 1 else ""))
+    parts.append(f"- **age:** {age(name, doc, as_of)[0]}")
     if len(runs) > 1:
         parts.append("- **earlier runs** (not tabulated): " + ", ".join(
             f"`{f}` ({d.get('started') or 'start time not recorded'}, commit {_commit(d)})" for f, d in runs[1:]))  # fmt: skip
@@ -483,6 +548,15 @@ def section(name: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(parts)
 
 
+def _short_age(name: str, doc: dict[str, Any], as_of: str | None) -> str:
+    """The summary table's age: "N (M changed)", "stale" when it is; the words of :func:`age` else."""
+    text, stale = age(name, doc, as_of)
+    m = re.search(r"(\d+) commits old; (\d+) changed", text)
+    if not m:
+        return text.split(" (")[0]
+    return f"{m.group(1)} ({m.group(2)} changed)" + (" stale" if stale else "")
+
+
 def scripts() -> list[str]:
     return sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
 
@@ -492,9 +566,14 @@ def ordered(names: Iterable[str]) -> list[str]:
     return [n for n in ORDER if n in names] + sorted(n for n in names if n not in ORDER)
 
 
-def render(results: Path) -> str:
+def render(results: Path, as_of: str | None = None) -> str:
+    """The page for the result files under ``results``, ages counted up to ``as_of`` (default
+    HEAD; none outside a git checkout)."""
     groups, supporting, problems = load(results)
     docs = {name: runs[0][1] for name, runs in groups.items()}
+    at = resolve(as_of or "HEAD")
+    if as_of and at is None:
+        raise SystemExit(f"make_page.py: --as-of {as_of}: not a commit of this repository")
     lines = [
         "# Benchmarks",
         "",
@@ -504,14 +583,27 @@ def render(results: Path) -> str:
         "same run. A benchmark run more than once (`<name>_runN.json` next to `<name>.json`) shows its run "
         "with the latest start time; the earlier runs are listed under it.",
         "",
+        (
+            f"Ages are counted up to commit `{at}` (the tree this page was generated on): the commits "
+            "since each result's run, and how many of them changed its benchmark script or `featurecache/`; "
+            f"a result is marked **stale** past {STALE_AFTER} of those (the code it measured has changed enough "
+            "that its numbers want a re-run before they are quoted)."
+            if at
+            else "Ages are not shown: no git history here."
+        ),
+        "",
     ]
     if docs:
-        lines.append("| benchmark | machine | latest run | file | commit | runs |\n|---|---|---|---|---|---|")
+        lines.append(
+            "| benchmark | machine | latest run | file | commit | age | runs |\n|---|---|---|---|---|---|---|"
+        )
         for name in ordered(docs):
             m = docs[name].get("machine") or {}
             where = m.get("gpu") or f"{m.get('cpus', '?')} CPUs, no GPU"
+            commit = _commit(docs[name])
             lines.append(f"| [{name}](#{name}) | {fmt(where)} | {fmt(docs[name].get('started') or 'not recorded')} | "
-                         f"`{groups[name][0][0]}` | {fmt(_commit(docs[name]))} | {len(groups[name])} |")  # fmt: skip
+                         f"`{groups[name][0][0]}` | {fmt('commit not recorded' if commit == 'not recorded' else commit)} | "
+                         f"{fmt(_short_age(name, docs[name], at))} | {len(groups[name])} |")  # fmt: skip
         lines.append("")
     missing = [s for s in scripts() if s not in docs]
     if missing:
@@ -527,7 +619,7 @@ def render(results: Path) -> str:
             + "\n"
         )
     for name in ordered(docs):
-        lines.append(section(name, groups[name]))
+        lines.append(section(name, groups[name], at))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -535,8 +627,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    ap.add_argument("--as-of", default=None, metavar="REV",
+                    help="count the results' ages up to this commit (default HEAD; the page names it)")  # fmt: skip
     args = ap.parse_args()
-    text = render(args.results)
+    text = render(args.results, args.as_of)
     args.out.write_text(text)
     sys.stdout.write(f"wrote {args.out} ({text.count(chr(10) + '## ')} benchmarks)\n")
 
