@@ -1205,6 +1205,12 @@ class FeatureLoader:
         # not in worker round-robin order. Resume stays exact (consumption is tracked by position).
         # window=0 (the stream's order, the same on every run) keeps the workers' round robin
         kwargs.setdefault("in_order", dataset.window == 0)
+        # A DataLoader draws its workers' base seed from ``generator``, torch's global one when None:
+        # every pass then moved the trainer's seeded torch stream (review R31c s47 #2). The samples
+        # are seeded by (seed, epoch, index) and use neither; a generator of the loader's own keeps
+        # the workers' torch seeds reproducible per pass and the trainer's stream untouched.
+        if kwargs.get("generator") is None:
+            kwargs["generator"] = torch.Generator().manual_seed(int(dataset.seed))
         #: per-epoch drop_last: a batch of fewer samples is dropped by __iter__, resolved (None: not)
         self._drop_below: int | None = None
         if kwargs.get("drop_last") and batch_size is not None and not dataset.infinite:

@@ -111,6 +111,11 @@ from featurecache.store.versions import VERSIONS_KEY, FeaturizerChanged, version
 from featurecache.types import Entry, MSABlock
 
 log = logging.getLogger(__name__)
+#: the retry backoff's jitter: a generator of the client's own, so that retries draw nothing from the
+#: trainer's seeded ``random`` stream (review R31c s47 #1); reseeded in a forked child, as ``random``'s
+#: own is, so DataLoader workers retrying together do not jitter alike
+_JITTER = random.Random()
+os.register_at_fork(after_in_child=_JITTER.seed)
 
 
 class _CutShort(Exception):
@@ -643,7 +648,7 @@ class LookupClient(FeatureReader):
         left = give_up_at - time.monotonic()
         if left <= 0:
             return False
-        delay = min(self.max_backoff, self.backoff * 2 ** min(attempt, 32)) * random.uniform(0.5, 1.5)
+        delay = min(self.max_backoff, self.backoff * 2 ** min(attempt, 32)) * _JITTER.uniform(0.5, 1.5)
         if retry_after is not None:
             with contextlib.suppress(ValueError):
                 delay = max(delay, min(float(retry_after), self.max_backoff))
