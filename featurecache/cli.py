@@ -5,10 +5,11 @@ Exit statuses (documented in each command's --help and in README):
   2  usage error: an invalid argument or option (click's own, a UsageError, `show`'s unknown id);
   3  fatal error (e.g. the output cannot be written, the store is unreadable, the command's extra is not
      installed);
-  4  `verify` found a mismatch;  130  Ctrl-C (`build`, `train`);  143  SIGTERM (`build`, `train`, `serve`).
+  4  `verify` found a mismatch, or something it could not check;  130  Ctrl-C (`build`, `train`);
+     143  SIGTERM (`build`, `train`, `serve`).
 
-Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH lines)
-goes to stdout; log lines, progress bars, warnings and errors to stderr.
+Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH and
+UNCHECKED lines) goes to stdout; log lines, progress bars, warnings and errors to stderr.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -523,7 +525,9 @@ def verify(
             "Nothing whose source files are gone is taken out (it could not be rebuilt) unless --drop-gone; while "
             "such a one of a deleted part is kept, the repair changes nothing (rewriting the index would drop it). "
             "The other rows of deleted parts a repair's rewrite drops (failures, components: recomputed by the next "
-            "build) are named; the store is then verified again and what is left is printed.",
+            "build) are named; the store is then verified again and what is left is printed. An entry, MSA or "
+            "component part whose check stopped on an error that does not say its data is unreadable (an UNCHECKED "
+            "line: a bug in the reader, not damage) is kept: there is nothing to rebuild.",
         ),
     ] = False,
     drop_gone: Annotated[
@@ -542,7 +546,9 @@ def verify(
     """Recompute every entry's, MSA's and reference conformer's content hash and check index <-> parts consistency.
 
     Each problem is one 'MISMATCH ...' line on stdout (progress, log lines and warnings go to stderr); \
-'ok: store verified' when there is none. For damaged entries, MSAs and component parts (reference conformers) \
+'ok: store verified' when there is none. An entry, MSA or component whose check stopped on an error that does not \
+say its data is unreadable (a bug in the reader) is an 'UNCHECKED ... could not be checked (KeyError: ...)' line \
+instead: not damage, --repair keeps it. For damaged entries, MSAs and component parts (reference conformers) \
 it says how to repair the store: `featurecache verify STORE --repair`, then `featurecache build` from the same \
 directories. Components written before their content hash was recorded are only checked to read (a note says so).
 
@@ -550,8 +556,8 @@ directories. Components written before their content hash was recorded are only 
 index file is missing or unreadable, a build or prune is writing the store, or (--repair) the store cannot \
 be written; 4 a mismatch (an entry's, MSA's or component's content hash, naming its part; a missing or \
 unreadable part, shard or part index; an index behind its parts; chain rows or MSA keys that do not match \
-the index); with --repair: damage left because its source files are gone, or problems it could not fix (its \
-MISMATCH lines, printed also after a repair that wrote).
+the index), or an UNCHECKED line; with --repair: damage left because its source files are gone, or problems it could not fix (its \
+MISMATCH lines, printed also after a repair that wrote) or kept (its UNCHECKED lines).
     """
     _setup_logging(verbose)
     from featurecache.errors import StoreError
@@ -585,11 +591,14 @@ MISMATCH lines, printed also after a repair that wrote).
         )
         raise typer.Exit(EXIT_VERIFY_MISMATCH if left else EXIT_OK)
     for p in report.problems:  # the result: on stdout (`verify S > report.txt` keeps it)
-        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
+        _print_problem(p, report.unchecked)
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     if report.problems:
         _print_repair_hint(store, report)
+        if report.unchecked:
+            typer.echo(f"{_kept_unchecked(len(report.unchecked), '`featurecache verify --repair` keeps')}",
+                       err=True)  # fmt: skip
         holder = lock_holder(store)
         if holder is not None:
             typer.echo(
@@ -603,6 +612,29 @@ MISMATCH lines, printed also after a repair that wrote).
                    "(notes above): upgrade featurecache to verify them")  # fmt: skip
         return
     typer.echo("ok: store verified")
+
+
+def _print_problem(problem: str, unchecked: Collection[str]) -> None:
+    """One problem of verify's on stdout: ``UNCHECKED`` when an error stopped its check that does not
+    say its data is unreadable (``VerifyReport.unchecked``: not damage), ``MISMATCH`` otherwise."""
+    typer.secho(f"{'UNCHECKED' if problem in unchecked else 'MISMATCH'} {problem}", fg=typer.colors.RED)
+
+
+def _kept_unchecked(n: int, who: str = "--repair keeps") -> str:
+    """Why ``--repair`` leaves the ``n`` UNCHECKED lines printed above."""
+    return (f"{who} the {n} UNCHECKED line{'s' if n != 1 else ''} above: {'its' if n == 1 else 'their'} check "
+            "stopped on an error that does not say the data is unreadable (a bug in featurecache's reader, not "
+            "damage), so there is nothing to rebuild; verify again with a featurecache that reads "
+            f"{'it' if n == 1 else 'them'}")  # fmt: skip
+
+
+def _not_fixed(left: list[str], unchecked: Collection[str]) -> str:
+    """What a repair left of the problems ``left`` (printed above), by kind: the MISMATCH lines it
+    could not fix, the UNCHECKED ones it keeps ("": none)."""
+    n = sum(p not in unchecked for p in left)
+    said = [f"--repair could not fix the {n} MISMATCH line{'s' if n != 1 else ''} above"] if n else []
+    u = len(left) - n
+    return "; ".join(said + ([_kept_unchecked(u)] if u else []))
 
 
 def _names(ds: list[Any], limit: int = 10) -> str:
@@ -682,9 +714,10 @@ def _own_index_damage(why: str) -> str:
 def _print_repair(store: Path, result: Any) -> None:
     from featurecache.store.verify import rebuild_command, rebuild_note
 
+    unchecked = result.report.unchecked
     if not result.written:  # the store is as verify found it: every problem, as plain verify prints it
         for p in result.report.problems:
-            typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
+            _print_problem(p, unchecked)
     for d in result.removed:
         typer.echo(f"removed from the index: {_names([d])} (part {d.part}): {d.problem}")
     for name, where in result.moved_parts.items():
@@ -709,7 +742,7 @@ def _print_repair(store: Path, result: Any) -> None:
         typer.secho(f"MISMATCH kept part {name}: {why}; --drop-gone moves it out", fg=typer.colors.RED)
     # verified again after the write: what the repair could not fix, as plain verify prints it
     for p in result.left:
-        typer.secho(f"MISMATCH {p}", fg=typer.colors.RED)
+        _print_problem(p, unchecked)
     for p in result.pending:
         typer.echo(f"until the build below: {p}")
     if result.blocked:
@@ -734,23 +767,24 @@ def _print_repair(store: Path, result: Any) -> None:
                    else result.blocked)  # fmt: skip
     elif result.removed or result.moved_parts or result.dropped_component_parts or result.rescan:
         note = rebuild_note(store, result.removed, result.moved_parts)
-        n = len(result.left)
-        unfixed = (f"; --repair could not fix the {n} MISMATCH line{'s' if n != 1 else ''} above" if n
-                   else "")  # fmt: skip
+        unfixed = f"; {_not_fixed(result.left, unchecked)}" if result.left else ""
         typer.echo(f"repaired: now run `{rebuild_command(store, result.removed, result.moved_parts)}` to rebuild them"
                    f"{f' ({note})' if note else ''}, then `featurecache prune {shlex.quote(str(store))}`{unfixed}")  # fmt: skip
     elif not result.kept and not result.kept_parts:
         # after a write, what is left is what verify found again (review R29b s46 #3)
-        n = len(result.left) if result.written else len(result.report.problems)
+        left = result.left if result.written else result.report.problems
         done = _repaired_files(result)
+        mismatches = [p for p in left if p not in unchecked]
         if done:
-            unfixed = (
-                f"; --repair could not fix the {n} MISMATCH line{'s' if n != 1 else ''} above" if n else ""
-            )
-            typer.echo(f"repaired: {done}{unfixed}")
+            typer.echo(f"repaired: {done}" + (f"; {_not_fixed(left, unchecked)}" if left else ""))
+        elif mismatches:
+            n, kept = len(mismatches), len(left) - len(mismatches)
+            typer.echo(f"nothing --repair can fix: the {n} MISMATCH line{'s' if n != 1 else ''} above"
+                       + (f"; {_kept_unchecked(kept)}" if kept else ""))  # fmt: skip
+        elif left:
+            typer.echo(f"nothing to repair: {_kept_unchecked(len(left))}")
         else:
-            typer.echo("ok: nothing to repair" if not n else
-                       f"nothing --repair can fix: the {n} MISMATCH line{'s' if n != 1 else ''} above")  # fmt: skip
+            typer.echo("ok: nothing to repair")
 
 
 def _repaired_files(result: Any) -> str:

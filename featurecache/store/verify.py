@@ -152,9 +152,10 @@ class VerifyReport:
     #: index, which no entry, MSA or component part can be taken out for (a failure's row, ...):
     #: ``--repair`` changes nothing while there is one (review R29b s46 #1)
     unsettled: list[str] = field(default_factory=list)
-    #: problem lines of entries, MSAs and component parts whose check an error stopped that does not
-    #: say their data is unreadable (:func:`unreadable_data`: a bug in the reader, ...): not damage,
-    #: ``--repair`` keeps them (review R31d s47 #1)
+    #: problem lines of entries, MSAs and component parts (or a whole check of them) whose check an
+    #: error stopped that does not say their data is unreadable (:func:`unreadable_data`: a bug in
+    #: the reader, ...): not damage, ``--repair`` keeps them (review R31d s47 #1); ``featurecache
+    #: verify`` prints them as ``UNCHECKED`` lines
     unchecked: list[str] = field(default_factory=list)
 
 
@@ -306,11 +307,11 @@ def _verify(
                                                        full["part"] not in parts))  # fmt: skip
                 yield found
 
-        problems.extend(_guarded("MSAs", lambda s: verify_msas(s, each_msa), store))
+        problems.extend(_guarded("MSAs", lambda s: verify_msas(s, each_msa), store, report.unchecked))
     advance = stage("components", len(_EXTRA_CHECKS))
     for label, extra_check in _EXTRA_CHECKS:
         advance(1)
-        problems.extend(_guarded(label, extra_check, store))
+        problems.extend(_guarded(label, extra_check, store, report.unchecked))
     _check_component_contents(store, report)
     if any(p.startswith("components: unreadable") for p in problems):
         not_checked: list[str] = []
@@ -601,12 +602,19 @@ def unchecked_line(what: str, exc: BaseException) -> str:
     return f"{what}: could not be checked ({type(exc).__name__}: {exc})"
 
 
-def _guarded(label: str, check: Callable[[LocalStore], list[str]], store: LocalStore) -> list[str]:
+def _guarded(
+    label: str, check: Callable[[LocalStore], list[str]], store: LocalStore, unchecked: list[str]
+) -> list[str]:
+    """``check``'s problems, or one line when an error stopped it (e.g. an index table without a
+    column the check needs: said instead of a traceback), also put in ``unchecked`` when the error
+    does not say the data is unreadable (:func:`unreadable_data`)."""
     try:
         return check(store)
     except CHECK_ERRORS as exc:
-        # e.g. an index table without a column the check needs: say so instead of a traceback
-        return [f"{label}: could not be checked ({type(exc).__name__}: {exc})"]
+        line = unchecked_line(label, exc)
+        if not unreadable_data(exc):
+            unchecked.append(line)
+        return [line]
 
 
 #: the end of a missing group metadata's problem line

@@ -72,15 +72,15 @@ def test_a_reader_bug_is_no_damage_the_repair_keeps_every_row(
 
     assert run.returncode == 4, run.stdout + run.stderr  # problems: not "ok"
     for entry in IDS:
-        assert f"MISMATCH entry {entry}: could not be checked (KeyError: 'centre_coords')" in run.stdout, (
+        assert f"UNCHECKED entry {entry}: could not be checked (KeyError: 'centre_coords')" in run.stdout, (
             run.stdout
         )
     for key in keys:
         assert (
-            f"MISMATCH MSA {key}: could not be checked (ValueError: slice step cannot be zero)" in run.stdout
+            f"UNCHECKED MSA {key}: could not be checked (ValueError: slice step cannot be zero)" in run.stdout
         )
     assert "removed from the index" not in run.stdout, run.stdout
-    assert "nothing --repair can fix" in run.stdout, run.stdout
+    assert "nothing to repair: --repair keeps the" in run.stdout, run.stdout
     monkeypatch.undo()
     # nothing written: no removal part, the index as it was, the store sound
     assert sorted(p.name for p in (store / "parts").iterdir()) == parts
