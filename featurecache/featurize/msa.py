@@ -75,10 +75,11 @@ draws from fewer than ``c`` rows (OpenFold 4zey_A at cap 1000: 820). Without a p
 keeps the first ``c`` rows, as before.
 (:func:`capped_rows`.)
 
-:func:`build_msa` encodes rows :data:`ENCODE_CHUNK_ROWS` at a time, first to find the rows, their
-species and the profile (keeping a 16-byte digest per distinct row and per further pairing row and
-three numbers per row), then once more only for the rows the cap keeps, so its memory does not grow
-with the number of input rows beyond those.
+:func:`build_msa` encodes rows in chunks of about :data:`ENCODE_CHUNK_CELLS` cells (at most
+:data:`ENCODE_CHUNK_ROWS` rows: :func:`encode_chunk_rows`), first to find the rows, their species and
+the profile (keeping a 16-byte digest per distinct row and per further pairing row and three numbers
+per row), then once more only for the rows the cap keeps, so its memory does not grow with the
+number of input rows beyond those, nor its temporaries with the query's length.
 """
 
 from __future__ import annotations
@@ -115,8 +116,12 @@ QUERY_SOURCE = "query"
 #: Most alignments one MSA can merge (``source`` is uint8 and 0 is the query).
 MAX_SOURCES = 255
 DELETION_MAX = np.iinfo(np.int16).max
-#: Rows encoded at a time by :func:`build_msa` (its memory does not grow with the input rows).
+#: Most rows encoded at a time by :func:`build_msa` (its memory does not grow with the input rows).
 ENCODE_CHUNK_ROWS = 4096
+#: Match cells encoded at a time by :func:`build_msa` (rows × query length): :func:`encode_rows`
+#: makes ~35-40 bytes of temporaries per cell, so 4,096 rows of a 5,312-column MSA took ~750 MB
+#: (review R32b s47 #2); 2**21 cells keep 4,096 rows up to 512 columns.
+ENCODE_CHUNK_CELLS = 2**21
 
 #: Database labels whose alignments give a stored row its species (AF3's UniProt search, Protenix's
 #: ``pairing.a3m``, ColabFold's ``pair.a3m``: "Species of a stored row"). Of these only UniProt's
@@ -246,10 +251,18 @@ def encode_rows(rows: Sequence[str], length: int, first_row: int = 0) -> tuple[n
             if m != length:
                 raise MSAError(f"row {first_row + i} has {m} match columns, the query has {length}")
         raise MSAError("inconsistent MSA rows")
-    cum = np.cumsum(is_lower, dtype=np.int64)[pos]
+    # a running count of insertions; int32 holds any chunk's (build_msa: ~2**21 cells of text)
+    cum = np.cumsum(is_lower, dtype=np.int32 if buf.size < 2**31 else np.int64)[pos]
     counts = np.diff(cum, prepend=0).reshape(n, length + 1)[:, :length]
     chars = buf[pos].reshape(n, length + 1)[:, :length]
     return chars, np.minimum(counts, DELETION_MAX).astype(np.int16)
+
+
+def encode_chunk_rows(length: int, chunk_cells: int | None = None) -> int:
+    """Rows of a ``length``-column MSA that :func:`build_msa` encodes at a time: ``chunk_cells``
+    (default :data:`ENCODE_CHUNK_CELLS`) cells' worth, at least 1, at most :data:`ENCODE_CHUNK_ROWS`."""
+    cells = ENCODE_CHUNK_CELLS if chunk_cells is None else chunk_cells
+    return max(1, min(ENCODE_CHUNK_ROWS, cells // max(length, 1)))
 
 
 def to_restypes(chars: np.ndarray, mol_type: int) -> np.ndarray:
@@ -277,6 +290,7 @@ def build_msa(
     mol_type: int,
     alignments: Sequence[tuple[str, ParsedMSA]],
     depth_cap: int = DEFAULT_MSA_DEPTH_CAP,
+    chunk_cells: int | None = None,
 ) -> EncodedMSA:
     """Merge ``(label, alignment)`` pairs (already in merge order) into one encoded MSA.
 
@@ -287,7 +301,8 @@ def build_msa(
     ``deletion_mean`` cover the distinct rows of the query and of the alignments whose
     :func:`source_label` (read from ``label``, a path) is not in ``const.UNPAIRED_EXCLUDED_SOURCES``.
     ``species``: from the pairing-source copies of each row when any alignment is a pairing
-    source, else from each row's first copy (module docstring).
+    source, else from each row's first copy (module docstring). ``chunk_cells``: cells encoded at a
+    time (:func:`encode_chunk_rows`); the result does not depend on it.
     """
     sequence = sequence.upper()
     length = len(sequence)
@@ -300,6 +315,7 @@ def build_msa(
     # species from pairing-source copies only, when there is one (module docstring)
     pairing_given = any(msa.depth > 0 and source_label(label) in PAIRING_SOURCES for label, msa in alignments)
     acc = _Accumulator(length, mol_type, depth_cap, pairing_only_species=pairing_given)
+    chunk = encode_chunk_rows(length, chunk_cells)
     q_chars, q_del = encode_rows([sequence], length)
     acc.add(q_chars, q_del, (), 0, in_profile=True)
     labels = [QUERY_SOURCE]
@@ -317,8 +333,8 @@ def build_msa(
                 path=msa.path or label,
                 stage="msa",
             )
-        for start in range(0, msa.depth, ENCODE_CHUNK_ROWS):
-            stop = min(start + ENCODE_CHUNK_ROWS, msa.depth)
+        for start in range(0, msa.depth, chunk):
+            stop = min(start + chunk, msa.depth)
             try:
                 chars, dels = encode_rows(msa.rows[start:stop], length, first_row=start)
             except MSAError as exc:
@@ -330,7 +346,7 @@ def build_msa(
         labels.append(label)
         rows_of[k] = msa.rows
         n_input += msa.depth
-    return acc.finish(sequence, tuple(labels), n_input, rows_of)
+    return acc.finish(sequence, tuple(labels), n_input, rows_of, chunk)
 
 
 def capped_rows(species: np.ndarray, pairing_rows: bool, depth_cap: int) -> np.ndarray:
@@ -446,10 +462,15 @@ class _Accumulator:
             self.n_profile += int(cnt.size)
 
     def finish(
-        self, sequence: str, labels: tuple[str, ...], n_input: int, rows_of: dict[int, Sequence[str]]
+        self,
+        sequence: str,
+        labels: tuple[str, ...],
+        n_input: int,
+        rows_of: dict[int, Sequence[str]],
+        chunk_rows: int,
     ) -> EncodedMSA:
         """The MSA of the rows :func:`capped_rows` keeps, encoded again from ``rows_of`` (alignment
-        → its rows, 0 the query)."""
+        → its rows, 0 the query), ``chunk_rows`` rows at a time."""
         n = len(self.sp)
         m = self.n_profile  # >= 1: the query is always in the main MSA
         counts = self.counts.reshape(self.length, NUM_RESTYPES)
@@ -462,8 +483,8 @@ class _Accumulator:
         for k in np.unique(src).tolist():
             pos = np.flatnonzero(src == k)
             rows = rows_of[k]
-            for start in range(0, pos.size, ENCODE_CHUNK_ROWS):
-                chunk = pos[start : start + ENCODE_CHUNK_ROWS]
+            for start in range(0, pos.size, chunk_rows):
+                chunk = pos[start : start + chunk_rows]
                 chars, dels = encode_rows([rows[i] for i in at[chunk].tolist()], self.length)
                 residues[chunk] = to_restypes(chars, self.mol_type)
                 deletions[chunk] = dels
