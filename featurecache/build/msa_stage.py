@@ -657,7 +657,7 @@ def _scan(
     still fails is this run's failure (:func:`_crashed_scan`), not cached; the stage goes on."""
     from distributed import as_completed
 
-    from featurecache.build.run import part_outcome
+    from featurecache.build.run import part_outcome, worker_memory_limit
     from featurecache.build.tasks import run_part, stage_guard
 
     t_start = time.time_ns()
@@ -692,6 +692,7 @@ def _scan(
     # each task checks its worker (versions, the store's token) before it reads a file
     guard = stage_guard(root)
     sizes = dict(todo)
+    memory = worker_memory_limit(client)  # now: a dead worker's restart may leave none to ask
     batch_of: dict[str, list[str]] = {}  # future key -> its files
     serial = itertools.count()
 
@@ -717,7 +718,7 @@ def _scan(
                     for rel in rels:
                         queue.add(submit([rel]))
                     continue
-                got = [_crashed_scan(rels[0], sizes[rels[0]], exc)]
+                got = [_crashed_scan(rels[0], sizes[rels[0]], exc, worker_memory_limit(client) or memory)]
             fut.release()
             scans.extend(got)
             advance(len(rels))
@@ -731,13 +732,16 @@ def _scan(
 SCAN_TASK = "featurecache.build.msa_stage:scan_msa_files"
 
 
-def _crashed_scan(rel: str, size: int, exc: BaseException) -> FileScan:
+def _crashed_scan(rel: str, size: int, exc: BaseException, memory: str = "") -> FileScan:
     """The scan of a file whose task failed alone: an error (a failure row of stage ``msa``, key
-    ``""``: a worker's death is not a verdict on the file) that names the death, with no sha256,
-    so it is not cached and the next build reads the file again."""
+    ``""``: a worker's death is not a verdict on the file) that names the death, the file's size
+    and the workers' ``memory`` limit (``run.worker_memory_limit``), with no sha256, so it is not
+    cached and the next build reads the file again."""
+    from featurecache.build.run import died_detail, size_text
+
     killed = type(exc).__name__ == "KilledWorker"
-    why = (f"the worker process died while reading it ({type(exc).__name__}: {exc}; often its memory limit: "
-           "see the worker's log)" if killed else f"its scan task failed ({type(exc).__name__}: {exc})")  # fmt: skip
+    why = (f"the worker process died while reading it ({died_detail(size_text(size), memory)}; "
+           f"{type(exc).__name__}: {exc})" if killed else f"its scan task failed ({type(exc).__name__}: {exc})")  # fmt: skip
     message = f"not scanned: {why}; the next build reads it again"
     log.warning("MSA file %s: %s", rel, message)
     return FileScan(rel, size, error_class=type(exc).__name__, message=message[:2000], task_failed=True)
@@ -1451,7 +1455,7 @@ def _write(
     from distributed import as_completed
 
     from featurecache.build.discover import next_part_number
-    from featurecache.build.run import part_outcome
+    from featurecache.build.run import part_outcome, worker_memory_limit
     from featurecache.build.tasks import run_part, stage_guard
 
     groups = _plan_parts(plan)
@@ -1468,6 +1472,7 @@ def _write(
     #: part name -> (its MSAs, the scan failures and unmatched record it carries)
     parts: dict[str, tuple[list[PlannedMSA], list[dict[str, Any]], dict[str, Any] | None]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
+    memory = worker_memory_limit(client)  # now: a dead worker's restart may leave none to ask
 
     def submit(items: list[PlannedMSA], carried: list[dict[str, Any]], record: dict[str, Any] | None) -> Any:
         nonlocal number
@@ -1499,7 +1504,8 @@ def _write(
                     for k, item in enumerate(items):
                         queue.add(submit([item], carried if k == 0 else [], record if k == 0 else None))
                     continue
-                res = _crashed_msa(root, name, items, carried, record, msa_dir_s, exc, chain_names or {})
+                res = _crashed_msa(root, name, items, carried, record, msa_dir_s, exc, chain_names or {},
+                                   worker_memory_limit(client) or memory)  # fmt: skip
                 result.crashed.update(item.key for item in items)
             fut.release()
             advance(len(items))
@@ -1522,6 +1528,7 @@ def _crashed_msa(
     msa_dir: str,
     exc: BaseException,
     chain_names: Mapping[str, list[str]],
+    memory: str = "",
 ) -> MSAPartResult:
     """A part of at most one MSA whose task failed, written by the driver as part ``name`` of
     failures only: what it carried (``carried``, ``record``) and, for its MSA, a failure row (stage
@@ -1529,14 +1536,21 @@ def _crashed_msa(
     Its key is ``""``, as a crashed structure input's (``run._record_crashed_input``): a worker's
     death is not a verdict on the files. The MSA is not stored, so the next build plans it again;
     once a later part uses the file the row goes (``store.msa._drop_resolved_msa_failures``). An
-    MSA of no file (single sequence) has no path to list: its failure counts in this run only."""
+    MSA of no file (single sequence) has no path to list: its failure counts in this run only. A
+    worker's death names the size of the MSA's files, its query length and the workers' ``memory``
+    limit (``run.worker_memory_limit``)."""
+    from featurecache.build.run import died_detail, size_text
+
     res = MSAPartResult(name)
     rows: list[dict[str, Any]] = []
     for item in items:
         files = list(dict.fromkeys(u.rel for u in sorted(item.uses, key=MSAUse.order)))
         chains = chain_names.get(item.key, [])
         killed = type(exc).__name__ == "KilledWorker"
-        why = (f"{_WORKER_DIED} ({type(exc).__name__}: {exc}; often its memory limit: see the worker's log)"
+        sizes = {u.rel: u.size for u in item.uses}
+        size = (f"{size_text(sum(sizes.values()))} of alignment file{'s' if len(sizes) != 1 else ''}, "
+                f"query {len(item.sequence):,} residues")  # fmt: skip
+        why = (f"{_WORKER_DIED} ({died_detail(size, memory)}; {type(exc).__name__}: {exc})"
                if killed else f"its task failed ({type(exc).__name__}: {exc})")  # fmt: skip
         of = (f"{len(files)} file{'s' if len(files) != 1 else ''} ({first_named(files, SHOWN_FILES)})"
               if files else "no file (single sequence)")  # fmt: skip

@@ -1549,6 +1549,8 @@ def _run_structure_parts(
 
     next_number = next_part_number(out, STRUCTURE_PART_PREFIX) + len(plan)
     last_index, refresh_s = time.monotonic(), INDEX_REFRESH_S
+    # now: when a worker dies, its nanny's restart may leave the scheduler without a worker to ask
+    memory = worker_memory_limit(client)
     since_index = 0  # entries and failures of the parts written since the last refresh
     with stage_bar("structures", len(pending), progress) as advance:
         # no list of the futures is kept: as_completed drops each one as it yields it, and the loop
@@ -1570,7 +1572,8 @@ def _run_structure_parts(
                         next_number += 1
                     fut.release()
                     continue
-                res = _record_crashed_input(out, name, part_inputs[0], exc, source_dir)
+                res = _record_crashed_input(out, name, part_inputs[0], exc, source_dir,
+                                            memory=worker_memory_limit(client) or memory)  # fmt: skip
             fut.release()
             _accumulate(summary, res)
             advance(res.n_entries + res.n_failed)
@@ -1667,21 +1670,59 @@ def _versions_now(client: Any, timeout_s: float = 10.0) -> dict[str, Any]:
 
 
 def _record_crashed_input(
-    out: Path, name: str, inp: InputFile, exc: BaseException, source_dir: str = ""
+    out: Path, name: str, inp: InputFile, exc: BaseException, source_dir: str = "", memory: str = ""
 ) -> PartResult:
     """An input whose featurization kills the worker process becomes a failure-only part.
 
     The failure is listed (and counts in this run's exit status) but stored with an empty key, not
     the input's: a worker crash (out of memory, a killed process) is not a verdict on the input, so
     the next run retries it (:func:`_pending` treats an input as up to date only when its key
-    equals its path's listed failure's key)."""
+    equals its path's listed failure's key). Its message gives the file's size and ``memory``
+    (:func:`worker_memory_limit`), before the exception's long text: what the input needs is
+    roughly proportional to its size, and the user weighs it against the limit."""
+    detail = died_detail(size_text(inp.size), memory)
     failure = {
         "path": inp.rel, "entry_id": inp.entry_id, "stage": "worker", "error_class": type(exc).__name__,
-        "message": (f"the worker process died while featurizing this file: {exc} (often its memory limit: "
-                    "see the worker's log)")[:2000], "key": "",
+        "message": f"the worker process died while featurizing this file ({detail}): {exc}"[:2000], "key": "",
     }  # fmt: skip
     write_structure_part(out, name, PartContents(failures=[failure], source_dir=source_dir))
     return PartResult(name, n_failed=1, failures=[failure])
+
+
+def size_text(n_bytes: int) -> str:
+    """``n_bytes`` as MiB (GiB from 10 GiB), as memory limits are given: "83.6 MiB", "23.1 GiB"."""
+    if n_bytes >= 10 * 2**30:
+        return f"{n_bytes / 2**30:,.1f} GiB"
+    return f"{n_bytes / 2**20:,.1f} MiB"
+
+
+def worker_memory_limit(client: Any) -> str:
+    """The memory limit the scheduler's workers run under, for the failure of an input whose worker
+    died: "the workers' memory limit is 600.0 MiB" (a range when they differ), "the workers have no
+    memory limit" (Dask's ``memory_limit`` 0: only the host's or the container's memory bounds
+    them), "" when the scheduler lists no worker (as while the dead one's nanny restarts it: a
+    stage asks at its start too) or does not answer. An embedded cluster's is
+    Dask's ``"auto"``: the machine's memory (or the cgroup's limit) over the workers."""
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except Exception:  # the scheduler gone: the failure is still recorded, without it
+        return ""
+    limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
+    if not limits:
+        return ""
+    if limits == [0]:
+        return "the workers have no memory limit (the host's or the container's memory bounds them)"
+    limits = [n for n in limits if n] or limits
+    if len(limits) == 1:
+        return f"the workers' memory limit is {size_text(limits[0])}"
+    return f"the workers' memory limits are {size_text(limits[0])} to {size_text(limits[-1])}"
+
+
+def died_detail(size: str, memory: str) -> str:
+    """The parenthesis of a failure whose worker died: the input's ``size`` (a phrase), the
+    workers' ``memory`` (:func:`worker_memory_limit`, may be ""), and where to look."""
+    limit = f"{memory}; " if memory else ""
+    return f"{size}; {limit}often the memory limit kills it: see the worker's log"
 
 
 def _accumulate(summary: BuildSummary, res: PartResult) -> None:
