@@ -417,7 +417,8 @@ def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
     file the MSA stage reads (under ``--msa-dir``), not of a structure format, that the MSA stage
     uses: its name is an MSA-stage format (:func:`msa_file_name`), or its content is (the stage
     reads every file and its content decides: an aligned ``.fasta``, ``.fa`` or ``.aln`` is read as
-    a3m, review R31d s47 #2; only such files' first 4 KB are read here). Structure files there stay
+    a3m, review R31d s47 #2; only such files' first 4 KB are read here), or it cannot be read (the MSA
+    stage lists it as its failure). Structure files there stay
     structure inputs; so does every other file (``1A8O.pdb1``, ``x.cif.bz2``, ``README.txt``):
     neither stage can use it, and as a structure input it is listed as a failure, as with separate
     directories."""
@@ -428,7 +429,9 @@ def msa_stage_input(path: Path, msa_files: MSADirFiles) -> bool:
     try:
         return sniff_file(path) in _MSA_CONTENT_FORMATS
     except (OSError, MSAError):
-        return False  # unreadable: a structure input, whose read names the file and the reason
+        # unreadable (a damaged .gz, no permission): the MSA stage, which reads every file under
+        # --msa-dir, lists it as its failure naming the reason; listed once (review R32a s47 #1)
+        return True
 
 
 def discover(
@@ -684,8 +687,8 @@ def withdraw_failures(
             continue
         where = pdb_dir / f["path"]
         if msa_dir is not None and msa_stage_input(where, msa_files):
-            why = (f"no longer a structure input: an MSA file name under --msa-dir {msa_dir} is read by the MSA "
-                   f"stage; its failure in part {f['part']} is withdrawn")  # fmt: skip
+            why = (f"no longer a structure input: a file under --msa-dir {msa_dir} that the MSA stage reads is its "
+                   f"input; its failure in part {f['part']} is withdrawn")  # fmt: skip
         else:
             if not (homes(f["part"]) if homes is not None else recorded_in(f["part"]) == here):
                 continue  # another directory's path, or a part that did not record its directory

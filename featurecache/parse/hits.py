@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import dataclass
 
 from featurecache.errors import MSAError
@@ -116,7 +117,7 @@ def sniff_file(path: str | os.PathLike[str], n_bytes: int = 4096) -> str:
         try:
             with gzip.open(path, "rb") as gz:
                 head = gz.read(n_bytes)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged deflate stream raises zlib.error
             raise MSAError(f"cannot read {path}: {exc}", path=str(path), stage="msa") from exc
     else:
         with open(path, "rb") as fh:

@@ -114,3 +114,28 @@ def test_an_aligned_fasta_named_msa_inside_the_pdb_dir_is_the_msa_stages_only(tm
     assert summary.n_failed == 1
     sources = {s for row in featurecache.open_store(store).msas.to_pylist() for s in row["sources"]}
     assert "1psm_A/bfd_uniclust_hits.fasta" in {s.split("#", 1)[0] for s in sources}, sources
+
+
+def test_a_damaged_gzip_under_a_msa_dir_inside_the_pdb_dir_is_one_failure(tmp_path: Path) -> None:
+    """Review R32a s47 #1: sniffing the content of a non-MSA-named file (e430de4) met a .gz whose
+    deflate stream is damaged: zlib.error, not an OSError, killed the build in discovery with a
+    traceback. Now the file is the MSA stage's (it reads every file under --msa-dir) and its failure
+    is listed once, naming it; the structures build."""
+    import gzip
+
+    data = tmp_path / "data"
+    msas = data / "msas"
+    (msas / "1psm_A").mkdir(parents=True)
+    shutil.copy(STRUCTURES / "1psm.cif", data)
+    shutil.copy(OPENFOLD / "mgnify_hits.sto", msas / "1psm_A")
+    packed = bytearray(gzip.compress((OPENFOLD / "bfd_uniclust_hits.a3m").read_bytes() * 50))
+    for i in range(30, 60):
+        packed[i] ^= 0x5A  # inside the deflate stream: gzip.read raises zlib.error
+    (msas / "corrupt.fa.gz").write_bytes(bytes(packed))
+    store = tmp_path / "store"
+    summary = build_store(store, data, workers=1, msa_dir=msas, ccd=SAMPLES / "ccd")
+    assert featurecache.open_store(store).ids == ["1psm"]
+    failures = featurecache.open_store(store).failures.to_pylist()
+    assert [f["path"] for f in failures] == ["corrupt.fa.gz"], failures
+    assert failures[0]["stage"] == "msa" and "corrupt.fa.gz" in failures[0]["message"], failures
+    assert summary.n_failed == 1  # that one MSA file: the build's exit status 1
