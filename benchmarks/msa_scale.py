@@ -82,9 +82,12 @@ def _child(mode: str, path: str) -> None:
     tracemalloc.reset_peak()
     depth = 0
     if mode != "parse":
-        if mode == "whole":
+        # "whole": every row in one chunk (the rows cap and the cells cap both lifted)
+        whole = mode == "whole"
+        if whole:
             fmsa.ENCODE_CHUNK_ROWS = msa.depth
-        enc = fmsa.build_msa(msa.query_sequence, MolType.PROTEIN, [("x", msa)], 16384)
+        cells = msa.depth * len(msa.query_sequence) if whole else None
+        enc = fmsa.build_msa(msa.query_sequence, MolType.PROTEIN, [("x", msa)], 16384, chunk_cells=cells)
         depth = enc.depth
     build_peak = tracemalloc.get_traced_memory()[1] - held
     tracemalloc.stop()
