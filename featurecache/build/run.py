@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,8 @@ class BuildSummary:
     #: bytes of the structure files listed under --pdb-dir (built or up to date): the structure
     #: inputs only, as since the first build; the MSA and CCD inputs are the next two (review R31b s47 #3)
     input_bytes: int = 0
-    #: bytes of the files the MSA stage lists under --msa-dir (:func:`msa_input_bytes`; 0 without one)
+    #: bytes of the files the MSA stage lists under --msa-dir that are not structure inputs
+    #: (:func:`msa_input_bytes`; 0 without one)
     msa_input_bytes: int = 0
     #: bytes of the --ccd file, or of a --ccd directory's definition files (:func:`ccd_input_bytes`)
     ccd_bytes: int = 0
@@ -243,15 +244,37 @@ def ccd_fingerprint(path: Path | None) -> str:
 _fingerprint = ccd_fingerprint  # its earlier name
 
 
-def msa_input_bytes(msa_dir: Path | None, out: Path) -> int:
+def msa_input_bytes(msa_dir: Path | None, out: Path, structure_inputs: Iterable[Path] = ()) -> int:
     """Bytes of the files under ``msa_dir`` that the MSA stage lists as its candidates (every
     non-hidden file, those of the store ``out`` aside: ``msa_stage._candidate_files``, here without
-    its warning, which the stage gives); 0 without ``--msa-dir``. A listing of its own: stats only."""
+    its warning, which the stage gives), less those that are this build's structure inputs
+    (``structure_inputs``: their paths as ``discover`` lists them, ``--pdb-dir`` / ``rel``, symlinks
+    kept; ``input_bytes`` counts them). With ``--msa-dir`` at ``--pdb-dir`` or inside it, both
+    stages list the structure files there (and the other files that are not the MSA stage's): each
+    file is counted once, under what it is (review R32a s47 #2). Two paths are one file when they
+    give the same name in the same directory, resolved (either directory may be reached through a
+    symlink): one ``resolve`` per directory, no file read. 0 without ``--msa-dir``."""
     if msa_dir is None:
         return 0
+    from featurecache.build.discover import resolved
     from featurecache.build.msa_stage import _candidate_files
 
-    return sum(size for _rel, size, _mtime in _candidate_files(Path(msa_dir), Path(out), warn=False))
+    real_dirs: dict[Path, Path] = {}
+
+    def place(path: Path) -> tuple[Path, str]:
+        d = path.parent
+        real = real_dirs.get(d)
+        if real is None:
+            real = real_dirs[d] = resolved(d)
+        return real, path.name
+
+    counted = {place(p) for p in structure_inputs}
+    msa_dir = Path(msa_dir)
+    return sum(
+        size
+        for rel, size, _mtime in _candidate_files(msa_dir, Path(out), warn=False)
+        if not counted or place(msa_dir / rel) not in counted
+    )
 
 
 def ccd_input_bytes(ccd: Path | None) -> int:
@@ -881,7 +904,7 @@ def _run_build(
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
             summary.input_bytes = sum(i.size for i in inputs)
-            summary.msa_input_bytes = msa_input_bytes(msa_dir, out)
+            summary.msa_input_bytes = msa_input_bytes(msa_dir, out, (Path(pdb_dir) / i.rel for i in inputs))
             summary.ccd_bytes = ccd_input_bytes(ccd)
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
