@@ -311,7 +311,11 @@ def _verify(
     advance = stage("components", len(_EXTRA_CHECKS))
     for label, extra_check in _EXTRA_CHECKS:
         advance(1)
-        problems.extend(_guarded(label, extra_check, store, report.unchecked))
+        for line in _guarded(label, extra_check, store, report.unchecked):
+            if line.startswith(UNCHECKED):  # not damage: --repair keeps it (review R32a s47 #4)
+                line = line.removeprefix(UNCHECKED)
+                report.unchecked.append(line)
+            problems.append(line)
     _check_component_contents(store, report)
     if any(p.startswith("components: unreadable") for p in problems):
         not_checked: list[str] = []
@@ -1088,7 +1092,11 @@ def _check_component_contents(store: LocalStore, report: VerifyReport) -> None:
     try:
         found = component_content_problems(store.path, store.components)
     except CHECK_ERRORS as exc:
-        report.problems.append(f"components: content not checked ({type(exc).__name__}: {exc})")
+        if unreadable_data(exc):
+            report.problems.append(f"components: content not checked ({type(exc).__name__}: {exc})")
+        else:  # a bug in the reader, not damage: --repair keeps it (review R32a s47 #4)
+            report.unchecked.append(unchecked_line("component contents", exc))
+            report.problems.append(report.unchecked[-1])
         return
     report.problems.extend(found.problems)
     report.damaged_component_parts.update(
@@ -1102,7 +1110,9 @@ def _check_component_contents(store: LocalStore, report: VerifyReport) -> None:
 
 
 def _component_checks(store: object) -> list[str]:
-    """Every component row's part exists and its arrays read."""
+    """Every component row's part exists and its arrays read. A load of the component table that
+    an error stops that does not say the data is unreadable (:func:`unreadable_data`) gives its
+    :func:`unchecked_line` after :data:`UNCHECKED`, as a per-row check does."""
     from featurecache.store.components import load_component_table, scanned_structure_parts
 
     out: list[str] = []
@@ -1111,7 +1121,7 @@ def _component_checks(store: object) -> list[str]:
     except CHECK_ERRORS as exc:
         msg = str(exc)
         if not unreadable_data(exc):  # a bug in the reader ("components: unreadable" would move parts)
-            out.append(unchecked_line("components", exc))
+            out.append(UNCHECKED + unchecked_line("components", exc))
         else:
             out.append(msg if msg.startswith("components: ") else f"components: {msg}")
     # every build's chem stage scans the structure parts it wrote; one not scanned (its component
@@ -1130,7 +1140,8 @@ def _component_checks(store: object) -> list[str]:
     return out
 
 
-#: further checks run after the MSAs: (what they check, callable(store) -> list[str])
+#: further checks run after the MSAs: (what they check, callable(store) -> list[str]); a line
+#: that starts with :data:`UNCHECKED` is not damage (``VerifyReport.unchecked``)
 _EXTRA_CHECKS: list[tuple[str, Callable[[Any], list[str]]]] = [
     ("components", _component_checks),
 ]
