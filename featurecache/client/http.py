@@ -363,7 +363,7 @@ class LookupClient(FeatureReader):
                 return response
             detail = _detail(response)
             if status >= 500 and status not in _UNAVAILABLE_STATUS:  # this request failed on the server
-                raise ServiceError(f"{what} → {status}: {detail} (after {attempt} attempts)")
+                raise ServiceError(f"{what} → {status}: {detail} (after {attempt} attempts)", status=status)
             if status in _UNAVAILABLE_STATUS:
                 retry_after = response.headers.get("retry-after")
                 if last or not self._sleep(attempt - 1, retry_after, self._give_up_at(started)):
@@ -371,7 +371,7 @@ class LookupClient(FeatureReader):
                     if not self._answered:
                         message += (f"; no lookup service has answered this client at {self.shown_url} yet: is "
                                     "`featurecache serve` running there (behind this proxy)?")  # fmt: skip
-                    raise ServiceUnavailable(message)
+                    raise ServiceUnavailable(message, status=status)
                 log.debug("%s → %d: %s; retrying", what, status, detail)
                 continue
             raise _client_error(what, status, detail, response)
