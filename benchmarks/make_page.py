@@ -488,7 +488,8 @@ def _run_commit(doc: dict[str, Any]) -> str:
 def age(name: str, doc: dict[str, Any], as_of: str | None) -> tuple[str, bool]:
     """How old a result is at ``as_of``, in words, and whether it is stale: commits since its run,
     and how many of them changed its benchmark script or :data:`MEASURED` (``git rev-list --count
-    RUN..AS_OF [-- paths]``)."""
+    RUN..AS_OF [-- paths]``). A result run after ``as_of`` (a descendant of it) is "newer than the
+    page's commit"; one on another line of history, of unknown age."""
     commit = _run_commit(doc)
     if not commit:
         why = (doc.get("machine") or {}).get("commit_unknown")
@@ -498,6 +499,14 @@ def age(name: str, doc: dict[str, Any], as_of: str | None) -> tuple[str, bool]:
     full = resolve(commit)
     if full is None:
         return f"age unknown (commit {commit[:9]} is not in this repository's history)", False
+    if _git("merge-base", "--is-ancestor", full, as_of) is None:
+        # RUN..AS_OF would count 0 commits: "0 commits old" for a result the page's commit has not
+        # got (an --as-of page of an earlier commit; review R32a s47 #8)
+        if _git("merge-base", "--is-ancestor", as_of, full) is not None:
+            after = _git("rev-list", "--count", f"{as_of}..{full}")
+            plural = "" if after == "1" else "s"
+            return f"newer than the page's commit ({after} commit{plural} after it)", False
+        return f"age unknown (commit {commit[:9]} is not in the page's commit's history)", False
     script = next((f"benchmarks/{n}.py" for n in (str(doc.get("benchmark") or ""), name)
                    if n and (HERE / f"{n}.py").is_file()), None)  # fmt: skip
     paths = [*MEASURED, *([script] if script else [])]
