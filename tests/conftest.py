@@ -253,6 +253,27 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
 
 
+@pytest.fixture(scope="session")
+def two_entry_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1psm and 2q2k of the sample with their mgnify MSA and the sample CCD, one entry a part: a
+    small sound store for verify and repair tests to copy and break (built once per test run)."""
+    import shutil
+
+    def build(out: Path) -> None:
+        src = out.parent / "two_entry_inputs"
+        shutil.rmtree(src, ignore_errors=True)
+        pdb, msa = src / "pdb", src / "msa"
+        pdb.mkdir(parents=True)
+        for entry in ("1psm", "2q2k"):
+            shutil.copy(SAMPLES / "structures" / f"{entry}.cif", pdb)
+            (msa / f"{entry}_A").mkdir(parents=True)
+            shutil.copy(SAMPLES / "msas" / "openfold" / f"{entry}_A" / "mgnify_hits.sto", msa / f"{entry}_A")
+        summary = build_store(out, pdb, workers=1, msa_dir=msa, ccd=SAMPLES / "ccd", part_size=1)
+        assert summary.n_failed == 0
+
+    return session_store(tmp_path_factory, "two_entry", build)
+
+
 @dataclass(frozen=True)
 class CliRun:
     """What :func:`cli_in_process` returns: the fields of a CompletedProcess the tests read."""

@@ -19,9 +19,8 @@ import pytest
 
 import featurecache.store.components as components
 from featurecache.store.verify import verify_store
-from tests.conftest import SAMPLES, build_store, cli_in_process, store_snapshot
+from tests.conftest import cli_in_process, store_snapshot
 
-IDS = ("1psm", "2q2k")
 BUG = "could not be checked (KeyError: 'simulated reader bug')"
 #: the reader function patched -> the line verify prints of it
 CHECKS = {
@@ -31,15 +30,8 @@ CHECKS = {
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("r32a_components")
-    pdb = tmp / "pdb"
-    pdb.mkdir()
-    for entry in IDS:
-        shutil.copy(SAMPLES / "structures" / f"{entry}.cif", pdb)
-    store = tmp / "s"
-    assert build_store(store, pdb, workers=1, ccd=SAMPLES / "ccd", part_size=1).n_failed == 0
-    return store
+def built(two_entry_store: Path) -> Path:
+    return two_entry_store
 
 
 @pytest.fixture

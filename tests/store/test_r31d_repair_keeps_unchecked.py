@@ -20,23 +20,14 @@ from featurecache.store.msa import MSAReader
 from featurecache.store.reader import LocalStore
 from featurecache.store.root import PartArrays
 from featurecache.store.verify import _unreadable_component_parts, repair_store, verify_store
-from tests.conftest import SAMPLES, build_store, cli_in_process
+from tests.conftest import cli_in_process
 
 IDS = ("1psm", "2q2k")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("r31d_unchecked")
-    pdb, msa = tmp / "pdb", tmp / "msa"
-    pdb.mkdir()
-    for entry in IDS:
-        shutil.copy(SAMPLES / "structures" / f"{entry}.cif", pdb)
-        (msa / f"{entry}_A").mkdir(parents=True)
-        shutil.copy(SAMPLES / "msas" / "openfold" / f"{entry}_A" / "mgnify_hits.sto", msa / f"{entry}_A")
-    store = tmp / "s"
-    assert build_store(store, pdb, workers=1, msa_dir=msa, ccd=SAMPLES / "ccd", part_size=1).n_failed == 0
-    return store
+def built(two_entry_store: Path) -> Path:
+    return two_entry_store
 
 
 @pytest.fixture
