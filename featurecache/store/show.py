@@ -32,13 +32,26 @@ def similar_ids(entry_id: str, ids: list[str]) -> list[str]:
     return found[:SUGGESTED_IDS]
 
 
+def _failed_inputs(failures: list[dict[str, str]], entry_id: str) -> str:
+    """What the index's failures say of ``entry_id``'s input ("header.pdb failed at parse:
+    EmptyStructureError: …"), "" when none failed (review R33 s47 #8)."""
+    said = [f"{f['path']} failed at {f['stage']}: {f['error_class']}: {f['message'][:200]}"
+            for f in failures if f["entry_id"] == entry_id and entry_id]  # fmt: skip
+    return "; ".join(said[:SUGGESTED_IDS])
+
+
 def print_entry(path: Path, entry_id: str) -> None:
     store = open_store(path)
     t0 = time.perf_counter()
     try:
         entry = store.entry(entry_id)
     except NotFound as exc:
-        hints = similar_ids(entry_id, store.ids)
+        failed = _failed_inputs(store.failures.to_pylist(), entry_id)
+        if failed:
+            raise NotFound(
+                f"{exc}: its input {failed}; featurecache info {path} --failures lists every failure"
+            ) from None
+        hints = similar_ids(entry_id, store.ids) if entry_id.strip() else []  # '' begins every id
         if not hints:
             raise
         raise NotFound(f"{exc}; did you mean {' or '.join(hints)}?") from None
