@@ -179,13 +179,17 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
                         "chains (log scale)" if log_chains else "chains", "entries",
                         f"{int(n_chains.sum())} chains; max {_max(n_chains)} in one entry",
                         log_x=log_chains))  # fmt: skip
-    with_msa = depth > 1
+    # three counts a reader may take "entries with an MSA" for; each is named for what it counts
+    deep_msa = int((depth > 1).sum())  # the deepest chain MSA holds more than the query row
+    stored_msa = int((depth > 0).sum())  # any MSA stored, single-sequence (query row alone) ones too
+    file_msa = int((coverage > 0).sum())  # a polymer chain's MSA came from files (NaN compares False)
     panels.append(Panel("msa_depth_per_entry", "MSA depth per entry (deepest chain MSA)", content, "hist",
                         _hist(np.where(depth > 0, depth, np.nan), log=True, integer=True), "rows (log scale)",
-                        "entries", f"{int(with_msa.sum())} of {n} entries have an MSA deeper than the query; "
+                        "entries", f"{deep_msa} of {n} entries have an MSA deeper than the query; "
                         f"{int((depth == 0).sum())} have none stored", log_x=True))  # fmt: skip
     panels.append(Panel("msa_coverage_per_entry", "MSA coverage per entry", content, "hist",
                         _hist(coverage, bins=10), "polymer chains with an MSA from files (fraction)", "entries",
+                        f"{file_msa} of {n} entries have an MSA from files; "
                         f"mean {np.nanmean(coverage) if np.isfinite(coverage).any() else float('nan'):.2f}; "
                         f"{int((~np.isfinite(coverage)).sum())} entries without polymer chains"))  # fmt: skip
 
@@ -247,7 +251,10 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
         "conformer_strategies": dict(strategies),
         "tokens_by_mol_type": mol_tokens,
         "chains_by_mol_type": {k: mol_chains.get(k, 0) for k in MOL_TYPE_NAMES},
-        "entries_with_msa": int(with_msa.sum()),
+        "entries_with_msa_from_files": file_msa,
+        "entries_with_deep_msa": deep_msa,
+        "entries_with_stored_msa": stored_msa,
+        "entries_with_msa": deep_msa,  # deprecated: the old name of entries_with_deep_msa
         "bytes_by_array": sizes,
         "bytes_total": int(sum(sizes.values())),
     }

@@ -66,7 +66,10 @@ def render_page(
     rows = [
         ("entries", summary.get("entries")), ("tokens", summary.get("tokens")), ("atoms", summary.get("atoms")),
         ("chains", summary.get("chains")), ("interfaces", summary.get("interfaces")),
-        ("MSAs (unique sequences)", summary.get("msas")), ("entries with an MSA", summary.get("entries_with_msa")),
+        ("MSAs (unique sequences)", summary.get("msas")),
+        ("entries with an MSA from files", summary.get("entries_with_msa_from_files")),
+        ("entries with an MSA deeper than the query", summary.get("entries_with_deep_msa")),
+        ("entries with an MSA stored (single-sequence included)", summary.get("entries_with_stored_msa")),
         ("components", summary.get("components")), ("failed inputs", summary.get("failures")),
         ("store size (MB)", f"{summary.get('bytes_total', 0) / 1e6:.2f}"),
     ]  # fmt: skip
