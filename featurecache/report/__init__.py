@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from featurecache.errors import StoreError
+from featurecache.errors import StoreError, UsageError
 from featurecache.report.data import Panel, collect
 from featurecache.report.html import render_page
 
@@ -38,7 +38,8 @@ def write_report(store: str | Path, out: str | Path, train_log: str | Path | Non
     """Write the report of ``store`` into directory ``out``; returns the path of ``index.html``.
 
     The store and the training log are read before ``out`` is created, so a wrong argument leaves
-    nothing behind; a report that cannot be written is a :class:`StoreError` naming ``out``."""
+    nothing behind; an ``out`` inside the store is a :class:`UsageError`; a report that cannot be
+    written is a :class:`StoreError` naming ``out``."""
     from featurecache.store.reader import open_store
 
     store, out = Path(store), Path(out)
@@ -49,6 +50,7 @@ def write_report(store: str | Path, out: str | Path, train_log: str | Path | Non
         doc = load_train_log(train_log)
     reader = open_store(store)
     try:
+        _refuse_output_in_store(store, out)
         panels, per_entry, summary = collect(reader, store)
         failures = reader.failures.to_pylist()
     finally:
@@ -69,6 +71,18 @@ def write_report(store: str | Path, out: str | Path, train_log: str | Path | Non
         raise StoreError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
     log.info("report: %d plots in %s", len(panels), out)
     return index
+
+
+def _refuse_output_in_store(store: Path, out: Path) -> None:
+    """A :class:`UsageError` for an ``out`` that is the store or lies inside it (its index, its
+    parts, anywhere): the report's files would be counted as the store's (its size, a part's
+    metadata) by the next report and by ``featurecache info``."""
+    root, target = store.resolve(), out.resolve()
+    if target == root or root in target.parents:
+        raise UsageError(
+            f"--out {out} is inside the store {store}: the report's files would become part of the store "
+            "(counted in its size by the next report and by `featurecache info`); write it outside the store"
+        )
 
 
 def _write_files(
