@@ -3,6 +3,10 @@
 ``OUT/index.html`` embeds one PNG per plot (``OUT/<panel>.png``, matplotlib) and links the numbers
 drawn (``OUT/<panel>.csv``), the per-entry table (``entries.csv``), the failures (``failures.csv``)
 and a summary (``summary.json``). It opens from disk in any browser (relative links, no scripts).
+In ``entries.csv`` and ``failures.csv`` a text cell that comes from the inputs (an id, a path, a
+message, a method or date a file states) and starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+carriage return is written with a leading ``'``, so a spreadsheet shows it as text instead of
+evaluating it as a formula (OWASP's rule for CSV injection); numeric columns are written as they are.
 With ``train_log`` it adds the loader timeline of a ``featurecache train`` run.
 """
 
@@ -24,14 +28,29 @@ __all__ = ["Panel", "write_report"]
 log = logging.getLogger(__name__)
 
 
-def _write_csv(path: Path, columns: dict[str, list[Any]]) -> None:
+#: the first characters that make a spreadsheet read a cell as a formula (OWASP's CSV injection list)
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: the columns of entries.csv and failures.csv whose text comes from the inputs (file names, entry
+#: ids, what a file states, failure messages quoting a file's first line)
+_INPUT_TEXT_COLUMNS = frozenset({"id", "entry_id", "path", "message", "method", "release_date"})
+
+
+def _neutralise(cell: Any) -> Any:
+    """A text cell a spreadsheet would evaluate as a formula, prefixed with ``'`` (which it shows as
+    text); anything else unchanged."""
+    return f"'{cell}" if isinstance(cell, str) and cell.startswith(_FORMULA_STARTS) else cell
+
+
+def _write_csv(path: Path, columns: dict[str, list[Any]], input_text: frozenset[str] = frozenset()) -> None:
+    """``columns`` as CSV; the cells of the ``input_text`` columns go through :func:`_neutralise`."""
     names = list(columns)
     n = max((len(v) for v in columns.values()), default=0)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(names)
         for i in range(n):
-            w.writerow([columns[k][i] if i < len(columns[k]) else "" for k in names])
+            row = [columns[k][i] if i < len(columns[k]) else "" for k in names]
+            w.writerow([_neutralise(c) if k in input_text else c for k, c in zip(names, row, strict=True)])
 
 
 def write_report(store: str | Path, out: str | Path, train_log: str | Path | None = None) -> Path:
@@ -99,9 +118,11 @@ def _write_files(
     for panel in panels:
         render(panel, out)
         _write_csv(out / f"{panel.name}.csv", panel.columns)
-    _write_csv(out / "entries.csv", per_entry)
+    _write_csv(out / "entries.csv", per_entry, _INPUT_TEXT_COLUMNS)
     fail_cols = ["path", "entry_id", "stage", "error_class", "message"]
-    _write_csv(out / "failures.csv", {c: [f.get(c, "") for f in failures] for c in fail_cols})
+    _write_csv(
+        out / "failures.csv", {c: [f.get(c, "") for f in failures] for c in fail_cols}, _INPUT_TEXT_COLUMNS
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
