@@ -228,8 +228,8 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
         else Counter()
     )
     panels.append(Panel("conformer_strategies", "Conformer strategy", build, "bar", _bar(strategies, "components"),
-                        "strategy", "components", f"{components.num_rows} components"
-                        + ("" if components.num_rows else " (built without --ccd or no ligands)")))  # fmt: skip
+                        "strategy", "components", components_caption(components.num_rows, n,
+                                                                     getattr(reader, "finished", True))))  # fmt: skip
     sizes = part_bytes(store)
     panels.append(Panel("store_bytes", "Store bytes by array", build, "barh", _bar(sizes, "bytes"),
                         "bytes (log scale)", "", f"{sum(sizes.values()) / 1e6:.2f} MB on disk: the parts' arrays and metadata, and "
@@ -265,6 +265,22 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
         panels.extend(plan[0])
         summary["plan"] = plan[1]
     return panels, per_entry, summary
+
+
+def components_caption(n_components: int, n_entries: int, finished: bool) -> str:
+    """What the conformer-strategy panel counts, and when it counts none, what that can mean. A
+    store built without ``--ccd`` has components too: the standard residues featurecache ships."""
+    what = (
+        f"{n_components} components: the residue and ligand definitions the entries use (from --ccd, "
+        "and featurecache's packaged standard residues), by how their reference conformer was made"
+    )
+    if n_components:
+        return what
+    if n_entries == 0:
+        return f"{what} (the store holds no entry)"
+    if not finished:
+        return f"{what} (the store's first build has not finished: its conformer stage may not have run yet)"
+    return f"{what} (neither --ccd nor the packaged standard residues defines any residue of the entries)"
 
 
 def unfinished_store_note(n_entries: int) -> str:
