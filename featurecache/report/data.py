@@ -198,9 +198,7 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
                         f"{int((depth == 0).sum())} have none stored", log_x=True))  # fmt: skip
     panels.append(Panel("msa_coverage_per_entry", "MSA coverage per entry", content, "hist",
                         _hist(coverage, bins=10), "polymer chains with an MSA from files (fraction)", "entries",
-                        f"{file_msa} of {n} entries have an MSA from files; "
-                        f"mean {np.nanmean(coverage) if np.isfinite(coverage).any() else float('nan'):.2f}; "
-                        f"{int((~np.isfinite(coverage)).sum())} entries without polymer chains"))  # fmt: skip
+                        _coverage_caption(coverage, file_msa)))  # fmt: skip
 
     mol_tokens = {name: int(np.sum(per_entry[f"{name}_tokens"])) for name in MOL_TYPE_NAMES}
     mol_chains = Counter(
@@ -300,6 +298,19 @@ def unfinished_store_note(n_entries: int) -> str:
         f"The store's first build has not finished: its index lists only the {n_entries} entries written "
         "so far (their MSAs and conformers may be missing too), so this report covers only part of the "
         "store; if no build is running, run the same `featurecache build` again to finish it"
+    )
+
+
+def _coverage_caption(coverage: np.ndarray, file_msa: int) -> str:
+    """The coverage panel's caption; ``coverage`` is NaN for an entry without polymer chains."""
+    n = coverage.size
+    if n == 0:
+        return "no entries"
+    finite = coverage[np.isfinite(coverage)]
+    mean = f"{float(finite.mean()):.2f}" if finite.size else "–"
+    return (
+        f"{file_msa} of {n} entries have an MSA from files; mean {mean}; "
+        f"{n - finite.size} entries without polymer chains"
     )
 
 
