@@ -170,6 +170,8 @@ class Planner:
         )
 
     def metadata(self) -> dict[str, Any]:
+        # "gpu_memory_bytes" is the usable budget (the memory given less the headroom), a name kept
+        # for the plans already written; summarize_plan names it usable_memory_bytes
         return {
             "version": PLAN_VERSION, "gpu_memory_bytes": self.budget, "fused": self.fused,
             "gpu_memory_given_bytes": self.gpu_memory, "headroom": self.headroom, "pad_multiple": self.pad_multiple,
@@ -301,13 +303,20 @@ def stale_plan_warning(
 
 
 def summarize_plan(table: pa.Table, crops: Sequence[int] | None = None) -> dict[str, Any]:
-    """Share of entries that fit at each crop, and the budget bounds."""
+    """Share of entries that fit at each crop, and the budget bounds: ``usable_memory_bytes`` (what
+    an entry's predicted peak may reach: the GPU memory given less the headroom),
+    ``gpu_memory_given_bytes`` and ``headroom`` (None for plans that recorded only the usable
+    memory). ``gpu_memory_bytes`` is the usable memory too, despite its name (the plan metadata's
+    key; kept for the readers of ``summary.json`` that use it)."""
     meta = plan_metadata(table)
     crops = list(crops or meta.get("crops") or STANDARD_CROPS)
     n = table.num_rows
     out: dict[str, Any] = {
         "entries": n,
-        "gpu_memory_bytes": meta.get("gpu_memory_bytes"),
+        "usable_memory_bytes": meta.get("gpu_memory_bytes"),
+        "gpu_memory_given_bytes": meta.get("gpu_memory_given_bytes"),
+        "headroom": meta.get("headroom"),
+        "gpu_memory_bytes": meta.get("gpu_memory_bytes"),  # deprecated: usable_memory_bytes
         "fused": meta.get("fused"),
     }
     for crop in crops:
