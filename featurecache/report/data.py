@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from featurecache.arrow_columns import column_array
 from featurecache.const import MOL_TYPE_NAMES
-from featurecache.store.index import PART_ROWS_DIR
 from featurecache.store.layout import (
     COMPONENT_PART_PREFIX,
     INDEX_DIR,
@@ -129,9 +128,9 @@ def entry_table(entries: pa.Table, chains: pa.Table) -> dict[str, list[Any]]:
 
 def part_bytes(store: Path) -> dict[str, int]:
     """Bytes on disk by ``<part kind>/<array>`` (summed over parts), ``<kind>/part index`` (the parts'
-    own ``_index``), metadata files, the index tables (``index``), the parts' rows the index keeps
-    (``index/part rows``: ``index/.part-rows``) and its other files (``index/metadata``); parts being
-    written are left out, as are the caches (``cache/``) and the root's own files."""
+    own ``_index``), metadata files and the index tables (``index``: ``index/*.arrow``). Left out:
+    parts being written, the parts' rows the index keeps (``index/.part-rows``) and its other hidden
+    files, the caches (``cache/``) and the root's own files; ``featurecache info`` counts them."""
     out: Counter[str] = Counter()
     parts = store / PARTS_DIR
     for part in sorted(parts.iterdir()) if parts.is_dir() else []:
@@ -150,12 +149,6 @@ def part_bytes(store: Path) -> dict[str, int]:
     index = store / INDEX_DIR
     if index.is_dir():
         out["index"] = sum(f.stat().st_size for f in index.glob("*.arrow"))
-        # the parts' own rows as last concatenated (a quarter to a third of the index's bytes)
-        rows = index / PART_ROWS_DIR
-        out["index/part rows"] = sum(f.stat().st_size for f in rows.rglob("*") if f.is_file())
-        out["index/metadata"] = sum(
-            f.stat().st_size for f in index.iterdir() if f.is_file() and f.suffix != ".arrow"
-        )
     return dict(out)
 
 
@@ -240,9 +233,9 @@ def collect(reader: Any, store: Path) -> tuple[list[Panel], dict[str, list[Any]]
     sizes = part_bytes(store)
     panels.append(Panel("store_bytes", "Store bytes by array", build, "barh", _bar(sizes, "bytes"),
                         "bytes (log scale)", "", f"{sum(sizes.values()) / 1e6:.2f} MB on disk: the parts' arrays and metadata, "
-                        "and the index (its tables, the parts' rows it keeps in index/.part-rows, its metadata); "
-                        "featurecache info's total also counts the store's caches (cache/) and its root files "
-                        "(zarr.json, the build lock)", extra={"log_value": True}))  # fmt: skip
+                        "and the index tables (index/*.arrow); featurecache info's total also counts the parts' rows "
+                        "the index keeps (index/.part-rows) and its other hidden files, the store's caches "
+                        "(cache/) and its root files (zarr.json, the build lock)", extra={"log_value": True}))  # fmt: skip
 
     summary: dict[str, Any] = {
         "store": str(store),

@@ -71,7 +71,7 @@ def render_page(
         ("entries with an MSA deeper than the query", summary.get("entries_with_deep_msa")),
         ("entries with an MSA stored (single-sequence included)", summary.get("entries_with_stored_msa")),
         ("components", summary.get("components")), ("failed inputs", summary.get("failures")),
-        ("store size without caches (MB)", f"{summary.get('bytes_total', 0) / 1e6:.2f}"),
+        ("store size: parts and index tables (MB)", f"{summary.get('bytes_total', 0) / 1e6:.2f}"),
     ]  # fmt: skip
     parts = [
         "<!DOCTYPE html>",
