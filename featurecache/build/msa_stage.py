@@ -330,6 +330,9 @@ class MSAStageResult:
     gone_chains: list[str] = field(default_factory=list)
     #: keys of the MSAs whose task failed this run, alone (:func:`_crashed_msa`): not written
     crashed: set[str] = field(default_factory=set)
+    #: the files of ``--msa-dir`` the stage listed (``_candidate_files``: relative path, size, mtime),
+    #: for the build summary's input size (``run.msa_input_bytes``), which then walks nothing again
+    listed: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def n_failed(self) -> int:
@@ -532,7 +535,7 @@ def run_msa_stage(
     files: list[tuple[str, int, int]] = []
     if msa_dir is not None:
         bad_names: set[str] = set()  # paths that are not UTF-8: listed as failures, not read
-        files = _candidate_files(Path(msa_dir), root, aliases, bad_names=bad_names)
+        files = result.listed = _candidate_files(Path(msa_dir), root, aliases, bad_names=bad_names)
         scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names)
     uses = _join(scans, chain_rows, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,6 +83,9 @@ from featurecache.store.root import BuildLock, check_store_dir, init_store, mark
 from featurecache.store.versions import downgrade_line, extension_notes
 from featurecache.store.writer import PartContents, write_structure_part
 from featurecache.text import first_named
+
+if TYPE_CHECKING:
+    from featurecache.build.msa_stage import MSAStageResult  # imported where the stage runs, as before
 
 log = logging.getLogger(__name__)
 
@@ -244,20 +247,21 @@ def ccd_fingerprint(path: Path | None) -> str:
 _fingerprint = ccd_fingerprint  # its earlier name
 
 
-def msa_input_bytes(msa_dir: Path | None, out: Path, structure_inputs: Iterable[Path] = ()) -> int:
-    """Bytes of the files under ``msa_dir`` that the MSA stage lists as its candidates (every
-    non-hidden file, those of the store ``out`` aside: ``msa_stage._candidate_files``, here without
-    its warning, which the stage gives), less those that are this build's structure inputs
-    (``structure_inputs``: their paths as ``discover`` lists them, ``--pdb-dir`` / ``rel``, symlinks
-    kept; ``input_bytes`` counts them). With ``--msa-dir`` at ``--pdb-dir`` or inside it, both
-    stages list the structure files there (and the other files that are not the MSA stage's): each
-    file is counted once, under what it is (review R32a s47 #2). Two paths are one file when they
-    give the same name in the same directory, resolved (either directory may be reached through a
-    symlink): one ``resolve`` per directory, no file read. 0 without ``--msa-dir``."""
+def msa_input_bytes(
+    msa_dir: Path | None, listed: Iterable[tuple[str, int, int]], structure_inputs: Iterable[Path] = ()
+) -> int:
+    """Bytes of the files under ``msa_dir`` that the MSA stage listed as its candidates (``listed``:
+    ``MSAStageResult.listed``, relative path, size, mtime: every non-hidden file, those of the store
+    aside), less those that are this build's structure inputs (``structure_inputs``: their paths as
+    ``discover`` lists them, ``--pdb-dir`` / ``rel``, symlinks kept; ``input_bytes`` counts them).
+    With ``--msa-dir`` at ``--pdb-dir`` or inside it, both stages list the structure files there (and
+    the other files that are not the MSA stage's): each file is counted once, under what it is
+    (review R32a s47 #2). Two paths are one file when they give the same name in the same directory,
+    resolved (either directory may be reached through a symlink): one ``resolve`` per directory, no
+    file read or listed again. 0 without ``--msa-dir``."""
     if msa_dir is None:
         return 0
     from featurecache.build.discover import resolved
-    from featurecache.build.msa_stage import _candidate_files
 
     real_dirs: dict[Path, Path] = {}
 
@@ -270,11 +274,7 @@ def msa_input_bytes(msa_dir: Path | None, out: Path, structure_inputs: Iterable[
 
     counted = {place(p) for p in structure_inputs}
     msa_dir = Path(msa_dir)
-    return sum(
-        size
-        for rel, size, _mtime in _candidate_files(msa_dir, Path(out), warn=False)
-        if not counted or place(msa_dir / rel) not in counted
-    )
+    return sum(size for rel, size, _mtime in listed if not counted or place(msa_dir / rel) not in counted)
 
 
 def ccd_input_bytes(ccd: Path | None) -> int:
@@ -904,7 +904,6 @@ def _run_build(
                 log.warning("%s", note)
             summary.n_skipped = len(inputs) - len(pending)
             summary.input_bytes = sum(i.size for i in inputs)
-            summary.msa_input_bytes = msa_input_bytes(msa_dir, out, (Path(pdb_dir) / i.rel for i in inputs))
             summary.ccd_bytes = ccd_input_bytes(ccd)
             log.info(
                 "%d input files, %d up to date, %d to build", len(inputs), summary.n_skipped, len(pending)
@@ -930,7 +929,10 @@ def _run_build(
                     )
                     summary.moved = _moved(pending, stored, failed)
                     summary.rebuilt_for_definitions = summary_reasons(summary.ccd_changed, pending, failed)
-                    _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
+                    msa = _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
+                    summary.msa_input_bytes = msa_input_bytes(
+                        msa_dir, msa.listed, (Path(pdb_dir) / i.rel for i in inputs)
+                    )
                     summary.workers_lost = _workers_lost(client, lost_since)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)
             except BaseException as stopped:
@@ -2032,8 +2034,9 @@ def sources_gone_line(summary: BuildSummary, detail: bool = False) -> str | None
 def _run_extra_stages(
     client: Any, out: Path, msa_dir: Path | None, ccd: Path | None, config: BuildConfig,
     summary: BuildSummary, progress: bool, finished: bool = True,
-) -> None:  # fmt: skip
-    """Stages that run after the structure parts, over the whole store (MSAs, components); the
+) -> MSAStageResult:  # fmt: skip
+    """Stages that run after the structure parts, over the whole store (MSAs, components); returns
+    the MSA stage's result (what it listed counts toward the summary's input size); the
     MSA stage reads the index (``finished``: as :func:`rebuild_index` takes it): over every part,
     the structure parts of this build included, which the published index holds back until both
     stages have run (a reader never sees their entries without their MSAs and conformers)."""
@@ -2070,3 +2073,4 @@ def _run_extra_stages(
     summary.n_failed += scans_failed
     if scans_failed:
         summary.failed_by_stage["chem"] = summary.failed_by_stage.get("chem", 0) + scans_failed
+    return msa
