@@ -274,6 +274,19 @@ def two_entry_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return session_store(tmp_path_factory, "two_entry", build)
 
 
+@pytest.fixture
+def two_entry_copy(two_entry_store: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`two_entry_store` for one test to break and repair (verified sound first)."""
+    import shutil
+
+    from featurecache.store.verify import verify_store
+
+    out = tmp_path / "s"
+    shutil.copytree(two_entry_store, out)
+    assert verify_store(out) == []
+    return out
+
+
 @dataclass(frozen=True)
 class CliRun:
     """What :func:`cli_in_process` returns: the fields of a CompletedProcess the tests read."""

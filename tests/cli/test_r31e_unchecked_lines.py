@@ -12,7 +12,6 @@ click app in this process: :func:`tests.conftest.cli_in_process`)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,23 +20,14 @@ import typer
 import featurecache
 from featurecache.cli import app
 from featurecache.store.msa import MSAReader
-from featurecache.store.verify import verify_store
 from tests.conftest import cli_in_process, store_snapshot
 
 BUG = "could not be checked (ValueError: slice step cannot be zero)"
 
 
-@pytest.fixture(scope="module")
-def built(two_entry_store: Path) -> Path:
-    return two_entry_store
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "s"
-    shutil.copytree(built, out)
-    assert verify_store(out) == []
-    return out
+def store(two_entry_copy: Path) -> Path:
+    return two_entry_copy
 
 
 def _keys(store: Path) -> list[str]:

@@ -12,13 +12,11 @@ process: :func:`tests.conftest.cli_in_process`)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 import featurecache.store.components as components
-from featurecache.store.verify import verify_store
 from tests.conftest import cli_in_process, store_snapshot
 
 BUG = "could not be checked (KeyError: 'simulated reader bug')"
@@ -29,17 +27,9 @@ CHECKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def built(two_entry_store: Path) -> Path:
-    return two_entry_store
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "s"
-    shutil.copytree(built, out)
-    assert verify_store(out) == []
-    return out
+def store(two_entry_copy: Path) -> Path:
+    return two_entry_copy
 
 
 def _bug(*args: object, **kwargs: object) -> object:

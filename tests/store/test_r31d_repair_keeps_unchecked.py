@@ -10,7 +10,6 @@ real OpenFold MSAs and the sample CCD; the bug is a monkeypatched reader method;
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -25,18 +24,9 @@ from tests.conftest import cli_in_process
 IDS = ("1psm", "2q2k")
 
 
-@pytest.fixture(scope="module")
-def built(two_entry_store: Path) -> Path:
-    return two_entry_store
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path) -> Path:
-    """A copy of the sound store, for one test to repair."""
-    out = tmp_path / "s"
-    shutil.copytree(built, out)
-    assert verify_store(out) == []
-    return out
+def store(two_entry_copy: Path) -> Path:
+    return two_entry_copy
 
 
 def _keys(store: Path) -> list[str]:
