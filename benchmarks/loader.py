@@ -44,10 +44,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -64,10 +63,13 @@ from benchmarks.harness import (  # noqa: E402
     store_argument,
     store_label,
 )
-from featurecache.client import FeatureDataset  # noqa: E402
 from featurecache.client.sampler import SampleKey  # noqa: E402
 from featurecache.store.base import FeatureReader  # noqa: E402
 from featurecache.types import Entry  # noqa: E402
+
+if TYPE_CHECKING:
+    # imports torch: imported where used, after the arguments are parsed (--help and usage errors answer without it)
+    from featurecache.client import FeatureDataset
 
 log = logging.getLogger("benchmarks.loader")
 
@@ -290,6 +292,8 @@ def _dataset(source: Any, **kw: Any) -> FeatureDataset:
     kw.setdefault("seed", 0)
     kw.setdefault("window", WINDOW)
     kw.setdefault("deadline_s", None)
+    from featurecache.client import FeatureDataset
+
     return FeatureDataset(source, **kw)
 
 
@@ -297,22 +301,22 @@ def _identity(x: Any) -> Any:
     return x
 
 
-class Positions(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Map-style view of the first ``n`` positions of a dataset's stream (for an ordered DataLoader)."""
-
-    def __init__(self, ds: FeatureDataset, n: int) -> None:
-        self.ds, self.n = ds, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.ds.sample(int(i))
-
-
 def ordered_loader(ds: FeatureDataset, n: int, workers: int, prefetch: int) -> Iterator[Any]:
     """An ordered DataLoader over the first ``n`` positions: ``workers × prefetch`` samples in flight."""
+    import torch
     from torch.utils.data import DataLoader
+
+    class Positions(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        """Map-style view of the first ``n`` positions of a dataset's stream (for an ordered DataLoader)."""
+
+        def __init__(self, ds: FeatureDataset, n: int) -> None:
+            self.ds, self.n = ds, n
+
+        def __len__(self) -> int:
+            return self.n
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return self.ds.sample(int(i))
 
     loader: DataLoader[Any] = DataLoader(Positions(ds, n), batch_size=None, num_workers=workers, collate_fn=_identity,
                         prefetch_factor=prefetch, multiprocessing_context="fork")  # fmt: skip
@@ -407,6 +411,12 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--samples must be at least {MIN_SAMPLES} (part c times samples {WARMUP} onwards and makes "
                  f"{STRAGGLER_FRACTION:.0%} of them stragglers, at least one)")  # fmt: skip
     require_shared(__file__, ccd=True)  # part (b) computes the samples from the real files
+    # torch (FeatureDataset, part c's DataLoader) after the arguments are parsed, before anything is
+    # built or timed
+    import torch  # noqa: F401
+
+    import featurecache.client.dataset  # noqa: F401
+
     raw_repeats = args.raw_repeats or (3 if args.full else 1)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     log.setLevel(logging.INFO)
