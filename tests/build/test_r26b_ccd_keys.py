@@ -94,6 +94,18 @@ def _build(store: Path, pdb: Path, ccd: Path | None) -> tuple[Any, set[str]]:
     return summary, {r["id"] for r in live if r["part"] in new}
 
 
+@pytest.fixture(scope="module")
+def sample_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, str]]]:
+    """A clean build of the sample with the sample CCD (copies, as :func:`_inputs` makes; part size 2)
+    and its :func:`_digest`: the clean build the tests below compare with where their CCD ends as the
+    sample's (built once for the module; read-only)."""
+    root = tmp_path_factory.mktemp("sample_build")
+    pdb, ccd = _inputs(root)
+    store = root / "store"
+    _build(store, pdb, ccd)
+    return store, _digest(store)
+
+
 def test_the_sample_entries_use_the_codes_the_tests_assume() -> None:
     files = {p.name.rsplit(".", 1)[0]: p for p in (SAMPLES / "structures").iterdir()}
     assert set(files) == ALL
@@ -120,7 +132,9 @@ def test_a_ccd_edit_no_entry_uses_rebuilds_nothing(tmp_path: Path) -> None:
     assert _digest(store) == before
 
 
-def test_a_changed_definition_rebuilds_exactly_its_entries_as_a_clean_build(tmp_path: Path) -> None:
+def test_a_changed_definition_rebuilds_exactly_its_entries_as_a_clean_build(
+    tmp_path: Path, sample_build: tuple[Path, dict[str, dict[str, str]]]
+) -> None:
     pdb, ccd = _inputs(tmp_path)
     store = tmp_path / "store"
     _build(store, pdb, ccd)
@@ -144,15 +158,16 @@ def test_a_changed_definition_rebuilds_exactly_its_entries_as_a_clean_build(tmp_
     _build(clean, pdb, ccd)
     incremental, fresh = _digest(store), _digest(clean)
     assert incremental == fresh
-    # the premise: the change is in them (MG's charge is a token charge of 721p-assembly1)
-    first = tmp_path / "first"
-    shutil.copytree(SAMPLES / "ccd", tmp_path / "ccd0")
-    _build(first, pdb, tmp_path / "ccd0")
-    assert _digest(first)["721p-assembly1"] != fresh["721p-assembly1"]
-    assert _digest(first)["1psm"] == fresh["1psm"]
+    # the premise: the change is in them (MG's charge is a token charge of 721p-assembly1); against
+    # a clean build with the sample's CCD as it was
+    _, first = sample_build
+    assert first["721p-assembly1"] != fresh["721p-assembly1"]
+    assert first["1psm"] == fresh["1psm"]
 
 
-def test_a_code_defined_later_rebuilds_the_entry_that_looked_it_up(tmp_path: Path) -> None:
+def test_a_code_defined_later_rebuilds_the_entry_that_looked_it_up(
+    tmp_path: Path, sample_build: tuple[Path, dict[str, dict[str, str]]]
+) -> None:
     pdb, ccd = _inputs(tmp_path)
     zn = (ccd / "ZN.cif").read_text()
     (ccd / "ZN.cif").unlink()  # the CCD lacks ZN: 7DDO's zinc keeps only the file's atoms
@@ -165,9 +180,9 @@ def test_a_code_defined_later_rebuilds_the_entry_that_looked_it_up(tmp_path: Pat
     third, wrote = _build(store, pdb, ccd)
     assert wrote == USERS["ZN"]
     assert third.rebuilt_for_definitions == {"n": 1, "codes": "ZN (1)"}
-    clean = tmp_path / "clean"
-    _build(clean, pdb, ccd)
-    assert _digest(store) == _digest(clean)
+    # the CCD is the sample's again (ZN.cif written back): equal to its clean build
+    assert sorted(p.name for p in ccd.iterdir()) == sorted(p.name for p in (SAMPLES / "ccd").iterdir())
+    assert _digest(store) == sample_build[1]
 
     # and removed again: the entry that used it is rebuilt without it
     (ccd / "ZN.cif").unlink()
@@ -183,7 +198,9 @@ def _old_build(package: Path, pdb: Path, ccd: Path, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_a_store_of_the_code_before_is_kept_until_its_ccd_changes(tmp_path: Path) -> None:
+def test_a_store_of_the_code_before_is_kept_until_its_ccd_changes(
+    tmp_path: Path, sample_build: tuple[Path, dict[str, dict[str, str]]]
+) -> None:
     old = featurecache_at(BEFORE_RECORD, tmp_path / "old")
     pdb, ccd = _inputs(tmp_path)
     store = tmp_path / "store"
@@ -203,21 +220,23 @@ def test_a_store_of_the_code_before_is_kept_until_its_ccd_changes(tmp_path: Path
     (ccd / "README.md").write_text("# notes, edited\n")
     later, wrote = _build(store, pdb, ccd)
     assert (later.n_built, wrote) == (0, set())
-    clean = tmp_path / "clean"
-    _build(clean, pdb, ccd)
-    assert _digest(store) == _digest(clean)
+    # the definitions are the sample's (README.md is none): equal to its clean build
+    assert _digest(store) == sample_build[1]
 
 
-def test_the_record_is_the_same_whatever_the_parts(tmp_path: Path) -> None:
+def test_the_record_is_the_same_whatever_the_parts(
+    tmp_path: Path, sample_build: tuple[Path, dict[str, dict[str, str]]]
+) -> None:
     """Determinism: the entries' keys, contents and recorded definitions do not depend on how the
-    inputs were cut into parts; the record names what each entry used."""
+    inputs were cut into parts (one entry a part here, two in the module's clean build); the record
+    names what each entry used."""
     from featurecache.store.definitions import part_manifest, recorded_definitions
 
     pdb, ccd = _inputs(tmp_path)
+    one_a_part = tmp_path / "a"
+    build_store(one_a_part, pdb, workers=1, ccd=ccd, part_size=1)
     records = []
-    for name, part_size in (("a", 1), ("b", 4)):
-        store = tmp_path / name
-        build_store(store, pdb, workers=1, ccd=ccd, part_size=part_size)
+    for store in (one_a_part, sample_build[0]):
         entries = featurecache.open_store(store).entries
         used: dict[str, dict[str, str]] = {}
         for part in set(entries.column("part").to_pylist()):
