@@ -190,9 +190,9 @@ def test_exit_statuses(tmp_path: Path) -> None:
     assert _cli("verify", str(tmp_path / "g")).returncode == 0
 
 
-def test_verify_detects_tampering(tmp_path: Path, subset_dir: Path) -> None:
-    out = tmp_path / "s"
-    build_store(out, subset_dir, workers=1, part_size=20)
+def test_verify_detects_tampering(two_entry_copy: Path) -> None:
+    """A copy of the session's two-entry store (tests/conftest.py: built sound, verified sound)."""
+    out = two_entry_copy
     part = next(p for p in complete_parts(out) if p.name.startswith("s-"))
     import zarr
 
