@@ -54,13 +54,15 @@ def make(
     return p.to(dev, dtype), (None if tm is None else tm.to(dev)), dout.to(dev, dtype)
 
 
-# (B, N, H, D, padding columns, masked, transposed, dtype)
+# (B, N, H, D, padding columns, masked, transposed, dtype). Each case adds a layout or shape the
+# others do not have; (1, 23, 1, 32, 15, masked, fp32) went: N spanning two tiles is 17 and 19's,
+# D = 32 masked in fp32 the ending node's, H = 1 the first and last case's, an aligned padded width
+# the trunk layout's.
 CASES = [
     (1, 13, 1, 16, 0, False, False, F32),  # N prime, no padding columns
     (1, 17, 2, 32, 14, True, False, F16),  # the trunk's layout: width padded to a multiple of 16
     (2, 19, 2, 16, 3, True, False, F32),  # unaligned row stride (the launcher copies the views)
     (1, 16, 4, 64, 12, False, False, F16),  # N a multiple of the tile
-    (1, 23, 1, 32, 15, True, False, F32),
     (2, 17, 2, 32, 14, True, True, F32),  # the ending node: p.transpose(1, 2), a view
     (1, 19, 1, 16, 3, False, True, F16),  # transposed and unaligned
 ]
@@ -115,8 +117,10 @@ def test_reference_matches_oracle_and_gradient_is_bitwise_deterministic() -> Non
 
 def test_registered_op_matches_the_autograd_function() -> None:
     """torch.compile's path (the torch.library ops) gives the eager path's output and dp bit for
-    bit; opcheck passes; the fakes predict every output's layout."""
-    p, tm, dout = make(1, 11, 2, 16, 14, F32, True, seed=4)
+    bit; opcheck passes; the fakes predict every output's layout. N = 5 (2 real tokens, 3 padded):
+    what is compared is the two paths' plumbing, not the numerics (the oracle cases above), and
+    opcheck runs the op a dozen times under the interpreter, whose cost grows with N²."""
+    p, tm, dout = make(1, 5, 2, 16, 14, F32, True, seed=4)
     results = []
     for use_op in (False, True):
         x = p.clone().requires_grad_()
