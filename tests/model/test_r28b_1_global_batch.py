@@ -6,7 +6,11 @@ one line naming the ``--batch-size`` that keeps it, or ``--init-from``.
 
 The 2-rank run is real (torchrun, gloo on the CPU, as tests/model/test_distributed.py); the
 resumes are one process, and a run "launched on 2 ranks" that is refused before its process group
-starts is one process with torchrun's ``WORLD_SIZE`` set."""
+starts is one process with torchrun's ``WORLD_SIZE`` set.
+
+The other tests of that 2-rank run are here too (a stopped run's torchrun line, review R28b s46 #5;
+rank 1's summary line, #7): the run is a session fixture, and under ``pytest --dist loadscope``
+every worker that ran a module using it built it again (a torchrun of ~10 s)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import pytest
 import torch
 
 from featurecache.errors import UsageError
-from featurecache.model.train import load_checkpoint, run_training
+from featurecache.model.train import describe_run, load_checkpoint, rank_log_path, run_training
 from tests.conftest import cli_in_process
 from tests.model.test_trunk import TINY
 
@@ -104,3 +108,34 @@ def test_one_rank_resumed_on_two_keeps_its_global_batch(sample_store: Path, tmp_
         from featurecache.model.train import _check_global_batch
 
         _check_global_batch(ck, load_checkpoint(ck), 1, 3)
+
+
+def test_a_stopped_two_rank_runs_line_is_a_torchrun_command_on_rank_0_only(two_rank_run: Path) -> None:
+    """Review R28b s46 #5: a 2-rank run's "continue with" line, pasted, resumed on one rank."""
+    log, ck = two_rank_run / "log.json", two_rank_run / "ck.pt"
+    docs = [json.loads(rank_log_path(log, r).read_text()) for r in (0, 1)]
+    for doc in docs:  # as a signal leaves them (the run completed: no line says how to continue)
+        doc.update(status="stopped", stop_signal="SIGTERM", steps_requested=10)
+    line = describe_run(docs[0], log)
+    assert (
+        f"continue with torchrun --nproc-per-node 2 -m featurecache.cli train --resume {ck} --steps 10 --crop 24 "
+        f"--seed 3 --workers 1 --store {docs[0]['source']} --device cpu --log-file {log} --checkpoint {ck}"
+    ) in line, line
+    assert "continue with" not in describe_run(docs[1], rank_log_path(log, 1))
+
+
+def test_only_rank_0s_line_names_the_checkpoint(two_rank_run: Path) -> None:
+    """Rank r > 0's summary line does not claim the checkpoint only rank 0 wrote (review R28b s46 #7):
+    it says its rank, and that rank 0's line names the checkpoint."""
+    lines = [
+        line for line in (two_rank_run / "stdout.txt").read_text().splitlines() if "trained 2 steps" in line
+    ]
+    assert len(lines) == 2, lines
+    ck = two_rank_run / "ck.pt"
+    assert sum(f"checkpoint {ck}" in line for line in lines) == 1, lines
+    rank0 = next(line for line in lines if f"checkpoint {ck}" in line)
+    assert f"log {two_rank_run / 'log.json'}" in rank0, rank0
+    rank1 = next(line for line in lines if line != rank0)
+    assert "rank 1 of 2 (rank 0 wrote the checkpoints; its line names them and how to continue)" in rank1, (
+        rank1
+    )

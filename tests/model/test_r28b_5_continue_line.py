@@ -2,17 +2,16 @@
 checkpoint), and a run of several ranks is continued as a torchrun command on as many ranks, on rank
 0's line only. Review R28b s46 #5: the line dropped ``--workers 1`` (the run's choice for a bitwise
 resume; the default 4 hands samples over ready-first), and a 2-rank run's line, pasted, resumed on
-one rank (finding 1)."""
+one rank (finding 1): that test is in test_r28b_1_global_batch.py, the module of the 2-rank run it
+reads."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from pathlib import Path
 
-from featurecache.model.train import describe_run, load_checkpoint, rank_log_path
-from tests.model.test_r28b_1_global_batch import two_rank_run  # noqa: F401  (the fixture)
+from featurecache.model.train import load_checkpoint
 from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
 
@@ -34,16 +33,3 @@ def test_a_stopped_runs_line_gives_its_workers(sample_store: Path, tmp_path: Pat
     last = err.read_text().strip().splitlines()[-1]
     assert f"continue with --resume {ck} --steps 100000 --crop 16 --workers 1 --store" in last, last
     assert _strict_json(log)["workers"] == 1 and load_checkpoint(ck)["workers"] == 1
-
-
-def test_a_stopped_two_rank_runs_line_is_a_torchrun_command_on_rank_0_only(two_rank_run: Path) -> None:  # noqa: F811
-    log, ck = two_rank_run / "log.json", two_rank_run / "ck.pt"
-    docs = [json.loads(rank_log_path(log, r).read_text()) for r in (0, 1)]
-    for doc in docs:  # as a signal leaves them (the run completed: no line says how to continue)
-        doc.update(status="stopped", stop_signal="SIGTERM", steps_requested=10)
-    line = describe_run(docs[0], log)
-    assert (
-        f"continue with torchrun --nproc-per-node 2 -m featurecache.cli train --resume {ck} --steps 10 --crop 24 "
-        f"--seed 3 --workers 1 --store {docs[0]['source']} --device cpu --log-file {log} --checkpoint {ck}"
-    ) in line, line
-    assert "continue with" not in describe_run(docs[1], rank_log_path(log, 1))
