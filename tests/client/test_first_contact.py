@@ -131,7 +131,8 @@ def test_the_services_own_503_is_an_answer_a_first_call_waits_for(
 ) -> None:
     """A real service whose store is not there yet answers 503 with ``retry-after``: that is the
     service answering, so a first call retries for the whole budget, past ``first_contact_s``,
-    and reads the store once it appears (moved into place 4 s after the call began)."""
+    and reads the store once it appears (moved into place 2.5 s after the call began: 1.5 s past
+    its first contact of 1 s)."""
     import shutil
 
     from services.lookup.server import ThreadedServer
@@ -143,7 +144,7 @@ def test_the_services_own_503_is_an_answer_a_first_call_waits_for(
         assert answer.status_code == 503 and "retry-after" in answer.headers, answer.text  # the premise
 
         def appear() -> None:
-            time.sleep(4.0)
+            time.sleep(2.5)
             shutil.copytree(client_store, tmp_path / "copy")
             (tmp_path / "copy").rename(store)  # whole at once: never a half-copied store
 
@@ -182,13 +183,15 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
-    def restart_after(self, down_s: float) -> threading.Thread:
-        """Stop now, start again ``down_s`` seconds later (in a thread: join it)."""
+    def restart_once(self, path: Path) -> threading.Thread:
+        """Stop now, start again once ``path`` exists (in a thread: join it)."""
         self.stop()
         self.starting.clear()
 
         def later() -> None:
-            time.sleep(down_s)
+            deadline = time.monotonic() + 120
+            while not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
             self.start()
 
         thread = threading.Thread(target=later, daemon=True)
@@ -196,21 +199,38 @@ class Server:
         return thread
 
 
-def test_workers_of_a_dataset_that_reached_the_service_wait_out_a_restart(client_store: Path) -> None:
+class Touch:
+    """Sample hook: creates ``path`` when a sample begins, before its fetch (in the worker process
+    that runs it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, key: Any) -> None:
+        self.path.touch()
+
+
+def test_workers_of_a_dataset_that_reached_the_service_wait_out_a_restart(
+    client_store: Path, tmp_path: Path
+) -> None:
     """The dataset reached the service when it was made: its process-pool workers, started while
     the service restarts, are not a first contact (they wait, no sample is skipped), while a new
-    client of the same URL is one (it fails at once)."""
+    client of the same URL is one (it fails at once). The service starts again once a worker
+    began its first sample (before its first call: it then finds nothing listening for the ~2-4 s
+    serve takes to listen; it waited a fixed 6 s before)."""
     server = Server(client_store)
     server.start()
     restarted = None
+    began = tmp_path / "a worker began a sample"
     try:
         ds = FeatureDataset(server.url, token="", pool="process", workers=1, window=2, crop_size=64,
-                            samples_per_epoch=4, max_source_failures=1)  # fmt: skip
+                            samples_per_epoch=4, max_source_failures=1, sample_hook=Touch(began))  # fmt: skip
         assert ds.source.spec.settings["answered"] is True  # what each worker builds its client from
-        restarted = server.restart_after(6.0)  # then ~4 s to listen again
+        restarted = server.restart_once(began)  # then ~2-4 s to listen again
         error = _raised_within(lambda: LookupClient(server.url, token="").ids, FIRST_CONTACT_DEADLINE_S)
         assert isinstance(error, ServiceUnavailable) and "connection refused" in str(error), repr(error)
         assert not server.starting.is_set()  # the workers below start while nothing listens
+        assert not began.exists()  # the premise: no sample began before the stop
         try:
             positions = sorted(int(s["position"]) for s in ds)
         finally:
