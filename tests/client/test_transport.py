@@ -28,12 +28,19 @@ from services.lookup.server import background_server, free_port, wait_ready
 
 TOKEN = "s3cret"
 N = 6  # samples per epoch
+#: small MSA slice limits of the module's service (MSA slices over them are split)
+MSA_LIMITS = {
+    "FEATURECACHE_MAX_MSA_CELLS": "1000",
+    "FEATURECACHE_MAX_MSA_ROWS": "50",
+    "FEATURECACHE_MAX_MSA_COLS": "40",
+}
 
 
 @pytest.fixture(scope="module")
 def token_server(client_store: Path) -> Iterator[str]:
-    """``featurecache serve`` of the client store, requiring :data:`TOKEN`."""
-    with background_server(client_store, token=TOKEN) as url:
+    """``featurecache serve`` of the client store, requiring :data:`TOKEN`, with the small MSA slice
+    limits :data:`MSA_LIMITS` (one server for the token's tests and the limits' tests: they only read)."""
+    with background_server(client_store, token=TOKEN, env=MSA_LIMITS) as url:
         yield url
 
 
@@ -152,10 +159,16 @@ def _fail_after(ds: FeatureDataset, n_before: int, stop: Any, attempts: Attempts
 
 @pytest.mark.usefixtures("no_env_token")
 def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path) -> None:
+    """(Its server, before it is killed, also serves the MSA shapes of
+    test_msas_stay_on_after_the_service_failed_once: one server start for both.)"""
+    port = free_port()
+    source = _msas_stay_on_before_the_service(port)
     attempts = Attempts()
-    with serve(client_store) as (url, proc):
+    with serve(client_store, port) as (url, proc):
+        _msas_stay_on_once_served(source, client_store)
         # default limits (the old loop skipped 256 samples, ~6 min, before failing); the client's
-        # retry budget cut from 30 s to 3 s: each failed sample waits it out
+        # retry budget cut from 30 s to 1 s: each failed sample waits it out (the budget only bounds
+        # retries after a failed attempt: the samples before the kill do not depend on it)
         ds = _dataset(
             url,
             infinite=True,
@@ -163,7 +176,7 @@ def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path)
             window=4,
             sample_hook=attempts,
             max_consecutive_skips=256,
-            client_options={"retry_budget_s": 3.0},
+            client_options={"retry_budget_s": 1.0},
         )
         t0 = time.monotonic()
         error, after = _fail_after(ds, 5, proc.kill, attempts)
@@ -174,7 +187,7 @@ def test_a_killed_service_fails_the_loop_after_a_few_samples(client_store: Path)
     assert "ServiceUnavailable" in message and "ConnectError" in message, message
     assert ds.stats.failures == 3  # samples skipped before the error: exactly the limit
     assert after <= 3 + 2 + 4  # the failures, plus at most what the pool and window hold
-    assert elapsed < 60, elapsed  # 3 s of client retries per sample, two samples at a time
+    assert elapsed < 60, elapsed  # 1 s of client retries per sample, two samples at a time
 
 
 @pytest.mark.usefixtures("no_env_token")
@@ -206,33 +219,28 @@ def test_default_client_gives_up_on_a_hung_service_before_the_sample_deadline() 
     client.close()
 
 
-def test_msas_stay_on_after_the_service_failed_once(client_store: Path) -> None:
-    port = free_port()
+def _msas_stay_on_before_the_service(port: int) -> SourceRef:
+    """test_msas_stay_on_after_the_service_failed_once, before a service listens on ``port``: a
+    source of it whose MSA shapes fail once."""
     source = SourceRef(LookupClient(f"http://127.0.0.1:{port}", retries=0))
     with pytest.raises(ServiceUnavailable):  # not "a store without MSAs" for the rest of the run
         source.msa_shapes()
-    with serve(client_store, port):
-        shapes = source.msa_shapes()
+    return source
+
+
+def _msas_stay_on_once_served(source: SourceRef, client_store: Path) -> None:
+    """test_msas_stay_on_after_the_service_failed_once, once the service listens: the shapes."""
+    shapes = source.msa_shapes()
     assert shapes and shapes == SourceRef(client_store).msa_shapes()
 
 
+# test_msas_stay_on_after_the_service_failed_once: in test_a_killed_service_fails_the_loop_after_a_few_samples
+# (its server, before it is killed)
+
+
 # ------------------------------------------------------------------------------ the MSA limits
-MSA_LIMITS = {
-    "FEATURECACHE_MAX_MSA_CELLS": "1000",
-    "FEATURECACHE_MAX_MSA_ROWS": "50",
-    "FEATURECACHE_MAX_MSA_COLS": "40",
-}
-
-
-@pytest.fixture(scope="module")
-def limited_server(client_store: Path) -> Iterator[str]:
-    """``featurecache serve`` of the client store with small MSA slice limits."""
-    with background_server(client_store, env=MSA_LIMITS) as url:
-        yield url
-
-
-def test_msa_slices_are_split_to_fit_the_service_limits(limited_server: str, client_reader: Any) -> None:
-    client = LookupClient(limited_server)
+def test_msa_slices_are_split_to_fit_the_service_limits(token_server: str, client_reader: Any) -> None:
+    client = LookupClient(token_server, token=TOKEN)
     shapes = SourceRef(client_reader).msa_shapes()
     key = max(shapes, key=lambda k: shapes[k][0])
     depth, length = shapes[key]
@@ -254,12 +262,12 @@ def test_msa_slices_are_split_to_fit_the_service_limits(limited_server: str, cli
 
 
 def test_training_over_a_service_with_small_msa_limits_skips_nothing(
-    client_store: Path, limited_server: str
+    client_store: Path, token_server: str
 ) -> None:
     local = _dataset(client_store, samples_per_epoch=10)
     want = _by_position(local)
     local.close()
-    ds = _dataset(limited_server, samples_per_epoch=10, max_consecutive_skips=None)
+    ds = _dataset(token_server, token=TOKEN, samples_per_epoch=10, max_consecutive_skips=None)
     got = _by_position(ds)
     ds.close()
     assert ds.stats.failures == 0 and got.keys() == want.keys() == set(range(10))
