@@ -1267,6 +1267,7 @@ stderr says how to continue).
             init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
             weighting=weighting, crop_weights=weights, max_msa_rows=max_msa_rows, pair_msa=pair_msa,
             crop_whole_groups=crop_whole_groups, in_order=in_order,
+            return_steps=False,  # (the summary line needs the last record: a long run's are not read back)
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

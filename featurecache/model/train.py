@@ -23,6 +23,7 @@ non-finite gradient norm (logged per step, before clipping), stops the run with 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -35,11 +36,12 @@ import os
 import pickle
 import re
 import signal
-import statistics
 import sys
+import tempfile
 import threading
 import time
 import zipfile
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -1434,48 +1436,403 @@ LOG_EVERY_S = 5.0
 LOG_WRITE_SHARE = 0.01
 
 
+#: the keys of the log that change as the run goes: written after ``steps`` (the log's tail, which
+#: each write rewrites); the others (the header) are written once, before ``steps``
+LOG_TAIL_KEYS = ("checkpoints", "status", "stop_signal", "error", "summary")
+
+
+class _Summary:
+    """:func:`summarize`, kept as the records come (:meth:`add`) instead of over a list of them: its
+    sums, counts, peak and losses as running values, and of each record only what the medians and
+    ``slow_steps`` need, in compact arrays (32 bytes a step: a million steps hold 32 MB, where the
+    records themselves took ~1.6 KB a step; review R34a s48 #1). :meth:`result` is what
+    :func:`summarize` gives for the same records, to the bit."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.step_time = array("d")
+        self.compute = array("d")
+        self.wait = array("d")
+        self.tokens = array("q")
+        # sums over the warm-up records (the first WARMUP_STEPS) and over the others (the timed ones):
+        # step time, data wait, exposed wait, tokens, world tokens; and how many world tokens are None
+        self._sums = ([0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0])
+        self._peak: int | None = None
+        self._first_loss: float | None = None
+        self._last_loss: float | None = None
+        self._clipped = [0, 0]  # (clipped, known)
+        self._skipped = 0
+
+    def add(self, r: dict[str, Any]) -> None:
+        step_time, wait = r["step_time_s"], r["data_wait_s"]
+        world = r.get("world_tokens", r["tokens"])
+        sums = self._sums[self.n >= WARMUP_STEPS]
+        sums[0] += step_time
+        sums[1] += wait
+        sums[2] += r.get("exposed_data_wait_s", wait)
+        sums[3] += r["tokens"]
+        if world is None:
+            sums[5] += 1
+        else:
+            sums[4] += world
+        self.step_time.append(step_time)
+        self.compute.append(r["compute_s"])
+        self.wait.append(wait)
+        self.tokens.append(r["tokens"])
+        peak = r["peak_mem_bytes"]
+        if peak is not None and (self._peak is None or peak > self._peak):
+            self._peak = peak
+        loss = r.get("loss")
+        if loss is not None:
+            self._first_loss = loss if self._first_loss is None else self._first_loss
+            self._last_loss = loss
+        if r.get("clipped") is not None:
+            self._clipped[0] += bool(r["clipped"])
+            self._clipped[1] += 1
+        self._skipped += bool(r.get("skip_reason"))
+        self.n += 1
+
+    def world_tokens_known(self, start: int, values: Sequence[int]) -> None:
+        """The world tokens of the records from ``start`` on, None when they were added, are ``values``."""
+        for i, v in enumerate(values, start=start):
+            sums = self._sums[i >= WARMUP_STEPS]
+            sums[4] += v
+            sums[5] -= 1
+
+    def result(self) -> dict[str, Any]:
+        import numpy as np
+
+        n = self.n
+        if not n:
+            return {"steps": 0}
+        first = WARMUP_STEPS if n > WARMUP_STEPS else 0  # records[WARMUP_STEPS:] or records
+        total, wait, exposed, tokens, world, world_none = self._sums[1] if first else self._sums[0]
+        step_time = np.array(self.step_time, dtype=np.float64)[first:]  # (copies: the arrays grow on)
+        median_step = float(np.median(step_time))
+        rates = np.array(self.tokens, dtype=np.float64)[first:] / step_time if (step_time > 0).all() else None
+        clipped, known = self._clipped
+        return {
+            "steps": n,
+            "warmup_steps_excluded": first,
+            "median_step_time_s": median_step,
+            "median_compute_s": float(np.median(np.array(self.compute, dtype=np.float64)[first:])),
+            "median_data_wait_s": float(np.median(np.array(self.wait, dtype=np.float64)[first:])),
+            "data_wait_fraction": exposed / total if total > 0 else 0.0,
+            "loader_wait_fraction": wait / total if total > 0 else 0.0,
+            "peak_mem_bytes": self._peak,
+            # of the steps that trained (a skipped step's loss is null, not a loss of 0)
+            "first_loss": self._first_loss,
+            "last_loss": self._last_loss,
+            "skipped_steps": self._skipped,
+            # the share of the trained steps whose gradient norm was above clip_grad_norm (None: no such
+            # step, or a log older than the records' "clipped")
+            "clipped_fraction": clipped / known if known else None,
+            "tokens_per_s": tokens / total if total > 0 else None,
+            # every rank's tokens over this rank's wall time (None when a run of several ranks stopped
+            # before the ranks exchanged their counts)
+            "world_tokens_per_s": world / total if total > 0 and not world_none else None,
+            "median_tokens_per_s": float(np.median(rates)) if rates is not None else None,
+            "slow_steps": [
+                int(i) + first for i in np.flatnonzero(step_time > SLOW_STEP_FACTOR * median_step)
+            ],
+        }
+
+
+class _LogFile:
+    """One of the two files of a :class:`_RunLog` (the one at its path, or its twin): an open file
+    descriptor, how many step lines it holds and the byte range they take."""
+
+    def __init__(self, fd: int, n: int, start: int, end: int) -> None:
+        self.fd, self.n, self.start, self.end = fd, n, start, end
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
+
+
+def _lines_of(fd: int, start: int, end: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The step lines (JSON, without the separators) in bytes ``start``..``end`` of a log file,
+    read a chunk at a time."""
+    rest = b""
+    while start < end:
+        data = os.pread(fd, min(chunk, end - start), start)
+        if not data:
+            break
+        start += len(data)
+        *whole, rest = (rest + data).split(b"\n")
+        yield from (line.strip().removesuffix(b",") for line in whole if line.strip())
+    if rest.strip():
+        yield rest.strip().removesuffix(b",")
+
+
 class _RunLog:
-    """The JSON log, rewritten as the run goes: every ``every_s`` seconds (checked after each step)
-    and at the end; through a temporary file renamed over ``path``, so a reader (or a run killed
-    mid-write) always finds a whole log. Strict JSON: a non-finite number is written as null.
+    """The JSON log, written as the run goes: every ``every_s`` seconds (checked after each step),
+    when a checkpoint is kept and at the end. Strict JSON: a non-finite number is written as null.
     ``path`` None: nothing is written, the summary is still kept in ``doc``.
 
-    Each step record is serialised once, on one line, when first written (records do not change
-    once logged; :meth:`finish` serialises them all again for the ranks' token counts): a rewrite
-    then costs a join, not a re-encoding of the whole run (``json.dumps`` with ``indent`` runs the
-    pure-Python encoder: 0.5 s for 10 000 steps)."""
+    The file is the one JSON document it always was (``steps``: one record per line), its keys in
+    two parts: the header (the run's settings, written once) before ``steps``, and the tail
+    (:data:`LOG_TAIL_KEYS`: checkpoints, status, error, summary), which changes, after it. Neither
+    the records nor the file are held in memory: each record is serialised once when it comes
+    (:meth:`add`), the summary is kept as it goes (:class:`_Summary`), and a write costs the steps
+    since the write before last and the tail, however long the run (it rewrote the whole log from
+    every record held in memory: 3.5 s and ~1.6 KB of memory a step at 200k steps; review R34a s48
+    #1).
 
-    def __init__(self, path: Path | None, doc: dict[str, Any], every_s: float) -> None:
+    A write never changes the file a reader finds at ``path``: there are two files, the log and its
+    twin (``.NAME.twin`` beside it, the log as of the write before). A write appends the new step
+    lines to the twin in place, rewrites its tail and truncates it, then renames it over the log
+    and gives the old log the twin's name (a hard link, then renames). A reader, or a run killed
+    mid-write, always finds a whole log at ``path`` (as when each write was a whole new file renamed
+    over it); the twin is removed at the end. The cost is the twin's disk space, as much again as the
+    log. On a filesystem without hard links each write copies the log (a byte copy, not a re-encoding).
+    A reader still reading the log it opened when the next write but one comes may see it change
+    (it is the twin then)."""
+
+    def __init__(self, path: Path | None, doc: dict[str, Any], every_s: float,
+                 carried: Sequence[dict[str, Any]] = (), keep_steps: bool = True) -> None:  # fmt: skip
         self.path, self.doc, self.every_s = path, doc, every_s
         self._due = 0.0
-        self._lines: list[str] = []  # the JSON of doc["steps"][i], for the records written so far
         self.writes, self.write_s = 0, 0.0
+        self.summary = _Summary()
+        self.last: dict[str, Any] | None = None
+        self.carried = len(carried)
+        # the world tokens of this run's records, known at the end with several ranks
+        self._world: list[int] | None = None
+        # the JSON lines not in both files yet (from the twin's count on, or the log's without one)
+        self._held: list[bytes] = []
+        self._held_from = 0
+        self._cur: _LogFile | None = None  # the file at path
+        self._twin: _LogFile | None = None  # the twin: the log as of the write before
+        self._head: bytes | None = None
+        self._head_keys: list[str] | None = None
+        self._links = True
+        # path None: the lines go to an unnamed temporary file, for the records run_training returns
+        self._spool = tempfile.TemporaryFile() if path is None and keep_steps else None  # noqa: SIM115 (close())
+        self._tmp: Path | None = None  # the file each whole write is written to, then renamed
+        self._twin_path: Path | None = None
+        self._prev: Path | None = None  # the log's second name on the way to becoming the twin
+        if path is not None:
+            self._tmp = path.with_name(f".{path.name}.tmp")
+            self._twin_path = path.with_name(f".{path.name}.twin")
+            self._prev = path.with_name(f".{path.name}.prev")
+        for r in carried:
+            self.add(r)
 
-    def _text(self) -> str:
-        steps = self.doc["steps"]
-        self._lines += [json.dumps(r, default=str, allow_nan=False) for r in steps[len(self._lines) :]]
-        head = json.dumps({k: v for k, v in self.doc.items() if k != "steps"}, indent=2, default=str,
+    @property
+    def added(self) -> int:
+        """Records added after the carried ones: this run's steps."""
+        return self.summary.n - self.carried
+
+    def add(self, rec: dict[str, Any]) -> None:
+        """A step's record (it must not change later, but for its world tokens: :meth:`world_tokens`)."""
+        line = json.dumps(rec, default=str, allow_nan=False).encode()
+        self.summary.add(rec)
+        self.last = rec
+        if self.path is not None:
+            self._held.append(line)
+        elif self._spool is not None:
+            self._spool.write(line + b"\n")
+
+    def this_run_tokens(self) -> list[int]:
+        return list(self.summary.tokens[self.carried :])
+
+    def world_tokens(self, values: list[int]) -> None:
+        """The world tokens of this run's records, once the ranks exchanged them: the next write
+        rewrites the log with them."""
+        self._world = values
+        self.summary.world_tokens_known(self.carried, values)
+        if self._cur is not None:
+            self._head = None  # a whole rewrite: the step lines change
+
+    def _patched(self, lines: Iterator[bytes]) -> Iterator[bytes]:
+        """``lines`` (from the first record on) with this run's world tokens filled in."""
+        world = self._world
+        for i, line in enumerate(lines):
+            if world is not None and i >= self.carried and i - self.carried < len(world):
+                rec = json.loads(line)
+                rec["world_tokens"] = world[i - self.carried]
+                line = json.dumps(rec, default=str, allow_nan=False).encode()
+            yield line
+
+    def _lines(self) -> Iterator[bytes]:
+        """Every record's JSON line, in order, from the files (or the spool) and memory."""
+        if self._spool is not None:
+            self._spool.flush()
+            yield from _lines_of(self._spool.fileno(), 0, self._spool.tell())
+            return
+        cur = self._cur
+        n = 0
+        if cur is not None:
+            yield from _lines_of(cur.fd, cur.start, cur.end)
+            n = cur.n
+        yield from self._held[n - self._held_from :]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record of the log (the carried ones too), read back: what ``run_training`` returns."""
+        return [json.loads(line) for line in self._patched(self._lines())]
+
+    def _parts(self) -> tuple[bytes, bytes]:
+        """(header, tail) of the log as the document is now: the header ends with ``"steps": [``,
+        the tail starts after the step lines (with the list's end)."""
+        doc = self.doc
+        if self._head_keys is None:
+            self._head_keys = [k for k in doc if k not in LOG_TAIL_KEYS and k != "steps"]
+        keys = set(self._head_keys)
+        head = json.dumps(
+            {k: doc[k] for k in self._head_keys if k in doc}, indent=2, default=str, allow_nan=False
+        )
+        tail = json.dumps({k: v for k, v in doc.items() if k not in keys and k != "steps"}, indent=2, default=str,
                           allow_nan=False)  # fmt: skip
-        body = "[\n    " + ",\n    ".join(self._lines) + "\n  ]" if self._lines else "[]"
-        return f'{head[:-2]},\n  "steps": {body}\n}}\n'  # head ends with "\n}"
+        # head ends with "\n}", tail starts with "{"
+        return f'{head[:-2]},\n  "steps": ['.encode(), f",{tail[1:]}\n".encode()
+
+    @staticmethod
+    def _joined(lines: Sequence[bytes], first: int) -> bytes:
+        """``lines`` as they follow the ``first`` lines already in a file."""
+        return b"".join((b",\n    " if i else b"\n    ") + line for i, line in enumerate(lines, start=first))
+
+    @staticmethod
+    def _closing(n: int) -> bytes:
+        return b"\n  ]" if n else b"]"
 
     def write(self) -> None:
         t = time.perf_counter()
-        self.doc["summary"] = finite(summarize(self.doc["steps"]))
+        self.doc["summary"] = finite(self.summary.result())
         if self.path is None:
             return
-        text = self._text()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        try:
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        head, tail = self._parts()
+        n = self.summary.n
+        twin = self._twin
+        if twin is not None and head == self._head:
+            # the fast way: the new lines and the tail onto the twin, which then becomes the log
+            data = self._joined(self._held[twin.n - self._held_from :], twin.n) + self._closing(n) + tail
+            _write_at(twin.fd, data, twin.end)
+            os.ftruncate(twin.fd, twin.end + len(data))
+            twin.end += len(data) - len(self._closing(n) + tail)
+            twin.n = n
+            self._swap(twin)
+        else:
+            self._rewrite(head, tail)
+        self._head = head
+        # the lines held are those the twin lacks
+        keep_from = self._twin.n if self._twin is not None else n
+        del self._held[: keep_from - self._held_from]
+        self._held_from = keep_from
         cost = time.perf_counter() - t
         self.writes += 1
         self.write_s += cost
         if self.every_s > 0:  # 0: after every step, whatever it costs
             self._due = time.monotonic() + max(self.every_s, cost / LOG_WRITE_SHARE)
+
+    def _rewrite(self, head: bytes, tail: bytes) -> None:
+        """A whole new file, renamed over the log: the first write, a header that changed, the world
+        tokens filled in, or no hard links. The step lines are copied from the log (re-encoded only
+        to fill in world tokens), a chunk at a time."""
+        assert self.path is not None and self._tmp is not None
+        n = self.summary.n
+        fd = os.open(self._tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            _write_at(fd, head, 0)
+            at = len(head)
+            cur = self._cur
+            if cur is not None and self._world is None:  # the lines as they are: a byte copy
+                offset = cur.start
+                while offset < cur.end:
+                    data = os.pread(cur.fd, min(1 << 22, cur.end - offset), offset)
+                    if not data:
+                        raise OSError(f"{self.path} is shorter than it was written")
+                    _write_at(fd, data, at)
+                    offset, at = offset + len(data), at + len(data)
+                done = cur.n
+                rest: Iterator[bytes] = iter(self._held[done - self._held_from :])
+            else:
+                done, rest = 0, self._patched(self._lines())
+            batch: list[bytes] = []
+            for line in rest:
+                batch.append(line)
+                if len(batch) == 1024:
+                    data = self._joined(batch, done)
+                    _write_at(fd, data, at)
+                    at, done, batch = at + len(data), done + len(batch), []
+            data = self._joined(batch, done)
+            _write_at(fd, data, at)
+            at += len(data)
+            assert done + len(batch) == n, (done, len(batch), n)
+            _write_at(fd, self._closing(n) + tail, at)
+            new = _LogFile(fd, n, len(head), at)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                self._tmp.unlink()
+            raise
+        patched, self._links = self._world is not None, self._links and self._world is None
+        try:
+            self._replace(new)  # (with the world tokens filled in, the old log is no twin: other lines)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                self._tmp.unlink()
+            raise
+        if patched:  # the lines now hold them: read back as they are
+            self._world = None
+
+    def _link_prev(self) -> bool:
+        """A second name (``.NAME.prev``) for the log as it is, to become the twin; False where the
+        filesystem has no hard links (each write then copies the log)."""
+        assert self.path is not None and self._prev is not None
+        if not self._links:
+            return False
+        try:
+            self._prev.unlink(missing_ok=True)
+            os.link(self.path, self._prev)
+        except OSError as exc:
+            log.debug("%s: no hard link (%s): the log is copied at each write", self.path, exc)
+            self._links = False
+            return False
+        return True
+
+    def _replace(self, new: _LogFile) -> None:
+        """The new file (at the temporary path) over the log; the old log becomes the twin."""
+        assert self.path is not None and self._tmp is not None
+        linked = self._cur is not None and self._link_prev()
+        os.replace(self._tmp, self.path)
+        if self._twin is not None:
+            os.close(self._twin.fd)
+            self._twin = None
+        self._installed(new, linked)
+
+    def _swap(self, twin: _LogFile) -> None:
+        """The twin, now up to date, over the log; the old log becomes the twin."""
+        assert self.path is not None and self._twin_path is not None
+        linked = self._link_prev()
+        os.replace(self._twin_path, self.path)
+        self._twin = None
+        self._installed(twin, linked)
+
+    def _installed(self, new: _LogFile, linked: bool) -> None:
+        """``new`` is the file at the path now; the old one becomes the twin where it was linked
+        (raises nothing: the log is in place)."""
+        assert self._twin_path is not None and self._prev is not None
+        old, self._cur = self._cur, new
+        if old is None:
+            with contextlib.suppress(OSError):
+                self._twin_path.unlink(missing_ok=True)  # an earlier run's, killed
+            return
+        if linked:
+            try:
+                os.replace(self._prev, self._twin_path)
+            except OSError:
+                pass
+            else:
+                self._twin = old
+                return
+        os.close(old.fd)
+        with contextlib.suppress(OSError):
+            self._twin_path.unlink(missing_ok=True)
 
     def start(self) -> None:
         """The first write, before the first step: a path that cannot be written is refused now."""
@@ -1502,14 +1859,37 @@ class _RunLog:
             log.warning("cannot write the log %s: %s (training goes on; trying again later)", self.path, exc)
             self._due = time.monotonic() + self.every_s
 
-    def finish(self, raise_errors: bool) -> None:
-        self._lines.clear()  # the records' world_tokens are filled in at the end
+    def finish(self, raise_errors: bool, keep_steps: bool) -> None:
+        """The last write; then ``doc["steps"]`` is every record read back (``keep_steps``) or the
+        last one only, and the files are closed (the twin removed)."""
         try:
             self.write()
         except OSError as exc:
             if raise_errors:
                 raise TrainingError(f"cannot write the log {self.path}: {exc.strerror or exc}") from exc
             log.error("cannot write the log %s: %s", self.path, exc)
+        finally:
+            try:
+                if keep_steps:
+                    self.doc["steps"] = self.records()
+                else:
+                    self.doc["steps"] = [] if self.last is None else [self.last]
+            finally:
+                self.close()
+
+    def close(self) -> None:
+        for f in (self._cur, self._twin):
+            if f is not None:
+                os.close(f.fd)
+        self._cur = self._twin = None
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+        for p in (self._twin_path, self._prev):
+            if p is not None:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        self._held = []
 
 
 class _StoppedBeforeStart(BaseException):
@@ -1657,8 +2037,11 @@ def run_training(
     pair_msa: bool = True,
     crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
     in_order: bool = False,
+    return_steps: bool = True,
 ) -> dict[str, Any]:
-    """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it.
+    """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it (its ``steps``
+    read back at the end; ``return_steps`` False: the last record only, e.g. for a long run's summary
+    line: the records are not held in memory as the run goes).
 
     ``fused`` selects the Triton kernels (CUDA only; on CPU the torch references run). On CUDA the
     forward runs under bf16 autocast with fp32 weights. ``batches`` overrides the source (tests).
@@ -1738,9 +2121,10 @@ def run_training(
     is taken (a different ``config`` is refused). Not together with ``resume``.
 
     The log (``log_path``; ``None``: none) is written before the first step, then at most every
-    ``log_every_s`` seconds as the run goes (rarer once the log is big: writing it takes at most
-    ``LOG_WRITE_SHARE`` of the run; 0: after every step) and at the end, through a temporary file renamed over it: a run
-    that is killed leaves its last whole log. ``status`` says how the run ended: ``running``,
+    ``log_every_s`` seconds as the run goes (0: after every step), when a checkpoint is kept and at
+    the end; each write renames a whole file over it (:class:`_RunLog`: it appends the new steps to
+    a twin of the log, ``.NAME.twin`` beside it while the run goes), so a run that is killed leaves
+    its last whole log, and a write costs the steps since the last writes, not the whole log. ``status`` says how the run ended: ``running``,
     ``completed``, ``stopped`` (a signal), ``failed`` (``error``: why) or ``interrupted`` (a second
     Ctrl-C, or a ``KeyboardInterrupt`` raised otherwise); ``steps_requested`` is ``steps``.
     Strict JSON: a non-finite loss is null. A non-finite loss at step k stops the run with a
@@ -1946,7 +2330,6 @@ def run_training(
         log.info("training %d steps, crop %d, batch %d, %s, fused=%s, compiled=%s, CUDA graphs=%s, source %s", steps,
                  crop_size, batch_size, dev, fused, compile, cuda_graphs, source)  # fmt: skip
 
-        records: list[dict[str, Any]] = []  # this run's steps (the log's "steps" also holds the carried ones)
         doc: dict[str, Any] = {
             "source": source, "device": str(dev), "fused": fused, "crop_size": crop_size, "max_atoms": max_atoms,
             **(data_settings if client else dict.fromkeys(data_settings)), "batch_size": batch_size,
@@ -1962,7 +2345,7 @@ def run_training(
             "segments": [*carried_segments, {"start_step": first_step, **_code_identity()}],
             "featurizer_versions": src.featurizer_versions,
             "gpu": torch.cuda.get_device_name(dev) if cuda else None, "status": "running", "stop_signal": None,
-            "error": None, "fields": LOG_FIELDS, "steps": list(carried),
+            "error": None, "fields": LOG_FIELDS,
         }  # fmt: skip
         meta = {"model_config": cfg.to_dict(), "source": source, "seed": seed, "crop_size": crop_size,
                 "batch_size": batch_size, "world_size": ranks.world, "lr": lr, "clip_grad_norm": clip_grad_norm, "fused": fused,
@@ -1973,7 +2356,9 @@ def run_training(
         feed = _Feed(
             src.batches, lambda raw: _prepare(raw, dev, pad_multiple, crop_size, cuda_graphs), src.state
         )
-        runlog = _RunLog(log_file, doc, log_every_s)
+        # the records: in the log (and its summary), not in memory (review R34a s48 #1)
+        runlog = _RunLog(log_file, doc, log_every_s, carried, keep_steps=return_steps)
+        carried = []
         saved_at = first_step  # the steps done of the last checkpoint kept (the resumed one's: the start)
         kept_here = 0  # checkpoints this run kept
         # A checkpoint due after step k is written beside its path (``_staged_path``) and moved into
@@ -2089,7 +2474,7 @@ def run_training(
             refusal at the first contact gets."""
             if isinstance(cause, LoaderError) and cause.error_class == "AuthenticationError":
                 cause = LoaderError(f"{_first_line(cause)}; {_token_advice(token)}", cause.error_class)
-            done = first_step + len(records)
+            done = first_step + runlog.added
             commit()  # the run ends here: no next loss will vouch for it
             if checkpoint is None or done == first_step:
                 return cause
@@ -2195,8 +2580,7 @@ def run_training(
                         "reorder_depth": _int_list(raw.get("reorder_depth")),
                         "skipped": len(raw.get("skipped") or []),
                     }  # fmt: skip
-                    records.append(rec)
-                    doc["steps"].append(rec)
+                    runlog.add(rec)
                     if skip_reason is None:
                         log.info("step %d  loss %.4f  grad norm %.4g%s  step %.3fs  data wait %.3fs (exposed %.3fs)  "
                                  "tokens %d  pairs %d", step, loss_value, norm_value,
@@ -2241,14 +2625,13 @@ def run_training(
                         break
                     if not prefetch and not last:
                         pending = _fetch(feed)
-                done = first_step + len(records)
+                done = first_step + runlog.added
                 commit()  # the run ends here: no next loss will vouch for it
                 if checkpoint is not None and saved_at < done:  # the source ended early, or a signal came
                     save(done, position, vouched=True)
             if ranks.world > 1:  # once per run, not a collective per step: every rank's tokens
-                per_rank = ranks.gather([r["tokens"] for r in records])
-                for i, rec in enumerate(records):
-                    rec["world_tokens"] = sum(counts[i] for counts in per_rank)
+                per_rank = ranks.gather(runlog.this_run_tokens())
+                runlog.world_tokens([sum(counts) for counts in zip(*per_rank, strict=True)])
             status = "stopped" if stopped and done < steps else "completed"
         except _StoppedBeforeStart:  # (while the first log was written: a log of no steps, stopped)
             status = "stopped"
@@ -2276,7 +2659,7 @@ def run_training(
             doc["status"] = status
             if stop.received is not None:
                 doc["stop_signal"] = signal.Signals(stop.received).name
-            runlog.finish(raise_errors=status in ("completed", "stopped"))
+            runlog.finish(raise_errors=status in ("completed", "stopped"), keep_steps=return_steps)
             log.debug("log %s: %d writes, %.3f s in all", log_file, runlog.writes, runlog.write_s)
     except _StoppedBeforeStart:
         stopped_before_start = True
@@ -2449,46 +2832,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     (``world_tokens_per_s``: the tokens of all ranks' steps over this rank's wall time);
     ``median_tokens_per_s`` is the steady-state rate; ``slow_steps`` lists the steps (0-based) that
     took more than ``SLOW_STEP_FACTOR`` median steps, which explains a gap between the two."""
-    if not records:
-        return {"steps": 0}
-    timed = records[WARMUP_STEPS:] or records
-    median_step = statistics.median(r["step_time_s"] for r in timed)
-    total = sum(r["step_time_s"] for r in timed)
-    wait = sum(r["data_wait_s"] for r in timed)
-    exposed = sum(r.get("exposed_data_wait_s", r["data_wait_s"]) for r in timed)
-    peaks = [r["peak_mem_bytes"] for r in records if r["peak_mem_bytes"] is not None]
-    losses = [r["loss"] for r in records if r.get("loss") is not None]
-    clipped = [bool(r["clipped"]) for r in records if r.get("clipped") is not None]
-    world_tokens = [r.get("world_tokens", r["tokens"]) for r in timed]
-    return {
-        "steps": len(records),
-        "warmup_steps_excluded": len(records) - len(timed),
-        "median_step_time_s": median_step,
-        "median_compute_s": statistics.median(r["compute_s"] for r in timed),
-        "median_data_wait_s": statistics.median(r["data_wait_s"] for r in timed),
-        "data_wait_fraction": exposed / total if total > 0 else 0.0,
-        "loader_wait_fraction": wait / total if total > 0 else 0.0,
-        "peak_mem_bytes": max(peaks) if peaks else None,
-        # of the steps that trained (a skipped step's loss is null, not a loss of 0)
-        "first_loss": losses[0] if losses else None,
-        "last_loss": losses[-1] if losses else None,
-        "skipped_steps": sum(1 for r in records if r.get("skip_reason")),
-        # the share of the trained steps whose gradient norm was above clip_grad_norm (None: no such
-        # step, or a log older than the records' "clipped")
-        "clipped_fraction": sum(clipped) / len(clipped) if clipped else None,
-        "tokens_per_s": sum(r["tokens"] for r in timed) / total if total > 0 else None,
-        # every rank's tokens over this rank's wall time (None when a run of several ranks stopped
-        # before the ranks exchanged their counts)
-        "world_tokens_per_s": sum(world_tokens) / total if total > 0 and None not in world_tokens else None,
-        "median_tokens_per_s": statistics.median(r["tokens"] / r["step_time_s"] for r in timed)
-        if all(r["step_time_s"] > 0 for r in timed)
-        else None,
-        "slow_steps": [
-            i
-            for i, r in enumerate(timed, start=len(records) - len(timed))
-            if r["step_time_s"] > SLOW_STEP_FACTOR * median_step
-        ],
-    }
+    summary = _Summary()
+    for r in records:
+        summary.add(r)
+    return summary.result()
 
 
 #: the options of a run (log key, train option) a resume is refused without when they differ from
