@@ -113,9 +113,10 @@ def test_hung_thread_is_abandoned_at_its_deadline_and_work_goes_on() -> None:
 def test_process_pool_kills_a_hung_worker_and_survives_a_crash() -> None:
     items = [(0, ("ok", 0.0)), (1, ("sleep", 120.0)), (2, ("exit", 0.0)), (3, ("raise", 3.0))]
     items += [(i, ("ok", 0.0)) for i in range(4, 10)]
-    # the deadline leaves room for a replacement worker process to start on a loaded machine
-    # (item 3 runs on the process that replaces the one item 2 killed)
-    rf = ReadyFirst(_job, pool="process", workers=2, window=8, deadline_s=8.0)
+    # item 3 runs on the process that replaces the one item 2 killed: its start-up is not charged to
+    # the item's deadline (a worker takes items once it is up: test_a_process_workers_start_up_is_not_
+    # charged_to_its_items_deadline), so the deadline only bounds the hung item 1 (8 s before that)
+    rf = ReadyFirst(_job, pool="process", workers=2, window=8, deadline_s=3.0)
     try:
         outs = list(rf.run(items))
         pool = rf._pool
