@@ -1183,6 +1183,16 @@ def train(
     checkpoint_every: Annotated[
         int | None, typer.Option("--checkpoint-every", help="Steps between checkpoints (needs --checkpoint).")
     ] = None,
+    keep_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-checkpoints",
+            help="With a '{step}' --checkpoint: keep the last N checkpoints this run wrote, deleting the "
+            "oldest after each new one is kept (the log's checkpoints mark them deleted). Never deletes a "
+            "file this run did not write: an earlier run's, the --resume or --init-from checkpoint. "
+            "Refused (exit 2) below 1 or without '{step}'.",
+        ),
+    ] = None,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -1267,7 +1277,7 @@ stderr says how to continue).
             init_from=init_from, before_signal=on_signal, service_wait=service_wait if url is not None else None,
             weighting=weighting, crop_weights=weights, max_msa_rows=max_msa_rows, pair_msa=pair_msa,
             crop_whole_groups=crop_whole_groups, in_order=in_order,
-            return_steps=False,  # (the summary line needs the last record: a long run's are not read back)
+            return_steps=False, keep_checkpoints=keep_checkpoints,  # (the summary line needs the last record: a long run's are not read back)
         )  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc

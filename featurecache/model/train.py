@@ -1261,6 +1261,42 @@ def _check_init_kept(init_from: str | Path, template: str | Path, every: int | N
             )
 
 
+def _check_keep_checkpoints(keep: int | None, checkpoint: str | Path | None) -> None:
+    """``--keep-checkpoints`` needs at least 1 and a ``{step}`` checkpoint template (review R34a s48 #3)."""
+    if keep is None:
+        return
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise UsageError(f"--keep-checkpoints must be ≥ 1; got {keep}")
+    if checkpoint is None or "{step}" not in str(checkpoint):
+        given = (
+            f"--checkpoint {checkpoint} has no {{step}}"
+            if checkpoint is not None
+            else "no --checkpoint given"
+        )
+        raise UsageError(
+            f"--keep-checkpoints needs a --checkpoint with {{step}} in its name, one file per checkpoint ({given}; "
+            "without {step} each checkpoint replaces the last)"
+        )
+
+
+def _delete_checkpoint(entry: dict[str, Any], sources: tuple[str | Path | None, ...]) -> None:
+    """Delete the checkpoint of the log's ``entry`` (one this run wrote, beyond --keep-checkpoints)
+    and mark it ``deleted``; never one of ``sources`` (the --resume / --init-from file)."""
+    path = Path(entry["path"])
+    for source in sources:
+        if source is not None:
+            with contextlib.suppress(OSError):
+                if os.path.samefile(path, source):
+                    return
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("--keep-checkpoints: cannot delete %s: %s", path, exc.strerror or exc)
+        return
+    entry["deleted"] = True
+    log.info("deleted the checkpoint %s (--keep-checkpoints: older than the last ones kept)", path)
+
+
 def _warn_pending(template: str | Path | None, resume: str | Path | None) -> None:
     """Warn about staged checkpoints (``.NAME.pending``) beside ``template``'s paths or the resumed
     one: a run that was killed (SIGKILL, OOM) between staging a checkpoint and moving it into place
@@ -2038,6 +2074,7 @@ def run_training(
     crop_whole_groups: bool = DEFAULT_CROP_WHOLE_GROUPS,
     in_order: bool = False,
     return_steps: bool = True,
+    keep_checkpoints: int | None = None,
 ) -> dict[str, Any]:
     """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it (its ``steps``
     read back at the end; ``return_steps`` False: the last record only, e.g. for a long run's summary
@@ -2097,6 +2134,9 @@ def run_training(
     ``checkpoint``: write a checkpoint (:func:`save_checkpoint`) there every ``checkpoint_every``
     steps and at the end of the run (``checkpoint_every`` None: only at the end); ``{step}`` in the
     path is replaced by the number of steps done, otherwise each checkpoint replaces the last.
+    ``keep_checkpoints`` (with ``{step}`` only): after each checkpoint is kept, delete the oldest
+    ones this run wrote beyond that many (the log's ``checkpoints`` mark them ``deleted``); never a
+    file it did not write (an earlier run's, the ``resume`` or ``init_from`` source).
     ``resume``: start from a checkpoint: its model config (a different ``config`` is refused),
     parameters, optimizer state and data position; ``steps`` counts the checkpoint's steps too, and
     the log's step numbers continue from them. ``lr`` and ``clip_grad_norm`` apply from the resumed
@@ -2189,6 +2229,7 @@ def run_training(
         store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
         checkpoint_every, log_every_s, seed, workers, clip_grad_norm,
     )  # fmt: skip
+    _check_keep_checkpoints(keep_checkpoints, checkpoint)
     data_settings = _check_data_options(weighting, crop_weights, max_msa_rows, pair_msa, crop_whole_groups)
     client = batches is None and (store is not None or url is not None)  # (synthetic batches have none)
     if fused and dev.type != "cuda":
@@ -2341,6 +2382,7 @@ def run_training(
             "start_step": first_step, "steps_requested": steps, "steps_from_earlier_log": len(carried),
             "checkpoints": carried_checkpoints,
             "checkpoint": str(checkpoint) if checkpoint is not None else None, "checkpoint_every": checkpoint_every,
+            "keep_checkpoints": keep_checkpoints,
             "world_size": ranks.world, "rank": ranks.rank, **_code_identity(), "torch": torch.__version__,
             "segments": [*carried_segments, {"start_step": first_step, **_code_identity()}],
             "featurizer_versions": src.featurizer_versions,
@@ -2361,6 +2403,7 @@ def run_training(
         carried = []
         saved_at = first_step  # the steps done of the last checkpoint kept (the resumed one's: the start)
         kept_here = 0  # checkpoints this run kept
+        written_here: list[dict[str, Any]] = []  # (--keep-checkpoints) the log's entries of those not deleted
         # A checkpoint due after step k is written beside its path (``_staged_path``) and moved into
         # place once step k+1's loss, computed on its parameters, is finite (or the run ends first):
         # the loss of step k+1 is the first sign that the update of step k diverged, and a checkpoint
@@ -2400,8 +2443,13 @@ def run_training(
 
         def keep(done: int, path: Path) -> None:
             nonlocal saved_at, kept_here
-            doc["checkpoints"].append({"step": done, "path": str(path)})
+            entry = {"step": done, "path": str(path)}
+            doc["checkpoints"].append(entry)
             saved_at, kept_here = done, kept_here + 1
+            if keep_checkpoints is not None and ranks.rank == 0:
+                written_here.append(entry)
+                while len(written_here) > keep_checkpoints:
+                    _delete_checkpoint(written_here.pop(0), (resume, init_from))
             runlog.now()  # the log never lags behind a checkpoint (it did by up to log_every_s of steps)
 
         def commit() -> None:
@@ -2894,6 +2942,8 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
         args.append(f"--checkpoint {shlex.quote(doc['checkpoint'])}")
         if isinstance(doc.get("checkpoint_every"), int):
             args.append(f"--checkpoint-every {doc['checkpoint_every']}")
+        if isinstance(doc.get("keep_checkpoints"), int):
+            args.append(f"--keep-checkpoints {doc['keep_checkpoints']}")
     if world > 1:  # on as many ranks: on fewer or more the global batch would change (refused)
         return f"torchrun --nproc-per-node {world} -m featurecache.cli train {' '.join(args)}"
     return " ".join(args)
