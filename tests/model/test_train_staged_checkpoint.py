@@ -97,10 +97,11 @@ _CHILD = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     from featurecache.model.batches import synthetic_batch
+    from featurecache.model.config import ModelConfig
     from featurecache.model.train import run_training
-    from tests.model.test_trunk import TINY
 
     ck, how = sys.argv[1], sys.argv[2]
+    TINY = ModelConfig.from_json(sys.argv[3])  # tests.model.test_trunk's (importing it costs ~1 s)
 
     def stream():
         rng = np.random.default_rng(0)
@@ -119,7 +120,8 @@ _CHILD = textwrap.dedent(
 
 
 def _child(tmp_path: Path, how: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "ck.pt"), how], cwd=ROOT,
+    cfg = json.dumps(TINY.to_dict())
+    return subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "ck.pt"), how, cfg], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
