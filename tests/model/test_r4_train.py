@@ -16,7 +16,7 @@ import pytest
 
 from featurecache.errors import AuthenticationError
 from featurecache.model.train import run_training
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_in_process
 from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
 
@@ -31,8 +31,9 @@ def test_train_refuses_a_store_whose_first_build_has_not_finished(tmp_path: Path
     from tests.client.test_r4_unfinished_store import killed_first_build
 
     store = killed_first_build(tmp_path / "store")
-    run = _train("--store", str(store), "--device", "cpu", "--steps", "1", "--crop", "32", "--log",
-                 str(tmp_path / "log.json"))  # fmt: skip
+    # refused before it trains: in this process (tests.conftest; a process of its own costs ~3 s)
+    run = cli_in_process("train", "--store", str(store), "--device", "cpu", "--steps", "1", "--crop", "32",
+                         "--log", str(tmp_path / "log.json"))  # fmt: skip
     said = " ".join(run.stderr.split())
     assert run.returncode == 3, (run.returncode, run.stderr[-3000:])
     assert f"error: {store}: its first build has not finished" in said, said[-3000:]
