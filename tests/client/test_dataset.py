@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,26 +22,38 @@ EPOCH = 40  # samples per epoch (8 entries, cycled through further permutations)
 
 
 class Delay:
-    """Sample hook: position → extra seconds (slow samples get overtaken)."""
+    """Sample hook: position → extra seconds (slow samples get overtaken); position ``held`` waits
+    until ``release`` is set (at most 60 s)."""
 
-    def __init__(self, delays: dict[int, float]) -> None:
-        self.delays = delays
+    def __init__(
+        self, delays: dict[int, float], held: int | None = None, release: threading.Event | None = None
+    ) -> None:
+        self.delays, self.held, self.release = delays, held, release
 
     def __call__(self, key: SampleKey) -> None:
+        if key.position == self.held and self.release is not None:
+            self.release.wait(60.0)
         time.sleep(self.delays.get(key.position, 0.0))
 
 
 class Faults:
-    """Sample hook: ``raise_at`` raises, ``hang_at`` sleeps ``hang_s`` (past any test deadline)."""
+    """Sample hook: ``raise_at`` raises, ``hang_at`` sleeps ``hang_s`` (past any test deadline), or
+    until ``release`` is set (a test in this process sets it once the hung sample was skipped, so
+    that the dataset's close does not wait out the rest of the hang)."""
 
-    def __init__(self, raise_at: int, hang_at: int, hang_s: float) -> None:
-        self.raise_at, self.hang_at, self.hang_s = raise_at, hang_at, hang_s
+    def __init__(
+        self, raise_at: int, hang_at: int, hang_s: float, release: threading.Event | None = None
+    ) -> None:
+        self.raise_at, self.hang_at, self.hang_s, self.release = raise_at, hang_at, hang_s, release
 
     def __call__(self, key: SampleKey) -> None:
         if key.position == self.raise_at:
             raise RuntimeError(f"injected failure at {key.position}")
         if key.position == self.hang_at:
-            time.sleep(self.hang_s)
+            if self.release is not None:
+                self.release.wait(self.hang_s)
+            else:
+                time.sleep(self.hang_s)
 
 
 def _dataset(store: Path | str, **kw: Any) -> FeatureDataset:
@@ -135,11 +148,15 @@ def test_same_seed_reproduces_the_sample_exactly(client_store: Path) -> None:
 
 # ------------------------------------------------------------------------------------- resume
 def test_resume_is_exact_with_out_of_order_yielding(client_store: Path) -> None:
-    # 12 is still running when the state is taken: 13 and 14 have overtaken it
-    ds = _dataset(client_store, workers=3, window=4, sample_hook=Delay({1: 0.3, 2: 0.3, 12: 2.5}))
+    # 12 is still running when the state is taken: 13 and 14 have overtaken it (12 is held until
+    # then, where it slept 2.5 s before)
+    release = threading.Event()
+    ds = _dataset(client_store, workers=3, window=4,
+                  sample_hook=Delay({1: 0.3, 2: 0.3}, held=12, release=release))  # fmt: skip
     it = ds.__iter__()
     before = [next(it) for _ in range(14)]
     state = ds.state_dict()
+    release.set()
     it.close()
     ds.close()
     got_before = [s["position"] for s in before]
@@ -217,8 +234,11 @@ def test_a_stopped_iteration_continues_its_epoch(client_store: Path) -> None:
 def test_failing_and_hanging_samples_are_skipped_and_counted(client_store: Path) -> None:
     # deadline 2.5 s against a 6 s hang: at 1.0 s a loaded machine (a CI rehearsal beside other test
     # runs) took over a second to raise the failing sample, which then counted as a deadline skip
-    ds = _dataset(client_store, deadline_s=2.5, sample_hook=Faults(raise_at=3, hang_at=5, hang_s=6.0))
+    release = threading.Event()  # set once the pass ended: the hung sample was skipped by then
+    ds = _dataset(client_store, deadline_s=2.5, sample_hook=Faults(raise_at=3, hang_at=5, hang_s=6.0,
+                                                                   release=release))  # fmt: skip
     got = [s["position"] for s in ds]
+    release.set()
     ds.close()
     assert sorted(got) == [p for p in range(EPOCH) if p not in (3, 5)]
     summary = ds.stats.summary()
