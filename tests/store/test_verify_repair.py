@@ -13,6 +13,7 @@ real OpenFold MSAs, damaged on disk as a bad disk or copy does it; real CLI runs
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -58,15 +59,27 @@ def _build(store: Path, pdb: Path, msa: Path):  # type: ignore[no-untyped-def]
     return build_store(store, pdb, workers=1, msa_dir=msa, part_size=1)
 
 
-@pytest.fixture
-def stores(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
-    """(store, reference, pdb, msa): two stores built alike from the same files; the first is damaged."""
-    pdb, msa = _inputs(tmp_path)
-    store, ref = tmp_path / "s", tmp_path / "ref"
-    assert _build(store, pdb, msa).n_failed == 0
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh build of :func:`_inputs` (the same files, in a directory of its own): the reference the
+    tests compare their repaired stores with. Read only: built once for the module (each test built
+    its own before, identical: entry arrays and MSAs do not depend on where the inputs lie)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    pdb, msa = _inputs(tmp)
+    ref = tmp / "ref"
     assert _build(ref, pdb, msa).n_failed == 0
+    assert verify_store(ref) == [] and featurecache.open_store(ref).ids == list(IDS)
+    return ref
+
+
+@pytest.fixture
+def stores(tmp_path: Path, reference: Path) -> tuple[Path, Path, Path, Path]:
+    """(store, reference, pdb, msa): a store built from the same files as the reference; it is damaged."""
+    pdb, msa = _inputs(tmp_path)
+    store = tmp_path / "s"
+    assert _build(store, pdb, msa).n_failed == 0
     assert verify_store(store) == [] and featurecache.open_store(store).ids == list(IDS)
-    return store, ref, pdb, msa
+    return store, reference, pdb, msa
 
 
 def _part_of(store: Path, entry_id: str) -> str:
@@ -301,12 +314,11 @@ def _component_keys(store: Path) -> list[str]:
 
 
 @pytest.fixture
-def two_builds(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+def two_builds(tmp_path: Path, reference: Path) -> tuple[Path, Path, Path, Path]:
     """(store, reference, pdb, msa): the store built from 1psm, then again once 2q2k was added (two
     component parts: the first holds the components 1psm uses); the reference in one build."""
     pdb, msa = _inputs(tmp_path)
-    store, ref = tmp_path / "s", tmp_path / "ref"
-    assert _build(ref, pdb, msa).n_failed == 0
+    store, ref = tmp_path / "s", reference
     later = tmp_path / "later"
     later.mkdir()
     shutil.move(pdb / "2q2k.cif", later)
@@ -374,6 +386,75 @@ def _index_bytes(store: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted((store / "index").iterdir()) if f.is_file()}
 
 
+#: run by :func:`_prunes_under_limits`: featurecache's CLI and the prune it runs imported once, then
+#: for each (limit, store) argument pair a forked process of it whose files are limited to that many
+#: bytes (RLIMIT_FSIZE) runs ``featurecache prune STORE --sources-gone PDB`` (the console script's
+#: ``app()``, as ``python -m featurecache.cli`` runs it), its stdout and stderr on pipes (a pipe is
+#: not a file the limit counts); one JSON line per run: [limit, exit status, stdout, stderr]
+_PRUNE_UNDER_LIMITS = """
+import json, os, resource, selectors, sys, threading, traceback
+from featurecache.cli import app
+import featurecache.store.prune  # what the prune command imports first: imported once, not per run
+assert threading.active_count() == 1  # nothing running that a fork would cut in two
+pdb, runs = sys.argv[1], sys.argv[2:]
+for fsize, store in zip(runs[::2], runs[1::2]):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), int(fsize)))
+        code = 1
+        try:
+            app(["prune", store, "--sources-gone", pdb], prog_name="featurecache")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # as the interpreter ends a process on an uncaught exception
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    got = {out_r: b"", err_r: b""}
+    sel = selectors.DefaultSelector()
+    for fd in got:
+        sel.register(fd, selectors.EVENT_READ)
+    while sel.get_map():
+        for key, _ in sel.select():
+            chunk = os.read(key.fd, 65536)
+            if chunk:
+                got[key.fd] += chunk
+            else:
+                sel.unregister(key.fd)
+                os.close(key.fd)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    print(json.dumps([int(fsize), status, got[out_r].decode(), got[err_r].decode()]), flush=True)
+"""
+
+
+def _prunes_under_limits(copies: dict[int, Path], pdb: Path) -> dict[int, subprocess.CompletedProcess[str]]:
+    """``featurecache prune COPY --sources-gone PDB`` for each limit -> copy of ``copies``, each in a
+    process of its own whose files are limited to that many bytes (RLIMIT_FSIZE): processes forked
+    by one Python process that imported the CLI once (:data:`_PRUNE_UNDER_LIMITS`), not one Python
+    started per limit (~1-2 s of imports each)."""
+    args = [str(pdb), *(str(a) for fsize, copy in copies.items() for a in (fsize, copy))]
+    done = subprocess.run([sys.executable, "-c", _PRUNE_UNDER_LIMITS, *args], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = {}
+    for line in done.stdout.splitlines():
+        fsize, status, out, err = json.loads(line)
+        runs[fsize] = subprocess.CompletedProcess(["featurecache", "prune"], status, out, err)
+    assert runs.keys() == copies.keys(), (runs.keys(), done.stderr)
+    return runs
+
+
 def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
     stores: tuple[Path, Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -385,8 +466,6 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
     removal; measured by the same prune without a limit), so that each stops one of the index's
     writes, and the smallest size, which stops the part's own write. Every size of the index's files
     (until session 28) ran 7 limits that all stopped the part's first file."""
-    import resource
-
     store, _ref, pdb, _msa = stores
     (pdb / "2q2k.cif").unlink()
     before = _index_bytes(store)
@@ -404,15 +483,12 @@ def test_a_prune_whose_index_write_fails_puts_the_index_back_exactly(
     assert sizes[0] <= part_max and len(limits) > 1, (sizes, part_max)  # both kinds of write are stopped
     failed = 0
     stopped = set()
-    for fsize in limits:
-        copy = tmp_path / f"t{fsize}"
+    copies = {fsize: tmp_path / f"t{fsize}" for fsize in limits}
+    for copy in copies.values():
         shutil.copytree(store, copy, symlinks=True)
-
-        def limit(n: int = fsize) -> None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
-
-        r = subprocess.run([sys.executable, "-m", "featurecache.cli", "prune", str(copy), "--sources-gone", str(pdb)],
-                           capture_output=True, text=True, preexec_fn=limit, timeout=300, check=False)  # fmt: skip
+    runs = _prunes_under_limits(copies, pdb)
+    for fsize, copy in copies.items():
+        r = runs[fsize]
         out = r.stdout + r.stderr
         assert "Traceback" not in out, out
         if r.returncode == 0:
@@ -450,10 +526,11 @@ def test_the_printed_commands_keep_the_stores_options_and_quote_paths(tmp_path: 
     store, ref = tmp_path / "my store", tmp_path / "ref"
 
     def build(out: Path) -> None:
-        # the store and the reference: on the session's 1-worker cluster (tests/clusters.py), which
-        # saves a cluster start each; the printed commands below run as printed
-        r = _cli_process("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1),
-                         "--part-size", "1", "--msa-depth", "16", "--keep-cryst-aids", "--no-progress")  # fmt: skip
+        # the store and the reference: the CLI in this process (tests/conftest.py) on the session's
+        # 1-worker cluster (tests/clusters.py), which saves a process and a cluster start each; the
+        # printed commands below run as printed, the build in a process of its own
+        r = _cli("build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", out, *scheduler_args(1),
+                 "--part-size", "1", "--msa-depth", "16", "--keep-cryst-aids", "--no-progress")  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
 
     build(store)
