@@ -20,9 +20,11 @@ from tests.clusters import scheduler_args
 from tests.conftest import SAMPLES, CliRun, cli_in_process, featurecache_at
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+def _cli(*args: str | Path) -> CliRun:
+    """A build on the session's 1-worker cluster (``scheduler_args``): the same CLI, in this process
+    (tests/conftest.py; a build on an external cluster leaves no thread or process running), which
+    saves a Python process start each (the imports of the CLI, Dask and RDKit)."""
+    return cli_in_process(*map(str, args))
 
 
 def _refused(*args: str | Path) -> CliRun:
@@ -85,7 +87,7 @@ def test_what_the_directory_was_built_with_decides_not_the_latest_build(tmp_path
     shutil.copy(SAMPLES / "structures" / "1psm.cif", b)
     store = tmp_path / "store"
 
-    def build(pdb: Path, *settings: str | Path) -> subprocess.CompletedProcess[str]:
+    def build(pdb: Path, *settings: str | Path) -> CliRun:
         return _cli("build", "--pdb-dir", pdb, "--out", store, *scheduler_args(1), "--no-progress", *settings)
 
     first = build(a, "--ccd", SAMPLES / "ccd", "--keep-cryst-aids", "--conformer-timeout", "60")
@@ -133,7 +135,7 @@ def test_a_directory_built_before_parts_recorded_settings_is_still_judged(tmp_pa
     )  # fmt: skip
     assert first.returncode == 0, first.stdout + first.stderr
 
-    def build(pdb: Path, *settings: str | Path) -> subprocess.CompletedProcess[str]:
+    def build(pdb: Path, *settings: str | Path) -> CliRun:
         return _cli("build", "--pdb-dir", pdb, "--out", store, *scheduler_args(1), "--no-progress", *settings)
 
     other = build(b, "--no-ccd")
