@@ -13,10 +13,7 @@ real structures and MSAs of the corpus.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,7 @@ import pytest
 import featurecache
 from featurecache.store.layout import ENTRY_GROUPS
 from tests.clusters import scheduler_args
-from tests.conftest import MSAS, REPO, STRUCTURES, build_store
+from tests.conftest import MSAS, REPO, STRUCTURES, CliRun, build_store, cli_in_process
 
 CIFS = ("1psm.cif", "3zee.cif")
 #: real MSA-stage inputs: OpenFold alignments (a3m, sto, sto.gz), template hits (hmm_output.sto,
@@ -127,13 +124,14 @@ def test_msa_files_are_not_structure_inputs(tmp_path: Path, separate: Path, layo
     _assert_same_store(store, separate)
 
 
-def _cli_build(pdb_dir: Path, store: Path, msa_dir: Path | None) -> subprocess.CompletedProcess[str]:
+def _cli_build(pdb_dir: Path, store: Path, msa_dir: Path | None) -> CliRun:
+    """``featurecache build`` on the session's 1-worker cluster: the same CLI, in this process
+    (tests/conftest.py; a build on an external cluster leaves no thread or process running), which
+    saves a Python process start each (the imports of the CLI, Dask and RDKit)."""
     args = ["build", "--pdb-dir", str(pdb_dir), "--out", str(store), *scheduler_args(1), "--no-progress"]
     if msa_dir is not None:
         args += ["--msa-dir", str(msa_dir)]
-    env = {**os.environ, "COLUMNS": "2000"}
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=600)  # fmt: skip
+    return cli_in_process(*args, env={"COLUMNS": "2000"}, cwd=REPO)
 
 
 def test_same_dir_build_exits_0_and_a_stray_file_still_fails(tmp_path: Path) -> None:
