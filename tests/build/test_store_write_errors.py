@@ -11,7 +11,8 @@ real corpus files, one worker; the thresholds come from a reference build's own 
 builds that fail run on an embedded LocalCluster of their own (the limit must reach its workers;
 their logs are the CLI's stderr, checked for tracebacks); the builds that only make a store or
 complete it again (exit 0 asserted) run on the session's 1-worker cluster (tests/clusters.py),
-which saves a cluster start and shutdown each.
+which saves a cluster start and shutdown each, by the CLI in this process (as verify), which saves
+a Python process start.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pytest
 
 from featurecache.store.index import read_table
 from tests.clusters import scheduler_args
-from tests.conftest import MSAS, STRUCTURES, build_store
+from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process
 
 
 def _inputs(tmp: Path) -> tuple[Path, Path]:
@@ -46,7 +47,7 @@ def _build(
 ) -> subprocess.CompletedProcess[str]:
     """``featurecache build`` (1 worker) in a process of its own, its files limited to ``fsize`` bytes;
     ``shared``: on the session's 1-worker cluster (``--scheduler``) instead of an embedded one (which
-    the limit would not reach)."""
+    the limit would not reach), by the CLI in this process (tests/conftest.cli_in_process)."""
     assert not (shared and fsize is not None), "the limit must reach the build's workers"
 
     def limit() -> None:
@@ -56,6 +57,9 @@ def _build(
     cluster = scheduler_args(1) if shared else ["--workers", "1"]
     args = ["build", "--pdb-dir", str(pdb), *(["--msa-dir", str(msa)] if msa else []), "--out", str(out),
             *cluster, "--no-progress"]  # fmt: skip
+    if shared:  # no limit, no cluster of its own: the same CLI in this process saves a Python start
+        run = cli_in_process(*args)
+        return subprocess.CompletedProcess(args, run.returncode, run.stdout, run.stderr)
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           preexec_fn=limit, timeout=300)  # fmt: skip
 
@@ -92,8 +96,7 @@ def _no_failures(store: Path) -> None:
 def _rerun_completes(pdb: Path, msa: Path | None, store: Path, ref: Path) -> None:
     again = _build(pdb, msa, store, shared=True)
     assert again.returncode == 0, again.stderr
-    verify = subprocess.run([sys.executable, "-m", "featurecache.cli", "verify", str(store)], capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    verify = cli_in_process("verify", str(store))  # the CLI, in this process
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert _hashes(store, "entries") == _hashes(ref, "entries")
     if msa is not None:
