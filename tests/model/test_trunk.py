@@ -118,34 +118,6 @@ def test_reference_trunk_learns_a_fixed_batch() -> None:
     assert zero == ["embed.bond"], zero
 
 
-def test_fused_trunk_matches_reference_trunk() -> None:
-    """The whole fused path (every kernel, forward and backward) against the torch references."""
-    torch.manual_seed(0)
-    fused = Trunk(TINY, fused=True).to(KERNEL_DEVICE)
-    assert reinit_zeroed_linears(fused) == 6 * TINY.n_blocks + 1  # else only the head's gradients compare
-    ref = Trunk(TINY, fused=False).to(KERNEL_DEVICE)
-    ref.load_state_dict(fused.state_dict())
-    raw = synthetic_batch(np.random.default_rng(3), 2, 11, msa_rows=3, full=False)
-    batch = {k: raw[k].to(KERNEL_DEVICE) for k in MODEL_INPUT_KEYS}
-    assert not bool(batch["token_mask"].all())  # padding present
-    lf, lr = fused.loss(batch), ref.loss(batch)
-    assert abs(float(lf.detach()) - float(lr.detach())) < 1e-4 * abs(float(lr.detach()))
-    lf.backward()
-    lr.backward()
-    # some gradients are exactly 0 in exact arithmetic (a bias shared by all keys of a softmax):
-    # both sides are then rounding noise, so the tolerance has a floor relative to the largest one
-    scale = max(float(p.grad.norm()) for p in ref.parameters() if p.grad is not None)
-    for (name, pf), pr in zip(fused.named_parameters(), ref.parameters(), strict=True):
-        assert pf.grad is not None and pr.grad is not None, name
-        diff = float((pf.grad - pr.grad).norm())
-        assert diff <= 1e-3 * float(pr.grad.norm()) + 1e-6 * scale, (name, diff, float(pr.grad.norm()))
-    # what is compared is not zeros: the residual branches' outputs (zero-initialised in a fresh trunk)
-    # and the relative-position tables have gradients of the loss's scale
-    reached = [out.weight.grad for block in ref.blocks for out in block.residual_outputs()]
-    reached += [ref.embed.rel_res.weight.grad, ref.embed.rel_token.weight.grad]
-    assert scale > 0 and all(g is not None and float(g.norm()) > 1e-3 * scale for g in reached)
-
-
 @pytest.mark.parametrize("heads", [1, 3, 4, 8, 17])
 def test_attention_projections_keep_row_strides_a_multiple_of_16(heads: int) -> None:
     """q, k, v are views of one projection: its width must keep their row stride a multiple of 16
@@ -227,13 +199,41 @@ def test_pad_msa_rows_pads_to_a_power_of_two_like_collate() -> None:
         pad_msa_rows(raw, min_rows=0)
 
 
+def _compare_with_reference(fused: Trunk, batch: dict[str, torch.Tensor], lf: float) -> None:
+    """The whole fused path (every kernel, forward and backward) against the torch references: a
+    reference trunk of the fused one's parameters, the loss and every gradient on ``batch`` (the
+    fused trunk's loss on that batch is ``lf``, its gradients are in its ``.grad``)."""
+    ref = Trunk(TINY, fused=False).to(next(fused.parameters()).device)
+    ref.load_state_dict(fused.state_dict())
+    assert not bool(batch["token_mask"].all())  # padding present
+    lr = ref.loss(batch)
+    assert abs(lf - float(lr.detach())) < 1e-4 * abs(float(lr.detach()))
+    lr.backward()
+    # some gradients are exactly 0 in exact arithmetic (a bias shared by all keys of a softmax):
+    # both sides are then rounding noise, so the tolerance has a floor relative to the largest one
+    scale = max(float(p.grad.norm()) for p in ref.parameters() if p.grad is not None)
+    for (name, pf), pr in zip(fused.named_parameters(), ref.parameters(), strict=True):
+        assert pf.grad is not None and pr.grad is not None, name
+        diff = float((pf.grad - pr.grad).norm())
+        assert diff <= 1e-3 * float(pr.grad.norm()) + 1e-6 * scale, (name, diff, float(pr.grad.norm()))
+    # what is compared is not zeros: the residual branches' outputs (zero-initialised in a fresh trunk)
+    # and the relative-position tables have gradients of the loss's scale
+    reached = [out.weight.grad for block in ref.blocks for out in block.residual_outputs()]
+    reached += [ref.embed.rel_res.weight.grad, ref.embed.rel_token.weight.grad]
+    assert scale > 0 and all(g is not None and float(g.norm()) > 1e-3 * scale for g in reached)
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
 def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool) -> None:
     """Padded tokens are masked everywhere, so padding N (what ``run_training`` does on CUDA to
-    keep one compiled kernel per op) must not change the loss or any parameter gradient."""
+    keep one compiled kernel per op) must not change the loss or any parameter gradient. The fused
+    trunk's unpadded step is also compared with the reference trunk's (_compare_with_reference:
+    test_fused_trunk_matches_reference_trunk, merged here, built the same fused trunk for it; one
+    fused step under the interpreter fewer)."""
     torch.manual_seed(0)
     model = Trunk(TINY, fused=fused).to(KERNEL_DEVICE if fused else "cpu")
-    reinit_zeroed_linears(model)  # else the gradients compared are the head's alone
+    # else the gradients compared are the head's alone
+    assert reinit_zeroed_linears(model) == 6 * TINY.n_blocks + 1
     dev = next(model.parameters()).device
     # two samples of 6 and 3 tokens: padded within the batch to 6, then to 8 (fewer rows of the
     # triangle kernels than 13 tokens → 16 for the Triton interpreter to step through)
@@ -248,6 +248,8 @@ def test_padding_the_token_axis_leaves_loss_and_gradients_unchanged(fused: bool)
         loss.backward()
         losses.append(float(loss.detach()))
         grads.append([p.grad.clone() for p in model.parameters()])
+        if fused and len(grads) == 1:
+            _compare_with_reference(model, b, losses[0])
     assert pad_tokens(batch, 8)["token_mask"].shape[1] > batch["token_mask"].shape[1]
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert losses[2] == pytest.approx(losses[0], rel=1e-5)  # and the MSA rows padded to 16
