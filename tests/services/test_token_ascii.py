@@ -5,7 +5,9 @@ A header value is bytes, and the same token becomes different bytes on different
 curl sends the terminal's UTF-8, a proxy or server may read latin-1. So ``featurecache serve``
 refuses it at startup (``--token``: exit 2, a usage error; the variable and the file: exit 3, as for
 a token with whitespace inside), and ``LookupClient`` refuses it when it is made: one line naming
-where the token came from, never the token. Real ``featurecache serve`` processes, real files."""
+where the token came from, never the token. Real ``featurecache serve`` processes (for the
+reviewer's token; the other tokens' refusals, which come before serve starts any work, run the
+same command in this process: tests.conftest.cli_in_process), real files."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from featurecache.auth import clean_token, token_from_environment
 from featurecache.client.http import LookupClient
 from featurecache.errors import FeatureCacheError
 from services.lookup.server import free_port
+from tests.conftest import cli_in_process
 from tests.services.test_token_file import TOKEN_ENV, TOKEN_FILE_ENV, _outputs, _serve
 
 SECRET = "geheim"  # the ASCII part of every token here: it must never be shown
@@ -25,6 +28,8 @@ TOKENS = {
     "beyond latin-1": f"{SECRET}-пароль",
     "emoji": f"{SECRET}🔑",
 }
+#: the kind whose refusals run in real ``featurecache serve`` processes (the others: in this process)
+REAL_PROCESSES = "latin-1"
 
 
 def _one_error_line(out: str) -> str:
@@ -45,15 +50,26 @@ def test_serve_refuses_a_non_ascii_token_from_each_source(
         "variable": ({TOKEN_ENV: token}, (), TOKEN_ENV, 3),
         "file": ({TOKEN_FILE_ENV: str(token_file)}, (), f"{TOKEN_FILE_ENV}={token_file}", 3),
     }
-    procs = {
-        name: _serve(sample_store, free_port(), env, *args, workers=1)
-        for name, (env, args, _, _) in cases.items()
-    }
-    outs = _outputs(procs)  # before: each of them served (and no client could send the token)
-    for name, proc in procs.items():
+    if kind == REAL_PROCESSES:
+        procs = {
+            name: _serve(sample_store, free_port(), env, *args, workers=1)
+            for name, (env, args, _, _) in cases.items()
+        }
+        outs = _outputs(procs)  # before: each of them served (and no client could send the token)
+        returncodes = {name: proc.returncode for name, proc in procs.items()}
+    else:  # the same command line and settings, refused in this process (stdout, then stderr)
+        unset: dict[str, str | None] = {TOKEN_ENV: None, TOKEN_FILE_ENV: None}
+        serve = ("serve", str(sample_store), "--port", str(free_port()), "--workers", "1")
+        runs = {
+            name: cli_in_process(*serve, *args, env={**unset, **env})
+            for name, (env, args, _, _) in cases.items()
+        }
+        outs = {name: run.stdout + run.stderr for name, run in runs.items()}
+        returncodes = {name: run.returncode for name, run in runs.items()}
+    for name in cases:
         _, _, source, status = cases[name]
         out = outs[name]
-        assert proc.returncode == status, (name, proc.returncode, out[-3000:])
+        assert returncodes[name] == status, (name, returncodes[name], out[-3000:])
         line = _one_error_line(out)
         assert source in line and "non-ASCII" in line, (name, line)
         assert SECRET not in line.replace(str(tmp_path), ""), (name, line)  # the token is not shown
