@@ -22,7 +22,7 @@ import pytest
 
 import featurecache
 from featurecache.errors import StoreError
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import REPO, SAMPLES, CliRun, build_store, cli_in_process
 
 VENV_BIN = Path(sys.executable).parent
 DASK = str(VENV_BIN / "dask")
@@ -121,12 +121,10 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
         yield c
 
 
-def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [str(VENV_BIN / "featurecache"), "build", *args, "--no-progress"],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+def _run_cli(args: list[str], cwd: Path) -> CliRun:
+    """``featurecache build ARGS`` on an external cluster: the CLI in this process (tests/conftest.py;
+    a build on an external cluster leaves no thread or process running), which saves a Python start."""
+    return cli_in_process("build", *args, "--no-progress", cwd=cwd)
 
 
 def test_relative_out_on_external_cluster_has_components(
