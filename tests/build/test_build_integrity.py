@@ -40,7 +40,8 @@ KEEP_AIDS = BuildConfig(keep_crystallization_aids=True)
 
 
 def _cli_in_process(*args: str) -> CliRun:
-    """``featurecache ARGS`` (info, verify, show): the real CLI, in this process (tests/conftest.py)."""
+    """``featurecache ARGS`` (info, verify, show; a build on the session's cluster, which leaves no
+    thread or process running): the real CLI, in this process (tests/conftest.py)."""
     return cli_in_process(*args, cwd=REPO)
 
 
@@ -129,9 +130,12 @@ def test_rerun_still_reports_failed_inputs(tmp_path: Path) -> None:
     (d / "gone.cif").symlink_to(tmp_path / "missing.cif")  # a broken link: an input listed as failed, unread
     out = tmp_path / "s"
     args = ("build", "--pdb-dir", str(d), "--out", str(out), "--workers", "1", "--no-progress")
-    # the first build on the session's 1-worker cluster (only its exit status and the store are
-    # checked); the second, whose stderr is checked for tracebacks, on an embedded one as a user's
-    first = _cli("build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress")
+    # the first build on the session's 1-worker cluster, by the CLI in this process (only its exit
+    # status and the store are checked); the second, whose stderr is checked for tracebacks, on an
+    # embedded one as a user's, in a process of its own
+    first = _cli_in_process(
+        "build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress"
+    )
     assert first.returncode == 1, first.stderr
     store = featurecache.open_store(out)
     failed = dict(zip(store.failures.column("path").to_pylist(), store.failures.column("stage").to_pylist(),
@@ -154,9 +158,9 @@ def test_a_symlink_loop_is_a_failed_input_not_a_crash(tmp_path: Path) -> None:
     (d / "a.cif").symlink_to("b.cif")
     (d / "b.cif").symlink_to("a.cif")
     out = d / "store"
-    # on the session's 1-worker cluster: the links are met by the driver's discovery and the
-    # worker's read, not by the embedded cluster's start or shutdown
-    r = _cli("build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress")
+    # on the session's 1-worker cluster, by the CLI in this process: the links are met by the
+    # driver's discovery and the worker's read, not by the embedded cluster's start or shutdown
+    r = _cli_in_process("build", "--pdb-dir", str(d), "--out", str(out), *scheduler_args(1), "--no-progress")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     store = featurecache.open_store(out)
     assert store.ids == ["1psm"]
