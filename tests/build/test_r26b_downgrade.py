@@ -20,7 +20,7 @@ from featurecache.build.run import run_build
 from featurecache.const import FEATURIZER_VERSION
 from featurecache.errors import UsageError
 from tests.clusters import scheduler_args, shared_scheduler
-from tests.conftest import REPO, SAMPLES, store_snapshot
+from tests.conftest import REPO, SAMPLES, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
 
@@ -55,9 +55,9 @@ def test_an_older_build_refuses_to_downgrade_a_newer_store(tmp_path: Path) -> No
     assert first.returncode == 0, first.stdout + first.stderr
     before = store_snapshot(store)
 
-    cli = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--msa-dir", str(msa),
-           "--out", str(store), *scheduler_args(1), "--no-progress"]  # fmt: skip
-    refused = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    # the CLI in this process (tests/conftest.py), on the session's 1-worker cluster: a Python start saved
+    refused = cli_in_process("build", "--pdb-dir", str(pdb), "--msa-dir", str(msa), "--out", str(store),
+                             *scheduler_args(1), "--no-progress", cwd=REPO)  # fmt: skip
     assert refused.returncode == 2, refused.stdout + refused.stderr
     said = f"this build would rebuild 1 entry and 1 MSA of featurizer {newer}, built by a newer featurecache"
     assert said in refused.stderr and f"as featurizer {FEATURIZER_VERSION}" in refused.stderr, refused.stderr
