@@ -70,13 +70,41 @@ def _settle() -> None:
     time.sleep(RACY_NS / 1e9 + 0.2)
 
 
-def _inputs(tmp: Path, name: str = "in") -> Path:
-    d = tmp / name
+def _copy_inputs(d: Path) -> Path:
     d.mkdir()
     for f in FILES:
         shutil.copy(SAMPLES / "structures" / f, d / f)
-    _settle()
     return d
+
+
+#: the input directories the module's tests take (test_digests_of_another_pdb_dir_are_not_taken two)
+N_INPUT_DIRS = 6
+
+
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Fresh input directories (copies of FILES), one for each :func:`_inputs` of the module's tests,
+    written first and settled together: the racy window waited out once for all of them instead of
+    once per directory (2.2 s each). More, each settled on its own, if a run asks for more."""
+    root = tmp_path_factory.mktemp("inputs")
+    ready = [_copy_inputs(root / f"in{i}") for i in range(N_INPUT_DIRS)]
+    _settle()
+
+    def dirs() -> Iterator[Path]:
+        yield from ready
+        n = N_INPUT_DIRS
+        while True:
+            d = _copy_inputs(root / f"in{n}")
+            _settle()
+            yield d
+            n += 1
+
+    return dirs()
+
+
+def _inputs(settled: Iterator[Path]) -> Path:
+    """A fresh input directory of FILES, no other test's, whose files are older than the racy window."""
+    return next(settled)
 
 
 def _files(d: Path) -> list[Path]:
@@ -105,8 +133,10 @@ def _same_size_edit(p: Path) -> bytes:
     return new
 
 
-def test_noop_build_opens_no_structure_file_and_a_changed_one_is_read(tmp_path: Path) -> None:
-    inputs, store = _inputs(tmp_path), tmp_path / "store"
+def test_noop_build_opens_no_structure_file_and_a_changed_one_is_read(
+    tmp_path: Path, settled: Iterator[Path]
+) -> None:
+    inputs, store = _inputs(settled), tmp_path / "store"
     first = build_store(store, inputs, workers=1)
     assert (first.n_built, first.n_failed) == (3, 0)
 
@@ -149,10 +179,12 @@ def test_noop_build_opens_no_structure_file_and_a_changed_one_is_read(tmp_path: 
     assert _stored_sha(store)["2q2k"] == hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def test_a_file_changed_just_before_the_listing_keeps_no_digest(tmp_path: Path) -> None:
+def test_a_file_changed_just_before_the_listing_keeps_no_digest(
+    tmp_path: Path, settled: Iterator[Path]
+) -> None:
     """Within the racy window a second write in the same timestamp tick could keep the stat: such a
     file is read again by the next build."""
-    inputs, store = _inputs(tmp_path), tmp_path / "store"
+    inputs, store = _inputs(settled), tmp_path / "store"
     assert build_store(store, inputs, workers=1).n_built == 3
     p = inputs / "1psm.cif"
     p.write_bytes(p.read_bytes() + b"#\n")
@@ -164,11 +196,11 @@ def test_a_file_changed_just_before_the_listing_keeps_no_digest(tmp_path: Path) 
 
 
 def test_a_corrupt_or_older_cache_is_ignored_and_written_again(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, settled: Iterator[Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """(c) for each damage (one store, in turn): every file is read (the keys are right: nothing
     is rebuilt) and the cache is written again; the build after the last opens no file."""
-    inputs, store = _inputs(tmp_path), tmp_path / "store"
+    inputs, store = _inputs(settled), tmp_path / "store"
     assert build_store(store, inputs, workers=1).n_built == 3
     f = cache_path(store)
     caplog.set_level(logging.INFO, logger="featurecache.build.digest_cache")
@@ -201,11 +233,11 @@ def test_a_corrupt_or_older_cache_is_ignored_and_written_again(
     assert opened == set()
 
 
-def test_a_stale_digest_costs_one_rebuild(tmp_path: Path) -> None:
+def test_a_stale_digest_costs_one_rebuild(tmp_path: Path, settled: Iterator[Path]) -> None:
     """A row whose stat matches but whose digest is wrong (the cache's blind spot, forged here): the
     part task hashes the bytes it reads, so the entry is stored as the file is; the row is dropped,
     so the next build reads the file once more and builds nothing, and the one after reads nothing."""
-    inputs, store = _inputs(tmp_path), tmp_path / "store"
+    inputs, store = _inputs(settled), tmp_path / "store"
     assert build_store(store, inputs, workers=1).n_built == 3
     stored = _stored_sha(store)
     table = read_table(cache_path(store), memory_map=False)
@@ -227,12 +259,12 @@ def test_a_stale_digest_costs_one_rebuild(tmp_path: Path) -> None:
     assert opened == set()
 
 
-def test_digests_of_another_pdb_dir_are_not_taken(tmp_path: Path) -> None:
+def test_digests_of_another_pdb_dir_are_not_taken(tmp_path: Path, settled: Iterator[Path]) -> None:
     """The same names under another --pdb-dir are read (their rows are kept apart); a symlink to the
     first directory resolves to it and takes its digests."""
-    a, store = _inputs(tmp_path, "a"), tmp_path / "store"
+    a, store = _inputs(settled), tmp_path / "store"
     assert build_store(store, a, workers=1).n_built == 3
-    b = _inputs(tmp_path, "b")
+    b = _inputs(settled)
     with opened_files(_files(b)) as opened:
         build_store(store, b, workers=1)
     assert opened == set(FILES)
