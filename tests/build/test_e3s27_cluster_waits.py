@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from tests.build.test_cluster import (
     _structure_parts,
     _wait_for_workers,
 )
-from tests.conftest import REPO, SAMPLES, cli_in_process, interrupt_inputs
+from tests.conftest import INTERRUPT_INPUTS, REPO, SAMPLES, STRUCTURES, cli_in_process
 
 VENV_BIN = Path(sys.executable).parent
 INSTALL_ADVICE = "install the same featurecache on every worker"
@@ -66,8 +67,19 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+#: the inputs of the build whose only worker goes: the first 8 of INTERRUPT_INPUTS (not all 24: what
+#: a worker back has to finish is the rest of the build). The worker goes once the first part (102m,
+#: first in path order) is in place: 6 inputs are still to come at least, 6wg6.bcif.gz among them
+#: (seconds to featurize), so the build is still running then
+NO_WORKER_INPUTS = INTERRUPT_INPUTS[:8]
+
+
 def test_no_worker_mid_build_is_warned_and_the_build_resumes(tmp_path: Path) -> None:
-    inputs = interrupt_inputs(tmp_path / "in")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in NO_WORKER_INPUTS:
+        shutil.copy(STRUCTURES / name, inputs / name)
+    assert "6wg6.bcif.gz" in NO_WORKER_INPUTS and min(NO_WORKER_INPUTS) == "102m.cif"
     n_inputs = sum(1 for p in inputs.iterdir() if p.is_file())
     address, sched = _start_scheduler(tmp_path)
     procs = [sched]
@@ -165,12 +177,14 @@ def _kill_during_version_check(
     tmp_path: Path, n_workers: int
 ) -> tuple[subprocess.CompletedProcess[str], str, Path]:
     """``n_workers`` workers; the last one stopped, a build started, and once the build's client
-    is connected (the check asks the stopped worker, which cannot answer) the stopped worker is
-    SIGKILLed: its connection closes (its nanny starts a new process). Returns the build's
+    is connected and its check has asked the stopped worker, which cannot answer (the build's
+    warning that it waits for it, after 1 s: ``FEATURECACHE_WORKER_ANSWER_S``), the stopped worker
+    is SIGKILLed: its connection closes (its nanny starts a new process). Returns the build's
     result, the killed worker's address and the store path."""
     address, sched = _start_scheduler(tmp_path)
     procs = [sched]
     out = tmp_path / "store"
+    err_path = tmp_path / "build.err"
     try:
         for i in range(n_workers):
             procs.append(_start_worker(address, tmp_path / f"w{i}"))
@@ -182,27 +196,30 @@ def _kill_during_version_check(
         watcher = Client(address, timeout="20s")
         before = _client_ids(watcher)  # the build's client is the one that appears
         os.kill(pids[victim], signal.SIGSTOP)
-        build = _build(["--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--scheduler", address],
-                       tmp_path, subprocess.PIPE, FEATURECACHE_WORKER_ANSWER_S="120")  # fmt: skip
+        with err_path.open("w") as err:
+            build = _build(["--pdb-dir", str(SAMPLES / "structures"), "--out", str(out), "--scheduler", address],
+                           tmp_path, err, FEATURECACHE_WORKER_ANSWER_S="1")  # fmt: skip
         try:
             for _ in range(600):
                 if _client_ids(watcher) - before or build.poll() is not None:
                     break
                 time.sleep(0.1)
             assert build.poll() is None
-            time.sleep(3)  # the check has listed the workers and waits for the stopped one
-            assert build.poll() is None
+            # the check has listed the workers and waits for the stopped one: it says so (before: a
+            # fixed 3 s sleep, a guess)
+            waiting = f"worker {victim} of the Dask scheduler at {address} has not answered"
+            asked = _wait_for_text(err_path, waiting, 120, build)
+            assert asked and build.poll() is None, err_path.read_text()[-3000:]
             os.kill(pids[victim], signal.SIGKILL)
-            _, stderr = build.communicate(timeout=240)
+            build.wait(timeout=240)
         finally:
             if build.poll() is None:
                 build.kill()
                 build.wait()
-            if build.stderr is not None:
-                build.stderr.close()
             watcher.close()
     finally:
         _stop(procs)
+    stderr = err_path.read_text()
     return subprocess.CompletedProcess(build.args, build.returncode, "", stderr), victim, out
 
 
