@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +35,7 @@ import featurecache
 from featurecache.store.index import complete_parts, index_tables, rebuild_index
 from featurecache.store.verify import verify_store
 from featurecache.store.writer import PartContents, write_structure_part
+from tests.clusters import scheduler_args
 from tests.conftest import SAMPLES, CliRun, build_store, cli_in_process, store_snapshot
 
 OPENFOLD = SAMPLES / "msas" / "openfold"
@@ -47,13 +46,6 @@ def _cli(*args: str | Path) -> CliRun:
     """``featurecache ARGS`` (verify, prune, info): the real CLI, in this process (tests/conftest.py)."""
     extra = ["--no-progress"] if args[0] == "verify" else []
     return cli_in_process(*map(str, args), *extra)
-
-
-def _cli_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask cluster)."""
-    extra = ["--no-progress"] if args[0] in ("verify", "build") else []
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args), *extra], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
 
 
 @pytest.fixture
@@ -208,9 +200,11 @@ def test_a_build_records_the_entries_of_a_deleted_part_whose_files_are_gone(
     shutil.rmtree(store / "parts" / "s-000000")  # 102m's part; its file goes too
     shutil.rmtree(store / "parts" / "s-000001")  # 1psm's part; its file is still there
     shutil.move(pdb / "102m.cif", store.parent / "102m.cif")
-    build = ["build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", store, "--workers", "1", "--part-size", "1",
-             "--no-dashboard"]  # fmt: skip
-    r = _cli_process(*build)
+    # the CLI on the session's 1-worker cluster, in this process (tests/conftest.py): a Python and a
+    # cluster start saved
+    build = ["build", "--pdb-dir", pdb, "--msa-dir", msa, "--out", store, *scheduler_args(1), "--part-size", "1",
+             "--no-progress"]  # fmt: skip
+    r = cli_in_process(*map(str, build))
     assert r.returncode == 1, r.stdout + r.stderr  # before: 0, and 102m gone from the index with no word
     warned = " ".join(r.stderr.split())  # (the log lines are wrapped)
     assert "part s-000000 is missing (deleted): its entry 102m is in no file under --pdb-dir" in warned, (
