@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -27,15 +26,11 @@ from tests.locks import caught_holding
 
 
 def _cli(*args: str) -> CliRun:
-    """``featurecache ARGS`` (prune, verify): the real CLI, in this process (tests/conftest.py); the
-    lock is the stopped prune's, another process's, so this process's attempts are refused alike."""
+    """``featurecache ARGS`` (prune, verify, build): the real CLI, in this process (tests/conftest.py;
+    a build refused by the lock starts no cluster: one that did would leave its worker processes to
+    the check there); the lock is the stopped prune's, another process's, so this process's
+    attempts are refused alike."""
     return cli_in_process(*args, cwd=REPO)
-
-
-def _cli_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``featurecache ARGS`` in a process of its own: a build (it would start a Dask cluster)."""
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
 
 
 def _prune_holding_the_lock(store: Path) -> AbstractContextManager[int]:
@@ -60,15 +55,13 @@ def test_a_refusal_names_the_prune_that_holds_the_lock(tmp_path: Path) -> None:
         assert f"another prune is writing {store} ({held_by}; lock " in again.stderr, again.stderr
         assert "another build" not in again.stderr
 
-        build = _cli_process(
-            "build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress"
-        )
+        build = _cli("build", "--pdb-dir", str(pdb), "--out", str(store), "--workers", "1", "--no-progress")
         assert build.returncode == 3, build.stdout + build.stderr
         assert f"another prune is writing {store} ({held_by}; lock " in build.stderr, build.stderr
         # refused before it starts or reaches a cluster: given a scheduler address where nothing
         # listens, the build still says the lock's refusal (it did not try the scheduler first)
-        nowhere = _cli_process("build", "--pdb-dir", str(pdb), "--out", str(store), "--scheduler",
-                               f"tcp://127.0.0.1:{free_port()}", "--no-progress")  # fmt: skip
+        nowhere = _cli("build", "--pdb-dir", str(pdb), "--out", str(store), "--scheduler",
+                       f"tcp://127.0.0.1:{free_port()}", "--no-progress")  # fmt: skip
         assert nowhere.returncode == 3, nowhere.stdout + nowhere.stderr
         assert f"another prune is writing {store} ({held_by}; lock " in nowhere.stderr, nowhere.stderr
         assert "scheduler" not in nowhere.stderr, nowhere.stderr
