@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, SAMPLES, build_store
+from tests.conftest import REPO, SAMPLES, build_store, cli_in_process
 from tests.killed_builds import kill_after_the_pre_msa_rebuild, structure_parts
 
 MSAS, CCD = SAMPLES / "msas", SAMPLES / "ccd"
@@ -29,8 +27,8 @@ KEYS = {"path", "versions", "config_hash", "updated", "counts", "parts", "bytes"
 
 
 def _info(store: Path) -> tuple[dict[str, Any], str]:
-    r = subprocess.run([sys.executable, "-m", "featurecache.cli", "info", str(store), "--json"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    """``featurecache info STORE --json``: the real CLI, in this process (tests/conftest.py)."""
+    r = cli_in_process("info", str(store), "--json", cwd=REPO)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout), r.stderr
 
