@@ -25,15 +25,15 @@ import pytest
 
 from featurecache import open_store
 from featurecache.store.verify import verify_store
-from tests.conftest import STRUCTURES, build_store
+from tests.conftest import STRUCTURES, CliRun, build_store, cli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
 
 
-def _info(store: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", "info", str(store)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+def _info(store: Path) -> CliRun:
+    """``featurecache info STORE``: the real CLI, in this process (tests/conftest.py)."""
+    return cli_in_process("info", str(store), cwd=REPO)
 
 
 def _entries_in(part: Path) -> int:
