@@ -10,10 +10,7 @@ Real builds (1 worker, one input per structure part) of the repo's samples; real
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,12 +34,6 @@ def _cli(*args: str | Path) -> CliRun:
     return cli_in_process(*map(str, args), env=dict(WIDE))
 
 
-def _cli_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """``featurecache ARGS`` in a process of its own: a build (it starts a Dask client)."""
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, check=False, env={**os.environ, **WIDE})  # fmt: skip
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(store, pdb, the unknown table): 1psm and 2q2k built one part each; the first structure
@@ -59,7 +50,7 @@ def store(tmp_path: Path) -> tuple[Path, Path, Path]:
     return out, pdb, future
 
 
-def _finished(r: CliRun | subprocess.CompletedProcess[str], future: Path, warned: int = 1) -> None:
+def _finished(r: CliRun, future: Path, warned: int = 1) -> None:
     """Exit 0, no traceback, and ``warned`` warnings naming the unknown table's file (one: the run
     rebuilt the index)."""
     log = r.stdout + r.stderr
@@ -82,14 +73,21 @@ def test_build_prune_and_repair_leave_an_unknown_part_table_out(
         # none, as a process does
         monkeypatch.setattr(index, "_unknown_warned", set(), raising=False)
 
-    build = ("build", "--pdb-dir", pdb, "--out", root, *scheduler_args(1), "--part-size", "1", "--no-progress")  # fmt: skip
+    def build() -> CliRun:
+        """The build on the session's cluster by the CLI in this process (a Python start saved
+        each), which starts, as a process does, with no record of what was warned about."""
+        monkeypatch.setattr(index, "_unknown_warned", set(), raising=False)
+        return _cli(
+            "build", "--pdb-dir", pdb, "--out", root, *scheduler_args(1), "--part-size", "1", "--no-progress"
+        )
+
     every_part()
-    _finished(_cli_process(*build), future)  # nothing to build
+    _finished(build(), future)  # nothing to build
     shutil.copy(SAMPLES / "structures" / "102m.cif", pdb)
-    _finished(_cli_process(*build), future, warned=0)  # an extension: the new part's tables only
+    _finished(build(), future, warned=0)  # an extension: the new part's tables only
     every_part()
     shutil.copy(SAMPLES / "structures" / "1A8O.pdb", pdb)
-    _finished(_cli_process(*build), future)  # an extension
+    _finished(build(), future)  # an extension
     (pdb / "2q2k.cif").unlink()
     every_part()
     _finished(_cli("prune", root, "--sources-gone", pdb), future)
