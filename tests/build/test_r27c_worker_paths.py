@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,7 @@ from featurecache.build.tasks import build_structure_part, worker_versions
 from featurecache.errors import StoreError
 from featurecache.store.root import LOCK_FILE, init_store
 from tests.build.test_cluster import DASK, _start_scheduler, _stop, _wait_for_workers
-from tests.conftest import REPO, SAMPLES
-
-VENV_BIN = Path(sys.executable).parent
+from tests.conftest import REPO, SAMPLES, cli_in_process
 
 
 def _can_unshare(tmp: Path) -> bool:
@@ -82,12 +79,10 @@ def test_workers_that_do_not_see_the_store_or_the_inputs_are_refused_at_start(tm
         procs.append(_hidden_worker(address, tmp_path / "w-inputs", hidden_inputs))
         _wait_for_workers(address, 2)
         inputs_blind = next(a for a in _worker_addresses(address) if a != store_blind)
-        done = subprocess.run(
-            [str(VENV_BIN / "featurecache"), "build", "--pdb-dir", str(pdb_dir), "--out", str(out),
-             "--scheduler", address, "--no-progress"],
-            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="400"),
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        # the CLI in this process (tests/conftest.py; a build on an external cluster leaves no
+        # thread or process running): a Python start saved
+        done = cli_in_process("build", "--pdb-dir", str(pdb_dir), "--out", str(out), "--scheduler", address,
+                              "--no-progress", cwd=tmp_path, env={"COLUMNS": "400"})  # fmt: skip
     finally:
         _stop(procs)
     stderr = " ".join(done.stderr.split())
