@@ -19,12 +19,13 @@ from tests.conftest import REPO, SAMPLES, CliRun, cli_in_process
 
 
 def _cli(*args: str) -> CliRun:
-    """``featurecache ARGS`` (info, show): the real CLI, in this process (tests/conftest.py)."""
+    """``featurecache ARGS`` (info, show, a build refused before it starts): the real CLI, in this
+    process (tests/conftest.py)."""
     return cli_in_process(*args, cwd=REPO)
 
 
 def _cli_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``featurecache ARGS`` in a process of its own: serve and build (a server, a Dask cluster)."""
+    """``featurecache ARGS`` in a process of its own: serve (a server)."""
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
 
@@ -48,8 +49,9 @@ def test_a_root_metadata_that_is_not_a_group_object_is_named(
         assert "Traceback" not in run.stderr, run.stderr
         assert f"{meta}: damaged" in run.stderr, run.stderr
 
-    build = _cli_process("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(store),
-                         "--workers", "1", "--no-progress")  # fmt: skip
+    # refused before it starts a cluster: in this process (one it started would be left to the check)
+    build = _cli("build", "--pdb-dir", str(SAMPLES / "structures"), "--out", str(store),
+                 "--workers", "1", "--no-progress")  # fmt: skip
     assert build.returncode == 3, build.stderr
     assert f"{meta}: damaged" in build.stderr and "Traceback" not in build.stderr, build.stderr
     assert meta.read_text() == damage  # nothing written into it
