@@ -25,9 +25,15 @@ import pytest
 
 import featurecache
 from featurecache.store.verify import verify_store
+from tests.conftest import cli_in_process
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS``: verify and prune by the CLI in this process (tests/conftest.py), a
+    build (its embedded cluster) in a process of its own."""
+    if args[0] != "build":
+        run = cli_in_process(*args)
+        return subprocess.CompletedProcess(["featurecache", *args], run.returncode, run.stdout, run.stderr)
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args],
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
 
