@@ -4,18 +4,13 @@ Single-sequence MSAs (chains without an MSA file) are counted in ``msas`` but in
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.ipc as ipc
 
-from tests.conftest import MSAS, REPO, STRUCTURES, build_store
-
-VENV_BIN = Path(sys.executable).parent
+from tests.conftest import MSAS, STRUCTURES, build_store, cli_in_process
 
 
 def _rows(stdout: str) -> dict[str, str]:
@@ -46,10 +41,7 @@ def test_info_table_shows_single_sequence_msas(tmp_path: Path) -> None:
     n_single = sum(1 for n in msas.column("n_files").to_pylist() if n == 0)
     assert 0 < n_single < msas.num_rows  # the premise: both kinds
 
-    res = subprocess.run(
-        [str(VENV_BIN / "featurecache"), "info", str(out)], capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"),
-    )  # fmt: skip
+    res = cli_in_process("info", str(out), env={"COLUMNS": "200"})  # the real CLI, in this process
     assert res.returncode == 0, res.stderr
     rows = _rows(res.stdout)
     assert int(rows["msas"]) == msas.num_rows, rows
