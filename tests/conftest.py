@@ -14,6 +14,15 @@ import pytest
 if TYPE_CHECKING:
     from featurecache.build.config import BuildConfig
 
+# pytest-xdist runs one test process per core (the README's `-n 2` on CI's 2 cores); torch's intra-op
+# pool and OpenBLAS's (both sized by OMP_NUM_THREADS) would each start a thread per core in every one,
+# and their spinning threads then take the cores from each other: tests/model/test_trunk.py and
+# test_transition.py under -n 2 took 63.6 s -> 36.7 s and 50.3 s -> 34.9 s of CPU without -> with it
+# (session 48, side by side). Set before torch is imported below; a value the caller set is kept, and a
+# test about thread counts sets its own. Builds' and training runs' subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Triton reads TRITON_INTERPRET when a kernel module is imported. Test modules anywhere in the
 # suite may import the model at collection (tests/client/test_crop_budget.py imports
 # featurecache.model.train), and tests/client is collected before tests/model, whose conftest
