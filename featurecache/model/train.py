@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import inspect
@@ -1574,6 +1575,13 @@ class _Summary:
         }
 
 
+#: the errors of ``os.link`` that say the filesystem has no hard links (the log is then copied at each
+#: write for the rest of the run); any other error only fails the write it came in
+_NO_LINKS_ERRNOS = frozenset(
+    e for e in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS, errno.EXDEV) if e
+)
+
+
 class _LogFile:
     """One of the two files of a :class:`_RunLog` (the one at its path, or its twin): an open file
     descriptor, how many step lines it holds and the byte range they take."""
@@ -1743,7 +1751,7 @@ class _RunLog:
         head, tail = self._parts()
         n = self.summary.n
         twin = self._twin
-        if twin is not None and head == self._head:
+        if twin is not None and head == self._head and self._twin_in_place(twin):
             # the fast way: the new lines and the tail onto the twin, which then becomes the log
             data = self._joined(self._held[twin.n - self._held_from :], twin.n) + self._closing(n) + tail
             _write_at(twin.fd, data, twin.end)
@@ -1816,6 +1824,18 @@ class _RunLog:
         if patched:  # the lines now hold them: read back as they are
             self._world = None
 
+    def _twin_in_place(self, twin: _LogFile) -> bool:
+        """Whether the twin's name (``.NAME.twin``) is still the twin's file: not when the log's
+        directory was removed (and made again) or the twin deleted or replaced by someone else; the
+        write is then a whole new file from the log's open file, not a swap that can never succeed
+        again (every later write failed, the end's too: the run's log was lost; review R34b s48 #1)."""
+        assert self._twin_path is not None
+        try:
+            named, held = os.stat(self._twin_path), os.fstat(twin.fd)
+        except OSError:
+            return False
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
     def _link_prev(self) -> bool:
         """A second name (``.NAME.prev``) for the log as it is, to become the twin; False where the
         filesystem has no hard links (each write then copies the log)."""
@@ -1826,8 +1846,11 @@ class _RunLog:
             self._prev.unlink(missing_ok=True)
             os.link(self.path, self._prev)
         except OSError as exc:
-            log.debug("%s: no hard link (%s): the log is copied at each write", self.path, exc)
-            self._links = False
+            if exc.errno in _NO_LINKS_ERRNOS:
+                log.debug("%s: no hard link (%s): the log is copied at each write", self.path, exc)
+                self._links = False
+            # (any other error, e.g. the log or its directory removed, or a directory read-only for a
+            # while: this write only; hard links are tried again at the next one, review R34b s48 #1)
             return False
         return True
 
