@@ -1280,10 +1280,27 @@ def _check_keep_checkpoints(keep: int | None, checkpoint: str | Path | None) -> 
         )
 
 
-def _delete_checkpoint(entry: dict[str, Any], sources: tuple[str | Path | None, ...]) -> None:
+def _file_identity(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _delete_checkpoint(
+    entry: dict[str, Any], sources: tuple[str | Path | None, ...], identity: tuple[int, int] | None = None
+) -> None:
     """Delete the checkpoint of the log's ``entry`` (one this run wrote, beyond --keep-checkpoints)
-    and mark it ``deleted``; never one of ``sources`` (the --resume / --init-from file)."""
+    and mark it ``deleted``; never one of ``sources`` (the --resume / --init-from file), nor, with
+    ``identity`` (the file as this run kept it: :func:`_file_identity`), a file put at its path since
+    (another run writing the same checkpoint names: it deleted that run's checkpoints, which that
+    run's log lists as kept; review R34b s48 #2)."""
     path = Path(entry["path"])
+    if identity is not None and _file_identity(path) != identity:
+        log.warning("--keep-checkpoints: not deleting %s: another file is there now, not the one this run wrote "
+                    "(another run writing the same checkpoint names?)", path)  # fmt: skip
+        return
     for source in sources:
         if source is not None:
             with contextlib.suppress(OSError):
@@ -2426,7 +2443,8 @@ def run_training(
         carried = []
         saved_at = first_step  # the steps done of the last checkpoint kept (the resumed one's: the start)
         kept_here = 0  # checkpoints this run kept
-        written_here: list[dict[str, Any]] = []  # (--keep-checkpoints) the log's entries of those not deleted
+        # (--keep-checkpoints) the log's entries of those not deleted, with the files' identities as kept
+        written_here: list[tuple[dict[str, Any], tuple[int, int] | None]] = []
         # A checkpoint due after step k is written beside its path (``_staged_path``) and moved into
         # place once step k+1's loss, computed on its parameters, is finite (or the run ends first):
         # the loss of step k+1 is the first sign that the update of step k diverged, and a checkpoint
@@ -2470,9 +2488,10 @@ def run_training(
             doc["checkpoints"].append(entry)
             saved_at, kept_here = done, kept_here + 1
             if keep_checkpoints is not None and ranks.rank == 0:
-                written_here.append(entry)
+                written_here.append((entry, _file_identity(path)))
                 while len(written_here) > keep_checkpoints:
-                    _delete_checkpoint(written_here.pop(0), (resume, init_from))
+                    old_entry, identity = written_here.pop(0)
+                    _delete_checkpoint(old_entry, (resume, init_from), identity)
             runlog.now()  # the log never lags behind a checkpoint (it did by up to log_every_s of steps)
 
         def commit() -> None:

@@ -85,3 +85,23 @@ def test_log_removed_keeps_hard_links(tmp_path: Path) -> None:
     assert (tmp_path / ".log.json.twin").exists()
     runlog.finish(raise_errors=True, keep_steps=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json"]
+
+
+def test_keep_checkpoints_never_deletes_a_file_put_there_since(tmp_path: Path) -> None:
+    """--keep-checkpoints deletes the file this run kept, not another put at its path since (another
+    run writing the same checkpoint names, whose log lists it as kept; review R34b s48 #2)."""
+    from featurecache.model.train import _delete_checkpoint, _file_identity
+
+    path = tmp_path / "s_5.pt"
+    path.write_bytes(b"this run's")
+    entry: dict[str, Any] = {"step": 5, "path": str(path)}
+    kept = _file_identity(path)
+    other = tmp_path / ".other"
+    other.write_bytes(b"another run's")
+    other.replace(path)  # (checkpoints are moved into place: a new file)
+    _delete_checkpoint(entry, (None, None), kept)
+    assert path.read_bytes() == b"another run's"
+    assert "deleted" not in entry
+    # the file this run kept is deleted, as before
+    _delete_checkpoint(entry, (None, None), _file_identity(path))
+    assert not path.exists() and entry["deleted"] is True
