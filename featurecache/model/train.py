@@ -1824,15 +1824,8 @@ class _RunLog:
             at += len(data)
             assert done + len(batch) == n, (done, len(batch), n)
             _write_at(fd, self._closing(n) + tail, at)
-            new = _LogFile(fd, n, len(head), at)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                self._tmp.unlink()
-            raise
-        patched, self._links = self._world is not None, self._links and self._world is None
-        try:
-            self._replace(new)  # (with the world tokens filled in, the old log is no twin: other lines)
+            patched, self._links = self._world is not None, self._links and self._world is None
+            self._replace(_LogFile(fd, n, len(head), at))  # (world tokens filled in: the old log is no twin)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
