@@ -42,6 +42,17 @@ def r33_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def r33_report(r33_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``featurecache report`` of :func:`r33_store`, written once for the modules that only read it
+    (test_r33_csv_formulas, test_r33_msa_counts)."""
+    from featurecache.report import write_report
+
+    out = tmp_path_factory.mktemp("r33_report") / "report"
+    write_report(r33_store, out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def failures_only_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two header-only PDBs: a store of no entry and two failures."""
 

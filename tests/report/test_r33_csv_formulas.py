@@ -8,9 +8,6 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import pytest
-
-from featurecache.report import write_report
 from tests.report.conftest import FORMULA_ENTRY, FORMULA_FAILURES
 
 STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -21,26 +18,19 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-@pytest.fixture(scope="module")
-def report(r33_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("r33_csv") / "report"
-    write_report(r33_store, out)
-    return out
-
-
-def test_no_cell_of_the_csvs_reads_as_a_formula(report: Path) -> None:
+def test_no_cell_of_the_csvs_reads_as_a_formula(r33_report: Path) -> None:
     for name in ("entries.csv", "failures.csv"):
-        for row in _rows(report / name):
+        for row in _rows(r33_report / name):
             for column, cell in row.items():
                 assert not cell.startswith(STARTS), (name, column, cell)
 
 
-def test_formula_cells_are_prefixed_and_numbers_kept(report: Path) -> None:
-    entries = {r["id"]: r for r in _rows(report / "entries.csv")}
+def test_formula_cells_are_prefixed_and_numbers_kept(r33_report: Path) -> None:
+    entries = {r["id"]: r for r in _rows(r33_report / "entries.csv")}
     assert set(entries) == {"209d-assembly1", "2q2k", f"'{FORMULA_ENTRY}"}
     row = entries[f"'{FORMULA_ENTRY}"]
     assert int(row["tokens"]) > 0 and float(row["msa_coverage"]) == 0.0  # numbers stay numbers
-    failures = {r["path"]: r for r in _rows(report / "failures.csv")}
+    failures = {r["path"]: r for r in _rows(r33_report / "failures.csv")}
     assert set(failures) == {f"'{name}" for name in FORMULA_FAILURES}
     for name in FORMULA_FAILURES:
         row = failures[f"'{name}"]

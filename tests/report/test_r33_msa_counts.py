@@ -9,20 +9,9 @@ import html
 import json
 from pathlib import Path
 
-import pytest
 
-from featurecache.report import write_report
-
-
-@pytest.fixture(scope="module")
-def report(r33_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("r33_msa") / "report"
-    write_report(r33_store, out)
-    return out
-
-
-def test_each_msa_count_is_named_for_what_it_counts(report: Path) -> None:
-    with (report / "entries.csv").open(newline="") as fh:
+def test_each_msa_count_is_named_for_what_it_counts(r33_report: Path) -> None:
+    with (r33_report / "entries.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     # 2q2k: an MSA from files deeper than the query; 209d-assembly1: its MSA from files is the query
     # row alone; the formula-named 5y2e: no MSA from files, a single-sequence one stored
@@ -31,13 +20,13 @@ def test_each_msa_count_is_named_for_what_it_counts(report: Path) -> None:
     stored = sum(1 for r in rows if int(r["msa_depth"]) > 0)
     assert (from_files, deep, stored) == (2, 1, 3)
 
-    summary = json.loads((report / "summary.json").read_text())
+    summary = json.loads((r33_report / "summary.json").read_text())
     assert summary["entries_with_msa_from_files"] == from_files
     assert summary["entries_with_deep_msa"] == deep
     assert summary["entries_with_stored_msa"] == stored
     assert summary["entries_with_msa"] == deep  # the old key keeps its meaning for a release
 
-    page = html.unescape((report / "index.html").read_text())
+    page = html.unescape((r33_report / "index.html").read_text())
     assert "<th>entries with an MSA</th>" not in page
     assert f'<th>entries with an MSA from files</th><td class="n">{from_files}</td>' in page
     assert f'<th>entries with an MSA deeper than the query</th><td class="n">{deep}</td>' in page
