@@ -296,7 +296,7 @@ to change it.
     Exit status: 0 everything built; 1 some inputs failed (in this run, or still failing from an earlier one), \
 or stored entries were lost with a part deleted by hand (no input gives them; recorded as removed); \
 2 usage error (an invalid option, a missing input directory; nothing written); 3 fatal (unwritable output, \
-unreachable scheduler, a worker running other code, unreadable store, the [build] extra not installed); 130 Ctrl-C and 143 SIGTERM (finished \
+unreachable scheduler, a worker running other code, unreadable store, the \\[build] extra not installed); 130 Ctrl-C and 143 SIGTERM (finished \
 parts kept).
     """
     _require_extra("build")
@@ -911,7 +911,7 @@ def serve(
     """Serve a store over HTTP (FastAPI under uvicorn). OpenAPI docs at /docs.
 
     Exit status: 0 stopped by Ctrl-C; 2 usage error (--port, --workers, a --token that is empty or holds \
-whitespace, a control character or a non-ASCII character); 3 the [serve] extra is not installed, the store cannot be opened, a token variable or \
+whitespace, a control character or a non-ASCII character); 3 the \\[serve] extra is not installed, the store cannot be opened, a token variable or \
 file is unusable, a FEATURECACHE_* setting is invalid (a limit out of its range, a value that is not a number), \
 the port cannot be bound, a worker process could not start (with --workers N: its reason in the line); \
 143 stopped by SIGTERM (after a graceful shutdown; with any --workers).
@@ -1233,7 +1233,7 @@ checkpoints, rank r writes LOG's NAME.rank<r>.json.
     Lookup service (--url): its token is --token, else FEATURECACHE_AUTH_TOKEN, else FEATURECACHE_AUTH_TOKEN_FILE (a file holding it). A service that has not answered yet is waited for --service-wait seconds (a wrong URL fails then); once it has answered, a restart of it is waited for.
 
     Exit status: 0 the run completed (its one-line summary on stdout); 2 usage error (an invalid option or \
-model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the [train] extra is not installed; the \
+model config, no or both of --store/--url, a checkpoint that does not match; before training); 3 fatal (the \\[train] extra is not installed; the \
 store or service cannot be read, or the store's first build has not finished; also mid-run: then with --checkpoint a checkpoint of the steps done is \
 written and named; a non-finite loss; a log or checkpoint that cannot be written); 130 Ctrl-C and 143 \
 SIGTERM (stopped after the current step; the log, and with --checkpoint a checkpoint, written; a line on \
@@ -1302,7 +1302,7 @@ def report(
     first build has not finished it warns (stderr, and on the page): the report is partial.
 
     Exit status: 0 written; 2 usage error; 3 the store is missing or unreadable, --out cannot be written, or the \
-[report] extra is not installed.
+\\[report] extra is not installed.
     """
     _require_extra("report")
     from featurecache.report import write_report
