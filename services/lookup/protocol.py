@@ -20,6 +20,8 @@ from typing import Any
 
 from uvicorn.config import Config
 
+from services.lookup.logs import handlers_kept
+
 log = logging.getLogger(__name__)
 
 try:  # uvicorn's fast parser when installed (uvicorn[standard]), else its pure-Python one
@@ -69,6 +71,12 @@ class ServiceConfig(Config):
                 self.connection_limits.max_url_bytes + self.connection_limits.max_header_bytes,
             )
         super().__init__(app, **options)
+
+    def configure_logging(self) -> None:
+        """uvicorn's, whose ``dictConfig`` leaves the process's handlers as they are: it closed them
+        all, a caller's too when the server runs in its process (review R35b s49 #8)."""
+        with handlers_kept():
+            super().configure_logging()
 
 
 class _Refused(Exception):

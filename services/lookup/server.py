@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from featurecache.errors import FeatureCacheError, StoreError
+from services.lookup.logs import handlers_kept, logging_kept
 from services.lookup.protocol import ConnectionLimits, NoDelayHTTPProtocol, ServiceConfig
 
 log = logging.getLogger(__name__)
@@ -105,19 +106,75 @@ def run_server(
     3) instead of serving 503s. Once serving, each worker follows the store as it is rebuilt or
     extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
     through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``: it must be writable).
+
+    While it runs, the ``featurecache``, ``services`` and ``uvicorn`` loggers log on uvicorn's handler
+    (stderr), and the settings above are in ``os.environ``. When it returns or raises, both are as
+    they were before (a variable only where it still holds the value set here): in a caller's
+    process its root handlers see featurecache's lines again, and a later ``Settings()`` does not
+    read this store (review R35b s49 #8). A SIGTERM still ends the process once the server stopped.
     """
+    log_config = service_log_config()
+    disables = bool(log_config.get("disable_existing_loggers", True))
+    with logging_kept(log_config["loggers"], disables_existing=disables), _EnvironSet() as environ:
+        with handlers_kept():  # the caller's handlers stay open and registered
+            logging.config.dictConfig(log_config)
+        stopped_by = _serve(Path(store), host, port, workers, token, log_config, environ)
+    if stopped_by == signal.SIGTERM:
+        # as uvicorn does with one worker: hand the signal on once everything is stopped and cleaned
+        # up, so that `serve --workers N` ends as SIGTERM's (status 143) whatever N is
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        # still here: serve is PID 1 of a container without an init (the image's exec-form
+        # ENTRYPOINT), where the kernel drops a default-action signal sent to a PID namespace's init,
+        # even one the process sends itself; `docker stop` then saw exit 0 (review RF1 s24 #1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+
+class _EnvironSet:
+    """The variables :func:`run_server` sets in ``os.environ`` (how its settings reach the worker
+    processes), each put back as it was on leaving the block where it still holds the value set."""
+
+    def __init__(self) -> None:
+        self._before: dict[str, str | None] = {}
+        self._set: dict[str, str] = {}
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self._before.setdefault(key, os.environ.get(key))
+        self._set[key] = value
+        os.environ[key] = value
+
+    def __enter__(self) -> _EnvironSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self._set.items():
+            if os.environ.get(key) != value:  # changed since: not ours to put back
+                continue
+            before = self._before[key]
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+
+
+def _serve(
+    store: Path, host: str, port: int, workers: int, token: str | None, log_config: dict[str, Any],
+    environ: _EnvironSet,
+) -> int | None:  # fmt: skip
+    """:func:`run_server`'s checks and server, with logging configured; returns the signal that
+    stopped the server (SIGINT, SIGTERM) or None."""
     from featurecache import open_store
     from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, token_from_environment
     from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
     from services.lookup.hosts import SERVE_HOST_ENV
     from services.lookup.settings import check_settings, check_token_source
 
-    log_config = service_log_config()
-    logging.config.dictConfig(log_config)
     if token is not None:
-        os.environ["FEATURECACHE_AUTH_TOKEN"] = token
+        environ["FEATURECACHE_AUTH_TOKEN"] = token
     check_token_source()
-    path = Path(store).resolve()
+    path = store.resolve()
     settings = check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
         opened = open_store(path)
@@ -136,8 +193,8 @@ def run_server(
     for line in msa_stage_notes(opened):  # MSAs merged by an older MSA stage (as info and verify say)
         log.warning("%s", line)
     opened.close()
-    os.environ["FEATURECACHE_STORE_PATH"] = str(path)
-    os.environ[SERVE_HOST_ENV] = host  # a Host the data routes answer without a token (services.lookup.hosts)
+    environ["FEATURECACHE_STORE_PATH"] = str(path)
+    environ[SERVE_HOST_ENV] = host  # a Host the data routes answer without a token (services.lookup.hosts)
     multiproc_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:
@@ -147,12 +204,12 @@ def run_server(
                 f"--workers {workers} needs a writable temporary directory for the workers' shared "
                 f"metrics ({exc}); in a read-only container give it one: --tmpfs /tmp"
             ) from exc
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+        environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     failures_dir = None
     if workers > 1:  # where a worker that cannot start says why (without it: "its error is logged")
         with contextlib.suppress(OSError):
             failures_dir = tempfile.mkdtemp(prefix="featurecache-workers-")
-            os.environ[WORKER_FAILURES_ENV] = failures_dir
+            environ[WORKER_FAILURES_ENV] = failures_dir
     # once every check that can stop serve has passed (review R26d s44 #9: it came before the
     # temporary directory's, and gave an unfinished first build's count as the store's)
     state = "" if finished else ", its first build not finished: 503 until that build ends"
@@ -174,17 +231,7 @@ def run_server(
         for made in (multiproc_dir, failures_dir):
             if made is not None:
                 shutil.rmtree(made, ignore_errors=True)
-    if stopped_by == signal.SIGTERM:
-        # as uvicorn does with one worker: hand the signal on once everything is stopped and cleaned
-        # up, so that `serve --workers N` ends as SIGTERM's (status 143) whatever N is
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-        # still here: serve is PID 1 of a container without an init (the image's exec-form
-        # ENTRYPOINT), where the kernel drops a default-action signal sent to a PID namespace's init,
-        # even one the process sends itself; `docker stop` then saw exit 0 (review RF1 s24 #1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGTERM)
+    return stopped_by
 
 
 #: file descriptors a server process needs besides its connections (the store's files, logs, pipes)
