@@ -741,12 +741,19 @@ def _derive(root: Path, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     tables["entries"] = entries
     tables["failures"] = failures
     codes = tables.pop(RESIDUE_CODES, None)
-    if "components" in tables:
-        components = _used_components(tables["components"], codes, live)
-        if "seconds" in components.column_names:  # conformer wall time: a run record too
-            tables[COMPONENT_TIMINGS] = components.select(["key", "seconds", "part"])
-            components = components.drop_columns(["seconds"])
-        tables["components"] = components
+    if "components" not in tables:
+        # no component part yet (a first build before its chem stage): the table is there, empty,
+        # as every one of TABLES, so that no rebuild leaves index/components.arrow missing: a
+        # reader that found a component part committed before the refresh that lists it, and no
+        # file, refused the store mid-build (review R35a s49 #1)
+        from featurecache.store.components import COMPONENTS_SCHEMA
+
+        tables["components"] = COMPONENTS_SCHEMA.empty_table()
+    components = _used_components(tables["components"], codes, live)
+    if "seconds" in components.column_names:  # conformer wall time: a run record too
+        tables[COMPONENT_TIMINGS] = components.select(["key", "seconds", "part"])
+        components = components.drop_columns(["seconds"])
+    tables["components"] = components
     return _postprocess(tables)
 
 

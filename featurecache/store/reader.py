@@ -83,10 +83,10 @@ def merge_ranges(spans: np.ndarray) -> np.ndarray:
 
 def _check_index_files(root: Path) -> None:
     """StoreError naming what is missing unless every ``index/<table>.arrow`` of TABLES exists
-    (a rebuild writes them all, empty or not; ``components.arrow`` once the store has a component
-    part): a missing file read as an empty table made a store without its MSA index serve
-    single-sequence MSAs, and one without its entries index look empty, while its parts held
-    everything. Says whether the store has parts and how the index comes back (a build on the
+    (a rebuild writes them all, empty or not; before review R35a s49 #1, ``components.arrow`` only
+    once the store had a component part): a missing file read as an empty table made a store
+    without its MSA index serve single-sequence MSAs, and one without its entries index look
+    empty, while its parts held everything. Says whether the store has parts and how the index comes back (a build on the
     store rebuilds it from them)."""
     index_dir = root / INDEX_DIR
     try:
@@ -102,7 +102,8 @@ def _check_index_files(root: Path) -> None:
     parts = complete_parts(root)
     n_parts = len(parts)
     if "components.arrow" in missing and not any(p.name.startswith(COMPONENT_PART_PREFIX) for p in parts):
-        # written once a component part exists (a build's chem stage writes one): before, it is empty
+        # an index written by a featurecache before R35a s49 #1 has no components.arrow until a
+        # component part exists (a build's chem stage writes one): before, it is empty
         missing.remove("components.arrow")
         if not missing:
             return
