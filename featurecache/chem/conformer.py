@@ -47,10 +47,13 @@ A SIGINT is not a failure of the molecule. RDKit installs a SIGINT handler of it
 embeds (its ``ControlCHandler``) and, when one arrives, cancels the embedding and returns -1
 (the wrapper's own check comes after the flag is reset, so no KeyboardInterrupt), or cuts a
 substructure search inside it short; it says so only in a warning of its log ("Interrupted,
-cancelling conformer generation", "Substructure search was interrupted, ..."). RDKit's log is
-therefore routed to Python's ``rdkit`` logger, where a handler notes such a warning of the
-embedding thread (nothing is printed: the logger does not propagate), and the embedding raises
+cancelling conformer generation", "Substructure search was interrupted, ..."). While a thread is
+in one of the conformer functions, RDKit's log is therefore routed to Python's ``rdkit`` logger,
+where such a warning of that thread is noted (and that thread's records are not printed: failures
+are recorded in ``reason``), and the embedding raises
 :class:`~featurecache.errors.EmbeddingInterrupted` instead of falling back to the next strategy.
+The routing is held only while some thread is inside and then put back as the program had it
+(:mod:`featurecache.chem.rdkit_log`; importing this module changes nothing of RDKit's logging).
 """
 
 from __future__ import annotations
@@ -72,57 +75,15 @@ from rdkit.Chem import rdDistGeom
 from featurecache.chem.keys import component_seed, perceived_key
 from featurecache.chem.match import match_to_definition
 from featurecache.chem.perceive import perceive_mol, sanitize_relaxed
+from featurecache.chem.rdkit_log import RDKIT_INTERRUPTED, interrupted, watched
 from featurecache.errors import ChemError, EmbeddingInterrupted
 from featurecache.parse.ccd import AROMATIC_BOND_ORDER, ComponentDef
 
 logger = logging.getLogger(__name__)
 
-#: words of RDKit's log records that say a SIGINT cut its work short (lower case)
-RDKIT_INTERRUPTED = "interrupted"
-
-
-class _InterruptWatch(logging.Handler):
-    """Notes the threads in which RDKit logged that a SIGINT cut its work short (module doc)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self._threads: set[int] = set()
-        self._guard = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if RDKIT_INTERRUPTED in record.getMessage().lower() and record.thread is not None:
-            with self._guard:
-                self._threads.add(record.thread)
-
-    def take(self, thread: int) -> bool:
-        """Whether RDKit said so in ``thread`` since the last call for it."""
-        with self._guard:
-            seen = thread in self._threads
-            self._threads.discard(thread)
-            return seen
-
-
-_INTERRUPTS = _InterruptWatch()
-
-
-def _route_rdkit_log() -> None:
-    """RDKit's log goes to Python's ``rdkit`` logger, seen by :data:`_INTERRUPTS` only: no stderr
-    chatter (failures are recorded in ``reason``), and RDKit's warnings that a SIGINT cut its work
-    short are noted. Its info and warning logs stay on (RDKit writes those notes to them)."""
-    rdBase.LogToPythonLogger()
-    rdBase.DisableLog("rdApp.*")
-    rdBase.EnableLog("rdApp.info")
-    rdBase.EnableLog("rdApp.warning")
-    rdkit_logger = logging.getLogger("rdkit")
-    rdkit_logger.handlers = [_INTERRUPTS]
-    rdkit_logger.propagate = False
-    rdkit_logger.setLevel(logging.DEBUG)
-
-
-_route_rdkit_log()
-
 __all__ = [
     "CONFORMER_VERSION",
+    "RDKIT_INTERRUPTED",
     "DEFAULT_TIMEOUT_S",
     "STRATEGIES",
     "ReferenceConformer",
@@ -311,7 +272,7 @@ def _embed(
     params.timeout = rdkit_timeout_s(timeout_s)
     t0 = time.perf_counter()
     thread = threading.get_ident()
-    _INTERRUPTS.take(thread)
+    interrupted(thread)  # a note left from before this attempt is not its own
     method = "random coordinates" if random_coords else "ETKDG"
     try:
         cid = rdDistGeom.EmbedMolecule(work, params)
@@ -320,7 +281,7 @@ def _embed(
         # KeyboardInterrupt("Embedding cancelled") instead of returning -1: a SIGINT cut it short
         if "embedding cancelled" not in str(exc).lower():
             raise
-        _INTERRUPTS.take(thread)
+        interrupted(thread)
         raise EmbeddingInterrupted(
             f"component {key or '?'}: a SIGINT interrupted RDKit's embedding ({method}, after "
             f"{time.perf_counter() - t0:.2f}s; RDKit: {exc}); not stored"
@@ -330,7 +291,7 @@ def _embed(
     else:
         failure = ""
     elapsed = time.perf_counter() - t0
-    if _INTERRUPTS.take(thread):
+    if interrupted(thread):
         raise EmbeddingInterrupted(
             f"component {key or '?'}: a SIGINT interrupted RDKit's embedding ({method}, after {elapsed:.2f}s); "
             "not stored"
@@ -457,6 +418,7 @@ def _ccd_coordinates(
     return None, "failed"
 
 
+@watched
 def conformer_for_component(comp: ComponentDef, timeout_s: float = DEFAULT_TIMEOUT_S) -> ReferenceConformer:
     """Reference conformer of a CCD definition (key = the CCD code). Never raises for chemistry:
     a component nothing works for comes back with strategy ``failed`` and the reason. Raises
@@ -508,6 +470,7 @@ def _conformer_from_coords_only(comp: ComponentDef, notes: list[str], t0: float)
     )
 
 
+@watched
 def conformer_for_perceived(
     code: str,
     names: Sequence[str],
@@ -561,6 +524,7 @@ def conformer_for_perceived(
     return ReferenceConformer(**{**conf.__dict__, "code": code})
 
 
+@watched
 def conformer_for_renamed(
     comp: ComponentDef,
     names: Sequence[str],
