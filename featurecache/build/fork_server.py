@@ -17,13 +17,27 @@ The server lives as long as this process (multiprocessing has no public way to s
 when the process does, also when the process is killed). What it loaded is fixed when it starts:
 a later build of the same process reuses it only while the package's files and the environment
 are as they were then, and spawns its workers otherwise (a notebook that edits the package).
+
+It is *the process's* fork server (Dask's Nanny takes a start method by name only, so it cannot
+be handed a server of its own): whatever this process later starts with the ``forkserver`` method
+(``multiprocessing.get_context("forkserver")``, a Pool or a ``DataLoader`` under it) is forked
+from it too, with SIGINT blocked, featurecache, RDKit and the rest preloaded
+(``set_forkserver_preload`` of multiprocessing's server), and the environment of the server's
+start plus Dask's pre-spawn variables (those are set for the server only: this process's
+``os.environ`` is left as it was). So :func:`start` does not take it over, and the workers are
+spawned (one logged line says why), where the program already uses it: a fork server already
+running in this process that is not this module's, or ``forkserver`` as the process's start method
+(set by ``multiprocessing.set_start_method``, or the platform's default: Python 3.14 on Linux).
+Review R35b s49 #6.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
+from collections.abc import Iterator
 from multiprocessing import forkserver
 
 __all__ = ["METHOD_KEY", "PRELOAD", "start", "stop"]
@@ -46,9 +60,11 @@ def start() -> bool:
     started now if it is not running; returns at once (the server imports while the build reads
     its inputs; a worker's start waits for it). Call :func:`stop` when the build ends. False, and
     the workers are spawned as before, where the platform has no fork server, Dask is configured
-    for another method than its default ``spawn`` (the user's choice stands), the server does not
-    start (e.g. a temporary directory whose path is too long for its socket), or this process's
-    server started with other package files or another environment."""
+    for another method than its default ``spawn`` (the user's choice stands), the program uses
+    the process's fork server (module doc: already running and not ours, or ``forkserver`` the
+    process's start method), the server does not start (e.g. a temporary directory whose path is
+    too long for its socket), or this process's server started with other package files or
+    another environment."""
     global _switched, _started
     import dask
     import distributed  # noqa: F401  (its configuration's defaults: the start method, the pre-spawn environment)
@@ -59,17 +75,20 @@ def start() -> bool:
     method = dask.config.get(METHOD_KEY)
     if _switched or method != "spawn" or "forkserver" not in multiprocessing.get_all_start_methods():
         return False
-    # what a Nanny sets before it spawns a worker, set now: the libraries read it when they load
+    # what a Nanny sets before it spawns a worker, given to the server: the libraries read it when
+    # they load
     env = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
     env = {key: os.environ.get(key, str(value)) for key, value in env.items() if value is not None}
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
-    os.environ.update(env)
-    now = (featurecache.source_digest(refresh=True), dict(os.environ))
+    now = (featurecache.source_digest(refresh=True), {**os.environ, **env})
     if _started is None:
+        if why := _in_use():
+            log.info("the build's workers are spawned: %s", why)
+            return False
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
         try:
-            with sigint_blocked():  # the server's mask, and so its workers'
+            with sigint_blocked(), _environ(env):  # the server's mask and environment, so its workers'
                 forkserver.ensure_running()
         except OSError as exc:
             log.info("the build's workers are spawned: multiprocessing's fork server did not start (%s)", exc)
@@ -82,6 +101,37 @@ def start() -> bool:
     dask.config.set({METHOD_KEY: "forkserver"})
     _switched = True
     return True
+
+
+def _in_use() -> str:
+    """Why this process's fork server is the program's (module doc), "" when it is not."""
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None) is not None:
+        return ("this process already runs multiprocessing's fork server, not featurecache's (its SIGINT mask, "
+                "environment and preloaded modules are the program's)")  # fmt: skip
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if method == "forkserver":
+        return ("this process's multiprocessing start method is forkserver, so its own processes would be forked "
+                "by featurecache's server (SIGINT blocked, the build's modules and environment)")  # fmt: skip
+    return ""
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in ``os.environ`` for the time (the server's start takes it), then each variable put
+    back as it was, where it still holds the value set here (another thread's change stands)."""
+    before = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if os.environ.get(key) != env[key]:
+                continue
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
 
 
 def stop() -> None:
