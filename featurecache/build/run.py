@@ -814,9 +814,17 @@ def _run_build(
     # the workers are compared with the package as it is now (a long test session or a notebook
     # outlives edits to it; an embedded cluster's new workers import the files as they are now)
     featurecache.source_digest(refresh=True)
-    BuildLock.check_free(out)  # refused by another command's lock: before a cluster starts
-    dashboard = dashboard and has_dashboard()  # its pages need bokeh
-    client, cluster = _make_client(workers, scheduler, dashboard)
+    # the lock before the cluster starts (seconds): meanwhile `info` and `prune` on a new store name
+    # this build, not "no store there" (review R35a s49 #7); a refused build costs no cluster start,
+    # and one that ends before it wrote the store leaves no OUT or lock file it made (tidy)
+    locked = contextlib.ExitStack()
+    locked.enter_context(BuildLock(out, tidy=True))
+    try:
+        dashboard = dashboard and has_dashboard()  # its pages need bokeh
+        client, cluster = _make_client(workers, scheduler, dashboard)
+    except BaseException:
+        locked.close()
+        raise
     if cluster is not None:  # an external cluster's workers are not ours to silence
         on_interrupt.append(lambda: _quiet_workers_soon(client))
     try:
@@ -825,7 +833,7 @@ def _run_build(
                 _wait_for_workers(client, scheduler)
             _check_worker_versions(client, scheduler)
             _forget_parsed_ccd(client, scheduler)
-        with BuildLock(out), contextlib.ExitStack() as held:
+        with contextlib.ExitStack() as held:
             # every worker must see the store (and the inputs) at the driver's paths, or its parts
             # land where the driver cannot see them (review R27c s45 #1): checked before anything
             # of this build is written (the probe file is gone again before init_store)
@@ -953,7 +961,10 @@ def _run_build(
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
     finally:
-        _shutdown(client, cluster)
+        try:
+            _shutdown(client, cluster)
+        finally:
+            locked.close()
     summary.store_bytes = store_bytes(out)
     summary.seconds = time.perf_counter() - t_start
     lines = (undefined_residues_line(summary, ccd), no_msa_dir_line(summary, msa_dir),

@@ -150,6 +150,20 @@ def _check_not_being_built(root: Path, missing: list[str]) -> None:
                             f"yet ({', '.join(missing)} missing): try again once it has", command)  # fmt: skip
 
 
+def check_not_being_created(root: Path) -> None:
+    """:class:`StoreBeingWritten` when a build holds the lock of ``root``, a directory without
+    ``zarr.json``: a new store whose build is starting (it takes the lock before its cluster
+    starts, and writes the store after: review R35a s49 #7), not "no store there"."""
+    from featurecache.store.root import holder_command, lock_holder
+
+    holder = lock_holder(root)
+    if holder is None:
+        return
+    command = holder_command(holder)
+    raise StoreBeingWritten(f"{root}: a {command} is running on this store ({holder}) and has not written the store "
+                            "yet (no zarr.json): try again once it has", command)  # fmt: skip
+
+
 #: how long an open reads the index files again while they are of different generations (a build
 #: renaming its new index into place: a few ms), before it says so
 INDEX_READ_RETRY_S = 5.0
@@ -251,6 +265,7 @@ class LocalStore(FeatureReader):
                 raise StoreError(f"{self.path} does not exist (no featurecache store there)")
             if not self.path.is_dir():
                 raise StoreError(f"{self.path} is a file, not a featurecache store (a store is a directory)")
+            check_not_being_created(self.path)
             raise StoreError(f"{self.path} is not a featurecache store (no zarr.json)")
         self.attributes: dict[str, Any] = group_attributes(root_meta)
         fmt = self.attributes.get("format_version")

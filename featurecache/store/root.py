@@ -180,12 +180,20 @@ class BuildLock:
     record, not by whatever process has that pid here. ``what`` names a holder whose command line
     does not say (a program that calls the library's prune names it "prune", not "build")."""
 
-    def __init__(self, root: Path, what: str = "build") -> None:
+    def __init__(self, root: Path, what: str = "build", *, tidy: bool = False) -> None:
+        """``tidy``: when the holder has written no store by the time it lets go (no ``zarr.json``:
+        a build that failed or was stopped before it wrote anything), the lock file, if this lock
+        created it, and the directories this lock created for it are removed (a build takes its
+        lock before its cluster starts, so that commands run meanwhile name it: review R35a s49 #7)."""
         if what not in LOCK_PURPOSES:
             raise ValueError(f"BuildLock what={what!r}: one of {', '.join(LOCK_PURPOSES)}")
         self.path = Path(root) / LOCK_FILE
         self.what = what
+        self.tidy = tidy
         self._f: IO[str] | None = None
+        #: what this lock created: the lock file (True), the directories (deepest first)
+        self._made_file = False
+        self._made_dirs: list[Path] = []
 
     def __enter__(self) -> BuildLock:
         # a store of a format this code does not read is refused before the lock is taken: taking
@@ -198,25 +206,25 @@ class BuildLock:
             fmt = None
         if fmt is not None:
             check_format(fmt, self.path.parent)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # not truncated before the lock is ours: the file holds the holder's record, which
-            # lock_holder reads (a refused attempt must not erase it)
-            self._f = open(self.path, "a+")
-        except OSError as exc:
-            raise StoreError(f"cannot write the store at {self.path.parent}: {exc.strerror or exc}") from exc
         deadline = time.monotonic() + LOCK_RETRY_S
         while True:
+            self._open()
+            assert self._f is not None
             try:
                 fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError as exc:
+                self._f.close()
                 if time.monotonic() < deadline:
                     time.sleep(0.02)
                     continue
-                self._f.close()
                 holder = lock_holder(self.path.parent) or "a process that has ended since"
                 raise _locked(self.path, holder) from exc
+            if self._still_linked():
+                break
+            # the file was removed while this waited for it (a tidy holder that wrote no store):
+            # a lock on it would lock nothing, so the file at the path is opened again
+            fcntl.flock(self._f, fcntl.LOCK_UN)
+            self._f.close()
         # the record only names the holder in others' refusals: a store where it cannot be written
         # (a full disk, a file-size limit) still has the lock, and the command meets that
         # store's error at its own first write, with its own message
@@ -227,17 +235,55 @@ class BuildLock:
             os.pwrite(self._f.fileno(), record.encode("utf-8", "backslashreplace"), 0)
         return self
 
+    def _open(self) -> None:
+        parent = self.path.parent
+        missing = []
+        for d in (parent, *parent.parents):
+            if d.exists():
+                break
+            missing.append(d)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            made_file = not self.path.exists()
+            # not truncated before the lock is ours: the file holds the holder's record, which
+            # lock_holder reads (a refused attempt must not erase it)
+            self._f = open(self.path, "a+")  # noqa: SIM115 (held until __exit__ closes it)
+        except OSError as exc:
+            raise StoreError(f"cannot write the store at {parent}: {exc.strerror or exc}") from exc
+        self._made_dirs = self._made_dirs or missing
+        self._made_file = self._made_file or made_file
+
+    def _still_linked(self) -> bool:
+        assert self._f is not None
+        held = os.fstat(self._f.fileno())
+        try:
+            there = os.stat(self.path)
+        except OSError:
+            return False
+        return (held.st_ino, held.st_dev) == (there.st_ino, there.st_dev)
+
     def __exit__(self, *exc: object) -> None:
-        if self._f is not None:
-            fcntl.flock(self._f, fcntl.LOCK_UN)
-            self._f.close()
+        if self._f is None:
+            return
+        tidy = self.tidy and not (self.path.parent / "zarr.json").exists()
+        if tidy and self._made_file:  # (still holding it: a command that waits for it opens it again)
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        fcntl.flock(self._f, fcntl.LOCK_UN)
+        self._f.close()
+        self._f = None
+        if tidy:
+            for d in self._made_dirs:  # deepest first; one that holds anything stays, and those above it
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
 
     @staticmethod
     def check_free(root: Path) -> None:
         """Raise the refusal :meth:`__enter__` would raise when another process holds ``root``'s
-        lock now; reads only (creates nothing). A build calls it before it starts a cluster, so
-        a refused build costs no cluster start; the lock itself is taken later, and may still be
-        refused there."""
+        lock now; reads only (creates nothing). (A build takes the lock itself before its cluster
+        starts, since review R35a s49 #7: a refused build costs no cluster start.)"""
         holder = lock_holder(root)
         if holder is not None:
             raise _locked(Path(root) / LOCK_FILE, holder)
