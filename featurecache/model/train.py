@@ -2069,6 +2069,27 @@ class _StopSignals:
         signal.raise_signal(self.received)
 
 
+#: ``featurecache train``'s log when no --log is given (``run_training`` itself writes none unless
+#: given a ``log_path``: a caller's cwd is not its to write in; review R35b s49 #11)
+TRAIN_LOG = "train_log.json"
+
+
+@contextlib.contextmanager
+def _own_rng(seed: int, dev: torch.device) -> Iterator[None]:
+    """torch's global RNG seeded ``seed`` for a run (the CPU generator, which initialises the
+    model's weights, and on CUDA the run's device's), the caller's states put back when the block
+    ends however it ends (``torch.random.fork_rng``): ``torch.manual_seed`` left a caller's stream
+    reseeded (review R35b s49 #11). The run draws the same numbers as it did with
+    ``torch.manual_seed(seed)``, which seeded every GPU: the run uses one."""
+    cuda = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+        torch.random.default_generator.manual_seed(seed)
+        for index in cuda:
+            with torch.cuda.device(index):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
 def run_training(
     store: str | Path | None,
     url: str | None,
@@ -2077,7 +2098,7 @@ def run_training(
     device: str = "cuda",
     batch_size: int = 1,
     fused: bool = True,
-    log_path: str | Path | None = "train_log.json",
+    log_path: str | Path | None = None,
     seed: int = 0,
     workers: int = 4,
     *,
@@ -2109,9 +2130,11 @@ def run_training(
     return_steps: bool = True,
     keep_checkpoints: int | None = None,
 ) -> dict[str, Any]:
-    """Train the trunk for ``steps`` optimizer steps; write the JSON log; return it (its ``steps``
-    read back at the end; ``return_steps`` False: the last record only, e.g. for a long run's summary
-    line: the records are not held in memory as the run goes).
+    """Train the trunk for ``steps`` optimizer steps; write the JSON log (``log_path``, none by
+    default); return it (its ``steps`` read back at the end; ``return_steps`` False: the last record
+    only, e.g. for a long run's summary line: the records are not held in memory as the run goes).
+    ``seed`` seeds torch's global RNG for the run only (:func:`_own_rng`): the caller's RNG state is
+    as it was when the function returns or raises.
 
     ``fused`` selects the Triton kernels (CUDA only; on CPU the torch references run). On CUDA the
     forward runs under bf16 autocast with fp32 weights. ``batches`` overrides the source (tests).
@@ -2193,7 +2216,8 @@ def run_training(
     parameters of a checkpoint, e.g. when the store has grown since it was written; its model config
     is taken (a different ``config`` is refused). Not together with ``resume``.
 
-    The log (``log_path``; ``None``: none) is written before the first step, then at most every
+    The log (``log_path``; ``None``, the default: none; ``featurecache train`` writes
+    :data:`TRAIN_LOG` unless told otherwise) is written before the first step, then at most every
     ``log_every_s`` seconds as the run goes (0: after every step), when a checkpoint is kept and at
     the end; each write renames a whole file over it (:class:`_RunLog`: it appends the new steps to
     a twin of the log, ``.NAME.twin`` beside it while the run goes), so a run that is killed leaves
@@ -2294,7 +2318,7 @@ def run_training(
     rank = _launch_rank()
     log_file = rank_log_path(log_path, rank) if log_path is not None else None
     if log_file is not None:
-        _check_output_path(log_file, "--log", "train_log.json")
+        _check_output_path(log_file, "--log", TRAIN_LOG)
     if checkpoint is not None and init_from is not None:  # before the probes below write beside it
         _check_init_kept(init_from, checkpoint, checkpoint_every, steps, first_step)
     if checkpoint is not None and rank == 0:
@@ -2335,6 +2359,7 @@ def run_training(
     stop = _StopSignals()
     stop.arm()  # a SIGTERM while the run sets up (the store opening, a --service-wait) ends it now
     stopped_before_start = False
+    callers_rng = contextlib.ExitStack()  # the caller's global RNG states, back when the run ends
     try:
         if cuda_graphs and ranks.world > 1:
             raise UsageError(
@@ -2342,7 +2367,7 @@ def run_training(
                 "batch shape is new, and a recording's warm-up steps would run all-reduces the other ranks "
                 "do not; train with several ranks without --cuda-graphs"
             )
-        torch.manual_seed(seed)
+        callers_rng.enter_context(_own_rng(seed, dev))
         model = Trunk(cfg, fused=fused).to(dev)
         if initial is not None:  # its weights only: the optimizer and the data stream start afresh
             assert init_from is not None
@@ -2749,6 +2774,7 @@ def run_training(
     finally:
         stop.disarm()
         ranks.stop()
+        callers_rng.close()
     if stopped_before_start:
         assert stop.received is not None
         name = signal.Signals(stop.received).name
@@ -2971,7 +2997,7 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     world = doc.get("world_size")
     world = world if isinstance(world, int) and not isinstance(world, bool) else 1
     # (another rank's log is NAME.rank<r>.json of rank 0's --log, which rank 0's line names)
-    if log_path is not None and Path(log_path) != Path(defaults["log_path"]) and not doc.get("rank"):
+    if log_path is not None and Path(log_path) != Path(TRAIN_LOG) and not doc.get("rank"):
         args.append(f"{'--log-file' if world > 1 else '--log'} {shlex.quote(str(log_path))}")
     if isinstance(doc.get("checkpoint"), str):
         args.append(f"--checkpoint {shlex.quote(doc['checkpoint'])}")
