@@ -304,21 +304,37 @@ parts kept).
     if dashboard is None:
         dashboard = os.environ.get("FEATURECACHE_DASHBOARD", "1").strip().lower() not in _OFF
     try:  # a Ctrl-C during these imports (seconds: Dask, RDKit) gets the one line too
-        _refuse_settings_left_out(
-            ctx, out, pdb_dir, ccd, no_ccd, msa_dir, keep_crystallization_aids, drop_crystallization_aids
-        )
-        from featurecache.build.config import BuildConfig
+        _refuse_contradictions(ccd, no_ccd, keep_crystallization_aids, drop_crystallization_aids)
+        from featurecache.build.config import UNSET, BuildConfig
         from featurecache.build.run import run_build
 
-        config = BuildConfig(msa_depth_cap=msa_depth, conformer_timeout_s=conformer_timeout,
-                             keep_crystallization_aids=keep_crystallization_aids)  # fmt: skip
+        # the recorded settings as given: one left out is left out of run_build's arguments too, which
+        # refuses it over a store that records another value (build.config.settings_left_out)
+        given = {name for name in ("ccd", "no_ccd", "msa_depth", "keep_crystallization_aids",
+                                   "drop_crystallization_aids")
+                 if (source := ctx.get_parameter_source(name)) is not None
+                 and source.name not in ("DEFAULT", "DEFAULT_MAP")}  # fmt: skip
+        settings: dict[str, Any] = {"conformer_timeout_s": conformer_timeout}
+        if "msa_depth" in given:
+            settings["msa_depth_cap"] = msa_depth
+        if given & {"keep_crystallization_aids", "drop_crystallization_aids"}:
+            settings["keep_crystallization_aids"] = keep_crystallization_aids
         summary = run_build(
-            pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers,
-            scheduler=scheduler, part_size=part_size, config=config, progress=progress, dashboard=dashboard,
+            pdb_dir=pdb_dir, out=out, msa_dir=msa_dir,
+            ccd=ccd if "ccd" in given else None if "no_ccd" in given else UNSET, workers=workers,
+            scheduler=scheduler, part_size=part_size, config=BuildConfig(**settings), progress=progress,
+            dashboard=dashboard,
             fork_server=True,  # this process runs one build: its workers are forked, not spawned
             allow_downgrade=allow_downgrade,
         )  # fmt: skip
     except FeatureCacheError as exc:
+        from featurecache.build.config import SettingsLeftOut
+
+        if isinstance(exc, SettingsLeftOut):  # worded for this command line: its options only
+            typer.secho(f"error: {out} records build settings this command leaves out, which would rebuild its "
+                        f"entries at the defaults; nothing was written: {'; '.join(exc.lines)}",
+                        fg=typer.colors.RED, err=True)  # fmt: skip
+            raise typer.Exit(EXIT_USAGE) from exc
         raise _fatal(exc) from exc
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (run.BuildTerminated: exit 143)
         line = (
@@ -337,30 +353,15 @@ parts kept).
     raise typer.Exit(EXIT_INPUT_FAILURES if failed_or_lost else EXIT_OK)
 
 
-def _refuse_settings_left_out(
-    ctx: typer.Context, out: Path, pdb_dir: Path, ccd: Path | None, no_ccd: bool, msa_dir: Path | None,
-    keep_aids: bool, drop_aids: bool,
-) -> None:  # fmt: skip
-    """Exit 2 (nothing written) when ``--ccd`` and ``--no-ccd`` are both given, or when the store at
-    ``out`` records a build setting this command line leaves out (:func:`settings_left_out`)."""
-    from featurecache.build.config import settings_left_out
-
+def _refuse_contradictions(ccd: Path | None, no_ccd: bool, keep_aids: bool, drop_aids: bool) -> None:
+    """Exit 2 (nothing written) when ``--ccd`` and ``--no-ccd`` are both given, or ``--keep-cryst-aids``
+    and ``--drop-cryst-aids``. A recorded setting left out is refused by ``run_build``
+    (``build.config.SettingsLeftOut``)."""
     for a, b, both in (("--ccd", "--no-ccd", ccd is not None and no_ccd),
                        ("--keep-cryst-aids", "--drop-cryst-aids", keep_aids and drop_aids)):  # fmt: skip
         if both:
             typer.secho(f"error: {a} and {b} contradict each other: give one", fg=typer.colors.RED, err=True)
             raise typer.Exit(EXIT_USAGE)
-    flags = {"ccd": "--ccd", "no_ccd": "--no-ccd", "msa_depth": "--msa-depth",
-             "keep_crystallization_aids": "--keep-cryst-aids", "drop_crystallization_aids": "--drop-cryst-aids"}  # fmt: skip
-    given = {
-        flag for name, flag in flags.items()
-        if (source := ctx.get_parameter_source(name)) is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-    }  # fmt: skip
-    left = settings_left_out(out, given, msa_dir, pdb_dir)
-    if left:
-        typer.secho(f"error: {out} records build settings this command leaves out, which would rebuild its entries "
-                    f"at the defaults; nothing was written: {'; '.join(left)}", fg=typer.colors.RED, err=True)  # fmt: skip
-        raise typer.Exit(EXIT_USAGE)
 
 
 #: seconds an interrupted build's process may take to exit after its last line

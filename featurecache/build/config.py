@@ -15,22 +15,81 @@ What a build rebuilds is decided by each stored item's own key, not by one hash 
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP, FEATURIZER_VERSION
+from featurecache.errors import UsageError
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
 
 
-@dataclass(frozen=True)
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: the default of a recorded build setting (``run_build(ccd=...)``, ``BuildConfig(msa_depth_cap=...,
+#: keep_crystallization_aids=...)``) that the caller left out: the build runs at the setting's
+#: default, but one over a store that records another value is refused (:func:`settings_left_out`),
+#: as ``featurecache build`` without the option is
+UNSET: Final = Unset.UNSET
+
+#: the recorded settings of a :class:`BuildConfig`, each with the flag of ``featurecache build``
+#: that gives it (and the one that gives it off, for a flag)
+RECORDED_FIELDS: Final = {"msa_depth_cap": "--msa-depth", "keep_crystallization_aids": "--keep-cryst-aids"}
+
+
+@dataclass(frozen=True, init=False)
 class BuildConfig:
+    """A build's settings. ``msa_depth_cap`` and ``keep_crystallization_aids`` are recorded by the
+    store: one left out (not given to the constructor, :attr:`given`) builds at its default, but a
+    build over a store that records another value is refused (:func:`settings_left_out`), as
+    ``featurecache build`` without ``--msa-depth`` / ``--keep-cryst-aids`` is. Give the value to
+    keep it, or the default to rebuild at it."""
+
     msa_depth_cap: int = DEFAULT_MSA_DEPTH_CAP
     conformer_timeout_s: float = 20.0
     interface_cutoff: float = INTERFACE_CUTOFF
     #: keep an X-ray structure's crystallization aids (``const.CRYSTALLIZATION_AIDS``; AF3 removes them)
     keep_crystallization_aids: bool = False
+
+    def __init__(
+        self,
+        msa_depth_cap: int | Unset = UNSET,
+        conformer_timeout_s: float = 20.0,
+        interface_cutoff: float = INTERFACE_CUTOFF,
+        keep_crystallization_aids: bool | Unset = UNSET,
+    ) -> None:
+        given = {name for name, value in (("msa_depth_cap", msa_depth_cap),
+                                          ("keep_crystallization_aids", keep_crystallization_aids))
+                 if value is not UNSET}  # fmt: skip
+        # the fields in their order (asdict, the store's record of them); the given set is no field
+        object.__setattr__(self, "msa_depth_cap",
+                           DEFAULT_MSA_DEPTH_CAP if msa_depth_cap is UNSET else msa_depth_cap)  # fmt: skip
+        object.__setattr__(self, "conformer_timeout_s", conformer_timeout_s)
+        object.__setattr__(self, "interface_cutoff", interface_cutoff)
+        object.__setattr__(self, "keep_crystallization_aids",
+                           False if keep_crystallization_aids is UNSET else keep_crystallization_aids)  # fmt: skip
+        object.__setattr__(self, "_given", frozenset(given))
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The recorded settings (:data:`RECORDED_FIELDS`) given to the constructor, by field name
+        (``dataclasses.replace`` gives them all)."""
+        given: frozenset[str] = getattr(self, "_given", frozenset(RECORDED_FIELDS))
+        return given
+
+    def as_dict(self) -> dict[str, object]:
+        """The fields by name (what the store's root records as ``config``)."""
+        return asdict(self)
 
     def feature_dict(self) -> dict[str, object]:
         """Fields that change structure-entry features (the entry key covers these)."""
@@ -49,11 +108,17 @@ class BuildConfig:
 
 
 def settings_left_out(
-    store: Path, given: set[str], msa_dir: Path | None = None, pdb_dir: Path | None = None
+    store: Path,
+    given: set[str],
+    msa_dir: Path | None = None,
+    pdb_dir: Path | None = None,
+    python: bool = False,
 ) -> list[str]:
     """The settings ``store`` records from its builds that this build leaves out (``given``: the
-    options given on its command line, by flag; ``msa_dir`` / ``pdb_dir``: its ``--msa-dir`` and
-    ``--pdb-dir``), each as the line saying how to keep or change it.
+    options given on its command line, by flag, or their arguments given to ``run_build``:
+    :func:`given_settings`; ``msa_dir`` / ``pdb_dir``: its ``--msa-dir`` and ``--pdb-dir``), each
+    as the line saying how to keep or change it; ``python``: worded for a caller of ``run_build``
+    (each setting by its argument and its flag), else for ``featurecache build``.
 
     A build without an option builds at its default: over a store built with ``--ccd`` (or
     ``--msa-depth 64``, ``--keep-cryst-aids``) that rebuilt every entry or MSA under other settings,
@@ -81,7 +146,9 @@ def settings_left_out(
     defaults = BuildConfig()
     out: list[str] = []
     if "--msa-depth" not in given and msa_dir is not None:
-        out += _msa_depth_left_out(store, msa_dir, config.get("msa_depth_cap", defaults.msa_depth_cap))
+        out += _msa_depth_left_out(
+            store, msa_dir, config.get("msa_depth_cap", defaults.msa_depth_cap), python
+        )
     recorded = _structure_settings(store, pdb_dir, msa_dir)
     unknown_ccd = False
     if recorded is None:  # this directory's parts record no settings: the root's record of the latest build
@@ -94,19 +161,66 @@ def settings_left_out(
     if not given & {"--keep-cryst-aids", "--drop-cryst-aids"} and any(
         r.get("keep_crystallization_aids") is True for r in recorded
     ):
-        out.append("it was built with --keep-cryst-aids: give --keep-cryst-aids to keep its entries "
-                   "(--drop-cryst-aids rebuilds every entry; X-ray entries lose them)")  # fmt: skip
+        keep = _setting("--keep-cryst-aids", "BuildConfig(keep_crystallization_aids=True)", python)
+        drop = _setting("--drop-cryst-aids", "keep_crystallization_aids=False", python)
+        out.append(f"it was built with --keep-cryst-aids: give {keep} to keep its entries "
+                   f"({drop} rebuilds every entry; X-ray entries lose them)")  # fmt: skip
     ccds = sorted({str(r["ccd"]) for r in recorded if isinstance(r.get("ccd"), str)})
     if "--ccd" not in given and "--no-ccd" not in given:
+        no_ccd = _setting("--no-ccd", "ccd=None", python)
         if ccds:
-            out.append(f"it was built with --ccd {ccds[0]}: give --ccd to keep its entries "
-                       "(--no-ccd rebuilds every entry with a ligand or modified residue without CCD "
+            out.append(f"it was built with --ccd {ccds[0]}: give {_setting('--ccd', 'ccd=…', python)} to keep its "
+                       f"entries ({no_ccd} rebuilds every entry with a ligand or modified residue without CCD "
                        "definitions)")  # fmt: skip
         elif unknown_ccd:
             out.append("its entries of this --pdb-dir predate the record of their settings, and the store holds "
-                       "conformers of CCD definitions, so they may have been built with --ccd: give --ccd FILE "
-                       "to keep them, or --no-ccd")  # fmt: skip
+                       "conformers of CCD definitions, so they may have been built with --ccd: give "
+                       f"{_setting('--ccd FILE', 'ccd=FILE', python)} to keep them, or {no_ccd}")  # fmt: skip
     return out
+
+
+def _setting(flag: str, argument: str, python: bool) -> str:
+    """How :func:`settings_left_out` names a setting to give: by ``featurecache build``'s ``flag``,
+    or for a caller of ``run_build`` (``python``) by its ``argument`` and the flag."""
+    return f"{argument} ({flag})" if python else flag
+
+
+def given_settings(ccd: Path | Unset | None, config: BuildConfig | None) -> set[str]:
+    """The recorded settings a caller of ``run_build`` gave, by the flag of ``featurecache build``
+    (what :func:`settings_left_out` takes): ``ccd`` given (a path, or None: no CCD, ``--no-ccd``),
+    and the recorded fields ``config`` was made with (:attr:`BuildConfig.given`)."""
+    given: set[str] = set()
+    if ccd is not UNSET:
+        given.add("--ccd" if ccd is not None else "--no-ccd")
+    if config is not None:
+        if "msa_depth_cap" in config.given:
+            given.add("--msa-depth")
+        if "keep_crystallization_aids" in config.given:
+            given.add("--keep-cryst-aids" if config.keep_crystallization_aids else "--drop-cryst-aids")
+    return given
+
+
+class SettingsLeftOut(UsageError):
+    """A build that leaves out a setting its store records (:func:`settings_left_out`): refused
+    before anything is written (exit 2). ``lines``: the settings' lines worded for ``featurecache
+    build`` (its options), the message's for a caller of ``run_build`` (arguments and options)."""
+
+    def __init__(self, store: Path, lines: list[str], python_lines: list[str]) -> None:
+        super().__init__(f"{store} records build settings this build leaves out, which would rebuild its entries at "
+                         f"the defaults; nothing was written: {'; '.join(python_lines)}")  # fmt: skip
+        self.store = store
+        self.lines = lines
+
+
+def refuse_settings_left_out(
+    store: Path, ccd: Path | Unset | None, config: BuildConfig | None, msa_dir: Path | None, pdb_dir: Path
+) -> None:
+    """Raise :class:`SettingsLeftOut` when the store at ``store`` records a build setting that a
+    ``run_build`` with ``ccd`` and ``config`` leaves out (:func:`settings_left_out`)."""
+    given = given_settings(ccd, config)
+    lines = settings_left_out(store, given, msa_dir, pdb_dir)
+    if lines:
+        raise SettingsLeftOut(store, lines, settings_left_out(store, given, msa_dir, pdb_dir, python=True))
 
 
 def _holds_ccd_components(store: Path) -> bool:
@@ -184,7 +298,7 @@ def _structure_settings(
     return found
 
 
-def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int) -> list[str]:
+def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int, python: bool = False) -> list[str]:
     """The line for the MSAs from ``msa_dir`` that a build at the default ``--msa-depth`` rebuilds to
     other rows than they hold (cut by a smaller cap), if any. The root records only the latest
     build's cap (an extension with another overwrites it), so the MSAs' own depths decide
@@ -198,6 +312,14 @@ def _msa_depth_left_out(store: Path, msa_dir: Path, recorded: int) -> list[str]:
         return []
     keeps = recorded if not changed_by_cap(cut, recorded) else None
     depths = sorted({int(r["depth"]) for r in cut})
+    if python:
+        what = (f"give BuildConfig(msa_depth_cap={keeps}) (--msa-depth {keeps}) to keep them" if keeps is not None
+                else "give the msa_depth_cap (--msa-depth) they were built with (cut to "
+                     f"{', '.join(map(str, depths[-3:]))} rows)")  # fmt: skip
+        return [f"{len(cut)} of its MSAs from {msa_dir} were cut to fewer rows than their files hold (the latest "
+                f"build's msa_depth_cap (--msa-depth): {recorded}); without msa_depth_cap in its BuildConfig (--msa-depth) "
+                f"they are rebuilt at {default}: {what} (msa_depth_cap={default} (--msa-depth {default}), or another, "
+                "rebuilds them at that depth)"]  # fmt: skip
     what = (f"give --msa-depth {keeps} to keep them" if keeps is not None
             else f"give the --msa-depth they were built with (cut to {', '.join(map(str, depths[-3:]))} rows)")  # fmt: skip
     return [f"{len(cut)} of its MSAs from {msa_dir} were cut to fewer rows than their files hold (the latest "

@@ -34,7 +34,7 @@ from featurecache.build.ccd_keys import (
     warn_mixed_definitions,
     with_ccd_keys,
 )
-from featurecache.build.config import BuildConfig
+from featurecache.build.config import UNSET, BuildConfig, Unset, refuse_settings_left_out
 from featurecache.build.digest_cache import forget_digests
 from featurecache.build.discover import (
     DirectoryParts,
@@ -710,7 +710,7 @@ def run_build(
     pdb_dir: Path,
     out: Path,
     msa_dir: Path | None = None,
-    ccd: Path | None = None,
+    ccd: Path | Unset | None = UNSET,
     workers: int | None = None,
     scheduler: str | None = None,
     part_size: int = 16,
@@ -726,6 +726,13 @@ def run_build(
     ``store.index.UNFINISHED_KEY``); from the interrupt
     on, Dask's own logging is silenced here and in the embedded cluster's workers
     (:func:`featurecache.signals.quiet_on_sigint`): its shutdown of the cancelled tasks is not news.
+    ``ccd``: a ``components.cif[.gz]`` or a directory of per-component files; None builds without
+    CCD definitions (``--no-ccd``). Left out, and ``config``'s ``msa_depth_cap`` and
+    ``keep_crystallization_aids`` left out (:class:`~featurecache.build.config.BuildConfig`), the
+    build runs at their defaults, but over a store that records another value it is refused as
+    ``featurecache build`` without the option is (:class:`~featurecache.build.config.SettingsLeftOut`,
+    a UsageError naming each argument and its option; nothing written): give the value to keep the
+    store's entries, or the default (None for ``ccd``) to rebuild them at it.
     ``fork_server`` (what ``featurecache build`` passes): the embedded cluster's workers are forked
     by a fork server that imports the build's modules once, not spawned each with its own imports
     (:mod:`featurecache.build.fork_server`: the server lives as long as this process, and a later
@@ -775,7 +782,7 @@ def _run_build(
     pdb_dir: Path,
     out: Path,
     msa_dir: Path | None,
-    ccd: Path | None,
+    ccd: Path | Unset | None,
     workers: int | None,
     scheduler: str | None,
     part_size: int,
@@ -786,13 +793,18 @@ def _run_build(
     fork_server: bool = False,
     allow_downgrade: bool = False,
 ) -> BuildSummary:
+    given_config, given_ccd = config, ccd
     config = config or BuildConfig()
+    ccd = None if ccd is UNSET else ccd
     t_start = time.perf_counter()
     pdb_dir, out = Path(pdb_dir), Path(out)
     check_arguments(pdb_dir=pdb_dir, msa_dir=msa_dir, ccd=ccd, workers=workers, part_size=part_size,
                     config=config, scheduler=scheduler)  # fmt: skip
     check_structure_files(pdb_dir, out)
     check_store_dir(out)
+    # a setting the store records that this call leaves out would rebuild its entries at the default
+    # (review R15 s40 #2): refused, nothing written, as `featurecache build` is (review R35b s49 #1)
+    refuse_settings_left_out(out, given_ccd, given_config, msa_dir, pdb_dir)
     for name, default in ((WORKER_ANSWER_ENV, WORKER_ANSWER_S), (NO_WORKER_WARN_ENV, NO_WORKER_WARN_S)):
         _seconds_setting(name, default)  # a bad value is a usage error before anything starts
     if fork_server and scheduler is None:
@@ -858,7 +870,7 @@ def _run_build(
                 summary.previous_pdb_dir = previous
             init_store(
                 out,
-                {"config_hash": config.hash(), "entry_config_hash": ccd_config, "config": config.__dict__,
+                {"config_hash": config.hash(), "entry_config_hash": ccd_config, "config": config.as_dict(),
                  BUILD_INPUTS_KEY: build_inputs(pdb_dir, msa_dir, ccd, ccd_fp)},
             )  # fmt: skip
             # each part task reads it back before it writes (a worker that joined later)

@@ -71,6 +71,7 @@ def test_keep_cryst_aids_rebuilds_102m_with_and_without_its_sulfate(tmp_path: Pa
     assert _stored_so4_tokens(store) == n_atoms  # one token per heavy atom of each SO4
     again = build_store(store, pdb, workers=1, config=BuildConfig(keep_crystallization_aids=True))
     assert (again.n_built, again.n_rebuilt) == (0, 0), again  # same settings: nothing to do
-    dropped = build_store(store, pdb, workers=1)
+    # dropped explicitly: left out, a build over a store built with them is refused (review R35b s49 #1)
+    dropped = build_store(store, pdb, workers=1, config=BuildConfig(keep_crystallization_aids=False))
     assert (dropped.n_built, dropped.n_rebuilt) == (1, 1), dropped
     assert _stored_so4_tokens(store) == 0
