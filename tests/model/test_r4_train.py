@@ -9,7 +9,6 @@ import json
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,6 @@ from featurecache.model.train import run_training
 from tests.conftest import REPO, cli_in_process
 from tests.model.test_train_guards import _cli, _stop_after, _strict_json
 from tests.model.test_trunk import TINY
-
-
-def _train(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", "train", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def test_train_refuses_a_store_whose_first_build_has_not_finished(tmp_path: Path) -> None:
@@ -90,7 +84,9 @@ def test_the_line_a_stopped_run_ends_with_continues_it(sample_store: Path, tmp_p
     assert f"--checkpoint {shlex.quote(str(template))} --checkpoint-every 1000" in hint, last
     resume = shlex.split(hint)
     resume[resume.index("--steps") + 1] = str(done + 1)  # one more step, not 100000
-    run = _train(*resume)
+    # the resume in this process (tests.conftest; a process of its own costs its imports): its
+    # arguments are what the stopped process printed, the one that ran in a process of its own
+    run = cli_in_process("train", *resume, cwd=REPO)
     assert run.returncode == 0, (hint, run.stderr[-3000:])
     doc = _strict_json(log)  # the hint's --log: the resumed run carried the stopped one's steps over
     assert doc["status"] == "completed" and doc["resumed_from"] == str(ck), doc["status"]
