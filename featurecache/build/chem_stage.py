@@ -460,8 +460,10 @@ def _run_jobs(
                                      timeout_s, key=f"component-part-{name}-{time.time_ns()}", pure=False,
                                      retries=0))  # fmt: skip
     with stage_bar("conformers", len(jobs), progress) as advance:
-        _collect(client, root, queue=as_completed(futures), batches=batches, number=number, timeout_s=timeout_s,
-                 result=result, advance=advance, guard=guard)  # fmt: skip
+        # the build's client's loop: it is not the process's default client (review R35b s49 #2)
+        queue = as_completed(futures, loop=client.loop)
+        _collect(client, root, queue=queue, batches=batches, number=number, timeout_s=timeout_s, result=result,
+                 advance=advance, guard=guard)  # fmt: skip
 
 
 #: how many component parts of one stage may be computed again after a SIGINT interrupted them
@@ -603,7 +605,7 @@ def _scan_parts(client: Any, root: Path, parts: Sequence[Path], progress: bool) 
         return fut
 
     with stage_bar("chem scan", len(parts), progress) as advance:
-        for fut in as_completed([submit(i) for i in range(len(parts))]):
+        for fut in as_completed([submit(i) for i in range(len(parts))], loop=client.loop):
             i = index_of.pop(fut.key)
             results[i], exc = part_outcome(client, fut, f"chem scan of {parts[i].name}")
             if exc is not None:

@@ -708,7 +708,7 @@ def _scan(
     t0 = time.perf_counter()
     with stage_bar("MSA files", len(files), progress) as advance:
         advance(len(scans))
-        queue = as_completed([submit(b) for b in batches])
+        queue = as_completed([submit(b) for b in batches], loop=client.loop)
         for fut in queue:
             rels = batch_of.pop(fut.key)
             got, exc = part_outcome(client, fut, f"msa-scan ({first_named(rels, 3)})")
@@ -1493,7 +1493,7 @@ def _write(
         # end was recomputed when its worker died, writing the part a second time (review R27c
         # s45 #7)
         queue = as_completed([submit(items, failures if k == 0 else [], unmatched if k == 0 else None)
-                              for k, items in enumerate(groups)])  # fmt: skip
+                              for k, items in enumerate(groups)], loop=client.loop)  # fmt: skip
         for fut in queue:
             name = part_of.pop(fut.key)
             items, carried, record = parts.pop(name)

@@ -363,7 +363,9 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
         # Client() waits without a bound for the handshake of whatever answers the address
         _probe_scheduler(scheduler)
         try:
-            return Client(scheduler, timeout="20s"), None
+            # not the process's default client: the caller's own Dask work stays on its own client
+            # (review R35b s49 #2); every stage passes this one (as_completed its loop)
+            return Client(scheduler, timeout="20s", set_as_default=False), None
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
                              "expected e.g. tcp://host:8786") from exc  # fmt: skip
@@ -394,7 +396,7 @@ def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = F
                 # (processes=True); only this section: the rest may hold objects that do not copy
                 config={"distributed": copy.deepcopy(dask.config.get("distributed"))},
             )  # fmt: skip
-        client = Client(cluster)
+        client = Client(cluster, set_as_default=False)  # not the process's default (see above)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
     except BaseException:
         if cluster is not None:
@@ -1605,7 +1607,7 @@ def _run_structure_parts(
         # drops it once its result is read, so Dask forgets a finished part (the part on disk is
         # the result); a future held to the stage's end was recomputed when its worker died,
         # writing the part a second time
-        queue = as_completed([submit(name, part_inputs) for name, part_inputs in plan])
+        queue = as_completed([submit(name, part_inputs) for name, part_inputs in plan], loop=client.loop)
         for fut in queue:
             name = part_of[fut.key]
             res, exc = part_outcome(client, fut, name)
