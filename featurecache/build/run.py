@@ -746,7 +746,7 @@ def run_build(
     from featurecache.signals import quiet_on_sigint
 
     _note_ignored_signals()
-    with quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
+    with _environ_undone(), quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
         try:
             return _run_build(
                 pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
@@ -755,6 +755,47 @@ def run_build(
             )  # fmt: skip
         finally:
             server.stop()  # Dask's start method as it was (a no-op when this build changed nothing)
+
+
+def _build_environ() -> dict[str, str]:
+    """The variables a build sets in this process's environment, with their values: each Nanny of
+    its cluster sets its pre-spawn environment (``distributed.nanny.pre-spawn-environ``: one BLAS
+    thread, malloc trimming) and a hash seed before it starts a worker (``os.environ.update``),
+    distributed marks this process as the workers' parent, and RDKit's first import (the chem
+    stage's) sets ``RDBASE`` to its own data directory."""
+    env: dict[str, str] = {}
+    paths = sys.modules.get("rdkit.RDPaths")  # rdkit.RDConfig sets RDBASE to its _share when unset
+    if isinstance(getattr(paths, "_share", None), str):
+        env["RDBASE"] = paths._share  # type: ignore[union-attr]
+    if "distributed" not in sys.modules:  # no cluster started
+        return env
+    import dask.config
+
+    spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
+    env.update({str(key): str(value) for key, value in spawn.items() if value is not None})
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
+    env["__DASK_PARENT_PID"] = str(os.getpid())  # distributed.proctitle
+    return env
+
+
+@contextlib.contextmanager
+def _environ_undone() -> Iterator[None]:
+    """On leaving, each variable of :func:`_build_environ` that holds the value the build set, and
+    held another one (or none) before, is put back: every process the program started after a build
+    ran with one BLAS thread and Dask's hash seed (review R35b s49 #4). A variable the program
+    changed meanwhile keeps its value."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key, value in _build_environ().items():
+            if os.environ.get(key) != value or before.get(key) == value:
+                continue
+            if key in before:
+                os.environ[key] = before[key]
+            else:
+                os.environ.pop(key, None)
 
 
 def _note_ignored_signals() -> None:
