@@ -341,21 +341,34 @@ def embedded_dask_config() -> dict[str, Any]:
     return kept
 
 
-def _make_client(workers: int | None, scheduler: str | None, dashboard: bool = False) -> tuple[Any, Any]:
+#: the levels the build gives Dask's loggers (:func:`_make_client`; distributed configures its own
+#: at import): the build's output is its progress and summary. distributed.utils and .client log
+#: tracebacks for the client's failed reconnects to a lost scheduler; the build reports that loss
+#: itself, in one line (StoreError). run_build puts the program's levels back (review R35b s49 #5).
+DASK_LOGGER_LEVELS: dict[str, int] = {
+    **dict.fromkeys(("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker",
+                     "distributed.core", "distributed.http.proxy", "tornado"), logging.WARNING),
+    **dict.fromkeys(("bokeh", "bokeh.server.util"), logging.ERROR),
+    **dict.fromkeys(("distributed.utils", "distributed.client"), logging.CRITICAL),
+}  # fmt: skip
+
+
+def _make_client(
+    workers: int | None, scheduler: str | None, dashboard: bool = False, levels: dict[str, int] | None = None
+) -> tuple[Any, Any]:
     """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
     processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
-    be importable: :func:`has_dashboard`)."""
+    be importable: :func:`has_dashboard`). Dask's loggers get :data:`DASK_LOGGER_LEVELS`;
+    ``levels``: the levels they had are added to it (those it holds are kept), for the caller to
+    put back (:func:`_loggers_put_back`)."""
     import dask.config
     from distributed import Client, LocalCluster
 
-    # distributed configures its own loggers at import; keep the build output to our progress + summary
-    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker", "bokeh.server.util",
-                 "distributed.core", "distributed.http.proxy", "bokeh", "tornado"):  # fmt: skip
-        logging.getLogger(name).setLevel(logging.ERROR if name.startswith("bokeh") else logging.WARNING)
-    # they log tracebacks for the client's failed reconnects to a lost scheduler;
-    # the build reports that loss itself, in one line (StoreError)
-    for name in ("distributed.utils", "distributed.client"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    for name, level in DASK_LOGGER_LEVELS.items():
+        logger = logging.getLogger(name)
+        if levels is not None:
+            levels.setdefault(name, logger.level)
+        logger.setLevel(level)
     if scheduler:
         if workers is not None:
             log.warning("--workers %d is ignored with --scheduler %s: the cluster's own workers run the build",
@@ -746,15 +759,34 @@ def run_build(
     from featurecache.signals import quiet_on_sigint
 
     _note_ignored_signals()
-    with _environ_undone(), quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt:
+    levels: dict[str, int] = {}  # of Dask's loggers, before the build set them (_make_client)
+    with (
+        _environ_undone(),
+        _loggers_put_back(levels),
+        quiet_on_sigint(sigterm=BuildTerminated) as on_interrupt,
+    ):
         try:
             return _run_build(
                 pdb_dir=pdb_dir, out=out, msa_dir=msa_dir, ccd=ccd, workers=workers, scheduler=scheduler,
                 part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
-                dashboard=dashboard, fork_server=fork_server, allow_downgrade=allow_downgrade,
+                dashboard=dashboard, fork_server=fork_server, allow_downgrade=allow_downgrade, logger_levels=levels,
             )  # fmt: skip
         finally:
             server.stop()  # Dask's start method as it was (a no-op when this build changed nothing)
+
+
+@contextlib.contextmanager
+def _loggers_put_back(levels: dict[str, int]) -> Iterator[None]:
+    """On leaving, each logger of ``levels`` (name -> the level it had before the build set it:
+    :func:`_make_client`) that still has the build's level (:data:`DASK_LOGGER_LEVELS`; one the
+    program set meanwhile keeps its own) gets its level back (review R35b s49 #5)."""
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logger = logging.getLogger(name)
+            if logger.level == DASK_LOGGER_LEVELS.get(name):
+                logger.setLevel(level)
 
 
 def _build_environ() -> dict[str, str]:
@@ -835,6 +867,7 @@ def _run_build(
     dashboard: bool = True,
     fork_server: bool = False,
     allow_downgrade: bool = False,
+    logger_levels: dict[str, int] | None = None,
 ) -> BuildSummary:
     given_config, given_ccd = config, ccd
     config = config or BuildConfig()
@@ -876,7 +909,7 @@ def _run_build(
     locked.enter_context(BuildLock(out, tidy=True))
     try:
         dashboard = dashboard and has_dashboard()  # its pages need bokeh
-        client, cluster = _make_client(workers, scheduler, dashboard)
+        client, cluster = _make_client(workers, scheduler, dashboard, logger_levels)
     except BaseException:
         locked.close()
         raise
