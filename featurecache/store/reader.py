@@ -431,8 +431,10 @@ class LocalStore(FeatureReader):
         share an inner chunk (``layout.CHUNK_ROWS`` rows of the part's array, which zarr decodes
         whole) are read as one, with the rows between them. What the client's per-step path reads
         of a large entry's atoms once it has cropped its tokens (``client.job``)."""
+        if group not in ENTRY_GROUPS:  # was a bare KeyError (review R35b s49 #10)
+            raise InvalidRequest(f"unknown group {group!r}: the groups are {', '.join(ENTRY_GROUPS)}")
         names: tuple[str, ...] = ()
-        if fields is not None and group in ENTRY_GROUPS:  # checked before the read, as the service does
+        if fields is not None:  # checked before the read, as the service does
             names = ENTRY_GROUPS[group].names or ()
             unknown = [f for f in fields if f not in names]
             if unknown:
