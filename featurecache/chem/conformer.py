@@ -47,12 +47,11 @@ A SIGINT is not a failure of the molecule. RDKit installs a SIGINT handler of it
 embeds (its ``ControlCHandler``) and, when one arrives, cancels the embedding and returns -1
 (the wrapper's own check comes after the flag is reset, so no KeyboardInterrupt), or cuts a
 substructure search inside it short; it says so only in a warning of its log ("Interrupted,
-cancelling conformer generation", "Substructure search was interrupted, ..."). While a thread is
-in one of the conformer functions, RDKit's log is therefore routed to Python's ``rdkit`` logger,
-where such a warning of that thread is noted (and that thread's records are not printed: failures
-are recorded in ``reason``), and the embedding raises
-:class:`~featurecache.errors.EmbeddingInterrupted` instead of falling back to the next strategy.
-The routing is held only while some thread is inside and then put back as the program had it
+cancelling conformer generation", "Substructure search was interrupted, ..."). In a process that
+computes conformers (a build's workers), RDKit's log is therefore routed to Python's ``rdkit``
+logger at the first one and kept so, where such a warning of the embedding thread is noted
+(nothing is printed: failures are recorded in ``reason``), and the embedding raises
+:class:`~featurecache.errors.EmbeddingInterrupted` instead of falling back to the next strategy
 (:mod:`featurecache.chem.rdkit_log`; importing this module changes nothing of RDKit's logging).
 """
 
