@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 #: the libraries whose log records an interrupted shutdown produces (and their child loggers)
 NOISY_AFTER_INTERRUPT = ("distributed", "tornado", "asyncio", "bokeh")
@@ -148,6 +150,43 @@ def quiet_on_sigint(
         if take_term:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         restore_loggers(quieted)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Meanwhile (main thread), a SIGINT or SIGTERM whose handler is Python code (Python's
+    ``default_int_handler``, :func:`quiet_on_sigint`'s, a program's own) is only noted: for a
+    cleanup bounded by its own timeouts, which an exception raised in the middle would cut short
+    (a second Ctrl-C during an interrupted build's cluster shutdown left Dask's IO-loop thread and
+    its sockets behind, with a long traceback: review R35b s49 #7). On leaving, the handlers are
+    put back; when an exception is under way (the block is entered from an ``except`` or a
+    ``finally`` that one runs: the interrupt that started the cleanup) or raised inside, the
+    signals noted are dropped: that exception is the news, and it goes on. Otherwise the first one
+    noted is handed to its handler then (raising KeyboardInterrupt, or BuildTerminated). An
+    ignored signal or one with the system's default action is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    under_way = sys.exc_info()[1] is not None
+    noted: list[int] = []
+    previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+    sig: int
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            previous[sig] = handler
+            signal.signal(sig, note)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if noted and not under_way:  # (an exception raised inside skips this too)
+        previous[noted[0]](noted[0], None)
 
 
 #: one list per open :func:`sigterm_held` block: the exceptions SIGTERM raised meanwhile

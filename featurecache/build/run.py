@@ -1612,17 +1612,22 @@ def _shutdown(client: Any, cluster: Any) -> None:
     "Failed to communicate with scheduler during heartbeat" with a CommClosedError traceback
     (about 1 build in 5). The driver's loggers are silenced before the workers are asked: with a
     worker already gone, the scheduler in this process logs the failed broadcast to it
-    ("broadcast to tcp://... failed: CommClosedError"). The levels are put back once it is closed."""
-    from featurecache.signals import quiet_loggers, restore_loggers
+    ("broadcast to tcp://... failed: CommClosedError"). The levels are put back once it is closed.
+    A Ctrl-C (or SIGTERM) meanwhile waits for its end (:func:`~featurecache.signals.interrupts_deferred`;
+    each close is bounded by its timeout): a second Ctrl-C cut the cluster's close short, leaving
+    its IO-loop thread and sockets behind (review R35b s49 #7). After an interrupt it is dropped;
+    after a finished build it is raised then."""
+    from featurecache.signals import interrupts_deferred, quiet_loggers, restore_loggers
 
     interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # the workers were asked then
-    previous = quiet_loggers()
-    try:
-        if client is not None and cluster is not None and not interrupted:
-            _quiet_workers_now(client)
-        _close(client, cluster)
-    finally:
-        restore_loggers(previous)
+    with interrupts_deferred():
+        previous = quiet_loggers()
+        try:
+            if client is not None and cluster is not None and not interrupted:
+                _quiet_workers_now(client)
+            _close(client, cluster)
+        finally:
+            restore_loggers(previous)
 
 
 def _close(client: Any, cluster: Any) -> None:
