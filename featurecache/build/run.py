@@ -754,10 +754,13 @@ def run_build(
     build reuses it only while the package's files and the environment are as they were).
     ``allow_downgrade``: rebuild entries and MSAs a newer featurecache built, as this one's
     featurizer; without it such a build is refused (UsageError, nothing written:
-    :func:`~featurecache.store.versions.downgrade_line`)."""
+    :func:`~featurecache.store.versions.downgrade_line`).
+    A script that calls it must do so under ``if __name__ == "__main__":``: each worker process a
+    build spawns runs the main module's top level again, and a call there is refused (UsageError)."""
     from featurecache.build import fork_server as server
     from featurecache.signals import quiet_on_sigint
 
+    _refuse_in_spawned_bootstrap()
     _note_ignored_signals()
     levels: dict[str, int] = {}  # of Dask's loggers, before the build set them (_make_client)
     with (
@@ -828,6 +831,21 @@ def _environ_undone() -> Iterator[None]:
                 os.environ[key] = before[key]
             else:
                 os.environ.pop(key, None)
+
+
+def _refuse_in_spawned_bootstrap() -> None:
+    """UsageError when called while a spawned process runs the program's main module to start
+    (multiprocessing's bootstrapping, which runs it as ``__mp_main__``; the flag is the one CPython's
+    own check reads, ``spawn._check_not_importing_main``; ``parent_process()`` is set only after
+    it): a script that calls run_build at its top level, without ``if __name__ == "__main__":``,
+    ran it again in every worker the build spawned, where a second build failed with ~45 lines of
+    Dask and multiprocessing tracebacks (review R35b s49 #12)."""
+    import multiprocessing.process
+
+    bootstrapping = getattr(multiprocessing.process.current_process(), "_inheriting", False)
+    if bootstrapping and "__mp_main__" in sys.modules:
+        raise UsageError("run_build() was called while a spawned process (one of a build's workers) ran the "
+                         "program's main module to start: call it under `if __name__ == \"__main__\":`")  # fmt: skip
 
 
 def _note_ignored_signals() -> None:
