@@ -752,6 +752,11 @@ def run_build(
     by a fork server that imports the build's modules once, not spawned each with its own imports
     (:mod:`featurecache.build.fork_server`: the server lives as long as this process, and a later
     build reuses it only while the package's files and the environment are as they were).
+    It is the process's multiprocessing fork server: whatever the program later starts with the
+    ``forkserver`` method is forked from it, with SIGINT blocked, the build's modules preloaded and
+    the environment of its start. It is not taken where the program already runs a fork server or
+    has ``forkserver`` as its start method (Python 3.14's default on Linux): the workers are
+    spawned then, and a log line says why.
     ``allow_downgrade``: rebuild entries and MSAs a newer featurecache built, as this one's
     featurizer; without it such a build is refused (UsageError, nothing written:
     :func:`~featurecache.store.versions.downgrade_line`).
