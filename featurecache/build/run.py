@@ -648,35 +648,36 @@ def check_workers(workers: int) -> None:
         if by_memory
         else f"{WORKERS_PER_CPU} per CPU, {cpus} CPU{'s' if cpus != 1 else ''}"
     )
-    raise UsageError(f"--workers {workers} is more than this machine runs: at most {limit} ({why}); "
-                     "leave it out for one per CPU")  # fmt: skip
+    raise UsageError(f"workers={workers} (--workers {workers}) is more than this machine runs: at most {limit} "
+                     f"({why}); leave it out for one per CPU")  # fmt: skip
 
 
 def check_arguments(
     *, pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, workers: int | None, part_size: int,
     config: BuildConfig, scheduler: str | None = None,
 ) -> None:  # fmt: skip
-    """Refuse invalid arguments before anything is started or written (UsageError: exit 2).
+    """Refuse invalid arguments before anything is started or written (UsageError: exit 2), each
+    named as run_build's argument and as ``featurecache build``'s option (review R35b s49 #9).
     ``workers`` is checked against this machine only for an embedded cluster (no ``scheduler``:
     with one, it is ignored)."""
-    for option, directory in (("--pdb-dir", pdb_dir), ("--msa-dir", msa_dir)):
+    for option, directory in (("pdb_dir (--pdb-dir)", pdb_dir), ("msa_dir (--msa-dir)", msa_dir)):
         if directory is not None and not Path(directory).is_dir():
             # exists() follows links: a broken link, too, points at nothing there
             what = "not a directory" if Path(directory).exists() else "does not exist"
             raise UsageError(f"{option} {directory}: {what}")
     if ccd is not None:
         if not Path(ccd).exists():
-            raise UsageError(f"--ccd {ccd}: no such file or directory")
+            raise UsageError(f"ccd (--ccd) {ccd}: no such file or directory")
         try:
             check_ccd(ccd)  # a garbage CCD would silently turn every ligand's bonds into perceived ones
         except InputError as exc:
-            raise UsageError(f"--ccd: {exc}") from exc
+            raise UsageError(f"ccd (--ccd): {exc}") from exc
     if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be >= 1 (got {workers}; leave it out for one per CPU)")
+        raise UsageError(f"workers (--workers) must be ≥ 1 (got {workers}; leave it out for one per CPU)")
     if workers is not None and not scheduler:
         check_workers(workers)
     if part_size < 1:
-        raise UsageError(f"--part-size must be >= 1 (got {part_size})")
+        raise UsageError(f"part_size (--part-size) must be ≥ 1 (got {part_size})")
     from featurecache.store.root import max_open_arrays
 
     try:  # read by the chem stage's and the index's readers, at the end of a build
@@ -684,10 +685,12 @@ def check_arguments(
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     if config.msa_depth_cap < 1:
-        raise UsageError(f"--msa-depth must be >= 1 (got {config.msa_depth_cap}; row 0 is the query)")
+        raise UsageError(
+            f"msa_depth_cap (--msa-depth) must be ≥ 1 (got {config.msa_depth_cap}; row 0 is the query)"
+        )
     if not 0 < config.conformer_timeout_s <= MAX_CONFORMER_TIMEOUT_S:  # also refuses nan and inf
-        raise UsageError(f"--conformer-timeout must be > 0 and <= {MAX_CONFORMER_TIMEOUT_S} seconds "
-                         f"(RDKit's limit; got {config.conformer_timeout_s})")  # fmt: skip
+        raise UsageError(f"conformer_timeout_s (--conformer-timeout) must be > 0 and ≤ {MAX_CONFORMER_TIMEOUT_S} "
+                         f"seconds (RDKit's limit; got {config.conformer_timeout_s})")  # fmt: skip
 
 
 #: RDKit's embedding timeout is an unsigned 32-bit count of seconds: past it every embedding
@@ -1918,7 +1921,7 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
     what = f"{n} ligand / modified residues ({summary.n_undefined_entries} entries)"
     rules = "unresolved atoms and AF3's leaving-atom rules not applied"
     if ccd is None:
-        return f"no --ccd: {what} keep only the file's atoms: {rules}; pass --ccd"
+        return f"no ccd (--ccd): {what} keep only the file's atoms: {rules}; pass ccd (--ccd)"
     codes = sorted(summary.undefined_residues, key=lambda c: (-summary.undefined_residues[c], c))
     shown = first_named(codes, 8)
     return f"{what} have no definition in {ccd} ({shown}) and keep only the file's atoms: {rules}"
@@ -1926,7 +1929,7 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
 
 def no_msa_dir_line(summary: BuildSummary, msa_dir: Path | None) -> str | None:
     """The build's one warning, without ``--msa-dir``, about the store's polymer chains that get the
-    single-sequence MSA (as ``no --ccd:`` is for residues without a definition); None with
+    single-sequence MSA (as ``no ccd (--ccd):`` is for residues without a definition); None with
     ``--msa-dir`` or when every chain has an MSA from files (one an earlier build stored is kept)."""
     n, e = summary.n_single_sequence_chains, summary.n_single_sequence_entries
     if msa_dir is not None or not n:

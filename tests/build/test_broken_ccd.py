@@ -39,7 +39,7 @@ def test_gzip_ccd_cut_short_is_refused_in_one_line(tmp_path: Path) -> None:
                          "1", "--no-progress", cwd=REPO, env={"COLUMNS": "200", "NO_COLOR": "1"})  # fmt: skip
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip().splitlines() == [
-        f"error: --ccd: cannot read the CCD {cut}: its gzip stream ends early: the file is cut short "
+        f"error: ccd (--ccd): cannot read the CCD {cut}: its gzip stream ends early: the file is cut short "
         "(an interrupted download?)"
     ]
     assert "Aborted" not in run.stderr + run.stdout

@@ -230,13 +230,19 @@ def test_a_damaged_index_is_one_line_and_the_build_repairs_it(tmp_path: Path, li
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("--workers", "-1"), "--workers must be >= 1"),
-        (("--msa-depth", "0"), "--msa-depth must be >= 1"),
-        (("--part-size", "0"), "--part-size must be >= 1"),
+        (("--workers", "-1"), "workers (--workers) must be ≥ 1"),
+        (("--msa-depth", "0"), "msa_depth_cap (--msa-depth) must be ≥ 1"),
+        (("--part-size", "0"), "part_size (--part-size) must be ≥ 1"),
         # past RDKit's unsigned 32-bit seconds every embedding raised OverflowError (exit 0, all failed)
-        (("--conformer-timeout", "inf"), "--conformer-timeout must be > 0 and <= 4294967295"),
-        (("--conformer-timeout", "1e10"), "--conformer-timeout must be > 0 and <= 4294967295"),
-        (("--conformer-timeout", "nan"), "--conformer-timeout must be > 0"),
+        (
+            ("--conformer-timeout", "inf"),
+            "conformer_timeout_s (--conformer-timeout) must be > 0 and ≤ 4294967295",
+        ),
+        (
+            ("--conformer-timeout", "1e10"),
+            "conformer_timeout_s (--conformer-timeout) must be > 0 and ≤ 4294967295",
+        ),
+        (("--conformer-timeout", "nan"), "conformer_timeout_s (--conformer-timeout) must be > 0"),
         (("--scheduler", "notaurl"), "is not a Dask scheduler address"),
     ],
 )

@@ -28,7 +28,8 @@ def test_an_input_directory_that_is_not_there_is_named_for_what_it_is(
     r = cli_in_process(*args, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert line == f"error: {option} {path}: {says}", line
+    argument = option.removeprefix("--").replace("-", "_")  # run_build's (review R35b s49 #9)
+    assert line == f"error: {argument} ({option}) {path}: {says}", line
     assert r.stdout == "" and not out.exists()
 
 

@@ -73,6 +73,6 @@ def test_build_without_ccd_warns_once(tmp_path: Path, caplog: pytest.LogCaptureF
         summary = build_store(store, pdb_dir, workers=1)  # the same store, without --ccd
     assert summary.n_rebuilt == len(INPUTS)
     assert _lines(caplog) == [
-        f"no --ccd: {n_res} ligand / modified residues ({n_entries} entries) keep only the file's atoms: "
-        "unresolved atoms and AF3's leaving-atom rules not applied; pass --ccd"
+        f"no ccd (--ccd): {n_res} ligand / modified residues ({n_entries} entries) keep only the file's atoms: "
+        "unresolved atoms and AF3's leaving-atom rules not applied; pass ccd (--ccd)"
     ]

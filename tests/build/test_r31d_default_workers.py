@@ -60,7 +60,10 @@ def test_verify_default_and_the_workers_bound_follow_the_affinity() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["verify"] == 1, got
-    assert "--workers 5 is more than this machine runs: at most 4 (4 per CPU, 1 CPU)" in got["refused"], got
+    assert (
+        "workers=5 (--workers 5) is more than this machine runs: at most 4 (4 per CPU, 1 CPU)"
+        in got["refused"]
+    ), got
 
 
 def test_a_build_without_workers_starts_one_per_usable_cpu(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def test_check_arguments_takes_up_to_four_per_cpu_and_refuses_more() -> None:
     cpus = os.cpu_count() or 1
     _check(4 * cpus)  # this machine has more than 4 * 256 MiB per CPU (the shared one: 24 GB, 2 CPUs)
     with pytest.raises(
-        UsageError, match=rf"--workers {4 * cpus + 1} is more than this machine runs: at most {4 * cpus}"
+        UsageError,
+        match=rf"workers={4 * cpus + 1} \(--workers {4 * cpus + 1}\) is more than this machine runs: at most {4 * cpus}",
     ):
         _check(4 * cpus + 1)
     # with --scheduler, --workers is ignored (the cluster's own workers run the build): not refused
@@ -56,6 +57,6 @@ def test_build_with_workers_1000_is_refused_in_one_line_and_starts_nothing(tmp_p
     cpus = os.cpu_count() or 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert f"--workers 1000 is more than this machine runs: at most {4 * cpus}" in lines[0]
+    assert f"workers=1000 (--workers 1000) is more than this machine runs: at most {4 * cpus}" in lines[0]
     assert "Traceback" not in proc.stderr and "scratch directories" not in proc.stderr
     assert not out.exists()  # refused before the store was created (and before any worker started)
