@@ -162,8 +162,10 @@ def interrupts_deferred() -> Iterator[None]:
     put back; when an exception is under way (the block is entered from an ``except`` or a
     ``finally`` that one runs: the interrupt that started the cleanup) or raised inside, the
     signals noted are dropped: that exception is the news, and it goes on. Otherwise the first one
-    noted is handed to its handler then (raising KeyboardInterrupt, or BuildTerminated). An
-    ignored signal or one with the system's default action is left alone."""
+    noted is handed to its handler then (raising KeyboardInterrupt, or BuildTerminated). A second
+    one noted is handed to its handler at once: a third Ctrl-C of an interrupted build (or a
+    second of a finished one's shutdown) still stops a cleanup that hangs. An ignored signal or one
+    with the system's default action is left alone."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -174,6 +176,10 @@ def interrupts_deferred() -> Iterator[None]:
 
     def note(signum: int, frame: FrameType | None) -> None:
         noted.append(signum)
+        if len(noted) > 1:  # pressed again: the user means it, whatever the cleanup leaves behind
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            previous[signum](signum, frame)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         handler = signal.getsignal(sig)

@@ -32,15 +32,19 @@ from tests.conftest import SAMPLES
 
 
 class InterruptOnClose(SchedulerPlugin):
-    """Sends this process a SIGINT when the scheduler loses its first worker (the cluster's close)."""
+    """Sends this process ``times`` SIGINTs when the scheduler loses its first worker (the
+    cluster's close)."""
 
-    def __init__(self) -> None:
+    def __init__(self, times: int = 1) -> None:
         self.sent = threading.Event()
+        self.times = times
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         if not self.sent.is_set():
             self.sent.set()
-            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # each its own signal, not merged into one pending
 
 
 def _threads_settled(before: set[int], timeout: float = 10.0) -> list[str]:
@@ -84,4 +88,33 @@ def test_a_second_interrupt_during_the_shutdown_waits_for_its_end(
     # Dask's IO-loop thread of the build's client and cluster is gone (zarr's and asyncio's pools,
     # which the finished build started, live as long as the process)
     assert "IO loop" not in _threads_settled(before)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_pressed_once_more_during_the_shutdown_it_stops_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third Ctrl-C (two during the shutdown of an interrupted build) is raised at once, inside
+    the shutdown: a cleanup that hangs can still be stopped. The handler is put back all the same."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    plugin = InterruptOnClose(times=2)
+    real = run._check_worker_versions
+
+    def interrupted_once_up(client: Any, *args: Any, **kwargs: Any) -> None:
+        client.cluster.scheduler.add_plugin(plugin, name="r35b-interrupt-on-close")
+        real(client, *args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # the first Ctrl-C
+
+    monkeypatch.setattr(run, "_check_worker_versions", interrupted_once_up)
+    with pytest.raises(KeyboardInterrupt) as info:
+        run.run_build(
+            pdb_dir=pdb, out=tmp_path / "store", ccd=None, workers=1, progress=False, dashboard=False
+        )
+    assert plugin.sent.is_set()
+    frames = [f.f_code.co_name for f, _ in traceback.walk_tb(info.value.__traceback__)]
+    assert "note" in frames and "_shutdown" in frames, (
+        frames
+    )  # raised by the deferral's handler, mid-shutdown
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
