@@ -2846,36 +2846,42 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
     """The training device; an argument ``run_training`` cannot train with is a :class:`UsageError`
     naming the option (the CLI's: exit status 2)."""
     if steps < 1:
-        raise UsageError(f"--steps must be ≥ 1; got {steps}")
+        raise UsageError(f"steps (--steps) must be ≥ 1; got {steps}")
     if crop_size < 2:
-        raise UsageError(f"--crop must be ≥ 2 tokens; got {crop_size}")
+        raise UsageError(f"crop_size (--crop) must be ≥ 2 tokens; got {crop_size}")
     if batch_size < 1:
-        raise UsageError(f"--batch-size must be ≥ 1; got {batch_size}")
+        raise UsageError(f"batch_size (--batch-size) must be ≥ 1; got {batch_size}")
     if seed < 0:
-        raise UsageError(f"--seed must be ≥ 0; got {seed}")
+        raise UsageError(f"seed (--seed) must be ≥ 0; got {seed}")
     if workers < 1:
-        raise UsageError(f"--workers must be ≥ 1; got {workers}")
+        raise UsageError(f"workers (--workers) must be ≥ 1; got {workers}")
     if not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
-        raise UsageError(f"--lr must be a finite number > 0; got {lr}")
+        raise UsageError(f"lr (--lr) must be a finite number > 0; got {lr}")
     if (
         isinstance(clip_grad_norm, bool)
         or not isinstance(clip_grad_norm, int | float)
         or not math.isfinite(clip_grad_norm)
         or clip_grad_norm <= 0
     ):
-        raise UsageError(f"--clip-grad-norm must be a finite number > 0; got {clip_grad_norm}")
+        raise UsageError(
+            f"clip_grad_norm (--clip-grad-norm) must be a finite number > 0; got {clip_grad_norm}"
+        )
     if pad_multiple is not None and pad_multiple < 1:
-        raise UsageError(f"--pad-multiple must be ≥ 1; got {pad_multiple}")
+        raise UsageError(f"pad_multiple (--pad-multiple) must be ≥ 1; got {pad_multiple}")
     if checkpoint_every is not None and checkpoint is None:
-        raise UsageError("--checkpoint-every needs a checkpoint path (--checkpoint)")
+        raise UsageError(
+            "checkpoint_every (--checkpoint-every) needs a checkpoint path (checkpoint, --checkpoint)"
+        )
     if checkpoint_every is not None and checkpoint_every < 1:
-        raise UsageError(f"--checkpoint-every must be ≥ 1 step; got {checkpoint_every}")
+        raise UsageError(f"checkpoint_every (--checkpoint-every) must be ≥ 1 step; got {checkpoint_every}")
     if pool is not None and pool not in POOLS:
-        raise UsageError(f"--pool {pool!r}: must be one of {', '.join(POOLS)}")
+        raise UsageError(f"pool (--pool) {pool!r}: must be one of {', '.join(POOLS)}")
     if store is not None and url is not None:
-        raise UsageError("give one of --store or --url, not both")
+        raise UsageError("give one of store (--store) or url (--url), not both")
     if url is not None and not str(url).startswith(("http://", "https://")):
-        raise UsageError(f"--url {url!r}: must start with http:// or https:// (a local store is --store)")
+        raise UsageError(
+            f"url (--url) {url!r}: must start with http:// or https:// (a local store is --store)"
+        )
     if not log_every_s >= 0:
         raise UsageError(f"log interval must be ≥ 0 s; got {log_every_s}")
     dev = _check_device(device)
@@ -2890,7 +2896,7 @@ def _check_data_options(weighting: str, crop_weights: Sequence[float], max_msa_r
     them to ``FeatureDataset``: the crop weights normalized to sum 1, as the client uses them. A
     value it cannot train with is a :class:`UsageError` naming the option (exit status 2)."""
     if weighting not in WEIGHTINGS:
-        raise UsageError(f"--weighting {weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+        raise UsageError(f"weighting (--weighting) {weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
     try:
         w = [float(v) for v in crop_weights]
     except (TypeError, ValueError):
@@ -2899,11 +2905,13 @@ def _check_data_options(weighting: str, crop_weights: Sequence[float], max_msa_r
     if len(w) != 3 or not all(math.isfinite(v) and v >= 0 for v in w) or not 0 < sum(w) < math.inf:
         given = ",".join(repr(v) for v in w) if w else repr(crop_weights)
         raise UsageError(
-            f"--crop-weights {given}: must be 3 finite non-negative numbers (contiguous, spatial, "
+            f"crop_weights (--crop-weights) {given}: must be 3 finite non-negative numbers (contiguous, spatial, "
             "spatial-interface) with a positive, finite sum, e.g. 0.2,0.4,0.4"
         )
     if isinstance(max_msa_rows, bool) or not isinstance(max_msa_rows, int) or max_msa_rows < 1:
-        raise UsageError(f"--max-msa-rows must be ≥ 1 (the query row counts); got {max_msa_rows}")
+        raise UsageError(
+            f"max_msa_rows (--max-msa-rows) must be ≥ 1 (the query row counts); got {max_msa_rows}"
+        )
     total = sum(w)
     return {"weighting": weighting, "crop_weights": [v / total for v in w], "max_msa_rows": max_msa_rows,
             "pair_msa": bool(pair_msa), "crop_whole_groups": bool(crop_whole_groups)}  # fmt: skip

@@ -87,5 +87,5 @@ def test_a_resume_applies_its_own_clip_and_warns_when_it_differs(
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_a_clip_it_cannot_train_with_is_refused(bad: float) -> None:
-    with pytest.raises(UsageError, match=r"^--clip-grad-norm must be a finite number > 0"):
+    with pytest.raises(UsageError, match=r"^clip_grad_norm \(--clip-grad-norm\) must be a finite number > 0"):
         run_training(None, None, steps=1, log_path=None, clip_grad_norm=bad, **SYNTH)

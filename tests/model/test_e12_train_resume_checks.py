@@ -204,6 +204,6 @@ def test_crop_weights_whose_sum_overflows_exit_2_naming_the_option(
 ) -> None:
     log = tmp_path / "log.json"
     line = _error(_refused(sample_store, cfg, "--steps", "1", "--crop-weights", weights, "--log", log))
-    assert line.startswith("error: --crop-weights 1e+308,1e+308,"), line
+    assert line.startswith("error: crop_weights (--crop-weights) 1e+308,1e+308,"), line
     assert "finite" in line, line
     assert not log.exists()  # refused before anything ran

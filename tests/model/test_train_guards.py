@@ -474,11 +474,11 @@ def test_train_cli_refuses_bad_paths_with_exit_2_before_training(sample_store: P
         ({"crop_size": 0}, "crop"),
         ({"steps": 0}, "steps"),
         ({"batch_size": 0}, "batch"),
-        ({"pad_multiple": 0}, "--pad-multiple must be"),
+        ({"pad_multiple": 0}, "pad_multiple \\(--pad-multiple\\) must be"),
         ({"checkpoint_every": 1}, "needs a checkpoint path"),
-        ({"checkpoint_every": 0, "checkpoint": "ck.pt"}, "--checkpoint-every must be"),
-        ({"pool": "fork"}, "--pool 'fork'"),
-        ({"url": "notaurl"}, "--url 'notaurl'.*http"),
+        ({"checkpoint_every": 0, "checkpoint": "ck.pt"}, "checkpoint_every \\(--checkpoint-every\\) must be"),
+        ({"pool": "fork"}, "pool \\(--pool\\) 'fork'"),
+        ({"url": "notaurl"}, "url \\(--url\\) 'notaurl'.*http"),
         ({"cuda_graphs": True}, "CUDA graphs need --device cuda"),
     ],
 )
@@ -611,9 +611,9 @@ def test_a_cpu_crop_that_cannot_fit_in_memory_is_refused_before_training(
     assert doc["status"] == "completed"
 
 
-@pytest.mark.parametrize(("option", "value", "words"), [("--seed", "-1", "--seed must be ≥ 0"),
-                                                        ("--workers", "0", "--workers must be ≥ 1"),
-                                                        ("--clip-grad-norm", "0", "--clip-grad-norm must be")])  # fmt: skip
+@pytest.mark.parametrize(("option", "value", "words"), [("--seed", "-1", "seed (--seed) must be ≥ 0"),
+                                                        ("--workers", "0", "workers (--workers) must be ≥ 1"),
+                                                        ("--clip-grad-norm", "0", "clip_grad_norm (--clip-grad-norm) must be")])  # fmt: skip
 def test_train_cli_refuses_a_negative_seed_and_no_workers(
     sample_store: Path, tmp_path: Path, option: str, value: str, words: str
 ) -> None:
