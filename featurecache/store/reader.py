@@ -204,10 +204,18 @@ def _foreign_index_file(f: Path) -> None:
                     "names in %s; move other files out of it)", f, f.parent)  # fmt: skip
 
 
-def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[str, pa.Table]:
+def read_index_tables(
+    root: Path, retry_s: float = INDEX_READ_RETRY_S, *, memory_map: bool = True
+) -> dict[str, pa.Table]:
     """Every featurecache table of ``index/`` of ``root`` (``layout.INDEX_FILES``: the TABLES that
     exist, and the others; a file of another name is left out, a warning), all of one generation: read again while a build's rebuild renames its files into place (for up to
-    ``retry_s`` seconds), then a :class:`MixedIndexError` naming the files' generations."""
+    ``retry_s`` seconds), then a :class:`MixedIndexError` naming the files' generations.
+
+    ``memory_map``: the tables are zero-copy views of the files' shared mappings (True: processes
+    reading one store share its pages) or read into this process's memory (False: the lookup
+    server). A mapped file written in place (``cp -r new/* store/``: truncated, then rewritten)
+    changes the tables' values under the reader, and its pages cut off read as a SIGBUS; one read
+    into memory keeps the values it read (review R36b s49 #1)."""
     index_dir = root / INDEX_DIR
     deadline = time.monotonic() + retry_s
     pause, reads = 0.001, 0
@@ -218,14 +226,14 @@ def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[s
         for name in TABLES:
             f = index_dir / f"{name}.arrow"
             if name != "components" or f.is_file():  # (components: see _check_index_files)
-                tables[name] = read_table(f)
+                tables[name] = read_table(f, memory_map=memory_map)
         for extra in sorted(index_dir.glob("*.arrow")) if index_dir.is_dir() else []:
             if extra.stem not in tables and not extra.name.startswith("."):
                 if extra.stem not in INDEX_FILES:
                     _foreign_index_file(extra)
                     continue
                 try:
-                    tables[extra.stem] = read_table(extra)
+                    tables[extra.stem] = read_table(extra, memory_map=memory_map)
                 except StoreError as exc:
                     if extra.stem == PLAN_TABLE and extra.exists():
                         # the memory plan is not the store's data: a damaged one is left out, said once,
@@ -248,11 +256,18 @@ def read_index_tables(root: Path, retry_s: float = INDEX_READ_RETRY_S) -> dict[s
 
 
 class LocalStore(FeatureReader):
-    """A store opened read-only. The index is memory-mapped; ``id → row`` is a dict built once."""
+    """A store opened read-only. The index is memory-mapped (or read into memory:
+    ``memory_map=False``); ``id → row`` is a dict built once."""
 
-    def __init__(self, path: str | Path, index_retry_s: float = INDEX_READ_RETRY_S) -> None:
+    def __init__(
+        self, path: str | Path, index_retry_s: float = INDEX_READ_RETRY_S, *, memory_map: bool = True
+    ) -> None:
         """``index_retry_s``: how long the open reads the index files again while they are of
-        different generations (:func:`read_index_tables`)."""
+        different generations (:func:`read_index_tables`). ``memory_map``: the index tables are
+        views of the files' shared mappings (True: the pages are shared by every process reading
+        the store, a DataLoader's workers) or read into this process's memory (False: what the lookup
+        server does; a copy written in place over the store, ``cp -r new/* store/``, then cannot
+        change or cut off the tables under it: review R36b s49 #1)."""
         if isinstance(path, str) and _URL.match(path):
             raise StoreError(
                 f"{path} is a URL, not a store directory: open a lookup service with "
@@ -274,7 +289,8 @@ class LocalStore(FeatureReader):
         check_format(fmt, self.path)  # a newer format: "written by a newer featurecache: upgrade"
         _check_index_files(self.path)
         # one generation: a build's rebuild renames its files in one by one
-        self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s)
+        self.memory_map = memory_map
+        self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s, memory_map=memory_map)
         entries = self.entries
         #: False while the store's first build has not finished (its index lists only the parts
         #: written so far: ``store.index.UNFINISHED_KEY``); the lookup service does not serve it
@@ -568,11 +584,12 @@ class LocalStore(FeatureReader):
             self._msa_reader.close()
 
 
-def open_store(path: str | Path) -> LocalStore:
+def open_store(path: str | Path, *, memory_map: bool = True) -> LocalStore:
     """Open a store directory read-only. A store whose first build has not finished opens too
     (``info``, ``verify`` and ``plan`` read its progress): its ``finished`` is False, and
-    :func:`unfinished_build_error` says why a training reader refuses it."""
-    return LocalStore(path)
+    :func:`unfinished_build_error` says why a training reader refuses it. ``memory_map``: see
+    :class:`LocalStore` (False: the index tables are read into memory)."""
+    return LocalStore(path, memory_map=memory_map)
 
 
 def unfinished_build_error(store: LocalStore, anyway: str = "") -> UnfinishedBuildError | None:

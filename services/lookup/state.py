@@ -2,9 +2,10 @@
 
 A build extends a store in place (new parts, then ``index/*.arrow`` swapped in with ``os.replace``)
 or, after ``rm -rf``, writes it again from scratch with the same part names. A reader opened
-before either keeps its memory-mapped old index and its cached zarr array metadata, and reads the
-parts by path: stale answers after an extension, and after a rebuild zarr errors or, worse,
-zero-filled arrays read from parts that are gone. So :meth:`StoreHolder.get` compares cheap
+before either keeps its old index (read into memory, not mapped: :meth:`StoreHolder._open_locked`)
+and its cached zarr array metadata, and reads the parts by path: stale answers after an
+extension, and after a rebuild zarr errors or, worse, zero-filled arrays read from parts that are
+gone. So :meth:`StoreHolder.get` compares cheap
 ``stat`` signatures with the ones taken when the reader was opened:
 
 - every request: the root ``zarr.json`` (one ``stat``). Removing the store, replacing it by a
@@ -280,7 +281,12 @@ class StoreHolder:
         public = CANNOT_OPEN
         unfinished = version_refused = False
         try:
-            reader = LocalStore(self.path, index_retry_s=INDEX_RETRY_S)
+            # the index read into memory, not mapped: a copy written in place over the store (cp -r
+            # new/* store/) truncates and rewrites the files, which changed a mapped index's values
+            # under the requests (zeros, 413 "677765546570172342847 array bytes", 500
+            # UnicodeDecodeError) and crashed the server (SIGSEGV/SIGBUS); now requests read the index
+            # read at the open until the next check sees the files changed (review R36b s49 #1)
+            reader = LocalStore(self.path, index_retry_s=INDEX_RETRY_S, memory_map=False)
         except MixedIndexError as exc:
             if previous is not None:  # keep serving the consistent index it had
                 self._keep_locked(root, index, str(exc))
