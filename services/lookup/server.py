@@ -170,11 +170,15 @@ def _serve(
     from featurecache.store.versions import msa_stage_notes, store_versions, version_notes
     from services.lookup.hosts import SERVE_HOST_ENV
     from services.lookup.settings import check_settings, check_token_source
+    from services.lookup.state import link_note
 
     if token is not None:
         environ["FEATURECACHE_AUTH_TOKEN"] = token
     check_token_source()
-    path = store.resolve()
+    # absolute, its links kept: a store swapped in by replacing a link (ln -s new tmp; mv -T tmp
+    # current) is served as a store renamed into place is; the path resolved here pinned the old
+    # target, served until it was deleted, then 503 for ever (review R36b s49 #2)
+    path = Path(os.path.abspath(store))
     settings = check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
         opened = open_store(path)
@@ -214,8 +218,9 @@ def _serve(
     # temporary directory's, and gave an unfinished first build's count as the store's)
     state = "" if finished else ", its first build not finished: 503 until that build ends"
     log.info(
-        "serving %s (%d entries%s) on http://%s:%d with %d worker(s)", path, n, state, host, port, workers
-    )
+        "serving %s%s (%d entries%s) on http://%s:%d with %d worker(s)", path, link_note(path), n, state, host,
+        port, workers,
+    )  # fmt: skip
     options: dict[str, Any] = dict(
         factory=True, host=host, port=port, workers=workers, http=NoDelayHTTPProtocol, log_level="info",
         log_config=log_config, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

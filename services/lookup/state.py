@@ -120,6 +120,17 @@ def _stamp(path: str) -> FileStamp:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def link_note(path: Path) -> str:
+    """`` (a link to TARGET)`` when ``path`` or a directory above it is a symbolic link (the store
+    it leads to now, for the log: the server follows the link, so a store swapped in by replacing the
+    link is served: review R36b s49 #2), else ``""``."""
+    try:
+        target = os.path.realpath(path)
+    except OSError:
+        return ""
+    return f" (a link to {target})" if target != os.path.abspath(path) else ""
+
+
 def index_id(stamps: tuple[FileStamp, ...]) -> str | None:
     """The id of the index whose tables (``TABLES``, in order) had these stamps: ``<newest mtime_ns,
     16 hex digits>-<16 hex digits of a hash of each table's name, size and mtime_ns>``. The inode is
@@ -318,8 +329,8 @@ class StoreHolder:
             reader, root, index, error, read_id, public, parts=parts, version_refused=version_refused
         )
         if reader is not None:
-            log.info("store %s %s: %d entries (%.0f ms)", self.path, "reopened" if previous else "open",
-                     len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
+            log.info("store %s%s %s: %d entries (%.0f ms)", self.path, link_note(self.path),
+                     "reopened" if previous else "open", len(reader), 1e3 * (time.perf_counter() - t0))  # fmt: skip
             # /v1/info's sizes walk the parts not sized before (seconds on a 200k-entry store): start
             # now, in the background; /v1/info answers without them until they are counted
             size_count(reader)
