@@ -174,11 +174,18 @@ LOCK_RETRY_S = 1.0
 class BuildLock:
     """An exclusive advisory lock: one build per store at a time (two writers of a part lose data).
     The holder writes a record into the lock file once the lock is its own: its pid, its host, its
-    command line and what it is doing (``pid\nhost\ncommand\nwhat``: ``what``, one of
-    :data:`LOCK_PURPOSES`, "build" unless the caller says), which :func:`lock_holder` reads for
-    the message of a refused command; a holder in another host or container is named by its own
-    record, not by whatever process has that pid here. ``what`` names a holder whose command line
-    does not say (a program that calls the library's prune names it "prune", not "build")."""
+    command line, what it is doing and the store directory's inode
+    (``pid\nhost\ncommand\nwhat\ninode``: ``what``, one of :data:`LOCK_PURPOSES`, "build" unless
+    the caller says), which :func:`lock_holder` reads for the message of a refused command; a
+    holder in another host or container is named by its own record, not by whatever process has
+    that pid here. ``what`` names a holder whose command line does not say (a program that calls
+    the library's prune names it "prune", not "build").
+
+    A lock file of more than one link is shared with a hard-linked copy of the store (``cp -al
+    store snap``; review R36b s49 #3: a build in one copy locked the other out, and wrote its record
+    into both): the lock is taken on a file of the store's own, put in its place first
+    (:meth:`_own_file`); a holder of the shared file whose record names another directory is the
+    other copy's, and does not lock this store."""
 
     def __init__(self, root: Path, what: str = "build", *, tidy: bool = False) -> None:
         """``tidy``: when the holder has written no store by the time it lets go (no ``zarr.json``:
@@ -207,18 +214,37 @@ class BuildLock:
         if fmt is not None:
             check_format(fmt, self.path.parent)
         deadline = time.monotonic() + LOCK_RETRY_S
+        unshared = 0  # lock files of its own put in place (review R36b s49 #3)
         while True:
             self._open()
             assert self._f is not None
+            # shared with a hard-linked copy (cp -al): replaced by a file of this store's own (at most a
+            # few times: a file linked again at once, over and over, is locked as it is)
+            shared = os.fstat(self._f.fileno()).st_nlink > 1 and unshared < 3
             try:
                 fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
+                if shared and _holder_elsewhere(self._f, self.path.parent):  # the other copy's holder
+                    unshared += 1
+                    try:
+                        self._own_file()
+                    finally:
+                        self._f.close()
+                    continue
                 self._f.close()
                 if time.monotonic() < deadline:
                     time.sleep(0.02)
                     continue
                 holder = lock_holder(self.path.parent) or "a process that has ended since"
                 raise _locked(self.path, holder) from exc
+            if shared:  # nobody holds the shared file: replaced while this holds it, then opened again
+                unshared += 1
+                try:
+                    self._own_file()
+                finally:
+                    fcntl.flock(self._f, fcntl.LOCK_UN)
+                    self._f.close()
+                continue
             if self._still_linked():
                 break
             # the file was removed while this waited for it (a tidy holder that wrote no store):
@@ -231,7 +257,8 @@ class BuildLock:
         # (written to the descriptor, unbuffered: nothing is left to fail again at close)
         with contextlib.suppress(OSError):
             os.ftruncate(self._f.fileno(), 0)
-            record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n{self.what}\n"
+            inode = os.stat(self.path.parent).st_ino
+            record = f"{os.getpid()}\n{_host()}\n{_command_line(os.getpid())}\n{self.what}\n{inode}\n"
             os.pwrite(self._f.fileno(), record.encode("utf-8", "backslashreplace"), 0)
         return self
 
@@ -252,6 +279,43 @@ class BuildLock:
             raise StoreError(f"cannot write the store at {parent}: {exc.strerror or exc}") from exc
         self._made_dirs = self._made_dirs or missing
         self._made_file = self._made_file or made_file
+
+    def _own_file(self) -> None:
+        """Put a new, empty lock file in place of the one :meth:`_open` opened, which has other
+        links (a hard-linked copy's ``.build.lock``: ``cp -al``), so that this store's lock is its
+        own: written under a temporary name in the store directory, renamed over it. Only if the
+        path still leads to that file, checked under a lock on the directory (two commands of this
+        store doing so at once replace it once), so a file already put in place, which a command may
+        hold by now, is never replaced. The other copy keeps the old file."""
+        assert self._f is not None
+        held = os.fstat(self._f.fileno())
+        parent = self.path.parent
+        try:
+            dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise StoreError(f"cannot write the store at {parent}: {exc.strerror or exc}") from exc
+        tmp = parent / f"{LOCK_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
+        try:
+            with contextlib.suppress(OSError):  # (a file system without directory locks: the check alone)
+                fcntl.flock(dir_fd, fcntl.LOCK_EX)
+            try:
+                there = os.stat(self.path)
+            except FileNotFoundError:
+                return  # removed meanwhile (a tidy holder): the next open makes it
+            if (there.st_ino, there.st_dev) != (held.st_ino, held.st_dev) or there.st_nlink < 2:
+                return  # replaced meanwhile, or no longer shared
+            try:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise StoreError(f"cannot write the store at {parent}: {exc.strerror or exc}") from exc
+            log.debug(
+                "%s: a lock file of its own put in place of one shared with a hard-linked copy", self.path
+            )
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            os.close(dir_fd)  # (drops the directory lock)
 
     def _still_linked(self) -> bool:
         assert self._f is not None
@@ -321,12 +385,34 @@ def _command_line(pid: int | str) -> str:
     return " ".join(" ".join(argv).split())[:200]  # one line (a `python -c` program holds newlines)
 
 
+def _record_inode(record: str) -> int | None:
+    """The store directory's inode a :class:`BuildLock` record names (its fifth line), or None (a
+    record of an older featurecache, or one being written)."""
+    lines = record.split("\n")
+    return int(lines[4]) if len(lines) > 5 and lines[4].isdigit() else None
+
+
+def _holder_elsewhere(f: IO[str], root: Path) -> bool:
+    """Whether the holder of the lock file ``f`` (opened at ``root``'s lock path, held by someone
+    else) recorded another store directory than ``root``: a hard-linked copy's holder, which does
+    not lock ``root``. A record that names none (an older featurecache's, or one not written yet)
+    is taken as ``root``'s holder's."""
+    try:
+        record = os.pread(f.fileno(), 4096, 0).decode("utf-8", "replace")
+        inode = _record_inode(record)
+        return inode is not None and inode != os.stat(root).st_ino
+    except OSError:
+        return False
+
+
 def lock_holder(root: Path) -> LockHolder | None:
     """Who holds ``root``'s :class:`BuildLock` ("pid 123: featurecache build --pdb-dir ...", or
     "pid 123 on host H: ..." for a holder on another host or in a container), or None when no
     process does. Reads only (a read-only store works); the lock is tested with a shared lock taken
     and dropped at once (a build starting in that instant retries: ``LOCK_RETRY_S``). The command is
-    the holder's own record; a holder of a version that recorded only its pid is looked up in /proc."""
+    the holder's own record; a holder of a version that recorded only its pid is looked up in /proc.
+    A lock file shared with a hard-linked copy (``cp -al``) held by a command of the copy (its record
+    names the copy's directory) is no holder of ``root`` (review R36b s49 #3)."""
     path = Path(root) / LOCK_FILE
     try:
         f = open(path)  # noqa: SIM115 (closed below, after the lock test)
@@ -346,6 +432,8 @@ def lock_holder(root: Path) -> LockHolder | None:
                 record = f.read()
         else:
             fcntl.flock(f, fcntl.LOCK_UN)
+            return None
+        if os.fstat(f.fileno()).st_nlink > 1 and _holder_elsewhere(f, Path(root)):
             return None
     pid, host, cmd, what = [*record.split("\n"), "", "", "", ""][:4]
     pid = pid.strip()
