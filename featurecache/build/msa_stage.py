@@ -785,6 +785,7 @@ class ScanCache:
 
     def __init__(self, root: Path, msa_dir: str, table: Any) -> None:
         self.root, self.msa_dir = root, msa_dir
+        self.loaded = table  # the table read (None: none, or one of another version): save() compares
         self.other_dirs = None  # rows of other --msa-dirs, kept as they are
         self.rows: dict[str, dict[str, Any]] = {}
         if table is not None:
@@ -861,10 +862,26 @@ class ScanCache:
         table = pa.table(cols, schema=schema)
         if self.other_dirs is not None and self.other_dirs.num_rows:
             table = pa.concat_tables([self.other_dirs.cast(schema), table])
+        if self.loaded is not None and _same_rows(table, self.loaded):
+            # a no-op build rewrote the same rows every time: a new inode and mtime, which an rsync
+            # mirror sent again and a hard-linked snapshot stopped sharing (review R36b s49 #5)
+            return
         try:
             replace_table(self.path, table)
         except OSError as exc:
             log.warning("cannot write the MSA scan cache %s: %s", self.path, exc)
+
+
+def _same_rows(a: Any, b: Any) -> bool:
+    """Whether two scan cache tables hold the same rows, in any order (the file is read back as a
+    whole: the order of its rows means nothing)."""
+    if a.num_rows != b.num_rows or a.schema.names != b.schema.names:
+        return False
+    keys = [("dir", "ascending"), ("rel", "ascending")]
+    try:
+        return bool(a.sort_by(keys).equals(b.cast(a.schema).sort_by(keys)))
+    except (ValueError, TypeError, NotImplementedError):  # (pyarrow's ArrowInvalid is a ValueError)
+        return False
 
 
 def _cache_version() -> str:
