@@ -278,7 +278,7 @@ def _verify(
         stale = _index_matches_parts(entries, derived["entries"], set(report.bad_index_parts))
         problems.extend(stale)
         if not stale and not report.bad_index_parts:
-            _check_index_contents(store, derived, report, dirs, parts)
+            _check_index_contents(store, derived, report, dirs, parts, readable)
         problems.extend(f"part {n}: written but not yet published (the build that wrote it has not run its MSA and "
                         "chem stages after it: a build is running, or was stopped; run `featurecache build` on "
                         "the store to finish it)" for n in sorted(held) if n in parts)  # fmt: skip
@@ -907,7 +907,7 @@ def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any
 
 
 def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], report: VerifyReport,
-                          dirs: dict[str, str], parts: dict[str, Path]) -> None:  # fmt: skip
+                          dirs: dict[str, str], parts: dict[str, Path], readable: list[Path]) -> None:  # fmt: skip
     """The index files hold what the parts' own index gives (``derived``: :func:`index_tables`),
     and every chain's ``sequence_hash`` is the hash of its sequence (``store.index_check``; review
     R28c s46 #3). A differing file whose differing rows are all of parts that record their own
@@ -917,14 +917,28 @@ def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], repor
     damaged cannot be told (review R29b s46 #1), so the entries, MSAs and component parts they are
     of are damaged (``--repair`` takes them out, the build rebuilds them from their sources); rows of
     none of those: :attr:`VerifyReport.unsettled`. A chain row of a part that is damaged: its entry
-    is damaged."""
+    is damaged.
+
+    A differing file that is exactly what a rebuild from the parts the index's last rebuild recorded
+    (``readable`` less the parts written since: :func:`_stale_tables`) gives is a stale index, not a
+    damaged one: a build running or stopped before it rebuilt the index after its MSA or chem stage,
+    or a copy taken during one (review R36b s49 #4); a build, or ``--repair``, rewrites it."""
     from featurecache.store.index_check import chain_hash_problems, index_differences
 
     found, layout_notes = index_differences(store.path, derived)
     report.notes.extend(layout_notes)
     report.old_layout = bool(layout_notes)
     unchecked = {n for n, p in parts.items() if not _records_index_checksum(p)}
+    stale, newer = _stale_tables(store.path, readable, set(found))
     for name, diff in found.items():
+        if name in stale:
+            report.index_differs[name] = diff.why  # (--repair rewrites it from the parts, as a build does)
+            report.problems.append(
+                f"index/{name}.arrow predates part(s) {first_named(newer, 5)}, written after the index was last "
+                f"rebuilt: {diff.why} (stale index: a build is running or was stopped, or this is a copy taken "
+                "during one: run `featurecache build` on the store)"
+            )  # fmt: skip
+            continue
         if diff.index_only:
             of = set()
         elif diff.rows is None:  # other columns: any part's rows may be what changed
@@ -966,6 +980,39 @@ def _check_index_contents(store: LocalStore, derived: dict[str, pa.Table], repor
             report.problems.append(problem)
             if entry_id in rows and not any(d.kind == "entry" and d.id == entry_id for d in report.damaged):
                 report.damaged.append(_damaged_entry(store.path, rows[entry_id], problem, dirs))
+
+
+def _stale_tables(root: Path, readable: list[Path], differing: set[str]) -> tuple[set[str], list[str]]:
+    """(Which of the ``differing`` index tables are stale, the parts written after the index was
+    last rebuilt). The parts a rebuild covered are those its record lists
+    (``index/.part-rows/manifest.json``); a differing table is stale when it is exactly what a
+    rebuild from the ``readable`` parts it covered gives (a file missing where those give no rows):
+    the index of that rebuild, before the parts written since (a build's MSA and chem parts, after
+    its structure stage's rebuild). Without the record, or with no part written since: none."""
+    from featurecache.store.index import PART_ROWS_DIR, PART_ROWS_MANIFEST
+    from featurecache.store.index_check import index_differences
+    from featurecache.store.layout import INDEX_DIR
+
+    if not differing:
+        return set(), []
+    try:
+        manifest = json.loads((root / INDEX_DIR / PART_ROWS_DIR / PART_ROWS_MANIFEST).read_text())
+        covered = {str(p) for p in manifest["parts"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set(), []
+    newer = [p.name for p in readable if p.name not in covered]
+    if not newer:
+        return set(), []
+    try:
+        then = index_tables(root, [p for p in readable if p.name in covered])
+        still, _ = index_differences(root, {n: t for n, t in then.items() if n in differing})
+    except (FeatureCacheError, OSError, ValueError, KeyError):
+        return set(), []
+    stale = {
+        n for n in differing
+        if (n in then and n not in still) or (n not in then and not (root / INDEX_DIR / f"{n}.arrow").exists())
+    }  # fmt: skip
+    return stale, newer
 
 
 def _unsettled_owners(
