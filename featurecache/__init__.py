@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from featurecache.store.reader import LocalStore
 
 
-def open_store(path: Any) -> LocalStore:
-    """Open a store directory read-only (see :class:`featurecache.store.reader.LocalStore`)."""
+def open_store(path: Any, *, memory_map: bool = True) -> LocalStore:
+    """Open a store directory read-only (see :class:`featurecache.store.reader.LocalStore`);
+    ``memory_map=False`` reads the index tables into memory instead of mapping them."""
     from featurecache.store.reader import open_store as _open
 
-    return _open(path)
+    return _open(path, memory_map=memory_map)
 
 
 def package_dir() -> Path:
