@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -153,15 +152,16 @@ def quiet_on_sigint(
 
 
 @contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred(drop: bool = False) -> Iterator[None]:
     """Meanwhile (main thread), a SIGINT or SIGTERM whose handler is Python code (Python's
     ``default_int_handler``, :func:`quiet_on_sigint`'s, a program's own) is only noted: for a
     cleanup bounded by its own timeouts, which an exception raised in the middle would cut short
     (a second Ctrl-C during an interrupted build's cluster shutdown left Dask's IO-loop thread and
     its sockets behind, with a long traceback: review R35b s49 #7). On leaving, the handlers are
-    put back; when an exception is under way (the block is entered from an ``except`` or a
-    ``finally`` that one runs: the interrupt that started the cleanup) or raised inside, the
-    signals noted are dropped: that exception is the news, and it goes on. Otherwise the first one
+    put back; with ``drop`` (the caller's cleanup follows an exception: the interrupt that started
+    it, say), or when an exception is raised inside, the signals noted are dropped: that exception
+    is the news, and it goes on. The caller says so: the ambient ``sys.exc_info()`` may be one its
+    own caller is handling, which has nothing to do with the cleanup (review R36c s49 #1). Otherwise the first one
     noted is handed to its handler then (raising KeyboardInterrupt, or BuildTerminated). A second
     one noted is handed to its handler at once: a third Ctrl-C of an interrupted build (or a
     second of a finished one's shutdown) still stops a cleanup that hangs. An ignored signal or one
@@ -169,7 +169,6 @@ def interrupts_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    under_way = sys.exc_info()[1] is not None
     noted: list[int] = []
     previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
     sig: int
@@ -191,7 +190,7 @@ def interrupts_deferred() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if noted and not under_way:  # (an exception raised inside skips this too)
+    if noted and not drop:  # (an exception raised inside skips this too)
         previous[noted[0]](noted[0], None)
 
 

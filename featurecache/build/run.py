@@ -411,9 +411,9 @@ def _make_client(
             )  # fmt: skip
         client = Client(cluster, set_as_default=False)  # not the process's default (see above)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
-    except BaseException:
-        if cluster is not None:
-            _shutdown(client, cluster)  # a client made before the failure is closed with it
+    except BaseException as exc:
+        if cluster is not None:  # a client made before the failure is closed with it
+            _shutdown(client, cluster, stopped=exc)
         raise
     return client, cluster
 
@@ -941,6 +941,7 @@ def _run_build(
         raise
     if cluster is not None:  # an external cluster's workers are not ours to silence
         on_interrupt.append(lambda: _quiet_workers_soon(client))
+    stopped_by: BaseException | None = None
     try:
         with _cluster_errors(client, scheduler):
             if scheduler:
@@ -1074,9 +1075,12 @@ def _run_build(
             warn_mixed_definitions(out, tables, summary.components_computed, ccd, pdb_dir)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
             summary.n_failed_earlier += summary.n_msa_failed_earlier
+    except BaseException as exc:
+        stopped_by = exc  # what the shutdown follows (not the caller's ambient sys.exc_info())
+        raise
     finally:
         try:
-            _shutdown(client, cluster)
+            _shutdown(client, cluster, stopped=stopped_by)
         finally:
             locked.close()
     summary.store_bytes = store_bytes(out)
@@ -1630,7 +1634,7 @@ def _quiet_workers_now(client: Any, timeout_s: float = 5.0) -> None:
         client.sync(broadcast)
 
 
-def _shutdown(client: Any, cluster: Any) -> None:
+def _shutdown(client: Any, cluster: Any, stopped: BaseException | None = None) -> None:
     """Close the client and the embedded cluster; a slow shutdown (loaded machine) is not an error.
     The build's work is done by now (its errors were shown): Dask's loggers are silenced first,
     here and in the embedded cluster's workers. Closing the cluster stops the workers and then
@@ -1642,11 +1646,14 @@ def _shutdown(client: Any, cluster: Any) -> None:
     A Ctrl-C (or SIGTERM) meanwhile waits for its end (:func:`~featurecache.signals.interrupts_deferred`;
     each close is bounded by its timeout): a second Ctrl-C cut the cluster's close short, leaving
     its IO-loop thread and sockets behind (review R35b s49 #7). After an interrupt it is dropped;
-    after a finished build it is raised then."""
+    after a finished build it is raised then. ``stopped``: the exception that stopped the build
+    (None: it finished), passed by the caller: the ambient ``sys.exc_info()`` is the program's own
+    when run_build is called inside an ``except`` block, and a Ctrl-C during a finished build's
+    shutdown was dropped for it (review R36c s49 #1)."""
     from featurecache.signals import interrupts_deferred, quiet_loggers, restore_loggers
 
-    interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # the workers were asked then
-    with interrupts_deferred():
+    interrupted = isinstance(stopped, KeyboardInterrupt)  # the workers were asked then
+    with interrupts_deferred(drop=stopped is not None):
         previous = quiet_loggers()
         try:
             if client is not None and cluster is not None and not interrupted:
