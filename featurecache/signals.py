@@ -80,8 +80,12 @@ def ignore_pending_sigint() -> None:
 def quiet_loggers(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> dict[str, int]:
     """Silence the loggers named ``prefixes`` and every logger under them that exists now (their
     own level is set above CRITICAL: a child with a level of its own does not inherit the
-    parent's). Returns the levels they had, for :func:`restore_loggers`. Safe in a signal handler
-    (logging's lock is re-entrant)."""
+    parent's). Returns the levels they had, for :func:`restore_loggers`: those of the loggers it
+    changed. One already above CRITICAL is left out: an outer quiet (the build's shutdown, when a
+    second Ctrl-C comes during it) set that and puts back the level it had; recorded here, the
+    inner one put back "silenced", and the outer then skipped it, leaving Dask's loggers and
+    asyncio silenced for good (review R36c s49 #2). Safe in a signal handler (logging's lock is
+    re-entrant)."""
     manager = logging.Logger.manager
     names = set(prefixes) | {
         n for n in list(manager.loggerDict) if any(n == p or n.startswith(p + ".") for p in prefixes)
@@ -89,6 +93,8 @@ def quiet_loggers(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> dict[str
     previous: dict[str, int] = {}
     for name in sorted(names):
         logger = logging.getLogger(name)
+        if logger.level > logging.CRITICAL:  # silenced already, by whoever puts it back
+            continue
         previous[name] = logger.level
         logger.setLevel(logging.CRITICAL + 1)
     return previous
@@ -117,9 +123,11 @@ def quiet_on_sigint(
     take_term = sigterm is not None and main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
     quieted: dict[str, int] = {}
     hooks: list[Callable[[], None]] = []
+    done: list[bool] = []  # once (quieted may stay empty: the loggers were silenced already)
 
     def quiet() -> None:
-        if not quieted:
+        if not done:
+            done.append(True)
             quieted.update(quiet_loggers(prefixes))
             for hook in hooks:
                 with contextlib.suppress(Exception):

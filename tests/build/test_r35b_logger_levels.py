@@ -68,3 +68,29 @@ def test_the_levels_are_put_back_after_a_build_that_raised(
         run.run_build(pdb_dir=_pdb(tmp_path), out=tmp_path / "store", ccd=None, workers=1, progress=False,
                       dashboard=False)  # fmt: skip
     assert _levels() == program_levels
+
+
+def test_the_levels_are_put_back_after_two_ctrl_c_during_a_finished_builds_shutdown(
+    tmp_path: Path, program_levels: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R36c s49 #2: the second press's handler quieted the loggers again inside the shutdown's
+    own quiet, recorded CRITICAL+1 as the levels to put back, and left every Dask logger and
+    asyncio silenced for the rest of the process."""
+    from tests.build.test_r35b_second_interrupt import InterruptOnClose
+
+    plugin = InterruptOnClose(times=2)
+    real = run._check_worker_versions
+
+    def plugin_once_up(client: Any, *args: Any, **kwargs: Any) -> None:
+        client.cluster.scheduler.add_plugin(plugin, name="r36c-interrupt-twice-on-close")
+        real(client, *args, **kwargs)
+
+    monkeypatch.setattr(run, "_check_worker_versions", plugin_once_up)
+    asyncio_logger = logging.getLogger("asyncio")
+    monkeypatch.setattr(asyncio_logger, "level", logging.INFO)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_build(pdb_dir=_pdb(tmp_path), out=tmp_path / "store", ccd=None, workers=1, progress=False,
+                      dashboard=False)  # fmt: skip
+    assert plugin.sent.is_set()
+    assert _levels() == program_levels
+    assert asyncio_logger.level == logging.INFO
