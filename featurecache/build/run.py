@@ -414,8 +414,23 @@ def _make_client(
     except BaseException as exc:
         if cluster is not None:  # a client made before the failure is closed with it
             _shutdown(client, cluster, stopped=exc)
+        if isinstance(exc, RuntimeError) and "Nanny failed to start" in str(exc):
+            # each worker printed its own error (stderr is the program's); distributed's two nested
+            # RuntimeErrors say nothing more (review R36c s49 #3; run_build names the likely cause)
+            raise WorkersNotStarted(f"the build's Dask workers could not start ({exc}); a worker's own "
+                                    "error, when it has one, is above") from exc  # fmt: skip
         raise
     return client, cluster
+
+
+class WorkersNotStarted(StoreError):
+    """The embedded cluster's worker processes did not start (distributed's "Nanny failed to
+    start"): each one's own error went to stderr."""
+
+
+#: run_build's refusal of a call from a spawned worker's run of the program's main module (one line)
+UNGUARDED_LINE = ("run_build() was called while a spawned process (one of a build's workers) ran the "
+                  "program's main module to start: call it under `if __name__ == \"__main__\":`")  # fmt: skip
 
 
 def _quiet_workers_soon(client: Any) -> None:
@@ -764,11 +779,14 @@ def run_build(
     featurizer; without it such a build is refused (UsageError, nothing written:
     :func:`~featurecache.store.versions.downgrade_line`).
     A script that calls it must do so under ``if __name__ == "__main__":``: each worker process a
-    build spawns runs the main module's top level again, and a call there is refused (UsageError)."""
+    build spawns runs the main module's top level again: a call there ends that worker with one
+    line on stderr, and the build, its workers not started, raises UsageError naming the guard."""
     from featurecache.build import fork_server as server
     from featurecache.signals import quiet_on_sigint
 
     _refuse_in_spawned_bootstrap()
+    caller = sys._getframe(1)  # the program's main module, at its top level: maybe the unguarded call
+    top_level = caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") == "__main__"
     _note_ignored_signals()
     levels: dict[str, int] = {}  # of Dask's loggers, before the build set them (_make_client)
     with (
@@ -782,8 +800,17 @@ def run_build(
                 part_size=part_size, config=config, progress=progress, on_interrupt=on_interrupt,
                 dashboard=dashboard, fork_server=fork_server, allow_downgrade=allow_downgrade, logger_levels=levels,
             )  # fmt: skip
+        except WorkersNotStarted:
+            if not top_level:
+                raise
+            # the likely cause: each worker re-ran this call, was refused (its one line, above) and
+            # exited; raised from here, the script's uncaught error is a short traceback (review R36c s49 #3)
+            error = UsageError("the build's Dask workers could not start: a script that calls run_build() at its "
+                               "top level must do so under `if __name__ == \"__main__\":` (each worker runs the "
+                               "main module again; their own lines are above)")  # fmt: skip
         finally:
             server.stop()  # Dask's start method as it was (a no-op when this build changed nothing)
+    raise error from None
 
 
 @contextlib.contextmanager
@@ -842,7 +869,8 @@ def _environ_undone() -> Iterator[None]:
 
 
 def _refuse_in_spawned_bootstrap() -> None:
-    """UsageError when called while a spawned process runs the program's main module to start
+    """One line on stderr and the process ends (status 2) when called while a spawned process runs
+    the program's main module to start
     (multiprocessing's bootstrapping, which runs it as ``__mp_main__``; the flag is the one CPython's
     own check reads, ``spawn._check_not_importing_main``; ``parent_process()`` is set only after
     it): a script that calls run_build at its top level, without ``if __name__ == "__main__":``,
@@ -852,8 +880,14 @@ def _refuse_in_spawned_bootstrap() -> None:
 
     bootstrapping = getattr(multiprocessing.process.current_process(), "_inheriting", False)
     if bootstrapping and "__mp_main__" in sys.modules:
-        raise UsageError("run_build() was called while a spawned process (one of a build's workers) ran the "
-                         "program's main module to start: call it under `if __name__ == \"__main__\":`")  # fmt: skip
+        # one line, and the process ends: raised, it was a traceback through multiprocessing's
+        # bootstrapping, and a script that caught it went on to start as a worker anyway; the
+        # worker can do nothing else (review R36c s49 #3). The build that spawned it then says
+        # its workers did not start (WorkersNotStarted: UsageError from a script's top level).
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"featurecache: error: {UNGUARDED_LINE}\n")
+            sys.stderr.flush()
+        os._exit(2)
 
 
 def _note_ignored_signals() -> None:

@@ -17,7 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from featurecache.build.run import UNGUARDED_LINE
 from tests.conftest import REPO, SAMPLES
+
+GUARD = 'if __name__ == "__main__":'
 
 SCRIPT = """\
 from pathlib import Path
@@ -34,6 +39,9 @@ except BaseException as exc:
 
 
 def test_an_unguarded_script_gets_one_line_from_its_worker_and_its_build(tmp_path: Path) -> None:
+    """A script that catches what run_build raises: its worker's one line (stderr), and its build's
+    UsageError naming the guard (review R36c s49 #3: the worker now ends at once, so the script's
+    own build cannot start it; before, the caught refusal let the worker start all the same)."""
     pdb = tmp_path / "pdb"
     pdb.mkdir()
     shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
@@ -44,12 +52,51 @@ def test_an_unguarded_script_gets_one_line_from_its_worker_and_its_build(tmp_pat
                           timeout=300)  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    lines = done.stdout.splitlines()
-    assert "OK 1" in lines, output  # the script's own build
-    refused = [line for line in lines if line.startswith("RAISED")]
-    assert refused == [
-        "RAISED UsageError: run_build() was called while a spawned process (one of a build's workers) ran the "
-        'program\'s main module to start: call it under `if __name__ == "__main__":`'
-    ], output
+    assert done.stderr.count(UNGUARDED_LINE) == 1, output  # the worker's
+    refused = [line for line in done.stdout.splitlines() if line.startswith("RAISED")]
+    assert len(refused) == 1 and refused[0].startswith(
+        "RAISED UsageError: the build's Dask workers could not"
+    ), output
+    assert GUARD in refused[0], output
     assert "bootstrapping phase" not in output and "Traceback" not in output, output
     assert len(output.splitlines()) <= 6, output  # (the build's own warning lines, unconfigured logging)
+
+
+PLAIN_SCRIPT = """\
+from pathlib import Path
+
+from featurecache.build.run import run_build
+
+summary = run_build(pdb_dir=Path({pdb!r}), out=Path({out!r}), ccd=None, workers=1, progress=False, dashboard=False,
+                    fork_server={fork_server!r})
+print("OK", summary.n_built)
+"""
+
+
+@pytest.mark.parametrize("fork_server", [False, True], ids=["spawned", "fork_server"])
+def test_a_plain_unguarded_script_gets_a_short_error_naming_the_guard(
+    tmp_path: Path, fork_server: bool
+) -> None:
+    """Review R36c s49 #3: no try/except in the script: 73 lines with three tracebacks, ending in
+    distributed's ``RuntimeError: Nanny failed to start.``, which named nothing. Now the worker's
+    one line, then Python's traceback of the script's uncaught UsageError: the script's call and
+    run_build's raise (two frames of two or three lines each), its header and the error line."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    script = tmp_path / "unguarded.py"
+    script.write_text(PLAIN_SCRIPT.format(pdb=str(pdb), out=str(tmp_path / "store"), fork_server=fork_server))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FEATURECACHE_DASHBOARD": "0"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)  # fmt: skip
+    assert done.returncode != 0, done.stderr
+    assert "OK" not in done.stdout
+    lines = done.stderr.splitlines()
+    assert sum(UNGUARDED_LINE in line for line in lines) == 1, done.stderr  # the one worker's
+    assert lines[-1].startswith("featurecache.errors.UsageError: the build's Dask workers could not"), (
+        done.stderr
+    )
+    assert GUARD in lines[-1], done.stderr
+    assert "RuntimeError" not in done.stderr, done.stderr
+    assert done.stderr.count("Traceback") == 1, done.stderr  # the script's own, through run_build only
+    assert len(lines) <= 9, done.stderr  # 1 (worker) + 1 (header) + 2 frames x <= 3 + 1 (error)
