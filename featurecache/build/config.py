@@ -18,9 +18,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP, FEATURIZER_VERSION
 from featurecache.errors import UsageError
@@ -53,7 +53,12 @@ class BuildConfig:
     store: one left out (not given to the constructor, :attr:`given`) builds at its default, but a
     build over a store that records another value is refused (:func:`settings_left_out`), as
     ``featurecache build`` without ``--msa-depth`` / ``--keep-cryst-aids`` is. Give the value to
-    keep it, or the default to rebuild at it."""
+    keep it, or the default to rebuild at it. To change some settings of a config, use
+    :meth:`replace` (or ``copy.replace`` on Python 3.13+), which keeps what was left out:
+    ``dataclasses.replace`` passes every field to the constructor, so its copy counts every
+    recorded setting as given (at the value it holds, the default for one left out) and a build
+    with it over a store that records another value rebuilds at that value, unrefused. Nothing
+    in the class can tell its call apart from one that gives them all (review R36c s49 #4)."""
 
     msa_depth_cap: int = DEFAULT_MSA_DEPTH_CAP
     conformer_timeout_s: float = 20.0
@@ -83,9 +88,27 @@ class BuildConfig:
     @property
     def given(self) -> frozenset[str]:
         """The recorded settings (:data:`RECORDED_FIELDS`) given to the constructor, by field name
-        (``dataclasses.replace`` gives them all)."""
+        (``dataclasses.replace`` gives them all; :meth:`replace` keeps those of its config)."""
         given: frozenset[str] = getattr(self, "_given", frozenset(RECORDED_FIELDS))
         return given
+
+    def replace(self, **changes: Any) -> BuildConfig:
+        """A copy with ``changes`` (fields by name): its :attr:`given` is this config's and the
+        recorded settings among ``changes``; ``BuildConfig().replace(conformer_timeout_s=30)``
+        leaves ``msa_depth_cap`` and ``keep_crystallization_aids`` out, as ``BuildConfig(
+        conformer_timeout_s=30)`` does (``dataclasses.replace`` gives them all: review R36c s49 #4)."""
+        names = [f.name for f in fields(self)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise TypeError(f"BuildConfig has no field {', '.join(map(repr, unknown))}")
+        values: dict[str, Any] = {name: getattr(self, name) for name in names}
+        values.update({name: UNSET for name in RECORDED_FIELDS if name not in self.given})
+        values.update(changes)
+        return BuildConfig(**values)
+
+    def __replace__(self, **changes: Any) -> BuildConfig:
+        """``copy.replace`` (Python 3.13+): :meth:`replace`."""
+        return self.replace(**changes)
 
     def as_dict(self) -> dict[str, object]:
         """The fields by name (what the store's root records as ``config``)."""
