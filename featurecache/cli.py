@@ -337,6 +337,12 @@ parts kept).
             raise typer.Exit(EXIT_USAGE) from exc
         raise _fatal(exc) from exc
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (run.BuildTerminated: exit 143)
+        from featurecache.signals import quiet_loggers
+
+        # the build put Dask's logger levels back (the CLI's: INFO), and a close the interrupt cut
+        # short is finished by Dask's exit handlers, which logged ~15 INFO lines after the last one;
+        # this process exits now (review R36c s49 #5)
+        quiet_loggers()
         line = (
             f"interrupted: every finished part of {out} is kept; run the same command again to resume"
             if (Path(out) / "zarr.json").is_file()
