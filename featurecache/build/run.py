@@ -723,8 +723,8 @@ def check_structure_files(pdb_dir: Path, out: Path) -> None:
     ``--pdb-dir`` itself is refused as that (its files would all be skipped as the store's)."""
     pdb_dir = Path(pdb_dir)
     if resolved(Path(out)) == resolved(pdb_dir):
-        raise UsageError(f"--out {out} is the --pdb-dir: a store is a directory of its own; give a new or "
-                         f"existing store's directory, e.g. --out {Path(out).resolve().parent / 'store'}")  # fmt: skip
+        raise UsageError(f"out (--out) {out} is the pdb_dir (--pdb-dir): a store is a directory of its own; give "
+                         f"a new or existing store's directory, e.g. {Path(out).resolve().parent / 'store'}")  # fmt: skip
     others: list[str] = []
     for p in input_paths(pdb_dir, out):  # what the build would read
         if structure_format(p.name):
@@ -734,8 +734,8 @@ def check_structure_files(pdb_dir: Path, out: Path) -> None:
         f"{len(others)} other file{'s' if len(others) != 1 else ''} ({', '.join(sorted(others)[:3])}"
         f"{', …' if len(others) > 3 else ''})"
     )  # fmt: skip
-    raise UsageError(f"--pdb-dir {pdb_dir}: no structure file to build from: looked for {STRUCTURE_FILE_KINDS}, "
-                     f"found {held}")  # fmt: skip
+    raise UsageError(f"pdb_dir (--pdb-dir) {pdb_dir}: no structure file to build from: looked for "
+                     f"{STRUCTURE_FILE_KINDS}, found {held}")  # fmt: skip
 
 
 def run_build(
@@ -1969,17 +1969,17 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
 
 
 def no_msa_dir_line(summary: BuildSummary, msa_dir: Path | None) -> str | None:
-    """The build's one warning, without ``--msa-dir``, about the store's polymer chains that get the
-    single-sequence MSA (as ``no ccd (--ccd):`` is for residues without a definition); None with
+    """The build's one warning, without ``msa_dir (--msa-dir)``, about the store's polymer chains
+    that get the single-sequence MSA (as ``no ccd (--ccd):`` is for residues without a definition); None with
     ``--msa-dir`` or when every chain has an MSA from files (one an earlier build stored is kept)."""
     n, e = summary.n_single_sequence_chains, summary.n_single_sequence_entries
     if msa_dir is not None or not n:
         return None
     kept = summary.n_msa_chains
     others = f"; {kept} other{'s' if kept != 1 else ''} keep the MSA an earlier build stored from files"
-    return (f"no --msa-dir: {n} polymer chain{'s' if n != 1 else ''} ({e} entr{'y' if e == 1 else 'ies'}) "
+    return (f"no msa_dir (--msa-dir): {n} polymer chain{'s' if n != 1 else ''} ({e} entr{'y' if e == 1 else 'ies'}) "
             f"get{'s' if n == 1 else ''} the single-sequence MSA (the query row only){others if kept else ''}; pass "
-            "--msa-dir")  # fmt: skip
+            "msa_dir (--msa-dir)")  # fmt: skip
 
 
 def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts) -> list[str]:

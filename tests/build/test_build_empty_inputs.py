@@ -122,7 +122,9 @@ def test_a_pdb_dir_without_structure_files_is_a_usage_error(
     r = _refused("build", "--pdb-dir", str(pdb), "--out", str(out), "--workers", "1", "--no-progress")
     said = " ".join(r.stderr.split())
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert f"--pdb-dir {pdb}: no structure file" in said and ".cif" in said and found in said, r.stderr
+    assert f"pdb_dir (--pdb-dir) {pdb}: no structure file" in said and ".cif" in said and found in said, (
+        r.stderr
+    )
     assert not out.exists()  # no store created
 
 

@@ -50,7 +50,7 @@ def test_out_naming_the_pdb_dir_is_refused_as_that(tmp_path: Path, spelling: str
     r = cli_in_process(*args, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert line.startswith(f"error: --out {Path(out)} is the --pdb-dir: a store is a directory of its own"), (
-        line
-    )
+    assert line.startswith(
+        f"error: out (--out) {Path(out)} is the pdb_dir (--pdb-dir): a store is a directory of its own"
+    ), line
     assert sorted(p.name for p in pdb.iterdir()) == names  # nothing written into it

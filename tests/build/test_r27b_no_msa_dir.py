@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import SAMPLES, build_store
 
-NO_MSA_DIR = "no --msa-dir:"
+NO_MSA_DIR = "no msa_dir (--msa-dir):"
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -38,8 +38,8 @@ def test_a_build_without_msa_dir_says_which_chains_get_the_single_sequence(
         summary = build_store(store, pdb, workers=1)
     assert summary.stages["msa"]["polymer chains with an MSA from files"] == "0 of 4"
     (line,) = _lines(caplog)
-    assert line == ("no --msa-dir: 4 polymer chains (2 entries) get the single-sequence MSA (the query row "
-                    "only); pass --msa-dir"), line  # fmt: skip
+    assert line == ("no msa_dir (--msa-dir): 4 polymer chains (2 entries) get the single-sequence MSA (the query row "
+                    "only); pass msa_dir (--msa-dir)"), line  # fmt: skip
 
     # with --msa-dir: no such line (1psm A, 2q2k A and the chain of 2q2k A's sequence get their files)
     caplog.clear()
@@ -55,5 +55,5 @@ def test_a_build_without_msa_dir_says_which_chains_get_the_single_sequence(
     assert summary.stages["msa"]["MSAs written (from files / single sequence)"] == "0 / 0"
     assert summary.stages["msa"]["polymer chains with an MSA from files"] == "3 of 4"
     (line,) = _lines(caplog)
-    assert line == ("no --msa-dir: 1 polymer chain (1 entry) gets the single-sequence MSA (the query row only); "
-                    "3 others keep the MSA an earlier build stored from files; pass --msa-dir"), line  # fmt: skip
+    assert line == ("no msa_dir (--msa-dir): 1 polymer chain (1 entry) gets the single-sequence MSA (the query row only); "
+                    "3 others keep the MSA an earlier build stored from files; pass msa_dir (--msa-dir)"), line  # fmt: skip
