@@ -854,7 +854,9 @@ def _environ_undone() -> Iterator[None]:
     """On leaving, each variable of :func:`_build_environ` that holds the value the build set, and
     held another one (or none) before, is put back: every process the program started after a build
     ran with one BLAS thread and Dask's hash seed (review R35b s49 #4). A variable the program
-    changed meanwhile keeps its value."""
+    changed meanwhile keeps its value, unless the program set the same value as the build's
+    (``OMP_NUM_THREADS=1`` during a build is put back as if the build had set it: the two cannot
+    be told apart; review R36c s49 #7)."""
     before = dict(os.environ)
     try:
         yield
