@@ -264,8 +264,9 @@ def test_a_refused_concurrent_build_changes_nothing(tmp_path: Path, ligand_store
     s = _copy(ligand_store, tmp_path / "s")
     before = (s / "zarr.json").read_bytes()
     with BuildLock(s), pytest.raises(StoreError, match="another build is writing"):
+        # (its recorded CCD given: a setting left out is refused before the lock is asked for)
         run_build(pdb_dir=SAMPLES / "structures", out=s, scheduler=shared_scheduler(1), progress=False,
-                  config=BuildConfig(msa_depth_cap=7))  # fmt: skip
+                  ccd=SAMPLES / "ccd", config=BuildConfig(msa_depth_cap=7))  # fmt: skip
     assert (s / "zarr.json").read_bytes() == before
 
 

@@ -25,12 +25,17 @@ from featurecache.errors import FeatureCacheError
 from services.lookup.server import free_port, run_server, wait_ready
 
 TOKEN = "r35b-s49-token-0123456789abcdef"
+#: loggers run_server's logging configuration names
+CONFIGURED = ("featurecache", "services", "uvicorn", "uvicorn.error")
 
 
 class Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        #: (level, handlers, propagate, disabled) of the loggers run_server configures, before it ran
+        #: (an earlier test of this worker process may have configured uvicorn's already)
+        self.before: dict[str, tuple[int, list[logging.Handler], bool, bool]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.name} {record.getMessage()}")
@@ -52,6 +57,14 @@ def caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Li
     ]
     kept = {lg: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers}
     lines, file_handler = Lines(), logging.FileHandler(tmp_path / "caller.log", mode="w")
+    existing = logging.root.manager.loggerDict
+    for name in CONFIGURED:
+        lg = existing.get(name)
+        lines.before[name] = (
+            (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+            if isinstance(lg, logging.Logger)
+            else (logging.NOTSET, [], True, False)
+        )
     root = logging.getLogger()
     root.addHandler(lines)
     root.addHandler(file_handler)
@@ -77,9 +90,9 @@ def assert_caller_state_intact(lines: Lines, log_file: Path, environ: dict[str, 
     assert "services.lookup.userprobe a services line after run_server" in lines.lines, lines.lines[-10:]
     text = log_file.read_text()  # the FileHandler was neither closed nor left off the loggers
     assert "a featurecache line after run_server" in text, text[-2000:]
-    for name in ("featurecache", "services", "uvicorn", "uvicorn.error"):
+    for name in CONFIGURED:
         lg = logging.getLogger(name)
-        assert (lg.level, lg.handlers, lg.propagate, lg.disabled) == (logging.NOTSET, [], True, False), name
+        assert (lg.level, lg.handlers, lg.propagate, lg.disabled) == lines.before[name], name
     assert logging.getLogger("featurecache.store").level == logging.DEBUG
     changed = {k: (environ.get(k), os.environ.get(k)) for k in set(environ) | set(os.environ)
                if environ.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST"}  # fmt: skip
