@@ -178,7 +178,9 @@ def _serve(
     # absolute, its links kept: a store swapped in by replacing a link (ln -s new tmp; mv -T tmp
     # current) is served as a store renamed into place is; the path resolved here pinned the old
     # target, served until it was deleted, then 503 for ever (review R36b s49 #2)
-    path = Path(os.path.abspath(store))
+    # (joined to the working directory, not normalised: os.path.abspath cancels "lnk/.." as text,
+    # which serves another directory than the one the path leads to through the link: R37 s49 #4)
+    path = Path(store) if Path(store).is_absolute() else Path(os.getcwd()) / store
     settings = check_settings(path)  # what each worker's Settings() reads: an invalid limit stops serve here
     try:
         opened = open_store(path)

@@ -51,3 +51,19 @@ def test_a_link_swapped_to_another_store_serves_it(
         shutil.rmtree(blue)  # the old target gone: nothing of it was still served
         assert _ready_entries(http, 2, within=2) == 2
         assert http.get("/v1/health").status_code == 200
+
+
+def test_a_path_through_a_link_and_dot_dot_serves_where_it_leads(
+    sample_store: Path, two_entry_store: Path, tmp_path: Path
+) -> None:
+    """``a/lnk/../store`` with ``lnk -> b/sub`` leads to ``b/store``, as the system follows it; the
+    path made absolute by ``os.path.abspath`` cancelled ``lnk/..`` as text and served ``a/store``
+    (review R37 s49 #4)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b" / "sub").mkdir(parents=True)
+    shutil.copytree(sample_store, tmp_path / "a" / "store")  # 6 entries: where the text points
+    shutil.copytree(two_entry_store, tmp_path / "b" / "store")  # 2 entries: where the path leads
+    (tmp_path / "a" / "lnk").symlink_to(tmp_path / "b" / "sub")
+    given = Path(f"{tmp_path / 'a' / 'lnk'}/../store")
+    with background_server(given) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/v1/ready").json()["entries"] == 2
