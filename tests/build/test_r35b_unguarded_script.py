@@ -100,3 +100,34 @@ def test_a_plain_unguarded_script_gets_a_short_error_naming_the_guard(
     assert "RuntimeError" not in done.stderr, done.stderr
     assert done.stderr.count("Traceback") == 1, done.stderr  # the script's own, through run_build only
     assert len(lines) <= 9, done.stderr  # 1 (worker) + 1 (header) + 2 frames x <= 3 + 1 (error)
+
+
+GUARDED_FAILING_WORKERS = """\
+from pathlib import Path
+
+if __name__ != "__main__":  # a spawned worker's run of this module fails for its own reason
+    raise ImportError("this module cannot be imported by a worker (a missing dependency, say)")
+
+from featurecache.build.run import run_build
+
+if __name__ == "__main__":
+    run_build(pdb_dir=Path({pdb!r}), out=Path({out!r}), ccd=None, workers=1, progress=False, dashboard=False)
+"""
+
+
+def test_a_guarded_script_whose_workers_fail_otherwise_is_not_told_to_add_the_guard(tmp_path: Path) -> None:
+    """Review R37 s49 #2: the call inside ``if __name__ == "__main__":`` is at the module's top level
+    too, and was blamed on a missing guard; the workers' failure is named as such instead."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED_FAILING_WORKERS.format(pdb=str(pdb), out=str(tmp_path / "store")))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FEATURECACHE_DASHBOARD": "0"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)  # fmt: skip
+    assert done.returncode != 0, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert "the build's Dask workers could not start" in last, done.stderr[-3000:]
+    assert GUARD not in last and "UsageError" not in last, done.stderr[-3000:]
+    assert "cannot be imported by a worker" in done.stderr  # the worker's own error, above
