@@ -1840,11 +1840,8 @@ class _RunLog:
         write is then a whole new file from the log's open file, not a swap that can never succeed
         again (every later write failed, the end's too: the run's log was lost; review R34b s48 #1)."""
         assert self._twin_path is not None
-        try:
-            named, held = os.stat(self._twin_path), os.fstat(twin.fd)
-        except OSError:
-            return False
-        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+        held = os.fstat(twin.fd)
+        return _file_identity(self._twin_path) == (held.st_dev, held.st_ino)
 
     def _link_prev(self) -> bool:
         """A second name (``.NAME.prev``) for the log as it is, to become the twin; False where the

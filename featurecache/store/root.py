@@ -288,7 +288,6 @@ class BuildLock:
         store doing so at once replace it once), so a file already put in place, which a command may
         hold by now, is never replaced. The other copy keeps the old file."""
         assert self._f is not None
-        held = os.fstat(self._f.fileno())
         parent = self.path.parent
         try:
             dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -298,12 +297,8 @@ class BuildLock:
         try:
             with contextlib.suppress(OSError):  # (a file system without directory locks: the check alone)
                 fcntl.flock(dir_fd, fcntl.LOCK_EX)
-            try:
-                there = os.stat(self.path)
-            except FileNotFoundError:
-                return  # removed meanwhile (a tidy holder): the next open makes it
-            if (there.st_ino, there.st_dev) != (held.st_ino, held.st_dev) or there.st_nlink < 2:
-                return  # replaced meanwhile, or no longer shared
+            if not self._still_linked() or os.fstat(self._f.fileno()).st_nlink < 2:
+                return  # removed (a tidy holder: the next open makes it) or replaced meanwhile, or not shared now
             try:
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
                 os.replace(tmp, self.path)
@@ -342,15 +337,6 @@ class BuildLock:
                     d.rmdir()
                 except OSError:
                     break
-
-    @staticmethod
-    def check_free(root: Path) -> None:
-        """Raise the refusal :meth:`__enter__` would raise when another process holds ``root``'s
-        lock now; reads only (creates nothing). (A build takes the lock itself before its cluster
-        starts, since review R35a s49 #7: a refused build costs no cluster start.)"""
-        holder = lock_holder(root)
-        if holder is not None:
-            raise _locked(Path(root) / LOCK_FILE, holder)
 
 
 def _locked(path: Path, holder: str) -> StoreError:
