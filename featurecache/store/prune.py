@@ -204,9 +204,9 @@ def prune_store(
     check_store_dir(root)
     if not (root / "zarr.json").is_file():
         if root.is_dir():  # a new store whose build has not written it yet: named (review R35a s49 #7)
-            from featurecache.store.reader import check_not_being_created
+            from featurecache.store.reader import check_not_being_built
 
-            check_not_being_created(root)
+            check_not_being_built(root, "the store yet (no zarr.json)")
         raise StoreError(f"{root} is not a featurecache store (no zarr.json)")
     if msa_dir is not None and sources_gone is None:
         raise UsageError("--msa-dir is read only with --sources-gone PDB_DIR")

@@ -107,7 +107,7 @@ def _check_index_files(root: Path) -> None:
         missing.remove("components.arrow")
         if not missing:
             return
-    _check_not_being_built(root, missing)
+    check_not_being_built(root, f"its index yet ({', '.join(missing)} missing)")
     if not any((index_dir / f"{name}.arrow").is_file() for name in TABLES):
         if not n_parts:
             raise StoreError(f"{root} has no index and no parts yet: its first build has not written anything "
@@ -136,32 +136,20 @@ class StoreBeingWritten(StoreError):
         return f"a {self.command} is running on this store and has not written its index yet: try again once it has"
 
 
-def _check_not_being_built(root: Path, missing: list[str]) -> None:
-    """:class:`StoreBeingWritten` saying a build is running on ``root`` (its lock is held) and has
-    not written ``missing`` yet: not the advice to run a build (a first build's chem stage puts its
-    component part in place before the index that lists it is written)."""
+def check_not_being_built(root: Path, missing: str) -> None:
+    """:class:`StoreBeingWritten` when a build (or another command) holds ``root``'s lock and has
+    not written ``missing`` yet: not the advice to run a build, nor "no store there". ``missing``:
+    "its index yet (… missing)" (a first build's chem stage puts its component part in place before
+    the index that lists it is written), or "the store yet (no zarr.json)" (a new store whose build
+    takes the lock before its cluster starts, and writes the store after: review R35a s49 #7)."""
     from featurecache.store.root import holder_command, lock_holder
 
     holder = lock_holder(root)
     if holder is None:
         return
     command = holder_command(holder)
-    raise StoreBeingWritten(f"{root}: a {command} is running on this store ({holder}) and has not written its index "
-                            f"yet ({', '.join(missing)} missing): try again once it has", command)  # fmt: skip
-
-
-def check_not_being_created(root: Path) -> None:
-    """:class:`StoreBeingWritten` when a build holds the lock of ``root``, a directory without
-    ``zarr.json``: a new store whose build is starting (it takes the lock before its cluster
-    starts, and writes the store after: review R35a s49 #7), not "no store there"."""
-    from featurecache.store.root import holder_command, lock_holder
-
-    holder = lock_holder(root)
-    if holder is None:
-        return
-    command = holder_command(holder)
-    raise StoreBeingWritten(f"{root}: a {command} is running on this store ({holder}) and has not written the store "
-                            "yet (no zarr.json): try again once it has", command)  # fmt: skip
+    raise StoreBeingWritten(f"{root}: a {command} is running on this store ({holder}) and has not written "
+                            f"{missing}: try again once it has", command)  # fmt: skip
 
 
 #: how long an open reads the index files again while they are of different generations (a build
@@ -280,7 +268,7 @@ class LocalStore(FeatureReader):
                 raise StoreError(f"{self.path} does not exist (no featurecache store there)")
             if not self.path.is_dir():
                 raise StoreError(f"{self.path} is a file, not a featurecache store (a store is a directory)")
-            check_not_being_created(self.path)
+            check_not_being_built(self.path, "the store yet (no zarr.json)")
             raise StoreError(f"{self.path} is not a featurecache store (no zarr.json)")
         self.attributes: dict[str, Any] = group_attributes(root_meta)
         fmt = self.attributes.get("format_version")
@@ -289,7 +277,6 @@ class LocalStore(FeatureReader):
         check_format(fmt, self.path)  # a newer format: "written by a newer featurecache: upgrade"
         _check_index_files(self.path)
         # one generation: a build's rebuild renames its files in one by one
-        self.memory_map = memory_map
         self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s, memory_map=memory_map)
         entries = self.entries
         #: False while the store's first build has not finished (its index lists only the parts
