@@ -33,14 +33,15 @@ Review R35b s49 #6.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Mapping
 from multiprocessing import forkserver
 
-__all__ = ["METHOD_KEY", "PRELOAD", "start", "stop"]
+from featurecache.environ import EnvironSet
+
+__all__ = ["METHOD_KEY", "PRELOAD", "pre_spawn_environ", "start", "stop"]
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,7 @@ def start() -> bool:
         return False
     # what a Nanny sets before it spawns a worker, given to the server: the libraries read it when
     # they load
-    env = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
-    env = {key: os.environ.get(key, str(value)) for key, value in env.items() if value is not None}
-    if env.get("PYTHONHASHSEED") in (None, "0"):
-        env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
+    env = pre_spawn_environ(os.environ)
     now = (featurecache.source_digest(refresh=True), {**os.environ, **env})
     if _started is None:
         if why := _in_use():
@@ -88,7 +86,8 @@ def start() -> bool:
             return False
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
         try:
-            with sigint_blocked(), _environ(env):  # the server's mask and environment, so its workers'
+            with sigint_blocked(), EnvironSet() as environ:  # the server's mask and environment, its workers'
+                environ.update(env)
                 forkserver.ensure_running()
         except OSError as exc:
             log.info("the build's workers are spawned: multiprocessing's fork server did not start (%s)", exc)
@@ -116,22 +115,18 @@ def _in_use() -> str:
     return ""
 
 
-@contextlib.contextmanager
-def _environ(env: dict[str, str]) -> Iterator[None]:
-    """``env`` in ``os.environ`` for the time (the server's start takes it), then each variable put
-    back as it was, where it still holds the value set here (another thread's change stands)."""
-    before = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if os.environ.get(key) != env[key]:
-                continue
-            if value is None:
-                del os.environ[key]
-            else:
-                os.environ[key] = value
+def pre_spawn_environ(current: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What distributed's Nanny sets in ``os.environ`` before it spawns a worker: its pre-spawn
+    environment (``distributed.nanny.pre-spawn-environ``: one BLAS thread, malloc trimming) and a
+    hash seed; each value ``current`` holds is taken from it."""
+    import dask.config
+
+    spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
+    held = current if current is not None else {}
+    env = {str(key): held.get(str(key), str(value)) for key, value in spawn.items() if value is not None}
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
+    return env
 
 
 def stop() -> None:

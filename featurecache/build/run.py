@@ -883,12 +883,9 @@ def _build_environ() -> dict[str, str]:
         env["RDBASE"] = paths._share  # type: ignore[union-attr]
     if "distributed" not in sys.modules:  # no cluster started
         return env
-    import dask.config
+    from featurecache.build.fork_server import pre_spawn_environ
 
-    spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
-    env.update({str(key): str(value) for key, value in spawn.items() if value is not None})
-    if env.get("PYTHONHASHSEED") in (None, "0"):
-        env["PYTHONHASHSEED"] = "6640"  # distributed's Nanny's value
+    env.update(pre_spawn_environ())
     env["__DASK_PARENT_PID"] = str(os.getpid())  # distributed.proctitle
     return env
 

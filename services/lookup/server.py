@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from featurecache.environ import EnvironSet
 from featurecache.errors import FeatureCacheError, StoreError
 from services.lookup.logs import handlers_kept, logging_kept
 from services.lookup.protocol import ConnectionLimits, NoDelayHTTPProtocol, ServiceConfig
@@ -115,7 +116,7 @@ def run_server(
     """
     log_config = service_log_config()
     disables = bool(log_config.get("disable_existing_loggers", True))
-    with logging_kept(log_config["loggers"], disables_existing=disables), _EnvironSet() as environ:
+    with logging_kept(log_config["loggers"], disables_existing=disables), EnvironSet() as environ:
         with handlers_kept():  # the caller's handlers stay open and registered
             logging.config.dictConfig(log_config)
         stopped_by = _serve(Path(store), host, port, workers, token, log_config, environ)
@@ -132,36 +133,9 @@ def run_server(
         os._exit(128 + signal.SIGTERM)
 
 
-class _EnvironSet:
-    """The variables :func:`run_server` sets in ``os.environ`` (how its settings reach the worker
-    processes), each put back as it was on leaving the block where it still holds the value set."""
-
-    def __init__(self) -> None:
-        self._before: dict[str, str | None] = {}
-        self._set: dict[str, str] = {}
-
-    def __setitem__(self, key: str, value: str) -> None:
-        self._before.setdefault(key, os.environ.get(key))
-        self._set[key] = value
-        os.environ[key] = value
-
-    def __enter__(self) -> _EnvironSet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for key, value in self._set.items():
-            if os.environ.get(key) != value:  # changed since: not ours to put back
-                continue
-            before = self._before[key]
-            if before is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = before
-
-
 def _serve(
     store: Path, host: str, port: int, workers: int, token: str | None, log_config: dict[str, Any],
-    environ: _EnvironSet,
+    environ: EnvironSet,
 ) -> int | None:  # fmt: skip
     """:func:`run_server`'s checks and server, with logging configured; returns the signal that
     stopped the server (SIGINT, SIGTERM) or None."""
