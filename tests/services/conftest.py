@@ -3,6 +3,7 @@ committed sample store, and the store opened directly as the reference."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,3 +24,11 @@ def lookup_url(sample_store: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def reference(sample_store: Path) -> LocalStore:
     return open_store(sample_store)
+
+
+@pytest.fixture
+def store_copy(sample_store: Path, tmp_path: Path) -> Path:
+    """A copy of the sample store (``tmp_path / "store"``) that a test may change, serve or write over."""
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    return store

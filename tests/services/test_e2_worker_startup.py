@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -71,16 +70,9 @@ def _last_line(err: str) -> str:
     return err.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def store(sample_store: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "store"
-    shutil.copytree(sample_store, copy)
-    return copy
-
-
-def test_a_missing_prometheus_multiproc_dir(store: Path, tmp_path: Path) -> None:
+def test_a_missing_prometheus_multiproc_dir(store_copy: Path, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dir"
-    proc, _ = _serve(store, {"PROMETHEUS_MULTIPROC_DIR": str(missing)})
+    proc, _ = _serve(store_copy, {"PROMETHEUS_MULTIPROC_DIR": str(missing)})
     status, err = _finish(proc)
     assert status is not None, f"serve still running after {TIMEOUT_S} s:\n{err[-3000:]}"  # before
     assert status == 3, err[-3000:]
@@ -95,10 +87,10 @@ def test_a_missing_prometheus_multiproc_dir(store: Path, tmp_path: Path) -> None
 # answers with 503 like any store it cannot open yet (tests/store/test_damaged_root_metadata.py:
 # `serve` on such a store exits 3 naming the file), so it is no longer a start-up failure.
 @pytest.mark.parametrize("cause", ["token file removed"])
-def test_a_replacement_worker_that_cannot_start(store: Path, tmp_path: Path, cause: str) -> None:
+def test_a_replacement_worker_that_cannot_start(store_copy: Path, tmp_path: Path, cause: str) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token\n")
-    proc, url = _serve(store, {"FEATURECACHE_AUTH_TOKEN_FILE": str(token_file)})
+    proc, url = _serve(store_copy, {"FEATURECACHE_AUTH_TOKEN_FILE": str(token_file)})
     try:
         wait_ready(url, timeout=60, token="s3cret-token")
         workers = _workers(proc.pid)

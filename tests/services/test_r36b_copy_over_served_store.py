@@ -18,7 +18,6 @@ memory does not.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
@@ -49,15 +48,8 @@ def _write_over(store: Path, other: Path) -> list[str]:
     return names
 
 
-@pytest.fixture
-def served_copy(sample_store: Path, tmp_path: Path) -> Path:
-    store = tmp_path / "store"
-    shutil.copytree(sample_store, store)
-    return store
-
-
-def test_the_served_index_is_not_changed_by_a_copy_over_it(served_copy: Path, two_entry_store: Path) -> None:
-    store = served_copy
+def test_the_served_index_is_not_changed_by_a_copy_over_it(store_copy: Path, two_entry_store: Path) -> None:
+    store = store_copy
     with background_server(store, env=ENV) as url, httpx.Client(base_url=url, timeout=30) as http:
         ids = LocalStore(store).ids
         assert len(ids) == 6, ids
@@ -91,12 +83,12 @@ def test_the_served_index_is_not_changed_by_a_copy_over_it(served_copy: Path, tw
 
 @pytest.mark.parametrize("memory_map", [True, False])
 def test_an_index_read_into_memory_keeps_its_values(
-    served_copy: Path, two_entry_store: Path, memory_map: bool
+    store_copy: Path, two_entry_store: Path, memory_map: bool
 ) -> None:
-    reader = LocalStore(served_copy, memory_map=memory_map)
+    reader = LocalStore(store_copy, memory_map=memory_map)
     columns = ("id", "atom_start", "atom_count", "token_count")
     before = reader.entries.select(columns).to_pylist()
-    _write_over(served_copy, two_entry_store)
+    _write_over(store_copy, two_entry_store)
     try:
         after = reader.entries.select(columns).to_pylist()
     except (UnicodeDecodeError, SystemError, ValueError) as exc:  # a mapped index: the bytes changed
