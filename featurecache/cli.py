@@ -276,8 +276,8 @@ def build(
         typer.Option(
             "--dashboard/--no-dashboard",
             help="Serve the embedded cluster's Dask dashboard on a free 127.0.0.1 port (address printed; needs "
-            "bokeh; default on, see the README for its environment variable). Off, the cluster starts ~0.5 s "
-            "sooner.",
+            "bokeh; default on, see docs/build.md for its environment variable). Off, the cluster starts "
+            "~0.5 s sooner.",
             show_default=False,
         ),
     ] = None,

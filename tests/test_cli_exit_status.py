@@ -75,8 +75,8 @@ def test_help_lists_the_commands_exit_statuses(command: str) -> None:
 
 def test_readme_lists_the_same_statuses() -> None:
     text = " ".join((REPO / "README.md").read_text().split())
-    section = text[text.index("### Exit status") :]
-    by_command = section[section.index("By command:") : section.index("###", 10)]
+    section = text[text.index("## Exit status") :]
+    by_command = section[section.index("By command:") : section.index("## ", 10)]
     found: dict[str, set[int]] = {}
     for clause in by_command.removeprefix("By command:").split(";"):
         names = re.findall(r"`(\w+)`", clause)

@@ -1,7 +1,7 @@
-"""README "Reading a store without featurecache": its example, taken from the README as written,
+"""docs/store.md "Reading a store without featurecache": its example, taken from the page as written,
 runs with numpy + zarr + pyarrow alone on a store built here and reads what featurecache's own
 reader reads (entry arrays, an MSA with its deletions, a reference conformer), so the section
-cannot drift from the store's layout. And the README and types.py agree on residue_index."""
+cannot drift from the store's layout. And the page and types.py agree on residue_index."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
-HEADING = "### Reading a store without featurecache"
+PAGE = REPO / "docs" / "store.md"
+HEADING = "\n## Reading a store without featurecache\n"
 
 
 def readme_example() -> str:
-    text = README.read_text()
-    assert HEADING in text, f"README.md has no {HEADING!r} section"
+    text = PAGE.read_text()
+    assert HEADING in text, f"docs/store.md has no {HEADING!r} section"
     section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1, f"expected one python block in the section, found {len(blocks)}"
@@ -43,7 +43,7 @@ def _run_example(
     blocker = tmp_path / "nofc"
     blocker.mkdir()
     (blocker / "featurecache.py").write_text(
-        "raise ImportError('the README example must not need featurecache')\n"
+        "raise ImportError('the docs example must not need featurecache')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(blocker)
@@ -103,7 +103,7 @@ def test_readme_and_types_agree_on_residue_index() -> None:
     types_src = (REPO / "featurecache" / "types.py").read_text()
     comment = types_src.split('("residue_index"', 1)[0].rsplit('("restype"', 1)[1]
     assert "entity-sequence" in comment and "label_seq_id" in comment, comment
-    section = README.read_text().split(HEADING, 1)[1]
+    section = PAGE.read_text().split(HEADING, 1)[1]
     assert "position in its entity sequence" in section and "label_seq_id" in section
 
 
