@@ -40,7 +40,7 @@ if "TRITON_INTERPRET" not in os.environ:
 
 REPO = Path(__file__).resolve().parents[1]
 # The suite runs ~100 builds on embedded clusters (CLI runs inherit this): without a dashboard each
-# scheduler skips bokeh's import and HTTP server (featurecache build --no-dashboard, README "Build").
+# scheduler skips bokeh's import and HTTP server (featurecache build --no-dashboard, docs/build.md "Dask").
 # tests/build/test_dashboard_option.py turns it on where it checks it.
 os.environ.setdefault("FEATURECACHE_DASHBOARD", "0")
 # The suite runs as from a terminal: SIGINT not ignored. A runner that starts it in the background

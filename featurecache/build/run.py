@@ -2030,7 +2030,7 @@ def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts) -
     id or its source path, and its part is of this ``--pdb-dir`` (``homes``: it records it, or a
     directory renamed or moved to it, :func:`~featurecache.build.discover.directory_parts`; paths
     are relative to it, so an entry of a store extended from another directory, or of a part that
-    recorded none, is not counted). They stay in the store (README)."""
+    recorded none, is not counted). They stay in the store (docs/build.md)."""
     if not stored.num_rows or not {"source_path", "part"} <= set(stored.column_names):
         return []
     paths = {i.rel for i in inputs}

@@ -66,7 +66,7 @@ species (its pairing rows) get at least half the cap, ``max(c // 2, c - N)`` for
 one, AF3's share at its defaults (8,191 of 16,384), and the rows without a species the rest (AF3
 caps its paired block after pairing instead; a store's MSA of a sequence is written before its
 partners are known, so a binding cap keeps its first species rows, some of species no partner has:
-README, review R18 s40); each
+docs/build.md "MSAs", review R18 s40); each
 kind keeps its first rows in merge order, and the kept rows stay in merge order (the query is
 always row 0). A kind that needs less leaves the rest to the other, so a cap the MSA does not
 reach keeps every row and a cap is still one number of rows. A sample's unpaired rows leave out

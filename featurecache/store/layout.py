@@ -8,7 +8,7 @@ STORE/
                                  ``interfaces`` — flat tables over all entries of the part, stored
                                  as uint8 ``[rows, itemsize]`` records of the dtypes in types.py,
                                  whose ``descr`` each array's attribute ``record_dtype`` holds as
-                                 text (``np.dtype(ast.literal_eval(...))``; README "Reading a store
+                                 text (``np.dtype(ast.literal_eval(...))``; docs/store.md "Reading a store
                                  without featurecache") (one shard per array, inner chunks of
                                  CHUNK_ROWS rows, zstd with a checksum: chunk_compressors; arrays
                                  whose zstd codec has no ``"checksum": true`` were written before

@@ -1,7 +1,7 @@
 """Tripwire: a component's chemistry does not change unless ``CONFORMER_VERSION`` does (review R23 s42 #1).
 
 A stored component records the ``CONFORMER_VERSION`` that computed it, and a build recomputes only
-those recorded under a smaller one (README "Reference conformers"): that number is the whole of
+those recorded under a smaller one (docs/build.md "Reference conformers"): that number is the whole of
 what tells an existing store that its conformers are out of date. Two changes to perceived bond
 orders (db44125: rings from the smallest set of smallest rings; 1f17336: a backbone carbonyl) went
 in after version 2 without a bump, and a store built between them kept single C-O bonds that a

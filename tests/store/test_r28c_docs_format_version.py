@@ -1,4 +1,4 @@
-"""README "Reading a store without featurecache": its example, as printed, refuses a store whose root
+"""docs/store.md "Reading a store without featurecache": its example, as printed, refuses a store whose root
 ``format_version`` is not the integer 1 or 2, as featurecache does (``store.root.check_format``).
 
 Review R28c s46 #6: the example read a copy whose format_version was 3 (or 2.0, 0, none) without a
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.docs.test_plain_read import HEADING, README, _run_example, readme_example
+from tests.docs.test_plain_read import HEADING, PAGE, _run_example, readme_example
 
 _ABSENT = object()
 
@@ -60,6 +60,6 @@ def test_the_readme_example_reads_formats_1_and_2(sample_store: Path, tmp_path: 
 
 
 def test_the_section_states_the_rule_for_readers() -> None:
-    section = " ".join(README.read_text().split(HEADING, 1)[1].split("\n## ", 1)[0].split())
+    section = " ".join(PAGE.read_text().split(HEADING, 1)[1].split("\n## ", 1)[0].split())
     assert "`format_version` must be the JSON integer 1 or 2: refuse any other value" in section
     assert "2 adds the tokens' `centre_coords`" in section

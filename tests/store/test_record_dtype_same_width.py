@@ -5,7 +5,7 @@ The reader consulted a part's ``record_dtype`` attribute only when the record wi
 its own dtype's, so a part whose atoms renamed or retyped a field at the same width (a later
 featurecache's) was decoded with this one's fields: ``occupancy`` stored as int32 read back as
 float32 1.0 where the int was 1065353216, and ``verify`` said the store was fine. The attribute is
-what a plain zarr reader decodes with (README "Reading a store without featurecache")."""
+what a plain zarr reader decodes with (docs/store.md "Reading a store without featurecache")."""
 
 from __future__ import annotations
 
