@@ -351,6 +351,9 @@ DASK_LOGGER_LEVELS: dict[str, int] = {
                      "distributed.core", "distributed.http.proxy", "tornado"), logging.WARNING),
     **dict.fromkeys(("bokeh", "bokeh.server.util"), logging.ERROR),
     **dict.fromkeys(("distributed.utils", "distributed.client"), logging.CRITICAL),
+    # its one line, "Cluster closed without starting up", came before the build's own line naming
+    # why (review R38a s50 #5)
+    "distributed.deploy.spec": logging.ERROR,
 }  # fmt: skip
 
 
@@ -420,8 +423,32 @@ def _make_client(
             # RuntimeErrors say nothing more (review R36c s49 #3; run_build names the likely cause)
             raise WorkersNotStarted(f"the build's Dask workers could not start ({exc}); a worker's own "
                                     f"error, when it has one, is above{_main_not_from_a_file()}") from exc  # fmt: skip
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Cluster failed to start"):
+            # distributed's wrapper of the scheduler's own error (e.g. its scratch directory could not
+            # be made): two chained tracebacks and exit 1, "some inputs failed" (review R38a s50 #5)
+            raise StoreError(cluster_not_started(exc.__cause__ or exc)) from exc
         raise
     return client, cluster
+
+
+def cluster_not_started(cause: BaseException) -> str:
+    """The line for an embedded cluster that could not start because of ``cause``; an OSError
+    about a path under Dask's temporary directory (its ``dask-scratch-space``, which the scheduler
+    and every worker make there) names that directory and where its setting came from."""
+    import tempfile
+
+    import dask.config
+
+    line = f"the build's embedded Dask cluster could not start: {cause}"
+    tmp = str(dask.config.get("temporary-directory", None) or tempfile.gettempdir())
+    named = os.fsdecode(getattr(cause, "filename", None) or "")
+    if isinstance(cause, OSError) and named.startswith(tmp.rstrip("/")):
+        source = ("DASK_TEMPORARY_DIRECTORY" if os.environ.get("DASK_TEMPORARY_DIRECTORY")
+                  else "Dask's temporary-directory setting" if dask.config.get("temporary-directory", None)
+                  else "the system's temporary directory: TMPDIR")  # fmt: skip
+        line += (f"; Dask's temporary directory is {tmp} ({source}): it must be a directory this user "
+                 "can write; fix it, or set DASK_TEMPORARY_DIRECTORY to one")  # fmt: skip
+    return line
 
 
 class WorkersNotStarted(StoreError):
