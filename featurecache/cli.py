@@ -14,14 +14,19 @@ UNCHECKED lines) goes to stdout; log lines, progress bars, warnings and errors t
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import io
 import logging
 import os
 import shlex
+import sys
 from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from featurecache.errors import FeatureCacheError, NotFound, StoreError, UsageError
 from featurecache.text import first_named
@@ -32,7 +37,46 @@ EXIT_USAGE = 2
 EXIT_FATAL = 3
 EXIT_VERIFY_MISMATCH = 4
 
+#: the error handler :func:`_degrade_output` gives stdout and stderr
+DISPLAY_ERRORS = "featurecache-display"
+
+
+def _display_errors(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """A character the stream's encoding lacks: a file name's undecodable byte (a surrogate, as
+    ``surrogateescape`` gives it) goes out as that byte, as ``ls`` shows the name; any other
+    character as its backslash escape (``\\u2192``)."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start : exc.end]
+    if all("\udc80" <= c <= "\udcff" for c in text):
+        return bytes(ord(c) - 0xDC00 for c in text), exc.end
+    return codecs.backslashreplace_errors(exc)
+
+
+def _degrade_output() -> None:
+    """stdout and stderr escape a character their encoding cannot write instead of raising: with
+    ``PYTHONIOENCODING=ascii``, an ASCII or Latin-1 locale, a successful build crashed printing
+    the ``→`` of its summary (exit 1: "some inputs failed") and ``show`` on ``…`` (review R38a
+    s50 #6). Only a stream that would raise (``strict``, or ``surrogateescape``, which the C locale
+    gives stdout) is changed."""
+    codecs.register_error(DISPLAY_ERRORS, _display_errors)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+            with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
+                stream.reconfigure(errors=DISPLAY_ERRORS)
+
+
+class _Group(TyperGroup):
+    """The app's group: every run (a command, ``--help``, ``--version``) first gets output that
+    cannot fail on its characters (:func:`_degrade_output`)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _degrade_output()
+        return super().main(*args, **kwargs)
+
+
 app = typer.Typer(
+    cls=_Group,
     name="featurecache",
     help=(
         "Ahead-of-time feature cache for AlphaFold3-style training.\n\n"
@@ -354,9 +398,29 @@ parts kept).
         raise typer.Exit(status) from None
     from featurecache.build.summary import render_summary
 
-    render_summary(summary)
+    try:
+        render_summary(summary)
+    except (Exception, SystemExit) as exc:  # the build is done: its exit status is the build's
+        _summary_not_printed(out, exc)
     failed_or_lost = summary.n_failed or summary.n_failed_earlier or summary.entries_lost
     raise typer.Exit(EXIT_INPUT_FAILURES if failed_or_lost else EXIT_OK)
+
+
+def _summary_not_printed(out: Path, exc: BaseException) -> None:
+    """A summary that could not be printed: a warning line (on stderr), and the build's exit status
+    stands (review R38a s50 #6: a display problem made a successful build exit 1). A closed pipe
+    (``build ... | head``) is not worth a line: rich raises SystemExit(1) for it (after pointing
+    stdout at /dev/null); stdout goes to /dev/null so that the interpreter's last flush does not
+    fail too (exit 120)."""
+    if isinstance(exc, (BrokenPipeError, SystemExit)):
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        return
+    with contextlib.suppress(Exception):
+        typer.secho(f"warning: the build's summary could not be printed ({type(exc).__name__}: {exc}); the "
+                    f"store is written: featurecache info {shlex.quote(str(out))}", fg=typer.colors.YELLOW, err=True)  # fmt: skip
 
 
 def _refuse_contradictions(ccd: Path | None, no_ccd: bool, keep_aids: bool, drop_aids: bool) -> None:

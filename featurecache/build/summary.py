@@ -34,7 +34,10 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
     """The summary table and, when inputs failed, the failures table: the build's result, on stdout
     by default (``featurecache build ... > summary.txt`` keeps them; progress and logs go to stderr)."""
     console = console or _console()
-    t = Table(title=f"featurecache build → {s.store}", show_header=False)
+    # an stdout that cannot write them (PYTHONIOENCODING=ascii, a Latin-1 locale) gets ASCII
+    # (review R38a s50 #6: the title's arrow crashed the build after it had finished)
+    wide = console.encoding.lower().replace("-", "").startswith("utf")
+    t = Table(title=f"featurecache build {'→' if wide else '->'} {s.store}", show_header=False)
     t.add_column("", style="bold")
     t.add_column("")
     t.add_row("input files", str(s.n_inputs))
@@ -92,16 +95,16 @@ def render_summary(s: BuildSummary, console: Console | None = None) -> None:
         for row in rows[:SHOWN_FAILURES]:
             f.add_row(escape(row["path"]), row["stage"], row["error_class"], printable(row["message"]))
         if len(rows) > SHOWN_FAILURES:
-            f.add_row("…", "", "", f"{len(rows) - SHOWN_FAILURES} more: featurecache info STORE --failures")
+            more = f"{len(rows) - SHOWN_FAILURES} more: featurecache info STORE --failures"
+            f.add_row("…" if wide else "...", "", "", more)
         console.print(f)
     if s.warning_examples:
         w = Table(title=f"warnings (this run): {len(s.warning_examples)} of {s.n_warnings}")
         for col in ("entry", "stage", "message"):
             w.add_column(col, overflow="fold")
         for row in s.warning_examples:
-            w.add_row(
-                escape(row["entry_id"] or "—"), escape(row["stage"]), printable(row["message"], WARNING_CHARS)
-            )
+            entry = escape(row["entry_id"] or ("—" if wide else "-"))
+            w.add_row(entry, escape(row["stage"]), printable(row["message"], WARNING_CHARS))
         console.print(w)
 
 
