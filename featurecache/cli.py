@@ -22,11 +22,11 @@ import os
 import shlex
 import sys
 from collections.abc import Collection
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from featurecache.errors import FeatureCacheError, NotFound, StoreError, UsageError
 from featurecache.text import first_named
@@ -73,6 +73,43 @@ class _Group(TyperGroup):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _degrade_output()
         return super().main(*args, **kwargs)
+
+
+class _Command(TyperCommand):
+    """Every command: its arguments parsed, it first leaves a working directory that no longer
+    exists (:func:`_leave_deleted_cwd`)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        _leave_deleted_cwd(ctx)
+        return super().invoke(ctx)
+
+
+def _leave_deleted_cwd(ctx: Any) -> None:
+    """Started from a working directory that was deleted: a path argument relative to it stops
+    the command (exit 3, one line: it names nothing there, and from anywhere else it would name
+    something else); with every path absolute the command goes on from ``/``, which always
+    exists, so that the processes it starts can start (review R38a s50 #7: multiprocessing's
+    spawn reads the working directory, and ``serve --workers 2`` died with a traceback, exit 1;
+    ``build`` exited 3 after ~130 lines of Dask tracebacks; ``import torch`` dies there too)."""
+    try:
+        os.getcwd()
+        return
+    except FileNotFoundError:
+        pass
+    relative = [
+        f"{param.opts[0] if param.param_type_name == 'option' else (param.name or '').upper()} {value}"
+        for param in ctx.command.params
+        if isinstance(value := ctx.params.get(param.name), PurePath) and not value.is_absolute()
+    ]
+    if relative:
+        raise _fatal(
+            FeatureCacheError(
+                f"the current directory no longer exists (it was deleted), and {', '.join(relative)} "
+                f"{'is' if len(relative) == 1 else 'are'} relative to it: cd to an existing directory, "
+                "or give absolute paths"
+            )
+        )
+    os.chdir("/")
 
 
 app = typer.Typer(
@@ -224,7 +261,7 @@ def _store_argument(help_text: str) -> Any:
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
 
 
-@app.command()
+@app.command(cls=_Command)
 def build(
     ctx: typer.Context,
     pdb_dir: Annotated[
@@ -490,7 +527,7 @@ def _warn_unfinished(store: Path, covers: str) -> None:
     )  # fmt: skip
 
 
-@app.command()
+@app.command(cls=_Command)
 def info(
     store: Annotated[Path, _store_argument("Store directory.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
@@ -538,7 +575,7 @@ def info(
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
 
 
-@app.command()
+@app.command(cls=_Command)
 def show(
     store: Annotated[Path, _store_argument("Store directory.")],
     entry_id: Annotated[
@@ -579,7 +616,7 @@ def _not_indexed_yet(store: Path) -> str:
     return "".join(f" ({line.removeprefix(prefix)})" for line in lag)
 
 
-@app.command()
+@app.command(cls=_Command)
 def verify(
     store: Annotated[Path, _store_argument("Store directory.")],
     repair: Annotated[
@@ -902,7 +939,7 @@ def _dropped_lines(result: Any) -> list[str]:
     return lines
 
 
-@app.command()
+@app.command(cls=_Command)
 def prune(
     store: Annotated[Path, _store_argument("Store directory.")],
     dry_run: Annotated[
@@ -963,7 +1000,7 @@ would drop them; `featurecache verify STORE --repair` deals with them), or a bui
     typer.echo(f"{done} {len(result.parts)} part(s), {result.bytes / 1e6:.2f} MB{names}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def serve(
     store: Annotated[Path, _store_argument("Store directory (opened read-only).")],
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -1030,7 +1067,7 @@ def _service_wait_seconds(value: float) -> float:
     return value
 
 
-@app.command()
+@app.command(cls=_Command)
 def train(
     store: Annotated[
         Path | None,
@@ -1360,7 +1397,7 @@ stderr says how to continue).
     typer.echo(describe_run(doc, log if doc.get("rank", 0) == 0 else None))
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     store: Annotated[Path, _store_argument("Store directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory for index.html, PNGs, CSV/JSON.")],
@@ -1409,7 +1446,7 @@ def _warn_plan(store: Path) -> None:
             typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
 
 
-@app.command()
+@app.command(cls=_Command)
 def plan(
     store: Annotated[Path, _store_argument("Store directory.")],
     model_config: Annotated[

@@ -352,6 +352,14 @@ def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
         supervisor.run()
     except KeyboardInterrupt:  # pragma: no cover - uvicorn.run swallows it the same way
         pass
+    except OSError as exc:
+        # a worker process that could not even be started (multiprocessing's spawn reads the working
+        # directory: deleted, FileNotFoundError; fork: EAGAIN, ENOMEM) was a traceback and exit 1
+        # (review R38a s50 #7); those started before it are stopped
+        with contextlib.suppress(Exception):
+            supervisor.terminate_all()
+            supervisor.join_all()
+        raise FeatureCacheError(f"serve stopped: a worker process could not start: {_start_error(exc)}") from None  # fmt: skip
     finally:
         sock.close()
     if supervisor.failed is not None and supervisor.stopped_by is None:
@@ -364,6 +372,17 @@ def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
             + (reason or f"exit status {STARTUP_FAILURE} (its error is logged above)")
         )
     return supervisor.stopped_by
+
+
+def _start_error(exc: OSError) -> str:
+    """``exc``, raised starting a worker process, for a line; a deleted working directory (the
+    bare "[Errno 2] No such file or directory" of ``os.getcwd()``) is named as such."""
+    if isinstance(exc, FileNotFoundError) and exc.filename is None:
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            return f"{exc}: the current directory no longer exists (it was deleted); start serve from an existing one"
+    return str(exc)
 
 
 def service_log_config() -> dict[str, Any]:
