@@ -802,7 +802,11 @@ class ScanCache:
 
     @classmethod
     def load(cls, root: Path, msa_dir: Path) -> ScanCache:
-        d = str(Path(msa_dir).resolve())
+        # a byte of the path that is not UTF-8 written \\xNN (``discover.escaped_path``), as the
+        # structure digest cache keeps --pdb-dir: an Arrow string holds UTF-8 only (review R38a s50
+        # #3: a --msa-dir named so crashed the build); a valid path, the rows of every cache before,
+        # unchanged
+        d = escaped_path(str(Path(msa_dir).resolve()))
         f = Path(root) / SCAN_CACHE_DIR / SCAN_CACHE_FILE
         if not f.is_file():
             return cls(root, d, None)
