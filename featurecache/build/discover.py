@@ -69,6 +69,64 @@ def escaped_path(rel: str) -> str:
     return os.fsencode(rel).decode("utf-8", "backslashreplace")
 
 
+def utf8_name(raw: str) -> bool:
+    """Whether the path ``raw`` (as ``os.fsdecode`` gives it) is valid UTF-8 by its bytes, whatever
+    the file-system encoding: under an ASCII one (``LC_ALL=C PYTHONUTF8=0``) ``é`` is two lone
+    surrogates here, and still valid UTF-8 (review R38a s50 #4: it was rejected as not)."""
+    try:
+        os.fsencode(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def native(rel: str) -> str:
+    """The path text the file system takes for ``rel``, a path as the index records it (UTF-8 text,
+    :func:`escaped_path`): itself under a UTF-8 file-system encoding; under an ASCII one its
+    non-ASCII bytes as lone surrogates (``os.fsdecode``), which ``os.stat`` encodes back to them
+    (``é`` itself cannot be encoded there: UnicodeEncodeError)."""
+    return os.fsdecode(rel.encode("utf-8", "surrogateescape"))
+
+
+def present(path: Path) -> bool | None:
+    """Whether anything (a file, a directory, a link, broken or not) is at ``path``, by ``os.lstat``:
+    False when the system says nothing is (ENOENT, ENOTDIR, ELOOP); None when it cannot tell
+    (EACCES: a directory on the way that cannot be searched; an I/O error): not known to be gone.
+    ``Path.exists`` raises on those (review R38a s50 #1: a build, and ``prune --sources-gone``,
+    crashed when a failed input's directory could no longer be searched)."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        return False if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else None
+    except ValueError:  # a NUL in the name (not a path anything can be at)
+        return False
+    return True
+
+
+#: paths :func:`warn_unknown` names, at most (then how many more)
+UNKNOWN_NAMED = 5
+
+
+def warn_unknown(unknown: list[Path], kept: str) -> None:
+    """One warning naming the paths whose presence :func:`present` could not tell (``kept``: what
+    is kept for them, as if they were there)."""
+    if not unknown:
+        return
+    reasons = []
+    for p in unknown:
+        try:
+            os.lstat(p)
+            why = "?"
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        reasons.append(f"{escaped_path(str(p))} ({why})")
+    log.warning(
+        "cannot tell whether %d path%s still exist%s: %s; not known to be gone, so kept: %s",
+        len(unknown), "s" if len(unknown) != 1 else "", "" if len(unknown) != 1 else "s",
+        first_named(reasons, UNKNOWN_NAMED, "; "), kept,
+    )  # fmt: skip
+
+
 def name_error(rel: str) -> str:
     """The failure reason of the input whose escaped path is ``rel`` (:func:`escaped_path`)."""
     return f"{NAME_NOT_UTF8}: {rel} (bytes that are not UTF-8 shown as \\xNN); rename the file to use it"
@@ -125,7 +183,11 @@ def entry_key(sha256: str, entry_id: str, config_hash: str) -> str:
 
 def _id_forms(rel: str) -> list[str]:
     """Candidate ids of an input, shortest first: the stem, the file name without ``.gz``, the
-    relative path without ``.gz`` and the relative path (``/`` written ``__``: ids travel in URLs)."""
+    relative path without ``.gz`` and the relative path (``/`` written ``__``: ids travel in URLs).
+    A directory that cannot be listed (:func:`unlisted_rel`, a failure only) has its path, which
+    no file's id can be: it never takes an id from a file."""
+    if rel.endswith("/"):
+        return [rel]
     name = rel.rsplit("/", 1)[-1]
     no_gz = rel[:-3] if rel.endswith(".gz") else rel
     forms = [entry_stem(name), name[:-3] if name.endswith(".gz") else name, no_gz.replace("/", "__"),
@@ -207,9 +269,27 @@ def store_skip(top: Path, exclude: Path | None) -> Path | None:
     return None if top != skip and top.is_relative_to(skip) else skip
 
 
+def is_store_root(directory: Path) -> bool:
+    """Whether ``directory`` is a featurecache store's root: its ``zarr.json`` is a zarr group's
+    whose attributes record a ``format_version``, the test by which ``store.root.check_store_dir``
+    tells a store from another zarr group."""
+    from featurecache.errors import StoreError
+    from featurecache.store.root import group_attributes
+
+    try:
+        return group_attributes(directory / "zarr.json").get("format_version") is not None
+    except StoreError:
+        return False
+
+
+#: featurecache stores inside an input directory named in the warning of :func:`walk_inputs`
+STORES_SKIPPED_SHOWN = 5
+
+
 def walk_inputs(
-    root: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
-) -> Iterator[Path]:
+    root: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True,
+    unlisted: list[tuple[Path, str]] | None = None,
+) -> Iterator[Path]:  # fmt: skip
     """Every entry under ``root`` that is not a directory (files, symlinks to files, broken symlinks,
     FIFOs, sockets, devices), as seen from ``root``: no hidden name on the way, symlinked
     directories followed, each real directory read once, the store ``exclude`` left out wherever
@@ -220,7 +300,12 @@ def walk_inputs(
     order met, walked the same way. A symlinked directory whose real directory was already read (a
     link to an ancestor, which would loop, or a second link to one directory) is not read again;
     one warning at the end of the walk names them (``warn=False``: none, for a second walk of one
-    directory in a build). A directory that cannot be listed is a warning.
+    directory in a build). A directory below ``root`` that is a featurecache store's root
+    (:func:`is_store_root`: another store kept next to the inputs) is left out as the store
+    ``exclude`` is, and named in one warning at the end (review R38a s50 #8: each of its files was
+    a failed input). A directory that cannot be listed goes to ``unlisted`` (the directory as
+    seen, and why), when given, for the caller to record as a failure (review R38a s50 #2); else
+    it is a warning.
 
     ``aliases``, when given, is filled with the other paths by which a directory read once is
     reached: the path it was read as → the symlinked directories (as seen) that were not read again
@@ -236,6 +321,7 @@ def walk_inputs(
     again: list[tuple[Path, Path]] = []  # (symlinked directory not read, its real directory)
     links: deque[Path] = deque()
     stack: list[tuple[Path, Path]] = [(root, top)]  # (directory as seen, its real path)
+    stores: list[Path] = []  # featurecache stores met below root (as seen): not read
 
     def walk_plain() -> Iterator[Path]:
         while stack:
@@ -244,7 +330,13 @@ def walk_inputs(
                 with os.scandir(here) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as exc:
-                log.warning("cannot list %s: %s; its files are not read", here, exc)
+                if unlisted is not None:
+                    unlisted.append((here, exc.strerror or str(exc)))
+                else:
+                    log.warning("cannot list %s: %s; its files are not read", here, exc)
+                continue
+            if here != root and any(e.name == "zarr.json" for e in entries) and is_store_root(here):
+                stores.append(here)
                 continue
             subdirs: list[tuple[Path, Path]] = []
             for e in entries:
@@ -287,6 +379,12 @@ def walk_inputs(
     if aliases is not None:
         for p, real in again:
             _add_alias(aliases, _rel_posix(read[real], root), _rel_posix(p, root))
+    if stores and warn:
+        log.warning(
+            "%s: %d featurecache store%s inside, not read as input%s (as the build's own store is not): %s",
+            root, len(stores), "s" if len(stores) != 1 else "", "s" if len(stores) != 1 else "",
+            first_named((escaped_path(str(p)) for p in stores), STORES_SKIPPED_SHOWN, "; "),
+        )  # fmt: skip
     if again and warn:
         shown = first_named(
             (f"{p} ({real}, read as {read[real]})" for p, real in again), WALK_SKIPPED_SHOWN, "; "
@@ -343,14 +441,36 @@ def alias_paths(rel: str, aliases: dict[str, list[str]]) -> list[str]:
 
 
 def input_paths(
-    pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True
-) -> Iterator[Path]:
+    pdb_dir: Path, exclude: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True,
+    unlisted: list[tuple[Path, str]] | None = None,
+) -> Iterator[Path]:  # fmt: skip
     """The files a build lists under ``pdb_dir`` (:func:`walk_inputs`: recursive, symlinked
     directories followed, each real directory once): every non-hidden file, every broken symlink
     or symlink loop, and every FIFO, socket or device (kept, so that each is accounted for: the
     build lists it as a failure naming it, :func:`unread_reason`); ``exclude`` (the store itself,
-    when the walk meets it) is skipped; ``aliases``, ``warn``: as :func:`walk_inputs` takes them."""
-    yield from walk_inputs(Path(pdb_dir), exclude, aliases, warn)
+    when the walk meets it) is skipped; ``aliases``, ``warn``, ``unlisted``: as :func:`walk_inputs`
+    takes them."""
+    yield from walk_inputs(Path(pdb_dir), exclude, aliases, warn, unlisted)
+
+
+def unlisted_rel(directory: Path, top: Path) -> str:
+    """The path a failure records for ``directory`` (under ``top``, as seen), which cannot be
+    listed: relative to ``top``, escaped (:func:`escaped_path`), with a trailing ``/`` (``sub/``;
+    ``./`` for ``top`` itself), which no file's path has."""
+    rel = directory.relative_to(top).as_posix()
+    return escaped_path(rel) + "/"
+
+
+def unlisted_error(rel: str, why: str, built: str = "entries") -> str:
+    """The failure reason of the directory ``rel`` (:func:`unlisted_rel`) that cannot be listed;
+    ``built``: what the store holds from its files (``entries``, ``MSAs``)."""
+    return (f"cannot list the directory {rel}: {why}; none of its files is read (the {built} stored from them "
+            "are kept): make it readable (and searchable) and run the build again")  # fmt: skip
+
+
+def under_unlisted(rel: str, unlisted: Iterable[str]) -> bool:
+    """Whether the path ``rel`` lies under one of the directories ``unlisted`` (:func:`unlisted_rel`)."""
+    return any(d == "./" or rel.startswith(d) for d in unlisted)
 
 
 def unread_reason(path: Path, rel: str, what: str = "structure") -> str:
@@ -453,7 +573,8 @@ def discover(
     directory as ``pdb_dir``, or one inside it): they are the MSA stage's inputs, which accounts
     for them (:func:`msa_stage_input`). ``exclude`` (the store itself, when it lies inside
     ``pdb_dir``) is skipped. A broken symbolic link, a FIFO or a device is kept unread (no digest; a FIFO is never
-    opened: that would block): its ``name_error`` says why (:func:`unread_reason`).
+    opened: that would block): its ``name_error`` says why (:func:`unread_reason`); so is a
+    directory that cannot be listed, by its path with a trailing ``/`` (:func:`unlisted_rel`).
 
     A file the walk reads through one path of a directory reachable by several (symlinked
     directories, :func:`walk_inputs`) takes the path a stored entry records for it where there is
@@ -461,9 +582,9 @@ def discover(
     turned into a link, neither changes its id nor makes it a second entry.
     """
     pdb_dir = Path(pdb_dir)
-    files, rels, ids, bad = _walk(pdb_dir, existing_ids, exclude, msa_dir, stored=stored)
+    files, rels, ids, bad, unlisted = _walk(pdb_dir, existing_ids, exclude, msa_dir, stored=stored)
     # a FIFO is never opened (that would wait for a writer): only regular files have a digest
-    reasons = [unread_reason(p, rel) for p, rel in zip(files, rels, strict=True)]
+    reasons = [unlisted.get(rel) or unread_reason(p, rel) for p, rel in zip(files, rels, strict=True)]
     todo = [k for k, reason in enumerate(reasons) if not reason]
     cache = DigestCache.load(cache_root, pdb_dir) if cache_root is not None else None
     read = digest_files([files[k] for k in todo], [rels[k] for k in todo], cache, progress)
@@ -473,7 +594,8 @@ def discover(
     out = []
     for p, rel, (sha, size), reason in zip(files, rels, digests, reasons, strict=True):
         entry_id = ids[rel]
-        out.append(InputFile(str(resolved(p)), rel, entry_id, structure_format(p.name) or "", sha, size,
+        fmt = "" if rel in unlisted else structure_format(p.name) or ""
+        out.append(InputFile(str(resolved(p)), rel, entry_id, fmt, sha, size,
                              entry_key(sha, entry_id, config_hash), name_error(rel) if rel in bad else reason))  # fmt: skip
     return out
 
@@ -481,24 +603,36 @@ def discover(
 def _walk(
     pdb_dir: Path, existing_ids: dict[str, str] | None, exclude: Path | None, msa_dir: Path | None,
     warn: bool = True, stored: StoredEntries | None = None,
-) -> tuple[list[Path], list[str], dict[str, str], set[str]]:  # fmt: skip
+) -> tuple[list[Path], list[str], dict[str, str], set[str], dict[str, str]]:  # fmt: skip
     """:func:`discover`'s files, their paths relative to ``pdb_dir`` (sorted; :func:`escaped_path`)
-    and ids, unread; and the paths among them that are not valid UTF-8 (escaped). ``warn``: as
+    and ids, unread; the paths among them that are not valid UTF-8 (escaped; by their bytes,
+    :func:`utf8_name`, whatever the file-system encoding); and the directories that cannot be
+    listed (:func:`unlisted_rel` → :func:`unlisted_error`), which are among the files. ``warn``: as
     :func:`walk_inputs` takes it; ``stored``: the store's entries (then ``existing_ids`` is theirs),
-    whose ids of this directory a moved file may take (:func:`assign_ids`)."""
+    whose ids of this directory a moved file may take (:func:`assign_ids`): not those of a stored
+    entry under a directory that cannot be listed (its file is not known to be gone)."""
     if stored is not None:
         existing_ids = stored.paths
     msa_files = MSADirFiles(msa_dir)
     aliases: dict[str, list[str]] = {}
-    walked = [p for p in input_paths(pdb_dir, exclude, aliases, warn) if not msa_stage_input(p, msa_files)]
+    unlisted_dirs: list[tuple[Path, str]] = []
+    walked = [p for p in input_paths(pdb_dir, exclude, aliases, warn, unlisted_dirs)
+              if not msa_stage_input(p, msa_files)]  # fmt: skip
     raw = stored_paths([p.relative_to(pdb_dir).as_posix() for p in walked], aliases,
                        set((existing_ids or {}).values()))  # fmt: skip
     rels = [escaped_path(r) for r in raw]
-    bad = {rel for rel, r in zip(rels, raw, strict=True) if rel != r}
+    bad = {rel for rel, r in zip(rels, raw, strict=True) if not utf8_name(r)}
+    unlisted: dict[str, str] = {}
+    for d, why in unlisted_dirs:
+        rel = unlisted_rel(d, pdb_dir)
+        unlisted[rel] = unlisted_error(rel, why)
+        walked.append(d)
+        rels.append(rel)
     order = sorted(range(len(walked)), key=lambda k: pdb_dir / rels[k])
     files, rels = [walked[k] for k in order], [rels[k] for k in order]
-    released = stored.released(pdb_dir, rels) if stored is not None else set()
-    return files, rels, assign_ids(rels, existing_ids, released), bad
+    kept = [path for path in (existing_ids or {}).values() if under_unlisted(path, unlisted)]
+    released = stored.released(pdb_dir, rels + kept) if stored is not None else set()
+    return files, rels, assign_ids(rels, existing_ids, released), bad, unlisted
 
 
 def input_ids(
@@ -509,7 +643,7 @@ def input_ids(
     reading the files (``featurecache prune --sources-gone``; the build's check of the settings it
     leaves out, ``warn=False``: the build's own walk warns of what it does not read again);
     ``stored``: as :func:`discover` takes it."""
-    _files, rels, ids, _bad = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir, warn, stored)
+    _files, rels, ids, _bad, _unlisted = _walk(Path(pdb_dir), existing_ids, exclude, msa_dir, warn, stored)
     return {rel: ids[rel] for rel in rels}
 
 
@@ -651,6 +785,12 @@ def withdraw_failures(
       part recorded the resolved ``--msa-dir`` as ``source_dir``; a build without ``--msa-dir``
       withdraws none. A stored MSA built from a file that is gone stays.
 
+    A path that cannot be checked (:func:`present`: a directory on the way cannot be searched) is
+    not known to be gone: its failure stays listed, and one warning names it; so does the failure
+    of a file under a directory this build cannot list (``inputs``' :func:`unlisted_rel` paths).
+    A directory that could not be listed and can be now has its failure withdrawn (its files are
+    inputs again).
+
     ``failures``: the index's failures table; ``inputs``: this build's structure inputs. The
     withdrawn row keeps the failure's key, so the file is built (scanned) again should it come
     back, and its failure listed again."""
@@ -661,6 +801,8 @@ def withdraw_failures(
     msa_here = str(resolved(Path(msa_dir))) if msa_dir is not None else ""
     msa_files = MSADirFiles(msa_dir)
     current = {i.rel for i in inputs}
+    unlisted = [rel for rel in current if rel.endswith("/")]
+    unknown: list[Path] = []  # paths that cannot be checked: kept listed
     recorded_in = part_source_dirs(root)
     listed: list[set[str]] = []  # the MSA stage's listing of --msa-dir, walked once when first needed
 
@@ -679,23 +821,35 @@ def withdraw_failures(
         if f["stage"] == WITHDRAWN_STAGE:
             continue
         if f["stage"] == MSA_STAGE:
-            why = _withdrawn_msa_failure(root, msa_dir, msa_here, f, recorded_in, msa_listing)
+            why = _withdrawn_msa_failure(root, msa_dir, msa_here, f, recorded_in, msa_listing, unknown)
             if why:
                 msa_rows.append(_withdrawn_row(f, why))
             continue
         if f["path"] in current:
             continue
-        where = pdb_dir / f["path"]
-        if msa_dir is not None and msa_stage_input(where, msa_files):
+        where = pdb_dir / native(f["path"])
+        there = present(where)
+        if there and msa_dir is not None and msa_stage_input(where, msa_files):
             why = (f"no longer a structure input: a file under --msa-dir {msa_dir} that the MSA stage reads is its "
                    f"input; its failure in part {f['part']} is withdrawn")  # fmt: skip
         else:
             if not (homes(f["part"]) if homes is not None else recorded_in(f["part"]) == here):
                 continue  # another directory's path, or a part that did not record its directory
-            gone = not (where.exists() or where.is_symlink())
-            why = (f"no longer an input: {'no such file' if gone else 'the file is not read (hidden or inside the store)'}"
-                   f" under --pdb-dir {pdb_dir}; its failure in part {f['part']} is withdrawn")  # fmt: skip
+            if there is None:
+                unknown.append(where)  # not known to be gone (an unsearchable directory on the way)
+                continue
+            if under_unlisted(f["path"], unlisted):
+                continue  # its directory cannot be listed now (that is a failure of its own)
+            if not there:
+                reason = "no such file"
+            elif f["path"].endswith("/"):
+                reason = "the directory can be listed now (its files are inputs)"
+            else:
+                reason = "the file is not read (hidden or inside the store)"
+            why = (f"no longer an input: {reason} under --pdb-dir {pdb_dir}; its failure in part {f['part']} "
+                   "is withdrawn")  # fmt: skip
         rows.append(_withdrawn_row(f, why))
+    warn_unknown(unknown, "failures listed for them stay listed")
     if rows:
         name = part_name(STRUCTURE_PART_PREFIX, next_part_number(root, STRUCTURE_PART_PREFIX))
         write_structure_part(root, name, PartContents(failures=rows, source_dir=here))
@@ -721,24 +875,32 @@ def _withdrawn_row(f: dict[str, str], why: str) -> dict[str, str]:
 
 def _withdrawn_msa_failure(
     root: Path, msa_dir: Path | None, msa_here: str, f: dict[str, str], recorded_in: Callable[[str], str],
-    listing: Callable[[], set[str]] | None = None,
+    listing: Callable[[], set[str]] | None = None, unknown: list[Path] | None = None,
 ) -> str:  # fmt: skip
     """Why MSA failure ``f`` is withdrawn ("": it is not): its path is no longer an MSA-stage input
     under ``msa_dir``, and its part recorded that directory (resolved: ``msa_here``). ``listing``:
-    the MSA stage's listing of ``msa_dir`` (``msa_stage.lists_msa_file``), walked once per build."""
+    the MSA stage's listing of ``msa_dir`` (``msa_stage.lists_msa_file``), walked once per build.
+    A path that cannot be checked (:func:`present`) is not withdrawn; ``unknown`` gets it."""
     from featurecache.build.msa_stage import lists_msa_file  # msa_stage imports this module
 
     if msa_dir is None or not f["path"] or recorded_in(f["part"]) != msa_here:
         return ""  # no --msa-dir, a failure naming no file, or another directory's (or unrecorded)
-    if lists_msa_file(Path(msa_dir), f["path"], root, listing):
+    where = Path(msa_dir) / native(f["path"])
+    there = present(where)
+    if there is None:
+        if unknown is not None:
+            unknown.append(where)
         return ""
-    where = Path(msa_dir) / f["path"]
-    gone = not (where.exists() or where.is_symlink())
-    reason = (
-        "no such file"
-        if gone
-        else "the file is not read (hidden, inside the store, or its directory is read through another path)"
-    )
+    if there and lists_msa_file(Path(msa_dir), f["path"], root, listing):
+        return ""
+    if not there:
+        reason = "no such file"
+    elif f["path"].endswith("/"):
+        reason = "the directory can be listed now (its files are inputs)"
+    else:
+        reason = (
+            "the file is not read (hidden, inside the store, or its directory is read through another path)"
+        )
     return f"no longer an MSA input: {reason} under --msa-dir {msa_dir}; its failure in part {f['part']} is withdrawn"
 
 

@@ -61,9 +61,13 @@ from featurecache.build.discover import (
     alias_paths,
     escaped_path,
     name_error,
+    native,
     resolved,
     store_skip,
+    unlisted_error,
+    unlisted_rel,
     unread_reason,
+    utf8_name,
     walk_inputs,
 )
 from featurecache.build.granularity import cut_by_weight
@@ -168,7 +172,7 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
     """One file's scan. Its bytes are read once (hash, format, alignments); an a3m file's queries
     are found without building its rows (:func:`~featurecache.parse.a3m.scan_a3m`), a Stockholm
     file is parsed (any row can be the query)."""
-    path = msa_dir / rel
+    path = msa_dir / native(rel)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -382,7 +386,7 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
 
 def _candidate_files(
     msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True,
-    bad_names: set[str] | None = None,
+    bad_names: set[str] | None = None, unread: dict[str, str] | None = None,
 ) -> list[tuple[str, int, int]]:  # fmt: skip
     """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir`` (a symlink to
     a file counts), sorted by path; the walk is :func:`~featurecache.build.discover.walk_inputs`:
@@ -391,39 +395,41 @@ def _candidate_files(
     inside ``--pdb-dir`` is not: ``discover.input_paths``). ``aliases`` and ``warn``: as
     ``walk_inputs`` takes them (the other paths of directories read once; its warning).
 
-    A path that is not valid UTF-8 is listed escaped (``discover.escaped_path``: ``bad\\xff.a3m``),
-    as it is recorded; ``bad_names``, when given, gets those paths (the scan lists each as a
-    failure without reading it: :func:`_scan`)."""
+    A path that is not valid UTF-8 (by its bytes: ``discover.utf8_name``) is listed escaped
+    (``discover.escaped_path``: ``bad\\xff.a3m``), as it is recorded; ``bad_names``, when given,
+    gets those paths (the scan lists each as a failure without reading it: :func:`_scan`).
+
+    What is not opened is listed too, size and mtime 0, so that each is accounted for as under
+    ``--pdb-dir`` (review R38a s50 #2): a FIFO, socket or device, a broken link, a symlink loop
+    (``discover.unread_reason``), and a directory that cannot be listed, by its path with a
+    trailing ``/`` (``discover.unlisted_rel``); ``unread``, when given, gets each one's path → why
+    (the scan lists it as a failure of stage ``msa``)."""
     files = []
-    unread: list[str] = []  # a FIFO, socket or device, a broken link: never opened (a FIFO would block)
-    for p in walk_inputs(msa_dir, store, aliases, warn):
+    why_not: dict[str, str] = {}  # never opened (a FIFO would block), or a directory not listed
+    unlisted: list[tuple[Path, str]] = []
+    for p in walk_inputs(msa_dir, store, aliases, warn, unlisted):
         raw = p.relative_to(msa_dir).as_posix()
         rel = escaped_path(raw)
         reason = unread_reason(p, rel, "alignment")
+        if not reason:
+            try:
+                st = p.stat()
+            except OSError as exc:  # a symlink loop, a file that went away since the listing
+                reason = f"cannot read {rel}: {exc.strerror or exc}"
         if reason:
-            unread.append(reason)
+            why_not[rel] = reason
+            files.append((rel, 0, 0))
             continue
-        try:
-            st = p.stat()
-        except OSError as exc:  # a symlink loop, a file that went away since the listing
-            unread.append(f"cannot read {rel}: {exc.strerror or exc}")
-            continue
-        if rel != raw and bad_names is not None:
+        if not utf8_name(raw) and bad_names is not None:
             bad_names.add(rel)
         files.append((rel, st.st_size, st.st_mtime_ns))
-    if unread and warn:
-        log.warning(
-            "--msa-dir %s: %d entr%s not read: %s",
-            msa_dir,
-            len(unread),
-            "y" if len(unread) == 1 else "ies",
-            first_named(unread, MAX_UNREAD_NAMED, "; "),
-        )
+    for d, why in unlisted:
+        rel = unlisted_rel(d, msa_dir)
+        why_not[rel] = unlisted_error(rel, why, "MSAs")
+        files.append((rel, 0, 0))
+    if unread is not None:
+        unread.update(why_not)
     return sorted(files)
-
-
-#: entries of --msa-dir that are not read, named in the warning at most
-MAX_UNREAD_NAMED = 5
 
 
 def lists_msa_file(
@@ -436,6 +442,10 @@ def lists_msa_file(
     directory is looked up in the walk (its real directory may have been read through another
     path): ``listing()``, the relative paths :func:`_candidate_files` lists (a caller asking of
     many paths walks once, ``discover.withdraw_failures``), else a walk of its own."""
+    if rel.endswith("/"):  # a directory that could not be listed: only the walk knows whether it still is
+        if listing is not None:
+            return rel in listing()
+        return rel in {r for r, _size, _mtime in _candidate_files(Path(msa_dir), store)}
     parts = PurePosixPath(rel).parts
     if not parts or any(part.startswith(".") for part in parts):  # "." and ".." too
         return False
@@ -446,12 +456,13 @@ def lists_msa_file(
     here = Path(msa_dir)
     linked = False
     for part in parts[:-1]:
-        here = here / part
+        here = here / native(part)
         if not here.is_dir():
             return False
         linked = linked or here.is_symlink()
-    file = here / parts[-1]
-    if not file.is_file():
+    file = here / native(parts[-1])
+    # a file, or what the walk lists unread (a FIFO, a broken link, a link loop): not a directory
+    if file.is_dir() or not (file.is_symlink() or file.exists()):
         return False
     if linked:
         if listing is not None:
@@ -535,8 +546,11 @@ def run_msa_stage(
     files: list[tuple[str, int, int]] = []
     if msa_dir is not None:
         bad_names: set[str] = set()  # paths that are not UTF-8: listed as failures, not read
-        files = result.listed = _candidate_files(Path(msa_dir), root, aliases, bad_names=bad_names)
-        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names)
+        unread: dict[str, str] = {}  # FIFOs, broken links, directories not listed: failures, not read
+        files = result.listed = _candidate_files(
+            Path(msa_dir), root, aliases, bad_names=bad_names, unread=unread
+        )
+        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names, unread)
     uses = _join(scans, chain_rows, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
@@ -649,11 +663,13 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
 def _scan(
     client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool,
     files: list[tuple[str, int, int]] | None = None, bad_names: Set[str] = frozenset(),
+    unread: Mapping[str, str] | None = None,
 ) -> list[FileScan]:  # fmt: skip
     """Scan every candidate file of ``msa_dir`` (``files``: :func:`_candidate_files`, listed here
     when not given); files unchanged since a previous build's scan (same path, size and mtime) are
     taken from the store's scan cache without being read. A path of ``bad_names`` (not valid
-    UTF-8, escaped) is not read: its scan is an error naming it (a failure row).
+    UTF-8, escaped) is not read: its scan is an error naming it (a failure row); so is one of
+    ``unread`` (path → why: :func:`_candidate_files`).
 
     A scan task that fails (its worker died: KilledWorker, often its memory limit) does not end
     the build: a batch of several files is scanned again one task per file, and a file whose scan
@@ -666,10 +682,12 @@ def _scan(
     t_start = time.time_ns()
     if files is None:
         bad: set[str] = set()
-        files = _candidate_files(msa_dir, root, bad_names=bad)
+        unread = {}
+        files = _candidate_files(msa_dir, root, bad_names=bad, unread=unread)
         bad_names = bad
     if not files:
         return []
+    unread = unread or {}
     cache = ScanCache.load(root, msa_dir)
     scans: list[FileScan] = []
     todo: list[tuple[str, int]] = []
@@ -677,13 +695,16 @@ def _scan(
         if rel in bad_names:
             scans.append(FileScan(rel, size, error_class="InputError", message=name_error(rel)))
             continue
+        if rel in unread:
+            scans.append(FileScan(rel, size, error_class="InputError", message=unread[rel]))
+            continue
         hit = cache.get(rel, size, mtime, wanted)
         if hit is None:
             todo.append((rel, size))
         else:
             scans.append(hit)
-    log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read", len(scans) - len(bad_names),
-             len(todo))  # fmt: skip
+    log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read",
+             len(scans) - len(bad_names) - len(unread), len(todo))  # fmt: skip
     batches = _batches(todo)
     wanted_f: Any = wanted
     if len(batches) > 1:
@@ -1683,7 +1704,7 @@ def _load(
     if parsed is None:
         if use.rel in failed:
             return None
-        path = msa_dir / use.rel
+        path = msa_dir / native(use.rel)
         try:
             if hashlib.sha256(path.read_bytes()).hexdigest() != use.sha256:
                 raise MSAError("the file changed while the build was running", path=use.rel, stage="msa")

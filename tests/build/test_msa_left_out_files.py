@@ -254,8 +254,9 @@ def test_a_fifo_and_a_broken_link_under_msa_dir_are_named_not_opened(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A named pipe and a broken symbolic link among the MSA files (E1 s34: skipped without a word;
-    a FIFO opened would block the build): one warning names both and why they are not read, and
-    the good files of their folder still make 1psm's MSA."""
+    a FIFO opened would block the build): each is a failure row of stage ``msa`` naming it and why
+    it is not read (review R38a s50 #2: they were a log line only, as under ``--pdb-dir`` they are
+    failures), and the good files of their folder still make 1psm's MSA."""
     pdb = _pdb(tmp_path)
     msa = tmp_path / "msa"
     (msa / "1psm_A").mkdir(parents=True)
@@ -263,15 +264,17 @@ def test_a_fifo_and_a_broken_link_under_msa_dir_are_named_not_opened(
     os.mkfifo(msa / "1psm_A" / "uniref90_hits.a3m")
     (msa / "1psm_A" / "mgnify_hits.a3m").symlink_to(tmp_path / "gone" / "mgnify_hits.a3m")
 
-    with caplog.at_level(logging.WARNING, logger="featurecache.build.msa_stage"):
-        summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
-    warned = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
-    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
-    assert f"--msa-dir {msa}: 2 entries not read: " in warned[0]
-    assert "not a regular file: 1psm_A/uniref90_hits.a3m is a named pipe (FIFO); not opened" in warned[0]
+    summary = build_store(tmp_path / "s", pdb, workers=1, msa_dir=msa)
+    rows = {f["path"]: f for f in featurecache.open_store(tmp_path / "s").failures.to_pylist()}
+    assert set(rows) == {"1psm_A/uniref90_hits.a3m", "1psm_A/mgnify_hits.a3m"}
+    assert {f["stage"] for f in rows.values()} == {"msa"}
+    assert (
+        "not a regular file: 1psm_A/uniref90_hits.a3m is a named pipe (FIFO); not opened"
+        in (rows["1psm_A/uniref90_hits.a3m"]["message"])
+    )
     assert (
         f"broken symbolic link: 1psm_A/mgnify_hits.a3m -> {tmp_path / 'gone' / 'mgnify_hits.a3m'}"
-        in warned[0]
+        in rows["1psm_A/mgnify_hits.a3m"]["message"]
     )
-    assert summary.n_failed == 0
+    assert summary.failed_by_stage.get("msa") == 2, summary.failed_by_stage
     assert _chain(featurecache.open_store(tmp_path / "s"), "1psm")["msa_depth"] > 1
