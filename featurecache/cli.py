@@ -80,8 +80,35 @@ class _Command(TyperCommand):
     exists (:func:`_leave_deleted_cwd`)."""
 
     def invoke(self, ctx: Any) -> Any:
+        _refuse_unexpanded_home(ctx)
         _leave_deleted_cwd(ctx)
         return super().invoke(ctx)
+
+
+def _path_params(ctx: Any) -> list[tuple[str, PurePath]]:
+    """The command's path arguments and options, as (the name the user knows, its value)."""
+    return [
+        (param.opts[0] if param.param_type_name == "option" else (param.name or "").upper(), value)
+        for param in ctx.command.params
+        if isinstance(value := ctx.params.get(param.name), PurePath)
+    ]
+
+
+def _refuse_unexpanded_home(ctx: Any) -> None:
+    """A path that begins with ``~`` and does not exist stops the command (exit 2, one line): the
+    shell did not expand it (quoted, or from a config file), and ``--out '~/fcstore'`` made a
+    directory named ``~`` in the working directory, where a later ``rm -rf ~...`` is the classic
+    accident (review R38a s50 #9). One that exists is the user's own directory named so: used."""
+    for name, value in _path_params(ctx):
+        if str(value).startswith("~") and not os.path.lexists(value):
+            home = os.path.expanduser(value)
+            meant = f" ({home})" if home != str(value) else ""
+            raise _fatal(
+                UsageError(
+                    f"{name} {value} begins with '~', which no shell expanded here (quoted?); give the path "
+                    f"itself{meant}, or ./{value} for a directory named so"
+                )
+            )
 
 
 def _leave_deleted_cwd(ctx: Any) -> None:
@@ -96,11 +123,7 @@ def _leave_deleted_cwd(ctx: Any) -> None:
         return
     except FileNotFoundError:
         pass
-    relative = [
-        f"{param.opts[0] if param.param_type_name == 'option' else (param.name or '').upper()} {value}"
-        for param in ctx.command.params
-        if isinstance(value := ctx.params.get(param.name), PurePath) and not value.is_absolute()
-    ]
+    relative = [f"{name} {value}" for name, value in _path_params(ctx) if not value.is_absolute()]
     if relative:
         raise _fatal(
             FeatureCacheError(

@@ -1338,11 +1338,6 @@ def _warn_without_workers(client: Any, scheduler: str | None) -> Iterator[None]:
     poll_s = min(first / 4, 5.0)
     stop = threading.Event()
     where = _cluster_name(scheduler)
-    remedy = (
-        "restart it with a larger --memory-limit (dask worker --memory-limit)"
-        if scheduler
-        else "run the build with fewer --workers (each gets a larger share of the memory)"
-    )
 
     def watch() -> None:
         no_worker, paused = _Nag(first), _Nag(first)
@@ -1364,8 +1359,8 @@ def _warn_without_workers(client: Any, scheduler: str | None) -> Iterator[None]:
                 if waited is not None and not stop.is_set():
                     log.warning("the build has waited %.0f s for paused workers of %s: %s (Dask pauses a worker "
                                 "at distributed.worker.memory.pause, %s of its limit, until its memory falls); "
-                                "the build waits for them: %s, or raise distributed.worker.memory.pause",
-                                waited, where, "; ".join(stalled), _pause_fraction(), remedy)  # fmt: skip
+                                "the build waits for them: %s",
+                                waited, where, "; ".join(stalled), _pause_fraction(), _pause_remedy(scheduler, n))  # fmt: skip
             if n or not scheduler:
                 continue
             waited = no_worker.due(now) if client.futures else None
@@ -1380,6 +1375,25 @@ def _warn_without_workers(client: Any, scheduler: str | None) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=poll_s + 1.0)
+
+
+#: the variable that sets Dask's ``distributed.worker.memory.pause``
+PAUSE_ENV = "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE"
+
+
+def _pause_remedy(scheduler: str | None, n_workers: int) -> str:
+    """What to do about paused workers: a larger memory limit on an external cluster's, fewer
+    --workers on an embedded cluster of several (not with one already: review R38a s50 #9), and
+    a higher pause fraction, naming :data:`PAUSE_ENV` when that variable set it."""
+    if scheduler:
+        first = "restart it with a larger --memory-limit (dask worker --memory-limit), or "
+    elif n_workers > 1:
+        first = "run the build with fewer --workers (each gets a larger share of the memory), or "
+    else:
+        first = ""
+    env = os.environ.get(PAUSE_ENV)
+    where = f" (set to {env} by {PAUSE_ENV})" if env is not None else ""
+    return f"{first}raise distributed.worker.memory.pause{where}"
 
 
 def _pause_fraction() -> str:
