@@ -101,8 +101,12 @@ def test_unread_objects_under_msa_dir_are_failures_of_stage_msa(tmp_path: Path) 
     (msa / "dangle.a3m").symlink_to("nowhere.a3m")
     (msa / "l1.a3m").symlink_to("l2.a3m")
     (msa / "l2.a3m").symlink_to("l1.a3m")
-    (msa / "locked").mkdir()
-    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "uniref90_hits.sto", msa / "locked")
+    (msa / "locked" / "1psm_A").mkdir(parents=True)
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    shutil.copy(SAMPLES / "msas" / "openfold" / "1psm_A" / "mgnify_hits.sto", msa / "locked" / "1psm_A")
+    os.rename(msa / "pipe.a3m", tmp_path / "pipe.a3m")  # the first build: the MSAs only
+    r = _build(pdb, out, msa)
+    os.rename(tmp_path / "pipe.a3m", msa / "pipe.a3m")
     (msa / "locked").chmod(0)
     try:
         r = _build(pdb, out, msa)
@@ -113,6 +117,8 @@ def test_unread_objects_under_msa_dir_are_failures_of_stage_msa(tmp_path: Path) 
         assert "named pipe" in fails["pipe.a3m"]["message"]
         assert "broken symbolic link" in fails["dangle.a3m"]["message"]
         assert "cannot list the directory locked/" in fails["locked/"]["message"]
+        # 1psm's MSA, stored from the directory, is kept and not reported as gone
+        assert "source files are gone" not in r.stderr, r.stderr[-3000:]
         parts = sorted(p.name for p in (out / "parts").iterdir())
         r = _build(pdb, out, msa)  # a second build finds them listed: nothing written, nothing withdrawn
         assert r.returncode == 1, r.stderr[-2000:]
