@@ -45,9 +45,12 @@ from featurecache.build.discover import (
     done_keys,
     existing_entry_ids,
     input_paths,
+    native,
     next_part_number,
     plan_parts,
+    present,
     resolved,
+    under_unlisted,
     withdraw_failures,
 )
 from featurecache.build.progress import stage_bar
@@ -1125,7 +1128,7 @@ def _run_build(
                 inputs, done, stored, start_index["failures"], withdrawn_paths, summary.ccd_changed.keys()
             )
             summary.n_inputs = len(inputs)
-            summary.entries_gone = _entries_gone(inputs, stored, homes)
+            summary.entries_gone = _entries_gone(inputs, stored, homes, pdb_dir)
             # entries of another featurizer kept (not those an input of this build takes: rebuilt)
             for note in extension_notes(out, stored, pdb_dir, homes, (i.entry_id for i in inputs)):
                 log.warning("%s", note)
@@ -2066,22 +2069,31 @@ def no_msa_dir_line(summary: BuildSummary, msa_dir: Path | None) -> str | None:
             "msa_dir (--msa-dir)")  # fmt: skip
 
 
-def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts) -> list[str]:
+def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts, pdb_dir: Path) -> list[str]:
     """Ids of stored entries whose structure file is gone: no input of this build has the entry's
     id or its source path, and its part is of this ``--pdb-dir`` (``homes``: it records it, or a
     directory renamed or moved to it, :func:`~featurecache.build.discover.directory_parts`; paths
     are relative to it, so an entry of a store extended from another directory, or of a part that
-    recorded none, is not counted). They stay in the store (docs/build.md)."""
+    recorded none, is not counted). They stay in the store (docs/build.md). Not gone: an entry
+    whose file lies under a directory of ``pdb_dir`` this build could not list (``inputs``'
+    directory failure rows, path ``sub/``), or whose file cannot be checked
+    (:func:`~featurecache.build.discover.present` is None): not known to be gone (review R38a s50
+    leftovers #1: they were reported as sources gone though kept as such)."""
     if not stored.num_rows or not {"source_path", "part"} <= set(stored.column_names):
         return []
     paths = {i.rel for i in inputs}
     ids = {i.entry_id for i in inputs}
+    unlisted = [rel for rel in paths if rel.endswith("/")]
     gone = []
     for e in stored.select(["id", "source_path", "part"]).to_pylist():
         if e["id"] in ids or e["source_path"] in paths:
             continue
-        if homes(e["part"]):
-            gone.append(e["id"])
+        if not homes(e["part"]):
+            continue
+        src = e["source_path"] or ""
+        if under_unlisted(src, unlisted) or (src and present(Path(pdb_dir) / native(src)) is None):
+            continue
+        gone.append(e["id"])
     return sorted(gone)
 
 
