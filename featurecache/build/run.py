@@ -262,7 +262,8 @@ def msa_input_bytes(
     the other files that are not the MSA stage's): each file is counted once, under what it is
     (review R32a s47 #2). Two paths are one file when they give the same name in the same directory,
     resolved (either directory may be reached through a symlink): one ``resolve`` per directory, no
-    file read or listed again. 0 without ``--msa-dir``."""
+    file read or listed again. 0 without ``--msa-dir``. ``listed``'s paths are as recorded (UTF-8
+    text); ``structure_inputs`` are file-system paths (``discover.native`` of an input's ``rel``)."""
     if msa_dir is None:
         return 0
     from featurecache.build.discover import resolved
@@ -278,7 +279,11 @@ def msa_input_bytes(
 
     counted = {place(p) for p in structure_inputs}
     msa_dir = Path(msa_dir)
-    return sum(size for rel, size, _mtime in listed if not counted or place(msa_dir / rel) not in counted)
+    # ``rel`` as recorded (UTF-8 text): the file system's name for it (``discover.native``; under an
+    # ASCII file-system encoding a non-ASCII name crashed resolve: review R38a s50 leftovers #2)
+    return sum(
+        size for rel, size, _mtime in listed if not counted or place(msa_dir / native(rel)) not in counted
+    )
 
 
 def ccd_input_bytes(ccd: Path | None) -> int:
@@ -1161,7 +1166,7 @@ def _run_build(
                     summary.rebuilt_for_definitions = summary_reasons(summary.ccd_changed, pending, failed)
                     msa = _run_extra_stages(client, out, msa_dir, ccd, config, summary, progress, finished)
                     summary.msa_input_bytes = msa_input_bytes(
-                        msa_dir, msa.listed, (Path(pdb_dir) / i.rel for i in inputs)
+                        msa_dir, msa.listed, (Path(pdb_dir) / native(i.rel) for i in inputs)
                     )
                     summary.workers_lost = _workers_lost(client, lost_since)
                 finished = True  # every stage ran to its end (failed inputs are listed, not unfinished)

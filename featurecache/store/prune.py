@@ -586,11 +586,12 @@ def _msa_by_content(msa_dir: Path, rel: str, wanted: set[str]) -> str:
     two queries), gives no row beyond the query: it could be a stray input of a search as well as
     a query-only MSA, and counting it removed every stored MSA of an unmounted directory (review
     RF2 s27 #1). An a3m/FASTA file is judged from its first records (:func:`_a3m_evidence`)."""
+    from featurecache.build.discover import native
     from featurecache.build.msa_stage import _degap, _hashes
     from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file
     from featurecache.parse.sto import parse_sto
 
-    path = Path(msa_dir) / rel
+    path = Path(msa_dir) / native(rel)  # rel as listed (UTF-8 text): the file system's name for it
     try:  # its first KB first: a file that is no MSA format's (a tarball) is not read further
         fmt = sniff_file(path)
         if fmt in ("unknown", "empty"):
