@@ -689,6 +689,35 @@ def _sources_gone(
     return gone_entries, gone_msas
 
 
+#: directories that cannot be listed named in :func:`_unlisted_clause`, at most (then how many more)
+_UNLISTED_NAMED = 5
+
+
+def _unlisted_clause(msa_dir: Path, unlisted: list[str]) -> str:
+    """The part of ``prune --msa-dir``'s refusal that names the directories under ``msa_dir`` that
+    cannot be listed (``unlisted``: their recorded paths, trailing ``/``), each with why (as
+    ``os.scandir`` says now): the stored MSAs' files may be there, unseen ("" when there are none;
+    review R38a s50 leftovers #3: a directory made unreadable read as an emptied one, unnamed)."""
+    from featurecache.build.discover import escaped_path, native
+    from featurecache.text import first_named
+
+    if not unlisted:
+        return ""
+    named = []
+    for rel in unlisted:
+        where = msa_dir if rel == "./" else msa_dir / native(rel.rstrip("/"))
+        try:
+            with os.scandir(where):
+                why = "listable now"
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        named.append(f"{escaped_path(str(where))}/ ({why})")
+    n = len(unlisted)
+    return (f" or under {'a directory' if n == 1 else f'{n} directories'} that cannot be listed: "
+            f"{first_named(named, _UNLISTED_NAMED, '; ')}; make {'it' if n == 1 else 'them'} readable and "
+            "searchable")  # fmt: skip
+
+
 def _gone_msas(
     root: Path, tables: dict[str, pa.Table], msa_dir: Path | None, gone_entries: list[dict[str, str]],
     gone_msas: list[dict[str, str]], recorded_in: Callable[[str], str], unknown: list[Path],
@@ -706,7 +735,10 @@ def _gone_msas(
                   if m["n_files"] > 0 and m["sources"]]  # fmt: skip
     if not from_files:
         return
-    listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False)}
+    unread: dict[str, str] = {}
+    listed = {rel for rel, _size, _mtime in _candidate_files(Path(msa_dir), root, warn=False, unread=unread)}
+    # directories under --msa-dir that cannot be listed (their path with a trailing /): no file to judge
+    unlisted = sorted(rel for rel in unread if rel.endswith("/"))
     # as for entries: the MSAs of this --msa-dir, or of one renamed or moved to it
     matched = [m["part"] for m in from_files if {src.split("#", 1)[0] for src in m["sources"]} & listed]
     msa_homes = directory_parts(root, Path(msa_dir), matched, recorded_in)
@@ -728,7 +760,8 @@ def _gone_msas(
         def fasta(rel: str) -> bool:
             return sequence_file_name(PurePosixPath(rel).name)
 
-        looked = sorted(listed, key=lambda rel: (not fasta(rel), rel))[:_SNIFF_AT_MOST]
+        files = [rel for rel in listed if rel not in unread]
+        looked = sorted(files, key=lambda rel: (not fasta(rel), rel))[:_SNIFF_AT_MOST]
         why_not: dict[str, str] = {}
         for rel in looked:
             why_not[rel] = _msa_by_content(Path(msa_dir), rel, wanted)
@@ -743,7 +776,7 @@ def _gone_msas(
                              f"one whose content the MSA stage reads as an alignment of a stored chain's "
                              f"sequence with a row beyond the query, or as template hits{found}) under it, "
                              f"but {n} stored MSA{'s were' if n != 1 else ' was'} built from it (not mounted? "
-                             "emptied?); nothing removed" + (
+                             f"emptied?{_unlisted_clause(Path(msa_dir), unlisted)}); nothing removed" + (
                                  "; if the directory really holds only query-only MSAs, run the prune without "
                                  "--msa-dir (the stored MSAs are kept) or give those files an .a3m name (a name "
                                  "of an MSA format counts)" if only_query else ""))  # fmt: skip
