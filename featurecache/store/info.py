@@ -308,7 +308,6 @@ def print_info(
     another version than this code's, or of several), the MSA stages' (``versions.msa_stage_notes``:
     MSAs merged by an older stage) and what killed commands left (``leftovers.leftover_note``),
     for the caller to show as warnings (on stderr)."""
-    from rich.console import Console
     from rich.table import Table
 
     from featurecache.build.summary import printable
@@ -345,10 +344,10 @@ def print_info(
     if tsv:
         _write_tsv(failure_rows if failures else None, warning_rows)
         return lag
-    console = Console()
+    console = table_console()
     t = Table(title=f"featurecache store {info['path']}", show_header=False)
-    t.add_column("", style="bold")
-    t.add_column("")
+    t.add_column("", style="bold", overflow="fold")
+    t.add_column("", overflow="fold")
     for k, v in info["versions"].items():
         t.add_row(k, str(v))
     t.add_row("updated", str(info["updated"]))
@@ -391,6 +390,24 @@ def print_info(
     if warning_rows is not None and warning_rows.num_rows:
         _print_listing(console, "warnings (the entries are built)", WARNING_COLUMNS, warning_rows)
     return lag
+
+
+#: the narrowest console ``info`` and ``show`` print their tables to (rich's width for a pipe when
+#: COLUMNS is not set): a narrower one (COLUMNS=20, a split pane) left a table's frame no room for
+#: its values, which rich then cut to an ellipsis or to nothing (an 8-column table at 20 columns)
+MIN_TABLE_WIDTH = 80
+
+
+def table_console() -> Any:
+    """stdout's console for ``info`` and ``show``, at least :data:`MIN_TABLE_WIDTH` wide (review
+    R38a s50 leftovers #4: with COLUMNS=20, even into a pipe, values were cut). Values never
+    cut: their columns fold (a long value goes on over the next lines of its cell, whole), which
+    needs a width the frame fits in; on a terminal narrower than that, the terminal wraps the
+    lines and nothing is lost either."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.width >= MIN_TABLE_WIDTH else Console(width=MIN_TABLE_WIDTH)
 
 
 #: the failure groups ``info`` shows without ``--failures`` (the largest first)

@@ -6,11 +6,11 @@ import difflib
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from featurecache.const import MOL_TYPE_NAMES
 from featurecache.errors import NotFound
+from featurecache.store.info import table_console
 from featurecache.store.reader import open_store
 
 #: ids a "did you mean" names at most
@@ -56,8 +56,10 @@ def print_entry(path: Path, entry_id: str) -> None:
             raise
         raise NotFound(f"{exc}; did you mean {' or '.join(hints)}?") from None
     ms = (time.perf_counter() - t0) * 1e3
-    console = Console()
+    console = table_console()  # values never cut: fold, on a console wide enough for the frames
     meta = Table(title=f"{entry_id}  (read in {ms:.1f} ms)", show_header=False)
+    meta.add_column("", overflow="fold")
+    meta.add_column("", overflow="fold")
     for k in ("source_path", "format", "structure_id", "method", "resolution", "release_date", "n_models",
               "token_count", "atom_count", "bond_count", "n_chains", "content_hash"):  # fmt: skip
         meta.add_row(k, str(entry.meta.get(k)))
@@ -72,7 +74,7 @@ def print_entry(path: Path, entry_id: str) -> None:
     console.print(chains)
     arrays = Table(title="arrays")
     for col in ("array", "dtype", "shape"):
-        arrays.add_column(col)
+        arrays.add_column(col, overflow="fold")
     for group in ("atoms", "tokens", "bonds", "interfaces"):
         for name, a in getattr(entry, group).items():
             arrays.add_row(f"{group}/{name}", str(a.dtype), str(tuple(a.shape)))
