@@ -75,9 +75,27 @@ class _Group(TyperGroup):
         return super().main(*args, **kwargs)
 
 
+#: ``ctx.meta`` key of the command line's text of each parameter, by its name (:meth:`_Command.make_parser`)
+TYPED = "featurecache.typed"
+
+
 class _Command(TyperCommand):
     """Every command: its arguments parsed, it first leaves a working directory that no longer
     exists (:func:`_leave_deleted_cwd`)."""
+
+    def make_parser(self, ctx: Any) -> Any:
+        """The parser, which also keeps the text of each value as the command line gave it, before
+        click converts it (``ctx.meta[TYPED]``): a path's ``./`` is gone from its ``Path``."""
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_kept(args: list[str]) -> Any:
+            opts, rest, order = parse(args)
+            ctx.meta[TYPED] = dict(opts)
+            return opts, rest, order
+
+        parser.parse_args = parse_kept  # type: ignore[method-assign]
+        return parser
 
     def invoke(self, ctx: Any) -> Any:
         _refuse_unexpanded_home(ctx)
@@ -85,10 +103,15 @@ class _Command(TyperCommand):
         return super().invoke(ctx)
 
 
+def _param_name(param: Any) -> str:
+    """The name the user knows a parameter by: an option's (``--out``), an argument's (``STORE``)."""
+    return str(param.opts[0]) if param.param_type_name == "option" else (param.name or "").upper()
+
+
 def _path_params(ctx: Any) -> list[tuple[str, PurePath]]:
     """The command's path arguments and options, as (the name the user knows, its value)."""
     return [
-        (param.opts[0] if param.param_type_name == "option" else (param.name or "").upper(), value)
+        (_param_name(param), value)
         for param in ctx.command.params
         if isinstance(value := ctx.params.get(param.name), PurePath)
     ]
@@ -99,14 +122,24 @@ def _refuse_unexpanded_home(ctx: Any) -> None:
     shell did not expand it (quoted, or from a config file), and ``--out '~/fcstore'`` made a
     directory named ``~`` in the working directory, where a later ``rm -rf ~...`` is the classic
     accident (review R38a s50 #9). One that exists is the user's own directory named so: used."""
-    for name, value in _path_params(ctx):
-        if str(value).startswith("~") and not os.path.lexists(value):
-            home = os.path.expanduser(value)
-            meant = f" ({home})" if home != str(value) else ""
+    typed_values = ctx.meta.get(TYPED, {})
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(value, PurePath):
+            continue
+        # as typed: ``./~x`` is the ``~x`` of its Path, yet no shell would have expanded it (review
+        # R39a s50 #4: the advice "./~x for a directory named so" was refused too); a value from an
+        # environment variable or a default: its Path's text
+        typed = typed_values.get(param.name)
+        text = typed if isinstance(typed, str) else str(value)
+        if text.startswith("~") and not os.path.lexists(value):
+            name = _param_name(param)
+            home = os.path.expanduser(text)
+            meant = f" ({home})" if home != text else ""
             raise _fatal(
                 UsageError(
-                    f"{name} {value} begins with '~', which no shell expanded here (quoted?); give the path "
-                    f"itself{meant}, or ./{value} for a directory named so"
+                    f"{name} {text} begins with '~', which no shell expanded here (quoted?); give the path "
+                    f"itself{meant}, or ./{text} for a directory named so"
                 )
             )
 
