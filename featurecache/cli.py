@@ -144,19 +144,56 @@ def _refuse_unexpanded_home(ctx: Any) -> None:
             )
 
 
+#: the variables the system's temporary directory comes from (Python's ``tempfile``: Dask's default
+#: scratch, serve's metrics directory, train's spooled log)
+_TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
+
+#: the environment variables holding a path that each command reads (itself, or the library it
+#: runs: Dask, prometheus_client, Triton, torch, matplotlib); FEATURECACHE_STORE_PATH is not one:
+#: serve sets it from its STORE argument
+PATH_VARIABLES: dict[str, tuple[str, ...]] = {
+    "build": ("DASK_TEMPORARY_DIRECTORY", "DASK_CONFIG", "DASK_ROOT_CONFIG", *_TEMP_VARIABLES),
+    "serve": ("FEATURECACHE_AUTH_TOKEN_FILE", "PROMETHEUS_MULTIPROC_DIR", *_TEMP_VARIABLES),
+    "train": (
+        "FEATURECACHE_AUTH_TOKEN_FILE",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        *_TEMP_VARIABLES,
+    ),
+    "report": ("MPLCONFIGDIR", *_TEMP_VARIABLES),
+}
+
+
+def _relative_path_variables(command: str | None) -> list[tuple[str, str]]:
+    """(name, value) of each variable of :data:`PATH_VARIABLES` for ``command`` that is set to a
+    relative path (the token file's without its surrounding whitespace, which its reader drops)."""
+    found = []
+    for name in PATH_VARIABLES.get(command or "", ()):
+        value = os.environ.get(name, "")
+        if name == "FEATURECACHE_AUTH_TOKEN_FILE":
+            value = value.strip()
+        if value.strip() and not os.path.isabs(value):
+            found.append((name, value))
+    return found
+
+
 def _leave_deleted_cwd(ctx: Any) -> None:
     """Started from a working directory that was deleted: a path argument relative to it stops
     the command (exit 3, one line: it names nothing there, and from anywhere else it would name
     something else); with every path absolute the command goes on from ``/``, which always
     exists, so that the processes it starts can start (review R38a s50 #7: multiprocessing's
     spawn reads the working directory, and ``serve --workers 2`` died with a traceback, exit 1;
-    ``build`` exited 3 after ~130 lines of Dask tracebacks; ``import torch`` dies there too)."""
+    ``build`` exited 3 after ~130 lines of Dask tracebacks; ``import torch`` dies there too). So
+    does a relative path in an environment variable the command reads (:data:`PATH_VARIABLES`):
+    from ``/`` ``FEATURECACHE_AUTH_TOKEN_FILE=tmp/x`` read ``/tmp/x``, ``DASK_TEMPORARY_DIRECTORY=rel``
+    made ``/rel`` (review R39a s50 #5)."""
     try:
         os.getcwd()
         return
     except FileNotFoundError:
         pass
     relative = [f"{name} {value}" for name, value in _path_params(ctx) if not value.is_absolute()]
+    relative += [f"{name}={value}" for name, value in _relative_path_variables(ctx.command.name)]
     if relative:
         raise _fatal(
             FeatureCacheError(
