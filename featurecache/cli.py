@@ -53,26 +53,44 @@ def _display_errors(exc: UnicodeError) -> tuple[str | bytes, int]:
     return codecs.backslashreplace_errors(exc)
 
 
-def _degrade_output() -> None:
+def _degrade_output() -> list[tuple[io.TextIOWrapper, str]]:
     """stdout and stderr escape a character their encoding cannot write instead of raising: with
     ``PYTHONIOENCODING=ascii``, an ASCII or Latin-1 locale, a successful build crashed printing
     the ``→`` of its summary (exit 1: "some inputs failed") and ``show`` on ``…`` (review R38a
     s50 #6). Only a stream that would raise (``strict``, or ``surrogateescape``, which the C locale
-    gives stdout) is changed."""
+    gives stdout) is changed. Returns each stream changed with its handler before, for
+    :func:`_restore_output`."""
     codecs.register_error(DISPLAY_ERRORS, _display_errors)
+    changed = []
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
             with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
+                before = stream.errors
                 stream.reconfigure(errors=DISPLAY_ERRORS)
+                changed.append((stream, before))
+    return changed
+
+
+def _restore_output(changed: list[tuple[io.TextIOWrapper, str]]) -> None:
+    """Each stream :func:`_degrade_output` changed gets its handler back, unless something else set
+    another since: ``app()`` called from a program leaves that program's output as it was (review
+    R39a s50 #6: its own print of a lone surrogate wrote a raw byte instead of raising)."""
+    for stream, before in changed:
+        if stream.errors == DISPLAY_ERRORS:
+            with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
+                stream.reconfigure(errors=before)
 
 
 class _Group(TyperGroup):
-    """The app's group: every run (a command, ``--help``, ``--version``) first gets output that
-    cannot fail on its characters (:func:`_degrade_output`)."""
+    """The app's group: every run (a command, ``--help``, ``--version``) gets output that cannot
+    fail on its characters (:func:`_degrade_output`), until it returns or raises."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        _degrade_output()
-        return super().main(*args, **kwargs)
+        changed = _degrade_output()
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            _restore_output(changed)
 
 
 #: ``ctx.meta`` key of the command line's text of each parameter, by its name (:meth:`_Command.make_parser`)
