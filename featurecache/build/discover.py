@@ -272,14 +272,13 @@ def store_skip(top: Path, exclude: Path | None) -> Path | None:
 def is_store_root(directory: Path) -> bool:
     """Whether ``directory`` is a featurecache store's root: its ``zarr.json`` is a zarr group's
     whose attributes record a ``format_version``, the test by which ``store.root.check_store_dir``
-    tells a store from another zarr group."""
-    from featurecache.errors import StoreError
-    from featurecache.store.root import group_attributes
+    tells a store from another zarr group. Only a small regular ``zarr.json`` is read, never
+    blocking (``store.root.small_group_attributes``): a FIFO, device or link of that name is no
+    store, and stays an input that is never opened (review R39a s50 #1)."""
+    from featurecache.store.root import small_group_attributes
 
-    try:
-        return group_attributes(directory / "zarr.json").get("format_version") is not None
-    except StoreError:
-        return False
+    attrs = small_group_attributes(directory / "zarr.json")
+    return attrs is not None and attrs.get("format_version") is not None
 
 
 #: featurecache stores inside an input directory named in the warning of :func:`walk_inputs`
