@@ -704,11 +704,24 @@ file or the entry's arrays are missing or unreadable.
     from featurecache.store.show import print_entry
 
     try:
-        print_entry(store, entry_id)
+        print_entry(store, _typed_id(entry_id))
     except NotFound as exc:  # an id the store does not hold: a bad argument, not a broken store
         raise _fatal(UsageError(f"{exc}{_not_indexed_yet(store)}")) from exc
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
+
+
+def _typed_id(arg: str) -> str:
+    """An entry id as typed, judged by its bytes as the build judges a file's name
+    (``discover.escaped_path``): under an ASCII file-system encoding (``LC_ALL=C PYTHONUTF8=0``) the
+    argument ``é 1a8o`` arrives as lone surrogates, where the build made the id ``é 1a8o`` of the
+    file ``é 1a8o.pdb`` by its UTF-8 bytes (review R39a s50 #7); a byte that is not UTF-8 is
+    ``\\xNN``, as in the id of such a name. A text that has no bytes here (a program's call with a
+    character the file-system encoding lacks) is used as it is."""
+    try:
+        return os.fsencode(arg).decode("utf-8", "backslashreplace")
+    except UnicodeError:
+        return arg
 
 
 def _not_indexed_yet(store: Path) -> str:
