@@ -25,9 +25,11 @@ from featurecache.store.definitions import part_manifest
 from featurecache.store.index import WITHDRAWN_STAGE, complete_parts
 from featurecache.store.layout import (
     ENTRY_KEY_CHARS,
+    INDEX_DIR,
     MSA_PART_PREFIX,
     PART_DONE_FILE,
     PART_INDEX_DIR,
+    PARTS_DIR,
     STRUCTURE_PART_PREFIX,
     part_name,
 )
@@ -270,15 +272,33 @@ def store_skip(top: Path, exclude: Path | None) -> Path | None:
 
 
 def is_store_root(directory: Path) -> bool:
-    """Whether ``directory`` is a featurecache store's root: its ``zarr.json`` is a zarr group's
-    whose attributes record a ``format_version``, the test by which ``store.root.check_store_dir``
-    tells a store from another zarr group. Only a small regular ``zarr.json`` is read, never
-    blocking (``store.root.small_group_attributes``): a FIFO, device or link of that name is no
-    store, and stays an input that is never opened (review R39a s50 #1)."""
+    """Whether ``directory`` (below an input directory) is a featurecache store's root, laid out as
+    ``store.root.init_store`` writes one (every store format has been): its ``zarr.json`` a zarr
+    group whose attributes hold an int ``format_version``, an int ``schema_version`` and a
+    ``featurizer_version``, next to the directories ``index/`` and ``parts/`` (not links). Any zarr
+    group with a ``format_version`` (another tool's, ``"1.0"``) is not enough (review R39a s50 #2:
+    its directory's files stopped being inputs and their entries were "sources gone"). Stricter
+    than ``store.root.check_store_dir``, which refuses to write into any group with a
+    ``format_version`` given as ``--out``: here a store wrongly taken for one drops inputs.
+
+    Only a small regular ``zarr.json`` is read, never blocking
+    (``store.root.small_group_attributes``): a FIFO, device or link of that name is no store, and
+    stays an input that is never opened (review R39a s50 #1)."""
     from featurecache.store.root import small_group_attributes
 
+    for sub in (INDEX_DIR, PARTS_DIR):
+        try:
+            if not stat.S_ISDIR(os.lstat(directory / sub).st_mode):
+                return False
+        except OSError:
+            return False
     attrs = small_group_attributes(directory / "zarr.json")
-    return attrs is not None and attrs.get("format_version") is not None
+    return (
+        attrs is not None
+        and type(attrs.get("format_version")) is int
+        and type(attrs.get("schema_version")) is int
+        and isinstance(attrs.get("featurizer_version"), str)
+    )
 
 
 #: featurecache stores inside an input directory named in the warning of :func:`walk_inputs`
