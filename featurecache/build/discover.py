@@ -899,18 +899,31 @@ def _withdrawn_msa_failure(
     """Why MSA failure ``f`` is withdrawn ("": it is not): its path is no longer an MSA-stage input
     under ``msa_dir``, and its part recorded that directory (resolved: ``msa_here``). ``listing``:
     the MSA stage's listing of ``msa_dir`` (``msa_stage.lists_msa_file``), walked once per build.
-    A path that cannot be checked (:func:`present`) is not withdrawn; ``unknown`` gets it."""
+    A path that cannot be checked (:func:`present`) is not withdrawn; ``unknown`` gets it. An
+    escaped path (a name that is not UTF-8) and a directory's (trailing ``/``: one that could not
+    be listed) are asked of the listing first: it lists them as recorded."""
     from featurecache.build.msa_stage import lists_msa_file  # msa_stage imports this module
 
     if msa_dir is None or not f["path"] or recorded_in(f["part"]) != msa_here:
         return ""  # no --msa-dir, a failure naming no file, or another directory's (or unrecorded)
+    if "\\" in f["path"]:
+        # maybe a name that is not UTF-8, recorded escaped (\\xNN): native() of it names no file, so
+        # only the walk's listing knows whether it is still there (review R39a s50 #3: it was
+        # withdrawn as "no such file" and listed again by every build)
+        if lists_msa_file(Path(msa_dir), f["path"], root, listing):
+            return ""
+        return (f"no longer an MSA input: --msa-dir {msa_dir} no longer lists it (gone, or not read: hidden, "
+                f"inside the store, or its directory is read through another path); its failure in part "
+                f"{f['part']} is withdrawn")  # fmt: skip
     where = Path(msa_dir) / native(f["path"])
+    if f["path"].endswith("/") and lists_msa_file(Path(msa_dir), f["path"], root, listing):
+        return ""  # a directory that still cannot be listed
     there = present(where)
     if there is None:
         if unknown is not None:
             unknown.append(where)
         return ""
-    if there and lists_msa_file(Path(msa_dir), f["path"], root, listing):
+    if there and not f["path"].endswith("/") and lists_msa_file(Path(msa_dir), f["path"], root, listing):
         return ""
     if not there:
         reason = "no such file"
