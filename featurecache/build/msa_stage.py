@@ -646,16 +646,20 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
     if not scans:
         found = "it holds no file"
     else:
-        unreadable = sum(1 for sc in scans if sc.error_class)
+        # a directory that cannot be listed is no file (review R39a s50 #7)
+        dirs = sum(1 for sc in scans if sc.rel.endswith("/"))
+        unreadable = sum(1 for sc in scans if sc.error_class and not sc.rel.endswith("/"))
         kinds = [
             (counts["template_files"], "template-hit (hhr/m8/hmmsearch) file"),
             (counts["empty_files"], "empty file"),
             (counts["other_files"], "file of another format"),
             (unreadable, "unreadable file"),
         ]
-        found = f"{len(scans)} file{'s' if len(scans) != 1 else ''}: " + ", ".join(
-            f"{n} {what}{'s' if n != 1 else ''}" for n, what in kinds if n
-        )
+        n = len(scans) - dirs
+        shown = ", ".join(f"{k} {what}{'s' if k != 1 else ''}" for k, what in kinds if k)
+        found = f"{n} file{'s' if n != 1 else ''}" + (f": {shown}" if shown else "")
+        if dirs:
+            found += f"; {dirs} director{'y' if dirs == 1 else 'ies'} that cannot be listed"
     return (f"--msa-dir {msa_dir}: no alignment found ({looked}; {found}); polymer chains without a "
             f"stored MSA get single-sequence MSAs")  # fmt: skip
 
@@ -937,7 +941,8 @@ def _join(
         by_hash.setdefault(row["sequence_hash"], []).append(row)
     c = result.counts
     for s in scans:
-        c["files"] += 1
+        if not s.rel.endswith("/"):  # a directory that cannot be listed is no file (review R39a s50 #7)
+            c["files"] += 1
         if s.error_class:
             continue
         if s.fmt in ("hhr", "m8") or (s.fmt == "sto" and s.n_template_hits and not s.n_alignments):
@@ -1333,7 +1338,9 @@ def _scan_failures(
             log.warning("MSA file %s: %s", s.rel, message)
             error_class = "MSAError"
         else:
-            if entry:
+            if s.rel.endswith("/"):  # a directory that cannot be listed: its reason says what it means
+                message = s.message  # (review R39a s50 #7: it ended "the file is left out")
+            elif entry:
                 message = f"{s.message}; {left_out(s.rel, rows)}"
             elif s.alignments:
                 lengths = ", ".join(str(len(a.query)) for a in s.alignments[:3])
