@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from featurecache.build.msa_stage import SCAN_CACHE_DIR, SCAN_CACHE_FILE
@@ -78,7 +79,11 @@ def test_msa_dir_path_not_utf8(tmp_path: Path) -> None:
     shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
     msa = os.fsencode(tmp_path) + b"/m\xffdir"
     os.makedirs(msa + b"/2q2k_A")
-    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", os.fsdecode(msa + b"/2q2k_A"))
+    sto = os.fsdecode(msa + b"/2q2k_A/mgnify_hits.sto")
+    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", sto)
+    # an hour old: a file modified within 2 s of a build's start is not cached (digest_cache.RACY_NS),
+    # so with the copy's fresh mtime the second build read it again (the test failed by timing)
+    os.utime(sto, (time.time() - 3600, time.time() - 3600))
     out = tmp_path / "store"
     for _ in range(2):  # the second build reads the cache back: the file is not read again
         r = _build(os.fsencode(pdb), os.fsencode(out), msa, {"LC_ALL": "C.UTF-8"})
