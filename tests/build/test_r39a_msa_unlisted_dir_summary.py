@@ -9,39 +9,12 @@ As root, permissions bite only without the DAC capabilities: the CLI runs under 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 from featurecache.store.reader import open_store
+from tests.build.test_r38a_unreadable_dirs import _build, _no_dac
 from tests.conftest import SAMPLES
-
-DROP = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
-
-
-def _no_dac() -> None:
-    """Skip where permissions cannot be made to bite (root without a working setpriv)."""
-    if not DROP:
-        return
-    if shutil.which("setpriv") is None:
-        pytest.skip("as root, needs setpriv (util-linux) to drop the DAC capabilities")
-    probe = subprocess.run([*DROP, "true"], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"setpriv cannot drop the DAC capabilities here: {probe.stderr.decode(errors='replace')}")
-
-
-def _build(pdb: Path, out: Path, msa: Path) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "featurecache.cli", "build", "--pdb-dir", str(pdb), "--msa-dir", str(msa),
-            "--ccd", str(SAMPLES / "ccd"), "--out", str(out), "--workers", "1", "--no-progress",
-            "--no-dashboard"]  # fmt: skip
-    env = {**os.environ, "FEATURECACHE_DASHBOARD": "0", "COLUMNS": "250"}
-    r = subprocess.run([*DROP, *args], capture_output=True, text=True, timeout=300, env=env)
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    return r
 
 
 def _summary_row(stdout: str, label: str) -> str:
