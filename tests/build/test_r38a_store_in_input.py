@@ -1,8 +1,9 @@
 """Review R38a s50 #8: another featurecache store kept inside ``--pdb-dir`` (or ``--msa-dir``) was
 walked as input: every file of it a failed input (~100 for a small store) and exit 1 forever. A
-directory that is a featurecache store's root (its ``zarr.json`` a group recording a
-``format_version``, the test ``store.root.check_store_dir`` uses) is left out as the build's own
-store is, named in one warning; a zarr group that is not a store is still read."""
+directory that is a featurecache store's root (``store.root.is_store_root``: a small regular
+``zarr.json`` group recording featurecache's integer versions, next to ``index/`` and ``parts/``;
+review R39a s50 #1/#2 made the test strict) is left out as the build's own store is, named in one
+warning; a zarr group that is not a store is still read."""
 
 from __future__ import annotations
 
