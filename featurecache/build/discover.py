@@ -282,13 +282,14 @@ def is_store_root(directory: Path) -> bool:
     ``format_version`` given as ``--out``: here a store wrongly taken for one drops inputs.
 
     Only a small regular ``zarr.json`` is read, never blocking
-    (``store.root.small_group_attributes``): a FIFO, device or link of that name is no store, and
-    stays an input that is never opened (review R39a s50 #1)."""
+    (``store.root.small_group_attributes``): a FIFO or device of that name (or a link to one) is no store, and
+    stays an input that is never opened (review R39a s50 #1); links are judged by what they lead
+    to, so a store mirrored with ``cp -rs`` is skipped too (review R39b s50 #1)."""
     from featurecache.store.root import small_group_attributes
 
     for sub in (INDEX_DIR, PARTS_DIR):
         try:
-            if not stat.S_ISDIR(os.lstat(directory / sub).st_mode):
+            if not stat.S_ISDIR(os.stat(directory / sub).st_mode):  # a link to a directory too
                 return False
         except OSError:
             return False
