@@ -157,7 +157,7 @@ def _refuse_unexpanded_home(ctx: Any) -> None:
             raise _fatal(
                 UsageError(
                     f"{name} {text} begins with '~', which no shell expanded here (quoted?); give the path "
-                    f"itself{meant}, or ./{text} for a directory named so"
+                    f"itself{meant}, or ./{text} for a file or directory named so"
                 )
             )
 
