@@ -913,6 +913,12 @@ def _withdrawn_msa_failure(
         # withdrawn as "no such file" and listed again by every build)
         if lists_msa_file(Path(msa_dir), f["path"], root, listing):
             return ""
+        # under a directory that cannot be listed now (a failure row of its own, ``sub/``): not
+        # known to be gone, kept as a plain name there is (review R39b s50 #2)
+        parents = f["path"].split("/")[:-1]
+        for i in range(1, len(parents) + 1):
+            if lists_msa_file(Path(msa_dir), "/".join(parents[:i]) + "/", root, listing):
+                return ""
         return (f"no longer an MSA input: --msa-dir {msa_dir} no longer lists it (gone, or not read: hidden, "
                 f"inside the store, or its directory is read through another path); its failure in part "
                 f"{f['part']} is withdrawn")  # fmt: skip

@@ -1,0 +1,55 @@
+"""Review R39b s50 #2: an MSA failure whose name is not UTF-8 (recorded escaped, ``bad\\xff.a3m``)
+under a ``--msa-dir`` directory that could no longer be listed was withdrawn ("no longer under
+--msa-dir") and listed again once the directory could be listed, where a plain-named failure beside
+it was kept (not known to be gone). Both are kept now while the directory is a failure row of its
+own; the failure list ends where it began once the directory can be listed again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from featurecache.store.reader import open_store
+from tests.build.test_r38a_unreadable_dirs import _build, _no_dac
+from tests.conftest import SAMPLES
+
+
+def _failures(out: Path) -> list[str]:
+    return sorted(open_store(out).failures.column("path").to_pylist())
+
+
+def test_an_escaped_msa_failure_under_an_unlistable_directory_is_kept(tmp_path: Path) -> None:
+    _no_dac()
+    pdb, msa, out = tmp_path / "pdb", tmp_path / "msa", tmp_path / "store"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
+    (msa / "2q2k_A").mkdir(parents=True)
+    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", msa / "2q2k_A")
+    sub = msa / "sub"
+    sub.mkdir()
+    bad = os.fsencode(sub) + b"/bad\xff.a3m"
+    with open(bad, "wb") as fh:
+        fh.write(b">q\nACDEFG\n")
+    (sub / "junk.a3m").write_text(">q\nACDEFG\n>h\nAC\n")
+    old = time.time() - 3600
+    for f in (bad, sub / "junk.a3m", msa / "2q2k_A" / "mgnify_hits.sto"):
+        os.utime(f, (old, old))
+
+    assert _build(pdb, out, msa).returncode == 1
+    first = _failures(out)
+    assert first == ["sub/bad\\xff.a3m", "sub/junk.a3m"], first
+
+    sub.chmod(0)
+    try:
+        r = _build(pdb, out, msa)
+    finally:
+        sub.chmod(0o755)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "withdrawn" not in r.stderr, r.stderr[-3000:]
+    assert _failures(out) == ["sub/", "sub/bad\\xff.a3m", "sub/junk.a3m"]
+
+    r = _build(pdb, out, msa)  # listable again: only the directory's own row goes
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert _failures(out) == first
