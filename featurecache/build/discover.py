@@ -275,7 +275,7 @@ def is_store_root(directory: Path) -> bool:
     """Whether ``directory`` (below an input directory) is a featurecache store's root, laid out as
     ``store.root.init_store`` writes one (every store format has been): its ``zarr.json`` a zarr
     group whose attributes hold an int ``format_version``, an int ``schema_version`` and a
-    ``featurizer_version``, next to the directories ``index/`` and ``parts/`` (not links). Any zarr
+    ``featurizer_version``, next to the directories ``index/`` and ``parts/`` (or links to them). Any zarr
     group with a ``format_version`` (another tool's, ``"1.0"``) is not enough (review R39a s50 #2:
     its directory's files stopped being inputs and their entries were "sources gone"). Stricter
     than ``store.root.check_store_dir``, which refuses to write into any group with a
