@@ -344,7 +344,10 @@ class MSAStageResult:
 
     def summary(self) -> dict[str, Any]:
         c = self.counts
-        return {
+        # a directory of --msa-dir that could not be listed is a failure row (path ``sub/``), not a
+        # file: its own row (review R39b s50 #3)
+        dirs = sum(1 for f in self.failures if str(f.get("path") or "").endswith("/"))
+        rows = {
             "files": c["files"],
             "alignments found": c["alignments"],
             "template-hit files skipped": f"{c['template_files']} ({c['template_hits']} hits)",
@@ -356,8 +359,11 @@ class MSAStageResult:
             "MSAs written (from files / single sequence)": f"{c['built_files']} / {c['built_single']}",
             "MSAs up to date": c["skipped"],
             "polymer chains with an MSA from files": f"{c['chains_with_msa']} of {c['polymer_chains']}",
-            "MSA files failed": len(self.failures),
+            "MSA files failed": len(self.failures) - dirs,
         }
+        if dirs:
+            rows["MSA directories that cannot be listed"] = dirs
+        return rows
 
 
 def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
