@@ -392,7 +392,7 @@ def _inputs_key(uses: Sequence[MSAUse], depth_cap: int) -> str:
 
 def _candidate_files(
     msa_dir: Path, store: Path | None = None, aliases: dict[str, list[str]] | None = None, warn: bool = True,
-    bad_names: set[str] | None = None, unread: dict[str, str] | None = None,
+    unread: dict[str, str] | None = None,
 ) -> list[tuple[str, int, int]]:  # fmt: skip
     """``(relative path, size, mtime_ns)`` of every non-hidden file under ``msa_dir`` (a symlink to
     a file counts), sorted by path; the walk is :func:`~featurecache.build.discover.walk_inputs`:
@@ -402,14 +402,14 @@ def _candidate_files(
     ``walk_inputs`` takes them (the other paths of directories read once; its warning).
 
     A path that is not valid UTF-8 (by its bytes: ``discover.utf8_name``) is listed escaped
-    (``discover.escaped_path``: ``bad\\xff.a3m``), as it is recorded; ``bad_names``, when given,
-    gets those paths (the scan lists each as a failure without reading it: :func:`_scan`).
+    (``discover.escaped_path``: ``bad\\xff.a3m``), as it is recorded, and is not read.
 
     What is not opened is listed too, size and mtime 0, so that each is accounted for as under
     ``--pdb-dir`` (review R38a s50 #2): a FIFO, socket or device, a broken link, a symlink loop
     (``discover.unread_reason``), and a directory that cannot be listed, by its path with a
-    trailing ``/`` (``discover.unlisted_rel``); ``unread``, when given, gets each one's path → why
-    (the scan lists it as a failure of stage ``msa``)."""
+    trailing ``/`` (``discover.unlisted_rel``). ``unread``, when given, gets the path → why of
+    every listed path that is not to be read, these and the names that are not UTF-8 (the scan
+    lists each as a failure of stage ``msa``: :func:`_scan`)."""
     files = []
     why_not: dict[str, str] = {}  # never opened (a FIFO would block), or a directory not listed
     unlisted: list[tuple[Path, str]] = []
@@ -426,8 +426,8 @@ def _candidate_files(
             why_not[rel] = reason
             files.append((rel, 0, 0))
             continue
-        if not utf8_name(raw) and bad_names is not None:
-            bad_names.add(rel)
+        if not utf8_name(raw):
+            why_not[rel] = name_error(rel)
         files.append((rel, st.st_size, st.st_mtime_ns))
     for d, why in unlisted:
         rel = unlisted_rel(d, msa_dir)
@@ -551,12 +551,10 @@ def run_msa_stage(
     aliases: dict[str, list[str]] = {}  # directories reached by several paths (discover.walk_inputs)
     files: list[tuple[str, int, int]] = []
     if msa_dir is not None:
-        bad_names: set[str] = set()  # paths that are not UTF-8: listed as failures, not read
-        unread: dict[str, str] = {}  # FIFOs, broken links, directories not listed: failures, not read
-        files = result.listed = _candidate_files(
-            Path(msa_dir), root, aliases, bad_names=bad_names, unread=unread
-        )
-        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, bad_names, unread)
+        # names that are not UTF-8, FIFOs, broken links, directories not listed: failures, not read
+        unread: dict[str, str] = {}
+        files = result.listed = _candidate_files(Path(msa_dir), root, aliases, unread=unread)
+        scans = _scan(client, root, Path(msa_dir), set(polymer), progress, files, unread)
     uses = _join(scans, chain_rows, entry_ids, result, aliases)
     if msa_dir is not None and not result.counts["alignments"]:
         log.warning("%s", _no_alignment_message(Path(msa_dir), scans, result.counts))
@@ -672,14 +670,13 @@ def _no_alignment_message(msa_dir: Path, scans: list[FileScan], counts: Counter[
 
 def _scan(
     client: Any, root: Path, msa_dir: Path, wanted: set[str], progress: bool,
-    files: list[tuple[str, int, int]] | None = None, bad_names: Set[str] = frozenset(),
-    unread: Mapping[str, str] | None = None,
+    files: list[tuple[str, int, int]] | None = None, unread: Mapping[str, str] | None = None,
 ) -> list[FileScan]:  # fmt: skip
     """Scan every candidate file of ``msa_dir`` (``files``: :func:`_candidate_files`, listed here
     when not given); files unchanged since a previous build's scan (same path, size and mtime) are
-    taken from the store's scan cache without being read. A path of ``bad_names`` (not valid
-    UTF-8, escaped) is not read: its scan is an error naming it (a failure row); so is one of
-    ``unread`` (path → why: :func:`_candidate_files`).
+    taken from the store's scan cache without being read. A path of ``unread`` (path → why:
+    :func:`_candidate_files`; a name that is not UTF-8, escaped, among them) is not read: its scan
+    is an error saying why (a failure row).
 
     A scan task that fails (its worker died: KilledWorker, often its memory limit) does not end
     the build: a batch of several files is scanned again one task per file, and a file whose scan
@@ -691,10 +688,8 @@ def _scan(
 
     t_start = time.time_ns()
     if files is None:
-        bad: set[str] = set()
         unread = {}
-        files = _candidate_files(msa_dir, root, bad_names=bad, unread=unread)
-        bad_names = bad
+        files = _candidate_files(msa_dir, root, unread=unread)
     if not files:
         return []
     unread = unread or {}
@@ -702,9 +697,6 @@ def _scan(
     scans: list[FileScan] = []
     todo: list[tuple[str, int]] = []
     for rel, size, mtime in files:
-        if rel in bad_names:
-            scans.append(FileScan(rel, size, error_class="InputError", message=name_error(rel)))
-            continue
         if rel in unread:
             scans.append(FileScan(rel, size, error_class="InputError", message=unread[rel]))
             continue
@@ -714,7 +706,7 @@ def _scan(
         else:
             scans.append(hit)
     log.info("MSA scan: %d file(s) unchanged since the last scan, %d to read",
-             len(scans) - len(bad_names) - len(unread), len(todo))  # fmt: skip
+             len(scans) - len(unread), len(todo))  # fmt: skip
     batches = _batches(todo)
     wanted_f: Any = wanted
     if len(batches) > 1:
