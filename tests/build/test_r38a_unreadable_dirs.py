@@ -48,6 +48,17 @@ def _build(pdb: Path, out: Path, msa: Path | None = None) -> subprocess.Complete
     return r
 
 
+def _q2k_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """``--pdb-dir`` with 2q2k.cif, ``--msa-dir`` with its chain A's alignment (OpenFold layout), and
+    the store's path: (pdb, msa, out)."""
+    pdb, msa, out = tmp_path / "pdb", tmp_path / "msa", tmp_path / "store"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
+    (msa / "2q2k_A").mkdir(parents=True)
+    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", msa / "2q2k_A")
+    return pdb, msa, out
+
+
 def _failures(out: Path) -> dict[str, dict[str, str]]:
     f = open_store(out).failures
     return {r["path"]: r for r in f.to_pylist()}
@@ -92,11 +103,7 @@ def test_unlistable_pdb_subdirectory_is_a_failure_and_keeps_stored_entries(tmp_p
 
 def test_unread_objects_under_msa_dir_are_failures_of_stage_msa(tmp_path: Path) -> None:
     _no_dac()
-    pdb, msa, out = tmp_path / "pdb", tmp_path / "msa", tmp_path / "store"
-    pdb.mkdir()
-    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
-    (msa / "2q2k_A").mkdir(parents=True)
-    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", msa / "2q2k_A")
+    pdb, msa, out = _q2k_inputs(tmp_path)
     os.mkfifo(msa / "pipe.a3m")
     (msa / "dangle.a3m").symlink_to("nowhere.a3m")
     (msa / "l1.a3m").symlink_to("l2.a3m")

@@ -4,21 +4,15 @@ row of its own now, and the failed files are the files."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from tests.build.test_r38a_unreadable_dirs import _build, _no_dac
+from tests.build.test_r38a_unreadable_dirs import _build, _no_dac, _q2k_inputs
 from tests.build.test_r39a_msa_unlisted_dir_summary import _summary_row
-from tests.conftest import SAMPLES
 
 
 def test_an_unlisted_msa_directory_is_not_a_failed_file(tmp_path: Path) -> None:
     _no_dac()
-    pdb, msa, out = tmp_path / "pdb", tmp_path / "msa", tmp_path / "store"
-    pdb.mkdir()
-    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
-    (msa / "2q2k_A").mkdir(parents=True)
-    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", msa / "2q2k_A")
+    pdb, msa, out = _q2k_inputs(tmp_path)
     (msa / "bad.a3m").write_text("not an alignment\n")  # one failed file
     (msa / "locked").mkdir()
     (msa / "locked").chmod(0)

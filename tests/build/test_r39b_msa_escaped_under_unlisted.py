@@ -7,13 +7,11 @@ own; the failure list ends where it began once the directory can be listed again
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 from featurecache.store.reader import open_store
-from tests.build.test_r38a_unreadable_dirs import _build, _no_dac
-from tests.conftest import SAMPLES
+from tests.build.test_r38a_unreadable_dirs import _build, _no_dac, _q2k_inputs
 
 
 def _failures(out: Path) -> list[str]:
@@ -22,11 +20,7 @@ def _failures(out: Path) -> list[str]:
 
 def test_an_escaped_msa_failure_under_an_unlistable_directory_is_kept(tmp_path: Path) -> None:
     _no_dac()
-    pdb, msa, out = tmp_path / "pdb", tmp_path / "msa", tmp_path / "store"
-    pdb.mkdir()
-    shutil.copy(SAMPLES / "structures" / "2q2k.cif", pdb)
-    (msa / "2q2k_A").mkdir(parents=True)
-    shutil.copy(SAMPLES / "msas" / "openfold" / "2q2k_A" / "mgnify_hits.sto", msa / "2q2k_A")
+    pdb, msa, out = _q2k_inputs(tmp_path)
     sub = msa / "sub"
     sub.mkdir()
     bad = os.fsencode(sub) + b"/bad\xff.a3m"
