@@ -6,7 +6,7 @@ Exit statuses (documented in each command's --help and in README):
   3  fatal error (e.g. the output cannot be written, the store is unreadable, the command's extra is not
      installed);
   4  `verify` found a mismatch, or something it could not check;  130  Ctrl-C (`build`, `train`);
-     143  SIGTERM (`build`, `train`, `serve`).
+     143  SIGTERM (`build`, `train`, `serve`, `verify`).
 
 Streams: what a command reports as its result (tables, JSON, summaries, verify's MISMATCH and
 UNCHECKED lines) goes to stdout; log lines, progress bars, warnings and errors to stderr.
@@ -658,13 +658,26 @@ def info(
             "such as a dropped duplicate atom or an ignored data block. Without it only their count by stage.",
         ),
     ] = False,
+    no_msa: Annotated[
+        bool,
+        typer.Option(
+            "--no-msa",
+            help="List every polymer chain without an MSA from files (entry, label and auth chain id, molecule "
+            "type, sequence length, MSA depth): no alignment file matched its sequence, so it trains on its "
+            "single sequence. Usual for DNA and RNA; a protein chain listed is missing its alignments. Without "
+            "it only their count. With --json: keys chains_without_msa (counts: by molecule type, entries) and "
+            "no_msa_chains (one object per chain).",
+        ),
+    ] = False,
     tsv: Annotated[
         bool,
         typer.Option(
             "--tsv",
             help="With --failures and/or --warnings: only their rows, tab-separated, one per line after a header "
             "(record, entry_id, path, stage, error_class, message; a tab, newline or backslash in a value "
-            "escaped as \\t, \\n, \\\\), streamed: for scripts and stores with many rows. No summary.",
+            "escaped as \\t, \\n, \\\\), streamed: for scripts and stores with many rows. No summary. "
+            "With --no-msa instead: its chains, one per line after a header (entry_id, label_id, auth_id, "
+            "mol_type, length, msa_depth).",
         ),
     ] = False,
 ) -> None:
@@ -675,11 +688,15 @@ def info(
     """
     from featurecache.store.info import print_info
 
-    if tsv and (json_out or not (failures or warnings)):
-        raise _fatal(UsageError("--tsv lists the rows of --failures and/or --warnings: give one of them, "
-                                "and leave --json out"))  # fmt: skip
+    if tsv and (json_out or not (failures or warnings or no_msa)):
+        raise _fatal(UsageError("--tsv lists the rows of --failures and/or --warnings, or of --no-msa: give "
+                                "them, and leave --json out"))  # fmt: skip
+    if tsv and no_msa and (failures or warnings):
+        raise _fatal(UsageError("--tsv lists the rows of --failures and/or --warnings, or of --no-msa (other "
+                                "columns): give --no-msa --tsv in a command of its own"))  # fmt: skip
     try:
-        lag = print_info(store, as_json=json_out, failures=failures, warnings=warnings, tsv=tsv)
+        lag = print_info(store, as_json=json_out, failures=failures, warnings=warnings, tsv=tsv,
+                         no_msa=no_msa)  # fmt: skip
     except FeatureCacheError as exc:
         raise _fatal(exc) from exc
     for line in lag:  # the index is behind its parts: the counts above are not the store's
@@ -696,7 +713,7 @@ def show(
         ),
     ],
 ) -> None:
-    """Look up one entry: its index row, chains and the shapes of its arrays.
+    """Look up one entry: its index row, chains, its polymer chains' MSAs (depth, number of alignment files) and the shapes of its arrays.
 
     Exit status: 0 shown; 2 usage error, also an entry id the store does not hold; 3 the store, an index \
 file or the entry's arrays are missing or unreadable.
@@ -789,7 +806,8 @@ index file is missing or unreadable, a build or prune is writing the store, or (
 be written; 4 a mismatch (an entry's, MSA's or component's content hash, naming its part; a missing or \
 unreadable part, shard or part index; an index behind its parts; chain rows or MSA keys that do not match \
 the index), or an UNCHECKED line; with --repair: damage left because its source files are gone, or problems it could not fix (its \
-MISMATCH lines, printed also after a repair that wrote) or kept (its UNCHECKED lines).
+MISMATCH lines, printed also after a repair that wrote) or kept (its UNCHECKED lines); 143 stopped by SIGTERM \
+(after its worker pool is shut down, one line on stderr, no report).
     """
     _setup_logging(verbose)
     from featurecache.errors import StoreError

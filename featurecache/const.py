@@ -147,7 +147,10 @@ SCHEMA_VERSION = 1
 #: ``token_bonds`` holds the bonds inside a polymer's per-atom (modified / non-standard) residue or
 #: cap, as AF3's released featuriser adds the CCD bond graph of every non-standard residue (review
 #: R25d s43 #1, reversing 0.8.0's reading of R11 s39 #3); links between polymer residues stay out.
-FEATURIZER_VERSION = "0.10.0"
+#: "0.11.0": an atom whose file states no formal charge (mmCIF ``?`` / ``.`` or no column, PDB
+#: columns 79-80 blank) has its residue definition's, as an atom the file lacks has (resolved LYS NZ
+#: +1, not gemmi's 0; 1GBT's Ca²⁺ +2), a charge the file states kept (review R40a s51 #1).
+FEATURIZER_VERSION = "0.11.0"
 
 #: The build's MSA stage (``build.msa_stage``), here so that readers without the build's
 #: dependencies (the lookup image) can compare with it. Bumped when the MSA part layout or the merge rules change (part of every MSA's inputs key, so a

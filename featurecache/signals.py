@@ -18,14 +18,26 @@ run's warnings stay as they were. The build's workers keep SIGINT blocked and ta
 of their own (:func:`take_sigint_in_a_thread`), not in a handler: RDKit sets a SIGINT handler of
 its own while it embeds, and a SIGINT it gets cancels the embedding. (:func:`quiet_pending_sigint`,
 the handler, is left for systems without ``sigwait``.)
+
+A process pool's workers must not outlive the process that uses them: one that sends no work and
+never closes its queues (killed by SIGKILL, or ended by SIGTERM's default action) leaves a
+``ProcessPoolExecutor``'s workers waiting on their queue for good, each holding its memory, its
+semaphores and the parent's stdout (``featurecache verify STORE | cat`` then never ended: review
+R40b s51 #1). :func:`exits_with_parent` gives a pool's initializer that ends its worker when the
+parent dies; :func:`stopped_by_sigterm` turns SIGTERM into an exception for the time a command
+runs its pool, so the pool is shut down before the process ends by the signal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
+import os
 import signal
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -274,3 +286,150 @@ def quiet_pending_sigint(prefixes: tuple[str, ...] = NOISY_AFTER_INTERRUPT) -> N
     signal.signal(signal.SIGINT, handler)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM inside :func:`stopped_by_sigterm`, raised where a Ctrl-C's KeyboardInterrupt is (a
+    KeyboardInterrupt, so that ``except Exception`` clauses let it through as they let Ctrl-C)."""
+
+
+#: the open :func:`stopped_by_sigterm` blocks (the outermost one ends the process)
+_STOPPED_BY_SIGTERM: list[bool] = []
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm(
+    line: Callable[[], str] | None = None, logger: logging.Logger | None = None
+) -> Iterator[None]:
+    """Meanwhile, SIGTERM (what ``timeout``, ``kill``, Slurm and Kubernetes send) raises
+    :class:`Terminated` in the main thread, so that ``with`` blocks and ``finally`` clauses run (a
+    process pool is shut down, a lock released) instead of the process ending at once. When it
+    leaves the outermost such block, ``line()`` (when given) is logged as a warning on ``logger``,
+    the log handlers are flushed, and the process ends by SIGTERM (its default action again: exit
+    status 143 in a shell, as without the block). An inner block (a verify inside a repair) leaves
+    the end to the outer one. Only where :func:`quiet_on_sigint` takes SIGTERM (the main thread,
+    SIGTERM at its default action): a program's own handler, or an ignored SIGTERM, is left alone,
+    and in another thread this only runs the body."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    outer = not _STOPPED_BY_SIGTERM
+    if outer and signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        yield  # (the program's own handler, or SIGTERM ignored)
+        return
+    _STOPPED_BY_SIGTERM.append(True)
+    try:
+        with quiet_on_sigint(prefixes=(), sigterm=Terminated):
+            yield
+    except Terminated as exc:
+        if not outer:
+            raise
+        # the frames it unwound keep their locals (a pool whose shutdown it cut short) while the
+        # exception is handled, which lasts until the process ends: dropped, to be finalized below
+        traceback.clear_frames(exc.__traceback__)
+    else:
+        return
+    finally:
+        _STOPPED_BY_SIGTERM.pop()
+    # the outermost block, its handler gone (SIGTERM's action is the default again)
+    if line is not None:
+        with contextlib.suppress(Exception):
+            (logger or logging.getLogger(__name__)).warning("%s", line())
+    for handler in logging.getLogger().handlers + (logger.handlers if logger is not None else []):
+        with contextlib.suppress(Exception):
+            handler.flush()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # what the unwinding freed in cycles is finalized now, which the signal's end skips: a shut
+    # down pool's semaphores are unlinked (multiprocessing's resource tracker warned of them)
+    gc.collect()
+    signal.raise_signal(signal.SIGTERM)
+    raise Terminated  # (SIGTERM's action was not the default after all: said as the block's exception)
+
+
+#: ``prctl`` option: the signal the calling process gets when its parent (thread) dies (Linux)
+PR_SET_PDEATHSIG = 1
+#: how often a pool worker without ``prctl`` looks whether its parent is still there
+PARENT_POLL_S = 0.5
+
+
+def exits_with_parent(
+    initializer: Callable[..., object] | None = None, initargs: tuple[Any, ...] = ()
+) -> dict[str, Any]:
+    """The ``initializer=`` and ``initargs=`` of a process pool (``ProcessPoolExecutor``,
+    ``multiprocessing.Pool``; any start method) whose workers end when this process dies, however it
+    dies (SIGKILL, the OOM killer, SIGTERM's default action), then run ``initializer(*initargs)``.
+    A worker blocked on its queue otherwise waits for good: it holds both ends of the queue's pipe,
+    so no EOF ever comes (review R40b s51 #1). Use: ``ProcessPoolExecutor(..., **exits_with_parent(init,
+    (arg,)))``. Each worker, first thing (:func:`_exit_with_parent`):
+
+    - exits at once when this process died while it started (its imports take seconds): told by
+      ``multiprocessing.parent_process()``, whose sentinel is a pipe this process holds open, so
+      it reads as closed once this process has exited, reaped or not (a zombie parent still
+      "exists" for ``os.kill``; its orphan is adopted at once);
+    - Linux, a worker this process started itself (spawn, fork): ``prctl(PR_SET_PDEATHSIG,
+      SIGKILL)``, so the kernel kills it when its parent dies. The kernel ties this to the parent
+      *thread* that started the worker: a pool starts its workers in the thread that submits to it
+      (``ProcessPoolExecutor``) or creates it (``Pool``), so the pool must be created, used and shut
+      down by one thread that lives as long as it is used (verify's is: the thread that calls it,
+      inside one ``with``);
+    - otherwise (not Linux, ``prctl`` refused, a worker the fork server started): a daemon thread
+      that waits on that sentinel and exits the worker (``os._exit``) when it fires (without one,
+      it looks every :data:`PARENT_POLL_S` seconds whether its parent changed)."""
+    return {"initializer": _exit_with_parent, "initargs": (os.getpid(), initializer, tuple(initargs))}
+
+
+def _exit_with_parent(
+    creator: int, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> None:
+    """A pool worker's initializer (:func:`exits_with_parent`): ``creator`` is the pool's process."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    direct = os.getppid() == creator
+    killed_with_parent = direct and _kill_on_parent_death()
+    # (after the prctl: a parent that died before it, the kernel will not kill this one for)
+    if (parent is not None and not parent.is_alive()) or (direct and os.getppid() != creator):
+        os._exit(1)
+    if not killed_with_parent:
+        thread = threading.Thread(
+            target=_watch_parent, args=(parent, os.getppid()), name="featurecache-parent-watch", daemon=True
+        )
+        thread.start()
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _kill_on_parent_death() -> bool:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` for this process: whether it took (Linux only)."""
+    return parent_death_signal(signal.SIGKILL)
+
+
+def parent_death_signal(sig: int) -> bool:
+    """Have the kernel send ``sig`` to this process when the thread that started it ends (Linux
+    ``prctl(PR_SET_PDEATHSIG)``); False where that cannot be done (another system, a C library
+    without ``prctl``, a sandbox that refuses it). Used by pool workers (:func:`exits_with_parent`)
+    and by ``serve --workers N``'s workers (``services.lookup.server``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)), 0, 0, 0)) == 0
+    except (OSError, AttributeError, ValueError):
+        return False
+
+
+def _watch_parent(parent: Any, ppid: int) -> None:
+    """Exit this process once ``parent`` (``multiprocessing.parent_process()``) has exited, or, without
+    it, once this process's parent is no longer ``ppid`` (it died: the orphan was adopted)."""
+    if parent is not None:
+        parent.join()
+    else:
+        import time
+
+        while os.getppid() == ppid:
+            time.sleep(PARENT_POLL_S)
+    os._exit(1)

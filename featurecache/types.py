@@ -22,7 +22,9 @@ Atom = np.dtype(
         ("coords", np.float32, (3,)),  # Å, model frame; 0 where not present
         ("is_present", np.bool_),  # resolved in the file
         ("element", np.uint8),  # atomic number
-        ("charge", np.int8),  # formal charge (from the file, else the CCD, else 0)
+        # formal charge, per residue: the file's where it states any for the residue (an explicit 0
+        # too; its other atoms 0), else the residue definition's, else 0
+        ("charge", np.int8),
         ("name", np.uint8, (4,)),  # AF3 ref_atom_name_chars: ord(c) - 32
         ("token_index", np.int32),  # entry-local token of this atom
         ("ref_space_uid", np.int32),  # one id per residue (per chain, per residue number)

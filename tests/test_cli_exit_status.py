@@ -27,7 +27,7 @@ EXPECTED: dict[str, set[int]] = {
     "build": {0, 1, 2, 3, 130, 143},
     "info": {0, 2, 3},
     "show": {0, 2, 3},
-    "verify": {0, 2, 3, 4},
+    "verify": {0, 2, 3, 4, 143},  # 143: review R40b s51 #1 (the orderly SIGTERM stop)
     "prune": {0, 2, 3},
     "serve": {0, 2, 3, 143},
     "train": {0, 2, 3, 130, 143},

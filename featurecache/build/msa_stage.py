@@ -7,7 +7,9 @@ Runs after the structure parts (it needs the chains index):
    An a3m file's queries are found without building its rows (every row's match columns are still
    counted, so a broken file fails here as a full parse would); a Stockholm alignment is parsed, as
    its query is the first row whose sequence is the sequence of some chain in the store (never
-   simply its first row); hmmsearch template-hit files are counted and skipped. Files whose
+   simply its first row); hmmsearch template-hit files (Stockholm, or a3m as Protenix's
+   ``hmmsearch.a3m``: :func:`~featurecache.parse.hits.a3m_template_hits`) are counted and skipped
+   as hhr and m8 files are. Files whose
    path, size and mtime are those of a previous build's scan are not read: their scan comes from
    ``STORE/cache/msa_scan.arrow`` (:class:`ScanCache`), so a no-op build only stats the files.
 2. **join** (driver): an alignment belongs to every chain whose sequence hash equals its query's
@@ -83,9 +85,10 @@ from featurecache.featurize.msa import (
     source_order_key,
 )
 from featurecache.featurize.seqhash import sequence_hash
-from featurecache.parse.a3m import GZIP_MAGIC, parse_a3m, readable_queries, scan_a3m
-from featurecache.parse.hits import parse_hhr, parse_m8, sniff_file, sniff_msa_format
+from featurecache.parse.a3m import GZIP_MAGIC, decompress_msa, parse_a3m, readable_queries, scan_a3m
+from featurecache.parse.hits import a3m_template_hits, parse_hhr, parse_m8, sniff_file, sniff_msa_format
 from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_alignments
+from featurecache.parse.structure import structure_format
 from featurecache.store.index import read_table, replace_table
 from featurecache.store.layout import INDEX_DIR, MSA_PART_PREFIX, part_name
 from featurecache.store.msa import MSAItem, MSAPartContents, write_msa_part
@@ -132,11 +135,16 @@ class AlignmentScan:
     matches: tuple[tuple[str, int], ...]  # (sequence hash, mol type)
 
 
+#: :attr:`FileScan.fmt` of an a3m file of template hits (:func:`~featurecache.parse.hits.a3m_template_hits`)
+A3M_TEMPLATE_HITS = "a3m-hits"
+
+
 @dataclass
 class FileScan:
     rel: str
     size: int
     sha256: str = ""
+    #: ``sniff_msa_format``'s answer, or :data:`A3M_TEMPLATE_HITS` for an a3m file of template hits
     fmt: str = ""
     n_alignments: int = 0  # alignments in the file (template-hit ones excluded)
     #: a file that failed (``error_class``): the queries that read of it, never joined (its failure
@@ -181,7 +189,12 @@ def _scan_one(msa_dir: Path, rel: str, wanted: set[str]) -> FileScan:
     try:
         scan.fmt = _sniff(data, path)
         if scan.fmt == "a3m":
-            for block, q in scan_a3m(data, path):
+            raw = decompress_msa(data, path)
+            hits = a3m_template_hits(raw, rel)
+            if hits is not None:  # Protenix's hmmsearch.a3m: never an MSA (review R40d s51 #1)
+                scan.fmt, scan.n_template_hits = A3M_TEMPLATE_HITS, hits
+                return scan
+            for block, q in scan_a3m(raw, path):
                 scan.alignments.append(AlignmentScan(block, 0, q, _hashes(q, wanted)))
             scan.n_alignments = len(scan.alignments)
         elif scan.fmt == "sto":
@@ -786,8 +799,12 @@ def _crashed_scan(rel: str, size: int, exc: BaseException, memory: str = "") -> 
 #: sequence (its failure names those chains, also where its directory follows no layout). "5": a
 #: Stockholm file whose last alignment no '//' closes fails (it was read as whole: review R25a s43 #5).
 #: "6": a ``.stockholm`` name is Stockholm's where the content does not decide, as ``.sto`` is
-#: (``parse.hits.MSA_NAME_SUFFIXES``; it was an unknown format: review R31d s47 #2).
-SCAN_CACHE_VERSION = "6"
+#: (``parse.hits.MSA_NAME_SUFFIXES``; it was an unknown format: review R31d s47 #2). "7": an a3m file of
+#: template hits (Protenix's ``hmmsearch.a3m``: ``parse.hits.a3m_template_hits``) is one, not an
+#: alignment (review R40d s51 #1). "8": a ColabFold complex a3m (``#L1,L2\tc1,c2``) gives one alignment
+#: per unique chain, and a complex header that does not read fails (it was one alignment of the
+#: concatenated query, which joined no chain: review R40d s51 #2).
+SCAN_CACHE_VERSION = "8"
 #: the store's directory of caches, shared with the structure digests; files modified within
 #: ``RACY_NS`` of the start of a scan are not cached (a second write within the file system's
 #: timestamp granularity could leave size and mtime unchanged)
@@ -943,7 +960,9 @@ def _join(
             c["files"] += 1
         if s.error_class:
             continue
-        if s.fmt in ("hhr", "m8") or (s.fmt == "sto" and s.n_template_hits and not s.n_alignments):
+        if s.fmt in ("hhr", "m8", A3M_TEMPLATE_HITS) or (
+            s.fmt == "sto" and s.n_template_hits and not s.n_alignments
+        ):
             c["template_files"] += 1
             c["template_hits"] += s.n_template_hits
             continue
@@ -951,7 +970,10 @@ def _join(
             c["empty_files"] += 1
             continue
         if s.fmt not in ("a3m", "sto"):
-            c["other_files"] += 1
+            # a structure file is no MSA of another format: with --msa-dir = --pdb-dir (or one inside
+            # the other) the structures were counted here (review R40d s51 #8)
+            if not structure_format(PurePosixPath(s.rel).name):
+                c["other_files"] += 1
             continue
         c["alignments"] += s.n_alignments
         multi = len({a.block for a in s.alignments}) > 1 or any(a.block for a in s.alignments)

@@ -14,6 +14,8 @@ import functools
 import hashlib
 import logging
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -47,6 +49,7 @@ from featurecache.build.discover import (
     input_paths,
     native,
     next_part_number,
+    part_source_dir,
     plan_parts,
     present,
     resolved,
@@ -196,6 +199,9 @@ class BuildSummary:
     n_single_sequence_entries: int = 0
     #: the store's polymer chains with an MSA from files (stored by this build or an earlier one)
     n_msa_chains: int = 0
+    #: a build without --msa-dir: the --msa-dir(s) the MSA parts of the stored MSAs from files
+    #: recorded (:func:`no_msa_dir_line`)
+    kept_msa_dirs: list[str] = field(default_factory=list)
     warning_examples: list[dict[str, str]] = field(default_factory=list)
     #: the workers the cluster lost while the build ran, as "ADDRESS (why)" (:func:`_workers_lost`)
     workers_lost: list[str] = field(default_factory=list)
@@ -1183,6 +1189,8 @@ def _run_build(
                 raise
             # every stage ran after the parts this build wrote: their entries are published now
             tables = _publish(out, finished, publish=True)
+            if msa_dir is None and summary.n_msa_chains:
+                summary.kept_msa_dirs = _msa_dirs_of(out, tables.get("msas"))
             _new_warnings(summary, tables.get("warnings"), parts_before)
             warn_mixed_definitions(out, tables, summary.components_computed, ccd, pdb_dir)
             summary.n_failed_earlier = _failed_earlier(tables["failures"], inputs, summary)
@@ -2062,16 +2070,39 @@ def undefined_residues_line(summary: BuildSummary, ccd: Path | None) -> str | No
 
 def no_msa_dir_line(summary: BuildSummary, msa_dir: Path | None) -> str | None:
     """The build's one warning, without ``msa_dir (--msa-dir)``, about the store's polymer chains
-    that get the single-sequence MSA (as ``no ccd (--ccd):`` is for residues without a definition); None with
-    ``--msa-dir`` or when every chain has an MSA from files (one an earlier build stored is kept)."""
+    that get the single-sequence MSA (as ``no ccd (--ccd):`` is for residues without a definition),
+    and those that keep the MSA an earlier build stored from files as it is, its files not read
+    again (an MSA of an older featurizer or MSA stage stays so: review R41d s51 #1), naming the
+    ``--msa-dir`` they were built from (``summary.kept_msa_dirs``); None with ``--msa-dir`` or
+    when the store has no polymer chain."""
     n, e = summary.n_single_sequence_chains, summary.n_single_sequence_entries
-    if msa_dir is not None or not n:
-        return None
     kept = summary.n_msa_chains
-    others = f"; {kept} other{'s' if kept != 1 else ''} keep the MSA an earlier build stored from files"
-    return (f"no msa_dir (--msa-dir): {n} polymer chain{'s' if n != 1 else ''} ({e} entr{'y' if e == 1 else 'ies'}) "
-            f"get{'s' if n == 1 else ''} the single-sequence MSA (the query row only){others if kept else ''}; pass "
-            "msa_dir (--msa-dir)")  # fmt: skip
+    if msa_dir is not None or not (n or kept):
+        return None
+    said = []
+    if n:
+        said.append(f"{n} polymer chain{'s' if n != 1 else ''} ({e} entr{'y' if e == 1 else 'ies'}) "
+                    f"get{'s' if n == 1 else ''} the single-sequence MSA (the query row only)")  # fmt: skip
+    if not kept:
+        return f"no msa_dir (--msa-dir): {said[0]}; pass msa_dir (--msa-dir)"
+    dirs = summary.kept_msa_dirs
+    named = " or ".join(shlex.quote(d) for d in dirs)
+    said.append(f"{kept} {'other' if n else 'polymer chain'}{'s' if kept != 1 else ''} keep{'s' if kept == 1 else ''} "
+                f"the MSA an earlier build stored from files{f' of --msa-dir {named}' if dirs else ''} as it is, "
+                "not read again (a change to the files, or to how this featurecache reads them, is not applied)")  # fmt: skip
+    give = f"--msa-dir {shlex.quote(dirs[0])}" if len(dirs) == 1 else "--msa-dir"
+    return f"no msa_dir (--msa-dir): {'; '.join(said)}; pass msa_dir ({give}) to read the files again"
+
+
+def _msa_dirs_of(out: Path, msas: Any) -> list[str]:
+    """The ``--msa-dir`` each MSA part of the index's MSAs from files (``msas``: index/msas.arrow)
+    recorded (:func:`~featurecache.build.discover.part_source_dir`), sorted; a part that recorded
+    none is left out."""
+    if msas is None or not msas.num_rows or not {"part", "n_files"} <= set(msas.column_names):
+        return []
+    parts = {p for p, nf in zip(msas.column("part").to_pylist(), msas.column("n_files").to_pylist(), strict=True)
+             if nf and p}  # fmt: skip
+    return sorted({part_source_dir(out, p) for p in parts} - {""})
 
 
 def _entries_gone(inputs: list[InputFile], stored: Any, homes: DirectoryParts, pdb_dir: Path) -> list[str]:
@@ -2117,23 +2148,45 @@ TWINS_NAMED = 5
 TWIN_FILES_NAMED = 3
 
 
+#: a PDB-format file of the wwPDB archive (``pdb/a8/pdb1a8o.ent.gz``): group 1 is its PDB id
+_WWPDB_PDB_NAME = re.compile(r"^pdb([0-9][a-z0-9]{3})\.ent(?:\.gz)?$", re.IGNORECASE)
+#: a file stem that is a PDB id (``1a8o``, ``1A8O``)
+_PDB_ID_STEM = re.compile(r"^[0-9][a-z0-9]{3}$", re.IGNORECASE)
+
+
 def _warn_twins(inputs: list[InputFile]) -> None:
     """One line each when inputs give one structure twice: files of one name in one folder, in several
-    formats or compressions (``1A8O.cif`` and ``1A8O.pdb``, ``x.cif`` and ``x.cif.gz``), or files with
-    the same bytes. Every file is its own entry, so such a structure is sampled as two (review R26b s44 #8)."""
+    formats or compressions (``1A8O.cif`` and ``1A8O.pdb``, ``x.cif`` and ``x.cif.gz``), files with
+    the same bytes, or a wwPDB archive's two formats of one PDB id, in any folders
+    (``mmCIF/a8/1a8o.cif.gz`` and ``pdb/a8/pdb1a8o.ent.gz``: a mirror's root given as ``--pdb-dir``,
+    review R40d s51 #4; the ids stay the stems, ``1a8o`` and ``pdb1a8o``). Every file is its own
+    entry, so such a structure is sampled as two (review R26b s44 #8)."""
     from featurecache.parse.structure import entry_stem
 
     by_stem: dict[str, list[str]] = {}
     by_bytes: dict[str, list[str]] = {}
+    by_pdb_id: dict[str, list[str]] = {}  # PDB id -> files, when one of them is a wwPDB pdb<id>.ent
+    wwpdb: set[str] = set()
     for i in inputs:
         if i.name_error or not i.fmt:
             continue
         folder, _, name = i.rel.rpartition("/")  # one folder's: ranked_0.pdb of two folders are two models
-        by_stem.setdefault(f"{folder}/{entry_stem(name)}", []).append(i.rel)
+        stem = entry_stem(name)
+        by_stem.setdefault(f"{folder}/{stem}", []).append(i.rel)
         if i.sha256:
             by_bytes.setdefault(i.sha256, []).append(i.rel)
+        if m := _WWPDB_PDB_NAME.match(name):
+            wwpdb.add(m[1].lower())
+            by_pdb_id.setdefault(m[1].lower(), []).append(i.rel)
+        elif _PDB_ID_STEM.match(stem):
+            by_pdb_id.setdefault(stem.lower(), []).append(i.rel)
+    # a PDB id given as pdb<id>.ent and as a file of another name (pdb1a8o.ent and pdb1a8o.ent.gz of one
+    # folder are the first group's)
+    by_id = {k: rels for k, rels in by_pdb_id.items()
+             if k in wwpdb and any(not _WWPDB_PDB_NAME.match(r.rpartition("/")[2]) for r in rels)}  # fmt: skip
     for what, groups in (("one name in several formats or compressions", by_stem),
-                         ("the same bytes", by_bytes)):  # fmt: skip
+                         ("the same bytes", by_bytes),
+                         ("one PDB id in the wwPDB archive's two formats, <id>.cif and pdb<id>.ent", by_id)):  # fmt: skip
         twins = [sorted(rels) for rels in groups.values() if len(rels) > 1]
         if not twins:
             continue

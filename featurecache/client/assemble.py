@@ -32,11 +32,12 @@ counts them; the crop-local one is where ``token_index == crop_centre``).
 
 Reference features (AF3 supplement Table 5): ``ref_pos``, ``ref_mask``, ``ref_element`` and
 ``ref_charge`` are the reference conformer's (the CCD component's atom: ``_chem_comp_atom.charge``
-and ``type_symbol``), not the structure file's: a file's ``pdbx_formal_charge`` is usually ``?`` or
-0, so LYS NZ, ARG NH2, HIS ND1, Mg²⁺ or a sulfate oxygen would read 0. An atom without a reference
+and ``type_symbol``), not the structure file's: a charge a file states (rare: wwPDB files write
+``?``) can differ from the definition's, and AF3 takes the conformer's. An atom without a reference
 (its component has no reference conformer in the store's table, or the atom name is not in the
 component's definition), and every atom when the source has no component table, keeps the
-entry's own element and charge (the parser's: the file's formal charge, else the CCD's, else 0)
+entry's own element and charge (the parser's: the file's stated formal charge, else its
+residue definition's, else 0: featurizer 0.11.0, review R40a s51)
 with ``ref_mask`` False. With ``augment_ref`` each residue's conformer is centred on the centroid
 of all its atoms with a reference (``ref_mask``) — the whole residue's also where the crop cut it,
 as AF3 centres the conformer before cropping — then rotated and translated (:func:`augment_reference`).

@@ -23,15 +23,19 @@ rank's positions from the pass's first unresolved one, ``(p // W - m // W) % K =
 watermark ``m`` (so that the DataLoader's round robin, which restarts at worker 0 every pass,
 meets them in the stream's order; ``r`` and ``W`` are the trainer's, also in a spawned worker,
 which has no process group). Every sample's randomness comes from a generator seeded by
-``(seed, epoch, index in epoch)``, so a position gives the same crop on any rank, worker or
-restart (:meth:`FeatureDataset.sample` recomputes one). Every rank must be given the same
-``seed`` (and sampler settings): ranks of other seeds draw other permutations, and their shares
-then overlap and leave entries out. In per-epoch mode with ``W`` > 1 an epoch spans
+``(seed, epoch, index in epoch)`` (the padded epoch's, below), so a position gives the same crop
+on any rank, worker or restart (:meth:`FeatureDataset.sample` recomputes one). Every rank must
+be given the same ``seed`` (and sampler settings): ranks of other seeds draw other permutations,
+and their shares then overlap and leave entries out. In per-epoch mode with ``W`` > 1 an epoch spans
 ``S = ceil(L / W) · W`` positions (``S = L`` when ``W`` divides ``L``): epoch ``e`` is
-``[e·S, (e+1)·S)``, and its positions ``e·S + L + j`` draw the epoch's ``j``-th sample again, as
-torch's ``DistributedSampler`` pads, so that every rank takes as many samples (a rank with fewer
-steps hangs a DDP job in its next collective). A position still names one sample
-(:meth:`FeatureDataset.sample` recomputes a padded one too) for a given ``W``. A skipped sample
+``[e·S, (e+1)·S)``, and its positions ``e·S + L + j`` draw the epoch's ``(j mod L)``-th entry (or
+chain, interface) again, as torch's ``DistributedSampler`` pads, so that every rank takes as many
+samples (a rank with fewer steps hangs a DDP job in its next collective). As with a
+``DistributedSampler`` over a randomly augmented dataset, the padding sample is cropped and
+augmented afresh: its generator is seeded by its own index in the padded epoch, ``L + j`` (it was
+the epoch's sample byte for byte, the same gradient twice in an epoch: review R41b s51 #1). A
+position still names one sample (:meth:`FeatureDataset.sample` recomputes a padded one too) for a
+given ``W``. A skipped sample
 (it raised, or passed its deadline) still leaves its rank one short; DDP over a source that can
 fail samples wants infinite mode (a fixed number of steps) or ``torch.distributed.algorithms.Join``.
 
@@ -128,7 +132,7 @@ from featurecache.client.loader import (
     ReadyFirst,
     SkipRecord,
 )
-from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter
+from featurecache.client.sampler import SampleKey, Sampler, SamplerFilter, check_seed
 from featurecache.errors import InvalidRequest, LoaderError
 from featurecache.store.reader import LocalStore, unfinished_build_error
 from featurecache.store.versions import FeaturizerChanged, msa_stage_notes, source_versions, version_notes
@@ -595,6 +599,7 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
         # which a refused argument left open (review R31d s47 #3)
         _check_count("crop_size", crop_size, 1)
         _check_count("seed", seed, 0)
+        check_seed(seed, "FeatureDataset")  # and < 2**32 (review R41b s51 #2)
         _check_count("workers", workers, 1)
         _check_count("max_msa_rows", max_msa_rows, 1)
         for name, limit in (
@@ -745,9 +750,12 @@ class FeatureDataset(IterableDataset):  # type: ignore[type-arg]
 
     def _key(self, position: int, span: int) -> SampleKey:
         """The sample key of ``position`` in epochs of ``span`` positions: index ``i`` of epoch
-        ``e`` draws the epoch's ``i % L``-th sample (the padding repeats the epoch's first)."""
+        ``e`` draws the epoch's ``i % L``-th unit (the padding repeats the epoch's first), seeded
+        by ``i`` itself (``SampleKey.draw``): a padding sample is that unit cropped and augmented
+        afresh, not a byte-identical copy of the sample another rank draws (review R41b s51 #1)."""
         epoch, index = divmod(int(position), span)
-        return self.sampler.key(epoch * self.epoch_length + index % self.epoch_length)
+        key = self.sampler.key(epoch * self.epoch_length + index % self.epoch_length)
+        return key if index < self.epoch_length else replace(key, draw=index)
 
     def _positions(self) -> ConsumedPositions:
         rank, world = self.rank_world()

@@ -26,7 +26,7 @@ import pyarrow as pa
 from featurecache.auth import redact_url
 from featurecache.client.assemble import assemble_sample, crop_atom_ranges, residues_within
 from featurecache.client.crop import CropInput, Cropper, CropResult
-from featurecache.client.sampler import SampleKey
+from featurecache.client.sampler import SampleKey, check_seed
 from featurecache.errors import InvalidRequest, NotFound, ServiceError
 from featurecache.types import Entry
 
@@ -386,7 +386,7 @@ class SampleJob:
         samples are the same with it or without (tests/client/test_token_cache.py)."""
         self.source = source
         self.cropper = cropper
-        self.seed = seed
+        self.seed = check_seed(seed, "SampleJob")
         self.max_msa_rows = max_msa_rows
         self.augment_ref = augment_ref
         self.use_msa = use_msa
@@ -397,7 +397,7 @@ class SampleJob:
         self._told_too_large = False  # a 413 from the rows read was logged at INFO (then at DEBUG)
 
     def rng(self, key: SampleKey) -> np.random.Generator:
-        return np.random.default_rng([self.seed, key.epoch, key.index])
+        return np.random.default_rng([self.seed, key.epoch, key.draw_index])
 
     def __call__(self, key: SampleKey) -> dict[str, Any]:
         """The sample of ``key``. One during which the reader's snapshot changed (a lookup client

@@ -656,10 +656,13 @@ class ConsumedPositions:
         return p < self.watermark or p in self.above
 
     def pending(self) -> Iterator[int]:
-        """Share positions not yet resolved, increasing (infinite when ``stop`` is None)."""
+        """Share positions not yet resolved, increasing (infinite when ``stop`` is None). Lazy: a
+        position resolved while the walk runs is skipped too (marking an earlier one moves the
+        watermark past resolved positions and out of ``above``, so testing ``above`` alone handed
+        them out again: review R41b s51, fix helper F41b)."""
         p = self.watermark
         while self.stop is None or p < self.stop:
-            if p not in self.above:
+            if not self.resolved(p):
                 yield p
             p += self.stride
 

@@ -53,11 +53,28 @@ AF3_ALPHA_PROTEIN: Final = 3.0
 AF3_ALPHA_NUCLEIC: Final = 3.0
 AF3_ALPHA_LIGAND: Final = 1.0
 # The sampler's generator is seeded [seed, epoch, 0x5A3D]; a sample's is [seed, epoch, index]
-# (client/job.py), so the sample at index 23101 of an epoch of more draws from the stream that chose
+# (client/job.py; a per-epoch padding sample's index is its index in the padded epoch:
+# SampleKey.draw), so the sample at index 23101 of an epoch of more draws from the stream that chose
 # that epoch's units (review R31c s47 #3). Its crop method and reference token are then a function
 # of the epoch's permutation: harmless statistically, and separating the streams (another tag or
 # length; a trailing 0 is no change to a SeedSequence) would change every stored run's samples.
 _SAMPLER_STREAM: Final = 0x5A3D
+#: Seeds are ``0 <= seed < SEED_LIMIT``: numpy's ``SeedSequence`` splits a larger int into 32-bit
+#: words, so ``[2**32 + a, epoch, index]`` seeded what ``[a, 1, epoch, index]`` (≡ ``[a, 1, epoch]``
+#: when ``index`` is 0) does: another seed's samples (review R41b s51 #2). Refused, not mixed into a
+#: wider key, which would change every run's samples.
+SEED_LIMIT: Final = 2**32
+
+
+def check_seed(seed: object, owner: str) -> int:
+    """``seed`` as an int, or an :class:`InvalidRequest` (a ``ValueError``) naming ``owner``'s
+    ``seed`` and the range: an integer (not a bool), ``0 <= seed < 2**32`` (:data:`SEED_LIMIT`)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < SEED_LIMIT:
+        raise InvalidRequest(
+            f"{owner}: seed must be an integer with 0 ≤ seed < 2**32 ({SEED_LIMIT}); got {seed!r} (numpy "
+            "splits a seed of 2**32 or more into 32-bit words: its samples would be other seeds')"
+        )
+    return int(seed)
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,12 @@ class SampleKey:
 
     ``chains``: the reference chains (asym ids) the sampler picked — ``()`` for the whole entry,
     ``(c,)`` for a chain, ``(a, b)`` for an interface; spatial crops centre there.
+
+    ``draw``: the index whose generator, ``[seed, epoch, draw]``, seeds the sample's randomness
+    (crop, MSA rows, conformer augmentation) where it is not ``index`` (None): a per-epoch padding
+    position's index in its padded epoch (``FeatureDataset``), which draws the epoch's
+    ``index``-th unit again with randomness of its own, as a ``DistributedSampler``'s padding draws
+    its index again (review R41b s51 #1: it was the same generator, a byte-identical copy).
     """
 
     position: int
@@ -73,6 +96,12 @@ class SampleKey:
     index: int
     entry_id: str
     chains: tuple[int, ...] = ()
+    draw: int | None = None
+
+    @property
+    def draw_index(self) -> int:
+        """The third word of the sample's generator key: ``draw``, else ``index``."""
+        return self.index if self.draw is None else self.draw
 
 
 @dataclass(frozen=True)
@@ -190,7 +219,7 @@ class Sampler:
         if weighting not in WEIGHTINGS:
             raise InvalidRequest(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
         self.weighting = weighting
-        self.seed = int(seed)
+        self.seed = check_seed(seed, "Sampler")
         self.filters = filters or SamplerFilter()
         keep = self.filters.mask(entries)
         self.entry_ids: list[str] = [

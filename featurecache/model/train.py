@@ -2848,8 +2848,8 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
         raise UsageError(f"crop_size (--crop) must be ≥ 2 tokens; got {crop_size}")
     if batch_size < 1:
         raise UsageError(f"batch_size (--batch-size) must be ≥ 1; got {batch_size}")
-    if seed < 0:
-        raise UsageError(f"seed (--seed) must be ≥ 0; got {seed}")
+    if not 0 <= seed < 2**32:  # the client's SeedSequence keys alias above (review R41b s51 #2)
+        raise UsageError(f"seed (--seed) must be ≥ 0 and < 2**32 ({2**32}); got {seed}")
     if workers < 1:
         raise UsageError(f"workers (--workers) must be ≥ 1; got {workers}")
     if not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:

@@ -19,7 +19,21 @@ What the format allows and what we do with it:
   truncated download) is an :class:`MSAError` ("no sequence"), not an alignment of nothing.
 * HH-suite pseudo rows (``ss_dssp``, ``ss_pred``, ``ss_conf``, ``sa_dssp``, ``Consensus``) are
   dropped; lines starting with ``#`` or ``;`` are comments (HH-suite ``#A3M#``, ColabFold's
-  ``#len\tcard`` pairing line).
+  ``#len\tcard`` line of a monomer or homo-oligomer), but for ColabFold's complex header below.
+* ``colabfold_batch`` / ``colabfold_search`` write a heteromer's MSA as one a3m
+  (``colabfold.batch.msa_to_str``) whose first line, ``#L1,L2,…\tc1,c2,…``, gives the unique
+  chains' lengths and copy numbers (blanks for the tab, as an editor or a copy-paste leaves it, read
+  the same: ``#118,113 1,1``); every row then spans all chains' columns (each unique chain
+  once): the paired block (its first row ``>101\t102…``, the queries concatenated; then one row
+  per pair of hits), then one block per chain (its ``>10k`` query, then its unpaired hits), padded
+  with gaps outside that chain's columns. Such a block (a first non-blank line with more than one
+  length) gives one alignment per chain (:func:`_split_complex`), numbered like NUL-separated
+  blocks: a chain's rows are every row's slice of its columns that holds a residue, in file order
+  (no row-order pairing: the store pairs by species); lower case letters go with the match column
+  they follow (those right after a chain's last column with that chain). A paired row's header is
+  cut into equal tab-separated parts, one per chain. A header that is not whole numbers, lists a
+  copy number for another count of chains, or whose lengths do not add up to the rows' match
+  columns is an :class:`MSAError` naming its line.
 * Raw ColabFold-server output holds several queries separated by NUL bytes: each block is its own
   MSA (``block`` 0, 1, …); they are never merged. Headers there are tab-separated fields. The NUL
   comes between records, at the start of a line; one inside a line (a damaged file: bytes zeroed,
@@ -31,12 +45,15 @@ What the format allows and what we do with it:
 
 from __future__ import annotations
 
+import functools
 import gzip
+import itertools
 import logging
 import os
 import re
 import string
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -130,9 +147,7 @@ def _parse_a3m(text: str) -> list[ParsedMSA]:
     blocks = text.split("\x00")
     line = 1
     for k, block_text in enumerate(blocks):
-        msa = _parse_a3m_block(block_text, len(out), line)
-        if msa is not None:
-            out.append(msa)
+        out += _parse_a3m_block(block_text, len(out), line)
         if k + 1 < len(blocks):
             line += _n_lines(block_text)
     return out
@@ -161,8 +176,11 @@ def _n_lines(text: str | bytes) -> int:
     return len((text.decode("ascii") if isinstance(text, bytes) else text).splitlines())
 
 
-def _parse_a3m_block(text: str, block: int, first_line: int = 1) -> ParsedMSA | None:
-    """One NUL-separated block of a3m text; ``first_line``: the file's line it starts on (messages)."""
+def _parse_a3m_block(text: str, block: int, first_line: int = 1) -> list[ParsedMSA]:
+    """The alignments of one NUL-separated block of a3m text, numbered from ``block``: none (no
+    row), one, or one per chain of a ColabFold complex (:func:`_split_complex`); ``first_line``: the
+    file's line the block starts on (messages)."""
+    complex_header = _complex_header(text, first_line)
     headers: list[str] = []
     chunks: list[list[str]] = []
     for raw in text.splitlines():
@@ -185,16 +203,172 @@ def _parse_a3m_block(text: str, block: int, first_line: int = 1) -> ParsedMSA | 
         kept.append(header)
         rows.append("".join(parts).translate(_BLANKS).rstrip("*"))
     if not rows:
-        return None
+        return []
     if not any(rows):
         raise MSAError(_no_sequence(kept, block))
     bad = _first_bad_row(rows)
     if bad is not None:
         raise MSAError(_bad_row(text, first_line, block, kept, rows, bad))
-    msa = ParsedMSA(tuple(kept), tuple(rows), "a3m", block=block)
-    if not _query_is_clean(rows[0]):
-        msa = reroot(msa, 0)
-    return msa
+    if complex_header is not None:
+        return _split_complex(complex_header, text, first_line, kept, rows, block)
+    return [_rooted(ParsedMSA(tuple(kept), tuple(rows), "a3m", block=block))]
+
+
+def _rooted(msa: ParsedMSA) -> ParsedMSA:
+    """``msa``, re-rooted (:func:`reroot`) when its query has gaps or lower case letters."""
+    return msa if _query_is_clean(msa.rows[0]) else reroot(msa, 0)
+
+
+# --- ColabFold's complex a3m (colabfold.batch.msa_to_str) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class _ComplexHeader:
+    """ColabFold's first line of a complex's a3m, ``#L1,L2,…\\tc1,c2,…``, as read."""
+
+    line: int  # the file's line
+    text: str  # stripped
+    lengths: tuple[int, ...]  # of the unique chains, in column order
+
+
+#: The end of a line as ``str.splitlines`` cuts lines (``\r\n`` is one).
+_LINE_END = re.compile(f"\r\n|[{_LINE_BREAKS}]")
+#: A whole number in a ColabFold header field (blanks around it allowed, as ``int()`` does).
+_WHOLE_NUMBER = re.compile(r"[ ]*[0-9]+[ ]*")
+#: A ColabFold complex header whose tab became blanks (``#118,113 1,1``: an editor, a copy-paste):
+#: the lengths (two or more, joined by commas), a run of blanks, the copy numbers. Only numbers, so
+#: no other comment reads as one.
+_SPACED_HEADER = re.compile(
+    r"[ ]*(?P<lengths>[0-9]+(?:[ ]*,[ ]*[0-9]+)+)[ \t]+(?P<copies>[0-9]+(?:[ ]*,[ ]*[0-9]+)*)[ ]*"
+)
+#: A block that starts with a comment line holding a blank and a comma: maybe a complex header (the
+#: scan leaves such a block to the parser, which decides).
+_MAYBE_COMPLEX = re.compile(rb"[ \t\n\r\x0b\x0c]*#[^\n\r\x0b\x0c\x1c\x1d\x1e]*")
+
+
+def _leading_line(text: str) -> tuple[int, str]:
+    """``(k, line)``: the block's first non-blank line, stripped, and its index among the block's
+    lines (``str.splitlines``); ``(-1, "")`` when every line is blank. Reads no further."""
+    pos, k = 0, 0
+    while pos < len(text):
+        end = _LINE_END.search(text, pos)
+        line = text[pos : end.start() if end else len(text)].strip()
+        if line:
+            return k, line
+        if end is None:
+            break
+        pos, k = end.end(), k + 1
+    return -1, ""
+
+
+def _complex_header(text: str, first_line: int) -> _ComplexHeader | None:
+    """ColabFold's complex header when it is the block's first non-blank line: ``#``, lengths,
+    a tab, copy numbers (``colabfold.batch.msa_to_str``; two tab-separated fields, as ColabFold's
+    ``unserialize_msa`` reads it; or, where the tab became a run of blanks, :data:`_SPACED_HEADER`,
+    review R41a s51 #3), with more than one length. None for any other block, a monomer's or
+    homo-oligomer's single length included (a comment, as before). Raises
+    :class:`MSAError` for such a header that does not read: a length or copy number that is not a
+    whole number of at least 1, or a number of copy numbers other than of lengths."""
+    k, line = _leading_line(text)
+    if not line.startswith("#"):
+        return None
+    fields = line[1:].split("\t")
+    if len(fields) != 2:
+        spaced = _SPACED_HEADER.fullmatch(line[1:])
+        if spaced is None:
+            return None
+        fields = [spaced["lengths"], spaced["copies"]]
+    if "," not in fields[0]:
+        return None
+    number = first_line + k
+    lengths, copies = fields[0].split(","), fields[1].split(",")
+    why = ""
+    for what, values in (("chain length", lengths), ("copy number", copies)):
+        odd = next((v for v in values if not _WHOLE_NUMBER.fullmatch(v) or int(v) < 1), None)
+        if odd is not None:
+            why = f"{odd!r} is not a {what} (a whole number, at least 1)"
+            break
+    if not why and len(copies) != len(lengths):
+        why = f"{len(lengths)} chain lengths but {len(copies)} copy number{'s' if len(copies) != 1 else ''}"
+    if why:
+        raise MSAError(
+            f"line {number}, {line!r}, is ColabFold's header of a complex's MSA (the unique chains' "
+            f"lengths, a tab or blanks, their copy numbers: '#118,113\\t1,1'), but {why}: the file cannot be "
+            "split into its chains' alignments"
+        )
+    return _ComplexHeader(number, line, tuple(int(v) for v in lengths))
+
+
+#: Deletes everything but residues in match columns (rows hold only :data:`A3M_CHARACTERS`).
+_NOT_RESIDUE_TEXT = str.maketrans("", "", string.ascii_lowercase + MSA_GAP_LETTERS)
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_and_insertions(n: int) -> re.Pattern[str]:
+    """Matches ``n`` match columns of an a3m row, each with the insertions before it, and the
+    insertions after the last: its end is where column ``n`` (from 0) starts."""
+    return re.compile(f"(?:[a-z.]*[^a-z.]){{{n}}}[a-z.]*")
+
+
+def _cuts(row: str, starts: tuple[int, ...], width: int) -> list[int]:
+    """Where in ``row`` (``width`` match columns) each chain's span begins: chain 0 at 0, chain
+    ``k`` at its first match column ``starts[k]`` (the insertions before it follow the previous
+    chain's last column), then ``len(row)``."""
+    if len(row) == width:  # no insertion: a column is a character
+        return [0, *starts[1:], len(row)]
+    cuts = [0]
+    for start in starts[1:]:
+        found = _columns_and_insertions(start).match(row)
+        cuts.append(found.end() if found else len(row))
+    return [*cuts, len(row)]
+
+
+def _header_parts(header: str, n: int) -> list[str] | None:
+    """A paired row's header cut into ``n`` equal runs of tab-separated fields, one per chain
+    (``colabfold.batch.pair_sequences`` joins the chains' headers with a tab); None when its
+    fields do not divide so."""
+    fields = header.split("\t")
+    if len(fields) % n:
+        return None
+    size = len(fields) // n
+    return ["\t".join(fields[k * size : (k + 1) * size]) for k in range(n)]
+
+
+def _split_complex(
+    head: _ComplexHeader, text: str, first_line: int, headers: list[str], rows: list[str], block: int
+) -> list[ParsedMSA]:
+    """One alignment per chain of a ColabFold complex block (module docstring), numbered from
+    ``block`` in column order; a chain no row holds a residue of gets none. ``rows``: the block's
+    rows, all of one width (checked). Raises :class:`MSAError` when the header's lengths do not add
+    up to that width."""
+    width = n_match(rows[0])
+    if sum(head.lengths) != width:
+        records = _record_lines(text, first_line)
+        lengths = "+".join(map(str, head.lengths))
+        raise MSAError(
+            f"line {head.line}, {head.text!r}, is ColabFold's header of a complex's MSA: chains of "
+            f"{lengths} = {sum(head.lengths)} residues, but the query (row 0, header line {records[0][0]} "
+            f"'>{_name(headers[0])}') and every row have {width} match columns: the header does not "
+            "describe this alignment, which cannot be split into its chains' alignments"
+        )
+    n = len(head.lengths)
+    starts = tuple(sum(head.lengths[:k]) for k in range(n))
+    chain_headers: list[list[str]] = [[] for _ in range(n)]
+    chain_rows: list[list[str]] = [[] for _ in range(n)]
+    for header, row in zip(headers, rows, strict=True):
+        cuts = _cuts(row, starts, width)
+        pieces = [row[cuts[k] : cuts[k + 1]] for k in range(n)]
+        held = [k for k, piece in enumerate(pieces) if piece.translate(_NOT_RESIDUE_TEXT)]
+        parts = _header_parts(header, n) if len(held) > 1 else None
+        for k in held:
+            chain_headers[k].append(parts[k] if parts else header)
+            chain_rows[k].append(pieces[k])
+    out: list[ParsedMSA] = []
+    for k in range(n):
+        if chain_rows[k]:
+            msa = ParsedMSA(tuple(chain_headers[k]), tuple(chain_rows[k]), "a3m", block=block + len(out))
+            out.append(_rooted(msa))
+    return out
 
 
 # --- queries without rows (the build's scan) ----------------------------------------------------
@@ -230,8 +404,10 @@ def readable_queries(data: bytes, path: str | os.PathLike[str]) -> list[str]:
     """The queries of an a3m file that does not parse (a row cut short, a bad character), as far as
     they read: of each NUL-separated block, the first record that is no pseudo row, as
     ``ParsedMSA.query_sequence`` gives it (letters upper-cased, gaps dropped), where that record
-    holds only :data:`A3M_CHARACTERS` and blanks. What the build names the chains a failed file was
-    meant for by; ``[]`` when none reads (a damaged gzip stream, sequence before any header)."""
+    holds only :data:`A3M_CHARACTERS` and blanks; of a ColabFold complex block whose header reads
+    (:func:`_complex_header`), that record's slice of each chain's columns. What the build names
+    the chains a failed file was meant for by; ``[]`` when none reads (a damaged gzip stream,
+    sequence before any header)."""
     try:
         text = decompress_msa(data, path).decode("utf-8", errors="replace")
     except MSAError:
@@ -256,9 +432,20 @@ def readable_queries(data: bytes, path: str | os.PathLike[str]) -> list[str]:
             elif not headed:
                 break  # sequence before the first header: no query reads
         row = "".join(parts or []).translate(_BLANKS).rstrip("*")
-        query = row.replace("-", "").replace(".", "").upper()
-        if query and A3M_CHARACTERS.issuperset(row):
-            out.append(query)
+        if not A3M_CHARACTERS.issuperset(row):
+            continue
+        pieces = [row]
+        try:
+            head = _complex_header(block, 1)
+        except MSAError:
+            head = None
+        if head is not None and n_match(row) == sum(head.lengths):  # each chain's slice of it
+            cuts = _cuts(row, tuple(sum(head.lengths[:k]) for k in range(len(head.lengths))), n_match(row))
+            pieces = [row[a:b] for a, b in itertools.pairwise(cuts)]
+        for piece in pieces:
+            query = piece.replace("-", "").replace(".", "").upper()
+            if query:
+                out.append(query)
     return out
 
 
@@ -280,16 +467,26 @@ def _a3m_queries(raw: bytes) -> list[tuple[int, str]]:
         block: bytes | str = blocks[k]
         if isinstance(block, str) and block.isascii():
             block = block.encode("ascii")
-        query = _block_query(block) if isinstance(block, bytes) else _UNSURE
+        query = _block_query(block) if isinstance(block, bytes) and not _maybe_complex(block) else _UNSURE
         if isinstance(query, _Unsure):
             text = block.decode("ascii") if isinstance(block, bytes) else block
-            msa = _parse_a3m_block(text, len(out), line)
-            query = None if msa is None else msa.query_sequence
-        if query is not None:
+            out += [(m.block, m.query_sequence) for m in _parse_a3m_block(text, len(out), line)]
+        elif query is not None:
             out.append((len(out), query))
         if k + 1 < len(blocks):
             line += _n_lines(block)
     return out
+
+
+def _maybe_complex(block: bytes) -> bool:
+    """Whether an ASCII block's first non-blank line is a comment holding a blank (tab or space)
+    and a comma: maybe ColabFold's complex header (:func:`_complex_header` decides), so the parser
+    reads it."""
+    found = _MAYBE_COMPLEX.match(block)
+    if found is None:
+        return False
+    comment = found.group().lstrip(b" \t\n\r\x0b\x0c")
+    return b"," in comment and (b"\t" in comment or b" " in comment)
 
 
 def _block_query(block: bytes) -> str | _Unsure | None:

@@ -26,6 +26,21 @@ newline after it, no END-like record), which read as whole too (review R26a s44 
 
 Only the distinct values of a column are looked at (a few for charges), and the rows are walked
 only to name the first bad one, so a sound file costs about a millisecond.
+
+gemmi reads a formal charge the file does not state (mmCIF / BinaryCIF ``pdbx_formal_charge`` ``?``
+or ``.``, or no such column, as every wwPDB file writes; PDB columns 79-80 without a digit) as 0, the
+same as a stated 0. ``types.Atom.charge`` is the file's where it states a charge for the residue,
+else the definition's (decided per residue by the tokenizer, ``tokenize.af3``: review R41a s51 #1),
+so the tokenizer must tell the two apart (review R40a s51 #1): an atom gemmi read as non-zero
+stated its charge; one read as 0 stated it only where :func:`mark_stated_zero_charges_mmcif` /
+:func:`mark_stated_zero_charges_pdb` set :data:`STATED_ZERO_CHARGE` in its ``gemmi.Atom.flag``
+(a file whose every charge is unknown, the usual one, costs one look at the column's distinct values
+or a numpy pass over the PDB lines). The flag is set per atom: where only some rows state a charge
+and some of those state 0, the first model's ``_atom_site`` rows (ATOM / HETATM lines) are paired
+with gemmi's atoms in order, else by ``id`` (PDB columns 7-11) where those are unique integers
+(1A8O.pdb's are not), each pair checked by atom name and position. Where neither pairs every atom,
+it is per file: the atoms read as 0 are taken as stating none (the stated zeros among them too; a
+residue with a non-zero charge stated still has the file's charges, its other atoms 0).
 """
 
 from __future__ import annotations
@@ -43,9 +58,12 @@ __all__ = [
     "B_FACTOR_IF_NOT_FINITE",
     "MAX_FORMAL_CHARGE",
     "OCCUPANCY_IF_NOT_FINITE",
+    "STATED_ZERO_CHARGE",
     "check_atom_site_values",
     "cut_short",
     "formal_charge_problem",
+    "mark_stated_zero_charges_mmcif",
+    "mark_stated_zero_charges_pdb",
     "mmcif_not_finite",
     "pdb_atom_lines",
     "pdb_not_finite",
@@ -80,6 +98,11 @@ _PLAIN_NUMBER = np.zeros(256, np.bool_)
 _PLAIN_NUMBER[list(b"0123456789.+- \r")] = True
 #: CIF's "unknown" and "inapplicable"
 _NULLS = frozenset(("?", "."))
+#: ``gemmi.Atom.flag`` (a character gemmi sets to ``"\0"`` and never uses) of an atom whose file states
+#: its formal charge as 0; an atom read as 0 without it states none (the tokenizer gives it 0 where
+#: another atom of its residue states a charge, else its residue definition's: module doc). Set on
+#: the first model's atoms only, the ones the tokenizer reads.
+STATED_ZERO_CHARGE = "0"
 
 
 def formal_charge_problem(text: str) -> str | None:
@@ -324,3 +347,143 @@ def cut_short(text: str, fmt: str, name: str, n_atoms: int) -> str | None:
         return None
     return (f"{name}: the file ends inside its _atom_site loop (its last line is an atom row, with no '#' or "
             f"category after it): cut short? {n_atoms} atoms read")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- stated zero charges
+#: (serial, atom name, x, y, z) as one ``_atom_site`` row / ATOM line of the first model writes the
+#: atom, and whether it states the charge 0: what :func:`_match` pairs with gemmi's atoms
+_Row = tuple[str, str, float, float, float, bool]
+#: Å: a row and an atom this far apart (on an axis) or more are not one
+_SAME_POSITION = 1e-3
+#: the first line after a PDB file's first model: ENDMDL, or END (gemmi reads nothing after it)
+_PDB_MODEL_END = re.compile(rb"^(?:ENDMDL|END *\r?$)", re.M)
+
+
+def mark_stated_zero_charges_mmcif(block: gemmi.cif.Block, st: gemmi.Structure) -> None:
+    """Flag (:data:`STATED_ZERO_CHARGE`) the atoms of the first model of ``st`` (made from the
+    mmCIF / BinaryCIF ``block``) whose ``_atom_site.pdbx_formal_charge`` states 0 (module doc)."""
+    charges = block.find_values("_atom_site.pdbx_formal_charge")
+    if len(st) == 0 or not any(_is_zero(v) for v in set(charges)):
+        return  # no column, or no row states 0: gemmi's charges say it all
+    written = list(charges)
+    zero = [_is_zero(v) for v in written]
+    if not any(v in _NULLS for v in written):  # every row states its charge
+        _mark(st[0], None)
+        return
+    table = block.find_mmcif_category("_atom_site.")
+    index = {t.removeprefix("_atom_site.").lower(): i for i, t in enumerate(table.tags)}
+    name = index["auth_atom_id"] if "auth_atom_id" in index else index["label_atom_id"]  # as gemmi picks it
+    model = index.get("pdbx_pdb_model_num")
+    serial, xyz = index["id"], [index[f"cartn_{c}"] for c in "xyz"]  # gemmi read the block: they are there
+    rows: list[_Row] = []
+    first = None
+    for k, row in enumerate(table):
+        if model is not None:  # gemmi's first model is the first row's
+            first = row[model] if first is None else first
+            if row[model] != first:
+                continue
+        x, y, z = (_coordinate(gemmi.cif.as_string(row[c])) for c in xyz)
+        rows.append((gemmi.cif.as_string(row[serial]), gemmi.cif.as_string(row[name]), x, y, z, zero[k]))
+    _mark(st[0], rows)
+
+
+def mark_stated_zero_charges_pdb(
+    raw: bytes, lines: tuple[np.ndarray, np.ndarray], st: gemmi.Structure
+) -> None:
+    """Flag (:data:`STATED_ZERO_CHARGE`) the atoms of the first model of ``st`` (read from the PDB
+    file ``raw``, its ATOM / HETATM ``lines``: :func:`pdb_atom_lines`) whose columns 79-80 state 0
+    (a digit, 0: ``0``, ``0+``; module doc). numpy finds the lines with a digit there."""
+    if len(st) == 0:
+        return
+    starts, ends = lines
+    end = _PDB_MODEL_END.search(raw)
+    first_model = starts < (end.start() if end is not None else len(raw))
+    starts, ends = starts[first_model], ends[first_model]
+    buf = np.frombuffer(raw, np.uint8)
+    digit = np.zeros(starts.size, np.bool_)
+    for col in (78, 79):
+        inside = starts + col < ends
+        c = buf[np.minimum(starts + col, buf.size - 1)]
+        digit |= inside & (c >= ord("0")) & (c <= ord("9"))
+    if not digit.any():
+        return  # no line states a charge
+    text = [
+        raw[a:b].decode("latin-1").rstrip("\r") for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+    zero = [
+        bool(d) and not any(c in "123456789" for c in line[78:80])
+        for d, line in zip(digit, text, strict=True)
+    ]
+    if not any(zero):
+        return  # the stated charges are not 0: gemmi's say it all
+    if digit.all():  # every line states its charge
+        _mark(st[0], None)
+        return
+    rows: list[_Row] = []
+    for line, stated_zero in zip(text, zero, strict=True):
+        x, y, z = (_coordinate(line[a:b]) for a, b in ((30, 38), (38, 46), (46, 54)))
+        rows.append((line[6:11].strip(), line[12:16].strip(), x, y, z, stated_zero))
+    _mark(st[0], rows)
+
+
+def _is_zero(value: str) -> bool:
+    """Whether the mmCIF ``value`` (raw) states the formal charge 0 (``0``, ``+0``)."""
+    text = gemmi.cif.as_string(value) or value
+    return _INTEGER.fullmatch(text) is not None and int(text) == 0
+
+
+def _coordinate(text: str) -> float:
+    """A coordinate as written; NaN where it is none (then its row matches no atom)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _mark(model: gemmi.Model, rows: list[_Row] | None) -> None:
+    """Set :data:`STATED_ZERO_CHARGE` on the atoms of ``model`` that state the charge 0: each atom
+    read as 0 when ``rows`` is None (every row states its charge); else the atoms of the rows that
+    say so (:func:`_match`); none where the rows cannot be matched to the atoms (per file: a charge
+    read as 0 is taken as stated by none)."""
+    atoms = [a for chain in model for res in chain for a in res]
+    if rows is None:
+        for a in atoms:
+            if a.charge == 0:
+                a.flag = STATED_ZERO_CHARGE
+        return
+    matched = _match(atoms, rows)
+    if matched is None:
+        return
+    for a, r in zip(atoms, matched, strict=True):
+        if r[5]:
+            a.flag = STATED_ZERO_CHARGE
+
+
+def _match(atoms: list[gemmi.Atom], rows: list[_Row]) -> list[_Row] | None:
+    """The row of each atom: in order (gemmi keeps a file's order, unless a residue's rows are apart:
+    it adds a row to the residue it continues), else by serial (``_atom_site.id``, PDB columns 7-11)
+    where the rows' serials are unique integers; each pair with the same atom name and position.
+    None where neither pairs every atom."""
+
+    def same(a: gemmi.Atom, r: _Row) -> bool:
+        return (
+            a.name == r[1]
+            and abs(a.pos.x - r[2]) < _SAME_POSITION
+            and abs(a.pos.y - r[3]) < _SAME_POSITION
+            and abs(a.pos.z - r[4]) < _SAME_POSITION
+        )
+
+    if len(rows) != len(atoms):
+        return None
+    if all(same(a, r) for a, r in zip(atoms, rows, strict=True)):
+        return rows
+    by_serial = {int(r[0]): r for r in rows if _INTEGER.fullmatch(r[0])}
+    if len(by_serial) != len(rows):
+        return None
+    paired: list[_Row] = []
+    for a in atoms:
+        r = by_serial.get(a.serial)
+        if r is None or not same(a, r):
+            return None
+        paired.append(r)
+    return paired

@@ -1,10 +1,12 @@
-"""Template-hit files (HHsearch/HHblits ``.hhr``, BLAST/MMseqs2 tabular ``.m8``) and format sniffing.
+"""Template-hit files (HHsearch/HHblits ``.hhr``, BLAST/MMseqs2 tabular ``.m8``, hmmsearch output
+as a3m) and format sniffing.
 
 These files list hits of a query against a template database; they are never MSAs. The build
-recognises them (:func:`sniff_msa_format`), skips them when assembling a chain's MSA and keeps
-only the number of hits each holds (:func:`parse_hhr`, :func:`parse_m8`): a file's count is in
-the MSA scan cache, the total in the build summary ("template-hit files skipped: N (M hits)").
-The hits themselves are stored nowhere.
+recognises them (:func:`sniff_msa_format`; an a3m file by its name or its rows:
+:func:`a3m_template_hits`; hmmsearch Stockholm: ``parse.sto``), skips them when assembling a
+chain's MSA and keeps only the number of hits each holds (:func:`parse_hhr`, :func:`parse_m8`):
+a file's count is in the MSA scan cache, the total in the build summary ("template-hit files
+skipped: N (M hits)"). The hits themselves are stored nowhere.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from featurecache.errors import MSAError
-from featurecache.parse.a3m import GZIP_MAGIC, read_msa_text
+from featurecache.parse.a3m import GZIP_MAGIC, PSEUDO_ROW_NAMES, read_msa_text
 
 #: File-name suffixes (lower case, each also with ``.gz`` after it) that name an MSA-stage format,
 #: and the format each names; the one list of them (:func:`msa_name_format`). The MSA stage reads
@@ -33,6 +36,24 @@ MSA_ONLY_SUFFIXES = tuple(ext for ext, _fmt in MSA_NAME_SUFFIXES)
 #: a3m): they name unaligned sequences as often (a ``queries.fasta`` beside the MSAs), so no such
 #: name alone makes a file an MSA
 SEQUENCE_FILE_SUFFIXES = (".fasta", ".fa", ".aln")
+
+
+#: Row names of PDB seqres chains as hmmsearch writes them (``1psm_A/1-38``) or as the seqres
+#: FASTA names them (``1psm_A``): the rows of a template search against PDB seqres.
+PDB_HIT_NAME = re.compile(r"^[0-9][A-Za-z0-9]{3}_[A-Za-z0-9]+(/\d+-\d+)?$")
+#: The description PDB seqres gives each chain (``mol:protein length:154  MYOGLOBIN``), which the
+#: template searches of AlphaFold 3 and Protenix keep in each hit's header (Protenix's
+#: ``HmmsearchA3MParser`` drops a row without ``mol:protein``); no MSA database writes it.
+_SEQRES_DESCRIPTION = re.compile(r"(?:^|\s)mol:[a-z]+\s+length:\d+(?:\s|$)")
+#: The stems of a3m files that tools write template searches to, lower case: Protenix's
+#: ``hmmsearch.a3m`` (and its users' ``<name>_hmmsearch.a3m``), OpenFold's ``hmm_output`` (its
+#: ``hmm_output.sto`` converted), AlphaFold 2's ``pdb_hits`` (``pdb_hits.hhr`` / ``.sto``, written as
+#: ``pdb_hits.a3m`` by forks that convert it) and OpenFold's ``pdb70_hits``. No MSA search of these
+#: tools writes such a name: their MSAs are ``<database>_hits`` of UniRef, MGnify, BFD, UniProt.
+_TEMPLATE_HIT_STEM = re.compile(r"(?:^|[._-])hmmsearch|hmm_output|(?:^|[._-])pdb(?:70)?_hits$")
+#: A header line of an a3m text (bytes): ``>`` first on its line (blanks, or a NUL that separates
+#: ColabFold's blocks, before it)
+_A3M_HEADER = re.compile(rb"^[ \t\x00]*>([^\r\n]*)", re.MULTILINE)
 
 
 def _bare_name(name: str) -> str:
@@ -105,6 +126,57 @@ def sniff_msa_format(head: str, name: str = "") -> str:
             return "m8"
         break
     return msa_name_format(name) or "unknown"
+
+
+def template_hit_name(name: str) -> bool:
+    """Whether ``name`` (a file name or path) is an a3m file name that template searches are
+    written to (:data:`_TEMPLATE_HIT_STEM`, in any case, ``.gz`` aside): ``hmmsearch.a3m``,
+    ``7pzb_A_hmmsearch.a3m``, ``hmm_output.a3m``, ``pdb_hits.a3m``; not ``bfd_uniclust_hits.a3m``."""
+    bare = _bare_name(name).rpartition("/")[2]
+    return bare.endswith(".a3m") and bool(_TEMPLATE_HIT_STEM.search(bare.removesuffix(".a3m")))
+
+
+def template_hit_header(header: str) -> bool:
+    """Whether an a3m row's header (without ``>``) is a PDB seqres chain's, as a template search
+    against PDB seqres writes it: its name is a chain's (:data:`PDB_HIT_NAME`: ``1psm_A/1-38``), or
+    it carries the seqres description ``mol:<type> length:<n>``."""
+    name = header.split(maxsplit=1)[0] if header.strip() else ""
+    return bool(PDB_HIT_NAME.match(name)) or bool(_SEQRES_DESCRIPTION.search(header))
+
+
+def a3m_template_hits(raw: bytes, name: str = "") -> int | None:
+    """The number of hits of an a3m file that is a template search's result (hmmsearch against PDB
+    seqres, as AlphaFold 3 converts it and Protenix writes it to ``hmmsearch.a3m``), else None (an
+    MSA). ``raw``: the file's text (decompressed bytes); ``name``: its name or path.
+
+    Template hits are recognised by the name (:func:`template_hit_name`) or by the rows: every row
+    after the first has a PDB seqres chain's header (:func:`template_hit_header`; the first is the
+    query, or, where the file holds the hits alone, the best hit), and there is at least one. An
+    MSA's rows are named after UniRef, UniProt, MGnify or BFD sequences, never so (its query may
+    be named ``1abc_A``). HH-suite pseudo rows (``ss_pred``) count as neither. The hits: the rows
+    after the first, and the first when its header is a chain's (a file of hits alone)."""
+    named = template_hit_name(name)
+    headers = _row_headers(raw)
+    first = next(headers, None)
+    if first is None:
+        return 0 if named else None
+    n = 0
+    for header in headers:  # an MSA stops at its second row
+        if not named and not template_hit_header(header):
+            return None
+        n += 1
+    if not n and not named:
+        return None
+    return n + template_hit_header(first)
+
+
+def _row_headers(raw: bytes) -> Iterator[str]:
+    """The headers (without ``>``) of an a3m text's rows, HH-suite pseudo rows left out, lazily."""
+    for m in _A3M_HEADER.finditer(raw):
+        header = m.group(1).decode("utf-8", errors="replace")
+        words = header.split(maxsplit=1)
+        if not words or words[0] not in PSEUDO_ROW_NAMES:
+            yield header
 
 
 def sniff_file(path: str | os.PathLike[str], n_bytes: int = 4096) -> str:

@@ -19,7 +19,6 @@ cut short); ``_parse_sto(text)`` is the pure core.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,10 +31,8 @@ from featurecache.parse.a3m import (
     read_msa_text,
     to_a3m_rows,
 )
+from featurecache.parse.hits import PDB_HIT_NAME
 from featurecache.types import ParsedMSA
-
-#: Row names of PDB seqres entries as hmmsearch writes them (``1psm_A/1-38``).
-_PDB_HIT_NAME = re.compile(r"^[0-9][A-Za-z0-9]{3}_[A-Za-z0-9]+(/\d+-\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -65,7 +62,7 @@ class StockholmAlignment:
         """
         if self.program.lower().startswith("hmmsearch"):
             return True
-        return bool(self.names) and all(_PDB_HIT_NAME.match(n) for n in self.names)
+        return bool(self.names) and all(PDB_HIT_NAME.match(n) for n in self.names)
 
     def header(self, i: int) -> str:
         name = self.names[i]

@@ -26,6 +26,8 @@ from featurecache.parse.a3m import UTF8_BOM
 from featurecache.parse.atom_site import (
     check_atom_site_values,
     cut_short,
+    mark_stated_zero_charges_mmcif,
+    mark_stated_zero_charges_pdb,
     mmcif_not_finite,
     pdb_atom_lines,
     pdb_not_finite,
@@ -391,6 +393,7 @@ def _structure_from_block(
         _check_atom_site_columns(block, name)
         check_atom_site_values(block, name, text)
         st = gemmi.make_structure_from_block(block)
+        mark_stated_zero_charges_mmcif(block, st)  # gemmi reads '?' as 0 too: which zeros are stated
         _check_name_widths(block, st, name)
         # before the coordinates' check: a NaN occupancy makes its weighted centre NaN too
         warnings = repair_not_finite(st, name, mmcif_not_finite(block))
@@ -769,6 +772,7 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         raise EmptyStructureError(
             f"{name}: no ATOM/HETATM records ({len(lines)} lines; first line: {first[:60]!r})", stage="parse"
         )
+    atom_lines = pdb_atom_lines(raw)
     try:
         st = gemmi.read_pdb_string(text)
     except (RuntimeError, ValueError) as exc:
@@ -780,10 +784,11 @@ def _parse_pdb(raw: bytes, name: str) -> RawStructure:
         except (RuntimeError, ValueError) as exc2:
             raise ParseError(_gemmi_error("PDB parse error", exc2, name), stage="parse") from exc2
         st.info["_featurecache.warning"] = f"ignored malformed charge columns 79-80 ({exc})"
+    else:  # (read blank, the columns state no charge)
+        mark_stated_zero_charges_pdb(raw, atom_lines, st)  # gemmi reads blank columns as 0 too
     # gemmi names a structure read from a string "string"; the id a PDB file states is HEADER's
     # id code (in _entry.id when present), and a file without one states none.
     st.name = st.info["_entry.id"] if "_entry.id" in st.info else ""  # noqa: SIM401 - InfoMap has no .get
-    atom_lines = pdb_atom_lines(raw)
     _check_pdb_coordinates(raw, name, atom_lines[0])
     warnings = repair_not_finite(st, name, pdb_not_finite(raw, atom_lines))
     _check_finite(st, name, _pdb_coordinates(text))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featurecache.const import MOL_TYPE_NAMES, MolType
 from featurecache.store.layout import INDEX_DIR, PARTS_DIR
 from featurecache.store.leftovers import leftover_note
 from featurecache.store.versions import (
@@ -295,15 +296,96 @@ def _part_entries(part: Path) -> int:
         return 0
 
 
+#: ``info --json --no-msa``'s count of the polymer chains without an MSA from files
+#: (:func:`chains_without_msa`'s document)
+NO_MSA_KEY = "chains_without_msa"
+#: ``info --json --no-msa``'s listing of those chains, one object per chain (:data:`NO_MSA_COLUMNS`)
+NO_MSA_LIST_KEY = "no_msa_chains"
+#: the columns of ``info --no-msa``'s listing (``--tsv``: its header line; ``--json``: each chain's
+#: keys): ``length`` is the chain's sequence length (its MSA's query), ``msa_depth`` 1 for the
+#: single-sequence MSA, 0 where the index lists no MSA for the chain
+NO_MSA_COLUMNS = ("entry_id", "label_id", "auth_id", "mol_type", "length", "msa_depth")
+_NO_MSA_TYPES = tuple(MOL_TYPE_NAMES[:3])  # protein, rna, dna: the polymer types
+
+
+def chains_without_msa(store: LocalStore) -> tuple[dict[str, Any] | None, pa.Table]:
+    """The polymer chains whose MSA came from no file (``chains.msa_files`` 0: the single-sequence
+    MSA, or none the index lists), as ``info`` shows them (review R40d s51 #3: the build's
+    "polymer chains with an MSA from files 22 of 25" had no way to its 3 chains). Returns
+    ``({"polymer_chains", "chains", "by_mol_type": {"protein", "rna", "dna"}, "entries",
+    "not_stored"}, their rows)``: ``chains`` of ``polymer_chains`` lack one, in ``entries`` entries;
+    ``not_stored`` of them have no MSA in the index at all (``msa_key`` "": a first build not
+    finished, or pruned by ``prune --sources-gone`` until the next build). The rows
+    (:data:`NO_MSA_COLUMNS`, in the chains index's order: by entry, then chain) with ``mol_type``
+    as its name. None and no rows for an index without the MSA columns."""
+    chains = store.chains
+    empty = pa.table({c: pa.array([], pa.int64() if c in ("length", "msa_depth") else pa.string())
+                      for c in NO_MSA_COLUMNS})  # fmt: skip
+    if chains.num_rows and not {"msa_files", "msa_depth", "msa_key", "mol_type"} <= set(chains.column_names):
+        return None, empty
+    if not chains.num_rows:
+        doc = {"polymer_chains": 0, "chains": 0, "by_mol_type": dict.fromkeys(_NO_MSA_TYPES, 0), "entries": 0,
+               "not_stored": 0}  # fmt: skip
+        return doc, empty
+    polymer = pc.fill_null(
+        pc.not_equal(chains.column("mol_type"), pa.scalar(int(MolType.LIGAND), pa.int8())), False
+    )
+    missing = pc.and_(polymer, pc.fill_null(pc.equal(chains.column("msa_files"), 0), True))
+    rows = chains.filter(missing)
+    types = rows.column("mol_type").to_pylist()
+    names = [MOL_TYPE_NAMES[t] for t in types]
+    by_type = Counter(names)
+    listed = pa.table({
+        "entry_id": rows.column("entry_id"),
+        "label_id": rows.column("label_id"),
+        "auth_id": rows.column("auth_id"),
+        "mol_type": pa.array(names, pa.string()),
+        "length": pc.utf8_length(rows.column("sequence")).cast(pa.int64()),
+        "msa_depth": rows.column("msa_depth").cast(pa.int64()),
+    })  # fmt: skip
+    doc = {
+        "polymer_chains": int(pc.sum(polymer.cast(pa.int64())).as_py() or 0),
+        "chains": rows.num_rows,
+        "by_mol_type": {t: by_type.get(t, 0) for t in _NO_MSA_TYPES},
+        "entries": len(pc.unique(rows.column("entry_id"))),
+        "not_stored": int(pc.sum(pc.equal(rows.column("msa_key"), "").cast(pa.int64())).as_py() or 0),
+    }
+    return doc, listed
+
+
+def _no_msa_text(doc: dict[str, Any] | None, listed: bool) -> str:
+    """``info``'s row for :func:`chains_without_msa`'s count: "2 of 4 polymer chains (protein 1,
+    DNA 1) in 2 entries (…--no-msa lists them)"; "0 of 4 polymer chains" when none lacks one."""
+    if doc is None:
+        return "not in the index (an index of an older featurecache: no MSA columns)"
+    text = f"{doc['chains']} of {_plural(doc['polymer_chains'], 'polymer chain', 'polymer chains')}"
+    if not doc["chains"]:
+        return text
+    kinds = ", ".join(f"{t if t == 'protein' else t.upper()} {n}" for t, n in doc["by_mol_type"].items() if n)
+    text += f" ({kinds}) in {_plural(doc['entries'], 'entry', 'entries')}"
+    if doc["not_stored"]:
+        text += (f", {doc['not_stored']} of them with no MSA in the index yet (a first build not finished, or pruned "
+                 "by prune --sources-gone)")  # fmt: skip
+    return f"{text} ({'listed below' if listed else 'featurecache info STORE --no-msa lists them'})"
+
+
 def print_info(
-    path: Path, *, as_json: bool = False, failures: bool = False, warnings: bool = False, tsv: bool = False
+    path: Path,
+    *,
+    as_json: bool = False,
+    failures: bool = False,
+    warnings: bool = False,
+    tsv: bool = False,
+    no_msa: bool = False,
 ) -> list[str]:
     """Print the store's summary, with its failures grouped by stage and error class (the
     :data:`SHOWN_FAILURE_GROUPS` largest groups: count, one example); ``failures``: every failure
     row (path, stage, error, message) instead; ``warnings``: every warning row (entry, stage,
-    message, file; else only their count by stage). Listings are printed :data:`LISTING_BATCH` rows
-    at a time (a table of fixed column widths, so the batches line up); ``tsv``: only the listings
-    asked for, as tab-separated lines (:data:`TSV_COLUMNS`), no summary. Returns
+    message, file; else only their count by stage); ``no_msa``: every polymer chain without an MSA
+    from files (:func:`chains_without_msa`; else only their count). Listings are printed
+    :data:`LISTING_BATCH` rows at a time (a table of fixed column widths, so the batches line up);
+    ``tsv``: only the listings asked for, as tab-separated lines (:data:`TSV_COLUMNS`; ``no_msa``
+    alone: :data:`NO_MSA_COLUMNS`), no summary. Returns
     :func:`index_lag`'s lines, the featurizer versions' (``versions.version_notes``: data of
     another version than this code's, or of several), the MSA stages' (``versions.msa_stage_notes``:
     MSAs merged by an older stage) and what killed commands left (``leftovers.leftover_note``),
@@ -333,7 +415,11 @@ def print_info(
     lag += [leftovers] if leftovers is not None else []
     failure_rows = store.failures
     warning_rows = store.warnings.sort_by([("entry_id", "ascending")]) if warnings else None
+    no_msa_doc, no_msa_rows = chains_without_msa(store)
     if as_json:
+        if no_msa:  # (only then: every key of a plain --json stays as it was, as --failures' and --warnings')
+            info[NO_MSA_KEY] = no_msa_doc
+            info[NO_MSA_LIST_KEY] = no_msa_rows.to_pylist()
         if failures:
             info["failures"] = [{k: r[k] for k in ("path", "entry_id", "stage", "error_class", "message")}
                                 for r in failure_rows.to_pylist()]  # fmt: skip
@@ -342,7 +428,10 @@ def print_info(
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
         return lag
     if tsv:
-        _write_tsv(failure_rows if failures else None, warning_rows)
+        if failures or warnings:
+            _write_tsv(failure_rows if failures else None, warning_rows)
+        else:
+            _write_no_msa_tsv(no_msa_rows)
         return lag
     console = table_console()
     t = Table(title=f"featurecache store {info['path']}", show_header=False)
@@ -382,6 +471,9 @@ def print_info(
     t.add_row("MSA stage of MSAs", ", ".join(f"{n} of {_stage_text(v)}" for v, n in stages.items()) or "none")
     # ...counted apart from the two rows above, so that the MSA rows add up to the msas count
     t.add_row("single-sequence MSAs", str(info[MSA_STAGES_KEY]["msas_single_sequence"]))
+    # ...and the polymer chains that use them (the rest of the build summary's "polymer chains with an
+    # MSA from files"): a label no wider than the others, the table's columns as they were
+    t.add_row("chains without an MSA", _no_msa_text(no_msa_doc, no_msa))
     console.print(t)
     if failure_rows.num_rows and not failures:
         console.print(_failure_groups(failure_rows))
@@ -389,6 +481,13 @@ def print_info(
         _print_listing(console, "failures", FAILURE_COLUMNS, failure_rows)
     if warning_rows is not None and warning_rows.num_rows:
         _print_listing(console, "warnings (the entries are built)", WARNING_COLUMNS, warning_rows)
+    if no_msa and no_msa_rows.num_rows:
+        shown = no_msa_rows.set_column(no_msa_rows.column_names.index("length"), "length",
+                                       no_msa_rows.column("length").cast(pa.string()))  # fmt: skip
+        shown = shown.set_column(shown.column_names.index("msa_depth"), "msa_depth",
+                                 shown.column("msa_depth").cast(pa.string()))  # fmt: skip
+        _print_listing(console, "polymer chains without an MSA from files (msa_depth 1: the single-sequence MSA; "
+                       "0: none in the index)", NO_MSA_COLUMNS, shown, _NO_MSA_RATIOS)  # fmt: skip
     return lag
 
 
@@ -421,6 +520,8 @@ FAILURE_COLUMNS = ("path", "stage", "error_class", "message")
 TSV_COLUMNS = ("record", "entry_id", "path", "stage", "error_class", "message")
 #: each column's share of the listing's width: fixed, so that the batches' tables line up
 _LISTING_RATIOS = {"path": 3, "entry_id": 2, "stage": 1, "error_class": 2, "message": 6}
+#: the same for ``info --no-msa``'s listing: every header unfolded on an 80-column console
+_NO_MSA_RATIOS = {"entry_id": 16, "label_id": 8, "auth_id": 8, "mol_type": 9, "length": 7, "msa_depth": 10}
 
 
 def _failure_groups(failures: pa.Table) -> Any:
@@ -449,8 +550,11 @@ def _failure_groups(failures: pa.Table) -> Any:
     return t
 
 
-def _print_listing(console: Any, title: str, columns: tuple[str, ...], rows: pa.Table) -> None:
-    """``rows`` as tables of :data:`LISTING_BATCH` rows, the title and header on the first only."""
+def _print_listing(
+    console: Any, title: str, columns: tuple[str, ...], rows: pa.Table, ratios: dict[str, int] | None = None
+) -> None:
+    """``rows`` as tables of :data:`LISTING_BATCH` rows, the title and header on the first only;
+    each column's share of the width from ``ratios`` (:data:`_LISTING_RATIOS` when None)."""
     from rich.table import Table
 
     from featurecache.build.summary import printable
@@ -458,7 +562,7 @@ def _print_listing(console: Any, title: str, columns: tuple[str, ...], rows: pa.
     for start in range(0, rows.num_rows, LISTING_BATCH):
         t = Table(title=title if not start else None, show_header=not start, expand=True)
         for col in columns:
-            t.add_column(col, overflow="fold", ratio=_LISTING_RATIOS[col])
+            t.add_column(col, overflow="fold", ratio=(ratios or _LISTING_RATIOS)[col])
         for row in rows.slice(start, LISTING_BATCH).select(list(columns)).to_pylist():
             t.add_row(*(printable(row[c] or "", limit=10_000) for c in columns))
         console.print(t)
@@ -482,6 +586,17 @@ def _write_tsv(failures: pa.Table | None, warnings: pa.Table | None) -> None:
             batch = table.slice(start, LISTING_BATCH).to_pylist()
             out.write("".join("\t".join([record, *(_tsv_field(r.get(c)) for c in TSV_COLUMNS[1:])]) + "\n"
                               for r in batch))  # fmt: skip
+    out.flush()
+
+
+def _write_no_msa_tsv(rows: pa.Table) -> None:
+    """:data:`NO_MSA_COLUMNS` with a header line, then one line per chain of
+    :func:`chains_without_msa` (values escaped as :func:`_write_tsv`'s)."""
+    out = sys.stdout
+    out.write("\t".join(NO_MSA_COLUMNS) + "\n")
+    for start in range(0, rows.num_rows, LISTING_BATCH):
+        batch = rows.slice(start, LISTING_BATCH).to_pylist()
+        out.write("".join("\t".join(_tsv_field(r[c]) for c in NO_MSA_COLUMNS) + "\n" for r in batch))
     out.flush()
 
 

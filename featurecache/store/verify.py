@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from featurecache.const import FEATURIZER_VERSION, decode_res_name
 from featurecache.errors import FeatureCacheError, ServiceError, StoreError, StoreVersionError
+from featurecache.signals import exits_with_parent, interrupts_deferred, stopped_by_sigterm
 from featurecache.store.index import (
     access_problem,
     complete_parts,
@@ -179,8 +180,22 @@ def verify_report(
     index row it left alone has the arrays it had)."""
     from featurecache.build.progress import progress_stages
 
-    with progress_stages(progress) as stage:
+    # SIGTERM (``timeout``, ``kill``): the pool is shut down, then the process ends by the signal
+    with stopped_by_sigterm(lambda: _stopped_line(path), log), progress_stages(progress) as stage:
         return _verify(path, stage, workers, sound)
+
+
+def _stopped_line(path: Path) -> str:
+    """The one line of a verify that SIGTERM stopped."""
+    return f"verify of {path} stopped by SIGTERM before it finished: no report"
+
+
+def _stopped_repair_line(root: Path) -> str:
+    """The one line of a ``verify --repair`` that SIGTERM stopped (what a repair stopped mid-way
+    leaves, the next prune, repair or build deletes: docs/build.md)."""
+    again = f"featurecache verify {shlex.quote(str(root))} --repair"
+    return (f"verify --repair of {root} stopped by SIGTERM before it finished: nothing its index uses was lost; "
+            f"run `{again}` again to finish it")  # fmt: skip
 
 
 def _verify(
@@ -484,20 +499,30 @@ class _Checks:
         self._codes: set[str] | None = None
         self._codes_read = False
         if self._workers > 1 and n_rows:
-            # spawn: zarr's event loop thread does not survive a fork
+            # spawn: zarr's event loop thread does not survive a fork; the workers end when this
+            # process dies (SIGKILL: review R40b s51 #1), started by the thread that runs the checks
             self._pool = ProcessPoolExecutor(
                 max_workers=self._workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(str(store.path),),
+                **exits_with_parent(_init_worker, (str(store.path),)),
             )
 
     def __enter__(self) -> _Checks:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._pool is None:
+            return
+        # dropped (its queues' semaphores are unlinked once it is collected: a process SIGTERM then
+        # ends leaves none for the resource tracker to warn of, review R40b s51 #3), and shut down
+        # whole: a Ctrl-C or SIGTERM meanwhile is raised after it (dropped when one stopped the
+        # checks: that is the news); a second one at once
+        pool, self._pool = self._pool, None
+        try:
+            with interrupts_deferred(drop=exc_type is not None):
+                pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            del pool
 
     def run(self, kind: str, rows: list[Row]) -> Iterator[list[str]]:
         if self._sound is None:
@@ -1273,7 +1298,7 @@ def repair_store(
     from featurecache.store.root import BuildLock
 
     root = Path(path)
-    with BuildLock(root, "verify --repair"):
+    with stopped_by_sigterm(lambda: _stopped_repair_line(root), log), BuildLock(root, "verify --repair"):
         # what a killed prune or repair left (its copy of the index, parts set aside to delete):
         # whoever wrote it is dead while this holds the lock (store.leftovers)
         clean_leftovers(root)

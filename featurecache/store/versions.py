@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurecache.const import FEATURIZER_VERSION
-from featurecache.errors import LoaderError
+from featurecache.errors import LoaderError, StoreError
 from featurecache.store.layout import PART_DONE_FILE, PART_INDEX_DIR, PARTS_DIR
 
 if TYPE_CHECKING:
@@ -312,7 +312,10 @@ def version_notes(
     if others:
         dirs = sorted({d for v in others for d in (doc.get("entry_source_dirs") or {}).get(v, [])})
         what = f"rebuild those of {', '.join(others)}"
-        if dirs:
+        recorded = _recorded_rebuild(where, dirs)
+        if recorded:
+            fix = f": {what} with {recorded}"
+        elif dirs:
             out = where if "://" not in where else "STORE"
             builds = " and ".join(
                 f"`featurecache build --pdb-dir {shlex.quote(d)} --out {shlex.quote(out)}`" for d in dirs
@@ -330,6 +333,31 @@ def version_notes(
                 f"names those it could not verify; its build refuses to rebuild them as featurizer {this_code} "
                 "without --allow-downgrade)")  # fmt: skip
     return [head + fix, *unreadable]
+
+
+def _recorded_rebuild(where: str, dirs: list[str]) -> str:
+    """The build(s) that rebuild a local store's (``where``) data of an older featurizer, with
+    the options it records, as ``verify --repair`` prints them (``verify.rebuild_command``): one
+    per ``--pdb-dir`` of ``dirs`` (none: the store's latest structure part's), ``--msa-dir`` the
+    latest MSA part's that records one (a build without it rebuilds no MSA from files: review R41d
+    s51 #1), ``--ccd`` and the other options the store records, and what it cannot tell; "" for a
+    service's URL, a path that is not a store, or a store whose builds recorded no inputs (made
+    before builds recorded them: its ``--ccd`` would be a guess)."""
+    if "://" in where or not (Path(where) / "zarr.json").is_file():
+        return ""
+    from featurecache.store.info import recorded_build_inputs
+    from featurecache.store.verify import Damaged, rebuild_command, rebuild_note  # verify imports this
+
+    try:
+        attrs = json.loads((Path(where) / "zarr.json").read_text()).get("attributes")
+        if not recorded_build_inputs(attrs if isinstance(attrs, dict) else {})["recorded"]:
+            return ""
+        wanted = [[Damaged("entry", "", "", "", "", d, None, "", pdb_dir=d)] for d in dirs] or [[]]
+        builds = " and ".join(f"`{rebuild_command(Path(where), damaged)}`" for damaged in wanted)
+        note = rebuild_note(Path(where), wanted[0])
+    except (OSError, ValueError, StoreError):
+        return ""
+    return builds + (f" ({note})" if note else "")
 
 
 def _unreadable_note(doc: dict[str, Any] | None, where: str) -> list[str]:

@@ -17,8 +17,21 @@ Rules:
 - selenomethionine (MSE) is methionine (MET), as AF3 converts it (supplement §2.1): the residue is
   renamed, its SE atom becomes SD with element S, everything else about its atoms is kept;
 - arginine NH1/NH2 naming is made unambiguous (supplement §2.1): when both are present and NH1 is
-  farther from CD than NH2, the two atoms' data (coordinates, occupancy, B-factor, charge) swap,
-  so NH1 is always the one closer to CD;
+  farther from CD than NH2, the two atoms' data (coordinates, occupancy, B-factor, the charge the
+  file states) swap, so NH1 is always the one closer to CD;
+- an atom's formal charge (``types.Atom.charge``) is decided per residue (a standard residue, or
+  one per-atom residue / ligand instance): where the file states a charge for any of the residue's
+  atoms (non-zero, or an explicit 0: gemmi's 0 with the parser's
+  ``parse.atom_site.STATED_ZERO_CHARGE`` flag), every atom of it has the file's charge, 0 where it
+  states none and for an atom the file lacks (review R41a s51 #1: most writers, gemmi's among them,
+  write a charge only on the charged atom, so an ARG with NH2 +1 or a HIS with NE2 +1 is that
+  residue's whole charge; per atom, its blank NH1 / ND1 took the CCD's +1 too); only a residue whose
+  file states none (mmCIF ``?`` / ``.`` or no column, PDB columns 79-80 blank: most wwPDB files)
+  takes its definition's charges (a standard residue's packaged CCD definition; a per-atom
+  residue's ``component_atoms`` definition where its tokens are laid out from it), resolved atoms
+  and the ones the file lacks alike (LYS NZ +1 resolved or not, 1GBT's Ca²⁺ +2; review R40a s51
+  #1); a residue whose tokens are the file's atoms (no definition, or another naming of it) keeps
+  the file's charges, 0 where it states none;
 - a standard amino acid / nucleotide (and ``UNK``) is one token, with the full CCD heavy-atom set
   and ``is_present = False`` for atoms missing from the file; leaving atoms as AF3's
   ``get_link_drop_atoms`` (``_leaving_atoms``, the same rule as per-atom residues below): OXT
@@ -83,6 +96,7 @@ from featurecache.const import (
 )
 from featurecache.errors import EmptyStructureError, TokenizeError
 from featurecache.featurize.seqhash import sequence_hash
+from featurecache.parse.atom_site import STATED_ZERO_CHARGE
 from featurecache.text import first_named
 from featurecache.types import Atom, Chain, Token
 
@@ -122,7 +136,10 @@ class _AtomRec:
     element: int
     coords: tuple[float, float, float]
     present: bool
-    charge: int
+    #: the charge the file states; None where it states none or lacks the atom (0 where the file
+    #: states a charge for another atom of the residue, else the residue's ``charges``; decided at
+    #: assembly, :func:`_residue_charges`)
+    charge: int | None
     occupancy: float
     b_factor: float
 
@@ -140,6 +157,11 @@ class _Residue:
     #: per-atom residue laid out from its component definition (every CCD heavy atom but the
     #: leaving ones), not from the file's atoms
     from_definition: bool = False
+    #: atom name -> formal charge of the definition the residue's atoms follow (standard residue:
+    #: the packaged CCD one; per-atom: the ``component_atoms`` one when ``from_definition``), for
+    #: atoms whose ``charge`` is None in a residue whose file states no charge at all; empty for a
+    #: residue of the file's atoms (those get 0)
+    charges: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -791,15 +813,18 @@ def _element_number(atom: gemmi.Atom, res_name: str) -> int:
 
 
 def _atom_rec(a: gemmi.Atom, res_name: str) -> _AtomRec:
-    return _AtomRec(a.name, _element_number(a, res_name), (a.pos.x, a.pos.y, a.pos.z), True, int(a.charge),
+    """An atom of the file; its charge None where the file states none: gemmi's 0 that the parser did
+    not flag as stated (``parse.atom_site.STATED_ZERO_CHARGE``)."""
+    charge = int(a.charge) if a.charge != 0 or a.flag == STATED_ZERO_CHARGE else None
+    return _AtomRec(a.name, _element_number(a, res_name), (a.pos.x, a.pos.y, a.pos.z), True, charge,
                     float(a.occ), float(a.b_iso))  # fmt: skip
 
 
-def _absent(name: str, element: str, charge: int = 0) -> _AtomRec:
-    """An atom the file does not have: no coordinates, occupancy or B-factor; element and charge
-    from the definition."""
+def _absent(name: str, element: str) -> _AtomRec:
+    """An atom the file does not have: no coordinates, occupancy or B-factor; element from the
+    definition; charge None (as for an atom whose file states none: :func:`_residue_charges`)."""
     return _AtomRec(
-        name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, charge, 0.0, 0.0
+        name, int(gemmi.Element(element.capitalize()).atomic_number), (0.0, 0.0, 0.0), False, None, 0.0, 0.0
     )
 
 
@@ -821,20 +846,20 @@ def _polymer_residue(
         mol_type = _residue_kind(name) or chain_type
         by_name = {a.name: a for a in selected}
         drop = _leaving_atoms(chain_type, ends, set(by_name))
-        charges = standard_heavy_atom_charges(name)
         atoms = []
         for atom_name, element in standard_heavy_atoms(name, leaving=True):
             if atom_name in drop:
                 continue
             a = by_name.get(atom_name)
-            # an atom the file lacks takes the definition's charge (ARG NH2 +1), as per-atom ones
-            atoms.append(
-                _atom_rec(a, name) if a is not None else _absent(atom_name, element, charges[atom_name])
-            )
+            atoms.append(_atom_rec(a, name) if a is not None else _absent(atom_name, element))
         if name == "ARG":
             _fix_arginine(atoms)
         restype = RESTYPE_INDEX[name]
-        return _Residue(name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth)
+        # where the file states no charge for the residue: the definition's (ARG NH2 +1)
+        charges = standard_heavy_atom_charges(name)
+        return _Residue(
+            name, atoms, True, mol_type, restype, _letter(name, mol_type), pos, auth, charges=charges
+        )
     # modified / non-standard polymer residue: one token per heavy atom
     restype, letter = _parent_type(name, chain_type)
     defined = ctx.component_atoms(name) if ctx.component_atoms is not None else None
@@ -853,7 +878,8 @@ def _polymer_residue(
             flat = [_absent(centre, "C")]
             ctx.warnings.append(f"unresolved non-standard residue {name} at position {pos} has no component "
                                 f"definition; kept as one unresolved token")  # fmt: skip
-    return _Residue(name, flat, False, chain_type, restype, letter, pos, auth, from_definition)
+    charges = _definition_charges(defined) if from_definition and defined is not None else {}
+    return _Residue(name, flat, False, chain_type, restype, letter, pos, auth, from_definition, charges)
 
 
 def _leaving_atoms(chain_type: MolType, ends: tuple[bool, bool], file_names: set[str]) -> set[str]:
@@ -899,10 +925,30 @@ def _ccd_atoms(
                         f"tokens from the file's atoms, as written")  # fmt: skip
         return None
     return [
-        _atom_rec(by_name[n], name) if n in by_name else _absent(n, el, charge)
-        for n, el, charge in defined.atoms
+        _atom_rec(by_name[n], name) if n in by_name else _absent(n, el)
+        for n, el, _ in defined.atoms
         if n not in drop
     ]
+
+
+def _definition_charges(defined: ComponentAtomSet) -> dict[str, int]:
+    """Atom name -> formal charge of a component definition's heavy atoms."""
+    return {n: charge for n, _, charge in defined.atoms}
+
+
+def _residue_charges(res: _Residue) -> list[int]:
+    """The formal charge of each atom of ``res``, decided per residue (module doc): where the file
+    states a charge for any of its atoms, the file's (0 where it states none or lacks the atom);
+    else the definition's (``res.charges``), 0 for a name it does not charge.
+
+    Per residue, not per atom (review R41a s51 #1): a file that writes only its non-zero charges
+    (gemmi's writers, most tools) puts a residue's charge on one atom and leaves the others blank,
+    and that atom need not be the one the CCD charges (HIS NE2 +1 where the CCD has ND1 +1; an
+    ARG whose NH2 +1 the arginine swap moved to NH1). Taking the blanks as unstated gave those
+    residues +2. The swap only exchanges two atoms' records, so it cannot change this decision."""
+    if any(a.charge is not None for a in res.atoms):
+        return [a.charge if a.charge is not None else 0 for a in res.atoms]
+    return [res.charges.get(a.name, 0) for a in res.atoms]
 
 
 def _fix_arginine(atoms: list[_AtomRec]) -> bool:
@@ -969,7 +1015,9 @@ def _ligand_residue(res: gemmi.Residue, index: int, auth_id: str, ctx: _Context)
     from_definition = atoms is not None
     if atoms is None:
         atoms = [_atom_rec(a, res.name) for a in selected]
-    return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth, from_definition)
+    charges = _definition_charges(defined) if from_definition and defined is not None else {}
+    return _Residue(res.name, atoms, False, MolType.LIGAND, UNK_PROTEIN, "", index, auth, from_definition,
+                    charges)  # fmt: skip
 
 
 def residues_without_definition(tokens: np.ndarray, component_atoms: ComponentAtoms) -> dict[str, int]:
@@ -1050,11 +1098,12 @@ def _assemble(chains: list[_Chain], warnings: list[str]) -> Tokenized:
         for res in ch.residues:
             res_code = encode_res_name(res.name)
             first_atom = ai
+            # the file's charges where it states any for the residue, else the definition's (module doc)
+            a_charge.extend(_residue_charges(res))
             for a in res.atoms:
                 a_coords.append(a.coords)
                 a_present.append(a.present)
                 a_element.append(a.element)
-                a_charge.append(a.charge)
                 code = name_codes.get(a.name)
                 if code is None:
                     code = name_codes[a.name] = encode_atom_name(a.name)

@@ -11,6 +11,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,17 @@ GRACEFUL_SHUTDOWN_S = 8
 #: writes why, in a file named by its pid, for ``serve`` to name the reason when it stops
 WORKER_FAILURES_ENV = "_FEATURECACHE_WORKER_FAILURES"
 
+#: the pid of the ``serve`` process whose workers these are (set by ``run_server`` for several
+#: workers): a worker ends when that process dies, even by SIGKILL (:func:`_end_with_serve`)
+SERVE_PID_ENV = "_FEATURECACHE_SERVE_PID"
+
+#: the file that a running ``serve`` holds locked (``flock``) in each temporary directory it made:
+#: a directory whose lock can be taken was left by a serve that was killed (:func:`_remove_stale_dirs`)
+OWNER_LOCK = ".serve.lock"
+
+#: the prefixes of the temporary directories that ``serve --workers N`` makes (metrics, failures)
+_DIR_PREFIXES = ("featurecache-metrics-", "featurecache-workers-")
+
 #: why this process's app could not start (set by :func:`worker_app`), None while it could
 _startup_failure: str | None = None
 
@@ -57,6 +69,7 @@ def worker_app() -> Any:
     ``run_server`` fails naming the reason instead of ending 0 (s24 closing note)."""
     from uvicorn.config import STARTUP_FAILURE
 
+    _end_with_serve()
     try:
         from services.lookup.main import create_app
 
@@ -80,6 +93,38 @@ def worker_app() -> Any:
 
     app.router.lifespan_context = lifespan
     return app
+
+
+def _end_with_serve() -> None:
+    """In a worker of ``serve --workers N``: end when serve's process dies, however it dies.
+
+    uvicorn's supervisor stops its workers on SIGINT and SIGTERM, but nothing stopped them when serve
+    was killed (SIGKILL, the OOM killer): they ran on, orphaned, answering on the port, and a restarted
+    serve could not bind it (review R40b s51 #2). On Linux the kernel sends this worker SIGTERM when
+    the thread that started it ends (``PR_SET_PDEATHSIG``): the supervisor's, serve's main thread
+    (uvicorn installs its signal handlers there; it also starts the worker that replaces one that
+    died), which ends only with the process. SIGTERM is uvicorn's graceful stop (requests in flight
+    finish, the store is closed), as when the supervisor stops its workers itself. Elsewhere a daemon
+    thread looks at the parent pid every second. A serve already gone when this runs ends the worker
+    at once. Not in serve's own process (one worker, or a caller of ``run_server``)."""
+    expected = os.environ.get(SERVE_PID_ENV, "")
+    if not expected.isdigit() or int(expected) == os.getpid():
+        return
+    serve_pid = int(expected)
+    from featurecache.signals import parent_death_signal
+
+    if not parent_death_signal(signal.SIGTERM):
+        threading.Thread(target=_watch_parent, args=(serve_pid,), name="serve-watch", daemon=True).start()
+    if os.getppid() != serve_pid:  # died before the above took effect (or this is not its worker)
+        log.warning("server process [%d]: serve's process [%d] is gone; stopping", os.getpid(), serve_pid)
+        sys.exit(1)
+
+
+def _watch_parent(serve_pid: int) -> None:  # pragma: no cover - Linux uses PR_SET_PDEATHSIG
+    """Send this process SIGTERM (uvicorn's graceful stop) once its parent is no longer ``serve_pid``."""
+    while os.getppid() == serve_pid:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _record_startup_failure(exc: BaseException) -> None:
@@ -107,6 +152,8 @@ def run_server(
     3) instead of serving 503s. Once serving, each worker follows the store as it is rebuilt or
     extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
     through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``: it must be writable).
+    Each worker ends when serve's process does, killed too (SIGKILL, the OOM killer); the next
+    ``serve --workers N`` removes the temporary directories that a killed one left.
 
     While it runs, the ``featurecache``, ``services`` and ``uvicorn`` loggers log on uvicorn's handler
     (stderr), and the settings above are in ``os.environ``. When it returns or raises, both are as
@@ -175,21 +222,27 @@ def _serve(
     opened.close()
     environ["FEATURECACHE_STORE_PATH"] = str(path)
     environ[SERVE_HOST_ENV] = host  # a Host the data routes answer without a token (services.lookup.hosts)
+    if workers > 1:
+        environ[SERVE_PID_ENV] = str(os.getpid())  # each worker ends when this process dies
+        _remove_stale_dirs()  # those a killed serve left
     multiproc_dir = None
+    locks: list[int] = []  # held while serving: these directories are this serve's
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:
-            multiproc_dir = tempfile.mkdtemp(prefix="featurecache-metrics-")
+            multiproc_dir = tempfile.mkdtemp(prefix=_DIR_PREFIXES[0])
         except OSError as exc:
             raise FeatureCacheError(
                 f"--workers {workers} needs a writable temporary directory for the workers' shared "
                 f"metrics ({exc}); in a read-only container give it one: --tmpfs /tmp"
             ) from exc
+        locks += _lock_dir(multiproc_dir)
         environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     failures_dir = None
     if workers > 1:  # where a worker that cannot start says why (without it: "its error is logged")
         with contextlib.suppress(OSError):
-            failures_dir = tempfile.mkdtemp(prefix="featurecache-workers-")
+            failures_dir = tempfile.mkdtemp(prefix=_DIR_PREFIXES[1])
             environ[WORKER_FAILURES_ENV] = failures_dir
+            locks += _lock_dir(failures_dir)
     # once every check that can stop serve has passed (review R26d s44 #9: it came before the
     # temporary directory's, and gave an unfinished first build's count as the store's)
     state = "" if finished else ", its first build not finished: 503 until that build ends"
@@ -212,7 +265,69 @@ def _serve(
         for made in (multiproc_dir, failures_dir):
             if made is not None:
                 shutil.rmtree(made, ignore_errors=True)
+        for fd in locks:
+            os.close(fd)
     return stopped_by
+
+
+def _lock_dir(path: str) -> list[int]:
+    """Mark ``path`` (a temporary directory just made) as this serve's while it runs: its
+    :data:`OWNER_LOCK` file, locked (``flock``) through the descriptor returned (a list of it; empty
+    where the file cannot be made or locked: the directory is then never taken for a killed serve's).
+    The kernel lets the lock go when the process ends, however it ends. The file is locked before
+    it takes its name, so another serve never finds it unlocked while its serve runs."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Windows
+        return []
+    pending = os.path.join(path, OWNER_LOCK + ".new")
+    try:
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(pending, os.path.join(path, OWNER_LOCK))
+    except OSError:
+        os.close(fd)
+        return []
+    return [fd]
+
+
+def _remove_stale_dirs() -> None:
+    """Remove the temporary directories (metrics, start-up failures) that a ``serve --workers N``
+    killed by SIGKILL (the OOM killer) could not remove (review R40b s51 #2): those in the temporary
+    directory, this user's, whose :data:`OWNER_LOCK` is not held. The lock is held by a running serve
+    wherever it runs (another container sharing the directory too); a directory without the file (an
+    older featurecache's) is left alone."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Windows
+        return
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_DIR_PREFIXES)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fd = os.open(os.path.join(path, OWNER_LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its serve runs
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            log.debug("removed %s, left by a serve that was killed", path)
+        finally:
+            os.close(fd)
 
 
 #: file descriptors a server process needs besides its connections (the store's files, logs, pipes)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import numpy as np
 import pytest
 
 import featurecache
+from featurecache.const import FEATURIZER_VERSION
 from tests.conftest import REPO, build_store, featurecache_at
 
 SAMPLES = REPO / "samples"
@@ -202,6 +204,13 @@ def test_a_store_of_the_code_before_is_kept_until_its_ccd_changes(
     tmp_path: Path, sample_build: tuple[Path, dict[str, dict[str, str]]]
 ) -> None:
     old = featurecache_at(BEFORE_RECORD, tmp_path / "old")
+    # the code before the record, under this code's featurizer version: a version bump since then
+    # (0.10.0 -> 0.11.0, review R40a s51 #1) rebuilds every entry whatever its key, and the upgrade of
+    # keys is what is tested here
+    const = old / "featurecache" / "const.py"
+    assert const.read_text().count('FEATURIZER_VERSION = "') == 1
+    const.write_text(re.sub(r'FEATURIZER_VERSION = "[^"]*"', f'FEATURIZER_VERSION = "{FEATURIZER_VERSION}"',
+                            const.read_text()))  # fmt: skip
     pdb, ccd = _inputs(tmp_path)
     store = tmp_path / "store"
     _old_build(old, pdb, ccd, store)

@@ -55,5 +55,9 @@ def test_a_build_without_msa_dir_says_which_chains_get_the_single_sequence(
     assert summary.stages["msa"]["MSAs written (from files / single sequence)"] == "0 / 0"
     assert summary.stages["msa"]["polymer chains with an MSA from files"] == "3 of 4"
     (line,) = _lines(caplog)
+    # (and that those are kept as they are, naming their --msa-dir: review R41d s51 #1)
+    of = SAMPLES.resolve() / "msas" / "openfold"
     assert line == ("no msa_dir (--msa-dir): 1 polymer chain (1 entry) gets the single-sequence MSA (the query row only); "
-                    "3 others keep the MSA an earlier build stored from files; pass msa_dir (--msa-dir)"), line  # fmt: skip
+                    f"3 others keep the MSA an earlier build stored from files of --msa-dir {of} as it is, not read "
+                    "again (a change to the files, or to how this featurecache reads them, is not applied); pass "
+                    f"msa_dir (--msa-dir {of}) to read the files again"), line  # fmt: skip

@@ -136,3 +136,33 @@ def test_unread_objects_under_msa_dir_are_failures_of_stage_msa(tmp_path: Path) 
     (msa / "pipe.a3m").unlink()
     r = _build(pdb, out, msa)  # the FIFO gone and the directory readable: their failures are withdrawn
     assert set(_failures(out)) == {"dangle.a3m", "l1.a3m", "l2.a3m"}
+
+
+def test_msa_under_a_searchable_but_unlistable_directory_is_not_sources_gone(tmp_path: Path) -> None:
+    """Review R40c s51 #3: a directory under ``--msa-dir`` set to ``chmod 0o111`` can be searched but
+    not listed. Its files are there (``discover.present`` is True), but this build could not list
+    them: the stored MSA is kept and not reported as "sources gone", because a file lies under a
+    directory that is a failure row (``under_unlisted``). ``chmod 0``, as in the test above, also
+    makes the file impossible to check, which keeps the MSA by another rule."""
+    _no_dac()
+    pdb, msa, out = _q2k_inputs(tmp_path)
+    os.renames(msa / "2q2k_A", msa / "sub" / "2q2k_A")
+    r = _build(pdb, out, msa)
+    assert r.returncode == 0, r.stderr[-2000:]
+    msas = sorted(open_store(out).msas.select(["key", "sources"]).to_pylist(), key=lambda m: m["key"])
+    assert ["sub/2q2k_A/mgnify_hits.sto"] in [m["sources"] for m in msas], msas
+    (msa / "sub").chmod(0o111)
+    try:
+        r = _build(pdb, out, msa)
+        assert r.returncode == 1, r.stderr[-2000:]  # the directory is a failure
+        fails = _failures(out)
+        assert set(fails) == {"sub/"}, fails
+        assert fails["sub/"]["stage"] == "msa"
+        assert "cannot list the directory sub/" in fails["sub/"]["message"]
+        out_err = r.stdout + r.stderr
+        assert "source files are gone" not in out_err, out_err[-3000:]  # neither the warning
+        assert "sources gone" not in r.stdout, r.stdout[-3000:]  # nor the summary's row
+        kept = open_store(out).msas.select(["key", "sources"]).to_pylist()
+        assert sorted(kept, key=lambda m: m["key"]) == msas  # the MSA from files is kept
+    finally:
+        (msa / "sub").chmod(0o755)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from featurecache.build.discover import is_store_root, walk_inputs
 from featurecache.errors import StoreError
 from featurecache.store.reader import open_store
-from featurecache.store.root import check_store_dir
+from featurecache.store.root import check_store_dir, init_store
 from tests.conftest import SAMPLES, build_store
 
 
@@ -67,3 +68,44 @@ def test_out_refusal_keeps_its_test(tmp_path: Path) -> None:
     _group(tmp_path / "b", {"tool": "mytool"})
     with pytest.raises(StoreError, match="is a zarr group but not a featurecache store"):
         check_store_dir(tmp_path / "b")
+
+
+_MISSING = object()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("schema_version", _MISSING),
+        ("schema_version", "3"),
+        ("schema_version", 3.0),
+        ("format_version", _MISSING),
+        ("format_version", "2"),
+        ("featurizer_version", _MISSING),
+        ("featurizer_version", 7),
+    ],
+    ids=lambda v: "missing" if v is _MISSING else repr(v),
+)
+def test_each_root_attribute_is_needed_to_be_a_store(tmp_path: Path, key: str, value: object) -> None:
+    """Review R40c s51 #6: a store's layout (``index/``, ``parts/``, the root group written by
+    ``init_store``) with one of the three attributes missing or of another type is no store: its
+    directory's files are inputs. The same layout with the attributes as written is one (left out)."""
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    (pdb / "top.cif").write_text("x\n")
+    root = pdb / "other"
+    init_store(root, {})
+    (root / "a.cif").write_text("x\n")
+    assert is_store_root(root)
+    assert sorted(p.relative_to(pdb).as_posix() for p in walk_inputs(pdb, warn=False)) == ["top.cif"]
+
+    doc = json.loads((root / "zarr.json").read_text())
+    assert type(doc["attributes"][key]) is not type(value)
+    if value is _MISSING:
+        del doc["attributes"][key]
+    else:
+        doc["attributes"][key] = value
+    (root / "zarr.json").write_text(json.dumps(doc))
+    assert not is_store_root(root)
+    walked = sorted(p.relative_to(pdb).as_posix() for p in walk_inputs(pdb, warn=False))
+    assert walked == ["other/a.cif", "other/parts/zarr.json", "other/zarr.json", "top.cif"], walked

@@ -54,3 +54,25 @@ def test_a_closed_stdout_leaves_the_build_exit_status(tmp_path: Path) -> None:
     assert p.returncode == 0, err.decode()[-3000:]
     assert b"Traceback" not in err and b"Exception ignored" not in err, err.decode()[-3000:]
     assert (store / "index" / "entries.arrow").is_file()
+
+
+def test_the_failures_tables_more_row_is_ascii(tmp_path: Path) -> None:
+    """Review R40c s51 #9: past the failures shown, the summary's table ends in a row "... N more"
+    (5203d14): on an ASCII stdout its first cell is three dots, not "…" escaped as ``\\u2026``."""
+    from featurecache.build.summary import SHOWN_FAILURES
+
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
+    for i in range(SHOWN_FAILURES + 2):
+        (pdb / f"bad{i:03d}.cif").write_text("garbage\n")
+    r = _cli("build", "--pdb-dir", str(pdb), "--out", str(tmp_path / "s"), "--workers", "1", "--no-progress",
+             env={**ASCII, "COLUMNS": "200"})  # fmt: skip
+    assert r.returncode == 1, r.stderr.decode()[-3000:]
+    assert b"Traceback" not in r.stderr
+    assert r.stdout.isascii()
+    out = r.stdout.decode()
+    more = [line for line in out.splitlines() if "2 more: featurecache info STORE --failures" in line]
+    assert len(more) == 1, out[-3000:]
+    assert more[0].split("|")[1].strip() == "...", more
+    assert "\\u2026" not in out, out[-3000:]

@@ -326,6 +326,11 @@ def test_a_0_6_0_store_reads_as_before(
             a, b = getattr(got, group), getattr(want, group)
             assert a.keys() == b.keys(), (eid, group)
             for f in a:
+                if (group, f) == ("atoms", "charge"):
+                    # featurizer 0.11.0 (review R40a/R41a s51): a resolved atom whose file states no charge
+                    # in its residue takes the definition's, as an absent one did; 0.6.0 stored 0 there
+                    assert a[f].dtype == b[f].dtype and ((a[f] == b[f]) | (a[f] == 0)).all(), (eid, group, f)
+                    continue
                 assert a[f].dtype == b[f].dtype and a[f].tobytes() == b[f].tobytes(), (eid, group, f)
         assert old.entry(eid, ["tokens/centre_coords"]).tokens["centre_coords"].tobytes() == (
             want.tokens["centre_coords"].tobytes()

@@ -68,7 +68,11 @@ def test_info_and_verify_name_the_versions(version_stores: Stores) -> None:
     warned = [line for line in text.stderr.splitlines() if "featurizer" in line]
     assert len(warned) == 1, text.stderr
     assert warned[0].startswith(f"warning: {version_stores.mixed} mixes featurizer versions"), warned
-    assert f"--pdb-dir {version_stores.a} --out {version_stores.mixed}`" in warned[0]
+    # the build with the options the store records: 102m's MSA is of --msa-dir msa (review R41d s51 #1)
+    assert (
+        f"--pdb-dir {version_stores.a} --msa-dir {version_stores.msa} --out {version_stores.mixed}`"
+        in warned[0]
+    )
 
     report = verify_report(version_stores.mixed)  # `verify` prints its notes as "note: ..." on stderr, exit 0
     assert report.problems == []
