@@ -15,6 +15,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -112,18 +115,29 @@ def _write_files(
     summary: dict[str, Any],
     page: str,
 ) -> Path:
+    """Every file is written into a hidden directory in ``out`` first and renamed into place once
+    all are written: a report that fails part way (a full disk) leaves ``out`` as it was — no
+    zero-length PNG, no old report mixed with truncated files (review R42b s52 #7)."""
     from featurecache.report.plots import render
 
     out.mkdir(parents=True, exist_ok=True)
-    for panel in panels:
-        render(panel, out)
-        _write_csv(out / f"{panel.name}.csv", panel.columns)
-    _write_csv(out / "entries.csv", per_entry, _INPUT_TEXT_COLUMNS)
-    fail_cols = ["path", "entry_id", "stage", "error_class", "message"]
-    _write_csv(
-        out / "failures.csv", {c: [f.get(c, "") for f in failures] for c in fail_cols}, _INPUT_TEXT_COLUMNS
-    )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+    tmp = Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=out))
+    try:
+        for panel in panels:
+            render(panel, tmp)
+            _write_csv(tmp / f"{panel.name}.csv", panel.columns)
+        _write_csv(tmp / "entries.csv", per_entry, _INPUT_TEXT_COLUMNS)
+        fail_cols = ["path", "entry_id", "stage", "error_class", "message"]
+        _write_csv(
+            tmp / "failures.csv",
+            {c: [f.get(c, "") for f in failures] for c in fail_cols},
+            _INPUT_TEXT_COLUMNS,
+        )
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (tmp / "index.html").write_text(page, encoding="utf-8")
+        # index.html last: a page never links files older than itself
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == "index.html"):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out / "index.html"
