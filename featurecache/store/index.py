@@ -1010,7 +1010,13 @@ def _published_now(root: Path, names: Sequence[str], finished: bool, publish: bo
     """The structure parts published from this rebuild on (:data:`PUBLISHED_FILE`, brought up to
     date: every one with ``publish``, or when a finished store has no record yet; names of parts
     that are gone dropped, so that a part written again under a gone part's name is not taken as
-    published); None: none is held back (no record, or a first build that has not finished)."""
+    published); None: none is held back (no record, or a first build that has not finished).
+
+    Written before the index files, on purpose: with ``publish``, an index written first that
+    published the parts, and a process killed before the record, would have the next rebuild hold
+    them back again (entries served, then gone); the record first only publishes them at the next
+    rebuild, as this one meant to. A prune or ``verify --repair`` whose index write fails after it
+    puts the record back with the index (``prune.save_index``: review R42b s52 #4)."""
     if not finished:
         return None
     structure = {n for n in names if n.startswith(STRUCTURE_PART_PREFIX)}

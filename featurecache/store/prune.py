@@ -60,6 +60,9 @@ import pyarrow.ipc as ipc
 
 from featurecache.errors import StoreError, UsageError
 from featurecache.store.index import (
+    PART_ROWS_DIR,
+    PART_ROWS_MANIFEST,
+    PUBLISHED_FILE,
     REMOVED,
     REMOVED_SCHEMA,
     complete_parts,
@@ -404,14 +407,34 @@ def _write_error(root: Path, exc: OSError, what: str) -> StoreError:
     return StoreError(f"{store_write_error(exc, root)}; {what}")
 
 
+def _saved_names(root: Path) -> list[str]:
+    """What :func:`save_index` keeps of ``STORE/index/`` (paths relative to it): the index files
+    (``<table>.arrow``: its files that are not hidden), the published record
+    (:data:`~featurecache.store.index.PUBLISHED_FILE`) and the kept part rows with their manifest
+    (``.part-rows/<file>``): the rebuild of a prune or repair rewrites all three (the record first:
+    ``index._published_now``), and a failed one must leave them as they were (review R42b s52 #4: a
+    failed prune rewrote the record, and later prunes held back the parts it had meant to remove).
+    Temp files (``.<name>.<pid>.tmp``) are not kept."""
+    index = Path(root) / INDEX_DIR
+    out = []
+    for where, prefix in ((index, ""), (index / PART_ROWS_DIR, f"{PART_ROWS_DIR}/")):
+        with contextlib.suppress(OSError), os.scandir(where) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    keep = not e.name.startswith(".") or (not prefix and e.name == PUBLISHED_FILE)
+                    if keep and e.is_file(follow_symlinks=False):
+                        out.append(prefix + e.name)
+    return sorted(out)
+
+
 def _index_files(root: Path) -> dict[str, tuple[int, int]]:
-    """``STORE/index/``'s files: name → (bytes, mtime_ns); what tells whether a rebuild wrote any."""
+    """:func:`_saved_names`' files: name → (bytes, mtime_ns); what tells whether a rebuild wrote any."""
     out = {}
-    with contextlib.suppress(OSError):
-        for f in (Path(root) / INDEX_DIR).iterdir():
-            with contextlib.suppress(OSError):
-                st = f.stat()
-                out[f.name] = (st.st_size, st.st_mtime_ns)
+    index = Path(root) / INDEX_DIR
+    for name in _saved_names(root):
+        with contextlib.suppress(OSError):
+            st = (index / name).stat()
+            out[name] = (st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -427,18 +450,19 @@ class SavedIndex:
 
 
 def save_index(root: Path) -> SavedIndex:
-    """Keep the index's files aside before a change; StoreError (nothing changed) if it cannot."""
+    """Keep the index's files aside before a change (:func:`_saved_names`: the index files, the
+    published record, the kept part rows); StoreError (nothing changed) if it cannot."""
     root = Path(root)
     index = root / INDEX_DIR
     where = root / f"{SAVED_INDEX_PREFIX}{uuid.uuid4().hex[:8]}"
     try:
         where.mkdir()
-        for f in sorted(index.iterdir()) if index.is_dir() else []:
-            if f.is_file() and not f.name.startswith("."):
-                try:
-                    os.link(f, where / f.name)
-                except OSError:
-                    shutil.copy2(f, where / f.name)
+        for name in _saved_names(root):
+            (where / name).parent.mkdir(exist_ok=True)
+            try:
+                os.link(index / name, where / name)
+            except OSError:
+                shutil.copy2(index / name, where / name)
     except OSError as exc:
         shutil.rmtree(where, ignore_errors=True)
         raise _write_error(root, exc, "nothing changed") from exc
@@ -449,6 +473,14 @@ def drop_saved_index(saved: SavedIndex) -> None:
     shutil.rmtree(saved.where, ignore_errors=True)
 
 
+def _restore_order(name: str) -> tuple[bool, bool, str]:
+    """The order :func:`restore_index` puts files back in: the kept part rows first (their manifest
+    last: it vouches for them), then the record and the index files, ``entries.arrow`` last (as a
+    rebuild renames them: a reader meanwhile finds two generations and reads again)."""
+    return (not name.startswith(f"{PART_ROWS_DIR}/"), name in (f"{PART_ROWS_DIR}/{PART_ROWS_MANIFEST}",
+            "entries.arrow"), name)  # fmt: skip
+
+
 def restore_index(saved: SavedIndex) -> bool:
     """After a failed write: put the index's files back exactly as they were (a file written since
     is removed). False (and an ERROR naming where the saved files are) if that fails too."""
@@ -457,11 +489,12 @@ def restore_index(saved: SavedIndex) -> bool:
         drop_saved_index(saved)
         return True
     try:
-        names = {f.name for f in saved.where.iterdir()}
-        for f in index.iterdir():
-            if f.is_file() and not f.name.startswith(".") and f.name not in names:
-                f.unlink()
-        for name in sorted(names):
+        names = set(saved.stat)
+        for name in _saved_names(root):
+            if name not in names:
+                (index / name).unlink()
+        for name in sorted(names, key=_restore_order):
+            (index / name).parent.mkdir(exist_ok=True)
             os.replace(saved.where / name, index / name)
     except OSError as exc:
         log.error("the index of %s could not be put back as it was (%s): its previous files are in %s; copy "

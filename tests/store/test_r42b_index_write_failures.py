@@ -1,0 +1,138 @@
+"""A prune or ``verify --repair`` whose index write fails (review R42b s52 #4): the rebuild writes
+``index/.published.json`` before the index files; when an index write then failed, the failed prune
+put the index files back but not the record (nor ``index/.part-rows/``), so the parts it had meant
+to remove were held back and no later prune removed them until a build ran. A failed prune (and a
+failed ``prune --sources-gone``: ``write_removals``) now leaves every file of ``index/`` as it was,
+hidden ones included.
+
+Real stores built from the samples; real failures: an LD_PRELOAD shim compiled with gcc here makes
+the write of one file fail with ENOSPC in a real CLI run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import featurecache
+from featurecache.store.prune import prune_store
+from featurecache.store.verify import verify_store
+from tests.conftest import SAMPLES, build_store, cli_in_process
+
+#: makes write-like calls fail with FAULT_ERRNO (default ENOSPC) on the files whose path starts
+#: with FAULT_PREFIX
+_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+static int hit(int fd) {
+    const char *prefix = getenv("FAULT_PREFIX");
+    if (!prefix) return 0;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = 0;
+    if (strncmp(path, prefix, strlen(prefix)) != 0) return 0;
+    const char *e = getenv("FAULT_ERRNO");
+    errno = e ? atoi(e) : ENOSPC;
+    return 1;
+}
+#define WRAP(ret, name, params, args) \
+ret name params { static ret (*real) params; if (!real) real = dlsym(RTLD_NEXT, #name); \
+    if (hit(fd)) return -1; return real args; }
+WRAP(ssize_t, write, (int fd, const void *b, size_t c), (fd, b, c))
+WRAP(ssize_t, pwrite, (int fd, const void *b, size_t c, off_t o), (fd, b, c, o))
+WRAP(ssize_t, pwrite64, (int fd, const void *b, size_t c, off_t o), (fd, b, c, o))
+WRAP(ssize_t, writev, (int fd, const struct iovec *v, int c), (fd, v, c))
+WRAP(ssize_t, pwritev, (int fd, const struct iovec *v, int c, off_t o), (fd, v, c, o))
+"""
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler (gcc) to build the fault-injection shim")
+    d = tmp_path_factory.mktemp("shim")
+    (d / "fault.c").write_text(_SHIM)
+    done = subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "fault.so"), str(d / "fault.c"), "-ldl"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return d / "fault.so"
+
+
+def _cli_with_fault(shim: Path, prefix: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``featurecache ARGS`` in a process of its own whose writes to files under ``prefix`` (a
+    path prefix) fail with ENOSPC."""
+    env = {**os.environ, "LD_PRELOAD": str(shim), "FAULT_PREFIX": str(prefix)}
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)  # fmt: skip
+
+
+def _index_snapshot(store: Path) -> dict[str, bytes]:
+    """Every file under ``STORE/index/`` (hidden ones and ``.part-rows/`` included), by path."""
+    index = store / "index"
+    return {str(f.relative_to(index)): f.read_bytes() for f in sorted(index.rglob("*")) if f.is_file()}
+
+
+def _temp_files(store: Path) -> list[str]:
+    return sorted(str(f.relative_to(store)) for f in (store / "index").rglob("*.tmp"))
+
+
+def _parts(store: Path) -> list[str]:
+    return sorted(p.name for p in (store / "parts").iterdir() if p.is_dir())
+
+
+def test_a_prune_whose_index_write_fails_leaves_the_published_record(
+    replaced_store: Path, tmp_path: Path, shim: Path
+) -> None:
+    store = Path(shutil.copytree(replaced_store, tmp_path / "store"))
+    assert prune_store(store, dry_run=True).parts == ["s-000000"]
+    before, parts = _index_snapshot(store), _parts(store)
+    assert ".published.json" in before and ".part-rows/manifest.json" in before
+
+    # the record is rewritten (s-000000 left out), then the write of index/entries.arrow fails
+    failed = _cli_with_fault(shim, store / "index" / ".entries", "prune", str(store))
+    assert failed.returncode == 3, failed.stderr
+    assert (f"error: cannot write the store at {store / 'index' / 'entries.arrow'}: No space left on device; "
+            "nothing removed") in failed.stderr, failed.stderr  # fmt: skip
+    assert _index_snapshot(store) == before  # .published.json and .part-rows/ too
+    assert _parts(store) == parts and not list(store.glob(".index-saved-*")) and not _temp_files(store)
+
+    # the prune after it removes what the failed one meant to (it removed nothing until a build ran)
+    assert prune_store(store, dry_run=True).parts == ["s-000000"]
+    assert prune_store(store).parts == ["s-000000"]
+    assert verify_store(store) == [] and featurecache.open_store(store).ids == ["102m", "1psm"]
+
+
+def test_a_failed_sources_gone_prune_leaves_the_index_as_it_was(tmp_path: Path, shim: Path) -> None:
+    """``write_removals``: its removal part is written and the index files too, then a kept rows
+    file fails (after their manifest was unlinked); the index files were put back, the kept rows
+    and their manifest were not."""
+    pdb, store = tmp_path / "pdb", tmp_path / "store"
+    pdb.mkdir()
+    for name in ("1psm.cif", "2q2k.cif"):
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    assert build_store(store, pdb, workers=1, part_size=1).n_failed == 0
+    (pdb / "2q2k.cif").unlink()
+    before, parts = _index_snapshot(store), _parts(store)
+    kept = store / "index" / ".part-rows" / "entries.arrow"
+    failed = _cli_with_fault(
+        shim, kept.with_name(".entries"), "prune", str(store), "--sources-gone", str(pdb)
+    )
+    assert failed.returncode == 3, failed.stderr
+    assert "No space left on device; nothing removed" in failed.stderr, failed.stderr
+    assert _index_snapshot(store) == before and _parts(store) == parts and _temp_files(store) == []
+    done = cli_in_process("prune", str(store), "--sources-gone", str(pdb))
+    assert done.returncode == 0, done.stderr
+    assert featurecache.open_store(store).ids == ["1psm"] and verify_store(store) == []
