@@ -22,7 +22,7 @@ from featurecache.build.discover import InputFile, entry_key
 from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
-from featurecache.parse.ccd import quiet_definition_warnings
+from featurecache.parse.ccd import CCDReadError, quiet_definition_warnings
 from featurecache.store.root import BUILD_TOKEN_PREFIX
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
@@ -128,6 +128,12 @@ def build_structure_part(
                                         interface_cutoff=interface_cutoff,
                                         keep_crystallization_aids=keep_crystallization_aids)  # fmt: skip
         except Exception as exc:
+            if (ccd_error := _ccd_read_error(exc)) is not None:  # the machine's fault: retried
+                contents.failures.append(
+                    _failure(inp, "ccd", ccd_error, "", message=ccd_read_failure(inp, ccd_error))
+                )
+                timer.stop()
+                continue
             stage = exc.stage if isinstance(exc, InputError) and exc.stage else timer.stage
             if not isinstance(exc, InputError):
                 log.debug("unexpected error featurizing %s", inp.rel, exc_info=True)
@@ -343,6 +349,31 @@ def read_failure(inp: InputFile, exc: OSError) -> str:
     if isinstance(exc, PermissionError):
         return f"{text}{on}: {listed}: its permissions changed during the build{unseen}"
     return f"{text}{on}: {listed}: replaced or changed during the build"
+
+
+def _ccd_read_error(exc: BaseException) -> CCDReadError | None:
+    """The :class:`CCDReadError` that ``exc`` is or was raised from (a read of the CCD that the OS
+    refused), else None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, CCDReadError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def ccd_read_failure(inp: InputFile, exc: CCDReadError) -> str:
+    """The failure message of an input whose CCD definitions could not be read: the CCD file and
+    the OS's reason (``exc``), where, and that neither the input nor the definition is at fault, so
+    the row is keyed "" and the next build featurizes the input again (review R42b s52 #2). Not
+    "fix or replace it": the file may be sound, and read fine a moment later (this worker reads it
+    again for its next entry)."""
+    where = _this_process()
+    on = f" on {where}" if where != "this process" else ""
+    return (f"{exc}{on}: a read error of the CCD, not a fault of {inp.rel} or of the definition; "
+            "the next build tries this entry again")  # fmt: skip
 
 
 def changed_note(inp: InputFile, n_read: int) -> str:

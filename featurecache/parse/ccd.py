@@ -21,7 +21,10 @@ and, for one broken definition, the component: never the bare ``EOFError`` of gz
 ``string:29:0`` (which blamed the structure that asked for the code). A broken definition fails
 whoever asks for that code (:meth:`CCD.load`), whether the CCD is one file or a directory; it is
 never taken as "the CCD does not define it", which would build the residue from the file's atoms
-with perceived bonds, silently unlike the build with a sound CCD.
+with perceived bonds, silently unlike the build with a sound CCD. A read the OS refused (an
+``OSError``: EIO, a stale NFS handle, a file gone) is a :class:`CCDReadError`: the fault of the
+machine, not of the CCD's content, so :class:`CCD` never remembers it (the next lookup reads the
+file again) and a build retries the entries it failed (review R42b s52 #2).
 
 ``ComponentDef.sha256`` is the sha256 of the block's text as read (the ``data_`` line up to the
 next block), so a changed definition gives a changed hash and a rebuilt component.
@@ -29,6 +32,7 @@ next block), so a changed definition gives a changed hash and a rebuilt componen
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import logging
@@ -55,6 +59,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AROMATIC_BOND_ORDER",
     "CCD",
+    "CCDReadError",
     "ComponentDef",
     "check_ccd",
     "parse_component_file",
@@ -271,14 +276,46 @@ def _read_text(path: Path) -> str:
 _READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
+class CCDReadError(CCDError):
+    """A CCD file the OS did not let this process read (``os_error``: an ``OSError`` such as EIO,
+    ESTALE, EACCES or ENOENT; not a gzip stream that is no gzip or ends early, which is the file's
+    content): the fault of the machine at that moment, not of the definition or of the structure
+    that asked for it. :class:`CCD` does not remember it (the next lookup reads the file again),
+    and a build records the entry's failure so that its next run retries it (``build.tasks``)."""
+
+    def __init__(self, message: str, *, path: str, os_error: OSError, component: str | None = None) -> None:
+        super().__init__(message, path=path, component=component)
+        self.os_error = os_error
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError's reason in words, with its errno's name: ``Input/output error (EIO)``."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} ({name})" if name else text
+
+
+def _os_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read the OS refused (:class:`CCDReadError`), not a sign of the content."""
+    return isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile)
+
+
 def _read_failure(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
         return "its gzip stream ends early: the file is cut short (an interrupted download?)"
     return f"{type(exc).__name__}: {exc}"
 
 
-def _unreadable(path: Path, exc: BaseException) -> CCDError:
-    return CCDError(f"cannot read the CCD {path}: {_read_failure(exc)}", path=str(path))
+def _unreadable(path: Path, exc: BaseException, code: str | None = None) -> CCDError:
+    """The error of the CCD file ``path`` that could not be read (``code``: the component whose
+    file it is, in a CCD directory): a :class:`CCDReadError` when the OS refused the read."""
+    what = f"the CCD file {path} (the definition of {code})" if code else f"the CCD {path}"
+    if _os_refused(exc):
+        assert isinstance(exc, OSError)
+        return CCDReadError(
+            f"cannot read {what}: {os_reason(exc)}", path=str(path), os_error=exc, component=code
+        )
+    return CCDError(f"cannot read {what}: {_read_failure(exc)}", path=str(path), component=code)
 
 
 def _broken(file: Path, code: str, why: str, *, block: bool) -> CCDError:
@@ -328,6 +365,8 @@ def _component_file(p: Path) -> ComponentDef | None:
     except ParseError as exc:
         raise CCDError(f"CCD {p}: {exc}", path=str(p)) from exc
     except _READ_ERRORS as exc:
+        if _os_refused(exc):
+            raise _unreadable(p, exc) from exc
         raise CCDError(f"CCD {p}: cannot read it: {_read_failure(exc)}", path=str(p)) from exc
     _warn_unbonded(comp, p)
     return comp
@@ -576,7 +615,9 @@ class CCD:
 
         Raises :class:`~featurecache.errors.CCDError` (stage ``ccd``) when the CCD file cannot be
         read (every later call too, without reading it again), or when the definition of one of
-        ``codes`` cannot be used, naming its file and code.
+        ``codes`` cannot be used, naming its file and code: each remembered for the life of this
+        object. A read the OS refused is a :class:`CCDReadError`, remembered by nothing: a worker
+        that met one EIO would otherwise fail every later entry, for good (review R42b s52 #2).
         """
         codes = [c for c in dict.fromkeys(codes) if c]
         if self._unreadable is not None:
@@ -588,6 +629,9 @@ class CCD:
                     f = self._file_for(c)
                     try:
                         self._cache[c] = _component_file(f) if f is not None else None
+                    except CCDReadError as exc:  # read again by the next lookup
+                        assert f is not None
+                        raise _unreadable(f, exc.os_error, c) from None
                     except CCDError as exc:
                         assert f is not None
                         self._cache[c] = None
@@ -599,6 +643,9 @@ class CCD:
                 self._passes += 1
                 try:
                     found, broken = _scan_components(self.path, set(missing), blocks)
+                except CCDReadError:  # the next lookup reads the file again, as a first pass
+                    self._passes -= 1
+                    raise
                 except CCDError as exc:
                     self._unreadable = exc
                     raise _again(exc) from None

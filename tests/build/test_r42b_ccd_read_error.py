@@ -1,0 +1,166 @@
+"""Review R42b s52 #2: one read error (EIO) in a build's worker, on the CCD.
+
+#2: one EIO reading the CCD in a worker failed every entry that worker featurized after it, as bad
+input (stage ``ccd``, keyed by the entry's bytes): the worker's CCD reader kept the error for its
+life, and the next build, with the disk fine again, skipped those entries as "still failing
+(recorded by an earlier run)", exit 1 for ever; a CCD directory's file was called one to "fix or
+replace". Now the worker reads the CCD again for its next entry, and the entry whose read failed
+has a row keyed "" naming the CCD file and the OS's reason, which the next build retries.
+
+Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
+files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc (the reviewer's way):
+the first ``read`` of a file under a given path fails with EIO, once, and only in processes whose
+command line holds "forkserver" (the Dask workers), never in the build's driver.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import featurecache
+from tests.conftest import REPO, SAMPLES
+
+#: read()/pread64() of a file whose path starts with $FC_EIO_PREFIX fail with EIO, the first time
+#: only, in a process whose /proc/self/cmdline holds $FC_EIO_CMD
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_pread64)(int, void *, size_t, off_t);
+static int failed = 0;
+
+static int in_command(void) {
+    const char *want = getenv("FC_EIO_CMD");
+    char buf[8192];
+    int fd = open("/proc/self/cmdline", O_RDONLY);
+    ssize_t k = fd < 0 ? 0 : real_read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) close(fd);
+    if (!want) return 1;
+    if (k <= 0) return 0;
+    for (ssize_t i = 0; i < k; i++) if (!buf[i]) buf[i] = ' ';
+    buf[k] = 0;
+    return strstr(buf, want) != NULL;
+}
+
+static int fail_now(int fd) {
+    const char *prefix = getenv("FC_EIO_PREFIX");
+    char link[64], path[4096];
+    if (failed || !prefix) return 0;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = 0;
+    if (strncmp(path, prefix, strlen(prefix)) != 0 || !in_command()) return 0;
+    failed = 1;
+    errno = EIO;
+    return 1;
+}
+
+ssize_t read(int fd, void *buf, size_t count) {
+    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
+    if (fail_now(fd)) return -1;
+    return real_read(fd, buf, count);
+}
+
+ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
+    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
+    if (!real_pread64) real_pread64 = dlsym(RTLD_NEXT, "pread64");
+    if (fail_now(fd)) return -1;
+    return real_pread64(fd, buf, count, offset);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    assert gcc, "these tests compile an LD_PRELOAD shim: they need gcc"
+    d = tmp_path_factory.mktemp("eio-shim")
+    (d / "eio.c").write_text(SHIM)
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "eio.so"), str(d / "eio.c"), "-ldl"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    return d / "eio.so"
+
+
+def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix: Path | None = None):  # type: ignore[no-untyped-def]
+    """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
+    the first read of a file under ``prefix`` in the worker fails with EIO."""
+    env = {**os.environ, "COLUMNS": "300", "NO_COLOR": "1"}
+    if shim is not None:
+        env.update(LD_PRELOAD=str(shim), FC_EIO_PREFIX=str(prefix), FC_EIO_CMD="forkserver")
+    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
+            "--part-size", "1", "--no-progress"]  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=400)  # fmt: skip
+
+
+def _inputs(tmp_path: Path) -> Path:
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("102m.cif", "2q2k.cif"):  # each looks up definitions of the CCD
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    return pdb
+
+
+def _ccd(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """``(--ccd, the path whose first read in the worker fails)``: a copy of the sample CCD as a
+    directory (any of its files: the first one the worker reads) or as one components.cif."""
+    if kind == "dir":
+        d = tmp_path / "ccd"
+        shutil.copytree(SAMPLES / "ccd", d)
+        return d, d
+    one = tmp_path / "components.cif"
+    one.write_text(
+        "".join(f.read_text().rstrip("\n") + "\n" for f in sorted((SAMPLES / "ccd").glob("*.cif")))
+    )
+    return one, one
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_one_eio_on_the_ccd_fails_one_entry_and_the_next_build_builds_it(
+    tmp_path: Path, shim: Path, kind: str
+) -> None:
+    pdb = _inputs(tmp_path)
+    ccd, prefix = _ccd(tmp_path, kind)
+    out = tmp_path / "store"
+    first = _build(pdb, ccd, out, shim=shim, prefix=prefix)
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    store = featurecache.open_store(out)
+    rows = store.failures.to_pylist()
+    # one read failed: one entry; the worker read the CCD again for the other
+    assert len(rows) == 1, rows
+    (row,) = rows
+    assert len(store.ids) == 1 and row["entry_id"] not in store.ids
+    assert (row["stage"], row["error_class"], row["key"]) == ("ccd", "CCDReadError", "")
+    if kind == "file":
+        what = re.escape(f"the CCD {ccd}")
+    else:
+        what = re.escape(f"the CCD file {ccd}/") + r"(\w+)\.cif \(the definition of \1\)"
+    assert re.fullmatch(
+        rf"cannot read {what}: Input/output error \(EIO\) on worker tcp://\S+: a read error of the CCD, not a "
+        rf"fault of {re.escape(row['path'])} or of the definition; the next build tries this entry again",
+        row["message"],
+    ), row["message"]
+    assert "fix or replace" not in row["message"]
+
+    again = _build(pdb, ccd, out)  # the disk is fine again
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "still failing" not in again.stdout
+    store = featurecache.open_store(out)
+    assert store.failures.to_pylist() == []
+    assert sorted(store.ids) == ["102m", "2q2k"]
