@@ -9,6 +9,7 @@ the build ends with its one line and exit 3, without Dask's "Compute Failed" tra
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import logging
@@ -22,7 +23,7 @@ from featurecache.build.discover import InputFile, entry_key
 from featurecache.errors import InputError, StoreError, UnsupportedFormatError
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
-from featurecache.parse.ccd import CCDReadError, quiet_definition_warnings
+from featurecache.parse.ccd import CCDReadError, os_reason, quiet_definition_warnings
 from featurecache.store.root import BUILD_TOKEN_PREFIX
 from featurecache.store.writer import EntryRecord, PartContents, write_structure_part
 
@@ -330,12 +331,19 @@ def run_part(guard: dict[str, Any], task: str, *args: Any, **kwargs: Any) -> Any
 MESSAGE_CHARS = 2000
 
 
+#: the errors of reading a file the driver read as a file that mean it was replaced since: by a
+#: directory (EISDIR), a directory above it by a file (ENOTDIR), on an NFS server (ESTALE)
+REPLACED_ERRNOS = frozenset({errno.EISDIR, errno.ENOTDIR, errno.ESTALE})
+
+
 def read_failure(inp: InputFile, exc: OSError) -> str:
     """The failure message of an input the part task cannot read: the file (its path under
     ``--pdb-dir``) and why, in words, not the OSError's text (which names the resolved path). A file
     the driver read when it listed ``--pdb-dir`` (its digest is known) and this worker cannot read
-    now was removed, replaced or changed since, or this worker does not see it at that path (another
-    filesystem, a mount it lacks): the message names the worker and says both."""
+    now was removed or replaced since (ENOENT, :data:`REPLACED_ERRNOS`), had its permissions
+    changed, or this worker does not see it at that path (another filesystem, a mount it lacks): the
+    message names the worker and says so. Any other error (EIO, a timeout) is given as it is, with
+    no guess at its cause (review R42b s52 #8); each such input is read again by the next build."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     text = f"cannot read {inp.rel}: {reason}"
     if not inp.sha256:  # not readable when the build listed --pdb-dir either
@@ -348,7 +356,9 @@ def read_failure(inp: InputFile, exc: OSError) -> str:
         return f"cannot read {inp.rel}: the file is gone{on}: {listed}: removed or renamed during the build{unseen}"
     if isinstance(exc, PermissionError):
         return f"{text}{on}: {listed}: its permissions changed during the build{unseen}"
-    return f"{text}{on}: {listed}: replaced or changed during the build"
+    if exc.errno in REPLACED_ERRNOS:
+        return f"{text}{on}: {listed}: replaced or changed during the build"
+    return f"cannot read {inp.rel}: {os_reason(exc)}{on}: {listed}; the next build reads it again"
 
 
 def _ccd_read_error(exc: BaseException) -> CCDReadError | None:

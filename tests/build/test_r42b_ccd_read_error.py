@@ -1,4 +1,4 @@
-"""Review R42b s52 #2: one read error (EIO) in a build's worker, on the CCD.
+"""Review R42b s52 #2 and #8: one read error (EIO) in a build's worker, on the CCD or on a structure.
 
 #2: one EIO reading the CCD in a worker failed every entry that worker featurized after it, as bad
 input (stage ``ccd``, keyed by the entry's bytes): the worker's CCD reader kept the error for its
@@ -6,6 +6,9 @@ life, and the next build, with the disk fine again, skipped those entries as "st
 (recorded by an earlier run)", exit 1 for ever; a CCD directory's file was called one to "fix or
 replace". Now the worker reads the CCD again for its next entry, and the entry whose read failed
 has a row keyed "" naming the CCD file and the OS's reason, which the next build retries.
+
+#8: an EIO reading a structure file in the worker was explained as "replaced or changed during the
+build"; now its row gives the OS's reason, with no guess at the cause.
 
 Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
 files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc (the reviewer's way):
@@ -164,3 +167,21 @@ def test_one_eio_on_the_ccd_fails_one_entry_and_the_next_build_builds_it(
     store = featurecache.open_store(out)
     assert store.failures.to_pylist() == []
     assert sorted(store.ids) == ["102m", "2q2k"]
+
+
+def test_an_eio_on_a_structure_gives_the_os_reason(tmp_path: Path, shim: Path) -> None:
+    """#8: the row says what the OS said, not "replaced or changed during the build"."""
+    pdb = _inputs(tmp_path)
+    ccd, _ = _ccd(tmp_path, "dir")
+    out = tmp_path / "store"
+    run = _build(pdb, ccd, out, shim=shim, prefix=pdb / "102m.cif")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    store = featurecache.open_store(out)
+    (row,) = store.failures.to_pylist()
+    assert (row["path"], row["stage"], row["error_class"], row["key"]) == ("102m.cif", "read", "OSError", "")
+    assert re.fullmatch(
+        r"cannot read 102m\.cif: Input/output error \(EIO\) on worker tcp://\S+: the driver read it when it "
+        r"listed --pdb-dir; the next build reads it again",
+        row["message"],
+    ), row["message"]
+    assert store.ids == ["2q2k"]
