@@ -273,9 +273,21 @@ def store_writes(where: Path | str) -> Iterator[None]:
         raise store_write_error(exc, where) from exc
 
 
+#: the name of a temp file :func:`temp_path` gives (its writer's pid in group 1): what a killed
+#: writer leaves, which ``store.leftovers`` removes
+TEMP_NAME = re.compile(r"^\..+\.(\d+)\.tmp$")
+
+
+def temp_path(path: Path) -> Path:
+    """The temp file ``path`` is written to before its ``os.replace``: in the same directory,
+    hidden, with the writer's pid (:data:`TEMP_NAME`): ``.entries.arrow.<pid>.tmp``, and for a
+    hidden file one dot, not two (``.published.json.<pid>.tmp``; review R42b s52 #5)."""
+    return path.with_name(f"{'' if path.name.startswith('.') else '.'}{path.name}.{os.getpid()}.tmp")
+
+
 def replace_table(path: Path, table: pa.Table, *, compression: str | None = None) -> None:
     """Write ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
         write_table(tmp, table, compression=compression)
         os.replace(tmp, path)
@@ -358,11 +370,20 @@ def published_record(root: Path) -> set[str] | None:
 
 def _record_published(root: Path, names: Iterable[str]) -> None:
     f = Path(root) / INDEX_DIR / PUBLISHED_FILE
-    tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
     with store_writes(f):
         f.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"version": _PUBLISHED_VERSION, "structure_parts": sorted(names)}))
+        _replace_text(f, json.dumps({"version": _PUBLISHED_VERSION, "structure_parts": sorted(names)}))
+
+
+def _replace_text(f: Path, text: str) -> None:
+    """Write ``f`` atomically (:func:`temp_path` + ``os.replace``); a write that fails leaves no
+    temp file behind (review R42b s52 #5)."""
+    tmp = temp_path(f)
+    try:
+        tmp.write_text(text)
         os.replace(tmp, f)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _without_parts(raw: Mapping[str, pa.Table], held: Sequence[str]) -> dict[str, pa.Table]:
@@ -1063,7 +1084,7 @@ def _write_index(
                 out = out.replace_schema_metadata(meta)
                 if name == "entries":
                     out = _flagged(out, not finished)
-                tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+                tmp = temp_path(f)
                 staged.append((tmp, f))
                 with store_writes(f):
                     write_table(tmp, out)
@@ -1140,9 +1161,7 @@ def _save_part_rows(
         "part_rows": part_rows, "part_bytes": part_bytes, "held_back": list(held_back),
         "part_stamps": dict(stamps),
     }  # fmt: skip
-    tmp = manifest_file.with_name(f".{manifest_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(manifest, sort_keys=True))
-    os.replace(tmp, manifest_file)
+    _replace_text(manifest_file, json.dumps(manifest, sort_keys=True))
 
 
 def recorded_part_bytes(root: Path) -> dict[str, tuple[list[int], int]]:

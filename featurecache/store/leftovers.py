@@ -12,7 +12,13 @@ leaves them:
   ``verify --repair`` rewrote them, kept to put back after a failed write. They are hard links, so
   they hold a whole old index once the live files are replaced. The index is derived from the parts
   and every build rebuilds it from them, so a copy outlives its use when its writer dies;
-- ``zarr.<hex>.partial`` in ``STORE/`` or ``parts/``: zarr's temp file for a group's ``zarr.json``.
+- ``zarr.<hex>.partial`` in ``STORE/`` or ``parts/``: zarr's temp file for a group's ``zarr.json``;
+- ``index/.<name>.<pid>.tmp`` and ``index/.part-rows/.<name>.<pid>.tmp``: an index file, the
+  published record or a kept part-rows file (or manifest) being written (``index.temp_path``), as
+  large as the table (review R42b s52 #5: nothing removed them). Their writers hold the build lock,
+  but for ``featurecache plan``'s (``index/.plan.arrow.<pid>.tmp``), which takes no lock: it counts
+  as left only once it has not changed for :data:`LOCKLESS_TEMP_AGE` seconds (its writer may be on
+  another host, where the pid says nothing), and a younger one is neither listed nor removed.
 
 Only a command that holds the build lock removes them (a build, a prune, a repair): while it holds
 the lock, whoever wrote them is dead. Orphan workers of a killed build may still be writing a part,
@@ -28,12 +34,16 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import NamedTuple
 
+from featurecache.store.index import PART_ROWS_DIR, TEMP_NAME
 from featurecache.store.layout import (
+    INDEX_DIR,
     PARTS_DIR,
+    PLAN_TABLE,
     PRUNED_PREFIX,
     REMOVING_PREFIX,
     SAVED_INDEX_PREFIX,
@@ -49,7 +59,18 @@ LEFTOVER_KINDS = {
     "removing": "director(ies) an interrupted cleanup had begun to delete",
     "saved index": "cop(ies) of the index kept by an interrupted prune or verify --repair",
     "zarr temp": "temp file(s) of an interrupted write of a zarr.json",
+    "index temp": "temp file(s) of an interrupted write of the index",
 }
+
+#: kinds that are files (removed with unlink), not directories
+_FILE_KINDS = ("zarr temp", "index temp")
+
+#: seconds since its last change after which a temp file of a writer that takes no build lock
+#: (``featurecache plan``'s ``index/.plan.arrow.<pid>.tmp``) counts as left by a dead one: a plan
+#: writes its file in seconds
+LOCKLESS_TEMP_AGE = 3600
+#: the temp file of ``featurecache plan`` (``planner.write_plan``), written without the build lock
+_LOCKLESS_TEMP = re.compile(rf"^\.{PLAN_TABLE}\.arrow\.\d+\.tmp$")
 
 #: zarr's temp name for ``zarr.json`` while it writes it (``zarr.storage._local._atomic_write``)
 _ZARR_TEMP = re.compile(r"^zarr\.[0-9a-f]{32}\.partial$")
@@ -80,7 +101,23 @@ def find_leftovers(root: Path) -> list[Leftover]:
                     kind = _kind(e.name, is_dir, in_parts=where != root)
                     if kind is not None:
                         out.append(Leftover(Path(e.path), kind))
+    index = root / INDEX_DIR
+    for where in (index, index / PART_ROWS_DIR):
+        with contextlib.suppress(OSError), os.scandir(where) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    left = TEMP_NAME.match(e.name) and e.is_file(follow_symlinks=False)
+                    if left and _left(e, where == index):
+                        out.append(Leftover(Path(e.path), "index temp"))
     return sorted(out)
+
+
+def _left(e: os.DirEntry[str], in_index: bool) -> bool:
+    """Whether the temp file ``e`` of ``index/`` (``in_index``) or ``index/.part-rows/`` is one its
+    writer left: any of a writer under the build lock, one of a writer without it once it is old."""
+    if not (in_index and _LOCKLESS_TEMP.match(e.name)):
+        return True
+    return time.time() - e.stat(follow_symlinks=False).st_mtime > LOCKLESS_TEMP_AGE
 
 
 def _kind(name: str, is_dir: bool, *, in_parts: bool) -> str | None:
@@ -130,7 +167,7 @@ def clean_leftovers(root: Path) -> list[Removed]:
     removed: list[Removed] = []
     for leftover in find_leftovers(root):
         size = freed_bytes(leftover.path)
-        if leftover.kind == "zarr temp":
+        if leftover.kind in _FILE_KINDS:
             with contextlib.suppress(OSError):
                 leftover.path.unlink()
             removed.append(Removed(leftover, size))
@@ -156,7 +193,7 @@ def clean_leftovers(root: Path) -> list[Removed]:
 
 def remove_leftovers(root: Path) -> int:
     """:func:`clean_leftovers`; returns how many directories it deleted."""
-    return sum(r.leftover.kind != "zarr temp" for r in clean_leftovers(root))
+    return sum(r.leftover.kind not in _FILE_KINDS for r in clean_leftovers(root))
 
 
 def leftover_note(root: Path) -> str | None:
