@@ -86,7 +86,7 @@ from featurecache.featurize.msa import (
 )
 from featurecache.featurize.seqhash import sequence_hash
 from featurecache.parse.a3m import GZIP_MAGIC, decompress_msa, parse_a3m, readable_queries, scan_a3m
-from featurecache.parse.hits import a3m_template_hits, parse_hhr, parse_m8, sniff_file, sniff_msa_format
+from featurecache.parse.hits import a3m_template_hits, parse_hhr, parse_m8, sniff_msa_format
 from featurecache.parse.sto import StockholmAlignment, parse_sto, readable_alignments
 from featurecache.parse.structure import structure_format
 from featurecache.store.index import read_table, replace_table
@@ -315,6 +315,9 @@ class PlannedMSA:
     mol_type: int
     uses: list[MSAUse]
     inputs_key: str
+    #: an earlier build stored an MSA from files for this key: kept when the part task can read
+    #: none of this plan's files (:func:`build_msa_part`), as :func:`_plan` keeps it when none joined
+    kept: bool = False
 
     def weight(self) -> int:
         return sum(u.size for u in self.uses) or SINGLE_SEQUENCE_WEIGHT
@@ -1314,7 +1317,7 @@ def _plan(
         elif old is not None and old[0] == ik:
             result.counts["skipped"] += 1
             continue
-        plan.append(PlannedMSA(h, seq, mt, us, ik))
+        plan.append(PlannedMSA(h, seq, mt, us, ik, kept=old is not None and old[1] > 0))
     return plan
 
 
@@ -1430,11 +1433,12 @@ def _left_out(
 ) -> str:
     """What leaving file ``rel`` out means for the chains it was meant for (``rows``): each gets its
     MSA from its other files (this build joined some; named), keeps the MSA an earlier build stored
-    from files (:func:`_plan` never replaces it by the single sequence), or gets the single-sequence MSA."""
+    from files (:func:`_plan` never replaces it by the single sequence), or gets the single-sequence MSA.
+    A row's ``name``, where it has one, names the chain (else ``entry/chain`` of its ids)."""
     outcome: dict[tuple[str, str], list[str]] = {}
     seen: set[str] = set()
     for row in rows:
-        name = f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
+        name = row.get("name") or f"{row['entry_id']}/{row['auth_id'] or row['label_id']}"
         if name in seen:
             continue
         seen.add(name)
@@ -1550,14 +1554,17 @@ def _write(
     parts: dict[str, tuple[list[PlannedMSA], list[dict[str, Any]], dict[str, Any] | None]] = {}
     part_of: dict[str, str] = {}  # future key -> part name
     memory = worker_memory_limit(client)  # now: a dead worker's restart may leave none to ask
+    names = chain_names or {}
 
     def submit(items: list[PlannedMSA], carried: list[dict[str, Any]], record: dict[str, Any] | None) -> Any:
         nonlocal number
         name = part_name(MSA_PART_PREFIX, number)
         number += 1
         parts[name] = (items, carried, record)
+        chains = {item.key: names.get(item.key, []) for item in items}  # named by a file it cannot read
         fut = client.submit(run_part, guard, MSA_TASK, root_s, name, items, msa_dir_s, depth_cap, carried,
-                            unmatched=record, key=f"msa-part-{name}-{time.time_ns()}", pure=False, retries=0)  # fmt: skip
+                            unmatched=record, chains=chains, key=f"msa-part-{name}-{time.time_ns()}", pure=False,
+                            retries=0)  # fmt: skip
         part_of[fut.key] = name
         return fut
 
@@ -1581,7 +1588,7 @@ def _write(
                     for k, item in enumerate(items):
                         queue.add(submit([item], carried if k == 0 else [], record if k == 0 else None))
                     continue
-                res = _crashed_msa(root, name, items, carried, record, msa_dir_s, exc, chain_names or {},
+                res = _crashed_msa(root, name, items, carried, record, msa_dir_s, exc, names,
                                    worker_memory_limit(client) or memory)  # fmt: skip
                 result.crashed.update(item.key for item in items)
             fut.release()
@@ -1668,11 +1675,22 @@ def build_msa_part(
     failures: list[dict[str, Any]] | None = None,
     versions: dict[str, str] | None = None,
     unmatched: dict[str, Any] | None = None,
+    chains: Mapping[str, list[str]] | None = None,
 ) -> MSAPartResult | StoreWriteFailed:
     """Parse, merge and encode the MSAs of one part and write it (one Dask task; ``versions``:
     the driver's, checked against this worker's before anything is written). ``msa_dir``: the
     resolved ``--msa-dir`` ("" without one), recorded in the part's manifest (``source_dir``).
-    A write the OS refused: ``tasks.StoreWriteFailed``, nothing of the part committed."""
+    A write the OS refused: ``tasks.StoreWriteFailed``, nothing of the part committed.
+
+    A file the scan read that this task cannot read (an OSError: EIO, ESTALE, a worker without the
+    ``--msa-dir`` mount) is left out of its MSAs, and each such MSA is stored under the inputs key of
+    the files it was built from, not the plan's (review R42b s52 #1): the next build's plan, with the
+    file readable again, does not match it, so the file is read and the MSA written again. An MSA of
+    which no file can be read is not written where an earlier build stored one from files
+    (:attr:`PlannedMSA.kept`), as :func:`_plan` keeps it when no file joined. The file's failure row
+    reads as the scan's of a file it cannot read (:func:`_unread_failure`: the chains it was meant
+    for, named by ``chains``, sequence hash -> ``entry/chain``), key ``""``: not a verdict on the
+    file's bytes."""
     from featurecache.build.tasks import StoreWriteFailed, check_versions
 
     check_versions(versions)
@@ -1683,18 +1701,26 @@ def build_msa_part(
     )
     cache: dict[str, list[Any]] = {}  # by sha256: copies of one file are parsed once
     failed: set[str] = set()
+    unread: dict[str, OSError] = {}  # path -> why this task could not read it (the scan could)
+    lost: dict[str, list[tuple[PlannedMSA, list[MSAUse], bool]]] = {}  # path -> (MSA, files used, written)
     last_use = {use.sha256: k for k, item in enumerate(items) for use in item.uses}
     for k, item in enumerate(items):
         alignments: list[tuple[str, ParsedMSA]] = []
         used: list[MSAUse] = []
         for use in item.uses:
-            msa = _load(Path(msa_dir), use, item.sequence, item.mol_type, cache, contents, failed)
+            msa = _load(Path(msa_dir), use, item.sequence, item.mol_type, cache, contents, failed, unread)
             if msa is not None:
                 alignments.append((use.label, msa))
                 used.append(use)
         for use in item.uses:  # a parsed file is kept only while a later MSA of the part needs it
             if last_use[use.sha256] == k:
                 cache.pop(use.sha256, None)
+        missed = list(dict.fromkeys(u.rel for u in item.uses if u.rel in unread))
+        written = not (missed and not used and item.kept)
+        for rel in missed:
+            lost.setdefault(rel, []).append((item, used, written))
+        if not written:
+            continue
         try:
             enc = build_msa(item.sequence, item.mol_type, alignments, depth_cap)
         except MSAError as exc:
@@ -1703,12 +1729,17 @@ def build_msa_part(
             enc = build_msa(item.sequence, item.mol_type, [], depth_cap)
             used = []
         dbs = tuple(source_label(u.rel) for u in used)
-        contents.items.append(MSAItem(item.key, enc, item.inputs_key, dbs))
+        # short of a file it could not read: the key of what it was built from, which the next plan,
+        # with the file readable, does not match
+        inputs_key = _inputs_key(used, depth_cap) if missed else item.inputs_key
+        contents.items.append(MSAItem(item.key, enc, inputs_key, dbs))
         res.n_rows += enc.depth
         if used:
             res.n_from_files += 1
         else:
             res.n_single += 1
+    for rel, why in unread.items():
+        contents.failures.append(_unread_failure(rel, why, lost.get(rel, []), chains or {}))
     try:
         manifest = write_msa_part(Path(root), part, contents)
     except StoreError as exc:
@@ -1728,9 +1759,11 @@ def _load(
     cache: dict[str, list[Any]],
     contents: MSAPartContents,
     failed: set[str],
+    unread: dict[str, OSError] | None = None,
 ) -> ParsedMSA | None:
-    """The alignment ``use`` names, parsed; None when its file cannot be read as scanned (a failure
-    row in ``contents``, once per path: ``failed``). ``cache``: parses by content (sha256), so
+    """The alignment ``use`` names, parsed; None when its file cannot be read as scanned (once per
+    path: ``failed``): a file the OS would not read is put in ``unread`` (path -> the OSError), any
+    other failure is a failure row in ``contents``. ``cache``: parses by content (sha256), so
     another path with the same bytes (a copy, a link) is neither read nor parsed again."""
     parsed = cache.get(use.sha256)
     if parsed is None:
@@ -1738,13 +1771,18 @@ def _load(
             return None
         path = msa_dir / native(use.rel)
         try:
-            if hashlib.sha256(path.read_bytes()).hexdigest() != use.sha256:
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != use.sha256:
                 raise MSAError("the file changed while the build was running", path=use.rel, stage="msa")
-            fmt = sniff_file(path)
-            parsed = cache[use.sha256] = parse_a3m(path) if fmt == "a3m" else parse_sto(path)
+            fmt = _sniff(data, path)  # of the bytes hashed, as the scan does: not read again
+            parsed = cache[use.sha256] = parse_a3m(path) if fmt == "a3m" else parse_sto(path, data)
         except (OSError, MSAError, InputError) as exc:
             failed.add(use.rel)
-            contents.failures.append(_failure(use.rel, "", exc))
+            why = _os_error(exc)
+            if why is not None and unread is not None:
+                unread[use.rel] = why
+            else:
+                contents.failures.append(_failure(use.rel, "", exc))
             return None
     blocks = [a for a in parsed if a.block == use.block]
     if not blocks:
@@ -1754,6 +1792,56 @@ def _load(
     if use.adopt:
         msa = _adopt(msa, sequence, mol_type)
     return msa
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError of a read the OS refused, ``exc`` or what it wraps (``parse.a3m.read_msa_text``
+    raises an MSAError from it); None for an error of the bytes: a damaged gzip stream's OSError
+    (``gzip.BadGzipFile``) has no errno."""
+    for e in (exc, exc.__cause__):
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+    return None
+
+
+def _unread_failure(
+    rel: str,
+    exc: OSError,
+    lost: list[tuple[PlannedMSA, list[MSAUse], bool]],
+    chains: Mapping[str, list[str]],
+) -> dict[str, Any]:
+    """The failure row of MSA file ``rel`` that the scan read and the part task could not
+    (``exc``), worded as the scan's row of a file it cannot read (:func:`_scan_failures`): "cannot
+    read: …; the file is left out: chain 2q2k/A gets …" (:func:`_left_out`) for the MSAs of the
+    part that planned it (``lost``: each with the files it was built from, and whether it was
+    written: not, it keeps the MSA an earlier build stored from files). ``entry_id``: the first
+    chain's entry. Key ``""``: the next build reads the file again (its MSAs were not stored under
+    the key it plans), and a read error is no verdict on the file's bytes."""
+    from featurecache.build.tasks import _this_process
+
+    rows: list[dict[str, Any]] = []
+    uses: dict[str, list[MSAUse]] = {}
+    stored: dict[str, tuple[str, int]] = {}
+    for item, used, written in lost:
+        uses[item.key] = used
+        if not written:
+            stored[item.key] = ("", 1)
+        for name in chains.get(item.key) or [item.key]:
+            entry = name.split("/", 1)[0] if "/" in name else ""
+            rows.append({"name": name, "entry_id": entry, "sequence_hash": item.key})
+    where = _this_process()
+    message = (f"cannot read: {exc}; {_left_out(rel, rows, uses, stored)}; it was readable when --msa-dir "
+               f"was scanned, not {'on ' + where if where != 'this process' else 'here'} when its MSA was "
+               "written (a passing error, or a worker that does not see --msa-dir at this path?): the next "
+               "build reads it again")  # fmt: skip
+    return {
+        "path": rel,
+        "entry_id": next((r["entry_id"] for r in rows if r["entry_id"]), ""),
+        "stage": "msa",
+        "error_class": type(exc).__name__,
+        "message": message[:2000],
+        "key": "",
+    }
 
 
 def _failure(path: str, entry_id: str, exc: BaseException) -> dict[str, Any]:
