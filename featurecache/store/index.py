@@ -370,18 +370,20 @@ def published_record(root: Path) -> set[str] | None:
 
 def _record_published(root: Path, names: Iterable[str]) -> None:
     f = Path(root) / INDEX_DIR / PUBLISHED_FILE
-    with store_writes(f):
+    with store_writes(f.parent):
         f.parent.mkdir(parents=True, exist_ok=True)
-        _replace_text(f, json.dumps({"version": _PUBLISHED_VERSION, "structure_parts": sorted(names)}))
+    _replace_text(f, json.dumps({"version": _PUBLISHED_VERSION, "structure_parts": sorted(names)}))
 
 
 def _replace_text(f: Path, text: str) -> None:
     """Write ``f`` atomically (:func:`temp_path` + ``os.replace``); a write that fails leaves no
-    temp file behind (review R42b s52 #5)."""
+    temp file behind, and its StoreError names ``f``, not the temp name (review R42b s52 #5, #6)."""
     tmp = temp_path(f)
     try:
         tmp.write_text(text)
         os.replace(tmp, f)
+    except OSError as exc:  # (the OS names the temp file, if any: gone below)
+        raise store_write_error(OSError(exc.errno, exc.strerror) if exc.errno else exc, f) from exc
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -1020,8 +1022,7 @@ def rebuild_index(
     with store_writes(index_dir):
         index_dir.mkdir(parents=True, exist_ok=True)
     written = _write_index(index_dir, published, held, finished)
-    with store_writes(index_dir):
-        _save_part_rows(root, raw, in_parts, stamps, written, manifest, held)
+    _save_part_rows(root, raw, in_parts, stamps, written, manifest, held)
     log.debug("index rebuilt from %s (%d parts, %d held back, %.2f s)", how, len(names), len(held),
               time.perf_counter() - t0)  # fmt: skip
     return tables
@@ -1138,15 +1139,18 @@ def _save_part_rows(
     written: Mapping[str, list[int] | None], old: Mapping[str, Any] | None, held_back: Sequence[str] = (),
 ) -> None:  # fmt: skip
     """Keep the concatenated part rows and the manifest (written last: it vouches for the rest);
-    ``stamps``: the parts they cover, by name, with their ``part.json`` stamps."""
+    ``stamps``: the parts they cover, by name, with their ``part.json`` stamps. A write the OS
+    refuses is a StoreError naming the file (``index/.part-rows/<file>``: review R42b s52 #6)."""
     rows_dir = root / INDEX_DIR / PART_ROWS_DIR
-    rows_dir.mkdir(parents=True, exist_ok=True)
     manifest_file = rows_dir / PART_ROWS_MANIFEST
-    manifest_file.unlink(missing_ok=True)  # a kill below leaves no manifest vouching for old files
+    with store_writes(manifest_file):
+        rows_dir.mkdir(parents=True, exist_ok=True)
+        manifest_file.unlink(missing_ok=True)  # a kill below leaves no manifest vouching for old files
     part_rows: dict[str, list[int] | None] = {}
     for name, table in raw.items():
         f = rows_dir / f"{name}.arrow"
-        replace_table(f, table, compression=PART_ROWS_COMPRESSION)
+        with store_writes(f):
+            replace_table(f, table, compression=PART_ROWS_COMPRESSION)
         part_rows[name] = _stamp(f)
     old_bytes = (old or {}).get("part_bytes", {})
     old_stamps = (old or {}).get("part_stamps", {})
@@ -1294,7 +1298,6 @@ def forget_parts(root: Path, gone: Mapping[str, Path]) -> bool:
         exact = raw[name].schema
         if not any(name in t and t[name].schema.equals(exact, check_metadata=True) for t in reference):
             return False
-    with store_writes(root / INDEX_DIR):
-        _save_part_rows(root, raw, in_parts, stamps, manifest.get("index", {}), manifest,
-                        manifest.get("held_back", []))  # fmt: skip
+    _save_part_rows(root, raw, in_parts, stamps, manifest.get("index", {}), manifest,
+                    manifest.get("held_back", []))  # fmt: skip
     return True

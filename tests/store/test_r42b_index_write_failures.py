@@ -1,5 +1,5 @@
 """A prune or ``verify --repair`` whose index write fails, or that is killed while it writes the
-index (review R42b s52 #4, #5):
+index (review R42b s52 #4, #5, #6):
 
 * #4: the rebuild writes ``index/.published.json`` before the index files; when an index write then
   failed, the failed prune put the index files back but not the record (nor ``index/.part-rows/``),
@@ -11,6 +11,7 @@ index (review R42b s52 #4, #5):
   ``index/.<table>.arrow.<pid>.tmp``: nothing removed them. A failed write now removes its temp
   file, and the next prune or build removes those of killed writers; a temp file of
   ``featurecache plan`` (which takes no build lock) only once it is old.
+* #6: a refused write of ``index/.part-rows/`` named ``STORE/index``; it names the file.
 
 Real stores built from the samples; real failures: an LD_PRELOAD shim compiled with gcc here makes
 the write of one file fail with ENOSPC (or kills the process there with SIGKILL) in a real CLI run,
@@ -132,7 +133,7 @@ def test_a_prune_whose_index_write_fails_leaves_the_published_record(
     assert verify_store(store) == [] and featurecache.open_store(store).ids == ["102m", "1psm"]
 
 
-def test_a_failed_write_of_the_kept_rows_manifest_leaves_no_temp_file(
+def test_a_failed_write_of_the_kept_rows_names_its_file_and_leaves_no_temp_file(
     replaced_store: Path, tmp_path: Path, shim: Path
 ) -> None:
     store = Path(shutil.copytree(replaced_store, tmp_path / "store"))
@@ -140,7 +141,10 @@ def test_a_failed_write_of_the_kept_rows_manifest_leaves_no_temp_file(
     manifest = store / "index" / ".part-rows" / "manifest.json"
     failed = _cli_with_fault(shim, manifest.with_name(".manifest"), "prune", str(store))
     assert failed.returncode == 3, failed.stderr
-    assert "No space left on device; nothing removed" in failed.stderr, failed.stderr
+    assert (
+        f"error: cannot write the store at {manifest}: No space left on device; nothing removed"
+        in failed.stderr
+    ), failed.stderr
     assert _temp_files(store) == []  # was .part-rows/.manifest.json.<pid>.tmp
     assert _index_snapshot(store) == before  # the manifest that was unlinked first is back
     assert prune_store(store).parts == ["s-000000"]
@@ -162,7 +166,9 @@ def test_a_failed_sources_gone_prune_leaves_the_index_as_it_was(tmp_path: Path, 
         shim, kept.with_name(".entries"), "prune", str(store), "--sources-gone", str(pdb)
     )
     assert failed.returncode == 3, failed.stderr
-    assert "No space left on device; nothing removed" in failed.stderr, failed.stderr
+    assert f"cannot write the store at {kept}: No space left on device; nothing removed" in failed.stderr, (
+        failed.stderr
+    )
     assert _index_snapshot(store) == before and _parts(store) == parts and _temp_files(store) == []
     done = cli_in_process("prune", str(store), "--sources-gone", str(pdb))
     assert done.returncode == 0, done.stderr
