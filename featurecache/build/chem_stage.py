@@ -12,6 +12,13 @@ Runs after the structure parts are written:
    definition, which its entries were tokenized with (a warning and its component's ``reason``
    name the CCD file); any other code is stored as a ``failed`` component whose reason names the
    file, never perceived from the residue's atoms, and the entries using it get chem warnings. A
+   CCD file the OS does not let the driver read (EIO, a stale NFS handle: :func:`load_definitions`'s
+   ``unread``) is no broken definition: no ``failed`` component is stored for it (one stored earlier
+   is kept; a standard residue new to the store gets its packaged definition for now, stored
+   without a definition hash so that the next build computes it again), this run has a
+   failure row keyed "" (exit 1), and the structure parts whose entries use the code are not
+   recorded as scanned, so the next build scans them again and reads the file again (review R42b
+   s52 #2). A ``components.cif`` the driver cannot read stops the build (exit 3, one line). A
    defined code's key is the code; an undefined one's is ``code#hash`` of its signature
    (:func:`~featurecache.chem.conformer.perceived_key`), perceived from the occurrence with the
    smallest entry id whose atoms are all resolved — or, when the code has a definition whose atom
@@ -72,7 +79,7 @@ from featurecache.chem.reference import residue_reference_mask
 from featurecache.chem.standard import standard_component, standard_components, standard_heavy_atoms
 from featurecache.const import decode_atom_name, decode_res_name
 from featurecache.errors import CCDError, EmbeddingInterrupted, StoreError
-from featurecache.parse.ccd import ComponentDef
+from featurecache.parse.ccd import CCDReadError, ComponentDef
 from featurecache.store.components import (
     chem_warnings_in_parts,
     component_rows_in_parts,
@@ -319,6 +326,10 @@ class Job:
     #: why the CCD's own definition was not used (:func:`load_definitions`), first in ``reason``;
     #: without ``definition`` or ``occurrence`` the component is stored as failed for it
     broken: str = ""
+    #: ``definition`` stands in for a CCD file the driver could not read (:func:`_unread_job`): the
+    #: component is stored without a definition hash, so the next build that reads the file
+    #: computes it again from the CCD's definition
+    provisional: bool = False
 
 
 def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
@@ -326,6 +337,8 @@ def _compute(job: Job, timeout_s: float) -> ReferenceConformer:
         conf = conformer_for_component(job.definition, timeout_s=timeout_s)
         if job.broken:
             conf = dataclasses.replace(conf, reason="; ".join(x for x in (job.broken, conf.reason) if x))
+        if job.provisional:
+            conf = dataclasses.replace(conf, source_sha="")
         return conf
     if job.occurrence is None and job.broken:
         return _failed(job.key, [], [], job.broken)
@@ -659,11 +672,13 @@ def run_chem_stage(
     codes = sorted(set(std_entries) | {code for code, _ in sig_entries})
     result.n_codes = len(codes)
     library = get_library(ccd)
-    defs, broken = load_definitions(library, codes)
+    defs, broken, unread = load_definitions(library, codes)
 
     jobs: list[Job] = []
     for code in codes:
-        if code in broken:
+        if code in unread:
+            jobs.extend(_unread_job(code, unread[code], defs, have, result))
+        elif code in broken:
             jobs.extend(_broken_job(code, broken[code], defs, have, redo))
         elif code in defs:
             d = defs[code]
@@ -678,8 +693,8 @@ def run_chem_stage(
         defined = defs.get(code)
         if defined is not None and heavy_names(defined).issuperset(n for n, _ in sig[1]):
             continue
-        if defined is None and code in broken:
-            continue  # a broken definition is not "no definition": not perceived (parse.ccd)
+        if defined is None and (code in broken or code in unread):
+            continue  # a broken or unread definition is not "no definition": not perceived (parse.ccd)
         key = perceived_key(code, list(sig[1]))
         perceived_of[sig] = key
         # the key names the atoms, not the definition they were matched against: a component stored
@@ -732,7 +747,7 @@ def run_chem_stage(
                 if alt is not None and alt != key:
                     why += f"; perceived {alt} failed ({comp_reason(alt)})"
         else:
-            why = f"no reference conformer stored for {code}"
+            why = f"no reference conformer stored for {code}{_unread_note(code, unread)}"
         if not bad:
             continue
         for entry_id, path, s_part, n_res in where:
@@ -748,7 +763,7 @@ def run_chem_stage(
         why = (
             f"component {code} has no reference conformer ({comp_reason(code)})"
             if code in table
-            else f"no reference conformer stored for {code}"
+            else f"no reference conformer stored for {code}{_unread_note(code, unread)}"
         )
         for entry_id, path, s_part, n_res, n_atoms in sorted(where_std):
             warnings.append({"entry_id": entry_id, "path": path, "stage": "chem", "key": code, "n_atoms": n_atoms,
@@ -763,7 +778,9 @@ def run_chem_stage(
             {"structure_part": r.part, "n_entries": r.n_entries, "n_residues": r.n_residues,
              "conformer_version": CONFORMER_VERSION}
             for r in scans
-            if r.crashed is None  # scanned again by the next build
+            # scanned again by the next build: a crashed scan, and a part whose entries use a code
+            # whose CCD file could not be read (the next build's plan reads it again)
+            if r.crashed is None and not _uses_any(r, unread)
         ]  # fmt: skip
         write_component_part(
             root, part_name(COMPONENT_PART_PREFIX, _next_number(root)), [], warnings=warnings, scans=scan_rows
@@ -780,21 +797,80 @@ def run_chem_stage(
 
 def load_definitions(
     library: ComponentLibrary, codes: list[str]
-) -> tuple[dict[str, ComponentDef], dict[str, CCDError]]:
-    """The definitions of ``codes``, and apart from them the codes whose CCD definition does not
-    parse, each with its :class:`~featurecache.errors.CCDError` (naming the CCD file and the code).
-    ``library.load`` raises at the first broken code it meets; it is asked again without that code,
-    from its cache, until none is left. A CCD that cannot be read at all (``component`` None) raises."""
+) -> tuple[dict[str, ComponentDef], dict[str, CCDError], dict[str, CCDReadError]]:
+    """The definitions of ``codes``; apart from them the codes whose CCD definition does not
+    parse, each with its :class:`~featurecache.errors.CCDError` (naming the CCD file and the code);
+    and the codes whose file in a CCD directory the OS did not let this process read (EIO, a stale
+    NFS handle: :class:`~featurecache.parse.ccd.CCDReadError`), which say nothing of the definition.
+    ``library.load`` raises at the first such code it meets; it is asked again without that code,
+    from its cache, until none is left. A CCD that cannot be read at all (``component`` None: a
+    ``components.cif``) raises: a CCDReadError as one naming the file, the OS's reason and that the
+    build can be run again (exit 3), since no definition can be had from it."""
     wanted = list(codes)
     broken: dict[str, CCDError] = {}
+    unread: dict[str, CCDReadError] = {}
     while True:
         try:
-            return library.load(wanted), dict(sorted(broken.items()))
+            return library.load(wanted), dict(sorted(broken.items())), dict(sorted(unread.items()))
+        except CCDReadError as exc:
+            if exc.component is None or exc.component not in wanted:
+                raise CCDReadError(
+                    f"{exc}; the build stopped before computing reference conformers (every part written is "
+                    "kept): run it again once the file reads",
+                    path=str(exc.path),
+                    os_error=exc.os_error,
+                    component=exc.component,
+                ) from exc
+            unread[exc.component] = exc
+            wanted.remove(exc.component)
         except CCDError as exc:
             if exc.component is None or exc.component not in wanted:
                 raise
             broken[exc.component] = exc
             wanted.remove(exc.component)
+
+
+def _unread_job(
+    code: str, exc: CCDReadError, defs: dict[str, ComponentDef], have: dict[str, str], result: ChemStageResult
+) -> list[Job]:
+    """What a code whose CCD file the OS did not let the driver read gets (review R42b s52 #2): a
+    failure row of this run keyed "" (exit 1; not stored: the parts whose entries use the code are
+    not recorded as scanned, so the next build reads the file again and computes the component
+    from it, :func:`run_chem_stage`), never a ``failed`` component kept for good. A component the
+    store has for it already is kept; a standard residue new to the store gets its packaged
+    definition (with which its entries would be tokenized without ``--ccd``: its atoms keep their
+    reference positions), stored with no definition hash (``Job.provisional``) so that the next
+    build computes it again from the CCD's (the packaged text is often the CCD's own: an equal
+    hash would keep the stand-in, its source and reason, for good); any other code gets nothing
+    this run (its atoms get ``ref_mask = False``, with chem warnings)."""
+    std = standard_component(code)
+    jobs: list[Job] = []
+    if code in have:
+        what = f"the component {code} stored earlier is kept"
+    elif std is not None:
+        defs[code] = std
+        what = f"the packaged standard definition of {code} is used for now"
+        note = f"{exc}; {what}"
+        jobs.append(Job(code, "packaged", definition=std, broken=note[:500], provisional=True))
+    else:
+        what = f"no component of {code} is computed (its atoms get ref_mask=False)"
+    message = f"{exc}: a read error of the CCD, not a fault of the definition; {what}; the next build reads it again"
+    log.warning("%s", message)
+    result.failures.append({"path": str(exc.path), "entry_id": "", "stage": "chem", "error_class": type(exc).__name__,
+                            "message": message[:1000], "key": ""})  # fmt: skip
+    return jobs
+
+
+def _unread_note(code: str, unread: dict[str, CCDReadError]) -> str:
+    """What a chem warning of ``code`` adds when its CCD file could not be read this run."""
+    return f" ({unread[code]}; the next build reads it again)" if code in unread else ""
+
+
+def _uses_any(scan: ScanResult, codes: dict[str, CCDReadError]) -> bool:
+    """Whether an entry of the scanned part ``scan`` has a residue of one of ``codes``."""
+    if not codes:
+        return False
+    return any(c in codes for c in scan.standard_entries) or any(sig[0] in codes for sig in scan.entries)
 
 
 def _broken_job(

@@ -1,0 +1,236 @@
+"""Review R42b s52 #2, the driver's part: a read error (EIO) on the CCD in the build's chem stage.
+
+The worker's side was fixed in bbb6338; the driver's chem stage (``load_definitions``) still took a
+CCD directory's file that the OS did not let it read for a broken definition: the component was
+stored as ``failed`` (reason "cannot read the CCD file …"), the build exited 0, and since the
+structure parts were recorded as scanned, no later build read the file again: the component
+stayed failed, its atoms masked, for good. Now the run has a failure row keyed "" (exit 1), no
+failed component is stored (a standard residue gets its packaged definition for now, stored
+without a definition hash), and the next build scans the parts again and computes the component
+from the CCD. A ``components.cif`` the driver cannot read stops the build with exit 3 and one
+line naming the file, the OS's reason and that the build can be run again; the next build resumes.
+
+Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
+files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc: the first ``read``
+of a file under a given path fails with EIO, once, only in the build's driver (its command line
+holds ``--pdb-dir``, its forkserver workers' do not), and only once the last structure part exists
+(the driver reads every CCD file at start, for the CCD's fingerprint: the fault is for the chem
+stage).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import featurecache
+from featurecache.parse.ccd import CCD
+from tests.conftest import REPO, SAMPLES
+
+#: read()/pread64() of a file whose path starts with $FC_EIO_PREFIX fail with EIO, the first time
+#: only, in a process whose /proc/self/cmdline holds $FC_EIO_CMD, once $FC_EIO_TRIGGER exists
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_pread64)(int, void *, size_t, off_t);
+static int failed = 0;
+
+static int in_command(void) {
+    const char *want = getenv("FC_EIO_CMD");
+    char buf[8192];
+    if (!want) return 1;
+    int fd = open("/proc/self/cmdline", O_RDONLY);
+    ssize_t k = fd < 0 ? 0 : real_read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) close(fd);
+    if (k <= 0) return 0;
+    for (ssize_t i = 0; i < k; i++) if (!buf[i]) buf[i] = ' ';
+    buf[k] = 0;
+    return strstr(buf, want) != NULL;
+}
+
+static int fail_now(int fd) {
+    const char *prefix = getenv("FC_EIO_PREFIX");
+    const char *trigger = getenv("FC_EIO_TRIGGER");
+    char link[64], path[4096];
+    if (failed || !prefix) return 0;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = 0;
+    if (strncmp(path, prefix, strlen(prefix)) != 0) return 0;
+    if (trigger && access(trigger, F_OK) != 0) return 0;
+    if (!in_command()) return 0;
+    failed = 1;
+    errno = EIO;
+    return 1;
+}
+
+ssize_t read(int fd, void *buf, size_t count) {
+    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
+    if (fail_now(fd)) return -1;
+    return real_read(fd, buf, count);
+}
+
+ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
+    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
+    if (!real_pread64) real_pread64 = dlsym(RTLD_NEXT, "pread64");
+    if (fail_now(fd)) return -1;
+    return real_pread64(fd, buf, count, offset);
+}
+"""
+
+STANDARD_CIF = REPO / "featurecache" / "chem" / "data" / "standard_components.cif"
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    assert gcc, "these tests compile an LD_PRELOAD shim: they need gcc"
+    d = tmp_path_factory.mktemp("eio-shim")
+    (d / "eio.c").write_text(SHIM)
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "eio.so"), str(d / "eio.c"), "-ldl"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    return d / "eio.so"
+
+
+def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, fail: Path | None = None):  # type: ignore[no-untyped-def]
+    """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
+    the driver's first read of ``fail`` once the last structure part (s-000001) exists fails with EIO."""
+    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
+    if shim is not None:
+        env.update(LD_PRELOAD=str(shim), FC_EIO_PREFIX=str(fail), FC_EIO_CMD="--pdb-dir",
+                   FC_EIO_TRIGGER=str(out / "parts" / "s-000001"))  # fmt: skip
+    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
+            "--part-size", "1", "--no-progress"]  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=400)  # fmt: skip
+
+
+def _inputs(tmp_path: Path) -> Path:
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("102m.cif", "2q2k.cif"):  # 102m has HEM; both have ALA
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    return pdb
+
+
+def _block(text: str, code: str) -> str:
+    """The ``data_<code>`` block of a CCD text."""
+    start = text.index(f"data_{code}\n")
+    end = text.find("\ndata_", start)
+    return text[start : len(text) if end < 0 else end + 1]
+
+
+def _components(out: Path) -> dict[str, dict[str, Any]]:
+    """The store's components, the latest row of each key."""
+    return {r["key"]: r for r in featurecache.open_store(out).components.to_pylist()}
+
+
+def _chem_warnings(out: Path, code: str) -> list[str]:
+    """The store's chem warnings of residues of ``code`` ("43 atom(s) of HEM (x1) get ref_mask=False…")."""
+    return [
+        m
+        for w in featurecache.open_store(out).warnings.to_pylist()
+        if w["stage"] == "chem" and (f" of {code} (" in (m := w["message"]) or f" residue {code} (" in m)
+    ]
+
+
+def _output(run: subprocess.CompletedProcess[str]) -> str:
+    return run.stdout[-4000:] + run.stderr[-4000:]
+
+
+@pytest.mark.parametrize("code", ["HEM", "ALA"])
+def test_eio_on_a_ccd_file_in_the_chem_stage_fails_the_run_and_the_next_build_computes_it(
+    tmp_path: Path, shim: Path, code: str
+) -> None:
+    """A CCD directory's file (HEM: a ligand, ALA: a standard residue) that the driver cannot read
+    once, in the chem stage: exit 1 with a failure row naming the file, no failed component stored;
+    the next build, the disk fine again, exits 0 with the component computed from the CCD."""
+    pdb = _inputs(tmp_path)
+    ccd = tmp_path / "ccd"
+    shutil.copytree(SAMPLES / "ccd", ccd)
+    if code == "ALA":  # the packaged text: the CCD's definition hashes as the packaged one
+        (ccd / "ALA.cif").write_text(_block(STANDARD_CIF.read_text(), "ALA"))
+    file = ccd / f"{code}.cif"
+    sha = CCD(ccd)[code].sha256
+    out = tmp_path / "store"
+
+    first = _build(pdb, ccd, out, shim=shim, fail=file)
+    assert first.returncode == 1, _output(first)  # before: 0
+    assert "Traceback" not in first.stderr, first.stderr[-4000:]
+    line = next(x for x in first.stdout.splitlines() if "CCDReadError" in x)
+    assert str(file) in line and "chem" in line, line
+    message = " ".join(first.stdout.split())
+    assert (
+        f"cannot read the CCD file {file} (the definition of {code}): Input/output error (EIO): a read "
+        "error of the CCD, not a fault of the definition;"
+    ) in message, message[-3000:]
+    assert "fix or replace" not in first.stdout + first.stderr
+    store = featurecache.open_store(out)
+    assert sorted(store.ids) == ["102m", "2q2k"]
+    assert store.failures.to_pylist() == []  # no entry failed: the run's row is the chem stage's
+    comps = _components(out)
+    if code == "HEM":
+        assert "HEM" not in comps, comps.get("HEM")  # before: stored as failed, for good
+        assert _chem_warnings(out, "HEM"), store.warnings.to_pylist()
+    else:
+        ala = comps["ALA"]  # the packaged definition for now, without a definition hash
+        assert (ala["source"], ala["source_sha256"]) == ("packaged", ""), ala
+        assert ala["strategy"] != "failed" and "Input/output error" in ala["reason"], ala
+        assert _chem_warnings(out, "ALA") == []
+
+    again = _build(pdb, ccd, out)  # the disk is fine again
+    assert again.returncode == 0, _output(again)
+    assert "CCDReadError" not in again.stdout
+    comp = _components(out)[code]  # before: HEM still failed; ALA still the stand-in
+    assert (comp["source"], comp["source_sha256"]) == ("ccd", sha), comp
+    assert comp["strategy"] != "failed" and "cannot read" not in comp["reason"], comp
+    assert _chem_warnings(out, code) == []
+    assert featurecache.open_store(out).failures.to_pylist() == []
+
+
+def test_eio_on_a_components_cif_in_the_chem_stage_stops_the_build_and_the_next_resumes(
+    tmp_path: Path, shim: Path
+) -> None:
+    """One ``components.cif`` the driver cannot read in the chem stage: no definition at all, so
+    the build stops (exit 3) with one line naming the file, the OS's reason and the way out; the
+    next build resumes and computes every component."""
+    pdb = _inputs(tmp_path)
+    ccd = tmp_path / "components.cif"
+    ccd.write_text(
+        "".join(f.read_text().rstrip("\n") + "\n" for f in sorted((SAMPLES / "ccd").glob("*.cif")))
+    )
+    out = tmp_path / "store"
+
+    first = _build(pdb, ccd, out, shim=shim, fail=ccd)
+    assert first.returncode == 3, _output(first)
+    assert "Traceback" not in first.stderr, first.stderr[-4000:]
+    errors = [x for x in first.stderr.splitlines() if x.startswith("error:")]
+    assert errors == [
+        f"error: cannot read the CCD {ccd}: Input/output error (EIO); the build stopped before computing "
+        "reference conformers (every part written is kept): run it again once the file reads"
+    ], first.stderr[-4000:]
+    assert first.stderr.rstrip().endswith(errors[0])
+
+    again = _build(pdb, ccd, out)
+    assert again.returncode == 0, _output(again)
+    store = featurecache.open_store(out)
+    assert sorted(store.ids) == ["102m", "2q2k"]
+    comps = _components(out)
+    assert comps["HEM"]["strategy"] != "failed" and comps["HEM"]["source"] == "ccd", comps["HEM"]
+    assert _chem_warnings(out, "HEM") == []
