@@ -55,6 +55,18 @@ OWNER_LOCK = ".serve.lock"
 #: the prefixes of the temporary directories that ``serve --workers N`` makes (metrics, failures)
 _DIR_PREFIXES = ("featurecache-metrics-", "featurecache-workers-")
 
+#: the name of an empty file that a worker makes in the metrics directory while some of its metric
+#: values find no room there (``services.lookup.metrics``): its pid and the errno's name follow
+NOT_RECORDED_PREFIX = ".metrics-not-recorded-"
+
+#: the space one worker's metric files take from its start: prometheus_client's files of counters
+#: and of histograms, 64 KiB each (:func:`_check_metrics_dir`)
+METRIC_FILES_BYTES = 2 * 65536
+
+#: start-up deaths in a row (workers that died before they served, with none starting meanwhile)
+#: after which serve stops instead of starting another worker (:func:`_run_workers`)
+STARTUP_DEATHS_MAX = 5
+
 #: why this process's app could not start (set by :func:`worker_app`), None while it could
 _startup_failure: str | None = None
 
@@ -151,7 +163,11 @@ def run_server(
     opened here first, so a path that is not a store (yet) fails at once (StoreError; the CLI exits
     3) instead of serving 503s. Once serving, each worker follows the store as it is rebuilt or
     extended (``state.StoreHolder``). With several workers, Prometheus metrics are aggregated
-    through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``: it must be writable).
+    through a temporary multiprocess directory (under ``$TMPDIR`` or ``/tmp``, or
+    ``PROMETHEUS_MULTIPROC_DIR``): one without room for the workers' files (128 KiB each) fails here
+    (FeatureCacheError naming it; :func:`_check_metrics_dir`); one that fills later costs metrics,
+    not workers (``services.lookup.metrics``). Workers that die again and again before they serve
+    stop serve (FeatureCacheError naming the cause) instead of being restarted without end.
     Each worker ends when serve's process does, killed too (SIGKILL, the OOM killer); the next
     ``serve --workers N`` removes the temporary directories that a killed one left.
 
@@ -237,6 +253,16 @@ def _serve(
             ) from exc
         locks += _lock_dir(multiproc_dir)
         environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") if workers > 1 else None
+    if metrics_dir is not None:
+        try:
+            _check_metrics_dir(metrics_dir, workers, made=multiproc_dir is not None)
+        except FeatureCacheError:
+            if multiproc_dir is not None:
+                shutil.rmtree(multiproc_dir, ignore_errors=True)
+            for fd in locks:
+                os.close(fd)
+            raise
     failures_dir = None
     if workers > 1:  # where a worker that cannot start says why (without it: "its error is logged")
         with contextlib.suppress(OSError):
@@ -260,7 +286,7 @@ def _serve(
         if workers == 1:
             stopped_by = _run_one(ServiceConfig(APP_FACTORY, **options))
         else:
-            stopped_by = _run_workers(ServiceConfig(APP_FACTORY, **options), failures_dir)
+            stopped_by = _run_workers(ServiceConfig(APP_FACTORY, **options), failures_dir, metrics_dir)
     finally:
         for made in (multiproc_dir, failures_dir):
             if made is not None:
@@ -268,6 +294,54 @@ def _serve(
         for fd in locks:
             os.close(fd)
     return stopped_by
+
+
+def _check_metrics_dir(path: str, workers: int, made: bool) -> None:
+    """Whether the workers' metric files fit in ``path`` (``PROMETHEUS_MULTIPROC_DIR``): a probe file
+    of their size (:data:`METRIC_FILES_BYTES` a worker) allocated there (``posix_fallocate``) and
+    removed. On a full filesystem (a ``/tmp`` tmpfs in a read-only container) every worker died of
+    SIGBUS and was restarted without end, serving nothing and saying nothing (review R42b s52 #3):
+    FeatureCacheError naming the directory and the reason instead (serve exits 3). ``made``: the
+    directory is serve's own (``mkdtemp`` under ``$TMPDIR``), else the user's. The markers of
+    values not recorded that an earlier serve's workers left there are removed (:data:`NOT_RECORDED_PREFIX`)."""
+    import errno
+
+    with contextlib.suppress(OSError):
+        for name in os.listdir(path):
+            if name.startswith(NOT_RECORDED_PREFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(path, name))
+    size = workers * METRIC_FILES_BYTES
+    exc = _no_room(path, size)
+    if exc is None:
+        return
+    where = f"the metrics directory {path}" + ("" if made else " (PROMETHEUS_MULTIPROC_DIR)")
+    variable = "TMPDIR" if made else "PROMETHEUS_MULTIPROC_DIR"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = f"has no room for the metric files of {workers} workers ({size // 1024} KiB): {exc.strerror}"
+        fix = f"free space there, or set {variable} to a directory with room"
+    else:
+        why = f"cannot be written: {type(exc).__name__}: {exc}"
+        fix = f"set {variable} to a writable directory"
+    if made:
+        fix += " (in a container: a larger --tmpfs /tmp)"
+    raise FeatureCacheError(f"serve could not start: {where} {why}; {fix} (--workers 1 needs none)")
+
+
+def _no_room(path: str, size: int) -> OSError | None:
+    """The error of allocating ``size`` bytes to a new file in ``path`` (removed again), or None."""
+    probe = os.path.join(path, f".room-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+    except OSError as exc:
+        return exc
+    return None
 
 
 def _lock_dir(path: str) -> list[int]:
@@ -420,7 +494,7 @@ def _run_one(config: Any) -> int | None:
     return server.stopped_by
 
 
-def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
+def _run_workers(config: Any, failures_dir: str | None = None, metrics_dir: str | None = None) -> int | None:
     """What ``uvicorn.run`` does for ``workers > 1`` (bind the socket, run the multiprocess
     supervisor until a signal stops it), returning the signal that stopped it (SIGINT, SIGTERM) or
     None: uvicorn's supervisor returns normally after a SIGTERM, which would make the exit status 0
@@ -429,21 +503,59 @@ def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
     A worker that cannot start (exit status 3: :func:`worker_app`, uvicorn's own failed lifespan),
     at first or when it replaces one that died, stops every worker, as uvicorn's supervisor does,
     and raises FeatureCacheError naming the reason the worker wrote under ``failures_dir``; uvicorn
-    returned normally there, and serve ended 0 without having served (s24 closing note)."""
+    returned normally there, and serve ended 0 without having served (s24 closing note).
+
+    So do :data:`STARTUP_DEATHS_MAX` workers in a row that die otherwise before they serve (killed
+    by a signal, another exit status), with no worker starting meanwhile: uvicorn's supervisor
+    started another at once, without end (SIGBUS on a full metrics directory: review R42b s52 #3).
+    A worker that dies after it served is replaced, as before. The error names the last death's
+    cause: its recorded reason, else its signal or status, and the metrics directory
+    (``metrics_dir``) if it has no room now."""
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
     class Supervisor(Multiprocess):
         stopped_by: int | None = None
         failed: int | None = None  # pid of the worker that could not start
+        died: tuple[int | None, int | None] | None = None  # (pid, exit code) of the last start-up death
+        startup_deaths = 0  # in a row
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.started: set[int] = set()  # pids of the workers seen serving
 
         def keep_subprocess_alive(self) -> None:
             # a worker that ended with the start-up failure status stops serve: looked for before
             # uvicorn's own look (which restarted such a worker before uvicorn 0.3x; now it stops
             # without telling its caller) and after it (the worker may end during its health check)
-            if not self._startup_failed():
-                super().keep_subprocess_alive()
-                self._startup_failed()
+            if self._startup_failed():
+                return
+            self._note_started()
+            before = list(self.processes)
+            super().keep_subprocess_alive()
+            if self._startup_failed():
+                return
+            for process in before:
+                if any(process is now for now in self.processes):
+                    continue  # (uvicorn replaces a worker that died or hung with a new one)
+                if process.pid in self.started:
+                    self.started.discard(process.pid)
+                    continue
+                self.startup_deaths += 1
+                self.died = (process.pid, process.exitcode)
+            if self.startup_deaths >= STARTUP_DEATHS_MAX and not self.should_exit.is_set():
+                self.should_exit.set()
+
+        def _note_started(self) -> None:
+            """Ask each worker not yet seen serving whether it serves now (uvicorn's health check,
+            which answers the worker's ``started``); one that does ends a run of start-up deaths."""
+            for process in self.processes:
+                pid = process.pid
+                if pid is None or pid in self.started or not process.process.is_alive():
+                    continue
+                if process.is_ready(timeout=1):
+                    self.started.add(pid)
+                    self.startup_deaths = 0
 
         def _startup_failed(self) -> bool:
             for process in self.processes:
@@ -477,16 +589,56 @@ def _run_workers(config: Any, failures_dir: str | None = None) -> int | None:
         raise FeatureCacheError(f"serve stopped: a worker process could not start: {_start_error(exc)}") from None  # fmt: skip
     finally:
         sock.close()
-    if supervisor.failed is not None and supervisor.stopped_by is None:
-        reason = None
-        if failures_dir is not None:
-            with contextlib.suppress(OSError):
-                reason = Path(failures_dir, str(supervisor.failed)).read_text(encoding="utf-8").strip()
+    if supervisor.stopped_by is not None:
+        return supervisor.stopped_by
+    if supervisor.failed is not None:
+        reason = _recorded_failure(failures_dir, supervisor.failed)
         raise FeatureCacheError(
             f"serve stopped: worker process [{supervisor.failed}] could not start: "
             + (reason or f"exit status {STARTUP_FAILURE} (its error is logged above)")
         )
-    return supervisor.stopped_by
+    if supervisor.died is not None and supervisor.startup_deaths >= STARTUP_DEATHS_MAX:
+        pid, code = supervisor.died
+        recorded = _recorded_failure(failures_dir, pid)
+        cause = (
+            f"could not start: {recorded}" if recorded else _death_cause(code, metrics_dir, config.workers)
+        )
+        raise FeatureCacheError(
+            f"serve stopped: {supervisor.startup_deaths} worker processes in a row died before they served; "
+            f"the last, [{pid}], {cause}"
+        )
+    return None
+
+
+def _recorded_failure(failures_dir: str | None, pid: int | None) -> str | None:
+    """The reason worker ``pid`` recorded when it could not start (:func:`_record_startup_failure`)."""
+    if failures_dir is None or pid is None:
+        return None
+    try:
+        return Path(failures_dir, str(pid)).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _death_cause(code: int | None, metrics_dir: str | None, workers: int) -> str:
+    """Why a worker process that ended with exit code ``code`` (multiprocessing's: ``-N`` for signal
+    N) ended, as far as serve can tell, for "the last, [pid], …"."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        cause = f"was killed by {name}"
+        if -code == signal.SIGBUS:
+            cause += " (a bus error: a memory-mapped file found no room, e.g. on a full filesystem)"
+        elif -code == signal.SIGKILL:
+            cause += " (the OOM killer, or serve when it did not answer uvicorn's health check in time)"
+    else:
+        cause = f"ended with exit status {code} (its error is logged above)"
+    exc = _no_room(metrics_dir, workers * METRIC_FILES_BYTES) if metrics_dir is not None else None
+    if exc is not None:
+        cause += f"; the metrics directory {metrics_dir} cannot take the workers' metric files: {exc.strerror or exc}"
+    return cause
 
 
 def _start_error(exc: OSError) -> str:
