@@ -134,6 +134,28 @@ def test_compose_lookup_is_published_on_loopback_unless_asked() -> None:
     assert "/tmp" in services["lookup"]["tmpfs"]  # read_only + --workers > 1 needs a writable /tmp
 
 
+def test_compose_containers_drop_every_capability() -> None:
+    """No process of the stack needs a Linux capability (ports above 1024, files of its own uid)
+    or to gain one through a setuid binary (review R42c s52 #10)."""
+    for name, svc in _compose()["services"].items():
+        assert svc.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+
+
+def test_the_docker_examples_publish_on_loopback() -> None:
+    """Without a token the server answers whoever reaches the port: the quick starts publish it on
+    127.0.0.1 (``-p 8000:8000`` binds every interface of the host: review R42c s52 #7); the
+    deploy README's example for other hosts gives a token file."""
+    for path in (REPO / "README.md", DEPLOY / "README.md", DEPLOY / "Dockerfile"):
+        lines = path.read_text().splitlines()
+        runs = [
+            " ".join(lines[i : i + 2]) for i, ln in enumerate(lines) if "docker run" in ln and " -p " in ln
+        ]
+        assert runs, path
+        for run in runs:  # the command's line and the next (a command broken over two)
+            assert "-p 127.0.0.1:" in run or "FEATURECACHE_AUTH_TOKEN_FILE" in run, (path, run)
+
+
 def test_lookup_healthcheck_follows_the_served_port() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     check = text[text.index("\nHEALTHCHECK ") :].split("\n\n")[0]
