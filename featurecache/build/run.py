@@ -72,7 +72,7 @@ from featurecache.build.tasks import (
     worker_versions,
 )
 from featurecache.errors import FeatureCacheError, InputError, StoreError, UsageError
-from featurecache.parse.ccd import check_ccd
+from featurecache.parse.ccd import CCDReadError, check_ccd, os_reason
 from featurecache.parse.structure import structure_format
 from featurecache.store.index import (
     REMOVED,
@@ -243,15 +243,50 @@ def build_inputs(pdb_dir: Path, msa_dir: Path | None, ccd: Path | None, ccd_fp: 
 
 
 def ccd_fingerprint(path: Path | None) -> str:
-    """Content hash of the CCD input (file, or every file of a directory); "" for None."""
+    """Content hash of the CCD input (file, or every file of a directory); "" for None. A read the
+    OS refuses (EIO, a stale NFS handle) raises its OSError, named after the file it could not read
+    (a failed ``read`` names none): a build stops on it with one line (:func:`ccd_unreadable`),
+    ``verify`` says the recorded CCD "cannot be read"."""
     if path is None:
         return ""
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for f in files:
         h.update(f.name.encode())
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        try:
+            data = f.read_bytes()
+        except OSError as exc:
+            if exc.filename is not None or exc.errno is None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(f)) from exc  # (its subclass: PermissionError, ...)
+        h.update(hashlib.sha256(data).digest())
     return h.hexdigest()[:16]
+
+
+#: what a build stopped by a CCD file it cannot read says after the file and the OS's reason
+#: (:func:`ccd_unreadable`): before it started, and after its start but before it built anything
+CCD_STOPPED_AT_START = (
+    "the build stopped before it started (nothing was written): run the same command again once it reads"
+)
+CCD_STOPPED_BEFORE_WORK = (
+    "the build stopped before it built anything: run the same command again once it reads"
+)
+
+
+def ccd_unreadable(exc: OSError | CCDReadError, ccd: Path, then: str) -> StoreError:
+    """The one-line StoreError (exit 3) of a build whose driver could not read a file of the CCD
+    ``ccd`` (``exc``: the OS refused the read: EIO, a stale NFS handle, EACCES), naming the file
+    and the OS's reason, and ``then``: what the build did and that the same command can be run
+    again (review R42b s52 #2: the read of the CCD's fingerprint was a Python traceback, exit 1,
+    the "no chemical component definitions found" of check_ccd a usage error, exit 2, and the
+    definitions' hashes of a later build a traceback too). Not the CCD's fault: its content is
+    checked where it is parsed."""
+    if isinstance(exc, CCDReadError):
+        what = str(exc)
+    else:
+        f = Path(os.fsdecode(exc.filename)) if isinstance(exc.filename, (str, bytes)) else Path(ccd)
+        what = f"cannot read {'the CCD' if f == Path(ccd) else 'the CCD file'} {f}: {os_reason(exc)}"
+    return StoreError(f"{what}; {then}")
 
 
 _fingerprint = ccd_fingerprint  # its earlier name
@@ -298,11 +333,14 @@ def ccd_input_bytes(ccd: Path | None) -> int:
     if ccd is None:
         return 0
     path = Path(ccd)
-    files = (
-        [f for f in path.iterdir() if f.name.lower().endswith((".cif", ".cif.gz")) and f.is_file()]
-        if path.is_dir()
-        else [path]
-    )
+    try:
+        files = (
+            [f for f in path.iterdir() if f.name.lower().endswith((".cif", ".cif.gz")) and f.is_file()]
+            if path.is_dir()
+            else [path]
+        )
+    except OSError:  # (a listing the OS refuses now, EIO: a count for the summary is no reason to stop)
+        return 0
     total = 0
     for f in files:
         with contextlib.suppress(OSError):  # gone since it was checked: nothing of it is read
@@ -723,10 +761,16 @@ def check_arguments(
             what = "not a directory" if Path(directory).exists() else "does not exist"
             raise UsageError(f"{option} {directory}: {what}")
     if ccd is not None:
-        if not Path(ccd).exists():
+        try:
+            there = Path(ccd).exists()
+        except OSError as exc:  # a stat the OS refuses (EIO, ESTALE): exit 3, as a read
+            raise ccd_unreadable(exc, Path(ccd), CCD_STOPPED_AT_START) from exc
+        if not there:
             raise UsageError(f"ccd (--ccd) {ccd}: no such file or directory")
         try:
             check_ccd(ccd)  # a garbage CCD would silently turn every ligand's bonds into perceived ones
+        except CCDReadError as exc:  # the OS refused a read (EIO): no argument's fault, exit 3
+            raise ccd_unreadable(exc, Path(ccd), CCD_STOPPED_AT_START) from exc
         except InputError as exc:
             raise UsageError(f"ccd (--ccd): {exc}") from exc
     if workers is not None and workers < 1:
@@ -1037,7 +1081,11 @@ def _run_build(
     pdb_dir, out = _absolute(pdb_dir), _absolute(out)
     msa_dir = _absolute(msa_dir) if msa_dir is not None else None
     ccd = _absolute(ccd) if ccd is not None else None
-    ccd_fp = ccd_fingerprint(Path(ccd) if ccd else None)
+    try:  # every file of the CCD read: one the OS refuses stops the build now, in one line
+        ccd_fp = ccd_fingerprint(Path(ccd) if ccd else None)
+    except OSError as exc:
+        assert ccd is not None
+        raise ccd_unreadable(exc, Path(ccd), CCD_STOPPED_AT_START) from exc
     # the CCD is in no entry key: each entry records the definitions it used (build.ccd_keys); the
     # key with the fingerprint is its failures', and that of entries built before that record
     entry_config = config.entry_config_hash(PER_ENTRY_DEFINITIONS)
@@ -1134,7 +1182,11 @@ def _run_build(
             withdrawn_paths = {r["path"] for r in just_withdrawn}
             if start_index.get(WITHDRAWN) is not None:
                 withdrawn_paths.update(start_index[WITHDRAWN].column("path").to_pylist())
-            summary.ccd_changed = changed_definitions(out, stored, inputs, ccd)
+            try:  # (reads the definitions its entries used: a read the OS refuses stops the build)
+                summary.ccd_changed = changed_definitions(out, stored, inputs, ccd)
+            except CCDReadError as exc:
+                assert ccd is not None
+                raise ccd_unreadable(exc, Path(ccd), CCD_STOPPED_BEFORE_WORK) from exc
             pending = _pending(
                 inputs, done, stored, start_index["failures"], withdrawn_paths, summary.ccd_changed.keys()
             )

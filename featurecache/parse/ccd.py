@@ -15,6 +15,8 @@ it strings).
 :func:`check_ccd` is the cheap check a build makes first: it parses definitions only until it
 has found a valid one, and refuses a path that yields none, or a ``components.cif.gz`` cut short
 (an interrupted download: its first blocks are valid, the chem stage would find the cut later).
+A read of the CCD that the OS refuses there is a :class:`CCDReadError`, not "no definitions found"
+(the build stops with exit 3 and says to run it again: review R42b s52 #2).
 
 What cannot be read is a :class:`~featurecache.errors.CCDError` (stage ``ccd``) naming the CCD file
 and, for one broken definition, the component: never the bare ``EOFError`` of gzip or gemmi's
@@ -300,6 +302,13 @@ def _os_refused(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile)
 
 
+def _refused_path(exc: BaseException, default: Path) -> Path:
+    """The file an OSError names (``open``'s and ``stat``'s do; a failed ``read`` names none), else
+    ``default``: the file being read."""
+    name = getattr(exc, "filename", None)
+    return Path(os.fsdecode(name)) if isinstance(name, (str, bytes)) and name else default
+
+
 def _read_failure(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
         return "its gzip stream ends early: the file is cut short (an interrupted download?)"
@@ -485,12 +494,19 @@ def check_ccd(path: str | os.PathLike[str], *, enough: int = 1) -> int:
     Raises :class:`~featurecache.errors.InputError` naming ``path`` when it does not exist or no
     valid definition turns up in the first :data:`CHECK_MAX_CHARS` characters of a file or
     :data:`CHECK_MAX_FILES` files of a directory (a garbage ``--ccd`` would otherwise be accepted
-    and every non-standard component would silently fall back to perceived bonds).
+    and every non-standard component would silently fall back to perceived bonds); a
+    :class:`CCDReadError` naming the file (or the directory) and the OS's reason when the OS
+    refuses a read of it (EIO, a stale NFS handle): the machine's fault, not the CCD's content,
+    which was called "no chemical component definitions found" (review R42b s52 #2).
     """
     p = Path(path)
-    if not p.exists():
+    try:
+        exists, is_dir = p.exists(), p.is_dir()
+    except OSError as exc:  # a stat the OS refuses (EIO, ESTALE): not "no such file"
+        raise _unreadable(p, exc) from exc
+    if not exists:
         raise InputError(f"CCD {p}: no such file or directory", path=str(p), stage="ccd")
-    if p.is_dir():
+    if is_dir:
         found, why = _check_ccd_dir(p, enough)
     else:
         found, why = _check_ccd_file(p, enough)
@@ -518,7 +534,10 @@ def _check_gzip_whole(p: Path) -> None:
 
 
 def _check_ccd_dir(p: Path, enough: int) -> tuple[int, str]:
-    files = sorted(f for f in p.iterdir() if f.name.lower().endswith((".cif", ".cif.gz")) and f.is_file())
+    try:
+        files = sorted(f for f in p.iterdir() if f.name.lower().endswith((".cif", ".cif.gz")) and f.is_file())
+    except OSError as exc:  # the directory cannot be listed (EIO, ESTALE), or a file's stat failed
+        raise _unreadable(_refused_path(exc, p), exc) from exc
     if not files:
         return 0, "the directory has no <CODE>.cif or <CODE>.cif.gz files"
     found, first_error = 0, ""
@@ -526,6 +545,8 @@ def _check_ccd_dir(p: Path, enough: int) -> tuple[int, str]:
         stem = f.name[: -len(".cif.gz")] if f.name.lower().endswith(".gz") else f.name[: -len(".cif")]
         try:
             comp = parse_component_file(f)
+        except CCDReadError:  # the OS refused the read: no sign of the file's content
+            raise
         except ParseError as exc:  # CCDError: it names the file and what did not read
             first_error = first_error or f"{f.name}: {exc}"
             continue
@@ -569,6 +590,8 @@ def _check_ccd_file(p: Path, enough: int) -> tuple[int, str]:
                 if found >= enough:
                     break
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        if _os_refused(exc):  # EIO, ESTALE: the machine's fault, not "no definitions found"
+            raise _unreadable(p, exc) from exc
         if not found:
             return 0, f"cannot read it: {type(exc).__name__}: {exc}"
     if not n_blocks:
@@ -696,19 +719,36 @@ def definition_hashes(path: str | os.PathLike[str] | None, codes: Iterable[str])
     compares with the hashes its entries recorded (``build.ccd_keys``): a hash that differs means
     the definition changed (a block that no longer parses too: its entries are rebuilt and fail);
     an equal hash, the same text and so the same definition. One streaming pass over a file, no
-    parse: a build checks every code its store's entries used, each build."""
+    parse: a build checks every code its store's entries used, each build.
+
+    A file whose read the OS refuses (EIO, a stale NFS handle) raises :class:`CCDReadError` naming
+    it and the OS's reason (the build stops, exit 3: review R42b s52 #2; it was a traceback), never
+    a hash: one read that failed says nothing of the definition. A directory's ``<CODE>.cif.gz``
+    that is no gzip or is cut short gets :data:`UNREADABLE_DEFINITION`, which no definition hashes
+    to: its entries are rebuilt, and fail naming the file, as for a block that no longer parses
+    (its ``EOFError`` ended the build with click's bare "Aborted.", exit 1)."""
     from featurecache.chem.standard import standard_component
 
     wanted = set(c for c in codes if c)
     found: dict[str, str] = {}
     if path is not None:
         p = Path(path)
-        if p.is_dir():
+        try:
+            is_dir = p.is_dir()
+        except OSError as exc:
+            raise _unreadable(p, exc) from exc
+        if is_dir:
             reader = CCD(p)
-            for code in wanted:
-                f = reader._file_for(code)
-                if f is not None:
-                    found[code] = _text_hash(_read_text(f))
+            for code in sorted(wanted):
+                f: Path | None = None
+                try:
+                    f = reader._file_for(code)
+                    if f is not None:
+                        found[code] = _text_hash(_read_text(f))
+                except _READ_ERRORS as exc:
+                    if _os_refused(exc):
+                        raise _unreadable(_refused_path(exc, f or p), exc, code) from exc
+                    found[code] = UNREADABLE_DEFINITION  # the file's content: rebuilt, and fails
         else:
             for code, text, _first in _file_blocks(p, wanted):
                 found[code] = _text_hash(text)  # a later block of the code wins, as in CCD.load
@@ -719,6 +759,11 @@ def definition_hashes(path: str | os.PathLike[str] | None, codes: Iterable[str])
             sha = std.sha256
         out[code] = sha
     return out
+
+
+#: :func:`definition_hashes`' hash of a CCD directory's file whose content cannot be read (a
+#: ``.cif.gz`` cut short, or no gzip): equal to no definition's sha256 (hex) nor to "" (undefined)
+UNREADABLE_DEFINITION = "unreadable"
 
 
 def _text_hash(text: str) -> str:
