@@ -649,7 +649,10 @@ class CCD:
         if missing and self.path is not None:
             if self.is_dir:
                 for c in missing:
-                    f = self._file_for(c)
+                    try:
+                        f = self._file_for(c)
+                    except OSError as exc:  # a stat the OS refused (EIO): read again by the next lookup
+                        raise _unreadable(_refused_path(exc, self.path), exc, c) from exc
                     try:
                         self._cache[c] = _component_file(f) if f is not None else None
                     except CCDReadError as exc:  # read again by the next lookup

@@ -18,6 +18,11 @@ Now a read the OS refuses before the build's work is one line naming the file an
 exit 3, saying that the same command can be run again; the same command, once the file reads,
 builds. ``verify``'s rebuild command says the recorded CCD "cannot be read" (it did: a guard).
 
+The ``stat`` of a directory's file when a definition is looked up (``CCD._file_for``, in the chem
+stage and in the workers) was no :class:`CCDReadError` either: the chem stage stopped with a
+traceback, and a worker's entry got a failure row keyed by its bytes, kept for good. Now a refused
+``stat`` there is handled as a refused read is (bbb6338, f7c9408).
+
 Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
 files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc: a ``read`` (or a
 ``stat``) of a file under a given path fails with EIO, once, only in the build's driver (its
@@ -174,6 +179,7 @@ int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
 """
 
 DRIVER = "--pdb-dir"  # in the driver's command line, not in its forkserver workers'
+WORKERS = "forkserver"
 RUN_AGAIN = "run the same command again once it reads"
 AT_START = f"the build stopped before it started (nothing was written): {RUN_AGAIN}"
 BEFORE_WORK = f"the build stopped before it built anything: {RUN_AGAIN}"
@@ -356,6 +362,55 @@ def test_a_directory_gz_definition_cut_short_on_a_later_build_fails_its_entries(
     (ccd / "HEM.cif.gz").write_bytes(sound)
     again = _build(pdb, ccd, out)
     assert again.returncode == 0, _output(again)
+    assert _failures(out) == []
+
+
+def test_a_refused_stat_of_a_definition_in_the_chem_stage_is_a_read_error(tmp_path: Path, shim: Path) -> None:
+    """The chem stage looks HEM up in the CCD directory (a ``stat`` of HEM.cif); the OS refuses the
+    stat (EIO, or a stale NFS handle). Before: a traceback (its OSError was no CCDReadError), exit 1.
+    Now as for a refused read (f7c9408): a failure row keyed "", exit 1, no failed HEM stored; the
+    next build computes it."""
+    pdb = _inputs(tmp_path)
+    ccd = _ccd_dir(tmp_path)
+    out = tmp_path / "store"
+    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=DRIVER, stat=1,
+                   trigger=out / "parts" / "s-000001")  # fmt: skip
+    assert first.returncode == 1, _output(first)
+    assert "Traceback" not in first.stderr, first.stderr[-4000:]
+    message = " ".join(first.stdout.split())
+    assert (
+        f"cannot read the CCD file {ccd / 'HEM.cif'} (the definition of HEM): Input/output error (EIO): a read "
+        "error of the CCD, not a fault of the definition;"
+    ) in message, message[-3000:]
+    components = {r["key"]: r for r in featurecache.open_store(out).components.to_pylist()}
+    assert "HEM" not in components, components.get("HEM")
+
+    again = _build(pdb, ccd, out)
+    assert again.returncode == 0, _output(again)
+    hem = {r["key"]: r for r in featurecache.open_store(out).components.to_pylist()}["HEM"]
+    assert hem["source"] == "ccd" and hem["strategy"] != "failed", hem
+    assert _failures(out) == []
+
+
+def test_a_refused_stat_of_a_definition_in_a_worker_is_retried(tmp_path: Path, shim: Path) -> None:
+    """A worker looks HEM up (a ``stat`` of HEM.cif) for 102m and the OS refuses it. Before: the
+    entry's failure row was keyed by its bytes, so the next build skipped it as "still failing",
+    exit 1 for ever. Now its row is keyed "", and the next build builds it."""
+    pdb = _inputs(tmp_path)
+    ccd = _ccd_dir(tmp_path)
+    out = tmp_path / "store"
+    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=WORKERS, stat=1)
+    assert first.returncode == 1, _output(first)
+    (row,) = _failures(out)
+    assert (row["entry_id"], row["stage"], row["error_class"]) == ("102m", "ccd", "CCDReadError"), row
+    assert row["key"] == "", row  # before: the input's key (stage tokenize), kept for good
+    assert row["message"].startswith(
+        f"cannot read the CCD file {ccd / 'HEM.cif'} (the definition of HEM): Input/output error (EIO) on worker "
+    ), row["message"]
+
+    again = _build(pdb, ccd, out)
+    assert again.returncode == 0, _output(again)  # before: 1, "still failing 1"
+    assert sorted(featurecache.open_store(out).ids) == ["102m", "2q2k"]
     assert _failures(out) == []
 
 
