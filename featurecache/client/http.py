@@ -69,6 +69,7 @@ worker's client is the same client with its own connections.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import math
 import os
@@ -206,7 +207,10 @@ class LookupClient(FeatureReader):
 
     Credentials: a URL's ``user:password@`` (a proxy's HTTP Basic auth; percent-decoded, as a URL's
     userinfo is) is sent as ``Authorization: Basic``, never in a request URL (httpx logs those at
-    INFO).
+    INFO). A token or URL credentials sent over ``http://`` to a host other than this machine
+    (``localhost``, 127.0.0.0/8, ``::1``) travel in clear text: the client logs one WARNING saying
+    so, once per process and server (``cleartext_warned``: said already, by the client this one is
+    a copy of: a loader worker's client does not say it again).
 
     Featurizer versions: the client learns those of the store it first reads (``/v1/service``'s
     ``featurizer_versions``, once per index, in the same call that brings the limits; never
@@ -236,6 +240,7 @@ class LookupClient(FeatureReader):
         expect_featurizer: Sequence[str] | None = None,
         expect_index: str | None = None,
         snapshot: tuple[str, Mapping[str, pa.Table]] | None = None,
+        cleartext_warned: bool = False,
     ) -> None:
         if on_featurizer_change not in ("warn", "raise"):
             raise InvalidRequest(
@@ -300,10 +305,34 @@ class LookupClient(FeatureReader):
             self._tables = {_lookup_key(name): t for name, t in tables.items()}
             if index != expect_index:
                 self._unchecked = index  # its featurizer versions: checked with the first answer
+        self.cleartext_warned = bool(cleartext_warned)
+        self._warn_cleartext()
         self._http = self._new_http()
         self._pid = os.getpid()
 
     # ------------------------------------------------------------------ transport
+    def _warn_cleartext(self) -> None:
+        """One WARNING (per process and server; none in a copy of a client that gave it) when the
+        token or the URL's credentials go over plain ``http://`` to a host that is not this machine:
+        anyone on the network path can read them (review R42c s52 #6). Said before any connection."""
+        url = httpx.URL(self.url)
+        basic = bool(url.username or url.password)
+        if url.scheme != "http" or not (self.token or basic) or _is_loopback(url.host):
+            return
+        origin = _origin(_without_userinfo(self.url)).lower()
+        if self.cleartext_warned or origin in _cleartext_warned:
+            self.cleartext_warned = True
+            return
+        _cleartext_warned.add(origin)
+        self.cleartext_warned = True
+        what = ("the URL's user name and password (HTTP Basic auth) are" if basic
+                else "the bearer token is")  # fmt: skip
+        log.warning("LookupClient %s: %s sent over plain http:// to %s, a host other than this machine, "
+                    "in clear text: anyone on the network path can read %s (and the data). Use an "
+                    "https:// URL: put a reverse proxy with TLS in front of `featurecache serve` "
+                    "(deploy/README.md), or reach it through an SSH tunnel to a 127.0.0.1 port",
+                    self.shown_url, what, url.host, "them" if basic else "it")  # fmt: skip
+
     def _new_http(self) -> httpx.Client:
         headers = {"accept": f"{arrow_io.MEDIA_TYPE}, application/json"}
         if self.token:
@@ -1382,7 +1411,7 @@ class LookupClient(FeatureReader):
         own connections (what a loader worker process builds). Holds the token: never log it."""
         keep = ("url", "token", "timeout", "connect_timeout", "retries", "retry_budget_s", "backoff",
                 "max_backoff", "max_connections", "first_contact_s", "answered", "on_featurizer_change",
-                "expect_featurizer", "expect_index")  # fmt: skip
+                "expect_featurizer", "expect_index", "cleartext_warned")  # fmt: skip
         return {k: getattr(self, k) for k in keep}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -1413,6 +1442,25 @@ def _index_order(index_id: str) -> int | None:
 
 #: the media types the lookup service answers in
 _OWN_MEDIA = frozenset({arrow_io.MEDIA_TYPE, "application/json"})
+
+
+#: the servers (``scheme://host:port``, lower case) this process has warned about sending credentials
+#: to in clear text (:meth:`LookupClient._warn_cleartext`)
+_cleartext_warned: set[str] = set()
+
+
+def _is_loopback(host: str) -> bool:
+    """``host`` (as :class:`httpx.URL` gives it: lower case, no brackets) is this machine's loopback:
+    ``localhost`` (or a name under it, RFC 6761), 127.0.0.0/8 or ``::1`` (an IPv4-mapped one too)."""
+    name = host.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.partition("%")[0])  # an IPv6 zone id is not the address
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _without_userinfo(url: str) -> str:
