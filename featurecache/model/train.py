@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from featurecache.auth import redact_url
 from featurecache.client.assemble import DEFAULT_MAX_MSA_ROWS
 from featurecache.client.crop import DEFAULT_CROP_WEIGHTS, DEFAULT_CROP_WHOLE_GROUPS
 from featurecache.client.sampler import WEIGHTINGS
@@ -222,14 +223,32 @@ _INIT_VERB = "initialise from"
 _START_ANEW = "start a new run from its weights with --init-from {ck} (its model parameters; a fresh optimizer and data stream)"
 
 
+def _shown_source(source: Any) -> Any:
+    """A run's source (a store path, a lookup-service URL, "synthetic", "given") as its log, its
+    checkpoints and messages show it: a URL without its ``user:password@`` nor its query's values
+    (:func:`~featurecache.auth.redact_url`; review R42c s52 #1: the password of ``--url
+    http://user:pw@host`` was written to stderr, the log and every checkpoint), anything else as it is."""
+    return redact_url(source) if isinstance(source, str) and "://" in source else source
+
+
+def _url_key(url: str) -> str:
+    """``url`` as :func:`_same_source` compares it: redacted (another password, or another token in
+    its query, names the same service), its scheme and host in lower case, no trailing ``/``."""
+    scheme, sep, rest = redact_url(url).partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme.lower()}{sep}{host.lower()}{slash}{path}".rstrip("/")
+
+
 def _same_source(theirs: Any, ours: str) -> bool:
-    """Whether a checkpoint's recorded source (the path or URL as its run gave it) names ``ours``."""
+    """Whether a checkpoint's recorded source (the path as its run gave it; a URL redacted, or as
+    given by an older featurecache's run) names ``ours``: URLs are compared redacted, so a rotated
+    password or query token is the same source."""
     if not isinstance(theirs, str):
         return False
     if theirs == ours:
         return True
     if "://" in theirs or "://" in ours:
-        return theirs.rstrip("/") == ours.rstrip("/")
+        return _url_key(theirs) == _url_key(ours)
     try:
         return Path(theirs).resolve() == Path(ours).resolve()
     except (OSError, RuntimeError):
@@ -270,7 +289,7 @@ def _check_same_source(ck: str | Path, saved: dict[str, Any], identity: dict[str
                 "an exact resume is impossible: " + _START_ANEW.format(ck=ck)
             )
         raise UsageError(
-            f"cannot resume from {ck}: {where} holds other entries than its run's store ({saved.get('source')}; "
+            f"cannot resume from {ck}: {where} holds other entries than its run's store ({_shown_source(saved.get('source'))}; "
             f"{identity['entries']} entries both, other ids); resume on that store, or "
             + _START_ANEW.format(ck=ck)
         )
@@ -324,7 +343,7 @@ def _check_same_stream(ck: str | Path, saved: dict[str, Any], client_state: Any,
     if source is not None and _same_source(saved.get("source"), source):
         what = f"{where} is the source its run drew from, but its entries' chains or sampling weights changed since"
     else:
-        what = f"{where} holds its run's entries ({saved.get('source')}: the same ids) with other chains or sampling weights"
+        what = f"{where} holds its run's entries ({_shown_source(saved.get('source'))}: the same ids) with other chains or sampling weights"
     raise UsageError(
         f"cannot resume from {ck}: {what} (rebuilt, e.g. with another --keep-cryst-aids?): its positions draw "
         "other samples now; an exact resume is impossible: " + _START_ANEW.format(ck=ck)
@@ -2409,11 +2428,10 @@ def run_training(
                 except UsageError:
                     src.close()
                     raise
-        source = src.name
-        if resumed is not None:
-            log.info(
-                "resuming from %s at step %d (its source: %s)", resume, first_step, resumed.get("source")
-            )
+        source = _shown_source(src.name)  # what the log, the checkpoints and stderr show: no password
+        if resumed is not None:  # (an older featurecache's checkpoint holds its URL as given)
+            log.info("resuming from %s at step %d (its source: %s)", resume, first_step,
+                     _shown_source(resumed.get("source")))  # fmt: skip
         if carried:
             log.info("%s: keeping the %d steps before step %d of the run this one continues", log_file,
                      len(carried), first_step)  # fmt: skip
@@ -2977,8 +2995,6 @@ def resume_arguments(doc: dict[str, Any], ck: str | Path, steps: int, log_path: 
     on as many: the line is then a whole ``torchrun --nproc-per-node W -m featurecache.cli train``
     command, its log given as ``--log-file`` (torchrun takes ``--log`` for its own ``--log-dir``)."""
     import shlex
-
-    from featurecache.auth import redact_url
 
     defaults = {name: p.default for name, p in inspect.signature(run_training).parameters.items()}
     args = [f"--resume {shlex.quote(str(ck))}", f"--steps {steps}"]
