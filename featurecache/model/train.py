@@ -2302,6 +2302,9 @@ def run_training(
         store, url, steps, crop_size, device, batch_size, lr, pad_multiple, cuda_graphs, pool, checkpoint,
         checkpoint_every, log_every_s, seed, workers, clip_grad_norm,
     )  # fmt: skip
+    if url is not None:  # the scheme is case-insensitive (RFC 3986 §3.1); the client takes it in lower case
+        scheme, sep, rest = str(url).partition("://")
+        url = f"{scheme.lower()}{sep}{rest}"
     _check_keep_checkpoints(keep_checkpoints, checkpoint)
     data_settings = _check_data_options(weighting, crop_weights, max_msa_rows, pair_msa, crop_whole_groups)
     client = batches is None and (store is not None or url is not None)  # (synthetic batches have none)
@@ -2893,9 +2896,9 @@ def _check_arguments(store: str | Path | None, url: str | None, steps: int, crop
         raise UsageError(f"pool (--pool) {pool!r}: must be one of {', '.join(POOLS)}")
     if store is not None and url is not None:
         raise UsageError("give one of store (--store) or url (--url), not both")
-    if url is not None and not str(url).startswith(("http://", "https://")):
+    if url is not None and not str(url).lower().startswith(("http://", "https://")):  # HTTPS:// too
         raise UsageError(
-            f"url (--url) {url!r}: must start with http:// or https:// (a local store is --store)"
+            f"url (--url) {redact_url(str(url))!r}: must start with http:// or https:// (a local store is --store)"
         )
     if not log_every_s >= 0:
         raise UsageError(f"log interval must be ≥ 0 s; got {log_every_s}")

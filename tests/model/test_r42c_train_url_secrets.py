@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from services.lookup.server import free_port, wait_ready
-from tests.conftest import SAMPLES, build_store
+from tests.conftest import SAMPLES, build_store, cli_in_process
 from tests.model.test_trunk import TINY
 
 TOKEN_VARS = ("FEATURECACHE_AUTH_TOKEN", "FEATURECACHE_AUTH_TOKEN_FILE")
@@ -116,6 +116,34 @@ def test_the_password_is_in_no_output_log_or_checkpoint(served_a: str, tmp_path:
     for what, data in (("stderr", again.stderr), ("stdout", again.stdout), ("the log", log.read_bytes()),
                        ("the checkpoint", ck.read_bytes())):  # fmt: skip
         _no_secret(what, data)
+
+
+def test_an_upper_case_scheme_trains_and_a_query_token_is_not_shown(served_a: str, tmp_path: Path) -> None:
+    host, log = served_a, tmp_path / "log.json"
+    # an upper-case scheme is a valid URL (LookupClient takes it): trained, recorded in lower case
+    upper = _train(f"HTTP://carol:{PW3}@{host}", tmp_path, "--steps", "1", "--log", str(log))
+    assert upper.returncode == 0, upper.stderr[-3000:]
+    _no_secret("stderr", upper.stderr)
+    _no_secret("the log", log.read_bytes())
+    assert json.loads(log.read_text())["source"] == f"http://{host}"
+
+    # a query's values are not echoed (a proxy may take a token there): exit 3, the URL masked
+    query = _train(f"http://{host}/?token={QUERY_SECRET}", tmp_path, "--steps", "1", "--log",
+                   str(tmp_path / "q.json"))  # fmt: skip
+    assert query.returncode == 3, query.stderr[-3000:]
+    assert f"http://{host}/?token=***" in query.stderr, query.stderr[-3000:]
+    _no_secret("stderr", query.stderr)
+
+
+def test_a_url_that_is_not_http_is_refused_without_its_password(tmp_path: Path) -> None:
+    for url, shown in ((f"ftp://alice:{PW1}@127.0.0.1:9/x", "'ftp://127.0.0.1:9/x'"),
+                       (f"alice:{PW2}@127.0.0.1:9", "'127.0.0.1:9'"),
+                       (f"ftp://127.0.0.1:9/?access_token={QUERY_SECRET}", "'ftp://127.0.0.1:9/?access_token=***'")):  # fmt: skip
+        done = cli_in_process("train", "--url", url, "--steps", "1", "--device", "cpu",
+                              "--log", str(tmp_path / "log.json"), env=dict.fromkeys(TOKEN_VARS))  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert f"url (--url) {shown}: must start with http:// or https://" in done.stderr, done.stderr
+        _no_secret("stderr", done.stderr)
 
 
 def test_a_changed_store_at_the_same_url_is_the_same_source_whatever_the_password(
