@@ -27,13 +27,13 @@ def _refused_url() -> str:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("https://u:pw@h:9/api?x=1", "https://h:9/api?x=1"),
+        ("https://u:pw@h:9/api?x=1", "https://h:9/api?x=***"),  # query values too (review R42c s52 #9)
         ("http://u@h:9", "http://h:9"),
         ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
         ("http://u:pw@[::1]:8000", "http://[::1]:8000"),
     ],
 )
-def test_redact_url_drops_only_the_userinfo(url: str, shown: str) -> None:
+def test_redact_url_drops_the_userinfo_and_query_values(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
