@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from featurecache.errors import InvalidRequest, NotFound, StoreError, UnfinishedBuildError
 from featurecache.store.base import FeatureReader
@@ -243,6 +244,46 @@ def read_index_tables(
         pause = min(pause * 2, 0.05)
 
 
+#: the values of the index's columns that name files the reader opens: (table, column) -> the pattern
+#: every value matches (``layout.part_name``: s-, m- or c- and six or more digits, one directory
+#: of parts/; ``msa.residues_array_name``), and what it is in words
+NAME_COLUMNS: dict[tuple[str, str], tuple[str, str]] = {
+    ("entries", "part"): (r"^[scm]-[0-9]{6,}$", "a part name (s-, m- or c-NNNNNN)"),
+    ("msas", "part"): (r"^[scm]-[0-9]{6,}$", "a part name (s-, m- or c-NNNNNN)"),
+    ("components", "part"): (r"^[scm]-[0-9]{6,}$", "a part name (s-, m- or c-NNNNNN)"),
+    ("msas", "array"): (r"^residues/[0-9]{6,}$", "an MSA array name (residues/NNNNNN)"),
+}
+
+
+def check_index_names(root: Path, tables: dict[str, pa.Table]) -> None:
+    """StoreError naming the file, the column and the value when a value of :data:`NAME_COLUMNS`
+    (the parts and arrays the reader opens) is not a name of the store's own: the reader joined
+    them to the store's ``parts/`` path, so ``../../elsewhere/s-000000`` read files outside the
+    store (review R42c s52 #4). Nulls are left to the read (no path)."""
+    for (table, column), (pattern, what) in NAME_COLUMNS.items():
+        t = tables.get(table)
+        if t is None or column not in t.column_names or not t.num_rows:
+            continue
+        col = t.column(column)
+        where = root / INDEX_DIR / f"{table}.arrow"
+        try:
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            ok = pc.fill_null(pc.match_substring_regex(col, pattern), True)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise StoreError(f"index file {where} is damaged: its {column} column is of type {col.type}, not "
+                             "text; re-running `featurecache build` on this store rebuilds the index from the "
+                             "parts") from exc  # fmt: skip
+        if pc.all(ok).as_py():
+            continue
+        bad = col.filter(pc.invert(ok)).unique().to_pylist()
+        more = f" (and {len(bad) - 1} other(s))" if len(bad) > 1 else ""
+        raise StoreError(f"index file {where} is damaged: its {column} column holds "
+                         f"{bad[0]!r}{more}, which is not {what}: not read, a read would leave the store's "
+                         "parts/; re-running `featurecache build` on this store rebuilds the index from the "
+                         "parts")  # fmt: skip
+
+
 class LocalStore(FeatureReader):
     """A store opened read-only. The index is memory-mapped (or read into memory:
     ``memory_map=False``); ``id → row`` is a dict built once."""
@@ -278,6 +319,7 @@ class LocalStore(FeatureReader):
         _check_index_files(self.path)
         # one generation: a build's rebuild renames its files in one by one
         self._tables: dict[str, pa.Table] = read_index_tables(self.path, index_retry_s, memory_map=memory_map)
+        check_index_names(self.path, self._tables)  # no value of it leads a read outside the store
         entries = self.entries
         #: False while the store's first build has not finished (its index lists only the parts
         #: written so far: ``store.index.UNFINISHED_KEY``); the lookup service does not serve it

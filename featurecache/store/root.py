@@ -33,7 +33,7 @@ from featurecache.const import (
 from featurecache.errors import StoreError, StoreVersionError
 from featurecache.store.layout import FILL_ONLY_SHARDS, INDEX_DIR, PARTS_DIR
 from featurecache.store.leftovers import remove_leftovers as remove_leftovers
-from featurecache.store.shards import ShardReader
+from featurecache.store.shards import STORE_LAYOUT, ShardReader, layout_problem
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".build.lock"
@@ -579,7 +579,7 @@ class _OpenArray(NamedTuple):
 
     array: zarr.Array
     files: list[Path]  # the shard files it needs (PartArrays._required_files)
-    reader: ShardReader | None  # None: a layout read through zarr
+    reader: ShardReader | None  # None: read through zarr (another layout: PartArrays(other_layouts=True))
 
 
 class PartArrays:
@@ -602,12 +602,26 @@ class PartArrays:
       contents are never all zero: the structure parts' records);
     - otherwise none (MSA and component parts of older stores: an empty shard and a deleted one
       look the same).
+
+    What a store holds never leads a read outside it (review R42c s52 #4): a part or array name
+    that is not a plain name below ``parts/`` (``..``, a ``/`` in a part name) is a StoreError, as is
+    a symbolic link anywhere below ``parts/`` on the way to an array's files (the part directory and
+    its ``zarr.json``, the array's directories and ``zarr.json``, the shard files' directories:
+    checked as the array is opened; the shard files themselves are opened with ``O_NOFOLLOW`` on
+    every read, ``store.shards``), and an array whose ``zarr.json`` is not of the store format's
+    layout (``shards.STORE_LAYOUT``), which zarr read before: plain ``bytes`` codecs returned any
+    file's raw bytes as data. A store linked as a whole, or its ``parts/`` directory linked to
+    another disk, reads as before.
     """
 
     def __init__(
-        self, store: Path, what: str, *, data_files_required: bool = False, max_open: int | None = None
-    ) -> None:
+        self, store: Path, what: str, *, data_files_required: bool = False, max_open: int | None = None,
+        other_layouts: bool = False,
+    ) -> None:  # fmt: skip
+        """``other_layouts``: arrays of a layout other than the store format's are read through zarr
+        instead of refused (a benchmark or test comparing layouts it wrote; never a store's reader)."""
         self._parts = Path(store) / PARTS_DIR
+        self._other_layouts = other_layouts
         self._what = what
         self._data_files_required = data_files_required
         #: the arrays kept open, least recently used first, each with the shard files it needs
@@ -636,20 +650,62 @@ class PartArrays:
             if got is not None:
                 self._arrays.move_to_end(key)
                 return got
+        self._check_names(part, name)
         path = self._parts / part / name
-        try:
-            arr = zarr.open_array(str(path), mode="r")
+        # no link from the part's directory down to the array's metadata (a part directory linked
+        # elsewhere reads another directory's files as this store's)
+        here = self._parts / part
+        self._no_link(part, name, here)
+        self._no_link(part, name, here / "zarr.json")  # (read for its FILL_ONLY_SHARDS)
+        for component in (*name.split("/"), "zarr.json"):
+            here = here / component
+            self._no_link(part, name, here)
+        try:  # (zarr v3 only: every store array is; its zarr.json checked above)
+            arr = zarr.open_array(str(path), mode="r", zarr_format=3)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StoreError(
                 f"{self._what} {path} is missing or unreadable: {exc}{self._gone(part)}"
             ) from exc
+        problem = None if self._other_layouts else layout_problem(arr.metadata, np.dtype(arr.dtype))
+        if problem is not None:
+            raise StoreError(f"{self._what} {part}/{name} is not of the store format's layout: its zarr.json "
+                             f"({path / 'zarr.json'}) has {problem}; featurecache reads only its own layout "
+                             f"({STORE_LAYOUT}), so the array was not written by it: not read")  # fmt: skip
+        # ... nor between the array and its shard files (each opened with O_NOFOLLOW when read)
+        below = {d for f in shard_files(path, arr) for d in f.parents if path in d.parents}
+        for d in sorted(below, key=lambda d: len(d.parts)):
+            self._no_link(part, name, d)
         files = self._required_files(part, path, arr)
+        reader = ShardReader.of(path, arr)
         with self._lock:
-            got = self._arrays.setdefault(key, _OpenArray(arr, files, ShardReader.of(path, arr)))
+            got = self._arrays.setdefault(key, _OpenArray(arr, files, reader))
             self._arrays.move_to_end(key)
             while len(self._arrays) > self.max_open:
                 self._arrays.popitem(last=False)
         return got
+
+    def _check_names(self, part: str, name: str) -> None:
+        """StoreError unless ``part`` is one plain name (a directory of ``parts/``) and ``name`` a
+        relative path of plain names below it: none of ``..``, ``.``, empty, NUL (an index or table
+        naming ``../../elsewhere`` read files outside the store: review R42c s52 #4)."""
+        if not _plain_name(part):
+            raise StoreError(f"{self._what} {name} of part {part!r}: not a part name (one name below "
+                             f"{self._parts}): not read")  # fmt: skip
+        if not isinstance(name, str) or not name or not all(_plain_name(c) for c in name.split("/")):
+            raise StoreError(f"{self._what} {name!r} of part {part}: not an array name (plain names below the "
+                             "part's directory): not read")  # fmt: skip
+
+    def _no_link(self, part: str, name: str, path: Path) -> None:
+        """StoreError when ``path`` (below ``parts/``) is a symbolic link; nothing when it is missing
+        (the open or the read says so) or anything else."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise StoreError(f"{self._what} {part}/{name}: {path} is a symbolic link, not followed: nothing "
+                             "below a store's parts/ is a link (one can lead a read outside the store; a "
+                             "store linked as a whole, or its parts/ directory, reads)")  # fmt: skip
 
     def open_count(self) -> int:
         """How many arrays are open now (at most :attr:`max_open`)."""
@@ -663,7 +719,9 @@ class PartArrays:
     def read_many(self, *reads: tuple[str, str, tuple[slice, ...]]) -> list[np.ndarray]:
         """Several ``(part, array, selection)`` reads. Arrays of the store's own layout are read
         directly (:class:`ShardReader`, no hand-off to zarr's event loop: half the CPU of a training
-        sample); any other is read through zarr, all of those in one call into its event loop."""
+        sample); a selection it does not take (not slices of step 1) is read through zarr, all of
+        those in one call into its event loop (as is an array of another layout, which :meth:`_open`
+        refuses unless ``other_layouts``)."""
         opened = [self._open(part, name) for part, name, _ in reads]
         for (part, name, _), o in zip(reads, opened, strict=True):
             self._check_data_files(part, name, o.files)
@@ -768,6 +826,12 @@ class PartArrays:
         with self._lock:
             self._arrays.clear()
             self._fill_only.clear()
+
+
+def _plain_name(name: object) -> bool:
+    """Whether ``name`` is one plain file name: a non-empty str without ``/`` or NUL, not ``.``
+    or ``..``."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def _names_in(directory: Path) -> frozenset[str]:

@@ -14,12 +14,18 @@ one of each inner chunk, numcodecs' zstd), and ~2× less CPU per training sample
 a shard file or an inner chunk was left unwritten, the same clipping of a slice to the array), and
 checks what zarr checks: the shard index's crc32c, and each chunk's zstd content checksum where
 the array has one. :meth:`ShardReader.of` takes the array's zarr metadata and returns None for any
-other layout (another codec, no sharding, the index first), which the caller then reads through
-zarr. Reads are plain file reads, safe from any thread and in a forked process.
+other layout (another codec, no sharding, the index first); :func:`layout_problem` says why. The
+store's reader (``root.PartArrays``) refuses such an array instead of handing it to zarr: a
+``zarr.json`` whose codecs are plain ``bytes`` made zarr return any file's raw bytes as the array
+(review R42c s52 #4), where this layout reads nothing that does not end with a shard index passing
+its crc32c. A shard file that is a symbolic link is not followed (``O_NOFOLLOW``): a store's own
+files never are links, and one put in a part led the read to a file outside the store. Reads are
+plain file reads, safe from any thread and in a forked process.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -39,6 +45,53 @@ _EMPTY = np.iinfo(np.uint64).max
 #: bytes of one inner chunk's index entry (offset, length: two little-endian uint64) and of the
 #: index's crc32c
 _ENTRY, _CRC = 16, 4
+#: how a shard file is opened: a symbolic link in its place is an error (ELOOP), not followed
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: the store format's layout, as :func:`layout_problem` names it
+STORE_LAYOUT = ("sharding_indexed (inner chunks: bytes, zstd; the index: bytes little-endian, crc32c, at the "
+                "shard's end) over a regular chunk grid")  # fmt: skip
+
+
+def _codec_names(codecs: Any) -> str:
+    """``[name, ...]`` of zarr codec objects, as their metadata names them."""
+    names = []
+    for c in codecs:
+        try:
+            names.append(str(c.to_dict()["name"]))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            names.append(type(c).__name__)
+    return "[" + ", ".join(names) + "]"
+
+
+def layout_problem(meta: Any, dtype: np.dtype | None = None) -> str | None:
+    """None when the array of zarr metadata ``meta`` (and numpy ``dtype``) is of the layout
+    :class:`ShardReader` reads (the store format's: :data:`STORE_LAYOUT`; an inner chunk without
+    zstd, a multi-byte dtype of either byte order and any number of dimensions read too); else what
+    differs, in words."""
+    if not isinstance(meta, ArrayV3Metadata):
+        return f"not zarr v3 array metadata ({type(meta).__name__})"
+    if not isinstance(meta.chunk_grid, RegularChunkGrid):
+        return f"chunk grid {type(meta.chunk_grid).__name__}, not a regular one"
+    if len(meta.codecs) != 1 or not isinstance(meta.codecs[0], ShardingCodec):
+        return f"codecs {_codec_names(meta.codecs)}, not sharding_indexed alone"
+    sharding = meta.codecs[0]
+    if sharding.index_location != ShardingCodecIndexLocation.end:
+        return "the shard index at the shard's start"
+    index_codecs = list(sharding.index_codecs)
+    if [type(c) for c in index_codecs] != [BytesCodec, Crc32cCodec]:
+        return f"shard index codecs {_codec_names(index_codecs)}, not [bytes, crc32c]"
+    index_bytes = index_codecs[0]
+    assert isinstance(index_bytes, BytesCodec)
+    if index_bytes.endian is not None and index_bytes.endian.value != "little":
+        return "a big-endian shard index"  # the index is read as little-endian uint64
+    inner = list(sharding.codecs)
+    if [type(c) for c in inner] not in ([BytesCodec], [BytesCodec, ZstdCodec]):
+        return f"inner chunk codecs {_codec_names(inner)}, not [bytes, zstd]"
+    if any(s % c for s, c in zip(meta.chunk_grid.chunk_shape, sharding.chunk_shape, strict=True)):
+        return f"shards {tuple(meta.chunk_grid.chunk_shape)} not a multiple of inner chunks {tuple(sharding.chunk_shape)}"
+    if dtype is not None and (dtype.hasobject or dtype.fields is not None):
+        return f"dtype {dtype}"
+    return None
 
 
 class ShardReader:
@@ -66,29 +119,13 @@ class ShardReader:
         """A reader for ``arr`` (opened at ``path``), or None when its layout is not the one this
         module reads."""
         meta = arr.metadata
-        if not isinstance(meta, ArrayV3Metadata) or not isinstance(meta.chunk_grid, RegularChunkGrid):
-            return None
-        if len(meta.codecs) != 1 or not isinstance(meta.codecs[0], ShardingCodec):
-            return None
-        sharding = meta.codecs[0]
-        if sharding.index_location != ShardingCodecIndexLocation.end:
-            return None
-        index_codecs = list(sharding.index_codecs)
-        if [type(c) for c in index_codecs] != [BytesCodec, Crc32cCodec]:
-            return None
-        index_bytes = index_codecs[0]
-        assert isinstance(index_bytes, BytesCodec)
-        if index_bytes.endian is not None and index_bytes.endian.value != "little":
-            return None  # the index is read as little-endian uint64
-        inner = list(sharding.codecs)
-        kinds = [type(c) for c in inner]
-        if kinds not in ([BytesCodec], [BytesCodec, ZstdCodec]):
-            return None
-        if any(s % c for s, c in zip(meta.chunk_grid.chunk_shape, sharding.chunk_shape, strict=True)):
-            return None
         dtype = np.dtype(arr.dtype)
-        if dtype.hasobject or dtype.fields is not None:
+        if layout_problem(meta, dtype) is not None:
             return None
+        assert isinstance(meta, ArrayV3Metadata)
+        sharding = meta.codecs[0]
+        assert isinstance(sharding, ShardingCodec)
+        inner = list(sharding.codecs)
         assert isinstance(inner[0], BytesCodec)
         endian = inner[0].endian
         return cls(path, meta, dtype, arr.fill_value, zstd=len(inner) == 2,
@@ -122,9 +159,14 @@ class ShardReader:
         """Copy what shard ``coords`` holds of the selection ``bounds`` into ``out``."""
         path = self.path / self._meta.encode_chunk_key(coords)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             return  # all fill value, as zarr reads it (the caller checks which files must exist)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
+                raise OSError(exc.errno, "a symbolic link, not followed: a store's own files are never links, "
+                                         "and one inside a part can lead outside the store", str(path)) from None  # fmt: skip
+            raise
         try:
             size = os.fstat(fd).st_size
             n = self._index_bytes
