@@ -101,7 +101,10 @@ def test_layouts_the_reader_claims_read_as_zarr_reads_them(tmp_path: Path, layou
 
 
 @pytest.mark.filterwarnings("ignore:Combining a `sharding_indexed` codec")
-def test_layouts_it_does_not_claim_are_read_through_zarr(tmp_path: Path) -> None:
+def test_layouts_it_does_not_claim_are_refused_or_read_through_zarr_when_asked(tmp_path: Path) -> None:
+    """Arrays of another layout than the store format's are refused by default (a store's
+    zarr.json must not hand a file of its choosing to zarr: review R42c s52 #4), and read through
+    zarr with ``other_layouts=True`` (benchmarks comparing layouts they wrote)."""
     data = np.arange(600, dtype="<i4").reshape(100, 6)
     written = {
         "unsharded": _write(tmp_path, "unsharded", data, chunks=(16, 6)),
@@ -113,13 +116,16 @@ def test_layouts_it_does_not_claim_are_read_through_zarr(tmp_path: Path) -> None
         "transposed": _write(tmp_path, "transposed", data, shards=(64, 6), chunks=(16, 6),
                              filters=[TransposeCodec(order=(1, 0))]),
     }  # fmt: skip
-    arrays = PartArrays(tmp_path, "array")
+    arrays = PartArrays(tmp_path, "array", other_layouts=True)
+    strict = PartArrays(tmp_path, "array")
     for name, arr in written.items():
         if name.startswith("index"):  # sharding alone: only the index's own layout excludes it
             assert len(arr.metadata.codecs) == 1, (name, arr.metadata.codecs)
         assert ShardReader.of(tmp_path / "parts" / "p" / name, arr) is None, name
         (got,) = arrays.read_many(("p", name, (slice(5, 97),)))
         assert _same(got, data[5:97]), name
+        with pytest.raises(StoreError, match="not of the store format's layout"):
+            strict.read_many(("p", name, (slice(5, 97),)))
 
 
 def _one_shard(tmp_path: Path) -> tuple[PartArrays, Path]:
