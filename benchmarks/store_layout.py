@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> None:
         record_names = sorted({(p, g) for p in set(parts) for g in ENTRY_GROUPS})
         field_names = sorted({(p, f"{g}/{f}") for p, g, f in columnar})
         records = PartArrays(store_path, "record array", max_open=len(record_names) + 1)
-        fields = PartArrays(tmp / "columnar", "per-field array", max_open=len(field_names) + 1)
+        fields = PartArrays(
+            tmp / "columnar", "per-field array", max_open=len(field_names) + 1, other_layouts=True
+        )
 
         def reads(eid: str, per_field: bool) -> list[tuple[str, str, tuple[slice, ...]]]:
             r = rows[eid]
