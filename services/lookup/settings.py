@@ -2,10 +2,17 @@
 
 The token may instead come from a file (``FEATURECACHE_AUTH_TOKEN_FILE``, e.g. a Compose secret
 mounted at ``/run/secrets/...``), so that it shows neither in ``ps`` nor in ``docker inspect``.
+
+A ``FEATURECACHE_AUTH_TOKEN`` (or ``FEATURECACHE_AUTH_TOKEN_FILE``) that is set to whitespace only
+is refused (serve exits 3), as ``--token ' '`` is (exit 2): a template whose secret did not
+substitute served without auth (review R42c s52 #8). Set to the empty string, either means unset
+(Compose's ``FEATURECACHE_AUTH_TOKEN: ""`` in deploy/compose.token.yaml). A token shorter than
+:data:`SHORT_TOKEN_CHARS` characters is served with a WARNING, not refused.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +25,31 @@ from featurecache.auth import read_token_file as read_token_file  # re-exported
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP
 from featurecache.errors import FeatureCacheError
 
+log = logging.getLogger(__name__)
+
+#: tokens shorter than this many characters are served with a WARNING (not refused: short example
+#: tokens are in the docs and in users' scripts; ``openssl rand -hex 32`` gives 64)
+SHORT_TOKEN_CHARS = 16
+
+
+def _blank_but_set(value: str, name: str) -> None:
+    """FeatureCacheError when ``value`` (the variable ``name``) is set to whitespace only: a template
+    whose secret did not substitute; the empty string means unset (review R42c s52 #8)."""
+    if value and not value.strip():
+        raise FeatureCacheError(
+            f"{name} is set but blank ({value!r}): give a token, or leave {name} unset (or empty) "
+            "to serve without one"
+        )
+
+
+def warn_if_short(token: str, source: str) -> None:
+    """A WARNING naming ``source`` (never the token) when ``token`` has fewer than
+    :data:`SHORT_TOKEN_CHARS` characters."""
+    if token and len(token) < SHORT_TOKEN_CHARS:
+        log.warning("%s: the token is %d characters long: a short token can be guessed; use a long random "
+                    "one (at least %d characters, e.g. `openssl rand -hex 32`)",
+                    source, len(token), SHORT_TOKEN_CHARS)  # fmt: skip
+
 
 def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     """What ``featurecache serve`` checks before it listens: at most one of ``FEATURECACHE_AUTH_TOKEN``
@@ -25,17 +57,22 @@ def check_token_source(environ: Mapping[str, str] | None = None) -> None:
     given, holds a token; neither token has whitespace, a control character or a non-ASCII character
     inside (surrounding whitespace is dropped: ``featurecache.auth.clean_token``). Raises FeatureCacheError (the CLI
     exits 3: the environment) naming the variable, the file or both; ``featurecache serve`` refuses a
-    bad ``--token`` value itself before this, as a usage error (exit 2)."""
+    bad ``--token`` value itself before this, as a usage error (exit 2). A variable set to
+    whitespace only is refused too (empty: unset). A token shorter than :data:`SHORT_TOKEN_CHARS`
+    characters is served, with a WARNING."""
     env = os.environ if environ is None else environ
+    _blank_but_set(env.get(TOKEN_ENV, ""), TOKEN_ENV)
+    _blank_but_set(env.get(TOKEN_FILE_ENV, ""), TOKEN_FILE_ENV)
     token = clean_token(env.get(TOKEN_ENV, ""), f"--token/{TOKEN_ENV}")
     path = env.get(TOKEN_FILE_ENV, "").strip()
     if not path:
+        warn_if_short(token, f"--token/{TOKEN_ENV}")
         return
     if token:
         raise FeatureCacheError(
             f"both --token/{TOKEN_ENV} and {TOKEN_FILE_ENV}={path} are set: give the token one way"
         )
-    read_token_file(path)
+    warn_if_short(read_token_file(path), f"{TOKEN_FILE_ENV}={path}")
 
 
 def check_settings(store_path: Path) -> Settings:
@@ -77,7 +114,8 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = Field(
         default=None,
         description="Bearer token required on every route but /v1/health and the API docs (/docs, "
-        "/redoc, /openapi.json); /metrics needs it too. Empty or unset: no auth (unless auth_token_file).",
+        "/redoc, /openapi.json); /metrics needs it too. Empty or unset: no auth (unless auth_token_file); "
+        "whitespace only: refused.",
     )
     auth_token_file: Path | None = Field(
         default=None,
@@ -142,18 +180,22 @@ class Settings(BaseSettings):
     @field_validator("auth_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: object) -> object:
-        """Surrounding whitespace dropped (HTTP drops it from the header too); blank: None."""
+        """Surrounding whitespace dropped (HTTP drops it from the header too); empty: None;
+        whitespace only: refused (R42c s52 #8)."""
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
         if isinstance(value, str):
+            _blank_but_set(value, TOKEN_ENV)
             return clean_token(value, TOKEN_ENV) or None
         return value
 
     @field_validator("auth_token_file", mode="before")
     @classmethod
     def _empty_path_is_none(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
-            return None
+        if isinstance(value, str):
+            _blank_but_set(value, TOKEN_FILE_ENV)
+            if not value:
+                return None
         return value
 
     @model_validator(mode="after")
