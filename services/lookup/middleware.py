@@ -11,6 +11,12 @@ methods they take. The route of a HEAD sees a GET whose scope holds :data:`HEAD_
 can answer the headers without computing the body looks at it: :func:`is_head`); a 405's ``allow``
 lists what the path really answers, these two included (:func:`allowed_methods`).
 
+The token is compared in constant time (``hmac.compare_digest``). A token from
+``FEATURECACHE_AUTH_TOKEN_FILE`` (:class:`services.lookup.settings.FileToken`) is the one the file
+holds now: the file is looked at (``os.stat``) on each request that needs the token and read again
+when it changed, in every worker alike, so rotating the file needs no restart (review R42c s52 #5;
+:class:`services.lookup.settings.TokenFile`).
+
 Pure ASGI (not ``BaseHTTPMiddleware``) so streamed responses pass through untouched and the bytes
 actually sent are counted.
 """
@@ -27,6 +33,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.lookup import metrics
+from services.lookup.settings import FileToken
 from services.lookup.state import INDEX_HEADER
 
 _INDEX_HEADER = INDEX_HEADER.encode()
@@ -72,12 +79,15 @@ class ServiceMiddleware:
         public_paths: frozenset[str] = frozenset({HEALTH_PATH}),
         index_id: Callable[[], str | None] | None = None,
     ) -> None:  # fmt: skip
-        """``public_paths``: exact paths answered without the token (liveness, the API docs);
+        """``token``: None (no auth), or the token every route but ``public_paths`` requires; a
+        :class:`~services.lookup.settings.FileToken` is followed in its file as it is rotated.
+        ``public_paths``: exact paths answered without the token (liveness, the API docs);
         ``index_id``: the id of the index open now (for answers that read no store)."""
         self.app = app
         self.index_id = index_id
         # surrounding whitespace is not the token's: HTTP strips it from the header (RFC 7230 §3.2.4)
         self.token = token.strip().encode() if token and token.strip() else None
+        self.token_file = token.file if isinstance(token, FileToken) and self.token is not None else None
         self.max_body_bytes = max_body_bytes
         self.public_paths = public_paths
 
@@ -164,7 +174,8 @@ class ServiceMiddleware:
             return {"detail": f"{len(values)} Authorization headers: send exactly one"}
         header = values[0]
         scheme, _, given = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
+        token = self.token_file.current() if self.token_file is not None else self.token
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), token):
             return {"detail": "invalid bearer token"}
         return None
 

@@ -3,6 +3,17 @@
 The token may instead come from a file (``FEATURECACHE_AUTH_TOKEN_FILE``, e.g. a Compose secret
 mounted at ``/run/secrets/...``), so that it shows neither in ``ps`` nor in ``docker inspect``.
 
+Rotating the token file needs no restart: every server process (each worker of ``serve --workers
+N`` alike) looks at the file on every request that needs the token (one ``os.stat``) and reads it
+again when it changed (:class:`TokenFile`), so all of them take the new token and refuse the old
+one within a request of the change. A file that holds no token for a moment (``echo new > file``
+empties it first; ``rm`` then a new file) or holds an invalid one keeps the token it held before in
+service, with a WARNING once per change; the service never serves without the token because of it.
+A worker that starts (or is restarted) while the file holds no token waits for one
+(:data:`TOKEN_FILE_WAIT_SECONDS`) before it fails to start. Before this, each worker read the
+file once when it started (review R42c s52 #5): after a rotation, a worker restarted by uvicorn
+took the new token while the others kept the old, revoked one, and clients got 200s and 401s in turn.
+
 A ``FEATURECACHE_AUTH_TOKEN`` (or ``FEATURECACHE_AUTH_TOKEN_FILE``) that is set to whitespace only
 is refused (serve exits 3), as ``--token ' '`` is (exit 2): a template whose secret did not
 substitute served without auth (review R42c s52 #8). Set to the empty string, either means unset
@@ -12,15 +23,17 @@ substitute served without auth (review R42c s52 #8). Set to the empty string, ei
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token
+from featurecache.auth import TOKEN_ENV, TOKEN_FILE_ENV, clean_token, warn_if_readable_by_others
 from featurecache.auth import read_token_file as read_token_file  # re-exported
 from featurecache.const import DEFAULT_MSA_DEPTH_CAP
 from featurecache.errors import FeatureCacheError
@@ -30,6 +43,15 @@ log = logging.getLogger(__name__)
 #: tokens shorter than this many characters are served with a WARNING (not refused: short example
 #: tokens are in the docs and in users' scripts; ``openssl rand -hex 32`` gives 64)
 SHORT_TOKEN_CHARS = 16
+
+#: seconds a server process that starts while its token file holds no token (being rewritten)
+#: waits for one before it fails to start
+TOKEN_FILE_WAIT_SECONDS = 5.0
+
+#: a token file changed less than this long before it was read is read again on the next request
+#: even when its (inode, mtime, size) look the same: two writes within one tick of the
+#: filesystem's clock leave the same mtime (ns)
+_RACY_NS = 2_000_000_000
 
 
 def _blank_but_set(value: str, name: str) -> None:
@@ -103,6 +125,112 @@ def _one_line(value: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
+Stamp = tuple[int, int, int, int]
+
+
+class TokenFile:
+    """The bearer token that the file ``path`` (``FEATURECACHE_AUTH_TOKEN_FILE``) holds now, as one
+    server process serves it (review R42c s52 #5).
+
+    :meth:`current` looks at the file (``os.stat``: its device, inode, mtime and size) and reads it
+    again only when that changed (or was changed less than 2 s before it was last read: the same
+    mtime can hide a second write), so a rotated token is taken on the next request, by every
+    process alike, without a restart. A file that holds no valid token now (empty, gone, unreadable,
+    whitespace inside) leaves the last good token in service: a WARNING naming the file and why, once
+    per change of the file, never the token."""
+
+    def __init__(self, path: Path | str, token: str, stamp: Stamp | None, settled: bool) -> None:
+        self.path = str(path)
+        self.source = f"{TOKEN_FILE_ENV}={path}"
+        self._token = token.encode()
+        self._stamp = stamp  # of the file as last read (or found unreadable)
+        self._settled = settled  # False: read it again even when its stamp is the same
+        self._warned: object = None  # the state of the file last warned about
+
+    @classmethod
+    def read(cls, path: Path | str, wait: float = TOKEN_FILE_WAIT_SECONDS) -> TokenFile:
+        """The file's token as a process starts: FeatureCacheError naming the file when it holds none
+        (:func:`read_token_file`'s) after ``wait`` seconds (a WARNING says it waits; a file being
+        rewritten is empty or gone for a moment: the worker that uvicorn restarts then must not fail)."""
+        deadline = time.monotonic() + wait
+        waiting = False
+        while True:
+            try:
+                stamp, token, settled = _read_stamped(path)
+                break
+            except FeatureCacheError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                if not waiting:
+                    waiting = True
+                    log.warning("%s; waiting up to %g s for the file to hold a token", exc, wait)
+                time.sleep(0.05)
+        if waiting:
+            log.info("%s: the token file holds a token: serving it", f"{TOKEN_FILE_ENV}={path}")
+        return cls(path, token, stamp, settled)
+
+    def current(self) -> bytes:
+        """The token to require now (ASCII bytes): the file's, else the last good one."""
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            self._stamp = None  # read it when it is back, whatever its stamp (an inode is reused)
+            self._bad(
+                ("stat", exc.errno), f"{self.source}: cannot read the token file ({exc.strerror or exc})"
+            )
+            return self._token
+        stamp = _stamp(st)
+        if stamp == self._stamp and self._settled:
+            return self._token
+        try:
+            stamp, token, self._settled = _read_stamped(self.path)
+        except FeatureCacheError as exc:
+            # read again when it changes (or while it may change within the same mtime)
+            self._stamp, self._settled = stamp, time.time_ns() - stamp[2] > _RACY_NS
+            self._bad(stamp, str(exc))
+            return self._token
+        self._stamp = stamp
+        self._warned = None
+        if token.encode() != self._token:
+            self._token = token.encode()
+            log.info("%s: the token file changed: serving the token it holds now (the one before is refused)",
+                     self.source)  # fmt: skip
+            warn_if_short(token, self.source)
+            with contextlib.suppress(OSError):
+                warn_if_readable_by_others(self.path)
+        return self._token
+
+    def _bad(self, state: object, reason: str) -> None:
+        if state != self._warned:
+            self._warned = state
+            log.warning("%s: still serving the token it held before", reason)
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_stamped(path: Path | str) -> tuple[Stamp, str, bool]:
+    """(the file's stamp before it was read, its token, whether it was changed long enough before
+    to trust the stamp). FeatureCacheError naming the file when it holds no valid token."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise FeatureCacheError(
+            f"{TOKEN_FILE_ENV}={path}: cannot read the token file ({exc.strerror or exc})"
+        ) from None
+    token = read_token_file(path, check_mode=False)  # read after the stat: as new as the stamp, or newer
+    return _stamp(st), token, time.time_ns() - st.st_mtime_ns > _RACY_NS
+
+
+class FileToken(str):
+    """A token read from ``FEATURECACHE_AUTH_TOKEN_FILE``: the token (a str, as ``create_app`` hands
+    it to the middleware) with its :class:`TokenFile` (``file``), by which the middleware requires
+    the token the file holds now."""
+
+    file: TokenFile
+
+
 class Settings(BaseSettings):
     """Every knob of the lookup service. Limits answer 413/422 naming the limit when exceeded."""
 
@@ -120,7 +248,9 @@ class Settings(BaseSettings):
     auth_token_file: Path | None = Field(
         default=None,
         description="File holding the bearer token (e.g. a Compose secret, /run/secrets/<name>), read "
-        "at startup; surrounding whitespace is dropped. Not together with auth_token (refused).",
+        "at startup and again whenever it changes (rotating it needs no restart; while it holds no "
+        "valid token the one before stays in service); surrounding whitespace is dropped. Not "
+        "together with auth_token (refused).",
     )
     allowed_hosts: str = Field(
         default="",
@@ -205,8 +335,12 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"both {TOKEN_ENV} and {TOKEN_FILE_ENV}={self.auth_token_file} are set: give the token one way"
                 )
-            # its mode is looked at by serve (check_token_source), once, before any worker starts
-            self.auth_token = SecretStr(read_token_file(self.auth_token_file, check_mode=False))
+            # its mode is looked at by serve (check_token_source), once, before any worker starts;
+            # then by each process when the token changes (TokenFile.current)
+            file = TokenFile.read(self.auth_token_file)
+            token = FileToken(file.current().decode())
+            token.file = file
+            self.auth_token = SecretStr(token)
         return self
 
     def limits(self) -> dict[str, int]:
