@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, field
@@ -409,14 +410,49 @@ DASK_LOGGER_LEVELS: dict[str, int] = {
 }  # fmt: skip
 
 
+#: the embedded clusters this process started (:func:`_make_client`) and has not let go of: an
+#: address of one given as ``scheduler=`` is reached with its credentials (:func:`_own_cluster_security`)
+_EMBEDDED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _embedded_security() -> Any:
+    """The TLS credentials of one embedded cluster (review R42c s52 #3): a self-signed certificate
+    and its key, made in memory for this cluster (``Security.temporary()``; Dask's TLS settings of
+    ciphers and versions still apply). Its scheduler, nannies and workers listen on ``tls://`` and
+    require the peer's certificate signed by that key, both ways, so only this process and the
+    cluster's own processes (which get the credentials from their nanny through multiprocessing's
+    pipe, never argv or the environment) can connect. Plain ``tcp://`` on 127.0.0.1 let every other
+    local user of a shared node connect and run Python in the scheduler and the workers as the
+    build's user. StoreError when ``cryptography`` (which makes the certificate) is not installed."""
+    from distributed.security import Security
+
+    try:
+        return Security.temporary()
+    except ImportError as exc:
+        raise StoreError("the build's embedded Dask cluster runs on TLS with credentials made for the build, which "
+                         "needs the cryptography package: pip install 'featurecache[build]' (or pip install "
+                         f"cryptography) ({exc})") from exc  # fmt: skip
+
+
+def _own_cluster_security(scheduler: str) -> Any:
+    """The credentials of the embedded cluster of this process whose scheduler is at ``scheduler``
+    (one :func:`_make_client` started and not yet closed: a caller that keeps such a cluster for
+    several builds, as the test suite's shared clusters do, passes its address), else None: Dask's
+    own security settings, for a cluster the user runs (``tls://`` with ``distributed.comm.tls.*``)."""
+    return next((c.security for c in list(_EMBEDDED) if c.scheduler_address == scheduler), None)
+
+
 def _make_client(
-    workers: int | None, scheduler: str | None, dashboard: bool = False, levels: dict[str, int] | None = None
-) -> tuple[Any, Any]:
+    workers: int | None, scheduler: str | None, dashboard: bool = False, levels: dict[str, int] | None = None,
+    security: Any = None,
+) -> tuple[Any, Any]:  # fmt: skip
     """A client of the external ``scheduler``, or of an embedded LocalCluster of ``workers``
     processes (and the cluster); ``dashboard``: its scheduler serves Dask's dashboard (bokeh must
-    be importable: :func:`has_dashboard`). Dask's loggers get :data:`DASK_LOGGER_LEVELS`;
-    ``levels``: the levels they had are added to it (those it holds are kept), for the caller to
-    put back (:func:`_loggers_put_back`)."""
+    be importable: :func:`has_dashboard`). The embedded cluster runs on TLS with credentials of its
+    own (:func:`_embedded_security`; ``security``: a ``distributed.Security`` with TLS credentials
+    to use instead, e.g. one a caller shares between clusters it keeps); the client made here holds
+    them. Dask's loggers get :data:`DASK_LOGGER_LEVELS`; ``levels``: the levels they had are added
+    to it (those it holds are kept), for the caller to put back (:func:`_loggers_put_back`)."""
     import dask.config
     from distributed import Client, LocalCluster
 
@@ -429,12 +465,14 @@ def _make_client(
         if workers is not None:
             log.warning("--workers %d is ignored with --scheduler %s: the cluster's own workers run the build",
                         workers, scheduler)  # fmt: skip
+        # None (Dask's settings) but for an embedded cluster of this process, reused by address
+        security = _own_cluster_security(scheduler)
         # Client() waits without a bound for the handshake of whatever answers the address
-        _probe_scheduler(scheduler)
+        _probe_scheduler(scheduler, security)
         try:
             # not the process's default client: the caller's own Dask work stays on its own client
             # (review R35b s49 #2); every stage passes this one (as_completed its loop)
-            return Client(scheduler, timeout="20s", set_as_default=False), None
+            return Client(scheduler, timeout="20s", set_as_default=False, security=security), None
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--scheduler {scheduler!r} is not a Dask scheduler address ({exc}); "
                              "expected e.g. tcp://host:8786") from exc  # fmt: skip
@@ -444,6 +482,10 @@ def _make_client(
     from featurecache.build.worker_plugin import IgnoreInterrupt
     from featurecache.signals import sigint_blocked, sigterm_held
 
+    if security is None:
+        security = _embedded_security()
+    elif not (security.require_encryption and security.get_connection_args("client")["ssl_context"]):
+        raise ValueError("_make_client: security must hold TLS credentials and require encryption")
     cluster = client = None
     try:
         # the workers start with SIGINT blocked, until the plugin ignores it (worker_plugin's
@@ -456,6 +498,9 @@ def _make_client(
             cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.WARNING,
                 memory_limit="auto",
+                # tls:// with this cluster's own credentials, not tcp:// that any local user could
+                # reach (review R42c s52 #3); the client below gets them from the cluster
+                security=security,
                 # the scheduler's HTTP server (health, metrics; the dashboard's pages when it is on) on
                 # a free local port: without an address it takes :8787, whoever else uses that port
                 dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": dashboard},
@@ -465,6 +510,7 @@ def _make_client(
                 # (processes=True); only this section: the rest may hold objects that do not copy
                 config={"distributed": copy.deepcopy(dask.config.get("distributed"))},
             )  # fmt: skip
+        _EMBEDDED.add(cluster)
         client = Client(cluster, set_as_default=False)  # not the process's default (see above)
         client.register_plugin(IgnoreInterrupt(), name="featurecache-ignore-sigint")
     except BaseException as exc:
@@ -612,12 +658,13 @@ def _connect_once(host: str, port: int, timeout_s: float) -> list[OSError]:
     return failures
 
 
-def _probe_scheduler(scheduler: str) -> None:
+def _probe_scheduler(scheduler: str, security: Any = None) -> None:
     """Ask ``scheduler`` who it is, within ``SCHEDULER_ANSWER_S`` in all, before ``Client()`` is
     made: distributed's connect waits without a bound for the other side's handshake, so an
     address that accepts connections but is not Dask (an HTTP server, the dashboard port, a port
     forward to nothing) hung the build. StoreError (exit 3) naming the address and the likely
     reason, also when nothing accepts the connection; UsageError (exit 2) for a malformed address.
+    ``security``: the credentials to connect with (None: Dask's security settings).
 
     Once the address parses, distributed's connect retries every failure to open the connection
     until its timeout (one OSError); what fails after that is the exchange with the other side:
@@ -628,16 +675,29 @@ def _probe_scheduler(scheduler: str) -> None:
     import concurrent.futures
 
     from distributed.comm import connect
+    from distributed.comm.addressing import parse_address
     from distributed.comm.core import CommClosedError, FatalCommClosedError
     from distributed.security import Security
 
     _check_scheduler_address(scheduler)
     _check_reachable(scheduler)
+    tls = parse_address(scheduler)[0] == "tls"
+    try:
+        connection_args = (security or Security()).get_connection_args("client")
+    except (OSError, ValueError) as exc:  # a certificate or key that does not load (ssl.SSLError: an OSError)
+        raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: Dask's TLS settings for a client "
+                         f"do not load: {exc}") from exc  # fmt: skip
+    if tls and connection_args.get("ssl_context") is None:
+        # distributed's TypeError, "TLS expects a `ssl_context` argument", read as an answer that was
+        # not Dask's; an embedded cluster's credentials exist only in the build that made them
+        raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: a tls:// address needs Dask's TLS "
+                         "settings for a client, distributed.comm.tls.ca-file and distributed.comm.tls.client.cert "
+                         "(and .key, unless the certificate's file holds it), in a Dask config file or the "
+                         "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ..._TLS__CLIENT__CERT and ..._TLS__CLIENT__KEY "
+                         "variables; they are not set here")  # fmt: skip
 
     async def ask() -> Any:
-        comm = await connect(
-            scheduler, timeout=SCHEDULER_CONNECT_S, **Security().get_connection_args("client")
-        )
+        comm = await connect(scheduler, timeout=SCHEDULER_CONNECT_S, **connection_args)
         try:
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()
@@ -667,6 +727,10 @@ def _probe_scheduler(scheduler: str) -> None:
         raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
     except CommClosedError as exc:  # connected, then closed by the other side before an answer
         log.debug("probe of %s: %r", scheduler, exc)
+        if tls:  # TLS 1.3: a server's refusal of the client's certificate may come after the handshake
+            raise StoreError(f"cannot connect to the Dask scheduler at {scheduler}: it closed the TLS connection "
+                             "before answering, most likely refusing this client's certificate (Dask's "
+                             f"distributed.comm.tls.client.cert and .key): {exc}") from exc  # fmt: skip
         raise StoreError(f"the address {scheduler} accepted the connection but closed it without answering "
                          f"as a Dask scheduler: {NOT_DASK_HINT}") from exc  # fmt: skip
     except OSError as exc:  # nothing accepts the connection (refused, unreachable, unknown host)
