@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +23,16 @@ from featurecache.client.loader import (
 )
 
 RELEASE = threading.Event()
+
+
+@pytest.fixture(autouse=True)
+def _release_unset() -> Iterator[None]:
+    """Each test starts with RELEASE unset, whichever test set it before (review R42a s52 #7: the
+    hung-thread test set it, so a reorder-window test run after it had no slow item), and sets it when
+    it ends, so that no thread of it still waits on RELEASE for its seconds."""
+    RELEASE.clear()
+    yield
+    RELEASE.set()
 
 
 def _job(item: tuple[str, Any]) -> int:
@@ -95,7 +106,6 @@ def test_failure_is_recorded_and_skipped_once() -> None:
 
 
 def test_hung_thread_is_abandoned_at_its_deadline_and_work_goes_on() -> None:
-    RELEASE.clear()
     items = [(i, ("slow", 60.0) if i == 1 else ("ok", 0.0)) for i in range(10)]
     rf = ReadyFirst(_job, pool="thread", workers=2, window=2, deadline_s=0.5)
     try:
