@@ -66,7 +66,7 @@ def test_a_reachable_scheduler_still_builds(tmp_path: Path) -> None:
     pdb.mkdir()
     shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
     address = shared_scheduler(1)
-    assert address.startswith("tcp://127.0.0.1:")
+    assert address.startswith("tls://127.0.0.1:")
     summary = run_build(pdb_dir=pdb, out=tmp_path / "s", scheduler=address, progress=False)
     assert (summary.n_built, summary.n_failed, summary.workers) == (1, 0, 1)
     assert featurecache.open_store(tmp_path / "s").ids == ["1psm"]
