@@ -296,7 +296,7 @@ def _fatal(exc: BaseException) -> typer.Exit:
 #: and ``[model]`` (triton: the model's kernels import it even for ``--device cpu``). The build's
 #: dashboard needs bokeh too, but without it the build runs without a dashboard.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "build": ("gemmi", "rdkit", "Bio", "scipy", "dask", "distributed"),
+    "build": ("gemmi", "rdkit", "Bio", "scipy", "dask", "distributed", "cryptography"),  # TLS: R42c s52 #3
     "serve": ("fastapi", "uvicorn", "pydantic_settings", "prometheus_client"),
     "train": ("torch", "scipy", "httpx", "triton"),
     "report": ("matplotlib",),
