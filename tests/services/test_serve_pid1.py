@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_output import STARTED, ServeOutput
 
 from services.lookup.server import free_port, wait_ready
 
@@ -56,19 +57,24 @@ def test_serve_as_pid_1_exits_143_on_sigterm(sample_store: Path, tmp_path: Path,
     cmd = [*UNSHARE, sys.executable, "-m", "featurecache.cli", "serve", str(sample_store), "--port", str(port),
            "--workers", str(workers)]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = ServeOutput(proc)
     try:
         init = _namespace_init(proc.pid)
         status = Path(f"/proc/{init}/status").read_text()
         nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
         assert nspid[-1] == "1", status  # serve is its namespace's init, as in a container
+        # every worker started before the signal, so each will log its stop (review R42a s52 #3: one
+        # answer on the shared socket said nothing of the other worker)
+        lines.wait_for(STARTED, workers, timeout=90)
         wait_ready(url, timeout=90)
         assert httpx.get(f"{url}/v1/ready", timeout=10).status_code == 200
         os.kill(init, signal.SIGTERM)
-        out = proc.communicate(timeout=60)[0]
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
+    out = lines.finish()
     # unshare --fork exits with its child's status: 143, as README and serve --help promise (before: 0)
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out[-3000:])
     assert out.count("Finished server process") == workers, out[-3000:]  # an orderly stop, not a kill
