@@ -33,18 +33,25 @@ from tests.conftest import SAMPLES
 
 class InterruptOnClose(SchedulerPlugin):
     """Sends this process ``times`` SIGINTs when the scheduler loses its first worker (the
-    cluster's close)."""
+    cluster's close), each after ``handled`` (when given) says the one before was handled."""
 
-    def __init__(self, times: int = 1) -> None:
+    def __init__(self, times: int = 1, handled: threading.Event | None = None) -> None:
         self.sent = threading.Event()
         self.times = times
+        self.handled = handled
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         if not self.sent.is_set():
             self.sent.set()
-            for _ in range(self.times):
+            for i in range(self.times):
+                if self.handled is not None:
+                    self.handled.clear()
                 os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)  # each its own signal, not merged into one pending
+                if i + 1 < self.times:
+                    # each its own signal, not merged into one pending: CPython keeps one flag per
+                    # signal, so the next is sent once the main thread ran the handler for this one
+                    # (review R42a s52 #4: a 0.05 s sleep merged them when the main thread was late)
+                    assert self.handled is not None and self.handled.wait(30), "the SIGINT was not handled"
 
 
 def _threads_settled(before: set[int], timeout: float = 10.0) -> list[str]:
@@ -99,7 +106,24 @@ def test_pressed_once_more_during_the_shutdown_it_stops_at_once(
     pdb = tmp_path / "pdb"
     pdb.mkdir()
     shutil.copy(SAMPLES / "structures" / "1psm.cif", pdb)
-    plugin = InterruptOnClose(times=2)
+    # the handler that interrupts_deferred installs (its ``note``) says when it ran
+    handled = threading.Event()
+    real_signal = signal.signal
+
+    def signal_spied(sig: int, handler: Any) -> Any:
+        if getattr(handler, "__qualname__", "").startswith("interrupts_deferred."):
+            note = handler
+
+            def handler(signum: int, frame: Any) -> Any:
+                try:
+                    return note(signum, frame)
+                finally:
+                    handled.set()
+
+        return real_signal(sig, handler)
+
+    monkeypatch.setattr(signal, "signal", signal_spied)
+    plugin = InterruptOnClose(times=2, handled=handled)
     real = run._check_worker_versions
 
     def interrupted_once_up(client: Any, *args: Any, **kwargs: Any) -> None:
