@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -80,16 +81,29 @@ def test_close_joins_the_sample_threads() -> None:
 
 
 def test_a_fork_waits_for_the_running_samples_and_holds_the_next() -> None:
-    pool = _ThreadPool(_sleep_then(0.3), 2)
+    """What the fork waits for is the running sample's end, not an amount of time (review R42a s52
+    #5: a 0.05 s sleep stood for "running" and the check was the time quiesce took)."""
+    started: list[str] = []
+    finished = threading.Event()
+
+    def run(item: str) -> str:
+        started.append(item)
+        time.sleep(0.3)
+        finished.set()
+        return item
+
+    pool = _ThreadPool(run, 2)
     try:
         pool.submit(0, "a")
-        time.sleep(0.05)  # running
-        t0 = time.monotonic()
+        end = time.monotonic() + 30
+        while pool._running != 1:  # running (a task not taken yet is held at the gate instead)
+            assert time.monotonic() < end, "the sample did not start"
+            time.sleep(0.01)
         _quiesce_before_fork()
-        assert time.monotonic() - t0 > 0.15 and pool._running == 0
+        assert finished.is_set() and pool._running == 0  # the fork came after the running sample's end
         pool.submit(1, "b")  # held until the fork is done
         time.sleep(0.1)
-        assert pool._running == 0
+        assert started == ["a"] and pool._running == 0
         _resume_after_fork()
         got = [tid for _ in range(2) for tid, _ok, _v in pool.get(5)]
         assert sorted(got) == [0, 1]
