@@ -18,8 +18,6 @@ from featurecache.client.sampler import SampleKey
 
 EPOCH = 6
 SLEEP_S = 0.5
-#: the generator's resumption before its clock starts (a bound, not a speed claim)
-RESUME_SLACK_S = 0.05
 
 
 class SlowFailAt:
@@ -54,12 +52,18 @@ def test_the_wait_for_a_pass_s_trailing_skips_is_counted(
         ended = time.monotonic()
         assert sorted(int(b["position"][0]) for b in batches) == list(range(EPOCH - 1))
         assert [r.position for r in ds.stats.skips] == [EPOCH - 1] and ds.stats.steps == EPOCH - 1
-        # blocked in that call at least until the failing sample ended (less the generator's
-        # resumption, microseconds, before its clock starts), and at most for the whole call
+        # counted, and at most the whole call (the clock starts when the generator resumes in it)
         blocked_at_least = float(stamp.read_text()) - called
         trailing = ds.stats.total_wait_s - counted
         assert trailing > 0, "the wait for the trailing skip report was not counted"
-        assert blocked_at_least - RESUME_SLACK_S <= trailing <= ended - called, (blocked_at_least, trailing)
+        assert trailing <= ended - called, (blocked_at_least, trailing)
+        if num_workers == 0:
+            # window 0, one pool thread: the failing sample starts only once the generator resumes in
+            # that call, after its clock started, so the whole sleep is counted. Not compared with
+            # `called`: the main thread may be descheduled between that and the generator's clock
+            # (review R42a s52 #6: a 0.05 s slack for it was a speed claim)
+            assert trailing >= SLEEP_S, (blocked_at_least, trailing)
+        # (with a DataLoader worker the sample is prefetched: it may have ended before the call)
         summary = ds.stats.summary()
         assert summary["steps"] == EPOCH - 1
         assert summary["wait_mean_s"] == pytest.approx(ds.stats.total_wait_s / (EPOCH - 1))
