@@ -24,10 +24,10 @@ traceback, and a worker's entry got a failure row keyed by its bytes, kept for g
 ``stat`` there is handled as a refused read is (bbb6338, f7c9408).
 
 Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
-files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc: a ``read`` (or a
-``stat``) of a file under a given path fails with EIO, once, only in the build's driver (its
-command line holds ``--pdb-dir``) or only in its workers ("forkserver"), optionally only on the
-file descriptor of the Nth ``open`` of that path, or once a trigger file exists.
+files; the EIO is made by the ``LD_PRELOAD`` shim of ``tests/faults.py`` (compiled with gcc): a
+``read`` (or a ``stat``) of a file under a given path fails with EIO, once, only in the build's
+driver (its command line holds ``--pdb-dir``) or only in its workers ("forkserver"), optionally
+only on the file descriptor of the Nth ``open`` of that path, or once a trigger file exists.
 """
 
 from __future__ import annotations
@@ -45,138 +45,7 @@ import pytest
 import featurecache
 from featurecache.store.verify import rebuild_command, rebuild_note
 from tests.conftest import REPO, SAMPLES
-
-#: read()/pread64() (FC_EIO_STAT unset) or stat64()/fstatat64() (FC_EIO_STAT=1) of a file whose
-#: path starts with $FC_EIO_PREFIX fail with EIO, $FC_EIO_LIMIT times (default 1), in a process
-#: whose /proc/self/cmdline holds $FC_EIO_CMD, once $FC_EIO_TRIGGER exists; with $FC_EIO_OPEN=N,
-#: only reads of the file descriptor of the Nth open() of such a path in that process
-SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
-
-static ssize_t (*real_read)(int, void *, size_t);
-static ssize_t (*real_pread64)(int, void *, size_t, off_t);
-static int failed = 0, opened = 0, doomed = -1;
-
-static void init(void) {
-    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
-    if (!real_pread64) real_pread64 = dlsym(RTLD_NEXT, "pread64");
-}
-
-static int in_command(void) {
-    const char *want = getenv("FC_EIO_CMD");
-    char buf[8192];
-    if (!want) return 1;
-    int fd = open("/proc/self/cmdline", O_RDONLY);
-    ssize_t k = fd < 0 ? 0 : real_read(fd, buf, sizeof buf - 1);
-    if (fd >= 0) close(fd);
-    if (k <= 0) return 0;
-    for (ssize_t i = 0; i < k; i++) if (!buf[i]) buf[i] = ' ';
-    buf[k] = 0;
-    return strstr(buf, want) != NULL;
-}
-
-static int armed(void) {
-    const char *prefix = getenv("FC_EIO_PREFIX");
-    const char *limit = getenv("FC_EIO_LIMIT");
-    const char *trigger = getenv("FC_EIO_TRIGGER");
-    if (!prefix || failed >= (limit ? atoi(limit) : 1)) return 0;
-    if (trigger && access(trigger, F_OK) != 0) return 0;
-    return in_command();
-}
-
-static int fd_matches(int fd) {
-    char link[64], path[4096];
-    const char *prefix = getenv("FC_EIO_PREFIX");
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) return 0;
-    path[n] = 0;
-    return strncmp(path, prefix, strlen(prefix)) == 0;
-}
-
-static void opened_fd(int fd) {
-    const char *nth = getenv("FC_EIO_OPEN");
-    init();
-    if (fd < 0 || !nth || getenv("FC_EIO_STAT") || !armed() || !fd_matches(fd)) return;
-    if (++opened == atoi(nth)) doomed = fd;
-}
-
-static int fail_read(int fd) {
-    init();
-    if (getenv("FC_EIO_STAT") || !armed()) return 0;
-    if (getenv("FC_EIO_OPEN") ? fd != doomed : !fd_matches(fd)) return 0;
-    failed++;
-    doomed = -1;
-    errno = EIO;
-    return 1;
-}
-
-static int fail_stat(const char *path) {
-    const char *prefix = getenv("FC_EIO_PREFIX");
-    init();
-    if (!getenv("FC_EIO_STAT") || !path || !armed()) return 0;
-    if (strncmp(path, prefix, strlen(prefix)) != 0) return 0;
-    failed++;
-    errno = EIO;
-    return 1;
-}
-
-int open64(const char *path, int flags, ...) {
-    static int (*real)(const char *, int, ...);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) { va_list ap; va_start(ap, flags); mode = va_arg(ap, int); va_end(ap); }
-    if (!real) real = dlsym(RTLD_NEXT, "open64");
-    int fd = real(path, flags, mode);
-    opened_fd(fd);
-    return fd;
-}
-
-int openat64(int dirfd, const char *path, int flags, ...) {
-    static int (*real)(int, const char *, int, ...);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) { va_list ap; va_start(ap, flags); mode = va_arg(ap, int); va_end(ap); }
-    if (!real) real = dlsym(RTLD_NEXT, "openat64");
-    int fd = real(dirfd, path, flags, mode);
-    opened_fd(fd);
-    return fd;
-}
-
-ssize_t read(int fd, void *buf, size_t count) {
-    init();
-    if (fail_read(fd)) return -1;
-    return real_read(fd, buf, count);
-}
-
-ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
-    init();
-    if (fail_read(fd)) return -1;
-    return real_pread64(fd, buf, count, offset);
-}
-
-int stat64(const char *path, struct stat64 *st) {
-    static int (*real)(const char *, struct stat64 *);
-    if (!real) real = dlsym(RTLD_NEXT, "stat64");
-    if (fail_stat(path)) return -1;
-    return real(path, st);
-}
-
-int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
-    static int (*real)(int, const char *, struct stat64 *, int);
-    if (!real) real = dlsym(RTLD_NEXT, "fstatat64");
-    if (fail_stat(path)) return -1;
-    return real(dirfd, path, st, flags);
-}
-"""
+from tests.faults import compiled_shim, fault_env
 
 DRIVER = "--pdb-dir"  # in the driver's command line, not in its forkserver workers'
 WORKERS = "forkserver"
@@ -187,21 +56,18 @@ BEFORE_WORK = f"the build stopped before it built anything: {RUN_AGAIN}"
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    assert gcc, "these tests compile an LD_PRELOAD shim: they need gcc"
-    d = tmp_path_factory.mktemp("eio-shim")
-    (d / "eio.c").write_text(SHIM)
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "eio.so"), str(d / "eio.c"), "-ldl"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    return d / "eio.so"
+    return compiled_shim(tmp_path_factory, missing="fail")
 
 
-def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, **fault: str | Path):  # type: ignore[no-untyped-def]
+def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix: Path | None = None,  # type: ignore[no-untyped-def]
+           stat: bool = False, **fault: Any):  # fmt: skip
     """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
-    the fault ``fault`` (``prefix``, ``cmd``, ``open``, ``stat``, ``trigger``: the shim's FC_EIO_*)."""
+    reads (``stat``: stats) of files under ``prefix`` fail with EIO as ``fault`` (``cmd``, ``open``,
+    ``limit``, ``trigger``) says: :func:`tests.faults.fault_env`."""
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
     if shim is not None:
-        env.update({"LD_PRELOAD": str(shim), **{f"FC_EIO_{k.upper()}": str(v) for k, v in fault.items()}})
+        assert prefix is not None
+        env = fault_env(shim, prefix, env=env, calls="stat" if stat else "read", **fault)
     args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
             "--part-size", "1", "--no-progress"]  # fmt: skip
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
@@ -290,7 +156,7 @@ def test_a_ccd_directory_the_driver_cannot_stat_stops_the_build_in_one_line(
     pdb = _inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
-    first = _build(pdb, ccd, out, shim=shim, prefix=ccd, cmd=DRIVER, stat=1, limit=10**6)
+    first = _build(pdb, ccd, out, shim=shim, prefix=ccd, cmd=DRIVER, stat=True, limit=10**6)
     assert first.returncode == 3, _output(first)
     line = _one_error_line(first)
     assert line == f"error: cannot read the CCD {ccd}: Input/output error (EIO); {AT_START}", line
@@ -373,7 +239,7 @@ def test_a_refused_stat_of_a_definition_in_the_chem_stage_is_a_read_error(tmp_pa
     pdb = _inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
-    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=DRIVER, stat=1,
+    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=DRIVER, stat=True,
                    trigger=out / "parts" / "s-000001")  # fmt: skip
     assert first.returncode == 1, _output(first)
     assert "Traceback" not in first.stderr, first.stderr[-4000:]
@@ -399,7 +265,7 @@ def test_a_refused_stat_of_a_definition_in_a_worker_is_retried(tmp_path: Path, s
     pdb = _inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
-    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=WORKERS, stat=1)
+    first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=WORKERS, stat=True)
     assert first.returncode == 1, _output(first)
     (row,) = _failures(out)
     assert (row["entry_id"], row["stage"], row["error_class"]) == ("102m", "ccd", "CCDReadError"), row

@@ -11,7 +11,7 @@ has a row keyed "" naming the CCD file and the OS's reason, which the next build
 build"; now its row gives the OS's reason, with no guess at the cause.
 
 Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
-files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc (the reviewer's way):
+files; the EIO is made by the ``LD_PRELOAD`` shim of ``tests/faults.py`` (compiled with gcc):
 the first ``read`` of a file under a given path fails with EIO, once, and only in processes whose
 command line holds "forkserver" (the Dask workers), never in the build's driver.
 """
@@ -29,75 +29,12 @@ import pytest
 
 import featurecache
 from tests.conftest import REPO, SAMPLES
-
-#: read()/pread64() of a file whose path starts with $FC_EIO_PREFIX fail with EIO, the first time
-#: only, in a process whose /proc/self/cmdline holds $FC_EIO_CMD
-SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <unistd.h>
-
-static ssize_t (*real_read)(int, void *, size_t);
-static ssize_t (*real_pread64)(int, void *, size_t, off_t);
-static int failed = 0;
-
-static int in_command(void) {
-    const char *want = getenv("FC_EIO_CMD");
-    char buf[8192];
-    int fd = open("/proc/self/cmdline", O_RDONLY);
-    ssize_t k = fd < 0 ? 0 : real_read(fd, buf, sizeof buf - 1);
-    if (fd >= 0) close(fd);
-    if (!want) return 1;
-    if (k <= 0) return 0;
-    for (ssize_t i = 0; i < k; i++) if (!buf[i]) buf[i] = ' ';
-    buf[k] = 0;
-    return strstr(buf, want) != NULL;
-}
-
-static int fail_now(int fd) {
-    const char *prefix = getenv("FC_EIO_PREFIX");
-    char link[64], path[4096];
-    if (failed || !prefix) return 0;
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) return 0;
-    path[n] = 0;
-    if (strncmp(path, prefix, strlen(prefix)) != 0 || !in_command()) return 0;
-    failed = 1;
-    errno = EIO;
-    return 1;
-}
-
-ssize_t read(int fd, void *buf, size_t count) {
-    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
-    if (fail_now(fd)) return -1;
-    return real_read(fd, buf, count);
-}
-
-ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
-    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
-    if (!real_pread64) real_pread64 = dlsym(RTLD_NEXT, "pread64");
-    if (fail_now(fd)) return -1;
-    return real_pread64(fd, buf, count, offset);
-}
-"""
+from tests.faults import compiled_shim, fault_env
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    assert gcc, "these tests compile an LD_PRELOAD shim: they need gcc"
-    d = tmp_path_factory.mktemp("eio-shim")
-    (d / "eio.c").write_text(SHIM)
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "eio.so"), str(d / "eio.c"), "-ldl"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    return d / "eio.so"
+    return compiled_shim(tmp_path_factory, missing="fail")
 
 
 def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix: Path | None = None):  # type: ignore[no-untyped-def]
@@ -105,7 +42,8 @@ def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix:
     the first read of a file under ``prefix`` in the worker fails with EIO."""
     env = {**os.environ, "COLUMNS": "300", "NO_COLOR": "1"}
     if shim is not None:
-        env.update(LD_PRELOAD=str(shim), FC_EIO_PREFIX=str(prefix), FC_EIO_CMD="forkserver")
+        assert prefix is not None
+        env = fault_env(shim, prefix, env=env, cmd="forkserver")
     args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
             "--part-size", "1", "--no-progress"]  # fmt: skip
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,

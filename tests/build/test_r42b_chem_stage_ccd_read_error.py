@@ -11,11 +11,11 @@ from the CCD. A ``components.cif`` the driver cannot read stops the build with e
 line naming the file, the OS's reason and that the build can be run again; the next build resumes.
 
 Real builds (``featurecache build`` in a process of its own, on its embedded LocalCluster) of real
-files; the EIO is made by a small ``LD_PRELOAD`` shim compiled here with gcc: the first ``read``
-of a file under a given path fails with EIO, once, only in the build's driver (its command line
-holds ``--pdb-dir``, its forkserver workers' do not), and only once the last structure part exists
-(the driver reads every CCD file at start, for the CCD's fingerprint: the fault is for the chem
-stage).
+files; the EIO is made by the ``LD_PRELOAD`` shim of ``tests/faults.py`` (compiled with gcc): the
+first ``read`` of a file under a given path fails with EIO, once, only in the build's driver (its
+command line holds ``--pdb-dir``, its forkserver workers' do not), and only once the last structure
+part exists (the driver reads every CCD file at start, for the CCD's fingerprint: the fault is for
+the chem stage).
 """
 
 from __future__ import annotations
@@ -32,80 +32,14 @@ import pytest
 import featurecache
 from featurecache.parse.ccd import CCD
 from tests.conftest import REPO, SAMPLES
-
-#: read()/pread64() of a file whose path starts with $FC_EIO_PREFIX fail with EIO, the first time
-#: only, in a process whose /proc/self/cmdline holds $FC_EIO_CMD, once $FC_EIO_TRIGGER exists
-SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <unistd.h>
-
-static ssize_t (*real_read)(int, void *, size_t);
-static ssize_t (*real_pread64)(int, void *, size_t, off_t);
-static int failed = 0;
-
-static int in_command(void) {
-    const char *want = getenv("FC_EIO_CMD");
-    char buf[8192];
-    if (!want) return 1;
-    int fd = open("/proc/self/cmdline", O_RDONLY);
-    ssize_t k = fd < 0 ? 0 : real_read(fd, buf, sizeof buf - 1);
-    if (fd >= 0) close(fd);
-    if (k <= 0) return 0;
-    for (ssize_t i = 0; i < k; i++) if (!buf[i]) buf[i] = ' ';
-    buf[k] = 0;
-    return strstr(buf, want) != NULL;
-}
-
-static int fail_now(int fd) {
-    const char *prefix = getenv("FC_EIO_PREFIX");
-    const char *trigger = getenv("FC_EIO_TRIGGER");
-    char link[64], path[4096];
-    if (failed || !prefix) return 0;
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) return 0;
-    path[n] = 0;
-    if (strncmp(path, prefix, strlen(prefix)) != 0) return 0;
-    if (trigger && access(trigger, F_OK) != 0) return 0;
-    if (!in_command()) return 0;
-    failed = 1;
-    errno = EIO;
-    return 1;
-}
-
-ssize_t read(int fd, void *buf, size_t count) {
-    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
-    if (fail_now(fd)) return -1;
-    return real_read(fd, buf, count);
-}
-
-ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
-    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
-    if (!real_pread64) real_pread64 = dlsym(RTLD_NEXT, "pread64");
-    if (fail_now(fd)) return -1;
-    return real_pread64(fd, buf, count, offset);
-}
-"""
+from tests.faults import compiled_shim, fault_env
 
 STANDARD_CIF = REPO / "featurecache" / "chem" / "data" / "standard_components.cif"
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    assert gcc, "these tests compile an LD_PRELOAD shim: they need gcc"
-    d = tmp_path_factory.mktemp("eio-shim")
-    (d / "eio.c").write_text(SHIM)
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "eio.so"), str(d / "eio.c"), "-ldl"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    return d / "eio.so"
+    return compiled_shim(tmp_path_factory, missing="fail")
 
 
 def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, fail: Path | None = None):  # type: ignore[no-untyped-def]
@@ -113,8 +47,8 @@ def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, fail: P
     the driver's first read of ``fail`` once the last structure part (s-000001) exists fails with EIO."""
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
     if shim is not None:
-        env.update(LD_PRELOAD=str(shim), FC_EIO_PREFIX=str(fail), FC_EIO_CMD="--pdb-dir",
-                   FC_EIO_TRIGGER=str(out / "parts" / "s-000001"))  # fmt: skip
+        assert fail is not None
+        env = fault_env(shim, fail, env=env, cmd="--pdb-dir", trigger=out / "parts" / "s-000001")
     args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
             "--part-size", "1", "--no-progress"]  # fmt: skip
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,

@@ -13,12 +13,13 @@ index (review R42b s52 #4, #5, #6):
   ``featurecache plan`` (which takes no build lock) only once it is old.
 * #6: a refused write of ``index/.part-rows/`` named ``STORE/index``; it names the file.
 
-Real stores built from the samples; real failures: an LD_PRELOAD shim compiled with gcc here makes
-the write of one file fail with ENOSPC (or kills the process there with SIGKILL) in a real CLI run,
-and a real full tmpfs (mounted when the test runs as root)."""
+Real stores built from the samples; real failures: the LD_PRELOAD shim of tests/faults.py
+(compiled with gcc) makes the write of one file fail with ENOSPC (or kills the process there with
+SIGKILL) in a real CLI run, and a real full tmpfs (mounted when the test runs as root)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -34,55 +35,12 @@ from featurecache.errors import StoreError
 from featurecache.store.prune import prune_store
 from featurecache.store.verify import verify_store
 from tests.conftest import SAMPLES, build_store, cli_in_process
-
-#: makes write-like calls fail with FAULT_ERRNO (default ENOSPC) on the files whose path starts
-#: with FAULT_PREFIX; with FAULT_KILL set, the process SIGKILLs itself there instead
-_SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
-static int hit(int fd) {
-    const char *prefix = getenv("FAULT_PREFIX");
-    if (!prefix) return 0;
-    char link[64], path[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    if (n <= 0) return 0;
-    path[n] = 0;
-    if (strncmp(path, prefix, strlen(prefix)) != 0) return 0;
-    if (getenv("FAULT_KILL")) kill(getpid(), SIGKILL);
-    const char *e = getenv("FAULT_ERRNO");
-    errno = e ? atoi(e) : ENOSPC;
-    return 1;
-}
-#define WRAP(ret, name, params, args) \
-ret name params { static ret (*real) params; if (!real) real = dlsym(RTLD_NEXT, #name); \
-    if (hit(fd)) return -1; return real args; }
-WRAP(ssize_t, write, (int fd, const void *b, size_t c), (fd, b, c))
-WRAP(ssize_t, pwrite, (int fd, const void *b, size_t c, off_t o), (fd, b, c, o))
-WRAP(ssize_t, pwrite64, (int fd, const void *b, size_t c, off_t o), (fd, b, c, o))
-WRAP(ssize_t, writev, (int fd, const struct iovec *v, int c), (fd, v, c))
-WRAP(ssize_t, pwritev, (int fd, const struct iovec *v, int c, off_t o), (fd, v, c, o))
-"""
+from tests.faults import compiled_shim, fault_env
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        pytest.skip("no C compiler (gcc) to build the fault-injection shim")
-    d = tmp_path_factory.mktemp("shim")
-    (d / "fault.c").write_text(_SHIM)
-    done = subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(d / "fault.so"), str(d / "fault.c"), "-ldl"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return d / "fault.so"
+    return compiled_shim(tmp_path_factory, missing="skip")
 
 
 def _cli_with_fault(
@@ -90,9 +48,7 @@ def _cli_with_fault(
 ) -> subprocess.CompletedProcess[str]:
     """``featurecache ARGS`` in a process of its own whose writes to files under ``prefix`` (a
     path prefix) fail with ENOSPC, or (``kill``) that is SIGKILLed at the first of them."""
-    env = {**os.environ, "LD_PRELOAD": str(shim), "FAULT_PREFIX": str(prefix)}
-    if kill:
-        env["FAULT_KILL"] = "1"
+    env = fault_env(shim, prefix, calls="write", errno=errno.ENOSPC, kill=kill, limit=None)
     return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
                           env=env, timeout=300, check=False)  # fmt: skip
 
