@@ -93,7 +93,7 @@ def test_one_eio_on_the_ccd_fails_one_entry_and_the_next_build_builds_it(
     else:
         what = re.escape(f"the CCD file {ccd}/") + r"(\w+)\.cif \(the definition of \1\)"
     assert re.fullmatch(
-        rf"cannot read {what}: Input/output error \(EIO\) on worker tcp://\S+: a read error of the CCD, not a "
+        rf"cannot read {what}: Input/output error \(EIO\) on worker tls://\S+: a read error of the CCD, not a "
         rf"fault of {re.escape(row['path'])} or of the definition; the next build tries this entry again",
         row["message"],
     ), row["message"]
@@ -118,7 +118,7 @@ def test_an_eio_on_a_structure_gives_the_os_reason(tmp_path: Path, shim: Path) -
     (row,) = store.failures.to_pylist()
     assert (row["path"], row["stage"], row["error_class"], row["key"]) == ("102m.cif", "read", "OSError", "")
     assert re.fullmatch(
-        r"cannot read 102m\.cif: Input/output error \(EIO\) on worker tcp://\S+: the driver read it when it "
+        r"cannot read 102m\.cif: Input/output error \(EIO\) on worker tls://\S+: the driver read it when it "
         r"listed --pdb-dir; the next build reads it again",
         row["message"],
     ), row["message"]
