@@ -178,6 +178,19 @@ def _space_backed() -> bool:
     makes a file); whether multiprocess mode is on."""
     if not getattr(_values.ValueClass, "_multiprocess", False):
         return False
+    known = (
+        hasattr(_mmap_dict, "_INITIAL_MMAP_SIZE")
+        and hasattr(_values, "MmapedDict")
+        and all(
+            callable(getattr(_mmap_dict.MmapedDict, name, None))
+            for name in ("_init_value", "write_value", "read_value", "close")
+        )
+    )
+    if not known:  # another prometheus_client than the ones tested: its own class, as before R42b #3
+        log.warning("prometheus_client's multiprocess files are not laid out as this server knows (another "
+                    "version): their space is not reserved before it is written, and a full metrics directory "
+                    "kills the worker that writes (SIGBUS)")  # fmt: skip
+        return True
     _values.MmapedDict = SpaceBackedDict  # type: ignore[misc]
     return True
 
