@@ -38,7 +38,8 @@ def _words(text: str) -> str:
 
 #: run with --help in a subprocess: the ones whose --help is cheap (loader parses before it imports torch)
 HELP_RUN = ["store_layout", "msa", "msa_scan", "loader", "build", "chem", "serve", "worker_start", "cluster_overhead",
-            "chunk_checksums", "crop_interface", "msa_scale", "reader_memory", "sampler_scale", "structure_digests"]  # fmt: skip
+            "chunk_checksums", "crop_interface", "msa_scale", "reader_memory", "sampler_scale", "structure_digests",
+            "cluster_tls"]  # fmt: skip
 #: import torch before parsing (--help 2.5-4.5 s each here), or (train_e2e) write a results folder, not
 #: one file (no --out FILE): checked from the source only
 HELP_SOURCE_ONLY = [

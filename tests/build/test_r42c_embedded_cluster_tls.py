@@ -310,6 +310,30 @@ def test_without_cryptography_the_build_stops_in_one_line(tmp_path: Path) -> Non
                         str(out), "--workers", "1", "--no-progress"], capture_output=True, text=True, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)  # fmt: skip
     assert r.returncode == 3, r.stderr[-3000:]
-    assert "needs the cryptography package: pip install 'featurecache[build]'" in r.stderr, r.stderr
+    # the CLI's extra check names it before the build starts (31d5b0f); run_build's own check says
+    # "needs the cryptography package" where the CLI is not in front of it
+    assert "cryptography" in r.stderr and "pip install 'featurecache[build]'" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()
+
+
+API_MISSING = """
+import sys
+sys.modules["cryptography"] = None
+from featurecache.build.run import run_build
+try:
+    run_build(pdb_dir=sys.argv[1], out=sys.argv[2], workers=1, progress=False)
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_without_cryptography_run_build_refuses_too(tmp_path: Path) -> None:
+    """Called without the CLI (whose extra check answers first), the build itself refuses to start
+    the embedded cluster on plain tcp:// and names the package."""
+    out = tmp_path / "store"
+    r = subprocess.run([sys.executable, "-c", API_MISSING, str(SAMPLES / "structures"), str(out)],
+                       capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       timeout=300)  # fmt: skip
+    assert "needs the cryptography package: pip install 'featurecache[build]'" in r.stdout, (r.stdout, r.stderr)
     assert not out.exists()

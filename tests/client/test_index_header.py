@@ -233,7 +233,7 @@ def test_index_header_rules_without_a_server(monkeypatch: pytest.MonkeyPatch) ->
     ("url", "shown"),
     [
         ("https://u:secret@h:9", "https://h:9"),
-        ("https://u:secret@h:9/api?x=1", "https://h:9/api?x=1"),
+        ("https://u:secret@h:9/api?x=1", "https://h:9/api?x=***"),  # query values masked too (R42c s52 #9)
         ("http://token@[::1]:8000/", "http://[::1]:8000/"),
         ("http://h:9", "http://h:9"),
     ],
