@@ -335,5 +335,8 @@ def test_without_cryptography_run_build_refuses_too(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", API_MISSING, str(SAMPLES / "structures"), str(out)],
                        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                        timeout=300)  # fmt: skip
-    assert "needs the cryptography package: pip install 'featurecache[build]'" in r.stdout, (r.stdout, r.stderr)
+    assert "needs the cryptography package: pip install 'featurecache[build]'" in r.stdout, (
+        r.stdout,
+        r.stderr,
+    )
     assert not out.exists()
