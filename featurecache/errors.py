@@ -6,6 +6,10 @@ ordinary ``except KeyError`` / ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
+
 
 class FeatureCacheError(Exception):
     """Root of every featurecache error."""
@@ -158,3 +162,16 @@ class TrainingError(FeatureCacheError, RuntimeError):
 
 class KernelShapeError(FeatureCacheError, ValueError):
     """A Triton launcher was given tensors of incompatible shapes or dtypes."""
+
+
+def raised_from(exc: BaseException, cls: type[_E]) -> _E | None:
+    """The exception of class ``cls`` that ``exc`` is or was raised from (its ``__cause__`` /
+    ``__context__`` chain, each link once), else None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, cls):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from featurecache.build.discover import InputFile, entry_key
-from featurecache.errors import InputError, StoreError, UnsupportedFormatError
+from featurecache.errors import InputError, StoreError, UnsupportedFormatError, raised_from
 from featurecache.featurize.entry import StageTimer, featurize_bytes
 from featurecache.featurize.interfaces import INTERFACE_CUTOFF
 from featurecache.parse.ccd import CCDReadError, os_reason, quiet_definition_warnings
@@ -129,7 +129,7 @@ def build_structure_part(
                                         interface_cutoff=interface_cutoff,
                                         keep_crystallization_aids=keep_crystallization_aids)  # fmt: skip
         except Exception as exc:
-            if (ccd_error := _ccd_read_error(exc)) is not None:  # the machine's fault: retried
+            if (ccd_error := raised_from(exc, CCDReadError)) is not None:  # the machine's fault: retried
                 contents.failures.append(
                     _failure(inp, "ccd", ccd_error, "", message=ccd_read_failure(inp, ccd_error))
                 )
@@ -359,19 +359,6 @@ def read_failure(inp: InputFile, exc: OSError) -> str:
     if exc.errno in REPLACED_ERRNOS:
         return f"{text}{on}: {listed}: replaced or changed during the build"
     return f"cannot read {inp.rel}: {os_reason(exc)}{on}: {listed}; the next build reads it again"
-
-
-def _ccd_read_error(exc: BaseException) -> CCDReadError | None:
-    """The :class:`CCDReadError` that ``exc`` is or was raised from (a read of the CCD that the OS
-    refused), else None."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, CCDReadError):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
 
 
 def ccd_read_failure(inp: InputFile, exc: CCDReadError) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from featurecache.const import FEATURIZER_VERSION, decode_res_name
-from featurecache.errors import FeatureCacheError, ServiceError, StoreError, StoreVersionError
+from featurecache.errors import FeatureCacheError, ServiceError, StoreError, StoreVersionError, raised_from
 from featurecache.signals import exits_with_parent, interrupts_deferred, stopped_by_sigterm
 from featurecache.store.index import (
     access_problem,
@@ -620,7 +620,7 @@ def unreadable_data(exc: BaseException) -> bool:
     return (
         isinstance(exc, (StoreError, OSError))
         and not isinstance(exc, (StoreVersionError, ServiceError))
-        and _permission_denied(exc) is None
+        and raised_from(exc, PermissionError) is None
     )
 
 
@@ -877,7 +877,7 @@ def _entry_problems(
         # the run (review R28c s46 #1)
         stored = {g: store.stored_fields(row["id"], g) for g in groups}
     except CHECK_ERRORS as exc:
-        denied = _permission_denied(exc)
+        denied = raised_from(exc, PermissionError)
         if denied is not None:  # not damage: this uid may not read it (--repair must not remove it)
             where = Path(denied.filename) if denied.filename else parts[row["part"]]
             raise StoreError(access_problem(where, store.path)
@@ -910,18 +910,6 @@ def _no_component_problem(no_component: dict[str, list[str]]) -> str:
             f"entr{'y' if len(ids) == 1 else 'ies'} ({shown}): their atoms have no reference conformer "
             "(ref_mask False) until a build's chem stage computes them, which it does after `featurecache verify "
             "--repair` has it scan every structure part again")  # fmt: skip
-
-
-def _permission_denied(exc: BaseException) -> PermissionError | None:
-    """The PermissionError that ``exc`` is or was raised from (its cause / context chain), if any."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, PermissionError):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
 
 
 def _differing_groups(part: Path, entry_id: str, groups: dict[str, dict[str, Any]]) -> str:
