@@ -25,7 +25,8 @@ import errno as errnos
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -246,3 +247,22 @@ def fault_env(
         else:
             out.pop(f"FC_FAULT_{name}", None)
     return out
+
+
+@contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``"4M"``) mounted at ``mount`` (made here) for the block: a real
+    filesystem to fill up. Skips the test where it cannot be mounted (not root, no mount
+    permission); unmounted after the block (lazily when busy)."""
+    mount.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (a real full disk) needs root (CI runs these as root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)

@@ -6,28 +6,20 @@ stays whole, and nothing is left behind. A real full filesystem: a tmpfs mounted
 from __future__ import annotations
 
 import os
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from featurecache.errors import StoreError
 from featurecache.report import write_report
+from tests.faults import mounted_tmpfs
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Path:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    with mounted_tmpfs(tmp_path / "small", "4M") as mnt:
+        yield mnt
 
 
 def _files(d: Path) -> dict[str, bytes]:

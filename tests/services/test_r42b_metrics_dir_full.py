@@ -35,6 +35,7 @@ import httpx
 import pytest
 
 from services.lookup.server import free_port, wait_ready
+from tests.faults import mounted_tmpfs
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -46,20 +47,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs mounted for the test (unmounted after it)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "tmpfs", "2M") as mount:
         yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def _fill(directory: Path) -> Path:

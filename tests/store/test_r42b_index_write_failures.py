@@ -35,7 +35,7 @@ from featurecache.errors import StoreError
 from featurecache.store.prune import prune_store
 from featurecache.store.verify import verify_store
 from tests.conftest import SAMPLES, build_store, cli_in_process
-from tests.faults import compiled_shim, fault_env
+from tests.faults import compiled_shim, fault_env, mounted_tmpfs
 
 
 @pytest.fixture(scope="module")
@@ -191,16 +191,8 @@ def test_a_plan_writing_its_file_is_left_alone(pair_store: Path, tmp_path: Path,
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of 32 MB mounted for the test (root only)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (a real full disk) needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32M", "tmpfs", str(mnt)], capture_output=True,
-                          text=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "small", "32M") as mnt:
+        yield mnt
 
 
 def test_a_prune_on_a_full_disk_changes_nothing_and_leaves_nothing(
