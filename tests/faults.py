@@ -266,3 +266,28 @@ def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
     finally:
         if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def ccd_inputs(tmp_path: Path) -> Path:
+    """A ``--pdb-dir`` of 102m (HEM, standard residues) and 2q2k (standard residues): two entries
+    that each look up CCD definitions."""
+    from tests.conftest import SAMPLES
+
+    pdb = tmp_path / "pdb"
+    pdb.mkdir()
+    for name in ("102m.cif", "2q2k.cif"):
+        shutil.copy(SAMPLES / "structures" / name, pdb)
+    return pdb
+
+
+def cli_build(pdb: Path, ccd: Path, out: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``featurecache build --ccd`` (1 worker, parts of 1 entry) in a process of its own, with
+    ``env`` (a :func:`fault_env`'s, or the plain environment)."""
+    import sys
+
+    from tests.conftest import REPO
+
+    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
+            "--part-size", "1", "--no-progress"]  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env={**env, "COLUMNS": "400", "NO_COLOR": "1"}, timeout=400)  # fmt: skip

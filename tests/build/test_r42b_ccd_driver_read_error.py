@@ -36,7 +36,6 @@ import gzip
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,8 @@ import pytest
 
 import featurecache
 from featurecache.store.verify import rebuild_command, rebuild_note
-from tests.conftest import REPO, SAMPLES
-from tests.faults import compiled_shim, fault_env
+from tests.conftest import SAMPLES
+from tests.faults import ccd_inputs, cli_build, compiled_shim, fault_env
 
 DRIVER = "--pdb-dir"  # in the driver's command line, not in its forkserver workers'
 WORKERS = "forkserver"
@@ -64,26 +63,15 @@ def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix:
     """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
     reads (``stat``: stats) of files under ``prefix`` fail with EIO as ``fault`` (``cmd``, ``open``,
     ``limit``, ``trigger``) says: :func:`tests.faults.fault_env`."""
-    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
+    env: dict[str, str] = dict(os.environ)
     if shim is not None:
         assert prefix is not None
         env = fault_env(shim, prefix, env=env, calls="stat" if stat else "read", **fault)
-    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
-            "--part-size", "1", "--no-progress"]  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=400)  # fmt: skip
+    return cli_build(pdb, ccd, out, env)
 
 
 def _output(run: subprocess.CompletedProcess[str]) -> str:
     return run.stdout[-4000:] + run.stderr[-4000:]
-
-
-def _inputs(tmp_path: Path) -> Path:
-    pdb = tmp_path / "pdb"
-    pdb.mkdir()
-    for name in ("102m.cif", "2q2k.cif"):  # 102m has HEM; both have ALA
-        shutil.copy(SAMPLES / "structures" / name, pdb)
-    return pdb
 
 
 def _ccd_dir(tmp_path: Path) -> Path:
@@ -128,7 +116,7 @@ def test_a_ccd_file_the_driver_cannot_read_at_start_stops_the_build_in_one_line(
     """One read of the CCD refused in the driver before the build starts: exit 3, one line naming
     the file and the OS's reason and that the same command can be run again, nothing written; the
     same command then builds."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     if form == "dir":
         ccd = _ccd_dir(tmp_path)
         file, what = ccd / "HEM.cif", f"the CCD file {ccd / 'HEM.cif'}"
@@ -153,7 +141,7 @@ def test_a_ccd_directory_the_driver_cannot_stat_stops_the_build_in_one_line(
 ) -> None:
     """Every ``stat`` of the CCD directory (or under it) refused in the driver (EIO, a stale NFS
     handle): before, ``check_arguments``' ``exists()`` raised its OSError, a traceback, exit 1."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
     first = _build(pdb, ccd, out, shim=shim, prefix=ccd, cmd=DRIVER, stat=True, limit=10**6)
@@ -172,7 +160,7 @@ def test_a_definition_the_driver_cannot_read_on_a_later_build_stops_it_in_one_li
     """A later build reads the definitions its store's entries used (``definition_hashes``); one
     read the OS refuses there: exit 3, one line, nothing built; the same command then finds every
     entry up to date."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     if form == "dir":
         ccd = _ccd_dir(tmp_path)
         # HEM.cif's opens in the driver: the fingerprint's, then definition_hashes'
@@ -206,7 +194,7 @@ def test_a_directory_gz_definition_cut_short_on_a_later_build_fails_its_entries(
     ``definition_hashes`` met its EOFError, and click ended the build with a bare "Aborted.",
     exit 1. Now its entry is rebuilt and fails naming the file (its content is at fault), the
     entry built before still served; with the file sound again, the next build builds it."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     hem = ccd / "HEM.cif"
     sound = gzip.compress(hem.read_bytes())
@@ -236,7 +224,7 @@ def test_a_refused_stat_of_a_definition_in_the_chem_stage_is_a_read_error(tmp_pa
     stat (EIO, or a stale NFS handle). Before: a traceback (its OSError was no CCDReadError), exit 1.
     Now as for a refused read (f7c9408): a failure row keyed "", exit 1, no failed HEM stored; the
     next build computes it."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
     first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=DRIVER, stat=True,
@@ -262,7 +250,7 @@ def test_a_refused_stat_of_a_definition_in_a_worker_is_retried(tmp_path: Path, s
     """A worker looks HEM up (a ``stat`` of HEM.cif) for 102m and the OS refuses it. Before: the
     entry's failure row was keyed by its bytes, so the next build skipped it as "still failing",
     exit 1 for ever. Now its row is keyed "", and the next build builds it."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
     first = _build(pdb, ccd, out, shim=shim, prefix=ccd / "HEM.cif", cmd=WORKERS, stat=True)
@@ -284,7 +272,7 @@ def test_verify_names_a_recorded_ccd_it_cannot_read(tmp_path: Path) -> None:
     """``verify``'s rebuild command reads the recorded CCD for its fingerprint: a file of it that
     does not read (a real EIO: a link to /proc/self/mem) gives the placeholder and a note, not a
     crash (a guard: it did so before too)."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = _ccd_dir(tmp_path)
     out = tmp_path / "store"
     built = _build(pdb, ccd, out)

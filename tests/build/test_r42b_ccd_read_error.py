@@ -21,15 +21,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import featurecache
-from tests.conftest import REPO, SAMPLES
-from tests.faults import compiled_shim, fault_env
+from tests.conftest import SAMPLES
+from tests.faults import ccd_inputs, cli_build, compiled_shim, fault_env
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +38,11 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, prefix: Path | None = None):  # type: ignore[no-untyped-def]
     """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
     the first read of a file under ``prefix`` in the worker fails with EIO."""
-    env = {**os.environ, "COLUMNS": "300", "NO_COLOR": "1"}
+    env: dict[str, str] = dict(os.environ)
     if shim is not None:
         assert prefix is not None
         env = fault_env(shim, prefix, env=env, cmd="forkserver")
-    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
-            "--part-size", "1", "--no-progress"]  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=400)  # fmt: skip
-
-
-def _inputs(tmp_path: Path) -> Path:
-    pdb = tmp_path / "pdb"
-    pdb.mkdir()
-    for name in ("102m.cif", "2q2k.cif"):  # each looks up definitions of the CCD
-        shutil.copy(SAMPLES / "structures" / name, pdb)
-    return pdb
+    return cli_build(pdb, ccd, out, env)
 
 
 def _ccd(tmp_path: Path, kind: str) -> tuple[Path, Path]:
@@ -76,7 +63,7 @@ def _ccd(tmp_path: Path, kind: str) -> tuple[Path, Path]:
 def test_one_eio_on_the_ccd_fails_one_entry_and_the_next_build_builds_it(
     tmp_path: Path, shim: Path, kind: str
 ) -> None:
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd, prefix = _ccd(tmp_path, kind)
     out = tmp_path / "store"
     first = _build(pdb, ccd, out, shim=shim, prefix=prefix)
@@ -109,7 +96,7 @@ def test_one_eio_on_the_ccd_fails_one_entry_and_the_next_build_builds_it(
 
 def test_an_eio_on_a_structure_gives_the_os_reason(tmp_path: Path, shim: Path) -> None:
     """#8: the row says what the OS said, not "replaced or changed during the build"."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd, _ = _ccd(tmp_path, "dir")
     out = tmp_path / "store"
     run = _build(pdb, ccd, out, shim=shim, prefix=pdb / "102m.cif")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import pytest
 import featurecache
 from featurecache.parse.ccd import CCD
 from tests.conftest import REPO, SAMPLES
-from tests.faults import compiled_shim, fault_env
+from tests.faults import ccd_inputs, cli_build, compiled_shim, fault_env
 
 STANDARD_CIF = REPO / "featurecache" / "chem" / "data" / "standard_components.cif"
 
@@ -45,22 +44,11 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _build(pdb: Path, ccd: Path, out: Path, *, shim: Path | None = None, fail: Path | None = None):  # type: ignore[no-untyped-def]
     """``featurecache build`` (1 worker, parts of 1 entry) in a process of its own; with ``shim``,
     the driver's first read of ``fail`` once the last structure part (s-000001) exists fails with EIO."""
-    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1"}
+    env: dict[str, str] = dict(os.environ)
     if shim is not None:
         assert fail is not None
         env = fault_env(shim, fail, env=env, cmd="--pdb-dir", trigger=out / "parts" / "s-000001")
-    args = ["build", "--pdb-dir", str(pdb), "--ccd", str(ccd), "--out", str(out), "--workers", "1",
-            "--part-size", "1", "--no-progress"]  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "featurecache.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=400)  # fmt: skip
-
-
-def _inputs(tmp_path: Path) -> Path:
-    pdb = tmp_path / "pdb"
-    pdb.mkdir()
-    for name in ("102m.cif", "2q2k.cif"):  # 102m has HEM; both have ALA
-        shutil.copy(SAMPLES / "structures" / name, pdb)
-    return pdb
+    return cli_build(pdb, ccd, out, env)
 
 
 def _block(text: str, code: str) -> str:
@@ -95,7 +83,7 @@ def test_eio_on_a_ccd_file_in_the_chem_stage_fails_the_run_and_the_next_build_co
     """A CCD directory's file (HEM: a ligand, ALA: a standard residue) that the driver cannot read
     once, in the chem stage: exit 1 with a failure row naming the file, no failed component stored;
     the next build, the disk fine again, exits 0 with the component computed from the CCD."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = tmp_path / "ccd"
     shutil.copytree(SAMPLES / "ccd", ccd)
     if code == "ALA":  # the packaged text: the CCD's definition hashes as the packaged one
@@ -144,7 +132,7 @@ def test_eio_on_a_components_cif_in_the_chem_stage_stops_the_build_and_the_next_
     """One ``components.cif`` the driver cannot read in the chem stage: no definition at all, so
     the build stops (exit 3) with one line naming the file, the OS's reason and the way out; the
     next build resumes and computes every component."""
-    pdb = _inputs(tmp_path)
+    pdb = ccd_inputs(tmp_path)
     ccd = tmp_path / "components.cif"
     ccd.write_text(
         "".join(f.read_text().rstrip("\n") + "\n" for f in sorted((SAMPLES / "ccd").glob("*.cif")))
